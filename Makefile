@@ -1,0 +1,28 @@
+# One command to serve, one to test: each sets up .venv first when it is missing or stale.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CONFIG ?= configs/demo.yaml
+STAMP := $(VENV)/.installed
+
+.PHONY: setup serve test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip >/dev/null
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+serve: $(STAMP)
+	$(VENV)/bin/bridge serve -c $(CONFIG)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .bridge-data build *.egg-info

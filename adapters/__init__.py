@@ -1,0 +1,1 @@
+"""Upstream adapters, one protocol each; registered by kind in bridge.upstream.KINDS."""

@@ -1,0 +1,475 @@
+"""The federated catalog: every upstream's tools merged under namespaces with stable ids and
+names, versioned, kept in step with the upstreams (re-listing, outages, reconnects with backoff),
+and announced to listeners as change events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import random
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from bridge.model import (
+    BridgeError,
+    InputContract,
+    OutputContract,
+    ToolDeclaration,
+    UpstreamHealth,
+    UpstreamTool,
+    now_iso,
+    tool_uuid,
+)
+from bridge.sidecar import Sidecar
+from bridge.store import Store
+from bridge.upstream import Upstream, UpstreamEvent
+from bridge.versions import VersionRegistry
+
+__all__ = ["Catalog", "CatalogChange", "UpstreamSlot", "exposed_name", "NAME_SEPARATOR", "MAX_NAME"]
+
+log = logging.getLogger("bridge.catalog")
+
+NAME_SEPARATOR = "__"
+MAX_NAME = 64
+_INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
+# Debounce of change notices: a burst of list_changed notices costs one re-list.
+DEBOUNCE_SECONDS = 0.05
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def exposed_name(namespace: str, native_name: str) -> str:
+    """`<namespace>__<native name>` cleaned to `^[A-Za-z0-9_.-]{1,64}$`; a longer name keeps its
+    head and gets a short hash of the whole, so distinct long names stay distinct."""
+    raw = f"{namespace}{NAME_SEPARATOR}{native_name}"
+    name = _INVALID.sub("_", raw).strip("_") or _short_hash(raw)
+    if len(name) > MAX_NAME:
+        name = name[: MAX_NAME - 9].rstrip("_.-") + "_" + _short_hash(raw)
+    return name
+
+
+def _suffixed(base: str, tool_id: str, attempt: int = 0) -> str:
+    tag = _short_hash(f"{tool_id}:{attempt}")
+    return base[: MAX_NAME - 9].rstrip("_.-") + "_" + tag
+
+
+@dataclass
+class CatalogChange:
+    """One step of the catalog. `upstream` is the namespace it concerns (None for several)."""
+
+    upstream: str | None
+    added: list[ToolDeclaration] = field(default_factory=list)
+    updated: list[ToolDeclaration] = field(default_factory=list)
+    removed: list[ToolDeclaration] = field(default_factory=list)
+    state_changed: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.updated or self.removed or self.state_changed)
+
+
+@dataclass
+class UpstreamSlot:
+    """An upstream and everything the catalog keeps for it."""
+
+    upstream: Upstream
+    health: UpstreamHealth
+    tools: dict[str, ToolDeclaration] = field(default_factory=dict)  # native_id -> declaration
+    semaphore: asyncio.Semaphore | None = None
+    events: asyncio.Queue[UpstreamEvent] | None = None
+    task: asyncio.Task[None] | None = None
+    first_attempt: asyncio.Event = field(default_factory=asyncio.Event)
+    retry_at: float | None = None
+    sidecar: Sidecar | None = None
+
+    @property
+    def name(self) -> str:
+        return self.upstream.name
+
+    def retry_after(self) -> float | None:
+        if self.retry_at is None:
+            return None
+        return max(0.0, round(self.retry_at - asyncio.get_running_loop().time(), 3))
+
+
+class Catalog:
+    """The merged catalog. Lookups are dictionary reads; changes come from the upstream
+    supervisors (one asyncio task per upstream) or from `apply_tools`."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        self.store = store or Store()
+        self.versions = VersionRegistry(self.store)
+        self.slots: dict[str, UpstreamSlot] = {}
+        self._by_id: dict[str, ToolDeclaration] = {}
+        self._by_name: dict[str, str] = {}  # exposed name or alias -> tool_id
+        self._assigned = self.store.assigned_names()
+        self._listeners: list[Callable[[CatalogChange], None]] = []
+        self.generation = 0
+        self._closed = False
+
+    # ---------------------------------------------------------------- upstream management
+
+    def add_upstream(self, upstream: Upstream) -> UpstreamSlot:
+        if upstream.name in self.slots:
+            raise ValueError(f"two upstreams are named {upstream.name!r}")
+        slot = UpstreamSlot(
+            upstream=upstream,
+            health=UpstreamHealth(name=upstream.name, kind=upstream.kind or type(upstream).__name__),
+            semaphore=asyncio.Semaphore(upstream.config.max_concurrency),
+        )
+        if upstream.config.launch is not None:
+            slot.sidecar = Sidecar(upstream.name, upstream.config.launch, upstream.config.base_dir)
+        self.slots[upstream.name] = slot
+        upstream.subscribe(lambda event, slot=slot: self._on_event(slot, event))
+        return slot
+
+    async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None) -> None:
+        """Start every upstream concurrently. With `wait`, return once each has either listed its
+        tools or failed its first attempt (bounded by its `start_timeout`); a slow upstream delays
+        only its own tools, never the others'."""
+        for slot in self.slots.values():
+            if slot.task is None and slot.upstream.config.enabled:
+                slot.events = asyncio.Queue()
+                slot.task = asyncio.create_task(self._supervise(slot), name=f"upstream:{slot.name}")
+            elif not slot.upstream.config.enabled:
+                slot.health.state = "disabled"
+                slot.first_attempt.set()
+        if not wait:
+            return
+
+        async def wait_first(slot: UpstreamSlot) -> None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(slot.upstream.config.start_timeout + 1):
+                    await slot.first_attempt.wait()
+            if on_progress:
+                on_progress(slot)
+
+        await asyncio.gather(*(wait_first(s) for s in self.slots.values()))
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [s.task for s in self.slots.values() if s.task]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        for slot in self.slots.values():
+            with contextlib.suppress(Exception):
+                await slot.upstream.close()
+            if slot.sidecar is not None:
+                await slot.sidecar.stop()
+
+    async def __aenter__(self) -> Catalog:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _on_event(self, slot: UpstreamSlot, event: UpstreamEvent) -> None:
+        if slot.events is not None:
+            slot.events.put_nowait(event)
+
+    def _backoff(self, slot: UpstreamSlot, attempt: int) -> float:
+        cfg = slot.upstream.config
+        delay = min(cfg.retry_max, cfg.retry_initial * (2**attempt))
+        return delay * (0.5 + random.random() / 2)  # jitter: replicas do not retry in step
+
+    async def _connect(self, slot: UpstreamSlot) -> None:
+        """Start and list until it works, with exponential backoff and jitter between attempts."""
+        up, cfg = slot.upstream, slot.upstream.config
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        launched_at: float | None = None
+        while True:
+            slot.health.state = "connecting" if attempt == 0 else slot.health.state
+            slot.health.attempts += 1
+            if slot.sidecar is not None and not slot.sidecar.running:
+                await slot.sidecar.start()
+                launched_at = loop.time()
+            try:
+                async with asyncio.timeout(cfg.start_timeout):
+                    await up.start()
+                    tools = await up.list_tools()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - every failure is reported, none escapes
+                reason = _reason(exc, f"no answer within start_timeout={cfg.start_timeout}s")
+                with contextlib.suppress(Exception):
+                    await up.close()
+                exited = slot.sidecar.describe_exit() if slot.sidecar else None
+                warming = launched_at is not None and exited is None and loop.time() - launched_at < cfg.start_timeout
+                if warming:
+                    # a process we just launched is still coming up: poll it briskly, report nothing yet
+                    await self._wait_or_event(slot, min(0.1 * (1.5**attempt), 1.0))
+                    attempt += 1
+                    continue
+                reason = f"{reason} ({exited})" if exited else reason
+                delay = self._backoff(slot, attempt)
+                attempt += 1
+                slot.retry_at = loop.time() + delay
+                self._mark(slot, "failed" if not slot.tools else "unavailable", reason, next_retry=delay)
+                slot.first_attempt.set()
+                log.warning("upstream %s failed: %s (retry in %.1fs)", slot.name, reason, delay)
+                await self._wait_or_event(slot, delay)
+                continue
+            slot.retry_at = None
+            self._apply(slot, tools, ready=True)
+            slot.first_attempt.set()
+            return
+
+    async def _wait_or_event(self, slot: UpstreamSlot, delay: float) -> None:
+        """Sleep the backoff delay; drop events meanwhile (a reconnect lists everything anyway)."""
+        assert slot.events is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + delay
+        while (remaining := deadline - loop.time()) > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await slot.events.get()
+
+    async def _supervise(self, slot: UpstreamSlot) -> None:
+        assert slot.events is not None
+        up, cfg = slot.upstream, slot.upstream.config
+        while not self._closed:
+            await self._connect(slot)
+            while True:
+                try:
+                    async with asyncio.timeout(cfg.refresh_interval):
+                        event = await slot.events.get()
+                except TimeoutError:
+                    event = UpstreamEvent("tools_changed", reason="refresh interval")
+                if event.kind == "tools_added":
+                    self._merge(slot, list(event.tools))
+                    continue
+                if event.kind == "unavailable":
+                    self._mark(slot, "unavailable", event.reason or "connection lost")
+                    with contextlib.suppress(Exception):
+                        await up.close()
+                    break
+                # tools_changed: let a burst settle, then re-list once
+                await asyncio.sleep(DEBOUNCE_SECONDS)
+                while not slot.events.empty():
+                    pending = slot.events.get_nowait()
+                    if pending.kind == "unavailable":
+                        slot.events.put_nowait(pending)
+                        break
+                try:
+                    async with asyncio.timeout(cfg.start_timeout):
+                        tools = await up.list_tools()
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # noqa: BLE001
+                    self._mark(slot, "unavailable", _reason(exc, "re-list timed out"))
+                    with contextlib.suppress(Exception):
+                        await up.close()
+                    break
+                self._apply(slot, tools, ready=True)
+
+    def _mark(self, slot: UpstreamSlot, state: str, reason: str, next_retry: float | None = None) -> None:
+        """An upstream went down: its tools stay listed, marked with the reason."""
+        slot.health.state = state  # type: ignore[assignment]
+        slot.health.reason = reason
+        slot.health.next_retry_in = next_retry
+        loading = "unavailable"
+        updated = []
+        for decl in slot.tools.values():
+            if decl.loading_state != loading or decl.loading_reason != reason:
+                decl.loading_state = loading
+                decl.loading_reason = reason
+                updated.append(decl)
+        self._emit(CatalogChange(upstream=slot.name, updated=updated, state_changed=True))
+
+    # ---------------------------------------------------------------- merging
+
+    def apply_tools(self, upstream_name: str, tools: list[UpstreamTool]) -> CatalogChange:
+        """Replace an upstream's tool set (what a listing does). Public for tests and benches."""
+        return self._apply(self.slots[upstream_name], tools, ready=True)
+
+    def _declare(self, slot: UpstreamSlot, tool: UpstreamTool) -> ToolDeclaration:
+        namespace = slot.name
+        tool_id = tool_uuid(namespace, tool.native_id)
+        tags = list(dict.fromkeys([*tool.tags, *slot.upstream.config.tags]))
+        mapping = dict(tool.external_mapping)
+        mapping.setdefault("source", slot.upstream.kind)
+        return ToolDeclaration(
+            tool_id=tool_id,
+            namespace=namespace,
+            name="",
+            title=tool.title,
+            description=tool.description,
+            search_hint=tool.search_hint,
+            lifecycle=tool.lifecycle,
+            tool_kind=tool.tool_kind,
+            input_contract=InputContract(model_input_schema=tool.input_schema),
+            output_contract=OutputContract(output_schema=tool.output_schema) if tool.output_schema else None,
+            external_mappings=[mapping],
+            annotations=dict(tool.annotations),
+            upstream=namespace,
+            upstream_kind=slot.upstream.kind,
+            native_id=tool.native_id,
+            native_name=tool.name,
+            tags=tags,
+            safety=tool.safety,
+            blocked_reason=tool.blocked_reason,
+        )
+
+    def _name(self, decl: ToolDeclaration) -> str:
+        """A tool keeps the name it was given before (store); else the clean base name; else the
+        base name with a suffix derived from its id (deterministic, whatever the order)."""
+        taken = self._by_name
+        previous = self._assigned.get(decl.tool_id)
+        if previous and taken.get(previous, decl.tool_id) == decl.tool_id:
+            return previous
+        base = exposed_name(decl.namespace, decl.native_name)
+        if taken.get(base, decl.tool_id) == decl.tool_id:
+            return base
+        attempt = 0
+        while True:
+            candidate = _suffixed(base, decl.tool_id, attempt)
+            if taken.get(candidate, decl.tool_id) == decl.tool_id:
+                return candidate
+            attempt += 1
+
+    def _apply(self, slot: UpstreamSlot, tools: list[UpstreamTool], ready: bool) -> CatalogChange:
+        seen: dict[str, UpstreamTool] = {}
+        for tool in tools:
+            seen.setdefault(tool.native_id, tool)  # a native id listed twice counts once
+        change = CatalogChange(upstream=slot.name, state_changed=ready and slot.health.state != "ready")
+        if ready:
+            slot.health.state = "ready"
+            slot.health.reason = None
+            slot.health.next_retry_in = None
+            slot.health.last_ok = now_iso()
+        for native_id in [n for n in slot.tools if n not in seen]:
+            decl = slot.tools.pop(native_id)
+            self._forget(decl)
+            change.removed.append(decl)
+        fresh = [self._declare(slot, seen[n]) for n in sorted(seen)]
+        self.versions.assign(fresh)
+        new_names: list[tuple[str, str, str, str]] = []
+        for decl in fresh:
+            old = slot.tools.get(decl.native_id)
+            if old is not None:
+                decl.name, decl.aliases = old.name, old.aliases
+                if old.signature_digest == decl.signature_digest and old.loading_state == "loaded" and (
+                    old.tags == decl.tags and old.title == decl.title and old.search_hint == decl.search_hint
+                ):
+                    continue
+                change.updated.append(decl)
+            else:
+                decl.name = self._name(decl)
+                if self._assigned.get(decl.tool_id) != decl.name:
+                    self._assigned[decl.tool_id] = decl.name
+                    new_names.append((decl.tool_id, decl.namespace, decl.name, decl.native_id))
+                change.added.append(decl)
+            slot.tools[decl.native_id] = decl
+            self._by_id[decl.tool_id] = decl
+            self._by_name[decl.name] = decl.tool_id
+            for alias in decl.aliases:
+                self._by_name.setdefault(alias, decl.tool_id)
+        self.store.save_names(new_names)
+        slot.health.tool_count = len(slot.tools)
+        self._emit(change)
+        return change
+
+    def _merge(self, slot: UpstreamSlot, tools: list[UpstreamTool]) -> CatalogChange:
+        current = {d.native_id: _as_upstream_tool(d) for d in slot.tools.values()}
+        for tool in tools:
+            current[tool.native_id] = tool
+        return self._apply(slot, list(current.values()), ready=True)
+
+    def _forget(self, decl: ToolDeclaration) -> None:
+        self._by_id.pop(decl.tool_id, None)
+        for name in (decl.name, *decl.aliases):
+            if self._by_name.get(name) == decl.tool_id:
+                del self._by_name[name]
+
+    def _emit(self, change: CatalogChange) -> None:
+        if change.empty:
+            return
+        self.generation += 1
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:  # a listener's bug must not stop the catalog
+                log.exception("catalog listener failed")
+
+    def subscribe(self, listener: Callable[[CatalogChange], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    # ---------------------------------------------------------------- lookups
+
+    def get(self, tool_id: str) -> ToolDeclaration | None:
+        return self._by_id.get(tool_id)
+
+    def resolve(self, ref: str) -> ToolDeclaration | None:
+        """By exposed name, alias or tool_id."""
+        tool_id = self._by_name.get(ref, ref)
+        return self._by_id.get(tool_id)
+
+    def declarations(self) -> Iterable[ToolDeclaration]:
+        return self._by_id.values()
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def slot(self, upstream: str) -> UpstreamSlot:
+        return self.slots[upstream]
+
+    def health(self) -> list[UpstreamHealth]:
+        return [s.health for s in self.slots.values()]
+
+    def pending_providers(self) -> list[str]:
+        return [s.name for s in self.slots.values() if s.health.state not in ("ready", "disabled")]
+
+    def require_ready(self, decl: ToolDeclaration) -> UpstreamSlot:
+        """The slot to call a tool through, or a `dependency_unavailable` error with retry_after."""
+        slot = self.slots.get(decl.upstream)
+        if slot is None:
+            raise BridgeError(f"upstream {decl.upstream!r} is not configured", error_class="unknown_tool")
+        if slot.health.state != "ready":
+            raise BridgeError(
+                f"upstream {slot.name!r} is {slot.health.state}: {slot.health.reason or 'starting'}",
+                error_class="dependency_unavailable",
+                recoverability="retry_later",
+                retry_after=slot.retry_after() or 1.0,
+            )
+        return slot
+
+
+def _as_upstream_tool(decl: ToolDeclaration) -> UpstreamTool:
+    return UpstreamTool(
+        native_id=decl.native_id,
+        name=decl.native_name,
+        description=decl.description,
+        title=decl.title,
+        tool_kind=decl.tool_kind,
+        input_schema=decl.input_schema,
+        output_schema=decl.output_schema,
+        safety=decl.safety,
+        tags=decl.tags,
+        search_hint=decl.search_hint,
+        external_mapping=decl.external_mappings[0] if decl.external_mappings else {},
+        annotations=decl.annotations,
+        lifecycle=decl.lifecycle,
+        blocked_reason=decl.blocked_reason,
+    )
+
+
+def _reason(exc: BaseException, timeout_text: str) -> str:
+    if isinstance(exc, TimeoutError):
+        return timeout_text
+    if isinstance(exc, BaseExceptionGroup):
+        inner = exc.exceptions[0] if exc.exceptions else exc
+        return _reason(inner, timeout_text)
+    text = str(exc) or type(exc).__name__
+    return text if len(text) < 500 else text[:497] + "..."
+

@@ -1,0 +1,203 @@
+"""The `bridge` command: check a config, list the catalog, call a tool, search, serve."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bridge.catalog import UpstreamSlot
+from bridge.config import DEFAULT_CONFIG, BridgeConfig, ConfigError, load_config
+from bridge.runtime import Bridge
+
+__all__ = ["main", "build_parser", "COMMANDS"]
+
+
+def _progress(total: int) -> Callable[[UpstreamSlot], None] | None:
+    """A one-line progress display on a terminal; silent when piped."""
+    if not sys.stderr.isatty() or total == 0:
+        return None
+    done = 0
+
+    def report(slot: UpstreamSlot) -> None:
+        nonlocal done
+        done += 1
+        sys.stderr.write(f"\r\x1b[2K[{done}/{total}] {slot.name}: {slot.health.state}")
+        if done == total:
+            sys.stderr.write("\r\x1b[2K")
+        sys.stderr.flush()
+
+    return report
+
+
+async def _started(config: BridgeConfig) -> Bridge:
+    bridge = Bridge(config)
+    if sys.stderr.isatty() and config.upstreams:
+        sys.stderr.write(f"starting {len(config.upstreams)} upstreams...")
+        sys.stderr.flush()
+    await bridge.start(wait=True, on_progress=_progress(len(config.upstreams)))
+    return bridge
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=False)).rstrip()]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+async def cmd_check(args: argparse.Namespace, config: BridgeConfig) -> int:
+    bridge = await _started(config)
+    try:
+        health = bridge.catalog.health()
+        rows = [[h.name, h.kind, h.state, str(h.tool_count), h.reason or ""] for h in health]
+        if args.json:
+            _print_json([h.to_json() for h in health])
+        else:
+            print(_table(rows, ["UPSTREAM", "KIND", "STATE", "TOOLS", "REASON"]))
+            print(f"{len(bridge.catalog)} tools from {len(health)} upstreams ({config.source})")
+        return 1 if any(h.state not in ("ready", "disabled") for h in health) else 0
+    finally:
+        await bridge.close()
+
+
+async def cmd_tools(args: argparse.Namespace, config: BridgeConfig) -> int:
+    bridge = await _started(config)
+    try:
+        decls = sorted(bridge.catalog.declarations(), key=lambda d: d.name)
+        if args.json:
+            _print_json([d.to_json() for d in decls])
+        else:
+            rows = [[d.name, d.upstream, d.tool_kind, d.lifecycle if d.loading_state == "loaded" else d.loading_state, str(d.version)] for d in decls]
+            print(_table(rows, ["NAME", "UPSTREAM", "KIND", "LIFECYCLE", "VERSION"]))
+        return 0
+    finally:
+        await bridge.close()
+
+
+async def cmd_call(args: argparse.Namespace, config: BridgeConfig) -> int:
+    try:
+        arguments = json.loads(args.args)
+    except json.JSONDecodeError as exc:
+        print(f"bridge call: --args is not valid JSON: {exc.msg} at column {exc.colno}", file=sys.stderr)
+        return 2
+    bridge = await _started(config)
+    try:
+        result = await bridge.invoker.invoke(args.name, arguments, version=args.version, surface=args.surface)
+        if args.json:
+            _print_json(result.to_json())
+        else:
+            for block in result.content:
+                if block.get("type") == "text":
+                    print(block["text"])
+                else:
+                    print(json.dumps(block, ensure_ascii=False)[:2000])
+            if result.structured_content is not None and not result.content:
+                _print_json(result.structured_content)
+            print(f"[{result.status}{' ' + result.error.error_class if result.error else ''}, {result.duration_ms} ms]", file=sys.stderr)
+        return 1 if result.is_error else 0
+    finally:
+        await bridge.close()
+
+
+async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
+    bridge = await _started(config)
+    try:
+        surface = bridge.surfaces.get(args.surface)
+        if surface is None:
+            print(f"bridge search: no surface named {args.surface!r}", file=sys.stderr)
+            return 2
+        result = bridge.search.search(args.query, surface=surface, limit=args.limit)
+        if args.json:
+            _print_json(result.to_json())
+        else:
+            rows = [[f"{m.score:.3f}" if m.score is not None else "", m.name, (m.search_hint or m.description or "")[:70]] for m in result.matches]
+            print(_table(rows, ["SCORE", "NAME", "HINT"]))
+            if result.missing_names:
+                print("missing: " + ", ".join(result.missing_names))
+            if result.hint:
+                print(result.hint)
+        return 0
+    finally:
+        await bridge.close()
+
+
+async def cmd_serve(args: argparse.Namespace, config: BridgeConfig) -> int:
+    print("bridge serve: no frontend is installed in this build", file=sys.stderr)
+    return 2
+
+
+Command = Callable[[argparse.Namespace, BridgeConfig], Awaitable[int]]
+COMMANDS: dict[str, Command] = {
+    "check": cmd_check,
+    "tools": cmd_tools,
+    "call": cmd_call,
+    "search": cmd_search,
+    "serve": cmd_serve,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bridge", description="Tool federation bridge")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-c", "--config", default=os.environ.get("BRIDGE_CONFIG", DEFAULT_CONFIG), help=f"config file (default {DEFAULT_CONFIG})")
+    common.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("check", parents=[common], help="validate the config and start every upstream")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("tools", parents=[common], help="list the federated catalog")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("call", parents=[common], help="call a tool through the full pipeline")
+    p.add_argument("name", help="exposed name, alias or tool_id")
+    p.add_argument("--args", default="{}", help="arguments as a JSON object")
+    p.add_argument("--version", type=int, default=None, help="pin a version")
+    p.add_argument("--surface", default="default")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("search", parents=[common], help="search the catalog")
+    p.add_argument("query", help="free text, or select:a,b")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--surface", default="default")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("serve", parents=[common], help="serve A2T REST and MCP")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--stdio", action="store_true", help="serve MCP over stdio instead of HTTP")
+    p.add_argument("--surface", default=None, help="surface served over stdio")
+    p.add_argument("--insecure", action="store_true", help="allow a non-loopback bind without tokens")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(COMMANDS[args.command](args, config))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,314 @@
+"""Configuration: the schema of a bridge config file (YAML or JSON), `${ENV}` interpolation, the
+`mcpServers` block MCP clients already use, and errors that name the file, the field and the fix."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from bridge.upstream import UpstreamConfig, known_kinds, upstream_class
+
+__all__ = [
+    "ConfigError",
+    "Rule",
+    "SurfaceConfig",
+    "AuthToken",
+    "ServerConfig",
+    "StoreConfig",
+    "InvokeConfig",
+    "SearchConfig",
+    "BridgeConfig",
+    "load_config",
+    "parse_config",
+    "DEFAULT_CONFIG",
+]
+
+DEFAULT_CONFIG = "configs/demo.yaml"
+
+
+class ConfigError(Exception):
+    """A config problem, or several: each names where (file and field path), what and the fix."""
+
+    def __init__(self, file: str, problems: list[tuple[str, str, str]]) -> None:
+        self.file = file
+        self.problems = problems
+        lines = [f"{file}: {len(problems)} problem{'s' if len(problems) != 1 else ''} in the config"]
+        for path, what, fix in problems:
+            where = path or "(top level)"
+            lines.append(f"  {where}: {what}" + (f"\n    fix: {fix}" if fix else ""))
+        super().__init__("\n".join(lines))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Rule(_Strict):
+    """Matches tools; every given field must match (AND). A bare string in a rule list is a
+    name glob."""
+
+    name: str | None = Field(default=None, description="glob over exposed names")
+    upstream: str | None = Field(default=None, description="glob over upstream names")
+    tag: str | None = None
+    kind: str | None = Field(default=None, description="tool kind, e.g. openapi_operation")
+    read_only: bool | None = None
+    destructive: bool | None = None
+    open_world: bool | None = None
+    requires_user_interaction: bool | None = None
+    reason: str | None = Field(default=None, description="machine reason given when this rule blocks")
+
+
+RuleSpec = str | Rule
+
+
+class SurfaceConfig(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    load: list[RuleSpec] = Field(default_factory=list, description="always loaded, full schema")
+    defer: list[RuleSpec] = Field(default_factory=list, description="found through search")
+    block: list[RuleSpec] = Field(default_factory=list, description="invisible and uncallable")
+    allow: list[RuleSpec] = Field(default_factory=list, description="allowed although destructive")
+    allow_destructive: bool = False
+    read_only: bool = Field(default=False, description="only read-only tools are visible")
+    auto_load_threshold: int = Field(default=40, ge=0, description="rule-less surfaces load all up to this")
+
+    @field_validator("load", "defer", "block", "allow", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, (str, dict)) else value
+
+
+class AuthToken(_Strict):
+    token: str = Field(min_length=8)
+    surface: str = "default"
+    name: str | None = None
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    tokens: list[AuthToken] = Field(default_factory=list)
+    default_surface: str = "default"
+    public_url: str | None = None
+
+
+class StoreConfig(_Strict):
+    path: str = ".bridge-data/bridge.db"
+
+
+class InvokeConfig(_Strict):
+    inline_result_limit: int = Field(default=50_000, ge=256, description="characters kept inline")
+    preview_chars: int = Field(default=2_000, ge=0)
+    max_result_chars: int = Field(default=64_000_000, ge=1024, description="larger results are refused")
+    default_timeout: float | None = Field(default=None, gt=0, description="overrides upstream timeouts")
+
+
+class SearchConfig(_Strict):
+    path: str | None = Field(default=None, description="index folder; default beside the store")
+    enabled: bool = True
+
+
+class BridgeConfig(_Strict):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    invoke: InvokeConfig = Field(default_factory=InvokeConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    upstreams: list[UpstreamConfig] = Field(default_factory=list)
+    mcpServers: dict[str, Any] = Field(default_factory=dict)  # noqa: N815 - the clients' spelling
+    surfaces: list[SurfaceConfig] = Field(default_factory=list)
+    source: str = Field(default="<memory>", exclude=True)
+    base_dir: str = Field(default=".", exclude=True)
+
+    def surface(self, name: str) -> SurfaceConfig | None:
+        return next((s for s in self.surfaces if s.name == name), None)
+
+    def resolve_path(self, path: str) -> str:
+        """A path from the config, relative to the config file's folder."""
+        p = Path(os.path.expanduser(path))
+        return str(p if p.is_absolute() else Path(self.base_dir) / p)
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+
+
+def _interpolate(value: Any, path: str, problems: list[tuple[str, str, str]]) -> Any:
+    if isinstance(value, str):
+
+        def sub(match: re.Match[str]) -> str:
+            var, default = match.group(1), match.group(2)
+            found = os.environ.get(var)
+            if found is not None and (found or default is None):
+                return found
+            if default is not None:
+                return default
+            problems.append((path, f"environment variable {var} is not set", f"export {var}=... or write ${{{var}:-default}}"))
+            return ""
+
+        return _ENV.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _interpolate(v, _join(path, k), problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+    return value
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _loc(prefix: str, loc: tuple[Any, ...]) -> str:
+    out = prefix
+    for part in loc:
+        out = f"{out}[{part}]" if isinstance(part, int) else _join(out, part)
+    return out
+
+
+def _fields_of(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Known keys at a location inside a model, for 'did you mean' suggestions."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or current is None:
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        current = None
+        for candidate in (ann, *getattr(ann, "__args__", ())):
+            for inner in (candidate, *getattr(candidate, "__args__", ())):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    current = inner
+    return list(getattr(current, "model_fields", {})) if current else []
+
+
+def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel]) -> list[tuple[str, str, str]]:
+    problems = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("str", "Rule", "function-after")))
+        path = _loc(prefix, loc)
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            key = str(loc[-1])
+            known = [k for k in _fields_of(model, loc) if k not in ("source", "base_dir")]
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+            fix = f"did you mean `{close[0]}`?" if close else f"remove it; known keys: {', '.join(known)}"
+            problems.append((path, f"unknown key `{key}`", fix))
+        elif kind == "missing":
+            problems.append((path, "is required", f"add `{loc[-1]}:` here"))
+        else:
+            expected = err.get("ctx", {}).get("expected") or err.get("ctx", {}).get("pattern")
+            fix = f"expected {expected}" if expected else "see docs/config.md"
+            problems.append((path, f"{err['msg']} (got {err.get('input')!r})", fix))
+    return problems
+
+
+def _mcp_servers_to_upstreams(servers: Any, problems: list[tuple[str, str, str]]) -> list[tuple[str, dict[str, Any]]]:
+    """Entries of the Claude Desktop / Cursor / VS Code `mcpServers` block as `kind: mcp` upstreams."""
+    out = []
+    if not isinstance(servers, dict):
+        problems.append(("mcpServers", "must be a mapping of server name to server entry", 'write {"name": {"command": ...}}'))
+        return out
+    for name, entry in servers.items():
+        path = f"mcpServers.{name}"
+        if not isinstance(entry, dict):
+            problems.append((path, "must be a mapping", "give `command` (stdio) or `url` (HTTP)"))
+            continue
+        entry = dict(entry)
+        transport = entry.pop("type", None) or entry.pop("transport", None)
+        if transport not in (None, "stdio", "http", "streamable-http", "streamableHttp", "sse"):
+            problems.append((f"{path}.type", f"unknown transport {transport!r}", "use stdio or http"))
+            continue
+        disabled = entry.pop("disabled", False)
+        for ignored in ("autoApprove", "alwaysAllow", "envFile", "description", "timeout_ms"):
+            entry.pop(ignored, None)
+        entry = {"name": re.sub(r"[^A-Za-z0-9_.-]", "_", str(name))[:48], "kind": "mcp", **entry}
+        if disabled:
+            entry["enabled"] = False
+        out.append((path, entry))
+    return out
+
+
+def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> BridgeConfig:
+    """Validate a parsed config document. Raises ConfigError with every problem found."""
+    problems: list[tuple[str, str, str]] = []
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(source, [("", "the config must be a mapping", "start with `upstreams:`")])
+    data = _interpolate(data, "", problems)
+    upstream_entries: list[tuple[str, Any]] = [(f"upstreams[{i}]", e) for i, e in enumerate(data.get("upstreams") or [])]
+    if data.get("upstreams") is not None and not isinstance(data.get("upstreams"), list):
+        problems.append(("upstreams", "must be a list", "write `upstreams:` followed by `- {name: ..., kind: ...}` items"))
+        upstream_entries = []
+    upstream_entries += _mcp_servers_to_upstreams(data.get("mcpServers") or {}, problems)
+
+    upstreams: list[UpstreamConfig] = []
+    names: dict[str, str] = {}
+    for path, entry in upstream_entries:
+        if not isinstance(entry, dict):
+            problems.append((path, "must be a mapping", "write `{name: ..., kind: ...}`"))
+            continue
+        kind = entry.get("kind")
+        if kind not in known_kinds():
+            close = difflib.get_close_matches(str(kind), known_kinds(), n=1)
+            fix = f"did you mean `{close[0]}`?" if close else f"use one of: {', '.join(known_kinds())}"
+            problems.append((_join(path, "kind"), f"unknown upstream kind {kind!r}" if kind else "is required", fix))
+            continue
+        try:
+            model = upstream_class(kind).config_model
+        except ImportError as exc:
+            problems.append((_join(path, "kind"), f"kind {kind!r} cannot be loaded: {exc}", "reinstall the bridge (make setup)"))
+            continue
+        entry = {**entry, "base_dir": base_dir}
+        try:
+            cfg = model.model_validate(entry)
+        except ValidationError as exc:
+            problems.extend(_problems_of(exc, path, model))
+            continue
+        if cfg.name in names:
+            problems.append((_join(path, "name"), f"name {cfg.name!r} is already used by {names[cfg.name]}", "give each upstream its own name"))
+            continue
+        names[cfg.name] = path
+        upstreams.append(cfg)
+
+    rest = {k: v for k, v in data.items() if k not in ("upstreams", "mcpServers")}
+    try:
+        config = BridgeConfig.model_validate(rest)
+    except ValidationError as exc:
+        problems.extend(_problems_of(exc, "", BridgeConfig))
+        config = None
+    if config is not None:
+        surface_names = {s.name for s in config.surfaces}
+        for i, token in enumerate(config.server.tokens):
+            if token.surface not in surface_names | {"default"}:
+                problems.append((f"server.tokens[{i}].surface", f"no surface named {token.surface!r}", f"define it under `surfaces:` or use one of {sorted(surface_names | {'default'})}"))
+    if problems:
+        raise ConfigError(source, problems)
+    assert config is not None
+    config.upstreams = upstreams
+    config.mcpServers = {}
+    config.source = source
+    config.base_dir = base_dir
+    return config
+
+
+def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
+    """Read, interpolate and validate a config file. Raises ConfigError."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(str(file), [("", "file not found", f"create it, or pass -c with an existing file (default {DEFAULT_CONFIG})")])
+    text = file.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else f"line {getattr(exc, 'lineno', '?')}"
+        raise ConfigError(str(file), [("", f"not valid {'JSON' if file.suffix == '.json' else 'YAML'} at {where}: {getattr(exc, 'problem', None) or exc}", "fix the syntax there")]) from None
+    return parse_config(data, source=str(file), base_dir=str(file.parent.resolve()))

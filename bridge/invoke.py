@@ -1,0 +1,430 @@
+"""The invocation pipeline: resolve → validate → permit → execute → map → persist → log.
+
+Every outcome, success or failure, leaves as a `ToolResult` envelope; the only exception that
+escapes is the caller's own cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+import jsonschema
+from cachetools import LRUCache
+
+from bridge.catalog import Catalog
+from bridge.config import InvokeConfig
+from bridge.model import (
+    BridgeError,
+    ResultPersistence,
+    ToolDeclaration,
+    ToolError,
+    ToolResult,
+    UpstreamResult,
+    new_id,
+    now_iso,
+)
+from bridge.policy import blocked_error, check_permission
+from bridge.store import Store
+from bridge.surface import Surface, Surfaces
+from bridge.upstream import CallContext, ProgressSink
+
+__all__ = ["Invoker", "SchemaValidators", "error_result"]
+
+log = logging.getLogger("bridge.invoke")
+
+# error class -> result status (Agent Tool result status vocabulary)
+_STATUS = {
+    "unknown_tool": "rejected",
+    "invalid_arguments": "rejected",
+    "schema_validation_failed": "rejected",
+    "schema_not_loaded": "rejected",
+    "capability_gap": "rejected",
+    "permission_denied": "denied",
+    "policy_blocked": "denied",
+    "credential_missing": "denied",
+    "setup_required": "denied",
+    "timeout": "timed_out",
+    "canceled": "canceled",
+    "result_too_large": "too_large",
+}
+_RECOVERABILITY = {
+    "unknown_tool": "change_arguments",
+    "invalid_arguments": "change_arguments",
+    "schema_not_loaded": "load_schema_then_call",
+    "timeout": "retry",
+    "rate_limited": "retry_later",
+    "dependency_unavailable": "retry_later",
+}
+
+
+class SchemaValidators:
+    """The one cache of compiled JSON-schema validators, keyed by (tool_id, version)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._cache: LRUCache[tuple[str, int], jsonschema.protocols.Validator] = LRUCache(maxsize=size)
+
+    def get(self, key: tuple[str, int], schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+        validator = self._cache.get(key)
+        if validator is None:
+            cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+            try:
+                cls.check_schema(schema)
+            except jsonschema.SchemaError:
+                cls = jsonschema.Draft202012Validator  # a sloppy upstream schema still validates what it can
+            validator = self._cache[key] = cls(schema)
+        return validator
+
+    def errors(self, key: tuple[str, int], schema: dict[str, Any], arguments: Any) -> list[dict[str, str]]:
+        validator = self.get(key, schema)
+        out = []
+        for err in validator.iter_errors(arguments):
+            pointer = "/" + "/".join(str(p) for p in err.absolute_path)
+            out.append({"path": pointer, "message": err.message})
+            if len(out) >= 20:
+                break
+        return out
+
+
+def error_result(
+    error: BridgeError | ToolError,
+    *,
+    invocation_id: str,
+    decl: ToolDeclaration | None = None,
+    version: int | None = None,
+    status: str | None = None,
+) -> ToolResult:
+    """The one place error envelopes are built."""
+    err = error.to_error() if isinstance(error, BridgeError) else error
+    if isinstance(error, BridgeError) and error.recoverability == "not_recoverable":
+        err.recoverability = _RECOVERABILITY.get(err.error_class, "not_recoverable")  # type: ignore[assignment]
+    status = status or _STATUS.get(err.error_class) or (error.status if isinstance(error, BridgeError) else "failed")
+    text = f"{err.error_class}: {err.message}"
+    if err.retry_after is not None:
+        text += f" (retry after {err.retry_after:g}s)"
+    return ToolResult(
+        result_id=new_id("res"),
+        invocation_id=invocation_id,
+        tool_id=decl.tool_id if decl else None,
+        tool_name=decl.name if decl else None,
+        version=version,
+        status=status,
+        is_error=True,
+        content=[{"type": "text", "text": text}],
+        error=err,
+    )
+
+
+def _size_of(result: UpstreamResult) -> int:
+    size = 0
+    for block in result.content:
+        for key in ("text", "data", "blob"):
+            value = block.get(key)
+            if isinstance(value, str):
+                size += len(value)
+        resource = block.get("resource")
+        if isinstance(resource, dict):
+            size += len(resource.get("text") or "") + len(resource.get("blob") or "")
+    if result.structured_content is not None:
+        size += len(json.dumps(result.structured_content, default=str))
+    return size
+
+
+class Invoker:
+    """Runs calls through the pipeline against a catalog, surfaces and store."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        surfaces: Surfaces,
+        store: Store,
+        config: InvokeConfig | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.surfaces = surfaces
+        self.store = store
+        self.config = config or InvokeConfig()
+        self.validators = SchemaValidators()
+        self._log_rows: list[tuple[Any, ...]] = []
+        self._flush_handle: asyncio.TimerHandle | None = None
+        self._flushes: set[asyncio.Future[None]] = set()
+
+    # ----------------------------------------------------------------- public API
+
+    async def invoke(
+        self,
+        ref: str,
+        arguments: Any,
+        *,
+        version: int | None = None,
+        surface: str | Surface | None = None,
+        progress: ProgressSink | None = None,
+        invocation_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> ToolResult:
+        invocation_id = invocation_id or new_id("inv")
+        started = time.perf_counter()
+        created_at = now_iso()
+        decl: ToolDeclaration | None = None
+        surface_obj = surface if isinstance(surface, Surface) else self.surfaces.get(surface)
+        try:
+            if surface_obj is None:
+                raise BridgeError(f"no surface named {surface!r}", error_class="policy_blocked", status="denied")
+            decl = self._resolve(ref, surface_obj)
+            schema, version = self._schema_for(decl, version)
+            self._validate(decl, version, schema, arguments)
+            check_permission(decl, surface_obj)
+            result = await self._execute(decl, arguments, invocation_id, progress, meta or {})
+            envelope = self._map(decl, version, invocation_id, result)
+        except BridgeError as exc:
+            envelope = error_result(exc, invocation_id=invocation_id, decl=decl, version=version)
+        except asyncio.CancelledError:
+            self._log(invocation_id, decl, version, surface_obj, "canceled", "canceled", created_at, started)
+            raise
+        except Exception as exc:  # an adapter bug: reported as a result, logged with its traceback
+            log.exception("tool %s failed", ref)
+            envelope = error_result(
+                BridgeError(f"{type(exc).__name__}: {exc}", error_class="execution_failed"),
+                invocation_id=invocation_id,
+                decl=decl,
+                version=version,
+            )
+        envelope.duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        self._log(
+            invocation_id,
+            decl,
+            version,
+            surface_obj,
+            envelope.status,
+            envelope.error.error_class if envelope.error else None,
+            created_at,
+            started,
+        )
+        return envelope
+
+    def get_persisted(self, ref: str) -> tuple[str, bytes] | None:
+        """(media type, payload) of a persisted large result."""
+        return self.store.get_result(ref)
+
+    async def aclose(self) -> None:
+        if self._flush_handle:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        if self._flushes:
+            await asyncio.gather(*self._flushes, return_exceptions=True)
+        self.flush_log()
+
+    def flush_log(self) -> None:
+        rows, self._log_rows = self._log_rows, []
+        self.store.log_invocations(rows)
+
+    # ----------------------------------------------------------------- steps
+
+    def _resolve(self, ref: str, surface: Surface) -> ToolDeclaration:
+        decl = self.catalog.resolve(ref)
+        if decl is None:
+            raise BridgeError(f"no tool named {ref!r}; search the catalog for the right name", error_class="unknown_tool")
+        placement = surface.place(decl)
+        if placement.state == "blocked":
+            raise blocked_error(decl, placement.reason or "policy_blocked")
+        return decl
+
+    def _schema_for(self, decl: ToolDeclaration, version: int | None) -> tuple[dict[str, Any], int]:
+        """The input schema to validate against: the current one, or a pinned version's."""
+        if version is None or version == decl.version:
+            return decl.input_schema, decl.version
+        record = self.catalog.versions.get(decl.tool_id, version)
+        if record is None:
+            raise BridgeError(
+                f"tool {decl.name!r} has no version {version} (current is {decl.version})",
+                error_class="invalid_arguments",
+                error_code="unknown_version",
+                recoverability="change_arguments",
+            )
+        return record.signature.get("input_schema") or {}, version
+
+    def _validate(self, decl: ToolDeclaration, version: int, schema: dict[str, Any], arguments: Any) -> None:
+        errors = self.validators.errors((decl.tool_id, version), schema, arguments)
+        if errors:
+            listing = "; ".join(f"{e['path']}: {e['message']}" for e in errors[:5])
+            raise BridgeError(
+                f"arguments do not match the input schema of {decl.name!r} v{version}: {listing}",
+                error_class="invalid_arguments",
+                recoverability="change_arguments",
+                details={"errors": errors},
+            )
+        if version != decl.version:
+            # A pinned call must also be servable by what the upstream offers now.
+            current = self.validators.errors((decl.tool_id, decl.version), decl.input_schema, arguments)
+            if current:
+                broke = self.catalog.versions.breaking_since(decl.tool_id, version)
+                raise BridgeError(
+                    f"version {version} of {decl.name!r} can no longer be served: the upstream now offers "
+                    f"version {decl.version}" + (f" (breaking change at version {broke})" if broke else "")
+                    + f", which rejects these arguments: {current[0]['path']}: {current[0]['message']}",
+                    error_class="capability_gap",
+                    error_code="pinned_version_unservable",
+                    recoverability="change_arguments",
+                    details={"pinned_version": version, "current_version": decl.version, "errors": current},
+                )
+
+    async def _execute(
+        self,
+        decl: ToolDeclaration,
+        arguments: dict[str, Any],
+        invocation_id: str,
+        progress: ProgressSink | None,
+        meta: dict[str, Any],
+    ) -> UpstreamResult:
+        slot = self.catalog.require_ready(decl)
+        timeout = self.config.default_timeout or slot.upstream.config.timeout
+        ctx = CallContext(invocation_id=invocation_id, timeout=timeout, progress_sink=progress, version=decl.version, meta=meta)
+        assert slot.semaphore is not None
+        try:
+            async with asyncio.timeout(timeout):
+                async with slot.semaphore:
+                    return await slot.upstream.invoke(decl.native_id, arguments, ctx)
+        except TimeoutError:
+            raise BridgeError(
+                f"{decl.name!r} did not answer within {timeout:g}s",
+                error_class="timeout",
+                recoverability="retry",
+                status="timed_out",
+            ) from None
+
+    def _map(self, decl: ToolDeclaration, version: int, invocation_id: str, result: UpstreamResult) -> ToolResult:
+        if result.is_error:
+            error = result.error or ToolError(
+                error_class="execution_failed",
+                message=_first_text(result) or "the upstream reported an error",
+                recoverability="not_recoverable",
+            )
+            envelope = ToolResult(
+                result_id=new_id("res"),
+                invocation_id=invocation_id,
+                tool_id=decl.tool_id,
+                tool_name=decl.name,
+                version=version,
+                status=result.status or _STATUS.get(error.error_class, "failed"),
+                is_error=True,
+                content=result.content or [{"type": "text", "text": f"{error.error_class}: {error.message}"}],
+                structured_content=result.structured_content,
+                error=error,
+                native_ref=result.native_ref,
+                meta=result.meta,
+            )
+        else:
+            envelope = ToolResult(
+                result_id=new_id("res"),
+                invocation_id=invocation_id,
+                tool_id=decl.tool_id,
+                tool_name=decl.name,
+                version=version,
+                status=result.status or "succeeded",
+                content=result.content,
+                structured_content=result.structured_content,
+                native_ref=result.native_ref,
+                meta=result.meta,
+            )
+        size = _size_of(result)
+        if size > self.config.max_result_chars:
+            raise BridgeError(
+                f"the result of {decl.name!r} has {size} characters, over max_result_chars={self.config.max_result_chars}",
+                error_class="result_too_large",
+                recoverability="change_arguments",
+                status="too_large",
+            )
+        if size > self.config.inline_result_limit:
+            self._persist(envelope, size)
+        return envelope
+
+    def _persist(self, envelope: ToolResult, size: int) -> None:
+        """Keep a preview inline; the whole payload goes to the store behind a ref."""
+        payload = json.dumps(
+            {"content": envelope.content, "structured_content": envelope.structured_content}, default=str
+        ).encode()
+        ref = new_id("blob")
+        self.store.put_result(ref, envelope.invocation_id, "application/json", payload)
+        preview_source = _first_text_blocks(envelope.content) or json.dumps(envelope.structured_content, default=str)
+        preview = preview_source[: self.config.preview_chars]
+        decision = ResultPersistence(
+            decision_id=new_id("persist"),
+            invocation_id=envelope.invocation_id,
+            result_id=envelope.result_id,
+            threshold={"max_inline_chars": self.config.inline_result_limit},
+            original_size_bytes=len(payload),
+            preview_size_bytes=len(preview.encode()),
+            persisted_ref={"uri": f"bridge://results/{ref}", "ref": ref, "media_type": "application/json"},
+        )
+        envelope.content = [
+            {
+                "type": "text",
+                "text": f"Result of {size} characters exceeds the inline limit of {self.config.inline_result_limit}; "
+                f"the full result is stored at bridge://results/{ref}. Preview:\n{preview}",
+            },
+            {"type": "resource_link", "uri": f"bridge://results/{ref}", "name": ref, "mimeType": "application/json", "size": len(payload)},
+        ]
+        envelope.structured_content = None
+        envelope.persisted = decision
+        envelope.persistence_refs = [decision.decision_id]
+
+    # ----------------------------------------------------------------- invocation log
+
+    def _log(
+        self,
+        invocation_id: str,
+        decl: ToolDeclaration | None,
+        version: int | None,
+        surface: Surface | None,
+        status: str,
+        error_class: str | None,
+        created_at: str,
+        started: float,
+    ) -> None:
+        duration = round((time.perf_counter() - started) * 1000, 3)
+        self._log_rows.append(
+            (
+                invocation_id,
+                decl.tool_id if decl else None,
+                decl.name if decl else None,
+                version,
+                surface.name if surface else None,
+                status,
+                error_class,
+                created_at,
+                duration,
+            )
+        )
+        if len(self._log_rows) >= 512:
+            self._schedule_flush(0)
+        elif self._flush_handle is None:
+            self._schedule_flush(0.25)
+
+    def _schedule_flush(self, delay: float) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush_log()
+            return
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+
+        def flush() -> None:
+            self._flush_handle = None
+            rows, self._log_rows = self._log_rows, []
+            future = loop.run_in_executor(None, self.store.log_invocations, rows)
+            self._flushes.add(future)
+            future.add_done_callback(self._flushes.discard)
+
+        self._flush_handle = loop.call_later(delay, flush)
+
+
+def _first_text(result: UpstreamResult) -> str:
+    return _first_text_blocks(result.content)
+
+
+def _first_text_blocks(content: list[dict[str, Any]]) -> str:
+    return "\n".join(b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str))

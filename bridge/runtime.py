@@ -1,0 +1,53 @@
+"""Wiring: one `Bridge` builds the store, catalog, surfaces, search index and invoker from a
+config and owns their lifecycle. Frontends and the CLI hold a Bridge, nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from bridge.catalog import Catalog, UpstreamSlot
+from bridge.config import BridgeConfig
+from bridge.invoke import Invoker
+from bridge.search import ToolSearch
+from bridge.store import Store
+from bridge.surface import Surfaces
+from bridge.upstream import Upstream, upstream_class
+
+__all__ = ["Bridge"]
+
+
+class Bridge:
+    def __init__(self, config: BridgeConfig, *, extra_upstreams: list[Upstream] | None = None) -> None:
+        self.config = config
+        store_path = config.store.path
+        self.store = Store(store_path if store_path == ":memory:" else config.resolve_path(store_path))
+        self.catalog = Catalog(self.store)
+        for upstream_config in config.upstreams:
+            self.catalog.add_upstream(upstream_class(upstream_config.kind)(upstream_config))
+        for upstream in extra_upstreams or []:
+            self.catalog.add_upstream(upstream)
+        self.surfaces = Surfaces(config.surfaces, self.catalog)
+        index_path = None
+        if config.search.enabled and store_path != ":memory:":
+            index_path = config.resolve_path(config.search.path) if config.search.path else str(
+                Path(config.resolve_path(store_path)).with_suffix(".index")
+            )
+        self.search = ToolSearch(self.catalog, index_path)
+        self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke)
+
+    async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None) -> None:
+        await self.catalog.start(wait=wait, on_progress=on_progress)
+
+    async def close(self) -> None:
+        await self.catalog.close()
+        await self.invoker.aclose()
+        self.search.close()
+        self.store.close()
+
+    async def __aenter__(self) -> Bridge:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,1 @@
+"""Frontends: A2T REST and MCP over one Starlette app, and MCP over stdio."""

@@ -1,0 +1,82 @@
+"""Local processes the bridge starts for an upstream (`launch:` in its config): spawned with an
+argv list (no shell), output logged, stopped (terminate, then kill) when the upstream closes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections import deque
+
+from bridge.upstream import LaunchConfig
+
+__all__ = ["Sidecar"]
+
+log = logging.getLogger("bridge.sidecar")
+
+
+class Sidecar:
+    def __init__(self, name: str, config: LaunchConfig, base_dir: str = ".") -> None:
+        self.name = name
+        self.config = config
+        self.base_dir = base_dir
+        self.process: asyncio.subprocess.Process | None = None
+        self.tail: deque[str] = deque(maxlen=20)
+        self._drain: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    def describe_exit(self) -> str | None:
+        if self.process is None or self.process.returncode is None:
+            return None
+        tail = " | ".join(list(self.tail)[-3:])
+        return f"launched process exited with code {self.process.returncode}" + (f": {tail}" if tail else "")
+
+    async def start(self) -> None:
+        if self.running:
+            return
+        command = sys.executable if self.config.command in ("python", "python3") else self.config.command
+        cwd = self.config.cwd or self.base_dir
+        env = {**os.environ, **self.config.env}
+        self.process = await asyncio.create_subprocess_exec(
+            command,
+            *self.config.args,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._drain = asyncio.create_task(self._read_output(self.process))
+
+    async def _read_output(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        async for raw in process.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            self.tail.append(line)
+            log.info("[%s] %s", self.name, line)
+
+    async def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+            try:
+                async with asyncio.timeout(3):
+                    await process.wait()
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        if self._drain is not None:
+            with contextlib.suppress(BaseException):
+                async with asyncio.timeout(1):
+                    await self._drain
+            self._drain = None

@@ -1,0 +1,180 @@
+"""Persistence: the embedded SQLite store of tool versions, assigned names, the invocation log and
+persisted large results. Calls are short and synchronous; bulk work is run off the event loop by
+the callers (`anyio.to_thread`)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from bridge.model import VersionRecord, now_iso
+
+__all__ = ["Store"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS versions (
+    tool_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    compatibility TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    PRIMARY KEY (tool_id, version)
+);
+CREATE TABLE IF NOT EXISTS tool_names (
+    tool_id TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    native_id TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS invocations (
+    invocation_id TEXT PRIMARY KEY,
+    tool_id TEXT,
+    tool_name TEXT,
+    version INTEGER,
+    surface TEXT,
+    status TEXT NOT NULL,
+    error_class TEXT,
+    created_at TEXT NOT NULL,
+    duration_ms REAL
+);
+CREATE TABLE IF NOT EXISTS results (
+    ref TEXT PRIMARY KEY,
+    invocation_id TEXT NOT NULL,
+    media_type TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    payload BLOB NOT NULL,
+    created_at TEXT NOT NULL
+);
+"""
+
+
+class Store:
+    """One SQLite file (or `:memory:`), created on first use, safe across threads."""
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # versions -------------------------------------------------------------------------------
+
+    def latest_versions(self) -> dict[str, tuple[int, str]]:
+        """tool_id -> (latest version, its digest)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT v.tool_id, v.version, v.digest FROM versions v JOIN "
+                "(SELECT tool_id, MAX(version) AS mv FROM versions GROUP BY tool_id) m "
+                "ON v.tool_id = m.tool_id AND v.version = m.mv"
+            ).fetchall()
+        return {tool_id: (version, digest) for tool_id, version, digest in rows}
+
+    def add_versions(self, records: list[VersionRecord]) -> None:
+        if not records:
+            return
+        rows = [
+            (r.tool_id, r.version, r.digest, r.compatibility, r.created_at, json.dumps(r.signature, sort_keys=True))
+            for r in records
+        ]
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany("INSERT OR REPLACE INTO versions VALUES (?,?,?,?,?,?)", rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def get_version(self, tool_id: str, version: int) -> VersionRecord | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT tool_id, version, digest, compatibility, created_at, signature FROM versions "
+                "WHERE tool_id = ? AND version = ?",
+                (tool_id, version),
+            ).fetchone()
+        return self._version_row(row) if row else None
+
+    def list_versions(self, tool_id: str) -> list[VersionRecord]:
+        """All versions of a tool, newest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT tool_id, version, digest, compatibility, created_at, signature FROM versions "
+                "WHERE tool_id = ? ORDER BY version DESC",
+                (tool_id,),
+            ).fetchall()
+        return [self._version_row(r) for r in rows]
+
+    @staticmethod
+    def _version_row(row: tuple[Any, ...]) -> VersionRecord:
+        tool_id, version, digest, compatibility, created_at, signature = row
+        return VersionRecord(
+            tool_id=tool_id,
+            version=version,
+            digest=digest,
+            compatibility=compatibility,
+            created_at=created_at,
+            signature=json.loads(signature),
+        )
+
+    # assigned names -------------------------------------------------------------------------
+
+    def assigned_names(self) -> dict[str, str]:
+        """tool_id -> exposed name given earlier, so a name, once given, stays with its tool."""
+        with self._lock:
+            return dict(self._db.execute("SELECT tool_id, name FROM tool_names").fetchall())
+
+    def save_names(self, rows: list[tuple[str, str, str, str]]) -> None:
+        """rows of (tool_id, namespace, name, native_id)."""
+        if not rows:
+            return
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany("INSERT OR REPLACE INTO tool_names VALUES (?,?,?,?)", rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    # invocation log ---------------------------------------------------------------------------
+
+    def log_invocations(self, rows: list[tuple[Any, ...]]) -> None:
+        """rows of (invocation_id, tool_id, tool_name, version, surface, status, error_class,
+        created_at, duration_ms). Arguments and results are never logged."""
+        if not rows:
+            return
+        with self._lock:
+            self._db.executemany("INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?)", rows)
+
+    def recent_invocations(self, limit: int = 50) -> list[dict[str, Any]]:
+        with self._lock:
+            cur = self._db.execute("SELECT * FROM invocations ORDER BY created_at DESC LIMIT ?", (limit,))
+            names = [c[0] for c in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    # persisted results ------------------------------------------------------------------------
+
+    def put_result(self, ref: str, invocation_id: str, media_type: str, payload: bytes) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO results VALUES (?,?,?,?,?,?)",
+                (ref, invocation_id, media_type, len(payload), payload, now_iso()),
+            )
+
+    def get_result(self, ref: str) -> tuple[str, bytes] | None:
+        """(media type, payload) of a persisted result, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT media_type, payload FROM results WHERE ref = ?", (ref,)).fetchone()
+        return (row[0], bytes(row[1])) if row else None

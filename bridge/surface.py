@@ -1,0 +1,180 @@
+"""Surfaces: what one consumer sees of the catalog. Each tool is loaded (full schema listed),
+deferred (found through search) or blocked (invisible and uncallable, with a machine reason)."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+from bridge.catalog import Catalog
+from bridge.config import Rule, RuleSpec, SurfaceConfig
+from bridge.model import BlockedTool, DeferredToolRef, ToolDeclaration, ToolSurface
+
+__all__ = ["Placement", "Surface", "Surfaces", "rule_matches", "deferred_ref"]
+
+
+@dataclass(frozen=True)
+class Placement:
+    state: Literal["loaded", "deferred", "blocked"]
+    reason: str | None = None
+
+
+LOADED = Placement("loaded")
+DEFERRED = Placement("deferred")
+
+
+@lru_cache(maxsize=1024)
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile(fnmatch.translate(pattern))
+
+
+def rule_matches(rule: RuleSpec, decl: ToolDeclaration) -> bool:
+    if isinstance(rule, str):
+        return bool(_glob(rule).match(decl.name))
+    safety = decl.safety
+    checks = (
+        rule.name is None or _glob(rule.name).match(decl.name) is not None,
+        rule.upstream is None or _glob(rule.upstream).match(decl.upstream) is not None,
+        rule.tag is None or rule.tag in decl.tags,
+        rule.kind is None or rule.kind == decl.tool_kind,
+        rule.read_only is None or rule.read_only == safety.read_only,
+        rule.destructive is None or rule.destructive == safety.destructive,
+        rule.open_world is None or rule.open_world == safety.open_world,
+        rule.requires_user_interaction is None or rule.requires_user_interaction == safety.requires_user_interaction,
+    )
+    return all(checks)
+
+
+def _any(rules: list[RuleSpec], decl: ToolDeclaration) -> RuleSpec | None:
+    return next((r for r in rules if rule_matches(r, decl)), None)
+
+
+def deferred_ref(decl: ToolDeclaration, loading_state: str | None = None) -> DeferredToolRef:
+    return DeferredToolRef(
+        tool_id=decl.tool_id,
+        name=decl.name,
+        namespace=decl.namespace,
+        search_hint=decl.search_hint,
+        description=decl.description,
+        source=decl.upstream_kind or None,
+        schema_visibility="deferred",
+        loading_state=loading_state or ("deferred" if decl.loading_state == "loaded" else decl.loading_state),  # type: ignore[arg-type]
+        reason=decl.loading_reason,
+        pending_provider_or_server=decl.upstream if decl.loading_state != "loaded" else None,
+        native_ref=decl.external_mappings[0] if decl.external_mappings else None,
+    )
+
+
+class Surface:
+    """A surface over a catalog. Placements are cached per catalog generation."""
+
+    def __init__(self, config: SurfaceConfig, catalog: Catalog) -> None:
+        self.config = config
+        self.catalog = catalog
+        self.name = config.name
+        self._generation = -1
+        self._placements: dict[str, Placement] = {}
+        self._loaded: list[ToolDeclaration] | None = None
+        self._counts: dict[str, int] | None = None
+
+    def _fresh(self) -> None:
+        if self._generation != self.catalog.generation:
+            self._generation = self.catalog.generation
+            self._placements.clear()
+            self._loaded = None
+            self._counts = None
+
+    def place(self, decl: ToolDeclaration) -> Placement:
+        self._fresh()
+        placement = self._placements.get(decl.tool_id)
+        if placement is None:
+            placement = self._placements[decl.tool_id] = self._classify(decl)
+        return placement
+
+    def _classify(self, decl: ToolDeclaration) -> Placement:
+        cfg = self.config
+        allowed = _any(cfg.allow, decl) is not None
+        if decl.blocked_reason and not allowed:
+            return Placement("blocked", decl.blocked_reason)
+        if cfg.read_only and not decl.safety.read_only:
+            return Placement("blocked", "policy_blocked")
+        blocking = _any(cfg.block, decl)
+        if blocking is not None and not allowed:
+            reason = blocking.reason if isinstance(blocking, Rule) and blocking.reason else "policy_blocked"
+            return Placement("blocked", reason)
+        if _any(cfg.load, decl) is not None:
+            return LOADED
+        if _any(cfg.defer, decl) is not None:
+            return DEFERRED
+        if not cfg.load and not cfg.defer and len(self.catalog) <= cfg.auto_load_threshold:
+            return LOADED
+        return DEFERRED
+
+    def visible(self, decl: ToolDeclaration) -> bool:
+        return self.place(decl).state != "blocked"
+
+    def loaded(self) -> list[ToolDeclaration]:
+        """Loaded tools in a stable order (by name)."""
+        self._fresh()
+        if self._loaded is None:
+            self._count_all()
+        assert self._loaded is not None
+        return self._loaded
+
+    def counts(self) -> dict[str, int]:
+        self._fresh()
+        if self._counts is None:
+            self._count_all()
+        assert self._counts is not None
+        return self._counts
+
+    def _count_all(self) -> None:
+        counts = {"loaded": 0, "deferred": 0, "blocked": 0}
+        loaded = []
+        for decl in self.catalog.declarations():
+            placement = self.place(decl)
+            counts[placement.state] += 1
+            if placement.state == "loaded":
+                loaded.append(decl)
+        loaded.sort(key=lambda d: d.name)
+        self._loaded, self._counts = loaded, counts
+
+    def allows_destructive(self, decl: ToolDeclaration) -> bool:
+        return self.config.allow_destructive or _any(self.config.allow, decl) is not None
+
+    def record(self, include_deferred: bool = True, limit: int | None = None) -> ToolSurface:
+        """The Agent Tool `tool_surface` record of this surface now."""
+        deferred: list[DeferredToolRef] = []
+        blocked: list[BlockedTool] = []
+        for decl in self.catalog.declarations():
+            placement = self.place(decl)
+            if placement.state == "deferred" and include_deferred and (limit is None or len(deferred) < limit):
+                deferred.append(deferred_ref(decl))
+            elif placement.state == "blocked":
+                blocked.append(BlockedTool(tool_id=decl.tool_id, name=decl.name, reason=placement.reason or "policy_blocked"))
+        return ToolSurface(
+            surface_id=self.name,
+            loaded_tools=[d.name for d in self.loaded()],
+            deferred_tools=deferred,
+            blocked_tools=blocked,
+            selection_policy={"auto_load_threshold": self.config.auto_load_threshold, "counts": self.counts()},
+        )
+
+
+class Surfaces:
+    """Every configured surface by name; `default` always exists."""
+
+    def __init__(self, configs: list[SurfaceConfig], catalog: Catalog) -> None:
+        self.catalog = catalog
+        self._by_name = {c.name: Surface(c, catalog) for c in configs}
+        if "default" not in self._by_name:
+            self._by_name["default"] = Surface(SurfaceConfig(name="default"), catalog)
+
+    def get(self, name: str | None) -> Surface | None:
+        return self._by_name.get(name or "default")
+
+    def names(self) -> list[str]:
+        return sorted(self._by_name)

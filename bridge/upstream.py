@@ -1,0 +1,209 @@
+"""The interface every upstream adapter implements, and the registry of upstream kinds.
+
+An upstream is a transport to one vendor: the catalog starts it, lists its tools, calls them and
+closes it, without ever knowing which protocol sits behind it.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bridge.model import ToolProgress, UpstreamResult, UpstreamTool
+
+__all__ = [
+    "UpstreamConfig",
+    "LaunchConfig",
+    "UpstreamEvent",
+    "CallContext",
+    "Upstream",
+    "KINDS",
+    "register_kind",
+    "upstream_class",
+    "known_kinds",
+]
+
+NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,48}$"
+
+
+class LaunchConfig(BaseModel):
+    """A process the bridge starts before connecting to an upstream (a local service on
+    loopback, say) and stops when it closes. Readiness is the upstream answering."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+
+
+class UpstreamConfig(BaseModel):
+    """Settings every upstream kind shares. Each adapter subclasses this with its own fields;
+    unknown keys are errors, so a typo in a config never passes silently."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="namespace of the upstream's tools")
+    kind: str
+    enabled: bool = True
+    timeout: float = Field(default=30.0, gt=0, description="seconds one call may take")
+    start_timeout: float = Field(default=20.0, gt=0, description="seconds to connect and list")
+    max_concurrency: int = Field(default=32, ge=1, description="calls in flight at once")
+    refresh_interval: float | None = Field(default=None, gt=0, description="re-list every N seconds")
+    retry_initial: float = Field(default=0.5, gt=0, description="first reconnect delay, seconds")
+    retry_max: float = Field(default=30.0, gt=0, description="longest reconnect delay, seconds")
+    tags: list[str] = Field(default_factory=list, description="tags added to every tool")
+    launch: LaunchConfig | None = Field(default=None, description="a local process to start first")
+    base_dir: str = Field(default=".", exclude=True, description="set by the loader: relative paths start here")
+
+    def resolve_path(self, path: str) -> str:
+        """A path from the config, relative to the config file's folder."""
+        import os
+        from pathlib import Path
+
+        p = Path(os.path.expanduser(path))
+        return str(p if p.is_absolute() else Path(self.base_dir) / p)
+
+
+@dataclass(frozen=True)
+class UpstreamEvent:
+    """What an adapter tells the catalog between calls.
+
+    - `tools_changed`: the tool list may differ; the catalog re-lists and applies the difference.
+    - `unavailable`: the connection is gone (process exited, server away); the catalog marks the
+      tools unavailable with `reason` and reconnects with backoff.
+    - `tools_added`: `tools` are new and can be merged without a full re-list.
+    """
+
+    kind: Literal["tools_changed", "unavailable", "tools_added"]
+    reason: str | None = None
+    tools: tuple[UpstreamTool, ...] = ()
+
+
+ProgressSink = Callable[[ToolProgress], Awaitable[None]]
+
+
+@dataclass
+class CallContext:
+    """Per-call facts handed to `Upstream.invoke`. Cancellation is asyncio's: the pipeline cancels
+    the task running `invoke`, and the adapter forwards the cancel upstream where the protocol can."""
+
+    invocation_id: str
+    timeout: float
+    progress_sink: ProgressSink | None = None
+    version: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    _sequence: int = 0
+
+    async def report_progress(
+        self,
+        message: str | None = None,
+        *,
+        percent: float | None = None,
+        current_step: int | None = None,
+        total_steps: int | None = None,
+        task_id: str | None = None,
+    ) -> None:
+        if self.progress_sink is None:
+            return
+        self._sequence += 1
+        await self.progress_sink(
+            ToolProgress(
+                invocation_id=self.invocation_id,
+                sequence=self._sequence,
+                message=message,
+                percent=percent,
+                current_step=current_step,
+                total_steps=total_steps,
+                task_id=task_id,
+            )
+        )
+
+
+class Upstream(abc.ABC):
+    """One upstream connection.
+
+    Lifecycle: `start()` connects (raises on failure), `list_tools()` may be called any number of
+    times while started, `invoke()` calls one tool, `close()` releases everything and may be
+    followed by another `start()` (the catalog reconnects that way). Implementations raise
+    `bridge.model.BridgeError` for failures that have an error class (an upstream that is down
+    raises it with `error_class="dependency_unavailable"`); any other exception is reported by the
+    pipeline as `execution_failed`.
+    """
+
+    kind: ClassVar[str] = ""
+    config_model: ClassVar[type[UpstreamConfig]] = UpstreamConfig
+
+    def __init__(self, config: UpstreamConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self._listeners: list[Callable[[UpstreamEvent], None]] = []
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Connect. Raise on failure with a message a user can act on."""
+
+    @abc.abstractmethod
+    async def list_tools(self) -> list[UpstreamTool]:
+        """Every tool the upstream offers now (the adapter pages through the whole list)."""
+
+    @abc.abstractmethod
+    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+        """Call one tool with already-validated arguments."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections, processes and tasks. Safe to call twice."""
+
+    async def health(self) -> dict[str, Any]:
+        """Kind-specific details for health reports (negotiated version, pid, ...)."""
+        return {}
+
+    def subscribe(self, listener: Callable[[UpstreamEvent], None]) -> None:
+        self._listeners.append(listener)
+
+    def emit(self, event: UpstreamEvent) -> None:
+        for listener in list(self._listeners):
+            listener(event)
+
+    async def __aenter__(self) -> Upstream:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+# kind -> "module:Class"; imported on first use so a kind's dependencies load only when configured.
+KINDS: dict[str, str | type[Upstream]] = {
+    "mcp": "adapters.mcp:MCPUpstream",
+    "openapi": "adapters.openapi:OpenAPIUpstream",
+    "a2a": "adapters.a2a:A2AUpstream",
+    "atip": "adapters.atip:ATIPUpstream",
+    "a2t": "adapters.a2t:A2TUpstream",
+}
+
+
+def register_kind(kind: str, target: str | type[Upstream]) -> None:
+    KINDS[kind] = target
+
+
+def known_kinds() -> list[str]:
+    return sorted(KINDS)
+
+
+def upstream_class(kind: str) -> type[Upstream]:
+    """The adapter class of a kind. Raises KeyError for an unknown kind and ImportError when the
+    kind's module cannot be loaded."""
+    target = KINDS[kind]
+    if isinstance(target, str):
+        module_name, _, attr = target.partition(":")
+        target = getattr(importlib.import_module(module_name), attr)
+        KINDS[kind] = target
+    return target

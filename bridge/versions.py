@@ -1,0 +1,134 @@
+"""Synthesized tool versions: a digest of each tool's normalized signature, the version history
+kept in the store, and whether a new signature is compatible with the one before it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from bridge.model import ToolDeclaration, VersionRecord, now_iso
+from bridge.store import Store
+
+__all__ = ["signature_of", "digest_of", "classify_change", "VersionRegistry"]
+
+
+def signature_of(decl: ToolDeclaration) -> dict[str, Any]:
+    """The part of a declaration that defines how it is called. Names and ids are not in it
+    (they are identity, not signature); safety facts are, since they change what a call does."""
+    safety = decl.safety
+    return {
+        "native_name": decl.native_name or decl.name,
+        "description": decl.description,
+        "input_schema": decl.input_schema,
+        "output_schema": decl.output_schema,
+        "safety": {
+            "read_only": safety.read_only,
+            "destructive": safety.destructive,
+            "idempotent": safety.idempotent,
+        },
+    }
+
+
+def digest_of(signature: dict[str, Any]) -> str:
+    blob = json.dumps(signature, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _props(schema: dict[str, Any] | None) -> tuple[dict[str, Any], set[str]]:
+    if not isinstance(schema, dict):
+        return {}, set()
+    props = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    return (props if isinstance(props, dict) else {}), required
+
+
+def classify_change(old: dict[str, Any], new: dict[str, Any]) -> Literal["compatible", "breaking"]:
+    """`compatible` when a caller of the old signature is served by the new one: every old input
+    is still accepted with the same schema, no new input is required, and every old output is
+    still produced. Anything else is `breaking`."""
+    old_in, old_req = _props(old.get("input_schema"))
+    new_in, new_req = _props(new.get("input_schema"))
+    for name, schema in old_in.items():
+        if name not in new_in or new_in[name] != schema:
+            return "breaking"
+    if new_req - old_req:
+        return "breaking"
+    old_extra = (old.get("input_schema") or {}).get("additionalProperties", True)
+    new_extra = (new.get("input_schema") or {}).get("additionalProperties", True)
+    if old_extra is not False and new_extra is False:
+        return "breaking"
+    old_out, _ = _props(old.get("output_schema"))
+    new_out, _ = _props(new.get("output_schema"))
+    for name, schema in old_out.items():
+        if name not in new_out or new_out[name] != schema:
+            return "breaking"
+    if old.get("output_schema") and not new.get("output_schema"):
+        return "breaking"
+    if old.get("safety", {}).get("read_only") and not new.get("safety", {}).get("read_only"):
+        return "breaking"
+    if new.get("safety", {}).get("destructive") and not old.get("safety", {}).get("destructive"):
+        return "breaking"
+    return "compatible"
+
+
+class VersionRegistry:
+    """Assigns version numbers. The latest digest of every tool is held in memory; the full
+    signature of every version is in the store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._latest: dict[str, tuple[int, str]] = store.latest_versions()
+        self._signatures: dict[str, dict[str, Any]] = {}
+
+    def assign(self, decls: list[ToolDeclaration]) -> list[VersionRecord]:
+        """Set `version` and `signature_digest` on each declaration, recording new versions.
+        Returns the records that were added (already written to the store)."""
+        added: list[VersionRecord] = []
+        for decl in decls:
+            signature = signature_of(decl)
+            digest = digest_of(signature)
+            known = self._latest.get(decl.tool_id)
+            if known is None:
+                version, compatibility = 1, "initial"
+            elif known[1] == digest:
+                decl.version, decl.signature_digest = known[0], digest
+                self._signatures[decl.tool_id] = signature
+                continue
+            else:
+                previous = self._signatures.get(decl.tool_id)
+                if previous is None:
+                    stored = self.store.get_version(decl.tool_id, known[0])
+                    previous = stored.signature if stored else {}
+                version, compatibility = known[0] + 1, classify_change(previous, signature)
+            record = VersionRecord(
+                tool_id=decl.tool_id,
+                version=version,
+                digest=digest,
+                compatibility=compatibility,
+                created_at=now_iso(),
+                signature=signature,
+            )
+            added.append(record)
+            self._latest[decl.tool_id] = (version, digest)
+            self._signatures[decl.tool_id] = signature
+            decl.version, decl.signature_digest = version, digest
+        self.store.add_versions(added)
+        return added
+
+    def latest(self, tool_id: str) -> int | None:
+        known = self._latest.get(tool_id)
+        return known[0] if known else None
+
+    def get(self, tool_id: str, version: int) -> VersionRecord | None:
+        return self.store.get_version(tool_id, version)
+
+    def history(self, tool_id: str) -> list[VersionRecord]:
+        return self.store.list_versions(tool_id)
+
+    def breaking_since(self, tool_id: str, version: int) -> int | None:
+        """The first version after `version` that broke compatibility, or None."""
+        for record in reversed(self.store.list_versions(tool_id)):
+            if record.version > version and record.compatibility == "breaking":
+                return record.version
+        return None

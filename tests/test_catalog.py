@@ -1,0 +1,161 @@
+"""Catalog: names, ids, collisions, failure isolation, change events, reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from bridge.catalog import Catalog, exposed_name
+from bridge.store import Store
+from tests.fakes import FakeConfig, FakeUpstream, tool
+
+NAME_RULE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+async def until(predicate, timeout: float = 5.0) -> None:
+    """Wait on a condition driven by the catalog's own tasks (no fixed sleeps)."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+def test_exposed_name_cleaning_and_64_rule():
+    assert exposed_name("gh", "repos/get-content") == "gh__repos_get-content"
+    long = exposed_name("vendor", "x" * 100)
+    assert len(long) == 64 and NAME_RULE.match(long)
+    other = exposed_name("vendor", "x" * 99 + "y")
+    assert other != long and len(other) == 64  # distinct long names stay distinct
+    assert NAME_RULE.match(exposed_name("ns", "héllo wörld!"))
+
+
+async def test_collisions_get_deterministic_suffixes():
+    async def build() -> dict[str, str]:
+        up = FakeUpstream(name="api", tools=[tool("get pet", native_id="a"), tool("get/pet", native_id="b"), tool("get_pet", native_id="c")])
+        catalog = Catalog(Store())
+        catalog.add_upstream(up)
+        await catalog.start()
+        names = {d.native_id: d.name for d in catalog.declarations()}
+        await catalog.close()
+        return names
+
+    first, second = await build(), await build()
+    assert first == second
+    assert len(set(first.values())) == 3
+    assert all(NAME_RULE.match(n) for n in first.values())
+    assert "api__get_pet" in first.values()
+
+
+async def test_ids_and_names_stable_across_builds_and_restarts(tmp_path):
+    db = tmp_path / "b.db"
+    results = []
+    for _ in range(2):
+        store = Store(db)
+        catalog = Catalog(store)
+        catalog.add_upstream(FakeUpstream(name="one", tools=[tool("alpha"), tool("beta")]))
+        await catalog.start()
+        results.append(sorted((d.tool_id, d.name, d.version) for d in catalog.declarations()))
+        await catalog.close()
+        store.close()
+    assert results[0] == results[1]
+    # the id is a UUIDv5 of (namespace, native id), so any replica computes the same
+    from bridge.model import tool_uuid
+    assert {r[0] for r in results[0]} == {tool_uuid("one", "alpha"), tool_uuid("one", "beta")}
+
+
+async def test_failing_upstream_leaves_others_serving():
+    good = FakeUpstream(name="good", tools=[tool("ok")])
+    bad = FakeUpstream(FakeConfig(name="bad", fail_start="connection refused on 127.0.0.1:9", retry_initial=30))
+    catalog = Catalog(Store())
+    catalog.add_upstream(good)
+    catalog.add_upstream(bad)
+    await catalog.start()
+    try:
+        assert catalog.slot("good").health.state == "ready"
+        assert catalog.slot("bad").health.state == "failed"
+        assert "connection refused" in catalog.slot("bad").health.reason
+        assert catalog.resolve("good__ok") is not None
+        assert catalog.pending_providers() == ["bad"]
+    finally:
+        await catalog.close()
+
+
+async def test_slow_upstream_does_not_block_others():
+    slow = FakeUpstream(FakeConfig(name="slow", start_timeout=0.3, retry_initial=30))
+    slow.start_gate = asyncio.Event()  # never opens
+    fast = FakeUpstream(name="fast")
+    catalog = Catalog(Store())
+    catalog.add_upstream(slow)
+    catalog.add_upstream(fast)
+    start = asyncio.get_running_loop().time()
+    await catalog.start()
+    try:
+        assert asyncio.get_running_loop().time() - start < 2
+        assert catalog.slot("fast").health.state == "ready"
+        assert catalog.slot("slow").health.state == "failed"
+        assert "start_timeout" in catalog.slot("slow").health.reason
+    finally:
+        await catalog.close()
+
+
+async def test_outage_marks_tools_with_reason_then_recovers():
+    up = FakeUpstream(FakeConfig(name="flaky", retry_initial=0.01, retry_max=0.05), tools=[tool("a")])
+    catalog = Catalog(Store())
+    catalog.add_upstream(up)
+    changes = []
+    catalog.subscribe(changes.append)
+    await catalog.start()
+    try:
+        decl = catalog.resolve("flaky__a")
+        assert decl.loading_state == "loaded"
+        up.config.fail_start = "process exited with code 1"
+        up.drop("process exited with code 1")
+        await until(lambda: catalog.slot("flaky").health.state in ("unavailable", "failed"))
+        assert catalog.resolve("flaky__a").loading_state == "unavailable"
+        assert "exited" in catalog.resolve("flaky__a").loading_reason
+        up.config.fail_start = None
+        await until(lambda: catalog.slot("flaky").health.state == "ready")
+        assert catalog.resolve("flaky__a").loading_state == "loaded"
+        assert up.started >= 2 and up.closed >= 1
+        assert any(c.state_changed for c in changes)
+    finally:
+        await catalog.close()
+
+
+async def test_tools_changed_applies_only_the_difference():
+    up = FakeUpstream(name="u", tools=[tool("a"), tool("b")])
+    catalog = Catalog(Store())
+    catalog.add_upstream(up)
+    changes = []
+    await catalog.start()
+    catalog.subscribe(changes.append)
+    try:
+        up.change_tools([tool("a"), tool("c")])
+        await until(lambda: catalog.resolve("u__c") is not None)
+        change = changes[-1]
+        assert [d.name for d in change.added] == ["u__c"]
+        assert [d.name for d in change.removed] == ["u__b"]
+        assert change.updated == []
+        assert catalog.resolve("u__b") is None
+    finally:
+        await catalog.close()
+
+
+async def test_refresh_interval_relists_without_notice():
+    up = FakeUpstream(FakeConfig(name="r", refresh_interval=0.05), tools=[tool("a")])
+    catalog = Catalog(Store())
+    catalog.add_upstream(up)
+    await catalog.start()
+    try:
+        up.tools = [tool("a"), tool("late")]  # no event: only the refresh can find it
+        await until(lambda: catalog.resolve("r__late") is not None)
+    finally:
+        await catalog.close()
+
+
+async def test_duplicate_upstream_names_rejected():
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="x"))
+    with pytest.raises(ValueError):
+        catalog.add_upstream(FakeUpstream(name="x"))
