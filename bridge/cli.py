@@ -132,8 +132,14 @@ async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
 
 
 async def cmd_serve(args: argparse.Namespace, config: BridgeConfig) -> int:
-    print("bridge serve: no frontend is installed in this build", file=sys.stderr)
-    return 2
+    """MCP over stdio with --stdio; otherwise one HTTP server for A2T REST and MCP."""
+    if args.stdio:
+        from bridge.serve.mcp import run_stdio
+
+        return await run_stdio(config, surface=args.surface)
+    from bridge.serve.app import run_http
+
+    return await run_http(config, host=args.host, port=args.port, insecure=args.insecure)
 
 
 Command = Callable[[argparse.Namespace, BridgeConfig], Awaitable[int]]

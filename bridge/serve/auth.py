@@ -1,0 +1,39 @@
+"""Inbound auth shared by every HTTP frontend: bearer tokens from config, each bound to one
+surface. With no token configured the server is open (and refuses non-loopback binds unless
+told `--insecure`)."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+
+from bridge.config import ServerConfig
+
+__all__ = ["AuthResult", "authenticate", "is_loopback"]
+
+
+@dataclass(frozen=True)
+class AuthResult:
+    ok: bool
+    surface: str | None = None
+    status: int = 200
+    error: str | None = None
+
+
+def authenticate(server: ServerConfig, authorization: str | None) -> AuthResult:
+    """The surface a request may see, from its Authorization header."""
+    if not server.tokens:
+        return AuthResult(True, server.default_surface)
+    if not authorization:
+        return AuthResult(False, status=401, error="missing bearer token: send 'Authorization: Bearer <token>'")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return AuthResult(False, status=401, error="the Authorization header must be 'Bearer <token>'")
+    for entry in server.tokens:
+        if hmac.compare_digest(entry.token.encode(), token.strip().encode()):
+            return AuthResult(True, entry.surface)
+    return AuthResult(False, status=401, error="unknown bearer token")
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "localhost", "::1", "[::1]") or host.startswith("127.")

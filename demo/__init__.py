@@ -1,0 +1,1 @@
+"""Demo upstreams shipped with the bridge: one local service or program per upstream kind."""
