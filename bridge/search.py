@@ -1,38 +1,159 @@
-"""Tool search over the catalog: exact selection (`select:a,b`) and ranked keyword search,
-restricted to a surface, answered as an Agent Tool `tool_search_result`."""
+"""Tool search over the catalog: exact selection (`select:a,b`) and ranked keyword search with
+filters, restricted to a surface, answered as an Agent Tool `tool_search_result`. The index
+(bridge.search_index) follows the catalog's change events; ranking text lives in
+bridge.search_rank."""
 
 from __future__ import annotations
 
-import re
+import asyncio
+import logging
+from collections.abc import Iterable
 from typing import Any
 
+from cachetools import LRUCache
+
 from bridge.catalog import Catalog, CatalogChange
-from bridge.model import ToolDeclaration, ToolSearchResult
+from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
+from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
+from bridge.search_rank import (
+    AnalyzedQuery,
+    RerankWeights,
+    analyze_query,
+    derive_search_hint,
+    idf_of,
+    name_tokens,
+    rerank,
+)
 from bridge.surface import Surface, deferred_ref
 
-__all__ = ["ToolSearch", "name_tokens"]
+__all__ = ["ToolSearch", "name_tokens", "derive_search_hint", "indexed_tool", "SELECT_PREFIX"]
 
-_SPLIT = re.compile(r"[_.\-/\s]+|(?<=[a-z0-9])(?=[A-Z])")
+log = logging.getLogger("bridge.search")
+
+SELECT_PREFIX = "select:"
+# The index is asked for this many candidates (at least) before reranking and surface filtering.
+CANDIDATES = 40
+_PARAM_DEPTH = 2
+_MAX_ENUM = 20
 
 
-def name_tokens(name: str) -> list[str]:
-    """`getUserById` and `get_user_by_id` both give get, user, by, id."""
-    return [t.lower() for t in _SPLIT.split(name) if t]
+def _param_text(schema: Any, depth: int = 0) -> tuple[list[str], list[str]]:
+    """Parameter names and their descriptions (and short enum values), nested objects included."""
+    names: list[str] = []
+    texts: list[str] = []
+    if not isinstance(schema, dict) or depth > _PARAM_DEPTH:
+        return names, texts
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        for pname, pschema in props.items():
+            names.append(" ".join(name_tokens(str(pname))))
+            if isinstance(pschema, dict):
+                desc = pschema.get("description") or pschema.get("title")
+                if isinstance(desc, str):
+                    texts.append(desc)
+                enum = pschema.get("enum")
+                if isinstance(enum, list):
+                    texts.extend(str(v) for v in enum[:_MAX_ENUM] if isinstance(v, str))
+                sub_names, sub_texts = _param_text(pschema, depth + 1)
+                names += sub_names
+                texts += sub_texts
+                items = pschema.get("items")
+                if isinstance(items, dict):
+                    sub_names, sub_texts = _param_text(items, depth + 1)
+                    names += sub_names
+                    texts += sub_texts
+    return names, texts
+
+
+def indexed_tool(decl: ToolDeclaration) -> IndexedTool:
+    """The index document of a declaration."""
+    param_names, param_texts = _param_text(decl.input_schema)
+    native = decl.native_name or decl.name
+    return IndexedTool(
+        tool_id=decl.tool_id,
+        namespace=decl.namespace,
+        name=name_text(native, *(a for a in decl.aliases if a != native)),
+        exact_names=exact_names(native, decl.name, *decl.aliases),
+        title=decl.title or "",
+        description=decl.description or "",
+        hint=decl.search_hint or "",
+        tags=list(decl.tags),
+        params=" ".join(param_names),
+        param_text=" ".join(param_texts),
+        kind=decl.tool_kind,
+        read_only=decl.safety.read_only,
+    )
 
 
 class ToolSearch:
-    """Simple in-memory token match; kept in step with the catalog through its change events."""
+    """The search index of one catalog, kept in step through the catalog's change events.
 
-    def __init__(self, catalog: Catalog, path: str | None = None) -> None:
+    `path` is the index folder (reopened when it still matches the catalog), None for an index
+    in memory. Writes happen on a background thread in batched commits; `wait_indexed()` (or
+    `flush()`) waits until every change so far is searchable.
+    """
+
+    def __init__(self, catalog: Catalog, path: str | None = None, *, rerank_weights: RerankWeights | None = None,
+                 field_weights: dict[str, float] | None = None) -> None:
         self.catalog = catalog
         self.path = path
+        self.index = ToolIndex(path)
+        self.rerank_weights = rerank_weights or RerankWeights()
+        self.field_weights = field_weights
+        self._features: LRUCache[str, tuple[ToolDeclaration, set[str], set[str]]] = LRUCache(maxsize=20_000)
+        self._reconciled: set[str] = set()
         self._unsubscribe = catalog.subscribe(self._on_change)
+        # tools of upstreams no longer configured go; the others are compared with their listing
+        stale = [tid for tid, (ns, _) in self.index.digests.items() if ns not in catalog.slots]
+        if stale:
+            self.index.submit(deletes=stale)
+        for namespace in list(catalog.slots):
+            if catalog.slots[namespace].health.state == "ready":
+                self._reconcile(namespace)
+
+    # ---------------------------------------------------------------- keeping in step
 
     def _on_change(self, change: CatalogChange) -> None:
-        return None
+        namespaces = {change.upstream} if change.upstream else {d.namespace for d in (*change.added, *change.updated, *change.removed)}
+        for namespace in namespaces - self._reconciled:
+            if namespace in self.catalog.slots and self.catalog.slots[namespace].health.state == "ready":
+                self._reconcile(namespace)
+        upserts = [indexed_tool(d) for d in (*change.added, *change.updated) if d.namespace in self._reconciled]
+        deletes = [d.tool_id for d in change.removed if d.namespace in self._reconciled]
+        if upserts or deletes:
+            self.index.submit(upserts, deletes)
+
+    def _reconcile(self, namespace: str) -> None:
+        """First listing of an upstream since the index opened: write what differs from the
+        index, drop what the upstream no longer has."""
+        self._reconciled.add(namespace)
+        current = list(self.catalog.slots[namespace].tools.values())
+        ids = {d.tool_id for d in current}
+        gone = [tid for tid, (ns, _) in self.index.digests.items() if ns == namespace and tid not in ids]
+        self.index.submit([indexed_tool(d) for d in current], gone)
+
+    def reindex(self) -> None:
+        """Compare every tool of the catalog with the index again (after a failed commit, say)."""
+        self._reconciled.clear()
+        for namespace, slot in self.catalog.slots.items():
+            if slot.health.state == "ready" or slot.tools:
+                self._reconcile(namespace)
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Block until every change so far is searchable."""
+        return self.index.flush(timeout)
+
+    async def wait_indexed(self, timeout: float = 10.0) -> bool:
+        """Wait, without blocking the event loop, until every change so far is searchable."""
+        if not self.index.pending:
+            return True
+        return await asyncio.to_thread(self.index.flush, timeout)
 
     def close(self) -> None:
         self._unsubscribe()
+        self.index.close()
+
+    # ---------------------------------------------------------------- queries
 
     def search(
         self,
@@ -47,49 +168,106 @@ class ToolSearch:
         include_schema: bool = False,
     ) -> ToolSearchResult:
         query = query.strip()
+        limit = max(1, min(limit, 100))
         total_deferred = surface.counts()["deferred"]
         pending = self.catalog.pending_providers()
-        if query.startswith("select:"):
-            names = [n.strip() for n in query[len("select:"):].split(",") if n.strip()]
-            matches, missing = [], []
-            for name in names:
-                decl = self.catalog.resolve(name)
-                if decl is None or not surface.visible(decl):
-                    missing.append(name)
-                else:
-                    matches.append(self._ref(decl, surface, 1.0, include_schema))
-            return ToolSearchResult(query=query, query_type="select", matches=matches, missing_names=missing,
-                                    total_deferred_tools=total_deferred, pending_providers=pending)
-        terms = set(name_tokens(query))
-        scored: list[tuple[float, ToolDeclaration]] = []
-        for decl in self.catalog.declarations():
-            if not self._filters(decl, namespace, tags, kind, read_only) or not surface.visible(decl):
-                continue
-            text = set(name_tokens(decl.name)) | set(name_tokens(decl.description)) | set(decl.tags)
-            score = float(len(terms & text))
-            if score:
-                scored.append((score, decl))
-        scored.sort(key=lambda item: (-item[0], item[1].name))
-        matches = [self._ref(d, surface, s, include_schema) for s, d in scored[:limit]]
+        filters = dict(namespace=namespace, tags=tags, kind=kind, read_only=read_only)
+        if query.lower().startswith(SELECT_PREFIX):
+            return self._select(query, surface, include_schema, total_deferred, pending)
+        analyzed = analyze_query(query) if query else None
+        ranked = self._ranked(analyzed, surface, limit, filters)
+        matches = [self._ref(decl, surface, score, include_schema) for decl, score in ranked]
         result = ToolSearchResult(query=query, query_type="keyword", matches=matches,
                                   total_deferred_tools=total_deferred, pending_providers=pending)
         if not matches:
             result.next_action = "refine_query"
-            result.hint = "no tool matched; try other words, fewer filters, or select:<name>"
+            used = [k for k, v in filters.items() if v is not None and v != []]
+            result.hint = (
+                "no tool matched" + (f" with the filters {', '.join(used)}" if used else "")
+                + "; try other or fewer words" + (", fewer filters" if used else "")
+                + ", or select:<name> for a tool whose name you know"
+                + (f"; still connecting: {', '.join(pending)}" if pending else "")
+            )
         return result
 
-    @staticmethod
-    def _filters(decl: ToolDeclaration, namespace: str | None, tags: list[str] | None, kind: str | None,
-                 read_only: bool | None) -> bool:
-        return ((namespace is None or decl.namespace == namespace)
-                and (not tags or all(t in decl.tags for t in tags))
-                and (kind is None or decl.tool_kind == kind)
-                and (read_only is None or decl.safety.read_only == read_only))
+    def _select(self, query: str, surface: Surface, include_schema: bool, total_deferred: int,
+                pending: list[str]) -> ToolSearchResult:
+        names = [n.strip() for n in query[len(SELECT_PREFIX):].split(",") if n.strip()]
+        matches: list[DeferredToolRef] = []
+        missing: list[str] = []
+        seen: set[str] = set()
+        for name in names:
+            decl = self.catalog.resolve(name)
+            if decl is None or not surface.visible(decl):
+                missing.append(name)  # a blocked tool is as absent as an unknown one
+            elif decl.tool_id not in seen:
+                seen.add(decl.tool_id)
+                matches.append(self._ref(decl, surface, 1.0, include_schema))
+        result = ToolSearchResult(query=query, query_type="select", matches=matches, missing_names=missing,
+                                  total_deferred_tools=total_deferred, pending_providers=pending)
+        if not names:
+            result.next_action = "refine_query"
+            result.hint = "select: needs tool names, aliases or ids separated by commas"
+        elif missing:
+            result.hint = f"not found on this surface: {', '.join(missing)}"
+            if not matches:
+                result.next_action = "refine_query"
+        return result
+
+    def _ranked(self, analyzed: AnalyzedQuery | None, surface: Surface, limit: int,
+                filters: dict[str, Any]) -> list[tuple[ToolDeclaration, float]]:
+        """Ranked, reranked, visible declarations. Fetches more from the index while blocked or
+        stale entries leave fewer than `limit`."""
+        index_query = self.index.query(analyzed, weights=self.field_weights, **filters)
+        want = max(CANDIDATES, 2 * limit)
+        offset = 0
+        kept: list[tuple[ToolDeclaration, float]] = []
+        while True:
+            hits = self.index.search(index_query, limit=want, offset=offset)
+            for tool_id, score in hits:
+                decl = self.catalog.get(tool_id)
+                if decl is not None and self._passes(decl, filters) and surface.visible(decl):
+                    kept.append((decl, score))
+            if len(kept) >= want or len(hits) < want:
+                break
+            offset += want
+            want *= 4
+        if analyzed is None or not analyzed.terms or not kept:
+            return kept[:limit]
+        by_id = {d.tool_id: d for d, _ in kept}
+        name_words: dict[str, set[str]] = {}
+        all_words: dict[str, set[str]] = {}
+        for decl in by_id.values():
+            name_words[decl.tool_id], all_words[decl.tool_id] = self._words(decl)
+        num_docs = max(self.index.num_docs, 1)
+        idf = {t: idf_of(self.index.doc_freq(t), num_docs) for t in analyzed.content_terms}
+        order = rerank(analyzed, [(d.tool_id, s) for d, s in kept], name_words, all_words, idf, self.rerank_weights)
+        return [(by_id[tid], score) for tid, score in order[:limit]]
+
+    def _words(self, decl: ToolDeclaration) -> tuple[set[str], set[str]]:
+        cached = self._features.get(decl.tool_id)
+        if cached is not None and cached[0] is decl:  # the catalog makes a new record on each change
+            return cached[1], cached[2]
+        tool = indexed_tool(decl)
+        words = (decl, tool.name_words(), tool.all_words())
+        self._features[decl.tool_id] = words
+        return words[1], words[2]
 
     @staticmethod
-    def _ref(decl: ToolDeclaration, surface: Surface, score: float, include_schema: bool) -> Any:
+    def _passes(decl: ToolDeclaration, filters: dict[str, Any]) -> bool:
+        tags: Iterable[str] = filters["tags"] or ()
+        return ((filters["namespace"] is None or decl.namespace == filters["namespace"])
+                and all(t in decl.tags for t in tags)
+                and (filters["kind"] is None or decl.tool_kind == filters["kind"])
+                and (filters["read_only"] is None or decl.safety.read_only == filters["read_only"]))
+
+    @staticmethod
+    def _ref(decl: ToolDeclaration, surface: Surface, score: float, include_schema: bool) -> DeferredToolRef:
         ref = deferred_ref(decl)
-        ref.loading_state = "loaded" if surface.place(decl).state == "loaded" else ref.loading_state
+        ref.search_hint = derive_search_hint(decl)
+        if surface.place(decl).state == "loaded" and decl.loading_state == "loaded":
+            ref.loading_state = "loaded"
+            ref.schema_visibility = "loaded"
         ref.score = round(score, 4)
         if include_schema:
             ref.input_schema = decl.input_schema

@@ -81,13 +81,11 @@ class Store:
             ).fetchall()
         return {tool_id: (version, digest) for tool_id, version, digest in rows}
 
-    def add_versions(self, records: list[VersionRecord]) -> None:
-        if not records:
+    def add_version_rows(self, rows: list[tuple[str, int, str, str, str, str]]) -> None:
+        """Write versions as rows of (tool_id, version, digest, compatibility, created_at,
+        signature JSON), in one transaction."""
+        if not rows:
             return
-        rows = [
-            (r.tool_id, r.version, r.digest, r.compatibility, r.created_at, json.dumps(r.signature, sort_keys=True))
-            for r in records
-        ]
         with self._lock:
             self._db.execute("BEGIN")
             try:

@@ -24,6 +24,8 @@ class Placement:
 
 LOADED = Placement("loaded")
 DEFERRED = Placement("deferred")
+# lifecycle states that keep a tool off every surface, with the machine reason given
+_LIFECYCLE_BLOCKS = {"requires_setup": "setup_required", "disabled": "policy_blocked", "retired": "policy_blocked"}
 
 
 @lru_cache(maxsize=1024)
@@ -79,6 +81,7 @@ class Surface:
         self._placements: dict[str, Placement] = {}
         self._loaded: list[ToolDeclaration] | None = None
         self._counts: dict[str, int] | None = None
+        self._visible: int | None = None
 
     def _fresh(self) -> None:
         if self._generation != self.catalog.generation:
@@ -86,6 +89,7 @@ class Surface:
             self._placements.clear()
             self._loaded = None
             self._counts = None
+            self._visible = None
 
     def place(self, decl: ToolDeclaration) -> Placement:
         self._fresh()
@@ -95,23 +99,45 @@ class Surface:
         return placement
 
     def _classify(self, decl: ToolDeclaration) -> Placement:
+        blocked = self._blocked(decl)
+        if blocked is not None:
+            return blocked
+        cfg = self.config
+        if _any(cfg.load, decl) is not None:
+            return LOADED
+        if _any(cfg.defer, decl) is not None:
+            return DEFERRED
+        if not cfg.load and not cfg.defer and (
+            len(self.catalog) <= cfg.auto_load_threshold or self._visible_count() <= cfg.auto_load_threshold
+        ):
+            return LOADED
+        return DEFERRED
+
+    def _blocked(self, decl: ToolDeclaration) -> Placement | None:
+        """Why a tool is invisible on this surface, or None. An `allow` rule lifts every block
+        except the surface-wide `read_only` switch."""
         cfg = self.config
         allowed = _any(cfg.allow, decl) is not None
         if decl.blocked_reason and not allowed:
             return Placement("blocked", decl.blocked_reason)
+        if decl.lifecycle in _LIFECYCLE_BLOCKS and not allowed:
+            return Placement("blocked", _LIFECYCLE_BLOCKS[decl.lifecycle])
+        if decl.safety.requires_user_interaction and not allowed:
+            # no frontend can hand a prompt or a terminal to the user, so the call would hang
+            return Placement("blocked", "requires_user_interaction")
         if cfg.read_only and not decl.safety.read_only:
             return Placement("blocked", "policy_blocked")
         blocking = _any(cfg.block, decl)
         if blocking is not None and not allowed:
             reason = blocking.reason if isinstance(blocking, Rule) and blocking.reason else "policy_blocked"
             return Placement("blocked", reason)
-        if _any(cfg.load, decl) is not None:
-            return LOADED
-        if _any(cfg.defer, decl) is not None:
-            return DEFERRED
-        if not cfg.load and not cfg.defer and len(self.catalog) <= cfg.auto_load_threshold:
-            return LOADED
-        return DEFERRED
+        return None
+
+    def _visible_count(self) -> int:
+        """Tools not blocked here: what the auto-load threshold compares against."""
+        if self._visible is None:
+            self._visible = sum(1 for d in self.catalog.declarations() if self._blocked(d) is None)
+        return self._visible
 
     def visible(self, decl: ToolDeclaration) -> bool:
         return self.place(decl).state != "blocked"

@@ -30,8 +30,12 @@ def signature_of(decl: ToolDeclaration) -> dict[str, Any]:
     }
 
 
-def digest_of(signature: dict[str, Any]) -> str:
-    blob = json.dumps(signature, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+def canonical_json(signature: dict[str, Any]) -> str:
+    return json.dumps(signature, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def digest_of(signature: dict[str, Any], blob: str | None = None) -> str:
+    blob = blob if blob is not None else canonical_json(signature)
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -81,13 +85,16 @@ class VersionRegistry:
         self._latest: dict[str, tuple[int, str]] = store.latest_versions()
         self._signatures: dict[str, dict[str, Any]] = {}
 
-    def assign(self, decls: list[ToolDeclaration]) -> list[VersionRecord]:
-        """Set `version` and `signature_digest` on each declaration, recording new versions.
-        Returns the records that were added (already written to the store)."""
-        added: list[VersionRecord] = []
+    def assign(self, decls: list[ToolDeclaration]) -> list[tuple[str, int, str]]:
+        """Set `version` and `signature_digest` on each declaration and write the versions that
+        are new to the store. Returns (tool_id, version, compatibility) of each new version."""
+        added: list[tuple[str, int, str]] = []
+        rows: list[tuple[str, int, str, str, str, str]] = []
+        created_at = now_iso()
         for decl in decls:
             signature = signature_of(decl)
-            digest = digest_of(signature)
+            blob = canonical_json(signature)
+            digest = digest_of(signature, blob)
             known = self._latest.get(decl.tool_id)
             if known is None:
                 version, compatibility = 1, "initial"
@@ -101,19 +108,12 @@ class VersionRegistry:
                     stored = self.store.get_version(decl.tool_id, known[0])
                     previous = stored.signature if stored else {}
                 version, compatibility = known[0] + 1, classify_change(previous, signature)
-            record = VersionRecord(
-                tool_id=decl.tool_id,
-                version=version,
-                digest=digest,
-                compatibility=compatibility,
-                created_at=now_iso(),
-                signature=signature,
-            )
-            added.append(record)
+            added.append((decl.tool_id, version, compatibility))
+            rows.append((decl.tool_id, version, digest, compatibility, created_at, blob))
             self._latest[decl.tool_id] = (version, digest)
             self._signatures[decl.tool_id] = signature
             decl.version, decl.signature_digest = version, digest
-        self.store.add_versions(added)
+        self.store.add_version_rows(rows)
         return added
 
     def latest(self, tool_id: str) -> int | None:

@@ -1,0 +1,403 @@
+"""The MCP frontend: the bridge as an MCP server, over stdio and streamable HTTP, in both protocol
+eras (2025-11-25 handshake and 2026-07-28).
+
+Each caller sees one surface: its loaded tools in `tools/list`, plus the `search_tools` and
+`call_tool` meta tools whenever the surface defers anything. Calls run through the invocation
+pipeline; every error envelope comes back as an `isError` result that says what to do next.
+On HTTP, bearer tokens from `server.tokens` pick the surface (the same tokens as the REST API)
+and the SDK's Host/Origin checks guard against DNS rebinding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+from typing import Any
+from urllib.parse import urlsplit
+
+import mcp.types as types
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from bridge import __version__
+from bridge.config import BridgeConfig, ServerConfig
+from bridge.invoke import error_result
+from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
+from bridge.runtime import Bridge
+from bridge.serve.auth import authenticate, is_loopback
+from bridge.serve.mcp_meta import (
+    CALL_TOOL,
+    SEARCH_TOOLS,
+    call_arguments,
+    meta_tools,
+    search_arguments,
+    search_payload,
+)
+from bridge.serve.mcp_session import ChangeNotifier, SessionState, listing_for
+from bridge.surface import Surface
+from bridge.translate.mcp import is_modern, render_output_schema, render_result, render_tool
+
+__all__ = ["MCPFrontend", "MCPAuthGate", "run_stdio", "transport_security_for", "SURFACE_SCOPE_KEY"]
+
+log = logging.getLogger("bridge.serve.mcp")
+
+# Where the auth gate leaves the caller's surface in the ASGI scope of an /mcp request.
+SURFACE_SCOPE_KEY = "a2t_bridge.surface"
+
+INSTRUCTIONS = (
+    "Tools from many upstream services, federated by one bridge. When the tool you need is not in "
+    "your tool list, call search_tools with a few keywords; then call a match by name if it was "
+    "added to your tool list, or through call_tool."
+)
+
+
+class _BridgeServer(Server[Any]):
+    """The SDK's low-level server, advertising `tools.listChanged` to handshake-era clients on
+    every transport (the HTTP session manager builds its own initialization options)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
+        )
+
+
+def _cursor(offset: int) -> str:
+    return f"o{offset}"
+
+
+def _offset(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    if cursor.startswith("o") and cursor[1:].isdigit():
+        return int(cursor[1:])
+    raise MCPError(INVALID_PARAMS, f"invalid cursor {cursor[:40]!r}: pass back the nextCursor of the previous page")
+
+
+def _progress_numbers(progress: ToolProgress) -> tuple[float, float | None]:
+    if progress.percent is not None:
+        return float(progress.percent), 100.0
+    if progress.current_step is not None:
+        return float(progress.current_step), float(progress.total_steps) if progress.total_steps is not None else None
+    return float(progress.sequence), None
+
+
+class MCPFrontend:
+    """One MCP server over a started (or starting) `Bridge`.
+
+    `http_app()` gives the Starlette app for streamable HTTP (`/mcp` beside any extra routes);
+    `server.run(read, write, server.create_initialization_options())` serves any stream pair
+    (stdio: see `run_stdio`). Call `aclose()` when done.
+    """
+
+    def __init__(
+        self,
+        bridge: Bridge,
+        *,
+        default_surface: str | None = None,
+        page_size: int = 100,
+        debounce: float = 0.1,
+        session_load_limit: int = 256,
+    ) -> None:
+        self.bridge = bridge
+        self.default_surface = default_surface or bridge.config.server.default_surface
+        self.page_size = page_size
+        self.notifier = ChangeNotifier(bridge, debounce=debounce, session_load_limit=session_load_limit)
+        self._rendered: dict[tuple[str, bool], types.Tool] = {}
+        self._rendered_generation = -1
+        self._meta_schemas = {tool.name: tool.input_schema for tool in meta_tools()}
+        self.server = _BridgeServer(
+            "a2t-bridge",
+            version=__version__,
+            title="Tool federation bridge",
+            instructions=INSTRUCTIONS,
+            get_tool_input_schema=self._input_schema_of,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_subscriptions_listen=self._subscriptions_listen,
+        )
+
+    # ------------------------------------------------------------------ transports
+
+    def http_app(
+        self,
+        extra_routes: list[BaseRoute] | None = None,
+        host: str = "127.0.0.1",
+        *,
+        path: str = "/mcp",
+        public_url: str | None = None,
+        debug: bool = False,
+    ) -> Starlette:
+        """The streamable HTTP app: MCP at `path` behind the bearer-token gate, `extra_routes`
+        beside it in the same app. Its lifespan runs the MCP session manager."""
+        server_config = self.bridge.config.server
+        app = self.server.streamable_http_app(
+            streamable_http_path=path,
+            custom_starlette_routes=list(extra_routes or []),  # type: ignore[arg-type]
+            host=host,
+            transport_security=transport_security_for(host, public_url or server_config.public_url),
+            debug=debug,
+        )
+        for index, route in enumerate(app.router.routes):
+            if isinstance(route, Route) and route.path == path:
+                app.router.routes[index] = Route(path, endpoint=MCPAuthGate(route.endpoint, server_config))
+                break
+        return app
+
+    async def aclose(self) -> None:
+        await self.notifier.aclose()
+
+    # ------------------------------------------------------------------ per-request facts
+
+    def _surface(self, ctx: ServerRequestContext[Any, Any]) -> Surface:
+        name = self.default_surface
+        scope = getattr(ctx.request, "scope", None)
+        if isinstance(scope, dict):
+            name = scope.get(SURFACE_SCOPE_KEY, name)
+        surface = self.bridge.surfaces.get(name)
+        if surface is None:
+            raise MCPError(INVALID_REQUEST, f"no surface named {name!r} is configured")
+        return surface
+
+    def _state(self, ctx: ServerRequestContext[Any, Any], surface: Surface) -> SessionState | None:
+        """A handshake-era connection's state; None in the sessionless 2026-07-28 era."""
+        if is_modern(ctx.protocol_version):
+            return None
+        # The SDK hands handlers a per-request session proxy; the connection behind it is what
+        # lives as long as the client's session (mcp 2.x keeps it as `_connection`).
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is None:
+            return None
+        return self.notifier.state_for(connection, ctx.session, surface)
+
+    def _input_schema_of(self, name: str) -> dict[str, Any] | None:
+        if name in self._meta_schemas:
+            return self._meta_schemas[name]
+        decl = self.bridge.catalog.resolve(name)
+        return decl.input_schema if decl is not None else None
+
+    def _render(self, decl: ToolDeclaration, protocol_version: str) -> types.Tool:
+        generation = self.bridge.catalog.generation
+        if generation != self._rendered_generation:
+            self._rendered.clear()
+            self._rendered_generation = generation
+        key = (decl.tool_id, is_modern(protocol_version))
+        tool = self._rendered.get(key)
+        if tool is None:
+            tool = self._rendered[key] = render_tool(decl, protocol_version)
+        return tool
+
+    # ------------------------------------------------------------------ tools/list
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        surface = self._surface(ctx)
+        state = self._state(ctx, surface)
+        listing = listing_for(surface, state)
+        offset = _offset(params.cursor if params else None)
+        meta = meta_tools() if listing.meta_tools else []
+        end = min(len(listing), offset + self.page_size)
+        page = [
+            meta[i] if i < len(meta) else self._render(listing.tools[i - len(meta)], ctx.protocol_version)
+            for i in range(offset, end)
+        ]
+        if state is not None and offset == 0:
+            state.fingerprint = listing.fingerprint
+        return types.ListToolsResult(tools=page, next_cursor=_cursor(end) if end < len(listing) else None)
+
+    # ------------------------------------------------------------------ tools/call
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        surface = self._surface(ctx)
+        name, arguments = params.name, params.arguments or {}
+        decl: ToolDeclaration | None = None
+        try:
+            if name == SEARCH_TOOLS:
+                return await self._search(ctx, surface, arguments)
+            if name == CALL_TOOL:
+                target, target_arguments = call_arguments(arguments)
+                if target == SEARCH_TOOLS:
+                    return await self._search(ctx, surface, target_arguments)
+                if target == CALL_TOOL:
+                    raise BridgeError(
+                        "call_tool calls catalog tools; give the name of a tool search_tools returned",
+                        error_class="invalid_arguments",
+                        recoverability="change_arguments",
+                    )
+                return await self._invoke(ctx, surface, target, target_arguments, None)
+            decl = self.bridge.catalog.resolve(name)
+            if decl is not None and surface.place(decl).state == "deferred":
+                state = self._state(ctx, surface)
+                if state is None or decl.tool_id not in state.loaded:
+                    raise BridgeError(
+                        f"tool {decl.name!r} is deferred on this surface and its schema is not loaded "
+                        "in this session; nothing was run",
+                        error_class="schema_not_loaded",
+                        recoverability="load_schema_then_call",
+                        status="rejected",
+                    )
+            output_schema = render_output_schema(decl, ctx.protocol_version) if decl is not None else None
+            return await self._invoke(ctx, surface, name, arguments, output_schema)
+        except BridgeError as exc:
+            envelope = error_result(exc, invocation_id=new_id("inv"), decl=decl)
+            return render_result(envelope, ctx.protocol_version)
+
+    async def _invoke(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        surface: Surface,
+        ref: str,
+        arguments: dict[str, Any],
+        output_schema: dict[str, Any] | None,
+    ) -> types.CallToolResult:
+        async def forward_progress(progress: ToolProgress) -> None:
+            value, total = _progress_numbers(progress)
+            try:
+                await ctx.session.report_progress(value, total, progress.message)
+            except Exception as exc:  # noqa: BLE001 - progress is advisory; the call goes on
+                log.debug("progress notice not delivered: %s", exc)
+
+        # The client's cancellation cancels this handler, and with it the pipeline and the upstream call.
+        result = await self.bridge.invoker.invoke(ref, arguments, surface=surface, progress=forward_progress)
+        return render_result(result, ctx.protocol_version, output_schema)
+
+    async def _search(
+        self, ctx: ServerRequestContext[Any, Any], surface: Surface, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        options = search_arguments(arguments)
+        query = options.pop("query")
+        result = self.bridge.search.search(query, surface=surface, include_schema=True, **options)
+        state = self._state(ctx, surface)
+        if state is not None:
+            catalog = self.bridge.catalog
+            found = [catalog.get(ref.tool_id) for ref in result.matches]
+            deferred = [d for d in found if d is not None and surface.place(d).state == "deferred"]
+            if self.notifier.load(state, deferred):
+                state.fingerprint = listing_for(surface, state).fingerprint
+                await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
+        payload = search_payload(result, by_name=state is not None)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
+            structured_content=payload,
+        )
+
+    # ------------------------------------------------------------------ subscriptions/listen (2026-07-28)
+
+    async def _subscriptions_listen(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        surface = self._surface(ctx)
+        return await self.notifier.listen_handler(surface.name)(ctx, params)
+
+
+class MCPAuthGate:
+    """ASGI wrapper of the `/mcp` endpoint: bearer tokens from `server.tokens`, each bound to a
+    surface (with no token configured, everyone gets `server.default_surface`). A refused request
+    gets 401 with a JSON body saying why. An accepted one carries its surface in the scope and,
+    as the SDK's authenticated user, a principal derived from the token, so a handshake-era
+    session stays bound to the token that opened it."""
+
+    def __init__(self, app: ASGIApp, server: ServerConfig) -> None:
+        self.app = app
+        self.server = server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = Headers(scope=scope).get("authorization")
+        auth = authenticate(self.server, header)
+        if not auth.ok:
+            description = auth.error or "unauthorized"
+            body = json.dumps({"error": "invalid_token", "error_description": description}).encode()
+            challenge = f'Bearer error="invalid_token", error_description="{description}"'
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": auth.status,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"www-authenticate", challenge.encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        scope[SURFACE_SCOPE_KEY] = auth.surface
+        if self.server.tokens and header:
+            # only a digest of the token travels on; the token itself stays in the header
+            principal = hashlib.sha256(header.partition(" ")[2].strip().encode()).hexdigest()[:24]
+            scope["user"] = AuthenticatedUser(
+                AccessToken(token=f"sha256:{principal}", client_id=f"token:{principal}", scopes=[f"surface:{auth.surface}"])
+            )
+        await self.app(scope, receive, send)
+
+
+_LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+_LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+
+
+def transport_security_for(host: str, public_url: str | None = None) -> TransportSecuritySettings:
+    """DNS-rebinding protection (the SDK's Host and Origin checks), always on: loopback names,
+    the bound host when it is a name or a specific address, and the public URL's host."""
+    hosts, origins = list(_LOOPBACK_HOSTS), list(_LOOPBACK_ORIGINS)
+    wildcard = host in ("", "0.0.0.0", "::", "[::]")
+    if not wildcard and not is_loopback(host):
+        name = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        hosts += [name, f"{name}:*"]
+        origins += [f"http://{name}", f"https://{name}", f"http://{name}:*", f"https://{name}:*"]
+    if public_url:
+        parts = urlsplit(public_url)
+        if parts.netloc:
+            hosts += [parts.netloc, f"{parts.hostname}:*"]
+            origins += [f"{parts.scheme}://{parts.netloc}"]
+    elif wildcard:
+        log.warning(
+            "serving MCP on %s: Host checks accept loopback names only; set server.public_url to the "
+            "address clients use", host or "all interfaces"
+        )
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
+    """`bridge serve --stdio`: serve one surface over MCP on stdin/stdout until stdin closes.
+    Stdout carries protocol only (while serving, the SDK points fd 1 at stderr for everything
+    else, child processes included); logs go to stderr."""
+    name = surface or config.server.default_surface
+    known = {s.name for s in config.surfaces} | {"default"}
+    if name not in known:
+        print(f"bridge serve --stdio: no surface named {name!r}; configured: {', '.join(sorted(known))}", file=sys.stderr)
+        return 2
+    async with stdio_server() as (read, write):
+        bridge = Bridge(config)
+        try:
+            await bridge.start(wait=True)
+            frontend = MCPFrontend(bridge, default_surface=name)
+            try:
+                await frontend.server.run(read, write, frontend.server.create_initialization_options())
+            finally:
+                await frontend.aclose()
+        finally:
+            await bridge.close()
+    return 0

@@ -1,0 +1,205 @@
+"""What each MCP caller is listed, and the change notices the MCP frontend sends.
+
+A surface lists its loaded tools (those of reachable upstreams) plus, whenever anything is
+deferred, the `search_tools` and `call_tool` meta tools. A handshake-era session also lists the
+deferred tools it loaded through search. When the catalog changes, the notifier recomputes each
+listing after a short debounce and tells only the callers whose listing changed: handshake-era
+sessions with `notifications/tools/list_changed` on their connection, 2026-07-28 callers through
+the `subscriptions/listen` streams of their surface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+
+from bridge.catalog import CatalogChange
+from bridge.model import ToolDeclaration
+from bridge.runtime import Bridge
+from bridge.surface import Surface
+
+__all__ = ["SessionState", "Listing", "ChangeNotifier", "listing_for"]
+
+log = logging.getLogger("bridge.serve.mcp")
+
+
+@dataclass
+class SessionState:
+    """One handshake-era connection: its surface, the deferred tools it loaded through search
+    (oldest first) and a handle on its connection for notices sent outside any request."""
+
+    surface: str
+    loaded: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    session: ServerSession | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What `tools/list` returns to one caller, in order: meta tools first, then the surface's
+    loaded tools by name, then the tools the session loaded through search, by name."""
+
+    meta_tools: bool
+    tools: list[ToolDeclaration]
+
+    @property
+    def fingerprint(self) -> str:
+        digest = hashlib.sha1(b"meta" if self.meta_tools else b"plain")
+        for decl in self.tools:
+            digest.update(f"\x1f{decl.name}\x1e{decl.signature_digest}\x1e{decl.version}".encode())
+        return digest.hexdigest()
+
+    def __len__(self) -> int:
+        return len(self.tools) + (2 if self.meta_tools else 0)
+
+
+def _reachable(decls: Iterable[ToolDeclaration]) -> list[ToolDeclaration]:
+    # Tools of an upstream that is down stay in the catalog (and in search) but leave tools/list,
+    # so clients see them go and come back with the upstream.
+    return [d for d in decls if d.loading_state == "loaded"]
+
+
+def listing_for(surface: Surface, state: SessionState | None) -> Listing:
+    tools = _reachable(surface.loaded())
+    if state is not None and state.loaded:
+        extra = []
+        for tool_id in state.loaded:
+            decl = surface.catalog.get(tool_id)
+            if decl is not None and surface.place(decl).state == "deferred":
+                extra.append(decl)
+        tools += sorted(_reachable(extra), key=lambda d: d.name)
+    return Listing(meta_tools=surface.counts()["deferred"] > 0, tools=tools)
+
+
+class ChangeNotifier:
+    """Session states of handshake-era connections, subscription buses per surface, and the
+    debounced catalog watcher that sends list-changed notices."""
+
+    def __init__(self, bridge: Bridge, *, debounce: float = 0.1, session_load_limit: int = 256) -> None:
+        self.bridge = bridge
+        self.debounce = debounce
+        self.session_load_limit = session_load_limit
+        # keyed by the SDK's per-connection object; an entry goes when its connection closes
+        self._states: weakref.WeakKeyDictionary[Any, SessionState] = weakref.WeakKeyDictionary()
+        self._buses: dict[str, InMemorySubscriptionBus] = {}
+        self._listen: dict[str, ListenHandler] = {}
+        self._surface_prints: dict[str, str] = {}
+        for name in bridge.surfaces.names():
+            self._buses[name] = bus = InMemorySubscriptionBus()
+            self._listen[name] = ListenHandler(bus)
+            surface = bridge.surfaces.get(name)
+            assert surface is not None
+            self._surface_prints[name] = listing_for(surface, None).fingerprint
+        self._handle: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._unsubscribe = bridge.catalog.subscribe(self._on_change)
+
+    # ------------------------------------------------------------------ sessions
+
+    def state_for(self, connection: Any, session: ServerSession, surface: Surface) -> SessionState:
+        """The state of a handshake-era connection, created on its first request."""
+        state = self._states.get(connection)
+        if state is None or state.surface != surface.name:
+            state = SessionState(surface=surface.name)
+            self._states[connection] = state
+            exit_stack = getattr(connection, "exit_stack", None)
+            if exit_stack is not None:
+                exit_stack.callback(self._forget, weakref.ref(connection))
+        state.session = session
+        return state
+
+    def _forget(self, ref: weakref.ref[Any]) -> None:
+        connection = ref()
+        if connection is not None:
+            self._states.pop(connection, None)
+
+    def load(self, state: SessionState, decls: Iterable[ToolDeclaration]) -> bool:
+        """Add deferred tools to a session's listing; True when the listing grew. The oldest
+        loads drop out beyond `session_load_limit`."""
+        grew = False
+        for decl in decls:
+            if decl.tool_id in state.loaded:
+                state.loaded.move_to_end(decl.tool_id)
+            else:
+                state.loaded[decl.tool_id] = None
+                grew = True
+        while len(state.loaded) > self.session_load_limit:
+            state.loaded.popitem(last=False)
+        return grew
+
+    @property
+    def session_count(self) -> int:
+        return len(self._states)
+
+    # ------------------------------------------------------------------ subscriptions (2026-07-28)
+
+    def listen_handler(self, surface: str) -> ListenHandler:
+        return self._listen[surface]
+
+    # ------------------------------------------------------------------ catalog changes
+
+    def _on_change(self, change: CatalogChange) -> None:
+        if self._closed or self._handle is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a change applied outside any loop has nobody to tell yet
+            return
+        self._handle = loop.call_later(self.debounce, self._start_flush)
+
+    def _start_flush(self) -> None:
+        self._handle = None
+        if self._closed:
+            return
+        task = asyncio.get_running_loop().create_task(self.flush())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def flush(self) -> None:
+        """Recompute every listing now and notify the callers whose listing changed."""
+        surfaces = self.bridge.surfaces
+        for name, bus in self._buses.items():
+            surface = surfaces.get(name)
+            if surface is None:
+                continue
+            fingerprint = listing_for(surface, None).fingerprint
+            if fingerprint != self._surface_prints.get(name):
+                self._surface_prints[name] = fingerprint
+                await bus.publish(ToolsListChanged())
+        for state in list(self._states.values()):
+            surface = surfaces.get(state.surface)
+            if surface is None or state.session is None:
+                continue
+            fingerprint = listing_for(surface, state).fingerprint
+            if fingerprint == state.fingerprint:
+                continue
+            state.fingerprint = fingerprint
+            try:
+                await state.session.send_tool_list_changed()
+            except Exception as exc:  # noqa: BLE001 - a notice is advisory; a closed stream drops it
+                log.debug("list_changed notice not delivered: %s", exc)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._unsubscribe()
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        for handler in self._listen.values():
+            handler.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task

@@ -1,0 +1,278 @@
+"""The HTTP plumbing every REST route shares: who the caller is (bearer token -> surface), request
+bodies (size limit, JSON with a pointer to the problem), query parameters, the mapping of error
+classes to HTTP statuses, and the one structured error body no route ever answers without."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from bridge.model import ToolDeclaration, ToolError, ToolResult
+from bridge.runtime import Bridge
+from bridge.serve.auth import authenticate
+from bridge.surface import Surface
+from bridge.translate.wire import TOOL_RESULT_KEY, WireFormatError, json_safe
+
+__all__ = [
+    "ApiError",
+    "JSONBody",
+    "ServeContext",
+    "STATUS_BY_CLASS",
+    "status_for",
+    "error_response",
+    "result_error_response",
+    "endpoint",
+    "query_int",
+    "query_list",
+    "query_bool",
+    "not_found",
+    "too_large",
+    "wire_error",
+]
+
+log = logging.getLogger("bridge.serve")
+
+# HTTP status of an error result, by error class: 4xx when the caller can fix the call, 5xx only
+# for faults of an upstream or of the bridge that a retry may cure.
+STATUS_BY_CLASS: dict[str, int] = {
+    "unknown_tool": 404,
+    "invalid_arguments": 400,
+    "schema_validation_failed": 400,
+    "schema_not_loaded": 400,
+    "permission_denied": 403,
+    "approval_rejected": 403,
+    "policy_blocked": 403,
+    "hook_blocked": 403,
+    "sandbox_violation": 403,
+    "credential_missing": 403,
+    "setup_required": 403,
+    "capability_gap": 409,
+    "execution_failed": 422,
+    "partial_failure": 422,
+    "result_too_large": 422,
+    "result_redacted": 422,
+    "rate_limited": 429,
+    "dependency_unavailable": 503,
+    "canceled": 503,
+    "sibling_canceled": 503,
+    "streaming_fallback_discarded": 503,
+    "timeout": 504,
+}
+
+
+def status_for(error: ToolError) -> int:
+    if error.error_code == "unknown_version":
+        return 404
+    return STATUS_BY_CLASS.get(error.error_class, 500)
+
+
+class JSONBody(Response):
+    """Compact JSON; NaN and infinities (which JSON cannot carry) are sent as null."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        try:
+            text = json.dumps(content, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except (ValueError, TypeError):
+            text = json.dumps(json_safe(content), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return text.encode()
+
+
+class ApiError(Exception):
+    """A request the bridge answers with an error status and a structured body."""
+
+    def __init__(self, status: int, error_class: str, message: str, *, pointer: str | None = None,
+                 details: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+                 error_code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_class = error_class
+        self.message = message
+        self.details = dict(details or {})
+        if pointer is not None:
+            self.details["pointer"] = pointer
+        self.headers = headers or {}
+        self.error_code = error_code
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"error_class": self.error_class, "message": self.message}
+        if self.error_code:
+            error["error_code"] = self.error_code
+        error["recoverability"] = "retry_later" if self.status >= 500 else "change_arguments"
+        if self.details:
+            error["details"] = self.details
+        return {"error": error, "status": self.status}
+
+
+def error_response(exc: ApiError) -> Response:
+    return JSONBody(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+def _retry_after_header(error: ToolError) -> dict[str, str]:
+    if error.retry_after is None:
+        return {}
+    return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
+
+
+def result_error_response(result: ToolResult, extra: dict[str, Any] | None = None) -> Response:
+    """An error result envelope as an HTTP error: status by its class, `Retry-After` when known,
+    body `{error, status, x-tool-result}`."""
+    assert result.error is not None
+    status = status_for(result.error)
+    body: dict[str, Any] = {"error": result.error.to_json(), "status": status, **(extra or {})}
+    body[TOOL_RESULT_KEY] = result.to_json()
+    return JSONBody(body, status_code=status, headers=_retry_after_header(result.error))
+
+
+def not_found(ref: str) -> ApiError:
+    """The one answer for a tool that is missing or outside the caller's surface."""
+    return ApiError(404, "unknown_tool", f"no tool {ref!r}; search the catalog for the right name")
+
+
+class ServeContext:
+    """What the REST routes share: the bridge, the caller's surface, the sorted listing of each
+    surface (rebuilt only when the catalog changes)."""
+
+    def __init__(self, bridge: Bridge) -> None:
+        self.bridge = bridge
+        self.server = bridge.config.server
+        self._listings: dict[str, tuple[int, list[ToolDeclaration], list[str]]] = {}
+
+    def caller(self, request: Request) -> Surface:
+        auth = authenticate(self.server, request.headers.get("authorization"))
+        if not auth.ok:
+            raise ApiError(auth.status, "credential_missing", auth.error or "unauthorized",
+                           headers={"WWW-Authenticate": 'Bearer realm="bridge"'})
+        surface = self.bridge.surfaces.get(auth.surface)
+        if surface is None:
+            raise ApiError(403, "policy_blocked", f"the token's surface {auth.surface!r} is not configured")
+        return surface
+
+    def caller_key(self, request: Request) -> str:
+        """A stable key for one caller: its token (hashed) and address."""
+        token = request.headers.get("authorization") or ""
+        host = request.client.host if request.client else ""
+        return hashlib.sha256(f"{token}\x1f{host}".encode()).hexdigest()[:24]
+
+    def visible(self, ref: str, surface: Surface) -> ToolDeclaration:
+        decl = self.bridge.catalog.resolve(ref)
+        if decl is None or not surface.visible(decl):
+            raise not_found(ref)
+        return decl
+
+    def listing(self, surface: Surface) -> tuple[list[ToolDeclaration], list[str]]:
+        """Every tool the surface can see (loaded and deferred) sorted by name, and the names."""
+        generation = self.bridge.catalog.generation
+        cached = self._listings.get(surface.name)
+        if cached is not None and cached[0] == generation:
+            return cached[1], cached[2]
+        tools = sorted((d for d in self.bridge.catalog.declarations() if surface.visible(d)), key=lambda d: d.name)
+        names = [d.name for d in tools]
+        self._listings[surface.name] = (generation, tools, names)
+        return tools, names
+
+    async def read_json(self, request: Request) -> Any:
+        """The request body as JSON: 413 over `server.max_body_bytes`, 400 with the line and
+        column of a syntax error."""
+        limit = self.server.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_large(limit)
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large(limit)
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise ApiError(400, "invalid_arguments", "the client closed the connection before sending the whole body") from None
+        raw = b"".join(chunks)
+        if not raw.strip():
+            raise ApiError(400, "invalid_arguments", "the request body is empty; send a JSON document", pointer="")
+        try:
+            return json.loads(raw)
+        except UnicodeDecodeError:
+            raise ApiError(400, "invalid_arguments", "the request body is not UTF-8 text", pointer="") from None
+        except json.JSONDecodeError as exc:
+            raise ApiError(400, "invalid_arguments", f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                           pointer="", details={"line": exc.lineno, "column": exc.colno, "position": exc.pos}) from None
+
+
+def too_large(limit: int) -> ApiError:
+    return ApiError(413, "invalid_arguments", f"the request body is larger than {limit} bytes (server.max_body_bytes)",
+                    details={"max_body_bytes": limit})
+
+
+def wire_error(exc: WireFormatError) -> ApiError:
+    return ApiError(400, "invalid_arguments", exc.message, pointer=exc.pointer)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def endpoint(handler: Handler) -> Handler:
+    """Every route goes through this: an ApiError becomes its structured body, a malformed wire
+    document a 400 with its pointer, and anything unexpected a structured 500, never a traceback."""
+
+    @functools.wraps(handler)
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return error_response(exc)
+        except WireFormatError as exc:
+            return error_response(wire_error(exc))
+        except Exception:  # noqa: BLE001 - the catch-all the frontend promises
+            log.exception("%s %s failed", request.method, request.url.path)
+            return error_response(ApiError(500, "execution_failed", "the bridge failed to answer this request; it was logged"))
+
+    return wrapped
+
+
+def query_int(request: Request, name: str, default: int, *, minimum: int, maximum: int | None = None,
+              clamp: bool = False) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be an integer", details={"parameter": name}) from None
+    if value < minimum:
+        raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be at least {minimum}", details={"parameter": name})
+    if maximum is not None and value > maximum:
+        if clamp:
+            return maximum
+        raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be at most {maximum}", details={"parameter": name})
+    return value
+
+
+def query_list(request: Request, *names: str) -> list[str]:
+    """Values of repeated and comma-separated query parameters (`tags=a,b&tag=c`)."""
+    out: list[str] = []
+    for name in names:
+        for raw in request.query_params.getlist(name):
+            out.extend(v.strip() for v in raw.split(",") if v.strip())
+    return list(dict.fromkeys(out))
+
+
+def query_bool(request: Request, name: str) -> bool | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw.lower() in ("true", "1", "yes"):
+        return True
+    if raw.lower() in ("false", "0", "no"):
+        return False
+    raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be true or false", details={"parameter": name})

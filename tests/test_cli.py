@@ -1,0 +1,56 @@
+"""The `bridge` command, run in-process on a config with in-test upstreams."""
+
+from __future__ import annotations
+
+import json
+
+from bridge.cli import main
+from bridge.upstream import register_kind
+from tests.fakes import FakeUpstream
+
+register_kind("fake", FakeUpstream)
+
+
+def config(tmp_path, extra: str = "") -> str:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"store: {{path: {tmp_path / 'b.db'}}}\nupstreams:\n  - {{name: svc, kind: fake}}\n{extra}")
+    return str(path)
+
+
+def test_check_tools_call(tmp_path, capsys):
+    cfg = config(tmp_path)
+    assert main(["check", "-c", cfg]) == 0
+    out = capsys.readouterr().out
+    assert "svc" in out and "ready" in out and "1 tools from 1 upstreams" in out
+
+    assert main(["tools", "-c", cfg, "--json"]) == 0
+    tools = json.loads(capsys.readouterr().out)
+    assert [t["name"] for t in tools] == ["svc__echo"] and tools[0]["version"] == 1
+
+    assert main(["call", "svc__echo", "--args", '{"text": "hello"}', "-c", cfg, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["status"] == "succeeded" and result["content"][0]["text"] == "hello"
+
+    assert main(["call", "svc__nope", "-c", cfg]) == 1
+    captured = capsys.readouterr()
+    assert "unknown_tool" in captured.out
+
+
+def test_check_fails_when_an_upstream_fails(tmp_path, capsys):
+    cfg = config(tmp_path, "  - {name: broken, kind: fake, fail_start: 'refused', retry_initial: 30}\n")
+    assert main(["check", "-c", cfg]) == 1
+    out = capsys.readouterr().out
+    assert "broken" in out and "failed" in out and "refused" in out
+
+
+def test_config_error_exit_code_and_message(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("upstreams:\n  - {name: a, kind: fake, timout: 1}\n")
+    assert main(["check", "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml" in err and "upstreams[0].timout" in err and "did you mean `timeout`?" in err
+
+
+def test_call_with_bad_json_args(tmp_path, capsys):
+    assert main(["call", "svc__echo", "--args", "{nope", "-c", config(tmp_path)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err

@@ -1,0 +1,96 @@
+"""Config: interpolation, mcpServers, and errors that name the file, the field and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.config import ConfigError, load_config, parse_config
+from bridge.upstream import register_kind
+from tests.fakes import FakeUpstream
+
+register_kind("fake", FakeUpstream)
+
+
+def write(tmp_path, text, name="bridge.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def problems(exc: ConfigError) -> dict[str, tuple[str, str]]:
+    return {p: (what, fix) for p, what, fix in exc.problems}
+
+
+def test_env_interpolation_with_defaults(tmp_path, monkeypatch):
+    monkeypatch.setenv("SVC_NAME", "alpha")
+    monkeypatch.delenv("MISSING_PORT", raising=False)
+    cfg = load_config(write(tmp_path, "server: {port: '${MISSING_PORT:-9090}'}\nupstreams:\n  - {name: '${SVC_NAME}', kind: fake}\n"))
+    assert cfg.server.port == 9090
+    assert cfg.upstreams[0].name == "alpha"
+    assert cfg.upstreams[0].base_dir == str(tmp_path.resolve())
+
+
+def test_missing_env_var_is_named(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOPE_TOKEN", raising=False)
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "upstreams:\n  - {name: a, kind: fake, tags: ['${NOPE_TOKEN}']}\n"))
+    assert "upstreams[0].tags[0]" in problems(err.value)
+    assert "NOPE_TOKEN" in str(err.value)
+
+
+def test_unknown_key_suggests_closest(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "upstreams:\n  - {name: a, kind: fake, timout: 3}\nservr: {}\n"))
+    found = problems(err.value)
+    assert found["upstreams[0].timout"][1] == "did you mean `timeout`?"
+    assert found["servr"][1] == "did you mean `server`?"
+    text = str(err.value)
+    assert str(tmp_path / "bridge.yaml") in text and "fix:" in text
+
+
+def test_wrong_types_and_missing_fields_name_their_path(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "upstreams:\n  - {name: a, kind: fake}\n  - {name: b, kind: fake}\n  - {kind: fake, timeout: soon}\nserver: {port: 99999}\n"))
+    found = problems(err.value)
+    assert "upstreams[2].name" in found and found["upstreams[2].name"][0] == "is required"
+    assert "upstreams[2].timeout" in found
+    assert "server.port" in found
+
+
+def test_unknown_kind_and_duplicate_names(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "upstreams:\n  - {name: a, kind: opnapi}\n  - {name: b, kind: fake}\n  - {name: b, kind: fake}\n"))
+    found = problems(err.value)
+    assert found["upstreams[0].kind"][1] == "did you mean `openapi`?"
+    assert "already used" in found["upstreams[2].name"][0]
+
+
+def test_syntax_errors_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "upstreams: [\n"))
+    assert "line" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, '{"upstreams": [}', name="b.json"))
+    assert "JSON" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "absent.yaml")
+    assert "file not found" in str(err.value)
+
+
+def test_surfaces_and_tokens(tmp_path):
+    cfg = parse_config({
+        "surfaces": [{"name": "ops", "load": "svc__*", "block": {"destructive": True}}],
+        "server": {"tokens": [{"token": "t0k3n-abcdef", "surface": "ops"}]},
+    })
+    assert cfg.surfaces[0].load == ["svc__*"]
+    assert cfg.surfaces[0].block[0].destructive is True
+    with pytest.raises(ConfigError) as err:
+        parse_config({"server": {"tokens": [{"token": "t0k3n-abcdef", "surface": "nope"}]}})
+    assert "server.tokens[0].surface" in problems(err.value)
+
+
+def test_mcp_servers_block_shape_is_accepted_up_to_the_kind():
+    # the mcpServers block becomes `kind: mcp` upstreams; a bad transport is named
+    with pytest.raises(ConfigError) as err:
+        parse_config({"mcpServers": {"files": {"type": "carrier-pigeon", "command": "x"}}})
+    assert "mcpServers.files.type" in problems(err.value)

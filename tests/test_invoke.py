@@ -1,0 +1,188 @@
+"""The invocation pipeline: every outcome is a result envelope with the right error class."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from bridge.catalog import Catalog
+from bridge.config import InvokeConfig, SurfaceConfig
+from bridge.invoke import Invoker
+from bridge.model import BridgeError, UpstreamResult
+from bridge.store import Store
+from bridge.surface import Surfaces
+from tests.fakes import FakeConfig, FakeUpstream, tool
+
+
+@pytest.fixture
+async def world():
+    store = Store()
+    catalog = Catalog(store)
+    up = FakeUpstream(FakeConfig(name="svc", timeout=0.5), tools=[
+        tool("echo", props={"text": {"type": "string"}}, required=["text"]),
+        tool("wipe", destructive=True),
+        tool("drop_inferred", native_id="drop_inferred"),
+        tool("secret", blocked_reason="credential_missing"),
+    ])
+    # inferred destructive: a fact the bridge guessed never denies on its own
+    up.tools[2].safety.destructive = True
+    up.tools[2].safety.sources["destructive"] = "inferred"
+    catalog.add_upstream(up)
+    down = FakeUpstream(FakeConfig(name="down", fail_start="connection refused", retry_initial=30))
+    catalog.add_upstream(down)
+    surfaces = Surfaces([SurfaceConfig(name="ops", allow_destructive=True), SurfaceConfig(name="ro", read_only=True)], catalog)
+    invoker = Invoker(catalog, surfaces, store, InvokeConfig(inline_result_limit=1000, preview_chars=100))
+    await catalog.start()
+    yield catalog, invoker, up, store
+    await invoker.aclose()
+    await catalog.close()
+
+
+async def test_success_envelope(world):
+    catalog, invoker, up, _ = world
+    result = await invoker.invoke("svc__echo", {"text": "hi"})
+    assert result.status == "succeeded" and not result.is_error
+    assert result.content == [{"type": "text", "text": "hi"}]
+    assert result.tool_name == "svc__echo" and result.version == 1
+    # resolve by tool_id too
+    decl = catalog.resolve("svc__echo")
+    again = await invoker.invoke(decl.tool_id, {"text": "x"})
+    assert again.content[0]["text"] == "x"
+
+
+@pytest.mark.parametrize(
+    "ref,args,surface,error_class,status",
+    [
+        ("nope", {}, None, "unknown_tool", "rejected"),
+        ("svc__echo", {"text": 5}, None, "invalid_arguments", "rejected"),
+        ("svc__echo", {}, None, "invalid_arguments", "rejected"),
+        ("svc__wipe", {}, None, "permission_denied", "denied"),
+        ("svc__secret", {}, None, "credential_missing", "denied"),
+        ("svc__echo", {"text": "x"}, "ro", "policy_blocked", "denied"),
+        ("svc__echo", {"text": "x"}, "missing-surface", "policy_blocked", "denied"),
+    ],
+)
+async def test_refusals_are_envelopes(world, ref, args, surface, error_class, status):
+    _, invoker, up, _ = world
+    result = await invoker.invoke(ref, args, surface=surface)
+    assert result.is_error and result.error.error_class == error_class and result.status == status
+    assert result.content and result.content[0]["type"] == "text"
+    assert up.calls == []  # nothing ran
+
+
+async def test_destructive_allowed_by_surface_and_inferred_never_denies(world):
+    _, invoker, up, _ = world
+    assert not (await invoker.invoke("svc__wipe", {}, surface="ops")).is_error
+    assert not (await invoker.invoke("svc__drop_inferred", {})).is_error
+
+
+async def test_timeout_envelope(world):
+    _, invoker, up, _ = world
+    up.gate = asyncio.Event()
+    result = await invoker.invoke("svc__echo", {"text": "slow"})
+    assert result.error.error_class == "timeout" and result.status == "timed_out"
+    assert result.error.recoverability == "retry"
+
+
+async def test_upstream_down_envelope_has_retry_after(world):
+    catalog, invoker, _, _ = world
+    catalog.apply_tools("down", [tool("x")])  # tools known (from an earlier run, say)
+    catalog._mark(catalog.slot("down"), "unavailable", "connection refused")
+    catalog.slot("down").retry_at = asyncio.get_running_loop().time() + 7
+    result = await invoker.invoke("down__x", {})
+    assert result.error.error_class == "dependency_unavailable"
+    assert 0 < result.error.retry_after <= 7
+    assert result.error.recoverability == "retry_later"
+
+
+async def test_upstream_errors_and_exceptions(world):
+    _, invoker, up, _ = world
+    up.raise_error = BridgeError("rate limit", error_class="rate_limited", retry_after=3)
+    result = await invoker.invoke("svc__echo", {"text": "a"})
+    assert result.error.error_class == "rate_limited" and result.error.retry_after == 3
+    up.raise_error = RuntimeError("adapter bug")
+    result = await invoker.invoke("svc__echo", {"text": "a"})
+    assert result.error.error_class == "execution_failed" and "adapter bug" in result.error.message
+    up.raise_error = None
+    up.result = UpstreamResult(content=[{"type": "text", "text": "boom"}], is_error=True)
+    result = await invoker.invoke("svc__echo", {"text": "a"})
+    assert result.is_error and result.error.error_class == "execution_failed" and result.content[0]["text"] == "boom"
+
+
+async def test_large_result_persisted_and_retrievable(world):
+    _, invoker, up, store = world
+    big = "x" * 5000
+    up.result = UpstreamResult(content=[{"type": "text", "text": big}], structured_content={"rows": [1, 2, 3]})
+    result = await invoker.invoke("svc__echo", {"text": "a"})
+    assert not result.is_error and result.status == "succeeded"
+    assert result.persisted is not None and result.persistence_refs == [result.persisted.decision_id]
+    ref = result.persisted.persisted_ref["ref"]
+    assert len(result.content[0]["text"]) < 1000
+    assert result.content[1]["type"] == "resource_link" and result.content[1]["uri"].endswith(ref)
+    media, payload = invoker.get_persisted(ref)
+    assert media == "application/json"
+    stored = json.loads(payload)
+    assert stored["content"][0]["text"] == big and stored["structured_content"] == {"rows": [1, 2, 3]}
+
+
+async def test_result_too_large(world):
+    catalog, _, up, store = world
+    invoker = Invoker(catalog, Surfaces([], catalog), store, InvokeConfig(inline_result_limit=1000, max_result_chars=2000))
+    up.result = UpstreamResult(content=[{"type": "text", "text": "y" * 3000}])
+    result = await invoker.invoke("svc__echo", {"text": "a"})
+    assert result.error.error_class == "result_too_large" and result.status == "too_large"
+
+
+async def test_pinned_version_validates_against_its_schema(world):
+    catalog, invoker, up, _ = world
+    # v2: compatible (adds optional `lang`)
+    catalog.apply_tools("svc", [tool("echo", props={"text": {"type": "string"}, "lang": {"type": "string"}}, required=["text"])])
+    assert catalog.resolve("svc__echo").version == 2
+    ok = await invoker.invoke("svc__echo", {"text": "a"}, version=1)
+    assert not ok.is_error and ok.version == 1
+    # v1's schema did not have `lang` but allowed extra properties; type errors still refused under v1
+    bad = await invoker.invoke("svc__echo", {"text": 1}, version=1)
+    assert bad.error.error_class == "invalid_arguments"
+    # v3: breaking (text renamed to message, required)
+    catalog.apply_tools("svc", [tool("echo", props={"message": {"type": "string"}}, required=["message"])])
+    pinned = await invoker.invoke("svc__echo", {"text": "a"}, version=1)
+    assert pinned.is_error and pinned.error.error_class == "capability_gap"
+    assert "breaking change at version 3" in pinned.error.message
+    current = await invoker.invoke("svc__echo", {"message": "a"})
+    assert not current.is_error and current.version == 3
+    missing = await invoker.invoke("svc__echo", {"message": "a"}, version=9)
+    assert missing.error.error_class == "invalid_arguments" and missing.error.error_code == "unknown_version"
+
+
+async def test_cancellation_propagates_and_is_logged(world):
+    _, invoker, up, store = world
+    up.gate = asyncio.Event()
+    task = asyncio.create_task(invoker.invoke("svc__echo", {"text": "a"}, invocation_id="inv_cancel_me"))
+    async with asyncio.timeout(2):
+        while not up.calls:
+            await asyncio.sleep(0.005)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await invoker.aclose()
+    rows = {r["invocation_id"]: r for r in store.recent_invocations()}
+    assert rows["inv_cancel_me"]["status"] == "canceled"
+
+
+async def test_progress_and_invocation_log_without_secrets(world):
+    _, invoker, up, store = world
+    seen = []
+
+    async def sink(progress):
+        seen.append(progress)
+
+    result = await invoker.invoke("svc__echo", {"text": "s3cr3t-value"}, progress=sink)
+    assert not result.is_error
+    assert seen and seen[0].invocation_id == result.invocation_id and seen[0].sequence == 1
+    await invoker.aclose()
+    rows = store.recent_invocations()
+    assert rows[0]["invocation_id"] == result.invocation_id and rows[0]["status"] == "succeeded"
+    assert rows[0]["duration_ms"] is not None
+    assert "s3cr3t-value" not in json.dumps(rows)
