@@ -182,3 +182,234 @@ def progress_from_mcp(progress: float, total: float | None, message: str | None)
         if total is not None and float(total).is_integer() and total > 0:
             out["total_steps"] = int(total)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# render: bridge → MCP (the MCP frontend, bridge.serve.mcp): ToolDeclaration -> MCP Tool with
+# annotations from the safety hints, ToolResult -> CallToolResult
+# ---------------------------------------------------------------------------------------------
+
+import json as _json  # noqa: E402 - this section keeps its own imports
+
+import mcp.types as _types  # noqa: E402
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS as _MODERN_VERSIONS  # noqa: E402
+from pydantic import TypeAdapter as _TypeAdapter  # noqa: E402
+from pydantic import ValidationError as _ValidationError  # noqa: E402
+
+from bridge.model import ToolDeclaration as _ToolDeclaration  # noqa: E402
+from bridge.model import ToolResult as _ToolResult  # noqa: E402
+
+__all__ += [
+    "TOOL_META_KEY",
+    "RESULT_META_KEY",
+    "SEARCH_TOOLS",
+    "CALL_TOOL",
+    "is_modern",
+    "render_annotations",
+    "render_output_schema",
+    "render_tool",
+    "render_result",
+    "error_guidance",
+]
+
+TOOL_META_KEY = "a2t-bridge/tool"
+RESULT_META_KEY = "a2t-bridge/result"
+SEARCH_TOOLS = "search_tools"
+CALL_TOOL = "call_tool"
+
+_CONTENT_BLOCK: _TypeAdapter[Any] = _TypeAdapter(_types.ContentBlock)
+_HINT_FIELDS = (
+    ("read_only", "read_only_hint"),
+    ("destructive", "destructive_hint"),
+    ("idempotent", "idempotent_hint"),
+    ("open_world", "open_world_hint"),
+)
+_SAFETY_DEFAULTS = SafetyHints()
+
+
+def is_modern(protocol_version: str | None) -> bool:
+    """Whether a protocol version belongs to the sessionless 2026-07-28 era."""
+    return protocol_version in _MODERN_VERSIONS
+
+
+def render_annotations(decl: _ToolDeclaration) -> _types.ToolAnnotations | None:
+    """MCP annotations from the safety hints. A fact is rendered when an upstream declared it, the
+    bridge inferred it, or it was set to something other than the fail-safe default; an unknown
+    fact is left out, so the client applies MCP's own fail-safe default (destructive, open world)."""
+    safety = decl.safety
+    hints: dict[str, Any] = {}
+    for fact, hint in _HINT_FIELDS:
+        value = getattr(safety, fact)
+        if safety.source_of(fact) != "default" or value != getattr(_SAFETY_DEFAULTS, fact):
+            hints[hint] = value
+    if decl.title:
+        hints["title"] = decl.title
+    return _types.ToolAnnotations(**hints) if hints else None
+
+
+def _object_schema(schema: Any) -> dict[str, Any]:
+    """MCP wants an object root for inputSchema; a schema that leaves `type` out gets it added."""
+    if not isinstance(schema, Mapping):
+        return dict(_EMPTY_OBJECT_SCHEMA)
+    if "type" not in schema:
+        return {"type": "object", **schema}
+    return dict(schema)
+
+
+def render_output_schema(decl: _ToolDeclaration, protocol_version: str | None) -> dict[str, Any] | None:
+    """The outputSchema to advertise: any schema in the 2026-07-28 era, object roots only before."""
+    schema = decl.output_schema
+    if not isinstance(schema, Mapping) or not schema:
+        return None
+    if is_modern(protocol_version) or schema.get("type") == "object":
+        return dict(schema)
+    return None
+
+
+def render_tool(decl: _ToolDeclaration, protocol_version: str | None = None) -> _types.Tool:
+    """One catalog tool as an MCP `Tool`; its id, version, upstream and kind ride in `_meta`."""
+    meta: dict[str, Any] = {
+        "tool_id": decl.tool_id,
+        "version": decl.version,
+        "upstream": decl.upstream,
+        "tool_kind": decl.tool_kind,
+    }
+    if decl.tags:
+        meta["tags"] = list(decl.tags)
+    return _types.Tool(
+        name=decl.name,
+        title=decl.title,
+        description=decl.description or None,
+        input_schema=_object_schema(decl.input_schema),
+        output_schema=render_output_schema(decl, protocol_version),
+        annotations=render_annotations(decl),
+        meta={TOOL_META_KEY: meta},
+    )
+
+
+def error_guidance(error: ToolError, tool_name: str | None) -> str:
+    """What the caller should do next, in words a model can follow."""
+    name = tool_name or "the tool"
+    cls = error.error_class
+    if cls == "schema_not_loaded":
+        return (
+            f'Call search_tools with query "select:{name}" to load its schema, then call {name} again; '
+            f'or call it right away through call_tool with {{"name": "{name}", "arguments": {{...}}}}.'
+        )
+    if cls == "unknown_tool":
+        return "Call search_tools to find the right tool name, then call that tool."
+    if cls in ("invalid_arguments", "schema_validation_failed"):
+        return (
+            f"Fix the arguments so they match the input schema of {name} "
+            f'(search_tools with "select:{name}" returns it) and call again.'
+        )
+    if cls == "capability_gap":
+        return "Call the current version of the tool with arguments its schema accepts."
+    if cls in ("permission_denied", "policy_blocked", "hook_blocked", "approval_rejected", "sandbox_violation"):
+        return "This surface does not allow the call; use another tool or ask the operator to change the surface's rules."
+    if cls == "credential_missing":
+        return "The bridge has no credentials for this tool's upstream; an operator must configure them. Use another tool meanwhile."
+    if cls == "setup_required":
+        return "The tool's upstream needs setup by an operator before it can be used. Use another tool meanwhile."
+    if cls == "timeout":
+        return "The call took too long; retry it, perhaps with a smaller request."
+    if cls in ("rate_limited", "dependency_unavailable"):
+        wait = f" after {error.retry_after:g} seconds" if error.retry_after is not None else " later"
+        return f"The upstream is unavailable or busy; retry{wait}."
+    if cls == "result_too_large":
+        return "Narrow the request so the result is smaller."
+    if cls in ("canceled", "sibling_canceled"):
+        return "The call was canceled; call again if the result is still needed."
+    if error.recoverability == "retry":
+        return "Retry the call."
+    if error.recoverability == "change_arguments":
+        return "Change the arguments and call again."
+    return "The tool reported a failure; read the message above, change the arguments if they caused it, or use another tool."
+
+
+def _content_blocks(blocks: list[dict[str, Any]]) -> list[Any]:
+    out = []
+    for block in blocks:
+        try:
+            out.append(_CONTENT_BLOCK.validate_python(block, by_name=False))
+        except _ValidationError:
+            # a block in no MCP shape still reaches the caller, as its JSON text
+            out.append(_types.TextContent(type="text", text=_json.dumps(block, ensure_ascii=False, default=str)))
+    return out
+
+
+def _json_text(value: Any) -> str:
+    return _json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _single_json_text(blocks: list[dict[str, Any]]) -> Any:
+    texts = [b.get("text") for b in blocks if b.get("type") == "text"]
+    if len(texts) != 1 or not isinstance(texts[0], str):
+        return None
+    try:
+        return _json.loads(texts[0])
+    except ValueError:
+        return None
+
+
+def _result_meta(result: _ToolResult) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "invocation_id": result.invocation_id,
+        "result_id": result.result_id,
+        "status": result.status,
+    }
+    for key in ("tool_id", "version", "duration_ms"):
+        value = getattr(result, key)
+        if value is not None:
+            meta[key] = value
+    if result.persisted is not None:
+        meta["persisted_ref"] = result.persisted.persisted_ref
+    return {RESULT_META_KEY: meta}
+
+
+def render_result(
+    result: _ToolResult,
+    protocol_version: str | None = None,
+    output_schema: dict[str, Any] | None = None,
+) -> _types.CallToolResult:
+    """A result envelope as an MCP `CallToolResult`.
+
+    Errors become `isError` results whose text says what happened and what to do next, with the
+    error record in `structuredContent`. Successes keep their content blocks and structured content;
+    before 2026-07-28 structured content must be an object, so other values travel as text only.
+    `output_schema` is the schema the tool was listed with: a result that lacks structured content
+    but carries exactly one JSON text block gets that JSON as structured content.
+    """
+    modern = is_modern(protocol_version)
+    if result.is_error:
+        error = result.error or ToolError(error_class="execution_failed", message="the tool reported an error")
+        text = _first_text(result.content)
+        if error.message not in text:
+            headline = f"{error.error_class}: {error.message}"
+            text = f"{headline}\n{text}" if text else headline
+        others = [b for b in result.content if b.get("type") != "text"]
+        return _types.CallToolResult(
+            content=[
+                _types.TextContent(type="text", text=f"{text}\n{error_guidance(error, result.tool_name)}"),
+                *_content_blocks(others),
+            ],
+            structured_content={"error": error.to_json(), "status": result.status},
+            is_error=True,
+            meta=_result_meta(result),
+        )
+    structured = result.structured_content
+    if structured is None and output_schema is not None:
+        structured = _single_json_text(result.content)
+    content = _content_blocks(result.content)
+    if structured is not None and not modern and not isinstance(structured, dict):
+        if not content:
+            content = [_types.TextContent(type="text", text=_json_text(structured))]
+        structured = None
+    if structured is not None and not content:
+        content = [_types.TextContent(type="text", text=_json_text(structured))]
+    return _types.CallToolResult(
+        content=content,
+        structured_content=structured,
+        is_error=False,
+        meta=_result_meta(result),
+    )

@@ -1,0 +1,391 @@
+"""The A2A upstream: a peer agent, found through its agent card, whose every skill is a tool.
+
+A call sends one message to the agent over the card's preferred transport that a2a-sdk speaks
+(JSON-RPC or HTTP+JSON, protocol 1.0 or 0.3). A reply message is the result; a task is followed
+to a terminal state by streaming when the agent streams (status updates become progress) or by
+polling, within the call's timeout. A task that needs input comes back as a `needs_input`
+result carrying its task and context ids; a cancelled call cancels the agent's task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import httpx
+from a2a.client import ClientCallContext, ClientConfig, ClientFactory
+from a2a.client.client import Client
+from a2a.client.errors import A2AClientTimeoutError
+from a2a.types import AgentCard, AgentInterface, CancelTaskRequest, GetTaskRequest, SendMessageRequest
+from a2a.utils.errors import (
+    JSON_RPC_ERROR_CODE_MAP,
+    A2AError,
+    ContentTypeNotSupportedError,
+    ExtensionSupportRequiredError,
+    InvalidParamsError,
+    InvalidRequestError,
+    MethodNotFoundError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+    VersionNotSupportedError,
+)
+from pydantic import Field, model_validator
+
+from adapters.a2a_card import A2AAuth, AgentCredentials, CardFetch, CardSource, RedactingFilter, bind_credentials, redact
+from adapters.a2a_mapping import (
+    TERMINAL_STATES,
+    TaskTracker,
+    agent_tool_id,
+    build_message,
+    result_from_tracker,
+    tools_from_card,
+)
+from bridge.model import BridgeError, UpstreamResult, UpstreamTool
+from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
+
+__all__ = ["A2AConfig", "A2AUpstream", "A2AAuth"]
+
+log = logging.getLogger("adapters.a2a")
+
+TRANSPORTS = ("JSONRPC", "HTTP+JSON")
+# Transport failures that mean the agent is gone, not that one request went wrong.
+_CONNECTION_LOST = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+class A2AConfig(UpstreamConfig):
+    """An A2A agent, named by its card URL or its base URL."""
+
+    kind: Literal["a2a"] = "a2a"
+    card_url: str | None = Field(default=None, description="the agent card's URL")
+    base_url: str | None = Field(default=None, description="the agent's root; the card is looked up under /.well-known/")
+    auth: A2AAuth = Field(default_factory=A2AAuth)
+    card_refresh_interval: float | None = Field(default=300.0, gt=0, description="re-fetch the card every N seconds")
+    streaming: bool = Field(default=True, description="stream task updates when the agent can")
+    poll_interval: float = Field(default=0.5, gt=0, description="seconds between task polls when not streaming")
+    transport: Literal["auto", "JSONRPC", "HTTP+JSON"] = Field(
+        default="auto", description="auto follows the card's order of interfaces"
+    )
+    cancel_timeout: float = Field(default=5.0, gt=0, description="seconds a cancel request to the agent may take")
+
+    @model_validator(mode="after")
+    def _one_location(self) -> A2AConfig:
+        if bool(self.card_url) == bool(self.base_url):
+            raise ValueError("give exactly one of card_url (the agent card's URL) or base_url (the agent's root URL)")
+        return self
+
+
+@dataclass
+class _Agent:
+    """Everything derived from one version of the agent card."""
+
+    card: AgentCard
+    card_url: str
+    client: Client
+    tools: list[UpstreamTool]
+    skill_ids: frozenset[str]
+    whole_agent_tool: str | None
+    streaming: bool
+    interface: AgentInterface | None
+    credentials: AgentCredentials
+
+
+def _chosen_interface(card: AgentCard, bindings: list[str], client_preference: bool) -> AgentInterface | None:
+    """The interface a2a-sdk's client factory picks: the first offered binding we speak (or our
+    preferred one), the 1.0 interface of it when there are several."""
+    interfaces = list(card.supported_interfaces)
+    if client_preference:
+        binding = next((b for b in bindings if any(i.protocol_binding == b for i in interfaces)), None)
+    else:
+        binding = next((i.protocol_binding for i in interfaces if i.protocol_binding in bindings), None)
+    candidates = [i for i in interfaces if i.protocol_binding == binding]
+    return next((i for i in candidates if i.protocol_version.startswith("1.0")), candidates[0] if candidates else None)
+
+
+class A2AUpstream(Upstream):
+    kind: ClassVar[str] = "a2a"
+    config_model: ClassVar[type[UpstreamConfig]] = A2AConfig
+    config: A2AConfig
+
+    def __init__(self, config: A2AConfig) -> None:
+        super().__init__(config)
+        self._http: httpx.AsyncClient | None = None
+        self._source: CardSource | None = None
+        self._agent: _Agent | None = None
+        self._refresher: asyncio.Task[None] | None = None
+        self._cancels: set[asyncio.Task[None]] = set()
+        self._log_filter: RedactingFilter | None = None
+        self._lost = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        await self.close()
+        cfg = self.config
+        connect = min(10.0, cfg.start_timeout)
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=True, headers={"User-Agent": "a2t-bridge"}
+        )
+        secrets = cfg.auth.secrets()
+        if secrets:
+            self._log_filter = RedactingFilter(secrets)
+            logging.getLogger("httpx").addFilter(self._log_filter)
+        self._source = CardSource(self._http, card_url=cfg.card_url, base_url=cfg.base_url, timeout=cfg.start_timeout)
+        try:
+            fetched = await self._source.fetch()
+            assert fetched is not None
+            self._agent = self._install(fetched)
+        except BridgeError as exc:
+            exc.message = self._redact(exc.message)
+            raise BridgeError(exc.message, error_class=exc.error_class, recoverability=exc.recoverability, details=exc.details) from None
+        self._lost = False
+        agent = self._agent
+        log.info(
+            "agent %s: card %s, %d tools, %s %s at %s%s",
+            agent.card.name,
+            agent.card_url,
+            len(agent.tools),
+            agent.interface.protocol_binding if agent.interface else "?",
+            agent.interface.protocol_version if agent.interface else "?",
+            agent.interface.url if agent.interface else "?",
+            ", streaming" if agent.streaming else "",
+        )
+        if agent.credentials.missing:
+            log.warning("agent %s: %s", agent.card.name, agent.credentials.missing)
+        if cfg.card_refresh_interval:
+            self._refresher = asyncio.create_task(self._refresh_card(cfg.card_refresh_interval), name=f"a2a-card:{self.name}")
+
+    def _install(self, fetched: CardFetch) -> _Agent:
+        """A client and tool list for a freshly fetched card."""
+        assert self._http is not None
+        cfg, card = self.config, fetched.card
+        bindings = list(TRANSPORTS) if cfg.transport == "auto" else [cfg.transport, *(t for t in TRANSPORTS if t != cfg.transport)]
+        streaming = cfg.streaming and card.capabilities.streaming
+        factory = ClientFactory(
+            ClientConfig(
+                streaming=streaming,
+                httpx_client=self._http,
+                supported_protocol_bindings=bindings,
+                use_client_preference=cfg.transport != "auto",
+            )
+        )
+        try:
+            client = factory.create(card)
+        except ValueError:
+            offered = ", ".join(f"{i.protocol_binding} at {i.url}" for i in card.supported_interfaces) or "none"
+            raise BridgeError(
+                f"agent {card.name!r} offers no transport the bridge speaks ({', '.join(TRANSPORTS)}); offered: {offered}",
+                error_class="capability_gap",
+                recoverability="setup",
+                details={"reachable": True},
+            ) from None
+        credentials = bind_credentials(card, cfg.auth, [i.url for i in card.supported_interfaces])
+        self._http.auth = credentials
+        tools = tools_from_card(card, fetched.url)
+        return _Agent(
+            card=card,
+            card_url=fetched.url,
+            client=client,
+            tools=tools,
+            skill_ids=frozenset(s.id for s in card.skills),
+            whole_agent_tool=None if card.skills else agent_tool_id(card),
+            streaming=streaming,
+            interface=_chosen_interface(card, bindings, cfg.transport != "auto"),
+            credentials=credentials,
+        )
+
+    async def _refresh_card(self, interval: float) -> None:
+        """Re-fetch the card on the interval; a changed skill list reaches the catalog as
+        `tools_changed`, an agent that stopped answering as `unavailable`."""
+        assert self._source is not None
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                fetched = await self._source.fetch(revalidate=True)
+                if fetched is None:
+                    continue
+                previous = self._agent
+                agent = self._install(fetched)
+            except BridgeError as exc:
+                if exc.details and exc.details.get("reachable") is False:
+                    self._connection_lost(self._redact(exc.message))
+                    return
+                log.warning("agent card refresh for %s failed, keeping the last card: %s", self.name, self._redact(exc.message))
+                continue
+            self._agent = agent
+            if previous is None or [t.to_json() for t in previous.tools] != [t.to_json() for t in agent.tools]:
+                log.info("agent card of %s changed its skills", self.name)
+                self.emit(UpstreamEvent("tools_changed", reason="agent card changed"))
+
+    async def close(self) -> None:
+        refresher, self._refresher = self._refresher, None
+        if refresher is not None and refresher is not asyncio.current_task():
+            refresher.cancel()
+            with contextlib.suppress(BaseException):
+                await refresher
+        if self._cancels:
+            # cancel requests already on their way get their chance to reach the agent
+            await asyncio.wait(list(self._cancels), timeout=self.config.cancel_timeout)
+        agent, self._agent = self._agent, None
+        if agent is not None:
+            with contextlib.suppress(Exception):
+                await agent.client.close()
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
+        if self._log_filter is not None:
+            logging.getLogger("httpx").removeFilter(self._log_filter)
+            self._log_filter = None
+        self._source = None
+
+    async def list_tools(self) -> list[UpstreamTool]:
+        if self._agent is None:
+            raise BridgeError(f"agent {self.name!r} is not connected", error_class="dependency_unavailable", recoverability="retry_later")
+        return list(self._agent.tools)
+
+    async def health(self) -> dict[str, Any]:
+        agent = self._agent
+        if agent is None:
+            return {}
+        return {
+            "card_url": agent.card_url,
+            "agent": agent.card.name,
+            "agent_version": agent.card.version,
+            "transport": agent.interface.protocol_binding if agent.interface else None,
+            "protocol_version": agent.interface.protocol_version if agent.interface else None,
+            "interface_url": agent.interface.url if agent.interface else None,
+            "streaming": agent.streaming,
+            "skills": len(agent.card.skills),
+            "auth_schemes": list(agent.credentials.schemes),
+            "credentials_missing": agent.credentials.missing is not None,
+        }
+
+    # ------------------------------------------------------------------ calls
+
+    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+        agent = self._agent
+        if agent is None:
+            raise BridgeError(f"agent {self.name!r} is not connected", error_class="dependency_unavailable", recoverability="retry_later")
+        if native_id in agent.skill_ids:
+            skill_id: str | None = native_id
+        elif native_id == agent.whole_agent_tool:
+            skill_id = None
+        else:
+            raise BridgeError(f"agent {agent.card.name!r} no longer offers the skill {native_id!r}", error_class="unknown_tool")
+        if agent.credentials.missing:
+            raise BridgeError(agent.credentials.missing, error_class="credential_missing", recoverability="setup", status="denied")
+        message = build_message(arguments, skill_id)
+        request = SendMessageRequest(message=message)
+        tracker = TaskTracker(sent_message_id=message.message_id)
+        ref = {"source": "a2a", "agent_card_url": agent.card_url, "agent_skill_id": skill_id, "message_id": message.message_id}
+        call = ClientCallContext(timeout=ctx.timeout)
+        try:
+            if not agent.streaming:
+                request.configuration.return_immediately = True  # follow the task by polling
+            async with contextlib.aclosing(agent.client.send_message(request, context=call)) as events:
+                async for event in events:
+                    await self._progress(ctx, tracker, tracker.apply(event))
+                    if tracker.settled:
+                        break
+            while not tracker.settled:
+                await self._poll_once(agent, tracker, ctx, call)
+        except asyncio.CancelledError:
+            if tracker.task_id and tracker.state not in TERMINAL_STATES:
+                await self._cancel_task(agent, tracker.task_id)
+            raise
+        except (A2AError, httpx.HTTPError) as exc:
+            raise self._call_error(exc, tracker) from None
+        return result_from_tracker(tracker, ref)
+
+    async def _progress(self, ctx: CallContext, tracker: TaskTracker, lines: list[str]) -> None:
+        for line in lines:
+            await ctx.report_progress(line, task_id=tracker.task_id)
+
+    async def _poll_once(self, agent: _Agent, tracker: TaskTracker, ctx: CallContext, call: ClientCallContext) -> None:
+        if tracker.task_id is None:
+            raise BridgeError("the agent ended the exchange without a task or a reply", error_class="execution_failed")
+        await asyncio.sleep(self.config.poll_interval)
+        task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
+        await self._progress(ctx, tracker, tracker.replace(task))
+
+    async def _cancel_task(self, agent: _Agent, task_id: str) -> None:
+        """Tell the agent to cancel; wait for it (bounded) even though this call is being cancelled."""
+
+        async def send() -> None:
+            try:
+                await agent.client.cancel_task(CancelTaskRequest(id=task_id), context=ClientCallContext(timeout=self.config.cancel_timeout))
+                log.info("agent %s: canceled task %s", self.name, task_id)
+            except Exception as exc:  # noqa: BLE001 - the call is over either way; the agent may have finished
+                log.info("agent %s: cancel of task %s failed: %s", self.name, task_id, self._redact(str(exc) or type(exc).__name__))
+
+        task = asyncio.create_task(send(), name=f"a2a-cancel:{task_id}")
+        self._cancels.add(task)
+        task.add_done_callback(self._cancels.discard)
+        with contextlib.suppress(BaseException):
+            async with asyncio.timeout(self.config.cancel_timeout):
+                await asyncio.shield(task)
+
+    # ------------------------------------------------------------------ errors
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self.config.auth.secrets())
+
+    def _connection_lost(self, reason: str) -> None:
+        """Tell the catalog once per connection; it closes and reconnects with backoff."""
+        if not self._lost:
+            self._lost = True
+            self.emit(UpstreamEvent("unavailable", reason=reason))
+
+    def _call_error(self, exc: BaseException, tracker: TaskTracker) -> BridgeError:
+        chain: list[BaseException] = []
+        current: BaseException | None = exc
+        while current is not None and current not in chain:
+            chain.append(current)
+            current = current.__cause__ or current.__context__
+        text = self._redact(str(exc) or type(exc).__name__)
+        ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
+        if type(exc) in JSON_RPC_ERROR_CODE_MAP:
+            ref["code"] = JSON_RPC_ERROR_CODE_MAP[type(exc)]  # type: ignore[index]
+        if tracker.task_id:
+            ref["task_id"] = tracker.task_id
+        status_error = next((e for e in chain if isinstance(e, httpx.HTTPStatusError)), None)
+        if status_error is not None:
+            code = status_error.response.status_code
+            ref["http_status"] = code
+            if code in (401, 403):
+                return BridgeError(
+                    f"the agent refused the credentials (HTTP {code}); check auth in the config",
+                    error_class="credential_missing", recoverability="setup", status="denied", native_error_ref=ref,
+                )
+            if code == 429:
+                after = status_error.response.headers.get("retry-after", "")
+                return BridgeError(
+                    "the agent is rate limiting calls (HTTP 429)", error_class="rate_limited", recoverability="retry_later",
+                    retry_after=float(after) if after.replace(".", "", 1).isdigit() else None, native_error_ref=ref,
+                )
+            if code >= 500:
+                return BridgeError(
+                    f"the agent answered HTTP {code}", error_class="dependency_unavailable", recoverability="retry_later", native_error_ref=ref,
+                )
+        lost = next((e for e in chain if isinstance(e, _CONNECTION_LOST)), None)
+        if lost is not None:
+            reason = f"the agent stopped answering: {type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}"
+            self._connection_lost(reason)
+            return BridgeError(
+                reason, error_class="dependency_unavailable", recoverability="retry_later",
+                retry_after=self.config.retry_initial, native_error_ref=ref,
+            )
+        if any(isinstance(e, (A2AClientTimeoutError, httpx.TimeoutException)) for e in chain):
+            return BridgeError("the agent did not answer in time", error_class="timeout", recoverability="retry", status="timed_out", native_error_ref=ref)
+        if isinstance(exc, TaskNotFoundError):
+            return BridgeError(
+                f"the agent does not know that task ({text}); start over without task_id",
+                error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref,
+            )
+        if isinstance(exc, (InvalidParamsError, InvalidRequestError, ContentTypeNotSupportedError)):
+            return BridgeError(f"the agent refused the message: {text}", error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref)
+        if isinstance(exc, (UnsupportedOperationError, MethodNotFoundError, VersionNotSupportedError, ExtensionSupportRequiredError)):
+            return BridgeError(f"the agent cannot serve this call: {text}", error_class="capability_gap", native_error_ref=ref)
+        return BridgeError(f"the agent call failed: {text}", error_class="execution_failed", native_error_ref=ref)

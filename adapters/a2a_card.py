@@ -1,0 +1,295 @@
+"""An A2A agent's card, fetched and kept current, and the credentials bound to the security
+schemes it declares.
+
+Discovery tries the configured card URL, or `/.well-known/agent-card.json` under a base URL, and
+falls back to the older `/.well-known/agent.json`. Cards of protocol 1.0 and 0.3 are read with
+a2a-sdk's parser, which turns a 0.3 card into the 1.0 shape. Refreshes revalidate with the
+card's ETag, so an unchanged card costs one 304.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httpx
+from a2a.client.card_resolver import parse_agent_card
+from a2a.types import AgentCard, SecurityScheme
+from google.protobuf.json_format import ParseError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from bridge.model import BridgeError
+
+__all__ = [
+    "CARD_PATH",
+    "LEGACY_CARD_PATH",
+    "A2AAuth",
+    "CardFetch",
+    "CardSource",
+    "AgentCredentials",
+    "bind_credentials",
+]
+
+log = logging.getLogger("adapters.a2a")
+
+CARD_PATH = "/.well-known/agent-card.json"
+LEGACY_CARD_PATH = "/.well-known/agent.json"
+
+
+class A2AAuth(BaseModel):
+    """Credential values; where they go (header, query, cookie) comes from the agent card's
+    security schemes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bearer_token: SecretStr | None = Field(default=None, description="for http bearer, oauth2 and openIdConnect schemes")
+    api_key: SecretStr | None = Field(default=None, description="for apiKey schemes")
+    schemes: dict[str, SecretStr] = Field(default_factory=dict, description="a value per scheme name; wins over the two above")
+
+    def secrets(self) -> list[str]:
+        values = [self.bearer_token, self.api_key, *self.schemes.values()]
+        return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+@dataclass
+class CardFetch:
+    card: AgentCard
+    url: str
+    etag: str | None
+    digest: str
+
+
+class CardSource:
+    """Where an agent's card lives and how to fetch it again."""
+
+    def __init__(self, http: httpx.AsyncClient, *, card_url: str | None, base_url: str | None, timeout: float) -> None:
+        self.http = http
+        self.timeout = timeout
+        if card_url:
+            self.candidates = [card_url]
+            if card_url.rstrip("/").endswith(CARD_PATH):
+                self.candidates.append(card_url.rstrip("/")[: -len(CARD_PATH)] + LEGACY_CARD_PATH)
+        else:
+            assert base_url is not None
+            root = base_url.rstrip("/")
+            self.candidates = [root + CARD_PATH, root + LEGACY_CARD_PATH]
+        self.url = self.candidates[0]  # the one that answered last
+        self.etag: str | None = None
+        self.digest: str | None = None
+
+    async def fetch(self, *, revalidate: bool = False) -> CardFetch | None:
+        """The card, or None when revalidation says it has not changed.
+
+        Raises BridgeError(dependency_unavailable) with `details.reachable` False when no
+        connection could be made, True when the agent answered with no usable card."""
+        order = [self.url] + [u for u in self.candidates if u != self.url]
+        tried: list[str] = []
+        for url in order:
+            headers = {"Accept": "application/json"}
+            if revalidate and self.etag and url == self.url:
+                headers["If-None-Match"] = self.etag
+            try:
+                response = await self.http.get(url, headers=headers, timeout=self.timeout)
+            except httpx.HTTPError as exc:
+                raise BridgeError(
+                    f"cannot reach the agent card at {url}: {_describe(exc)}",
+                    error_class="dependency_unavailable",
+                    recoverability="retry_later",
+                    details={"reachable": False},
+                ) from None
+            if response.status_code == 304:
+                return None
+            if response.status_code == 404:
+                tried.append(url)
+                continue
+            if response.status_code >= 400:
+                raise BridgeError(
+                    f"the agent card at {url} answered HTTP {response.status_code}",
+                    error_class="dependency_unavailable",
+                    recoverability="retry_later",
+                    details={"reachable": True, "http_status": response.status_code},
+                )
+            return self._parse(url, response)
+        raise BridgeError(
+            f"no agent card found (HTTP 404 at {' and '.join(tried)})",
+            error_class="dependency_unavailable",
+            recoverability="setup",
+            details={"reachable": True, "http_status": 404},
+        )
+
+    def _parse(self, url: str, response: httpx.Response) -> CardFetch | None:
+        try:
+            raw = response.json()
+            card = parse_agent_card(raw)
+        except (ValueError, ParseError) as exc:
+            raise BridgeError(
+                f"the document at {url} is not an A2A agent card: {exc}",
+                error_class="dependency_unavailable",
+                recoverability="setup",
+                details={"reachable": True},
+            ) from None
+        digest = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
+        unchanged = self.digest == digest and self.url == url
+        self.url, self.etag, self.digest = url, response.headers.get("etag"), digest
+        return None if unchanged else CardFetch(card=card, url=url, etag=self.etag, digest=digest)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, httpx.ConnectError):
+        return f"connection refused or host unreachable ({exc or type(exc).__name__})"
+    if isinstance(exc, httpx.TimeoutException):
+        return "no answer in time"
+    return str(exc) or type(exc).__name__
+
+
+# ----------------------------------------------------------------------------- credentials
+
+
+@dataclass
+class AgentCredentials(httpx.Auth):
+    """Credentials added to requests bound for the agent's own interfaces (never to any other
+    host, such as a card hosted elsewhere). `missing` says what the card asks for that the
+    config does not give; `schemes` names the schemes in use (names only, never values)."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    cookies: dict[str, str] = field(default_factory=dict)
+    origins: set[tuple[str, str, int | None]] = field(default_factory=set)
+    schemes: list[str] = field(default_factory=list)
+    missing: str | None = None
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if (request.url.scheme, request.url.host, request.url.port) in self.origins:
+            for name, value in self.headers.items():
+                request.headers[name] = value
+            if self.params:
+                request.url = request.url.copy_merge_params(self.params)
+            if self.cookies:
+                pairs = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+                existing = request.headers.get("Cookie")
+                request.headers["Cookie"] = f"{existing}; {pairs}" if existing else pairs
+        yield request
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = httpx.URL(url)
+    return parts.scheme, parts.host, parts.port
+
+
+def _value_for(name: str, scheme: SecurityScheme, auth: A2AAuth) -> str | None:
+    explicit = auth.schemes.get(name)
+    if explicit is not None:
+        return explicit.get_secret_value()
+    kind = scheme.WhichOneof("scheme")
+    if kind == "http_auth_security_scheme" and scheme.http_auth_security_scheme.scheme.lower() == "bearer":
+        return auth.bearer_token.get_secret_value() if auth.bearer_token else None
+    if kind in ("oauth2_security_scheme", "open_id_connect_security_scheme"):
+        return auth.bearer_token.get_secret_value() if auth.bearer_token else None
+    if kind == "api_key_security_scheme":
+        return auth.api_key.get_secret_value() if auth.api_key else None
+    return None
+
+
+def _apply(creds: AgentCredentials, name: str, scheme: SecurityScheme, value: str) -> bool:
+    kind = scheme.WhichOneof("scheme")
+    if kind == "api_key_security_scheme":
+        key = scheme.api_key_security_scheme
+        location = key.location.lower()
+        if location == "query":
+            creds.params[key.name] = value
+        elif location == "cookie":
+            creds.cookies[key.name] = value
+        else:
+            creds.headers[key.name] = value
+    elif kind == "http_auth_security_scheme" and scheme.http_auth_security_scheme.scheme.lower() != "bearer":
+        return False  # basic and other HTTP schemes are not supported
+    elif kind in ("http_auth_security_scheme", "oauth2_security_scheme", "open_id_connect_security_scheme"):
+        creds.headers["Authorization"] = f"Bearer {value}"
+    else:
+        return False  # mutual TLS is configured on the connection, not per request
+    creds.schemes.append(name)
+    return True
+
+
+def _scheme_label(name: str, scheme: SecurityScheme) -> str:
+    kind = scheme.WhichOneof("scheme")
+    if kind == "api_key_security_scheme":
+        key = scheme.api_key_security_scheme
+        return f"{name} (apiKey in {key.location or 'header'} {key.name!r}: set auth.api_key or auth.schemes.{name})"
+    if kind == "http_auth_security_scheme":
+        return f"{name} (http {scheme.http_auth_security_scheme.scheme}: set auth.bearer_token or auth.schemes.{name})"
+    if kind in ("oauth2_security_scheme", "open_id_connect_security_scheme"):
+        return f"{name} (OAuth 2 bearer token: set auth.bearer_token or auth.schemes.{name})"
+    return f"{name} ({kind or 'unknown scheme'}, not supported)"
+
+
+def bind_credentials(card: AgentCard, auth: A2AAuth, interface_urls: Iterable[str]) -> AgentCredentials:
+    """Bind configured values to the card's security schemes.
+
+    The first of the card's security requirements whose every scheme has a value is used. A card
+    that declares schemes but no requirement gets every scheme that has a value. A card that
+    declares no schemes gets `bearer_token`, when set, as `Authorization: Bearer`."""
+    creds = AgentCredentials(origins={_origin(u) for u in interface_urls if u})
+    schemes = dict(card.security_schemes)
+    requirements = [list(req.schemes) for req in card.security_requirements]
+    if not schemes:
+        if auth.bearer_token is not None:
+            creds.headers["Authorization"] = f"Bearer {auth.bearer_token.get_secret_value()}"
+            creds.schemes.append("bearer")
+        if auth.api_key is not None:
+            log.warning("auth.api_key is set but the agent card declares no apiKey scheme; it is not sent")
+        return creds
+    if not requirements:
+        for name, scheme in schemes.items():
+            value = _value_for(name, scheme, auth)
+            if value:
+                _apply(creds, name, scheme, value)
+        return creds
+    for names in requirements:
+        if all(n in schemes for n in names):
+            values = {n: _value_for(n, schemes[n], auth) for n in names}
+            if all(values.values()):
+                trial = AgentCredentials(origins=creds.origins)
+                if all(_apply(trial, n, schemes[n], values[n] or "") for n in names):
+                    return trial
+    options = [" and ".join(_scheme_label(n, schemes[n]) if n in schemes else f"{n} (undeclared)" for n in names) for names in requirements]
+    creds.missing = "the agent requires credentials the config does not give: " + " or ".join(options)
+    return creds
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret value replaced."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """Masks credential values in records of HTTP client loggers (a query-string API key would
+    otherwise show up in request log lines)."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self.secrets = secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message, self.secrets)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+def host_of(url: str) -> str:
+    return urlsplit(url).netloc
+
+
+__all__ += ["redact", "RedactingFilter", "host_of"]

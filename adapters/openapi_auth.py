@@ -1,0 +1,302 @@
+"""Credentials of an OpenAPI upstream: API keys (header, query, cookie), HTTP bearer and basic,
+OAuth2 client credentials (token fetched, cached until shortly before it expires, refreshed);
+which credential an operation gets follows the document's security requirements. Secret values
+are held as SecretStr and scrubbed from anything the adapter returns."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+from urllib.parse import quote, urljoin
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from adapters.openapi_params import RequestParts
+from bridge.model import BridgeError
+
+__all__ = ["AuthConfig", "Credentials", "Redactor", "OAuth2Token"]
+
+AuthType = Literal["apiKey", "api_key", "bearer", "basic", "oauth2"]
+
+
+class AuthConfig(BaseModel):
+    """One credential. `scheme` names the document's security scheme it satisfies; without it the
+    credential binds to every scheme of its type, or, when the document declares none of that
+    type, is sent with every request."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    type: AuthType
+    scheme: str | None = Field(default=None, description="name under components.securitySchemes")
+    # apiKey
+    name: str | None = Field(default=None, description="apiKey: header, query or cookie name")
+    in_: Literal["header", "query", "cookie"] | None = Field(default=None, alias="in")
+    value: SecretStr | None = Field(default=None, description="apiKey: the key")
+    # http bearer
+    token: SecretStr | None = None
+    # http basic
+    username: str | None = None
+    password: SecretStr | None = None
+    # oauth2 client credentials
+    token_url: str | None = None
+    client_id: str | None = None
+    client_secret: SecretStr | None = None
+    scopes: list[str] = Field(default_factory=list)
+    audience: str | None = None
+    client_auth: Literal["basic", "body"] = Field(default="basic", description="how client_id/secret reach the token endpoint")
+    refresh_margin: float = Field(default=30.0, ge=0, description="seconds before expiry a token is renewed")
+
+    @model_validator(mode="after")
+    def _complete(self) -> AuthConfig:
+        needed = {
+            "apiKey": ("value",), "api_key": ("value",), "bearer": ("token",),
+            "basic": ("username", "password"), "oauth2": ("client_id", "client_secret"),
+        }[self.type]
+        missing = [f for f in needed if getattr(self, f) in (None, "")]
+        if missing:
+            raise ValueError(f"auth of type {self.type} needs {', '.join(missing)}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "apiKey" if self.type == "api_key" else self.type
+
+
+class Redactor:
+    """Replaces every known secret (and its encoded forms) in text and JSON values with ***."""
+
+    MASK = "***"
+
+    def __init__(self) -> None:
+        self._static: set[str] = set()
+        self._dynamic: Callable[[], list[str]] = list
+
+    def add(self, secret: str | None) -> None:
+        if secret and len(secret) >= 3:
+            self._static.update({secret, quote(secret, safe=""), base64.b64encode(secret.encode()).decode()})
+
+    def secrets(self) -> list[str]:
+        found = self._static | {s for s in self._dynamic() if s}
+        return sorted(found, key=len, reverse=True)
+
+    def text(self, value: str) -> str:
+        for secret in self.secrets():
+            if secret in value:
+                value = value.replace(secret, self.MASK)
+        return value
+
+    def scrub(self, value: Any) -> Any:
+        secrets = self.secrets()
+        if not secrets:
+            return value
+        return _scrub(value, secrets)
+
+
+def _scrub(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret in value:
+                value = value.replace(secret, Redactor.MASK)
+        return value
+    if isinstance(value, dict):
+        return {_scrub(k, secrets): _scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, secrets) for v in value]
+    return value
+
+
+def _setup_error(message: str) -> BridgeError:
+    return BridgeError(message, error_class="credential_missing", recoverability="setup", status="denied")
+
+
+class OAuth2Token:
+    """The client-credentials token of one credential: fetched on first use, reused until
+    `refresh_margin` seconds before it expires, fetched once however many calls wait."""
+
+    def __init__(self, config: AuthConfig, token_url: str) -> None:
+        self.config = config
+        self.token_url = token_url
+        self.clock: Callable[[], float] = time.monotonic
+        self.fetches = 0
+        self._token: str | None = None
+        self._expires_at = 0.0
+        self._lock = asyncio.Lock()
+
+    @property
+    def current(self) -> str | None:
+        return self._token
+
+    def invalidate(self, token: str | None = None) -> None:
+        if token is None or token == self._token:
+            self._token = None
+
+    async def get(self, session: aiohttp.ClientSession, timeout: float) -> str:
+        async with self._lock:
+            if self._token is not None and self.clock() < self._expires_at - self.config.refresh_margin:
+                return self._token
+            self._token = None
+            self._token, lifetime = await self._fetch(session, timeout)
+            self._expires_at = self.clock() + lifetime
+            return self._token
+
+    async def _fetch(self, session: aiohttp.ClientSession, timeout: float) -> tuple[str, float]:
+        cfg = self.config
+        assert cfg.client_id is not None and cfg.client_secret is not None
+        form = {"grant_type": "client_credentials"}
+        if cfg.scopes:
+            form["scope"] = " ".join(cfg.scopes)
+        if cfg.audience:
+            form["audience"] = cfg.audience
+        auth = None
+        if cfg.client_auth == "basic":
+            auth = aiohttp.BasicAuth(cfg.client_id, cfg.client_secret.get_secret_value())
+        else:
+            form["client_id"] = cfg.client_id
+            form["client_secret"] = cfg.client_secret.get_secret_value()
+        self.fetches += 1
+        try:
+            async with session.post(self.token_url, data=form, auth=auth, headers={"Accept": "application/json"},
+                                    timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+                try:
+                    payload = await response.json(content_type=None)
+                except ValueError:
+                    payload = None
+                if response.status != 200 or not isinstance(payload, dict) or not isinstance(payload.get("access_token"), str):
+                    code = payload.get("error") if isinstance(payload, dict) else None
+                    raise _setup_error(
+                        f"the OAuth2 token endpoint {self.token_url} refused the client credentials: "
+                        f"HTTP {response.status}" + (f" {code}" if isinstance(code, str) else ""))
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BridgeError(f"the OAuth2 token endpoint {self.token_url} cannot be reached ({type(exc).__name__})",
+                              error_class="dependency_unavailable", recoverability="retry_later") from None
+        expires_in = payload.get("expires_in")
+        lifetime = float(expires_in) if isinstance(expires_in, (int, float, str)) and str(expires_in).replace(".", "", 1).isdigit() else 3600.0
+        return payload["access_token"], lifetime
+
+
+class _Bound:
+    def __init__(self, config: AuthConfig, name: str | None, location: str | None, token: OAuth2Token | None) -> None:
+        self.config = config
+        self.name = name
+        self.location = location
+        self.token = token
+
+
+class Credentials:
+    """Binds configured credentials to the document's security schemes and adds them to requests."""
+
+    def __init__(self, configs: list[AuthConfig], schemes: dict[str, Any], server_url: str | None) -> None:
+        self.redactor = Redactor()
+        self._by_scheme: dict[str, _Bound] = {}
+        self._always: list[_Bound] = []
+        self._tokens: list[OAuth2Token] = []
+        for i, cfg in enumerate(configs):
+            for secret in (cfg.value, cfg.token, cfg.password, cfg.client_secret):
+                if secret is not None:
+                    self.redactor.add(secret.get_secret_value())
+            if cfg.username and cfg.password:
+                self.redactor.add(f"{cfg.username}:{cfg.password.get_secret_value()}")
+            targets = self._targets(cfg, schemes, i)
+            if not targets:
+                self._always.append(self._bind(cfg, None, server_url, i))
+            for scheme_name in targets:
+                self._by_scheme[scheme_name] = self._bind(cfg, schemes[scheme_name], server_url, i)
+        self.redactor._dynamic = lambda: [t.current or "" for t in self._tokens]
+
+    @staticmethod
+    def _matches(cfg: AuthConfig, scheme: Any) -> bool:
+        if not isinstance(scheme, dict):
+            return False
+        kind, http = scheme.get("type"), str(scheme.get("scheme", "")).lower()
+        if cfg.kind == "apiKey":
+            return kind == "apiKey" and (cfg.name is None or cfg.name == scheme.get("name"))
+        if cfg.kind in ("bearer", "basic"):
+            return kind == "http" and http == cfg.kind
+        return kind == "oauth2"
+
+    def _targets(self, cfg: AuthConfig, schemes: dict[str, Any], index: int) -> list[str]:
+        if cfg.scheme is not None:
+            if cfg.scheme not in schemes:
+                known = ", ".join(sorted(schemes)) or "none"
+                raise ValueError(f"auth[{index}].scheme {cfg.scheme!r} is not a security scheme of the document (known: {known})")
+            if not self._matches(cfg, schemes[cfg.scheme]):
+                raise ValueError(f"auth[{index}] is of type {cfg.type} but security scheme {cfg.scheme!r} is of type "
+                                 f"{schemes[cfg.scheme].get('type') if isinstance(schemes[cfg.scheme], dict) else '?'}")
+            return [cfg.scheme]
+        return [name for name, scheme in schemes.items() if self._matches(cfg, scheme)]
+
+    def _bind(self, cfg: AuthConfig, scheme: Any, server_url: str | None, index: int) -> _Bound:
+        scheme = scheme if isinstance(scheme, dict) else {}
+        if cfg.kind == "apiKey":
+            name, location = cfg.name or scheme.get("name"), cfg.in_ or scheme.get("in")
+            if not name or location not in ("header", "query", "cookie"):
+                raise ValueError(f"auth[{index}] (apiKey) needs `name` and `in` (header, query or cookie): "
+                                 "the document declares no apiKey scheme to take them from")
+            return _Bound(cfg, name, location, None)
+        if cfg.kind == "oauth2":
+            flows = scheme.get("flows") if isinstance(scheme.get("flows"), dict) else {}
+            flow = flows.get("clientCredentials") if isinstance(flows.get("clientCredentials"), dict) else {}
+            token_url = cfg.token_url or flow.get("tokenUrl")
+            if not token_url:
+                raise ValueError(f"auth[{index}] (oauth2) needs `token_url`: the document gives no clientCredentials tokenUrl")
+            if server_url and "://" not in token_url:
+                token_url = urljoin(server_url + "/", token_url)
+            token = OAuth2Token(cfg, token_url)
+            self._tokens.append(token)
+            return _Bound(cfg, None, None, token)
+        return _Bound(cfg, None, None, None)
+
+    @property
+    def tokens(self) -> list[OAuth2Token]:
+        return list(self._tokens)
+
+    def choose(self, requirements: list[dict[str, list[str]]] | None, operation: str) -> list[_Bound]:
+        """The credentials one call carries: the unbound ones, plus the first alternative of the
+        operation's security requirements that every needed scheme has a credential for."""
+        chosen = list(self._always)
+        if not requirements:
+            return chosen
+        anonymous = False
+        for alternative in requirements:
+            if not isinstance(alternative, dict) or not alternative:
+                anonymous = True
+                continue
+            if all(name in self._by_scheme for name in alternative):
+                return chosen + [self._by_scheme[name] for name in alternative]
+        if anonymous or self._always:
+            return chosen
+        wanted = " or ".join("+".join(alt) for alt in requirements if isinstance(alt, dict))
+        raise _setup_error(f"{operation} needs credentials for security scheme {wanted}; "
+                           "add a matching entry under `auth:` in the upstream's config")
+
+    async def apply(self, parts: RequestParts, bound: list[_Bound], session: aiohttp.ClientSession,
+                    timeout: float) -> list[tuple[OAuth2Token, str]]:
+        """Add the chosen credentials to the request; returns the OAuth2 tokens it used."""
+        used: list[tuple[OAuth2Token, str]] = []
+        for b in bound:
+            cfg = b.config
+            if cfg.kind == "apiKey":
+                assert cfg.value is not None and b.name is not None
+                secret = cfg.value.get_secret_value()
+                if b.location == "header":
+                    parts.headers[b.name] = secret
+                elif b.location == "query":
+                    parts.query.append(f"{quote(b.name, safe='')}={quote(secret, safe='')}")
+                else:
+                    parts.cookies.append(f"{b.name}={quote(secret, safe='')}")
+            elif cfg.kind == "bearer":
+                assert cfg.token is not None
+                parts.headers["Authorization"] = f"Bearer {cfg.token.get_secret_value()}"
+            elif cfg.kind == "basic":
+                assert cfg.password is not None
+                raw = f"{cfg.username}:{cfg.password.get_secret_value()}".encode()
+                parts.headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
+            elif b.token is not None:
+                token = await b.token.get(session, timeout)
+                parts.headers["Authorization"] = f"Bearer {token}"
+                used.append((b.token, token))
+        return used

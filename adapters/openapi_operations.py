@@ -1,0 +1,409 @@
+"""OpenAPI operations as tools: selection (include / exclude), names, descriptions, the merged
+input schema (parameters plus request body), the output schema, safety hints from HTTP semantics,
+and the `Operation` record the invoker needs to build the HTTP request."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urljoin, urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from adapters.openapi_schema import SchemaInliner, SpecError
+from adapters.openapi_spec import HTTP_METHODS, Document
+from bridge.model import SafetyHints, UpstreamTool
+
+__all__ = ["Selector", "ParamSpec", "BodySpec", "Operation", "map_operations", "body_kind"]
+
+Location = Literal["path", "query", "header", "cookie"]
+BodyKind = Literal["json", "form", "multipart", "text", "binary"]
+
+_NAME_RULE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
+_IGNORED_HEADERS = {"accept", "content-type", "authorization"}  # OpenAPI: described elsewhere
+_DEFAULT_STYLE = {"path": "simple", "header": "simple", "query": "form", "cookie": "form"}
+
+
+class Selector(BaseModel):
+    """Matches operations; every given field must match. A bare string is an operationId glob."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tag: str | None = Field(default=None, description="glob over the operation's tags")
+    operation_id: str | None = Field(default=None, description="glob over operationId")
+    path: str | None = Field(default=None, description="glob over the path template, e.g. /repos/*")
+    method: list[str] | None = Field(default=None, description="HTTP methods, e.g. [get, head]")
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        value = [value] if isinstance(value, str) else value
+        return [str(v).lower() for v in value] if isinstance(value, list) else value
+
+    def matches(self, method: str, path: str, operation_id: str | None, tags: list[str]) -> bool:
+        if self.method is not None and method not in self.method:
+            return False
+        if self.path is not None and not fnmatch.fnmatchcase(path, self.path):
+            return False
+        if self.operation_id is not None and not fnmatch.fnmatchcase(operation_id or "", self.operation_id):
+            return False
+        if self.tag is not None and not any(fnmatch.fnmatchcase(t, self.tag) for t in tags):
+            return False
+        return True
+
+
+SelectorSpec = str | Selector
+
+
+def _as_selector(spec: SelectorSpec) -> Selector:
+    return spec if isinstance(spec, Selector) else Selector(operation_id=spec)
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    prop: str  # property of the tool's input
+    name: str  # name on the wire
+    location: Location
+    style: str
+    explode: bool
+    allow_reserved: bool = False
+    media_type: str | None = None  # a `content` parameter: the value is serialized as this type
+
+
+@dataclass(frozen=True)
+class BodySpec:
+    media_type: str
+    kind: BodyKind
+    prop: str | None  # the input property holding the whole body, or None when inlined
+    fields: tuple[str, ...] = ()  # inlined body properties
+    required: bool = False
+    encoding: tuple[tuple[str, dict[str, Any]], ...] = ()
+    binary_fields: frozenset[str] = frozenset()
+
+
+@dataclass
+class Operation:
+    native_id: str
+    name: str
+    method: str
+    path: str
+    server_url: str
+    params: tuple[ParamSpec, ...]
+    body: BodySpec | None
+    security: list[dict[str, list[str]]] | None
+    idempotent: bool
+    wrap_result: bool
+    operation_id: str | None = None
+
+
+def body_kind(media_type: str) -> BodyKind:
+    mt = media_type.split(";")[0].strip().lower()
+    if mt == "application/json" or mt.endswith("+json") or mt == "*/*":
+        return "json"
+    if mt == "application/x-www-form-urlencoded":
+        return "form"
+    if mt.startswith("multipart/"):
+        return "multipart"
+    if mt.startswith("text/") or mt.endswith("+xml") or mt in ("application/xml", "application/yaml"):
+        return "text"
+    return "binary"
+
+
+_BODY_PREFERENCE = {"json": 0, "form": 1, "multipart": 2, "text": 3, "binary": 4}
+
+
+def _safety(method: str, op: dict[str, Any]) -> SafetyHints:
+    """HTTP semantics (inferred), overridden by `x-safety: {...}` or `x-read-only` / `x-destructive`
+    / `x-idempotent` / `x-open-world` extensions (declared)."""
+    read_only = method in ("get", "head", "options")
+    facts: dict[str, bool] = {
+        "read_only": read_only,
+        "destructive": method == "delete",
+        "idempotent": read_only or method in ("put", "delete", "trace"),
+    }
+    sources: dict[str, Any] = {k: "inferred" for k in facts}
+    declared: dict[str, Any] = {}
+    block = op.get("x-safety")
+    if isinstance(block, dict):
+        declared.update({_snake(k): v for k, v in block.items()})
+    for key in ("x-read-only", "x-readonly", "x-destructive", "x-idempotent", "x-open-world"):
+        if key in op:
+            declared[_snake(key[2:].replace("readonly", "read-only"))] = op[key]
+    known = ("read_only", "destructive", "idempotent", "open_world", "reversible", "billable", "requires_user_interaction")
+    for key, value in declared.items():
+        if key in known and isinstance(value, bool):
+            facts[key] = value
+            sources[key] = "declared"
+    if sources.get("read_only") == "declared" and facts["read_only"] and "destructive" not in declared:
+        facts["destructive"] = False
+    return SafetyHints(**facts, sources=sources)
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).replace("-", "_").lower()
+
+
+def _clean(name: str) -> str:
+    return _INVALID.sub("_", name).strip("_")
+
+
+def _describe(summary: str, description: str, limit: int) -> str:
+    text = summary.strip()
+    description = description.strip()
+    if description and description != text:
+        text = f"{text}\n\n{description}" if text else description
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    stop = max(cut.rfind(". "), cut.rfind("\n"))
+    cut = cut[: stop + 1] if stop > limit // 2 else cut.rsplit(" ", 1)[0]
+    return cut.rstrip() + "…"
+
+
+def _server_url(servers: Any, doc: Document, variables: dict[str, str], where: str) -> str:
+    if not isinstance(servers, list) or not servers or not isinstance(servers[0], dict):
+        raise SpecError("the document names no server; set `base_url` in the upstream's config", where)
+    server = servers[0]
+    url = str(server.get("url", ""))
+    for name, var in (server.get("variables") or {}).items():
+        value = variables.get(name, var.get("default") if isinstance(var, dict) else None)
+        if value is None:
+            raise SpecError(f"server variable {name!r} has no default; set it under `server_variables`", where)
+        url = url.replace("{" + name + "}", str(value))
+    if not urlsplit(url).scheme:
+        if urlsplit(doc.uri).scheme in ("http", "https"):
+            url = urljoin(doc.uri, url)
+        else:
+            raise SpecError(f"the server URL {url!r} is relative and the document was read from a file; "
+                            "set `base_url` in the upstream's config", where)
+    return url.rstrip("/")
+
+
+def _is_object_schema(schema: Any) -> bool:
+    return isinstance(schema, dict) and (schema.get("type") == "object" or ("properties" in schema and "type" not in schema))
+
+
+class _Mapper:
+    def __init__(self, doc: Document, base_url: str | None, variables: dict[str, str], description_max: int) -> None:
+        self.doc = doc
+        self.inliner = SchemaInliner(doc.lookup, doc.uri, doc.openapi_30)
+        self.base_url = base_url.rstrip("/") if base_url else None
+        self.variables = variables
+        self.description_max = description_max
+        self._servers: dict[int, str] = {}
+
+    def server_for(self, servers: Any, where: str) -> str:
+        if self.base_url:
+            return self.base_url
+        key = id(servers)
+        if key not in self._servers:
+            self._servers[key] = _server_url(servers, self.doc, self.variables, where)
+        return self._servers[key]
+
+    def parameters(self, raw: Any, where: str) -> list[tuple[dict[str, Any], str, str]]:
+        if raw is None:
+            return []
+        if not isinstance(raw, list):
+            raise SpecError("`parameters` must be a list", where)
+        out = []
+        for i, item in enumerate(raw):
+            at = f"{where}[{i}]"
+            param, base = self.inliner.resolve(item, self.doc.uri, at)
+            if not isinstance(param, dict) or not isinstance(param.get("name"), str) or param.get("in") not in _DEFAULT_STYLE:
+                raise SpecError("a parameter needs a `name` and `in` (path, query, header or cookie)", at)
+            out.append((param, base, at))
+        return out
+
+    def operation(self, path: str, method: str, item: dict[str, Any], op: dict[str, Any], path_at: str,
+                  native_id: str) -> tuple[Operation, UpstreamTool]:
+        where = f"{path_at}.{method}"
+        params = {(x[0]["name"], x[0]["in"]): x for x in self.parameters(item.get("parameters"), f"{path_at}.parameters")}
+        params.update({(x[0]["name"], x[0]["in"]): x for x in self.parameters(op.get("parameters"), f"{where}.parameters")})
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        needs: set[str] = set()
+        specs: list[ParamSpec] = []
+        for (name, location), (param, base, at) in params.items():
+            if location == "header" and name.lower() in _IGNORED_HEADERS:
+                continue
+            media_type = None
+            if "schema" in param:
+                schema = self.inliner.expand(param["schema"], base, f"{at}.schema", "input", needs)
+            elif isinstance(param.get("content"), dict) and param["content"]:
+                media_type, media = next(iter(param["content"].items()))
+                schema = self.inliner.expand((media or {}).get("schema", {}), base, f"{at}.content", "input", needs)
+            else:
+                schema = {}
+            schema = dict(schema) if isinstance(schema, dict) else {}
+            if param.get("description") and "description" not in schema:
+                schema["description"] = param["description"]
+            if param.get("deprecated"):
+                schema["deprecated"] = True
+            prop = name if _NAME_RULE.match(name) and name not in properties else _clean(f"{location}_{name}")[:64]
+            properties[prop] = schema
+            if param.get("required") or location == "path":
+                required.append(prop)
+            style = param.get("style") or _DEFAULT_STYLE[location]
+            specs.append(ParamSpec(prop=prop, name=name, location=location, style=style,
+                                   explode=param.get("explode", style == "form"),
+                                   allow_reserved=bool(param.get("allowReserved")), media_type=media_type))
+        body = self.request_body(op.get("requestBody"), f"{where}.requestBody", properties, required, needs)
+        input_schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+        if required:
+            input_schema["required"] = required
+        input_schema = self.inliner.with_defs(input_schema, needs, "input")
+        output_schema, wrap = self.response_schema(op.get("responses"), f"{where}.responses")
+        security = op.get("security", self.doc.data.get("security"))
+        security = security if isinstance(security, list) else None
+        scheme_refs = sorted({name for alt in security or [] if isinstance(alt, dict) for name in alt})
+        server_url = self.server_for(op.get("servers") or item.get("servers") or self.doc.data.get("servers"), where)
+        operation_id = op.get("operationId") if isinstance(op.get("operationId"), str) else None
+        name = _clean(operation_id or "") or _clean(f"{method}_{path.replace('{', '').replace('}', '')}")
+        safety = _safety(method, op)
+        summary, description = str(op.get("summary") or ""), str(op.get("description") or "")
+        tags = [t for t in op.get("tags") or [] if isinstance(t, str)]
+        annotations: dict[str, Any] = {"summary": summary or None, "description": description or None}
+        if isinstance(op.get("externalDocs"), dict):
+            annotations["external_docs"] = op["externalDocs"].get("url")
+        if body is not None:
+            annotations["request_media_type"] = body.media_type
+        tool = UpstreamTool(
+            native_id=native_id,
+            name=name,
+            title=summary.strip() or None,
+            description=_describe(summary, description, self.description_max) or f"{method.upper()} {path}",
+            tool_kind="openapi_operation",
+            input_schema=input_schema,
+            output_schema=output_schema,
+            safety=safety,
+            tags=tags,
+            search_hint=summary.strip()[:200] or None,
+            external_mapping={
+                "source": "openapi", "operation_id": operation_id, "method": method.upper(), "path": path,
+                "server_url": server_url, "security_scheme_refs": scheme_refs,
+            },
+            annotations={"openapi": {k: v for k, v in annotations.items() if v is not None}},
+            lifecycle="deprecated" if op.get("deprecated") is True else "available",
+        )
+        operation = Operation(
+            native_id=native_id, name=name, method=method.upper(), path=path, server_url=server_url,
+            params=tuple(specs), body=body, security=security, idempotent=safety.idempotent,
+            wrap_result=wrap, operation_id=operation_id,
+        )
+        return operation, tool
+
+    def request_body(self, raw: Any, where: str, properties: dict[str, Any], required: list[str],
+                     needs: set[str]) -> BodySpec | None:
+        if raw is None:
+            return None
+        body, base = self.inliner.resolve(raw, self.doc.uri, where)
+        content = body.get("content") if isinstance(body, dict) else None
+        if not isinstance(content, dict) or not content:
+            return None
+        media_type = min(content, key=lambda mt: _BODY_PREFERENCE[body_kind(mt)])
+        kind = body_kind(media_type)
+        media = content[media_type] if isinstance(content[media_type], dict) else {}
+        at = f"{where}.content[{media_type!r}].schema"
+        schema = self.inliner.expand(media.get("schema", {}), base, at, "input", needs)
+        is_required = bool(body.get("required"))
+        encoding = media.get("encoding") if isinstance(media.get("encoding"), dict) else {}
+        if kind == "binary":
+            schema = {"type": "string", "contentEncoding": "base64", "description": f"the {media_type} body, base64-encoded"}
+        elif kind == "text" and not schema:
+            schema = {"type": "string"}
+        binary_fields: set[str] = set()
+        if kind == "multipart" and _is_object_schema(schema):
+            props = dict(schema.get("properties") or {})
+            for key, sub in props.items():
+                if isinstance(sub, dict) and (sub.get("format") in ("binary", "byte") or "contentMediaType" in sub):
+                    binary_fields.add(key)
+                    props[key] = {"type": "string", "contentEncoding": "base64",
+                                  "description": (sub.get("description") or f"content of {key}") + " (base64-encoded)"}
+            schema = {**schema, "properties": props}
+        fields = tuple((schema.get("properties") or {}).keys()) if isinstance(schema, dict) else ()
+        inline = (kind in ("json", "form", "multipart") and _is_object_schema(schema) and fields
+                  and not any(k in schema for k in ("allOf", "anyOf", "oneOf", "$ref"))
+                  and not any(f in properties for f in fields))
+        enc = tuple((k, v) for k, v in encoding.items() if isinstance(v, dict))
+        if inline:
+            properties.update(schema["properties"])
+            if is_required:
+                required.extend(r for r in schema.get("required") or [] if r in schema["properties"])
+            return BodySpec(media_type=media_type, kind=kind, prop=None, fields=fields, required=is_required,
+                            encoding=enc, binary_fields=frozenset(binary_fields))
+        prop = next(p for p in ("body", "request_body", "_body") if p not in properties)
+        properties[prop] = schema if isinstance(schema, dict) else {}
+        if is_required:
+            required.append(prop)
+        return BodySpec(media_type=media_type, kind=kind, prop=prop, required=is_required, encoding=enc,
+                        binary_fields=frozenset(binary_fields))
+
+    def response_schema(self, raw: Any, where: str) -> tuple[dict[str, Any] | None, bool]:
+        """The JSON schema of the first success response that has one; wrapped in `{result: ...}`
+        when it is not an object (structured content is always an object)."""
+        if not isinstance(raw, dict):
+            return None, False
+        codes = sorted((str(c) for c in raw if str(c).startswith("2")), key=lambda c: (c.upper() == "2XX", c))
+        for code in codes:
+            response, base = self.inliner.resolve(raw[code], self.doc.uri, f"{where}[{code!r}]")
+            content = response.get("content") if isinstance(response, dict) else None
+            if not isinstance(content, dict):
+                continue
+            for media_type, media in content.items():
+                if body_kind(media_type) == "json" and isinstance(media, dict) and "schema" in media:
+                    at = f"{where}[{code!r}].content[{media_type!r}].schema"
+                    needs: set[str] = set()
+                    schema = self.inliner.expand(media["schema"], base, at, "output", needs)
+                    if _is_object_schema(schema):
+                        return self.inliner.with_defs(dict(schema), needs, "output"), False
+                    wrapped = {"type": "object", "properties": {"result": schema if isinstance(schema, dict) else {}},
+                               "required": ["result"]}
+                    return self.inliner.with_defs(wrapped, needs, "output"), True
+            return None, False
+        return None, False
+
+
+def map_operations(
+    doc: Document,
+    *,
+    base_url: str | None = None,
+    server_variables: dict[str, str] | None = None,
+    include: list[SelectorSpec] | None = None,
+    exclude: list[SelectorSpec] | None = None,
+    description_max: int = 600,
+) -> tuple[dict[str, Operation], list[UpstreamTool]]:
+    """Every selected operation as (Operation by native id, tools). Raises SpecError."""
+    mapper = _Mapper(doc, base_url, server_variables or {}, description_max)
+    includes = [_as_selector(s) for s in include or []]
+    excludes = [_as_selector(s) for s in exclude or []]
+    seen_ids: set[str] = set()
+    operations: dict[str, Operation] = {}
+    tools: list[UpstreamTool] = []
+    for path, item in (doc.data.get("paths") or {}).items():
+        at = f"$.paths[{path!r}]"
+        if isinstance(item, dict) and "$ref" in item:
+            item, _ = mapper.inliner.resolve(item, doc.uri, at)
+        if not isinstance(item, dict):
+            raise SpecError("a path item must be an object", at)
+        for method in HTTP_METHODS:
+            op = item.get(method)
+            if op is None:
+                continue
+            where = f"{at}.{method}"
+            if not isinstance(op, dict):
+                raise SpecError("an operation must be an object", where)
+            operation_id = op.get("operationId") if isinstance(op.get("operationId"), str) else None
+            tags = [t for t in op.get("tags") or [] if isinstance(t, str)]
+            if includes and not any(s.matches(method, path, operation_id, tags) for s in includes):
+                continue
+            if any(s.matches(method, path, operation_id, tags) for s in excludes):
+                continue
+            native_id = operation_id if operation_id and operation_id not in seen_ids else f"{method.upper()} {path}"
+            seen_ids.add(native_id)
+            operation, tool = mapper.operation(path, method, item, op, at, native_id)
+            operations[native_id] = operation
+            tools.append(tool)
+    return operations, tools

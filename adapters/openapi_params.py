@@ -1,0 +1,264 @@
+"""Serialization of tool arguments into an HTTP request the way an OpenAPI document describes it:
+parameter `style` / `explode` (simple, form, label, matrix, deepObject, spaceDelimited,
+pipeDelimited) for path, query, header and cookie, and JSON, form-urlencoded, multipart, text and
+binary request bodies."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from adapters.openapi_operations import BodySpec, Operation, ParamSpec
+from bridge.model import BridgeError
+
+__all__ = ["RequestParts", "build_request", "serialize_path", "serialize_query", "serialize_header", "serialize_cookie"]
+
+_RESERVED = ":/?#[]@!$&'()*+,;="
+
+
+@dataclass
+class RequestParts:
+    """Everything of one request except the credentials, which `adapters.openapi_auth` adds."""
+
+    method: str
+    url: str  # server URL plus the expanded path, percent-encoded
+    query: list[str] = field(default_factory=list)  # encoded `name=value` items
+    headers: dict[str, str] = field(default_factory=dict)
+    cookies: list[str] = field(default_factory=list)  # `name=value` items
+    data: Any = None  # bytes, str or aiohttp.FormData
+
+    def full_url(self) -> str:
+        return self.url + ("?" + "&".join(self.query) if self.query else "")
+
+    def header_items(self) -> dict[str, str]:
+        headers = dict(self.headers)
+        if self.cookies:
+            headers["Cookie"] = "; ".join(self.cookies)
+        return headers
+
+
+def _invalid(message: str) -> BridgeError:
+    return BridgeError(message, error_class="invalid_arguments", recoverability="change_arguments")
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return str(value)
+
+
+def _enc(value: Any, reserved: bool = False) -> str:
+    return quote(_text(value), safe=_RESERVED if reserved else "")
+
+
+def _pairs(value: dict[str, Any]) -> Iterable[tuple[str, Any]]:
+    return ((str(k), v) for k, v in value.items() if v is not None)
+
+
+def _prepare(spec: ParamSpec, value: Any) -> Any:
+    """A `content` parameter is one string in its media type (JSON here)."""
+    if spec.media_type is not None and not isinstance(value, str):
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return value
+
+
+def serialize_path(spec: ParamSpec, value: Any) -> str:
+    """The text that replaces `{name}` in the path template."""
+    value = _prepare(spec, value)
+    style, explode, name = spec.style, spec.explode, quote(spec.name, safe="")
+    if style == "simple":
+        if isinstance(value, list):
+            return ",".join(_enc(v) for v in value)
+        if isinstance(value, dict):
+            return ",".join(f"{_enc(k)}={_enc(v)}" if explode else f"{_enc(k)},{_enc(v)}" for k, v in _pairs(value))
+        return _enc(value)
+    if style == "label":
+        if isinstance(value, list):
+            return "." + ("." if explode else ",").join(_enc(v) for v in value)
+        if isinstance(value, dict):
+            if explode:
+                return "".join(f".{_enc(k)}={_enc(v)}" for k, v in _pairs(value))
+            return "." + ",".join(f"{_enc(k)},{_enc(v)}" for k, v in _pairs(value))
+        return "." + _enc(value)
+    if style == "matrix":
+        if isinstance(value, list):
+            if explode:
+                return "".join(f";{name}={_enc(v)}" for v in value)
+            return f";{name}=" + ",".join(_enc(v) for v in value)
+        if isinstance(value, dict):
+            if explode:
+                return "".join(f";{_enc(k)}={_enc(v)}" for k, v in _pairs(value))
+            return f";{name}=" + ",".join(f"{_enc(k)},{_enc(v)}" for k, v in _pairs(value))
+        return f";{name}" if value == "" else f";{name}={_enc(value)}"
+    raise _invalid(f"path parameter {spec.name!r} has style {style!r}, which OpenAPI does not allow in a path")
+
+
+def serialize_query(spec: ParamSpec, value: Any) -> list[str]:
+    """Encoded `name=value` items for the query string."""
+    value = _prepare(spec, value)
+    style, explode, reserved = spec.style, spec.explode, spec.allow_reserved
+    name = quote(spec.name, safe="[]")
+
+    def enc(v: Any) -> str:
+        return _enc(v, reserved)
+
+    if style == "deepObject":
+        if not isinstance(value, dict):
+            return [f"{name}={enc(value)}"]
+        return _deep(name, value, enc)
+    if style in ("spaceDelimited", "pipeDelimited") and not explode:
+        sep = "%20" if style == "spaceDelimited" else "|"
+        if isinstance(value, list):
+            return [f"{name}=" + sep.join(enc(v) for v in value)]
+        if isinstance(value, dict):
+            return [f"{name}=" + sep.join(f"{enc(k)}{sep}{enc(v)}" for k, v in _pairs(value))]
+        return [f"{name}={enc(value)}"]
+    if style not in ("form", "spaceDelimited", "pipeDelimited"):
+        raise _invalid(f"query parameter {spec.name!r} has style {style!r}, which OpenAPI does not allow in a query")
+    if isinstance(value, list):
+        if explode:
+            return [f"{name}={enc(v)}" for v in value]
+        return [f"{name}=" + ",".join(enc(v) for v in value)]
+    if isinstance(value, dict):
+        if explode:
+            return [f"{quote(k, safe='[]')}={enc(v)}" for k, v in _pairs(value)]
+        return [f"{name}=" + ",".join(f"{enc(k)},{enc(v)}" for k, v in _pairs(value))]
+    return [f"{name}={enc(value)}"]
+
+
+def _deep(prefix: str, value: dict[str, Any], enc: Any) -> list[str]:
+    out: list[str] = []
+    for key, item in _pairs(value):
+        inner = f"{prefix}[{quote(key, safe='')}]"
+        if isinstance(item, dict):
+            out.extend(_deep(inner, item, enc))
+        elif isinstance(item, list):
+            out.extend(f"{inner}={enc(v)}" for v in item)
+        else:
+            out.append(f"{inner}={enc(item)}")
+    return out
+
+
+def serialize_header(spec: ParamSpec, value: Any) -> str:
+    value = _prepare(spec, value)
+    if isinstance(value, list):
+        text = ",".join(_text(v) for v in value)
+    elif isinstance(value, dict):
+        text = ",".join(f"{k}={_text(v)}" if spec.explode else f"{k},{_text(v)}" for k, v in _pairs(value))
+    else:
+        text = _text(value)
+    if "\r" in text or "\n" in text:
+        raise _invalid(f"header parameter {spec.name!r} must not contain line breaks")
+    return text
+
+
+def serialize_cookie(spec: ParamSpec, value: Any) -> list[str]:
+    """`name=value` items of the Cookie header (form style)."""
+    value = _prepare(spec, value)
+    name = spec.name
+    if isinstance(value, list):
+        if spec.explode:
+            return [f"{name}={_enc(v)}" for v in value]
+        return [f"{name}=" + ",".join(_enc(v) for v in value)]
+    if isinstance(value, dict):
+        if spec.explode:
+            return [f"{k}={_enc(v)}" for k, v in _pairs(value)]
+        return [f"{name}=" + ",".join(f"{_enc(k)},{_enc(v)}" for k, v in _pairs(value))]
+    return [f"{name}={_enc(value)}"]
+
+
+# ---------------------------------------------------------------------- bodies
+
+
+def _b64(value: Any, what: str) -> bytes:
+    if not isinstance(value, str):
+        raise _invalid(f"{what} must be a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise _invalid(f"{what} is not valid base64") from None
+
+
+def _form_items(key: str, value: Any, encoding: dict[str, Any]) -> list[str]:
+    style = encoding.get("style", "form")
+    explode = encoding.get("explode", style == "form")
+    spec = ParamSpec(prop=key, name=key, location="query", style=style, explode=explode,
+                     allow_reserved=bool(encoding.get("allowReserved")))
+    return serialize_query(spec, value)
+
+
+def _body(body: BodySpec, value: Any) -> tuple[Any, str | None]:
+    """(payload, content type); the content type is None where aiohttp sets it (multipart)."""
+    encodings = dict(body.encoding)
+    if body.kind == "json":
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(), body.media_type
+    if body.kind == "form":
+        if not isinstance(value, dict):
+            raise _invalid("a form body must be an object")
+        items = [i for k, v in _pairs(value) for i in _form_items(k, v, encodings.get(k, {}))]
+        return "&".join(items).encode(), body.media_type
+    if body.kind == "multipart":
+        if not isinstance(value, dict):
+            raise _invalid("a multipart body must be an object")
+        form = aiohttp.FormData(quote_fields=True)
+        for key, item in _pairs(value):
+            content_type = encodings.get(key, {}).get("contentType")
+            if key in body.binary_fields:
+                form.add_field(key, _b64(item, f"field {key!r}"), filename=key,
+                               content_type=content_type or "application/octet-stream")
+            elif isinstance(item, list) and all(not isinstance(i, (dict, list)) for i in item):
+                for part in item:
+                    form.add_field(key, _text(part), content_type=content_type or "text/plain")
+            elif isinstance(item, (dict, list)):
+                form.add_field(key, _text(item), content_type=content_type or "application/json")
+            else:
+                form.add_field(key, _text(item), content_type=content_type or "text/plain")
+        return form, None
+    if body.kind == "text":
+        return _text(value).encode(), body.media_type
+    return _b64(value, "the body"), body.media_type
+
+
+def build_request(op: Operation, arguments: dict[str, Any]) -> RequestParts:
+    """The request for one call of `op` with validated arguments (no credentials yet)."""
+    path = op.path
+    parts = RequestParts(method=op.method, url="")
+    for spec in op.params:
+        if spec.prop not in arguments or arguments[spec.prop] is None:
+            if spec.location == "path":
+                raise _invalid(f"path parameter {spec.prop!r} is required")
+            continue
+        value = arguments[spec.prop]
+        if spec.location == "path":
+            path = path.replace("{" + spec.name + "}", serialize_path(spec, value))
+        elif spec.location == "query":
+            parts.query.extend(serialize_query(spec, value))
+        elif spec.location == "header":
+            parts.headers[spec.name] = serialize_header(spec, value)
+        else:
+            parts.cookies.extend(serialize_cookie(spec, value))
+    parts.url = op.server_url + path
+    body = op.body
+    if body is not None:
+        if body.prop is not None:
+            value = arguments.get(body.prop)
+            present = body.prop in arguments
+        else:
+            value = {k: arguments[k] for k in body.fields if k in arguments}
+            present = bool(value) or body.required
+        if present:
+            parts.data, content_type = _body(body, value)
+            if content_type:
+                parts.headers["Content-Type"] = content_type
+    return parts

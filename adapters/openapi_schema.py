@@ -1,0 +1,234 @@
+"""OpenAPI schemas turned into self-contained JSON Schema 2020-12 for tool contracts.
+
+`$ref`s are looked up through the `referencing` resolver that jsonschema-path builds for the
+document (local pointers, relative files, URLs); this module only decides what to inline. Each
+referenced schema is inlined once per tool; a schema that refers back to itself (directly or
+through others) is kept once under `$defs` and referred to with `{"$ref": "#/$defs/<name>"}`,
+so recursive schemas stay finite. OpenAPI 3.0 dialect (`nullable`, boolean `exclusiveMinimum`,
+`example`) is rewritten to JSON Schema; OpenAPI-only keywords are dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Literal
+from urllib.parse import unquote, urldefrag, urljoin
+
+from referencing.exceptions import Unresolvable
+
+__all__ = ["SchemaInliner", "SpecError", "Direction"]
+
+Direction = Literal["input", "output"]
+
+# Keywords whose value is one subschema / a list of subschemas / a map of name -> subschema.
+_ONE = ("not", "if", "then", "else", "contains", "propertyNames", "unevaluatedItems",
+        "unevaluatedProperties", "additionalItems")
+_MANY = ("allOf", "anyOf", "oneOf", "prefixItems")
+_MAP = ("properties", "patternProperties", "dependentSchemas")
+# OpenAPI-only or bulky annotation keywords that a tool contract does not need.
+_DROP = frozenset({"example", "examples", "xml", "externalDocs", "discriminator", "nullable", "$schema", "$id",
+                   "$anchor", "$dynamicAnchor", "$comment", "definitions", "$defs"})
+_DEF_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class SpecError(Exception):
+    """A problem in an OpenAPI document: `location` says where (a JSON path), `problem` what."""
+
+    def __init__(self, problem: str, location: str = "") -> None:
+        self.problem = problem
+        self.location = location
+        super().__init__(f"{location}: {problem}" if location else problem)
+
+
+def _is_dict(node: Any) -> bool:
+    return isinstance(node, dict)
+
+
+class SchemaInliner:
+    """Expands schemas of one document. Results are shared between tools (never mutate them)."""
+
+    def __init__(self, lookup: Callable[[str], Any], base_uri: str, openapi_30: bool) -> None:
+        self._lookup = lookup
+        self.base_uri = base_uri
+        self.openapi_30 = openapi_30
+        self._cache: dict[tuple[str, Direction], tuple[Any, frozenset[str]]] = {}
+        self._stack: list[tuple[str, Direction]] = []
+        self._recursive: set[tuple[str, Direction]] = set()
+        self._defs: dict[tuple[str, Direction], tuple[Any, frozenset[str]]] = {}
+        self._names: dict[str, str] = {}
+        self._taken: set[str] = set()
+
+    # ------------------------------------------------------------------ references
+
+    def resolve(self, node: Any, base: str, where: str) -> tuple[Any, str]:
+        """Follow `$ref` chains of a non-schema object (parameter, response, request body)."""
+        seen: set[str] = set()
+        while _is_dict(node) and isinstance(node.get("$ref"), str):
+            uri = urljoin(base, node["$ref"])
+            if uri in seen:
+                raise SpecError(f"$ref {node['$ref']!r} refers to itself", where)
+            seen.add(uri)
+            node, base = self.lookup(uri, node["$ref"], where), urldefrag(uri).url
+        return node, base
+
+    def lookup(self, uri: str, ref: str, where: str) -> Any:
+        try:
+            return self._lookup(uri)
+        except Unresolvable as exc:
+            cause = exc.__cause__ or exc.__context__
+            why = f" ({type(cause).__name__}: {str(cause)[:160]})" if cause and not isinstance(cause, KeyError) else ""
+            if "does not exist within" in why:  # referencing quotes the whole document; keep it short
+                why = ""
+            raise SpecError(f"$ref {ref!r} cannot be resolved{why}", where) from None
+
+    def _def_name(self, uri: str) -> str:
+        name = self._names.get(uri)
+        if name is None:
+            doc, fragment = urldefrag(uri)
+            tail = unquote(fragment.rstrip("/").rsplit("/", 1)[-1]) if fragment else doc.rsplit("/", 1)[-1]
+            base = _DEF_NAME.sub("_", tail).strip("_") or "schema"
+            name, n = base, 2
+            while name in self._taken:
+                name, n = f"{base}_{n}", n + 1
+            self._taken.add(name)
+            self._names[uri] = name
+        return name
+
+    # ------------------------------------------------------------------ public API
+
+    def schema(self, node: Any, base: str, where: str, direction: Direction) -> dict[str, Any]:
+        """A self-contained JSON Schema for `node` (with `$defs` for recursive parts)."""
+        needs: set[str] = set()
+        out = self._expand(node, base, where, direction, needs)
+        if not _is_dict(out):
+            out = {} if out is True or out is None else {"not": {}}
+        return self.with_defs(out, needs, direction)
+
+    def expand(self, node: Any, base: str, where: str, direction: Direction, needs: set[str]) -> Any:
+        """Expand without attaching `$defs`: the caller merges several and calls `with_defs`."""
+        return self._expand(node, base, where, direction, needs)
+
+    def with_defs(self, schema: dict[str, Any], needs: set[str], direction: Direction) -> dict[str, Any]:
+        if not needs:
+            return schema
+        defs: dict[str, Any] = {}
+        todo = list(needs)
+        while todo:
+            uri = todo.pop()
+            name = self._def_name(uri)
+            if name in defs:
+                continue
+            body, more = self._defs[(uri, direction)]
+            defs[name] = body
+            todo.extend(m for m in more if self._def_name(m) not in defs)
+        return {**schema, "$defs": defs}
+
+    # ------------------------------------------------------------------ expansion
+
+    def _expand(self, node: Any, base: str, where: str, direction: Direction, needs: set[str]) -> Any:
+        if isinstance(node, bool):
+            return node
+        if not _is_dict(node):
+            raise SpecError(f"a schema must be an object, got {type(node).__name__}", where)
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            target = self._expand_ref(urljoin(base, ref), ref, where, direction, needs)
+            siblings = {k: v for k, v in node.items() if k != "$ref" and k not in _DROP and not k.startswith("x-")}
+            if siblings and _is_dict(target):
+                # OpenAPI 3.1 lets a $ref carry annotations (description, default ...); they win.
+                extra = self._expand({**siblings}, base, where, direction, needs)
+                return {**target, **extra} if "$ref" not in target else {**extra, **target}
+            return target
+        return self._convert(node, base, where, direction, needs)
+
+    def _expand_ref(self, uri: str, ref: str, where: str, direction: Direction, needs: set[str]) -> Any:
+        key = (uri, direction)
+        if key in self._recursive:
+            needs.add(uri)
+            return {"$ref": f"#/$defs/{self._def_name(uri)}"}
+        cached = self._cache.get(key)
+        if cached is not None:
+            needs.update(cached[1])
+            return cached[0]
+        if key in self._stack:
+            self._recursive.add(key)
+            needs.add(uri)
+            return {"$ref": f"#/$defs/{self._def_name(uri)}"}
+        target = self.lookup(uri, ref, where)
+        self._stack.append(key)
+        inner: set[str] = set()
+        try:
+            body = self._expand(target, urldefrag(uri).url, f"{where} -> {ref}", direction, inner)
+        finally:
+            self._stack.pop()
+        if key in self._recursive:
+            inner.discard(uri)
+            self._defs[key] = (body, frozenset(inner))
+            needs.add(uri)
+            needs.update(inner)
+            result: Any = {"$ref": f"#/$defs/{self._def_name(uri)}"}
+            self._cache[key] = (result, frozenset(inner | {uri}))
+            return result
+        needs.update(inner)
+        self._cache[key] = (body, frozenset(inner))
+        return body
+
+    def _convert(self, node: dict[str, Any], base: str, where: str, direction: Direction, needs: set[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in _DROP or key.startswith("x-"):
+                continue
+            if key in _ONE or key == "additionalProperties":
+                out[key] = self._expand(value, base, f"{where}.{key}", direction, needs)
+            elif key == "items":
+                if isinstance(value, list):  # 2019-09 tuple form
+                    out["prefixItems"] = [self._expand(v, base, f"{where}.items[{i}]", direction, needs) for i, v in enumerate(value)]
+                else:
+                    out[key] = self._expand(value, base, f"{where}.items", direction, needs)
+            elif key in _MANY:
+                if not isinstance(value, list):
+                    raise SpecError(f"`{key}` must be a list of schemas", where)
+                out[key] = [self._expand(v, base, f"{where}.{key}[{i}]", direction, needs) for i, v in enumerate(value)]
+            elif key in _MAP:
+                if not _is_dict(value):
+                    raise SpecError(f"`{key}` must be an object of schemas", where)
+                out[key] = {k: self._expand(v, base, f"{where}.{key}.{k}", direction, needs) for k, v in value.items()}
+            else:
+                out[key] = value
+        if direction == "input" or direction == "output":
+            self._drop_one_way(out, "readOnly" if direction == "input" else "writeOnly")
+        if self.openapi_30:
+            self._from_openapi_30(node, out)
+        return out
+
+    @staticmethod
+    def _drop_one_way(schema: dict[str, Any], flag: str) -> None:
+        """Properties marked readOnly are not sent; those marked writeOnly never come back."""
+        props = schema.get("properties")
+        if not _is_dict(props):
+            return
+        hidden = [k for k, v in props.items() if _is_dict(v) and v.get(flag) is True]
+        if not hidden:
+            return
+        schema["properties"] = {k: v for k, v in props.items() if k not in hidden}
+        if isinstance(schema.get("required"), list):
+            schema["required"] = [r for r in schema["required"] if r not in hidden]
+
+    @staticmethod
+    def _from_openapi_30(source: dict[str, Any], out: dict[str, Any]) -> None:
+        if source.get("nullable") is True:
+            kind = out.get("type")
+            if isinstance(kind, str):
+                out["type"] = [kind, "null"]
+            elif isinstance(kind, list) and "null" not in kind:
+                out["type"] = [*kind, "null"]
+            if isinstance(out.get("enum"), list) and None not in out["enum"]:
+                out["enum"] = [*out["enum"], None]
+        for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+            flag = out.get(bound)
+            if isinstance(flag, bool):
+                if flag and limit in out:
+                    out[bound] = out.pop(limit)
+                else:
+                    del out[bound]

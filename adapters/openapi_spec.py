@@ -1,0 +1,187 @@
+"""OpenAPI documents: reading (file or URL, YAML or JSON), version check, validation with
+located messages, `$ref` resolution through jsonschema-path, and the resolver handed to the
+operation mapper (`adapters.openapi_operations`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import aiohttp
+import yaml
+from jsonschema_path import SchemaPath
+from jsonschema_path.handlers.file import FilePathHandler
+from jsonschema_path.handlers.urllib import UrllibHandler
+from jsonschema_path.loaders import JsonschemaSafeLoader
+from referencing.exceptions import Unresolvable
+
+from adapters.openapi_schema import SpecError
+
+__all__ = ["Document", "SpecError", "read_source", "parse_document", "is_url", "HTTP_METHODS"]
+
+HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+# Full validation walks every schema; above this many operations "auto" keeps to the checks the
+# mapper makes anyway (it names the location of each problem it meets).
+AUTO_VALIDATE_MAX_OPERATIONS = 300
+
+
+def is_url(source: str) -> bool:
+    return urlsplit(source).scheme in ("http", "https")
+
+
+def _location(path: list[Any]) -> str:
+    out = "$"
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and part.replace("_", "").replace("-", "").isalnum():
+            out += f".{part}"
+        else:
+            out += f"[{part!r}]"
+    return out
+
+
+class _CachedHandler:
+    """One read per referenced file or URL while a document loads (jsonschema-path's handlers
+    do the reading and parsing)."""
+
+    def __init__(self, inner: Callable[[str], Any]) -> None:
+        self.inner = inner
+        self.cache: dict[str, Any] = {}
+
+    def __call__(self, uri: str) -> Any:
+        if uri not in self.cache:
+            self.cache[uri] = self.inner(uri)
+        return self.cache[uri]
+
+
+@dataclass
+class Document:
+    """A parsed OpenAPI 3.x document and the resolver for its `$ref`s."""
+
+    data: dict[str, Any]
+    uri: str
+    source: str
+    version: Literal["3.0", "3.1"]
+    fetch_timeout: float = 10.0
+    _resolver: Any = field(default=None, repr=False)
+    _lookups: dict[str, Any] = field(default_factory=dict, repr=False)
+    _handlers: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        timeout = max(1, int(self.fetch_timeout))
+        web = _CachedHandler(UrllibHandler("http", "https", timeout=timeout))
+        self._handlers = {"file": _CachedHandler(FilePathHandler("file")), "http": web, "https": web}
+        root = SchemaPath.from_dict(self.data, base_uri=self.uri, handlers=self._handlers)
+        with root.resolve() as resolved:
+            self._resolver = resolved.resolver
+
+    @property
+    def openapi_30(self) -> bool:
+        return self.version == "3.0"
+
+    def lookup(self, uri: str) -> Any:
+        """The node an absolute `$ref` URI points to (raises referencing's Unresolvable)."""
+        found = self._lookups.get(uri)
+        if found is None:
+            found = self._lookups[uri] = self._resolver.lookup(uri).contents
+        return found
+
+    def operation_count(self) -> int:
+        paths = self.data.get("paths")
+        if not isinstance(paths, dict):
+            return 0
+        return sum(1 for item in paths.values() if isinstance(item, dict) for m in item if m in HTTP_METHODS)
+
+    def validate(self, mode: Literal["auto", "full", "off"]) -> None:
+        """Check the document against the OpenAPI specification (openapi-spec-validator, as used
+        by openapi-core). Raises SpecError listing the first problems with their locations."""
+        if mode == "off" or (mode == "auto" and self.operation_count() > AUTO_VALIDATE_MAX_OPERATIONS):
+            return
+        from openapi_spec_validator.validation import OpenAPIV30SpecValidator, OpenAPIV31SpecValidator
+
+        cls = OpenAPIV30SpecValidator if self.openapi_30 else OpenAPIV31SpecValidator
+        root = SchemaPath.from_dict(self.data, base_uri=self.uri, handlers=self._handlers)
+        problems: list[str] = []
+        try:
+            for err in cls(root).iter_errors():
+                where = _location(list(err.absolute_path)) if err.absolute_path else "$"
+                message = err.message if len(err.message) < 300 else err.message[:297] + "..."
+                problems.append(f"{where}: {message}")
+                if len(problems) >= 5:
+                    break
+        except Unresolvable as exc:
+            # the mapper finds the same reference and names where it is used
+            if not problems:
+                return
+            problems.append(f"$ref {getattr(exc, 'ref', '?')!r} cannot be resolved")
+        if problems:
+            raise SpecError("; ".join(problems) + (" (first 5 shown)" if len(problems) >= 5 else ""),
+                            "not a valid OpenAPI " + self.version + " document")
+
+
+async def read_source(source: str, base_dir: Callable[[str], str], session: aiohttp.ClientSession | None,
+                      timeout: float) -> tuple[str, str]:
+    """(text, base URI) of a document given as a URL or a path relative to the config."""
+    if is_url(source):
+        owned = session is None
+        session = session or aiohttp.ClientSession()
+        try:
+            async with session.get(source, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+                if response.status != 200:
+                    raise SpecError(f"GET answered HTTP {response.status} {response.reason or ''}".rstrip(), source)
+                return await response.text(), str(response.url)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise SpecError(f"cannot be fetched: {type(exc).__name__}: {exc}" if str(exc) else
+                            f"cannot be fetched: {type(exc).__name__}", source) from None
+        finally:
+            if owned:
+                await session.close()
+    path = Path(base_dir(source)).resolve()
+    try:
+        text = await asyncio.to_thread(path.read_text, encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError("file not found", str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot be read: {exc}", str(path)) from None
+    return text, path.as_uri()
+
+
+def parse_document(text: str, uri: str, source: str, fetch_timeout: float = 10.0) -> Document:
+    """Parse YAML or JSON and check it is OpenAPI 3.0.x or 3.1.x. Runs off the event loop."""
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith("{"):
+            data = json.loads(text)
+        else:
+            data = yaml.load(text, JsonschemaSafeLoader)  # noqa: S506 - a safe loader
+            data = json.loads(json.dumps(data, default=str))  # YAML's integer keys (200:) become strings
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"not valid JSON: {exc.msg}", f"{source} line {exc.lineno}, column {exc.colno}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source} line {mark.line + 1}, column {mark.column + 1}" if mark else source
+        raise SpecError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", where) from None
+    if not isinstance(data, dict):
+        raise SpecError(f"an OpenAPI document is an object, this is a {type(data).__name__}", source)
+    if "swagger" in data:
+        raise SpecError(
+            f"is a Swagger {data.get('swagger')} document; this adapter reads OpenAPI 3.0 and 3.1 "
+            "(convert it first, e.g. with swagger2openapi)", f"{source} $.swagger")
+    version = data.get("openapi")
+    if not isinstance(version, str):
+        raise SpecError("has no `openapi` version field (expected e.g. openapi: 3.1.0)", f"{source} $")
+    if version.startswith("3.0"):
+        kind: Literal["3.0", "3.1"] = "3.0"
+    elif version.startswith("3.1"):
+        kind = "3.1"
+    else:
+        raise SpecError(f"OpenAPI {version} is not supported (supported: 3.0.x and 3.1.x)", f"{source} $.openapi")
+    if not isinstance(data.get("paths", {}), dict):
+        raise SpecError("`paths` must be an object", f"{source} $.paths")
+    return Document(data=data, uri=uri, source=source, version=kind, fetch_timeout=fetch_timeout)

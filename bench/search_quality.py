@@ -1,0 +1,169 @@
+"""Search quality on the development set: recall@1/5/10 and nDCG@10 of `bridge.search` over
+the 2,961 function declarations of ../shared/data/toolsearch, next to plain BM25.
+
+Run: .venv/bin/python bench/search_quality.py [--data DIR] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import tantivy  # noqa: E402
+
+from bridge.catalog import Catalog  # noqa: E402
+from bridge.config import SurfaceConfig  # noqa: E402
+from bridge.model import UpstreamResult, UpstreamTool  # noqa: E402
+from bridge.search import ToolSearch  # noqa: E402
+from bridge.store import Store  # noqa: E402
+from bridge.surface import Surface  # noqa: E402
+from bridge.upstream import CallContext, Upstream, UpstreamConfig  # noqa: E402
+
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "toolsearch"
+Ranker = Callable[[str], list[str]]
+
+
+class ListedUpstream(Upstream):
+    """An upstream that only lists the tools it was given."""
+
+    kind = "bench"
+
+    def __init__(self, name: str, tools: list[UpstreamTool]) -> None:
+        super().__init__(UpstreamConfig(name=name, kind="bench"))
+        self.tools = tools
+
+    async def start(self) -> None:
+        return None
+
+    async def list_tools(self) -> list[UpstreamTool]:
+        return list(self.tools)
+
+    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        return None
+
+
+def load_dev_set(folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    catalog_file, queries_file = folder / "catalog.jsonl", folder / "queries-dev.jsonl"
+    if not catalog_file.exists() or not queries_file.exists():
+        sys.exit(f"search_quality: the development set is missing: expected {catalog_file} and {queries_file} "
+                 "(the shared data folder beside the repository, or pass --data DIR)")
+    read = lambda p: [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]  # noqa: E731
+    return read(catalog_file), read(queries_file)
+
+
+def upstream_tools(rows: Sequence[dict[str, Any]]) -> list[UpstreamTool]:
+    return [UpstreamTool(native_id=r["id"], name=r["name"], description=r.get("description") or "",
+                         input_schema=r.get("parameters") or {"type": "object", "properties": {}}) for r in rows]
+
+
+def score(ranker: Ranker, queries: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Mean recall@1/5/10 and binary nDCG@10; ranked names deduplicated first."""
+    totals = {"r@1": 0.0, "r@5": 0.0, "r@10": 0.0, "ndcg@10": 0.0}
+    started = time.perf_counter()
+    for q in queries:
+        gold = set(q["gold_names"])
+        names = list(dict.fromkeys(ranker(q["query"])))[:10]
+        hits = [name in gold for name in names]
+        for k in (1, 5, 10):
+            totals[f"r@{k}"] += sum(hits[:k]) / len(gold)
+        dcg = sum(1 / math.log2(i + 2) for i, hit in enumerate(hits) if hit)
+        ideal = sum(1 / math.log2(i + 2) for i in range(min(10, len(gold))))
+        totals["ndcg@10"] += dcg / ideal
+    out = {k: v / len(queries) for k, v in totals.items()}
+    out["ms/query"] = 1000 * (time.perf_counter() - started) / len(queries)
+    return out
+
+
+def plain_bm25(rows: Sequence[dict[str, Any]]) -> Ranker:
+    """The reference point: one BM25 field of name + description + parameter text."""
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("name", stored=True, tokenizer_name="raw")
+    builder.add_text_field("text", tokenizer_name="en_stem")
+    schema = builder.build()
+    index = tantivy.Index(schema)
+    writer = index.writer(heap_size=50_000_000, num_threads=1)
+    for r in rows:
+        props = (r.get("parameters") or {}).get("properties") or {}
+        params = " ".join(f"{k} {v.get('description', '') if isinstance(v, dict) else ''}" for k, v in props.items())
+        writer.add_document(tantivy.Document(name=r["name"], text=f"{r['name']} {r.get('description') or ''} {params}"))
+    writer.commit()
+    index.reload()
+
+    analyzer = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple()).filter(tantivy.Filter.remove_long(40))
+                .filter(tantivy.Filter.lowercase()).filter(tantivy.Filter.stemmer("english")).build())
+
+    def rank(query: str) -> list[str]:
+        terms = dict.fromkeys(analyzer.analyze(query))
+        parsed = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(schema, "text", t)) for t in terms])
+        searcher = index.searcher()
+        return [searcher.doc(a)["name"][0] for _, a in searcher.search(parsed, 30, count=False).hits]
+
+    return rank
+
+
+class BridgeRanker:
+    """`bridge.search` over a catalog holding the development set in one upstream."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]], **search_options: Any) -> None:
+        self.catalog = Catalog(Store())
+        self.catalog.add_upstream(ListedUpstream("tools", upstream_tools(rows)))
+        self.search = ToolSearch(self.catalog, None, **search_options)
+        started = time.perf_counter()
+        self.catalog.apply_tools("tools", upstream_tools(rows))
+        self.search.flush(60.0)
+        self.index_seconds = time.perf_counter() - started
+        self.surface = Surface(SurfaceConfig(name="default"), self.catalog)
+
+    def __call__(self, query: str) -> list[str]:
+        result = self.search.search(query, surface=self.surface, limit=30)
+        out = []
+        for match in result.matches:
+            decl = self.catalog.get(match.tool_id)
+            if decl is not None:
+                out.append(decl.native_name)
+        return out
+
+    def close(self) -> None:
+        self.search.close()
+
+
+def table(rows: list[tuple[str, dict[str, float]]]) -> str:
+    cols = ["r@1", "r@5", "r@10", "ndcg@10", "ms/query"]
+    lines = [f"{'ranking':<34}" + "".join(f"{c:>10}" for c in cols)]
+    for label, metrics in rows:
+        lines.append(f"{label:<34}" + "".join(f"{metrics[c]:>10.3f}" for c in cols))
+    return "\n".join(lines)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with catalog.jsonl and queries-dev.jsonl")
+    args = parser.parse_args()
+    rows, queries = load_dev_set(args.data)
+    print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data})")
+    results = [("plain BM25 (name+description+params)", score(plain_bm25(rows), queries))]
+    ranker = BridgeRanker(rows)
+    try:
+        results.append(("bridge.search", score(ranker, queries)))
+    finally:
+        ranker.close()
+    print(table(results))
+    print(f"bridge.search indexed {len(rows)} tools through the catalog in {ranker.index_seconds:.2f} s")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,1 @@
+"""A2A agents built with a2a-sdk for the A2A adapter tests."""

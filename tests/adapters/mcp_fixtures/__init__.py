@@ -1,0 +1,1 @@
+"""MCP servers written with the mcp SDK, run by the MCP adapter tests."""

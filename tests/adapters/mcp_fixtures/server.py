@@ -1,0 +1,227 @@
+"""A configurable MCP server (low-level `Server` of the mcp SDK) for the MCP adapter tests.
+
+Serves both protocol eras on one endpoint. Run as a script it speaks stdio; `build_server()`
+gives the same server for hosting on uvicorn over streamable HTTP in the test process.
+
+    python tests/adapters/mcp_fixtures/server.py [--filler N] [--page-size K]
+        [--refuse-if PATH] [--freeze-on-start]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import mcp.types as types
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+
+MODERN = "2026-07-28"
+# 1x1 transparent PNG and a 44-byte empty WAV, base64.
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+WAV = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA="
+
+OBJ = "object"
+
+
+def _schema(props: dict[str, Any] | None = None, required: list[str] | None = None) -> dict[str, Any]:
+    return {"type": OBJ, "properties": props or {}, "required": required or []}
+
+
+def base_tools() -> list[types.Tool]:
+    return [
+        types.Tool(
+            name="echo",
+            title="Echo",
+            description="Echo the given text.",
+            input_schema=_schema({"text": {"type": "string"}}, ["text"]),
+            annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+            icons=[types.Icon(src="https://example.invalid/echo.png", mime_type="image/png", sizes=["48x48"])],
+            _meta={"example.invalid/owner": "tests"},
+        ),
+        types.Tool(
+            name="add",
+            description="Add two numbers.",
+            input_schema=_schema({"a": {"type": "number"}, "b": {"type": "number"}}, ["a", "b"]),
+            output_schema=_schema({"sum": {"type": "number"}}, ["sum"]),
+            annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True),
+        ),
+        types.Tool(name="plain", description="No annotations at all.", input_schema=_schema()),
+        types.Tool(
+            name="wipe",
+            description="Declared destructive.",
+            input_schema=_schema(),
+            annotations=types.ToolAnnotations(destructive_hint=True),
+        ),
+        types.Tool(name="every_content", description="One block of each content type.", input_schema=_schema()),
+        types.Tool(name="fail", description="Fails as a tool (isError).", input_schema=_schema()),
+        types.Tool(
+            name="slow",
+            description="Reports progress each step.",
+            input_schema=_schema({"steps": {"type": "integer"}, "delay": {"type": "number"}}),
+        ),
+        types.Tool(name="hang", description="Never answers (until cancelled).", input_schema=_schema()),
+        types.Tool(
+            name="freeze",
+            description="Blocks the whole server for N seconds.",
+            input_schema=_schema({"seconds": {"type": "number"}}),
+        ),
+        types.Tool(
+            name="crash",
+            description="Writes to stderr and exits with the code.",
+            input_schema=_schema({"code": {"type": "integer"}, "message": {"type": "string"}}),
+        ),
+        types.Tool(name="events", description="What the server saw.", input_schema=_schema()),
+        types.Tool(
+            name="set_extra",
+            description="Replace the extra tools; optionally announce the change.",
+            input_schema=_schema({"names": {"type": "array", "items": {"type": "string"}}, "notify": {"type": "boolean"}}),
+        ),
+        types.Tool(
+            name="task_only",
+            description="Only runs as a task.",
+            input_schema=_schema(),
+            execution=types.ToolExecution(task_support="required"),
+        ),
+    ]
+
+
+@dataclass
+class FixtureState:
+    filler: int = 0
+    page_size: int = 0
+    events: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    bus: InMemorySubscriptionBus = field(default_factory=InMemorySubscriptionBus)
+
+    def tools(self) -> list[types.Tool]:
+        tools = base_tools()
+        tools += [types.Tool(name=n, description=f"Extra tool {n}.", input_schema=_schema()) for n in self.extra]
+        tools += [
+            types.Tool(name=f"filler_{i:03d}", description=f"Filler tool {i}.", input_schema=_schema())
+            for i in range(self.filler)
+        ]
+        return tools
+
+
+def _text(text: str) -> list[types.ContentBlock]:
+    return [types.TextContent(type="text", text=text)]
+
+
+def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], FixtureState]:
+    state = FixtureState(filler=filler, page_size=page_size)
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        tools = state.tools()
+        start = int(params.cursor) if params is not None and params.cursor else 0
+        if not state.page_size:
+            return types.ListToolsResult(tools=tools)
+        end = start + state.page_size
+        state.events.append(f"list {start}")
+        return types.ListToolsResult(tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        args = params.arguments or {}
+        name = params.name
+        state.events.append(f"call {name} {ctx.protocol_version}")
+        if name in ("echo", "plain", "wipe") or name in state.extra or name.startswith("filler_"):
+            return types.CallToolResult(content=_text(str(args.get("text", name))))
+        if name == "add":
+            total = args["a"] + args["b"]
+            return types.CallToolResult(content=_text(json.dumps({"sum": total})), structured_content={"sum": total})
+        if name == "every_content":
+            return types.CallToolResult(
+                content=[
+                    types.TextContent(type="text", text="hello", _meta={"example.invalid/block": 1}),
+                    types.ImageContent(type="image", data=PNG, mime_type="image/png"),
+                    types.AudioContent(type="audio", data=WAV, mime_type="audio/wav"),
+                    types.ResourceLink(type="resource_link", uri="file:///tmp/report.txt", name="report", mime_type="text/plain"),
+                    types.EmbeddedResource(
+                        type="resource",
+                        resource=types.TextResourceContents(uri="memo://one", mime_type="text/plain", text="embedded text"),
+                    ),
+                    types.EmbeddedResource(
+                        type="resource",
+                        resource=types.BlobResourceContents(uri="memo://two", mime_type="application/octet-stream", blob="AAEC"),
+                    ),
+                ],
+                structured_content={"blocks": 6},
+                _meta={"example.invalid/trace": "abc"},
+            )
+        if name == "fail":
+            return types.CallToolResult(content=_text("the input was not acceptable"), is_error=True)
+        if name == "slow":
+            steps, delay = int(args.get("steps", 3)), float(args.get("delay", 0.01))
+            try:
+                for i in range(steps):
+                    await ctx.session.report_progress(i + 1, steps, f"step {i + 1} of {steps}")
+                    await anyio.sleep(delay)
+            except anyio.get_cancelled_exc_class():
+                state.events.append(f"cancelled slow {ctx.protocol_version}")
+                raise
+            return types.CallToolResult(content=_text(f"done {steps}"))
+        if name == "hang":
+            try:
+                await anyio.sleep_forever()
+            except anyio.get_cancelled_exc_class():
+                state.events.append(f"cancelled hang {ctx.protocol_version}")
+                raise
+        if name == "freeze":
+            time.sleep(float(args.get("seconds", 5)))  # blocks the event loop: a hung server
+            return types.CallToolResult(content=_text("thawed"))
+        if name == "crash":
+            sys.stderr.write(str(args.get("message", "crashing")) + "\n")
+            sys.stderr.flush()
+            os._exit(int(args.get("code", 3)))
+        if name == "events":
+            return types.CallToolResult(content=_text(json.dumps(state.events)))
+        if name == "set_extra":
+            state.extra = list(args.get("names") or [])
+            if args.get("notify"):
+                if ctx.protocol_version == MODERN:
+                    await state.bus.publish(ToolsListChanged())
+                else:
+                    await ctx.session.send_tool_list_changed()
+            return types.CallToolResult(content=_text("ok"))
+        return types.CallToolResult(content=_text(f"unknown tool {name}"), is_error=True)
+
+    server: Server[Any] = Server(
+        "fixture",
+        version="1.0",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_subscriptions_listen=ListenHandler(state.bus),
+    )
+    return server, state
+
+
+async def _serve_stdio(server: Server[Any]) -> None:
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options(NotificationOptions(tools_changed=True)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--filler", type=int, default=0)
+    parser.add_argument("--page-size", type=int, default=0)
+    parser.add_argument("--refuse-if", default=None, help="exit 2 at start while this file exists")
+    parser.add_argument("--freeze-on-start", action="store_true")
+    opts = parser.parse_args()
+    if opts.refuse_if and os.path.exists(opts.refuse_if):
+        sys.stderr.write(f"refusing to start: {opts.refuse_if} exists\n")
+        sys.exit(2)
+    if opts.freeze_on_start:
+        time.sleep(3600)
+    server, _ = build_server(opts.filler, opts.page_size)
+    anyio.run(_serve_stdio, server)
+
+
+if __name__ == "__main__":
+    main()

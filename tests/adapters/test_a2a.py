@@ -1,0 +1,337 @@
+"""A2A upstream, end to end: real a2a-sdk agents on loopback (protocol 1.0 and 0.3, JSON-RPC and
+HTTP+JSON, streaming and not) called through the bridge's pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from a2a.types import AgentSkill
+
+from adapters.a2a import A2AUpstream
+from adapters.a2a_mapping import TOOL_KIND
+from bridge.config import ConfigError, parse_config
+from bridge.model import ToolProgress
+from bridge.runtime import Bridge
+from tests.adapters.a2a_fixtures.agent import AgentControl, build_agent
+from tests.servers import free_port, serve_asgi
+
+
+async def until(predicate: Any, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def agent(**options: Any) -> AsyncIterator[tuple[str, AgentControl]]:
+    port = options.pop("port", None) or free_port()
+    base = f"http://127.0.0.1:{port}"
+    app, control = build_agent(base, **options)
+    async with serve_asgi(app, port=port):
+        yield base, control
+
+
+@contextlib.asynccontextmanager
+async def bridge(**upstream: Any) -> AsyncIterator[Bridge]:
+    config = parse_config({"store": {"path": ":memory:"}, "upstreams": [{"name": "peer", "kind": "a2a", **upstream}]})
+    instance = Bridge(config)
+    await instance.start()
+    try:
+        yield instance
+    finally:
+        await instance.close()
+
+
+class Progress:
+    def __init__(self) -> None:
+        self.records: list[ToolProgress] = []
+
+    async def __call__(self, record: ToolProgress) -> None:
+        self.records.append(record)
+
+    @property
+    def messages(self) -> list[str]:
+        return [r.message or "" for r in self.records]
+
+
+# ---------------------------------------------------------------------------- discovery
+
+
+async def test_each_skill_becomes_a_peer_agent_tool():
+    async with agent() as (base, _), bridge(base_url=base) as b:
+        assert b.catalog.slot("peer").health.state == "ready"
+        names = sorted(d.name for d in b.catalog.declarations())
+        assert names == ["peer__ask", "peer__echo", "peer__fail", "peer__files", "peer__reject", "peer__reply", "peer__slow", "peer__wait"]
+        echo = b.catalog.resolve("peer__echo")
+        assert echo.tool_kind == TOOL_KIND
+        assert echo.title == "Echo"
+        assert echo.description.startswith("Repeat the input back.") and "- say hi" in echo.description
+        assert echo.search_hint == "util echo" and echo.tags == ["util", "echo"]
+        schema = echo.input_schema
+        assert set(schema["properties"]) == {"message", "data", "context_id", "task_id"}
+        assert schema["required"] == ["message"]
+        assert schema["x-a2a-input-modes"] == ["text/plain", "application/json"]
+        mapping = echo.external_mappings[0]
+        assert mapping["source"] == "a2a" and mapping["agent_skill_id"] == "echo"
+        assert mapping["agent_card_url"] == f"{base}/.well-known/agent-card.json"
+        # a skill that takes only JSON requires `data` instead of `message`
+        assert b.catalog.resolve("peer__files").input_schema["required"] == ["data"]
+        details = await b.catalog.slot("peer").upstream.health()
+        assert details["transport"] == "JSONRPC" and details["protocol_version"] == "1.0" and details["streaming"] is True
+
+
+async def test_agent_without_skills_is_one_tool():
+    async with agent(skills=[], name="Solo Helper") as (base, control), bridge(card_url=f"{base}/.well-known/agent-card.json") as b:
+        [decl] = list(b.catalog.declarations())
+        assert decl.name == "peer__solo_helper" and decl.external_mappings[0]["agent_skill_id"] is None
+        result = await b.invoker.invoke("peer__solo_helper", {"message": "hi"})
+        assert result.status == "succeeded" and result.content[0]["text"] == "echo: hi"
+
+
+def test_config_needs_exactly_one_location():
+    with pytest.raises(ConfigError, match="exactly one of card_url"):
+        parse_config({"upstreams": [{"name": "p", "kind": "a2a"}]})
+    with pytest.raises(ConfigError, match="unknown key `card_ur`"):
+        parse_config({"upstreams": [{"name": "p", "kind": "a2a", "card_ur": "http://x"}]})
+
+
+# ---------------------------------------------------------------------------- calls
+
+
+async def test_blocking_reply_with_ids_in_native_ref():
+    async with agent() as (base, control), bridge(base_url=base, streaming=False) as b:
+        result = await b.invoker.invoke("peer__echo", {"message": "hi", "data": {"n": 4}})
+        assert result.status == "succeeded" and not result.is_error
+        assert result.content[0] == {"type": "text", "text": "echo: hi"}
+        assert result.structured_content == {"received": {"n": 4}}
+        ref = result.native_ref
+        assert ref["source"] == "a2a" and ref["agent_skill_id"] == "echo" and ref["state"] == "completed"
+        assert ref["task_id"] and ref["context_id"] and ref["message_id"] and ref["artifact_id"]
+        assert control.methods()[0] == "SendMessage"
+        sent = json.loads(control.requests[-2]["body"] if control.methods()[-1] == "GetTask" else control.requests[-1]["body"])
+        assert sent["params"]["message"]["metadata"] == {"skill_id": "echo"}
+        assert all(r["headers"].get("a2a-version") == "1.0" for r in control.requests if r["path"] == "/")
+
+
+async def test_streaming_long_task_reports_progress():
+    async with agent() as (base, control), bridge(base_url=base) as b:
+        progress = Progress()
+        result = await b.invoker.invoke("peer__slow", {"message": "go", "data": {"steps": 3}}, progress=progress)
+        assert result.status == "succeeded" and result.content == [{"type": "text", "text": "done after 3 steps"}]
+        assert control.methods() == ["SendStreamingMessage"]
+        steps = [m for m in progress.messages if m.startswith("working")]
+        assert steps == ["working: step 1 of 3", "working: step 2 of 3", "working: step 3 of 3"]
+        assert progress.messages[-1] == "completed"
+        assert all(r.task_id == result.native_ref["task_id"] for r in progress.records)
+        assert [r.sequence for r in progress.records] == list(range(1, len(progress.records) + 1))
+
+
+async def test_agent_without_streaming_is_polled_to_completion():
+    async with agent(streaming=False) as (base, control), bridge(base_url=base, poll_interval=0.01) as b:
+        progress = Progress()
+        result = await b.invoker.invoke("peer__slow", {"message": "go", "data": {"steps": 4}}, progress=progress)
+        assert result.status == "succeeded" and result.content[0]["text"] == "done after 4 steps"
+        methods = control.methods()
+        assert methods[0] == "SendMessage" and set(methods[1:]) == {"GetTask"} and len(methods) > 2
+        assert any(m.startswith("working: step") for m in progress.messages) and progress.messages[-1] == "completed"
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_input_required_is_continued_with_task_and_context_ids(streaming):
+    async with agent() as (base, _), bridge(base_url=base, streaming=streaming, poll_interval=0.01) as b:
+        first = await b.invoker.invoke("peer__ask", {"message": "book me a trip"})
+        assert first.status == "needs_input" and first.is_error is False
+        ids = {k: first.structured_content[k] for k in ("task_id", "context_id")}
+        assert first.structured_content["state"] == "input_required"
+        assert first.structured_content["question"] == "Which city?"
+        assert first.native_ref["task_id"] == ids["task_id"] and first.native_ref["context_id"] == ids["context_id"]
+        assert first.content[0]["text"] == "Which city?" and ids["task_id"] in first.content[-1]["text"]
+        second = await b.invoker.invoke("peer__ask", {"message": "Lisbon", **ids})
+        assert second.status == "succeeded" and second.content[0]["text"] == "booked a trip to Lisbon"
+        assert second.native_ref["task_id"] == ids["task_id"]
+        unknown = await b.invoker.invoke("peer__ask", {"message": "Oslo", "task_id": "no-such-task"})
+        assert unknown.is_error and unknown.error.error_class == "invalid_arguments"
+
+
+async def test_failed_and_rejected_tasks_are_error_envelopes():
+    async with agent() as (base, _), bridge(base_url=base) as b:
+        failed = await b.invoker.invoke("peer__fail", {"message": "bake"})
+        assert failed.is_error and failed.status == "failed"
+        assert failed.error.error_class == "execution_failed" and "the oven is on fire" in failed.error.message
+        assert failed.error.native_error_ref["state"] == "failed" and failed.native_ref["task_id"]
+        rejected = await b.invoker.invoke("peer__reject", {"message": "mow the lawn"})
+        assert rejected.is_error and rejected.status == "rejected"
+        assert rejected.error.error_code == "task_rejected" and rejected.error.recoverability == "change_arguments"
+
+
+async def test_message_reply_and_part_kinds():
+    async with agent() as (base, _), bridge(base_url=base) as b:
+        reply = await b.invoker.invoke("peer__reply", {"message": "Ada"})
+        assert reply.status == "succeeded" and reply.content == [{"type": "text", "text": "hello Ada"}]
+        assert reply.native_ref["reply_message_id"] and "task_id" not in reply.native_ref
+        files = await b.invoker.invoke("peer__files", {"data": {}})
+        kinds = [block["type"] for block in files.content]
+        assert kinds == ["resource_link", "image", "text"]
+        assert files.content[0]["uri"] == "https://example.org/report.pdf" and files.content[0]["name"] == "report.pdf"
+        assert files.content[1]["mimeType"] == "image/png"
+        assert files.structured_content == {"rows": 2, "ok": True}
+
+
+async def test_protocol_0_3_agent_found_at_the_older_card_path():
+    async with agent(version="0.3") as (base, control):
+        for streaming, method in ((False, "message/send"), (True, "message/stream")):
+            async with bridge(base_url=base, streaming=streaming, poll_interval=0.01) as b:
+                assert b.catalog.slot("peer").health.state == "ready"
+                details = await b.catalog.slot("peer").upstream.health()
+                assert details["card_url"].endswith("/.well-known/agent.json") and details["protocol_version"] == "0.3.0"
+                result = await b.invoker.invoke("peer__echo", {"message": "old"})
+                assert result.status == "succeeded" and result.content[0]["text"] == "echo: old"
+                asked = await b.invoker.invoke("peer__ask", {"message": "trip"})
+                ids = {k: asked.structured_content[k] for k in ("task_id", "context_id")}
+                done = await b.invoker.invoke("peer__ask", {"message": "Rome", **ids})
+                assert done.content[0]["text"] == "booked a trip to Rome"
+                assert method in control.methods()
+        card_paths = [r["path"] for r in control.requests if r["path"].startswith("/.well-known")]
+        assert "/.well-known/agent-card.json" in card_paths and "/.well-known/agent.json" in card_paths
+
+
+async def test_http_json_transport_when_preferred():
+    async with agent() as (base, control), bridge(base_url=base, transport="HTTP+JSON") as b:
+        result = await b.invoker.invoke("peer__echo", {"message": "rest"})
+        assert result.content[0]["text"] == "echo: rest"
+        assert control.methods() == ["POST /rest/message:stream"]
+        assert (await b.catalog.slot("peer").upstream.health())["transport"] == "HTTP+JSON"
+
+
+# ---------------------------------------------------------------------------- cancellation
+
+
+async def test_cancelled_call_cancels_the_agent_task():
+    async with agent() as (base, control), bridge(base_url=base) as b:
+        call = asyncio.create_task(b.invoker.invoke("peer__wait", {"message": "hold"}))
+        async with asyncio.timeout(5):
+            await control.started.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        async with asyncio.timeout(5):
+            await control.cancel_seen.wait()
+        assert "CancelTask" in control.methods()
+
+
+async def test_timed_out_call_cancels_the_agent_task():
+    async with agent(streaming=False) as (base, control), bridge(base_url=base, timeout=0.5, poll_interval=0.02) as b:
+        result = await b.invoker.invoke("peer__wait", {"message": "hold"})
+        assert result.is_error and result.error.error_class == "timeout"
+        async with asyncio.timeout(5):
+            await control.cancel_seen.wait()
+
+
+# ---------------------------------------------------------------------------- availability and refresh
+
+
+async def test_unreachable_agent_is_unavailable_then_recovers():
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    async with bridge(base_url=base, retry_initial=0.05, retry_max=0.2, start_timeout=2) as b:
+        slot = b.catalog.slot("peer")
+        assert slot.health.state == "failed" and "cannot reach the agent card" in slot.health.reason
+        down = await b.invoker.invoke("peer__echo", {"message": "x"})
+        assert down.is_error and down.error.error_class == "unknown_tool"  # never listed yet
+        async with agent(port=port):
+            await until(lambda: slot.health.state == "ready")
+            result = await b.invoker.invoke("peer__echo", {"message": "back"})
+            assert result.content[0]["text"] == "echo: back"
+        # the agent goes away while the bridge holds its tools
+        lost = await b.invoker.invoke("peer__echo", {"message": "anyone?"})
+        assert lost.is_error and lost.error.error_class == "dependency_unavailable"
+        await until(lambda: slot.health.state in ("unavailable", "failed") and slot.health.reason is not None)
+        assert b.catalog.resolve("peer__echo").loading_state == "unavailable"
+        async with agent(port=port):
+            await until(lambda: slot.health.state == "ready")
+            again = await b.invoker.invoke("peer__echo", {"message": "again"})
+            assert again.content[0]["text"] == "echo: again"
+
+
+async def test_card_refresh_adds_a_skill():
+    async with agent(skills=[AgentSkill(id="echo", name="Echo", description="Repeat.", tags=["util"])]) as (base, control):
+        async with bridge(base_url=base, card_refresh_interval=0.05) as b:
+            assert [d.name for d in b.catalog.declarations()] == ["peer__echo"]
+            control.add_skill(AgentSkill(id="summarize", name="Summarize", description="Summarize text.", tags=["text"]))
+            await until(lambda: b.catalog.resolve("peer__summarize") is not None)
+            result = await b.invoker.invoke("peer__summarize", {"message": "long text"})
+            assert result.content[0]["text"] == "summarize: long text"
+            card_fetches = [r for r in control.requests if r["path"] == "/.well-known/agent-card.json"]
+            assert any("if-none-match" in r["headers"] for r in card_fetches)  # revalidated with the ETag
+
+
+# ---------------------------------------------------------------------------- auth
+
+
+async def test_bearer_token_bound_to_the_card_scheme_and_never_leaked(caplog):
+    token = "s3cret-bearer-value"
+    caplog.set_level(logging.DEBUG)
+    async with agent(bearer=token) as (base, control):
+        async with bridge(base_url=base, auth={"bearer_token": token}) as b:
+            result = await b.invoker.invoke("peer__echo", {"message": "with auth"})
+            assert result.status == "succeeded"
+            calls = [r for r in control.requests if not r["path"].startswith("/.well-known")]
+            assert calls and all(r["headers"]["authorization"] == f"Bearer {token}" for r in calls)
+            assert (await b.catalog.slot("peer").upstream.health())["auth_schemes"] == ["bearer"]
+        async with bridge(base_url=base, auth={"bearer_token": "wrong-token-value"}) as b:
+            refused = await b.invoker.invoke("peer__echo", {"message": "x"})
+            assert refused.error.error_class == "credential_missing" and refused.status == "denied"
+            assert "wrong-token-value" not in json.dumps(refused.to_json())
+        async with bridge(base_url=base) as b:
+            missing = await b.invoker.invoke("peer__echo", {"message": "x"})
+            assert missing.error.error_class == "credential_missing" and "auth.bearer_token" in missing.error.message
+    assert token not in caplog.text and "wrong-token-value" not in caplog.text
+
+
+async def test_api_key_goes_where_the_card_says():
+    async with agent(api_key=("X-Agent-Key", "k-12345678")) as (base, control):
+        async with bridge(base_url=base, auth={"api_key": "k-12345678"}) as b:
+            result = await b.invoker.invoke("peer__echo", {"message": "keyed"})
+            assert result.status == "succeeded"
+            assert control.requests[-1]["headers"]["x-agent-key"] == "k-12345678"
+            cfg = b.catalog.slot("peer").upstream.config
+            assert "k-12345678" not in repr(cfg) and "k-12345678" not in str(cfg.model_dump())
+
+
+async def test_credentials_stay_with_the_agent_host():
+    """A card served from another host than the agent's interface never receives credentials."""
+    async with agent(bearer="t-abcdefgh") as (agent_base, control):
+        card_doc = json.loads(json.dumps(_card_json(control)))
+
+        async def card_app(scope: Any, receive: Any, send: Any) -> None:
+            headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+            seen.append(headers)
+            from starlette.responses import JSONResponse
+
+            await JSONResponse(card_doc)(scope, receive, send)
+
+        seen: list[dict[str, str]] = []
+        async with serve_asgi(card_app, lifespan="off") as card_host:
+            card_url = card_host.replace("127.0.0.1", "localhost") + "/card.json"
+            async with bridge(card_url=card_url, auth={"bearer_token": "t-abcdefgh"}) as b:
+                result = await b.invoker.invoke("peer__echo", {"message": "x"})
+                assert result.status == "succeeded"
+        assert seen and all("authorization" not in h for h in seen)
+
+
+def _card_json(control: AgentControl) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
+    return MessageToDict(control.card)
+
+
+def test_upstream_kind_is_registered():
+    from bridge.upstream import upstream_class
+
+    assert upstream_class("a2a") is A2AUpstream
