@@ -126,7 +126,7 @@ class A2AUpstream(Upstream):
         cfg = self.config
         connect = min(10.0, cfg.start_timeout)
         self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=True, headers={"User-Agent": "a2t-bridge"}
+            timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False, headers={"User-Agent": "a2t-bridge"}
         )
         secrets = cfg.auth.secrets()
         if secrets:
@@ -138,8 +138,9 @@ class A2AUpstream(Upstream):
             assert fetched is not None
             self._agent = self._install(fetched)
         except BridgeError as exc:
-            exc.message = self._redact(exc.message)
-            raise BridgeError(exc.message, error_class=exc.error_class, recoverability=exc.recoverability, details=exc.details) from None
+            raise BridgeError(
+                self._redact(exc.message), error_class=exc.error_class, recoverability=exc.recoverability, details=exc.details
+            ) from None
         self._lost = False
         agent = self._agent
         log.info(
@@ -184,6 +185,10 @@ class A2AUpstream(Upstream):
         credentials = bind_credentials(card, cfg.auth, [i.url for i in card.supported_interfaces])
         self._http.auth = credentials
         tools = tools_from_card(card, fetched.url)
+        if credentials.missing:
+            # surfaces block these (reason credential_missing) until the config gives the values
+            for tool in tools:
+                tool.blocked_reason = "credential_missing"
         return _Agent(
             card=card,
             card_url=fetched.url,
@@ -259,7 +264,7 @@ class A2AUpstream(Upstream):
             "streaming": agent.streaming,
             "skills": len(agent.card.skills),
             "auth_schemes": list(agent.credentials.schemes),
-            "credentials_missing": agent.credentials.missing is not None,
+            "credentials_missing": agent.credentials.missing,
         }
 
     # ------------------------------------------------------------------ calls
@@ -289,7 +294,11 @@ class A2AUpstream(Upstream):
                     await self._progress(ctx, tracker, tracker.apply(event))
                     if tracker.settled:
                         break
+            polls = 0
             while not tracker.settled:
+                # quick tasks are picked up quickly; long ones are polled every poll_interval
+                await asyncio.sleep(min(self.config.poll_interval, 0.02 * 2**polls))
+                polls += 1
                 await self._poll_once(agent, tracker, ctx, call)
         except asyncio.CancelledError:
             if tracker.task_id and tracker.state not in TERMINAL_STATES:
@@ -306,7 +315,6 @@ class A2AUpstream(Upstream):
     async def _poll_once(self, agent: _Agent, tracker: TaskTracker, ctx: CallContext, call: ClientCallContext) -> None:
         if tracker.task_id is None:
             raise BridgeError("the agent ended the exchange without a task or a reply", error_class="execution_failed")
-        await asyncio.sleep(self.config.poll_interval)
         task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
         await self._progress(ctx, tracker, tracker.replace(task))
 

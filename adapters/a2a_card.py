@@ -14,7 +14,6 @@ import json
 import logging
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 import httpx
 from a2a.client.card_resolver import parse_agent_card
@@ -32,11 +31,15 @@ __all__ = [
     "CardSource",
     "AgentCredentials",
     "bind_credentials",
+    "redact",
+    "RedactingFilter",
 ]
 
 log = logging.getLogger("adapters.a2a")
 
 CARD_PATH = "/.well-known/agent-card.json"
+# Marks card fetches: they follow redirects, so they never carry credentials.
+CARD_REQUEST = "a2a_card_request"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
 
 
@@ -96,7 +99,9 @@ class CardSource:
             if revalidate and self.etag and url == self.url:
                 headers["If-None-Match"] = self.etag
             try:
-                response = await self.http.get(url, headers=headers, timeout=self.timeout)
+                response = await self.http.get(
+                    url, headers=headers, timeout=self.timeout, follow_redirects=True, extensions={CARD_REQUEST: True}
+                )
             except httpx.HTTPError as exc:
                 raise BridgeError(
                     f"cannot reach the agent card at {url}: {_describe(exc)}",
@@ -154,9 +159,9 @@ def _describe(exc: BaseException) -> str:
 
 @dataclass
 class AgentCredentials(httpx.Auth):
-    """Credentials added to requests bound for the agent's own interfaces (never to any other
-    host, such as a card hosted elsewhere). `missing` says what the card asks for that the
-    config does not give; `schemes` names the schemes in use (names only, never values)."""
+    """Credentials added to calls bound for the agent's own interfaces: never to another host,
+    never to card fetches (which follow redirects; calls do not). `missing` says what the card
+    asks for that the config does not give; `schemes` names the schemes in use (names only)."""
 
     headers: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
@@ -166,7 +171,7 @@ class AgentCredentials(httpx.Auth):
     missing: str | None = None
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        if (request.url.scheme, request.url.host, request.url.port) in self.origins:
+        if not request.extensions.get(CARD_REQUEST) and (request.url.scheme, request.url.host, request.url.port) in self.origins:
             for name, value in self.headers.items():
                 request.headers[name] = value
             if self.params:
@@ -287,9 +292,3 @@ class RedactingFilter(logging.Filter):
             record.msg, record.args = cleaned, None
         return True
 
-
-def host_of(url: str) -> str:
-    return urlsplit(url).netloc
-
-
-__all__ += ["redact", "RedactingFilter", "host_of"]

@@ -70,6 +70,7 @@ class ATIPConfig(UpstreamConfig):
     partial_discovery: bool = Field(default=False, description="ask `--depth=1` first, then expand subtrees with `--commands=`")
     expand: list[str] = Field(default_factory=lambda: ["*"], description="globs over top-level commands to expand")
     expand_batch: int = Field(default=10, ge=1, description="subtrees asked for per `--commands=` probe")
+    expand_in_background: bool = Field(default=True, description="start answers after `--depth=1`; subtrees follow")
     cwd: str | None = Field(default=None, description="working directory; default: the config file's folder")
     env_allow: list[str] = Field(default_factory=lambda: list(DEFAULT_ENV_ALLOW), description="variables copied from the bridge's environment")
     env: dict[str, str] = Field(default_factory=dict, description="variables set for every run")
@@ -141,7 +142,7 @@ class ATIPUpstream(Upstream):
         if not Path(self._cwd).is_dir():
             raise BridgeError(f"working directory {self._cwd} does not exist (set `cwd:`)", error_class="setup_required")
         self._prefix = self._resolve_command()
-        await self._load(expand_in_background=True)
+        await self._load(expand_in_background=cfg.expand_in_background)
 
     async def list_tools(self) -> list[UpstreamTool]:
         if self._listed:
@@ -266,12 +267,13 @@ class ATIPUpstream(Upstream):
             )
         return [exe, *words[1:]]
 
-    async def _probe(self, extra: list[str] | None = None) -> dict[str, Any]:
+    async def _probe(self, extra: list[str] | None = None) -> tuple[dict[str, Any], str]:
+        """The validated answer to `--agent [extra]` and the command line that gave it."""
         document = await probe_agent(
             self._prefix, env=self._probe_env, cwd=self._cwd, timeout=self.config.discovery_timeout, extra=extra
         )
-        shown = " ".join([os.path.basename(self._prefix[0]), *self._prefix[1:], "--agent", *(extra or [])])
-        return validate_metadata(document, f"`{shown}`")
+        shown = "`" + " ".join([os.path.basename(self._prefix[0]), *self._prefix[1:], "--agent", *(extra or [])]) + "`"
+        return validate_metadata(document, shown), shown
 
     async def _discover(self) -> FoundMetadata:
         cfg = self.config
@@ -280,14 +282,14 @@ class ATIPUpstream(Upstream):
             try:
                 if cfg.partial_discovery:
                     try:
-                        document = await self._probe(["--depth=1"])
+                        document, origin = await self._probe(["--depth=1"])
                     except ATIPMetadataError as exc:
                         if exc.error_code != "discovery_failed":
                             raise
-                        document = await self._probe()  # no partial discovery: ask for everything
+                        document, origin = await self._probe()  # no partial discovery: ask for everything
                 else:
-                    document = await self._probe()
-                return FoundMetadata(document, "agent", "--agent")
+                    document, origin = await self._probe()
+                return FoundMetadata(document, "agent", origin)
             except ATIPMetadataError as exc:
                 if cfg.discovery == "agent":
                     raise
@@ -332,6 +334,8 @@ class ATIPUpstream(Upstream):
             )
             for nid, c in commands.items()
         ]
+        for tool in tools:
+            tool.timeout = self._declared_timeout(commands[tool.native_id])
         added = [t for t in tools if t.native_id not in self._commands]
         self._commands, self._answers, self._tools = commands, answers, tools
         return added
@@ -361,7 +365,7 @@ class ATIPUpstream(Upstream):
         for start in range(0, len(pending), size):
             batch = pending[start : start + size]
             try:
-                document = await self._probe([f"--commands={','.join(batch)}"])
+                document, _origin = await self._probe([f"--commands={','.join(batch)}"])
             except BridgeError as exc:
                 log.warning("upstream %s: expanding %s failed: %s", self.name, ",".join(batch), exc.message)
                 self._problems.append(exc.message)
@@ -404,6 +408,16 @@ class ATIPUpstream(Upstream):
             if any(fnmatch.fnmatchcase(n, g) for g in rule.commands for n in names):
                 return rule
         return None
+
+    def _declared_timeout(self, command: ATIPCommand) -> float | None:
+        """A command's own timeout (config override, else `effects.duration.timeout`): the
+        pipeline then allows the call that long instead of the upstream's `timeout`."""
+        overrides = self.config.command_timeouts
+        return (
+            overrides.get(command.command_line)
+            or overrides.get(command.native_name)
+            or parse_duration((command.effects.get("duration") or {}).get("timeout"))
+        )
 
     def _timeout_for(self, command: ATIPCommand, ceiling: float) -> float:
         """Config override, else the metadata's `effects.duration.timeout`, else `timeout`;

@@ -36,6 +36,7 @@ __all__ = [
     "deep_merge",
     "atomic_write_json",
     "probe_agent",
+    "scan_candidates",
     "scan_path",
 ]
 
@@ -292,7 +293,9 @@ class ScanResult:
     error: str | None = None
 
 
-def _scan_candidates(path_dirs: list[str], skip: list[str]) -> list[Path]:
+def scan_candidates(path_dirs: list[str], skip: list[str]) -> list[Path]:
+    """Executables a scan would probe: the first of each name along `path_dirs`, minus the skip
+    globs, regular files only, never setuid or setgid."""
     seen: set[str] = set()
     out: list[Path] = []
     for folder in path_dirs:
@@ -327,7 +330,7 @@ async def scan_path(
 ) -> list[ScanResult]:
     """Probe every executable of `path_dirs` (first of each name, minus the skip globs) with
     `--agent`; the ones answering valid ATIP are cached and recorded in `registry.json`."""
-    candidates = _scan_candidates(path_dirs, skip)
+    candidates = scan_candidates(path_dirs, skip)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(exe: Path) -> ScanResult:

@@ -10,7 +10,6 @@ that exits or goes away reported as `unavailable` with the reason.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
 import urllib.parse
@@ -114,6 +113,7 @@ class MCPUpstream(Upstream):
         self.config: MCPConfig = config  # type: ignore[assignment]
         self._client: Client | None = None
         self._owner: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
         self._wake = asyncio.Event()
         self._closing = False
         self._lost_reason: str | None = None
@@ -131,6 +131,7 @@ class MCPUpstream(Upstream):
         self._wake = asyncio.Event()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if start() gave up
+        self._ready = ready
         self._owner = asyncio.create_task(self._own_session(ready), name=f"mcp-session:{self.name}")
         try:
             await asyncio.shield(ready)
@@ -145,6 +146,8 @@ class MCPUpstream(Upstream):
         if owner is None:
             return
         self._wake.set()
+        if self._ready is not None and not self._ready.done():
+            owner.cancel()  # still connecting: nothing to wind down politely (the child is still reaped)
         # The owner leaves the session and stops the child; bounded even for a child that ignores
         # SIGTERM. asyncio.wait does not cancel the owner if close() itself is cancelled.
         done, _ = await asyncio.wait({owner}, timeout=self.config.shutdown_timeout + 6)

@@ -133,15 +133,22 @@ class StdioChild:
     ) -> None:
         assert process.stdout is not None
         buffer = bytearray()
+        deliver = True
         try:
             async for chunk in process.stdout:
+                if not deliver:
+                    continue  # the session is gone: drain, so a chatty child never blocks on a full pipe
                 buffer += chunk
                 while (end := buffer.find(b"\n")) >= 0:
                     line = bytes(buffer[:end])
                     del buffer[: end + 1]
                     message = self._parse(line)
-                    if message is not None:
-                        await writer.send(message)
+                    if message is not None and deliver:
+                        try:
+                            await writer.send(message)
+                        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                            deliver = False
+                            buffer.clear()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
             pass
         if not self._stopping:

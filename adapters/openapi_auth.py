@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal
 from urllib.parse import quote, urljoin
@@ -71,9 +72,9 @@ class Redactor:
 
     MASK = "***"
 
-    def __init__(self) -> None:
+    def __init__(self, current: Callable[[], list[str]] = list) -> None:
         self._static: set[str] = set()
-        self._dynamic: Callable[[], list[str]] = list
+        self._dynamic = current  # secrets that change (fetched access tokens)
 
     def add(self, secret: str | None) -> None:
         if secret and len(secret) >= 3:
@@ -122,13 +123,10 @@ class OAuth2Token:
         self.token_url = token_url
         self.clock: Callable[[], float] = time.monotonic
         self.fetches = 0
+        self.recent: deque[str] = deque(maxlen=8)  # tokens handed out lately, for scrubbing
         self._token: str | None = None
         self._expires_at = 0.0
         self._lock = asyncio.Lock()
-
-    @property
-    def current(self) -> str | None:
-        return self._token
 
     def invalidate(self, token: str | None = None) -> None:
         if token is None or token == self._token:
@@ -140,6 +138,7 @@ class OAuth2Token:
                 return self._token
             self._token = None
             self._token, lifetime = await self._fetch(session, timeout)
+            self.recent.append(self._token)
             self._expires_at = self.clock() + lifetime
             return self._token
 
@@ -151,15 +150,16 @@ class OAuth2Token:
             form["scope"] = " ".join(cfg.scopes)
         if cfg.audience:
             form["audience"] = cfg.audience
-        auth = None
+        headers = {"Accept": "application/json"}
         if cfg.client_auth == "basic":
-            auth = aiohttp.BasicAuth(cfg.client_id, cfg.client_secret.get_secret_value())
+            raw = f"{cfg.client_id}:{cfg.client_secret.get_secret_value()}".encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
         else:
             form["client_id"] = cfg.client_id
             form["client_secret"] = cfg.client_secret.get_secret_value()
         self.fetches += 1
         try:
-            async with session.post(self.token_url, data=form, auth=auth, headers={"Accept": "application/json"},
+            async with session.post(self.token_url, data=form, headers=headers,
                                     timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 try:
                     payload = await response.json(content_type=None)
@@ -190,7 +190,7 @@ class Credentials:
     """Binds configured credentials to the document's security schemes and adds them to requests."""
 
     def __init__(self, configs: list[AuthConfig], schemes: dict[str, Any], server_url: str | None) -> None:
-        self.redactor = Redactor()
+        self.redactor = Redactor(lambda: [value for t in self._tokens for value in t.recent])
         self._by_scheme: dict[str, _Bound] = {}
         self._always: list[_Bound] = []
         self._tokens: list[OAuth2Token] = []
@@ -200,12 +200,13 @@ class Credentials:
                     self.redactor.add(secret.get_secret_value())
             if cfg.username and cfg.password:
                 self.redactor.add(f"{cfg.username}:{cfg.password.get_secret_value()}")
+            if cfg.client_id and cfg.client_secret:
+                self.redactor.add(f"{cfg.client_id}:{cfg.client_secret.get_secret_value()}")
             targets = self._targets(cfg, schemes, i)
             if not targets:
                 self._always.append(self._bind(cfg, None, server_url, i))
             for scheme_name in targets:
                 self._by_scheme[scheme_name] = self._bind(cfg, schemes[scheme_name], server_url, i)
-        self.redactor._dynamic = lambda: [t.current or "" for t in self._tokens]
 
     @staticmethod
     def _matches(cfg: AuthConfig, scheme: Any) -> bool:

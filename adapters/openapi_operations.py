@@ -183,7 +183,12 @@ def _server_url(servers: Any, doc: Document, variables: dict[str, str], where: s
 
 
 def _is_object_schema(schema: Any) -> bool:
-    return isinstance(schema, dict) and (schema.get("type") == "object" or ("properties" in schema and "type" not in schema))
+    if not isinstance(schema, dict):
+        return False
+    if schema.get("type") == "object" or ("properties" in schema and "type" not in schema):
+        return True
+    parts = schema.get("allOf")
+    return "type" not in schema and isinstance(parts, list) and any(_is_object_schema(p) for p in parts)
 
 
 class _Mapper:
@@ -203,7 +208,7 @@ class _Mapper:
             self._servers[key] = _server_url(servers, self.doc, self.variables, where)
         return self._servers[key]
 
-    def parameters(self, raw: Any, where: str) -> list[tuple[dict[str, Any], str, str]]:
+    def parameters(self, raw: Any, doc_base: str, where: str) -> list[tuple[dict[str, Any], str, str]]:
         if raw is None:
             return []
         if not isinstance(raw, list):
@@ -211,17 +216,18 @@ class _Mapper:
         out = []
         for i, item in enumerate(raw):
             at = f"{where}[{i}]"
-            param, base = self.inliner.resolve(item, self.doc.uri, at)
+            param, base = self.inliner.resolve(item, doc_base, at)
             if not isinstance(param, dict) or not isinstance(param.get("name"), str) or param.get("in") not in _DEFAULT_STYLE:
                 raise SpecError("a parameter needs a `name` and `in` (path, query, header or cookie)", at)
             out.append((param, base, at))
         return out
 
     def operation(self, path: str, method: str, item: dict[str, Any], op: dict[str, Any], path_at: str,
-                  native_id: str) -> tuple[Operation, UpstreamTool]:
+                  native_id: str, doc_base: str) -> tuple[Operation, UpstreamTool]:
+        """`doc_base` is the URI of the file the path item lives in (relative `$ref`s start there)."""
         where = f"{path_at}.{method}"
-        params = {(x[0]["name"], x[0]["in"]): x for x in self.parameters(item.get("parameters"), f"{path_at}.parameters")}
-        params.update({(x[0]["name"], x[0]["in"]): x for x in self.parameters(op.get("parameters"), f"{where}.parameters")})
+        params = {(x[0]["name"], x[0]["in"]): x for x in self.parameters(item.get("parameters"), doc_base, f"{path_at}.parameters")}
+        params.update({(x[0]["name"], x[0]["in"]): x for x in self.parameters(op.get("parameters"), doc_base, f"{where}.parameters")})
         properties: dict[str, Any] = {}
         required: list[str] = []
         needs: set[str] = set()
@@ -250,18 +256,18 @@ class _Mapper:
             specs.append(ParamSpec(prop=prop, name=name, location=location, style=style,
                                    explode=param.get("explode", style == "form"),
                                    allow_reserved=bool(param.get("allowReserved")), media_type=media_type))
-        body = self.request_body(op.get("requestBody"), f"{where}.requestBody", properties, required, needs)
+        body = self.request_body(op.get("requestBody"), doc_base, f"{where}.requestBody", properties, required, needs)
         input_schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
         if required:
             input_schema["required"] = required
         input_schema = self.inliner.with_defs(input_schema, needs, "input")
-        output_schema, wrap = self.response_schema(op.get("responses"), f"{where}.responses")
+        output_schema, wrap = self.response_schema(op.get("responses"), doc_base, f"{where}.responses")
         security = op.get("security", self.doc.data.get("security"))
         security = security if isinstance(security, list) else None
         scheme_refs = sorted({name for alt in security or [] if isinstance(alt, dict) for name in alt})
         server_url = self.server_for(op.get("servers") or item.get("servers") or self.doc.data.get("servers"), where)
         operation_id = op.get("operationId") if isinstance(op.get("operationId"), str) else None
-        name = _clean(operation_id or "") or _clean(f"{method}_{path.replace('{', '').replace('}', '')}")
+        name = _clean(operation_id or "") or "_".join([method, *(s for s in re.split(r"[^A-Za-z0-9.-]+", path) if s)])
         safety = _safety(method, op)
         summary, description = str(op.get("summary") or ""), str(op.get("description") or "")
         tags = [t for t in op.get("tags") or [] if isinstance(t, str)]
@@ -295,11 +301,11 @@ class _Mapper:
         )
         return operation, tool
 
-    def request_body(self, raw: Any, where: str, properties: dict[str, Any], required: list[str],
+    def request_body(self, raw: Any, doc_base: str, where: str, properties: dict[str, Any], required: list[str],
                      needs: set[str]) -> BodySpec | None:
         if raw is None:
             return None
-        body, base = self.inliner.resolve(raw, self.doc.uri, where)
+        body, base = self.inliner.resolve(raw, doc_base, where)
         content = body.get("content") if isinstance(body, dict) else None
         if not isinstance(content, dict) or not content:
             return None
@@ -307,7 +313,7 @@ class _Mapper:
         kind = body_kind(media_type)
         media = content[media_type] if isinstance(content[media_type], dict) else {}
         at = f"{where}.content[{media_type!r}].schema"
-        schema = self.inliner.expand(media.get("schema", {}), base, at, "input", needs)
+        schema = self.inliner.unwrap(self.inliner.expand(media.get("schema", {}), base, at, "input", needs), "input")
         is_required = bool(body.get("required"))
         encoding = media.get("encoding") if isinstance(media.get("encoding"), dict) else {}
         if kind == "binary":
@@ -341,14 +347,14 @@ class _Mapper:
         return BodySpec(media_type=media_type, kind=kind, prop=prop, required=is_required, encoding=enc,
                         binary_fields=frozenset(binary_fields))
 
-    def response_schema(self, raw: Any, where: str) -> tuple[dict[str, Any] | None, bool]:
+    def response_schema(self, raw: Any, doc_base: str, where: str) -> tuple[dict[str, Any] | None, bool]:
         """The JSON schema of the first success response that has one; wrapped in `{result: ...}`
         when it is not an object (structured content is always an object)."""
         if not isinstance(raw, dict):
             return None, False
         codes = sorted((str(c) for c in raw if str(c).startswith("2")), key=lambda c: (c.upper() == "2XX", c))
         for code in codes:
-            response, base = self.inliner.resolve(raw[code], self.doc.uri, f"{where}[{code!r}]")
+            response, base = self.inliner.resolve(raw[code], doc_base, f"{where}[{code!r}]")
             content = response.get("content") if isinstance(response, dict) else None
             if not isinstance(content, dict):
                 continue
@@ -356,7 +362,7 @@ class _Mapper:
                 if body_kind(media_type) == "json" and isinstance(media, dict) and "schema" in media:
                     at = f"{where}[{code!r}].content[{media_type!r}].schema"
                     needs: set[str] = set()
-                    schema = self.inliner.expand(media["schema"], base, at, "output", needs)
+                    schema = self.inliner.unwrap(self.inliner.expand(media["schema"], base, at, "output", needs), "output")
                     if _is_object_schema(schema):
                         return self.inliner.with_defs(dict(schema), needs, "output"), False
                     wrapped = {"type": "object", "properties": {"result": schema if isinstance(schema, dict) else {}},
@@ -384,8 +390,9 @@ def map_operations(
     tools: list[UpstreamTool] = []
     for path, item in (doc.data.get("paths") or {}).items():
         at = f"$.paths[{path!r}]"
+        item_base = doc.uri
         if isinstance(item, dict) and "$ref" in item:
-            item, _ = mapper.inliner.resolve(item, doc.uri, at)
+            item, item_base = mapper.inliner.resolve(item, doc.uri, at)
         if not isinstance(item, dict):
             raise SpecError("a path item must be an object", at)
         for method in HTTP_METHODS:
@@ -403,7 +410,7 @@ def map_operations(
                 continue
             native_id = operation_id if operation_id and operation_id not in seen_ids else f"{method.upper()} {path}"
             seen_ids.add(native_id)
-            operation, tool = mapper.operation(path, method, item, op, at, native_id)
+            operation, tool = mapper.operation(path, method, item, op, at, native_id, item_base)
             operations[native_id] = operation
             tools.append(tool)
     return operations, tools

@@ -57,6 +57,7 @@ class SchemaInliner:
         self._recursive: set[tuple[str, Direction]] = set()
         self._defs: dict[tuple[str, Direction], tuple[Any, frozenset[str]]] = {}
         self._names: dict[str, str] = {}
+        self._uris: dict[str, str] = {}
         self._taken: set[str] = set()
 
     # ------------------------------------------------------------------ references
@@ -93,6 +94,7 @@ class SchemaInliner:
                 name, n = f"{base}_{n}", n + 1
             self._taken.add(name)
             self._names[uri] = name
+            self._uris[name] = uri
         return name
 
     # ------------------------------------------------------------------ public API
@@ -108,6 +110,17 @@ class SchemaInliner:
     def expand(self, node: Any, base: str, where: str, direction: Direction, needs: set[str]) -> Any:
         """Expand without attaching `$defs`: the caller merges several and calls `with_defs`."""
         return self._expand(node, base, where, direction, needs)
+
+    def unwrap(self, schema: Any, direction: Direction) -> Any:
+        """A recursive schema used at the top (`{"$ref": "#/$defs/Node"}`) as one inline copy of
+        its definition, so an object body can still be inlined and an output is still an object."""
+        if not _is_dict(schema) or not isinstance(schema.get("$ref"), str) or not schema["$ref"].startswith("#/$defs/"):
+            return schema
+        uri = self._uris.get(schema["$ref"][len("#/$defs/"):])
+        found = self._defs.get((uri, direction)) if uri else None
+        if found is None or not _is_dict(found[0]):
+            return schema
+        return {**found[0], **{k: v for k, v in schema.items() if k != "$ref"}}
 
     def with_defs(self, schema: dict[str, Any], needs: set[str], direction: Direction) -> dict[str, Any]:
         if not needs:
@@ -196,8 +209,7 @@ class SchemaInliner:
                 out[key] = {k: self._expand(v, base, f"{where}.{key}.{k}", direction, needs) for k, v in value.items()}
             else:
                 out[key] = value
-        if direction == "input" or direction == "output":
-            self._drop_one_way(out, "readOnly" if direction == "input" else "writeOnly")
+        self._drop_one_way(out, "readOnly" if direction == "input" else "writeOnly")
         if self.openapi_30:
             self._from_openapi_30(node, out)
         return out

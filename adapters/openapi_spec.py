@@ -25,9 +25,10 @@ from adapters.openapi_schema import SpecError
 __all__ = ["Document", "SpecError", "read_source", "parse_document", "is_url", "HTTP_METHODS"]
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
-# Full validation walks every schema; above this many operations "auto" keeps to the checks the
-# mapper makes anyway (it names the location of each problem it meets).
-AUTO_VALIDATE_MAX_OPERATIONS = 300
+# openapi-spec-validator walks every schema and costs seconds per megabyte (the GitHub REST API
+# document, 13 MB, takes about a minute); above this size "auto" keeps to the checks the mapper
+# makes anyway, each naming the location of the problem it meets.
+AUTO_VALIDATE_MAX_BYTES = 256 * 1024
 
 
 def is_url(source: str) -> bool:
@@ -69,6 +70,7 @@ class Document:
     source: str
     version: Literal["3.0", "3.1"]
     fetch_timeout: float = 10.0
+    size: int = 0  # characters of the document text
     _resolver: Any = field(default=None, repr=False)
     _lookups: dict[str, Any] = field(default_factory=dict, repr=False)
     _handlers: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -92,16 +94,10 @@ class Document:
             found = self._lookups[uri] = self._resolver.lookup(uri).contents
         return found
 
-    def operation_count(self) -> int:
-        paths = self.data.get("paths")
-        if not isinstance(paths, dict):
-            return 0
-        return sum(1 for item in paths.values() if isinstance(item, dict) for m in item if m in HTTP_METHODS)
-
     def validate(self, mode: Literal["auto", "full", "off"]) -> None:
         """Check the document against the OpenAPI specification (openapi-spec-validator, as used
         by openapi-core). Raises SpecError listing the first problems with their locations."""
-        if mode == "off" or (mode == "auto" and self.operation_count() > AUTO_VALIDATE_MAX_OPERATIONS):
+        if mode == "off" or (mode == "auto" and self.size > AUTO_VALIDATE_MAX_BYTES):
             return
         from openapi_spec_validator.validation import OpenAPIV30SpecValidator, OpenAPIV31SpecValidator
 
@@ -184,4 +180,4 @@ def parse_document(text: str, uri: str, source: str, fetch_timeout: float = 10.0
         raise SpecError(f"OpenAPI {version} is not supported (supported: 3.0.x and 3.1.x)", f"{source} $.openapi")
     if not isinstance(data.get("paths", {}), dict):
         raise SpecError("`paths` must be an object", f"{source} $.paths")
-    return Document(data=data, uri=uri, source=source, version=kind, fetch_timeout=fetch_timeout)
+    return Document(data=data, uri=uri, source=source, version=kind, fetch_timeout=fetch_timeout, size=len(text))

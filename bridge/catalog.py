@@ -222,6 +222,11 @@ class Catalog:
                 await self._wait_or_event(slot, delay)
                 continue
             slot.retry_at = None
+            # events queued while (re)connecting are stale: the listing just made covers them
+            while slot.events is not None and not slot.events.empty():
+                slot.events.get_nowait()
+            with contextlib.suppress(Exception):
+                slot.health.details = dict(await up.health())
             self._apply(slot, tools, ready=True)
             slot.first_attempt.set()
             return
@@ -330,6 +335,7 @@ class Catalog:
             loading_state="loaded",
             loading_reason=None,
             blocked_reason=tool.blocked_reason,
+            timeout=tool.timeout,
         )
 
     def _name(self, decl: ToolDeclaration) -> str:
@@ -383,7 +389,11 @@ class Catalog:
             if old is not None:
                 decl.name, decl.aliases = old.name, old.aliases
                 if old.signature_digest == decl.signature_digest and old.loading_state == "loaded" and (
-                    old.tags == decl.tags and old.title == decl.title and old.search_hint == decl.search_hint
+                    old.tags == decl.tags
+                    and old.title == decl.title
+                    and old.search_hint == decl.search_hint
+                    and old.external_mappings == decl.external_mappings
+                    and old.blocked_reason == decl.blocked_reason
                 ):
                     continue
                 change.updated.append(decl)
@@ -485,6 +495,7 @@ def _as_upstream_tool(decl: ToolDeclaration) -> UpstreamTool:
         annotations=decl.annotations,
         lifecycle=decl.lifecycle,
         blocked_reason=decl.blocked_reason,
+        timeout=decl.timeout,
     )
 
 

@@ -116,6 +116,7 @@ async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
         if surface is None:
             print(f"bridge search: no surface named {args.surface!r}", file=sys.stderr)
             return 2
+        await bridge.search.wait_indexed()  # the first listing is indexed in the background
         result = bridge.search.search(args.query, surface=surface, limit=args.limit)
         if args.json:
             _print_json(result.to_json())
@@ -142,8 +143,63 @@ async def cmd_serve(args: argparse.Namespace, config: BridgeConfig) -> int:
     return await run_http(config, host=args.host, port=args.port, insecure=args.insecure)
 
 
+async def cmd_translate(args: argparse.Namespace, config: BridgeConfig) -> int:
+    """The surface's tools (loaded and deferred; blocked ones left out) as a JSON array in one
+    provider's function-calling format."""
+    from bridge.translate.providers import compile_tools
+
+    bridge = await _started(config)
+    try:
+        surface = bridge.surfaces.get(args.surface)
+        if surface is None:
+            print(f"bridge translate: no surface named {args.surface!r}", file=sys.stderr)
+            return 2
+        decls = sorted((d for d in bridge.catalog.declarations() if surface.visible(d)), key=lambda d: d.name)
+        compiled = compile_tools(decls, args.to)
+        for note in compiled.notes:
+            print(f"bridge translate: {note}", file=sys.stderr)
+        _print_json(compiled.tools)
+        return 0
+    finally:
+        await bridge.close()
+
+
+async def cmd_atip(args: argparse.Namespace, config: BridgeConfig) -> int:
+    """`bridge atip scan`: probe the executables on PATH with `--agent` (opt-in, with a skip list)
+    and record the ATIP tools found in the agent-tools registry."""
+    import dataclasses
+
+    from adapters.atip import DEFAULT_ENV_ALLOW
+    from adapters.atip_discovery import DEFAULT_SCAN_SKIP, AgentToolsDirs, scan_candidates, scan_path
+
+    dirs = AgentToolsDirs.resolve(args.data_home)
+    path_dirs = args.path or [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    skip = [*([] if args.no_default_skip else DEFAULT_SCAN_SKIP), *args.skip]
+    if args.dry_run:
+        for exe in scan_candidates(path_dirs, skip):
+            print(exe)
+        return 0
+    env = {k: os.environ[k] for k in DEFAULT_ENV_ALLOW if k in os.environ}
+    results = await scan_path(dirs, path_dirs=path_dirs, skip=skip, env=env, timeout=args.timeout, write=not args.no_write)
+    found = [r for r in results if r.name]
+    if args.json:
+        _print_json([dataclasses.asdict(r) for r in (results if args.all else found)])
+        return 0
+    shown = results if args.all else found
+    rows = [[r.executable, r.name or "", r.version or "", r.atip_version or "", str(r.commands) if r.name else "", (r.error or "")[:60]] for r in shown]
+    print(_table(rows, ["EXECUTABLE", "NAME", "VERSION", "ATIP", "COMMANDS", "ERROR"]))
+    where = "not recorded (--no-write)" if args.no_write else f"recorded in {dirs.registry_path}"
+    print(f"{len(found)} of {len(results)} executables answered with ATIP metadata; {where}")
+    return 0
+
+
+# commands that read no config file (a missing or broken default config must not stop them)
+NO_CONFIG = {"atip"}
+
 Command = Callable[[argparse.Namespace, BridgeConfig], Awaitable[int]]
 COMMANDS: dict[str, Command] = {
+    "translate": cmd_translate,
+    "atip": cmd_atip,
     "check": cmd_check,
     "tools": cmd_tools,
     "call": cmd_call,
@@ -184,6 +240,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stdio", action="store_true", help="serve MCP over stdio instead of HTTP")
     p.add_argument("--surface", default=None, help="surface served over stdio")
     p.add_argument("--insecure", action="store_true", help="allow a non-loopback bind without tokens")
+
+    p = sub.add_parser("translate", parents=[common], help="print the surface's tools in a provider's function format")
+    p.add_argument("--to", required=True, choices=["openai", "openai-strict", "gemini", "anthropic"])
+    p.add_argument("--surface", default="default")
+
+    p = sub.add_parser("atip", help="ATIP command-line tools")
+    atip = p.add_subparsers(dest="atip_command", required=True)
+    p = atip.add_parser("scan", parents=[common], help="probe PATH executables with --agent (opt-in)")
+    p.add_argument("--path", action="append", default=[], help="folder to scan instead of $PATH (repeatable)")
+    p.add_argument("--skip", action="append", default=[], help="glob of executable names never run (repeatable)")
+    p.add_argument("--no-default-skip", action="store_true", help="drop the built-in skip list")
+    p.add_argument("--timeout", type=float, default=2.0, help="seconds per probe")
+    p.add_argument("--data-home", default=None, help="instead of $XDG_DATA_HOME")
+    p.add_argument("--dry-run", action="store_true", help="list the executables that would be probed, run nothing")
+    p.add_argument("--no-write", action="store_true", help="do not update registry.json")
+    p.add_argument("--all", action="store_true", help="also list executables that did not answer")
+    p.add_argument("--json", action="store_true")
     return parser
 
 
@@ -194,13 +267,15 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    config: BridgeConfig | None = None
+    if args.command not in NO_CONFIG:
+        try:
+            config = load_config(args.config)
+        except ConfigError as exc:
+            print(exc, file=sys.stderr)
+            return 2
     try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    try:
-        return asyncio.run(COMMANDS[args.command](args, config))
+        return asyncio.run(COMMANDS[args.command](args, config))  # type: ignore[arg-type]
     except KeyboardInterrupt:
         return 130
 

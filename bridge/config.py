@@ -188,6 +188,17 @@ def _fields_of(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return list(getattr(current, "model_fields", {})) if current else []
 
 
+_SECRET_WORDS = ("token", "secret", "password", "key", "auth", "env", "header", "credential")
+
+
+def _shown_input(loc: tuple[Any, ...], value: Any) -> str:
+    """The offending value, unless it is a whole mapping or list (which may carry secrets such
+    as env or headers) or sits under a key that names a secret."""
+    if isinstance(value, (dict, list)) or any(w in str(part).lower() for part in loc for w in _SECRET_WORDS):
+        return ""
+    return f" (got {value!r})"
+
+
 def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel]) -> list[tuple[str, str, str]]:
     problems = []
     for err in exc.errors():
@@ -205,7 +216,7 @@ def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel]) -> l
         else:
             expected = err.get("ctx", {}).get("expected") or err.get("ctx", {}).get("pattern")
             fix = f"expected {expected}" if expected else "see docs/config.md"
-            problems.append((path, f"{err['msg']} (got {err.get('input')!r})", fix))
+            problems.append((path, f"{err['msg']}{_shown_input(loc, err.get('input'))}", fix))
     return problems
 
 
@@ -222,7 +233,10 @@ def _mcp_servers_to_upstreams(servers: Any, problems: list[tuple[str, str, str]]
             continue
         entry = dict(entry)
         transport = entry.pop("type", None) or entry.pop("transport", None)
-        if transport not in (None, "stdio", "http", "streamable-http", "streamableHttp", "sse"):
+        if transport == "sse":
+            problems.append((f"{path}.type", "the legacy HTTP+SSE transport is not supported", "point `url` at the server's streamable HTTP endpoint and use `type: http`"))
+            continue
+        if transport not in (None, "stdio", "http", "streamable-http", "streamableHttp"):
             problems.append((f"{path}.type", f"unknown transport {transport!r}", "use stdio or http"))
             continue
         disabled = entry.pop("disabled", False)

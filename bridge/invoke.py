@@ -280,7 +280,7 @@ class Invoker:
         meta: dict[str, Any],
     ) -> UpstreamResult:
         slot = self.catalog.require_ready(decl)
-        timeout = self.config.default_timeout or slot.upstream.config.timeout
+        timeout = self.config.default_timeout or decl.timeout or slot.upstream.config.timeout
         ctx = CallContext(invocation_id=invocation_id, timeout=timeout, progress_sink=progress, version=decl.version, meta=meta)
         assert slot.semaphore is not None
         try:

@@ -186,6 +186,7 @@ class UpstreamTool(_Record):
     annotations: dict[str, Any] = Field(default_factory=dict)
     lifecycle: Lifecycle = "available"
     blocked_reason: str | None = None
+    timeout: float | None = None  # seconds; overrides the upstream's call timeout for this tool
 
 
 class ToolDeclaration(_Record):
@@ -219,6 +220,7 @@ class ToolDeclaration(_Record):
     loading_state: LoadingState = "loaded"
     loading_reason: str | None = None
     blocked_reason: str | None = None
+    timeout: float | None = None
 
     @property
     def input_schema(self) -> dict[str, Any]:

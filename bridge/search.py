@@ -1,6 +1,6 @@
 """Tool search over the catalog: exact selection (`select:a,b`) and ranked keyword search with
 filters, restricted to a surface, answered as an Agent Tool `tool_search_result`. The index
-(bridge.search_index) follows the catalog's change events; ranking text lives in
+(bridge.search_index) follows the catalog's change events; query and name text handling lives in
 bridge.search_rank."""
 
 from __future__ import annotations
@@ -10,20 +10,10 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from cachetools import LRUCache
-
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
-from bridge.search_rank import (
-    AnalyzedQuery,
-    RerankWeights,
-    analyze_query,
-    derive_search_hint,
-    idf_of,
-    name_tokens,
-    rerank,
-)
+from bridge.search_rank import AnalyzedQuery, analyze_query, derive_search_hint, name_tokens
 from bridge.surface import Surface, deferred_ref
 
 __all__ = ["ToolSearch", "name_tokens", "derive_search_hint", "indexed_tool", "SELECT_PREFIX"]
@@ -31,8 +21,8 @@ __all__ = ["ToolSearch", "name_tokens", "derive_search_hint", "indexed_tool", "S
 log = logging.getLogger("bridge.search")
 
 SELECT_PREFIX = "select:"
-# The index is asked for this many candidates (at least) before reranking and surface filtering.
-CANDIDATES = 40
+# The index is asked for this many candidates (at least) before surface filtering.
+CANDIDATES = 20
 _PARAM_DEPTH = 2
 _MAX_ENUM = 20
 
@@ -93,50 +83,49 @@ class ToolSearch:
     `flush()`) waits until every change so far is searchable.
     """
 
-    def __init__(self, catalog: Catalog, path: str | None = None, *, rerank_weights: RerankWeights | None = None,
-                 field_weights: dict[str, float] | None = None) -> None:
+    def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None) -> None:
         self.catalog = catalog
         self.path = path
-        self.index = ToolIndex(path)
-        self.rerank_weights = rerank_weights or RerankWeights()
+        self.index = ToolIndex(path, convert=indexed_tool)
         self.field_weights = field_weights
-        self._features: LRUCache[str, tuple[ToolDeclaration, set[str], set[str]]] = LRUCache(maxsize=20_000)
         self._reconciled: set[str] = set()
         self._unsubscribe = catalog.subscribe(self._on_change)
         # tools of upstreams no longer configured go; the others are compared with their listing
-        stale = [tid for tid, (ns, _) in self.index.digests.items() if ns not in catalog.slots]
-        if stale:
-            self.index.submit(deletes=stale)
-        for namespace in list(catalog.slots):
-            if catalog.slots[namespace].health.state == "ready":
+        self.index.submit(keep_namespaces=catalog.slots)
+        for namespace, slot in catalog.slots.items():
+            if slot.health.state == "ready":
                 self._reconcile(namespace)
 
     # ---------------------------------------------------------------- keeping in step
 
     def _on_change(self, change: CatalogChange) -> None:
-        namespaces = {change.upstream} if change.upstream else {d.namespace for d in (*change.added, *change.updated, *change.removed)}
+        """Hand the change to the index's writer thread; documents are built there."""
+        touched = (*change.added, *change.updated, *change.removed)
+        namespaces = {change.upstream} if change.upstream else {d.namespace for d in touched}
+        done: set[str] = set()
         for namespace in namespaces - self._reconciled:
-            if namespace in self.catalog.slots and self.catalog.slots[namespace].health.state == "ready":
-                self._reconcile(namespace)
-        upserts = [indexed_tool(d) for d in (*change.added, *change.updated) if d.namespace in self._reconciled]
-        deletes = [d.tool_id for d in change.removed if d.namespace in self._reconciled]
+            slot = self.catalog.slots.get(namespace)
+            if slot is not None and slot.health.state == "ready":
+                self._reconcile(namespace)  # the whole listing: covers this change too
+                done.add(namespace)
+        follow = self._reconciled - done
+        upserts = [d for d in (*change.added, *change.updated) if d.namespace in follow]
+        deletes = [(d.namespace, d.tool_id) for d in change.removed if d.namespace in follow]
         if upserts or deletes:
             self.index.submit(upserts, deletes)
 
     def _reconcile(self, namespace: str) -> None:
         """First listing of an upstream since the index opened: write what differs from the
-        index, drop what the upstream no longer has."""
+        index, drop what the upstream no longer has. Tools with unchanged digests cost nothing."""
         self._reconciled.add(namespace)
-        current = list(self.catalog.slots[namespace].tools.values())
-        ids = {d.tool_id for d in current}
-        gone = [tid for tid, (ns, _) in self.index.digests.items() if ns == namespace and tid not in ids]
-        self.index.submit([indexed_tool(d) for d in current], gone)
+        self.index.submit(list(self.catalog.slots[namespace].tools.values()), reconcile=namespace)
 
     def reindex(self) -> None:
         """Compare every tool of the catalog with the index again (after a failed commit, say)."""
         self._reconciled.clear()
+        self.index.submit(keep_namespaces=self.catalog.slots)
         for namespace, slot in self.catalog.slots.items():
-            if slot.health.state == "ready" or slot.tools:
+            if slot.health.state == "ready":
                 self._reconcile(namespace)
 
     def flush(self, timeout: float | None = 10.0) -> bool:
@@ -168,7 +157,7 @@ class ToolSearch:
         include_schema: bool = False,
     ) -> ToolSearchResult:
         query = query.strip()
-        limit = max(1, min(limit, 100))
+        limit = max(1, limit)  # frontends clamp to their own maximum
         total_deferred = surface.counts()["deferred"]
         pending = self.catalog.pending_providers()
         filters = dict(namespace=namespace, tags=tags, kind=kind, read_only=read_only)
@@ -216,10 +205,10 @@ class ToolSearch:
 
     def _ranked(self, analyzed: AnalyzedQuery | None, surface: Surface, limit: int,
                 filters: dict[str, Any]) -> list[tuple[ToolDeclaration, float]]:
-        """Ranked, reranked, visible declarations. Fetches more from the index while blocked or
-        stale entries leave fewer than `limit`."""
+        """Ranked visible declarations. Asks the index again, further down, while blocked tools
+        (or index entries the catalog no longer has) leave fewer than `limit`."""
         index_query = self.index.query(analyzed, weights=self.field_weights, **filters)
-        want = max(CANDIDATES, 2 * limit)
+        want = max(CANDIDATES, limit)
         offset = 0
         kept: list[tuple[ToolDeclaration, float]] = []
         while True:
@@ -228,30 +217,10 @@ class ToolSearch:
                 decl = self.catalog.get(tool_id)
                 if decl is not None and self._passes(decl, filters) and surface.visible(decl):
                     kept.append((decl, score))
-            if len(kept) >= want or len(hits) < want:
-                break
+            if len(kept) >= limit or len(hits) < want:
+                return kept[:limit]
             offset += want
             want *= 4
-        if analyzed is None or not analyzed.terms or not kept:
-            return kept[:limit]
-        by_id = {d.tool_id: d for d, _ in kept}
-        name_words: dict[str, set[str]] = {}
-        all_words: dict[str, set[str]] = {}
-        for decl in by_id.values():
-            name_words[decl.tool_id], all_words[decl.tool_id] = self._words(decl)
-        num_docs = max(self.index.num_docs, 1)
-        idf = {t: idf_of(self.index.doc_freq(t), num_docs) for t in analyzed.content_terms}
-        order = rerank(analyzed, [(d.tool_id, s) for d, s in kept], name_words, all_words, idf, self.rerank_weights)
-        return [(by_id[tid], score) for tid, score in order[:limit]]
-
-    def _words(self, decl: ToolDeclaration) -> tuple[set[str], set[str]]:
-        cached = self._features.get(decl.tool_id)
-        if cached is not None and cached[0] is decl:  # the catalog makes a new record on each change
-            return cached[1], cached[2]
-        tool = indexed_tool(decl)
-        words = (decl, tool.name_words(), tool.all_words())
-        self._features[decl.tool_id] = words
-        return words[1], words[2]
 
     @staticmethod
     def _passes(decl: ToolDeclaration, filters: dict[str, Any]) -> bool:

@@ -13,7 +13,7 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ import tantivy
 
 from bridge.search_rank import ANALYZER_NAME, AnalyzedQuery, analyzer, name_tokens, split_identifiers
 
-__all__ = ["IndexedTool", "ToolIndex", "FIELD_WEIGHTS", "INDEX_FORMAT", "COMMIT_WINDOW"]
+__all__ = ["IndexedTool", "ToolIndex", "FIELD_WEIGHTS", "INDEX_FORMAT", "COMMIT_WINDOW", "exact_names", "name_text"]
 
 log = logging.getLogger("bridge.search")
 
@@ -34,19 +34,17 @@ COMMIT_WINDOW = 0.05
 _FORMAT_FILE = "bridge-search.json"
 _DIGEST_LOG = "digests.log"
 
-# Score weight of a query word found in each field (tuned on the development set, see
-# bench/search_quality.py).
-FIELD_WEIGHTS: dict[str, float] = {
-    "name": 3.0,
-    "namespace": 0.5,
-    "title": 1.5,
-    "hint": 1.5,
-    "description": 1.0,
-    "tags": 0.5,
-    "params": 0.5,
-    "param_text": 0.3,
-}
+# Score weight of a query word found in each field. `all` holds every text of the tool, with the
+# name twice (a BM25F-like field weight: one field, the name's words counted more); `core` the
+# same without the parameters' descriptions, so those weigh less than the tool's own words.
+# Tuned on the development set (bench/search_quality.py): one weighted field beats a sum of
+# per-field scores there by 3 points of recall@5.
+FIELD_WEIGHTS: dict[str, float] = {"all": 1.0, "core": 0.5}
+NAME_REPEAT = 2
 EXACT_NAME_WEIGHT = 10.0
+# A longer query is matched by its rarest words only: they decide the ranking, and every word
+# costs a posting list walk (measured on the development set: no loss down to 32).
+MAX_QUERY_TERMS = 32
 _TEXT_FIELDS = tuple(FIELD_WEIGHTS)
 
 
@@ -84,28 +82,18 @@ class IndexedTool:
         doc.add_text("tool_id", self.tool_id)
         for exact in self.exact_names:
             doc.add_text("exact", exact)
-        doc.add_text("name", self.name)
-        doc.add_text("namespace", split_identifiers(self.namespace))
-        for name in ("title", "description", "hint", "params", "param_text"):
-            text = getattr(self, name)
-            if text:
-                doc.add_text(name, split_identifiers(text))
-        if self.tags:
-            doc.add_text("tags", " ".join(split_identifiers(t) for t in self.tags))
+        # names and parameter names arrive split into words; only free text needs camelCase split
+        own = " ".join([*[self.name] * NAME_REPEAT, split_identifiers(f"{self.title} {self.hint} {self.description}"),
+                        self.params])
+        extra = split_identifiers(" ".join([self.namespace, *self.tags, self.param_text]))
+        doc.add_text("core", own)
+        doc.add_text("all", f"{own} {extra}")
         doc.add_text("f_ns", self.namespace)
         for tag in self.tags:
             doc.add_text("f_tag", tag)
         doc.add_text("f_kind", self.kind)
         doc.add_text("f_ro", "1" if self.read_only else "0")
         return doc
-
-    def name_words(self) -> set[str]:
-        return set(analyzer().analyze(self.name))
-
-    def all_words(self) -> set[str]:
-        text = " ".join((self.name, self.namespace, self.title, self.description, self.hint, " ".join(self.tags),
-                         self.params, self.param_text))
-        return set(analyzer().analyze(split_identifiers(text)))
 
 
 def _schema() -> tantivy.Schema:
@@ -119,28 +107,39 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
+Converter = Callable[[Any], IndexedTool]
+
+
 @dataclass
 class _Batch:
-    upserts: list[IndexedTool] = field(default_factory=list)
-    deletes: list[str] = field(default_factory=list)
+    """One submission. `upserts` are IndexedTools or items the index's converter turns into
+    them (on the writer thread, so a listing of 100,000 tools does not stall the caller)."""
+
+    upserts: Sequence[Any] = ()
+    deletes: Sequence[tuple[str, str]] = ()  # (namespace, tool_id)
+    reconcile: str | None = None  # namespace whose tools not in `upserts` are dropped
+    keep_namespaces: frozenset[str] | None = None  # namespaces not in it are dropped
     seq: int = 0
 
 
 class ToolIndex:
     """The Tantivy index and its writer thread.
 
-    `submit()` hands over documents to write and ids to delete and returns at once; the writer
-    thread gathers what arrives within `COMMIT_WINDOW`, commits once, and makes it searchable.
-    `digests` maps each indexed tool_id to (namespace, digest) as of the last submit.
+    `submit()` hands over changes and returns at once; the writer thread gathers what arrives
+    within `COMMIT_WINDOW`, skips tools whose digest is unchanged, commits once and makes the
+    result searchable. Only that thread writes the index and the digests. On disk, a digest log
+    beside the index records what each commit holds, so a reopened index knows its content.
     """
 
-    def __init__(self, path: str | None = None, *, heap_size: int = 64_000_000, threads: int = 1) -> None:
+    def __init__(self, path: str | None = None, *, convert: Converter | None = None, heap_size: int = 64_000_000,
+                 threads: int = 1) -> None:
         self.path = path
         self.schema = _schema()
+        self.convert = convert
         self.opened_existing = False  # an on-disk index was reopened as it was
         self.documents_written = 0  # documents added since this index was opened
         self.commits = 0
-        self.digests: dict[str, tuple[str, int]] = {}
+        self._digests: dict[str, dict[str, int]] = {}  # namespace -> tool_id -> digest
         self._index = self._open(path)
         self._index.register_tokenizer(ANALYZER_NAME, analyzer())
         self._index.config_reader(reload_policy="manual")
@@ -181,68 +180,62 @@ class ToolIndex:
 
     def _load_digests(self) -> None:
         """Replay the digest log. A log that disagrees with the index (a crash between a commit
-        and its log lines) costs a rebuild: every tool is then written again."""
+        and its log lines) empties the index: every tool is then written again."""
         assert self.path is not None
         log_path = Path(self.path) / _DIGEST_LOG
-        digests: dict[str, tuple[str, int]] = {}
+        owner: dict[str, str] = {}  # tool_id -> namespace, while replaying
         lines = 0
-        namespaces: dict[str, str] = {}
         if self.opened_existing and log_path.exists():
             with open(log_path, encoding="utf-8") as fh:
                 for line in fh:
                     lines += 1
                     parts = line.rstrip("\n").split("\t")
                     if len(parts) == 3:
-                        ns = namespaces.setdefault(parts[1], parts[1])
-                        digests[parts[0]] = (ns, int(parts[2], 16))
-                    elif len(parts) == 2:
-                        digests.pop(parts[0], None)
-        if self.opened_existing and self._index.searcher().num_docs != len(digests):
-            log.warning("search index and its digest log disagree; rebuilding the index")
-            self._writer_delete_all()
-            digests, lines = {}, 0
+                        tool_id, namespace, digest = parts
+                        previous = owner.get(tool_id)
+                        if previous is not None and previous != namespace:
+                            self._digests[previous].pop(tool_id, None)
+                        owner[tool_id] = namespace
+                        self._digests.setdefault(namespace, {})[tool_id] = int(digest, 16)
+                    elif len(parts) == 2 and (namespace := owner.pop(parts[0], None)) is not None:
+                        self._digests[namespace].pop(parts[0], None)
+        if self.opened_existing and self._index.searcher().num_docs != self.tool_count:
+            log.warning("search index and its digest log disagree; the index is written again")
+            self._writer.delete_all_documents()
+            self._writer.commit()
+            self._index.reload()
+            self._digests, lines = {}, 0
             self.opened_existing = False
-        self.digests = digests
-        if lines > 2 * len(digests) + 10_000 or not log_path.exists():
-            self._rewrite_log(log_path)
+        if lines > 2 * self.tool_count + 10_000 or not log_path.exists():
+            tmp = log_path.with_suffix(".tmp")
+            with open(tmp, "w", encoding="utf-8") as fh:
+                for namespace, tools in self._digests.items():
+                    fh.writelines(f"{tid}\t{namespace}\t{dg:016x}\n" for tid, dg in tools.items())
+            os.replace(tmp, log_path)
         self._log_file = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for appends
 
-    def _writer_delete_all(self) -> None:
-        writer = self._index.writer(heap_size=15_000_000, num_threads=1)
-        writer.delete_all_documents()
-        writer.commit()
-        writer.wait_merging_threads()
-
-    def _rewrite_log(self, log_path: Path) -> None:
-        tmp = log_path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(f"{tid}\t{ns}\t{dg:016x}\n" for tid, (ns, dg) in self.digests.items())
-        os.replace(tmp, log_path)
+    @property
+    def tool_count(self) -> int:
+        """Tools the index holds (as of the last commit the writer thread made)."""
+        return sum(len(tools) for tools in list(self._digests.values()))
 
     # ---------------------------------------------------------------- writing
 
-    def submit(self, upserts: Sequence[IndexedTool] = (), deletes: Iterable[str] = ()) -> int:
-        """Queue changes: unchanged documents (same digest) are skipped. Returns a ticket for
-        `flush`, or the last ticket when nothing needed writing."""
-        todo = _Batch()
-        for tool in upserts:
-            known = self.digests.get(tool.tool_id)
-            if known is not None and known[1] == tool.digest and known[0] == tool.namespace:
-                continue
-            self.digests[tool.tool_id] = (tool.namespace, tool.digest)
-            todo.upserts.append(tool)
-        for tool_id in deletes:
-            if self.digests.pop(tool_id, None) is not None:
-                todo.deletes.append(tool_id)
+    def submit(self, upserts: Sequence[Any] = (), deletes: Sequence[tuple[str, str]] = (), *,
+               reconcile: str | None = None, keep_namespaces: Iterable[str] | None = None) -> int:
+        """Queue changes and return a ticket for `flush`. `upserts` are IndexedTools (or items
+        for the converter); `deletes` are (namespace, tool_id) pairs; with `reconcile`, the
+        namespace's indexed tools missing from `upserts` are deleted; with `keep_namespaces`,
+        every tool of another namespace is."""
+        batch = _Batch(upserts=list(upserts), deletes=list(deletes), reconcile=reconcile,
+                       keep_namespaces=frozenset(keep_namespaces) if keep_namespaces is not None else None)
         with self._cond:
-            if not (todo.upserts or todo.deletes):
-                return self._submitted
             if self._closed:
                 raise RuntimeError("search index is closed")
             self._submitted += 1
-            todo.seq = self._submitted
-        self._queue.put(todo)
-        return todo.seq
+            batch.seq = self._submitted
+        self._queue.put(batch)
+        return batch.seq
 
     def flush(self, timeout: float | None = 10.0, ticket: int | None = None) -> bool:
         """Wait until everything submitted (or up to `ticket`) is committed and searchable."""
@@ -271,54 +264,80 @@ class ToolIndex:
                     stop = True
                     break
                 batches.append(more)
-            self._write(batches)
+            try:
+                self._write(batches)
+            finally:
+                with self._cond:
+                    self._committed = max(self._committed, batches[-1].seq)
+                    self._cond.notify_all()
             if stop:
                 return
 
+    def _tool(self, item: Any) -> IndexedTool:
+        if isinstance(item, IndexedTool):
+            return item
+        if self.convert is None:
+            raise TypeError(f"no converter for {type(item).__name__}")
+        return self.convert(item)
+
     def _write(self, batches: list[_Batch]) -> None:
         lines: list[str] = []
+        touched: list[tuple[str, str]] = []
+        writer = self._writer
         try:
             for batch in batches:
-                for tool_id in batch.deletes:
-                    self._writer.delete_documents_by_term("tool_id", tool_id)
-                    lines.append(f"{tool_id}\t-\n")
-                for tool in batch.upserts:
+                deletes = list(batch.deletes)
+                if batch.keep_namespaces is not None:
+                    deletes += [(ns, tid) for ns, tools in self._digests.items() if ns not in batch.keep_namespaces
+                                for tid in tools]
+                tools = [self._tool(item) for item in batch.upserts]
+                if batch.reconcile is not None:
+                    listed = {t.tool_id for t in tools}
+                    known = self._digests.get(batch.reconcile, {})
+                    deletes += [(batch.reconcile, tid) for tid in known if tid not in listed]
+                for namespace, tool_id in deletes:
+                    if self._digests.get(namespace, {}).pop(tool_id, None) is not None:
+                        writer.delete_documents_by_term("tool_id", tool_id)
+                        lines.append(f"{tool_id}\t-\n")
+                for tool in tools:
+                    digests = self._digests.setdefault(tool.namespace, {})
+                    if digests.get(tool.tool_id) == tool.digest:
+                        continue
+                    digests[tool.tool_id] = tool.digest
+                    touched.append((tool.namespace, tool.tool_id))
                     # a delete then an add in one commit: the add survives the delete (opstamps)
-                    self._writer.delete_documents_by_term("tool_id", tool.tool_id)
-                    self._writer.add_document(tool.document())
+                    writer.delete_documents_by_term("tool_id", tool.tool_id)
+                    writer.add_document(tool.document())
                     lines.append(f"{tool.tool_id}\t{tool.namespace}\t{tool.digest:016x}\n")
-            self._writer.commit()
+            if not lines:
+                return
+            writer.commit()
             self._index.reload()
-            self.documents_written += sum(len(b.upserts) for b in batches)
+            self.documents_written += len(touched)
             self.commits += 1
             if self._log_file is not None:
                 self._log_file.writelines(lines)
                 self._log_file.flush()
         except Exception:  # noqa: BLE001 - the writer thread must survive a failed commit
-            log.exception("search index commit failed; the tools concerned are indexed again on their next change")
+            log.exception("search index commit failed; the tools concerned are written again on their next change")
             with contextlib.suppress(Exception):
-                self._writer.rollback()
-            for batch in batches:
-                for tool in batch.upserts:
-                    self.digests.pop(tool.tool_id, None)
-        finally:
-            with self._cond:
-                self._committed = max(self._committed, max(b.seq for b in batches))
-                self._cond.notify_all()
+                writer.rollback()
+            for namespace, tool_id in touched:
+                self._digests.get(namespace, {}).pop(tool_id, None)
 
     def bulk_load(self, tools: Iterable[IndexedTool]) -> int:
-        """Write many tools in one commit on the calling thread (an initial build). Tools
-        already indexed with the same digest are skipped."""
+        """Write many new tools in one commit on the calling thread (an initial build, while
+        nothing else writes). Returns how many were written."""
         self.flush(None)
         count = 0
         lines: list[str] = []
         for tool in tools:
-            known = self.digests.get(tool.tool_id)
-            if known is not None and known[1] == tool.digest:
+            digests = self._digests.setdefault(tool.namespace, {})
+            if digests.get(tool.tool_id) == tool.digest:
                 continue
-            if known is not None:
+            if tool.tool_id in digests:
                 self._writer.delete_documents_by_term("tool_id", tool.tool_id)
-            self.digests[tool.tool_id] = (tool.namespace, tool.digest)
+            digests[tool.tool_id] = tool.digest
             self._writer.add_document(tool.document())
             if self._log_file is not None:
                 lines.append(f"{tool.tool_id}\t{tool.namespace}\t{tool.digest:016x}\n")
@@ -336,12 +355,12 @@ class ToolIndex:
         with self._cond:
             if self._closed:
                 return
-        self.flush(30.0)
+        self.flush(60.0)
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self._queue.put(None)
-        self._thread.join(timeout=30.0)
+        self._thread.join(timeout=60.0)
         with contextlib.suppress(Exception):
             self._writer.wait_merging_threads()
         if self._log_file is not None:
@@ -353,10 +372,6 @@ class ToolIndex:
     @property
     def num_docs(self) -> int:
         return self._index.searcher().num_docs
-
-    def doc_freq(self, term: str, fields: Sequence[str] = ("name", "description", "params")) -> int:
-        searcher = self._index.searcher()
-        return max(searcher.doc_freq(f, term) for f in fields)
 
     def query(
         self,
@@ -370,12 +385,17 @@ class ToolIndex:
         exact_weight: float = EXACT_NAME_WEIGHT,
     ) -> tantivy.Query:
         """The index query of a free-text search: each term in each field, weighted by field and
-        by term (filler words weigh little), whole identifiers against names, filters required."""
+        by term, whole identifiers against names, filters required. No text: every tool."""
         schema, Q, occur = self.schema, tantivy.Query, tantivy.Occur
         weights = weights or FIELD_WEIGHTS
         should: list[tuple[tantivy.Occur, tantivy.Query]] = []
         if analyzed is not None:
-            for term, term_weight in analyzed.terms.items():
+            terms = analyzed.terms
+            if len(terms) > MAX_QUERY_TERMS:
+                searcher = self._index.searcher()
+                rarest = sorted(terms, key=lambda t: searcher.doc_freq("all", t))[:MAX_QUERY_TERMS]
+                terms = {t: terms[t] for t in rarest}
+            for term, term_weight in terms.items():
                 for name, field_weight in weights.items():
                     if field_weight > 0:
                         should.append((occur.Should, Q.boost_query(Q.term_query(schema, name, term), field_weight * term_weight)))

@@ -1,12 +1,10 @@
 """Text side of tool search: splitting names into words, reading a query (conversational
-filler weighed down, identifiers kept whole), the reranking of the index's candidates, and the
-short search hint derived for tools whose upstream gave none. Pure functions, no index."""
+filler set aside, identifiers kept whole), and the short search hint derived for tools whose
+upstream gave none. Pure functions, no index."""
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -18,14 +16,11 @@ __all__ = [
     "ANALYZER_NAME",
     "AnalyzedQuery",
     "FILLER_WORDS",
-    "RerankWeights",
     "analyzer",
     "analyze_query",
     "derive_search_hint",
     "identifier_words",
-    "idf_of",
     "name_tokens",
-    "rerank",
     "split_identifiers",
     "stems",
 ]
@@ -36,13 +31,15 @@ __all__ = [
 ANALYZER_NAME = "bridge_text"
 
 _NAME_SPLIT = re.compile(r"[_.\-/:\s]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_CAMEL_PRESENT = re.compile(r"[a-z0-9][A-Z]|[A-Z][A-Z][a-z]")
+_CAMEL_LOWER_UPPER = re.compile(r"([a-z0-9])(?=[A-Z])")
+_CAMEL_ACRONYM = re.compile(r"([A-Z])(?=[A-Z][a-z])")
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[_.\-/][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")
-_MARKUP = re.compile(r"[`*_#>\[\]]+|\((?:https?://)[^)]*\)")
+_MARKUP = re.compile(r"[`*#>\[\]]+|\((?:https?://)[^)]*\)")
 
-# Words that carry the request's tone, not its subject. In a query they weigh little (never
-# nothing: a query made only of them still matches by them); in the index they stay.
+# Words that carry the request's tone, not its subject. A query is matched without them (unless
+# it has nothing else: then by them); the index keeps every word.
 FILLER_WORDS = frozenset(
     """a about above after again all also am an and any are as at be because been before being
     below between both but by can cannot could did do does doing done down during each else even
@@ -66,7 +63,9 @@ def name_tokens(name: str) -> list[str]:
 def split_identifiers(text: str) -> str:
     """Text with camelCase words split (`getUserById` -> `get User By Id`); the index's tokenizer
     already splits on `_ . - /`."""
-    return _CAMEL.sub(" ", text)
+    if not _CAMEL_PRESENT.search(text):
+        return text
+    return _CAMEL_ACRONYM.sub(r"\1 ", _CAMEL_LOWER_UPPER.sub(r"\1 ", text))
 
 
 @lru_cache(maxsize=1)
@@ -102,80 +101,34 @@ def identifier_words(text: str) -> list[str]:
 
 @dataclass
 class AnalyzedQuery:
-    """A free-text query as the index reads it: terms with their weight (filler weighs
-    `filler_weight`), and identifier-like words matched whole against tool names."""
+    """A free-text query as the index reads it: stemmed terms with their weight, and the words
+    written like tool names, matched whole against names."""
 
     text: str
     terms: dict[str, float] = field(default_factory=dict)
     identifiers: list[str] = field(default_factory=list)
 
     @property
-    def content_terms(self) -> set[str]:
-        return {t for t, w in self.terms.items() if w >= 1.0}
-
-    @property
     def empty(self) -> bool:
         return not self.terms and not self.identifiers
 
 
-def analyze_query(text: str, *, filler_weight: float = 0.1, max_terms: int = 64) -> AnalyzedQuery:
-    """Stem the query's words; pure numbers are values, not subjects, and are dropped; repeated
-    words count once. Very long queries (whole conversations) keep their first `max_terms`
-    distinct content words, the later ones being more often quotes and details."""
+def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
+    """Stem the query's words and set aside conversational filler (kept when nothing else is
+    left); pure numbers are argument values, not subjects, and are dropped; repeated words count
+    once. A very long query (a whole conversation) keeps its first `max_terms` distinct words
+    (the index then matches by the rarest of them)."""
     filler = _filler_stems()
-    terms: dict[str, float] = {}
-    content = 0
+    content: dict[str, float] = {}
+    fill: dict[str, float] = {}
     for term in stems(text):
-        if term.isdigit() or term in terms:
+        if term.isdigit() or term in content or term in fill:
             continue
-        is_filler = term in filler or len(term) < 2
-        if not is_filler:
-            if content >= max_terms:
-                continue
-            content += 1
-        terms[term] = filler_weight if is_filler else 1.0
-    return AnalyzedQuery(text=text, terms=terms, identifiers=identifier_words(text))
-
-
-@dataclass(frozen=True)
-class RerankWeights:
-    """How the reranking step mixes its signals; each is in [0, 1] before weighting."""
-
-    bm25: float = 1.0  # index score over the best candidate's
-    name_coverage: float = 0.5  # share of the tool name's words the query mentions
-    query_coverage: float = 0.3  # share of the query's content words (by rarity) the tool has
-
-
-def rerank(
-    query: AnalyzedQuery,
-    candidates: Sequence[tuple[str, float]],
-    name_stems: dict[str, set[str]],
-    doc_stems: dict[str, set[str]],
-    idf: dict[str, float],
-    weights: RerankWeights = RerankWeights(),
-) -> list[tuple[str, float]]:
-    """Reorder `(tool_id, index score)` candidates. `name_stems`/`doc_stems` give each candidate's
-    name words and all its words (stemmed); `idf` the rarity of each query term."""
-    if not candidates:
-        return []
-    top = max(score for _, score in candidates) or 1.0
-    content = query.content_terms or set(query.terms)
-    total_idf = sum(idf.get(t, 1.0) for t in content) or 1.0
-    out: list[tuple[str, float]] = []
-    for tool_id, score in candidates:
-        names = name_stems.get(tool_id, set())
-        words = doc_stems.get(tool_id, set())
-        name_cov = len(names & content) / len(names) if names else 0.0
-        query_cov = sum(idf.get(t, 1.0) for t in content & words) / total_idf
-        final = weights.bm25 * score / top + weights.name_coverage * name_cov + weights.query_coverage * query_cov
-        out.append((tool_id, final))
-    out.sort(key=lambda item: -item[1])
-    return out
-
-
-def idf_of(doc_freq: int, num_docs: int) -> float:
-    """BM25's inverse document frequency."""
-    return math.log(1.0 + (num_docs - doc_freq + 0.5) / (doc_freq + 0.5))
+        if term in filler or len(term) < 2:
+            fill[term] = 1.0
+        elif len(content) < max_terms:
+            content[term] = 1.0
+    return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifier_words(text))
 
 
 # ---------------------------------------------------------------- search hints
@@ -194,22 +147,21 @@ def _first_sentence(text: str) -> str:
 
 def derive_search_hint(decl: ToolDeclaration) -> str:
     """The tool's search hint: the upstream's own when it gave one, else 3-10 words from its
-    title or the first sentence of its description, padded with its name's words when short."""
+    title or the first sentence of its description, completed with its name's words (then its
+    namespace) when that is shorter than three words."""
     if decl.search_hint and decl.search_hint.strip():
         return decl.search_hint.strip()
-    words: list[str] = []
-    for source in (decl.title or "", _first_sentence(decl.description)):
-        words = _words(source)
-        if len(words) >= _HINT_MIN:
-            break
-    words = [w.rstrip(".,;:") for w in words[:_HINT_MAX]]
+    candidates = [_words(decl.title or ""), _words(_first_sentence(decl.description))]
+    chosen = next((c for c in candidates if len(c) >= _HINT_MIN), max(candidates, key=len))
+    words = [w.rstrip(".,;:") for w in chosen[:_HINT_MAX]]
+    seen = {w.lower() for w in words}
     if len(words) < _HINT_MIN:
-        extra = name_tokens(decl.native_name or decl.name)
-        words = list(dict.fromkeys([*words, *extra]))[:_HINT_MAX]
-    padding: Iterable[str] = (decl.namespace or "", "tool")
-    for word in padding:
-        if len(words) >= _HINT_MIN:
-            break
-        if word and word not in words:
+        for word in name_tokens(decl.native_name or decl.name):
+            if len(words) < _HINT_MAX and word not in seen:
+                seen.add(word)
+                words.append(word)
+    for word in (decl.namespace or "", "tool"):
+        if len(words) < _HINT_MIN and word and word.lower() not in seen:
+            seen.add(word.lower())
             words.append(word)
     return " ".join(words)

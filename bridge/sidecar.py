@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections import deque
+from pathlib import Path
 
 from bridge.upstream import LaunchConfig
 
@@ -40,7 +41,8 @@ class Sidecar:
         if self.running:
             return
         command = sys.executable if self.config.command in ("python", "python3") else self.config.command
-        cwd = self.config.cwd or self.base_dir
+        # a relative cwd starts from the config file's folder, like every path in the config
+        cwd = str(Path(self.base_dir) / self.config.cwd) if self.config.cwd else self.base_dir
         env = {**os.environ, **self.config.env}
         self.process = await asyncio.create_subprocess_exec(
             command,

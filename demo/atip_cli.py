@@ -144,7 +144,7 @@ def metadata_for(depth: int | None = None, commands: list[str] | None = None) ->
     selected = {n: c for n, c in tree.items() if commands is None or n in commands}
     document["commands"] = {n: _cut(c, depth, 1) for n, c in selected.items()}
     document["partial"] = True
-    document["filter"] = {"commands": commands, "depth": depth}
+    document["filter"] = {"depth": depth, **({"commands": commands} if commands is not None else {})}
     document["totalCommands"] = sum(_leaves(c) for c in tree.values())
     document["includedCommands"] = sum(_leaves(c) for c in document["commands"].values() if c.get("commands") != {})
     document["omitted"] = {"reason": "depth-limited" if depth is not None else "filtered", "safetyAssumption": "unknown"}

@@ -94,3 +94,17 @@ def test_mcp_servers_block_shape_is_accepted_up_to_the_kind():
     with pytest.raises(ConfigError) as err:
         parse_config({"mcpServers": {"files": {"type": "carrier-pigeon", "command": "x"}}})
     assert "mcpServers.files.type" in problems(err.value)
+
+
+def test_errors_never_echo_secret_values():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"upstreams": [{"name": "a", "kind": "fake", "tags": {"token": "hunter2-secret"}}],
+                      "server": {"tokens": [{"token": 12345678901, "surface": "default"}]}})
+    assert "hunter2" not in str(err.value) and "12345678901" not in str(err.value)
+
+
+def test_legacy_sse_transport_is_refused_with_a_fix():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"mcpServers": {"old": {"type": "sse", "url": "http://127.0.0.1:1/sse"}}})
+    what, fix = problems(err.value)["mcpServers.old.type"]
+    assert "not supported" in what and "type: http" in fix

@@ -54,6 +54,8 @@ __all__ = ["MCPFrontend", "MCPAuthGate", "run_stdio", "transport_security_for", 
 
 log = logging.getLogger("bridge.serve.mcp")
 
+# Longest a search waits for catalog changes still being indexed, in seconds.
+SEARCH_INDEX_WAIT = 2.0
 # Where the auth gate leaves the caller's surface in the ASGI scope of an /mcp request.
 SURFACE_SCOPE_KEY = "a2t_bridge.surface"
 
@@ -286,6 +288,8 @@ class MCPFrontend:
     ) -> types.CallToolResult:
         options = search_arguments(arguments)
         query = options.pop("query")
+        # the index is written on a thread: let a change that just happened become searchable
+        await self.bridge.search.wait_indexed(timeout=SEARCH_INDEX_WAIT)
         result = self.bridge.search.search(query, surface=surface, include_schema=True, **options)
         state = self._state(ctx, surface)
         if state is not None:

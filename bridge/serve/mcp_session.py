@@ -147,9 +147,14 @@ class ChangeNotifier:
     def listen_handler(self, surface: str) -> ListenHandler:
         return self._listen[surface]
 
+    def bus(self, surface: str) -> InMemorySubscriptionBus:
+        """The change events of one surface (what its listen streams carry)."""
+        return self._buses[surface]
+
     # ------------------------------------------------------------------ catalog changes
 
     def _on_change(self, change: CatalogChange) -> None:
+        # the first change of a burst schedules one recompute; later ones ride along with it
         if self._closed or self._handle is not None:
             return
         try:
@@ -169,11 +174,12 @@ class ChangeNotifier:
     async def flush(self) -> None:
         """Recompute every listing now and notify the callers whose listing changed."""
         surfaces = self.bridge.surfaces
+        base: dict[str, str] = {}
         for name, bus in self._buses.items():
             surface = surfaces.get(name)
             if surface is None:
                 continue
-            fingerprint = listing_for(surface, None).fingerprint
+            base[name] = fingerprint = listing_for(surface, None).fingerprint
             if fingerprint != self._surface_prints.get(name):
                 self._surface_prints[name] = fingerprint
                 await bus.publish(ToolsListChanged())
@@ -181,7 +187,7 @@ class ChangeNotifier:
             surface = surfaces.get(state.surface)
             if surface is None or state.session is None:
                 continue
-            fingerprint = listing_for(surface, state).fingerprint
+            fingerprint = listing_for(surface, state).fingerprint if state.loaded else base.get(state.surface)
             if fingerprint == state.fingerprint:
                 continue
             state.fingerprint = fingerprint

@@ -33,6 +33,7 @@ __all__ = [
     "query_int",
     "query_list",
     "query_bool",
+    "retry_after_headers",
     "not_found",
     "too_large",
     "wire_error",
@@ -117,7 +118,7 @@ def error_response(exc: ApiError) -> Response:
     return JSONBody(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
-def _retry_after_header(error: ToolError) -> dict[str, str]:
+def retry_after_headers(error: ToolError) -> dict[str, str]:
     if error.retry_after is None:
         return {}
     return {"Retry-After": str(max(1, math.ceil(error.retry_after)))}
@@ -130,7 +131,7 @@ def result_error_response(result: ToolResult, extra: dict[str, Any] | None = Non
     status = status_for(result.error)
     body: dict[str, Any] = {"error": result.error.to_json(), "status": status, **(extra or {})}
     body[TOOL_RESULT_KEY] = result.to_json()
-    return JSONBody(body, status_code=status, headers=_retry_after_header(result.error))
+    return JSONBody(body, status_code=status, headers=retry_after_headers(result.error))
 
 
 def not_found(ref: str) -> ApiError:

@@ -108,12 +108,14 @@ def parse_capabilities(doc: Any) -> Capabilities:
 
 def render_tool(decl: ToolDeclaration) -> dict[str, Any]:
     """A catalog tool as an a2t Tool; its group is its namespace (upstream)."""
+    ext = declaration_extension(decl)
+    ext["tags"] = decl.tags  # the a2t Tool has no tags field
     return json_safe({
         "name": decl.name,
         "description": decl.description,
         "input_schema": decl.input_schema,
         "group_id": decl.namespace,
-        AGENT_TOOL_KEY: declaration_extension(decl),
+        AGENT_TOOL_KEY: ext,
     })
 
 
@@ -149,7 +151,7 @@ def parse_tool(obj: Any, *, base_url: str, pointer: str = "") -> UpstreamTool:
         input_schema=schema,
         output_schema=ext.output_schema,
         safety=ext.safety or SafetyHints(),
-        tags=[group] if group and not ext.present else [],
+        tags=ext.tags if ext.present else ([group] if group else []),
         search_hint=ext.search_hint,
         external_mapping=mapping,
         annotations=ext.annotations,

@@ -99,6 +99,11 @@ class ExtensionFacts:
         return self._str("tool_kind")
 
     @property
+    def tags(self) -> list[str]:
+        value = self.raw.get("tags")
+        return [t for t in value if isinstance(t, str)] if isinstance(value, list) else []
+
+    @property
     def output_schema(self) -> dict[str, Any] | None:
         value = self.raw.get("output_schema")
         return value if isinstance(value, dict) else None

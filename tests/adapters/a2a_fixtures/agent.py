@@ -6,8 +6,10 @@ rejection, a task that runs until canceled). The skill is picked from the messag
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -207,7 +209,13 @@ def build_agent(
 
         routes = [Route("/.well-known/agent.json", legacy_card, methods=["GET"])]
         routes += create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True)
-    return _Recorder(Starlette(routes=routes), control), control
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[None]:
+        yield
+        await handler.aclose()  # tasks still running (a waiting skill) end with the server
+
+    return _Recorder(Starlette(routes=routes, lifespan=lifespan), control), control
 
 
 class _Recorder:

@@ -9,19 +9,36 @@ gives the same server for hosting on uvicorn over streamable HTTP in the test pr
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any
 
-import anyio
-import mcp.types as types
-from mcp.server.lowlevel import NotificationOptions, Server
-from mcp.server.stdio import stdio_server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+
+def _early_exit(argv: list[str]) -> None:
+    """`--refuse-if PATH` and `--freeze-on-start` act before the SDK import (a second of CPU),
+    so a server that cannot start costs the tests almost nothing."""
+    if "--refuse-if" in argv:
+        marker = argv[argv.index("--refuse-if") + 1]
+        if os.path.exists(marker):
+            sys.stderr.write(f"refusing to start: {marker} exists\n")
+            sys.exit(2)
+    if "--freeze-on-start" in argv:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    _early_exit(sys.argv)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
+
+import anyio  # noqa: E402
+import mcp.types as types  # noqa: E402
+from mcp.server.lowlevel import NotificationOptions, Server  # noqa: E402
+from mcp.server.stdio import stdio_server  # noqa: E402
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged  # noqa: E402
 
 MODERN = "2026-07-28"
 # 1x1 transparent PNG and a 44-byte empty WAV, base64.
@@ -214,11 +231,6 @@ def main() -> None:
     parser.add_argument("--refuse-if", default=None, help="exit 2 at start while this file exists")
     parser.add_argument("--freeze-on-start", action="store_true")
     opts = parser.parse_args()
-    if opts.refuse_if and os.path.exists(opts.refuse_if):
-        sys.stderr.write(f"refusing to start: {opts.refuse_if} exists\n")
-        sys.exit(2)
-    if opts.freeze_on_start:
-        time.sleep(3600)
     server, _ = build_server(opts.filler, opts.page_size)
     anyio.run(_serve_stdio, server)
 

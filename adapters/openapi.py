@@ -1,0 +1,322 @@
+"""The OpenAPI upstream: every selected operation of an OpenAPI 3.0/3.1 document becomes a tool,
+called over one pooled aiohttp session with retries for idempotent operations and the
+document's credentials. Loading and mapping live in `openapi_spec` / `openapi_operations`,
+request encoding in `openapi_params`, credentials in `openapi_auth`, results in
+`openapi_response`."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import random
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from yarl import URL
+
+from adapters.openapi_auth import AuthConfig, Credentials
+from adapters.openapi_operations import Operation, Selector, map_operations
+from adapters.openapi_params import build_request
+from adapters.openapi_response import error_result, retry_after_seconds, success_result
+from adapters.openapi_spec import Document, SpecError, is_url, parse_document, read_source
+from bridge.model import BridgeError, UpstreamResult, UpstreamTool
+from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
+
+__all__ = ["OpenAPIConfig", "RetryConfig", "OpenAPIUpstream"]
+
+log = logging.getLogger("adapters.openapi")
+
+USER_AGENT = "a2t-bridge (openapi upstream)"
+
+
+class RetryConfig(BaseModel):
+    """Retries of idempotent operations after a 5xx answer or a connection error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(default=2, ge=0, le=10, description="retries after the first attempt")
+    backoff: float = Field(default=0.25, ge=0, description="first delay in seconds; doubles each retry")
+    max_backoff: float = Field(default=5.0, ge=0, description="longest delay between attempts")
+    max_retry_after: float = Field(default=10.0, ge=0, description="longest Retry-After waited for before retrying")
+
+
+class OpenAPIConfig(UpstreamConfig):
+    """`kind: openapi`: one OpenAPI document, one HTTP API."""
+
+    kind: str = "openapi"
+    spec: str = Field(description="path (relative to the config) or http(s) URL of the document, YAML or JSON")
+    base_url: str | None = Field(default=None, description="server URL; default: the document's first server")
+    server_variables: dict[str, str] = Field(default_factory=dict, description="values of server URL variables")
+    include: list[str | Selector] = Field(default_factory=list, description="operations to keep (default: all)")
+    exclude: list[str | Selector] = Field(default_factory=list, description="operations to drop")
+    auth: list[AuthConfig] = Field(default_factory=list, description="credentials (one mapping or a list)")
+    headers: dict[str, str] = Field(default_factory=dict, description="extra headers sent with every request")
+    connect_timeout: float = Field(default=10.0, gt=0, description="seconds to open a connection")
+    connection_limit: int = Field(default=32, ge=1, description="open connections at most")
+    keepalive_timeout: float = Field(default=15.0, ge=0, description="seconds an idle connection is kept")
+    verify_tls: bool = True
+    retries: RetryConfig = Field(default_factory=RetryConfig)
+    max_response_bytes: int = Field(default=16 << 20, ge=1024, description="larger responses are refused")
+    validate_spec: Literal["auto", "full", "off"] = Field(
+        default="auto", description="full: openapi-spec-validator; auto: full for documents up to 256 KB")
+    description_max: int = Field(default=600, ge=40, description="characters of description kept in the tool")
+    health_path: str | None = Field(default=None, description="path probed on start; with `launch` default /")
+
+    @field_validator("auth", "include", "exclude", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, (dict, str)) else value
+
+
+@dataclass
+class _Loaded:
+    signature: str
+    document: Document
+    operations: dict[str, Operation]
+    tools: list[UpstreamTool]
+
+
+class OpenAPIUpstream(Upstream):
+    kind = "openapi"
+    config_model = OpenAPIConfig
+    config: OpenAPIConfig
+
+    def __init__(self, config: OpenAPIConfig) -> None:
+        super().__init__(config)
+        self._session: aiohttp.ClientSession | None = None
+        self._loaded: _Loaded | None = None
+        self._credentials: Credentials | None = None
+        self._listed_since_start = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        cfg = self.config
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=cfg.connection_limit, keepalive_timeout=cfg.keepalive_timeout,
+                                             ssl=None if cfg.verify_tls else False)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=cfg.timeout, connect=cfg.connect_timeout),
+                headers={"User-Agent": USER_AGENT, "Accept": "application/json, */*;q=0.8", **cfg.headers},
+                cookie_jar=aiohttp.DummyCookieJar(),  # calls stay independent: no server cookies kept
+            )
+        try:
+            await self._load()
+            self._bind_credentials()
+        except BaseException:
+            await self.close()
+            raise
+        self._listed_since_start = False
+        probe = cfg.health_path if cfg.health_path is not None else ("/" if cfg.launch is not None else None)
+        if probe is not None:
+            await self._probe(probe)
+
+    def _server_url(self) -> str | None:
+        assert self._loaded is not None
+        return self.config.base_url or min((op.server_url for op in self._loaded.operations.values()), default=None)
+
+    def _bind_credentials(self) -> None:
+        """Match the configured credentials to the document's security schemes."""
+        assert self._loaded is not None
+        schemes = (self._loaded.document.data.get("components") or {}).get("securitySchemes") or {}
+        try:
+            self._credentials = Credentials(self.config.auth, schemes if isinstance(schemes, dict) else {}, self._server_url())
+        except ValueError as exc:  # a credential that does not fit the document
+            raise BridgeError(str(exc), error_class="setup_required", recoverability="setup") from None
+
+    async def _probe(self, path: str) -> None:
+        """Readiness: any HTTP answer from the server counts (a launched service may still be starting)."""
+        assert self._session is not None and self._loaded is not None
+        base = self._server_url()
+        if base is None:
+            return
+        url = base.rstrip("/") + "/" + path.lstrip("/")
+        try:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=self.config.connect_timeout)) as response:
+                await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            await self.close()
+            raise BridgeError(f"{self.name}: server {base} does not answer ({type(exc).__name__})",
+                              error_class="dependency_unavailable", recoverability="retry_later") from None
+
+    async def list_tools(self) -> list[UpstreamTool]:
+        # the first listing after start uses what start loaded; later ones (refresh) re-read the source
+        if self._listed_since_start:
+            before = self._loaded
+            await self._load()
+            if self._loaded is not before:
+                self._bind_credentials()
+        self._listed_since_start = True
+        assert self._loaded is not None
+        return list(self._loaded.tools)
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            await session.close()
+
+    def operation(self, native_id: str) -> Operation | None:
+        """The HTTP operation behind a tool (None when unknown or not loaded)."""
+        return self._loaded.operations.get(native_id) if self._loaded else None
+
+    @property
+    def credentials(self) -> Credentials | None:
+        """The credentials bound at the last start (None before)."""
+        return self._credentials
+
+    async def health(self) -> dict[str, Any]:
+        loaded = self._loaded
+        if loaded is None:
+            return {"spec": self.config.spec}
+        tokens = self._credentials.tokens if self._credentials else []
+        return {
+            "spec": self.config.spec,
+            "openapi": loaded.document.data.get("openapi"),
+            "operations": len(loaded.operations),
+            "servers": sorted({op.server_url for op in loaded.operations.values()}),
+            **({"oauth2_token_fetches": sum(t.fetches for t in tokens)} if tokens else {}),
+        }
+
+    # ------------------------------------------------------------------ loading
+
+    async def _load(self) -> None:
+        cfg = self.config
+        source = cfg.spec
+        if not is_url(source):
+            path = cfg.resolve_path(source)
+            try:
+                st = os.stat(path)
+                signature = f"{os.path.abspath(path)}:{st.st_mtime_ns}:{st.st_size}"
+            except OSError:
+                signature = ""
+            if self._loaded is not None and signature and self._loaded.signature == signature:
+                return
+        try:
+            text, uri = await read_source(source, cfg.resolve_path, self._session, cfg.start_timeout)
+            if is_url(source):
+                signature = hashlib.sha256(text.encode()).hexdigest()
+                if self._loaded is not None and self._loaded.signature == signature:
+                    return
+            self._loaded = await asyncio.to_thread(self._map, text, uri, signature)
+        except SpecError as exc:
+            where = exc.location if exc.location.startswith((source, "/", "http")) else f"{source} {exc.location}".strip()
+            raise BridgeError(f"OpenAPI document {where}: {exc.problem}", error_class="setup_required",
+                              recoverability="setup") from None
+
+    def _map(self, text: str, uri: str, signature: str) -> _Loaded:
+        cfg = self.config
+        document = parse_document(text, uri, cfg.spec, fetch_timeout=cfg.start_timeout)
+        document.validate(cfg.validate_spec)
+        operations, tools = map_operations(
+            document,
+            base_url=cfg.base_url,
+            server_variables=cfg.server_variables,
+            include=list(cfg.include),
+            exclude=list(cfg.exclude),
+            description_max=cfg.description_max,
+        )
+        return _Loaded(signature, document, operations, tools)
+
+    # ------------------------------------------------------------------ calls
+
+    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+        session, loaded, credentials = self._session, self._loaded, self._credentials
+        if session is None or loaded is None or credentials is None:
+            raise BridgeError(f"upstream {self.name!r} is not started", error_class="dependency_unavailable",
+                              recoverability="retry_later")
+        op = loaded.operations.get(native_id)
+        if op is None:
+            raise BridgeError(f"upstream {self.name!r} has no operation {native_id!r}", error_class="unknown_tool",
+                              recoverability="change_arguments")
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ctx.timeout
+        bound = credentials.choose(op.security, f"{op.method} {op.path}")
+        redactor = credentials.redactor
+        attempt = 0
+        refreshed = False
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise _timeout(op, ctx.timeout)
+            parts = build_request(op, arguments)
+            used = await credentials.apply(parts, bound, session, remaining)
+            try:
+                async with session.request(
+                    op.method, URL(parts.full_url(), encoded=True), headers=parts.header_items(), data=parts.data,
+                    timeout=aiohttp.ClientTimeout(total=remaining, connect=min(cfg.connect_timeout, remaining)),
+                ) as response:
+                    payload = await _read_limited(response, cfg.max_response_bytes, op)
+                    status, reason, headers, charset = response.status, response.reason or "", response.headers, response.charset
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+                if isinstance(exc, aiohttp.ServerTimeoutError):
+                    raise _timeout(op, ctx.timeout) from None
+                delay = self._retry_delay(op, attempt, None, deadline - loop.time())
+                what = redactor.text(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+                if delay is not None:
+                    attempt += 1
+                    await ctx.report_progress(f"retrying after a connection error ({attempt}/{cfg.retries.count})")
+                    await asyncio.sleep(delay)
+                    continue
+                if cfg.health_path is not None or cfg.launch is not None:
+                    self.emit(UpstreamEvent("unavailable", reason=f"server does not answer: {what}"))
+                raise BridgeError(f"{op.method} {op.path}: the server cannot be reached ({what})",
+                                  error_class="dependency_unavailable", recoverability="retry_later") from None
+            except TimeoutError:
+                raise _timeout(op, ctx.timeout) from None
+            except aiohttp.ClientError as exc:  # bad URL, too many redirects ...: the text may hold a query secret
+                what = redactor.text(f"{type(exc).__name__}: {exc}")
+                raise BridgeError(f"{op.method} {op.path} failed: {what}", error_class="execution_failed") from None
+            if status == 401 and used and not refreshed:
+                # an OAuth2 token the server no longer accepts: fetch a new one and send once more
+                for token, value in used:
+                    token.invalidate(value)
+                refreshed = True
+                continue
+            if status >= 500:
+                wait = retry_after_seconds(headers.get("retry-after")) if status == 503 else None
+                delay = self._retry_delay(op, attempt, wait, deadline - loop.time())
+                if delay is not None:
+                    attempt += 1
+                    await ctx.report_progress(f"retrying after HTTP {status} ({attempt}/{cfg.retries.count})")
+                    await asyncio.sleep(delay)
+                    continue
+            if status < 400:
+                return success_result(op, status, reason, headers, payload, charset, self.name, ctx.invocation_id, redactor)
+            log.info("%s %s %s -> HTTP %s", self.name, op.method, op.path, status)
+            return error_result(op, status, reason, headers, payload, charset, redactor)
+
+    def _retry_delay(self, op: Operation, attempt: int, retry_after: float | None, remaining: float) -> float | None:
+        """Seconds to wait before the next attempt, or None when this answer is final."""
+        retries = self.config.retries
+        if not op.idempotent or attempt >= retries.count:
+            return None
+        if retry_after is not None:
+            delay = retry_after
+            if delay > retries.max_retry_after:
+                return None
+        else:
+            delay = min(retries.max_backoff, retries.backoff * (2**attempt)) * (0.5 + random.random() / 2)
+        return delay if delay < remaining else None
+
+
+def _timeout(op: Operation, seconds: float) -> BridgeError:
+    return BridgeError(f"{op.method} {op.path} did not answer within {seconds:g}s", error_class="timeout",
+                       recoverability="retry", status="timed_out")
+
+
+async def _read_limited(response: aiohttp.ClientResponse, limit: int, op: Operation) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(65536):
+        size += len(chunk)
+        if size > limit:
+            raise BridgeError(f"{op.method} {op.path} answered more than max_response_bytes={limit}",
+                              error_class="result_too_large", recoverability="change_arguments", status="too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,153 @@
+"""Cost of one proxied MCP call: the demo MCP server's `echo` called through the bridge's whole
+pipeline (resolve, validate, permit, execute on the upstream's session, map, log) against the
+same server called directly with the mcp SDK in the same run, over stdio and over streamable
+HTTP, in both protocol eras. Prints a table."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import socket
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+from bridge.config import parse_config  # noqa: E402
+from bridge.runtime import Bridge  # noqa: E402
+
+SERVER = [sys.executable, "-m", "demo.mcp_server"]
+ARGS = {"text": "hello from the benchmark"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def http_server() -> AsyncIterator[str]:
+    """The demo server over streamable HTTP in its own process; ready when its port accepts."""
+    port = _free_port()
+    process = await asyncio.create_subprocess_exec(*SERVER, "--http", str(port), cwd=str(ROOT))
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    break
+                except OSError:
+                    if process.returncode is not None:
+                        raise RuntimeError("the demo MCP server did not start") from None
+                    await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        try:
+            async with asyncio.timeout(5):
+                await process.wait()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    samples = sorted(samples)
+    return {
+        "p50": statistics.median(samples),
+        "p99": samples[min(len(samples) - 1, int(len(samples) * 0.99))],
+        "rate": 1000 / statistics.fmean(samples),  # sequential calls per second
+    }
+
+
+@contextlib.asynccontextmanager
+async def direct_client(target: Any, mode: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    async with Client(target, mode=mode, cache=None) as client:
+        await client.list_tools()
+
+        async def call() -> None:
+            result = await client.call_tool("echo", ARGS)
+            assert not result.is_error
+
+        yield call
+
+
+@contextlib.asynccontextmanager
+async def bridged_client(entry: dict[str, Any]) -> AsyncIterator[tuple[str, Callable[[], Awaitable[None]]]]:
+    config = parse_config({"store": {"path": ":memory:"}, "upstreams": [{"name": "demo", "kind": "mcp", **entry}]}, base_dir=str(ROOT))
+    async with Bridge(config) as bridge:
+        slot = bridge.catalog.slot("demo")
+        assert slot.health.state == "ready", slot.health.reason
+
+        async def call() -> None:
+            result = await bridge.invoker.invoke("demo__echo", ARGS)
+            assert result.status == "succeeded", result.error
+
+        yield slot.upstream.protocol_version or "?", call  # type: ignore[attr-defined]
+
+
+async def compare(
+    direct: Callable[[], Awaitable[None]], bridged: Callable[[], Awaitable[None]], calls: int, warmup: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Both paths in turns, so a busy machine slows both alike."""
+    for _ in range(warmup):
+        await direct()
+        await bridged()
+    samples: dict[str, list[float]] = {"direct": [], "bridged": []}
+    for i in range(calls):
+        order = (("direct", direct), ("bridged", bridged)) if i % 2 else (("bridged", bridged), ("direct", direct))
+        for key, call in order:
+            start = time.perf_counter()
+            await call()
+            samples[key].append((time.perf_counter() - start) * 1000)
+    return summary(samples["direct"]), summary(samples["bridged"])
+
+
+async def run(calls: int, warmup: int) -> list[list[str]]:
+    rows: list[list[str]] = []
+
+    def add(transport: str, version: str, path: str, stats: dict[str, float], base: dict[str, float] | None) -> None:
+        extra = f"{stats['p50'] - base['p50']:+.3f}" if base else ""
+        rows.append([transport, version, path, f"{stats['p50']:.3f}", f"{stats['p99']:.3f}", f"{stats['rate']:.0f}", extra])
+
+    for mode in ("legacy", "2026-07-28"):
+        stdio = StdioServerParameters(command=SERVER[0], args=SERVER[1:], cwd=str(ROOT))
+        entry = {"command": "python", "args": SERVER[1:], "cwd": str(ROOT), "protocol": mode}
+        async with direct_client(stdio, mode) as sdk_call, bridged_client(entry) as (version, bridge_call):
+            sdk, via = await compare(sdk_call, bridge_call, calls, warmup)
+        add("stdio", version, "SDK direct", sdk, None)
+        add("stdio", version, "via bridge", via, sdk)
+        async with http_server() as url:
+            async with direct_client(url, mode) as sdk_call, bridged_client({"url": url, "protocol": mode}) as (version, bridge_call):
+                sdk, via = await compare(sdk_call, bridge_call, calls, warmup)
+        add("http", version, "SDK direct", sdk, None)
+        add("http", version, "via bridge", via, sdk)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--warmup", type=int, default=40)
+    opts = parser.parse_args()
+    rows = asyncio.run(run(opts.calls, opts.warmup))
+    header = ["transport", "protocol", "path", "p50 ms", "p99 ms", "calls/s", "p50 overhead ms"]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    print(f"MCP upstream call cost: demo server `echo`, {opts.calls} sequential calls per path, paths in turns (after {opts.warmup} warm-up)")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
+
+
+if __name__ == "__main__":
+    main()

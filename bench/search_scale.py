@@ -1,0 +1,181 @@
+"""Search at scale: synthetic catalogs of 10,000, 100,000 and (with --full) 1,000,000 tools
+made from the development set's real names and descriptions, varied across vendors, verbs and
+nouns. Prints build time, index size on disk, RSS, query latency and live add/remove cost.
+
+The tools are fed to the index (bridge.search_index) directly: a catalog of a million pydantic
+declarations would measure the catalog, not the index. Queries run the search path after the
+catalog: query analysis, the index query and the candidates' ids.
+
+Run: .venv/bin/python bench/search_scale.py [--full] [--sizes 10000,100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bridge.search import CANDIDATES, _param_text  # noqa: E402
+from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text  # noqa: E402
+from bridge.search_rank import analyze_query, name_tokens  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data" / "toolsearch"
+VERBS = ["get", "list", "create", "update", "delete", "search", "find", "fetch", "set", "add", "remove", "check",
+         "compute", "export", "import", "validate", "sync", "archive", "restore", "describe"]
+OBJECTS = ["account", "invoice", "order", "customer", "ticket", "project", "repository", "file", "folder", "report",
+           "payment", "subscription", "message", "channel", "event", "calendar", "contact", "product", "shipment",
+           "warehouse", "policy", "user", "group", "role", "token", "webhook", "dataset", "model", "job", "pipeline"]
+FALLBACK = [{"name": "get_weather", "description": "Get the current weather for a city.",
+             "parameters": {"properties": {"city": {"description": "City name"}}}}]
+
+
+def seeds() -> list[dict[str, Any]]:
+    path = DATA / "catalog.jsonl"
+    if not path.exists():
+        print(f"note: {path} is missing; using a tiny built-in seed list", file=sys.stderr)
+        return FALLBACK
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _first_sentence(text: str) -> str:
+    head = text.split(". ", 1)[0].strip()
+    return head if head.endswith(".") else head + "."
+
+
+class Synthetic:
+    """Tool `i` of a synthetic catalog, the same on every call: a real declaration of the development
+    set renamed for one of 2,000 vendors, a verb and a noun, its description and parameters joined
+    with those of another declaration picked by a hash of `i` (so a million tools are not a few
+    thousand texts repeated, which no real catalog is)."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+        words = sorted({t for r in rows for t in name_tokens(r["name"]) if t.isalpha() and len(t) > 3})
+        self.vendors = [f"{words[(i * 31) % len(words)]}{words[(i * 17 + 5) % len(words)]}" for i in range(2000)]
+        self.params = [_param_text(r.get("parameters") or {}) for r in rows]
+        self.firsts = [_first_sentence(r.get("description") or "") for r in rows]
+
+    @staticmethod
+    def tool_id(i: int) -> str:
+        return str(uuid.UUID(int=(i + 1) * 0x9E3779B97F4A7C15 % (1 << 128)))
+
+    def tool(self, i: int) -> IndexedTool:
+        n = len(self.rows)
+        if i < n:  # the real declarations themselves come first
+            row, pnames, ptexts = self.rows[i], *self.params[i]
+            return IndexedTool(tool_id=self.tool_id(i), namespace="seed", name=name_text(row["name"]),
+                               exact_names=exact_names(row["name"]), description=row.get("description") or "",
+                               params=" ".join(pnames), param_text=" ".join(ptexts))
+        a, b = (i * 7919) % n, ((i * 0x9E3779B1) >> 7) % n
+        vendor = self.vendors[i % len(self.vendors)]
+        verb, obj = VERBS[(i // 7) % len(VERBS)], OBJECTS[(i // 140) % len(OBJECTS)]
+        native = f"{verb}_{obj}_{self.rows[a]['name']}"
+        description = f"{self.firsts[a]} {verb.capitalize()}s the {obj} of a {vendor} workspace. {self.firsts[b]}"
+        (names_a, texts_a), (names_b, texts_b) = self.params[a], self.params[b]
+        return IndexedTool(
+            tool_id=self.tool_id(i), namespace=vendor, name=name_text(native),
+            exact_names=exact_names(native, f"{vendor}__{native}"), description=description,
+            params=" ".join(names_a + names_b[:2]), param_text=" ".join(texts_a + texts_b[:2]), tags=[obj],
+            read_only=verb in ("get", "list", "search", "find", "fetch", "describe"),
+        )
+
+    def tools(self, start: int, stop: int) -> Iterator[IndexedTool]:
+        return (self.tool(i) for i in range(start, stop))
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def folder_mb(path: str) -> float:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / 1e6
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def search(index: ToolIndex, text: str, limit: int = 10) -> list[tuple[str, float]]:
+    """The search path minus the catalog: analyze, build the index query, fetch the candidates."""
+    return index.search(index.query(analyze_query(text)), limit=max(CANDIDATES, limit))
+
+
+def run_size(size: int, synthetic: Synthetic, queries: list[str], workdir: str) -> dict[str, Any]:
+    path = os.path.join(workdir, f"index-{size}")
+    shutil.rmtree(path, ignore_errors=True)
+    index = ToolIndex(path, heap_size=400_000_000, threads=2)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    index.bulk_load(synthetic.tools(0, size))
+    build, build_cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    for q in queries[:20]:
+        search(index, q)  # warm up
+    latencies, cpu = [], []
+    for q in queries:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        search(index, q)
+        latencies.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.thread_time() - c0) * 1000)
+    # live changes: 1,000 new tools, then the same 1,000 removed, each waited until searchable
+    t0 = time.perf_counter()
+    index.submit(list(synthetic.tools(size, size + 1000)))
+    index.flush(60.0)
+    add = time.perf_counter() - t0
+    probe = synthetic.tool(size + 999)
+    visible = any(tid == probe.tool_id for tid, _ in index.search(index.query(None, namespace=probe.namespace), limit=10_000))
+    t0 = time.perf_counter()
+    index.submit(deletes=[Synthetic.tool_id(i) for i in range(size, size + 1000)])
+    index.flush(60.0)
+    remove = time.perf_counter() - t0
+    gone = index.num_docs == size
+    index.close()
+    out = {
+        "tools": size, "build_s": build, "build_cpu_s": build_cpu, "disk_mb": folder_mb(path), "rss_mb": rss_mb(),
+        "p50_ms": statistics.median(latencies), "p95_ms": pct(latencies, 0.95), "p99_ms": pct(latencies, 0.99),
+        "cpu_p95_ms": pct(cpu, 0.95),
+        "add_1000_s": add, "remove_1000_s": remove, "visible": visible and gone,
+    }
+    shutil.rmtree(path, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="also the 1,000,000-tool catalog (a few minutes)")
+    parser.add_argument("--sizes", default=None, help="comma-separated catalog sizes, overriding the default steps")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else [10_000, 100_000] + ([1_000_000] if args.full else [])
+    rows = seeds()
+    synthetic = Synthetic(rows)
+    qfile = DATA / "queries-dev.jsonl"
+    queries = ([json.loads(line)["query"] for line in qfile.read_text().splitlines()[:300]] if qfile.exists()
+               else ["weather in Paris", "create an invoice", "delete the user account"] * 100)
+    cols = ["tools", "build_s", "build_cpu_s", "disk_mb", "rss_mb", "p50_ms", "p95_ms", "p99_ms", "cpu_p95_ms",
+            "add_1000_s", "remove_1000_s", "visible"]
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {len(queries)} real requests as queries; "
+          "tools fed to the index directly (no catalog)")
+    print("build_cpu_s: CPU of all threads; cpu_p95_ms: the query thread's CPU; rss_mb: process peak so far; "
+          "add/remove: 1,000 tools, until searchable")
+    print("".join(f"{c:>14}" for c in cols))
+    with tempfile.TemporaryDirectory(prefix="bridge-search-scale-") as workdir:
+        for size in sizes:
+            row = run_size(size, synthetic, queries, workdir)
+            print("".join(f"{row[c]:>14.2f}" if isinstance(row[c], float) else f"{row[c]!s:>14}" for c in cols), flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

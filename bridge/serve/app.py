@@ -1,0 +1,212 @@
+"""The HTTP server: one Starlette app on one port (MCP at `/mcp` when the MCP frontend is present,
+the A2T REST routes beside it), served by uvicorn with clean shutdown on SIGINT and SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from bridge.config import BridgeConfig
+from bridge.runtime import Bridge
+from bridge.serve.auth import is_loopback
+from bridge.serve.openapi_doc import openapi_routes
+from bridge.serve.rest import ietf_routes
+from bridge.serve.rest_a2t import CatalogViews, a2t_routes
+from bridge.serve.rest_http import ApiError, ServeContext, error_response, too_large
+from bridge.serve.rest_records import records_routes
+
+__all__ = ["build_app", "close_app", "rest_routes", "run_http", "served_urls"]
+
+log = logging.getLogger("bridge.serve")
+
+
+class ContentLengthLimit:
+    """Refuses, before any route runs, a request whose declared body is over the limit (every
+    path, MCP included). Bodies without a Content-Length are counted by the routes as they read."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for key, value in scope.get("headers", ()):
+                if key == b"content-length":
+                    if value.isdigit() and int(value) > self.limit:
+                        await error_response(too_large(self.limit))(scope, receive, send)
+                        return
+                    break
+        await self.app(scope, receive, send)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        error = ApiError(405, "invalid_arguments", f"{request.method} is not allowed on {request.url.path}",
+                         error_code="method_not_allowed", headers=dict(exc.headers or {}))
+    elif exc.status_code == 404:
+        error = ApiError(404, "invalid_arguments", f"no route {request.url.path}; see /openapi.json", error_code="route_not_found")
+    else:
+        error = ApiError(exc.status_code, "invalid_arguments" if exc.status_code < 500 else "execution_failed",
+                         str(exc.detail), headers=dict(exc.headers or {}))
+    return error_response(error)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return error_response(ApiError(500, "execution_failed", "the bridge failed to answer this request; it was logged"))
+
+
+def rest_routes(bridge: Bridge) -> tuple[list[BaseRoute], list[Callable[[], Any]]]:
+    """Every REST route over one bridge, and what must be called when the app is done."""
+    ctx = ServeContext(bridge)
+    views = CatalogViews(bridge.catalog)
+    routes = [*ietf_routes(ctx), *a2t_routes(ctx, views), *records_routes(ctx), *openapi_routes(ctx)]
+    return routes, [views.close]
+
+
+def _mcp_frontend() -> type | None:
+    try:
+        module = importlib.import_module("bridge.serve.mcp")
+    except ImportError as exc:
+        if exc.name not in ("bridge.serve.mcp",):
+            raise
+        return None
+    return getattr(module, "MCPFrontend", None)
+
+
+def build_app(bridge: Bridge, *, host: str = "127.0.0.1") -> Starlette:
+    """One Starlette app: the MCP frontend's app (whose lifespan runs its session manager) with
+    the REST routes beside `/mcp`, or the REST routes alone when no MCP frontend is installed."""
+    routes, closers = rest_routes(bridge)
+    frontend_class = _mcp_frontend()
+    if frontend_class is not None:
+        frontend = frontend_class(bridge)
+        app: Starlette = frontend.http_app(routes, host)
+        closers.append(frontend.aclose)
+    else:
+        app = Starlette(routes=routes)
+    app.exception_handlers[HTTPException] = _http_error
+    app.exception_handlers[Exception] = _server_error
+    app.add_middleware(ContentLengthLimit, limit=bridge.config.server.max_body_bytes)
+    app.state.bridge = bridge
+    app.state.closers = closers
+    app.state.serves_mcp = frontend_class is not None
+    return app
+
+
+async def close_app(app: Starlette) -> None:
+    """Release what `build_app` set up (catalog subscriptions, the MCP frontend's tasks)."""
+    closers: list[Callable[[], Any]] = getattr(app.state, "closers", [])
+    while closers:
+        outcome = closers.pop()()
+        if inspect.isawaitable(outcome):
+            with contextlib.suppress(Exception):
+                await outcome
+
+
+def served_urls(base: str, *, mcp: bool) -> list[tuple[str, str]]:
+    urls = [
+        ("A2T REST (IETF draft)", f"{base}/tools"),
+        ("a2t dialect", f"{base}/.well-known/a2t-capabilities.json"),
+        ("Agent Tool records", f"{base}/search?q=..  {base}/invoke"),
+        ("OpenAPI", f"{base}/openapi.json"),
+        ("health", f"{base}/healthz  {base}/readyz"),
+    ]
+    if mcp:
+        urls.insert(2, ("MCP (streamable HTTP)", f"{base}/mcp"))
+    return urls
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
+    # without it every response split in two writes waits ~40 ms for a delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+async def run_http(config: BridgeConfig, host: str | None, port: int | None, insecure: bool) -> int:
+    """`bridge serve`: start the bridge and serve it over HTTP until SIGINT or SIGTERM."""
+    host = host or config.server.host
+    port = config.server.port if port is None else port
+    if not config.server.tokens and not is_loopback(host) and not insecure:
+        print(f"bridge serve: refusing to serve {host} without authentication: add server.tokens to the config, "
+              "bind a loopback address (--host 127.0.0.1), or pass --insecure", file=sys.stderr)
+        return 2
+    try:
+        sock = _bind(host, port)
+    except OSError as exc:
+        print(f"bridge serve: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    server: uvicorn.Server | None = None
+
+    def on_signal() -> None:
+        if stop.is_set() and server is not None:
+            server.force_exit = True
+        stop.set()
+        if server is not None:
+            server.should_exit = True
+
+    handled = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_signal)
+            handled.append(sig)
+    bridge = Bridge(config)
+    app: Starlette | None = None
+    try:
+        await bridge.start(wait=True)
+        if stop.is_set():
+            return 0
+        app = build_app(bridge, host=host)
+        uv_config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        server = uvicorn.Server(uv_config)
+        server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # ours are installed above
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.wait([task], timeout=0.05)
+        if task.done() and not server.started:
+            task.result()
+            print("bridge serve: the server did not start", file=sys.stderr)
+            return 1
+        bound_port = sock.getsockname()[1]
+        base = (config.server.public_url or f"http://{host if ':' not in host else f'[{host.strip(chr(91) + chr(93))}]'}:{bound_port}").rstrip("/")
+        print(f"bridge: serving {len(bridge.catalog)} tools from {len(bridge.catalog.slots)} upstreams on {base}", file=sys.stderr)
+        for label, url in served_urls(base, mcp=bool(app.state.serves_mcp)):
+            print(f"  {label + ':':<24}{url}", file=sys.stderr)
+        await task
+        return 0
+    finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+        if app is not None:
+            await close_app(app)
+        await bridge.close()
+        sock.close()
+

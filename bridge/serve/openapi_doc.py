@@ -1,0 +1,293 @@
+"""The OpenAPI 3.1 document of the REST frontend (`GET /openapi.json`): the IETF A2T draft
+routes, the a2t dialect, the Agent Tool records and the probes, with the request and response
+schemas every route keeps to."""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from bridge.model import ErrorClass, Recoverability
+from bridge.serve.rest import MAX_PAGE_LIMIT
+from bridge.serve.rest_a2t import GENERATION_HEADER, GROUPS_PATH, MAX_GROUPS, MAX_TOOLS, TOOLS_PATH
+from bridge.serve.rest_http import JSONBody, ServeContext, endpoint
+from bridge.serve.rest_records import MAX_SEARCH_LIMIT
+
+__all__ = ["openapi_document", "openapi_routes"]
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(required: list[str], props: dict[str, Any], *, closed: bool = False) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        schema["required"] = required
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+STR = {"type": "string"}
+INT = {"type": "integer"}
+BOOL = {"type": "boolean"}
+ANY: dict[str, Any] = {}
+OBJ = {"type": "object"}
+NAME_LIST = {"type": "array", "items": STR}
+
+
+def _schemas() -> dict[str, Any]:
+    allowed = _obj(["name"], {"name": STR, "description": STR})
+    error = _obj(["error_class", "message"], {
+        "error_class": {"type": "string", "enum": list(get_args(ErrorClass))},
+        "message": STR,
+        "error_code": {"type": ["string", "null"]},
+        "recoverability": {"type": "string", "enum": list(get_args(Recoverability))},
+        "retry_after": {"type": ["number", "null"]},
+        "details": {"type": ["object", "null"]},
+        "native_error_ref": {"type": ["object", "null"]},
+    })
+    tool_result = _obj(["schema_version", "result_id", "invocation_id", "status", "created_at"], {
+        "schema_version": STR, "result_id": STR, "invocation_id": STR, "tool_id": STR, "tool_name": STR,
+        "version": INT, "status": STR, "is_error": BOOL,
+        "content": {"type": "array", "items": OBJ}, "structured_content": ANY, "error": _ref("Error"),
+        "persistence_refs": NAME_LIST, "persisted": OBJ, "native_ref": OBJ, "meta": OBJ,
+        "created_at": STR, "duration_ms": {"type": "number"},
+    })
+    return {
+        "Error": error,
+        "ErrorBody": _obj(["error"], {"error": _ref("Error"), "status": INT, "x-tool-result": _ref("ToolResult")}),
+        "ToolResult": tool_result,
+        "AllowedValue": allowed,
+        "InputParameter": _obj(["id", "name", "type", "required"], {
+            "id": STR, "name": STR, "type": {"type": "string", "enum": ["string", "int", "boolean", "enum"]},
+            "description": STR, "required": BOOL, "max": INT, "min": INT, "maxLength": INT, "default": ANY,
+            "allowed-values": {"type": "array", "items": _ref("AllowedValue")},
+        }),
+        "OutputParameter": _obj(["id", "name", "type"], {
+            "id": STR, "name": STR, "type": {"type": "string", "enum": ["string", "int", "enum", "json"]},
+            "description": STR, "allowed-values": {"type": "array", "items": _ref("AllowedValue")},
+        }),
+        "AgentToolExtension": _obj(["namespace", "tool_kind", "safety", "external_mappings"], {
+            "namespace": STR, "native_name": STR, "tool_kind": STR, "upstream_kind": STR, "lifecycle": STR,
+            "loading_state": STR, "safety": OBJ, "external_mappings": {"type": "array", "items": OBJ},
+            "title": STR, "search_hint": STR, "description": STR, "output_schema": OBJ, "annotations": OBJ,
+        }),
+        "ToolSignature": _obj(
+            ["toolId", "name", "description", "version", "currentVersion", "tags", "input_parameters", "output_parameters"], {
+                "toolId": {"type": "string", "format": "uuid"}, "name": {"type": "string", "maxLength": 254},
+                "description": {"type": "string", "maxLength": 1999},
+                "version": {"type": "integer", "minimum": 1}, "currentVersion": {"type": "integer", "minimum": 1},
+                "tags": NAME_LIST,
+                "input_parameters": {"type": "array", "items": _ref("InputParameter")},
+                "output_parameters": {"type": "array", "items": _ref("OutputParameter"), "minItems": 1},
+                "input_schema": {"type": "object", "description": "the full JSON Schema of the input, when the flat parameters cannot carry all of it"},
+                "x-agent-tool": _ref("AgentToolExtension"),
+            }),
+        "Paging": _obj(["pageLimit"], {"pageLimit": {"type": "integer", "minimum": 1}, "next": STR}),
+        "ToolSignaturePage": _obj(["items", "paging"], {"items": {"type": "array", "items": _ref("ToolSignature")}, "paging": _ref("Paging")}),
+        "NamedValue": _obj(["name", "value"], {"name": {"type": "string", "minLength": 1}, "value": ANY}),
+        "InvokeRequest": _obj([], {
+            "name": STR,
+            "input_parameters": {"type": "array", "items": _ref("NamedValue")},
+            "arguments": {"type": "object", "description": "extension: arguments as one object, merged with input_parameters"},
+        }),
+        "InvokeResponse": _obj(["output_parameters", "x-tool-result"], {
+            "output_parameters": {"type": "array", "items": _ref("NamedValue")}, "x-tool-result": _ref("ToolResult"),
+        }),
+        "Capabilities": _obj(["version", "features", "endpoints"], {
+            "version": STR, "features": _obj([], {"groups": BOOL, "search": BOOL, "dynamic_tools": BOOL}),
+            "endpoints": _obj(["tools"], {"tools": STR, "groups": STR}), "limits": {"type": "object", "additionalProperties": INT},
+        }),
+        "A2TTool": _obj(["name", "description", "input_schema"], {
+            "name": STR, "description": STR, "input_schema": OBJ, "group_id": STR, "x-agent-tool": _ref("AgentToolExtension"),
+        }),
+        "ToolsResponse": _obj(["tools", "total", "offset", "limit"], {
+            "tools": {"type": "array", "items": _ref("A2TTool")}, "total": INT, "offset": INT, "limit": INT,
+        }),
+        "Group": _obj(["id", "name", "tool_count"], {"id": STR, "name": STR, "description": STR, "parent_id": STR, "tool_count": INT}),
+        "GroupsResponse": _obj(["groups", "total", "offset", "limit"], {
+            "groups": {"type": "array", "items": _ref("Group")}, "total": INT, "offset": INT, "limit": INT,
+        }),
+        "ExecuteResponse": _obj(["result"], {
+            "result": ANY,
+            "error": _obj(["code", "message"], {"code": STR, "message": STR, "error_class": STR, "recoverability": STR, "retry_after": {"type": "number"}}),
+            "meta": _obj(["type"], {"type": STR, "data": OBJ}),
+            "x-tool-result": _ref("ToolResult"),
+        }),
+        "InvokeRecordRequest": _obj(["tool"], {
+            "tool": {"type": "string", "minLength": 1}, "arguments": OBJ, "version": {"type": "integer", "minimum": 1},
+        }),
+        "ToolSearchResult": _obj(["schema_version", "query", "query_type", "matches"], {
+            "schema_version": STR, "query": STR, "query_type": {"type": "string", "enum": ["select", "keyword"]},
+            "matches": {"type": "array", "items": _obj(["tool_id", "name"], {"tool_id": STR, "name": STR})},
+            "total_deferred_tools": INT, "pending_providers": NAME_LIST, "missing_names": NAME_LIST,
+            "next_action": STR, "hint": STR,
+        }),
+        "ToolSurface": _obj(["schema_version", "surface_id", "scope"], {
+            "schema_version": STR, "surface_id": STR, "scope": STR, "loaded_tools": NAME_LIST,
+            "deferred_tools": {"type": "array", "items": OBJ}, "blocked_tools": {"type": "array", "items": OBJ},
+        }),
+        "ToolDeclaration": _obj(["schema_version", "tool_id", "namespace", "name", "description", "lifecycle", "tool_kind"], {
+            "schema_version": STR, "tool_id": STR, "namespace": STR, "name": STR, "description": STR,
+            "lifecycle": STR, "tool_kind": STR, "input_contract": OBJ, "external_mappings": {"type": "array", "items": OBJ},
+            "version": INT,
+        }),
+        "Health": _obj(["status"], {"status": STR}),
+        "Ready": _obj(["ready", "upstreams"], {
+            "ready": BOOL, "tools": INT,
+            "upstreams": {"type": "array", "items": _obj(["name", "kind", "state", "tool_count"], {
+                "name": STR, "kind": STR, "state": STR, "tool_count": INT, "reason": STR})},
+        }),
+    }
+
+
+_DESCRIPTIONS = {
+    200: "OK", 400: "malformed request (the error's details carry a pointer)", 401: "missing or unknown bearer token",
+    403: "the call is not permitted on the caller's surface", 404: "no such tool, version or record on the caller's surface",
+    409: "a pinned version can no longer be served by the upstream", 413: "request body over server.max_body_bytes",
+    422: "the tool ran and failed, or its result was refused", 429: "rate limited (Retry-After)",
+    503: "an upstream is unavailable (Retry-After when known)", 504: "the upstream did not answer in time",
+    500: "the bridge failed to answer (structured body, safe to retry)",
+}
+_INVOKE_ERRORS = (400, 401, 403, 404, 409, 413, 422, 429, 500, 503, 504)
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _responses(ok: str | dict[str, Any], errors: tuple[int, ...], *, error_schema: str = "ErrorBody",
+               ok_headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    ok_schema = _ref(ok) if isinstance(ok, str) else ok
+    out: dict[str, Any] = {"200": {"description": "OK", "content": _json(ok_schema)}}
+    if ok_headers:
+        out["200"]["headers"] = ok_headers
+    for status in errors:
+        response: dict[str, Any] = {"description": _DESCRIPTIONS[status], "content": _json(_ref(error_schema))}
+        if status in (429, 503):
+            response["headers"] = {"Retry-After": {"description": "seconds", "schema": INT}}
+        out[str(status)] = response
+    return out
+
+
+def _param(name: str, where: str, schema: dict[str, Any], description: str, required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": required or where == "path", "schema": schema, "description": description}
+
+
+PAGE = [
+    _param("pageLimit", "query", {"type": "integer", "minimum": 1}, f"items per page (default 100, at most {MAX_PAGE_LIMIT}; larger values are clamped)"),
+    _param("pageCursor", "query", STR, "the `paging.next` of the previous page"),
+]
+TOOL_ID = _param("toolId", "path", STR, "the tool's UUID (its exposed name or alias is accepted too)")
+VERSION = _param("versionNum", "path", {"type": "string", "pattern": "^[0-9]+$"}, "a version number")
+A2T_PAGE = [
+    _param("q", "query", STR, "keyword search (tool search, best matches first)"),
+    _param("offset", "query", {"type": "integer", "minimum": 0}, "items to skip"),
+    _param("limit", "query", {"type": "integer", "minimum": 0}, f"items per page (0 or absent: 100; at most {MAX_TOOLS})"),
+]
+GENERATION = {GENERATION_HEADER: {"description": "catalog generation of this answer; echo it on execute", "schema": {"type": "string"}}}
+
+
+def _op(op_id: str, summary: str, responses: dict[str, Any], *, params: list[dict[str, Any]] | None = None,
+        body: str | dict[str, Any] | None = None, tag: str, open_: bool = False) -> dict[str, Any]:
+    op: dict[str, Any] = {"operationId": op_id, "summary": summary, "tags": [tag], "responses": responses}
+    if params:
+        op["parameters"] = params
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": _json(_ref(body) if isinstance(body, str) else body)}
+    if open_:
+        op["security"] = []
+    return op
+
+
+def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 description of every REST route of the bridge."""
+    read = (400, 401, 500)
+    one = (400, 401, 404, 500)
+    paths: dict[str, Any] = {
+        "/tools": {"get": _op("listTools", "Enumerate the current version of every tool (IETF A2T)", _responses("ToolSignaturePage", read),
+                              params=[*PAGE, _param("tags", "query", STR, "extension: comma-separated tags a tool must all carry")], tag="a2t-draft")},
+        "/tools/{toolId}": {"get": _op("getTool", "The current version of one tool", _responses("ToolSignature", one), params=[TOOL_ID], tag="a2t-draft")},
+        "/tools/{toolId}/versions": {"get": _op("listToolVersions", "Every version of a tool, newest first", _responses("ToolSignaturePage", one),
+                                                params=[TOOL_ID, *PAGE], tag="a2t-draft")},
+        "/tools/{toolId}/versions/{versionNum}": {"get": _op("getToolVersion", "One version of a tool", _responses("ToolSignature", one),
+                                                             params=[TOOL_ID, VERSION], tag="a2t-draft")},
+        "/tools/{toolId}:invoke": {"post": _op("invokeTool", "Invoke the current version", _responses("InvokeResponse", _INVOKE_ERRORS),
+                                               params=[TOOL_ID], body="InvokeRequest", tag="a2t-draft")},
+        "/tools/{toolId}/versions/{versionNum}:invoke": {"post": _op(
+            "invokeToolVersion", "Invoke a pinned version (validated against that version's schema)",
+            _responses("InvokeResponse", _INVOKE_ERRORS), params=[TOOL_ID, VERSION], body="InvokeRequest", tag="a2t-draft")},
+        "/.well-known/a2t-capabilities.json": {"get": _op("a2tCapabilities", "a2t dialect capabilities", _responses("Capabilities", (401, 500)), tag="a2t")},
+        TOOLS_PATH: {"get": _op("a2tListTools", "a2t: list tools", _responses("ToolsResponse", read, ok_headers=GENERATION), params=A2T_PAGE, tag="a2t")},
+        TOOLS_PATH + "/{name}": {"post": _op(
+            "a2tExecute", "a2t: execute a tool (tool outcomes, errors included, are HTTP 200)",
+            _responses("ExecuteResponse", (400, 401, 413, 500), ok_headers=GENERATION),
+            params=[_param("name", "path", STR, "tool name"), _param(GENERATION_HEADER, "header", {"type": "string", "pattern": "^[0-9]+$"}, "the generation of the caller's last listing")],
+            body={"type": "object", "description": "the tool's arguments"}, tag="a2t")},
+        GROUPS_PATH: {"get": _op("a2tListGroups", "a2t: list groups (one per upstream)", _responses("GroupsResponse", read, ok_headers=GENERATION), params=[
+            _param("q", "query", STR, "substring of the group id or description"),
+            _param("parent_id", "query", STR, "groups are all top level: any value gives an empty list"),
+            _param("offset", "query", {"type": "integer", "minimum": 0}, "items to skip"),
+            _param("limit", "query", {"type": "integer", "minimum": 0}, f"items per page (0 or absent: 50; at most {MAX_GROUPS})"),
+        ], tag="a2t")},
+        GROUPS_PATH + "/{groupId}/tools": {"get": _op("a2tListGroupTools", "a2t: list one group's tools", _responses("ToolsResponse", one, ok_headers=GENERATION),
+                                                      params=[_param("groupId", "path", STR, "group id (upstream name)"), *A2T_PAGE], tag="a2t")},
+        GROUPS_PATH + "/{groupId}/tools/{name}": {"post": _op(
+            "a2tExecuteInGroup", "a2t: execute a tool of a group", _responses("ExecuteResponse", (400, 401, 413, 500), ok_headers=GENERATION),
+            params=[_param("groupId", "path", STR, "group id"), _param("name", "path", STR, "tool name")],
+            body={"type": "object", "description": "the tool's arguments"}, tag="a2t")},
+        "/search": {"get": _op("searchTools", "Tool search: keywords or select:a,b", _responses("ToolSearchResult", read), params=[
+            _param("q", "query", {"type": "string", "minLength": 1}, "keywords, or select:name1,name2", required=True),
+            _param("limit", "query", {"type": "integer", "minimum": 1}, f"best matches returned (default 10, at most {MAX_SEARCH_LIMIT})"),
+            _param("namespace", "query", STR, "only this upstream"), _param("kind", "query", STR, "only this tool kind"),
+            _param("tags", "query", STR, "comma-separated tags"), _param("read_only", "query", BOOL, "only (non-)read-only tools"),
+            _param("include_schema", "query", BOOL, "add each match's input schema"),
+        ], tag="records")},
+        "/surfaces/{name}": {"get": _op("getSurface", "The caller's tool surface", _responses("ToolSurface", one), params=[
+            _param("name", "path", STR, "surface name"), _param("deferred_limit", "query", {"type": "integer", "minimum": 0}, "deferred refs listed (default 1000)"),
+        ], tag="records")},
+        "/declarations/{toolId}": {"get": _op("getDeclaration", "A tool's full Agent Tool declaration", _responses("ToolDeclaration", one), params=[TOOL_ID], tag="records")},
+        "/invoke": {"post": _op("invokeRecord", "Invoke by name; the body is the result envelope", _responses("ToolResult", _INVOKE_ERRORS, error_schema="AnyError"),
+                                body="InvokeRecordRequest", tag="records")},
+        "/results/{ref}": {"get": _op("getPersistedResult", "A persisted large result", _responses(OBJ, one), params=[_param("ref", "path", STR, "result ref")], tag="records")},
+        "/healthz": {"get": _op("healthz", "The process is alive", _responses("Health", ()), tag="probes", open_=True)},
+        "/readyz": {"get": _op("readyz", "Per-upstream states; 503 while none is ready", {
+            "200": {"description": "ready", "content": _json(_ref("Ready"))}, "503": {"description": "no upstream ready", "content": _json(_ref("Ready"))},
+        }, tag="probes", open_=True)},
+        "/openapi.json": {"get": _op("openapi", "This document", _responses(OBJ, ()), tag="probes", open_=True)},
+    }
+    schemas = _schemas()
+    schemas["AnyError"] = {"oneOf": [_ref("ToolResult"), _ref("ErrorBody")]}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Tool federation bridge: A2T REST",
+            "version": "0.1.0",
+            "description": "The federated catalog over the IETF A2T draft (root), the a2t dialect (/a2t) and Agent Tool records. "
+                           "Errors carry an Agent Tool error_class; 4xx for the caller's mistakes, 5xx only for faults a retry may cure. "
+                           "MCP (streamable HTTP) is served on the same port at /mcp.",
+        },
+        "servers": [{"url": server_url or "/"}],
+        "security": [{"bearer": []}, {}],  # open when no token is configured
+        "tags": [{"name": "a2t-draft"}, {"name": "a2t"}, {"name": "records"}, {"name": "probes"}],
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "a token from server.tokens; each is bound to one surface"}},
+        },
+    }
+
+
+def openapi_routes(ctx: ServeContext) -> list[BaseRoute]:
+    document = openapi_document(server_url=ctx.server.public_url)
+
+    @endpoint
+    async def openapi(request: Request) -> Response:
+        return JSONBody(document)
+
+    return [Route("/openapi.json", openapi, methods=["GET"])]

@@ -1,0 +1,136 @@
+"""The Agent Tool records over REST: tool search, surfaces, declarations, invocation with the
+result envelope as the body, persisted large results, and the health and readiness probes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from bridge.invoke import error_result
+from bridge.model import BridgeError, new_id
+from bridge.serve.auth import authenticate
+from bridge.serve.rest_http import (
+    ApiError,
+    JSONBody,
+    ServeContext,
+    endpoint,
+    query_bool,
+    query_int,
+    query_list,
+    retry_after_headers,
+    status_for,
+)
+
+__all__ = ["records_routes", "MAX_SEARCH_LIMIT"]
+
+MAX_SEARCH_LIMIT = 100
+
+
+def _invoke_request(body: Any) -> tuple[str, dict[str, Any], int | None]:
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_arguments", "the request body must be a JSON object {tool, arguments, version?}", pointer="")
+    tool = body.get("tool")
+    if not isinstance(tool, str) or not tool:
+        raise ApiError(400, "invalid_arguments", "`tool` must name a tool (exposed name, alias or tool_id)", pointer="/tool")
+    arguments = body.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise ApiError(400, "invalid_arguments", "`arguments` must be a JSON object", pointer="/arguments")
+    version = body.get("version")
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
+        raise ApiError(400, "invalid_arguments", "`version` must be a positive integer", pointer="/version")
+    return tool, arguments, version
+
+
+def records_routes(ctx: ServeContext) -> list[BaseRoute]:
+    bridge = ctx.bridge
+
+    @endpoint
+    async def search(request: Request) -> Response:
+        surface = ctx.caller(request)
+        query = request.query_params.get("q")
+        if query is None or not query.strip():
+            raise ApiError(400, "invalid_arguments", "query parameter 'q' is required (keywords, or select:a,b)", details={"parameter": "q"})
+        result = bridge.search.search(
+            query,
+            surface=surface,
+            limit=query_int(request, "limit", 10, minimum=1, maximum=MAX_SEARCH_LIMIT, clamp=True),
+            namespace=request.query_params.get("namespace") or None,
+            tags=query_list(request, "tags", "tag") or None,
+            kind=request.query_params.get("kind") or None,
+            read_only=query_bool(request, "read_only"),
+            include_schema=bool(query_bool(request, "include_schema")),
+        )
+        return JSONBody(result.to_json())
+
+    @endpoint
+    async def get_surface(request: Request) -> Response:
+        surface = ctx.caller(request)
+        name = request.path_params["name"]
+        # with tokens, a caller reads only its own surface; an open server shows any
+        target = bridge.surfaces.get(name) if (not ctx.server.tokens or name == surface.name) else None
+        if target is None:
+            raise ApiError(404, "invalid_arguments", f"no surface {name!r}", error_code="surface_not_found")
+        limit = query_int(request, "deferred_limit", 1000, minimum=0)
+        return JSONBody(target.record(include_deferred=limit > 0, limit=limit).to_json())
+
+    @endpoint
+    async def get_declaration(request: Request) -> Response:
+        surface = ctx.caller(request)
+        return JSONBody(ctx.visible(request.path_params["tool_id"], surface).to_json())
+
+    @endpoint
+    async def invoke(request: Request) -> Response:
+        surface = ctx.caller(request)
+        tool, arguments, version = _invoke_request(await ctx.read_json(request))
+        decl = bridge.catalog.resolve(tool)
+        if decl is None or not surface.visible(decl):
+            # the same envelope the pipeline gives for a missing tool, whatever the reason
+            result = error_result(
+                BridgeError(f"no tool named {tool!r}; search the catalog for the right name", error_class="unknown_tool"),
+                invocation_id=new_id("inv"),
+            )
+        else:
+            result = await bridge.invoker.invoke(decl.tool_id, arguments, version=version, surface=surface)
+        if not result.is_error or result.error is None:
+            return JSONBody(result.to_json())
+        return JSONBody(result.to_json(), status_code=status_for(result.error), headers=retry_after_headers(result.error))
+
+    @endpoint
+    async def get_result(request: Request) -> Response:
+        ctx.caller(request)
+        ref = request.path_params["ref"]
+        found = bridge.invoker.get_persisted(ref)
+        if found is None:
+            raise ApiError(404, "invalid_arguments", f"no persisted result {ref!r}", error_code="result_not_found")
+        media_type, payload = found
+        return Response(payload, media_type=media_type)
+
+    @endpoint
+    async def healthz(request: Request) -> Response:
+        return JSONBody({"status": "ok"})
+
+    @endpoint
+    async def readyz(request: Request) -> Response:
+        detailed = authenticate(ctx.server, request.headers.get("authorization")).ok
+        upstreams = []
+        for health in bridge.catalog.health():
+            entry: dict[str, Any] = {"name": health.name, "kind": health.kind, "state": health.state, "tool_count": health.tool_count}
+            if detailed and health.reason:
+                entry["reason"] = health.reason
+            upstreams.append(entry)
+        enabled = [u for u in upstreams if u["state"] != "disabled"]
+        ready = not enabled or any(u["state"] == "ready" for u in enabled)
+        return JSONBody({"ready": ready, "tools": len(bridge.catalog), "upstreams": upstreams}, status_code=200 if ready else 503)
+
+    return [
+        Route("/search", search, methods=["GET"]),
+        Route("/surfaces/{name}", get_surface, methods=["GET"]),
+        Route("/declarations/{tool_id}", get_declaration, methods=["GET"]),
+        Route("/invoke", invoke, methods=["POST"]),
+        Route("/results/{ref}", get_result, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+    ]

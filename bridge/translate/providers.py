@@ -1,0 +1,355 @@
+"""Provider function-calling formats compiled from tool declarations: OpenAI (plain and strict),
+Gemini and Anthropic, with the tool's safety facts tunnelled into its description (ATIP
+"safety metadata tunneling": `[⚠️ DESTRUCTIVE | ⚠️ NOT REVERSIBLE | ⚠️ NOT IDEMPOTENT |
+💰 BILLABLE]`, `[🔒 READ-ONLY]`). Pure functions over `bridge.model` records."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.model import SafetyHints, ToolDeclaration
+
+__all__ = [
+    "PROVIDERS",
+    "OPENAI_DESCRIPTION_LIMIT",
+    "StrictSchemaError",
+    "Compiled",
+    "safety_flags",
+    "safety_suffix",
+    "describe",
+    "strict_schema",
+    "gemini_schema",
+    "to_openai",
+    "to_gemini",
+    "to_anthropic",
+    "compile_tools",
+]
+
+PROVIDERS = ("openai", "openai-strict", "gemini", "anthropic")
+OPENAI_DESCRIPTION_LIMIT = 1024
+
+WARNING = "\u26a0\ufe0f"
+FLAG_DESTRUCTIVE = f"{WARNING} DESTRUCTIVE"
+FLAG_NOT_REVERSIBLE = f"{WARNING} NOT REVERSIBLE"
+FLAG_NOT_IDEMPOTENT = f"{WARNING} NOT IDEMPOTENT"
+FLAG_BILLABLE = "\U0001f4b0 BILLABLE"
+FLAG_READ_ONLY = "\U0001f512 READ-ONLY"
+
+# Keywords OpenAI strict mode accepts; everything else is dropped (or, when dropping would let
+# the model send something the tool rejects, the tool falls back to non-strict).
+_STRICT_KEEP = {"type", "properties", "required", "additionalProperties", "items", "enum", "const", "anyOf", "description", "$ref", "$defs", "definitions"}
+_STRICT_REFUSE = {"allOf", "not", "if", "then", "else", "patternProperties", "dependentSchemas", "dependencies", "prefixItems", "contains", "unevaluatedProperties", "propertyNames"}
+_GEMINI_KEEP = {
+    "type", "format", "title", "description", "nullable", "enum", "maxItems", "minItems", "properties", "required",
+    "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "example", "anyOf", "default", "items",
+    "minimum", "maximum", "propertyOrdering",
+}
+_GEMINI_FORMATS = {"string": {"enum", "date-time"}, "number": {"float", "double"}, "integer": {"int32", "int64"}}
+_NAME_RULES = {
+    "openai": (re.compile(r"[^A-Za-z0-9_-]"), 64, "[A-Za-z0-9_-]"),
+    "anthropic": (re.compile(r"[^A-Za-z0-9_-]"), 64, "[A-Za-z0-9_-]"),
+    "gemini": (re.compile(r"[^A-Za-z0-9_.-]"), 64, "[A-Za-z0-9_.-], starting with a letter or _"),
+}
+
+
+class StrictSchemaError(ValueError):
+    """A schema OpenAI strict mode cannot express; `pointer` says where."""
+
+    def __init__(self, pointer: str, reason: str) -> None:
+        super().__init__(f"{pointer or '/'}: {reason}")
+        self.pointer = pointer
+        self.reason = reason
+
+
+# ----------------------------------------------------------------------------- descriptions
+
+
+def safety_flags(hints: SafetyHints) -> list[str]:
+    """The flags a tool's safety facts call for, in the RFC's order. A fact left at its
+    fail-safe default (nobody declared or inferred it) raises no flag."""
+    flags = []
+    if hints.destructive:
+        flags.append(FLAG_DESTRUCTIVE)
+    if hints.reversible is False:
+        flags.append(FLAG_NOT_REVERSIBLE)
+    if hints.idempotent is False and hints.source_of("idempotent") != "default":
+        flags.append(FLAG_NOT_IDEMPOTENT)
+    if hints.billable:
+        flags.append(FLAG_BILLABLE)
+    if hints.read_only and not hints.destructive:
+        flags.append(FLAG_READ_ONLY)
+    return flags
+
+
+def safety_suffix(hints: SafetyHints) -> str:
+    flags = safety_flags(hints)
+    return f"[{' | '.join(flags)}]" if flags else ""
+
+
+def describe(decl: ToolDeclaration, limit: int | None = None) -> str:
+    """`"{description} [{flags}]"`. With a `limit`, the base text is cut (ending in `...`) so the
+    whole fits and the safety suffix is always kept whole."""
+    base = (decl.description or decl.title or decl.name).strip()
+    suffix = safety_suffix(decl.safety)
+    text = f"{base} {suffix}" if base and suffix else (base or suffix)
+    if limit is None or len(text) <= limit:
+        return text
+    if not suffix:
+        return base[: limit - 3].rstrip() + "..."
+    room = max(0, limit - len(suffix) - 4)
+    return base[:room].rstrip() + "... " + suffix
+
+
+def _provider_names(decls: list[ToolDeclaration], provider: str) -> list[str]:
+    """Names each provider accepts; a name changed by cleaning that collides gets `_2`, `_3`."""
+    pattern, limit, _allowed = _NAME_RULES[provider]
+    seen: set[str] = set()
+    out = []
+    for decl in decls:
+        name = pattern.sub("_", decl.name)[:limit] or "tool"
+        if provider == "gemini" and not re.match(r"[A-Za-z_]", name):
+            name = ("_" + name)[:limit]
+        candidate, n = name, 1
+        while candidate in seen:
+            n += 1
+            candidate = f"{name[: limit - len(str(n)) - 1]}_{n}"
+        seen.add(candidate)
+        out.append(candidate)
+    return out
+
+
+# ----------------------------------------------------------------------------- schemas
+
+
+def _root(schema: dict[str, Any] | None) -> dict[str, Any]:
+    """Function parameters are always an object schema."""
+    schema = copy.deepcopy(schema) if isinstance(schema, dict) else {}
+    schema.pop("$schema", None)
+    schema.pop("$id", None)
+    if schema.get("type") in (None, "object") and not any(k in schema for k in ("anyOf", "oneOf", "allOf")):
+        schema["type"] = "object"
+        schema.setdefault("properties", {})
+        return schema
+    return {"type": "object", "properties": {"value": schema}, "required": ["value"]}
+
+
+def _with_note(node: dict[str, Any], note: str) -> None:
+    node["description"] = f"{node['description']} ({note})" if node.get("description") else note
+
+
+def _nullable(node: dict[str, Any]) -> dict[str, Any]:
+    """The same schema also accepting null (how strict mode says "optional")."""
+    node = dict(node)
+    kind = node.get("type")
+    if "$ref" in node or "const" in node or (kind is None and "enum" not in node):
+        described = {k: node.pop(k) for k in ("description",) if k in node}
+        if "anyOf" in node and len(node) == 1:
+            return {**described, "anyOf": [*node["anyOf"], {"type": "null"}]}
+        return {**described, "anyOf": [node, {"type": "null"}]}
+    if isinstance(kind, str) and kind != "null":
+        node["type"] = [kind, "null"]
+    elif isinstance(kind, list) and "null" not in kind:
+        node["type"] = [*kind, "null"]
+    if isinstance(node.get("enum"), list) and None not in node["enum"]:
+        node["enum"] = [*node["enum"], None]
+    return node
+
+
+def strict_schema(schema: dict[str, Any] | None) -> dict[str, Any]:
+    """A parameters schema that passes OpenAI strict mode: every object closed
+    (`additionalProperties: false`) with every property listed in `required`, optional ones
+    made nullable, unsupported keywords dropped (a default is kept as a note in the
+    description). Raises StrictSchemaError for what strict mode cannot express (free-form
+    objects, `allOf`, `not`, ...)."""
+    root = _root(schema)
+    if not root.get("properties") and "additionalProperties" not in root:
+        root["additionalProperties"] = False  # a bare object at the top means "no arguments"
+    out = _strict(root, "")
+    for key in ("$defs", "definitions"):
+        if isinstance(root.get(key), dict):
+            out[key] = {name: _strict(sub, f"/{key}/{name}") for name, sub in root[key].items()}
+    return out
+
+
+def _strict(node: Any, pointer: str) -> dict[str, Any]:
+    if not isinstance(node, dict) or not node:
+        raise StrictSchemaError(pointer, "accepts any value")
+    refused = sorted(k for k in node if k in _STRICT_REFUSE)
+    if refused and not (refused == ["allOf"] and len(node["allOf"]) == 1):
+        raise StrictSchemaError(pointer, f"uses {', '.join(refused)}")
+    node = dict(node)
+    if "allOf" in node:  # one-element allOf: the element itself
+        inner = node.pop("allOf")[0]
+        node = {**inner, **node}
+    if "oneOf" in node:
+        node["anyOf"] = node.pop("oneOf")
+    if node.pop("nullable", False) is True:
+        node = _nullable(node)
+    out: dict[str, Any] = {k: v for k, v in node.items() if k in _STRICT_KEEP - {"properties", "items", "anyOf", "$defs", "definitions"}}
+    if "default" in node:
+        _with_note(out, f"default: {json.dumps(node['default'], ensure_ascii=False)}")
+    kinds = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
+    if "anyOf" in node:
+        out["anyOf"] = [_strict(sub, f"{pointer}/anyOf/{i}") for i, sub in enumerate(node["anyOf"])]
+    if "object" in kinds or "properties" in node:
+        properties = node.get("properties") or {}
+        extra = node.get("additionalProperties", True)
+        if not properties and extra is not False:
+            raise StrictSchemaError(pointer, "is a free-form object (no declared properties)")
+        if isinstance(extra, dict) and extra:
+            raise StrictSchemaError(pointer, "has a schema for additional properties")
+        required = set(node.get("required") or [])
+        out["properties"] = {}
+        for name, sub in properties.items():
+            converted = _strict(sub, f"{pointer}/properties/{name}")
+            out["properties"][name] = converted if name in required else _nullable(converted)
+        out["required"] = list(properties)
+        out["additionalProperties"] = False
+        if "type" not in out:
+            out["type"] = "object"
+    if "array" in kinds or "items" in node:
+        if not isinstance(node.get("items"), dict):
+            raise StrictSchemaError(pointer, "is an array without an item schema")
+        out["items"] = _strict(node["items"], f"{pointer}/items")
+    if not any(k in out for k in ("type", "anyOf", "$ref", "enum", "const")):
+        raise StrictSchemaError(pointer, "has no type")
+    return out
+
+
+def gemini_schema(schema: dict[str, Any] | None) -> dict[str, Any]:
+    """A parameters schema in Gemini's OpenAPI subset: `$ref`s inlined, type lists turned into
+    `nullable`/`anyOf`, unsupported keywords and formats dropped, non-string enums moved into
+    the description."""
+    root = _root(schema)
+    defs = {**(root.get("definitions") or {}), **(root.get("$defs") or {})}
+    return _gemini(root, defs, 0)
+
+
+def _gemini(node: Any, defs: dict[str, Any], depth: int) -> dict[str, Any]:
+    if not isinstance(node, dict):
+        return {}
+    node = dict(node)
+    ref = node.pop("$ref", None)
+    if isinstance(ref, str):
+        target = defs.get(ref.rsplit("/", 1)[-1])
+        if target is None or depth > 8:
+            return {"type": "object", "description": node.get("description") or f"see {ref}"}
+        node = {**target, **node}
+        depth += 1
+    if "oneOf" in node:
+        node["anyOf"] = node.pop("oneOf")
+    if "allOf" in node:
+        merged: dict[str, Any] = {}
+        for part in node.pop("allOf"):
+            part = _gemini(part, defs, depth)
+            merged["properties"] = {**merged.get("properties", {}), **part.pop("properties", {})}
+            merged["required"] = [*merged.get("required", []), *part.pop("required", [])]
+            merged.update(part)
+        node = {**merged, **node}
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    kind = node.get("type")
+    if isinstance(kind, list):
+        real = [k for k in kind if k != "null"]
+        if "null" in kind:
+            node["nullable"] = True
+        if len(real) == 1:
+            node["type"] = real[0]
+        else:
+            node.pop("type")
+            node["anyOf"] = [{"type": k} for k in real]
+    out: dict[str, Any] = {k: v for k, v in node.items() if k in _GEMINI_KEEP}
+    fmt = out.get("format")
+    if fmt is not None and fmt not in _GEMINI_FORMATS.get(str(out.get("type")), set()):
+        out.pop("format")
+    enum = out.get("enum")
+    if isinstance(enum, list):
+        values = [v for v in enum if v is not None]
+        if not all(isinstance(v, str) for v in values):
+            out.pop("enum")
+            _with_note(out, "one of " + ", ".join(json.dumps(v) for v in values))
+        else:
+            out["enum"] = values
+            out.setdefault("type", "string")
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {k: _gemini(v, defs, depth) for k, v in out["properties"].items()}
+        if "required" in out:
+            out["required"] = [r for r in out["required"] if r in out["properties"]]
+    if "items" in out:
+        out["items"] = _gemini(out["items"], defs, depth)
+    if "anyOf" in out:
+        out["anyOf"] = [_gemini(s, defs, depth) for s in out["anyOf"]]
+    return out
+
+
+# ----------------------------------------------------------------------------- tools
+
+
+def to_openai(decl: ToolDeclaration, strict: bool = False, name: str | None = None) -> dict[str, Any]:
+    """`{"type": "function", "function": {...}}`; with `strict`, the parameters follow strict
+    mode (raises StrictSchemaError when they cannot)."""
+    parameters = strict_schema(decl.input_schema) if strict else _root(decl.input_schema)
+    function: dict[str, Any] = {
+        "name": name or _provider_names([decl], "openai")[0],
+        "description": describe(decl, OPENAI_DESCRIPTION_LIMIT),
+        "parameters": parameters,
+    }
+    if strict:
+        function["strict"] = True
+    return {"type": "function", "function": function}
+
+
+def to_gemini(decl: ToolDeclaration, name: str | None = None) -> dict[str, Any]:
+    """A Gemini `FunctionDeclaration`; a tool without parameters has no `parameters` key."""
+    out: dict[str, Any] = {"name": name or _provider_names([decl], "gemini")[0], "description": describe(decl)}
+    parameters = gemini_schema(decl.input_schema)
+    if parameters.get("properties"):
+        out["parameters"] = parameters
+    return out
+
+
+def to_anthropic(decl: ToolDeclaration, name: str | None = None) -> dict[str, Any]:
+    return {"name": name or _provider_names([decl], "anthropic")[0], "description": describe(decl), "input_schema": _root(decl.input_schema)}
+
+
+@dataclass
+class Compiled:
+    """Tools in one provider's format, plus notes on what could not be kept (a tool sent
+    without strict mode, a renamed tool)."""
+
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def compile_tools(decls: Iterable[ToolDeclaration], provider: str) -> Compiled:
+    """Every declaration in the provider's format. In `openai-strict`, a tool whose schema
+    strict mode cannot express is sent with `strict: false` and a note says why."""
+    if provider not in PROVIDERS:
+        raise ValueError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
+    decls = list(decls)
+    family = "openai" if provider.startswith("openai") else provider
+    names = _provider_names(decls, family)
+    result = Compiled()
+    for decl, name in zip(decls, names, strict=True):
+        if name != decl.name:
+            result.notes.append(f"{decl.name}: sent as {name!r} ({family} names allow {_NAME_RULES[family][2]}, 64 characters)")
+        if provider == "openai-strict":
+            try:
+                result.tools.append(to_openai(decl, strict=True, name=name))
+            except StrictSchemaError as exc:
+                tool = to_openai(decl, strict=False, name=name)
+                tool["function"]["strict"] = False
+                result.tools.append(tool)
+                result.notes.append(f"{decl.name}: sent with strict: false, its schema at {exc}")
+        elif provider == "openai":
+            result.tools.append(to_openai(decl, strict=False, name=name))
+        elif provider == "gemini":
+            result.tools.append(to_gemini(decl, name=name))
+        else:
+            result.tools.append(to_anthropic(decl, name=name))
+    return result

@@ -1,0 +1,306 @@
+"""`kind: a2t` against real HTTP servers on loopback: the IETF draft (paging, the drafts' sloppy
+shapes, version pins, retries of 5xx) and the a2t dialect (endpoints from the capabilities
+document, listing with limit ≥ total and de-duplication, the three meta shapes, error objects)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from adapters.a2t import A2TConfig, A2TUpstream
+from bridge.catalog import Catalog
+from bridge.store import Store
+from bridge.upstream import CallContext
+from demo.a2t_server import create_app as demo_app
+
+
+async def until(predicate, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+def ctx(timeout: float = 5.0) -> CallContext:
+    return CallContext(invocation_id="inv_test", timeout=timeout)
+
+
+def upstream(url: str, **extra: Any) -> A2TUpstream:
+    retries = extra.pop("retries", {"count": 2, "backoff": 0.01})
+    return A2TUpstream(A2TConfig(name="remote", url=url, retries=retries, **extra))
+
+
+class IETFServer:
+    """An IETF A2T server written the way the drafts' examples read: versions as strings, the
+    enum array wrapped in braces, `required` left out, a page size it picks itself."""
+
+    def __init__(self, count: int = 5, page_size: int = 2) -> None:
+        self.page_size = page_size
+        self.requests: Counter[str] = Counter()
+        self.invocations: list[tuple[str, Any]] = []
+        self.failures: list[int] = []  # statuses answered (in order) before invocations succeed
+        self.tools = {f"00000000-0000-4000-8000-{i:012d}": self.signature(i) for i in range(count)}
+
+    @staticmethod
+    def signature(i: int, version: int = 1) -> dict[str, Any]:
+        return {
+            "toolId": f"00000000-0000-4000-8000-{i:012d}",
+            "name": f"lookup_{i}",
+            "description": f"Lookup number {i}.",
+            "version": str(version),
+            "currentVersion": 2 if i == 0 else 1,
+            "tags": ["lookups"],
+            "input_parameters": [
+                {"id": "city", "name": "City", "type": "string", "description": "The city."},
+                {"id": "cls", "name": "Flight Class", "type": "enum", "allowed-values": {"values": [
+                    {"name": "ECONOMY", "description": "Least expensive cabin."}, {"name": "BUSINESS", "description": "Next to top tier."}]},
+                 "required": False},
+                {"id": "n", "name": "nights", "type": "int", "required": False},
+            ] + ([{"id": "pets", "name": "pets", "type": "boolean", "required": True}] if version == 2 else []),
+            "output_parameters": [{"id": "temp-fh", "name": "Temperature in Fahrenheit", "type": "int"}],
+        }
+
+    def app(self) -> web.Application:
+        async def list_tools(request: web.Request) -> web.Response:
+            self.requests["list"] += 1
+            self.requests[f"pageLimit={request.query.get('pageLimit')}"] += 1
+            start = int(request.query.get("pageCursor", "0").lstrip("c") or 0)
+            ids = sorted(self.tools)
+            page = ids[start: start + self.page_size]
+            paging: dict[str, Any] = {"pageLimit": self.page_size}
+            if start + self.page_size < len(ids):
+                paging["next"] = f"c{start + self.page_size}"
+            return web.json_response({"items": [self.tools[i] for i in page], "paging": paging})
+
+        async def get_version(request: web.Request) -> web.Response:
+            tool_id, version = request.match_info["tool_id"], int(request.match_info["version"])
+            if tool_id not in self.tools or version not in (1, 2):
+                return web.json_response({"message": "no such version"}, status=404)
+            return web.json_response(self.signature(int(tool_id[-12:]), version))
+
+        async def invoke(request: web.Request) -> web.Response:
+            body = await request.json()
+            self.invocations.append((request.path, body))
+            if self.failures:
+                status = self.failures.pop(0)
+                return web.Response(status=status, text="temporarily unavailable", headers={"Retry-After": "0"})
+            values = {p["name"]: p["value"] for p in body["input_parameters"]}
+            return web.json_response({"output_parameters": [{"name": "Temperature in Fahrenheit", "value": 60 + len(values.get("City", ""))}]})
+
+        app = web.Application()
+        app.router.add_get("/tools", list_tools)
+        app.router.add_get("/tools/{tool_id}/versions/{version}", get_version)
+        app.router.add_post(r"/tools/{tool_id}:invoke", invoke)
+        app.router.add_post(r"/tools/{tool_id}/versions/{version}:invoke", invoke)
+        return app
+
+
+async def test_ietf_pages_until_no_next_and_maps_signatures():
+    server = IETFServer(count=5, page_size=2)
+    async with TestServer(server.app(), host="127.0.0.1") as http:
+        up = upstream(str(http.make_url("")).rstrip("/"), page_limit=1)
+        await up.start()
+        try:
+            assert up.dialect == "ietf"
+            tools = {t.name: t for t in await up.list_tools()}
+            assert sorted(tools) == [f"lookup_{i}" for i in range(5)]
+            assert server.requests["list"] == 3 and server.requests["pageLimit=1"] == 3
+            t = tools["lookup_1"]
+            mapping = t.external_mapping
+            assert mapping["source"] == "ietf-a2t" and mapping["tool_id"] == t.native_id
+            assert (mapping["version"], mapping["current_version"]) == (1, 1)
+            assert mapping["parameter_ids"] == {"City": "city", "Flight Class": "cls", "nights": "n"}
+            schema = t.input_schema
+            assert schema["required"] == ["City"]  # `required` defaults to true
+            assert schema["properties"]["Flight Class"] == {
+                "type": "string", "enum": ["ECONOMY", "BUSINESS"],
+                "x-enum-descriptions": {"ECONOMY": "Least expensive cabin.", "BUSINESS": "Next to top tier."}}
+            assert schema["properties"]["nights"] == {"type": "integer", "maximum": 65535}  # the draft's default max
+            assert t.output_schema == {"type": "object", "properties": {"Temperature in Fahrenheit": {"type": "integer"}}}
+            result = await up.invoke(t.native_id, {"City": "Omaha"}, ctx())
+            assert result.structured_content == {"Temperature in Fahrenheit": 65}
+            path, body = server.invocations[-1]
+            assert path == f"/tools/{t.native_id}:invoke"
+            assert body == {"name": "lookup_1", "input_parameters": [{"name": "City", "value": "Omaha"}]}
+        finally:
+            await up.close()
+
+
+async def test_ietf_version_pins_use_the_tested_version():
+    server = IETFServer(count=2)
+    async with TestServer(server.app(), host="127.0.0.1") as http:
+        up = upstream(str(http.make_url("")).rstrip("/"), pins={"lookup_0": 1, "00000000-0000-4000-8000-000000000001": 7})
+        await up.start()
+        try:
+            tools = {t.name: t for t in await up.list_tools()}
+            pinned = tools["lookup_0"]
+            assert pinned.external_mapping["version"] == 1 and pinned.external_mapping["pinned"] is True
+            assert pinned.external_mapping["current_version"] == 2
+            assert "pets" not in pinned.input_schema["properties"]  # version 1's signature, not the current one
+            await up.invoke(pinned.native_id, {"City": "Oslo"}, ctx())
+            assert server.invocations[-1][0] == f"/tools/{pinned.native_id}/versions/1:invoke"
+            missing = tools["lookup_1"]  # pinned to a version the server does not have
+            assert missing.blocked_reason == "setup_required" and "Pinned to version 7" in missing.description
+        finally:
+            await up.close()
+
+
+async def test_ietf_retries_5xx_then_reports_dependency_unavailable():
+    server = IETFServer(count=1)
+    async with TestServer(server.app(), host="127.0.0.1") as http:
+        up = upstream(str(http.make_url("")).rstrip("/"))
+        await up.start()
+        try:
+            tool_id = (await up.list_tools())[0].native_id
+            server.failures = [503, 502]
+            result = await up.invoke(tool_id, {"City": "Rome"}, ctx())
+            assert not result.is_error and len(server.invocations) == 3
+            server.failures = [503, 503, 503, 503]
+            result = await up.invoke(tool_id, {"City": "Rome"}, ctx())
+            assert result.is_error and result.error.error_class == "dependency_unavailable"
+            assert len(server.invocations) == 6 and "temporarily unavailable" in result.error.message
+            server.failures = [504]
+            result = await up.invoke(tool_id, {"City": "Rome"}, ctx())
+            assert result.error.error_class == "timeout" and len(server.invocations) == 7  # not retried
+            server.failures = [400]
+            result = await up.invoke(tool_id, {}, ctx())
+            assert result.error.error_class == "invalid_arguments"
+        finally:
+            await up.close()
+
+
+async def test_unreachable_server_fails_start_with_a_reason():
+    up = upstream("http://127.0.0.1:9", retries={"count": 0}, start_timeout=2)
+    try:
+        await up.start()
+        raise AssertionError("start should fail")
+    except Exception as exc:  # noqa: BLE001
+        assert "unreachable" in str(exc) and "127.0.0.1:9" in str(exc)
+    finally:
+        await up.close()
+
+
+async def test_a2t_dialect_against_the_demo_server_through_a_catalog():
+    async with TestServer(demo_app(), host="127.0.0.1") as http:
+        catalog = Catalog(Store())
+        up = upstream(str(http.make_url("")).rstrip("/"))
+        catalog.add_upstream(up)
+        await catalog.start()
+        try:
+            assert up.dialect == "a2t"
+            names = sorted(d.name for d in catalog.declarations())
+            assert names == ["remote__add", "remote__discover_math", "remote__divide", "remote__get_weather"]
+            decl = catalog.resolve("remote__get_weather")
+            assert decl.external_mappings[0] == {"source": "a2t", "base_url": up.base, "tool_name": "get_weather", "group_id": "weather"}
+            assert decl.input_schema["properties"]["units"]["enum"] == ["celsius", "fahrenheit"]
+            result = await up.invoke("add", {"a": 2, "b": 40}, ctx())
+            assert result.content == [{"type": "text", "text": "42"}]
+            result = await up.invoke("divide", {"a": 1, "b": 0}, ctx())  # HTTP 200 with an error object
+            assert result.is_error and result.error.error_class == "execution_failed" and result.error.error_code == "execution_error"
+            result = await up.invoke("nope", {}, ctx())
+            assert result.error.error_class == "unknown_tool"
+            # a meta nested in the result (the examples' shape): the new tool is in the catalog at once
+            result = await up.invoke("discover_math", {}, ctx())
+            assert result.content == [{"type": "text", "text": "Discovered 1 new math tool"}]
+            await until(lambda: catalog.resolve("remote__multiply") is not None)
+            assert (await up.invoke("multiply", {"a": 6, "b": 7}, ctx())).content[0]["text"] == "42"
+        finally:
+            await catalog.close()
+
+
+class A2TQuirkServer:
+    """An a2t server with its endpoints off the default paths, a small page cap, random order and
+    each meta shape on demand."""
+
+    def __init__(self) -> None:
+        self.tools = {f"t{i}": {"name": f"t{i}", "description": f"tool {i}", "input_schema": {"type": "object"},
+                                "group_id": "g1" if i < 3 else "g2"} for i in range(5)}
+        self.requests: Counter[str] = Counter()
+        self.bodies: list[Any] = []
+        self.next_meta: dict[str, Any] | None = None
+        self.token_seen: list[str | None] = []
+
+    def app(self) -> web.Application:
+        async def capabilities(request: web.Request) -> web.Response:
+            self.token_seen.append(request.headers.get("Authorization"))
+            return web.json_response({"version": "1.0", "features": {"groups": True, "search": False, "dynamic_tools": True},
+                                      "endpoints": {"tools": "/api/v2/tools", "groups": "/api/v2/groups"},
+                                      "limits": {"max_tools_per_request": 2}})
+
+        def page(items: list[dict[str, Any]], request: web.Request) -> web.Response:
+            random.shuffle(items)
+            limit = min(int(request.query.get("limit") or 100), 2)
+            offset = int(request.query.get("offset") or 0)
+            return web.json_response({"tools": items[offset: offset + limit], "total": len(items), "limit": limit})
+
+        async def tools(request: web.Request) -> web.Response:
+            self.requests["tools"] += 1
+            return page(list(self.tools.values()), request)
+
+        async def group_tools(request: web.Request) -> web.Response:
+            group = request.match_info["group"]
+            self.requests[f"group:{group}"] += 1
+            return page([t for t in self.tools.values() if t["group_id"] == group], request)
+
+        async def execute(request: web.Request) -> web.Response:
+            self.bodies.append(await request.json())
+            body: dict[str, Any] = {"result": "ok"}
+            if self.next_meta is not None:
+                body.update(self.next_meta)
+                self.next_meta = None
+            return web.json_response(body)
+
+        app = web.Application()
+        app.router.add_get("/.well-known/a2t-capabilities.json", capabilities)
+        app.router.add_get("/api/v2/tools", tools)
+        app.router.add_post("/api/v2/tools/{name}", execute)
+        app.router.add_get("/api/v2/groups/{group}/tools", group_tools)
+        return app
+
+
+async def test_a2t_endpoints_from_capabilities_paging_dedupe_and_meta_shapes():
+    server = A2TQuirkServer()
+    async with TestServer(server.app(), host="127.0.0.1") as http:
+        catalog = Catalog(Store())
+        up = upstream(str(http.make_url("")).rstrip("/"), wrap_body=True, bearer_token="s3cret-token-value")
+        catalog.add_upstream(up)
+        await catalog.start()
+        try:
+            assert server.token_seen == ["Bearer s3cret-token-value"]
+            assert sorted(d.native_name for d in catalog.declarations()) == ["t0", "t1", "t2", "t3", "t4"]
+            assert "s3cret" not in str(await up.health())
+
+            await up.invoke("t0", {"x": 1}, ctx())
+            assert server.bodies[-1] == {"body": {"x": 1}}  # wrap_body
+
+            # top level with `data` (the Go helpers' shape): only that group is listed again
+            before = server.requests.copy()
+            server.tools["t9"] = {"name": "t9", "description": "new in g2", "input_schema": {"type": "object"}, "group_id": "g2"}
+            server.next_meta = {"meta": {"type": "group_refresh", "data": {"group_ids": ["g2"]}}}
+            await up.invoke("t0", {}, ctx())
+            await until(lambda: catalog.resolve("remote__t9") is not None)
+            assert server.requests["group:g2"] > before["group:g2"]
+            assert server.requests["tools"] == before["tools"] and server.requests["group:g1"] == before["group:g1"]
+
+            # top level, flat (the README's shape)
+            server.next_meta = {"meta": {"type": "tools_added", "tools": [{"name": "t7", "description": "added", "input_schema": {"type": "object"}}]}}
+            await up.invoke("t0", {}, ctx())
+            await until(lambda: catalog.resolve("remote__t7") is not None)
+        finally:
+            await catalog.close()
+
+
+async def test_forced_a2t_dialect_without_capabilities_fails_clearly():
+    async with TestServer(IETFServer().app(), host="127.0.0.1") as http:
+        up = upstream(str(http.make_url("")).rstrip("/"), dialect="a2t")
+        try:
+            await up.start()
+            raise AssertionError("start should fail")
+        except Exception as exc:  # noqa: BLE001
+            assert "no a2t capabilities document" in str(exc)
+        finally:
+            await up.close()

@@ -1,0 +1,638 @@
+"""OpenAPI upstream against real aiohttp servers on loopback: documents (3.0, 3.1, recursive and
+cross-file refs, Swagger 2.0 and broken ones), mapping, every parameter style, every body kind,
+every credential type, errors, retries, timeouts and secrets, mostly end to end through Bridge."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from adapters.openapi import OpenAPIConfig, OpenAPIUpstream
+from bridge.config import parse_config
+from bridge.model import BridgeError
+from bridge.runtime import Bridge
+from bridge.upstream import CallContext
+
+FIXTURES = Path(__file__).parent / "openapi_fixtures"
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+SECRETS = {"api": "key-Secret-123", "bearer": "bearer-Secret-456", "password": "pw-Secret-789",
+           "client_secret": "client-Secret-000"}
+
+
+# ---------------------------------------------------------------------------- the test API
+
+
+class Api:
+    """State of the test server: what it received, and knobs the tests turn."""
+
+    def __init__(self) -> None:
+        self.hits: dict[str, int] = {}
+        self.tokens_issued: list[str] = []
+        self.revoked: set[str] = set()
+        self.token_lifetime = 3600
+        self.peers: set[Any] = set()
+        self.release = asyncio.Event()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        r = app.router
+        r.add_route("*", "/v1/{tail:.*}", self.echo)
+        r.add_post("/oauth/token", self.token)
+        r.add_get("/auth/{kind}", self.auth)
+        r.add_post("/auth/leak", self.leak)
+        r.add_route("*", "/flaky/{key}", self.flaky)
+        r.add_get("/limited", self.limited)
+        r.add_get("/problem", self.problem)
+        r.add_get("/slow", self.slow)
+        r.add_get("/binary", self.fixed(web.Response, body=PNG, content_type="image/png"))
+        r.add_get("/text", self.fixed(web.Response, text="# Read me\nplain text"))
+        r.add_get("/numbers", self.fixed(web.json_response, [1, 2, 3]))
+        r.add_get("/openapi.yaml", self.fixed(web.FileResponse, FIXTURES / "service_31.yaml"))
+        r.add_post("/trees", self.echo_json)
+        return app
+
+    @staticmethod
+    def fixed(factory: Any, *args: Any, **kwargs: Any) -> Any:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return factory(*args, **kwargs)
+        return handler
+
+    async def echo(self, request: web.Request) -> web.Response:
+        self.peers.add(request.transport.get_extra_info("peername") if request.transport else None)
+        body: Any = None
+        ctype = request.headers.get("Content-Type", "")
+        if ctype.startswith("multipart/"):
+            body = {}
+            reader = await request.multipart()
+            async for part in reader:
+                data = await part.read()
+                body.setdefault(part.name, []).append({
+                    "filename": part.filename, "content_type": part.headers.get("Content-Type"),
+                    "text": data.decode(errors="replace") if not part.filename else None,
+                    "b64": base64.b64encode(data).decode() if part.filename else None,
+                })
+        elif ctype.startswith("application/json"):
+            body = await request.json()
+        elif request.can_read_body:
+            raw = await request.read()
+            body = raw.decode() if ctype.startswith("application/x-www-form") else {"size": len(raw), "b64": base64.b64encode(raw).decode()}
+        headers = {k: v for k, v in request.headers.items() if k.lower().startswith("x-") or k in ("Cookie", "Accept", "Content-Type")}
+        return web.json_response({"method": request.method, "raw_path": request.raw_path, "headers": headers, "body": body})
+
+    async def echo_json(self, request: web.Request) -> web.Response:
+        return web.json_response(await request.json())
+
+    async def token(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        expected = "Basic " + base64.b64encode(f"cid:{SECRETS['client_secret']}".encode()).decode()
+        if request.headers.get("Authorization") != expected or form.get("grant_type") != "client_credentials":
+            return web.json_response({"error": "invalid_client"}, status=401)
+        token = f"tok-{len(self.tokens_issued) + 1}-{form.get('scope', '')}"
+        self.tokens_issued.append(token)
+        return web.json_response({"access_token": token, "token_type": "bearer", "expires_in": self.token_lifetime})
+
+    async def auth(self, request: web.Request) -> web.Response:
+        kind = request.match_info["kind"]
+        auth = request.headers.get("Authorization", "")
+        ok = {
+            "header": request.headers.get("X-API-Key") == SECRETS["api"],
+            "query": request.query.get("api_key") == SECRETS["api"],
+            "cookie": request.cookies.get("session_key") == SECRETS["api"],
+            "bearer": auth == f"Bearer {SECRETS['bearer']}",
+            "basic": auth == "Basic " + base64.b64encode(f"ann:{SECRETS['password']}".encode()).decode(),
+            "oauth": auth.startswith("Bearer tok-") and auth[7:] in self.tokens_issued and auth[7:] not in self.revoked,
+            "either": auth == f"Bearer {SECRETS['bearer']}" or request.headers.get("X-API-Key") == SECRETS["api"],
+        }.get(kind, False)
+        if not ok:
+            return web.json_response({"type": "about:blank", "title": "Unauthorized", "status": 401},
+                                     status=401, content_type="application/problem+json")
+        who = f"token {self.tokens_issued.index(auth[7:]) + 1}" if kind == "oauth" else kind
+        return web.json_response({"ok": True, "who": who})
+
+    async def leak(self, request: web.Request) -> web.Response:
+        # a careless server that echoes the credentials it got
+        return web.json_response({"title": f"bad request from {request.headers.get('X-API-Key')}",
+                                  "detail": request.headers.get("Authorization")}, status=400)
+
+    async def flaky(self, request: web.Request) -> web.Response:
+        key = f"{request.method} {request.match_info['key']}"
+        self.hits[key] = self.hits.get(key, 0) + 1
+        if self.hits[key] <= int(request.query.get("fail", "0")):
+            headers = {"Retry-After": request.query["retry_after"]} if "retry_after" in request.query else {}
+            return web.json_response({"title": "Service Unavailable", "status": 503}, status=503, headers=headers,
+                                     content_type="application/problem+json")
+        return web.json_response({"attempts": self.hits[key]})
+
+    async def limited(self, request: web.Request) -> web.Response:
+        self.hits["limited"] = self.hits.get("limited", 0) + 1
+        return web.json_response({"title": "Too Many Requests"}, status=429, headers={"Retry-After": "7"})
+
+    async def problem(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"type": "https://example.test/problems/invalid-pet", "title": "Invalid pet", "status": 422,
+             "detail": "name must not be empty", "errors": [{"pointer": "/name"}]},
+            status=422, content_type="application/problem+json")
+
+    async def slow(self, request: web.Request) -> web.Response:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                await self.release.wait()
+        return web.json_response({"late": True})
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[tuple[Api, str]]:
+    state = Api()
+    server = TestServer(state.app(), host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield state, str(server.make_url("")).rstrip("/")
+    finally:
+        state.release.set()
+        await server.close()
+
+
+@contextlib.asynccontextmanager
+async def bridge_for(spec: str, **upstream: Any) -> AsyncIterator[Bridge]:
+    entry = {"name": "svc", "kind": "openapi", "spec": spec, **upstream}
+    config = parse_config({"store": {"path": ":memory:"}, "search": {"enabled": False},
+                           "surfaces": [{"name": "default", "allow_destructive": True}],
+                           "upstreams": [entry]}, base_dir=str(FIXTURES))
+    bridge = Bridge(config)
+    async with asyncio.timeout(20):
+        await bridge.start()
+    try:
+        yield bridge
+    finally:
+        await bridge.close()
+
+
+async def call(bridge: Bridge, name: str, args: dict[str, Any] | None = None) -> Any:
+    async with asyncio.timeout(20):
+        return await bridge.invoker.invoke(f"svc__{name}", args or {})
+
+
+def upstream_of(bridge: Bridge) -> OpenAPIUpstream:
+    up = bridge.catalog.slot("svc").upstream
+    assert isinstance(up, OpenAPIUpstream)
+    return up
+
+
+# ---------------------------------------------------------------------------- documents
+
+
+async def test_openapi_30_document_maps_to_declarations(api):
+    _, base = api
+    async with bridge_for("styles_30.yaml", base_url=base + "/v1") as bridge:
+        assert bridge.catalog.slot("svc").health.state == "ready"
+        decl = bridge.catalog.resolve("svc__bodyJson")
+        assert decl.tool_kind == "openapi_operation" and decl.tags == ["bodies"]
+        schema = decl.input_schema
+        assert schema["required"] == ["id", "name"] and schema["additionalProperties"] is False
+        # 3.0 dialect rewritten: nullable -> type list, boolean exclusiveMinimum -> number
+        assert schema["properties"]["size"] == {"type": ["integer", "null"], "exclusiveMinimum": 0}
+        assert schema["properties"]["kind"] == {"type": "string", "enum": ["small", "large"], "default": "small"}
+        assert "id_readonly" not in schema["properties"]  # readOnly properties are not sent
+        mapping = decl.external_mappings[0]
+        assert mapping == {"source": "openapi", "operation_id": "bodyJson", "method": "POST", "path": "/bodies/json/{id}",
+                           "server_url": base + "/v1", "security_scheme_refs": []}
+        # GitHub-style operationIds are cleaned; operations without one are named <method>_<path>
+        gh = bridge.catalog.resolve("svc__repos_get-content")
+        assert gh.native_id == "repos/get-content" and gh.title == "Get repository content"
+        assert gh.annotations["openapi"]["description"].startswith("Gets the contents of a file")
+        assert bridge.catalog.resolve("svc__get_items_itemId").description == "An item without an operationId"
+        assert bridge.catalog.resolve("svc__delete_items_itemId") is not None
+
+
+async def test_server_variables_used_without_base_url(api):
+    state, base = api
+    port = base.rsplit(":", 1)[1]
+    async with bridge_for("styles_30.yaml", server_variables={"port": port}, include=["queryForm"]) as bridge:
+        result = await call(bridge, "queryForm", {"p": 1})
+        assert not result.is_error, result.content
+        assert result.structured_content["raw_path"] == "/v1/query/form?p=1"
+
+
+async def test_openapi_31_document_loaded_from_a_url(api):
+    _, base = api
+    async with bridge_for(base + "/openapi.yaml", include=["numbers", "readme"]) as bridge:
+        decl = bridge.catalog.resolve("svc__numbers")
+        assert decl.external_mappings[0]["server_url"] == base  # relative server resolved against the URL
+        # a non-object JSON response is wrapped so structured content is always an object
+        assert decl.output_schema == {"type": "object", "properties": {"result": {"type": "array", "items": {"type": "integer"}}},
+                                      "required": ["result"]}
+        result = await call(bridge, "numbers")
+        assert result.structured_content == {"result": [1, 2, 3]}
+        text = await call(bridge, "readme")
+        assert text.content == [{"type": "text", "text": "# Read me\nplain text"}] and text.structured_content is None
+
+
+async def test_recursive_and_cross_file_refs_resolve_without_hanging(api):
+    _, base = api
+    async with asyncio.timeout(10), bridge_for("recursive_31.yaml", base_url=base) as bridge:
+        tree = bridge.catalog.resolve("svc__plantTree")
+        schema = tree.input_schema
+        node = schema["$defs"]["Node"]
+        assert node["properties"]["children"]["items"] == {"$ref": "#/$defs/Node"}
+        # the recursive body is inlined once at the top; its children refer to the definition
+        assert schema["properties"]["children"]["items"] == {"$ref": "#/$defs/Node"}
+        assert schema["required"] == ["name"]
+        nested = {"name": "root", "children": [{"name": "a", "children": [{"name": "b"}]}]}
+        jsonschema.Draft202012Validator(schema).validate(nested)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.Draft202012Validator(schema).validate({"name": "x", "children": [{"name": 1}]})
+        # a cycle through two files (Person -> Company -> Person) and a local self-reference
+        people = bridge.catalog.resolve("svc__addPerson")
+        defs = people.input_schema["$defs"]
+        assert set(defs) >= {"Person", "Category"}
+        jsonschema.Draft202012Validator(people.input_schema).validate(
+            {"person": {"name": "ann", "employer": {"title": "acme", "employees": [{"name": "bob"}]}},
+             "category": {"label": "x", "parent": {"label": "y"}}})
+        out = people.output_schema
+        assert out["properties"]["employees"]["items"]["properties"]["employer"] == {"$ref": "#/$defs/Company"}
+        jsonschema.Draft202012Validator(out).validate({"title": "a", "employees": [{"employer": {"employees": []}}]})
+        # a path item in another file, whose own references are relative to that file
+        person = bridge.catalog.resolve("svc__getPerson")
+        assert person.input_schema["properties"]["id"] == {"type": "integer", "minimum": 1}
+        assert person.output_schema["properties"]["employer"] == {"$ref": "#/$defs/Company"}
+        jsonschema.Draft202012Validator(person.output_schema).validate(
+            {"name": "ann", "employer": {"employees": [{"name": "bob", "employer": {"title": "x"}}]}})
+        result = await call(bridge, "plantTree", nested)
+        assert result.structured_content == nested
+
+
+@pytest.mark.parametrize(("fixture", "expected"), [
+    ("swagger_20.yaml", ["Swagger 2.0", "OpenAPI 3.0 and 3.1", "$.swagger"]),
+    ("broken_yaml.yaml", ["not valid YAML", "line 6"]),
+    ("invalid_30.yaml", ["not a valid OpenAPI 3.0 document", "$.paths['/pets'].get.parameters[0]"]),
+    ("dangling_ref_31.yaml", ["'#/components/schemas/Missing' cannot be resolved",
+                              "$.paths['/pets'].get.responses['200']"]),
+    ("missing.yaml", ["file not found"]),
+])
+async def test_unusable_documents_fail_with_located_messages(fixture, expected):
+    upstream = OpenAPIUpstream(OpenAPIConfig(name="bad", spec=fixture, base_url="http://127.0.0.1:1", base_dir=str(FIXTURES)))
+    with pytest.raises(BridgeError) as info:
+        async with asyncio.timeout(10):
+            await upstream.start()
+    assert info.value.error_class == "setup_required"
+    for part in expected:
+        assert part in info.value.message, info.value.message
+    await upstream.close()
+
+
+async def test_broken_document_reported_in_catalog_health():
+    async with bridge_for("swagger_20.yaml", retry_initial=30) as bridge:
+        health = bridge.catalog.slot("svc").health
+        assert health.state == "failed" and "Swagger 2.0" in health.reason
+
+
+async def test_relative_server_in_a_file_needs_base_url():
+    upstream = OpenAPIUpstream(OpenAPIConfig(name="rel", spec="service_31.yaml", base_dir=str(FIXTURES)))
+    with pytest.raises(BridgeError, match="relative.*set `base_url`"):
+        await upstream.start()
+    await upstream.close()
+
+
+# ---------------------------------------------------------------------------- selection
+
+
+async def test_include_and_exclude_by_tag_id_path_and_method(api):
+    _, base = api
+    async with bridge_for("styles_30.yaml", base_url=base, include=[{"tag": "bodies"}, "query*", {"path": "/items/*", "method": "delete"}],
+                          exclude=["bodyRaw", {"operation_id": "queryDeep*"}]) as bridge:
+        names = sorted(d.native_name for d in bridge.catalog.declarations())
+    assert names == ["bodyArray", "bodyClash", "bodyForm", "bodyJson", "bodyMultipart", "delete_items_itemId",
+                     "queryDelimited", "queryForm", "queryFormNoExplode"]
+
+
+# ---------------------------------------------------------------------------- parameter styles
+
+COLOR = {"R": 100, "G": 200, "B": 150}
+
+
+@pytest.mark.parametrize(("op", "args", "raw"), [
+    ("pathSimple", {"p": 5, "a": [3, 4, 5], "o": COLOR, "oe": COLOR},
+     "/v1/path/simple/5/3,4,5/R,100,G,200,B,150/R=100,G=200,B=150"),
+    ("pathLabel", {"p": 5, "a": [3, 4, 5], "ae": [3, 4, 5], "o": COLOR, "oe": COLOR},
+     "/v1/path/label/.5.3,4,5.3.4.5.R,100,G,200,B,150.R=100.G=200.B=150"),
+    ("pathMatrix", {"p": 5, "a": [3, 4, 5], "ae": [3, 4, 5], "o": COLOR, "oe": COLOR},
+     "/v1/path/matrix/;p=5;a=3,4,5;ae=3;ae=4;ae=5;o=R,100,G,200,B,150;R=100;G=200;B=150"),
+    ("queryForm", {"p": 5, "a": [3, 4], "o": COLOR, "s": "a b&c/d", "r": "x/y?z"},
+     "/v1/query/form?p=5&a=3&a=4&R=100&G=200&B=150&s=a%20b%26c%2Fd&r=x/y?z"),
+    ("queryFormNoExplode", {"p": 5, "a": [3, 4, 5], "o": COLOR},
+     "/v1/query/form-flat?p=5&a=3,4,5&o=R,100,G,200,B,150"),
+    ("queryDelimited", {"sa": [3, 4], "so": COLOR, "pa": [3, 4], "po": COLOR, "px": [1, 2]},
+     "/v1/query/delimited?sa=3%204&so=R%20100%20G%20200%20B%20150&pa=3|4&po=R|100|G|200|B|150&px=1&px=2"),
+    ("queryDeepObject", {"o": COLOR, "filter": {"state": "open", "owner": {"login": "ann"}}, "q": {"k": "v"}},
+     "/v1/query/deep?o[R]=100&o[G]=200&o[B]=150&filter[state]=open&filter[owner][login]=ann&q=%7B%22k%22%3A%22v%22%7D"),
+])
+async def test_path_and_query_styles(api, op, args, raw):
+    _, base = api
+    async with bridge_for("styles_30.yaml", base_url=base + "/v1", include=[op]) as bridge:
+        result = await call(bridge, op, args)
+        assert not result.is_error, result.content
+        assert result.structured_content["raw_path"] == raw
+
+
+async def test_header_and_cookie_styles(api):
+    _, base = api
+    async with bridge_for("styles_30.yaml", base_url=base + "/v1", include=["header*", "cookie*"]) as bridge:
+        decl = bridge.catalog.resolve("svc__headerSimple")
+        assert "Accept" not in decl.input_schema["properties"]  # OpenAPI ignores Accept/Content-Type/Authorization params
+        headers = (await call(bridge, "headerSimple", {"X-P": 5, "X-A": [3, 4, 5], "X-O": COLOR, "X-OE": COLOR})).structured_content["headers"]
+        assert (headers["X-P"], headers["X-A"], headers["X-O"], headers["X-OE"]) == ("5", "3,4,5", "R,100,G,200,B,150", "R=100,G=200,B=150")
+        cookie = (await call(bridge, "cookieForm", {"p": 5, "a": [3, 4, 5], "o": COLOR})).structured_content["headers"]["Cookie"]
+        assert cookie == "p=5; a=3,4,5; o=R,100,G,200,B,150"
+        cookie = (await call(bridge, "cookieFormExplode", {"a": [3, 4], "o": {"R": 1}})).structured_content["headers"]["Cookie"]
+        assert cookie == "a=3; a=4; R=1"
+
+
+# ---------------------------------------------------------------------------- bodies
+
+
+async def test_request_body_kinds(api):
+    _, base = api
+    async with bridge_for("styles_30.yaml", base_url=base + "/v1", include=[{"tag": "bodies"}]) as bridge:
+        r = await call(bridge, "bodyJson", {"id": 7, "name": "rex", "size": None})
+        assert r.structured_content["body"] == {"name": "rex", "size": None}
+        assert r.structured_content["raw_path"] == "/v1/bodies/json/7"
+        assert r.structured_content["headers"]["Content-Type"] == "application/json"
+        # a body property clashing with a parameter name keeps the body whole under `body`
+        clash = bridge.catalog.resolve("svc__bodyClash").input_schema["properties"]
+        assert set(clash) == {"name", "body"}
+        r = await call(bridge, "bodyClash", {"name": "p", "body": {"name": "b", "note": "n"}})
+        assert r.structured_content["body"] == {"name": "b", "note": "n"}
+        r = await call(bridge, "bodyArray", {"body": ["x", "y"]})
+        assert r.structured_content["body"] == ["x", "y"]
+        r = await call(bridge, "bodyForm", {"name": "a b", "tags": ["t1", "t2"], "meta": {"a": "1", "b": "2"}})
+        assert r.structured_content["body"] == "name=a%20b&tags=t1&tags=t2&meta[a]=1&meta[b]=2"
+        r = await call(bridge, "bodyMultipart", {"description": "a pic", "file": base64.b64encode(PNG).decode(), "meta": {"size": 3}})
+        parts = r.structured_content["body"]
+        assert parts["description"] == [{"filename": None, "content_type": "text/plain", "text": "a pic", "b64": None}]
+        assert parts["file"][0]["content_type"] == "image/png" and base64.b64decode(parts["file"][0]["b64"]) == PNG
+        assert json.loads(parts["meta"][0]["text"]) == {"size": 3} and parts["meta"][0]["content_type"] == "application/json"
+        r = await call(bridge, "bodyRaw", {"body": base64.b64encode(b"\x00\x01raw").decode()})
+        assert r.structured_content["body"] == {"size": 5, "b64": base64.b64encode(b"\x00\x01raw").decode()}
+        assert r.structured_content["headers"]["Content-Type"] == "application/octet-stream"
+        # arguments are validated against the merged schema before any request is made
+        bad = await call(bridge, "bodyJson", {"id": 7})
+        assert bad.is_error and bad.error.error_class == "invalid_arguments"
+
+
+# ---------------------------------------------------------------------------- credentials
+
+
+def _auth() -> list[dict[str, Any]]:
+    return [
+        {"type": "apiKey", "scheme": "header_key", "value": SECRETS["api"]},
+        {"type": "apiKey", "scheme": "query_key", "value": SECRETS["api"]},
+        {"type": "apiKey", "scheme": "cookie_key", "value": SECRETS["api"]},
+        {"type": "bearer", "token": SECRETS["bearer"]},
+        {"type": "basic", "username": "ann", "password": SECRETS["password"]},
+        {"type": "oauth2", "client_id": "cid", "client_secret": SECRETS["client_secret"], "scopes": ["notes:read"]},
+    ]
+
+
+async def test_each_credential_type_is_accepted_by_the_server(api):
+    state, base = api
+    async with bridge_for("service_31.yaml", base_url=base, auth=_auth(), include=["auth*"]) as bridge:
+        for op in ("authHeader", "authQuery", "authCookie", "authBearer", "authBasic", "authOauth", "authEither"):
+            result = await call(bridge, op)
+            assert not result.is_error, (op, result.content)
+            assert result.structured_content["ok"] is True
+        mapping = bridge.catalog.resolve("svc__authEither").external_mappings[0]
+        assert mapping["security_scheme_refs"] == ["bearer", "header_key"]
+        assert state.tokens_issued == ["tok-1-notes:read"]
+
+
+async def test_oauth2_token_cached_refreshed_on_expiry_and_on_401(api):
+    state, base = api
+    async with bridge_for("service_31.yaml", base_url=base, auth=_auth()[5:], include=["authOauth"]) as bridge:
+        for _ in range(3):
+            assert not (await call(bridge, "authOauth")).is_error
+        assert len(state.tokens_issued) == 1  # cached
+        token = upstream_of(bridge).credentials.tokens[0]
+        real_clock = token.clock
+        token.clock = lambda: real_clock() + 3600  # an hour later the token has expired
+        result = await call(bridge, "authOauth")
+        assert result.structured_content["who"] == "token 2" and len(state.tokens_issued) == 2
+        state.revoked.add("tok-2-notes:read")  # the server stops accepting it before it expires
+        result = await call(bridge, "authOauth")
+        assert not result.is_error and result.structured_content["who"] == "token 3"
+
+
+async def test_missing_credentials_fail_before_the_request(api):
+    state, base = api
+    async with bridge_for("service_31.yaml", base_url=base, include=["authBearer"]) as bridge:
+        result = await call(bridge, "authBearer")
+    assert result.is_error and result.error.error_class == "credential_missing"
+    assert result.error.recoverability == "setup" and "bearer" in result.error.message
+
+
+async def test_wrong_oauth_client_secret_is_a_setup_error_without_the_secret(api):
+    _, base = api
+    auth = {"type": "oauth2", "client_id": "cid", "client_secret": "not-the-Secret-x"}
+    async with bridge_for("service_31.yaml", base_url=base, auth=auth, include=["authOauth"]) as bridge:
+        result = await call(bridge, "authOauth")
+    assert result.error.error_class == "credential_missing" and "invalid_client" in result.error.message
+    assert "not-the-Secret-x" not in json.dumps(result.to_json())
+
+
+async def test_secrets_never_in_results_errors_or_logs(api, caplog):
+    caplog.set_level(logging.DEBUG)
+    _, base = api
+    async with bridge_for("service_31.yaml", base_url=base, auth=_auth(), include=["authLeak", "authQuery"]) as bridge:
+        result = await call(bridge, "authLeak")
+        assert result.is_error and result.error.error_class == "invalid_arguments"
+        assert "***" in result.error.message
+        dumped = json.dumps(result.to_json()) + json.dumps([d.to_json() for d in bridge.catalog.declarations()])
+        dumped += repr(upstream_of(bridge).config) + json.dumps(await upstream_of(bridge).health())
+        ok = await call(bridge, "authQuery")
+        dumped += json.dumps(ok.to_json())
+    ours = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("aiohttp.access"))  # not the test server's
+    for secret in SECRETS.values():
+        assert secret not in dumped
+        assert secret not in ours
+        assert base64.b64encode(f"ann:{secret}".encode()).decode() not in dumped
+
+
+# ---------------------------------------------------------------------------- errors, retries, timeouts
+
+
+async def test_problem_body_becomes_an_error_envelope(api):
+    _, base = api
+    async with bridge_for("service_31.yaml", base_url=base, include=["problem"]) as bridge:
+        result = await call(bridge, "problem")
+    assert result.is_error and result.status == "rejected"
+    err = result.error
+    assert err.error_class == "invalid_arguments" and err.recoverability == "change_arguments"
+    assert err.error_code == "https://example.test/problems/invalid-pet"
+    assert err.details["http_status"] == 422 and err.details["problem"]["errors"] == [{"pointer": "/name"}]
+    assert "Invalid pet: name must not be empty" in err.message
+    assert err.native_error_ref["status"] == 422
+
+
+async def test_get_retried_on_503_with_retry_after(api):
+    state, base = api
+    async with bridge_for("service_31.yaml", base_url=base, include=["flaky*"]) as bridge:
+        result = await call(bridge, "flakyRead", {"key": "a", "fail": 2, "retry_after": "0"})
+        assert not result.is_error and result.structured_content == {"attempts": 3}
+        # more failures than retries: the last 503 comes back, Retry-After passed on
+        result = await call(bridge, "flakyRead", {"key": "b", "fail": 9, "retry_after": "0"})
+        assert result.error.error_class == "dependency_unavailable" and result.error.retry_after == 0
+        assert state.hits["GET b"] == 3
+        # a Retry-After longer than retries.max_retry_after is handed to the caller at once
+        result = await call(bridge, "flakyRead", {"key": "c", "fail": 1, "retry_after": "120"})
+        assert result.error.retry_after == 120 and result.error.recoverability == "retry_later"
+        assert state.hits["GET c"] == 1
+
+
+async def test_post_never_retried(api):
+    state, base = api
+    async with bridge_for("service_31.yaml", base_url=base, include=["flaky*"]) as bridge:
+        result = await call(bridge, "flakyWrite", {"key": "p", "fail": 1, "retry_after": "3"})
+    assert result.is_error and result.error.retry_after == 3
+    assert state.hits["POST p"] == 1
+
+
+async def test_429_passes_retry_after_on_without_retrying(api):
+    state, base = api
+    async with bridge_for("service_31.yaml", base_url=base, include=["rateLimited"]) as bridge:
+        result = await call(bridge, "rateLimited")
+    assert result.error.error_class == "rate_limited" and result.error.retry_after == 7
+    assert result.error.recoverability == "retry_later" and state.hits["limited"] == 1
+
+
+async def test_connection_errors_retried_then_reported(api):
+    _, base = api
+    # nothing listens on port 1 of loopback
+    async with bridge_for("service_31.yaml", base_url="http://127.0.0.1:1", include=["numbers"],
+                          retries={"count": 1, "backoff": 0.01}) as bridge:
+        result = await call(bridge, "numbers")
+    assert result.error.error_class == "dependency_unavailable" and result.error.recoverability == "retry_later"
+
+
+async def test_timeout(api):
+    _, base = api
+    async with bridge_for("service_31.yaml", base_url=base, include=["slow"], timeout=0.3) as bridge:
+        result = await call(bridge, "slow")
+    assert result.is_error and result.error.error_class == "timeout" and result.status == "timed_out"
+
+
+async def test_binary_response_is_a_resource(api):
+    _, base = api
+    async with bridge_for("service_31.yaml", base_url=base, include=["download"]) as bridge:
+        result = await call(bridge, "download")
+    assert not result.is_error
+    resource = result.content[1]
+    assert resource["type"] == "resource" and resource["_meta"]["size"] == len(PNG)
+    assert resource["resource"]["mimeType"] == "image/png" and base64.b64decode(resource["resource"]["blob"]) == PNG
+    assert result.structured_content["size"] == len(PNG) and result.structured_content["media_type"] == "image/png"
+
+
+async def test_one_pooled_connection_is_reused(api):
+    state, base = api
+    async with bridge_for("styles_30.yaml", base_url=base + "/v1", include=["queryForm"]) as bridge:
+        for i in range(5):
+            assert not (await call(bridge, "queryForm", {"p": i})).is_error
+    assert len(state.peers) == 1
+
+
+# ---------------------------------------------------------------------------- safety hints
+
+
+async def test_safety_hints_inferred_from_methods_and_declared_by_extensions(api):
+    _, base = api
+    async with bridge_for("service_31.yaml", base_url=base, include=["numbers", "flaky*", "purge", "search"]) as bridge:
+        get = bridge.catalog.resolve("svc__numbers").safety
+        assert (get.read_only, get.idempotent, get.destructive) == (True, True, False)
+        assert get.sources["read_only"] == "inferred"
+        post = bridge.catalog.resolve("svc__flakyWrite").safety
+        assert (post.read_only, post.idempotent) == (False, False)
+        purge = bridge.catalog.resolve("svc__purge").safety
+        assert purge.destructive and purge.idempotent
+        assert purge.sources["destructive"] == "declared" and purge.sources["read_only"] == "inferred"
+        search = bridge.catalog.resolve("svc__search").safety
+        assert search.read_only and search.sources["read_only"] == "declared"
+
+
+async def test_delete_is_destructive_and_idempotent(api):
+    _, base = api
+    async with bridge_for("styles_30.yaml", base_url=base, include=[{"method": "delete"}]) as bridge:
+        (decl,) = bridge.catalog.declarations()
+    assert (decl.safety.destructive, decl.safety.idempotent, decl.safety.read_only) == (True, True, False)
+
+
+async def test_upstream_used_directly_outside_a_bridge(api):
+    _, base = api
+    config = OpenAPIConfig(name="direct", spec="service_31.yaml", base_url=base, include=["numbers"], base_dir=str(FIXTURES))
+    async with OpenAPIUpstream(config) as upstream:
+        (tool,) = await upstream.list_tools()
+        result = await upstream.invoke(tool.native_id, {}, CallContext(invocation_id="inv_1", timeout=5))
+        assert result.structured_content == {"result": [1, 2, 3]}
+        assert result.meta["http"]["status"] == 200
+    with pytest.raises(BridgeError, match="not started"):
+        await upstream.invoke(tool.native_id, {}, CallContext(invocation_id="inv_2", timeout=5))
+
+
+# ---------------------------------------------------------------------------- launched service, reloads
+
+
+async def until(predicate: Any, timeout: float = 15.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+async def test_launched_demo_service_end_to_end_and_back_after_a_crash():
+    from tests.servers import free_port
+
+    port = free_port()
+    root = Path(__file__).resolve().parents[2]
+    async with bridge_for(
+        str(root / "demo" / "openapi_demo.yaml"), base_url=f"http://127.0.0.1:{port}", retry_initial=0.05, retries={"count": 0},
+        auth={"type": "apiKey", "value": "launch-Secret-1"},
+        launch={"command": "python", "args": ["-m", "demo.openapi_service", "--port", str(port)], "cwd": str(root),
+                "env": {"DEMO_API_KEY": "launch-Secret-1"}},
+    ) as bridge:
+        slot = bridge.catalog.slot("svc")
+        assert slot.health.state == "ready", slot.health.reason
+        created = await call(bridge, "createNote", {"title": "milk", "tags": ["shop"]})
+        assert created.status == "succeeded" and created.structured_content["id"] == 1
+        listed = await call(bridge, "listNotes", {"tag": "shop"})
+        assert [n["title"] for n in listed.structured_content["result"]] == ["milk"]
+        assert (await call(bridge, "deleteNote", {"id": 1})).content == [{"type": "text", "text": "HTTP 204 No Content"}]
+        missing = await call(bridge, "getNote", {"id": 1})
+        assert missing.error.details["problem"]["title"] == "Not found"
+        # the service dies: the call fails as dependency_unavailable, the bridge relaunches it
+        assert slot.sidecar is not None and slot.sidecar.process is not None
+        slot.sidecar.process.kill()
+        await slot.sidecar.process.wait()
+        down = await call(bridge, "listNotes")
+        assert down.error.error_class == "dependency_unavailable"
+        await until(lambda: slot.health.state == "ready" and slot.sidecar.running)
+        assert (await call(bridge, "listNotes")).structured_content == {"result": []}
+
+
+async def test_changed_document_is_reloaded_on_refresh(tmp_path):
+    spec = tmp_path / "api.yaml"
+    text = (FIXTURES / "service_31.yaml").read_text()
+    spec.write_text(text)
+    upstream = OpenAPIUpstream(OpenAPIConfig(name="live", spec=str(spec), base_url="http://127.0.0.1:1", include=["numbers"]))
+    async with upstream:
+        assert [t.name for t in await upstream.list_tools()] == ["numbers"]
+        assert [t.name for t in await upstream.list_tools()] == ["numbers"]  # unchanged file: not re-read
+        spec.write_text(text.replace("operationId: numbers", "operationId: numbersV2"))
+        upstream.config.include = ["numbers*"]
+        assert [t.name for t in await upstream.list_tools()] == ["numbersV2"]

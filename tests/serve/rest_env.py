@@ -1,0 +1,128 @@
+"""Shared pieces of the REST frontend tests: a bridge over FakeUpstreams served on uvicorn (the
+whole app, MCP included, on one loopback port) with an aiohttp client pointed at it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import uvicorn
+
+from bridge.config import parse_config
+from bridge.runtime import Bridge
+from bridge.serve.app import build_app, close_app
+from bridge.upstream import Upstream
+
+TOKEN_ALL = "token-for-everything"
+TOKEN_NARROW = "token-for-the-narrow-surface"
+
+
+@dataclass
+class Served:
+    bridge: Bridge
+    base: str
+    http: aiohttp.ClientSession
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    async def get(self, path: str, *, token: str | None = None, **params: Any) -> tuple[int, Any, aiohttp.ClientResponse]:
+        async with self.http.get(path, params=params or None, headers=self.headers(token)) as response:
+            return response.status, await _body(response), response
+
+    async def post(self, path: str, body: Any = None, *, token: str | None = None, raw: bytes | None = None,
+                   headers: dict[str, str] | None = None) -> tuple[int, Any, aiohttp.ClientResponse]:
+        all_headers = {**self.headers(token), **(headers or {})}
+        if raw is not None:
+            all_headers.setdefault("Content-Type", "application/json")
+            request = self.http.post(path, data=raw, headers=all_headers)
+        else:
+            request = self.http.post(path, json=body, headers=all_headers)
+        async with request as response:
+            return response.status, await _body(response), response
+
+    def tool_id(self, name: str) -> str:
+        decl = self.bridge.catalog.resolve(name)
+        assert decl is not None, name
+        return decl.tool_id
+
+
+async def _body(response: aiohttp.ClientResponse) -> Any:
+    text = await response.text()
+    if response.content_type == "application/json":
+        import json
+
+        return json.loads(text)
+    return text
+
+
+@contextlib.asynccontextmanager
+async def serve_asgi(app: Any) -> AsyncIterator[str]:
+    """`app` on uvicorn at an ephemeral loopback port, ready when uvicorn says so. The socket is
+    made with IPPROTO_TCP so asyncio sets TCP_NODELAY on its connections (a socket with proto 0
+    does not get it, and each response then waits ~40 ms for a delayed ACK)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(15):
+            while not server.started:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(BaseException):
+            async with asyncio.timeout(5):
+                await task
+        if not task.done():
+            task.cancel()
+        sock.close()
+
+
+def config_with(**sections: Any) -> dict[str, Any]:
+    return {"store": {"path": ":memory:"}, **sections}
+
+
+@contextlib.asynccontextmanager
+async def serving(*upstreams: Upstream, config: dict[str, Any] | None = None) -> AsyncIterator[Served]:
+    """A started bridge over `upstreams`, served on loopback; closed (app and bridge) on exit."""
+    bridge = Bridge(parse_config(config or config_with()), extra_upstreams=list(upstreams))
+    await bridge.start()
+    await indexed(bridge)
+    app = build_app(bridge)
+    try:
+        async with serve_asgi(app) as base, aiohttp.ClientSession(base_url=base, timeout=aiohttp.ClientTimeout(total=20)) as http:
+            yield Served(bridge, base, http)
+    finally:
+        await close_app(app)
+        await bridge.close()
+
+
+async def indexed(bridge: Bridge) -> None:
+    """Wait until the search index has every catalog change so far (it is written off the loop)."""
+    wait = getattr(bridge.search, "wait_indexed", None)
+    if wait is not None:
+        await wait()
+
+
+def narrow_surfaces() -> dict[str, Any]:
+    """Two tokens: one sees everything, one sees only `fake__echo`-like tools outside `secret*`."""
+    return {
+        "server": {"tokens": [{"token": TOKEN_ALL, "surface": "default"}, {"token": TOKEN_NARROW, "surface": "narrow"}]},
+        "surfaces": [{"name": "default"}, {"name": "narrow", "block": ["*secret*"]}],
+    }
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)

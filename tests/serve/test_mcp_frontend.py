@@ -1,0 +1,292 @@
+"""MCP frontend over streamable HTTP (the bridge on uvicorn, loopback), with the mcp SDK's clients
+in both protocol eras: listing, search, deferred loading, call_tool, blocked tools, progress,
+cancellation, error results and change notices."""
+
+from __future__ import annotations
+
+import asyncio
+
+import mcp.types as types
+import pytest
+
+from bridge.model import BridgeError, UpstreamResult
+from tests.fakes import FakeConfig, FakeUpstream, tool
+from tests.serve.mcp_support import (
+    ERAS,
+    HANDSHAKE,
+    MODERN,
+    CancelAwareUpstream,
+    error_class,
+    http_client,
+    served_bridge,
+    text_of,
+    until,
+)
+
+SURFACE = {
+    "surfaces": [
+        {
+            "name": "default",
+            "load": ["svc__echo", "svc__slow"],
+            "defer": ["*"],
+            "block": [{"name": "svc__wipe", "reason": "policy_blocked"}],
+        }
+    ]
+}
+
+
+def svc_tools() -> list:
+    return [
+        tool("echo", read_only=True, output_schema={"type": "object", "properties": {"echo": {"type": "object"}}}),
+        tool("slow"),
+        tool("weather", description="Get the weather forecast for a city.", props={"city": {"type": "string"}}, required=["city"]),
+        tool("wipe", description="Delete every weather record.", destructive=True),
+    ]
+
+
+def upstream() -> CancelAwareUpstream:
+    return CancelAwareUpstream(FakeConfig(name="svc", retry_initial=0.05, retry_max=0.1), tools=svc_tools())
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_list_shows_loaded_tools_and_meta_tools(era):
+    async with served_bridge(SURFACE, [upstream()]) as srv, http_client(srv.url, era) as client:
+        tools = {t.name: t for t in await client.tools()}
+        assert set(tools) == {"search_tools", "call_tool", "svc__echo", "svc__slow"}
+        echo = tools["svc__echo"]
+        assert echo.annotations is not None and echo.annotations.read_only_hint is True
+        assert echo.output_schema == {"type": "object", "properties": {"echo": {"type": "object"}}}
+        assert echo.input_schema["type"] == "object"
+        assert echo.meta["a2t-bridge/tool"]["upstream"] == "svc"
+        # no safety fact known: no hint rendered, so the client assumes MCP's fail-safe defaults
+        assert tools["svc__slow"].annotations is None
+        assert tools["search_tools"].annotations.read_only_hint is True
+        result = await client.call("svc__echo", {"text": "hi"})
+        assert not result.is_error
+        assert result.structured_content == {"echo": {"text": "hi"}}
+        assert text_of(result) == "hi"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_tools_list_is_paginated(era):
+    many = FakeUpstream(name="many", tools=[tool(f"t{i:02d}") for i in range(7)])
+    async with served_bridge({}, [many], page_size=3) as srv, http_client(srv.url, era) as client:
+        first = await client.page(None)
+        assert len(first.tools) == 3 and first.next_cursor
+        names = [t.name for t in await client.tools()]
+        assert names == [f"many__t{i:02d}" for i in range(7)]  # nothing deferred: no meta tools
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_search_returns_matches_with_full_schemas(era):
+    async with served_bridge(SURFACE, [upstream()]) as srv, http_client(srv.url, era) as client:
+        found = await client.search("weather forecast")
+        match = next(m for m in found["matches"] if m["name"] == "svc__weather")
+        assert match["input_schema"]["required"] == ["city"]
+        assert match["description"].startswith("Get the weather forecast")
+        assert match["loading_state"] == "deferred"
+        selected = await client.search("select:svc__weather,svc__nope")
+        assert [m["name"] for m in selected["matches"]] == ["svc__weather"]
+        assert selected["missing_names"] == ["svc__nope"]
+        if era == HANDSHAKE:
+            assert "tool list" in found["how_to_call"]
+        else:
+            assert "call_tool" in found["how_to_call"]
+
+
+async def test_handshake_search_loads_matches_and_sends_list_changed():
+    up = upstream()
+    async with served_bridge(SURFACE, [up]) as srv, http_client(srv.url, HANDSHAKE) as client:
+        assert "svc__weather" not in await client.names()
+        await client.search("weather")
+        await client.notices.next()
+        assert "svc__weather" in await client.names()
+        result = await client.call("svc__weather", {"city": "Oslo"})
+        assert not result.is_error
+        assert up.calls == [("weather", {"city": "Oslo"})]
+        # a second session has its own listing
+        async with http_client(srv.url, HANDSHAKE) as other:
+            assert "svc__weather" not in await other.names()
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_direct_call_of_unloaded_deferred_tool_is_schema_not_loaded(era):
+    up = upstream()
+    async with served_bridge(SURFACE, [up]) as srv, http_client(srv.url, era) as client:
+        result = await client.call("svc__weather", {"city": "Oslo"})
+        assert error_class(result) == "schema_not_loaded"
+        assert 'search_tools with query "select:svc__weather"' in text_of(result)
+        assert up.calls == []  # never an execution
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_call_tool_validates_then_runs_a_deferred_tool(era):
+    up = upstream()
+    async with served_bridge(SURFACE, [up]) as srv, http_client(srv.url, era) as client:
+        bad = await client.call("call_tool", {"name": "svc__weather", "arguments": {"town": "Oslo"}})
+        assert error_class(bad) == "invalid_arguments"
+        assert "city" in text_of(bad)
+        assert up.calls == []
+        missing = await client.call("call_tool", {"arguments": {}})
+        assert error_class(missing) == "invalid_arguments"
+        unknown = await client.call("call_tool", {"name": "svc__nope"})
+        assert error_class(unknown) == "unknown_tool"
+        assert "search_tools" in text_of(unknown)
+        good = await client.call("call_tool", {"name": "svc__weather", "arguments": {"city": "Oslo"}})
+        assert not good.is_error
+        assert good.structured_content == {"echo": {"city": "Oslo"}}
+        assert up.calls == [("weather", {"city": "Oslo"})]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_blocked_tool_is_invisible_and_uncallable(era):
+    up = upstream()
+    async with served_bridge(SURFACE, [up]) as srv, http_client(srv.url, era) as client:
+        assert "svc__wipe" not in await client.names()
+        found = await client.search("delete weather records")
+        assert "svc__wipe" not in [m["name"] for m in found["matches"]]
+        assert (await client.search("select:svc__wipe"))["missing_names"] == ["svc__wipe"]
+        direct = await client.call("svc__wipe", {})
+        assert error_class(direct) == "policy_blocked"
+        through = await client.call("call_tool", {"name": "svc__wipe", "arguments": {}})
+        assert error_class(through) == "policy_blocked"
+        assert up.calls == []
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_progress_and_cancellation_pass_through(era):
+    up = upstream()
+    up.gate = asyncio.Event()
+    async with served_bridge(SURFACE, [up]) as srv, http_client(srv.url, era) as client:
+        progress: list[tuple[float, float | None, str | None]] = []
+        started = asyncio.Event()
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append((value, total, message))
+            started.set()
+
+        call = asyncio.create_task(client.call("svc__slow", {"text": "x"}, progress=on_progress))
+        async with asyncio.timeout(5):
+            await started.wait()
+        assert progress == [(50.0, 100.0, "working")]
+        call.cancel()
+        async with asyncio.timeout(5):
+            await up.canceled.wait()  # the upstream call itself was canceled
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        # the session is still usable
+        up.gate.set()
+        assert not (await client.call("svc__echo", {"text": "again"})).is_error
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_upstream_errors_become_is_error_results_with_guidance(era):
+    up = upstream()
+    async with served_bridge(SURFACE, [up]) as srv, http_client(srv.url, era) as client:
+        up.raise_error = BridgeError("slow down", error_class="rate_limited", retry_after=2)
+        limited = await client.call("svc__echo", {"text": "x"})
+        assert error_class(limited) == "rate_limited"
+        assert "retry after 2 seconds" in text_of(limited)
+        up.raise_error = None
+        up.result = UpstreamResult(content=[{"type": "text", "text": "no such city"}], is_error=True)
+        failed = await client.call("svc__echo", {"text": "x"})
+        assert error_class(failed) == "execution_failed"
+        assert text_of(failed).startswith("no such city")
+
+
+async def test_handshake_session_hears_catalog_changes():
+    up = upstream()
+    without_slow = [t for t in svc_tools() if t.name != "slow"]
+    async with served_bridge(SURFACE, [up], debounce=0.02) as srv, http_client(srv.url, HANDSHAKE) as client:
+        assert "svc__slow" in await client.names()
+        # The notice rides the session's GET stream, which the client opens on its own schedule:
+        # flip the loaded set until a notice arrives.
+        async with asyncio.timeout(10):
+            for round_ in range(100):
+                up.change_tools(without_slow if round_ % 2 == 0 else svc_tools())
+                try:
+                    await client.notices.next(timeout=0.2)
+                    break
+                except TimeoutError:
+                    continue
+        assert client.notices.count >= 1
+        up.change_tools(without_slow)
+        await until(lambda: srv.bridge.catalog.resolve("svc__slow") is None)
+        assert "svc__slow" not in await client.names()
+
+
+async def test_modern_listen_stream_hears_catalog_changes():
+    up = upstream()
+    async with served_bridge(SURFACE, [up], debounce=0.02) as srv, http_client(srv.url, MODERN) as client:
+        async with client.client.listen(tools_list_changed=True) as events:
+            up.change_tools([t for t in svc_tools() if t.name != "slow"])
+            async with asyncio.timeout(5):
+                async for _ in events:
+                    break
+            assert "svc__slow" not in await client.names()
+            up.change_tools(svc_tools())
+            async with asyncio.timeout(5):
+                async for _ in events:
+                    break
+            assert "svc__slow" in await client.names()
+
+
+async def test_upstream_outage_takes_its_tools_off_the_list_and_back():
+    up = upstream()
+    other = FakeUpstream(name="other", tools=[tool("ping")])
+    config = {"surfaces": [{"name": "default", "load": ["*__echo", "other__*"], "defer": ["*"]}]}
+    async with served_bridge(config, [up, other], debounce=0.02) as srv, http_client(srv.url, MODERN) as client:
+        assert {"svc__echo", "other__ping"} <= await client.names()
+        async with client.client.listen(tools_list_changed=True) as events:
+            up.config = FakeConfig(name="svc", fail_start="refused", retry_initial=30)
+            up.drop("connection reset")
+            async with asyncio.timeout(5):
+                async for _ in events:
+                    break
+            names = await client.names()
+            assert "svc__echo" not in names and "other__ping" in names
+            down = await client.call("call_tool", {"name": "svc__echo", "arguments": {"text": "x"}})
+            assert error_class(down) == "dependency_unavailable"
+
+
+async def test_notices_go_only_to_surfaces_whose_listing_changed():
+    up = upstream()
+    config = {
+        "surfaces": [
+            {"name": "default", "load": ["svc__echo"], "defer": ["*"]},
+            {"name": "wide", "load": ["svc__*"]},
+        ]
+    }
+    async with served_bridge(config, [up]) as srv:
+        heard = {"default": 0, "wide": 0}
+        for name in heard:
+            srv.frontend.notifier.bus(name).subscribe(lambda event, name=name: heard.__setitem__(name, heard[name] + 1))
+        up.change_tools([*svc_tools(), tool("extra")])
+        await until(lambda: srv.bridge.catalog.resolve("svc__extra") is not None)
+        await srv.frontend.notifier.flush()
+        assert heard == {"default": 0, "wide": 1}
+        await srv.frontend.notifier.flush()  # nothing changed since
+        assert heard == {"default": 0, "wide": 1}
+
+
+async def test_listing_rendering_per_era_for_non_object_output_schema():
+    up = FakeUpstream(name="svc", tools=[tool("count", output_schema={"type": "integer"})])
+    up.result = UpstreamResult(content=[{"type": "text", "text": "3"}], structured_content=3)
+    async with served_bridge({}, [up]) as srv:
+        async with http_client(srv.url, HANDSHAKE) as old:
+            (count,) = await old.tools()
+            assert count.output_schema is None  # object roots only before 2026-07-28
+            result = await old.call("svc__count", {})
+            assert result.structured_content is None and text_of(result) == "3"
+        async with http_client(srv.url, MODERN) as new:
+            (count,) = await new.tools()
+            assert count.output_schema == {"type": "integer"}
+            result = await new.call("svc__count", {})
+            assert result.structured_content == 3
+
+
+def test_meta_tool_definitions_are_valid_mcp():
+    from bridge.serve.mcp_meta import meta_tools
+
+    for item in meta_tools():
+        assert types.Tool.model_validate(item.model_dump(by_alias=True, mode="json")).name in ("search_tools", "call_tool")

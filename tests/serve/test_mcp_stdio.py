@@ -1,0 +1,130 @@
+"""`bridge serve --stdio` as a real subprocess, driven by the mcp SDK's stdio client in both
+protocol eras. Its one upstream is a real MCP server (tests/serve/fixtures/mcp_tools_server.py)
+that the bridge runs as its own child over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from bridge.config import load_config
+from bridge.serve.mcp import run_stdio
+from tests.serve.mcp_support import ERAS, HANDSHAKE, EraClient, connect, error_class, text_of
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "mcp_tools_server.py"
+
+
+def bridge_config(tmp_path: Path) -> Path:
+    config = {
+        "store": {"path": str(tmp_path / "bridge.db")},
+        "upstreams": [{"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(FIXTURE), str(tmp_path)]}],
+        "surfaces": [
+            {"name": "default", "read_only": True},
+            {
+                "name": "agents",
+                "load": ["fx__echo", "fx__slow", "fx__grow", "fx__extra"],
+                "defer": ["*"],
+                "block": [{"destructive": True}],
+            },
+        ],
+    }
+    path = tmp_path / "bridge.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def bridge_command(tmp_path: Path) -> StdioServerParameters:
+    """The bridge serving surface `agents` over stdio (the default surface would list other tools)."""
+    args = ["-m", "bridge.cli", "serve", "--stdio", "-c", str(bridge_config(tmp_path)), "--surface", "agents"]
+    return StdioServerParameters(command=sys.executable, args=args, cwd=str(ROOT))
+
+
+async def wait_for_file(path: Path, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not path.exists():
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_stdio_bridge_serves_the_surface(era, tmp_path):
+    async with asyncio.timeout(45):
+        async with connect(stdio_client(bridge_command(tmp_path)), era) as client:
+            await exercise(client, tmp_path)
+
+
+async def exercise(client: EraClient, tmp_path: Path) -> None:
+    # list: loaded tools and the meta tools; the deferred one is not listed, the blocked one nowhere
+    tools = {t.name: t for t in await client.tools()}
+    assert set(tools) == {"search_tools", "call_tool", "fx__echo", "fx__slow", "fx__grow"}
+    assert tools["fx__echo"].annotations.read_only_hint is True
+    assert tools["fx__echo"].output_schema["required"] == ["text"]
+    echo = await client.call("fx__echo", {"text": "hi"})
+    assert not echo.is_error and echo.structured_content == {"text": "hi"}
+
+    # a deferred tool called by its own name before it was loaded: refused, not run
+    early = await client.call("fx__weather", {"city": "Oslo"})
+    assert error_class(early) == "schema_not_loaded"
+    assert "search_tools" in text_of(early)
+
+    # search finds it with its full schema; a blocked tool is not found and cannot be called
+    found = await client.search("weather forecast city")
+    match = next(m for m in found["matches"] if m["name"] == "fx__weather")
+    assert match["input_schema"]["required"] == ["city"]
+    assert "fx__wipe" not in [m["name"] for m in (await client.search("delete every record"))["matches"]]
+    assert error_class(await client.call("fx__wipe", {})) == "policy_blocked"
+    assert error_class(await client.call("call_tool", {"name": "fx__wipe"})) == "policy_blocked"
+
+    if client.era == HANDSHAKE:
+        # the search loaded it into this session's list and said so
+        assert client.notices is not None
+        await client.notices.next()
+        assert "fx__weather" in {t.name for t in await client.tools()}
+        loaded = await client.call("fx__weather", {"city": "Oslo"})
+        assert text_of(loaded) == "sunny in Oslo"
+    through = await client.call("call_tool", {"name": "fx__weather", "arguments": {"city": "Bergen"}})
+    assert text_of(through) == "sunny in Bergen"
+    invalid = await client.call("call_tool", {"name": "fx__weather", "arguments": {"town": "Bergen"}})
+    assert error_class(invalid) == "invalid_arguments"
+
+    # progress comes through; canceling the call cancels it upstream
+    started = asyncio.Event()
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total, message))
+        started.set()
+
+    call = asyncio.create_task(client.call("fx__slow", {"id": client.era}, progress=on_progress))
+    async with asyncio.timeout(10):
+        await started.wait()
+    assert progress[0][2] == "started" and progress[0][1] is not None
+    call.cancel()
+    await wait_for_file(tmp_path / f"canceled-{client.era}")
+
+    # a catalog change upstream reaches the client as a list-changed notice
+    if client.era == HANDSHAKE:
+        assert client.notices is not None
+        await client.call("fx__grow", {})
+        await client.notices.next(timeout=10)
+    else:
+        async with client.client.listen(tools_list_changed=True) as events:  # type: ignore[attr-defined]
+            await client.call("fx__grow", {})
+            async with asyncio.timeout(10):
+                async for _ in events:
+                    break
+    assert "fx__extra" in {t.name for t in await client.tools()}
+
+
+async def test_stdio_refuses_an_unknown_surface_before_serving(tmp_path, capsys):
+    config = load_config(bridge_config(tmp_path))
+    assert await run_stdio(config, surface="nope") == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # stdout carries protocol only
+    assert "no surface named 'nope'" in captured.err

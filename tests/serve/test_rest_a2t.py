@@ -1,0 +1,137 @@
+"""The a2t dialect served under /a2t: capabilities, groups as upstreams, listing and search,
+execution with HTTP 200 error objects, and group_refresh notices."""
+
+from __future__ import annotations
+
+from bridge.model import ToolError, UpstreamResult
+from bridge.serve.rest_a2t import GENERATION_HEADER
+from tests.fakes import FakeUpstream, tool
+from tests.serve.rest_env import TOKEN_ALL, TOKEN_NARROW, config_with, narrow_surfaces, serving
+
+
+def two_upstreams() -> tuple[FakeUpstream, FakeUpstream]:
+    weather = FakeUpstream(name="weather", tools=[tool("forecast", description="Weather forecast for a city"), tool("secret_radar")])
+    math = FakeUpstream(name="math", tools=[tool("add", description="Add numbers"), tool("multiply", description="Multiply numbers")])
+    return weather, math
+
+
+async def test_capabilities_point_to_the_served_endpoints():
+    async with serving(*two_upstreams()) as served:
+        status, caps, _ = await served.get("/.well-known/a2t-capabilities.json")
+        assert status == 200
+        assert caps["version"] == "1.0" and caps["features"] == {"groups": True, "search": True, "dynamic_tools": True}
+        assert caps["endpoints"] == {"tools": "/a2t/tools", "groups": "/a2t/groups"}
+        status, tools, _ = await served.get(caps["endpoints"]["tools"])
+        status2, groups, _ = await served.get(caps["endpoints"]["groups"])
+        assert status == status2 == 200 and tools["total"] == 4 and groups["total"] == 2
+
+
+async def test_groups_are_upstreams_with_visible_tool_counts():
+    async with serving(*two_upstreams(), config=config_with(**narrow_surfaces())) as served:
+        _, body, response = await served.get("/a2t/groups", token=TOKEN_ALL)
+        assert [(g["id"], g["tool_count"]) for g in body["groups"]] == [("math", 2), ("weather", 2)]
+        assert response.headers[GENERATION_HEADER].isdigit()
+        _, body, _ = await served.get("/a2t/groups", token=TOKEN_NARROW)
+        assert [(g["id"], g["tool_count"]) for g in body["groups"]] == [("math", 2), ("weather", 1)]
+        _, body, _ = await served.get("/a2t/groups", token=TOKEN_ALL, q="weath")
+        assert [g["id"] for g in body["groups"]] == ["weather"]
+        _, body, _ = await served.get("/a2t/groups", token=TOKEN_ALL, parent_id="root")
+        assert body["groups"] == [] and body["total"] == 0
+
+
+async def test_tool_listing_offsets_search_and_group_listing():
+    async with serving(*two_upstreams()) as served:
+        _, body, _ = await served.get("/a2t/tools", offset=1, limit=2)
+        assert [t["name"] for t in body["tools"]] == ["math__multiply", "weather__forecast"]
+        assert (body["total"], body["offset"], body["limit"]) == (4, 1, 2)
+        first = body["tools"][0]
+        assert first["group_id"] == "math" and first["input_schema"]["type"] == "object"
+        assert first["x-agent-tool"]["namespace"] == "math"
+        _, body, _ = await served.get("/a2t/tools", q="forecast weather")
+        assert body["tools"][0]["name"] == "weather__forecast"
+        _, body, _ = await served.get("/a2t/groups/math/tools")
+        assert sorted(t["name"] for t in body["tools"]) == ["math__add", "math__multiply"]
+        status, body, _ = await served.get("/a2t/groups/nowhere/tools")
+        assert status == 404 and body["error"]["error_code"] == "group_not_found"
+        status, body, _ = await served.get("/a2t/tools", limit=-1)
+        assert status == 400
+
+
+async def test_execute_answers_200_with_result_or_error_object():
+    weather, math = two_upstreams()
+    async with serving(weather, math, config=config_with(**narrow_surfaces())) as served:
+        status, body, _ = await served.post("/a2t/tools/math__add", {"text": "2+2"}, token=TOKEN_ALL)
+        assert status == 200 and body["result"] == {"echo": {"text": "2+2"}} and "error" not in body
+        status, body, _ = await served.post("/a2t/groups/math/tools/math__add", {"body": {"text": "wrapped"}}, token=TOKEN_ALL)
+        assert status == 200 and body["result"] == {"echo": {"text": "wrapped"}}
+
+        math.result = UpstreamResult(is_error=True, error=ToolError(error_class="execution_failed", message="overflow"))
+        status, body, _ = await served.post("/a2t/tools/math__add", {}, token=TOKEN_ALL)
+        assert status == 200 and body["result"] is None
+        assert body["error"] == {"code": "execution_failed", "message": "overflow", "error_class": "execution_failed",
+                                 "recoverability": "not_recoverable"}
+        status, body, _ = await served.post("/a2t/tools/math__add", {"text": 5}, token=TOKEN_ALL)
+        assert status == 200 and body["error"]["code"] == "invalid_arguments"
+
+        # unknown and invisible tools answer the same: the reference's tool_not_found
+        missing = await served.post("/a2t/tools/weather__nothing", {}, token=TOKEN_NARROW)
+        hidden = await served.post("/a2t/tools/weather__secret_radar", {}, token=TOKEN_NARROW)
+        wrong_group = await served.post("/a2t/groups/math/tools/weather__forecast", {}, token=TOKEN_ALL)
+        for status, body, _ in (missing, hidden, wrong_group):
+            assert status == 200 and body["result"] is None and body["error"]["code"] == "tool_not_found"
+        assert hidden[1]["error"]["message"].replace("secret_radar", "nothing") == missing[1]["error"]["message"]
+        assert weather.calls == []
+
+        status, body, _ = await served.post("/a2t/tools/math__add", raw=b"{nope", token=TOKEN_ALL)
+        assert status == 400 and body["error"]["details"]["pointer"] == ""
+        status, body, _ = await served.post("/a2t/tools/math__add", [1], token=TOKEN_ALL)
+        assert status == 400
+        status, body, _ = await served.post("/a2t/tools/math__add", {})
+        assert status == 401
+
+
+async def test_group_refresh_names_the_groups_changed_since_the_callers_last_view():
+    weather, math = two_upstreams()
+    async with serving(weather, math) as served:
+        await served.get("/a2t/tools")  # the caller's view
+        _, body, _ = await served.post("/a2t/tools/math__add", {})
+        assert "meta" not in body
+        weather.change_tools([*weather.tools, tool("humidity")])
+        await until_name(served, "weather__humidity")
+        _, body, _ = await served.post("/a2t/tools/math__add", {})
+        assert body["meta"] == {"type": "group_refresh", "data": {"group_ids": ["weather"]}}
+        _, body, _ = await served.post("/a2t/tools/math__add", {})
+        assert "meta" not in body  # told once
+
+        # a client that echoes the generation header gets exact notices whoever else shares its address
+        _, _, response = await served.get("/a2t/groups/math/tools")
+        seen = response.headers[GENERATION_HEADER]
+        math.change_tools(math.tools[:1])
+        await until_gone(served, "math__multiply")
+        _, body, response = await served.post("/a2t/tools/math__add", {}, headers={GENERATION_HEADER: seen})
+        assert body["meta"]["data"]["group_ids"] == ["math"]
+        assert int(response.headers[GENERATION_HEADER]) > int(seen)
+        _, body, _ = await served.post("/a2t/tools/math__add", {}, headers={GENERATION_HEADER: response.headers[GENERATION_HEADER]})
+        assert "meta" not in body
+
+
+async def test_group_refresh_hides_groups_the_caller_cannot_see():
+    weather, math = two_upstreams()
+    async with serving(weather, math, config=config_with(**narrow_surfaces())) as served:
+        await served.get("/a2t/tools", token=TOKEN_NARROW)
+        weather.change_tools([*weather.tools, tool("secret_sonar")])
+        await until_name(served, "weather__secret_sonar")
+        _, body, _ = await served.post("/a2t/tools/math__add", {}, token=TOKEN_NARROW)
+        assert "meta" not in body
+
+
+async def until_name(served, name: str) -> None:
+    from tests.serve.rest_env import until
+
+    await until(lambda: served.bridge.catalog.resolve(name) is not None)
+
+
+async def until_gone(served, name: str) -> None:
+    from tests.serve.rest_env import until
+
+    await until(lambda: served.bridge.catalog.resolve(name) is None)

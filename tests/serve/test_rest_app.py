@@ -1,0 +1,117 @@
+"""`bridge serve`: one port for MCP and REST, the refusal to serve a non-loopback address without
+tokens, and a clean shutdown (launched upstream processes included) on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+from bridge.config import parse_config
+from bridge.runtime import Bridge
+from bridge.serve import app as app_module
+from bridge.serve.app import build_app, close_app, run_http
+from tests.fakes import FakeUpstream
+from tests.serve.rest_env import serve_asgi
+from tests.servers import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+async def test_refuses_a_public_bind_without_tokens(capsys):
+    config = parse_config({"store": {"path": ":memory:"}})
+    assert await run_http(config, "0.0.0.0", 0, insecure=False) == 2
+    assert "refusing to serve 0.0.0.0 without authentication" in capsys.readouterr().err
+
+
+async def test_mcp_and_rest_answer_on_one_port():
+    bridge = Bridge(parse_config({"store": {"path": ":memory:"}}), extra_upstreams=[FakeUpstream(name="f")])
+    await bridge.start()
+    app = build_app(bridge)
+    try:
+        assert app.state.serves_mcp
+        async with serve_asgi(app) as base, aiohttp.ClientSession(base_url=base) as http:
+            async with http.get("/tools") as response:
+                assert response.status == 200 and (await response.json())["items"][0]["name"] == "f__echo"
+            async with http.post("/mcp", json=MCP_INITIALIZE, headers=MCP_HEADERS) as response:
+                assert response.status == 200 and "serverInfo" in await response.text()
+            async with http.post("/mcp", data=b"x" * (2 << 20), headers=MCP_HEADERS) as response:
+                assert response.status == 413  # the body limit covers every path
+    finally:
+        await close_app(app)
+        await bridge.close()
+
+
+async def test_rest_alone_when_no_mcp_frontend_is_installed(monkeypatch):
+    monkeypatch.setattr(app_module, "_mcp_frontend", lambda: None)
+    bridge = Bridge(parse_config({"store": {"path": ":memory:"}}), extra_upstreams=[FakeUpstream(name="f")])
+    await bridge.start()
+    app = build_app(bridge)
+    try:
+        assert not app.state.serves_mcp
+        async with serve_asgi(app) as base, aiohttp.ClientSession(base_url=base) as http:
+            async with http.get("/tools") as response:
+                assert response.status == 200
+            async with http.post("/mcp", json=MCP_INITIALIZE) as response:
+                assert response.status == 404 and (await response.json())["error"]["error_code"] == "route_not_found"
+    finally:
+        await close_app(app)
+        await bridge.close()
+
+
+async def test_bridge_serve_starts_its_upstreams_serves_and_stops_on_sigterm(tmp_path):
+    a2t_port = free_port()
+    config = {
+        "store": {"path": str(tmp_path / "bridge.db")},
+        "upstreams": [{"name": "a2t_demo", "kind": "a2t", "url": f"http://127.0.0.1:{a2t_port}", "start_timeout": 15,
+                       "launch": {"command": "python", "args": ["-m", "demo.a2t_server", "--port", str(a2t_port)], "cwd": str(ROOT)}}],
+    }
+    (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bridge.cli", "serve", "-c", str(tmp_path / "bridge.yaml"), "--port", "0",
+        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        lines = []
+        async with asyncio.timeout(30):
+            while True:
+                raw = await process.stderr.readline()
+                assert raw, "bridge serve exited early:\n" + "".join(lines)
+                lines.append(raw.decode())
+                if raw.startswith(b"bridge: serving"):
+                    break
+            base = lines[-1].rsplit(" on ", 1)[1].strip()
+            for _ in range(6):  # the URL lines
+                lines.append((await process.stderr.readline()).decode())
+        assert any("/mcp" in line for line in lines) and any(f"{base}/openapi.json" in line for line in lines)
+        async with aiohttp.ClientSession(base_url=base) as http:
+            async with http.get("/tools") as response:
+                names = [i["name"] for i in (await response.json())["items"]]
+                assert "a2t_demo__add" in names
+            async with http.post("/tools/a2t_demo__add:invoke", json={"input_parameters": [{"name": "a", "value": 2}, {"name": "b", "value": 3}]}) as response:
+                assert (await response.json())["output_parameters"] == [{"name": "result", "value": "5"}]
+            async with http.post("/mcp", data=json.dumps(MCP_INITIALIZE), headers=MCP_HEADERS) as response:
+                assert response.status == 200
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(15):
+            assert await process.wait() == 0
+        # the launched a2t server was stopped with the bridge
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection("127.0.0.1", a2t_port)
+            writer.close()
+            raise AssertionError("the launched upstream process is still listening")
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

@@ -1,0 +1,119 @@
+"""Agent Tool records over REST (search, surfaces, declarations, invoke, persisted results), the
+probes, and the OpenAPI document that describes every route."""
+
+from __future__ import annotations
+
+import re
+
+from openapi_spec_validator import validate
+from starlette.routing import Route
+
+from bridge.serve.app import rest_routes
+from bridge.serve.openapi_doc import openapi_document
+from tests.fakes import FakeConfig, FakeUpstream, tool
+from tests.serve.rest_env import TOKEN_ALL, TOKEN_NARROW, config_with, narrow_surfaces, serving
+
+
+def catalog() -> FakeUpstream:
+    return FakeUpstream(name="docs", tools=[
+        tool("search_documents", description="Full text search over documents", read_only=True),
+        tool("delete_document", description="Delete a document", destructive=True),
+        tool("secret_keys", description="List secret keys"),
+    ])
+
+
+async def test_search_keyword_select_and_filters():
+    async with serving(catalog(), FakeUpstream(name="other", tools=[tool("documents_count")])) as served:
+        status, body, _ = await served.get("/search", q="search documents")
+        assert status == 200 and body["query_type"] == "keyword"
+        assert body["matches"][0]["name"] == "docs__search_documents"
+        _, body, _ = await served.get("/search", q="documents", namespace="other")
+        assert [m["name"] for m in body["matches"]] == ["other__documents_count"]
+        _, body, _ = await served.get("/search", q="select:docs__delete_document,nope", include_schema="true")
+        assert body["query_type"] == "select" and body["missing_names"] == ["nope"]
+        assert body["matches"][0]["input_schema"]["type"] == "object"
+        for params in ({}, {"q": " "}, {"q": "x", "limit": "many"}, {"q": "x", "read_only": "maybe"}):
+            status, body, _ = await served.get("/search", **params)
+            assert status == 400 and body["error"]["error_class"] == "invalid_arguments"
+
+
+async def test_surfaces_and_declarations_respect_the_callers_surface():
+    async with serving(catalog(), config=config_with(**narrow_surfaces())) as served:
+        status, body, _ = await served.get("/surfaces/narrow", token=TOKEN_NARROW)
+        assert status == 200 and body["surface_id"] == "narrow"
+        assert [b["name"] for b in body["blocked_tools"]] == ["docs__secret_keys"]
+        status, body, _ = await served.get("/surfaces/default", token=TOKEN_NARROW)
+        assert status == 404  # another token's surface
+        status, decl, _ = await served.get(f"/declarations/{served.tool_id('docs__search_documents')}", token=TOKEN_NARROW)
+        assert status == 200 and decl["namespace"] == "docs" and decl["input_contract"]["model_input_schema"]["type"] == "object"
+        assert decl["safety"]["read_only"] is True and decl["schema_version"] == "0.2.0"
+        hidden = await served.get(f"/declarations/{served.tool_id('docs__secret_keys')}", token=TOKEN_NARROW)
+        assert hidden[0] == 404 and hidden[1]["error"]["error_class"] == "unknown_tool"
+        assert (await served.get(f"/declarations/{served.tool_id('docs__secret_keys')}", token=TOKEN_ALL))[0] == 200
+
+
+async def test_invoke_record_answers_the_envelope_with_the_status_of_its_error_class():
+    up = catalog()
+    async with serving(up, config=config_with(**narrow_surfaces())) as served:
+        status, body, _ = await served.post("/invoke", {"tool": "docs__search_documents", "arguments": {"text": "q"}}, token=TOKEN_ALL)
+        assert status == 200 and body["status"] == "succeeded" and body["content"][0]["text"] == "q"
+        status, body, _ = await served.post("/invoke", {"tool": "docs__search_documents", "arguments": {}, "version": 1}, token=TOKEN_ALL)
+        assert status == 200 and body["version"] == 1
+        status, body, _ = await served.post("/invoke", {"tool": "docs__delete_document", "arguments": {}}, token=TOKEN_ALL)
+        assert status == 403 and body["error"]["error_class"] == "permission_denied" and body["is_error"] is True
+        hidden = await served.post("/invoke", {"tool": "docs__secret_keys", "arguments": {}}, token=TOKEN_NARROW)
+        missing = await served.post("/invoke", {"tool": "docs__no_such", "arguments": {}}, token=TOKEN_NARROW)
+        assert hidden[0] == missing[0] == 404
+        assert hidden[1]["error"]["message"].replace("secret_keys", "no_such") == missing[1]["error"]["message"]
+        assert set(hidden[1]) == set(missing[1])
+        for body, pointer in (({"arguments": {}}, "/tool"), ({"tool": "x", "arguments": []}, "/arguments"), ({"tool": "x", "version": 0}, "/version")):
+            status, answer, _ = await served.post("/invoke", body, token=TOKEN_ALL)
+            assert status == 400 and answer["error"]["details"]["pointer"] == pointer
+
+
+async def test_large_results_are_persisted_and_served_back():
+    config = config_with(invoke={"inline_result_limit": 256, "preview_chars": 10})
+    async with serving(FakeUpstream(name="big"), config=config) as served:
+        status, body, _ = await served.post("/invoke", {"tool": "big__echo", "arguments": {"text": "y" * 5000}})
+        assert status == 200 and body["persisted"]["persisted_ref"]["uri"].startswith("bridge://results/")
+        ref = body["persisted"]["persisted_ref"]["ref"]
+        status, payload, response = await served.get(f"/results/{ref}")
+        assert status == 200 and response.content_type == "application/json"
+        assert payload["content"][0]["text"] == "y" * 5000
+        status, body, _ = await served.get("/results/blob_missing")
+        assert status == 404 and body["error"]["error_code"] == "result_not_found"
+
+
+async def test_health_and_readiness():
+    broken = FakeUpstream(FakeConfig(name="down", fail_start="connection refused", retry_initial=30))
+    async with serving(broken) as served:
+        status, body, _ = await served.get("/healthz")
+        assert status == 200 and body == {"status": "ok"}
+        status, body, _ = await served.get("/readyz")
+        assert status == 503 and body["ready"] is False
+        assert body["upstreams"] == [{"name": "down", "kind": "fake", "state": "failed", "tool_count": 0, "reason": "connection refused"}]
+    async with serving(catalog(), broken.__class__(FakeConfig(name="down", fail_start="refused", retry_initial=30)),
+                       config=config_with(**narrow_surfaces())) as served:
+        status, body, _ = await served.get("/readyz")  # probes need no token; reasons only for a caller with one
+        assert status == 200 and body["ready"] is True and all("reason" not in u for u in body["upstreams"])
+        _, body, _ = await served.get("/readyz", token=TOKEN_ALL)
+        assert any(u.get("reason") == "refused" for u in body["upstreams"])
+        assert (await served.get("/healthz"))[0] == 200
+
+
+async def test_openapi_document_is_valid_and_describes_every_route():
+    async with serving(catalog()) as served:
+        status, document, _ = await served.get("/openapi.json")
+        assert status == 200
+    validate(document)  # openapi-spec-validator, OpenAPI 3.1
+    assert document["openapi"] == "3.1.0"
+    documented = {re.sub(r"\{[^}]+\}", "{}", path): set(ops) for path, ops in document["paths"].items()}
+    routes, closers = rest_routes(served.bridge)
+    for close in closers:
+        close()
+    for route in routes:
+        assert isinstance(route, Route)
+        key = re.sub(r"\{[^}]+\}", "{}", route.path)
+        assert key in documented, f"{route.path} is not in /openapi.json"
+        assert {m.lower() for m in route.methods or ()} - {"head"} <= documented[key], route.path
+    assert openapi_document(server_url="https://tools.example")["servers"] == [{"url": "https://tools.example"}]

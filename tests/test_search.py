@@ -1,0 +1,289 @@
+"""Tool search: exact selection, ranked search, filters, surfaces, the index following the catalog,
+the on-disk index reopened across restarts, and the Agent Tool shapes of the answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from bridge.catalog import Catalog
+from bridge.config import Rule, SurfaceConfig
+from bridge.model import ToolDeclaration
+from bridge.search import ToolSearch, derive_search_hint, name_tokens
+from bridge.search_rank import analyze_query
+from bridge.store import Store
+from bridge.surface import Surface
+from tests.conftest import ROOT
+from tests.fakes import FakeUpstream, tool
+
+DEFERRED_SCHEMA = json.loads((ROOT / "specs/agenttool/agenttool-deferred-tool.schema.json").read_text())
+# The tool_search_result shape (the Agent Tool spec defines it in prose; no JSON Schema ships).
+SEARCH_RESULT_SCHEMA = {
+    "type": "object",
+    "required": ["schema_version", "query", "query_type", "matches", "total_deferred_tools", "pending_providers",
+                 "missing_names", "next_action"],
+    "properties": {
+        "schema_version": {"const": "0.2.0"},
+        "query": {"type": "string"},
+        "query_type": {"enum": ["select", "keyword"]},
+        "matches": {"type": "array", "items": {"type": "object", "required": ["tool_id", "name", "score"]}},
+        "total_deferred_tools": {"type": "integer", "minimum": 0},
+        "pending_providers": {"type": "array", "items": {"type": "string"}},
+        "missing_names": {"type": "array", "items": {"type": "string"}},
+        "next_action": {"type": "string"},
+        "hint": {"type": "string"},
+    },
+}
+
+
+def tools_a():
+    return [
+        tool("getUserById", description="Fetch one user account by its id.", read_only=True, tags=["users"]),
+        tool("list_repositories", description="List the repositories of an organization.", read_only=True),
+        tool("files/read-text", description="Read a text file from the workspace.", read_only=True),
+        tool("delete_user", description="Delete a user account for good.", destructive=True, tags=["users", "admin"]),
+        tool("send_invoice", description="Email an invoice to a customer.", props={"customerEmail": {"type": "string", "description": "where the invoice goes"}}),
+    ]
+
+
+async def until(predicate, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+class Env:
+    """A started catalog with its search index and a surface or two."""
+
+    def __init__(self, catalog: Catalog, search: ToolSearch, ups: dict[str, FakeUpstream]) -> None:
+        self.catalog, self.search, self.ups = catalog, search, ups
+        self.surface = Surface(SurfaceConfig(name="default"), catalog)
+
+    def names(self, query: str, surface: Surface | None = None, **kw) -> list[str]:
+        return [m.name for m in self.search.search(query, surface=surface or self.surface, **kw).matches]
+
+    async def close(self) -> None:
+        self.search.close()
+        await self.catalog.close()
+
+
+async def start_env(ups: list[FakeUpstream], path: str | None = None, store: Store | None = None) -> Env:
+    catalog = Catalog(store or Store())
+    for up in ups:
+        catalog.add_upstream(up)
+    search = ToolSearch(catalog, path)
+    await catalog.start()
+    assert await search.wait_indexed()
+    return Env(catalog, search, {u.name: u for u in ups})
+
+
+@pytest.fixture
+async def env():
+    e = await start_env([FakeUpstream(name="api", tools=tools_a()), FakeUpstream(name="billing", tools=[
+        tool("create_invoice", description="Create a draft invoice.", tool_kind="openapi_operation"),
+        tool("refund", description="Refund a payment.", tool_kind="openapi_operation")])])
+    yield e
+    await e.close()
+
+
+def test_name_tokens_split_every_style():
+    assert name_tokens("getUserById") == ["get", "user", "by", "id"]
+    assert name_tokens("get_user_by_id") == ["get", "user", "by", "id"]
+    assert name_tokens("users/get-by.id") == ["users", "get", "by", "id"]
+    assert name_tokens("HTTPServerError") == ["http", "server", "error"]
+
+
+async def test_camel_snake_and_path_names_match_their_words(env):
+    assert env.names("user")[0] in ("api__getUserById", "api__delete_user")
+    assert "api__getUserById" in env.names("user by id")[:1]
+    assert env.names("repositories")[0] == "api__list_repositories"
+    assert env.names("read text")[0] == "api__files_read-text"
+    # stemming and case folding: plural, capitals, another form of the verb
+    assert env.names("READING FILES")[0] == "api__files_read-text"
+    # a parameter's camelCase name and its description count
+    assert env.names("customer email")[0] == "api__send_invoice"
+    # a query quoting a tool's own name gets that tool first
+    assert env.names("please run getUserById for 42")[0] == "api__getUserById"
+
+
+async def test_conversational_filler_does_not_decide(env):
+    assert env.names("could you please help me, I would like to read the text of a file")[0] == "api__files_read-text"
+    # a query of filler only still matches by it rather than answering nothing
+    assert analyze_query("who is it").terms
+
+
+async def test_select_by_name_alias_and_id_with_missing_names(env):
+    repo = env.catalog.resolve("api__list_repositories")
+    user = env.catalog.resolve("api__getUserById")
+    # the catalog keeps an old name as an alias when a collision renames a tool; give one
+    user.aliases.append("api__get_user_old")
+    env.catalog._by_name["api__get_user_old"] = user.tool_id
+    result = env.search.search(f"select:api__list_repositories,{user.tool_id},api__get_user_old,nope,api__gone",
+                               surface=env.surface)
+    assert result.query_type == "select"
+    assert [m.name for m in result.matches] == ["api__list_repositories", "api__getUserById"]  # the same tool once
+    assert result.matches[0].tool_id == repo.tool_id
+    assert result.missing_names == ["nope", "api__gone"]
+    assert "nope" in result.hint
+    none = env.search.search("select:", surface=env.surface)
+    assert none.matches == [] and none.next_action == "refine_query"
+
+
+async def test_filters_namespace_tag_kind_read_only(env):
+    assert set(env.names("invoice")) == {"api__send_invoice", "billing__create_invoice"}
+    assert env.names("invoice", namespace="billing") == ["billing__create_invoice"]
+    assert env.names("user", tags=["admin"]) == ["api__delete_user"]
+    assert env.names("user", tags=["users", "admin"]) == ["api__delete_user"]
+    assert env.names("user", read_only=True) == ["api__getUserById"]
+    assert env.names("invoice", kind="openapi_operation") == ["billing__create_invoice"]
+    assert set(env.names("", namespace="billing")) == {"billing__create_invoice", "billing__refund"}
+    assert len(env.names("a", limit=2, namespace="api")) <= 2
+
+
+async def test_blocked_tools_never_appear(env):
+    blocking = Surface(SurfaceConfig(name="safe", block=["api__delete*", Rule(upstream="billing")]), env.catalog)
+    for query in ("delete user", "user", "invoice", "refund", ""):
+        names = env.names(query, surface=blocking, limit=50)
+        assert "api__delete_user" not in names and not any(n.startswith("billing__") for n in names)
+    result = env.search.search("select:api__delete_user,api__getUserById", surface=blocking)
+    assert [m.name for m in result.matches] == ["api__getUserById"]
+    assert result.missing_names == ["api__delete_user"]
+    read_only = Surface(SurfaceConfig(name="ro", read_only=True), env.catalog)
+    assert "api__send_invoice" not in env.names("invoice", surface=read_only)
+
+
+async def test_blocked_tools_outranking_a_visible_one_leave_room_for_it():
+    loud = [tool(f"report_{i}", description="report report report quarterly report") for i in range(60)]
+    quiet = tool("archive", description="Archive an old report.")
+    e = await start_env([FakeUpstream(name="x", tools=[*loud, quiet])])
+    try:
+        surface = Surface(SurfaceConfig(name="s", block=["x__report_*"]), e.catalog)
+        assert e.names("report", surface=surface, limit=3) == ["x__archive"]
+    finally:
+        await e.close()
+
+
+async def test_no_match_answers_with_a_hint(env):
+    result = env.search.search("zzyzx quux", surface=env.surface, namespace="billing")
+    assert result.matches == []
+    assert result.next_action == "refine_query"
+    assert "filters namespace" in result.hint and "select:" in result.hint
+
+
+async def test_results_validate_against_agent_tool_shapes(env):
+    surface = Surface(SurfaceConfig(name="d", defer=["*"]), env.catalog)
+    for query in ("user", "select:api__getUserById,missing", "nothing-like-this-exists"):
+        result = env.search.search(query, surface=surface, include_schema=True).to_json()
+        jsonschema.validate(result, SEARCH_RESULT_SCHEMA)
+        for match in result["matches"]:
+            jsonschema.validate(match, DEFERRED_SCHEMA)
+            assert match["loading_state"] == "deferred" and "input_schema" in match
+            assert 3 <= len(match["search_hint"].split()) <= 10
+    assert env.search.search("user", surface=surface).total_deferred_tools == len(env.catalog)
+
+
+async def test_index_follows_tool_add_change_and_removal(env):
+    up = env.ups["api"]
+    up.change_tools([*tools_a(), tool("rotate_keys", description="Rotate the signing keys.")])
+    await until(lambda: env.catalog.resolve("api__rotate_keys") is not None)
+    assert await env.search.wait_indexed()
+    assert env.names("signing keys")[0] == "api__rotate_keys"
+
+    changed = [t if t.name != "rotate_keys" else tool("rotate_keys", description="Renew TLS certificates.") for t in up.tools]
+    up.change_tools(changed)
+    await until(lambda: "TLS" in env.catalog.resolve("api__rotate_keys").description)
+    assert await env.search.wait_indexed()
+    assert env.names("certificates")[0] == "api__rotate_keys"
+    assert "api__rotate_keys" not in env.names("signing")
+
+    up.change_tools([t for t in changed if t.name != "rotate_keys"])
+    await until(lambda: env.catalog.resolve("api__rotate_keys") is None)
+    assert await env.search.wait_indexed()
+    assert env.names("certificates") == []
+    assert env.search.index.num_docs == len(env.catalog)
+
+
+async def test_index_follows_a_whole_upstream_going_and_coming_back(env):
+    before = env.search.index.num_docs
+    env.catalog.apply_tools("billing", [])
+    assert await env.search.wait_indexed()
+    assert env.search.index.num_docs == before - 2
+    assert env.names("refund") == []
+    env.catalog.apply_tools("billing", [tool("refund", description="Refund a payment.")])
+    assert await env.search.wait_indexed()
+    assert env.names("refund") == ["billing__refund"]
+
+
+async def test_an_outage_does_not_rewrite_the_index(env):
+    written = env.search.index.documents_written
+    slot = env.catalog.slot("api")
+    attempts, generation = slot.health.attempts, env.catalog.generation
+    env.ups["api"].drop("connection reset")  # marked unavailable, then reconnected and re-listed
+    await until(lambda: slot.health.attempts > attempts and slot.health.state == "ready")
+    assert env.catalog.generation >= generation + 2
+    assert await env.search.wait_indexed()
+    assert env.search.index.documents_written == written  # only the loading state changed
+    assert env.names("repositories")[0] == "api__list_repositories"
+
+
+async def test_thousand_changes_are_searchable_within_a_second():
+    e = await start_env([FakeUpstream(name="bulk", tools=[tool("seed")])])
+    try:
+        many = [tool(f"op_{i}", description=f"Operation number {i} on widget{i}") for i in range(1000)]
+        loop = asyncio.get_running_loop()
+        e.catalog.apply_tools("bulk", many)  # the change is announced when this returns
+        started = loop.time()
+        assert await e.search.wait_indexed(timeout=5.0)
+        assert loop.time() - started < 1.0
+        assert e.names("widget999") == ["bulk__op_999"]
+        e.catalog.apply_tools("bulk", many[:10])
+        assert await e.search.wait_indexed(timeout=5.0)
+        assert e.search.index.num_docs == 10
+    finally:
+        await e.close()
+
+
+async def test_restart_reopens_the_index_without_rewriting_it(tmp_path):
+    path = str(tmp_path / "bridge.index")
+    db = tmp_path / "bridge.db"
+
+    async def run(tools, upstreams=("api",)):
+        store = Store(db)
+        ups = [FakeUpstream(name=n, tools=tools if n == "api" else [tool("other")]) for n in upstreams]
+        e = await start_env(ups, path, store)
+        stats = (e.search.index.opened_existing, e.search.index.documents_written, e.search.index.num_docs,
+                 e.names("repositories"))
+        await e.close()
+        store.close()
+        return stats
+
+    assert await run(tools_a(), ("api", "extra")) == (False, 6, 6, ["api__list_repositories"])
+    # same catalog: reopened, nothing written
+    assert await run(tools_a(), ("api", "extra")) == (True, 0, 6, ["api__list_repositories"])
+    # one tool changed, one gone, an upstream no longer configured: only the difference is written
+    changed = [t for t in tools_a() if t.name != "delete_user"]
+    changed[1] = tool("list_repositories", description="List the code repositories of a team.")
+    opened, written, docs, found = await run(changed)
+    assert (opened, written, docs) == (True, 1, 4)
+    assert found == ["api__list_repositories"]
+    # a damaged format marker: rebuilt from the catalog
+    (Path(path) / "bridge-search.json").write_text("{}")
+    assert (await run(changed))[:3] == (False, 4, 4)
+
+
+def test_derived_search_hint():
+    def decl(**kw):
+        return ToolDeclaration(tool_id="t", namespace="ns", name="ns__x", native_name=kw.pop("native_name", "x"), **kw)
+
+    assert derive_search_hint(decl(search_hint="given hint")) == "given hint"
+    long = decl(description="Retrieve the current weather forecast for a city, with hourly detail and alerts. More text.")
+    assert derive_search_hint(long) == "Retrieve the current weather forecast for a city with hourly"
+    assert derive_search_hint(decl(title="Create issue", description="")) == "Create issue x"
+    assert derive_search_hint(decl(description="", native_name="getUserById")) == "get user by id"
+    assert derive_search_hint(decl(description="Echo.", native_name="echo")) == "Echo ns tool"
+    for d in (long, decl(description=""), decl(title="A b c d e f g h i j k l")):
+        assert 3 <= len(derive_search_hint(d).split()) <= 10

@@ -1,0 +1,100 @@
+"""Surface placement: rules by upstream, name glob, tag, kind and safety facts; blocks from the
+upstream, the lifecycle and user interaction; `allow`; the auto-load threshold."""
+
+from __future__ import annotations
+
+from bridge.catalog import Catalog
+from bridge.config import SurfaceConfig
+from bridge.model import SafetyHints
+from bridge.policy import blocked_error
+from bridge.store import Store
+from bridge.surface import Surface
+from tests.fakes import FakeUpstream, tool
+
+
+def catalog_of(*upstreams: FakeUpstream) -> Catalog:
+    catalog = Catalog(Store())
+    for up in upstreams:
+        catalog.add_upstream(up)
+        catalog.apply_tools(up.name, up.tools)
+    return catalog
+
+
+def placements(catalog: Catalog, **config: object) -> dict[str, tuple[str, str | None]]:
+    surface = Surface(SurfaceConfig(name="s", **config), catalog)
+    return {d.name: (surface.place(d).state, surface.place(d).reason) for d in catalog.declarations()}
+
+
+def test_rules_by_upstream_glob_tag_kind_and_safety():
+    api = FakeUpstream(name="api", tools=[
+        tool("get_pet", read_only=True, tags=["pets"]),
+        tool("delete_pet", destructive=True),
+        tool("op", tool_kind="openapi_operation"),
+    ])
+    files = FakeUpstream(name="files", tools=[tool("read", read_only=True), tool("write")])
+    placed = placements(
+        catalog_of(api, files),
+        load=[{"tag": "pets"}, {"upstream": "files", "read_only": True}],
+        defer=[{"kind": "openapi_operation"}, "files__*"],
+        block=[{"destructive": True, "reason": "too_dangerous"}],
+    )
+    assert placed == {
+        "api__get_pet": ("loaded", None),
+        "api__delete_pet": ("blocked", "too_dangerous"),
+        "api__op": ("deferred", None),
+        "files__read": ("loaded", None),
+        "files__write": ("deferred", None),
+    }
+
+
+def test_upstream_lifecycle_and_interaction_blocks_and_allow():
+    up = FakeUpstream(name="u", tools=[
+        tool("secret", blocked_reason="credential_missing"),
+        tool("fresh", lifecycle="requires_setup"),
+        tool("gone", lifecycle="retired"),
+        tool("prompt").model_copy(update={"safety": SafetyHints(requires_user_interaction=True)}),
+        tool("fine"),
+    ])
+    catalog = catalog_of(up)
+    assert placements(catalog) == {
+        "u__secret": ("blocked", "credential_missing"),
+        "u__fresh": ("blocked", "setup_required"),
+        "u__gone": ("blocked", "policy_blocked"),
+        "u__prompt": ("blocked", "requires_user_interaction"),
+        "u__fine": ("loaded", None),
+    }
+    allowed = placements(catalog, allow=["u__prompt", "u__fresh"])
+    assert allowed["u__prompt"] == ("loaded", None) and allowed["u__fresh"] == ("loaded", None)
+    decl = catalog.resolve("u__fresh")
+    assert decl is not None
+    assert blocked_error(decl, "setup_required").error_class == "setup_required"
+    assert blocked_error(decl, "requires_user_interaction").error_class == "policy_blocked"
+
+
+def test_read_only_surface_is_not_lifted_by_allow():
+    up = FakeUpstream(name="u", tools=[tool("look", read_only=True), tool("touch")])
+    placed = placements(catalog_of(up), read_only=True, allow=["*"])
+    assert placed == {"u__look": ("loaded", None), "u__touch": ("blocked", "policy_blocked")}
+
+
+def test_auto_load_threshold_counts_visible_tools_only():
+    up = FakeUpstream(name="u", tools=[tool(f"t{i}") for i in range(4)] + [tool(f"x{i}") for i in range(3)])
+    catalog = catalog_of(up)
+    # 7 tools, 3 blocked: the 4 visible ones fit under a threshold of 4
+    placed = placements(catalog, auto_load_threshold=4, block=["u__x*"])
+    assert sorted(n for n, (state, _) in placed.items() if state == "loaded") == [f"u__t{i}" for i in range(4)]
+    # beyond the threshold everything visible is deferred
+    placed = placements(catalog, auto_load_threshold=3, block=["u__x*"])
+    assert {state for state, _ in placed.values()} == {"deferred", "blocked"}
+    # any load/defer rule turns the threshold off
+    placed = placements(catalog, auto_load_threshold=100, load=["u__t0"])
+    assert placed["u__t0"] == ("loaded", None) and placed["u__t1"] == ("deferred", None)
+
+
+def test_placements_follow_catalog_changes():
+    up = FakeUpstream(name="u", tools=[tool("a"), tool("b")])
+    catalog = catalog_of(up)
+    surface = Surface(SurfaceConfig(name="s", auto_load_threshold=2), catalog)
+    assert [d.name for d in surface.loaded()] == ["u__a", "u__b"]
+    catalog.apply_tools("u", [tool("a"), tool("b"), tool("c")])
+    assert surface.loaded() == [] and surface.counts() == {"loaded": 0, "deferred": 3, "blocked": 0}

@@ -1,0 +1,256 @@
+"""Provider function formats: safety suffix, OpenAI strict rules over the demo catalog, the
+1024-character limit, Gemini and Anthropic shapes, and the `bridge translate` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from bridge.config import parse_config
+from bridge.model import InputContract, SafetyHints, ToolDeclaration
+from bridge.runtime import Bridge
+from bridge.translate.providers import (
+    FLAG_BILLABLE,
+    FLAG_DESTRUCTIVE,
+    FLAG_NOT_IDEMPOTENT,
+    FLAG_NOT_REVERSIBLE,
+    FLAG_READ_ONLY,
+    OPENAI_DESCRIPTION_LIMIT,
+    compile_tools,
+    describe,
+    gemini_schema,
+    safety_suffix,
+    strict_schema,
+    to_anthropic,
+    to_gemini,
+    to_openai,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "configs" / "demo.yaml"
+STRICT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "enum", "const", "anyOf", "description", "$ref", "$defs", "definitions"}
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def decl(name: str = "t", description: str = "Do it.", schema: dict[str, Any] | None = None, **safety: Any) -> ToolDeclaration:
+    sources = safety.pop("sources", {k: "declared" for k in safety})
+    return ToolDeclaration(
+        tool_id=f"id-{name}",
+        namespace="ns",
+        name=name,
+        description=description,
+        input_contract=InputContract(model_input_schema=schema or {"type": "object", "properties": {}}),
+        safety=SafetyHints(**safety, sources=sources),
+    )
+
+
+def assert_openai_strict(tool: dict[str, Any]) -> None:
+    """The rules OpenAI applies to a strict function definition."""
+    assert tool["type"] == "function"
+    function = tool["function"]
+    assert function["strict"] is True
+    assert NAME.match(function["name"])
+    assert len(function["description"]) <= OPENAI_DESCRIPTION_LIMIT
+    parameters = function["parameters"]
+    assert parameters["type"] == "object" and "anyOf" not in parameters
+    jsonschema.Draft202012Validator.check_schema(parameters)
+
+    def walk(node: Any, where: str) -> None:
+        assert isinstance(node, dict) and node, f"{where}: empty schema"
+        assert set(node) <= STRICT_KEYWORDS, f"{where}: unsupported {set(node) - STRICT_KEYWORDS}"
+        kinds = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
+        if "object" in kinds:
+            assert node["additionalProperties"] is False, where
+            assert node["required"] == list(node["properties"]), where
+            for name, sub in node["properties"].items():
+                walk(sub, f"{where}/properties/{name}")
+        if "array" in kinds:
+            walk(node["items"], f"{where}/items")
+        for i, sub in enumerate(node.get("anyOf") or []):
+            walk(sub, f"{where}/anyOf/{i}")
+        for key in ("$defs", "definitions"):
+            for name, sub in (node.get(key) or {}).items():
+                walk(sub, f"{where}/{key}/{name}")
+
+    walk(parameters, "")
+
+
+# ---------------------------------------------------------------------------- suffix
+
+
+def test_safety_suffix_follows_the_rfc_order_and_skips_default_facts():
+    everything = decl(destructive=True, reversible=False, idempotent=False, billable=True)
+    assert safety_suffix(everything.safety) == f"[{FLAG_DESTRUCTIVE} | {FLAG_NOT_REVERSIBLE} | {FLAG_NOT_IDEMPOTENT} | {FLAG_BILLABLE}]"
+    assert FLAG_DESTRUCTIVE == "\u26a0\ufe0f DESTRUCTIVE"
+    assert describe(decl(read_only=True)) == f"Do it. [{FLAG_READ_ONLY}]"
+    # idempotent=False left at its default is not a declared fact: no flag
+    assert describe(decl(sources={})) == "Do it."
+    assert describe(decl(idempotent=False, sources={"idempotent": "inferred"})) == f"Do it. [{FLAG_NOT_IDEMPOTENT}]"
+
+
+def test_the_1024_character_limit_keeps_the_safety_flags():
+    long = decl(description="word " * 600, destructive=True, reversible=False, idempotent=False, billable=True)
+    suffix = safety_suffix(long.safety)
+    text = to_openai(long, strict=True)["function"]["description"]
+    assert len(text) <= OPENAI_DESCRIPTION_LIMIT
+    assert text.endswith("... " + suffix)
+    assert len(text) >= OPENAI_DESCRIPTION_LIMIT - 5  # only as much cut as needed
+    # the same tool keeps its whole description where there is no limit
+    assert to_anthropic(long)["description"] == ("word " * 600).strip() + " " + suffix
+    plain = to_openai(decl(description="x" * 2000, sources={}))["function"]["description"]
+    assert len(plain) == OPENAI_DESCRIPTION_LIMIT and plain.endswith("...")
+
+
+# ---------------------------------------------------------------------------- strict mode
+
+
+@pytest.fixture
+async def demo_decls(tmp_path: Path) -> list[ToolDeclaration]:
+    """The demo catalog's ATIP upstream (configs/demo.yaml), started for real."""
+    document = yaml.safe_load(DEMO.read_text())
+    [entry] = [u for u in document["upstreams"] if u.get("kind") == "atip"]
+    entry = {**entry, "cwd": str(tmp_path), "xdg_data_home": str(tmp_path / "data"), "xdg_config_home": str(tmp_path / "config")}
+    config = parse_config({"store": {"path": ":memory:"}, "upstreams": [entry]}, base_dir=str(DEMO.parent))
+    async with Bridge(config) as bridge:
+        decls = sorted(bridge.catalog.declarations(), key=lambda d: d.name)
+    assert len(decls) >= 8
+    return decls
+
+
+async def test_openai_strict_output_passes_the_strict_rules_for_every_demo_tool(demo_decls):
+    compiled = compile_tools(demo_decls, "openai-strict")
+    assert compiled.notes == []
+    assert len(compiled.tools) == len(demo_decls)
+    for tool in compiled.tools:
+        assert_openai_strict(tool)
+    by_name = {t["function"]["name"]: t["function"] for t in compiled.tools}
+    delete = by_name["notes_cli__notes_note_delete"]
+    assert delete["description"].endswith(f"[{FLAG_DESTRUCTIVE} | {FLAG_NOT_REVERSIBLE}]")
+    delete_params = delete["parameters"]
+    assert delete_params["properties"]["missing_ok"]["type"] == ["boolean", "null"]  # optional -> nullable
+    assert delete_params["properties"]["ids"]["type"] == "array"  # required stays non-null
+    add = by_name["notes_cli__notes_note_add"]["parameters"]
+    # a null for an optional value is valid, a missing key is not
+    validator = jsonschema.Draft202012Validator(add)
+    assert validator.is_valid({"title": "t", "body": None, "tag": None, "pinned": None})
+    assert not validator.is_valid({"title": "t"})
+    assert "default: \"\"" in add["properties"]["body"]["description"]
+    hash_algorithm = by_name["notes_cli__notes_text_hash"]["parameters"]["properties"]["algorithm"]
+    assert hash_algorithm["enum"] == ["sha256", "sha1", "md5", None]
+
+
+def test_strict_conversion_of_general_schemas():
+    schema = {
+        "type": "object",
+        "properties": {
+            "where": {"$ref": "#/$defs/place"},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "minItems": 1},
+            "pick": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+            "count": {"type": "integer", "minimum": 0, "nullable": True},
+        },
+        "required": ["where"],
+        "$defs": {"place": {"type": "object", "properties": {"city": {"type": "string", "format": "hostname"}, "zip": {"type": "string"}}, "required": ["city"]}},
+    }
+    out = strict_schema(schema)
+    assert_openai_strict({"type": "function", "function": {"name": "x", "description": "", "parameters": out, "strict": True}})
+    assert out["properties"]["where"] == {"$ref": "#/$defs/place"}
+    assert out["$defs"]["place"]["properties"]["zip"]["type"] == ["string", "null"]
+    assert out["properties"]["pick"]["anyOf"][-1] == {"type": "null"}
+    assert out["properties"]["count"]["type"] == ["integer", "null"]
+
+
+def test_schemas_strict_mode_cannot_express_fall_back_with_a_note():
+    free = decl("free", schema={"type": "object", "properties": {"meta": {"type": "object"}}})
+    mixed = decl("mixed", schema={"type": "object", "properties": {"a": {"allOf": [{"type": "string"}, {"minLength": 2}]}}})
+    compiled = compile_tools([free, mixed, decl("ok")], "openai-strict")
+    strict = {t["function"]["name"]: t["function"]["strict"] for t in compiled.tools}
+    assert strict == {"free": False, "mixed": False, "ok": True}
+    assert any("free: sent with strict: false" in n and "/properties/meta" in n for n in compiled.notes)
+
+
+# ---------------------------------------------------------------------------- other formats
+
+
+def test_gemini_and_anthropic_shapes():
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "format": "file-path", "description": "A file (file path)"},
+            "when": {"type": ["string", "null"], "format": "date-time"},
+            "level": {"type": "integer", "enum": [1, 2, 3]},
+            "where": {"$ref": "#/$defs/place"},
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+        "$defs": {"place": {"type": "object", "properties": {"city": {"type": "string"}}}},
+    }
+    tool = decl("files.read", schema=schema, read_only=True)
+    gemini = to_gemini(tool)
+    params = gemini["parameters"]
+    assert gemini["name"] == "files.read" and gemini["description"].endswith(f"[{FLAG_READ_ONLY}]")
+    assert "additionalProperties" not in params and "$schema" not in params and "$defs" not in params
+    assert params["properties"]["path"] == {"type": "string", "description": "A file (file path)"}
+    assert params["properties"]["when"] == {"type": "string", "format": "date-time", "nullable": True}
+    assert "enum" not in params["properties"]["level"] and "one of 1, 2, 3" in params["properties"]["level"]["description"]
+    assert params["properties"]["where"] == {"type": "object", "properties": {"city": {"type": "string"}}}
+    assert "parameters" not in to_gemini(decl("bare"))
+    assert gemini_schema(None) == {"type": "object", "properties": {}}
+
+    anthropic = to_anthropic(tool)
+    assert set(anthropic) == {"name", "description", "input_schema"}
+    assert anthropic["name"] == "files_read"  # Anthropic names allow no dots
+    assert anthropic["input_schema"]["additionalProperties"] is False
+    openai = compile_tools([tool, decl("files_read")], "openai")
+    assert [t["function"]["name"] for t in openai.tools] == ["files_read", "files_read_2"]
+    assert "strict" not in openai.tools[0]["function"]
+    assert any("sent as 'files_read'" in n for n in openai.notes)
+
+
+def test_translate_command_prints_a_json_array(tmp_path):
+    config = tmp_path / "bridge.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "store": {"path": ":memory:"},
+                "upstreams": [
+                    {
+                        "name": "notes_cli",
+                        "kind": "atip",
+                        "command": ["python", "-m", "demo.atip_cli"],
+                        "cwd": str(tmp_path),
+                        "xdg_data_home": str(tmp_path / "data"),
+                        "xdg_config_home": str(tmp_path / "config"),
+                    }
+                ],
+                "surfaces": [{"name": "default"}, {"name": "ro", "read_only": True}],
+            }
+        )
+    )
+    outputs = {}
+    for target, surface in (("openai-strict", "default"), ("gemini", "ro")):
+        run = subprocess.run(
+            [sys.executable, "-m", "bridge.cli", "translate", "--to", target, "-c", str(config), "--surface", surface],
+            capture_output=True, text=True, timeout=60, cwd=ROOT, env=dict(os.environ),
+        )
+        assert run.returncode == 0, run.stderr
+        outputs[target] = json.loads(run.stdout)
+    strict = outputs["openai-strict"]
+    for tool in strict:
+        assert_openai_strict(tool)
+    names = [t["function"]["name"] for t in strict]
+    assert "notes_cli__notes_note_edit" not in names  # blocked: waits for stdin
+    assert "notes_cli__notes_note_delete" in names  # visible; calls are denied by policy
+    assert {t["name"] for t in outputs["gemini"]} == {
+        "notes_cli__notes_note_list", "notes_cli__notes_note_show", "notes_cli__notes_text_hash",
+        "notes_cli__notes_text_stats", "notes_cli__notes_version",
+    }
