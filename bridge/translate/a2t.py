@@ -15,7 +15,6 @@ from bridge.translate.wire import (
     TOOL_RESULT_KEY,
     WireFormatError,
     declaration_extension,
-    json_safe,
     read_extension,
     result_from_envelope,
     text_of,
@@ -110,13 +109,13 @@ def render_tool(decl: ToolDeclaration) -> dict[str, Any]:
     """A catalog tool as an a2t Tool; its group is its namespace (upstream)."""
     ext = declaration_extension(decl)
     ext["tags"] = decl.tags  # the a2t Tool has no tags field
-    return json_safe({
+    return {
         "name": decl.name,
         "description": decl.description,
         "input_schema": decl.input_schema,
         "group_id": decl.namespace,
         AGENT_TOOL_KEY: ext,
-    })
+    }
 
 
 def render_group(group_id: str, *, name: str, description: str, tool_count: int) -> dict[str, Any]:
@@ -220,7 +219,7 @@ def render_execute(result: ToolResult, meta: dict[str, Any] | None = None) -> di
     if meta is not None:
         body["meta"] = meta
     body[TOOL_RESULT_KEY] = result.to_json()
-    return json_safe(body)
+    return body
 
 
 def group_refresh_meta(group_ids: list[str]) -> dict[str, Any]:

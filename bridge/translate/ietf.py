@@ -14,7 +14,6 @@ from bridge.translate.wire import (
     TOOL_RESULT_KEY,
     WireFormatError,
     declaration_extension,
-    json_safe,
     read_extension,
     result_from_envelope,
     text_of,
@@ -304,7 +303,7 @@ def render_signature(
         if len(description) > MAX_DESCRIPTION:
             extension = {**extension, "description": description}
         signature[AGENT_TOOL_KEY] = extension
-    return json_safe(signature)
+    return signature
 
 
 def render_declaration(decl: ToolDeclaration) -> dict[str, Any]:
@@ -459,7 +458,7 @@ def render_outputs(result: ToolResult, output_schema: dict[str, Any] | None) -> 
     else:
         value = structured if structured is not None else text_of(result.content)
         outputs = [{"name": RESULT_OUTPUT, "value": value}]
-    return json_safe({"output_parameters": outputs, TOOL_RESULT_KEY: result.to_json()})
+    return {"output_parameters": outputs, TOOL_RESULT_KEY: result.to_json()}
 
 
 def parse_invocation_response(body: Any) -> UpstreamResult:

@@ -199,7 +199,9 @@ def tool_error_from_body(body: Any, *, fallback_class: ErrorClass, message: str)
 
 
 def json_safe(value: Any) -> Any:
-    """A copy of `value` that strict JSON can carry: NaN and infinities become null."""
+    """A copy of `value` that strict JSON can carry: NaN and infinities become null, anything else
+    JSON has no type for becomes its string. The projections pass tool values through untouched;
+    whoever serializes them applies this when strict serialization fails."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):

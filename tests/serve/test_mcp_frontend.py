@@ -104,9 +104,11 @@ async def test_handshake_search_loads_matches_and_sends_list_changed():
         result = await client.call("svc__weather", {"city": "Oslo"})
         assert not result.is_error
         assert up.calls == [("weather", {"city": "Oslo"})]
-        # a second session has its own listing
+        # a second session has its own listing, and its state goes when the session ends
         async with http_client(srv.url, HANDSHAKE) as other:
             assert "svc__weather" not in await other.names()
+            assert srv.frontend.notifier.session_count == 2
+        await until(lambda: srv.frontend.notifier.session_count == 1)
 
 
 @pytest.mark.parametrize("era", ERAS)

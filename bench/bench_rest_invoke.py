@@ -1,0 +1,165 @@
+"""Throughput and latency of `POST /tools/{id}:invoke` (IETF A2T draft) through the bridge,
+served by `bridge serve` on loopback, to a local a2t-dialect upstream (demo/a2t_server.py on
+aiohttp), compared in the same run with calling that upstream directly, at 1, 16 and 64
+concurrent clients. The bridge, the upstream and the client run as three processes. Prints a
+table: p50/p99 latency in ms, requests per second, and the bridge's overhead."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUESTS = {1: 2000, 16: 6000, 64: 8000}
+WARMUP = 300
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def start(argv: list[str], ready: bytes, stream: str) -> asyncio.subprocess.Process:
+    process = await asyncio.create_subprocess_exec(
+        *argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE if stream == "stdout" else asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE if stream == "stderr" else asyncio.subprocess.DEVNULL,
+    )
+    pipe = process.stdout if stream == "stdout" else process.stderr
+    assert pipe is not None
+    async with asyncio.timeout(60):
+        while True:
+            line = await pipe.readline()
+            if not line:
+                raise RuntimeError(f"{argv[2:4]} exited before it was ready")
+            if line.startswith(ready):
+                break
+    asyncio.create_task(_drain(pipe))
+    return process
+
+
+async def _drain(pipe: asyncio.StreamReader) -> None:
+    while await pipe.readline():
+        pass
+
+
+async def stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.terminate()
+        try:
+            async with asyncio.timeout(10):
+                await process.wait()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+Call = Callable[[aiohttp.ClientSession], Awaitable[None]]
+
+
+async def measure(call: Call, concurrency: int, total: int) -> tuple[list[float], float]:
+    """Per-request latencies (seconds) and the wall time of `total` requests from `concurrency`
+    clients on one pooled session."""
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+        for _ in range(min(WARMUP, total)):
+            await call(session)
+        latencies: list[float] = []
+        remaining = total
+
+        async def client() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                started = time.perf_counter()
+                await call(session)
+                latencies.append(time.perf_counter() - started)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        return latencies, time.perf_counter() - began
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+async def main(scale: float) -> int:
+    upstream_port, bridge_port = free_port(), free_port()
+    upstream = await start([sys.executable, "-m", "demo.a2t_server", "--port", str(upstream_port)], b"a2t demo server listening", "stdout")
+    bridge = None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            config = {
+                "store": {"path": str(Path(tmp) / "bench.db")},
+                "upstreams": [{"name": "demo", "kind": "a2t", "url": f"http://127.0.0.1:{upstream_port}", "max_concurrency": 256}],
+                "surfaces": [{"name": "default", "load": ["*"]}],
+            }
+            (Path(tmp) / "bench.yaml").write_text(yaml.safe_dump(config))
+            bridge = await start([sys.executable, "-m", "bridge.cli", "serve", "-c", str(Path(tmp) / "bench.yaml"),
+                                  "--port", str(bridge_port)], b"bridge: serving", "stderr")
+            base = f"http://127.0.0.1:{bridge_port}"
+            async with aiohttp.ClientSession() as session, session.get(f"{base}/tools/demo__add") as response:
+                tool_id = (await response.json())["toolId"]
+            direct_url = f"http://127.0.0.1:{upstream_port}/tools/add"
+            bridged_url = f"{base}/tools/{tool_id}:invoke"
+            direct_body = json.dumps({"a": 2, "b": 3}).encode()
+            bridged_body = json.dumps({"name": "demo__add", "input_parameters": [{"name": "a", "value": 2}, {"name": "b", "value": 3}]}).encode()
+            headers = {"Content-Type": "application/json"}
+
+            async def direct(session: aiohttp.ClientSession) -> None:
+                async with session.post(direct_url, data=direct_body, headers=headers) as response:
+                    body = await response.read()
+                    assert response.status == 200 and b'"result": 5' in body, body
+
+            async def bridged(session: aiohttp.ClientSession) -> None:
+                async with session.post(bridged_url, data=bridged_body, headers=headers) as response:
+                    body = await response.read()
+                    assert response.status == 200 and b'"value":"5"' in body, body
+
+            rows = []
+            for concurrency, count in REQUESTS.items():
+                count = max(100, int(count * scale))
+                d_lat, d_wall = await measure(direct, concurrency, count)
+                b_lat, b_wall = await measure(bridged, concurrency, count)
+                d_p50, b_p50 = quantile(d_lat, 0.5), quantile(b_lat, 0.5)
+                d_rps, b_rps = count / d_wall, count / b_wall
+                rows.append([str(concurrency), str(count), f"{d_p50:.2f}", f"{quantile(d_lat, 0.99):.2f}", f"{d_rps:,.0f}",
+                             f"{b_p50:.2f}", f"{quantile(b_lat, 0.99):.2f}", f"{b_rps:,.0f}",
+                             f"{b_p50 - d_p50:+.2f}", f"{b_rps / d_rps:.0%}"])
+    finally:
+        if bridge is not None:
+            await stop(bridge)
+        await stop(upstream)
+    header = ["clients", "requests", "direct p50", "direct p99", "direct req/s", "bridge p50", "bridge p99", "bridge req/s",
+              "p50 overhead ms", "throughput kept"]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print("POST /tools/{id}:invoke through the bridge vs POST /tools/add on the a2t upstream (loopback, ms)")
+    print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
+    for row in rows:
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    print("aim: p50 overhead < 1 ms, throughput kept >= 50%")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the request counts (e.g. 0.1 for a quick run)")
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(asyncio.run(main(args.scale)))
