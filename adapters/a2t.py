@@ -9,7 +9,7 @@ import logging
 from typing import Any, Literal
 from urllib.parse import quote
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from yarl import URL
 
 from adapters.a2t_http import A2THttp, HTTPAnswer, RetryConfig, error_result_of, safe_url
@@ -47,6 +47,13 @@ class A2TConfig(UpstreamConfig):
     verify_tls: bool = True
     retries: RetryConfig = Field(default_factory=RetryConfig)
     max_response_bytes: int = Field(default=16 << 20, ge=1024, description="larger answers are refused")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"`url` must start with http:// or https:// (got {value!r})")
+        return value
 
 
 class A2TUpstream(Upstream):
@@ -317,7 +324,12 @@ class A2TUpstream(Upstream):
 
     async def _call(self, url: str, body: Any, ctx: CallContext) -> HTTPAnswer:
         headers = {GENERATION_HEADER: self._generation} if self._generation else None
-        return await self._http.request("POST", url, body=body, headers=headers, timeout=ctx.timeout, retry_statuses=_RETRY_INVOKE)
+        try:
+            return await self._http.request("POST", url, body=body, headers=headers, timeout=ctx.timeout, retry_statuses=_RETRY_INVOKE)
+        except BridgeError as exc:
+            if exc.error_class == "dependency_unavailable":  # no answer at all: the server is gone
+                self.emit(UpstreamEvent("unavailable", reason=exc.message))
+            raise
 
     def _on_meta(self, meta: a2t_wire.Meta) -> None:
         if meta.type == "tools_added":

@@ -32,7 +32,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import httpx2  # noqa: E402
-import mcp.types as types  # noqa: E402
 import uvicorn  # noqa: E402
 from mcp import Client, ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import socket
-import statistics
 import sys
 import tempfile
 import time

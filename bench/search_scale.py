@@ -137,7 +137,7 @@ def run_size(size: int, synthetic: Synthetic, queries: list[str], workdir: str) 
     probe = synthetic.tool(size + 999)
     visible = any(tid == probe.tool_id for tid, _ in index.search(index.query(None, namespace=probe.namespace), limit=10_000))
     t0 = time.perf_counter()
-    index.submit(deletes=[Synthetic.tool_id(i) for i in range(size, size + 1000)])
+    index.submit(deletes=[(t.namespace, t.tool_id) for t in synthetic.tools(size, size + 1000)])
     index.flush(60.0)
     remove = time.perf_counter() - t0
     gone = index.num_docs == size

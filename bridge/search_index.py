@@ -28,7 +28,7 @@ log = logging.getLogger("bridge.search")
 
 # Bump when the schema, the analyzer or the text put in a field changes: an index of another
 # format is rebuilt from the catalog instead of being reopened.
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
 # Changes arriving within this window share one commit.
 COMMIT_WINDOW = 0.05
 _FORMAT_FILE = "bridge-search.json"

@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestServer
 
 from adapters.a2t import A2TConfig, A2TUpstream
 from bridge.catalog import Catalog
+from bridge.model import BridgeError
 from bridge.store import Store
 from bridge.upstream import CallContext
 from demo.a2t_server import create_app as demo_app
@@ -171,6 +172,29 @@ async def test_ietf_retries_5xx_then_reports_dependency_unavailable():
             assert result.error.error_class == "invalid_arguments"
         finally:
             await up.close()
+
+
+async def test_a_server_that_went_away_marks_the_upstream_unavailable():
+    server = IETFServer(count=1)
+    http = TestServer(server.app(), host="127.0.0.1")
+    await http.start_server()
+    catalog = Catalog(Store())
+    up = upstream(str(http.make_url("")).rstrip("/"), retries={"count": 1, "backoff": 0.01}, retry_initial=30)
+    catalog.add_upstream(up)
+    await catalog.start()
+    try:
+        tool_id = (await up.list_tools())[0].native_id
+        await http.close()
+        try:
+            await up.invoke(tool_id, {"City": "Lima"}, ctx())
+            raise AssertionError("the call should fail")
+        except BridgeError as exc:
+            assert exc.error_class == "dependency_unavailable" and "unreachable" in exc.message
+        await until(lambda: catalog.slot("remote").health.state != "ready")
+        assert "unreachable" in catalog.slot("remote").health.reason
+    finally:
+        await catalog.close()
+        await http.close()
 
 
 async def test_unreachable_server_fails_start_with_a_reason():
