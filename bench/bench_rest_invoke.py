@@ -2,7 +2,8 @@
 served by `bridge serve` on loopback, to a local a2t-dialect upstream (demo/a2t_server.py on
 aiohttp), compared in the same run with calling that upstream directly, at 1, 16 and 64
 concurrent clients. The bridge, the upstream and the client run as three processes. Prints a
-table: p50/p99 latency in ms, requests per second, and the bridge's overhead."""
+table: p50/p99 latency in ms, requests per second, the bridge's overhead, and the CPU time
+the upstream and the bridge spend per request."""
 
 from __future__ import annotations
 
@@ -93,6 +94,20 @@ async def measure(call: Call, concurrency: int, total: int) -> tuple[list[float]
         return latencies, time.perf_counter() - began
 
 
+def cpu_seconds(process: asyncio.subprocess.Process) -> float | None:
+    """CPU time (user + system) a process has used so far; None where /proc is missing. Unlike
+    wall-clock numbers it does not depend on what else the machine is running."""
+    try:
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_request(before: float | None, after: float | None, count: int) -> str:
+    return f"{(after - before) / count * 1e6:.0f}" if before is not None and after is not None else "n/a"
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
@@ -134,25 +149,32 @@ async def main(scale: float) -> int:
             rows = []
             for concurrency, count in REQUESTS.items():
                 count = max(100, int(count * scale))
+                up_cpu = cpu_seconds(upstream)
                 d_lat, d_wall = await measure(direct, concurrency, count)
+                up_cpu_direct = cpu_seconds(upstream)
+                bridge_cpu = cpu_seconds(bridge)
                 b_lat, b_wall = await measure(bridged, concurrency, count)
+                bridge_cpu_after = cpu_seconds(bridge)
                 d_p50, b_p50 = quantile(d_lat, 0.5), quantile(b_lat, 0.5)
                 d_rps, b_rps = count / d_wall, count / b_wall
                 rows.append([str(concurrency), str(count), f"{d_p50:.2f}", f"{quantile(d_lat, 0.99):.2f}", f"{d_rps:,.0f}",
                              f"{b_p50:.2f}", f"{quantile(b_lat, 0.99):.2f}", f"{b_rps:,.0f}",
-                             f"{b_p50 - d_p50:+.2f}", f"{b_rps / d_rps:.0%}"])
+                             f"{b_p50 - d_p50:+.2f}", f"{b_rps / d_rps:.0%}",
+                             cpu_per_request(up_cpu, up_cpu_direct, count + WARMUP),
+                             cpu_per_request(bridge_cpu, bridge_cpu_after, count + WARMUP)])
     finally:
         if bridge is not None:
             await stop(bridge)
         await stop(upstream)
     header = ["clients", "requests", "direct p50", "direct p99", "direct req/s", "bridge p50", "bridge p99", "bridge req/s",
-              "p50 overhead ms", "throughput kept"]
+              "p50 overhead ms", "throughput kept", "upstream CPU us/req", "bridge CPU us/req"]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     print("POST /tools/{id}:invoke through the bridge vs POST /tools/add on the a2t upstream (loopback, ms)")
     print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
     for row in rows:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
-    print("aim: p50 overhead < 1 ms, throughput kept >= 50%")
+    print("aim: p50 overhead < 1 ms, throughput kept >= 50%. CPU columns: process CPU time per request "
+          "(warm-up included), independent of other load on the machine.")
     return 0
 
 

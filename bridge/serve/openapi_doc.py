@@ -262,7 +262,7 @@ def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
         "/openapi.json": {"get": _op("openapi", "This document", _responses(OBJ, ()), tag="probes", open_=True)},
     }
     schemas = _schemas()
-    schemas["AnyError"] = {"oneOf": [_ref("ToolResult"), _ref("ErrorBody")]}
+    schemas["AnyError"] = {"anyOf": [_ref("ToolResult"), _ref("ErrorBody")]}
     return {
         "openapi": "3.1.0",
         "info": {

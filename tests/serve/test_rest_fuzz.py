@@ -32,8 +32,9 @@ def from_schema(schema: dict[str, Any], depth: int = 0) -> st.SearchStrategy[Any
     with properties and required, arrays, strings with pattern or minLength, bounded integers)."""
     if "$ref" in schema:
         return from_schema(COMPONENTS["schemas"][schema["$ref"].rsplit("/", 1)[-1]], depth)
-    if "oneOf" in schema:
-        return st.one_of([from_schema(s, depth) for s in schema["oneOf"]])
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            return st.one_of([from_schema(s, depth) for s in schema[key]])
     kind = schema.get("type")
     if isinstance(kind, list):
         return st.one_of([from_schema({**schema, "type": k}, depth) for k in kind])
