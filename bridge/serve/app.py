@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import inspect
 import logging
 import signal
@@ -24,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.config import BridgeConfig
 from bridge.runtime import Bridge
+from bridge.serve.mcp import MCPFrontend
 from bridge.serve.auth import is_loopback
 from bridge.serve.openapi_doc import openapi_routes
 from bridge.serve.rest import ietf_routes
@@ -81,33 +81,20 @@ def rest_routes(bridge: Bridge) -> tuple[list[BaseRoute], list[Callable[[], Any]
     return routes, [views.close]
 
 
-def _mcp_frontend() -> type | None:
-    try:
-        module = importlib.import_module("bridge.serve.mcp")
-    except ImportError as exc:
-        if exc.name not in ("bridge.serve.mcp",):
-            raise
-        return None
-    return getattr(module, "MCPFrontend", None)
-
-
 def build_app(bridge: Bridge, *, host: str = "127.0.0.1") -> Starlette:
     """One Starlette app: the MCP frontend's app (whose lifespan runs its session manager) with
-    the REST routes beside `/mcp`, or the REST routes alone when no MCP frontend is installed."""
+    the REST routes beside `/mcp`."""
     routes, closers = rest_routes(bridge)
-    frontend_class = _mcp_frontend()
-    if frontend_class is not None:
-        frontend = frontend_class(bridge)
-        app: Starlette = frontend.http_app(routes, host)
-        closers.append(frontend.aclose)
-    else:
-        app = Starlette(routes=routes)
+    frontend = MCPFrontend(bridge)
+    app: Starlette = frontend.http_app(routes, host)
+    closers.append(frontend.aclose)
+    # `/tools/` is not `/tools`: an undocumented redirect would only confuse REST clients
+    app.router.redirect_slashes = False
     app.exception_handlers[HTTPException] = _http_error
     app.exception_handlers[Exception] = _server_error
     app.add_middleware(ContentLengthLimit, limit=bridge.config.server.max_body_bytes)
     app.state.bridge = bridge
     app.state.closers = closers
-    app.state.serves_mcp = frontend_class is not None
     return app
 
 
@@ -121,17 +108,15 @@ async def close_app(app: Starlette) -> None:
                 await outcome
 
 
-def served_urls(base: str, *, mcp: bool) -> list[tuple[str, str]]:
-    urls = [
+def served_urls(base: str) -> list[tuple[str, str]]:
+    return [
         ("A2T REST (IETF draft)", f"{base}/tools"),
         ("a2t dialect", f"{base}/.well-known/a2t-capabilities.json"),
+        ("MCP (streamable HTTP)", f"{base}/mcp"),
         ("Agent Tool records", f"{base}/search?q=..  {base}/invoke"),
         ("OpenAPI", f"{base}/openapi.json"),
         ("health", f"{base}/healthz  {base}/readyz"),
     ]
-    if mcp:
-        urls.insert(2, ("MCP (streamable HTTP)", f"{base}/mcp"))
-    return urls
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -198,7 +183,7 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         bound_port = sock.getsockname()[1]
         base = (config.server.public_url or f"http://{host if ':' not in host else f'[{host.strip(chr(91) + chr(93))}]'}:{bound_port}").rstrip("/")
         print(f"bridge: serving {len(bridge.catalog)} tools from {len(bridge.catalog.slots)} upstreams on {base}", file=sys.stderr)
-        for label, url in served_urls(base, mcp=bool(app.state.serves_mcp)):
+        for label, url in served_urls(base):
             print(f"  {label + ':':<24}{url}", file=sys.stderr)
         await task
         return 0

@@ -18,7 +18,8 @@ from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app
 from demo.openapi_service import build_app as notes_app
 from tests.fakes import FakeConfig, FakeUpstream, tool
-from tests.serve.rest_env import indexed, serve_asgi
+from tests.serve.rest_env import indexed
+from tests.servers import serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import uvicorn
 
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app
 from bridge.upstream import Upstream
+from tests.servers import serve_asgi
 
 TOKEN_ALL = "token-for-everything"
 TOKEN_NARROW = "token-for-the-narrow-surface"
@@ -59,33 +58,6 @@ async def _body(response: aiohttp.ClientResponse) -> Any:
 
         return json.loads(text)
     return text
-
-
-@contextlib.asynccontextmanager
-async def serve_asgi(app: Any) -> AsyncIterator[str]:
-    """`app` on uvicorn at an ephemeral loopback port, ready when uvicorn says so. The socket is
-    made with IPPROTO_TCP so asyncio sets TCP_NODELAY on its connections (a socket with proto 0
-    does not get it, and each response then waits ~40 ms for a delayed ACK)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(15):
-            while not server.started:
-                if task.done():
-                    task.result()
-                await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        with contextlib.suppress(BaseException):
-            async with asyncio.timeout(5):
-                await task
-        if not task.done():
-            task.cancel()
-        sock.close()
 
 
 def config_with(**sections: Any) -> dict[str, Any]:

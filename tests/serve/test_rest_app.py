@@ -16,10 +16,9 @@ import yaml
 
 from bridge.config import parse_config
 from bridge.runtime import Bridge
-from bridge.serve import app as app_module
 from bridge.serve.app import build_app, close_app, run_http
 from tests.fakes import FakeUpstream
-from tests.serve.rest_env import serve_asgi
+from tests.servers import serve_asgi
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,31 +38,15 @@ async def test_mcp_and_rest_answer_on_one_port():
     await bridge.start()
     app = build_app(bridge)
     try:
-        assert app.state.serves_mcp
         async with serve_asgi(app) as base, aiohttp.ClientSession(base_url=base) as http:
             async with http.get("/tools") as response:
                 assert response.status == 200 and (await response.json())["items"][0]["name"] == "f__echo"
+            async with http.get("/tools/", allow_redirects=False) as response:
+                assert response.status == 404  # no undocumented slash redirect
             async with http.post("/mcp", json=MCP_INITIALIZE, headers=MCP_HEADERS) as response:
                 assert response.status == 200 and "serverInfo" in await response.text()
             async with http.post("/mcp", data=b"x" * (2 << 20), headers=MCP_HEADERS) as response:
                 assert response.status == 413  # the body limit covers every path
-    finally:
-        await close_app(app)
-        await bridge.close()
-
-
-async def test_rest_alone_when_no_mcp_frontend_is_installed(monkeypatch):
-    monkeypatch.setattr(app_module, "_mcp_frontend", lambda: None)
-    bridge = Bridge(parse_config({"store": {"path": ":memory:"}}), extra_upstreams=[FakeUpstream(name="f")])
-    await bridge.start()
-    app = build_app(bridge)
-    try:
-        assert not app.state.serves_mcp
-        async with serve_asgi(app) as base, aiohttp.ClientSession(base_url=base) as http:
-            async with http.get("/tools") as response:
-                assert response.status == 200
-            async with http.post("/mcp", json=MCP_INITIALIZE) as response:
-                assert response.status == 404 and (await response.json())["error"]["error_code"] == "route_not_found"
     finally:
         await close_app(app)
         await bridge.close()
