@@ -6,10 +6,8 @@ carry credentials."""
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import random
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +17,9 @@ from yarl import URL
 
 from bridge.model import BridgeError, ErrorClass, ToolError, UpstreamResult
 from bridge.translate.wire import TOOL_RESULT_KEY, result_from_envelope, tool_error_from_body
+from bridge.translate.http import retry_after_seconds
 
-__all__ = ["RetryConfig", "HTTPAnswer", "A2THttp", "safe_url", "class_of_status", "error_result_of", "retry_after_seconds"]
+__all__ = ["RetryConfig", "HTTPAnswer", "A2THttp", "safe_url", "class_of_status", "error_result_of"]
 
 USER_AGENT = "a2t-bridge (a2t upstream)"
 
@@ -44,21 +43,6 @@ def safe_url(url: str | URL) -> str:
         return str(parsed.with_user(None).with_query(None).with_fragment(None))
     except ValueError:
         return str(url).split("?")[0]
-
-
-def retry_after_seconds(value: str | None) -> float | None:
-    """`Retry-After` as seconds from now: delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value.strip()))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, round(when.timestamp() - time.time(), 3))
 
 
 def class_of_status(status: int) -> ErrorClass:

@@ -21,7 +21,8 @@ from yarl import URL
 from adapters.openapi_auth import AuthConfig, Credentials
 from adapters.openapi_operations import Operation, Selector, map_operations
 from adapters.openapi_params import build_request
-from adapters.openapi_response import error_result, retry_after_seconds, success_result
+from adapters.openapi_response import error_result, success_result
+from bridge.translate.http import retry_after_seconds
 from adapters.openapi_spec import Document, SpecError, is_url, parse_document, read_source
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool
 from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent

@@ -6,36 +6,19 @@ recoverability and `Retry-After`."""
 from __future__ import annotations
 
 import base64
-import email.utils
 import json
-import time
 from typing import Any
 
 from adapters.openapi_auth import Redactor
 from adapters.openapi_operations import Operation, body_kind
 from bridge.model import ErrorClass, Recoverability, ToolError, UpstreamResult
+from bridge.translate.http import retry_after_seconds
 
-__all__ = ["success_result", "error_result", "retry_after_seconds", "classify_status", "KEPT_HEADERS"]
+__all__ = ["success_result", "error_result", "classify_status", "KEPT_HEADERS"]
 
 # Response headers worth passing on (pagination, caching, rate limits); never cookies or credentials.
 KEPT_HEADERS = ("content-type", "content-length", "location", "link", "etag", "last-modified", "retry-after",
                 "x-request-id", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
-
-
-def retry_after_seconds(value: str | None) -> float | None:
-    """`Retry-After` as seconds from now: delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, round(when.timestamp() - time.time(), 3))
 
 
 def classify_status(status: int) -> tuple[ErrorClass, Recoverability]:
