@@ -278,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(COMMANDS[args.command](args, config))  # type: ignore[arg-type]
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a clear line, never a traceback (unless -v asks for it)
+        logging.getLogger("bridge.cli").debug("bridge %s failed", args.command, exc_info=True)
+        print(f"bridge {args.command}: {type(exc).__name__}: {exc}" + ("" if args.verbose else " (run with -v for details)"), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -54,3 +54,13 @@ def test_config_error_exit_code_and_message(tmp_path, capsys):
 def test_call_with_bad_json_args(tmp_path, capsys):
     assert main(["call", "svc__echo", "--args", "{nope", "-c", config(tmp_path)]) == 2
     assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_startup_failure_is_one_clear_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    path = tmp_path / "c.yaml"
+    path.write_text(f"store: {{path: {blocker / 'b.db'}}}\n")
+    assert main(["tools", "-c", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bridge tools: ") and "Traceback" not in err
