@@ -1,7 +1,9 @@
 """Search quality on the development set: recall@1/5/10 and nDCG@10 of `bridge.search` over
-the 2,961 function declarations of ../shared/data/toolsearch, next to plain BM25.
+the 2,961 function declarations of ../shared/data/toolsearch, next to plain BM25, and with the
+semantic stage when its model is installed (the `semantic` extra). The tools' embeddings are
+kept in bench/.cache, so only the first run spends minutes computing them.
 
-Run: .venv/bin/python bench/search_quality.py [--data DIR] [--limit N]
+Run: .venv/bin/python bench/search_quality.py [--data DIR] [--no-semantic]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from bridge.catalog import Catalog  # noqa: E402
 from bridge.config import SurfaceConfig  # noqa: E402
 from bridge.model import UpstreamResult, UpstreamTool  # noqa: E402
 from bridge.search import ToolSearch  # noqa: E402
+from bridge.search_encoder import model_location  # noqa: E402
 from bridge.store import Store  # noqa: E402
 from bridge.surface import Surface  # noqa: E402
 from bridge.upstream import CallContext, Upstream, UpstreamConfig  # noqa: E402
@@ -118,14 +121,18 @@ def plain_bm25(rows: Sequence[dict[str, Any]]) -> Ranker:
 class BridgeRanker:
     """`bridge.search` over a catalog holding the development set in one upstream."""
 
-    def __init__(self, rows: Sequence[dict[str, Any]], **search_options: Any) -> None:
+    def __init__(self, rows: Sequence[dict[str, Any]], path: str | None = None, **search_options: Any) -> None:
         self.catalog = Catalog(Store())
         self.catalog.add_upstream(ListedUpstream("tools", upstream_tools(rows)))
-        self.search = ToolSearch(self.catalog, None, **search_options)
+        self.search = ToolSearch(self.catalog, path, **search_options)
         started = time.perf_counter()
         self.catalog.apply_tools("tools", upstream_tools(rows))
         self.search.flush(60.0)
         self.index_seconds = time.perf_counter() - started
+        self.embed_seconds = 0.0
+        if self.search.semantic is not None:
+            self.search.semantic.flush(None)  # every tool embedded (or read from the cache)
+            self.embed_seconds = time.perf_counter() - started
         self.surface = Surface(SurfaceConfig(name="default"), self.catalog)
 
     def __call__(self, query: str) -> list[str]:
@@ -152,17 +159,39 @@ def table(rows: list[tuple[str, dict[str, float]]]) -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with catalog.jsonl and queries-dev.jsonl")
+    parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's row")
     args = parser.parse_args()
     rows, queries = load_dev_set(args.data)
     print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data})")
     results = [("plain BM25 (name+description+params)", score(plain_bm25(rows), queries))]
-    ranker = BridgeRanker(rows)
+    ranker = BridgeRanker(rows, semantic=False)
     try:
         results.append(("bridge.search", score(ranker, queries)))
     finally:
         ranker.close()
+    notes = [f"bridge.search indexed {len(rows)} tools through the catalog in {ranker.index_seconds:.2f} s"]
+    if not args.no_semantic and model_location() is None:
+        notes.append("semantic stage: model not installed (pip install -e '.[semantic]'); row left out")
+    elif not args.no_semantic:
+        cache = ROOT / "bench" / ".cache" / "search-quality.index"
+        semantic = BridgeRanker(rows, str(cache), semantic=True)
+        try:
+            results.append(("bridge.search + semantic", score(semantic, queries)))
+            stage = semantic.search.semantic
+            assert stage is not None
+            embedded = stage.embedded
+            notes.append(f"semantic stage: {embedded} tools embedded in {semantic.embed_seconds:.1f} s"
+                         + (f" ({1000 * semantic.embed_seconds / embedded:.1f} s per 1,000 tools)" if embedded else
+                            " (all read from the vector cache in bench/.cache)"))
+            query = "find the area of a triangle with a base of 10 units and height of 5 units"
+            started = time.perf_counter()
+            for _ in range(20):
+                stage.encoder.encode([query], 128)
+            notes.append(f"semantic stage: one query embedding takes {50 * (time.perf_counter() - started):.1f} ms")
+        finally:
+            semantic.close()
     print(table(results))
-    print(f"bridge.search indexed {len(rows)} tools through the catalog in {ranker.index_seconds:.2f} s")
+    print("\n".join(notes))
 
 
 if __name__ == "__main__":

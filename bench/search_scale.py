@@ -20,7 +20,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,11 +65,14 @@ class Synthetic:
         words = sorted({t for r in rows for t in name_tokens(r["name"]) if t.isalpha() and len(t) > 3})
         self.vendors = [f"{words[(i * 31) % len(words)]}{words[(i * 17 + 5) % len(words)]}" for i in range(2000)]
         self.params = [_param_text(r.get("parameters") or {}) for r in rows]
+        self.params_joined = [(" ".join(names), " ".join(texts)) for names, texts in self.params]
         self.firsts = [_first_sentence(r.get("description") or "") for r in rows]
+        self.name_words = [name_text(r["name"]) for r in rows]  # the words of `verb_noun_<name>` follow
 
     @staticmethod
     def tool_id(i: int) -> str:
-        return str(uuid.UUID(int=(i + 1) * 0x9E3779B97F4A7C15 % (1 << 128)))
+        h = f"{(i + 1) * 0x9E3779B97F4A7C15 % (1 << 128):032x}"  # str(uuid.UUID(int=...)), faster
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
     def tool(self, i: int) -> IndexedTool:
         n = len(self.rows)
@@ -84,11 +86,11 @@ class Synthetic:
         verb, obj = VERBS[(i // 7) % len(VERBS)], OBJECTS[(i // 140) % len(OBJECTS)]
         native = f"{verb}_{obj}_{self.rows[a]['name']}"
         description = f"{self.firsts[a]} {verb.capitalize()}s the {obj} of a {vendor} workspace. {self.firsts[b]}"
-        (names_a, texts_a), (names_b, texts_b) = self.params[a], self.params[b]
+        (names_b, texts_b), (params_a, text_a) = self.params[b], self.params_joined[a]
         return IndexedTool(
-            tool_id=self.tool_id(i), namespace=vendor, name=name_text(native),
+            tool_id=self.tool_id(i), namespace=vendor, name=f"{verb} {obj} {self.name_words[a]}",
             exact_names=exact_names(native, f"{vendor}__{native}"), description=description,
-            params=" ".join(names_a + names_b[:2]), param_text=" ".join(texts_a + texts_b[:2]), tags=[obj],
+            params=" ".join([params_a, *names_b[:2]]), param_text=" ".join([text_a, *texts_b[:2]]), tags=[obj],
             read_only=verb in ("get", "list", "search", "find", "fetch", "describe"),
         )
 
@@ -117,7 +119,7 @@ def search(index: ToolIndex, text: str, limit: int = 10) -> list[tuple[str, floa
 def run_size(size: int, synthetic: Synthetic, queries: list[str], workdir: str) -> dict[str, Any]:
     path = os.path.join(workdir, f"index-{size}")
     shutil.rmtree(path, ignore_errors=True)
-    index = ToolIndex(path, heap_size=400_000_000, threads=2)
+    index = ToolIndex(path, heap_size=1_000_000_000, threads=2)
     started, cpu_started = time.perf_counter(), time.process_time()
     index.bulk_load(synthetic.tools(0, size))
     build, build_cpu = time.perf_counter() - started, time.process_time() - cpu_started

@@ -113,6 +113,9 @@ class InvokeConfig(_Strict):
 class SearchConfig(_Strict):
     path: str | None = Field(default=None, description="index folder; default beside the store")
     enabled: bool = True
+    # rerank free-text results with the sentence-embedding model of the `semantic` extra, when
+    # it is installed (docs/search.md); false: keyword ranking only
+    semantic: bool = True
 
 
 class BridgeConfig(_Strict):

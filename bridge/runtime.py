@@ -33,7 +33,7 @@ class Bridge:
             index_path = config.resolve_path(config.search.path) if config.search.path else str(
                 Path(config.resolve_path(store_path)).with_suffix(".index")
             )
-        self.search = ToolSearch(self.catalog, index_path)
+        self.search = ToolSearch(self.catalog, index_path, semantic=config.search.semantic)
         self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke)
 
     async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None) -> None:

@@ -14,6 +14,8 @@ from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
 from bridge.search_rank import AnalyzedQuery, analyze_query, derive_search_hint, name_tokens
+from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES
+from bridge.search_semantic import SemanticStage
 from bridge.surface import Surface, deferred_ref
 
 __all__ = ["ToolSearch", "name_tokens", "derive_search_hint", "indexed_tool", "SELECT_PREFIX"]
@@ -80,14 +82,19 @@ class ToolSearch:
 
     `path` is the index folder (reopened when it still matches the catalog), None for an index
     in memory. Writes happen on a background thread in batched commits; `wait_indexed()` (or
-    `flush()`) waits until every change so far is searchable.
+    `flush()`) waits until every change so far is searchable. With `semantic` and the model
+    installed, free-text results are reranked by bridge.search_semantic (`self.semantic`).
     """
 
-    def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None) -> None:
+    def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None,
+                 semantic: bool = False) -> None:
         self.catalog = catalog
         self.path = path
         self.index = ToolIndex(path, convert=indexed_tool)
         self.field_weights = field_weights
+        self.semantic = SemanticStage.open(path) if semantic else None
+        if self.semantic is not None:
+            self.semantic.submit([d for slot in catalog.slots.values() for d in slot.tools.values()])
         self._reconciled: set[str] = set()
         self._unsubscribe = catalog.subscribe(self._on_change)
         # tools of upstreams no longer configured go; the others are compared with their listing
@@ -101,6 +108,8 @@ class ToolSearch:
     def _on_change(self, change: CatalogChange) -> None:
         """Hand the change to the index's writer thread; documents are built there."""
         touched = (*change.added, *change.updated, *change.removed)
+        if self.semantic is not None:
+            self.semantic.submit((*change.added, *change.updated), [d.tool_id for d in change.removed])
         namespaces = {change.upstream} if change.upstream else {d.namespace for d in touched}
         done: set[str] = set()
         for namespace in namespaces - self._reconciled:
@@ -141,6 +150,8 @@ class ToolSearch:
     def close(self) -> None:
         self._unsubscribe()
         self.index.close()
+        if self.semantic is not None:
+            self.semantic.close()
 
     # ---------------------------------------------------------------- queries
 
@@ -208,7 +219,9 @@ class ToolSearch:
         """Ranked visible declarations. Asks the index again, further down, while blocked tools
         (or index entries the catalog no longer has) leave fewer than `limit`."""
         index_query = self.index.query(analyzed, weights=self.field_weights, **filters)
-        want = max(CANDIDATES, limit)
+        rerank = self.semantic is not None and analyzed is not None and not analyzed.empty
+        want = max(SEMANTIC_CANDIDATES if rerank else CANDIDATES, limit)
+        goal = max(SEMANTIC_CANDIDATES, limit) if rerank else limit
         offset = 0
         kept: list[tuple[ToolDeclaration, float]] = []
         while True:
@@ -217,7 +230,9 @@ class ToolSearch:
                 decl = self.catalog.get(tool_id)
                 if decl is not None and self._passes(decl, filters) and surface.visible(decl):
                     kept.append((decl, score))
-            if len(kept) >= limit or len(hits) < want:
+            if len(kept) >= goal or len(hits) < want:
+                if rerank and self.semantic is not None and analyzed is not None:
+                    kept = self.semantic.rerank(analyzed.text, kept[:goal]) or kept
                 return kept[:limit]
             offset += want
             want *= 4

@@ -20,7 +20,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the `semantic` extra is not installed: there is no encoder
+    np = None  # type: ignore[assignment]
 
 __all__ = ["MODEL_NAME", "MODEL_PACKAGES", "Encoder", "MiniLMEncoder", "WordPiece", "load_encoder", "model_location"]
 
@@ -35,7 +38,7 @@ MODEL_PACKAGES: tuple[tuple[str, str], ...] = (
     ("all_minilm_l6_v2", "model.zip"),
 )
 _BATCH = 32
-_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
+_DTYPES = {"F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4"}
 
 
 class Encoder:
@@ -288,7 +291,7 @@ def load_encoder() -> Encoder | None:
     """The installed model, loaded once per process; None when no package ships it."""
     with _lock:
         if "encoder" not in _loaded:
-            location = model_location()
+            location = model_location() if np is not None else None
             encoder: Encoder | None = None
             if location is not None:
                 try:

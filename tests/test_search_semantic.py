@@ -1,0 +1,240 @@
+"""The optional semantic stage of tool search: tool embeddings computed in the background and
+kept in step with the catalog, the vector file beside the index reused across restarts, the
+reranking of keyword candidates, and (when the `semantic` extra is installed) the bundled model
+itself, loaded and run with the network unreachable."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import socket
+from pathlib import Path
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from bridge.catalog import Catalog
+from bridge.config import BridgeConfig, SurfaceConfig
+from bridge.search import ToolSearch
+from bridge.search_encoder import Encoder, MiniLMEncoder, model_location
+from bridge.search_semantic import SemanticStage, tool_text, vector_path
+from bridge.store import Store
+from bridge.surface import Surface
+from tests.fakes import FakeUpstream, tool
+
+
+class WordsEncoder(Encoder):
+    """A small deterministic encoder: each word hashed to one of 64 dimensions, unit length.
+    Texts sharing words are similar; it counts what it encodes."""
+
+    name = "test-words"
+    dim = 64
+
+    def __init__(self) -> None:
+        self.encoded: list[str] = []
+
+    def encode(self, texts, max_tokens=128):
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for i, text in enumerate(texts):
+            self.encoded.append(text)
+            for word in re.findall(r"[a-z]+", text.lower()):
+                out[i, hashlib.blake2b(word.encode(), digest_size=1).digest()[0] % self.dim] += 1.0
+            out[i] /= max(np.linalg.norm(out[i]), 1e-9)
+        return out
+
+
+def tools():
+    return [
+        tool("read_file", description="Read a text file from disk."),
+        tool("send_mail", description="Send an email message to someone."),
+        tool("forecast", description="Weather forecast for a city."),
+    ]
+
+
+async def started(ups, path=None, encoder=None):
+    catalog = Catalog(Store())
+    for up in ups:
+        catalog.add_upstream(up)
+    search = ToolSearch(catalog, path, semantic=False)
+    stage = SemanticStage(encoder or WordsEncoder(), vector_path(path) if path else None)
+    search.semantic = stage
+    stage.submit([d for slot in catalog.slots.values() for d in slot.tools.values()])
+    await catalog.start()
+    assert await search.wait_indexed()
+    assert await asyncio.to_thread(stage.flush, 10.0)
+    return catalog, search, stage
+
+
+async def test_tools_are_embedded_once_and_follow_catalog_changes():
+    enc = WordsEncoder()
+    catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())], encoder=enc)
+    try:
+        assert stage.embedded == 3 and stage.missing == 0
+        # an identical re-listing embeds nothing; a changed description embeds that tool alone
+        catalog.apply_tools("a", tools())
+        changed = tools()
+        changed[2] = tool("forecast", description="Weather forecast for a town.")
+        catalog.apply_tools("a", changed)
+        assert await asyncio.to_thread(stage.flush, 10.0)
+        assert stage.embedded == 4 and "Weather forecast for a town." in enc.encoded[-1]
+        # a removed tool is forgotten; a whole upstream going empties it
+        catalog.apply_tools("a", changed[:1])
+        assert await asyncio.to_thread(stage.flush, 10.0)
+        assert len(stage._keys) == 1
+        catalog.apply_tools("a", [])
+        assert await asyncio.to_thread(stage.flush, 10.0)
+        assert stage._keys == {}
+    finally:
+        search.close()
+        await catalog.close()
+
+
+async def test_vectors_beside_the_index_are_reused_after_a_restart(tmp_path):
+    path = str(tmp_path / "bridge.index")
+    catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())], path)
+    assert stage.embedded == 3
+    search.close()
+    await catalog.close()
+    assert Path(path + ".vectors").stat().st_size > 3 * (16 + 2 * 64)
+
+    enc = WordsEncoder()
+    catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())], path, enc)
+    try:
+        assert stage.embedded == 0 and enc.encoded == []  # every vector came from the file
+        surface = Surface(SurfaceConfig(name="default"), catalog)
+        assert search.search("weather for a city", surface=surface).matches[0].name == "a__forecast"
+    finally:
+        search.close()
+        await catalog.close()
+
+
+def test_a_torn_record_or_another_model_is_recovered(tmp_path):
+    path = str(tmp_path / "x.vectors")
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="a", tools=tools()))
+    catalog.apply_tools("a", tools())
+    decls = list(catalog.slots["a"].tools.values())
+    stage = SemanticStage(WordsEncoder(), path)
+    stage.submit(decls)
+    assert stage.flush(10.0)
+    stage.close()
+    with open(path, "ab") as fh:
+        fh.write(b"\x01" * 20)  # a crash in the middle of an append
+    stage = SemanticStage(WordsEncoder(), path)
+    assert stage._count == 3
+    stage.close()
+
+    class OtherModel(WordsEncoder):
+        name = "another-model"
+
+    enc = OtherModel()
+    stage = SemanticStage(enc, path)
+    stage.submit(decls)
+    assert stage.flush(10.0)
+    assert stage.embedded == 3  # vectors of another model are never mixed in
+    stage.close()
+
+
+async def test_rerank_mixes_keyword_and_cosine_and_waits_for_embeddings():
+    catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())])
+    surface = Surface(SurfaceConfig(name="default"), catalog)
+    try:
+        result = search.search("send a text message by email", surface=surface)
+        assert result.matches[0].name == "a__send_mail"
+        scores = [m.score for m in result.matches]
+        assert scores == sorted(scores, reverse=True) and all(s <= 1.0 for s in scores)
+        decls = {d.name: d for d in catalog.slots["a"].tools.values()}
+        ranked = [(decls["a__read_file"], 5.0), (decls["a__send_mail"], 4.0)]
+        order = stage.rerank("email message", ranked)
+        assert order is not None and order[0][0].name == "a__send_mail"
+        # a candidate without its embedding yet: keyword order is kept
+        unknown = decls["a__forecast"].model_copy(update={"tool_id": "not-embedded"})
+        assert stage.rerank("email message", [*ranked, (unknown, 1.0)]) is None
+        # select: is not reranked
+        assert search.search("select:a__forecast", surface=surface).matches[0].score == 1.0
+    finally:
+        search.close()
+        await catalog.close()
+
+
+def test_tool_text_has_name_words_description_and_parameters():
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="a"))
+    catalog.apply_tools("a", [tool("getUserById", description="Fetch one user.",
+                                   props={"userId": {"type": "string", "description": "the user's id"}})])
+    decl = next(iter(catalog.slots["a"].tools.values()))
+    assert tool_text(decl) == "get user by id: Fetch one user. Parameters: user id (the user's id)"
+
+
+def test_config_switch():
+    assert BridgeConfig().search.semantic is True
+    assert BridgeConfig.model_validate({"search": {"semantic": False}}).search.semantic is False
+    catalog = Catalog(Store())
+    search = ToolSearch(catalog, semantic=False)
+    assert search.semantic is None
+    search.close()
+
+
+# ---------------------------------------------------------------- the bundled model
+
+needs_model = pytest.mark.skipif(model_location() is None, reason="the semantic extra is not installed")
+
+
+@pytest.fixture(scope="module")
+def offline_encoder():
+    """The model loaded while every attempt to open a network connection fails."""
+    real_connect = socket.socket.connect
+
+    def refuse(self, address):
+        if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "::1", "localhost"):
+            raise OSError("network disabled in this test")
+        return real_connect(self, address)
+
+    socket.socket.connect = refuse  # type: ignore[method-assign]
+    try:
+        location = model_location()
+        assert location is not None
+        yield MiniLMEncoder(location)
+    finally:
+        socket.socket.connect = real_connect  # type: ignore[method-assign]
+
+
+@needs_model
+def test_bundled_model_tokenizes_and_embeds_offline(offline_encoder):
+    enc = offline_encoder
+    assert enc.tokenizer.ids("Hello, world!", 128) == [101, 7592, 1010, 2088, 999, 102]
+    assert enc.tokenizer.ids("Café getUserById", 128)[:3] == [101, 7668, 2131]
+    vectors = enc.encode(["read the contents of a file", "open a text document and return what it says",
+                          "book a flight to Paris"])
+    assert vectors.shape == (3, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+
+
+@needs_model
+async def test_bundled_model_ranks_by_meaning(tmp_path):
+    ups = [FakeUpstream(name="a", tools=[
+        tool("city_weather", description="Current weather conditions in a city."),
+        tool("city_population", description="Number of people living in a city."),
+        tool("trip_book", description="Reserve seats on an airline for a trip."),
+    ])]
+    catalog = Catalog(Store())
+    for up in ups:
+        catalog.add_upstream(up)
+    search = ToolSearch(catalog, str(tmp_path / "bridge.index"), semantic=True)
+    assert search.semantic is not None
+    await catalog.start()
+    try:
+        assert await search.wait_indexed()
+        assert await asyncio.to_thread(search.semantic.flush, 60.0)
+        surface = Surface(SurfaceConfig(name="default"), catalog)
+        # both tools have the only keyword, "city"; the meaning decides
+        assert search.search("is it raining in the city", surface=surface).matches[0].name == "a__city_weather"
+        assert search.search("how many inhabitants does the city have", surface=surface).matches[0].name == \
+            "a__city_population"
+        assert search.search("book a flight to Paris", surface=surface).matches[0].name == "a__trip_book"
+    finally:
+        search.close()
+        await catalog.close()
