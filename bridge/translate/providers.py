@@ -160,23 +160,24 @@ def _nullable(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
-def strict_schema(schema: dict[str, Any] | None) -> dict[str, Any]:
+def strict_schema(schema: dict[str, Any] | None, omitted: list[str] | None = None) -> dict[str, Any]:
     """A parameters schema that passes OpenAI strict mode: every object closed
     (`additionalProperties: false`) with every property listed in `required`, optional ones
     made nullable, unsupported keywords dropped (a default is kept as a note in the
-    description). Raises StrictSchemaError for what strict mode cannot express (free-form
-    objects, `allOf`, `not`, ...)."""
+    description). An optional property strict mode cannot express (a free-form object, say) is
+    left out when `omitted` is given, which then lists why; a required one, or anything else
+    strict mode cannot express (`allOf`, `not`, ...), raises StrictSchemaError."""
     root = _root(schema)
     if not root.get("properties") and "additionalProperties" not in root:
         root["additionalProperties"] = False  # a bare object at the top means "no arguments"
-    out = _strict(root, "")
+    out = _strict(root, "", omitted)
     for key in ("$defs", "definitions"):
         if isinstance(root.get(key), dict):
-            out[key] = {name: _strict(sub, f"/{key}/{name}") for name, sub in root[key].items()}
+            out[key] = {name: _strict(sub, f"/{key}/{name}", omitted) for name, sub in root[key].items()}
     return out
 
 
-def _strict(node: Any, pointer: str) -> dict[str, Any]:
+def _strict(node: Any, pointer: str, omitted: list[str] | None = None) -> dict[str, Any]:
     if not isinstance(node, dict) or not node:
         raise StrictSchemaError(pointer, "accepts any value")
     refused = sorted(k for k in node if k in _STRICT_REFUSE)
@@ -195,7 +196,7 @@ def _strict(node: Any, pointer: str) -> dict[str, Any]:
         _with_note(out, f"default: {json.dumps(node['default'], ensure_ascii=False)}")
     kinds = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
     if "anyOf" in node:
-        out["anyOf"] = [_strict(sub, f"{pointer}/anyOf/{i}") for i, sub in enumerate(node["anyOf"])]
+        out["anyOf"] = [_strict(sub, f"{pointer}/anyOf/{i}", omitted) for i, sub in enumerate(node["anyOf"])]
     if "object" in kinds or "properties" in node:
         properties = node.get("properties") or {}
         extra = node.get("additionalProperties", True)
@@ -206,16 +207,22 @@ def _strict(node: Any, pointer: str) -> dict[str, Any]:
         required = set(node.get("required") or [])
         out["properties"] = {}
         for name, sub in properties.items():
-            converted = _strict(sub, f"{pointer}/properties/{name}")
+            try:
+                converted = _strict(sub, f"{pointer}/properties/{name}", omitted)
+            except StrictSchemaError as exc:
+                if name in required or omitted is None:
+                    raise
+                omitted.append(str(exc))  # optional: the call is complete without it
+                continue
             out["properties"][name] = converted if name in required else _nullable(converted)
-        out["required"] = list(properties)
+        out["required"] = list(out["properties"])
         out["additionalProperties"] = False
         if "type" not in out:
             out["type"] = "object"
     if "array" in kinds or "items" in node:
         if not isinstance(node.get("items"), dict):
             raise StrictSchemaError(pointer, "is an array without an item schema")
-        out["items"] = _strict(node["items"], f"{pointer}/items")
+        out["items"] = _strict(node["items"], f"{pointer}/items", omitted)
     if not any(k in out for k in ("type", "anyOf", "$ref", "enum", "const")):
         raise StrictSchemaError(pointer, "has no type")
     return out
@@ -290,10 +297,12 @@ def _gemini(node: Any, defs: dict[str, Any], depth: int) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- tools
 
 
-def to_openai(decl: ToolDeclaration, strict: bool = False, name: str | None = None) -> dict[str, Any]:
+def to_openai(
+    decl: ToolDeclaration, strict: bool = False, name: str | None = None, omitted: list[str] | None = None
+) -> dict[str, Any]:
     """`{"type": "function", "function": {...}}`; with `strict`, the parameters follow strict
-    mode (raises StrictSchemaError when they cannot)."""
-    parameters = strict_schema(decl.input_schema) if strict else _root(decl.input_schema)
+    mode (raises StrictSchemaError when they cannot; see `strict_schema` for `omitted`)."""
+    parameters = strict_schema(decl.input_schema, omitted) if strict else _root(decl.input_schema)
     function: dict[str, Any] = {
         "name": name or _provider_names([decl], "openai")[0],
         "description": describe(decl, OPENAI_DESCRIPTION_LIMIT),
@@ -327,8 +336,9 @@ class Compiled:
 
 
 def compile_tools(decls: Iterable[ToolDeclaration], provider: str) -> Compiled:
-    """Every declaration in the provider's format. In `openai-strict`, a tool whose schema
-    strict mode cannot express is sent with `strict: false` and a note says why."""
+    """Every declaration in the provider's format. In `openai-strict`, an optional property
+    strict mode cannot express is left out, and a tool whose required inputs it cannot express
+    is sent with `strict: false`; a note says why in both cases."""
     if provider not in PROVIDERS:
         raise ValueError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
     decls = list(decls)
@@ -339,8 +349,10 @@ def compile_tools(decls: Iterable[ToolDeclaration], provider: str) -> Compiled:
         if name != decl.name:
             result.notes.append(f"{decl.name}: sent as {name!r} ({family} names allow {_NAME_RULES[family][2]}, 64 characters)")
         if provider == "openai-strict":
+            omitted: list[str] = []
             try:
-                result.tools.append(to_openai(decl, strict=True, name=name))
+                result.tools.append(to_openai(decl, strict=True, name=name, omitted=omitted))
+                result.notes.extend(f"{decl.name}: optional property left out in strict mode, its schema at {why}" for why in omitted)
             except StrictSchemaError as exc:
                 tool = to_openai(decl, strict=False, name=name)
                 tool["function"]["strict"] = False

@@ -169,12 +169,17 @@ def test_strict_conversion_of_general_schemas():
 
 
 def test_schemas_strict_mode_cannot_express_fall_back_with_a_note():
-    free = decl("free", schema={"type": "object", "properties": {"meta": {"type": "object"}}})
-    mixed = decl("mixed", schema={"type": "object", "properties": {"a": {"allOf": [{"type": "string"}, {"minLength": 2}]}}})
-    compiled = compile_tools([free, mixed, decl("ok")], "openai-strict")
+    free = decl("free", schema={"type": "object", "properties": {"meta": {"type": "object"}}, "required": ["meta"]})
+    mixed = decl("mixed", schema={"type": "object", "properties": {"a": {"allOf": [{"type": "string"}, {"minLength": 2}]}}, "required": ["a"]})
+    optional = decl("optional", schema={"type": "object", "properties": {"meta": {"type": "object"}, "q": {"type": "string"}}, "required": ["q"]})
+    compiled = compile_tools([free, mixed, optional, decl("ok")], "openai-strict")
     strict = {t["function"]["name"]: t["function"]["strict"] for t in compiled.tools}
-    assert strict == {"free": False, "mixed": False, "ok": True}
+    assert strict == {"free": False, "mixed": False, "optional": True, "ok": True}
     assert any("free: sent with strict: false" in n and "/properties/meta" in n for n in compiled.notes)
+    # an optional property strict mode cannot express is left out, and the tool stays strict
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in compiled.tools}["optional"]
+    assert list(params["properties"]) == ["q"] and params["required"] == ["q"]
+    assert any("optional: optional property left out" in n and "/properties/meta" in n for n in compiled.notes)
 
 
 # ---------------------------------------------------------------------------- other formats
@@ -254,3 +259,33 @@ def test_translate_command_prints_a_json_array(tmp_path):
         "notes_cli__notes_note_list", "notes_cli__notes_note_show", "notes_cli__notes_text_hash",
         "notes_cli__notes_text_stats", "notes_cli__notes_version",
     }
+
+
+async def test_openai_strict_rules_hold_for_the_whole_demo_federation(tmp_path: Path):
+    """Every tool of configs/demo.yaml, of every upstream kind, compiles to OpenAI strict mode."""
+    from tests.servers import free_port
+
+    text = DEMO.read_text()
+    for port in ("9101", "9102", "9103"):
+        text = text.replace(port, str(free_port()))  # the demo's fixed ports may be in use here
+    document = yaml.safe_load(text)
+    document["store"] = {"path": str(tmp_path / "demo.db")}
+    for entry in document["upstreams"]:
+        if entry["kind"] == "atip":
+            entry.update(cwd=str(tmp_path), xdg_data_home=str(tmp_path / "data"), xdg_config_home=str(tmp_path / "config"))
+    config = parse_config(document, base_dir=str(DEMO.parent))
+    async with Bridge(config) as bridge:
+        assert {h.name: h.state for h in bridge.catalog.health()} == {u.name: "ready" for u in config.upstreams}
+        decls = sorted(bridge.catalog.declarations(), key=lambda d: d.name)
+    kinds = {d.upstream_kind for d in decls}
+    assert kinds == {"mcp", "openapi", "a2a", "atip", "a2t"}
+    compiled = compile_tools(decls, "openai-strict")
+    assert len(compiled.tools) == len(decls)
+    for tool in compiled.tools:
+        assert_openai_strict(tool)
+        assert tool["function"]["strict"] is True
+    # the A2A tools' optional free-form `data` part cannot be strict: left out, and said so
+    assert compiled.notes and all("optional property left out" in n and "/properties/data" in n for n in compiled.notes)
+    by_name = {t["function"]["name"]: t["function"]["parameters"] for t in compiled.tools}
+    assert "data" not in by_name["travel__convert_currency"]["properties"]
+    assert "message" in by_name["travel__convert_currency"]["required"]
