@@ -32,7 +32,7 @@ from bridge.store import Store
 from bridge.surface import Surface, Surfaces
 from bridge.upstream import CallContext, ProgressSink
 
-__all__ = ["Invoker", "SchemaValidators", "error_result"]
+__all__ = ["Invoker", "SchemaValidators", "error_result", "schema_errors", "invalid_arguments"]
 
 log = logging.getLogger("bridge.invoke")
 
@@ -79,14 +79,26 @@ class SchemaValidators:
         return validator
 
     def errors(self, key: tuple[str, int], schema: dict[str, Any], arguments: Any) -> list[dict[str, str]]:
-        validator = self.get(key, schema)
-        out = []
-        for err in validator.iter_errors(arguments):
-            pointer = "/" + "/".join(str(p) for p in err.absolute_path)
-            out.append({"path": pointer, "message": err.message})
-            if len(out) >= 20:
-                break
-        return out
+        return schema_errors(self.get(key, schema), arguments)
+
+
+def schema_errors(validator: jsonschema.protocols.Validator, arguments: Any, limit: int = 20) -> list[dict[str, str]]:
+    """Up to `limit` validation errors of `arguments`, in the order of where they are, each as
+    `{path (JSON pointer), message}`."""
+    found = sorted(validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.absolute_path])
+    return [{"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message} for e in found[:limit]]
+
+
+def invalid_arguments(what: str, errors: list[dict[str, str]]) -> BridgeError:
+    """The one `invalid_arguments` error for schema violations: the first five in the message,
+    all of them (up to the limit) in the details."""
+    listing = "; ".join(f"{e['path']}: {e['message']}" for e in errors[:5])
+    return BridgeError(
+        f"arguments do not match the input schema of {what}: {listing}",
+        error_class="invalid_arguments",
+        recoverability="change_arguments",
+        details={"errors": errors},
+    )
 
 
 def error_result(
@@ -249,13 +261,7 @@ class Invoker:
     def _validate(self, decl: ToolDeclaration, version: int, schema: dict[str, Any], arguments: Any) -> None:
         errors = self.validators.errors((decl.tool_id, version), schema, arguments)
         if errors:
-            listing = "; ".join(f"{e['path']}: {e['message']}" for e in errors[:5])
-            raise BridgeError(
-                f"arguments do not match the input schema of {decl.name!r} v{version}: {listing}",
-                error_class="invalid_arguments",
-                recoverability="change_arguments",
-                details={"errors": errors},
-            )
+            raise invalid_arguments(f"{decl.name!r} v{version}", errors)
         if version != decl.version:
             # A pinned call must also be servable by what the upstream offers now.
             current = self.validators.errors((decl.tool_id, decl.version), decl.input_schema, arguments)

@@ -10,7 +10,8 @@ from typing import Any
 import jsonschema
 import mcp.types as types
 
-from bridge.model import BridgeError, ToolSearchResult
+from bridge.invoke import invalid_arguments, schema_errors
+from bridge.model import ToolSearchResult
 from bridge.translate.mcp import CALL_TOOL, SEARCH_TOOLS
 
 __all__ = [
@@ -110,15 +111,9 @@ def meta_tools() -> list[types.Tool]:
 
 
 def _check(validator: jsonschema.Draft202012Validator, tool: str, arguments: Any) -> None:
-    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    errors = schema_errors(validator, arguments)
     if errors:
-        listing = "; ".join(f"/{'/'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in errors[:5])
-        raise BridgeError(
-            f"arguments do not match the input schema of {tool!r}: {listing}",
-            error_class="invalid_arguments",
-            recoverability="change_arguments",
-            details={"errors": [{"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message} for e in errors[:20]]},
-        )
+        raise invalid_arguments(repr(tool), errors)
 
 
 def search_arguments(arguments: Any) -> dict[str, Any]:
