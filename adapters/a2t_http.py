@@ -16,8 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from yarl import URL
 
 from bridge.model import BridgeError, ErrorClass, ToolError, UpstreamResult
-from bridge.translate.wire import TOOL_RESULT_KEY, result_from_envelope, tool_error_from_body
 from bridge.translate.http import retry_after_seconds
+from bridge.translate.wire import (
+    TOOL_RESULT_KEY,
+    result_from_envelope,
+    tool_error_from_body,
+)
 
 __all__ = ["RetryConfig", "HTTPAnswer", "A2THttp", "safe_url", "class_of_status", "error_result_of"]
 
@@ -131,22 +135,32 @@ class A2THttp:
         request_headers = {"Content-Type": "application/json", **(headers or {})} if data is not None else headers
         async with self._session.request(method, url, data=data, params=params, headers=request_headers,
                                          timeout=aiohttp.ClientTimeout(total=timeout, connect=self.connect_timeout)) as response:
-            chunks, size = [], 0
-            async for chunk in response.content.iter_chunked(1 << 16):
-                size += len(chunk)
-                if size > self.max_response_bytes:
-                    raise BridgeError(f"{method} {safe_url(url)}: the answer is larger than max_response_bytes={self.max_response_bytes}",
-                                      error_class="result_too_large", recoverability="change_arguments")
-                chunks.append(chunk)
-            text = b"".join(chunks).decode(response.charset or "utf-8", errors="replace")
+            declared = response.content_length
+            if declared is not None and declared <= self.max_response_bytes:
+                raw = await response.read()  # the common case: one read of a declared length
+            else:
+                raw = await self._read_capped(response, method, url)
+            text = raw.decode(response.charset or "utf-8", errors="replace")
             parsed: Any = None
-            if text.strip():
+            if text and not text.isspace():
                 try:
                     parsed = json.loads(text)
                 except ValueError:
                     parsed = text
             return HTTPAnswer(response.status, parsed, text, retry_after_seconds(response.headers.get("Retry-After")),
-                              {k: v for k, v in response.headers.items()})
+                              dict(response.headers))
+
+    async def _read_capped(self, response: aiohttp.ClientResponse, method: str, url: str) -> bytes:
+        """The body of an answer with no (or too large a) Content-Length, read up to
+        `max_response_bytes`."""
+        chunks, size = [], 0
+        async for chunk in response.content.iter_chunked(1 << 16):
+            size += len(chunk)
+            if size > self.max_response_bytes:
+                raise BridgeError(f"{method} {safe_url(url)}: the answer is larger than max_response_bytes={self.max_response_bytes}",
+                                  error_class="result_too_large", recoverability="change_arguments")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def request(self, method: str, url: str, *, body: Any = None, params: dict[str, Any] | None = None,
                       headers: dict[str, str] | None = None, timeout: float, retry_statuses: frozenset[int]) -> HTTPAnswer:

@@ -3,7 +3,15 @@ the 2,961 function declarations of ../shared/data/toolsearch, next to plain BM25
 semantic stage when its model is installed (the `semantic` extra). The tools' embeddings are
 kept in bench/.cache, so only the first run spends minutes computing them.
 
-Run: .venv/bin/python bench/search_quality.py [--data DIR] [--no-semantic]
+Each ranking is scored on all development requests, on its two halves by the parity of the
+request's number (the first number in its id: tune on one half, check on the other), and on
+bench/data/conversation-queries.jsonl: requests written by hand for this bench, NOT taken from
+any benchmark, phrased as turns of a conversation with the catalog's conversation-style APIs
+(file system, Twitter, messages, trading, travel, vehicle, tickets, math, memory), whose tools
+share a long description prefix per API; each names the tools judged right from the catalog's
+descriptions. They were written before any tuning against them.
+
+Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--no-semantic]
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import argparse
 import asyncio
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +42,7 @@ from bridge.surface import Surface  # noqa: E402
 from bridge.upstream import CallContext, Upstream, UpstreamConfig  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "toolsearch"
+DEFAULT_CONVERSATION = ROOT / "bench" / "data" / "conversation-queries.jsonl"
 Ranker = Callable[[str], list[str]]
 
 
@@ -65,6 +75,23 @@ def load_dev_set(folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
                  "(the shared data folder beside the repository, or pass --data DIR)")
     read = lambda p: [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]  # noqa: E731
     return read(catalog_file), read(queries_file)
+
+
+def load_queries(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        sys.exit(f"search_quality: {path} is missing")
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def query_sets(dev: list[dict[str, Any]], conversation: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The sets every ranking is scored on: all development requests, their odd and even halves
+    (by the first number in the request's id), and the hand-written conversation turns."""
+    def number(q: dict[str, Any]) -> int:
+        found = re.search(r"\d+", q["qid"])
+        return int(found.group(0)) if found else 0
+
+    return {"dev all": dev, "dev odd": [q for q in dev if number(q) % 2], "dev even": [q for q in dev if not number(q) % 2],
+            "conversation": conversation}
 
 
 def upstream_tools(rows: Sequence[dict[str, Any]]) -> list[UpstreamTool]:
@@ -148,25 +175,35 @@ class BridgeRanker:
         self.search.close()
 
 
-def table(rows: list[tuple[str, dict[str, float]]]) -> str:
+def score_sets(ranker: Ranker, sets: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    return {name: score(ranker, queries) for name, queries in sets.items()}
+
+
+def table(rows: list[tuple[str, dict[str, dict[str, float]]]]) -> str:
     cols = ["r@1", "r@5", "r@10", "ndcg@10", "ms/query"]
-    lines = [f"{'ranking':<34}" + "".join(f"{c:>10}" for c in cols)]
-    for label, metrics in rows:
-        lines.append(f"{label:<34}" + "".join(f"{metrics[c]:>10.3f}" for c in cols))
+    lines = [f"{'ranking':<38}{'queries':<14}" + "".join(f"{c:>10}" for c in cols)]
+    for label, by_set in rows:
+        for name, metrics in by_set.items():
+            lines.append(f"{label:<38}{name:<14}" + "".join(f"{metrics[c]:>10.3f}" for c in cols))
+            label = ""
     return "\n".join(lines)
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with catalog.jsonl and queries-dev.jsonl")
+    parser.add_argument("--conversation", type=Path, default=DEFAULT_CONVERSATION,
+                        help="hand-written conversation turns with gold names (JSON lines)")
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's row")
     args = parser.parse_args()
     rows, queries = load_dev_set(args.data)
-    print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data})")
-    results = [("plain BM25 (name+description+params)", score(plain_bm25(rows), queries))]
+    sets = query_sets(queries, load_queries(args.conversation))
+    print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data}); "
+          + ", ".join(f"{name}: {len(qs)}" for name, qs in sets.items()))
+    results = [("plain BM25 (name+description+params)", score_sets(plain_bm25(rows), sets))]
     ranker = BridgeRanker(rows, semantic=False)
     try:
-        results.append(("bridge.search", score(ranker, queries)))
+        results.append(("bridge.search", score_sets(ranker, sets)))
     finally:
         ranker.close()
     notes = [f"bridge.search indexed {len(rows)} tools through the catalog in {ranker.index_seconds:.2f} s"]
@@ -176,7 +213,7 @@ async def main() -> None:
         cache = ROOT / "bench" / ".cache" / "search-quality.index"
         semantic = BridgeRanker(rows, str(cache), semantic=True)
         try:
-            results.append(("bridge.search + semantic", score(semantic, queries)))
+            results.append(("bridge.search + semantic", score_sets(semantic, sets)))
             stage = semantic.search.semantic
             assert stage is not None
             embedded = stage.embedded

@@ -8,7 +8,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -97,6 +97,8 @@ class ServerConfig(_Strict):
     tokens: list[AuthToken] = Field(default_factory=list)
     default_surface: str = "default"
     public_url: str | None = None
+    # `bridge serve`'s event loop: uvloop when it is installed ("auto"), or asyncio's own
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
 
 
 class StoreConfig(_Strict):

@@ -28,6 +28,7 @@ from bridge.model import (
     now_iso,
 )
 from bridge.policy import blocked_error, check_permission
+from bridge.schema_check import QuickCheck, compile_quick_check
 from bridge.store import Store
 from bridge.surface import Surface, Surfaces
 from bridge.upstream import CallContext, ProgressSink
@@ -62,24 +63,32 @@ _RECOVERABILITY = {
 
 
 class SchemaValidators:
-    """The one cache of compiled JSON-schema validators, keyed by (tool_id, version)."""
+    """The one cache of compiled JSON-schema validators, keyed by (tool_id, version): each a
+    `jsonschema` validator and, for a plain schema, the quick check that accepts most valid
+    arguments without it (bridge/schema_check.py)."""
 
     def __init__(self, size: int = 4096) -> None:
-        self._cache: LRUCache[tuple[str, int], jsonschema.protocols.Validator] = LRUCache(maxsize=size)
+        self._cache: LRUCache[tuple[str, int], tuple[jsonschema.protocols.Validator, QuickCheck | None]] = LRUCache(maxsize=size)
 
-    def get(self, key: tuple[str, int], schema: dict[str, Any]) -> jsonschema.protocols.Validator:
-        validator = self._cache.get(key)
-        if validator is None:
+    def _entry(self, key: tuple[str, int], schema: dict[str, Any]) -> tuple[jsonschema.protocols.Validator, QuickCheck | None]:
+        entry = self._cache.get(key)
+        if entry is None:
             cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
             try:
                 cls.check_schema(schema)
             except jsonschema.SchemaError:
                 cls = jsonschema.Draft202012Validator  # a sloppy upstream schema still validates what it can
-            validator = self._cache[key] = cls(schema)
-        return validator
+            entry = self._cache[key] = (cls(schema), compile_quick_check(schema))
+        return entry
+
+    def get(self, key: tuple[str, int], schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+        return self._entry(key, schema)[0]
 
     def errors(self, key: tuple[str, int], schema: dict[str, Any], arguments: Any) -> list[dict[str, str]]:
-        return schema_errors(self.get(key, schema), arguments)
+        validator, quick = self._entry(key, schema)
+        if quick is not None and quick(arguments):
+            return []
+        return schema_errors(validator, arguments)
 
 
 def schema_errors(validator: jsonschema.protocols.Validator, arguments: Any, limit: int = 20) -> list[dict[str, str]]:
@@ -404,10 +413,10 @@ class Invoker:
                 duration,
             )
         )
-        if len(self._log_rows) >= 512:
-            self._schedule_flush(0)
-        elif self._flush_handle is None:
+        if self._flush_handle is None:
             self._schedule_flush(0.25)
+        elif len(self._log_rows) == 512:  # once: the timer is moved to now, not again for every row after
+            self._schedule_flush(0)
 
     def _schedule_flush(self, delay: float) -> None:
         try:

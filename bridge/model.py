@@ -6,8 +6,9 @@ Data only: pydantic models, enumerations and exceptions. No I/O, no imports of o
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 import uuid
-from datetime import datetime, timezone
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -86,13 +87,24 @@ Lifecycle = Literal["draft", "available", "disabled", "requires_setup", "deferre
 FactSource = Literal["declared", "inferred", "default"]
 
 
+_second: list[Any] = [None, ""]  # the last whole second formatted, and its text
+
+
 def now_iso() -> str:
-    """UTC timestamp in RFC 3339 form with millisecond precision."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """UTC timestamp in RFC 3339 form with millisecond precision (`2026-11-22T07:45:10.123Z`).
+    Every call on the invocation path makes one; the date and time part is formatted once a
+    second."""
+    now = time.time()
+    second = int(now)
+    if second != _second[0]:
+        _second[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _second[0] = second
+    return f"{_second[1]}.{int((now - second) * 1000):03d}Z"
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    """`prefix_` and 32 random hex digits (128 bits, as a UUID4 has)."""
+    return f"{prefix}_{os.urandom(16).hex()}"
 
 
 _TOOL_ID_PREFIX = TOOL_ID_NAMESPACE.bytes

@@ -13,7 +13,13 @@ from typing import Any
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
-from bridge.search_rank import AnalyzedQuery, analyze_query, derive_search_hint, name_tokens
+from bridge.search_rank import (
+    AnalyzedQuery,
+    SharedText,
+    analyze_query,
+    derive_search_hint,
+    name_tokens,
+)
 from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES
 from bridge.search_semantic import SemanticStage
 from bridge.surface import Surface, deferred_ref
@@ -57,17 +63,20 @@ def _param_text(schema: Any, depth: int = 0) -> tuple[list[str], list[str]]:
     return names, texts
 
 
-def indexed_tool(decl: ToolDeclaration) -> IndexedTool:
-    """The index document of a declaration."""
+def indexed_tool(decl: ToolDeclaration, shared: SharedText | None = None) -> IndexedTool:
+    """The index document of a declaration; with `shared`, the description's text shared by many
+    tools of its namespace is kept apart from the tool's own."""
     param_names, param_texts = _param_text(decl.input_schema)
     native = decl.native_name or decl.name
+    common, own = shared.split(decl.namespace, decl.description or "") if shared is not None else ("", decl.description)
     return IndexedTool(
         tool_id=decl.tool_id,
         namespace=decl.namespace,
         name=name_text(native, *(a for a in decl.aliases if a != native)),
         exact_names=exact_names(native, decl.name, *decl.aliases),
         title=decl.title or "",
-        description=decl.description or "",
+        description=own or "",
+        shared=common,
         hint=decl.search_hint or "",
         tags=list(decl.tags),
         params=" ".join(param_names),
@@ -90,7 +99,8 @@ class ToolSearch:
                  semantic: bool = False) -> None:
         self.catalog = catalog
         self.path = path
-        self.index = ToolIndex(path, convert=indexed_tool)
+        self.shared = SharedText()
+        self.index = ToolIndex(path, convert=self._indexed)
         self.field_weights = field_weights
         self.semantic = SemanticStage.open(path) if semantic else None
         if self.semantic is not None:
@@ -105,12 +115,17 @@ class ToolSearch:
 
     # ---------------------------------------------------------------- keeping in step
 
+    def _indexed(self, decl: ToolDeclaration) -> IndexedTool:
+        return indexed_tool(decl, self.shared)
+
     def _on_change(self, change: CatalogChange) -> None:
         """Hand the change to the index's writer thread; documents are built there."""
         touched = (*change.added, *change.updated, *change.removed)
         if self.semantic is not None:
             self.semantic.submit((*change.added, *change.updated), [d.tool_id for d in change.removed])
         namespaces = {change.upstream} if change.upstream else {d.namespace for d in touched}
+        # namespaces whose shared description text changed: all their documents are built again
+        relist = {ns for ns in namespaces if self._refresh_shared(ns)}
         done: set[str] = set()
         for namespace in namespaces - self._reconciled:
             slot = self.catalog.slots.get(namespace)
@@ -118,16 +133,27 @@ class ToolSearch:
                 self._reconcile(namespace)  # the whole listing: covers this change too
                 done.add(namespace)
         follow = self._reconciled - done
-        upserts = [d for d in (*change.added, *change.updated) if d.namespace in follow]
+        upserts = [d for d in (*change.added, *change.updated) if d.namespace in follow and d.namespace not in relist]
         deletes = [(d.namespace, d.tool_id) for d in change.removed if d.namespace in follow]
         if upserts or deletes:
             self.index.submit(upserts, deletes)
+        for namespace in relist & follow:
+            # every tool of the namespace again: only those whose document changed are written
+            slot = self.catalog.slots.get(namespace)
+            if slot is not None:
+                self.index.submit(list(slot.tools.values()), reconcile=namespace)
 
     def _reconcile(self, namespace: str) -> None:
         """First listing of an upstream since the index opened: write what differs from the
         index, drop what the upstream no longer has. Tools with unchanged digests cost nothing."""
         self._reconciled.add(namespace)
+        self._refresh_shared(namespace)
         self.index.submit(list(self.catalog.slots[namespace].tools.values()), reconcile=namespace)
+
+    def _refresh_shared(self, namespace: str) -> bool:
+        slot = self.catalog.slots.get(namespace)
+        tools = slot.tools.values() if slot is not None else ()
+        return self.shared.refresh(namespace, ((d.native_name or d.name, d.description or "") for d in tools))
 
     def reindex(self) -> None:
         """Compare every tool of the catalog with the index again (after a failed commit, say)."""
@@ -245,10 +271,10 @@ class ToolSearch:
                 and (filters["kind"] is None or decl.tool_kind == filters["kind"])
                 and (filters["read_only"] is None or decl.safety.read_only == filters["read_only"]))
 
-    @staticmethod
-    def _ref(decl: ToolDeclaration, surface: Surface, score: float, include_schema: bool) -> DeferredToolRef:
+    def _ref(self, decl: ToolDeclaration, surface: Surface, score: float, include_schema: bool) -> DeferredToolRef:
         ref = deferred_ref(decl)
-        ref.search_hint = derive_search_hint(decl)
+        # the hint comes from the tool's own words, not from the blurb its API's tools share
+        ref.search_hint = derive_search_hint(decl, self.shared.split(decl.namespace, decl.description or "")[1])
         if surface.place(decl).state == "loaded" and decl.loading_state == "loaded":
             ref.loading_state = "loaded"
             ref.schema_visibility = "loaded"

@@ -20,7 +20,13 @@ from typing import Any
 
 import tantivy
 
-from bridge.search_rank import ANALYZER_NAME, AnalyzedQuery, analyzer, name_tokens, split_identifiers
+from bridge.search_rank import (
+    ANALYZER_NAME,
+    AnalyzedQuery,
+    analyzer,
+    name_tokens,
+    split_identifiers,
+)
 
 __all__ = ["IndexedTool", "IndexQuery", "ToolIndex", "FIELD_WEIGHTS", "INDEX_FORMAT", "COMMIT_WINDOW", "exact_names", "name_text"]
 
@@ -28,7 +34,7 @@ log = logging.getLogger("bridge.search")
 
 # Bump when the schema, the analyzer or the text put in a field changes: an index of another
 # format is rebuilt from the catalog instead of being reopened.
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4
 # Changes arriving within this window share one commit.
 COMMIT_WINDOW = 0.05
 _FORMAT_FILE = "bridge-search.json"
@@ -69,6 +75,7 @@ class IndexedTool:
     exact_names: list[str]
     title: str = ""
     description: str = ""
+    shared: str = ""  # description text shared by many tools of the namespace (search_rank.SharedText)
     hint: str = ""
     tags: list[str] = field(default_factory=list)
     params: str = ""
@@ -82,7 +89,7 @@ class IndexedTool:
         """64-bit digest of everything indexed: equal digests, equal documents."""
         if self._digest is None:
             parts = [str(INDEX_FORMAT), self.namespace, self.name, "\x1e".join(self.exact_names), self.title,
-                     self.description, self.hint, "\x1e".join(self.tags), self.params, self.param_text, self.kind,
+                     self.description, self.shared, self.hint, "\x1e".join(self.tags), self.params, self.param_text, self.kind,
                      "1" if self.read_only else "0"]
             raw = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
             self._digest = int.from_bytes(raw, "big")
@@ -92,7 +99,7 @@ class IndexedTool:
         # names and parameter names arrive split into words; only free text needs camelCase split
         own = " ".join([*[self.name] * NAME_REPEAT, split_identifiers(f"{self.title} {self.hint} {self.description}"),
                         self.params])
-        extra = split_identifiers(" ".join([self.namespace, *self.tags, self.param_text])).lower().split()
+        extra = split_identifiers(" ".join([self.shared, self.namespace, *self.tags, self.param_text])).lower().split()
         doc = tantivy.Document()  # add_text: twice as fast as keyword arguments
         doc.add_text("tool_id", self.tool_id)
         for exact in self.exact_names:

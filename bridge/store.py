@@ -86,14 +86,7 @@ class Store:
         signature JSON), in one transaction."""
         if not rows:
             return
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                self._db.executemany("INSERT OR REPLACE INTO versions VALUES (?,?,?,?,?,?)", rows)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        self._write_many("INSERT OR REPLACE INTO versions VALUES (?,?,?,?,?,?)", rows)
 
     def get_version(self, tool_id: str, version: int) -> VersionRecord | None:
         with self._lock:
@@ -137,14 +130,7 @@ class Store:
         """rows of (tool_id, namespace, name, native_id)."""
         if not rows:
             return
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                self._db.executemany("INSERT OR REPLACE INTO tool_names VALUES (?,?,?,?)", rows)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        self._write_many("INSERT OR REPLACE INTO tool_names VALUES (?,?,?,?)", rows)
 
     # invocation log ---------------------------------------------------------------------------
 
@@ -153,8 +139,19 @@ class Store:
         created_at, duration_ms). Arguments and results are never logged."""
         if not rows:
             return
+        self._write_many("INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?)", rows)
+
+    def _write_many(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
+        """`statement` for every row in one transaction: one commit, not one per row (the
+        connection is in autocommit mode, where each row would pay its own locks and WAL writes)."""
         with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?)", rows)
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(statement, rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def recent_invocations(self, limit: int = 50) -> list[dict[str, Any]]:
         with self._lock:

@@ -11,6 +11,8 @@ from typing import Any
 
 import uvicorn
 
+from bridge.serve.http_protocol import CorkedHttpToolsProtocol
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -20,13 +22,14 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def serve_asgi(app: Any, port: int | None = None, lifespan: str = "on") -> AsyncIterator[str]:
-    """Run `app` on uvicorn at 127.0.0.1; yields the base URL (no trailing slash)."""
+    """Run `app` on uvicorn at 127.0.0.1, with the HTTP protocol `bridge serve` uses (corked
+    writes); yields the base URL (no trailing slash)."""
     # an explicit IPPROTO_TCP socket lets asyncio set TCP_NODELAY (else ~40 ms stalls per request)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port or 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1)
+    config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # the test owns signals
     task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
 from bridge.catalog import Catalog
 from bridge.config import InvokeConfig, SurfaceConfig
 from bridge.invoke import Invoker
-from bridge.model import BridgeError, UpstreamResult
+from bridge.model import BridgeError, UpstreamResult, now_iso
 from bridge.store import Store
 from bridge.surface import Surfaces
 from tests.fakes import FakeConfig, FakeUpstream, tool
@@ -186,3 +187,31 @@ async def test_progress_and_invocation_log_without_secrets(world):
     assert rows[0]["invocation_id"] == result.invocation_id and rows[0]["status"] == "succeeded"
     assert rows[0]["duration_ms"] is not None
     assert "s3cr3t-value" not in json.dumps(rows)
+
+
+async def test_a_burst_of_calls_is_logged_in_few_transactions(world):
+    _, invoker, _, store = world
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    try:
+        results = [await invoker.invoke("svc__echo", {"text": str(i)}) for i in range(600)]
+        await invoker.aclose()
+    finally:
+        store._db.set_trace_callback(None)
+    logged = {r["invocation_id"] for r in store.recent_invocations(limit=1000)}
+    assert {r.invocation_id for r in results} <= logged
+    assert len([s for s in statements if s.startswith("INSERT OR REPLACE INTO invocations")]) == 600
+    # each flush is one transaction, not one per row (the connection is in autocommit mode)
+    begins = statements.count("BEGIN")
+    assert 1 <= begins <= 30 and begins == statements.count("COMMIT")
+
+
+async def test_a_full_log_buffer_moves_the_flush_to_now_once(world):
+    _, invoker, _, _ = world
+    handles = []
+    for i in range(600):  # no await: the loop does not run the flush in between
+        invoker._log(f"inv_{i}", None, None, None, "succeeded", None, now_iso(), time.perf_counter())
+        handles.append(invoker._flush_handle)
+    assert handles[0] is handles[510] and handles[511] is not handles[510]  # the 512th row moved it
+    assert all(h is handles[511] for h in handles[511:])  # and no later row created another timer
+    await invoker.aclose()

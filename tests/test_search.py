@@ -287,3 +287,100 @@ def test_derived_search_hint():
     assert derive_search_hint(decl(description="Echo.", native_name="echo")) == "Echo ns tool"
     for d in (long, decl(description=""), decl(title="A b c d e f g h i j k l")):
         assert 3 <= len(derive_search_hint(d).split()) <= 10
+
+
+# ---------------------------------------------------------------- text shared by an API's tools
+
+FS_BLURB = ("This tool belongs to the Gorilla file system. It is a simple file system that allows users to perform "
+            "basic file operations such as navigating directories, creating files and directories, reading and "
+            "writing to files, etc. Tool description: ")
+FS_TOOLS = {
+    "cd": "Change the current working directory to the specified folder.",
+    "ls": "List the contents of the current directory.",
+    "mkdir": "Create a new directory in the current directory.",
+    "mv": "Move a file or directory from one location to another.",
+    "rm": "Remove a file or directory.",
+    "cat": "Display the contents of a file of any extension from currrent directory.",
+    "touch": "Create a new file of any extension in the current directory.",
+    "wc": "Count the number of lines, words, and characters in a file of any extension from current directory.",
+}
+
+
+def fs_tools(names=tuple(FS_TOOLS)):
+    return [tool(n, description=FS_BLURB + FS_TOOLS[n]) for n in names]
+
+
+def others():
+    # tools of another upstream whose own words are close to the file system's blurb
+    return [tool("list_files", description="List the files of a storage bucket."),
+            tool("word_count", description="Count words in a text."),
+            tool("move_to", description="Move the robot arm to a position.")]
+
+
+def test_shared_runs_need_several_differently_named_tools():
+    from bridge.search_rank import SharedText
+
+    shared = SharedText()
+    blurb = "Part of the Acme API. Tool description: "
+    assert shared.refresh("acme", [("a", blurb + "Create an order."), ("b", blurb + "Cancel an order.")]) is False
+    assert shared.split("acme", blurb + "Create an order.") == ("", blurb + "Create an order.")  # two names: not yet
+    assert shared.refresh("acme", [("a", blurb + "Create an order."), ("b", blurb + "Cancel an order."),
+                                   ("c", blurb + "Refund an order.")]) is True
+    assert shared.split("acme", blurb + "Ship it. Then track it.") == (blurb.strip(), "Ship it. Then track it.")
+    assert shared.split("other", blurb + "Ship it.") == ("", blurb + "Ship it.")  # per namespace
+    # a description that is only the shared text keeps it as its own
+    assert shared.split("acme", "Part of the Acme API.") == ("", "Part of the Acme API.")
+    # versions of one tool sharing their first sentence: their own words, not shared text
+    versions = [("set_volume", f"Set the global volume. Range {i}.") for i in range(5)]
+    assert shared.refresh("media", versions) is False
+    assert shared.split("media", versions[0][1])[0] == ""
+
+
+async def test_text_shared_by_an_api_is_kept_apart_from_its_tools_own_words():
+    e = await start_env([FakeUpstream(name="fs", tools=fs_tools()), FakeUpstream(name="misc", tools=others())])
+    try:
+        # the blurb ("creating files and directories", "reading and writing to files") is not the
+        # tools' own description: the sibling whose own words match comes first
+        assert e.names("list the contents of this directory", limit=3)[0] == "fs__ls"
+        assert e.names("Alright, could you then go ahead and move a file to another directory?")[0] == "fs__mv"
+        assert e.names("go to another folder")[0] == "fs__cd"
+        assert e.names("how many lines and words are in that file?")[0] == "fs__wc"
+        assert e.names("now create an empty file called notes.txt")[0] == "fs__touch"
+        # the blurb's words still find the API's tools, once each
+        assert set(e.names("navigating directories", limit=8)) >= {f"fs__{n}" for n in FS_TOOLS}
+        # the documents hold each tool's own description apart from the blurb
+        cd = e.catalog.resolve("fs__cd")
+        document = e.search._indexed(cd)
+        assert (document.shared, document.description) == (FS_BLURB.strip(), FS_TOOLS["cd"])
+        # the search hint is the tool's own first sentence, not the blurb
+        hint = e.search.search("change the working directory", surface=e.surface).matches[0]
+        assert (hint.name, hint.search_hint) == ("fs__cd", "Change the current working directory to the specified folder")
+    finally:
+        await e.close()
+
+
+async def test_shared_text_follows_the_listing_tool_by_tool():
+    up = FakeUpstream(name="fs", tools=fs_tools(("cd", "ls")))
+    e = await start_env([up])
+    try:
+        def hint(query: str) -> str:
+            return e.search.search(query, surface=e.surface).matches[0].search_hint
+
+        assert hint("working directory").startswith("This tool belongs")  # two tools: not shared yet
+        up.change_tools(fs_tools(("cd", "ls", "rm")))
+        await until(lambda: e.catalog.resolve("fs__rm") is not None)
+        assert await e.search.wait_indexed()
+        # the third tool makes the blurb shared: the first two are written again
+        assert hint("working directory") == "Change the current working directory to the specified folder"
+        assert e.search.index.num_docs == 3
+        up.change_tools(fs_tools(("cd", "rm")))
+        await until(lambda: e.catalog.resolve("fs__ls") is None)
+        assert await e.search.wait_indexed()
+        assert hint("working directory").startswith("This tool belongs")
+        assert e.search.index.num_docs == 2
+    finally:
+        await e.close()
+
+
+def test_conversational_connectives_are_filler():
+    assert set(analyze_query("Alright, go ahead and afterwards delete it, oops").terms) == {"go", "delet"}

@@ -23,8 +23,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.config import BridgeConfig
 from bridge.runtime import Bridge
-from bridge.serve.mcp import MCPFrontend
 from bridge.serve.auth import is_loopback
+from bridge.serve.http_protocol import CorkedHttpToolsProtocol
+from bridge.serve.mcp import MCPFrontend
 from bridge.serve.openapi_doc import openapi_routes
 from bridge.serve.rest import ietf_routes
 from bridge.serve.rest_a2t import CatalogViews, a2t_routes
@@ -170,7 +171,8 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         if stop.is_set():
             return 0
         app = build_app(bridge, host=host)
-        uv_config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        uv_config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, log_level="warning", access_log=False, lifespan="on",
+                                   timeout_graceful_shutdown=5)
         server = uvicorn.Server(uv_config)
         server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # ours are installed above
         task = asyncio.create_task(server.serve(sockets=[sock]))
