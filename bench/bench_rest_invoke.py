@@ -1,9 +1,10 @@
 """Throughput and latency of `POST /tools/{id}:invoke` (IETF A2T draft) through the bridge,
 served by `bridge serve` on loopback, to a local a2t-dialect upstream (demo/a2t_server.py on
-aiohttp), compared in the same run with calling that upstream directly, at 1, 16 and 64
-concurrent clients. The bridge, the upstream and the client run as three processes. Prints a
-table: p50/p99 latency in ms, requests per second, the bridge's overhead, and the CPU time
-the upstream and the bridge spend per request."""
+aiohttp), compared in the same run with calling that upstream directly and through a bare
+proxy (bench/_bare_proxy.py: uvicorn and one aiohttp call, the floor of the bridge's HTTP
+stack), at 1, 16 and 64 concurrent clients. Each server and the client run as their own
+processes. Prints a table: p50/p99 latency in ms, requests per second, each proxy's overhead
+and share of the direct throughput, and the CPU time each process spends per request."""
 
 from __future__ import annotations
 
@@ -114,9 +115,9 @@ def quantile(values: list[float], q: float) -> float:
 
 
 async def main(scale: float) -> int:
-    upstream_port, bridge_port = free_port(), free_port()
+    upstream_port, bridge_port, floor_port = free_port(), free_port(), free_port()
     upstream = await start([sys.executable, "-m", "demo.a2t_server", "--port", str(upstream_port)], b"a2t demo server listening", "stdout")
-    bridge = None
+    bridge = floor = None
     try:
         with tempfile.TemporaryDirectory() as tmp:
             config = {
@@ -139,6 +140,15 @@ async def main(scale: float) -> int:
             bridged_body = json.dumps({"name": "demo__add", "input_parameters": [{"name": "a", "value": 2}, {"name": "b", "value": 3}]}).encode()
             headers = {"Content-Type": "application/json"}
 
+            floor = await start([sys.executable, "bench/_bare_proxy.py", f"http://127.0.0.1:{upstream_port}", str(floor_port)],
+                                b"bare proxy listening", "stdout")
+            floor_url = f"http://127.0.0.1:{floor_port}/"
+
+            async def floored(session: aiohttp.ClientSession) -> None:
+                async with session.post(floor_url, data=direct_body, headers=headers) as response:
+                    body = await response.read()
+                    assert response.status == 200 and b'"result": 5' in body, body
+
             async def direct(session: aiohttp.ClientSession) -> None:
                 async with session.post(direct_url, data=direct_body, headers=headers) as response:
                     body = await response.read()
@@ -155,29 +165,30 @@ async def main(scale: float) -> int:
                 up_cpu = cpu_seconds(upstream)
                 d_lat, d_wall = await measure(direct, concurrency, count)
                 up_cpu_direct = cpu_seconds(upstream)
-                bridge_cpu = cpu_seconds(bridge)
-                b_lat, b_wall = await measure(bridged, concurrency, count)
-                bridge_cpu_after = cpu_seconds(bridge)
-                d_p50, b_p50 = quantile(d_lat, 0.5), quantile(b_lat, 0.5)
-                d_rps, b_rps = count / d_wall, count / b_wall
-                rows.append([str(concurrency), str(count), f"{d_p50:.2f}", f"{quantile(d_lat, 0.99):.2f}", f"{d_rps:,.0f}",
-                             f"{b_p50:.2f}", f"{quantile(b_lat, 0.99):.2f}", f"{b_rps:,.0f}",
-                             f"{b_p50 - d_p50:+.2f}", f"{b_rps / d_rps:.0%}",
-                             cpu_per_request(up_cpu, up_cpu_direct, count + WARMUP),
-                             cpu_per_request(bridge_cpu, bridge_cpu_after, count + WARMUP)])
+                d_p50, d_rps = quantile(d_lat, 0.5), count / d_wall
+                rows.append([str(concurrency), "direct", f"{d_p50:.2f}", f"{quantile(d_lat, 0.99):.2f}", f"{d_rps:,.0f}", "", "",
+                             cpu_per_request(up_cpu, up_cpu_direct, count + WARMUP), ""])
+                for label, process, call in (("bare proxy", floor, floored), ("bridge", bridge, bridged)):
+                    before = cpu_seconds(process)
+                    lat, wall = await measure(call, concurrency, count)
+                    after = cpu_seconds(process)
+                    p50, rps = quantile(lat, 0.5), count / wall
+                    rows.append(["", label, f"{p50:.2f}", f"{quantile(lat, 0.99):.2f}", f"{rps:,.0f}", f"{p50 - d_p50:+.2f}",
+                                 f"{rps / d_rps:.0%}", "", cpu_per_request(before, after, count + WARMUP)])
     finally:
-        if bridge is not None:
-            await stop(bridge)
-        await stop(upstream)
-    header = ["clients", "requests", "direct p50", "direct p99", "direct req/s", "bridge p50", "bridge p99", "bridge req/s",
-              "p50 overhead ms", "throughput kept", "upstream CPU us/req", "bridge CPU us/req"]
+        for process in (bridge, floor, upstream):
+            if process is not None:
+                await stop(process)
+    header = ["clients", "path", "p50 ms", "p99 ms", "req/s", "p50 overhead ms", "throughput kept",
+              "upstream CPU us/req", "proxy CPU us/req"]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    print("POST /tools/{id}:invoke through the bridge vs POST /tools/add on the a2t upstream (loopback, ms)")
+    print("POST /tools/{id}:invoke through the bridge vs POST /tools/add on the a2t upstream, and a bare proxy (loopback)")
     print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
     for row in rows:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
-    print("aim: p50 overhead < 1 ms, throughput kept >= 50%. CPU columns: process CPU time per request "
-          "(warm-up included), independent of other load on the machine.")
+    print("aim: the bridge adds < 1 ms at p50 and keeps >= 50% of the direct throughput. The bare proxy (bench/_bare_proxy.py)\n"
+          "is the floor of the HTTP stack: uvicorn and one aiohttp call, nothing else. CPU columns: process CPU time per\n"
+          "request (warm-up included), independent of other load on the machine.")
     return 0
 
 

@@ -328,3 +328,43 @@ async def test_forced_a2t_dialect_without_capabilities_fails_clearly():
             assert "no a2t capabilities document" in str(exc)
         finally:
             await up.close()
+
+
+async def test_answers_over_max_response_bytes_are_refused_with_or_without_a_length():
+    big = b'{"output_parameters": [{"name": "t", "value": "' + b"x" * 5000 + b'"}]}'
+
+    async def declared(request: web.Request) -> web.Response:
+        return web.Response(body=big, content_type="application/json")
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for start in range(0, len(big), 1000):
+            await response.write(big[start:start + 1000])
+        await response.write_eof()
+        return response
+
+    server = IETFServer(count=1)
+    app = server.app()
+    app.router.add_post("/big/declared:invoke", declared)
+    app.router.add_post("/big/chunked:invoke", chunked)
+    async with TestServer(app, host="127.0.0.1") as http:
+        base = str(http.make_url("")).rstrip("/")
+        for limit, refused in ((len(big) - 1, True), (len(big), False)):
+            up = upstream(base, max_response_bytes=limit)
+            await up.start()
+            try:
+                for path in ("declared", "chunked"):
+                    up._invoke_urls["big"] = f"{base}/big/{path}:invoke"
+                    if refused:
+                        try:
+                            await up.invoke("big", {}, ctx())
+                            raise AssertionError(f"{path}: an answer over the limit was read")
+                        except BridgeError as exc:
+                            assert exc.error_class == "result_too_large" and "max_response_bytes" in exc.message
+                    else:
+                        result = await up.invoke("big", {}, ctx())
+                        assert not result.is_error, (path, result)
+            finally:
+                await up.close()
