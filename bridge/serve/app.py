@@ -29,7 +29,7 @@ from bridge.serve.mcp import MCPFrontend
 from bridge.serve.openapi_doc import openapi_routes
 from bridge.serve.rest import ietf_routes
 from bridge.serve.rest_a2t import CatalogViews, a2t_routes
-from bridge.serve.rest_http import ApiError, ServeContext, error_response, too_large
+from bridge.serve.rest_http import ApiError, ServeContext, error_response, not_found, too_large
 from bridge.serve.rest_records import records_routes
 
 __all__ = ["build_app", "close_app", "rest_routes", "run_http", "served_urls"]
@@ -58,7 +58,14 @@ class ContentLengthLimit:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    if exc.status_code == 405:
+    if exc.status_code == 405 and request.method == "POST" and request.url.path.endswith(":invoke"):
+        # `/tools/:invoke` or `/tools/<id>/versions/:invoke`: an empty id or version matched a
+        # GET route; no such tool (or version) exists
+        path = request.url.path
+        error = (ApiError(404, "unknown_tool", f"{path} names no version; use /tools/{{toolId}}/versions/{{n}}:invoke",
+                          error_code="unknown_version") if "/versions/" in path
+                 else not_found(path.removeprefix("/tools/").removesuffix(":invoke")))
+    elif exc.status_code == 405:
         error = ApiError(405, "invalid_arguments", f"{request.method} is not allowed on {request.url.path}",
                          error_code="method_not_allowed", headers=dict(exc.headers or {}))
     elif exc.status_code == 404:

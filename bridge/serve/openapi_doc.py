@@ -226,7 +226,7 @@ def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
         TOOLS_PATH: {"get": _op("a2tListTools", "a2t: list tools", _responses("ToolsResponse", read, ok_headers=GENERATION), params=A2T_PAGE, tag="a2t")},
         TOOLS_PATH + "/{name}": {"post": _op(
             "a2tExecute", "a2t: execute a tool (tool outcomes, errors included, are HTTP 200)",
-            _responses("ExecuteResponse", (400, 401, 413, 500), ok_headers=GENERATION),
+            _responses("ExecuteResponse", (400, 401, 404, 413, 500), ok_headers=GENERATION),
             params=[_param("name", "path", STR, "tool name"), _param(GENERATION_HEADER, "header", {"type": "string", "pattern": "^[0-9]+$"}, "the generation of the caller's last listing")],
             body={"type": "object", "description": "the tool's arguments"}, tag="a2t")},
         GROUPS_PATH: {"get": _op("a2tListGroups", "a2t: list groups (one per upstream)", _responses("GroupsResponse", read, ok_headers=GENERATION), params=[
@@ -238,7 +238,7 @@ def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
         GROUPS_PATH + "/{groupId}/tools": {"get": _op("a2tListGroupTools", "a2t: list one group's tools", _responses("ToolsResponse", one, ok_headers=GENERATION),
                                                       params=[_param("groupId", "path", STR, "group id (upstream name)"), *A2T_PAGE], tag="a2t")},
         GROUPS_PATH + "/{groupId}/tools/{name}": {"post": _op(
-            "a2tExecuteInGroup", "a2t: execute a tool of a group", _responses("ExecuteResponse", (400, 401, 413, 500), ok_headers=GENERATION),
+            "a2tExecuteInGroup", "a2t: execute a tool of a group", _responses("ExecuteResponse", (400, 401, 404, 413, 500), ok_headers=GENERATION),
             params=[_param("groupId", "path", STR, "group id"), _param("name", "path", STR, "tool name")],
             body={"type": "object", "description": "the tool's arguments"}, tag="a2t")},
         "/search": {"get": _op("searchTools", "Tool search: keywords or select:a,b", _responses("ToolSearchResult", read), params=[

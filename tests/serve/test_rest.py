@@ -293,3 +293,7 @@ async def test_unexpected_faults_are_structured_never_tracebacks(monkeypatch):
         assert status == 404 and body["error"]["error_code"] == "route_not_found"
         async with served.http.delete("/tools") as response:
             assert response.status == 405 and (await response.json())["error"]["error_code"] == "method_not_allowed"
+        # an empty tool id or version in an invoke path names nothing: 404, as documented
+        for path in ("/tools/:invoke", "/tools/f__echo/versions/:invoke"):
+            status, body, _ = await served.post(path, {"input_parameters": []})
+            assert status == 404 and body["error"]["error_class"] == "unknown_tool", (path, body)

@@ -117,3 +117,16 @@ async def test_openapi_document_is_valid_and_describes_every_route():
         assert key in documented, f"{route.path} is not in /openapi.json"
         assert {m.lower() for m in route.methods or ()} - {"head"} <= documented[key], route.path
     assert openapi_document(server_url="https://tools.example")["servers"] == [{"url": "https://tools.example"}]
+
+
+async def test_an_empty_path_segment_answers_a_documented_404():
+    async with serving(catalog()) as served:
+        _, document, _ = await served.get("/openapi.json")
+        group = next(iter(served.bridge.catalog.declarations())).namespace
+        for path, template in ((f"/a2t/groups/{group}/tools/", "/a2t/groups/{groupId}/tools/{name}"),
+                               ("/a2t/tools/", "/a2t/tools/{name}"),
+                               ("/tools/:invoke", "/tools/{toolId}:invoke"),
+                               ("/tools/x/versions/:invoke", "/tools/{toolId}/versions/{versionNum}:invoke")):
+            status, body, _ = await served.post(path, {})
+            assert status == 404 and "error" in body, (path, status, body)
+            assert "404" in document["paths"][template]["post"]["responses"], template
