@@ -6,6 +6,7 @@ bridge.search_rank."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -119,41 +120,44 @@ class ToolSearch:
         return indexed_tool(decl, self.shared)
 
     def _on_change(self, change: CatalogChange) -> None:
-        """Hand the change to the index's writer thread; documents are built there."""
+        """Hand the change to the index's writer thread; documents are built there, and so is
+        the namespace's shared description text looked at again (a pass over its listing)."""
         touched = (*change.added, *change.updated, *change.removed)
         if self.semantic is not None:
             self.semantic.submit((*change.added, *change.updated), [d.tool_id for d in change.removed])
         namespaces = {change.upstream} if change.upstream else {d.namespace for d in touched}
-        # namespaces whose shared description text changed: all their documents are built again
-        relist = {ns for ns in namespaces if self._refresh_shared(ns)}
         done: set[str] = set()
         for namespace in namespaces - self._reconciled:
             slot = self.catalog.slots.get(namespace)
             if slot is not None and slot.health.state == "ready":
                 self._reconcile(namespace)  # the whole listing: covers this change too
                 done.add(namespace)
-        follow = self._reconciled - done
-        upserts = [d for d in (*change.added, *change.updated) if d.namespace in follow and d.namespace not in relist]
-        deletes = [(d.namespace, d.tool_id) for d in change.removed if d.namespace in follow]
-        if upserts or deletes:
-            self.index.submit(upserts, deletes)
-        for namespace in relist & follow:
-            # every tool of the namespace again: only those whose document changed are written
-            slot = self.catalog.slots.get(namespace)
-            if slot is not None:
-                self.index.submit(list(slot.tools.values()), reconcile=namespace)
+        for namespace in (namespaces & self._reconciled) - done:
+            upserts = [d for d in (*change.added, *change.updated) if d.namespace == namespace]
+            deletes = [(d.namespace, d.tool_id) for d in change.removed if d.namespace == namespace]
+            if upserts or deletes:
+                self.index.submit(upserts, deletes, prepare=functools.partial(self._refresh_shared, namespace,
+                                                                              self._listing(namespace), True))
 
     def _reconcile(self, namespace: str) -> None:
         """First listing of an upstream since the index opened: write what differs from the
         index, drop what the upstream no longer has. Tools with unchanged digests cost nothing."""
         self._reconciled.add(namespace)
-        self._refresh_shared(namespace)
-        self.index.submit(list(self.catalog.slots[namespace].tools.values()), reconcile=namespace)
+        listing = self._listing(namespace)
+        self.index.submit(listing, reconcile=namespace,
+                          prepare=functools.partial(self._refresh_shared, namespace, listing, False))
 
-    def _refresh_shared(self, namespace: str) -> bool:
+    def _listing(self, namespace: str) -> list[ToolDeclaration]:
         slot = self.catalog.slots.get(namespace)
-        tools = slot.tools.values() if slot is not None else ()
-        return self.shared.refresh(namespace, ((d.native_name or d.name, d.description or "") for d in tools))
+        return list(slot.tools.values()) if slot is not None else []
+
+    def _refresh_shared(self, namespace: str, listing: list[ToolDeclaration],
+                        relist: bool) -> tuple[str, list[ToolDeclaration]] | None:
+        """On the writer thread: look at the namespace's shared description text again. When it
+        changed (and `relist`), every tool of the namespace is compared with the index again;
+        only those whose document changed are written."""
+        changed = self.shared.refresh(namespace, ((d.native_name or d.name, d.description or "") for d in listing))
+        return (namespace, listing) if changed and relist else None
 
     def reindex(self) -> None:
         """Compare every tool of the catalog with the index again (after a failed commit, say)."""

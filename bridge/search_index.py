@@ -136,6 +136,9 @@ class _Batch:
     deletes: Sequence[tuple[str, str]] = ()  # (namespace, tool_id)
     reconcile: str | None = None  # namespace whose tools not in `upserts` are dropped
     keep_namespaces: frozenset[str] | None = None  # namespaces not in it are dropped
+    # run on the writer thread first; a (namespace, items) answer makes the batch a reconcile
+    # of that namespace with those items
+    prepare: Callable[[], tuple[str, Sequence[Any]] | None] | None = None
     seq: int = 0
 
 
@@ -239,13 +242,17 @@ class ToolIndex:
     # ---------------------------------------------------------------- writing
 
     def submit(self, upserts: Sequence[Any] = (), deletes: Sequence[tuple[str, str]] = (), *,
-               reconcile: str | None = None, keep_namespaces: Iterable[str] | None = None) -> int:
+               reconcile: str | None = None, keep_namespaces: Iterable[str] | None = None,
+               prepare: Callable[[], tuple[str, Sequence[Any]] | None] | None = None) -> int:
         """Queue changes and return a ticket for `flush`. `upserts` are IndexedTools (or items
         for the converter); `deletes` are (namespace, tool_id) pairs; with `reconcile`, the
         namespace's indexed tools missing from `upserts` are deleted; with `keep_namespaces`,
-        every tool of another namespace is."""
+        every tool of another namespace is. `prepare` runs on the writer thread before the
+        batch; when it answers (namespace, items), those items reconcile that namespace instead
+        of `upserts`."""
         batch = _Batch(upserts=list(upserts), deletes=list(deletes), reconcile=reconcile,
-                       keep_namespaces=frozenset(keep_namespaces) if keep_namespaces is not None else None)
+                       keep_namespaces=frozenset(keep_namespaces) if keep_namespaces is not None else None,
+                       prepare=prepare)
         with self._cond:
             if self._closed:
                 raise RuntimeError("search index is closed")
@@ -303,6 +310,10 @@ class ToolIndex:
         writer = self._writer
         try:
             for batch in batches:
+                if batch.prepare is not None:
+                    expanded = batch.prepare()
+                    if expanded is not None:
+                        batch.reconcile, batch.upserts = expanded
                 deletes = list(batch.deletes)
                 if batch.keep_namespaces is not None:
                     deletes += [(ns, tid) for ns, tools in self._digests.items() if ns not in batch.keep_namespaces

@@ -382,5 +382,28 @@ async def test_shared_text_follows_the_listing_tool_by_tool():
         await e.close()
 
 
+async def test_shared_text_is_looked_at_on_the_index_thread_not_the_event_loop():
+    import threading
+
+    up = FakeUpstream(name="fs", tools=fs_tools(("cd", "ls")))
+    e = await start_env([up])
+    threads: list[str] = []
+    refresh = e.search.shared.refresh
+
+    def recording(namespace, tools):
+        threads.append(threading.current_thread().name)
+        return refresh(namespace, tools)
+
+    e.search.shared.refresh = recording  # type: ignore[method-assign]
+    try:
+        up.change_tools(fs_tools(("cd", "ls", "rm")))  # a pass over the whole listing
+        await until(lambda: e.catalog.resolve("fs__rm") is not None)
+        assert await e.search.wait_indexed()
+        assert threads and threading.main_thread().name not in threads
+        assert e.search.search("remove a file", surface=e.surface).matches[0].search_hint == "Remove a file or directory"
+    finally:
+        await e.close()
+
+
 def test_conversational_connectives_are_filler():
     assert set(analyze_query("Alright, go ahead and afterwards delete it, oops").terms) == {"go", "delet"}
