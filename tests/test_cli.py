@@ -64,3 +64,34 @@ def test_startup_failure_is_one_clear_line(tmp_path, capsys):
     assert main(["tools", "-c", str(path)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("bridge tools: ") and "Traceback" not in err
+
+
+def test_serve_runs_on_uvloop_unless_told_otherwise(monkeypatch):
+    import builtins
+
+    import uvloop
+
+    from bridge.cli import _loop_factory
+    from bridge.config import parse_config
+
+    def config(loop: str | None = None):
+        return parse_config({"server": {"event_loop": loop}} if loop else {})
+
+    assert _loop_factory("serve", config()) is uvloop.new_event_loop
+    assert _loop_factory("serve", config("uvloop")) is uvloop.new_event_loop
+    assert _loop_factory("serve", config("asyncio")) is None
+    assert _loop_factory("search", config("uvloop")) is None  # only the server
+    real_import = builtins.__import__
+
+    def no_uvloop(name, *args, **kwargs):
+        if name == "uvloop":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_uvloop)
+    assert _loop_factory("serve", config()) is None  # auto: asyncio's loop where uvloop is missing
+    try:
+        _loop_factory("serve", config("uvloop"))
+        raise AssertionError("uvloop was required but missing")
+    except RuntimeError as exc:
+        assert "server.event_loop" in str(exc) and "pip install uvloop" in str(exc)
