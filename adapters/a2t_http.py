@@ -15,6 +15,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 from yarl import URL
 
+from adapters.http_body import read_body
 from bridge.model import BridgeError, ErrorClass, ToolError, UpstreamResult
 from bridge.translate.http import retry_after_seconds
 from bridge.translate.wire import (
@@ -135,11 +136,7 @@ class A2THttp:
         request_headers = {"Content-Type": "application/json", **(headers or {})} if data is not None else headers
         async with self._session.request(method, url, data=data, params=params, headers=request_headers,
                                          timeout=aiohttp.ClientTimeout(total=timeout, connect=self.connect_timeout)) as response:
-            declared = response.content_length
-            if declared is not None and declared <= self.max_response_bytes:
-                raw = await response.read()  # the common case: one read of a declared length
-            else:
-                raw = await self._read_capped(response, method, url)
+            raw = await read_body(response, self.max_response_bytes, f"{method} {safe_url(url)}")
             text = raw.decode(response.charset or "utf-8", errors="replace")
             parsed: Any = None
             if text and not text.isspace():
@@ -149,18 +146,6 @@ class A2THttp:
                     parsed = text
             return HTTPAnswer(response.status, parsed, text, retry_after_seconds(response.headers.get("Retry-After")),
                               dict(response.headers))
-
-    async def _read_capped(self, response: aiohttp.ClientResponse, method: str, url: str) -> bytes:
-        """The body of an answer with no (or too large a) Content-Length, read up to
-        `max_response_bytes`."""
-        chunks, size = [], 0
-        async for chunk in response.content.iter_chunked(1 << 16):
-            size += len(chunk)
-            if size > self.max_response_bytes:
-                raise BridgeError(f"{method} {safe_url(url)}: the answer is larger than max_response_bytes={self.max_response_bytes}",
-                                  error_class="result_too_large", recoverability="change_arguments")
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     async def request(self, method: str, url: str, *, body: Any = None, params: dict[str, Any] | None = None,
                       headers: dict[str, str] | None = None, timeout: float, retry_statuses: frozenset[int]) -> HTTPAnswer:

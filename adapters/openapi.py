@@ -21,6 +21,7 @@ from yarl import URL
 from adapters.openapi_auth import AuthConfig, Credentials
 from adapters.openapi_operations import Operation, Selector, map_operations
 from adapters.openapi_params import build_request
+from adapters.http_body import read_body
 from adapters.openapi_response import error_result, success_result
 from bridge.translate.http import retry_after_seconds
 from adapters.openapi_spec import Document, SpecError, is_url, parse_document, read_source
@@ -252,7 +253,7 @@ class OpenAPIUpstream(Upstream):
                     op.method, URL(parts.full_url(), encoded=True), headers=parts.header_items(), data=parts.data,
                     timeout=aiohttp.ClientTimeout(total=remaining, connect=min(cfg.connect_timeout, remaining)),
                 ) as response:
-                    payload = await _read_limited(response, cfg.max_response_bytes, op)
+                    payload = await read_body(response, cfg.max_response_bytes, f"{op.method} {op.path}")
                     status, reason, headers, charset = response.status, response.reason or "", response.headers, response.charset
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
                 if isinstance(exc, aiohttp.ServerTimeoutError):
@@ -309,15 +310,3 @@ class OpenAPIUpstream(Upstream):
 def _timeout(op: Operation, seconds: float) -> BridgeError:
     return BridgeError(f"{op.method} {op.path} did not answer within {seconds:g}s", error_class="timeout",
                        recoverability="retry", status="timed_out")
-
-
-async def _read_limited(response: aiohttp.ClientResponse, limit: int, op: Operation) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.content.iter_chunked(65536):
-        size += len(chunk)
-        if size > limit:
-            raise BridgeError(f"{op.method} {op.path} answered more than max_response_bytes={limit}",
-                              error_class="result_too_large", recoverability="change_arguments", status="too_large")
-        chunks.append(chunk)
-    return b"".join(chunks)
