@@ -3,6 +3,7 @@ config and owns their lifecycle. Frontends and the CLI hold a Bridge, nothing el
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +15,12 @@ from bridge.store import Store
 from bridge.surface import Surfaces
 from bridge.upstream import Upstream, upstream_class
 
-__all__ = ["Bridge"]
+__all__ = ["Bridge", "GC_YOUNG_THRESHOLD", "settle_gc"]
+
+# Allocations between collections of the youngest generation (Python's default is 700): a served
+# call allocates a few hundred short-lived objects, nearly all freed by reference counting,
+# so collecting every 700 allocations only walks the call's live objects again and again.
+GC_YOUNG_THRESHOLD = 20_000
 
 
 class Bridge:
@@ -51,3 +57,15 @@ class Bridge:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def settle_gc() -> None:
+    """Once a server has started: what it built so far (modules, catalog, index, schemas) is
+    moved out of the collector's reach, and young collections run less often. Measured on the
+    REST invoke path (bench/bench_rest_invoke.py, 64 clients): full collections went from 65–90
+    ms pauses, which stalled every call in flight, to 1–3 ms, and the collector's share of the
+    CPU per call from about 50 µs to a few."""
+    gc.collect()
+    gc.freeze()
+    gen0, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(max(gen0, GC_YOUNG_THRESHOLD), gen1, gen2)

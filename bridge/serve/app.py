@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.config import BridgeConfig
-from bridge.runtime import Bridge
+from bridge.runtime import Bridge, settle_gc
 from bridge.serve.auth import is_loopback
 from bridge.serve.http_protocol import CorkedHttpToolsProtocol
 from bridge.serve.mcp import MCPFrontend
@@ -178,6 +178,7 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         if stop.is_set():
             return 0
         app = build_app(bridge, host=host)
+        settle_gc()
         uv_config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, log_level="warning", access_log=False, lifespan="on",
                                    timeout_graceful_shutdown=5)
         server = uvicorn.Server(uv_config)

@@ -36,7 +36,7 @@ from bridge import __version__
 from bridge.config import BridgeConfig, ServerConfig
 from bridge.invoke import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
-from bridge.runtime import Bridge
+from bridge.runtime import Bridge, settle_gc
 from bridge.serve.auth import authenticate, is_loopback
 from bridge.serve.mcp_meta import (
     CALL_TOOL,
@@ -398,6 +398,7 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
         try:
             await bridge.start(wait=True)
             frontend = MCPFrontend(bridge, default_surface=name)
+            settle_gc()
             try:
                 await frontend.server.run(read, write, frontend.server.create_initialization_options())
             finally:

@@ -98,3 +98,19 @@ async def test_bridge_serve_starts_its_upstreams_serves_and_stops_on_sigterm(tmp
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+def test_a_started_server_settles_the_garbage_collector():
+    import gc
+
+    from bridge.runtime import GC_YOUNG_THRESHOLD, settle_gc
+
+    threshold = gc.get_threshold()
+    try:
+        settle_gc()
+        # what was built so far is out of the collector's reach; young collections are rarer
+        assert gc.get_freeze_count() > 1000
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, threshold[1], threshold[2])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
