@@ -18,11 +18,7 @@ from yarl import URL
 from adapters.http_body import read_body
 from bridge.model import BridgeError, ErrorClass, ToolError, UpstreamResult
 from bridge.translate.http import retry_after_seconds
-from bridge.translate.wire import (
-    TOOL_RESULT_KEY,
-    result_from_envelope,
-    tool_error_from_body,
-)
+from bridge.translate.wire import TOOL_RESULT_KEY, result_from_envelope, tool_error_from_body
 
 __all__ = ["RetryConfig", "HTTPAnswer", "A2THttp", "safe_url", "class_of_status", "error_result_of"]
 

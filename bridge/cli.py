@@ -170,12 +170,7 @@ async def cmd_atip(args: argparse.Namespace, config: BridgeConfig) -> int:
     import dataclasses
 
     from adapters.atip import DEFAULT_ENV_ALLOW
-    from adapters.atip_discovery import (
-        DEFAULT_SCAN_SKIP,
-        AgentToolsDirs,
-        scan_candidates,
-        scan_path,
-    )
+    from adapters.atip_discovery import DEFAULT_SCAN_SKIP, AgentToolsDirs, scan_candidates, scan_path
 
     dirs = AgentToolsDirs.resolve(args.data_home)
     path_dirs = args.path or [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]

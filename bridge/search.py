@@ -14,13 +14,7 @@ from typing import Any
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
-from bridge.search_rank import (
-    AnalyzedQuery,
-    SharedText,
-    analyze_query,
-    derive_search_hint,
-    name_tokens,
-)
+from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, name_tokens
 from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES
 from bridge.search_semantic import SemanticStage
 from bridge.surface import Surface, deferred_ref

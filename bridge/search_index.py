@@ -20,13 +20,7 @@ from typing import Any
 
 import tantivy
 
-from bridge.search_rank import (
-    ANALYZER_NAME,
-    AnalyzedQuery,
-    analyzer,
-    name_tokens,
-    split_identifiers,
-)
+from bridge.search_rank import ANALYZER_NAME, AnalyzedQuery, analyzer, name_tokens, split_identifiers
 
 __all__ = ["IndexedTool", "IndexQuery", "ToolIndex", "FIELD_WEIGHTS", "INDEX_FORMAT", "COMMIT_WINDOW", "exact_names", "name_text"]
 
