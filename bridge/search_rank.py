@@ -1,6 +1,6 @@
 """Text side of tool search: splitting names into words, reading a query (conversational
-filler set aside, identifiers kept whole), and the short search hint derived for tools whose
-upstream gave none. Pure functions, no index."""
+filler set aside, identifiers kept whole), the description text an upstream's tools share, and
+the short search hint derived for tools whose upstream gave none. No index."""
 
 from __future__ import annotations
 
