@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +71,7 @@ class HTTPAnswer:
     body: Any  # parsed JSON, or the text when the body is not JSON, or None when empty
     text: str
     retry_after: float | None
-    headers: dict[str, str]
+    headers: Mapping[str, str]  # case-insensitive (the answer's own)
 
     @property
     def ok(self) -> bool:
@@ -91,6 +92,9 @@ def error_result_of(answer: HTTPAnswer, what: str) -> UpstreamResult:
                 remote.error.retry_after = answer.retry_after
             return remote
     message = f"{what} answered HTTP {answer.status}" + (f": {answer.snippet()}" if answer.text else "")
+    if 300 <= answer.status < 400 and answer.headers.get("Location"):
+        message = (f"{what} answered HTTP {answer.status}, a redirect to {safe_url(answer.headers['Location'])}, which is "
+                   "not followed (the upstream's headers and credentials would go with it): configure that URL instead")
     error: ToolError = tool_error_from_body(answer.body, fallback_class=class_of_status(answer.status), message=message)
     if error.retry_after is None:
         error.retry_after = answer.retry_after
@@ -130,7 +134,7 @@ class A2THttp:
         assert self._session is not None, "the upstream is not started"
         data = json.dumps(body, ensure_ascii=False).encode() if body is not None else None
         request_headers = {"Content-Type": "application/json", **(headers or {})} if data is not None else headers
-        async with self._session.request(method, url, data=data, params=params, headers=request_headers,
+        async with self._session.request(method, url, data=data, params=params, headers=request_headers, allow_redirects=False,
                                          timeout=aiohttp.ClientTimeout(total=timeout, connect=self.connect_timeout)) as response:
             raw = await read_body(response, self.max_response_bytes, f"{method} {safe_url(url)}")
             text = raw.decode(response.charset or "utf-8", errors="replace")
@@ -141,7 +145,7 @@ class A2THttp:
                 except ValueError:
                     parsed = text
             return HTTPAnswer(response.status, parsed, text, retry_after_seconds(response.headers.get("Retry-After")),
-                              dict(response.headers))
+                              response.headers)
 
     async def request(self, method: str, url: str, *, body: Any = None, params: dict[str, Any] | None = None,
                       headers: dict[str, str] | None = None, timeout: float, retry_statuses: frozenset[int]) -> HTTPAnswer:

@@ -12,6 +12,7 @@ import logging
 import os
 import random
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import aiohttp
@@ -20,7 +21,7 @@ from yarl import URL
 
 from adapters.openapi_auth import AuthConfig, Credentials
 from adapters.openapi_operations import Operation, Selector, map_operations
-from adapters.openapi_params import build_request
+from adapters.openapi_params import RequestParts, build_request
 from adapters.http_body import read_body
 from adapters.openapi_response import error_result, success_result
 from bridge.translate.http import retry_after_seconds
@@ -247,14 +248,11 @@ class OpenAPIUpstream(Upstream):
             if remaining <= 0:
                 raise _timeout(op, ctx.timeout)
             parts = build_request(op, arguments)
+            plain = parts.header_items()
             used = await credentials.apply(parts, bound, session, remaining)
+            secret = {k.lower() for k, v in parts.header_items().items() if plain.get(k) != v}
             try:
-                async with session.request(
-                    op.method, URL(parts.full_url(), encoded=True), headers=parts.header_items(), data=parts.data,
-                    timeout=aiohttp.ClientTimeout(total=remaining, connect=min(cfg.connect_timeout, remaining)),
-                ) as response:
-                    payload = await read_body(response, cfg.max_response_bytes, f"{op.method} {op.path}")
-                    status, reason, headers, charset = response.status, response.reason or "", response.headers, response.charset
+                status, reason, headers, payload, charset = await self._send(session, op, parts, secret, remaining)
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
                 if isinstance(exc, aiohttp.ServerTimeoutError):
                     raise _timeout(op, ctx.timeout) from None
@@ -293,6 +291,33 @@ class OpenAPIUpstream(Upstream):
             log.info("%s %s %s -> HTTP %s", self.name, op.method, op.path, status)
             return error_result(op, status, reason, headers, payload, charset, redactor)
 
+    async def _send(self, session: aiohttp.ClientSession, op: Operation, parts: RequestParts, secret: set[str],
+                    timeout: float) -> tuple[int, str, Mapping[str, str], bytes, str | None]:
+        """Send one request, following redirects here rather than in aiohttp: the credentials
+        (the `secret` headers, cookies, Authorization) go only to the origin they were
+        configured for. A redirect to another origin (a download on a CDN, say) is followed
+        without them; a 303, or a 301/302 answering a POST, continues as a GET without the body."""
+        cfg = self.config
+        method, url, headers, data = op.method, URL(parts.full_url(), encoded=True), parts.header_items(), parts.data
+        origin = url.origin()
+        for _ in range(MAX_REDIRECTS + 1):
+            async with session.request(
+                method, url, headers=headers, data=data, allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=timeout, connect=min(cfg.connect_timeout, timeout)),
+            ) as response:
+                location = response.headers.get("Location")
+                if response.status not in _REDIRECTS or not location:
+                    payload = await read_body(response, cfg.max_response_bytes, f"{op.method} {op.path}")
+                    return response.status, response.reason or "", response.headers, payload, response.charset
+                status = response.status
+            url = url.join(URL(location))
+            if url.origin() != origin:
+                headers = {k: v for k, v in headers.items() if k.lower() not in secret and k.lower() not in _ORIGIN_BOUND}
+            if status == 303 or (status in (301, 302) and method == "POST"):
+                method, data = "GET", None
+                headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+        raise BridgeError(f"{op.method} {op.path}: more than {MAX_REDIRECTS} redirects", error_class="execution_failed")
+
     def _retry_delay(self, op: Operation, attempt: int, retry_after: float | None, remaining: float) -> float | None:
         """Seconds to wait before the next attempt, or None when this answer is final."""
         retries = self.config.retries
@@ -305,6 +330,12 @@ class OpenAPIUpstream(Upstream):
         else:
             delay = min(retries.max_backoff, retries.backoff * (2**attempt)) * (0.5 + random.random() / 2)
         return delay if delay < remaining else None
+
+
+MAX_REDIRECTS = 10
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# headers that belong to the origin they were sent to, whatever the configured credentials are
+_ORIGIN_BOUND = frozenset({"authorization", "cookie", "proxy-authorization"})
 
 
 def _timeout(op: Operation, seconds: float) -> BridgeError:

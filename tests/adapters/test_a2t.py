@@ -368,3 +368,34 @@ async def test_answers_over_max_response_bytes_are_refused_with_or_without_a_len
                         assert not result.is_error, (path, result)
             finally:
                 await up.close()
+
+
+async def test_a_redirect_is_reported_not_followed_with_the_upstreams_headers():
+    received: list[str | None] = []
+
+    async def landing(request: web.Request) -> web.Response:
+        received.append(request.headers.get("X-Api-Key"))
+        return web.json_response({"output_parameters": []})
+
+    other = web.Application()
+    other.router.add_post("/landing", landing)
+    async with TestServer(other, host="127.0.0.1") as elsewhere:
+        server = IETFServer(count=1)
+        app = server.app()
+
+        async def moved(request: web.Request) -> web.Response:
+            return web.Response(status=307, headers={"location": str(elsewhere.make_url("/landing"))})
+
+        app.router.add_post("/moved:invoke", moved)
+        async with TestServer(app, host="127.0.0.1") as http:
+            base = str(http.make_url("")).rstrip("/")
+            up = upstream(base, headers={"X-Api-Key": "a2t-Secret-1"})
+            await up.start()
+            try:
+                up._invoke_urls["moved"] = f"{base}/moved:invoke"
+                result = await up.invoke("moved", {}, ctx())
+                assert result.is_error and "HTTP 307, a redirect to" in result.error.message
+                assert "/landing" in result.error.message and "a2t-Secret-1" not in result.error.message
+                assert received == []  # the other origin never saw the request, nor its key
+            finally:
+                await up.close()

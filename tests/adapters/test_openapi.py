@@ -586,6 +586,60 @@ async def test_upstream_used_directly_outside_a_bridge(api):
         await upstream.invoke(tool.native_id, {}, CallContext(invocation_id="inv_2", timeout=5))
 
 
+REDIRECTS_SPEC = """
+openapi: 3.1.0
+info: {title: redirects, version: "1"}
+components:
+  securitySchemes:
+    header_key: {type: apiKey, in: header, name: X-API-Key}
+    bearer: {type: http, scheme: bearer}
+security: [{header_key: [], bearer: []}]
+paths:
+  /hop/same: {get: {operationId: hopSame, responses: {"200": {description: ok}}}}
+  /hop/away: {get: {operationId: hopAway, responses: {"200": {description: ok}}}}
+  /hop/post:
+    post:
+      operationId: hopPost
+      requestBody: {content: {application/json: {schema: {type: object}}}}
+      responses: {"200": {description: ok}}
+"""
+
+
+async def test_credentials_never_follow_a_redirect_to_another_origin(tmp_path):
+    async def seen(request: web.Request) -> web.Response:
+        return web.json_response({"method": request.method, "key": request.headers.get("X-API-Key"),
+                                  "auth": request.headers.get("Authorization"), "host": request.host})
+
+    other = web.Application()
+    other.router.add_get("/landing", seen)
+    async with TestServer(other, host="127.0.0.1") as elsewhere:
+        landing = str(elsewhere.make_url("/landing"))
+
+        def to(location: str, status: int) -> Any:
+            async def handler(request: web.Request) -> web.Response:
+                return web.Response(status=status, headers={"Location": location})
+            return handler
+
+        app = web.Application()
+        app.router.add_get("/hop/same", to("/checked", 307))
+        app.router.add_get("/checked", seen)
+        app.router.add_get("/hop/away", to(landing, 302))
+        app.router.add_post("/hop/post", to(landing, 303))
+        async with TestServer(app, host="127.0.0.1") as origin:
+            (tmp_path / "redirects.yaml").write_text(REDIRECTS_SPEC)
+            auth = [{"type": "apiKey", "scheme": "header_key", "value": SECRETS["api"]},
+                    {"type": "bearer", "scheme": "bearer", "token": SECRETS["bearer"]}]
+            async with bridge_for(str(tmp_path / "redirects.yaml"), base_url=str(origin.make_url("")).rstrip("/"), auth=auth) as bridge:
+                same = (await call(bridge, "hopSame")).structured_content
+                # same origin: both credentials arrived (and the server's echo of them is redacted)
+                assert (same["key"], same["auth"]) == ("***", "Bearer ***")
+                away = await call(bridge, "hopAway")
+                assert not away.is_error and away.structured_content["host"] == elsewhere.make_url("").raw_authority
+                assert (away.structured_content["key"], away.structured_content["auth"]) == (None, None)
+                posted = (await call(bridge, "hopPost", {"body": {"a": 1}})).structured_content
+                assert posted["method"] == "GET" and (posted["key"], posted["auth"]) == (None, None)
+
+
 # ---------------------------------------------------------------------------- launched service, reloads
 
 
