@@ -136,7 +136,7 @@ class A2THttp:
         request_headers = {"Content-Type": "application/json", **(headers or {})} if data is not None else headers
         async with self._session.request(method, url, data=data, params=params, headers=request_headers, allow_redirects=False,
                                          timeout=aiohttp.ClientTimeout(total=timeout, connect=self.connect_timeout)) as response:
-            raw = await read_body(response, self.max_response_bytes, f"{method} {safe_url(url)}")
+            raw = await read_body(response, self.max_response_bytes, lambda: f"{method} {safe_url(url)}")
             text = raw.decode(response.charset or "utf-8", errors="replace")
             parsed: Any = None
             if text and not text.isspace():
