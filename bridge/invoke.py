@@ -240,7 +240,7 @@ class Invoker:
 
     def flush_log(self) -> None:
         rows, self._log_rows = self._log_rows, []
-        self.store.log_invocations(rows)
+        self.store.log_invocations(rows, self.config.log_keep)
 
     # ----------------------------------------------------------------- steps
 
@@ -430,7 +430,7 @@ class Invoker:
         def flush() -> None:
             self._flush_handle = None
             rows, self._log_rows = self._log_rows, []
-            future = loop.run_in_executor(None, self.store.log_invocations, rows)
+            future = loop.run_in_executor(None, self.store.log_invocations, rows, self.config.log_keep)
             self._flushes.add(future)
             future.add_done_callback(self._flushes.discard)
 

@@ -60,6 +60,7 @@ class Store:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._logged: int | None = None  # rows in the invocation log, counted once then kept up to date
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -134,12 +135,24 @@ class Store:
 
     # invocation log ---------------------------------------------------------------------------
 
-    def log_invocations(self, rows: list[tuple[Any, ...]]) -> None:
+    def log_invocations(self, rows: list[tuple[Any, ...]], keep: int | None = None) -> None:
         """rows of (invocation_id, tool_id, tool_name, version, surface, status, error_class,
-        created_at, duration_ms). Arguments and results are never logged."""
+        created_at, duration_ms). Arguments and results are never logged. With `keep`, the log
+        holds about that many of the latest rows: once it has grown a tenth past it, the oldest
+        go (by insertion order, a range of rowids)."""
         if not rows:
             return
         self._write_many("INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?)", rows)
+        if keep is None:
+            return
+        with self._lock:
+            if self._logged is None:
+                self._logged = self._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
+            else:
+                self._logged += len(rows)
+            if self._logged > keep + max(keep // 10, 100):
+                self._db.execute("DELETE FROM invocations WHERE rowid <= (SELECT MAX(rowid) FROM invocations) - ?", (keep,))
+                self._logged = self._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
 
     def _write_many(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
         """`statement` for every row in one transaction: one commit, not one per row (the

@@ -215,3 +215,19 @@ async def test_a_full_log_buffer_moves_the_flush_to_now_once(world):
     assert handles[0] is handles[510] and handles[511] is not handles[510]  # the 512th row moved it
     assert all(h is handles[511] for h in handles[511:])  # and no later row created another timer
     await invoker.aclose()
+
+
+def test_the_invocation_log_keeps_its_latest_rows():
+    store = Store()
+    keep = 1000
+    for batch in range(10):
+        store.log_invocations([(f"inv_{batch:02d}_{i:03d}", "t", "svc__echo", 1, "default", "succeeded", None,
+                                now_iso(), 1.0) for i in range(300)], keep)
+    count = store._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
+    assert keep <= count <= keep + keep // 10
+    ids = {row[0] for row in store._db.execute("SELECT invocation_id FROM invocations")}
+    assert "inv_09_299" in ids and "inv_00_000" not in ids  # the oldest went, the latest stay
+    # without a limit nothing is dropped
+    unbounded = Store()
+    unbounded.log_invocations([(f"inv_{i}", "t", "n", 1, "s", "succeeded", None, now_iso(), 1.0) for i in range(3000)])
+    assert unbounded._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0] == 3000
