@@ -81,9 +81,6 @@ class SchemaValidators:
             entry = self._cache[key] = (cls(schema), compile_quick_check(schema))
         return entry
 
-    def get(self, key: tuple[str, int], schema: dict[str, Any]) -> jsonschema.protocols.Validator:
-        return self._entry(key, schema)[0]
-
     def errors(self, key: tuple[str, int], schema: dict[str, Any], arguments: Any) -> list[dict[str, str]]:
         validator, quick = self._entry(key, schema)
         if quick is not None and quick(arguments):
