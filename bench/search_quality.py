@@ -1,7 +1,8 @@
 """Search quality on the development set: recall@1/5/10 and nDCG@10 of `bridge.search` over
-the 2,961 function declarations of ../shared/data/toolsearch, next to plain BM25, and with the
-semantic stage when its model is installed (the `semantic` extra). The tools' embeddings are
-kept in bench/.cache, so only the first run spends minutes computing them.
+the 2,961 function declarations of ../shared/data/toolsearch, next to plain BM25: by keywords
+alone, with the default semantic stage (the static token table shipped with the bridge), and
+with the full sentence model when it is installed (the `semantic` extra; its tool embeddings
+are kept in bench/.cache, so only the first run spends minutes computing them).
 
 Each ranking is scored on all development requests, on its two halves by the parity of the
 request's number (the first number in its id: tune on one half, check on the other), and on
@@ -11,7 +12,7 @@ any benchmark, phrased as turns of a conversation with the catalog's conversatio
 share a long description prefix per API; each names the tools judged right from the catalog's
 descriptions. They were written before any tuning against them.
 
-Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--no-semantic]
+Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--no-semantic]  (keywords and plain BM25 only)
 """
 
 from __future__ import annotations
@@ -194,37 +195,41 @@ async def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with catalog.jsonl and queries-dev.jsonl")
     parser.add_argument("--conversation", type=Path, default=DEFAULT_CONVERSATION,
                         help="hand-written conversation turns with gold names (JSON lines)")
-    parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's row")
+    parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
     args = parser.parse_args()
     rows, queries = load_dev_set(args.data)
     sets = query_sets(queries, load_queries(args.conversation))
     print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data}); "
           + ", ".join(f"{name}: {len(qs)}" for name, qs in sets.items()))
     results = [("plain BM25 (name+description+params)", score_sets(plain_bm25(rows), sets))]
-    ranker = BridgeRanker(rows, semantic=False)
+    ranker = BridgeRanker(rows, semantic="off")
     try:
-        results.append(("bridge.search", score_sets(ranker, sets)))
+        results.append(("bridge.search, keywords only", score_sets(ranker, sets)))
     finally:
         ranker.close()
     notes = [f"bridge.search indexed {len(rows)} tools through the catalog in {ranker.index_seconds:.2f} s"]
-    if not args.no_semantic and model_location() is None:
-        notes.append("semantic stage: model not installed (pip install -e '.[semantic]'); row left out")
-    elif not args.no_semantic:
-        cache = ROOT / "bench" / ".cache" / "search-quality.index"
-        semantic = BridgeRanker(rows, str(cache), semantic=True)
+    stages = [("bridge.search + static table (default)", "static", None)]
+    if args.no_semantic:
+        stages = []
+    elif model_location() is None:
+        notes.append("full model: not installed (pip install -e '.[semantic]'); its row left out")
+    else:
+        stages.append(("bridge.search + full model (extra)", "model", ROOT / "bench" / ".cache" / "search-quality.index"))
+    for label, kind, cache in stages:
+        semantic = BridgeRanker(rows, str(cache) if cache else None, semantic=kind)
         try:
-            results.append(("bridge.search + semantic", score_sets(semantic, sets)))
+            results.append((label, score_sets(semantic, sets)))
             stage = semantic.search.semantic
             assert stage is not None
             embedded = stage.embedded
-            notes.append(f"semantic stage: {embedded} tools embedded in {semantic.embed_seconds:.1f} s"
-                         + (f" ({1000 * semantic.embed_seconds / embedded:.1f} s per 1,000 tools)" if embedded else
+            notes.append(f"{kind}: {embedded} tools embedded in {semantic.embed_seconds:.1f} s"
+                         + (f" ({1000 * semantic.embed_seconds / embedded:.2f} s per 1,000 tools)" if embedded else
                             " (all read from the vector cache in bench/.cache)"))
             query = "find the area of a triangle with a base of 10 units and height of 5 units"
             started = time.perf_counter()
             for _ in range(20):
                 stage.encoder.encode([query], 128)
-            notes.append(f"semantic stage: one query embedding takes {50 * (time.perf_counter() - started):.1f} ms")
+            notes.append(f"{kind}: one query embedding takes {50 * (time.perf_counter() - started):.2f} ms")
         finally:
             semantic.close()
     print(table(results))

@@ -1,6 +1,7 @@
 """Search at scale: synthetic catalogs of 10,000, 100,000 and (with --full) 1,000,000 tools
 made from the development set's real names and descriptions, varied across vendors, verbs and
-nouns. Prints build time, index size on disk, RSS, query latency and live add/remove cost.
+nouns. Prints build time, index size on disk, RSS, query latency and live add/remove cost, and
+what the default semantic stage adds to a query, to memory and to indexing.
 
 The tools are fed to the index (bridge.search_index) directly: a catalog of a million pydantic
 declarations would measure the catalog, not the index. Queries run the search path after the
@@ -24,12 +25,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bridge.search import CANDIDATES, _param_text  # noqa: E402
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text  # noqa: E402
 from bridge.search_rank import analyze_query, name_tokens  # noqa: E402
+from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES  # noqa: E402
+from bridge.search_semantic import QUERY_TOKENS  # noqa: E402
+from bridge.search_static import load_static  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "toolsearch"
 VERBS = ["get", "list", "create", "update", "delete", "search", "find", "fetch", "set", "add", "remove", "check",
@@ -116,6 +122,31 @@ def search(index: ToolIndex, text: str, limit: int = 10) -> list[tuple[str, floa
     return index.search(index.query(analyze_query(text)), limit=max(CANDIDATES, limit))
 
 
+def semantic_cost(index: ToolIndex, synthetic: Synthetic, queries: list[str], size: int) -> dict[str, Any]:
+    """What the default semantic stage (the shipped static table) adds: the query path with its 50
+    candidates, the query's vector and the candidates' cosines (gathered, as the stage does, from
+    an array of every tool's float16 vector: random here, the cost is the same), its memory, and
+    the CPU to embed tools (on 2,000 of them)."""
+    encoder = load_static()
+    if encoder is None:
+        return {"sem_p95_ms": float("nan"), "sem_mb": float("nan"), "embed_ms_1k": float("nan")}
+    texts = [f"{t.name}: {t.description} Parameters: {t.params} {t.param_text}" for t in synthetic.tools(size - 2000, size)]
+    c0 = time.process_time()
+    for start in range(0, len(texts), 32):
+        encoder.encode(texts[start:start + 32], encoder.tool_tokens)
+    embed = (time.process_time() - c0) / len(texts) * 1e6
+    vectors = np.random.default_rng(0).standard_normal((size, encoder.dim), np.float32).astype(np.float16)
+    latencies = []
+    for q in queries:
+        t0 = time.perf_counter()
+        hits = index.search(index.query(analyze_query(q)), limit=SEMANTIC_CANDIDATES)
+        rows = [hash(tool_id) % size for tool_id, _ in hits]
+        cosine = vectors[rows].astype(np.float32) @ encoder.encode([q], QUERY_TOKENS)[0]
+        np.argsort(-cosine, kind="stable")
+        latencies.append((time.perf_counter() - t0) * 1000)
+    return {"sem_p95_ms": pct(latencies, 0.95), "sem_mb": vectors.nbytes / 1e6, "embed_ms_1k": embed}
+
+
 def run_size(size: int, synthetic: Synthetic, queries: list[str], workdir: str) -> dict[str, Any]:
     path = os.path.join(workdir, f"index-{size}")
     shutil.rmtree(path, ignore_errors=True)
@@ -131,6 +162,8 @@ def run_size(size: int, synthetic: Synthetic, queries: list[str], workdir: str) 
         search(index, q)
         latencies.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.thread_time() - c0) * 1000)
+    rss = rss_mb()
+    sem = semantic_cost(index, synthetic, queries, size)
     # live changes: 1,000 new tools, then the same 1,000 removed, each waited until searchable
     t0 = time.perf_counter()
     index.submit(list(synthetic.tools(size, size + 1000)))
@@ -145,7 +178,7 @@ def run_size(size: int, synthetic: Synthetic, queries: list[str], workdir: str) 
     gone = index.num_docs == size
     index.close()
     out = {
-        "tools": size, "build_s": build, "build_cpu_s": build_cpu, "disk_mb": folder_mb(path), "rss_mb": rss_mb(),
+        "tools": size, "build_s": build, "build_cpu_s": build_cpu, "disk_mb": folder_mb(path), "rss_mb": rss, **sem,
         "p50_ms": statistics.median(latencies), "p95_ms": pct(latencies, 0.95), "p99_ms": pct(latencies, 0.99),
         "cpu_p95_ms": pct(cpu, 0.95),
         "add_1000_s": add, "remove_1000_s": remove, "visible": visible and gone,
@@ -166,11 +199,13 @@ def main() -> None:
     queries = ([json.loads(line)["query"] for line in qfile.read_text().splitlines()[:300]] if qfile.exists()
                else ["weather in Paris", "create an invoice", "delete the user account"] * 100)
     cols = ["tools", "build_s", "build_cpu_s", "disk_mb", "rss_mb", "p50_ms", "p95_ms", "p99_ms", "cpu_p95_ms",
-            "add_1000_s", "remove_1000_s", "visible"]
+            "sem_p95_ms", "sem_mb", "embed_ms_1k", "add_1000_s", "remove_1000_s", "visible"]
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {len(queries)} real requests as queries; "
           "tools fed to the index directly (no catalog)")
     print("build_cpu_s: CPU of all threads; cpu_p95_ms: the query thread's CPU; rss_mb: process peak so far; "
           "add/remove: 1,000 tools, until searchable")
+    print("sem_*: with the default semantic stage (static table): query p95 with its rerank, its tool vectors' memory; "
+          "embed_ms_1k: its CPU to embed 1,000 tools")
     print("".join(f"{c:>14}" for c in cols))
     with tempfile.TemporaryDirectory(prefix="bridge-search-scale-") as workdir:
         for size in sizes:

@@ -116,9 +116,17 @@ class InvokeConfig(_Strict):
 class SearchConfig(_Strict):
     path: str | None = Field(default=None, description="index folder; default beside the store")
     enabled: bool = True
-    # rerank free-text results with the sentence-embedding model of the `semantic` extra, when
-    # it is installed (docs/search.md); false: keyword ranking only
-    semantic: bool = True
+    # rerank free-text results by meaning (docs/search.md): `static` with the token table shipped
+    # with the bridge, `model` with the sentence model of the `semantic` extra, `auto` the model
+    # when it is installed and else the table, `off` keywords only (true: auto, false: off)
+    semantic: Literal["auto", "model", "static", "off"] = "auto"
+
+    @field_validator("semantic", mode="before")
+    @classmethod
+    def _semantic_flag(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return "auto" if value else "off"
+        return value
 
 
 class BridgeConfig(_Strict):

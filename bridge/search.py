@@ -86,18 +86,20 @@ class ToolSearch:
 
     `path` is the index folder (reopened when it still matches the catalog), None for an index
     in memory. Writes happen on a background thread in batched commits; `wait_indexed()` (or
-    `flush()`) waits until every change so far is searchable. With `semantic` and the model
-    installed, free-text results are reranked by bridge.search_semantic (`self.semantic`).
+    `flush()`) waits until every change so far is searchable. With `semantic` (`auto`, `model`,
+    `static`; True is `auto`), free-text results are reranked by meaning by
+    bridge.search_semantic (`self.semantic`); False or `off` ranks by keywords alone.
     """
 
     def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None,
-                 semantic: bool = False) -> None:
+                 semantic: bool | str = False) -> None:
         self.catalog = catalog
         self.path = path
         self.shared = SharedText()
         self.index = ToolIndex(path, convert=self._indexed)
         self.field_weights = field_weights
-        self.semantic = SemanticStage.open(path) if semantic else None
+        kind = ("auto" if semantic else "off") if isinstance(semantic, bool) else semantic
+        self.semantic = SemanticStage.open(path, kind)
         if self.semantic is not None:
             self.semantic.submit([d for slot in catalog.slots.values() for d in slot.tools.values()])
         self._reconciled: set[str] = set()

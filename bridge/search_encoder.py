@@ -11,6 +11,7 @@ import importlib.util
 import json
 import logging
 import math
+import re
 import threading
 import unicodedata
 import zipfile
@@ -46,6 +47,10 @@ class Encoder:
 
     name: str = ""
     dim: int = 0
+    # tokens embedded of a tool's text (a query: its first 128); `cheap`: a search's candidates
+    # that wait for their vectors may be embedded while it runs
+    tool_tokens: int = 128
+    cheap: bool = False
 
     def encode(self, texts: Sequence[str], max_tokens: int = 128) -> np.ndarray:
         """(len(texts), dim) float32 unit vectors."""
@@ -123,6 +128,10 @@ def _is_cjk(cp: int) -> bool:
             or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
 
 
+_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_ASCII_WORDS = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
+
+
 class WordPiece:
     """BERT's uncased tokenizer: basic splitting, then greedy longest-match word pieces."""
 
@@ -133,6 +142,10 @@ class WordPiece:
         self._word = lru_cache(maxsize=65536)(self._pieces)
 
     def _words(self, text: str) -> list[str]:
+        if text.isascii() and not _ASCII_CONTROL.search(text):
+            # the same words as below for plain ASCII (no accents, no CJK, no control character
+            # to drop), where every printable character that is not a letter or digit is punctuation
+            return _ASCII_WORDS.findall(text.lower())
         chars: list[str] = []
         for ch in text:
             cp = ord(ch)
@@ -243,7 +256,8 @@ class MiniLMEncoder(Encoder):
         if files.archive is not None:
             files.archive.close()
 
-    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def hidden_states(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """(batch, length, dim) outputs of the last layer for token ids padded per `mask`."""
         batch, length = ids.shape
         x = self.word[ids] + self.position[:length][None] + self.type0
         x = _layer_norm(x, *self.emb_norm)
@@ -262,6 +276,10 @@ class MiniLMEncoder(Encoder):
             attended = (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, hidden)
             x = _layer_norm(attended @ out_w + out_b + x, n1_w, n1_b)
             x = _layer_norm(_gelu(x @ in_w + in_b) @ down_w + down_b + x, n2_w, n2_b)
+        return x
+
+    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        x = self.hidden_states(ids, mask)
         m = mask[..., None]
         pooled = (x * m).sum(1) / np.maximum(m.sum(1), 1e-9)
         return pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-9)

@@ -21,9 +21,10 @@ from typing import Any
 
 from bridge.model import ToolDeclaration
 from bridge.search_encoder import Encoder, load_encoder, np
+from bridge.search_static import load_static
 from bridge.search_rank import name_tokens
 
-__all__ = ["CANDIDATES", "WEIGHT", "SemanticStage", "tool_text", "vector_path"]
+__all__ = ["CANDIDATES", "WEIGHT", "SemanticStage", "choose_encoder", "tool_text", "vector_path"]
 
 log = logging.getLogger("bridge.search")
 
@@ -33,8 +34,8 @@ log = logging.getLogger("bridge.search")
 # requests, and gains the same on the other half (+3.2 points recall@5 and nDCG@10).
 CANDIDATES = 50
 WEIGHT = 0.7
-# Tokens embedded of a tool's text and of a query (a longer query is embedded by its beginning).
-TOOL_TOKENS = 128
+# Tokens embedded of a query (a longer query is embedded by its beginning); of a tool's text,
+# the encoder's `tool_tokens`.
 QUERY_TOKENS = 128
 _BATCH = 32
 _PARAM_TEXT_CHARS = 160
@@ -60,6 +61,19 @@ def tool_text(decl: ToolDeclaration) -> str:
     return " ".join(p for p in parts if p)
 
 
+def choose_encoder(kind: str) -> Encoder | None:
+    """`model`: the full sentence model (installed by the `semantic` extra); `static`: the
+    token table shipped with the bridge (bridge.search_static); `auto`: the model when it is
+    installed, else the table; `off`: none. None also when the chosen one cannot be loaded."""
+    if kind == "off":
+        return None
+    if kind in ("auto", "model"):
+        encoder = load_encoder()
+        if encoder is not None or kind == "model":
+            return encoder
+    return load_static()
+
+
 def vector_path(index_path: str) -> str:
     """The vector file beside an index folder: `<index>.vectors`."""
     return str(Path(index_path).with_name(Path(index_path).name + ".vectors"))
@@ -79,7 +93,7 @@ class SemanticStage:
         self.path = path
         self.weight = weight
         self.embedded = 0  # texts embedded since this stage opened (not read from the file)
-        self._model_key = hashlib.blake2b(f"{encoder.name}|{TOOL_TOKENS}".encode(), digest_size=8).digest()
+        self._model_key = hashlib.blake2b(f"{encoder.name}|{encoder.tool_tokens}".encode(), digest_size=8).digest()
         self._rows: dict[bytes, int] = {}  # text key -> row in _vectors
         self._vectors = np.zeros((0, encoder.dim), np.float16)
         self._count = 0
@@ -100,12 +114,13 @@ class SemanticStage:
         self._thread.start()
 
     @classmethod
-    def open(cls, index_path: str | None) -> SemanticStage | None:
-        """The stage with the installed model, its vectors beside `index_path`; None without a model."""
-        encoder = load_encoder()
-        if encoder is None:
+    def open(cls, index_path: str | None, encoder: str = "auto") -> SemanticStage | None:
+        """The stage with its vectors beside `index_path`, by `encoder` (see `choose_encoder`);
+        None when there is none to use."""
+        chosen = choose_encoder(encoder)
+        if chosen is None:
             return None
-        return cls(encoder, vector_path(index_path) if index_path else None)
+        return cls(chosen, vector_path(index_path) if index_path else None)
 
     # ---------------------------------------------------------------- the vector file
 
@@ -216,7 +231,7 @@ class SemanticStage:
     def _embed(self, todo: dict[bytes, str]) -> None:
         keys = list(todo)[:_BATCH]
         try:
-            vectors = self.encoder.encode([todo[k] for k in keys], TOOL_TOKENS).astype(np.float16)
+            vectors = self.encoder.encode([todo[k] for k in keys], self.encoder.tool_tokens).astype(np.float16)
         except Exception:  # noqa: BLE001 - the stage must outlive a text the model rejects
             log.exception("semantic embedding failed for %d tools; they are ranked by keywords", len(keys))
             with self._cond:
@@ -283,14 +298,21 @@ class SemanticStage:
         first, with that mixed score; None when a candidate has no embedding yet."""
         if not ranked or not query.strip():
             return None
+        waiting: list[int] = []
         with self._lock:
             rows = []
-            for decl, _ in ranked:
+            for i, (decl, _) in enumerate(ranked):
                 row = self._rows.get(self._keys.get(decl.tool_id, b""))
                 if row is None:
-                    return None
+                    if not self.encoder.cheap:
+                        return None
+                    waiting.append(i)
+                    row = 0
                 rows.append(row)
-            tools = self._vectors[rows].astype(np.float32)
+            tools = self._vectors[rows].astype(np.float32) if self._count else np.zeros((len(rows), self.encoder.dim), np.float32)
+        if waiting:  # a cheap encoder embeds them now; the background thread stores them
+            fresh = self.encoder.encode([tool_text(ranked[i][0]) for i in waiting], self.encoder.tool_tokens)
+            tools[waiting] = fresh.astype(np.float16).astype(np.float32)
         q = self._query_vector(query)
         cosine = tools @ q
         best = max(score for _, score in ranked)

@@ -12,14 +12,18 @@ import socket
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
-np = pytest.importorskip("numpy")
+import numpy as np
 
 from bridge.catalog import Catalog
 from bridge.config import BridgeConfig, SurfaceConfig
 from bridge.search import ToolSearch
 from bridge.search_encoder import Encoder, MiniLMEncoder, model_location
-from bridge.search_semantic import SemanticStage, tool_text, vector_path
+from bridge.search_semantic import SemanticStage, choose_encoder, tool_text, vector_path
+from bridge.search_static import STATIC_TABLE, StaticEncoder, load_static
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.fakes import FakeUpstream, tool
@@ -51,6 +55,13 @@ def tools():
         tool("send_mail", description="Send an email message to someone."),
         tool("forecast", description="Weather forecast for a city."),
     ]
+
+
+def one_upstream(listed):
+    """A catalog of one upstream, `a`, listing these tools once started."""
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="a", tools=listed))
+    return catalog
 
 
 async def started(ups, path=None, encoder=None):
@@ -169,12 +180,82 @@ def test_tool_text_has_name_words_description_and_parameters():
 
 
 def test_config_switch():
-    assert BridgeConfig().search.semantic is True
-    assert BridgeConfig.model_validate({"search": {"semantic": False}}).search.semantic is False
+    assert BridgeConfig().search.semantic == "auto"
+    assert BridgeConfig.model_validate({"search": {"semantic": False}}).search.semantic == "off"
+    assert BridgeConfig.model_validate({"search": {"semantic": True}}).search.semantic == "auto"
+    assert BridgeConfig.model_validate({"search": {"semantic": "static"}}).search.semantic == "static"
+    with pytest.raises(ValidationError, match="'auto', 'model', 'static' or 'off'"):
+        BridgeConfig.model_validate({"search": {"semantic": "fast"}})
     catalog = Catalog(Store())
-    search = ToolSearch(catalog, semantic=False)
-    assert search.semantic is None
+    for off in (False, "off"):
+        search = ToolSearch(catalog, semantic=off)
+        assert search.semantic is None
+        search.close()
+    search = ToolSearch(catalog, semantic="static")
+    assert search.semantic is not None and isinstance(search.semantic.encoder, StaticEncoder)
     search.close()
+    assert isinstance(choose_encoder("auto"), MiniLMEncoder if model_location() else StaticEncoder)
+
+
+# ---------------------------------------------------------------- the shipped static table
+
+
+@pytest.fixture(scope="module")
+def static():
+    encoder = load_static()
+    assert encoder is not None, f"the shipped table {STATIC_TABLE} is missing"
+    return encoder
+
+
+def test_static_table_is_shipped_and_embeds_by_meaning(static):
+    assert STATIC_TABLE.is_file() and static.dim == 256 and static.cheap
+    assert static.tokenizer.ids("Hello, world!", 128) == [101, 7592, 1010, 2088, 999, 102]
+    vectors = static.encode(["create a new folder", "make a directory", "send an email", ""])
+    assert vectors.shape == (4, 256)
+    assert np.allclose(np.linalg.norm(vectors[:3], axis=1), 1.0, atol=1e-5) and not vectors[3].any()
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.1
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
+@settings(max_examples=300, derandomize=True, deadline=None)
+def test_ascii_fast_path_splits_words_like_the_full_rules(static, text):
+    words = static.tokenizer._words(text)
+    # the general path, forced by a trailing non-ASCII space (U+3000 is a space to BERT)
+    assert static.tokenizer._words(text + "\u3000") == words
+
+
+async def test_static_stage_reranks_by_meaning_at_once(tmp_path):
+    """With the shipped table (the default without the `semantic` extra) the meaning decides
+    among keyword candidates, and a search right after a change is already reranked: the
+    candidates waiting for their vectors are embedded while it runs."""
+    listed = [
+        tool("drop_user", description="Remove a user account."),
+        tool("rmdir", description="Remove an empty directory from the file system."),
+        tool("send_mail", description="Send an email message."),
+    ]
+    catalog = one_upstream(listed)
+    await catalog.start()
+    surface = Surface(SurfaceConfig(name="default"), catalog)
+    keyword = ToolSearch(catalog, semantic="off")
+    search = ToolSearch(catalog, str(tmp_path / "bridge.index"), semantic="static")
+    try:
+        assert await keyword.wait_indexed() and await search.wait_indexed()
+        query = "remove the old folder"
+        assert keyword.search(query, surface=surface).matches[0].name == "a__drop_user"
+        assert search.search(query, surface=surface).matches[0].name == "a__rmdir"
+        # a tool added now: searchable and reranked before the stage's thread embeds it
+        stage = search.semantic
+        assert stage is not None
+        catalog.apply_tools("a", [*listed, tool("delete_folder", description="Delete a folder and its contents.")])
+        assert await search.wait_indexed()
+        ranked = [(d, 1.0) for d in catalog.slots["a"].tools.values() if d.native_name in ("delete_folder", "send_mail")]
+        unknown = ranked[0][0].model_copy(update={"tool_id": "never-submitted"})
+        order = stage.rerank("erase a folder", [*ranked, (unknown, 1.0)])
+        assert order is not None and order[0][0].native_name == "delete_folder"
+    finally:
+        search.close()
+        keyword.close()
+        await catalog.close()
 
 
 # ---------------------------------------------------------------- the bundled model
@@ -215,14 +296,11 @@ def test_bundled_model_tokenizes_and_embeds_offline(offline_encoder):
 
 @needs_model
 async def test_bundled_model_ranks_by_meaning(tmp_path):
-    ups = [FakeUpstream(name="a", tools=[
+    catalog = one_upstream([
         tool("city_weather", description="Current weather conditions in a city."),
         tool("city_population", description="Number of people living in a city."),
         tool("trip_book", description="Reserve seats on an airline for a trip."),
-    ])]
-    catalog = Catalog(Store())
-    for up in ups:
-        catalog.add_upstream(up)
+    ])
     search = ToolSearch(catalog, str(tmp_path / "bridge.index"), semantic=True)
     assert search.semantic is not None
     await catalog.start()

@@ -1,0 +1,143 @@
+"""The default encoder of the semantic search stage: a static token table distilled from
+all-MiniLM-L6-v2, shipped inside this package (`bridge/data/minilm-static.npz`).
+
+Each of the model's 30,522 WordPiece tokens was run through the full model alone
+(`[CLS] token [SEP]`), and the token's own output kept: a vector that carries what the model
+reads into that token. The vectors are centred, reduced to their main `dims` directions (PCA),
+weighted down for the most frequent tokens (the vocabulary is in frequency order; a token of
+rank r weighs 1e-4 / (1e-4 + p(r)) with p Zipf's law over the ranks), and stored as int8 rows
+with one scale each. A text's vector is the normalized sum of its tokens' rows: microseconds,
+where the full model takes tens of milliseconds a text.
+
+`python -m bridge.search_static OUT.npz [--dims N]` distils the table again from the full
+model (the `semantic` extra must be installed); it takes a few minutes of CPU."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bridge.search_encoder import MODEL_NAME, Encoder, MiniLMEncoder, WordPiece, model_location, np
+
+__all__ = ["STATIC_TABLE", "StaticEncoder", "distill", "load_static", "table_arrays"]
+
+log = logging.getLogger("bridge.search")
+
+STATIC_TABLE = Path(__file__).with_name("data") / "minilm-static.npz"
+ZIPF_A = 1e-4
+_DISTIL_BATCH = 1024
+
+
+class StaticEncoder(Encoder):
+    """Text vectors as the normalized sum of their WordPiece tokens' rows in a static table.
+    Cheap enough to embed a search's candidates while it runs (`cheap`). Thread-safe."""
+
+    cheap = True
+    tool_tokens = 512
+
+    def __init__(self, path: Path | str = STATIC_TABLE) -> None:
+        with np.load(path, allow_pickle=False) as data:
+            vectors = data["vectors"].astype(np.float32) * data["scales"].astype(np.float32)[:, None]
+            vocab = [str(t) for t in data["vocab"]]
+            source = str(data["source"])
+        self.table = vectors
+        self.tokenizer = WordPiece(vocab)
+        self.dim = int(vectors.shape[1])
+        digest = hashlib.blake2b(vectors.tobytes(), digest_size=6).hexdigest()
+        self.name = f"static:{source}:{self.dim}:{digest}"
+
+    def encode(self, texts: Sequence[str], max_tokens: int = 128) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for i, text in enumerate(texts):
+            ids = self.tokenizer.ids(text, max(3, max_tokens))[1:-1]  # without [CLS] and [SEP]
+            if ids:
+                out[i] = self.table[ids].sum(0)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.maximum(norms, 1e-9)
+
+
+_lock = threading.Lock()
+_loaded: dict[str, StaticEncoder | None] = {}
+
+
+def load_static(path: Path | str = STATIC_TABLE) -> StaticEncoder | None:
+    """The shipped table's encoder, loaded once per process; None without numpy or the file."""
+    key = str(path)
+    with _lock:
+        if key not in _loaded:
+            encoder = None
+            if np is not None:
+                try:
+                    encoder = StaticEncoder(path)
+                except (OSError, KeyError, ValueError) as exc:
+                    log.warning("semantic search table %s cannot be loaded (%s); ranking by keywords only", path, exc)
+            _loaded[key] = encoder
+        return _loaded[key]
+
+
+# ---------------------------------------------------------------- distilling the table
+
+
+def distill(model: MiniLMEncoder, dims: int = 256, *, progress: Any = None) -> dict[str, Any]:
+    """The arrays of a static table from the full model: `vectors` (int8), `scales`, `vocab`."""
+    vocab_size = model.word.shape[0]
+    tok = model.tokenizer
+    ids = np.empty((vocab_size, 3), np.int64)
+    ids[:, 0], ids[:, 1], ids[:, 2] = tok.cls, np.arange(vocab_size), tok.sep
+    mask = np.ones((_DISTIL_BATCH, 3), np.float32)
+    raw = np.empty((vocab_size, model.dim), np.float32)
+    for start in range(0, vocab_size, _DISTIL_BATCH):
+        rows = ids[start:start + _DISTIL_BATCH]
+        raw[start:start + len(rows)] = model.hidden_states(rows, mask[:len(rows)])[:, 1]
+        if progress is not None:
+            progress(start + len(rows), vocab_size)
+    vocab = [t for t, _ in sorted(tok.vocab.items(), key=lambda item: item[1])]
+    return table_arrays(raw, vocab, dims)
+
+
+def table_arrays(raw: np.ndarray, vocab: list[str], dims: int = 256) -> dict[str, Any]:
+    """The stored table from each vocabulary token's own output (`raw`, in vocabulary order)."""
+    vocab_size = len(vocab)
+    centred = raw - raw.mean(0)
+    _, directions = np.linalg.eigh(centred.T.astype(np.float64) @ centred / vocab_size)
+    reduced = centred @ directions[:, ::-1][:, :dims].astype(np.float32)
+    rank = np.arange(1, vocab_size + 1, dtype=np.float64)
+    zipf = (1 / rank) / (1 / rank).sum()
+    weighted = reduced * (ZIPF_A / (ZIPF_A + zipf)).astype(np.float32)[:, None]
+    scales = np.maximum(np.abs(weighted).max(1), 1e-12) / 127
+    vectors = np.round(weighted / scales[:, None]).astype(np.int8)
+    return {"vectors": vectors, "scales": scales.astype(np.float32), "vocab": np.array(vocab),
+            "source": np.array(MODEL_NAME)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="distil the static token table of tool search from all-MiniLM-L6-v2")
+    parser.add_argument("out", type=Path, help="the .npz file to write (the shipped one: bridge/data/minilm-static.npz)")
+    parser.add_argument("--dims", type=int, default=256, help="directions kept (default 256)")
+    args = parser.parse_args(argv)
+    location = model_location() if np is not None else None
+    if location is None:
+        print("the full model is not installed: pip install -e '.[semantic]'", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    model = MiniLMEncoder(location)
+
+    def progress(done: int, total: int) -> None:
+        print(f"\r{done}/{total} tokens", end="", file=sys.stderr, flush=True)
+
+    arrays = distill(model, args.dims, progress=progress)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(args.out, **arrays)
+    print(f"\nwrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
