@@ -135,7 +135,9 @@ def semantic_cost(index: ToolIndex, synthetic: Synthetic, queries: list[str], si
     for start in range(0, len(texts), 32):
         encoder.encode(texts[start:start + 32], encoder.tool_tokens)
     embed = (time.process_time() - c0) / len(texts) * 1e6
-    vectors = np.random.default_rng(0).standard_normal((size, encoder.dim), np.float32).astype(np.float16)
+    rng, vectors = np.random.default_rng(0), np.empty((size, encoder.dim), np.float16)
+    for start in range(0, size, 100_000):
+        vectors[start:start + 100_000] = rng.standard_normal((min(100_000, size - start), encoder.dim), np.float32)
     latencies = []
     for q in queries:
         t0 = time.perf_counter()
