@@ -124,8 +124,8 @@ async def main(scale: float) -> int:
                 "store": {"path": str(Path(tmp) / "bench.db")},
                 "upstreams": [{"name": "demo", "kind": "a2t", "url": f"http://127.0.0.1:{upstream_port}", "max_concurrency": 256}],
                 "surfaces": [{"name": "default", "load": ["*"]}],
-                # this measures invocation: the semantic search stage (when its extra is installed)
-                # would embed the catalog in the background while the first rows run
+                # this measures invocation: the semantic search stage would embed the catalog in the
+                # background while the first rows run
                 "search": {"semantic": False},
             }
             (Path(tmp) / "bench.yaml").write_text(yaml.safe_dump(config))

