@@ -84,7 +84,8 @@ async def direct_client(target: Any, mode: str) -> AsyncIterator[Callable[[], Aw
 
 @contextlib.asynccontextmanager
 async def bridged_client(entry: dict[str, Any]) -> AsyncIterator[tuple[str, Callable[[], Awaitable[None]]]]:
-    config = parse_config({"store": {"path": ":memory:"}, "upstreams": [{"name": "demo", "kind": "mcp", **entry}]}, base_dir=str(ROOT))
+    config = parse_config({"store": {"path": ":memory:"}, "upstreams": [{"name": "demo", "kind": "mcp", **entry}],
+                           "search": {"semantic": "off"}}, base_dir=str(ROOT))
     async with Bridge(config) as bridge:
         slot = bridge.catalog.slot("demo")
         assert slot.health.state == "ready", slot.health.reason
