@@ -12,7 +12,10 @@ any benchmark, phrased as turns of a conversation with the catalog's conversatio
 share a long description prefix per API; each names the tools judged right from the catalog's
 descriptions. They were written before any tuning against them.
 
-Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--no-semantic]  (keywords and plain BM25 only)
+With --public, the same requests are also sent to `GET /search` of a `bridge serve` process
+whose upstreams are MCP servers over stdio listing the catalog: the public path end to end.
+
+Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--no-semantic] [--public]
 """
 
 from __future__ import annotations
@@ -22,8 +25,13 @@ import asyncio
 import json
 import math
 import re
+import socket
+import subprocess
 import sys
+import tempfile
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -176,6 +184,61 @@ class BridgeRanker:
         self.search.close()
 
 
+class PublicRanker:
+    """`GET /search` of a `bridge serve` process whose upstreams are MCP servers over stdio
+    (bench/_catalog_mcp_server.py) listing the catalog: the public path end to end. A name the
+    catalog lists more than once (as vendors do) goes to another upstream, since one MCP server
+    names each tool once. Hits are read from each match's `native_ref.tool_name`."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]], workdir: Path, semantic: str) -> None:
+        shards: list[dict[str, dict[str, Any]]] = []
+        for row in rows:
+            free = next((shard for shard in shards if row["name"] not in shard), None)
+            if free is None:
+                free = {}
+                shards.append(free)
+            free[row["name"]] = row
+        upstreams = []
+        for i, shard in enumerate(shards):
+            path = workdir / f"shard{i}.jsonl"
+            path.write_text("".join(json.dumps(r) + "\n" for r in shard.values()), encoding="utf-8")
+            upstreams.append({"name": f"cat{i}", "kind": "mcp", "command": sys.executable,
+                              "args": [str(ROOT / "bench" / "_catalog_mcp_server.py"), str(path)], "start_timeout": 120})
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        config = workdir / "bridge.json"
+        config.write_text(json.dumps({"store": {"path": str(workdir / "bridge.db")}, "upstreams": upstreams,
+                                      "search": {"semantic": semantic}}))
+        self.base = f"http://127.0.0.1:{port}"
+        self.upstreams = len(upstreams)
+        self.log = open(workdir / "bridge.log", "wb")  # noqa: SIM115 - closed with the process
+        self.process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "serve", "-c", str(config), "--port", str(port)],
+                                        cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        started = time.perf_counter()
+        last = [(f"cat{i}", list(shard)[-1]) for i, shard in enumerate(shards)]
+        while not all(name in self(name) for _, name in last):  # every upstream listed and indexed
+            if self.process.poll() is not None or time.perf_counter() - started > 300:
+                raise RuntimeError(f"bridge serve did not get ready; see {workdir / 'bridge.log'}")
+            time.sleep(0.2)
+        self.ready_seconds = time.perf_counter() - started
+
+    def __call__(self, query: str) -> list[str]:
+        # 30, as BridgeRanker: a name listed by several upstreams is counted once among the first 10
+        url = f"{self.base}/search?" + urllib.parse.urlencode({"q": query, "limit": 30})
+        try:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                result = json.load(response)
+        except OSError:
+            return []  # not serving yet
+        return [m["native_ref"]["tool_name"] for m in result.get("matches", [])]
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.log.close()
+
+
 def score_sets(ranker: Ranker, sets: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
     return {name: score(ranker, queries) for name, queries in sets.items()}
 
@@ -196,6 +259,8 @@ async def main() -> None:
     parser.add_argument("--conversation", type=Path, default=DEFAULT_CONVERSATION,
                         help="hand-written conversation turns with gold names (JSON lines)")
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
+    parser.add_argument("--public", action="store_true",
+                        help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
     args = parser.parse_args()
     rows, queries = load_dev_set(args.data)
     sets = query_sets(queries, load_queries(args.conversation))
@@ -232,6 +297,15 @@ async def main() -> None:
             notes.append(f"{kind}: one query embedding takes {50 * (time.perf_counter() - started):.2f} ms")
         finally:
             semantic.close()
+    if args.public:
+        for label, kind in (("GET /search (MCP upstreams), keywords", "off"), ("GET /search (MCP upstreams), static", "static")):
+            with tempfile.TemporaryDirectory(prefix="bridge-quality-") as tmp:
+                public = PublicRanker(rows, Path(tmp), kind)
+                try:
+                    results.append((label, score_sets(public, sets)))
+                    notes.append(f"{label}: {public.upstreams} MCP upstreams listed and indexed in {public.ready_seconds:.1f} s")
+                finally:
+                    public.close()
     print(table(results))
     print("\n".join(notes))
 

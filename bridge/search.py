@@ -88,7 +88,9 @@ class ToolSearch:
     in memory. Writes happen on a background thread in batched commits; `wait_indexed()` (or
     `flush()`) waits until every change so far is searchable. With `semantic` (`auto`, `model`,
     `static`; True is `auto`), free-text results are reranked by meaning by
-    bridge.search_semantic (`self.semantic`); False or `off` ranks by keywords alone.
+    bridge.search_semantic (`self.semantic`, and with `auto` and the full model, `self.fallback`:
+    the static table, used until the model has embedded a search's candidates); False or `off`
+    ranks by keywords alone.
     """
 
     def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None,
@@ -100,8 +102,13 @@ class ToolSearch:
         self.field_weights = field_weights
         kind = ("auto" if semantic else "off") if isinstance(semantic, bool) else semantic
         self.semantic = SemanticStage.open(path, kind)
-        if self.semantic is not None:
-            self.semantic.submit([d for slot in catalog.slots.values() for d in slot.tools.values()])
+        # `auto` with the full model: the static table reranks a search until the model has
+        # embedded its candidates (the first hour of a large catalog)
+        self.fallback = (SemanticStage.open(path, "static")
+                         if kind == "auto" and self.semantic is not None and not self.semantic.encoder.cheap else None)
+        tools = [d for slot in catalog.slots.values() for d in slot.tools.values()]
+        for stage in self._stages:
+            stage.submit(tools)
         self._reconciled: set[str] = set()
         self._unsubscribe = catalog.subscribe(self._on_change)
         # tools of upstreams no longer configured go; the others are compared with their listing
@@ -109,6 +116,10 @@ class ToolSearch:
         for namespace, slot in catalog.slots.items():
             if slot.health.state == "ready":
                 self._reconcile(namespace)
+
+    @property
+    def _stages(self) -> list[SemanticStage]:
+        return [stage for stage in (self.semantic, self.fallback) if stage is not None]
 
     # ---------------------------------------------------------------- keeping in step
 
@@ -119,8 +130,8 @@ class ToolSearch:
         """Hand the change to the index's writer thread; documents are built there, and so is
         the namespace's shared description text looked at again (a pass over its listing)."""
         touched = (*change.added, *change.updated, *change.removed)
-        if self.semantic is not None:
-            self.semantic.submit((*change.added, *change.updated), [d.tool_id for d in change.removed])
+        for stage in self._stages:
+            stage.submit((*change.added, *change.updated), [d.tool_id for d in change.removed])
         namespaces = {change.upstream} if change.upstream else {d.namespace for d in touched}
         done: set[str] = set()
         for namespace in namespaces - self._reconciled:
@@ -176,8 +187,8 @@ class ToolSearch:
     def close(self) -> None:
         self._unsubscribe()
         self.index.close()
-        if self.semantic is not None:
-            self.semantic.close()
+        for stage in self._stages:
+            stage.close()
 
     # ---------------------------------------------------------------- queries
 
@@ -258,7 +269,10 @@ class ToolSearch:
                     kept.append((decl, score))
             if len(kept) >= goal or len(hits) < want:
                 if rerank and self.semantic is not None and analyzed is not None:
-                    kept = self.semantic.rerank(analyzed.text, kept[:goal]) or kept
+                    reranked = self.semantic.rerank(analyzed.text, kept[:goal])
+                    if reranked is None and self.fallback is not None:
+                        reranked = self.fallback.rerank(analyzed.text, kept[:goal])
+                    kept = reranked or kept
                 return kept[:limit]
             offset += want
             want *= 4

@@ -78,9 +78,10 @@ def choose_encoder(kind: str) -> Encoder | None:
     return load_static()
 
 
-def vector_path(index_path: str) -> str:
-    """The vector file beside an index folder: `<index>.vectors`."""
-    return str(Path(index_path).with_name(Path(index_path).name + ".vectors"))
+def vector_path(index_path: str, *, static: bool = False) -> str:
+    """The vector file beside an index folder: `<index>.vectors` (the full model's), or
+    `<index>.static.vectors` (the static table's)."""
+    return str(Path(index_path).with_name(Path(index_path).name + (".static.vectors" if static else ".vectors")))
 
 
 class SemanticStage:
@@ -124,7 +125,7 @@ class SemanticStage:
         chosen = choose_encoder(encoder)
         if chosen is None:
             return None
-        return cls(chosen, vector_path(index_path) if index_path else None)
+        return cls(chosen, vector_path(index_path, static=chosen.cheap) if index_path else None)
 
     # ---------------------------------------------------------------- the vector file
 

@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import re
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,49 @@ def test_static_table_is_shipped_and_embeds_by_meaning(static):
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.1
 
 
+class HeldEncoder(WordsEncoder):
+    """WordsEncoder that embeds nothing until `release` is set: a slow full model."""
+
+    name = "test-held"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def encode(self, texts, max_tokens=128):
+        self.release.wait(30)
+        return super().encode(texts, max_tokens)
+
+
+async def test_the_static_table_reranks_until_the_full_model_has_embedded():
+    """`auto` with the full model installed: a search whose candidates the model has not embedded
+    yet is reranked by the static table (not left in keyword order)."""
+    catalog = one_upstream([
+        tool("drop_user", description="Remove a user account."),
+        tool("rmdir", description="Remove an empty directory from the file system."),
+    ])
+    await catalog.start()
+    search = ToolSearch(catalog, semantic=False)
+    held = HeldEncoder()
+    search.semantic, search.fallback = SemanticStage(held), SemanticStage(load_static())
+    for stage in search._stages:
+        stage.submit(list(catalog.slots["a"].tools.values()))
+    surface = Surface(SurfaceConfig(name="default"), catalog)
+    try:
+        assert await search.wait_indexed()
+        query = "remove the old folder"
+        before = search.search(query, surface=surface).matches
+        assert before[0].name == "a__rmdir" and not held.encoded  # by the static table
+        held.release.set()
+        assert await asyncio.to_thread(search.semantic.flush, 10.0)
+        after = search.search(query, surface=surface).matches
+        assert held.encoded and [m.score for m in after] != [m.score for m in before]  # by the model now
+    finally:
+        held.release.set()
+        search.close()
+        await catalog.close()
+
+
 @given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
 @settings(max_examples=300, derandomize=True, deadline=None)
 def test_ascii_fast_path_splits_words_like_the_full_rules(static, text):
@@ -315,7 +359,10 @@ async def test_bundled_model_ranks_by_meaning(tmp_path):
         tool("trip_book", description="Reserve seats on an airline for a trip."),
     ])
     search = ToolSearch(catalog, str(tmp_path / "bridge.index"), semantic=True)
-    assert search.semantic is not None
+    assert search.semantic is not None and isinstance(search.semantic.encoder, MiniLMEncoder)
+    # until the model has embedded a search's candidates, the static table reranks it
+    assert search.fallback is not None and isinstance(search.fallback.encoder, StaticEncoder)
+    assert {Path(stage.path).name for stage in search._stages} == {"bridge.index.vectors", "bridge.index.static.vectors"}
     await catalog.start()
     try:
         assert await search.wait_indexed()

@@ -24,7 +24,7 @@ FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")
 FAST_RETRY = {"retry_initial": 0.05, "retry_max": 0.2, "shutdown_timeout": 0.2}
 
 
-async def until(predicate: Callable[[], Any], timeout: float = 15.0, step: float = 0.02) -> None:
+async def until(predicate: Callable[[], Any], timeout: float = 30.0, step: float = 0.02) -> None:
     async with asyncio.timeout(timeout):
         while not predicate():
             await asyncio.sleep(step)
