@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	@for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@status=0; for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b || status=1; done; exit $$status
 
 clean:
 	rm -rf $(VENV) .bridge-data build *.egg-info
