@@ -273,7 +273,7 @@ async def main() -> None:
     finally:
         ranker.close()
     notes = [f"bridge.search indexed {len(rows)} tools through the catalog in {ranker.index_seconds:.2f} s"]
-    stages = [("bridge.search + static table (default)", "static", None)]
+    stages = [("bridge.search + static table", "static", None)]
     if args.no_semantic:
         stages = []
     elif model_location() is None:
@@ -298,7 +298,7 @@ async def main() -> None:
         finally:
             semantic.close()
     if args.public:
-        for label, kind in (("GET /search (MCP upstreams), keywords", "off"), ("GET /search (MCP upstreams), static", "static")):
+        for label, kind in (("GET /search via MCP, keywords", "off"), ("GET /search via MCP, static table", "static")):
             with tempfile.TemporaryDirectory(prefix="bridge-quality-") as tmp:
                 public = PublicRanker(rows, Path(tmp), kind)
                 try:
