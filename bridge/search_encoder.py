@@ -198,7 +198,8 @@ class WordPiece:
     def ids(self, text: str, max_tokens: int) -> list[int]:
         """Token ids with [CLS] and [SEP], cut to `max_tokens` in all."""
         out = [self.cls]
-        for word in self._words(text):
+        # no token is shorter than a character: a huge text is read no further than needed
+        for word in self._words(text[:max_tokens * 64]):
             out.extend(self._word(word))
             if len(out) >= max_tokens - 1:
                 break
