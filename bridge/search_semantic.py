@@ -298,6 +298,16 @@ class SemanticStage:
             self._query_vectors[query] = vector
         return vector
 
+    def weight_for(self, query: str) -> float:
+        """The cosine's weight for this query: `weight`, scaled down by `words_cap / words` for
+        a query of more words than the encoder's `words_cap` (a sum of many tokens' vectors
+        says less about what is asked; the keywords, matched by the rarest words, then decide)."""
+        cap = self.encoder.words_cap
+        if cap is None:
+            return self.weight
+        words = len(query.split())
+        return self.weight if words <= cap else self.weight * cap / words
+
     def rerank(self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]]) -> list[tuple[ToolDeclaration, float]] | None:
         """The candidates reordered by (1 - weight) * score / best score + weight * cosine, best
         first, with that mixed score; None when a candidate has no embedding yet."""
@@ -322,6 +332,7 @@ class SemanticStage:
         cosine = tools @ q
         best = max(score for _, score in ranked)
         keyword = np.array([score for _, score in ranked], np.float32) / (best if best > 0 else 1.0)
-        mixed = (1.0 - self.weight) * keyword + self.weight * cosine
+        weight = self.weight_for(query)
+        mixed = (1.0 - weight) * keyword + weight * cosine
         order = np.argsort(-mixed, kind="stable")
         return [(ranked[i][0], float(mixed[i])) for i in order]

@@ -273,6 +273,22 @@ async def test_the_static_table_reranks_until_the_full_model_has_embedded():
         await catalog.close()
 
 
+def test_a_long_query_leans_on_keywords_with_the_static_table(static):
+    """A sum of many tokens' vectors says less: past 30 words the cosine's weight shrinks."""
+    stage = SemanticStage(static)
+    try:
+        assert stage.weight_for("remove the old folder") == pytest.approx(0.7)
+        assert stage.weight_for(" ".join(["word"] * 30)) == pytest.approx(0.7)
+        assert stage.weight_for(" ".join(["word"] * 60)) == pytest.approx(0.35)
+    finally:
+        stage.close()
+    words = SemanticStage(WordsEncoder())  # an encoder without a cap (the full model's case)
+    try:
+        assert words.weight_for(" ".join(["word"] * 60)) == pytest.approx(0.7)
+    finally:
+        words.close()
+
+
 @given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
 @settings(max_examples=300, derandomize=True, deadline=None)
 def test_ascii_fast_path_splits_words_like_the_full_rules(static, text):
