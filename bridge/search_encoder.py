@@ -1,6 +1,6 @@
-"""The sentence encoder of the optional semantic search stage: all-MiniLM-L6-v2 (a 6-layer BERT,
-384 dimensions, mean pooling) run with numpy alone, its weights read from a Python package that
-ships them. Nothing is downloaded: without such a package, `load_encoder()` returns None.
+"""The full sentence encoder of the semantic search stage (the `semantic` extra):
+all-MiniLM-L6-v2 (a 6-layer BERT, 384 dimensions, mean pooling) run with numpy alone, its
+weights read from a Python package that ships them. Nothing is downloaded: without such a package, `load_encoder()` returns None.
 
 The tokenizer is BERT's uncased WordPiece (text cleaned, accents stripped, lower case,
 punctuation and CJK characters split), read from the package's `vocab.txt`."""
@@ -21,10 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-try:
-    import numpy as np
-except ImportError:  # the `semantic` extra is not installed: there is no encoder
-    np = None  # type: ignore[assignment]
+import numpy as np
 
 __all__ = ["MODEL_NAME", "MODEL_PACKAGES", "Encoder", "MiniLMEncoder", "WordPiece", "load_encoder", "model_location"]
 
@@ -312,7 +309,7 @@ def load_encoder() -> Encoder | None:
     """The installed model, loaded once per process; None when no package ships it."""
     with _lock:
         if "encoder" not in _loaded:
-            location = model_location() if np is not None else None
+            location = model_location()
             encoder: Encoder | None = None
             if location is not None:
                 try:

@@ -19,10 +19,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bridge.model import ToolDeclaration
-from bridge.search_encoder import Encoder, load_encoder, np
-from bridge.search_static import load_static
+from bridge.search_encoder import Encoder, load_encoder
 from bridge.search_rank import name_tokens
+from bridge.search_static import load_static
 
 __all__ = ["CANDIDATES", "WEIGHT", "SemanticStage", "choose_encoder", "tool_text", "vector_path"]
 

@@ -25,7 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bridge.search_encoder import MODEL_NAME, Encoder, MiniLMEncoder, WordPiece, model_location, np
+import numpy as np
+
+from bridge.search_encoder import MODEL_NAME, Encoder, MiniLMEncoder, WordPiece, model_location
 
 __all__ = ["STATIC_TABLE", "StaticEncoder", "distill", "load_static", "table_arrays"]
 
@@ -72,16 +74,15 @@ _loaded: dict[str, StaticEncoder | None] = {}
 
 
 def load_static(path: Path | str = STATIC_TABLE) -> StaticEncoder | None:
-    """The shipped table's encoder, loaded once per process; None without numpy or the file."""
+    """The shipped table's encoder, loaded once per process; None when the file cannot be read."""
     key = str(path)
     with _lock:
         if key not in _loaded:
             encoder = None
-            if np is not None:
-                try:
-                    encoder = StaticEncoder(path)
-                except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-                    log.warning("semantic search table %s cannot be loaded (%s); ranking by keywords only", path, exc)
+            try:
+                encoder = StaticEncoder(path)
+            except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+                log.warning("semantic search table %s cannot be loaded (%s); ranking by keywords only", path, exc)
             _loaded[key] = encoder
         return _loaded[key]
 
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="the .npz file to write (the shipped one: bridge/data/minilm-static.npz)")
     parser.add_argument("--dims", type=int, default=256, help="directions kept (default 256)")
     args = parser.parse_args(argv)
-    location = model_location() if np is not None else None
+    location = model_location()
     if location is None:
         print("the full model is not installed: pip install -e '.[semantic]'", file=sys.stderr)
         return 2
