@@ -84,7 +84,28 @@ async def cmd_tools(args: argparse.Namespace, config: BridgeConfig) -> int:
         await bridge.close()
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: use 0 to 65535")
+    return port
+
+
+def _unknown_surface(command: str, name: str, config: BridgeConfig) -> bool:
+    """Said before any upstream starts: a surface the config does not define."""
+    known = sorted({s.name for s in config.surfaces} | {"default"})
+    if name in known:
+        return False
+    print(f"bridge {command}: no surface named {name!r} (the config defines: {', '.join(known)})", file=sys.stderr)
+    return True
+
+
 async def cmd_call(args: argparse.Namespace, config: BridgeConfig) -> int:
+    if _unknown_surface("call", args.surface, config):
+        return 2
     try:
         arguments = json.loads(args.args)
     except json.JSONDecodeError as exc:
@@ -110,12 +131,11 @@ async def cmd_call(args: argparse.Namespace, config: BridgeConfig) -> int:
 
 
 async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
+    if _unknown_surface("search", args.surface, config):
+        return 2
     bridge = await _started(config)
     try:
-        surface = bridge.surfaces.get(args.surface)
-        if surface is None:
-            print(f"bridge search: no surface named {args.surface!r}", file=sys.stderr)
-            return 2
+        surface = bridge.surfaces.require(args.surface)
         await bridge.search.wait_indexed()  # the first listing is indexed in the background
         result = bridge.search.search(args.query, surface=surface, limit=args.limit)
         if args.json:
@@ -134,6 +154,10 @@ async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
 
 async def cmd_serve(args: argparse.Namespace, config: BridgeConfig) -> int:
     """MCP over stdio with --stdio; otherwise one HTTP server for A2T REST and MCP."""
+    if args.surface is not None and not args.stdio:
+        print("bridge serve: --surface chooses the surface of --stdio; over HTTP a caller's surface comes from its "
+              "token (server.tokens) or server.default_surface", file=sys.stderr)
+        return 2
     if args.stdio:
         from bridge.serve.mcp import run_stdio
 
@@ -148,12 +172,11 @@ async def cmd_translate(args: argparse.Namespace, config: BridgeConfig) -> int:
     provider's function-calling format."""
     from bridge.translate.providers import compile_tools
 
+    if _unknown_surface("translate", args.surface, config):
+        return 2
     bridge = await _started(config)
     try:
-        surface = bridge.surfaces.get(args.surface)
-        if surface is None:
-            print(f"bridge translate: no surface named {args.surface!r}", file=sys.stderr)
-            return 2
+        surface = bridge.surfaces.require(args.surface)
         decls = sorted((d for d in bridge.catalog.declarations() if surface.visible(d)), key=lambda d: d.name)
         compiled = compile_tools(decls, args.to)
         for note in compiled.notes:
@@ -236,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", parents=[common], help="serve A2T REST and MCP")
     p.add_argument("--host", default=None)
-    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--port", type=_port, default=None, help="0 to 65535 (0: any free port)")
     p.add_argument("--stdio", action="store_true", help="serve MCP over stdio instead of HTTP")
     p.add_argument("--surface", default=None, help="surface served over stdio")
     p.add_argument("--insecure", action="store_true", help="allow a non-loopback bind without tokens")

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from bridge.upstream import UpstreamConfig, known_kinds, upstream_class
+from bridge.upstream import ConfigValueError, UpstreamConfig, known_kinds, upstream_class
 
 __all__ = [
     "ConfigError",
@@ -115,11 +115,24 @@ class InvokeConfig(_Strict):
 
 class SearchConfig(_Strict):
     path: str | None = Field(default=None, description="index folder; default beside the store")
-    enabled: bool = True
+    # keep the index on disk (reopened at the next start) or, false, in memory (rebuilt at each
+    # start); search works either way. `enabled` is the older name of this key.
+    persist: bool = True
     # rerank free-text results by meaning (docs/search.md): `static` with the token table shipped
     # with the bridge, `model` with the sentence model of the `semantic` extra, `auto` the model
     # when it is installed and else the table, `off` keywords only (true: auto, false: off)
     semantic: Literal["auto", "model", "static", "off"] = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "enabled" in data:
+            data = dict(data)
+            enabled = data.pop("enabled")
+            if "persist" in data and data["persist"] != enabled:
+                raise ConfigValueError("`enabled` is the older name of `persist`, and they disagree", "give only `persist`")
+            data["persist"] = enabled
+        return data
 
     @field_validator("semantic", mode="before")
     @classmethod
@@ -215,10 +228,13 @@ def _shown_input(loc: tuple[Any, ...], value: Any) -> str:
 
 def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel]) -> list[tuple[str, str, str]]:
     problems = []
-    for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("str", "Rule", "function-after")))
-        path = _loc(prefix, loc)
+    errors = exc.errors()
+    locs = [tuple(p for p in e["loc"] if not (isinstance(p, str) and p in ("str", "Rule", "function-after"))) for e in errors]
+    paths = [_loc(prefix, loc) for loc in locs]
+    for err, loc, path in zip(errors, locs, paths, strict=True):
         kind = err["type"]
+        if kind == "string_type" and any(other.startswith(path + ".") for other in paths):
+            continue  # a mapping where a string or a mapping may go: its own errors say what is wrong
         if kind == "extra_forbidden":
             key = str(loc[-1])
             known = [k for k in _fields_of(model, loc) if k not in ("source", "base_dir")]
@@ -227,6 +243,9 @@ def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel]) -> l
             problems.append((path, f"unknown key `{key}`", fix))
         elif kind == "missing":
             problems.append((path, "is required", f"add `{loc[-1]}:` here"))
+        elif isinstance(err.get("ctx", {}).get("error"), ConfigValueError):
+            refusal = err["ctx"]["error"]
+            problems.append((path, refusal.what, refusal.fix))
         else:
             expected = err.get("ctx", {}).get("expected") or err.get("ctx", {}).get("pattern")
             fix = f"expected {expected}" if expected else "see docs/config.md"
@@ -246,17 +265,32 @@ def _mcp_servers_to_upstreams(servers: Any, problems: list[tuple[str, str, str]]
             problems.append((path, "must be a mapping", "give `command` (stdio) or `url` (HTTP)"))
             continue
         entry = dict(entry)
-        transport = entry.pop("type", None) or entry.pop("transport", None)
+        given = {key: entry.pop(key) for key in ("type", "transport") if key in entry}
+        if len(set(map(str, given.values()))) > 1:
+            problems.append((f"{path}.transport", f"`type` says {given['type']!r} and `transport` says {given['transport']!r}", "keep one of them"))
+            continue
+        key, transport = next(iter(given.items()), ("type", None))
         if transport == "sse":
-            problems.append((f"{path}.type", "the legacy HTTP+SSE transport is not supported", "point `url` at the server's streamable HTTP endpoint and use `type: http`"))
+            problems.append((f"{path}.{key}", "the legacy HTTP+SSE transport is not supported", "point `url` at the server's streamable HTTP endpoint and use `type: http`"))
             continue
         if transport not in (None, "stdio", "http", "streamable-http", "streamableHttp"):
-            problems.append((f"{path}.type", f"unknown transport {transport!r}", "use stdio or http"))
+            problems.append((f"{path}.{key}", f"unknown transport {transport!r}", "use stdio or http"))
             continue
+        if (transport == "stdio" and "command" not in entry) or (transport not in (None, "stdio") and "url" not in entry):
+            needs = "command" if transport == "stdio" else "url"
+            problems.append((f"{path}.{key}", f"transport {transport!r} needs `{needs}`", f"give `{needs}`, or change `{key}`"))
+            continue
+        for own in ("name", "kind"):
+            if own in entry:
+                problems.append((f"{path}.{own}", "an mcpServers entry takes its name from its key and is always an MCP server",
+                                 "remove it, or declare the upstream under `upstreams:`"))
         disabled = entry.pop("disabled", False)
+        if not isinstance(disabled, bool):
+            problems.append((f"{path}.disabled", f"must be true or false, not {disabled!r}", "write disabled: true"))
+            continue
         for ignored in ("autoApprove", "alwaysAllow", "envFile", "description", "timeout_ms"):
             entry.pop(ignored, None)
-        entry = {"name": re.sub(r"[^A-Za-z0-9_.-]", "_", str(name))[:48], "kind": "mcp", **entry}
+        entry = {**entry, "name": re.sub(r"[^A-Za-z0-9_.-]", "_", str(name))[:48], "kind": "mcp"}
         if disabled:
             entry["enabled"] = False
         out.append((path, entry))
@@ -314,6 +348,15 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
         config = None
     if config is not None:
         surface_names = {s.name for s in config.surfaces}
+        first: dict[str, int] = {}
+        for i, surface in enumerate(config.surfaces):
+            if surface.name in first:
+                problems.append((f"surfaces[{i}].name", f"surface {surface.name!r} is already defined at surfaces[{first[surface.name]}]",
+                                 "give each surface its own name, or merge the two definitions"))
+            first.setdefault(surface.name, i)
+        if config.server.default_surface not in surface_names | {"default"}:
+            problems.append(("server.default_surface", f"no surface named {config.server.default_surface!r}",
+                             f"define it under `surfaces:` or use one of {sorted(surface_names | {'default'})}"))
         for i, token in enumerate(config.server.tokens):
             if token.surface not in surface_names | {"default"}:
                 problems.append((f"server.tokens[{i}].surface", f"no surface named {token.surface!r}", f"define it under `surfaces:` or use one of {sorted(surface_names | {'default'})}"))

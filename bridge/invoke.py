@@ -151,6 +151,9 @@ def _size_of(result: UpstreamResult) -> int:
     return size
 
 
+_MAX_VERSION = 2**63 - 1  # what an SQLite INTEGER holds
+
+
 class Invoker:
     """Runs calls through the pipeline against a catalog, surfaces and store."""
 
@@ -402,7 +405,7 @@ class Invoker:
                 invocation_id,
                 decl.tool_id if decl else None,
                 decl.name if decl else None,
-                version,
+                version if version is None or 0 < version <= _MAX_VERSION else None,  # a caller's wild number
                 surface.name if surface else None,
                 status,
                 error_class,

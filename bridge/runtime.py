@@ -35,7 +35,7 @@ class Bridge:
             self.catalog.add_upstream(upstream)
         self.surfaces = Surfaces(config.surfaces, self.catalog)
         index_path = None
-        if config.search.enabled and store_path != ":memory:":
+        if config.search.persist and store_path != ":memory:":
             index_path = config.resolve_path(config.search.path) if config.search.path else str(
                 Path(config.resolve_path(store_path)).with_suffix(".index")
             )

@@ -101,6 +101,7 @@ class ToolSearch:
         self.index = ToolIndex(path, convert=self._indexed)
         self.field_weights = field_weights
         kind = ("auto" if semantic else "off") if isinstance(semantic, bool) else semantic
+        path = self.path = self.index.path  # None when another process holds the on-disk index
         self.semantic = SemanticStage.open(path, kind)
         # `auto` with the full model: the static table reranks a search until the model has
         # embedded its candidates (the first hour of a large catalog)

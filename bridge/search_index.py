@@ -20,6 +20,14 @@ from typing import Any
 
 import tantivy
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+    import msvcrt
+else:
+    msvcrt = None  # type: ignore[assignment]
+
 from bridge.search_rank import ANALYZER_NAME, AnalyzedQuery, analyzer, name_tokens, split_identifiers
 
 __all__ = ["IndexedTool", "IndexQuery", "ToolIndex", "FIELD_WEIGHTS", "INDEX_FORMAT", "COMMIT_WINDOW", "exact_names", "name_text"]
@@ -136,6 +144,25 @@ class _Batch:
     seq: int = 0
 
 
+def _take_lock(path: str) -> Any:
+    """An exclusive lock on `<index>.lock` beside the index folder, held by the open file this
+    returns (None when another process holds it). One process writes an index; Tantivy would
+    refuse a second writer anyway, but only after this one had touched the folder."""
+    lock_path = Path(path).with_name(Path(path).name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(lock_path, "a+b")  # noqa: SIM115 - held open as the lock
+    try:
+        if fcntl is not None:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        elif msvcrt is not None:
+            handle.seek(0)
+            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+    except OSError:
+        handle.close()
+        return None
+    return handle
+
+
 class ToolIndex:
     """The Tantivy index and its writer thread.
 
@@ -147,6 +174,12 @@ class ToolIndex:
 
     def __init__(self, path: str | None = None, *, convert: Converter | None = None, heap_size: int = 64_000_000,
                  threads: int = 1) -> None:
+        self.busy_elsewhere = False  # the on-disk index was held by another process: this one is in memory
+        self._lock_file = _take_lock(path) if path is not None else None
+        if path is not None and self._lock_file is None:
+            log.warning("search index %s is in use by another process (a running `bridge serve` on the same "
+                        "store?); this process keeps its own index in memory", path)
+            path, self.busy_elsewhere = None, True
         self.path = path
         self.schema = _schema()
         self.convert = convert
@@ -393,6 +426,9 @@ class ToolIndex:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the lock
+            self._lock_file = None
 
     # ---------------------------------------------------------------- reading
 

@@ -5,12 +5,15 @@ the callers (`anyio.to_thread`)."""
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
 from bridge.model import VersionRecord, now_iso
+
+log = logging.getLogger("bridge.store")
 
 __all__ = ["Store"]
 
@@ -142,7 +145,12 @@ class Store:
         go (by insertion order, a range of rowids)."""
         if not rows:
             return
-        self._write_many("INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?)", rows)
+        statement = "INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?)"
+        try:
+            self._write_many(statement, rows)
+        except (sqlite3.InterfaceError, sqlite3.DataError, OverflowError, TypeError, ValueError):
+            # one unstorable row must not cost the batch its other rows: write them one by one
+            rows = self._write_each(statement, rows)
         if keep is None:
             return
         with self._lock:
@@ -165,6 +173,18 @@ class Store:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    def _write_each(self, statement: str, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The rows that could be written, each on its own; the others are logged and dropped."""
+        written = []
+        for row in rows:
+            try:
+                self._write_many(statement, [row])
+            except (sqlite3.InterfaceError, sqlite3.DataError, OverflowError, TypeError, ValueError) as exc:
+                log.warning("invocation log: row %r cannot be stored (%s); dropped", row[0], exc)
+            else:
+                written.append(row)
+        return written
 
     def recent_invocations(self, limit: int = 50) -> list[dict[str, Any]]:
         with self._lock:

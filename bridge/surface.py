@@ -202,5 +202,12 @@ class Surfaces:
     def get(self, name: str | None) -> Surface | None:
         return self._by_name.get(name or "default")
 
+    def require(self, name: str | None) -> Surface:
+        """A surface the config was checked to define (KeyError otherwise)."""
+        surface = self.get(name)
+        if surface is None:
+            raise KeyError(f"no surface named {name!r}")
+        return surface
+
     def names(self) -> list[str]:
         return sorted(self._by_name)

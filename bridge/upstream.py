@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from bridge.model import ToolProgress, UpstreamResult, UpstreamTool
 
@@ -43,6 +43,14 @@ class LaunchConfig(BaseModel):
     cwd: str | None = None
 
 
+class ConfigValueError(ValueError):
+    """A validator's refusal that knows its fix: the config error then prints both."""
+
+    def __init__(self, what: str, fix: str) -> None:
+        super().__init__(what)
+        self.what, self.fix = what, fix
+
+
 class UpstreamConfig(BaseModel):
     """Settings every upstream kind shares. Each adapter subclasses this with its own fields;
     unknown keys are errors, so a typo in a config never passes silently."""
@@ -61,6 +69,13 @@ class UpstreamConfig(BaseModel):
     tags: list[str] = Field(default_factory=list, description="tags added to every tool")
     launch: LaunchConfig | None = Field(default=None, description="a local process to start first")
     base_dir: str = Field(default=".", exclude=True, description="set by the loader: relative paths start here")
+
+    @model_validator(mode="after")
+    def _retry_order(self) -> UpstreamConfig:
+        if self.retry_initial > self.retry_max:
+            raise ConfigValueError(f"retry_initial ({self.retry_initial:g} s) is longer than retry_max ({self.retry_max:g} s)",
+                                   "make retry_initial the shorter: it is the first reconnect delay, retry_max the longest")
+        return self
 
     def resolve_path(self, path: str) -> str:
         """A path from the config, relative to the config file's folder."""

@@ -121,6 +121,11 @@ class VersionRegistry:
         return known[0] if known else None
 
     def get(self, tool_id: str, version: int) -> VersionRecord | None:
+        """The record of one version; None for a number the tool never had (including numbers
+        past its latest, which SQLite could not even hold)."""
+        latest = self.latest(tool_id)
+        if latest is None or not 1 <= version <= latest:
+            return None
         return self.store.get_version(tool_id, version)
 
     def history(self, tool_id: str) -> list[VersionRecord]:

@@ -95,3 +95,33 @@ def test_serve_runs_on_uvloop_unless_told_otherwise(monkeypatch):
         raise AssertionError("uvloop was required but missing")
     except RuntimeError as exc:
         assert "server.event_loop" in str(exc) and "pip install uvloop" in str(exc)
+
+
+def test_commands_work_while_another_process_holds_the_search_index(tmp_path, capsys, caplog):
+    from bridge.search_index import ToolIndex
+
+    cfg = config(tmp_path)
+    held = ToolIndex(str(tmp_path / "b.index"))  # as a running `bridge serve` on this config holds it
+    try:
+        assert main(["search", "echo", "-c", cfg]) == 0
+        assert "svc__echo" in capsys.readouterr().out and "in use by another process" in caplog.text
+        assert main(["check", "-c", cfg]) == 0
+    finally:
+        held.close()
+
+
+def test_bad_ports_surfaces_and_options_are_one_clear_line(tmp_path, capsys):
+    cfg = config(tmp_path)
+    for port in ("99999", "-1", "http"):
+        try:
+            main(["serve", "-c", cfg, "--port", port])
+            raise AssertionError("argparse should have refused the port")
+        except SystemExit as exc:
+            assert exc.code == 2
+        assert "--port" in capsys.readouterr().err
+    assert main(["serve", "-c", cfg, "--surface", "default"]) == 2
+    assert "--surface chooses the surface of --stdio" in capsys.readouterr().err
+    for command in (["call", "svc__echo"], ["search", "echo"], ["translate", "--to", "openai"]):
+        assert main([*command, "-c", cfg, "--surface", "nope"]) == 2
+        err = capsys.readouterr().err
+        assert "no surface named 'nope'" in err and "default" in err, command

@@ -89,11 +89,57 @@ def test_surfaces_and_tokens(tmp_path):
     assert "server.tokens[0].surface" in problems(err.value)
 
 
+def test_default_surface_must_exist_and_surface_names_are_unique():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"server": {"default_surface": "ops"}})
+    assert "no surface named 'ops'" in problems(err.value)["server.default_surface"][0]
+    assert parse_config({"server": {"default_surface": "ops"}, "surfaces": [{"name": "ops"}]}).server.default_surface == "ops"
+    with pytest.raises(ConfigError) as err:
+        parse_config({"surfaces": [{"name": "default", "block": {"destructive": True}}, {"name": "default"}]})
+    what, fix = problems(err.value)["surfaces[1].name"]
+    assert "already defined at surfaces[0]" in what and "own name" in fix
+
+
+def test_search_persist_and_its_older_name():
+    assert parse_config({}).search.persist is True
+    assert parse_config({"search": {"persist": False}}).search.persist is False
+    assert parse_config({"search": {"enabled": False}}).search.persist is False  # the older spelling
+    with pytest.raises(ConfigError) as err:
+        parse_config({"search": {"enabled": False, "persist": True}})
+    assert "older name of `persist`" in str(err.value)
+
+
+def test_a_typo_in_a_rule_mapping_is_named_alone():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"surfaces": [{"name": "x", "block": {"destructve": True}}]})
+    assert problems(err.value) == {"surfaces[0].block[0].destructve": ("unknown key `destructve`", "did you mean `destructive`?")}
+
+
+def test_retry_delays_in_the_wrong_order_name_the_fix():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"upstreams": [{"name": "a", "kind": "fake", "retry_initial": 60}]})
+    what, fix = problems(err.value)["upstreams[0]"]
+    assert what == "retry_initial (60 s) is longer than retry_max (30 s)" and "retry_initial the shorter" in fix
+
+
 def test_mcp_servers_block_shape_is_accepted_up_to_the_kind():
     # the mcpServers block becomes `kind: mcp` upstreams; a bad transport is named
     with pytest.raises(ConfigError) as err:
         parse_config({"mcpServers": {"files": {"type": "carrier-pigeon", "command": "x"}}})
     assert "mcpServers.files.type" in problems(err.value)
+    cfg = parse_config({"mcpServers": {"my files": {"type": "stdio", "transport": "stdio", "command": "x", "disabled": True,
+                                                    "description": "ignored"}}})
+    assert (cfg.upstreams[0].name, cfg.upstreams[0].kind, cfg.upstreams[0].enabled) == ("my_files", "mcp", False)
+    bad = {
+        "mcpServers.a.transport": {"type": "stdio", "transport": "http", "command": "x"},  # they disagree
+        "mcpServers.b.transport": {"transport": "sse", "url": "http://127.0.0.1:1/sse"},  # named where written
+        "mcpServers.c.type": {"type": "stdio", "url": "http://127.0.0.1:1/mcp"},  # stdio without a command
+        "mcpServers.d.kind": {"kind": "openapi", "command": "x"},  # always an MCP server
+        "mcpServers.e.disabled": {"command": "x", "disabled": "false"},  # a string is not a flag
+    }
+    with pytest.raises(ConfigError) as err:
+        parse_config({"mcpServers": {path.split(".")[1]: entry for path, entry in bad.items()}})
+    assert set(bad) <= set(problems(err.value))
 
 
 def test_errors_never_echo_secret_values():

@@ -231,3 +231,21 @@ def test_the_invocation_log_keeps_its_latest_rows():
     unbounded = Store()
     unbounded.log_invocations([(f"inv_{i}", "t", "n", 1, "s", "succeeded", None, now_iso(), 1.0) for i in range(3000)])
     assert unbounded._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0] == 3000
+
+
+async def test_a_wild_version_is_unknown_and_costs_no_log_row(world, caplog):
+    _, invoker, _, store = world
+    before = await invoker.invoke("svc__echo", {"text": "a"})
+    wild = await invoker.invoke("svc__echo", {"text": "a"}, version=2**70)  # past what SQLite holds
+    after = await invoker.invoke("svc__echo", {"text": "b"})
+    assert wild.error.error_code == "unknown_version"
+    await invoker.aclose()
+    rows = {r["invocation_id"]: r for r in store.recent_invocations()}
+    assert {before.invocation_id, wild.invocation_id, after.invocation_id} <= set(rows)
+    assert rows[wild.invocation_id]["version"] is None
+    # a row the store cannot hold is dropped alone, with a warning; its batch is kept
+    batch = [(f"inv_{i}", "t", "n", version, "s", "succeeded", None, now_iso(), 1.0) for i, version in enumerate((1, 2**70, 3))]
+    store.log_invocations(batch)
+    ids = {r["invocation_id"] for r in store.recent_invocations()}
+    assert {"inv_0", "inv_2"} <= ids and "inv_1" not in ids
+    assert "inv_1" in caplog.text and "cannot be stored" in caplog.text

@@ -242,7 +242,7 @@ def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
             params=[_param("groupId", "path", STR, "group id"), _param("name", "path", STR, "tool name")],
             body={"type": "object", "description": "the tool's arguments"}, tag="a2t")},
         "/search": {"get": _op("searchTools", "Tool search: keywords or select:a,b", _responses("ToolSearchResult", read), params=[
-            _param("q", "query", {"type": "string", "minLength": 1}, "keywords, or select:name1,name2", required=True),
+            _param("q", "query", STR, "keywords, or select:name1,name2; may be left out when a filter lists tools by itself"),
             _param("limit", "query", {"type": "integer", "minimum": 1}, f"best matches returned (default 10, at most {MAX_SEARCH_LIMIT})"),
             _param("namespace", "query", STR, "only this upstream"), _param("kind", "query", STR, "only this tool kind"),
             _param("tags", "query", STR, "comma-separated tags"), _param("read_only", "query", BOOL, "only (non-)read-only tools"),

@@ -53,9 +53,18 @@ def _paging(limit: int, next_cursor: str | None) -> dict[str, Any]:
 
 
 def _version_number(raw: str, decl: ToolDeclaration) -> int:
-    if not raw.isdigit() or int(raw) < 1:
+    # ASCII digits only: str.isdigit() also accepts digits such as '²' that int() refuses
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) < 1:
         raise ApiError(404, "unknown_tool", f"tool {decl.name!r} has no version {raw!r}", error_code="unknown_version")
     return int(raw)
+
+
+def _not_an_invocation(request: Request, param: str) -> None:
+    """`GET /tools/{id}:invoke` reaches the GET route of `/tools/{id}` with `:invoke` in the id:
+    it is the invoke route asked with the wrong method."""
+    if request.path_params[param].endswith(":invoke"):
+        raise ApiError(405, "invalid_arguments", f"{request.method} is not allowed on {request.url.path}; invoke with POST",
+                       error_code="method_not_allowed", headers={"Allow": "POST"})
 
 
 def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
@@ -82,6 +91,7 @@ def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
 
     @endpoint
     async def get_tool(request: Request) -> Response:
+        _not_an_invocation(request, "tool_id")
         surface = ctx.caller(request)
         decl = ctx.visible(request.path_params["tool_id"], surface)
         return JSONBody(ietf.render_declaration(decl))
@@ -99,6 +109,7 @@ def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
 
     @endpoint
     async def get_version(request: Request) -> Response:
+        _not_an_invocation(request, "version")
         surface = ctx.caller(request)
         decl = ctx.visible(request.path_params["tool_id"], surface)
         number = _version_number(request.path_params["version"], decl)

@@ -27,6 +27,7 @@ GROUPS_PATH = "/a2t/groups"
 MAX_TOOLS = 10_000
 MAX_GROUPS = 1_000
 DEFAULT_TOOLS = 100
+SEARCH_MATCHES = 100  # `q` on tools: the best ranked matches, as many as GET /search gives at most
 DEFAULT_GROUPS = 50
 # Sent on every listing and execute response; a client that echoes it on execute gets exact
 # group_refresh notices even when it shares its address and token with other clients.
@@ -91,7 +92,7 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
         limit = query_int(request, "limit", 0, minimum=0, maximum=MAX_TOOLS, clamp=True) or DEFAULT_TOOLS
         query = (request.query_params.get("q") or "").strip()
         if query:
-            found = bridge.search.search(query, surface=surface, limit=MAX_TOOLS, namespace=group)
+            found = bridge.search.search(query, surface=surface, limit=SEARCH_MATCHES, namespace=group)
             tools = [d for m in found.matches if (d := bridge.catalog.get(m.tool_id)) is not None and surface.visible(d)]
         else:
             tools, _ = ctx.listing(surface)
@@ -169,7 +170,8 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
     def refresh_meta(request: Request, surface: Surface) -> dict[str, Any] | None:
         declared = request.headers.get(GENERATION_HEADER)
         key = ctx.caller_key(request)
-        since = int(declared) if declared is not None and declared.isdigit() else views.last_seen(key)
+        valid = declared is not None and declared.isascii() and declared.isdigit() and len(declared) <= 19
+        since = int(declared) if valid else views.last_seen(key)
         if since is None:
             return None
         groups = views.changed_groups(since, surface)

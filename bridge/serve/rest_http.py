@@ -201,13 +201,37 @@ class ServeContext:
         raw = b"".join(chunks)
         if not raw.strip():
             raise ApiError(400, "invalid_arguments", "the request body is empty; send a JSON document", pointer="")
-        try:
-            return json.loads(raw)
-        except UnicodeDecodeError:
-            raise ApiError(400, "invalid_arguments", "the request body is not UTF-8 text", pointer="") from None
-        except json.JSONDecodeError as exc:
-            raise ApiError(400, "invalid_arguments", f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-                           pointer="", details={"line": exc.lineno, "column": exc.colno, "position": exc.pos}) from None
+        return parse_json(raw)
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NotJson(f"the number {text[:40]} is too large for a 64-bit float")
+    return value
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body as strict JSON: `NaN`, `Infinity` and numbers beyond a float's range are
+    refused (Python's json module would accept them and hand the upstream a value JSON cannot
+    carry), as are integers of more digits than Python converts."""
+    try:
+        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    except UnicodeDecodeError:
+        raise ApiError(400, "invalid_arguments", "the request body is not UTF-8 text", pointer="") from None
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, "invalid_arguments", f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                       pointer="", details={"line": exc.lineno, "column": exc.colno, "position": exc.pos}) from None
+    except ValueError as exc:  # _NotJson, or an integer over the interpreter's digit limit
+        raise ApiError(400, "invalid_arguments", f"the request body is not valid JSON: {exc}", pointer="") from None
 
 
 def too_large(limit: int) -> ApiError:

@@ -50,17 +50,22 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
     @endpoint
     async def search(request: Request) -> Response:
         surface = ctx.caller(request)
-        query = request.query_params.get("q")
-        if query is None or not query.strip():
-            raise ApiError(400, "invalid_arguments", "query parameter 'q' is required (keywords, or select:a,b)", details={"parameter": "q"})
+        query = request.query_params.get("q") or ""
+        namespace = request.query_params.get("namespace") or None
+        tags = query_list(request, "tags", "tag") or None
+        kind = request.query_params.get("kind") or None
+        read_only = query_bool(request, "read_only")
+        if not query.strip() and namespace is None and tags is None and kind is None and read_only is None:
+            raise ApiError(400, "invalid_arguments", "query parameter 'q' is required (keywords, or select:a,b), "
+                           "unless a filter (namespace, tags, kind, read_only) lists tools by itself", details={"parameter": "q"})
         result = bridge.search.search(
             query,
             surface=surface,
             limit=query_int(request, "limit", 10, minimum=1, maximum=MAX_SEARCH_LIMIT, clamp=True),
-            namespace=request.query_params.get("namespace") or None,
-            tags=query_list(request, "tags", "tag") or None,
-            kind=request.query_params.get("kind") or None,
-            read_only=query_bool(request, "read_only"),
+            namespace=namespace,
+            tags=tags,
+            kind=kind,
+            read_only=read_only,
             include_schema=bool(query_bool(request, "include_schema")),
         )
         return JSONBody(result.to_json())

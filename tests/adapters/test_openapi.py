@@ -166,7 +166,7 @@ async def api() -> AsyncIterator[tuple[Api, str]]:
 @contextlib.asynccontextmanager
 async def bridge_for(spec: str, **upstream: Any) -> AsyncIterator[Bridge]:
     entry = {"name": "svc", "kind": "openapi", "spec": spec, **upstream}
-    config = parse_config({"store": {"path": ":memory:"}, "search": {"enabled": False},
+    config = parse_config({"store": {"path": ":memory:"}, "search": {"persist": False},
                            "surfaces": [{"name": "default", "allow_destructive": True}],
                            "upstreams": [entry]}, base_dir=str(FIXTURES))
     bridge = Bridge(config)

@@ -151,9 +151,14 @@ async def test_versions_newest_first_paginated_and_pinned_invocation():
         assert [page1["items"][0]["version"], page2["items"][0]["version"]] == [2, 1] and "next" not in page2["paging"]
         status, old, _ = await served.get(f"/tools/{tool_id}/versions/1")
         assert status == 200 and [p["name"] for p in old["input_parameters"]] == ["text"] and old["currentVersion"] == 2
-        for missing in ("9", "abc", "0"):
+        # '²' passes str.isdigit() but not int(); 2^64 does not fit an SQLite integer
+        for missing in ("9", "abc", "0", "²", "18446744073709551616", "9" * 5000):
             status, body, _ = await served.get(f"/tools/{tool_id}/versions/{missing}")
-            assert status == 404 and body["error"]["error_code"] == "unknown_version"
+            assert status == 404 and body["error"]["error_code"] == "unknown_version", missing
+            status, body, _ = await served.post(f"/tools/{tool_id}/versions/{missing}:invoke", {"input_parameters": []})
+            assert status == 404 and body["error"]["error_code"] == "unknown_version", missing
+        status, body, _ = await served.post("/invoke", {"tool": "v__greet", "arguments": {"name": "x"}, "version": 2**70})
+        assert status == 404 and body["error"]["error_code"] == "unknown_version"
 
         # the pinned old version validates against its own schema, then fails clearly: the upstream changed
         status, body, _ = await served.post(f"/tools/{tool_id}/versions/1:invoke", {"input_parameters": [{"name": "text", "value": "hi"}]})
@@ -180,6 +185,11 @@ async def test_malformed_requests_are_400_with_a_pointer():
             (b'[1, 2]', "", None),
             (b"", "", None),
             (b"\xff\xfe", "", None),
+            # values JSON cannot carry: refused, not handed to the upstream as null or inf
+            (b'{"input_parameters": [{"name": "text", "value": NaN}]}', "", "NaN is not a JSON value"),
+            (b'{"input_parameters": [{"name": "text", "value": -Infinity}]}', "", "-Infinity"),
+            (b'{"input_parameters": [{"name": "text", "value": 1e400}]}', "", "too large"),
+            (b'{"input_parameters": [{"name": "text", "value": ' + b"9" * 5000 + b"}]}", "", "not valid JSON"),
         ]
         for raw, pointer, text in cases:
             status, body, _ = await served.post("/tools/f__echo:invoke", raw=raw)
@@ -293,6 +303,9 @@ async def test_unexpected_faults_are_structured_never_tracebacks(monkeypatch):
         assert status == 404 and body["error"]["error_code"] == "route_not_found"
         async with served.http.delete("/tools") as response:
             assert response.status == 405 and (await response.json())["error"]["error_code"] == "method_not_allowed"
+        for path in ("/tools/f__echo:invoke", "/tools/f__echo/versions/1:invoke"):  # the invoke routes, with GET
+            status, body, response = await served.get(path)
+            assert status == 405 and body["error"]["error_code"] == "method_not_allowed" and response.headers["Allow"] == "POST"
         # an empty tool id or version in an invoke path names nothing: 404, as documented
         for path in ("/tools/:invoke", "/tools/f__echo/versions/:invoke"):
             status, body, _ = await served.post(path, {"input_parameters": []})

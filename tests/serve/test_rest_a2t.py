@@ -3,8 +3,10 @@ execution with HTTP 200 error objects, and group_refresh notices."""
 
 from __future__ import annotations
 
+import asyncio
+
 from bridge.model import ToolError, UpstreamResult
-from bridge.serve.rest_a2t import GENERATION_HEADER
+from bridge.serve.rest_a2t import GENERATION_HEADER, SEARCH_MATCHES
 from tests.fakes import FakeUpstream, tool
 from tests.serve.rest_env import TOKEN_ALL, TOKEN_NARROW, config_with, narrow_surfaces, serving
 
@@ -55,6 +57,13 @@ async def test_tool_listing_offsets_search_and_group_listing():
         assert status == 404 and body["error"]["error_code"] == "group_not_found"
         status, body, _ = await served.get("/a2t/tools", limit=-1)
         assert status == 400
+
+
+async def test_search_on_tools_gives_the_best_hundred_matches():
+    many = FakeUpstream(name="many", tools=[tool(f"report_{i:03}", description=f"Build report number {i}") for i in range(130)])
+    async with serving(many) as served:
+        _, body, _ = await served.get("/a2t/tools", q="report", limit=1000)
+        assert body["total"] == SEARCH_MATCHES == 100 and len(body["tools"]) == 100
 
 
 async def test_execute_answers_200_with_result_or_error_object():
@@ -113,6 +122,18 @@ async def test_group_refresh_names_the_groups_changed_since_the_callers_last_vie
         assert int(response.headers[GENERATION_HEADER]) > int(seen)
         _, body, _ = await served.post("/a2t/tools/math__add", {}, headers={GENERATION_HEADER: response.headers[GENERATION_HEADER]})
         assert "meta" not in body
+        # a header that is no generation number is read as absent, never a 500
+        for odd in ("1" * 40, "-3", "abc"):
+            status, body, _ = await served.post("/a2t/tools/math__add", {}, headers={GENERATION_HEADER: odd})
+            assert status == 200 and "error" not in body, (odd, body)
+        # the byte 0xB2 is '²' in Latin-1, which passes str.isdigit(); aiohttp would send it as UTF-8
+        host, port = served.base.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /a2t/tools/math__add HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     + GENERATION_HEADER.encode() + b": \xb2\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+        answer = await reader.read()
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
 
 
 async def test_group_refresh_hides_groups_the_caller_cannot_see():

@@ -35,6 +35,12 @@ async def test_search_keyword_select_and_filters():
         for params in ({}, {"q": " "}, {"q": "x", "limit": "many"}, {"q": "x", "read_only": "maybe"}):
             status, body, _ = await served.get("/search", **params)
             assert status == 400 and body["error"]["error_class"] == "invalid_arguments"
+        # a filter alone lists the tools that pass it
+        status, body, _ = await served.get("/search", namespace="docs")
+        assert status == 200 and {m["name"] for m in body["matches"]} == {
+            "docs__search_documents", "docs__delete_document", "docs__secret_keys"}
+        _, body, _ = await served.get("/search", q="", read_only="true")
+        assert [m["name"] for m in body["matches"]] == ["docs__search_documents"]
 
 
 async def test_surfaces_and_declarations_respect_the_callers_surface():
