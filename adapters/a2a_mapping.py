@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from bridge.model import SafetyHints, ToolError, UpstreamResult, UpstreamTool
+
+log = logging.getLogger("adapters.a2a")
 
 __all__ = [
     "TOOL_KIND",
@@ -168,16 +171,17 @@ def _agent_tool(card: AgentCard, card_url: str) -> UpstreamTool:
 
 
 def tools_from_card(card: AgentCard, card_url: str) -> list[UpstreamTool]:
-    """One tool per skill; an agent that lists no skills is one tool as a whole."""
-    if not card.skills:
-        return [_agent_tool(card, card_url)]
+    """One tool per skill; an agent that lists no skills (or none with an id) is one tool as a
+    whole. A skill without an id cannot be named to the agent, so it is left out, with a warning."""
     seen: set[str] = set()
     tools = []
     for skill in card.skills:
-        if skill.id and skill.id not in seen:
+        if not skill.id:
+            log.warning("A2A agent %r at %s: skill %r has no id and is left out", card.name, card_url, skill.name)
+        elif skill.id not in seen:
             seen.add(skill.id)
             tools.append(_skill_tool(card, card_url, skill))
-    return tools
+    return tools or [_agent_tool(card, card_url)]
 
 
 # ------------------------------------------------------------------------- the outgoing message

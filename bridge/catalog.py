@@ -22,15 +22,22 @@ from bridge.model import (
     ToolDeclaration,
     UpstreamHealth,
     UpstreamTool,
+    has_surrogates,
     now_iso,
+    takes_objects,
     tool_uuid,
+    without_surrogates,
 )
 from bridge.sidecar import Sidecar
 from bridge.store import Store
 from bridge.upstream import Upstream, UpstreamEvent
-from bridge.versions import VersionRegistry
+from bridge.versions import UnencodableText, VersionRegistry
 
-__all__ = ["Catalog", "CatalogChange", "UpstreamSlot", "exposed_name", "NAME_SEPARATOR", "MAX_NAME"]
+__all__ = ["Catalog", "CatalogChange", "UpstreamSlot", "exposed_name", "NAME_SEPARATOR", "MAX_NAME", "UNSUPPORTED_INPUT"]
+
+# The blocked reason of a tool whose input schema cannot accept an object (`{"type": "string"}`):
+# every frontend passes arguments as an object, so no caller could reach it.
+UNSUPPORTED_INPUT = "unsupported_input_schema"
 
 log = logging.getLogger("bridge.catalog")
 
@@ -88,6 +95,7 @@ class UpstreamSlot:
     first_attempt: asyncio.Event = field(default_factory=asyncio.Event)
     retry_at: float | None = None
     sidecar: Sidecar | None = None
+    unicode_warned: set[str] = field(default_factory=set)  # native ids whose bad text was reported
 
     @property
     def name(self) -> str:
@@ -199,6 +207,12 @@ class Catalog:
                 async with asyncio.timeout(cfg.start_timeout):
                     await up.start()
                     tools = await up.list_tools()
+                # events queued while (re)connecting are stale: the listing just made covers them
+                while slot.events is not None and not slot.events.empty():
+                    slot.events.get_nowait()
+                with contextlib.suppress(Exception):
+                    slot.health.details = dict(await up.health())
+                self._apply(slot, tools, ready=True)  # a listing it cannot take is a failed attempt too
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # noqa: BLE001 - every failure is reported, none escapes
@@ -222,12 +236,6 @@ class Catalog:
                 await self._wait_or_event(slot, delay)
                 continue
             slot.retry_at = None
-            # events queued while (re)connecting are stale: the listing just made covers them
-            while slot.events is not None and not slot.events.empty():
-                slot.events.get_nowait()
-            with contextlib.suppress(Exception):
-                slot.health.details = dict(await up.health())
-            self._apply(slot, tools, ready=True)
             slot.first_attempt.set()
             return
 
@@ -253,7 +261,10 @@ class Catalog:
                 except TimeoutError:
                     event = UpstreamEvent("tools_changed", reason="refresh interval")
                 if event.kind == "tools_added":
-                    self._merge(slot, list(event.tools))
+                    try:
+                        self._merge(slot, list(event.tools))
+                    except Exception:  # noqa: BLE001 - the supervisor outlives a bad notice
+                        log.exception("upstream %s: tools it added could not be taken in", slot.name)
                     continue
                 if event.kind == "unavailable":
                     self._mark(slot, "unavailable", event.reason or "connection lost")
@@ -270,6 +281,7 @@ class Catalog:
                 try:
                     async with asyncio.timeout(cfg.start_timeout):
                         tools = await up.list_tools()
+                    self._apply(slot, tools, ready=True)
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:  # noqa: BLE001
@@ -277,7 +289,6 @@ class Catalog:
                     with contextlib.suppress(Exception):
                         await up.close()
                     break
-                self._apply(slot, tools, ready=True)
 
     def _mark(self, slot: UpstreamSlot, state: str, reason: str, next_retry: float | None = None) -> None:
         """An upstream went down: its tools stay listed, marked with the reason."""
@@ -334,7 +345,7 @@ class Catalog:
             signature_digest="",
             loading_state="loaded",
             loading_reason=None,
-            blocked_reason=tool.blocked_reason,
+            blocked_reason=tool.blocked_reason or (None if takes_objects(tool.input_schema) else UNSUPPORTED_INPUT),
             timeout=tool.timeout,
         )
 
@@ -370,6 +381,8 @@ class Catalog:
     def _apply_unpaused(self, slot: UpstreamSlot, tools: list[UpstreamTool], ready: bool) -> CatalogChange:
         seen: dict[str, UpstreamTool] = {}
         for tool in tools:
+            if has_surrogates(tool.native_id):  # cleaned before it is a key, so each listing finds it again
+                tool = _cleaned(slot, tool)
             seen.setdefault(tool.native_id, tool)  # a native id listed twice counts once
         change = CatalogChange(upstream=slot.name, state_changed=ready and slot.health.state != "ready")
         if ready:
@@ -381,8 +394,14 @@ class Catalog:
             decl = slot.tools.pop(native_id)
             self._forget(decl)
             change.removed.append(decl)
-        fresh = [self._declare(slot, seen[n]) for n in sorted(seen)]
-        self.versions.assign(fresh)
+        order = sorted(seen)
+        fresh = [self._declare(slot, seen[n]) for n in order]
+        try:
+            self.versions.assign(fresh)
+        except UnencodableText as exc:
+            for i in exc.indices:
+                fresh[i] = self._declare(slot, _cleaned(slot, seen[order[i]]))
+            self.versions.assign(fresh)
         new_names: list[tuple[str, str, str, str]] = []
         for decl in fresh:
             old = slot.tools.get(decl.native_id)
@@ -497,6 +516,16 @@ def _as_upstream_tool(decl: ToolDeclaration) -> UpstreamTool:
         blocked_reason=decl.blocked_reason,
         timeout=decl.timeout,
     )
+
+
+def _cleaned(slot: UpstreamSlot, tool: UpstreamTool) -> UpstreamTool:
+    """The tool with its lone surrogates replaced (see `without_surrogates`), said once a tool."""
+    cleaned: UpstreamTool = without_surrogates(tool)
+    if cleaned.native_id not in slot.unicode_warned:
+        slot.unicode_warned.add(cleaned.native_id)
+        log.warning("upstream %s: tool %r has text that is not valid Unicode (a lone surrogate escape); "
+                    "it is listed with U+FFFD in its place", slot.name, cleaned.name)
+    return cleaned
 
 
 def _reason(exc: BaseException, timeout_text: str) -> str:

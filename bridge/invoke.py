@@ -24,8 +24,10 @@ from bridge.model import (
     ToolError,
     ToolResult,
     UpstreamResult,
+    has_surrogates,
     new_id,
     now_iso,
+    without_surrogates,
 )
 from bridge.policy import blocked_error, check_permission
 from bridge.schema_check import QuickCheck, compile_quick_check
@@ -136,19 +138,27 @@ def error_result(
     )
 
 
-def _size_of(result: UpstreamResult) -> int:
-    size = 0
+def _size_of(result: UpstreamResult) -> tuple[int, bool]:
+    """Characters of the result's payload, and whether its text may hold a lone surrogate (which
+    no frontend can encode: see `without_surrogates`)."""
+    size, suspect = 0, False
     for block in result.content:
         for key in ("text", "data", "blob"):
             value = block.get(key)
             if isinstance(value, str):
                 size += len(value)
+                suspect = suspect or has_surrogates(value)
         resource = block.get("resource")
         if isinstance(resource, dict):
             size += len(resource.get("text") or "") + len(resource.get("blob") or "")
+            suspect = suspect or has_surrogates(str(resource.get("text") or ""))
     if result.structured_content is not None:
-        size += len(json.dumps(result.structured_content, default=str))
-    return size
+        dumped = json.dumps(result.structured_content, default=str)  # ASCII: a surrogate shows as \udXXX
+        size += len(dumped)
+        suspect = suspect or "\\ud" in dumped
+    if result.error is not None:
+        suspect = suspect or has_surrogates(result.error.message)
+    return size, suspect
 
 
 _MAX_VERSION = 2**63 - 1  # what an SQLite INTEGER holds
@@ -202,6 +212,8 @@ class Invoker:
             envelope = self._map(decl, version, invocation_id, result)
         except BridgeError as exc:
             envelope = error_result(exc, invocation_id=invocation_id, decl=decl, version=version)
+            if has_surrogates(exc.message):  # an upstream's text quoted in the message
+                envelope = without_surrogates(envelope)
         except asyncio.CancelledError:
             self._log(invocation_id, decl, version, surface_obj, "canceled", "canceled", created_at, started)
             raise
@@ -311,6 +323,9 @@ class Invoker:
             ) from None
 
     def _map(self, decl: ToolDeclaration, version: int, invocation_id: str, result: UpstreamResult) -> ToolResult:
+        size, suspect = _size_of(result)
+        if suspect:
+            result = without_surrogates(result)
         if result.is_error:
             error = result.error or ToolError(
                 error_class="execution_failed",
@@ -344,7 +359,6 @@ class Invoker:
                 native_ref=result.native_ref,
                 meta=result.meta,
             )
-        size = _size_of(result)
         if size > self.config.max_result_chars:
             raise BridgeError(
                 f"the result of {decl.name!r} has {size} characters, over max_result_chars={self.config.max_result_chars}",

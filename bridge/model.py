@@ -6,12 +6,14 @@ Data only: pydantic models, enumerations and exceptions. No I/O, no imports of o
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import re
 import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -42,6 +44,9 @@ __all__ = [
     "now_iso",
     "new_id",
     "tool_uuid",
+    "has_surrogates",
+    "takes_objects",
+    "without_surrogates",
 ]
 
 SCHEMA_VERSION = "0.2.0"
@@ -100,6 +105,38 @@ def now_iso() -> str:
         _second[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         _second[0] = second
     return f"{_second[1]}.{int((now - second) * 1000):03d}Z"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def takes_objects(schema: Any) -> bool:
+    """Whether an input schema can accept a JSON object: the arguments of every frontend (MCP,
+    the A2T drafts) are objects, so a tool whose root `type` excludes them cannot be called."""
+    if not isinstance(schema, dict):
+        return False
+    kind = schema.get("type", "object")
+    return kind == "object" or (isinstance(kind, list) and "object" in kind)
+
+
+def has_surrogates(text: str) -> bool:
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def without_surrogates(value: Any) -> Any:
+    """`value` with every lone surrogate replaced by U+FFFD, walking strings, lists, tuples,
+    dicts and records. An upstream's JSON may hold an unpaired `\\ud800` escape; Python reads it
+    into a string that no UTF-8 encoder (SQLite, Tantivy, an HTTP response) accepts. A valid
+    pair is read as one character, so any surrogate left in a string is a lone one."""
+    if isinstance(value, str):
+        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {without_surrogates(k): without_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(without_surrogates(v) for v in value)
+    if isinstance(value, BaseModel):
+        return value.model_copy(update={k: without_surrogates(getattr(value, k)) for k in type(value).model_fields})
+    return value
 
 
 def new_id(prefix: str) -> str:
@@ -292,6 +329,11 @@ class ToolError(_Record):
     retry_after: float | None = None
     native_error_ref: dict[str, Any] | None = None
     details: dict[str, Any] | None = None
+
+    @field_validator("retry_after")
+    @classmethod
+    def _a_delay_one_can_wait(cls, value: float | None) -> float | None:
+        return value if value is None or math.isfinite(value) else None  # inf or nan: unknown
 
 
 class ToolProgress(_Record):

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from bridge.model import ToolDeclaration, VersionRecord, now_iso
 from bridge.store import Store
 
-__all__ = ["signature_of", "digest_of", "classify_change", "VersionRegistry"]
+__all__ = ["signature_of", "digest_of", "classify_change", "UnencodableText", "VersionRegistry"]
 
 
 def signature_of(decl: ToolDeclaration) -> dict[str, Any]:
@@ -76,6 +76,14 @@ def classify_change(old: dict[str, Any], new: dict[str, Any]) -> Literal["compat
     return "compatible"
 
 
+class UnencodableText(ValueError):
+    """Declarations (by position) whose text holds a lone surrogate; nothing was assigned."""
+
+    def __init__(self, indices: list[int]) -> None:
+        super().__init__(f"{len(indices)} declarations hold text that cannot be encoded as UTF-8")
+        self.indices = indices
+
+
 class VersionRegistry:
     """Assigns version numbers. The latest digest of every tool is held in memory; the full
     signature of every version is in the store."""
@@ -91,10 +99,19 @@ class VersionRegistry:
         added: list[tuple[str, int, str]] = []
         rows: list[tuple[str, int, str, str, str, str]] = []
         created_at = now_iso()
-        for decl in decls:
+        # first every digest, so that a declaration whose text cannot be encoded changes nothing
+        signed: list[tuple[dict[str, Any], str, str]] = []
+        unencodable: list[int] = []
+        for i, decl in enumerate(decls):
             signature = signature_of(decl)
             blob = canonical_json(signature)
-            digest = digest_of(signature, blob)
+            try:
+                signed.append((signature, blob, digest_of(signature, blob)))
+            except UnicodeEncodeError:
+                unencodable.append(i)
+        if unencodable:
+            raise UnencodableText(unencodable)
+        for decl, (signature, blob, digest) in zip(decls, signed, strict=True):
             known = self._latest.get(decl.tool_id)
             if known is None:
                 version, compatibility = 1, "initial"

@@ -159,3 +159,28 @@ async def test_duplicate_upstream_names_rejected():
     catalog.add_upstream(FakeUpstream(name="x"))
     with pytest.raises(ValueError):
         catalog.add_upstream(FakeUpstream(name="x"))
+
+
+async def test_text_that_is_not_valid_unicode_is_listed_with_replacement_characters(tmp_path, caplog):
+    # what json.loads makes of an unpaired "\ud800" escape in an upstream's listing: a string
+    # no UTF-8 encoder takes (the store, the search index, every HTTP answer)
+    up = FakeUpstream(name="odd", tools=[
+        tool("fine"),
+        tool("described", description="bad \ud800 text", props={"q": {"type": "string", "description": "\udc00"}}),
+        tool("named\ud83d", native_id="id\ud83d"),
+    ])
+    catalog = Catalog(Store(str(tmp_path / "b.db")))
+    catalog.add_upstream(up)
+    await catalog.start()
+    try:
+        assert catalog.slots["odd"].health.state == "ready"
+        by_name = {d.native_name: d for d in catalog.declarations()}
+        assert set(by_name) == {"fine", "described", "named\ufffd"}
+        assert by_name["described"].description == "bad \ufffd text"
+        assert by_name["described"].input_schema["properties"]["q"]["description"] == "\ufffd"
+        assert by_name["named\ufffd"].native_id == "id\ufffd" and by_name["fine"].version == 1
+        assert "not valid Unicode" in caplog.text
+        # a later listing with the same text changes nothing
+        assert catalog.apply_tools("odd", up.tools).empty
+    finally:
+        await catalog.close()

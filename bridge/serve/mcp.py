@@ -10,9 +10,11 @@ and the SDK's Host/Origin checks guard against DNS rebinding.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
+import re
 import sys
 from typing import Any
 from urllib.parse import urlsplit
@@ -81,6 +83,9 @@ class _BridgeServer(Server[Any]):
         )
 
 
+_CURSOR = re.compile(r"o[0-9]{1,12}")
+
+
 def _cursor(offset: int) -> str:
     return f"o{offset}"
 
@@ -88,7 +93,7 @@ def _cursor(offset: int) -> str:
 def _offset(cursor: str | None) -> int:
     if not cursor:
         return 0
-    if cursor.startswith("o") and cursor[1:].isdigit():
+    if _CURSOR.fullmatch(cursor):
         return int(cursor[1:])
     raise MCPError(INVALID_PARAMS, f"invalid cursor {cursor[:40]!r}: pass back the nextCursor of the previous page")
 
@@ -263,6 +268,12 @@ class MCPFrontend:
         except BridgeError as exc:
             envelope = error_result(exc, invocation_id=new_id("inv"), decl=decl)
             return render_result(envelope, ctx.protocol_version)
+        except (MCPError, asyncio.CancelledError):
+            raise
+        except Exception:  # noqa: BLE001 - a bridge fault is a result that says so, never a traceback
+            log.exception("tools/call %s failed", name)
+            fault = BridgeError("the bridge failed to handle this call; it was logged", error_class="execution_failed")
+            return render_result(error_result(fault, invocation_id=new_id("inv"), decl=decl), ctx.protocol_version)
 
     async def _invoke(
         self,

@@ -118,13 +118,14 @@ def _check(validator: jsonschema.Draft202012Validator, tool: str, arguments: Any
 
 def search_arguments(arguments: Any) -> dict[str, Any]:
     """Checked keyword arguments for `ToolSearch.search` (a `limit` above the maximum is clamped)."""
-    if isinstance(arguments, dict) and isinstance(arguments.get("limit"), int) and arguments["limit"] > MAX_SEARCH_LIMIT:
+    limit = arguments.get("limit") if isinstance(arguments, dict) else None
+    if isinstance(limit, int | float) and not isinstance(limit, bool) and limit > MAX_SEARCH_LIMIT:
         arguments = {**arguments, "limit": MAX_SEARCH_LIMIT}
     _check(_SEARCH_VALIDATOR, SEARCH_TOOLS, arguments)
     tags = arguments.get("tags")
     return {
         "query": arguments["query"],
-        "limit": arguments.get("limit", 10),
+        "limit": int(arguments.get("limit", 10)),  # 5.0 is an integer to JSON Schema
         "namespace": arguments.get("namespace"),
         "tags": list(tags) if tags else None,
         "kind": arguments.get("kind"),

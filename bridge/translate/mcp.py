@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bridge.model import FactSource, SafetyHints, ToolError, UpstreamResult, UpstreamTool
+from bridge.model import FactSource, SafetyHints, ToolError, UpstreamResult, UpstreamTool, takes_objects
 
 __all__ = [
     "MCP_SOURCE",
@@ -249,7 +249,9 @@ def render_annotations(decl: _ToolDeclaration) -> _types.ToolAnnotations | None:
 
 def _object_schema(schema: Any) -> dict[str, Any]:
     """MCP wants an object root for inputSchema; a schema that leaves `type` out gets it added."""
-    if not isinstance(schema, Mapping):
+    if not isinstance(schema, Mapping) or not takes_objects(dict(schema)):
+        # (a tool an `allow` rule shows despite its blocked reason): an object root keeps the
+        # listing valid; the call is then refused by the tool's own schema
         return dict(_EMPTY_OBJECT_SCHEMA)
     if "type" not in schema:
         return {"type": "object", **schema}

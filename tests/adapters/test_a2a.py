@@ -95,6 +95,14 @@ async def test_agent_without_skills_is_one_tool():
         assert result.status == "succeeded" and result.content[0]["text"] == "echo: hi"
 
 
+async def test_skills_without_an_id_are_left_out_with_a_warning(caplog):
+    nameless = [AgentSkill(name="Mystery", description="No id given", tags=[])]
+    async with agent(skills=nameless, name="Solo Helper") as (base, _), bridge(card_url=f"{base}/.well-known/agent-card.json") as b:
+        [decl] = list(b.catalog.declarations())  # not zero tools: the agent as a whole, as without skills
+        assert decl.name == "peer__solo_helper"
+        assert "skill 'Mystery' has no id and is left out" in caplog.text
+
+
 def test_config_needs_exactly_one_location():
     with pytest.raises(ConfigError, match="exactly one of card_url"):
         parse_config({"upstreams": [{"name": "p", "kind": "a2a"}]})

@@ -8,6 +8,7 @@ import asyncio
 
 import mcp.types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from bridge.model import BridgeError, UpstreamResult
 from tests.fakes import FakeConfig, FakeUpstream, tool
@@ -75,6 +76,11 @@ async def test_tools_list_is_paginated(era):
         assert len(first.tools) == 3 and first.next_cursor
         names = [t.name for t in await client.tools()]
         assert names == [f"many__t{i:02d}" for i in range(7)]  # nothing deferred: no meta tools
+        # a cursor the server never issued is invalid params, whatever digits it holds
+        for cursor in ("o²", "o" + "9" * 5000, "x3"):
+            with pytest.raises(MCPError) as refused:
+                await client.page(cursor)
+            assert refused.value.error.code == types.INVALID_PARAMS and "invalid cursor" in refused.value.error.message
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -85,6 +91,7 @@ async def test_search_returns_matches_with_full_schemas(era):
         assert match["input_schema"]["required"] == ["city"]
         assert match["description"].startswith("Get the weather forecast")
         assert match["loading_state"] == "deferred"
+        assert (await client.search("weather forecast", limit=1.0))["matches"][0]["name"] == "svc__weather"  # 1.0 is an integer
         selected = await client.search("select:svc__weather,svc__nope")
         assert [m["name"] for m in selected["matches"]] == ["svc__weather"]
         assert selected["missing_names"] == ["svc__nope"]
@@ -292,3 +299,20 @@ def test_meta_tool_definitions_are_valid_mcp():
 
     for item in meta_tools():
         assert types.Tool.model_validate(item.model_dump(by_alias=True, mode="json")).name in ("search_tools", "call_tool")
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_tool_whose_input_is_no_object_is_blocked_and_the_list_stays_valid(era):
+    # `{"type": "string"}` is no valid MCP inputSchema: one such tool must not break tools/list
+    odd = tool("shout")
+    odd.input_schema = {"type": "string"}
+    up = FakeUpstream(FakeConfig(name="svc"), tools=[tool("echo"), odd])
+    async with served_bridge({}, [up]) as srv, http_client(srv.url, era) as client:
+        assert "svc__echo" in await client.names() and "svc__shout" not in await client.names()
+        result = await client.call("svc__shout", {})
+        assert error_class(result) == "policy_blocked" and "unsupported_input_schema" in text_of(result)
+    shown = {"surfaces": [{"name": "default", "allow": [{"name": "svc__shout"}]}]}  # an allow rule lifts the block
+    async with served_bridge(shown, [FakeUpstream(FakeConfig(name="svc"), tools=[tool("echo"), odd])]) as srv, \
+            http_client(srv.url, era) as client:
+        tools = {t.name: t for t in await client.tools()}
+        assert tools["svc__shout"].input_schema == {"type": "object", "properties": {}}

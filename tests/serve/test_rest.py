@@ -285,6 +285,12 @@ async def test_status_codes_of_error_results():
         assert status == 422 and body["error"]["error_class"] == "execution_failed"
         up.raise_error = None
 
+        up.result = UpstreamResult(is_error=True, error=ToolError(error_class="rate_limited", message="slow down",
+                                                                  recoverability="retry", retry_after=float("inf")))
+        status, body, headers = await call()  # a delay no client can wait is read as unknown
+        assert status == 429 and "Retry-After" not in headers
+        up.result = None
+
         served.bridge.catalog.slots["f"].health.state = "unavailable"  # the upstream went away
         status, body, headers = await call()
         assert status == 503 and body["error"]["error_class"] == "dependency_unavailable" and "Retry-After" in headers
@@ -310,3 +316,17 @@ async def test_unexpected_faults_are_structured_never_tracebacks(monkeypatch):
         for path in ("/tools/:invoke", "/tools/f__echo/versions/:invoke"):
             status, body, _ = await served.post(path, {"input_parameters": []})
             assert status == 404 and body["error"]["error_class"] == "unknown_tool", (path, body)
+
+
+async def test_text_that_is_not_valid_unicode_is_answered_with_replacement_characters():
+    # an unpaired "\ud83d" escape, from the caller or an upstream, reaches a result as a string no
+    # UTF-8 encoder takes: the answer carries U+FFFD instead of failing after the call ran
+    up = FakeUpstream(name="f")
+    async with serving(up) as served:
+        status, body, _ = await served.post("/tools/f__echo:invoke", raw=b'{"input_parameters": [{"name": "text", "value": "n\\ud83d"}]}')
+        assert status == 200, body
+        assert body["x-tool-result"]["content"][0]["text"] == "n\ufffd"
+        assert body["x-tool-result"]["structured_content"] == {"echo": {"text": "n\ufffd"}}
+        up.raise_error = BridgeError("the upstream said: bad \udc00 input", error_class="execution_failed")
+        status, body, _ = await served.post("/invoke", {"tool": "f__echo", "arguments": {"text": "x"}})
+        assert status == 422 and body["error"]["message"] == "the upstream said: bad \ufffd input"
