@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import fnmatch
 import logging
+import math
 import os
 import shutil
 import sys
@@ -96,8 +97,8 @@ class ATIPConfig(UpstreamConfig):
     @field_validator("command_timeouts")
     @classmethod
     def _positive(cls, value: dict[str, float]) -> dict[str, float]:
-        if any(v <= 0 for v in value.values()):
-            raise ValueError("timeouts must be positive")
+        if any(not 0 < v < math.inf for v in value.values()):
+            raise ValueError("timeouts must be positive, finite numbers of seconds")
         return value
 
     def dirs(self) -> AgentToolsDirs:
@@ -410,23 +411,18 @@ class ATIPUpstream(Upstream):
         return None
 
     def _declared_timeout(self, command: ATIPCommand) -> float | None:
-        """A command's own timeout (config override, else `effects.duration.timeout`): the
-        pipeline then allows the call that long instead of the upstream's `timeout`."""
+        """A command's own timeout: its `command_timeouts` entry (the operator's word, any
+        length), else the metadata's `effects.duration.timeout` never longer than the upstream's
+        `timeout` (the tool may ask for less time, not more). The pipeline then allows the call
+        that long instead of `timeout`."""
         overrides = self.config.command_timeouts
-        return (
-            overrides.get(command.command_line)
-            or overrides.get(command.native_name)
-            or parse_duration((command.effects.get("duration") or {}).get("timeout"))
-        )
+        configured = overrides.get(command.command_line) or overrides.get(command.native_name)
+        if configured:
+            return configured
+        declared = parse_duration((command.effects.get("duration") or {}).get("timeout"))
+        return min(declared, self.config.timeout) if declared else None
 
     def _timeout_for(self, command: ATIPCommand, ceiling: float) -> float:
-        """Config override, else the metadata's `effects.duration.timeout`, else `timeout`;
-        never longer than the pipeline's own limit for the call."""
-        overrides = self.config.command_timeouts
-        chosen = (
-            overrides.get(command.command_line)
-            or overrides.get(command.native_name)
-            or parse_duration((command.effects.get("duration") or {}).get("timeout"))
-            or self.config.timeout
-        )
-        return min(chosen, ceiling)
+        """The command's own timeout, else `timeout`; never longer than the pipeline's own limit
+        for the call."""
+        return min(self._declared_timeout(command) or self.config.timeout, ceiling)

@@ -4,6 +4,7 @@ safety hints and permission profile those effects declare."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -318,14 +319,16 @@ def permission_profile(command: ATIPCommand, hints: SafetyHints, auth: dict[str,
 
 
 def parse_duration(text: Any) -> float | None:
-    """`"60s"`, `"5m"`, `"1h"` in seconds; None when absent or unreadable."""
+    """`"60s"`, `"5m"`, `"1h"` in seconds; None when absent, unreadable, zero or not finite
+    (the schema allows any number of digits, and `"999…9s"` reads as infinity)."""
     if not isinstance(text, str):
         return None
     match = _DURATION.match(text)
     if not match:
         return None
     value, unit = float(match.group(1)), match.group(2) or "s"
-    return value * {"s": 1, "m": 60, "h": 3600}[unit]
+    seconds = value * {"s": 1, "m": 60, "h": 3600}[unit]
+    return seconds if 0 < seconds < math.inf else None
 
 
 def to_upstream_tool(

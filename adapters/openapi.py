@@ -213,16 +213,21 @@ class OpenAPIUpstream(Upstream):
 
     def _map(self, text: str, uri: str, signature: str) -> _Loaded:
         cfg = self.config
-        document = parse_document(text, uri, cfg.spec, fetch_timeout=cfg.start_timeout)
-        document.validate(cfg.validate_spec)
-        operations, tools = map_operations(
-            document,
-            base_url=cfg.base_url,
-            server_variables=cfg.server_variables,
-            include=list(cfg.include),
-            exclude=list(cfg.exclude),
-            description_max=cfg.description_max,
-        )
+        try:
+            document = parse_document(text, uri, cfg.spec, fetch_timeout=cfg.start_timeout)
+            document.validate(cfg.validate_spec)
+            operations, tools = map_operations(
+                document,
+                base_url=cfg.base_url,
+                server_variables=cfg.server_variables,
+                include=list(cfg.include),
+                exclude=list(cfg.exclude),
+                description_max=cfg.description_max,
+            )
+        except RecursionError:
+            # the located checks (validation, `$ref` cycles) come first; this is what is left
+            raise SpecError("nests objects, lists or `$ref`s too deeply to be read (about a thousand levels); "
+                            "flatten the deepest structure", cfg.spec) from None
         return _Loaded(signature, document, operations, tools)
 
     # ------------------------------------------------------------------ calls

@@ -5,6 +5,7 @@ and the `Operation` record the invoker needs to build the HTTP request."""
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -168,7 +169,10 @@ def _server_url(servers: Any, doc: Document, variables: dict[str, str], where: s
         raise SpecError("the document names no server; set `base_url` in the upstream's config", where)
     server = servers[0]
     url = str(server.get("url", ""))
-    for name, var in (server.get("variables") or {}).items():
+    declared = server.get("variables") or {}
+    if not isinstance(declared, dict):
+        raise SpecError(f"`servers[0].variables` must be an object of variables, got {type(declared).__name__}", where)
+    for name, var in declared.items():
         value = variables.get(name, var.get("default") if isinstance(var, dict) else None)
         if value is None:
             raise SpecError(f"server variable {name!r} has no default; set it under `server_variables`", where)
@@ -180,6 +184,21 @@ def _server_url(servers: Any, doc: Document, variables: dict[str, str], where: s
             raise SpecError(f"the server URL {url!r} is relative and the document was read from a file; "
                             "set `base_url` in the upstream's config", where)
     return url.rstrip("/")
+
+
+def _tags(op: dict[str, Any]) -> list[str]:
+    """The string tags of an operation (a bare string is no list of tags, not one per letter)."""
+    tags = op.get("tags")
+    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
+
+
+def _body_prop(properties: dict[str, Any]) -> str:
+    """The input property for a whole body: `body`, else `request_body`, `_body`, then `body_2`,
+    `body_3` ... (parameters may hold any of these names)."""
+    for prop in ("body", "request_body", "_body"):
+        if prop not in properties:
+            return prop
+    return next(p for n in itertools.count(2) if (p := f"body_{n}") not in properties)
 
 
 def _is_object_schema(schema: Any) -> bool:
@@ -217,8 +236,11 @@ class _Mapper:
         for i, item in enumerate(raw):
             at = f"{where}[{i}]"
             param, base = self.inliner.resolve(item, doc_base, at)
-            if not isinstance(param, dict) or not isinstance(param.get("name"), str) or param.get("in") not in _DEFAULT_STYLE:
-                raise SpecError("a parameter needs a `name` and `in` (path, query, header or cookie)", at)
+            if not isinstance(param, dict) or not isinstance(param.get("name"), str):
+                raise SpecError("a parameter needs a `name` (a string) and `in` (path, query, header or cookie)", at)
+            location = param.get("in")
+            if not isinstance(location, str) or location not in _DEFAULT_STYLE:
+                raise SpecError(f"`in` must be path, query, header or cookie, not {location!r}", at)
             out.append((param, base, at))
         return out
 
@@ -240,6 +262,9 @@ class _Mapper:
                 schema = self.inliner.expand(param["schema"], base, f"{at}.schema", "input", needs)
             elif isinstance(param.get("content"), dict) and param["content"]:
                 media_type, media = next(iter(param["content"].items()))
+                if not isinstance(media, dict | None):
+                    raise SpecError(f"`content[{media_type!r}]` must be a media type object (with a `schema`), "
+                                    f"got {type(media).__name__}", at)
                 schema = self.inliner.expand((media or {}).get("schema", {}), base, f"{at}.content", "input", needs)
             else:
                 schema = {}
@@ -270,7 +295,7 @@ class _Mapper:
         name = _clean(operation_id or "") or "_".join([method, *(s for s in re.split(r"[^A-Za-z0-9.-]+", path) if s)])
         safety = _safety(method, op)
         summary, description = str(op.get("summary") or ""), str(op.get("description") or "")
-        tags = [t for t in op.get("tags") or [] if isinstance(t, str)]
+        tags = _tags(op)
         annotations: dict[str, Any] = {"summary": summary or None, "description": description or None}
         if isinstance(op.get("externalDocs"), dict):
             annotations["external_docs"] = op["externalDocs"].get("url")
@@ -311,7 +336,11 @@ class _Mapper:
             return None
         media_type = min(content, key=lambda mt: _BODY_PREFERENCE[body_kind(mt)])
         kind = body_kind(media_type)
-        media = content[media_type] if isinstance(content[media_type], dict) else {}
+        media = content[media_type]
+        if not isinstance(media, dict | None):
+            raise SpecError(f"a media type object (with a `schema`) is expected, got {type(media).__name__}",
+                            f"{where}.content[{media_type!r}]")
+        media = media or {}
         at = f"{where}.content[{media_type!r}].schema"
         schema = self.inliner.unwrap(self.inliner.expand(media.get("schema", {}), base, at, "input", needs), "input")
         is_required = bool(body.get("required"))
@@ -340,7 +369,7 @@ class _Mapper:
                 required.extend(r for r in schema.get("required") or [] if r in schema["properties"])
             return BodySpec(media_type=media_type, kind=kind, prop=None, fields=fields, required=is_required,
                             encoding=enc, binary_fields=frozenset(binary_fields))
-        prop = next(p for p in ("body", "request_body", "_body") if p not in properties)
+        prop = _body_prop(properties)
         properties[prop] = schema if isinstance(schema, dict) else {}
         if is_required:
             required.append(prop)
@@ -385,9 +414,7 @@ def map_operations(
     mapper = _Mapper(doc, base_url, server_variables or {}, description_max)
     includes = [_as_selector(s) for s in include or []]
     excludes = [_as_selector(s) for s in exclude or []]
-    seen_ids: set[str] = set()
-    operations: dict[str, Operation] = {}
-    tools: list[UpstreamTool] = []
+    selected: list[tuple[str, str, dict[str, Any], dict[str, Any], str, str, str | None]] = []
     for path, item in (doc.data.get("paths") or {}).items():
         at = f"$.paths[{path!r}]"
         item_base = doc.uri
@@ -403,14 +430,37 @@ def map_operations(
             if not isinstance(op, dict):
                 raise SpecError("an operation must be an object", where)
             operation_id = op.get("operationId") if isinstance(op.get("operationId"), str) else None
-            tags = [t for t in op.get("tags") or [] if isinstance(t, str)]
+            tags = _tags(op)
             if includes and not any(s.matches(method, path, operation_id, tags) for s in includes):
                 continue
             if any(s.matches(method, path, operation_id, tags) for s in excludes):
                 continue
-            native_id = operation_id if operation_id and operation_id not in seen_ids else f"{method.upper()} {path}"
-            seen_ids.add(native_id)
+            selected.append((path, method, item, op, at, item_base, operation_id))
+    operations: dict[str, Operation] = {}
+    tools: list[UpstreamTool] = []
+    for (path, method, item, op, at, item_base, _), native_id in zip(selected, _native_ids(selected), strict=True):
+        try:
             operation, tool = mapper.operation(path, method, item, op, at, native_id, item_base)
-            operations[native_id] = operation
-            tools.append(tool)
+        except (TypeError, AttributeError, KeyError, ValueError) as exc:
+            # a value of a type the specification does not allow, somewhere the checks above miss
+            raise SpecError(f"{method.upper()} {path} has a malformed field ({type(exc).__name__}: {exc}); check it "
+                            "against the OpenAPI specification, or leave it out with `exclude`", f"{at}.{method}") from None
+        operations[native_id] = operation
+        tools.append(tool)
     return operations, tools
+
+
+def _native_ids(selected: list[tuple[Any, ...]]) -> list[str]:
+    """One distinct id per operation: its `operationId`, or `METHOD /path` (distinct by
+    construction) when it has none, repeats an earlier one, or is another operation's
+    `METHOD /path` (an operationId spelled "GET /other" must not take that operation's id)."""
+    generated = [f"{method.upper()} {path}" for path, method, *_ in selected]
+    reserved = set(generated)
+    taken: set[str] = set()
+    out: list[str] = []
+    for own, (*_, operation_id) in zip(generated, selected, strict=True):
+        usable = operation_id and operation_id not in taken and (operation_id == own or operation_id not in reserved)
+        native_id = operation_id if usable else own
+        taken.add(native_id)
+        out.append(native_id)
+    return out

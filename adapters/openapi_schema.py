@@ -4,7 +4,10 @@
 document (local pointers, relative files, URLs); this module only decides what to inline. Each
 referenced schema is inlined once per tool; a schema that refers back to itself (directly or
 through others) is kept once under `$defs` and referred to with `{"$ref": "#/$defs/<name>"}`,
-so recursive schemas stay finite. OpenAPI 3.0 dialect (`nullable`, boolean `exclusiveMinimum`,
+so recursive schemas stay finite. A cycle that never descends into a property or item (`A` is
+`{$ref: B}` or `{allOf: [B]}` and `B` leads back to `A`) describes no value at all and would send
+a validator into endless recursion (JSON Schema 2020-12 §9.4.1 leaves it undefined): it is a
+SpecError naming the cycle. OpenAPI 3.0 dialect (`nullable`, boolean `exclusiveMinimum`,
 `example`) is rewritten to JSON Schema; OpenAPI-only keywords are dropped.
 """
 
@@ -17,7 +20,7 @@ from urllib.parse import unquote, urldefrag, urljoin
 
 from referencing.exceptions import Unresolvable
 
-__all__ = ["SchemaInliner", "SpecError", "Direction"]
+__all__ = ["SchemaInliner", "SpecError", "RefCycleError", "Direction"]
 
 Direction = Literal["input", "output"]
 
@@ -26,6 +29,8 @@ _ONE = ("not", "if", "then", "else", "contains", "propertyNames", "unevaluatedIt
         "unevaluatedProperties", "additionalItems")
 _MANY = ("allOf", "anyOf", "oneOf", "prefixItems")
 _MAP = ("properties", "patternProperties", "dependentSchemas")
+# Keywords that apply their subschemas to the same instance (no descent into a part of it).
+_IN_PLACE = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas"})
 # OpenAPI-only or bulky annotation keywords that a tool contract does not need.
 _DROP = frozenset({"example", "examples", "xml", "externalDocs", "discriminator", "nullable", "$schema", "$id",
                    "$anchor", "$dynamicAnchor", "$comment", "definitions", "$defs"})
@@ -41,6 +46,18 @@ class SpecError(Exception):
         super().__init__(f"{location}: {problem}" if location else problem)
 
 
+class RefCycleError(SpecError):
+    """A `$ref` cycle that never reaches a concrete schema: no value could ever be checked."""
+
+    WHY = ("never reaches a concrete schema (each refers on through `$ref`, `allOf`, `anyOf`, `oneOf`, `not` or "
+           "`if` without a property or item in between), so no value can be checked against it")
+
+    def __init__(self, cycle: str, location: str) -> None:
+        self.cycle = cycle
+        super().__init__(f"$ref cycle {cycle} {self.WHY}; make one of them end the cycle, or leave the operation "
+                         "out with `exclude`", location)
+
+
 def _is_dict(node: Any) -> bool:
     return isinstance(node, dict)
 
@@ -54,6 +71,9 @@ class SchemaInliner:
         self.openapi_30 = openapi_30
         self._cache: dict[tuple[str, Direction], tuple[Any, frozenset[str]]] = {}
         self._stack: list[tuple[str, Direction]] = []
+        self._levels: list[int] = []  # self._descent when each entry of _stack was pushed
+        self._descent = 0  # properties / items entered so far
+        self._in_place: dict[str, set[str]] = {}  # uri -> uris it reaches without descending
         self._recursive: set[tuple[str, Direction]] = set()
         self._defs: dict[tuple[str, Direction], tuple[Any, frozenset[str]]] = {}
         self._names: dict[str, str] = {}
@@ -157,6 +177,8 @@ class SchemaInliner:
 
     def _expand_ref(self, uri: str, ref: str, where: str, direction: Direction, needs: set[str]) -> Any:
         key = (uri, direction)
+        if self._stack and self._levels[-1] == self._descent:
+            self._link(self._stack[-1][0], uri, where)
         if key in self._recursive:
             needs.add(uri)
             return {"$ref": f"#/$defs/{self._def_name(uri)}"}
@@ -170,11 +192,13 @@ class SchemaInliner:
             return {"$ref": f"#/$defs/{self._def_name(uri)}"}
         target = self.lookup(uri, ref, where)
         self._stack.append(key)
+        self._levels.append(self._descent)
         inner: set[str] = set()
         try:
             body = self._expand(target, urldefrag(uri).url, f"{where} -> {ref}", direction, inner)
         finally:
             self._stack.pop()
+            self._levels.pop()
         if key in self._recursive:
             inner.discard(uri)
             self._defs[key] = (body, frozenset(inner))
@@ -187,28 +211,65 @@ class SchemaInliner:
         self._cache[key] = (body, frozenset(inner))
         return body
 
+    def _link(self, source: str, target: str, where: str) -> None:
+        """Record that `source` reaches `target` without descending; fail when that closes a cycle."""
+        reached = self._in_place.setdefault(source, set())
+        if target in reached:
+            return
+        back = self._path(target, source)
+        if back is not None:
+            cycle = " -> ".join(self._shown(u) for u in (source, *back))
+            raise RefCycleError(cycle, where)
+        reached.add(target)
+
+    def _path(self, start: str, goal: str) -> list[str] | None:
+        """The uris from `start` to `goal` along recorded in-place links, or None."""
+        came: dict[str, str | None] = {start: None}
+        todo = [start]
+        while todo:
+            uri = todo.pop()
+            if uri == goal:
+                path = [uri]
+                while (prev := came[path[-1]]) is not None:
+                    path.append(prev)
+                return path[::-1]
+            for nxt in self._in_place.get(uri, ()):
+                if nxt not in came:
+                    came[nxt] = uri
+                    todo.append(nxt)
+        return None
+
+    def _shown(self, uri: str) -> str:
+        doc, fragment = urldefrag(uri)
+        return f"#{fragment}" if doc == self.base_uri else uri
+
     def _convert(self, node: dict[str, Any], base: str, where: str, direction: Direction, needs: set[str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in node.items():
             if key in _DROP or key.startswith("x-"):
                 continue
-            if key in _ONE or key == "additionalProperties":
-                out[key] = self._expand(value, base, f"{where}.{key}", direction, needs)
-            elif key == "items":
-                if isinstance(value, list):  # 2019-09 tuple form
-                    out["prefixItems"] = [self._expand(v, base, f"{where}.items[{i}]", direction, needs) for i, v in enumerate(value)]
+            descends = key not in _IN_PLACE  # only subschemas matter; other keys expand nothing
+            self._descent += descends
+            try:
+                if key in _ONE or key == "additionalProperties":
+                    out[key] = self._expand(value, base, f"{where}.{key}", direction, needs)
+                elif key == "items":
+                    if isinstance(value, list):  # 2019-09 tuple form
+                        out["prefixItems"] = [self._expand(v, base, f"{where}.items[{i}]", direction, needs) for i, v in enumerate(value)]
+                    else:
+                        out[key] = self._expand(value, base, f"{where}.items", direction, needs)
+                elif key in _MANY:
+                    if not isinstance(value, list):
+                        raise SpecError(f"`{key}` must be a list of schemas", where)
+                    out[key] = [self._expand(v, base, f"{where}.{key}[{i}]", direction, needs) for i, v in enumerate(value)]
+                elif key in _MAP:
+                    if not _is_dict(value):
+                        raise SpecError(f"`{key}` must be an object of schemas", where)
+                    out[key] = {k: self._expand(v, base, f"{where}.{key}.{k}", direction, needs) for k, v in value.items()}
                 else:
-                    out[key] = self._expand(value, base, f"{where}.items", direction, needs)
-            elif key in _MANY:
-                if not isinstance(value, list):
-                    raise SpecError(f"`{key}` must be a list of schemas", where)
-                out[key] = [self._expand(v, base, f"{where}.{key}[{i}]", direction, needs) for i, v in enumerate(value)]
-            elif key in _MAP:
-                if not _is_dict(value):
-                    raise SpecError(f"`{key}` must be an object of schemas", where)
-                out[key] = {k: self._expand(v, base, f"{where}.{key}.{k}", direction, needs) for k, v in value.items()}
-            else:
-                out[key] = value
+                    out[key] = value
+            finally:
+                self._descent -= descends
         self._drop_one_way(out, "readOnly" if direction == "input" else "writeOnly")
         if self.openapi_30:
             self._from_openapi_30(node, out)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urldefrag, urljoin, urlsplit
 
 import aiohttp
 import yaml
@@ -20,7 +21,7 @@ from jsonschema_path.handlers.urllib import UrllibHandler
 from jsonschema_path.loaders import JsonschemaSafeLoader
 from referencing.exceptions import Unresolvable
 
-from adapters.openapi_schema import SpecError
+from adapters.openapi_schema import RefCycleError, SchemaInliner, SpecError
 
 __all__ = ["Document", "SpecError", "read_source", "parse_document", "is_url", "HTTP_METHODS"]
 
@@ -104,21 +105,82 @@ class Document:
         cls = OpenAPIV30SpecValidator if self.openapi_30 else OpenAPIV31SpecValidator
         root = SchemaPath.from_dict(self.data, base_uri=self.uri, handlers=self._handlers)
         problems: list[str] = []
-        try:
-            for err in cls(root).iter_errors():
+
+        def collect(errors: Any) -> None:
+            for err in errors:
                 where = _location(list(err.absolute_path)) if err.absolute_path else "$"
                 message = err.message if len(err.message) < 300 else err.message[:297] + "..."
                 problems.append(f"{where}: {message}")
                 if len(problems) >= 5:
                     break
+
+        try:
+            collect(cls(root).iter_errors())
         except Unresolvable as exc:
             # the mapper finds the same reference and names where it is used
             if not problems:
                 return
             problems.append(f"$ref {getattr(exc, 'ref', '?')!r} cannot be resolved")
+        except RecursionError:
+            # the validator follows `$ref`s without end: find the cycle so the message can name it
+            self._raise_ref_cycle()
+            problems.append("validation recursed without end: a `$ref` cycle that never reaches a concrete schema, "
+                            "or nesting too deep to check; fix the document, or set `validate_spec: off` (the "
+                            "operations are still checked, and a cycle one of them uses is named)")
+        except (TypeError, ValueError, KeyError, AttributeError):
+            # the validator's semantic checks stop at a value of the wrong type (`in: [query]`);
+            # its schema check alone still says where that value is
+            if not problems:
+                collect(cls.schema_validator.iter_errors(self.data))
         if problems:
             raise SpecError("; ".join(problems) + (" (first 5 shown)" if len(problems) >= 5 else ""),
                             "not a valid OpenAPI " + self.version + " document")
+
+    def _raise_ref_cycle(self) -> None:
+        """Raise a SpecError naming a `$ref` cycle the validator cannot get out of: a chain of
+        objects that are only a `$ref` and lead back to themselves (parameters, path items,
+        schemas), or schemas under `components.schemas` that reach themselves through `allOf`,
+        `anyOf`, `oneOf` or `not` (the mapper's check). Returns when there is none."""
+        fix = ("; make one of them end the cycle (or set `validate_spec: off` and leave out the operations that "
+               "use it with `exclude`)")
+        todo: deque[tuple[Any, list[Any]]] = deque([(self.data, [])])
+        while todo:
+            node, path = todo.popleft()
+            if isinstance(node, dict):
+                if isinstance(node.get("$ref"), str):
+                    cycle = self._ref_chain_cycle(node)
+                    if cycle:
+                        raise SpecError(f"$ref cycle {' -> '.join(cycle)}: each is only a reference to the next, "
+                                        "so nothing is ever described" + fix, _location(path))
+                todo.extend((v, [*path, k]) for k, v in node.items())
+            elif isinstance(node, list):
+                todo.extend((v, [*path, i]) for i, v in enumerate(node))
+        components = self.data.get("components")
+        schemas = components.get("schemas") if isinstance(components, dict) else None
+        if isinstance(schemas, dict):
+            inliner = SchemaInliner(self.lookup, self.uri, self.openapi_30)
+            for name, schema in schemas.items():
+                try:
+                    inliner.schema(schema, self.uri, _location(["components", "schemas", name]), "input")
+                except RefCycleError as exc:
+                    raise SpecError(f"$ref cycle {exc.cycle} {RefCycleError.WHY}" + fix, exc.location) from None
+                except (SpecError, RecursionError):
+                    continue  # another problem: the mapper reports it where an operation uses it
+
+    def _ref_chain_cycle(self, node: dict[str, Any]) -> list[str] | None:
+        """The refs of a chain starting at `node` that comes back to itself, or None."""
+        base, seen = self.uri, []
+        while isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            uri = urljoin(base, node["$ref"])
+            if uri in seen:
+                loop = [*seen[seen.index(uri):], uri]
+                return [f"#{urldefrag(u).fragment}" if urldefrag(u).url == self.uri else u for u in loop]
+            seen.append(uri)
+            try:
+                node, base = self.lookup(uri), urldefrag(uri).url
+            except Unresolvable:
+                return None
+        return None
 
 
 async def read_source(source: str, base_dir: Callable[[str], str], session: aiohttp.ClientSession | None,

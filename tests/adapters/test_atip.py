@@ -108,7 +108,7 @@ async def test_full_discovery_of_legacy_string_form(home):
     upstream = await started(config(home, "legacy"))
     try:
         tools = {t.name: t for t in await upstream.list_tools()}
-        assert set(tools) == {f"legacy_{c}" for c in ("echo", "sleep", "fail", "ask", "wipe", "flood")}
+        assert set(tools) == {f"legacy_{c}" for c in ("echo", "sleep", "linger", "doze", "fail", "ask", "wipe", "flood")}
         echo = tools["legacy_echo"]
         assert echo.tool_kind == "shell_command"
         assert echo.external_mapping == {
@@ -190,7 +190,7 @@ async def test_partial_discovery_expands_only_selected_subtrees_and_joins_the_ca
 async def test_partial_discovery_falls_back_to_full_when_unsupported(home):
     upstream = await started(config(home, "legacy", partial_discovery=True))
     try:
-        assert len(await upstream.list_tools()) == 6
+        assert len(await upstream.list_tools()) == 8
     finally:
         await upstream.close()
 
@@ -207,7 +207,7 @@ async def test_cache_and_registry_are_written_atomically_and_used_when_agent_fai
 
     broken = await started(config(home, "legacy", env={"LEGACY_AGENT_BROKEN": "1"}))
     try:
-        assert len(await broken.list_tools()) == 6
+        assert len(await broken.list_tools()) == 8
         health = await broken.health()
         assert health["metadata_source"] == "cache"
         assert "exited with code 1" in health["problems"][0]
@@ -425,6 +425,24 @@ async def test_configured_timeout_overrides_the_declared_one(home):
         await upstream.close()
 
 
+async def test_declared_timeout_never_outlasts_the_upstream_timeout(home):
+    # `linger` declares "99…9s" (400 nines: infinity as a float), `doze` "1h", `sleep` "1s"
+    async with bridge_for(home, {"name": "legacy", "command": "legacy", "timeout": 1}) as bridge:
+        timeouts = {d.native_name: d.timeout for d in bridge.catalog.declarations()}
+        # unreadable as a number of seconds: the upstream's `timeout` applies; longer: cut to it
+        assert (timeouts["legacy_linger"], timeouts["legacy_doze"], timeouts["legacy_sleep"]) == (None, 1, 1)
+        for name in ("linger", "doze"):
+            pid_file = home["tmp"] / f"{name}.pids"
+            started_at = time.monotonic()
+            async with asyncio.timeout(10):
+                result = await bridge.invoker.invoke(f"legacy__legacy_{name}", {"pid_file": str(pid_file), "seconds": 30})
+            assert result.status == "timed_out" and result.error.error_class == "timeout", result.content
+            assert time.monotonic() - started_at < 5
+            await until(lambda f=pid_file: f.exists() and not any(alive(int(p)) for p in f.read_text().split()))
+    with pytest.raises(ValueError, match="finite"):
+        config(home, "legacy", command_timeouts={"sleep": float("inf")})
+
+
 async def test_nonzero_exit_is_an_error_envelope_with_exit_code_and_stderr(home):
     async with bridge_for(home, {"name": "legacy", "command": "legacy"}) as bridge:
         result = await bridge.invoker.invoke("legacy__legacy_fail", {"message": "disk full"})
@@ -497,7 +515,7 @@ def test_scan_cli_probes_path_with_a_skip_list(home):
     assert run.returncode == 0, run.stderr
     results = {Path(r["executable"]).name: r for r in json.loads(run.stdout)}
     assert set(results) == {"legacy", "cloud", "broken"}  # oldtool skipped
-    assert results["legacy"]["name"] == "legacy" and results["legacy"]["commands"] == 6
+    assert results["legacy"]["name"] == "legacy" and results["legacy"]["commands"] == 8
     assert results["cloud"]["atip_version"] == "0.6"
     assert "invalid ATIP metadata" in results["broken"]["error"]
     registry = json.loads((home["data"] / "agent-tools" / "registry.json").read_text())

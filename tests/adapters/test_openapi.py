@@ -304,6 +304,140 @@ async def test_relative_server_in_a_file_needs_base_url():
     await upstream.close()
 
 
+def _document(paths: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"openapi": "3.1.0", "info": {"title": "t", "version": "1"}, "paths": paths, **extra}
+
+
+def _write(tmp_path: Path, doc: dict[str, Any]) -> str:
+    path = tmp_path / "api.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+async def _load_error(spec: str, **config: Any) -> BridgeError:
+    upstream = OpenAPIUpstream(OpenAPIConfig(name="bad", spec=spec, **{"base_url": "http://127.0.0.1:1", **config}))
+    try:
+        with pytest.raises(BridgeError) as info:
+            async with asyncio.timeout(10):
+                await upstream.start()
+    finally:
+        await upstream.close()
+    assert info.value.error_class == "setup_required"
+    return info.value
+
+
+_OK = {"200": {"description": "ok"}}
+_PARAM_LOOP = _document({"/a": {"get": {"operationId": "a", "parameters": [{"$ref": "#/components/parameters/p"}], "responses": _OK}}},
+                        components={"parameters": {"p": {"$ref": "#/components/parameters/p"}}})
+
+
+def _schema_loop(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    return _document({"/a": {"get": {"operationId": "a", "parameters": [
+        {"name": "q", "in": "query", "schema": {"$ref": "#/components/schemas/A"}}], "responses": _OK}}},
+        components={"schemas": {"A": a, "B": b}})
+
+
+_PURE_LOOP = _schema_loop({"$ref": "#/components/schemas/B"}, {"$ref": "#/components/schemas/A"})
+_ALLOF_LOOP = _schema_loop({"allOf": [{"$ref": "#/components/schemas/B"}]},
+                           {"anyOf": [{"type": "null"}, {"$ref": "#/components/schemas/A"}]})
+# A reaches B through a property first (fine), then through allOf -> C -> B -> A (no value ends it)
+_HIDDEN_LOOP = _document({"/a": {"get": {"operationId": "a", "parameters": [
+    {"name": "q", "in": "query", "schema": {"$ref": "#/components/schemas/A"}}], "responses": _OK}}},
+    components={"schemas": {"A": {"properties": {"x": {"$ref": "#/components/schemas/B"}}, "allOf": [{"$ref": "#/components/schemas/C"}]},
+                            "B": {"allOf": [{"$ref": "#/components/schemas/A"}]}, "C": {"allOf": [{"$ref": "#/components/schemas/B"}]}}})
+
+
+@pytest.mark.parametrize(("doc", "validate", "expected"), [
+    (_PARAM_LOOP, "auto", ["$.components.parameters.p", "$ref cycle #/components/parameters/p -> #/components/parameters/p",
+                           "validate_spec: off"]),
+    (_PARAM_LOOP, "off", ["$.paths['/a'].get.parameters[0]", "refers to itself"]),
+    (_PURE_LOOP, "auto", ["$ref cycle #/components/schemas/B -> #/components/schemas/A -> #/components/schemas/B",
+                          "only a reference"]),
+    (_PURE_LOOP, "off", ["$.paths['/a'].get.parameters[0].schema",
+                         "$ref cycle #/components/schemas/B -> #/components/schemas/A -> #/components/schemas/B",
+                         "never reaches a concrete schema", "`exclude`"]),
+    (_ALLOF_LOOP, "auto", ["$.components.schemas.A.allOf[0]",
+                           "$ref cycle #/components/schemas/A -> #/components/schemas/B -> #/components/schemas/A"]),
+    (_ALLOF_LOOP, "off", ["$.paths['/a'].get.parameters[0].schema", "never reaches a concrete schema"]),
+    (_HIDDEN_LOOP, "off", [" -> ".join(f"#/components/schemas/{n}" for n in "CBAC")]),
+], ids=["param-validated", "param", "schema-validated", "schema", "allOf-validated", "allOf", "allOf-behind-a-property"])
+async def test_ref_cycles_without_a_schema_are_located_load_errors(tmp_path, doc, validate, expected):
+    error = await _load_error(_write(tmp_path, doc), validate_spec=validate)
+    for part in expected:
+        assert part in error.message, error.message
+    assert "recursion" not in error.message
+
+
+async def test_recursion_too_deep_for_the_validator_is_reported_with_its_fix(tmp_path):
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(400):
+        deep = {"allOf": [deep]}
+    doc = _document({"/a": {"get": {"operationId": "a", "parameters": [{"name": "q", "in": "query", "schema": deep}],
+                                    "responses": _OK}}})
+    error = await _load_error(_write(tmp_path, doc), validate_spec="full")
+    assert "not a valid OpenAPI 3.1 document" in error.message and "`validate_spec: off`" in error.message
+
+
+@pytest.mark.parametrize(("param", "validate", "expected"), [
+    ({"name": "p", "in": ["query"]}, "auto", ["$.paths['/a'].get.parameters[0].in", "is not one of"]),
+    ({"name": "p", "in": ["query"]}, "off", ["$.paths['/a'].get.parameters[0]", "`in` must be path, query, header or cookie"]),
+    ({"name": "p", "in": "query", "content": {"application/json": "oops"}}, "off",
+     ["$.paths['/a'].get.parameters[0]", "`content['application/json']` must be a media type object"]),
+], ids=["in-list-validated", "in-list", "content-string"])
+async def test_values_of_the_wrong_type_name_operation_and_field(tmp_path, param, validate, expected):
+    doc = _document({"/a": {"get": {"operationId": "a", "parameters": [param], "responses": _OK}}})
+    error = await _load_error(_write(tmp_path, doc), validate_spec=validate)
+    for part in expected:
+        assert part in error.message, error.message
+
+
+async def test_other_malformed_values_name_the_operation(tmp_path):
+    body = {"content": {"application/json": {"schema": {"type": "object", "properties": {"a": {}}, "required": 5}}}, "required": True}
+    doc = _document({"/a": {"post": {"operationId": "a", "requestBody": body, "responses": _OK}}},
+                    servers=[{"url": "http://127.0.0.1:1/{v}", "variables": [1]}])
+    error = await _load_error(_write(tmp_path, doc), validate_spec="off")
+    assert "$.paths['/a'].post" in error.message and "POST /a has a malformed field" in error.message, error.message
+    doc["paths"] = {"/a": {"get": {"operationId": "a", "tags": "billing", "responses": _OK}}}
+    error = await _load_error(_write(tmp_path, doc), validate_spec="off", base_url=None)
+    assert "`servers[0].variables` must be an object" in error.message and "$.paths['/a'].get" in error.message
+
+
+async def test_operation_id_spelled_like_another_operations_method_and_path(api, tmp_path):
+    _, base = api
+    confirm = [{"name": "confirm", "in": "query", "required": True, "schema": {"type": "string"}}]
+    doc = _document({
+        "/first": {"delete": {"operationId": "GET /other", "summary": "Delete everything", "parameters": confirm, "responses": _OK}},
+        "/other": {"get": {"summary": "Read other", "tags": "billing", "responses": _OK}},  # tags: not a list
+        "/last": {"post": {"operationId": "GET /other", "summary": "Post last", "responses": _OK}},
+        "/dup": {"put": {"operationId": "same", "responses": _OK}, "patch": {"operationId": "same", "responses": _OK}},
+    })
+    # repeated operationIds are invalid OpenAPI: only a document that is not validated gets here
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1", validate_spec="off") as bridge:
+        decls = {d.native_id: d for d in bridge.catalog.declarations()}
+        assert set(decls) == {"DELETE /first", "GET /other", "POST /last", "same", "PATCH /dup"}
+        for native_id, args in [("DELETE /first", {"confirm": "yes"}), ("GET /other", {}), ("POST /last", {}),
+                                ("same", {}), ("PATCH /dup", {})]:
+            result = await bridge.invoker.invoke(decls[native_id].name, args)
+            assert not result.is_error, result.content
+            method, path = native_id.split(" ") if " " in native_id else ("PUT", "/dup")
+            assert (result.structured_content["method"], result.structured_content["raw_path"].split("?")[0]) == (method, "/v1" + path)
+        assert decls["GET /other"].external_mappings[0]["operation_id"] is None and decls["GET /other"].tags == []
+
+
+async def test_body_property_when_parameters_hold_every_usual_name(api, tmp_path):
+    _, base = api
+    params = [{"name": n, "in": "query", "schema": {"type": "string"}} for n in ("body", "request_body", "_body", "body_2")]
+    doc = _document({"/echo": {"post": {"operationId": "echo", "parameters": params, "responses": _OK,
+                                        "requestBody": {"content": {"application/json": {"schema": {"type": "array"}}}}}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1", start_timeout=5) as bridge:
+        decl = bridge.catalog.resolve("svc__echo")
+        assert decl is not None, bridge.catalog.slot("svc").health.reason
+        assert set(decl.input_schema["properties"]) == {"body", "request_body", "_body", "body_2", "body_3"}
+        result = await call(bridge, "echo", {"body": "q", "_body": "u", "body_3": [1, 2]})
+        assert result.structured_content["body"] == [1, 2]
+        assert result.structured_content["raw_path"] == "/v1/echo?body=q&_body=u"
+
+
 # ---------------------------------------------------------------------------- selection
 
 

@@ -1,6 +1,7 @@
 """Fixture ATIP tool `legacy`: metadata in the legacy `"atip": "0.3"` string form, no partial
 discovery (any flag after `--agent` is refused), and commands that echo their argv, sleep with
-a child process, fail, read stdin, flood stdout or claim to wipe everything."""
+a child process (declaring timeouts of 1s, 99…9s and 1h), fail, read stdin, flood stdout or
+claim to wipe everything."""
 
 from __future__ import annotations
 
@@ -42,6 +43,18 @@ METADATA = {
             "options": [{"name": "seconds", "flags": ["--seconds"], "type": "number", "description": "How long"}],
             "effects": {"duration": {"typical": "1-2s", "timeout": "1s"}},
         },
+        "linger": {
+            "description": "Like sleep, declaring a timeout that reads as infinity",
+            "arguments": [{"name": "pid_file", "type": "file", "description": "Where the child's pid goes"}],
+            "options": [{"name": "seconds", "flags": ["--seconds"], "type": "number", "description": "How long"}],
+            "effects": {"duration": {"timeout": "9" * 400 + "s"}},
+        },
+        "doze": {
+            "description": "Like sleep, declaring a timeout of an hour",
+            "arguments": [{"name": "pid_file", "type": "file", "description": "Where the child's pid goes"}],
+            "options": [{"name": "seconds", "flags": ["--seconds"], "type": "number", "description": "How long"}],
+            "effects": {"duration": {"timeout": "1h"}},
+        },
         "fail": {
             "description": "Write a message to stderr and exit with code 3",
             "options": [{"name": "message", "flags": ["--message"], "type": "string", "description": "Message"}],
@@ -74,7 +87,7 @@ def main(argv: list[str]) -> int:
     if command == "echo":
         env = {k: os.environ[k] for k in sorted(os.environ) if k not in ("PWD", "SHLVL", "_")}
         print(json.dumps({"argv": rest, "cwd": os.getcwd(), "env": env}))
-    elif command == "sleep":
+    elif command in ("sleep", "linger", "doze"):
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         with open(positionals[0], "w") as fh:
             fh.write(f"{os.getpid()} {child.pid}")
