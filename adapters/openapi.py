@@ -228,6 +228,10 @@ class OpenAPIUpstream(Upstream):
             # the located checks (validation, `$ref` cycles) come first; this is what is left
             raise SpecError("nests objects, lists or `$ref`s too deeply to be read (about a thousand levels); "
                             "flatten the deepest structure", cfg.spec) from None
+        except StopIteration as exc:
+            # raised in a thread, a StopIteration never reaches the awaiting future: start-up would
+            # hang until start_timeout instead of saying what failed
+            raise RuntimeError(f"mapping the document stopped early: StopIteration {exc}") from None
         return _Loaded(signature, document, operations, tools)
 
     # ------------------------------------------------------------------ calls

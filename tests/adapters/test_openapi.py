@@ -438,6 +438,19 @@ async def test_body_property_when_parameters_hold_every_usual_name(api, tmp_path
         assert result.structured_content["raw_path"] == "/v1/echo?body=q&_body=u"
 
 
+async def test_a_mapping_that_stops_early_fails_at_once(api, tmp_path, monkeypatch):
+    # a StopIteration raised in the mapping thread never reaches the awaiting future on its own
+    def stops(*args, **kwargs):
+        raise StopIteration("no free name")
+
+    monkeypatch.setattr("adapters.openapi.map_operations", stops)
+    _, base = api
+    doc = _document({"/echo": {"post": {"operationId": "echo", "responses": _OK}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1", start_timeout=30) as bridge:
+        health = bridge.catalog.slot("svc").health
+        assert health.state == "failed" and "stopped early" in health.reason
+
+
 # ---------------------------------------------------------------------------- selection
 
 
