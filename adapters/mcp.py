@@ -3,8 +3,12 @@
 One long-lived session per upstream, held by a dedicated task that owns the transport and the
 SDK session (entered and left in that one task); the full `tools/list` cursor loop; change
 notices (`notifications/tools/list_changed`, or a `subscriptions/listen` stream on
-2026-07-28) reported to the catalog; calls with progress and cancellation forwarded; a server
-that exits or goes away reported as `unavailable` with the reason.
+2026-07-28) reported to the catalog, coalesced; calls with progress and cancellation
+forwarded; a server that exits or goes away reported as `unavailable` with the reason.
+
+Listings and call results are read as they came and checked piece by piece with the SDK's
+types: a tool the SDK rejects is skipped (with a warning naming it and why), the others kept;
+a content block of a type the SDK does not know is kept as it came, the known ones checked.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, create_mcp_http_client
+from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from mcp.shared.exceptions import MCPError
+from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from adapters.mcp_stdio import StdioChild, redact
+from adapters.mcp_stdio import MAX_LINE, UNREADABLE, StdioChild, redact
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool
 from bridge.translate.mcp import progress_from_mcp, result_from_mcp, tool_from_mcp
 from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
@@ -41,6 +47,7 @@ log = logging.getLogger("bridge.adapters.mcp")
 ProtocolMode = Literal["auto", "legacy", "2026-07-28"]
 _PYTHON_NAMES = ("python", "python3")
 _LISTEN_RETRY = (0.5, 30.0)  # first and longest pause before re-opening a dropped listen stream
+_RELIST_GAP = 1.0  # seconds: change notices re-list at most this often (a burst or a loop costs one listing)
 
 
 def _client_info() -> types.Implementation:
@@ -66,6 +73,7 @@ class MCPConfig(UpstreamConfig):
     ping_timeout: float = Field(default=10.0, gt=0, description="seconds a liveness probe may take")
     shutdown_timeout: float = Field(default=2.0, ge=0, description="stdio: seconds to exit after stdin closes")
     max_pages: int = Field(default=1000, ge=1, description="most tools/list pages read in one listing")
+    max_line_bytes: int = Field(default=MAX_LINE, ge=1024, description="stdio: longest message (one line) read from the server, bytes")
 
     @model_validator(mode="after")
     def _one_transport(self) -> MCPConfig:
@@ -120,6 +128,10 @@ class MCPUpstream(Upstream):
         self._child: StdioChild | None = None
         self.protocol_version: str | None = None
         self.server_info: types.Implementation | None = None
+        self.skipped_tools: dict[str, str] = {}  # tool name -> why the last listing left it out
+        self._relist_asked = False  # a tools_changed event is out (or timed) and no listing has begun since
+        self._relist_timer: asyncio.TimerHandle | None = None
+        self._listed_at = float("-inf")
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -129,6 +141,7 @@ class MCPUpstream(Upstream):
         self._closing = False
         self._lost_reason = None
         self._wake = asyncio.Event()
+        self._cancel_relist()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if start() gave up
         self._ready = ready
@@ -141,6 +154,7 @@ class MCPUpstream(Upstream):
 
     async def close(self) -> None:
         self._closing = True
+        self._cancel_relist()
         owner, self._owner = self._owner, None
         self._client = None
         if owner is None:
@@ -207,6 +221,7 @@ class MCPUpstream(Upstream):
                 shutdown_timeout=cfg.shutdown_timeout,
                 secrets=cfg.secrets(),
                 on_lost=self._on_child_lost,
+                max_line=cfg.max_line_bytes,
             )
             return self._child.connect()
         read_timeout = max(MCP_DEFAULT_SSE_READ_TIMEOUT, cfg.timeout * 2)
@@ -256,9 +271,41 @@ class MCPUpstream(Upstream):
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
-            self.emit(UpstreamEvent("tools_changed", reason="notifications/tools/list_changed"))
+            self._tools_changed("notifications/tools/list_changed")
         elif isinstance(message, Exception):
             log.warning("mcp upstream %s: transport error: %s", self.name, redact(str(message), self.config.secrets()))
+
+    def _tools_changed(self, reason: str) -> None:
+        """Ask the catalog to re-list, coalesced: while a request is out and no listing has begun
+        since, more notices fold into it, and re-lists begin at least _RELIST_GAP apart; a server
+        that announces changes in a loop costs one listing a gap, not one per notice, and a
+        change announced during a listing is still listed after it."""
+        if self._relist_asked or self._closing:
+            return
+        self._relist_asked = True
+        event = UpstreamEvent("tools_changed", reason=reason)
+        loop = asyncio.get_running_loop()
+        wait = self._listed_at + _RELIST_GAP - loop.time()
+        if wait <= 0:
+            self.emit(event)
+        else:
+            self._relist_timer = loop.call_later(wait, self._emit_relist, event)
+
+    def _emit_relist(self, event: UpstreamEvent) -> None:
+        self._relist_timer = None
+        if not self._closing:
+            self.emit(event)
+
+    def _listing_begun(self) -> None:
+        """A listing covers every change announced before it."""
+        self._cancel_relist()
+        self._listed_at = asyncio.get_running_loop().time()
+
+    def _cancel_relist(self) -> None:
+        if self._relist_timer is not None:
+            self._relist_timer.cancel()
+            self._relist_timer = None
+        self._relist_asked = False
 
     async def _listen(self, client: Client) -> None:
         """2026-07-28 delivers change notices only on a `subscriptions/listen` stream; keep one
@@ -269,14 +316,14 @@ class MCPUpstream(Upstream):
                 async with client.listen(tools_list_changed=True) as subscription:
                     pause = _LISTEN_RETRY[0]
                     async for _event in subscription:
-                        self.emit(UpstreamEvent("tools_changed", reason="subscriptions/listen"))
+                        self._tools_changed("subscriptions/listen")
             except ListenNotSupportedError:
                 return
             except Exception as exc:  # noqa: BLE001 - a dropped stream is retried, never fatal
                 log.info("mcp upstream %s: listen stream ended: %s", self.name, exc)
             await anyio.sleep(pause)
             pause = min(pause * 2, _LISTEN_RETRY[1])
-            self.emit(UpstreamEvent("tools_changed", reason="listen stream re-opened"))
+            self._tools_changed("listen stream re-opened")
 
     async def _keepalive(self, client: Client) -> None:
         """A server that stops answering is reported like one that went away."""
@@ -317,16 +364,23 @@ class MCPUpstream(Upstream):
 
     async def list_tools(self) -> list[UpstreamTool]:
         client = self._session()
+        self._listing_begun()
         tools: list[types.Tool] = []
+        skipped: dict[str, str] = {}
         cursor: str | None = None
         seen: set[str] = set()
-        for _ in range(self.config.max_pages):
+        for number in range(self.config.max_pages):
             try:
-                page = await client.list_tools(cursor=cursor)
+                raw = await _send_raw(client, types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor)))
+                page, cursor = self._tools_page(raw, number, skipped)
+                # What the session derives from a listing, as the SDK's Client.list_tools has it kept
+                # (the same private call): output schemas to check results against, and on
+                # 2026-07-28 the x-mcp-header maps (dropping tools whose are invalid, as required).
+                listing = types.ListToolsResult(tools=page, next_cursor=cursor)
+                page = client.session._absorb_tool_listing(listing, complete=number == 0 and not cursor).tools
             except Exception as exc:
                 raise self._call_error(exc, "tools/list") from None
-            tools.extend(page.tools)
-            cursor = page.next_cursor
+            tools.extend(page)
             if not cursor:
                 break
             if cursor in seen:
@@ -334,6 +388,10 @@ class MCPUpstream(Upstream):
             seen.add(cursor)
         else:
             log.warning("mcp upstream %s: tools/list still had pages after max_pages=%d", self.name, self.config.max_pages)
+        if skipped != self.skipped_tools:  # said once, not at every re-list
+            for name, why in skipped.items():
+                log.warning("mcp upstream %s: skipped tool %r: %s", self.name, name, why)
+        self.skipped_tools = skipped
         return [
             tool_from_mcp(
                 tool.model_dump(by_alias=True, exclude_none=True, mode="json"),
@@ -343,20 +401,54 @@ class MCPUpstream(Upstream):
             for tool in tools
         ]
 
+    def _tools_page(self, raw: dict[str, Any], number: int, skipped: dict[str, str]) -> tuple[list[types.Tool], str | None]:
+        """One tools/list page checked tool by tool with the SDK's types for the negotiated
+        version: a tool they reject goes to `skipped` (its name and why), the others are kept."""
+        version = self.protocol_version or types.LATEST_PROTOCOL_VERSION
+        entries = raw.get("tools")
+        head = {key: value for key, value in raw.items() if key != "tools"}
+        if not isinstance(entries, list):
+            _check_result("tools/list", version, raw)  # the SDK's own words for what is wrong
+            raise TypeError("the tools/list result has no list of tools")
+        _check_result("tools/list", version, {**head, "tools": []})  # the page itself: cursor, cache hints
+        cursor = head.get("nextCursor")
+        tools: list[types.Tool] = []
+        for index, entry in enumerate(entries):
+            name = entry.get("name") if isinstance(entry, dict) else None
+            label = name if isinstance(name, str) else f"#{index + 1} of page {number + 1}"
+            try:
+                _check_result("tools/list", version, {**head, "tools": [entry]})
+            except ValidationError as exc:
+                skipped[label] = _why(exc, skip=2)  # the path starts tools.0
+                continue
+            try:
+                tools.append(types.Tool.model_validate(entry, by_name=False))
+            except ValidationError as exc:
+                skipped[label] = _why(exc)
+        return tools, cursor if isinstance(cursor, str) else None
+
     async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
         client = self._session()
 
         async def forward_progress(progress: float, total: float | None, message: str | None) -> None:
             await ctx.report_progress(**progress_from_mcp(progress, total, message))
 
+        request = types.CallToolRequest(params=types.CallToolRequestParams(name=native_id, arguments=arguments))
+        progress = forward_progress if ctx.progress_sink is not None else None
         # Cancelling this coroutine (the pipeline's timeout, or the caller going away) makes the
         # SDK send notifications/cancelled for the request (or abort its POST on 2026-07-28 HTTP).
         try:
-            result = await client.call_tool(
-                native_id,
-                arguments,
-                progress_callback=forward_progress if ctx.progress_sink is not None else None,
-            )
+            try:
+                raw = await _send_raw(client, request, progress)
+            except MCPError as exc:
+                if exc.code != types.HEADER_MISMATCH or self.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                    raise
+                # 2026-07-28: the tool's listed schema is stale; re-list (which refreshes the
+                # session's header maps) and send once more, as the SDK's call_tool does.
+                await self.list_tools()
+                self._tools_changed(f"tools/call {native_id}: header mismatch")
+                raw = await _send_raw(client, request, progress)
+            result = await self._call_result(client, native_id, raw)
         except Exception as exc:
             raise self._call_error(exc, native_id) from None
         native_ref = {
@@ -366,7 +458,49 @@ class MCPUpstream(Upstream):
             "method": "tools/call",
             "mcp_protocol_version": self.protocol_version,
         }
-        return result_from_mcp(result.model_dump(by_alias=True, exclude_none=True, mode="json"), native_ref=native_ref)
+        return result_from_mcp(result, native_ref=native_ref)
+
+    async def _call_result(self, client: Client, name: str, raw: dict[str, Any]) -> dict[str, Any]:
+        """A tools/call result checked piece by piece with the SDK's types: the result without
+        its content as a whole (and its structured content against the tool's outputSchema,
+        as the SDK's call_tool does), then each content block on its own, so a block of a
+        type the SDK does not know, or one it cannot read, is kept as it came, not the cause
+        of throwing away a call that already ran."""
+        version = self.protocol_version or types.LATEST_PROTOCOL_VERSION
+        if version in MODERN_PROTOCOL_VERSIONS and raw.get("resultType") == "input_required":
+            wanted = types.InputRequiredResult.model_validate(raw, by_name=False)
+            kinds = sorted({request.method for request in (wanted.input_requests or {}).values()})
+            raise BridgeError(
+                f"{name}: the server asked for input the bridge cannot give ({', '.join(kinds) or 'input_required'})",
+                error_class="execution_failed",
+            )
+        blocks = raw.get("content")
+        if not isinstance(blocks, list):
+            _check_result("tools/call", version, raw)  # the SDK's own words for what is wrong
+            raise TypeError("the tools/call result has no list of content blocks")
+        rest = {key: value for key, value in raw.items() if key != "content"} | {"content": []}
+        _check_result("tools/call", version, rest)
+        result = types.CallToolResult.model_validate(rest, by_name=False)
+        if not result.is_error:
+            await client.session.validate_tool_result(name, result)
+        wire = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+        wire["content"] = [self._content_block(name, block) for block in blocks]
+        return wire
+
+    def _content_block(self, tool: str, block: Any) -> Any:
+        """One content block, checked with the SDK's model of its type; kept as it came when
+        the SDK knows no such type or rejects it (the caller still gets what the tool said)."""
+        kind = block.get("type") if isinstance(block, dict) else None
+        model = _CONTENT_MODELS.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            log.info("mcp upstream %s: %s returned a content block of type %r, unknown to the SDK; kept as it came",
+                     self.name, tool, kind if kind is not None else type(block).__name__)
+            return block
+        try:
+            return model.model_validate(block, by_name=False).model_dump(by_alias=True, exclude_none=True, mode="json")
+        except ValidationError as exc:
+            log.warning("mcp upstream %s: %s returned a %s block the SDK rejects (%s); kept as it came", self.name, tool, kind, _why(exc))
+            return block
 
     def _call_error(self, exc: BaseException, what: str) -> BridgeError:
         """A failed request as a BridgeError with the right class."""
@@ -378,11 +512,17 @@ class MCPUpstream(Upstream):
             text = redact(exc.message, secrets)
             if exc.code == types.CONNECTION_CLOSED or self._client is None:
                 return self._unavailable(f"the connection closed during {what}")
+            if isinstance(exc.data, dict) and UNREADABLE in exc.data:
+                # made up by the stdio transport for an answer it could not read: the call may
+                # have run, so it fails now, never as a timeout that invites a retry
+                if exc.data[UNREADABLE] == "too_long":
+                    return BridgeError(f"{what}: {text}", error_class="result_too_large", recoverability="change_arguments", native_error_ref=ref)
+                return BridgeError(f"{what}: {text}", error_class="execution_failed", native_error_ref=ref)
             if exc.code == types.REQUEST_TIMEOUT:
                 return BridgeError(f"{what}: {text}", error_class="timeout", recoverability="retry", status="timed_out", native_error_ref=ref)
             if exc.code == types.INVALID_PARAMS:
                 if "unknown tool" in text.lower() or "not found" in text.lower():
-                    self.emit(UpstreamEvent("tools_changed", reason=f"server does not know {what}"))
+                    self._tools_changed(f"server does not know {what}")
                     return BridgeError(f"{what}: {text}", error_class="unknown_tool", recoverability="change_arguments", native_error_ref=ref)
                 return BridgeError(f"{what}: {text}", error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref)
             if exc.code == types.METHOD_NOT_FOUND:
@@ -392,8 +532,11 @@ class MCPUpstream(Upstream):
             return BridgeError(f"{what}: MCP error {exc.code}: {text}", error_class="execution_failed", native_error_ref=ref)
         if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, httpx2.TransportError)) or self._client is None:
             return self._unavailable(f"{what} failed: {type(exc).__name__}")
+        if isinstance(exc, ValidationError):
+            return BridgeError(f"{what}: the server's result is not valid MCP {self.protocol_version}: {redact(_why(exc), secrets)}",
+                               error_class="execution_failed")
         # The SDK raises RuntimeError for results it rejects (structured content not matching
-        # the declared outputSchema, input requests it cannot answer).
+        # the declared outputSchema).
         return BridgeError(f"{what}: {redact(str(exc), secrets) or type(exc).__name__}", error_class="execution_failed")
 
     def _unavailable(self, what: str) -> BridgeError:
@@ -412,6 +555,8 @@ class MCPUpstream(Upstream):
         if self._child is not None:
             details["pid"] = self._child.pid
             details["stderr_tail"] = list(self._child.stderr_tail)[-5:]
+        if self.skipped_tools:
+            details["skipped_tools"] = dict(self.skipped_tools)
         return details
 
 
@@ -426,3 +571,58 @@ def _leaf(exc: BaseException) -> BaseException:
         inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
         exc = (inner or list(exc.exceptions))[0]
     return exc
+
+
+_CONTENT_MODELS: dict[str, type[Any]] = {
+    "text": types.TextContent,
+    "image": types.ImageContent,
+    "audio": types.AudioContent,
+    "resource_link": types.ResourceLink,
+    "resource": types.EmbeddedResource,
+}
+
+
+async def _send_raw(
+    client: Client,
+    request: types.ListToolsRequest | types.CallToolRequest,
+    progress_callback: ProgressFnT | None = None,
+) -> dict[str, Any]:
+    """Send `request` on the client's session as `ClientSession.send_request` does (the era's
+    `_meta` and headers stamped; progress, timeout and cancellation wired by the dispatcher)
+    and return its result as it came. send_request checks a result whole, so one part the
+    SDK's types reject (one tool, one content block of a newer type) would throw the rest
+    away; the callers check the pieces instead. The SDK's own `subscriptions/listen` sends the
+    same way, through the same two private members of the session."""
+    session = client.session
+    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    opts: CallOptions = {}
+    session._stamp(data, opts)
+    if client.read_timeout_seconds is not None:
+        opts["timeout"] = client.read_timeout_seconds
+    if progress_callback is not None:
+        opts["on_progress"] = progress_callback
+    raw = await session._dispatcher.send_raw_request(data["method"], data.get("params"), opts)
+    ttl = raw.get("ttlMs")
+    if isinstance(ttl, int | float) and not isinstance(ttl, bool) and ttl < 0:
+        raw["ttlMs"] = 0  # the SDK floors a negative cache hint too (2026-07-28 caching SHOULD)
+    return raw
+
+
+def _check_result(method: str, version: str, data: dict[str, Any]) -> None:
+    """Check `data` against the SDK's table of `method` results at `version`, as
+    `ClientSession.send_request` does (raises pydantic's ValidationError)."""
+    try:
+        mcp_methods.validate_server_result(method, version, data)
+    except KeyError:
+        pass  # the SDK has no table for it at this version: nothing to check against
+
+
+def _why(exc: ValidationError, skip: int = 0) -> str:
+    """A ValidationError in one line: where (less `skip` leading path parts) and what."""
+    errors = exc.errors()
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"][skip:])
+    text = f"{where}: {first['msg']}" if where else first["msg"]
+    if len(errors) > 1:
+        text += f" (and {len(errors) - 1} more)"
+    return text if len(text) <= 300 else text[:297] + "..."

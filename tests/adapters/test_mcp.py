@@ -30,7 +30,7 @@ module_loop = pytest.mark.asyncio(loop_scope="module")
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")
 FILLER, PAGE = 9, 4
-TOOL_COUNT = 13 + FILLER  # base tools + fillers: six pages of four
+TOOL_COUNT = 16 + FILLER  # base tools + fillers: seven pages of four
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 # upstream name -> negotiated protocol version expected
 UPSTREAMS = {"stdio_legacy": LEGACY, "stdio_modern": MODERN, "http_legacy": LEGACY, "http_modern": MODERN}
@@ -102,6 +102,7 @@ each_upstream = pytest.mark.parametrize("up", list(UPSTREAMS))
         ({"command": "srv", "headers": {"A": "b"}}, "apply to HTTP servers"),
         ({"url": "ftp://host/mcp"}, "http:// or https://"),
         ({"command": "srv", "protocol": "2024"}, "protocol"),
+        ({"command": "srv", "max_line_bytes": 10}, "max_line_bytes"),
     ],
 )
 def test_config_needs_exactly_one_transport(entry: dict[str, Any], needle: str) -> None:
@@ -197,6 +198,20 @@ async def test_every_content_type_and_meta_are_kept(bridge: Bridge, up: str) -> 
     assert result.structured_content == {"blocks": 6}
     assert result.meta["example.invalid/trace"] == "abc"
     assert result.native_ref["mcp_protocol_version"] == UPSTREAMS[up]
+
+
+@each_upstream
+@module_loop
+async def test_unknown_and_malformed_content_blocks_are_kept_as_they_came(bridge: Bridge, up: str) -> None:
+    # the SDK rejects the whole result for one such block; the call ran, so nothing is thrown away
+    result = await call(bridge, f"{up}__odd_blocks")
+    assert result.status == "succeeded" and not result.is_error
+    assert result.content == [
+        {"type": "text", "text": "order 42 created"},
+        {"type": "hologram", "uri": "x://1", "_meta": {"k": 1}},
+        {"type": "text", "text": 5},
+    ]
+    assert result.structured_content == {"order": 42}
 
 
 @each_upstream

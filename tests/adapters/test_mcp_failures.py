@@ -1,10 +1,13 @@
 """MCP upstreams when things go wrong: a server that exits or is killed, one that cannot come
 back for a while, one that hangs, an HTTP server that goes away; reconnects, the reasons
-reported, calls during the outage, and no process left behind."""
+reported, calls during the outage, and no process left behind. And servers that answer badly:
+tools the SDK rejects, answers that cannot be read or are too long, a storm of change notices."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import signal
 from collections.abc import Callable
@@ -16,7 +19,7 @@ import pytest
 from bridge.catalog import CatalogChange
 from bridge.config import parse_config
 from bridge.runtime import Bridge
-from tests.adapters.mcp_fixtures.server import build_server
+from tests.adapters.mcp_fixtures.server import BAD_TOOLS, base_tools, build_server
 from tests.servers import free_port, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,3 +181,106 @@ async def test_unstartable_command_fails_with_a_clear_reason() -> None:
         health = bridge.catalog.slot("ghost").health
         assert health.state == "failed"
         assert "cannot start `no-such-mcp-server-binary`" in health.reason
+
+
+# ------------------------------------------------------------------------------ answers the SDK rejects
+
+
+@pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
+async def test_invalid_tools_are_skipped_with_a_warning_and_the_others_kept(protocol: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="bridge.adapters.mcp")
+    server, state = build_server(page_size=4)
+    state.bad_tools = list(BAD_TOOLS)  # on the first of several pages
+    async with serve_asgi(server.streamable_http_app()) as base:
+        bridge = make_bridge(
+            stdio("local", "--bad-tools", "--page-size", "4", protocol=protocol),
+            {"name": "remote", "kind": "mcp", "url": f"{base}/mcp", "protocol": protocol, **FAST_RETRY},
+        )
+        async with bridge:
+            # the SDK's 2026-07-28 types accept a `required` that is not a list of names
+            kept = {t.name for t in base_tools()} | ({"bad_required"} if protocol != "legacy" else set())
+            for up in ("local", "remote"):
+                slot = bridge.catalog.slot(up)
+                assert slot.health.state == "ready"
+                assert {d.native_name for d in bridge.catalog.declarations() if d.upstream == up} == kept
+                skipped = (await slot.upstream.health())["skipped_tools"]
+                assert skipped["not_an_object"] == "inputSchema.type: Input should be 'object'"
+                assert skipped["schema_is_text"].startswith("inputSchema: Input should be a valid dictionary")
+                assert skipped["#8 of page 1"] == "name: Field required"
+                assert ("bad_required" in skipped) == (protocol == "legacy")
+                warning = f"mcp upstream {up}: skipped tool 'not_an_object': inputSchema.type: Input should be 'object'"
+                assert warning in caplog.messages
+                assert (await bridge.invoker.invoke(f"{up}__echo", {"text": "still here"})).content[0]["text"] == "still here"
+
+            # a re-list keeps the upstream ready and does not repeat the warnings
+            await bridge.invoker.invoke("local__set_extra", {"names": ["late"], "notify": True})
+            await until(lambda: bridge.catalog.resolve("local__late") is not None)
+            assert bridge.catalog.slot("local").health.state == "ready"
+            assert sum("mcp upstream local: skipped tool 'not_an_object'" in m for m in caplog.messages) == 1
+
+
+@pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
+async def test_unreadable_answers_fail_their_call_at_once_and_repairable_ones_are_kept(protocol: str) -> None:
+    bridge = make_bridge(stdio("srv", protocol=protocol, timeout=20, ping_interval=None))
+    loop = asyncio.get_running_loop()
+    async with bridge:
+        pid = await pid_of(bridge, "srv")
+        # a lone surrogate escape: replaced by U+FFFD, the answer kept
+        kept = await bridge.invoker.invoke("srv__raw_answer", {"kind": "surrogate"})
+        assert kept.status == "succeeded" and kept.content == [{"type": "text", "text": "x\ufffdy"}]
+
+        # deeper than the parser allows, or not a JSON-RPC answer: the call fails now, clearly,
+        # and not as a timeout that invites a retry (the call may have run)
+        for kind, problem in (
+            ("deep", "Invalid JSON: recursion limit exceeded"),
+            ("very_deep", "Invalid JSON: recursion limit exceeded"),
+            ("shape", "result: Input should be a valid dictionary"),
+        ):
+            begun = loop.time()
+            failed = await bridge.invoker.invoke("srv__raw_answer", {"kind": kind})
+            assert loop.time() - begun < 5
+            assert failed.status == "failed" and failed.error.error_class == "execution_failed"
+            assert failed.error.recoverability != "retry"
+            assert "the server's answer could not be read" in failed.error.message and problem in failed.error.message
+
+        assert (await bridge.invoker.invoke("srv__echo", {"text": "fine"})).content[0]["text"] == "fine"
+        assert await pid_of(bridge, "srv") == pid  # the same session throughout
+
+
+async def test_a_line_over_max_line_bytes_fails_its_call_and_the_session_goes_on() -> None:
+    limit = 1 << 20
+    bridge = make_bridge(stdio("srv", protocol="legacy", timeout=20, ping_interval=None, max_line_bytes=limit))
+    loop = asyncio.get_running_loop()
+    async with bridge:
+        pid = await pid_of(bridge, "srv")
+        # the request id at the head of the line (answered as soon as the line is too long) or at its end
+        for kind in ("big", "big_id_last"):
+            begun = loop.time()
+            result = await bridge.invoker.invoke("srv__raw_answer", {"kind": kind, "size": 6 * limit})
+            assert loop.time() - begun < 5
+            assert result.status == "too_large" and result.error.error_class == "result_too_large"
+            assert f"longer than max_line_bytes={limit} bytes" in result.error.message
+
+        # a line just within the limit is read whole, and the session is the same one
+        within = await bridge.invoker.invoke("srv__raw_answer", {"kind": "big", "size": limit - 200})
+        assert within.status == "succeeded"
+        assert (await bridge.invoker.invoke("srv__echo", {"text": "fine"})).content[0]["text"] == "fine"
+        assert await pid_of(bridge, "srv") == pid
+
+
+@pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
+async def test_a_storm_of_change_notices_costs_a_few_listings(protocol: str) -> None:
+    bridge = make_bridge(stdio("srv", "--page-size", "8", protocol=protocol, ping_interval=None))
+    async with bridge:
+
+        async def listings() -> int:
+            events = (await bridge.invoker.invoke("srv__events", {})).content[0]["text"]
+            return json.loads(events).count("list 0")
+
+        before = await listings()
+        sent = await bridge.invoker.invoke("srv__storm", {"seconds": 2.5, "every": 0.005})
+        assert int(sent.content[0]["text"]) > 100
+        await bridge.invoker.invoke("srv__set_extra", {"names": ["after_storm"], "notify": True})
+        await until(lambda: bridge.catalog.resolve("srv__after_storm") is not None, timeout=10)
+        # one listing per second at most (not one per notice), and the last change is listed
+        assert 1 <= await listings() - before <= 6

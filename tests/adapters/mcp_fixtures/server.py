@@ -4,7 +4,11 @@ Serves both protocol eras on one endpoint. Run as a script it speaks stdio; `bui
 gives the same server for hosting on uvicorn over streamable HTTP in the test process.
 
     python tests/adapters/mcp_fixtures/server.py [--filler N] [--page-size K]
-        [--refuse-if PATH] [--freeze-on-start]
+        [--refuse-if PATH] [--freeze-on-start] [--bad-tools]
+
+Some answers are shapes the SDK's server refuses to send (it checks its results): a middleware
+adds them to what the handlers return (`BAD_TOOLS` on the first tools/list page, blocks of
+`odd_blocks`), and over stdio `raw_answer` writes its own answer line to stdout.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ if __name__ == "__main__":
     _early_exit(sys.argv)
 
 import argparse  # noqa: E402
+import io  # noqa: E402
 import json  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
@@ -46,6 +51,16 @@ PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA6
 WAV = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA="
 
 OBJ = "object"
+# tools/list entries the SDK's types reject (`--bad-tools`); `bad_required` only before 2026-07-28
+BAD_TOOLS: list[Any] = [
+    {"name": "not_an_object", "description": "A string root.", "inputSchema": {"type": "string"}},
+    {"name": "schema_is_text", "inputSchema": "oops"},
+    {"name": "bad_required", "inputSchema": {"type": OBJ, "required": [{"a": 1}]}},
+    {"description": "No name at all.", "inputSchema": {"type": OBJ}},
+]
+# the blocks the middleware adds to the result of `odd_blocks`: a type from the future, and a
+# text block whose text is not a string
+ODD_BLOCKS: list[Any] = [{"type": "hologram", "uri": "x://1", "_meta": {"k": 1}}, {"type": "text", "text": 5}]
 
 
 def _schema(props: dict[str, Any] | None = None, required: list[str] | None = None) -> dict[str, Any]:
@@ -107,6 +122,17 @@ def base_tools() -> list[types.Tool]:
             input_schema=_schema(),
             execution=types.ToolExecution(task_support="required"),
         ),
+        types.Tool(name="odd_blocks", description="Content blocks the SDK does not know.", input_schema=_schema()),
+        types.Tool(
+            name="storm",
+            description="Announces a tool list change every `every` seconds for `seconds`.",
+            input_schema=_schema({"seconds": {"type": "number"}, "every": {"type": "number"}}),
+        ),
+        types.Tool(
+            name="raw_answer",
+            description="stdio: writes its own answer line (surrogate, deep, very_deep, shape, big, big_id_last) and waits.",
+            input_schema=_schema({"kind": {"type": "string"}, "size": {"type": "integer"}}),
+        ),
     ]
 
 
@@ -116,6 +142,8 @@ class FixtureState:
     page_size: int = 0
     events: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
+    bad_tools: list[Any] = field(default_factory=list)  # added to the first tools/list page
+    wire: Any = None  # over stdio: the stream the server writes its messages on
     bus: InMemorySubscriptionBus = field(default_factory=InMemorySubscriptionBus)
 
     def tools(self) -> list[types.Tool]:
@@ -130,6 +158,50 @@ class FixtureState:
 
 def _text(text: str) -> list[types.ContentBlock]:
     return [types.TextContent(type="text", text=text)]
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": True}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def _raw_answer(ctx: Any, kind: str, size: int) -> str:
+    """One answer line for the request being handled, in a shape the SDK would never write."""
+    request_id = json.dumps(ctx.request_id)
+    modern = ', "resultType": "complete"' if ctx.protocol_version == MODERN else ""
+    if kind in ("big", "big_id_last"):
+        content = '{"content": [{"type": "text", "text": "' + "x" * size + '"}]' + modern + "}"
+        if kind == "big":
+            return f'{{"jsonrpc": "2.0", "id": {request_id}, "result": {content}}}'
+        return f'{{"jsonrpc": "2.0", "result": {content}, "id": {request_id}}}'
+    if kind == "very_deep":  # deeper than Python's own json module can parse
+        return f'{{"jsonrpc": "2.0", "id": {request_id}, "result": {{"structuredContent": {"[" * 5000}{"]" * 5000}}}}}'
+    result: Any = {"content": [{"type": "text", "text": "x\ud800y"}]}  # a lone surrogate
+    if kind == "deep":
+        result = {"content": [], "structuredContent": _nested(400)}
+    elif kind == "shape":
+        result = ["not", "an", "object"]
+    if isinstance(result, dict) and modern:
+        result["resultType"] = "complete"
+    return json.dumps({"jsonrpc": "2.0", "id": ctx.request_id, "result": result})
+
+
+def _odd_shapes(state: FixtureState) -> Any:
+    """Middleware adding what the SDK's server would refuse to send (it checks handler results,
+    not what a middleware returns)."""
+
+    async def middleware(ctx: Any, call_next: Any) -> Any:
+        result = await call_next(ctx)
+        params = ctx.params or {}
+        if ctx.method == "tools/list" and state.bad_tools and not params.get("cursor"):
+            result = {**result, "tools": [*result["tools"], *state.bad_tools]}
+        elif ctx.method == "tools/call" and params.get("name") == "odd_blocks":
+            result = {**result, "content": [*result["content"], *ODD_BLOCKS]}
+        return result
+
+    return middleware
 
 
 def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], FixtureState]:
@@ -199,6 +271,25 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
             os._exit(int(args.get("code", 3)))
         if name == "events":
             return types.CallToolResult(content=_text(json.dumps(state.events)))
+        if name == "odd_blocks":
+            return types.CallToolResult(content=_text("order 42 created"), structured_content={"order": 42})
+        if name == "storm":
+            seconds, every = float(args.get("seconds", 2)), float(args.get("every", 0.005))
+            sent, deadline = 0, time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                if ctx.protocol_version == MODERN:
+                    await state.bus.publish(ToolsListChanged())
+                else:
+                    await ctx.session.send_tool_list_changed()
+                sent += 1
+                await anyio.sleep(every)
+            return types.CallToolResult(content=_text(str(sent)))
+        if name == "raw_answer":
+            if state.wire is None:
+                return types.CallToolResult(content=_text("raw_answer works over stdio only"), is_error=True)
+            await state.wire.write(_raw_answer(ctx, str(args.get("kind")), int(args.get("size", 0))) + "\n")
+            await state.wire.flush()
+            await anyio.sleep_forever()  # that line was the answer; wait to be cancelled
         if name == "set_extra":
             state.extra = list(args.get("names") or [])
             if args.get("notify"):
@@ -216,11 +307,14 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
         on_call_tool=call_tool,
         on_subscriptions_listen=ListenHandler(state.bus),
     )
+    server.middleware.append(_odd_shapes(state))
     return server, state
 
 
-async def _serve_stdio(server: Server[Any]) -> None:
-    async with stdio_server() as (read, write):
+async def _serve_stdio(server: Server[Any], state: FixtureState) -> None:
+    # the wire passed in (so not diverted from fd 1), for `raw_answer` to write on it too
+    state.wire = anyio.wrap_file(io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8"))
+    async with stdio_server(stdout=state.wire) as (read, write):
         await server.run(read, write, server.create_initialization_options(NotificationOptions(tools_changed=True)))
 
 
@@ -230,9 +324,12 @@ def main() -> None:
     parser.add_argument("--page-size", type=int, default=0)
     parser.add_argument("--refuse-if", default=None, help="exit 2 at start while this file exists")
     parser.add_argument("--freeze-on-start", action="store_true")
+    parser.add_argument("--bad-tools", action="store_true", help="list BAD_TOOLS too")
     opts = parser.parse_args()
-    server, _ = build_server(opts.filler, opts.page_size)
-    anyio.run(_serve_stdio, server)
+    server, state = build_server(opts.filler, opts.page_size)
+    if opts.bad_tools:
+        state.bad_tools = list(BAD_TOOLS)
+    anyio.run(_serve_stdio, server, state)
 
 
 if __name__ == "__main__":
