@@ -11,22 +11,22 @@ import hashlib
 import logging
 import os
 import random
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from yarl import URL
 
+from adapters.http_body import read_body
 from adapters.openapi_auth import AuthConfig, Credentials
 from adapters.openapi_operations import Operation, Selector, map_operations
 from adapters.openapi_params import RequestParts, build_request
-from adapters.http_body import read_body
 from adapters.openapi_response import error_result, success_result
-from bridge.translate.http import retry_after_seconds
 from adapters.openapi_spec import Document, SpecError, is_url, parse_document, read_source
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool
+from bridge.translate.http import retry_after_seconds
 from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
 
 __all__ = ["OpenAPIConfig", "RetryConfig", "OpenAPIUpstream"]

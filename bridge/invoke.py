@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import jsonschema
+import referencing.exceptions
 from cachetools import LRUCache
 
 from bridge.catalog import Catalog
@@ -71,6 +72,7 @@ class SchemaValidators:
 
     def __init__(self, size: int = 4096) -> None:
         self._cache: LRUCache[tuple[str, int], tuple[jsonschema.protocols.Validator, QuickCheck | None]] = LRUCache(maxsize=size)
+        self._unusable: set[tuple[str, int]] = set()  # schemas jsonschema could not apply (said once each)
 
     def _entry(self, key: tuple[str, int], schema: dict[str, Any]) -> tuple[jsonschema.protocols.Validator, QuickCheck | None]:
         entry = self._cache.get(key)
@@ -87,7 +89,17 @@ class SchemaValidators:
         validator, quick = self._entry(key, schema)
         if quick is not None and quick(arguments):
             return []
-        return schema_errors(validator, arguments)
+        try:
+            return schema_errors(validator, arguments)
+        except (jsonschema.exceptions.UnknownType, referencing.exceptions.Unresolvable, TypeError, ValueError,
+                LookupError, RecursionError) as exc:
+            # an upstream schema jsonschema cannot apply ({"type": "bogus"}, `required` holding
+            # objects, a dangling $ref): the bridge cannot judge the arguments, the upstream will
+            if key not in self._unusable:
+                self._unusable.add(key)
+                log.warning("tool %s v%d: its input schema cannot be applied (%s: %s); arguments go to the upstream "
+                            "unchecked", key[0], key[1], type(exc).__name__, str(exc).splitlines()[0][:200])
+            return []
 
 
 def schema_errors(validator: jsonschema.protocols.Validator, arguments: Any, limit: int = 20) -> list[dict[str, str]]:

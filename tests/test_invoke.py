@@ -249,3 +249,26 @@ async def test_a_wild_version_is_unknown_and_costs_no_log_row(world, caplog):
     ids = {r["invocation_id"] for r in store.recent_invocations()}
     assert {"inv_0", "inv_2"} <= ids and "inv_1" not in ids
     assert "inv_1" in caplog.text and "cannot be stored" in caplog.text
+
+
+async def test_an_input_schema_jsonschema_cannot_apply_leaves_the_arguments_to_the_upstream(caplog):
+    store = Store()
+    catalog = Catalog(store)
+    bogus = tool("bogus", props={"a": {"type": "bogus"}})
+    odd_required = tool("odd_required", props={"a": {"type": "string"}})
+    odd_required.input_schema["required"] = [{"a": 1}]
+    dangling = tool("dangling", props={"a": {"$ref": "#/$defs/missing"}})
+    up = FakeUpstream(FakeConfig(name="svc"), tools=[bogus, odd_required, dangling])
+    catalog.add_upstream(up)
+    invoker = Invoker(catalog, Surfaces([], catalog), store)
+    await catalog.start()
+    try:
+        for name in ("svc__bogus", "svc__odd_required", "svc__dangling"):
+            for _ in range(2):
+                result = await invoker.invoke(name, {"a": 5, "text": "x"})
+                assert not result.is_error, (name, result.error)
+        assert [call[0] for call in up.calls] == ["bogus", "bogus", "odd_required", "odd_required", "dangling", "dangling"]
+        assert caplog.text.count("cannot be applied") == 3  # once a tool
+    finally:
+        await invoker.aclose()
+        await catalog.close()

@@ -348,20 +348,30 @@ def compile_tools(decls: Iterable[ToolDeclaration], provider: str) -> Compiled:
     for decl, name in zip(decls, names, strict=True):
         if name != decl.name:
             result.notes.append(f"{decl.name}: sent as {name!r} ({family} names allow {_NAME_RULES[family][2]}, 64 characters)")
-        if provider == "openai-strict":
-            omitted: list[str] = []
-            try:
-                result.tools.append(to_openai(decl, strict=True, name=name, omitted=omitted))
-                result.notes.extend(f"{decl.name}: optional property left out in strict mode, its schema at {why}" for why in omitted)
-            except StrictSchemaError as exc:
-                tool = to_openai(decl, strict=False, name=name)
-                tool["function"]["strict"] = False
-                result.tools.append(tool)
-                result.notes.append(f"{decl.name}: sent with strict: false, its schema at {exc}")
-        elif provider == "openai":
-            result.tools.append(to_openai(decl, strict=False, name=name))
-        elif provider == "gemini":
-            result.tools.append(to_gemini(decl, name=name))
-        else:
-            result.tools.append(to_anthropic(decl, name=name))
+        try:
+            _compile_one(result, decl, name, provider)
+        except (TypeError, AttributeError, KeyError, ValueError) as exc:
+            # an upstream schema the JSON Schema rules do not allow (`required` holding objects,
+            # `properties` given as a list): left out, said in a note, the others still compiled
+            result.notes.append(f"{decl.name}: left out, its input schema is malformed ({type(exc).__name__}: {exc})")
     return result
+
+
+def _compile_one(result: Compiled, decl: ToolDeclaration, name: str, provider: str) -> None:
+    """One declaration into `result` (its tool, and notes saying what changed)."""
+    if provider == "openai-strict":
+        omitted: list[str] = []
+        try:
+            result.tools.append(to_openai(decl, strict=True, name=name, omitted=omitted))
+            result.notes.extend(f"{decl.name}: optional property left out in strict mode, its schema at {why}" for why in omitted)
+        except StrictSchemaError as exc:
+            tool = to_openai(decl, strict=False, name=name)
+            tool["function"]["strict"] = False
+            result.tools.append(tool)
+            result.notes.append(f"{decl.name}: sent with strict: false, its schema at {exc}")
+    elif provider == "openai":
+        result.tools.append(to_openai(decl, strict=False, name=name))
+    elif provider == "gemini":
+        result.tools.append(to_gemini(decl, name=name))
+    else:
+        result.tools.append(to_anthropic(decl, name=name))

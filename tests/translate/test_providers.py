@@ -289,3 +289,15 @@ async def test_openai_strict_rules_hold_for_the_whole_demo_federation(tmp_path: 
     by_name = {t["function"]["name"]: t["function"]["parameters"] for t in compiled.tools}
     assert "data" not in by_name["travel__convert_currency"]["properties"]
     assert "message" in by_name["travel__convert_currency"]["required"]
+
+
+@pytest.mark.parametrize("provider", ["openai", "openai-strict", "gemini", "anthropic"])
+def test_a_malformed_input_schema_leaves_its_tool_out_with_a_note(provider):
+    tools = [
+        decl("good", schema={"type": "object", "properties": {"a": {"type": "string"}}}),
+        decl("odd_required", schema={"type": "object", "properties": {"a": {"type": "string"}}, "required": [{"a": 1}]}),
+        decl("props_list", schema={"type": "object", "properties": ["a", "b"]}),
+    ]
+    compiled = compile_tools(tools, provider)
+    names = [t.get("name") or t.get("function", {}).get("name") for t in compiled.tools]
+    assert "good" in names and len(names) + sum("left out, its input schema is malformed" in n for n in compiled.notes) == 3
