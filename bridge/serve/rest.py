@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from bridge.model import ToolDeclaration
-from bridge.serve.rest_http import ApiError, JSONBody, ServeContext, endpoint, query_int, query_list, result_error_response
+from bridge.serve.rest_http import ApiError, JSONBody, ServeContext, decimal, endpoint, query_int, query_list, result_error_response
 from bridge.translate import ietf
 
 __all__ = ["ietf_routes", "DEFAULT_PAGE_LIMIT", "MAX_PAGE_LIMIT", "encode_cursor", "decode_cursor"]
@@ -53,10 +53,10 @@ def _paging(limit: int, next_cursor: str | None) -> dict[str, Any]:
 
 
 def _version_number(raw: str, decl: ToolDeclaration) -> int:
-    # ASCII digits only: str.isdigit() also accepts digits such as '²' that int() refuses
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) < 1:
-        raise ApiError(404, "unknown_tool", f"tool {decl.name!r} has no version {raw!r}", error_code="unknown_version")
-    return int(raw)
+    number = decimal(raw)
+    if number is None or number < 1:
+        raise ApiError(404, "unknown_tool", f"tool {decl.name!r} has no version {raw[:40]!r}", error_code="unknown_version")
+    return number
 
 
 def _not_an_invocation(request: Request, param: str) -> None:

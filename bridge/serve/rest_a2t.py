@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route
 from bridge.catalog import Catalog, CatalogChange
 from bridge.invoke import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolResult, new_id
-from bridge.serve.rest_http import ApiError, JSONBody, ServeContext, endpoint, query_int
+from bridge.serve.rest_http import ApiError, JSONBody, ServeContext, decimal, endpoint, query_int
 from bridge.surface import Surface
 from bridge.translate import a2t
 
@@ -168,10 +168,9 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
         return JSONBody(a2t.render_execute(result, refresh_meta(request, surface)), headers=generation_headers())
 
     def refresh_meta(request: Request, surface: Surface) -> dict[str, Any] | None:
-        declared = request.headers.get(GENERATION_HEADER)
+        declared = decimal(request.headers.get(GENERATION_HEADER))  # one that is no number counts as absent
         key = ctx.caller_key(request)
-        valid = declared is not None and declared.isascii() and declared.isdigit() and len(declared) <= 19
-        since = int(declared) if valid else views.last_seen(key)
+        since = declared if declared is not None else views.last_seen(key)
         if since is None:
             return None
         groups = views.changed_groups(since, surface)

@@ -31,6 +31,7 @@ __all__ = [
     "error_response",
     "result_error_response",
     "endpoint",
+    "decimal",
     "query_int",
     "query_list",
     "query_bool",
@@ -288,6 +289,14 @@ def query_int(request: Request, name: str, default: int, *, minimum: int, maximu
             return maximum
         raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be at most {maximum}", details={"parameter": name})
     return value
+
+
+def decimal(text: str | None) -> int | None:
+    """`text` as a non-negative integer when it is 1 to 19 ASCII digits (an SQLite INTEGER's
+    width), else None. str.isdigit() alone also passes digits such as '²', which int() refuses."""
+    if text is None or not (0 < len(text) <= 19 and text.isascii() and text.isdigit()):
+        return None
+    return int(text)
 
 
 def query_list(request: Request, *names: str) -> list[str]:
