@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -150,6 +151,10 @@ def error_result(
     )
 
 
+# how json.dumps writes a lone surrogate: an escape that is not one half of a pair (an emoji)
+_LONE_ESCAPE = re.compile(r"\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}")
+
+
 def _size_of(result: UpstreamResult) -> tuple[int, bool]:
     """Characters of the result's payload, and whether its text may hold a lone surrogate (which
     no frontend can encode: see `without_surrogates`)."""
@@ -167,7 +172,7 @@ def _size_of(result: UpstreamResult) -> tuple[int, bool]:
     if result.structured_content is not None:
         dumped = json.dumps(result.structured_content, default=str)  # ASCII: a surrogate shows as \udXXX
         size += len(dumped)
-        suspect = suspect or "\\ud" in dumped
+        suspect = suspect or ("\\ud" in dumped and _LONE_ESCAPE.search(dumped) is not None)
     if result.error is not None:
         suspect = suspect or has_surrogates(result.error.message)
     return size, suspect
