@@ -13,6 +13,8 @@ from typing import Any
 
 from bridge.catalog import UpstreamSlot
 from bridge.config import DEFAULT_CONFIG, BridgeConfig, ConfigError, load_config
+from bridge.invoke import refuse_non_finite
+from bridge.model import BridgeError
 from bridge.runtime import Bridge
 
 __all__ = ["main", "build_parser", "COMMANDS"]
@@ -108,8 +110,12 @@ async def cmd_call(args: argparse.Namespace, config: BridgeConfig) -> int:
         return 2
     try:
         arguments = json.loads(args.args)
+        refuse_non_finite(arguments)
     except json.JSONDecodeError as exc:
         print(f"bridge call: --args is not valid JSON: {exc.msg} at column {exc.colno}", file=sys.stderr)
+        return 2
+    except BridgeError as exc:
+        print(f"bridge call: --args: {exc.message}", file=sys.stderr)
         return 2
     bridge = await _started(config)
     try:

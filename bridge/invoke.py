@@ -110,6 +110,17 @@ def schema_errors(validator: jsonschema.protocols.Validator, arguments: Any, lim
     return [{"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message} for e in found[:limit]]
 
 
+def refuse_non_finite(arguments: Any) -> None:
+    """NaN and ±Infinity as an invalid_arguments error: the JSON readers of the MCP SDK and of
+    Python accept them, but JSON cannot carry them on to an upstream (for frontends whose parser
+    lets them through; REST refuses them while parsing)."""
+    try:
+        json.dumps(arguments, allow_nan=False, default=str)
+    except ValueError:
+        raise BridgeError("the arguments hold NaN or Infinity, which JSON cannot carry; send a finite number or null",
+                          error_class="invalid_arguments", recoverability="change_arguments", status="rejected") from None
+
+
 def invalid_arguments(what: str, errors: list[dict[str, str]]) -> BridgeError:
     """The one `invalid_arguments` error for schema violations: the first five in the message,
     all of them (up to the limit) in the details."""

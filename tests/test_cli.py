@@ -54,6 +54,8 @@ def test_config_error_exit_code_and_message(tmp_path, capsys):
 def test_call_with_bad_json_args(tmp_path, capsys):
     assert main(["call", "svc__echo", "--args", "{nope", "-c", config(tmp_path)]) == 2
     assert "not valid JSON" in capsys.readouterr().err
+    assert main(["call", "svc__echo", "--args", '{"text": NaN}', "-c", config(tmp_path)]) == 2  # Python's reader takes it
+    assert "NaN or Infinity" in capsys.readouterr().err
 
 
 def test_startup_failure_is_one_clear_line(tmp_path, capsys):

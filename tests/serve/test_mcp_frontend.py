@@ -5,7 +5,9 @@ cancellation, error results and change notices."""
 from __future__ import annotations
 
 import asyncio
+import json
 
+import httpx2
 import mcp.types as types
 import pytest
 from mcp.shared.exceptions import MCPError
@@ -316,3 +318,21 @@ async def test_a_tool_whose_input_is_no_object_is_blocked_and_the_list_stays_val
             http_client(srv.url, era) as client:
         tools = {t.name: t for t in await client.tools()}
         assert tools["svc__shout"].input_schema == {"type": "object", "properties": {}}
+
+
+async def test_nan_and_infinity_in_arguments_are_invalid_arguments():
+    # the SDK's JSON reader takes NaN and 1e400 (inf), which JSON cannot carry on to an upstream;
+    # a client that writes them (the SDK's own client writes null) sends raw JSON
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "svc__echo"}
+    up = upstream()
+    async with served_bridge(SURFACE, [up]) as srv, httpx2.AsyncClient(timeout=10) as http:
+        for odd in (b"NaN", b"-Infinity", b"1e400"):
+            body = (b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "svc__echo", '
+                    b'"arguments": {"text": "x", "n": ' + odd + b'}, "_meta": ' + json.dumps(meta).encode() + b"}}")
+            response = await http.post(f"{srv.url}/mcp", content=body, headers=headers)
+            result = response.json()["result"]
+            assert result["isError"] is True and "NaN or Infinity" in result["content"][0]["text"], (odd, result)
+        assert up.calls == []
