@@ -98,7 +98,7 @@ def _port(text: str) -> int:
 
 def _unknown_surface(command: str, name: str, config: BridgeConfig) -> bool:
     """Said before any upstream starts: a surface the config does not define."""
-    known = sorted({s.name for s in config.surfaces} | {"default"})
+    known = config.surface_names()
     if name in known:
         return False
     print(f"bridge {command}: no surface named {name!r} (the config defines: {', '.join(known)})", file=sys.stderr)

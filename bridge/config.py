@@ -156,6 +156,10 @@ class BridgeConfig(_Strict):
     def surface(self, name: str) -> SurfaceConfig | None:
         return next((s for s in self.surfaces if s.name == name), None)
 
+    def surface_names(self) -> list[str]:
+        """Every surface a caller may name: the configured ones and `default` (always there)."""
+        return sorted({s.name for s in self.surfaces} | {"default"})
+
     def resolve_path(self, path: str) -> str:
         """A path from the config, relative to the config file's folder."""
         p = Path(os.path.expanduser(path))
@@ -347,19 +351,18 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
         problems.extend(_problems_of(exc, "", BridgeConfig))
         config = None
     if config is not None:
-        surface_names = {s.name for s in config.surfaces}
+        known = config.surface_names()
         first: dict[str, int] = {}
         for i, surface in enumerate(config.surfaces):
             if surface.name in first:
                 problems.append((f"surfaces[{i}].name", f"surface {surface.name!r} is already defined at surfaces[{first[surface.name]}]",
                                  "give each surface its own name, or merge the two definitions"))
             first.setdefault(surface.name, i)
-        if config.server.default_surface not in surface_names | {"default"}:
-            problems.append(("server.default_surface", f"no surface named {config.server.default_surface!r}",
-                             f"define it under `surfaces:` or use one of {sorted(surface_names | {'default'})}"))
-        for i, token in enumerate(config.server.tokens):
-            if token.surface not in surface_names | {"default"}:
-                problems.append((f"server.tokens[{i}].surface", f"no surface named {token.surface!r}", f"define it under `surfaces:` or use one of {sorted(surface_names | {'default'})}"))
+        named = [("server.default_surface", config.server.default_surface)]
+        named += [(f"server.tokens[{i}].surface", token.surface) for i, token in enumerate(config.server.tokens)]
+        for where, name in named:
+            if name not in known:
+                problems.append((where, f"no surface named {name!r}", f"define it under `surfaces:` or use one of {known}"))
     if problems:
         raise ConfigError(source, problems)
     assert config is not None

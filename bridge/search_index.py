@@ -174,12 +174,11 @@ class ToolIndex:
 
     def __init__(self, path: str | None = None, *, convert: Converter | None = None, heap_size: int = 64_000_000,
                  threads: int = 1) -> None:
-        self.busy_elsewhere = False  # the on-disk index was held by another process: this one is in memory
         self._lock_file = _take_lock(path) if path is not None else None
         if path is not None and self._lock_file is None:
             log.warning("search index %s is in use by another process (a running `bridge serve` on the same "
                         "store?); this process keeps its own index in memory", path)
-            path, self.busy_elsewhere = None, True
+            path = None
         self.path = path
         self.schema = _schema()
         self.convert = convert

@@ -17,6 +17,10 @@ log = logging.getLogger("bridge.store")
 
 __all__ = ["Store"]
 
+# what SQLite's binding raises for a value it cannot store (an integer past 64 bits, a string no
+# UTF-8 encoder takes); the other rows of a batch are then written one by one
+_UNSTORABLE = (sqlite3.InterfaceError, sqlite3.DataError, OverflowError, TypeError, ValueError)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS versions (
     tool_id TEXT NOT NULL,
@@ -148,7 +152,7 @@ class Store:
         statement = "INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?)"
         try:
             self._write_many(statement, rows)
-        except (sqlite3.InterfaceError, sqlite3.DataError, OverflowError, TypeError, ValueError):
+        except _UNSTORABLE:
             # one unstorable row must not cost the batch its other rows: write them one by one
             rows = self._write_each(statement, rows)
         if keep is None:
@@ -180,7 +184,7 @@ class Store:
         for row in rows:
             try:
                 self._write_many(statement, [row])
-            except (sqlite3.InterfaceError, sqlite3.DataError, OverflowError, TypeError, ValueError) as exc:
+            except _UNSTORABLE as exc:
                 log.warning("invocation log: row %r cannot be stored (%s); dropped", row[0], exc)
             else:
                 written.append(row)
