@@ -34,6 +34,7 @@ __all__ = ["OpenAPIConfig", "RetryConfig", "OpenAPIUpstream"]
 log = logging.getLogger("adapters.openapi")
 
 USER_AGENT = "a2t-bridge (openapi upstream)"
+_HEALTH_SKIPPED = 50  # skipped operations named in health (all are counted)
 
 
 class RetryConfig(BaseModel):
@@ -68,6 +69,8 @@ class OpenAPIConfig(UpstreamConfig):
         default="auto", description="full: openapi-spec-validator; auto: full for documents up to 256 KB")
     description_max: int = Field(default=600, ge=40, description="characters of description kept in the tool")
     health_path: str | None = Field(default=None, description="path probed on start; with `launch` default /")
+    bad_operations: Literal["skip", "fail"] = Field(
+        default="skip", description="an operation that cannot be mapped: left out with a warning, or the whole upstream fails")
 
     @field_validator("auth", "include", "exclude", mode="before")
     @classmethod
@@ -81,6 +84,7 @@ class _Loaded:
     document: Document
     operations: dict[str, Operation]
     tools: list[UpstreamTool]
+    skipped: list[SpecError]  # operations left out (`bad_operations: skip`)
 
 
 class OpenAPIUpstream(Upstream):
@@ -182,6 +186,8 @@ class OpenAPIUpstream(Upstream):
             "openapi": loaded.document.data.get("openapi"),
             "operations": len(loaded.operations),
             "servers": sorted({op.server_url for op in loaded.operations.values()}),
+            **({"skipped_operations": {exc.location: exc.problem for exc in loaded.skipped[:_HEALTH_SKIPPED]},
+                "skipped_operation_count": len(loaded.skipped)} if loaded.skipped else {}),
             **({"oauth2_token_fetches": sum(t.fetches for t in tokens)} if tokens else {}),
         }
 
@@ -216,6 +222,7 @@ class OpenAPIUpstream(Upstream):
         try:
             document = parse_document(text, uri, cfg.spec, fetch_timeout=cfg.start_timeout)
             document.validate(cfg.validate_spec)
+            skipped: list[SpecError] | None = [] if cfg.bad_operations == "skip" else None
             operations, tools = map_operations(
                 document,
                 base_url=cfg.base_url,
@@ -223,6 +230,7 @@ class OpenAPIUpstream(Upstream):
                 include=list(cfg.include),
                 exclude=list(cfg.exclude),
                 description_max=cfg.description_max,
+                skipped=skipped,
             )
         except RecursionError:
             # the located checks (validation, `$ref` cycles) come first; this is what is left
@@ -232,7 +240,9 @@ class OpenAPIUpstream(Upstream):
             # raised in a thread, a StopIteration never reaches the awaiting future: start-up would
             # hang until start_timeout instead of saying what failed
             raise RuntimeError(f"mapping the document stopped early: StopIteration {exc}") from None
-        return _Loaded(signature, document, operations, tools)
+        for exc in skipped or ():
+            log.warning("%s: operation left out: OpenAPI document %s %s: %s", self.name, cfg.spec, exc.location, exc.problem)
+        return _Loaded(signature, document, operations, tools, skipped or [])
 
     # ------------------------------------------------------------------ calls
 

@@ -409,8 +409,11 @@ def map_operations(
     include: list[SelectorSpec] | None = None,
     exclude: list[SelectorSpec] | None = None,
     description_max: int = 600,
+    skipped: list[SpecError] | None = None,
 ) -> tuple[dict[str, Operation], list[UpstreamTool]]:
-    """Every selected operation as (Operation by native id, tools). Raises SpecError."""
+    """Every selected operation as (Operation by native id, tools). Raises SpecError. With a
+    `skipped` list, an operation that cannot be mapped is left out and its error appended there,
+    unless no operation can be (then the first error is raised)."""
     mapper = _Mapper(doc, base_url, server_variables or {}, description_max)
     includes = [_as_selector(s) for s in include or []]
     excludes = [_as_selector(s) for s in exclude or []]
@@ -440,13 +443,21 @@ def map_operations(
     tools: list[UpstreamTool] = []
     for (path, method, item, op, at, item_base, _), native_id in zip(selected, _native_ids(selected), strict=True):
         try:
-            operation, tool = mapper.operation(path, method, item, op, at, native_id, item_base)
-        except (TypeError, AttributeError, KeyError, ValueError) as exc:
-            # a value of a type the specification does not allow, somewhere the checks above miss
-            raise SpecError(f"{method.upper()} {path} has a malformed field ({type(exc).__name__}: {exc}); check it "
-                            "against the OpenAPI specification, or leave it out with `exclude`", f"{at}.{method}") from None
+            try:
+                operation, tool = mapper.operation(path, method, item, op, at, native_id, item_base)
+            except (TypeError, AttributeError, KeyError, ValueError) as exc:
+                # a value of a type the specification does not allow, somewhere the checks above miss
+                raise SpecError(f"{method.upper()} {path} has a malformed field ({type(exc).__name__}: {exc}); check it "
+                                "against the OpenAPI specification, or leave it out with `exclude`", f"{at}.{method}") from None
+        except SpecError as exc:
+            if skipped is None:
+                raise
+            skipped.append(exc)
+            continue
         operations[native_id] = operation
         tools.append(tool)
+    if skipped and not tools:
+        raise skipped[0]
     return operations, tools
 
 
