@@ -147,7 +147,8 @@ async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
         if args.json:
             _print_json(result.to_json())
         else:
-            rows = [[f"{m.score:.3f}" if m.score is not None else "", m.name, (m.search_hint or m.description or "")[:70]] for m in result.matches]
+            rows = [[f"{m.score:.3f}" if m.score is not None else "", m.name + (f" (+{len(m.copies)} copies)" if m.copies else ""),
+                     (m.search_hint or m.description or "")[:70]] for m in result.matches]
             print(_table(rows, ["SCORE", "NAME", "HINT"]))
             if result.missing_names:
                 print("missing: " + ", ".join(result.missing_names))

@@ -281,7 +281,8 @@ class ToolDeclaration(_Record):
 
 
 class DeferredToolRef(_Record):
-    """Agent Tool `deferred_tool_ref`; search matches add `score` and, when asked, `input_schema`."""
+    """Agent Tool `deferred_tool_ref`; search matches add `score`, `copies` and, when asked,
+    `input_schema`."""
 
     schema_version: str = SCHEMA_VERSION
     tool_id: str
@@ -296,6 +297,8 @@ class DeferredToolRef(_Record):
     pending_provider_or_server: str | None = None
     native_ref: dict[str, Any] | None = None
     score: float | None = None
+    # search matches: the same tool listed by other upstreams (tool_id, name, namespace)
+    copies: list[dict[str, Any]] | None = None
     input_schema: dict[str, Any] | None = None
 
 

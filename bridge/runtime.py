@@ -39,7 +39,8 @@ class Bridge:
             index_path = config.resolve_path(config.search.path) if config.search.path else str(
                 Path(config.resolve_path(store_path)).with_suffix(".index")
             )
-        self.search = ToolSearch(self.catalog, index_path, semantic=config.search.semantic)
+        self.search = ToolSearch(self.catalog, index_path, semantic=config.search.semantic,
+                                 collapse_copies=config.search.collapse_copies)
         self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke)
 
     async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None) -> None:

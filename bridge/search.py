@@ -11,6 +11,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
@@ -90,12 +92,15 @@ class ToolSearch:
     `static`; True is `auto`), free-text results are reranked by meaning by
     bridge.search_semantic (`self.semantic`, and with `auto` and the full model, `self.fallback`:
     the static table, used until the model has embedded a search's candidates); False or `off`
-    ranks by keywords alone.
+    ranks by keywords alone. With `collapse_copies`, a free-text match whose native name and
+    meaning repeat a better match's (the same tool listed by several upstreams) is listed in that
+    match's `copies` instead of taking a place of its own (`_collapse`).
     """
 
     def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None,
-                 semantic: bool | str = False) -> None:
+                 semantic: bool | str = False, collapse_copies: bool = True) -> None:
         self.catalog = catalog
+        self.collapse_copies = collapse_copies
         self.path = path
         self.shared = SharedText()
         self.index = ToolIndex(path, convert=self._indexed)
@@ -214,7 +219,7 @@ class ToolSearch:
             return self._select(query, surface, include_schema, total_deferred, pending)
         analyzed = analyze_query(query) if query else None
         ranked = self._ranked(analyzed, surface, limit, filters)
-        matches = [self._ref(decl, surface, score, include_schema) for decl, score in ranked]
+        matches = [self._ref(decl, surface, score, include_schema, copies) for decl, score, copies in ranked]
         result = ToolSearchResult(query=query, query_type="keyword", matches=matches,
                                   total_deferred_tools=total_deferred, pending_providers=pending)
         if not matches:
@@ -253,30 +258,84 @@ class ToolSearch:
         return result
 
     def _ranked(self, analyzed: AnalyzedQuery | None, surface: Surface, limit: int,
-                filters: dict[str, Any]) -> list[tuple[ToolDeclaration, float]]:
-        """Ranked visible declarations. Asks the index again, further down, while blocked tools
-        (or index entries the catalog no longer has) leave fewer than `limit`."""
+                filters: dict[str, Any]) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
+        """Ranked visible declarations, each with its copies. Asks the index again, further down,
+        while blocked tools (or index entries the catalog no longer has) or collapsed copies leave
+        fewer than `limit`."""
         index_query = self.index.query(analyzed, weights=self.field_weights, **filters)
         rerank = self.semantic is not None and analyzed is not None and not analyzed.empty
+        collapse = self.collapse_copies and analyzed is not None  # a filter-only listing lists all
         want = max(SEMANTIC_CANDIDATES if rerank else CANDIDATES, limit)
         goal = max(SEMANTIC_CANDIDATES, limit) if rerank else limit
         offset = 0
+        exhausted = False
         kept: list[tuple[ToolDeclaration, float]] = []
         while True:
-            hits = self.index.search(index_query, limit=want, offset=offset)
-            for tool_id, score in hits:
-                decl = self.catalog.get(tool_id)
-                if decl is not None and self._passes(decl, filters) and surface.visible(decl):
-                    kept.append((decl, score))
-            if len(kept) >= goal or len(hits) < want:
-                if rerank and self.semantic is not None and analyzed is not None:
-                    reranked = self.semantic.rerank(analyzed.text, kept[:goal])
-                    if reranked is None and self.fallback is not None:
-                        reranked = self.fallback.rerank(analyzed.text, kept[:goal])
-                    kept = reranked or kept
-                return kept[:limit]
-            offset += want
-            want *= 4
+            while len(kept) < goal and not exhausted:
+                hits = self.index.search(index_query, limit=want, offset=offset)
+                for tool_id, score in hits:
+                    decl = self.catalog.get(tool_id)
+                    if decl is not None and self._passes(decl, filters) and surface.visible(decl):
+                        kept.append((decl, score))
+                exhausted = len(hits) < want
+                offset += want
+                want *= 4
+            ranked = kept[:goal]
+            if rerank and self.semantic is not None and analyzed is not None:
+                reranked = self.semantic.rerank(analyzed.text, ranked)
+                if reranked is None and self.fallback is not None:
+                    reranked = self.fallback.rerank(analyzed.text, ranked)
+                ranked = reranked or ranked
+            matches = self._collapse(ranked) if collapse else [(decl, score, []) for decl, score in ranked]
+            if len(matches) >= limit or (exhausted and goal >= len(kept)):
+                return matches[:limit]
+            goal += limit - len(matches)
+
+    def _collapse(self, ranked: list[tuple[ToolDeclaration, float]]) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
+        """Copies folded into the better match: a tool with the native name of a match above it
+        and the same meaning (cosine of their vectors at least the encoder's `same_tool_cosine`;
+        the name alone without a semantic stage). Vendors list the same function under its
+        name in their own words; an agent needs it once, with the others to fall back on. A
+        copy whose upstream is up takes the place of a match whose upstream is down."""
+        out: list[tuple[ToolDeclaration, float, list[ToolDeclaration]]] = []
+        at: list[int] = []  # each match's place in `ranked` (its row of `vectors`)
+        by_name: dict[str, list[int]] = {}
+        vectors: np.ndarray | None = None
+        threshold: float | None = None  # None: the name decides
+        looked = False
+        for i, (decl, score) in enumerate(ranked):
+            places = by_name.setdefault(decl.native_name or decl.name, [])
+            place: int | None = None
+            if places:
+                if not looked:  # the candidates' vectors, once, at the first repeated name
+                    vectors, threshold = self._vectors([d for d, _ in ranked])
+                    looked = True
+                place = places[0]
+                if vectors is not None and threshold is not None:
+                    cosine = vectors[[at[p] for p in places]] @ vectors[i]
+                    best = int(cosine.argmax())
+                    place = places[best] if cosine[best] >= threshold else None
+            if place is None:
+                places.append(len(out))
+                out.append((decl, score, []))
+                at.append(i)
+                continue
+            first, first_score, copies = out[place]
+            if first.loading_state == "unavailable" and decl.loading_state != "unavailable":
+                out[place] = (decl, first_score, [first, *copies])
+                at[place] = i
+            else:
+                copies.append(decl)
+        return out
+
+    def _vectors(self, decls: list[ToolDeclaration]) -> tuple[np.ndarray | None, float | None]:
+        """The tools' vectors and the cosine at which two are one tool, from the first semantic
+        stage that has them all; (None, None) without one."""
+        for stage in self._stages:
+            vectors = stage.vectors(decls)
+            if vectors is not None:
+                return vectors, stage.encoder.same_tool_cosine
+        return None, None
 
     @staticmethod
     def _passes(decl: ToolDeclaration, filters: dict[str, Any]) -> bool:
@@ -286,7 +345,8 @@ class ToolSearch:
                 and (filters["kind"] is None or decl.tool_kind == filters["kind"])
                 and (filters["read_only"] is None or decl.safety.read_only == filters["read_only"]))
 
-    def _ref(self, decl: ToolDeclaration, surface: Surface, score: float, include_schema: bool) -> DeferredToolRef:
+    def _ref(self, decl: ToolDeclaration, surface: Surface, score: float, include_schema: bool,
+             copies: list[ToolDeclaration] | None = None) -> DeferredToolRef:
         ref = deferred_ref(decl)
         # the hint comes from the tool's own words, not from the blurb its API's tools share
         ref.search_hint = derive_search_hint(decl, self.shared.split(decl.namespace, decl.description or "")[1])
@@ -294,6 +354,8 @@ class ToolSearch:
             ref.loading_state = "loaded"
             ref.schema_visibility = "loaded"
         ref.score = round(score, 4)
+        if copies:
+            ref.copies = [{"tool_id": c.tool_id, "name": c.name, "namespace": c.namespace} for c in copies]
         if include_schema:
             ref.input_schema = decl.input_schema
         return ref

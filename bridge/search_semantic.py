@@ -310,15 +310,14 @@ class SemanticStage:
         words = len(query.split())
         return self.weight if words <= cap else self.weight * cap / words
 
-    def rerank(self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]]) -> list[tuple[ToolDeclaration, float]] | None:
-        """The candidates reordered by (1 - weight) * score / best score + weight * cosine, best
-        first, with that mixed score; None when a candidate has no embedding yet."""
-        if not ranked or not query.strip():
-            return None
+    def vectors(self, decls: Sequence[ToolDeclaration]) -> np.ndarray | None:
+        """The tools' unit vectors, one row each; None when one has no embedding yet and the
+        encoder is not cheap (a cheap one embeds the waiting tools now; the background thread
+        stores them)."""
         waiting: list[int] = []
         with self._lock:
             rows = []
-            for i, (decl, _) in enumerate(ranked):
+            for i, decl in enumerate(decls):
                 row = self._rows.get(self._keys.get(decl.tool_id, b""))
                 if row is None:
                     if not self.encoder.cheap:
@@ -327,9 +326,19 @@ class SemanticStage:
                     row = 0
                 rows.append(row)
             tools = self._vectors[rows].astype(np.float32) if self._count else np.zeros((len(rows), self.encoder.dim), np.float32)
-        if waiting:  # a cheap encoder embeds them now; the background thread stores them
-            fresh = self.encoder.encode([tool_text(ranked[i][0]) for i in waiting], self.encoder.tool_tokens)
+        if waiting:
+            fresh = self.encoder.encode([tool_text(decls[i]) for i in waiting], self.encoder.tool_tokens)
             tools[waiting] = fresh.astype(np.float16).astype(np.float32)
+        return tools
+
+    def rerank(self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]]) -> list[tuple[ToolDeclaration, float]] | None:
+        """The candidates reordered by (1 - weight) * score / best score + weight * cosine, best
+        first, with that mixed score; None when a candidate has no embedding yet."""
+        if not ranked or not query.strip():
+            return None
+        tools = self.vectors([decl for decl, _ in ranked])
+        if tools is None:
+            return None
         q = self._query_vector(query)
         cosine = tools @ q
         best = max(score for _, score in ranked)

@@ -71,11 +71,11 @@ class Env:
         await self.catalog.close()
 
 
-async def start_env(ups: list[FakeUpstream], path: str | None = None, store: Store | None = None) -> Env:
+async def start_env(ups: list[FakeUpstream], path: str | None = None, store: Store | None = None, **search_kw) -> Env:
     catalog = Catalog(store or Store())
     for up in ups:
         catalog.add_upstream(up)
-    search = ToolSearch(catalog, path)
+    search = ToolSearch(catalog, path, **search_kw)
     await catalog.start()
     assert await search.wait_indexed()
     return Env(catalog, search, {u.name: u for u in ups})
@@ -163,6 +163,66 @@ async def test_blocked_tools_outranking_a_visible_one_leave_room_for_it():
     try:
         surface = Surface(SurfaceConfig(name="s", block=["x__report_*"]), e.catalog)
         assert e.names("report", surface=surface, limit=3) == ["x__archive"]
+    finally:
+        await e.close()
+
+
+VOLUME = {  # one function, three vendors' wording
+    "audio": "Set the global volume for all audio playback, from 0 (mute) to 100.",
+    "speakers": "Change the playback volume of every speaker to a level between 0 and 100 percent.",
+    "media": "Adjust the audio output loudness for all players.",
+}
+
+
+def vendors():
+    ups = [FakeUpstream(name=ns, tools=[tool("set_volume", description=text, props={"volume": {"type": "integer"}})])
+           for ns, text in VOLUME.items()]
+    ups[0].tools.append(tool("mute_audio", description="Mute all audio playback at once."))
+    ups.append(FakeUpstream(name="code", tools=[tool("search", description="Search source code across the organization's repositories.")]))
+    ups.append(FakeUpstream(name="tickets", tools=[tool("search", description="Find support tickets by customer, status or priority.")]))
+    return ups
+
+
+@pytest.mark.parametrize("semantic", ["static", "off"])
+async def test_copies_of_one_tool_take_one_place(semantic):
+    e = await start_env(vendors(), semantic=semantic)
+    try:
+        result = e.search.search("set the audio volume", surface=e.surface, limit=2)
+        first, second = result.matches
+        assert first.name.endswith("__set_volume") and second.name == "audio__mute_audio"
+        assert sorted(c["name"] for c in first.copies) == sorted({"audio__set_volume", "speakers__set_volume",
+                                                                  "media__set_volume"} - {first.name})
+        assert {c["tool_id"] for c in first.copies} == {e.catalog.resolve(c["name"]).tool_id for c in first.copies}
+        assert second.copies is None and "copies" not in second.to_json()
+        jsonschema.validate(first.to_json(), DEFERRED_SCHEMA)
+        # one native name, two meanings: two matches with the semantic stage, one without
+        names = e.names("search", limit=5)
+        assert sorted(names) == (["code__search", "tickets__search"] if semantic == "static" else names)
+        assert len(names) == (2 if semantic == "static" else 1)
+        # filter-only listings and exact selection list every copy
+        assert len(e.names("", namespace="speakers", limit=10)) == 1
+        assert len(e.search.search("select:audio__set_volume,media__set_volume", surface=e.surface).matches) == 2
+    finally:
+        await e.close()
+
+
+async def test_copies_kept_apart_when_asked_and_an_unavailable_match_gives_way():
+    e = await start_env(vendors(), collapse_copies=False)
+    try:
+        assert len([n for n in e.names("set volume", limit=10) if n.endswith("__set_volume")]) == 3
+    finally:
+        await e.close()
+    e = await start_env(vendors(), semantic="static")
+    try:
+        best = e.names("set the audio volume", limit=1)[0]
+        down = e.ups[best.split("__")[0]]
+        down.start_gate = asyncio.Event()  # it stays down after the drop
+        down.drop("connection reset")
+        await until(lambda: e.catalog.resolve(best).loading_state == "unavailable")
+        match = e.search.search("set the audio volume", surface=e.surface, limit=1).matches[0]
+        assert match.name != best and match.loading_state != "unavailable"
+        assert best in [c["name"] for c in match.copies]
+        down.start_gate.set()
     finally:
         await e.close()
 

@@ -169,6 +169,8 @@ def search_payload(result: ToolSearchResult, *, by_name: bool) -> dict[str, Any]
             match["score"] = ref.score
         if ref.reason:
             match["reason"] = ref.reason
+        if ref.copies:  # the same tool listed by other upstreams: callable by these names too
+            match["copies"] = [c["name"] for c in ref.copies]
         matches.append(match)
     if by_name:
         how = "The matches are now in your tool list: call them by name (or through call_tool)."

@@ -124,7 +124,10 @@ def _schemas() -> dict[str, Any]:
         }),
         "ToolSearchResult": _obj(["schema_version", "query", "query_type", "matches"], {
             "schema_version": STR, "query": STR, "query_type": {"type": "string", "enum": ["select", "keyword"]},
-            "matches": {"type": "array", "items": _obj(["tool_id", "name"], {"tool_id": STR, "name": STR})},
+            "matches": {"type": "array", "items": _obj(["tool_id", "name"], {
+                "tool_id": STR, "name": STR, "score": {"type": "number"},
+                "copies": {"type": "array", "description": "the same tool listed by other upstreams",
+                           "items": _obj(["tool_id", "name"], {"tool_id": STR, "name": STR, "namespace": STR})}})},
             "total_deferred_tools": INT, "pending_providers": NAME_LIST, "missing_names": NAME_LIST,
             "next_action": STR, "hint": STR,
         }),
