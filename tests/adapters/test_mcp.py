@@ -21,6 +21,7 @@ from bridge.model import ToolProgress
 from bridge.runtime import Bridge
 from bridge.store import Store
 from bridge.translate.mcp import progress_from_mcp, safety_from_mcp
+from bridge.upstream import CallContext
 from tests.adapters.mcp_fixtures.server import FixtureState, build_server
 from tests.servers import serve_asgi
 
@@ -311,6 +312,29 @@ async def test_refresh_interval_finds_unannounced_changes(protocol: str) -> None
             assert catalog.resolve("quiet__late") is None
             state.extra = ["late"]  # no notification: only the periodic re-list can see it
             await until(lambda: catalog.resolve("quiet__late") is not None)
+        finally:
+            await catalog.close()
+
+
+@module_loop
+async def test_a_header_mismatch_relists_and_sends_the_call_again() -> None:
+    """2026-07-28 HTTP: a server that moved an argument into an Mcp-Param header without a
+    notice answers the stale client HEADER_MISMATCH; the adapter re-lists and sends once more."""
+    server, state = build_server()
+    state.header_on = "region"
+    async with serve_asgi(server.streamable_http_app()) as base:
+        catalog = Catalog(Store())
+        catalog.add_upstream(MCPUpstream(MCPConfig(name="moved", kind="mcp", url=f"{base}/mcp", protocol=MODERN)))
+        await catalog.start()
+        try:
+            upstream = catalog.slot("moved").upstream
+            ctx = CallContext(invocation_id="route-1", timeout=10.0)
+            assert (await upstream.invoke("route", {"region": "eu", "zone": "a"}, ctx)).content[0]["text"] == "eu/a"
+            state.header_on = "zone"  # redeployed in place: no notice
+            result = await upstream.invoke("route", {"region": "us", "zone": "b"}, ctx)
+            assert result.content[0]["text"] == "us/b"
+            assert state.events.count(f"call route {MODERN}") == 2  # the stale attempt never ran
+            await until(lambda: "x-mcp-header" in catalog.resolve("moved__route").input_schema["properties"]["zone"])
         finally:
             await catalog.close()
 

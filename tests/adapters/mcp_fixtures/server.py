@@ -145,9 +145,16 @@ class FixtureState:
     bad_tools: list[Any] = field(default_factory=list)  # added to the first tools/list page
     wire: Any = None  # over stdio: the stream the server writes its messages on
     bus: InMemorySubscriptionBus = field(default_factory=InMemorySubscriptionBus)
+    # when set, a tool `route` whose argument of this name travels in an Mcp-Param header
+    # (2026-07-28 HTTP); tests change it without a notice, as a server redeployed in place
+    header_on: str | None = None
 
     def tools(self) -> list[types.Tool]:
         tools = base_tools()
+        if self.header_on:
+            props: dict[str, Any] = {"region": {"type": "string"}, "zone": {"type": "string"}}
+            props[self.header_on] = {**props[self.header_on], "x-mcp-header": self.header_on.title()}
+            tools.append(types.Tool(name="route", description="Route by region and zone.", input_schema=_schema(props)))
         tools += [types.Tool(name=n, description=f"Extra tool {n}.", input_schema=_schema()) for n in self.extra]
         tools += [
             types.Tool(name=f"filler_{i:03d}", description=f"Filler tool {i}.", input_schema=_schema())
@@ -271,6 +278,8 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
             os._exit(int(args.get("code", 3)))
         if name == "events":
             return types.CallToolResult(content=_text(json.dumps(state.events)))
+        if name == "route":
+            return types.CallToolResult(content=_text(f"{args.get('region')}/{args.get('zone')}"))
         if name == "odd_blocks":
             return types.CallToolResult(content=_text("order 42 created"), structured_content={"order": 42})
         if name == "storm":
