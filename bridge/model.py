@@ -297,8 +297,10 @@ class DeferredToolRef(_Record):
     pending_provider_or_server: str | None = None
     native_ref: dict[str, Any] | None = None
     score: float | None = None
-    # search matches: the same tool listed by other upstreams (tool_id, name, namespace)
+    # search matches: the same tool listed by other upstreams (tool_id, name, namespace), the
+    # first 20; `copies_total` counts them when there are more
     copies: list[dict[str, Any]] | None = None
+    copies_total: int | None = None
     input_schema: dict[str, Any] | None = None
 
 

@@ -28,6 +28,8 @@ log = logging.getLogger("bridge.search")
 SELECT_PREFIX = "select:"
 # The index is asked for this many candidates (at least) before surface filtering.
 CANDIDATES = 20
+# A match names at most this many copies (`copies_total` counts them all when there are more).
+MAX_COPIES = 20
 _PARAM_DEPTH = 2
 _MAX_ENUM = 20
 
@@ -289,7 +291,7 @@ class ToolSearch:
             matches = self._collapse(ranked) if collapse else [(decl, score, []) for decl, score in ranked]
             if len(matches) >= limit or (exhausted and goal >= len(kept)):
                 return matches[:limit]
-            goal += limit - len(matches)
+            goal = max(2 * goal, goal + limit - len(matches))  # copies took places: look further down
 
     def _collapse(self, ranked: list[tuple[ToolDeclaration, float]]) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
         """Copies folded into the better match: a tool with the native name of a match above it
@@ -355,7 +357,9 @@ class ToolSearch:
             ref.schema_visibility = "loaded"
         ref.score = round(score, 4)
         if copies:
-            ref.copies = [{"tool_id": c.tool_id, "name": c.name, "namespace": c.namespace} for c in copies]
+            ref.copies = [{"tool_id": c.tool_id, "name": c.name, "namespace": c.namespace} for c in copies[:MAX_COPIES]]
+            if len(copies) > MAX_COPIES:
+                ref.copies_total = len(copies)
         if include_schema:
             ref.input_schema = decl.input_schema
         return ref

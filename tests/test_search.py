@@ -227,6 +227,21 @@ async def test_copies_kept_apart_when_asked_and_an_unavailable_match_gives_way()
         await e.close()
 
 
+async def test_a_tool_listed_by_hundreds_of_upstreams_takes_one_place():
+    ups = [FakeUpstream(name=f"v{i:03d}", tools=[tool("get_weather", description="Get the weather for a city.")])
+           for i in range(300)]
+    ups.append(FakeUpstream(name="other", tools=[tool(f"weather_{i}", description=f"Weather report number {i}.")
+                                                 for i in range(12)]))
+    e = await start_env(ups)
+    try:
+        matches = e.search.search("get the weather of a city", surface=e.surface, limit=10).matches
+        assert len(matches) == 10 and len({m.name.split("__")[-1] for m in matches}) == 10
+        (weather,) = [m for m in matches if m.name.endswith("__get_weather")]
+        assert len(weather.copies) == 20 and weather.copies_total == 299
+    finally:
+        await e.close()
+
+
 async def test_no_match_answers_with_a_hint(env):
     result = env.search.search("zzyzx quux", surface=env.surface, namespace="billing")
     assert result.matches == []

@@ -127,7 +127,8 @@ def _schemas() -> dict[str, Any]:
             "matches": {"type": "array", "items": _obj(["tool_id", "name"], {
                 "tool_id": STR, "name": STR, "score": {"type": "number"},
                 "copies": {"type": "array", "description": "the same tool listed by other upstreams",
-                           "items": _obj(["tool_id", "name"], {"tool_id": STR, "name": STR, "namespace": STR})}})},
+                           "items": _obj(["tool_id", "name"], {"tool_id": STR, "name": STR, "namespace": STR})},
+                "copies_total": {"type": "integer", "description": "how many copies, when more than `copies` names"}})},
             "total_deferred_tools": INT, "pending_providers": NAME_LIST, "missing_names": NAME_LIST,
             "next_action": STR, "hint": STR,
         }),
