@@ -14,7 +14,7 @@ from typing import Any
 from bridge.catalog import UpstreamSlot
 from bridge.config import DEFAULT_CONFIG, BridgeConfig, ConfigError, load_config
 from bridge.invoke import refuse_non_finite
-from bridge.model import BridgeError
+from bridge.model import BridgeError, DeferredToolRef
 from bridge.runtime import Bridge
 
 __all__ = ["main", "build_parser", "COMMANDS"]
@@ -136,6 +136,12 @@ async def cmd_call(args: argparse.Namespace, config: BridgeConfig) -> int:
         await bridge.close()
 
 
+def _copies_note(match: DeferredToolRef) -> str:
+    """` (+N copies)`: other upstreams' listings of the same tool (docs/search.md)."""
+    count = match.copies_total or len(match.copies or ())
+    return f" (+{count} {'copy' if count == 1 else 'copies'})" if count else ""
+
+
 async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
     if _unknown_surface("search", args.surface, config):
         return 2
@@ -147,7 +153,7 @@ async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
         if args.json:
             _print_json(result.to_json())
         else:
-            rows = [[f"{m.score:.3f}" if m.score is not None else "", m.name + (f" (+{len(m.copies)} copies)" if m.copies else ""),
+            rows = [[f"{m.score:.3f}" if m.score is not None else "", m.name + _copies_note(m),
                      (m.search_hint or m.description or "")[:70]] for m in result.matches]
             print(_table(rows, ["SCORE", "NAME", "HINT"]))
             if result.missing_names:
