@@ -211,6 +211,7 @@ class ToolSearch:
         kind: str | None = None,
         read_only: bool | None = None,
         include_schema: bool = False,
+        collapse_copies: bool | None = None,
     ) -> ToolSearchResult:
         query = query.strip()
         limit = max(1, limit)  # frontends clamp to their own maximum
@@ -220,7 +221,9 @@ class ToolSearch:
         if query.lower().startswith(SELECT_PREFIX):
             return self._select(query, surface, include_schema, total_deferred, pending)
         analyzed = analyze_query(query) if query else None
-        ranked = self._ranked(analyzed, surface, limit, filters)
+        collapse = self.collapse_copies if collapse_copies is None else collapse_copies
+        # copies fold in free-text searches; a filter-only listing lists every tool
+        ranked = self._ranked(analyzed, surface, limit, filters, collapse and analyzed is not None)
         matches = [self._ref(decl, surface, score, include_schema, copies) for decl, score, copies in ranked]
         result = ToolSearchResult(query=query, query_type="keyword", matches=matches,
                                   total_deferred_tools=total_deferred, pending_providers=pending)
@@ -260,13 +263,12 @@ class ToolSearch:
         return result
 
     def _ranked(self, analyzed: AnalyzedQuery | None, surface: Surface, limit: int,
-                filters: dict[str, Any]) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
+                filters: dict[str, Any], collapse: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
         """Ranked visible declarations, each with its copies. Asks the index again, further down,
         while blocked tools (or index entries the catalog no longer has) or collapsed copies leave
         fewer than `limit`."""
         index_query = self.index.query(analyzed, weights=self.field_weights, **filters)
         rerank = self.semantic is not None and analyzed is not None and not analyzed.empty
-        collapse = self.collapse_copies and analyzed is not None  # a filter-only listing lists all
         want = max(SEMANTIC_CANDIDATES if rerank else CANDIDATES, limit)
         goal = max(SEMANTIC_CANDIDATES, limit) if rerank else limit
         offset = 0
