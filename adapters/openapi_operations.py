@@ -443,19 +443,20 @@ def map_operations(
     tools: list[UpstreamTool] = []
     for (path, method, item, op, at, item_base, _), native_id in zip(selected, _native_ids(selected), strict=True):
         try:
-            try:
-                operation, tool = mapper.operation(path, method, item, op, at, native_id, item_base)
-            except (TypeError, AttributeError, KeyError, ValueError) as exc:
-                # a value of a type the specification does not allow, somewhere the checks above miss
-                raise SpecError(f"{method.upper()} {path} has a malformed field ({type(exc).__name__}: {exc}); check it "
-                                "against the OpenAPI specification, or leave it out with `exclude`", f"{at}.{method}") from None
+            operation, tool = mapper.operation(path, method, item, op, at, native_id, item_base)
         except SpecError as exc:
-            if skipped is None:
-                raise
-            skipped.append(exc)
+            error = exc
+        except (TypeError, AttributeError, KeyError, ValueError) as exc:
+            # a value of a type the specification does not allow, somewhere the checks above miss
+            error = SpecError(f"{method.upper()} {path} has a malformed field ({type(exc).__name__}: {exc}); check it "
+                              "against the OpenAPI specification, or leave it out with `exclude`", f"{at}.{method}")
+        else:
+            operations[native_id] = operation
+            tools.append(tool)
             continue
-        operations[native_id] = operation
-        tools.append(tool)
+        if skipped is None:
+            raise error
+        skipped.append(error)
     if skipped and not tools:
         raise skipped[0]
     return operations, tools
