@@ -281,9 +281,9 @@ async def main() -> None:
     notes = [f"bridge.search indexed {len(rows)} tools through the catalog in {ranker.index_seconds:.2f} s"]
     stages = [("bridge.search + static table", "static", None)]
     if not args.no_semantic:
-        apart = BridgeRanker(rows, semantic="static", collapse_copies=False)
+        apart = BridgeRanker(rows, semantic="static", fold_alternatives=False)
         try:
-            results.append(("static table, copies not collapsed", score_sets(apart, sets)))
+            results.append(("static table, alternatives not folded", score_sets(apart, sets)))
         finally:
             apart.close()
     if args.no_semantic:

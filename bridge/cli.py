@@ -136,10 +136,10 @@ async def cmd_call(args: argparse.Namespace, config: BridgeConfig) -> int:
         await bridge.close()
 
 
-def _copies_note(match: DeferredToolRef) -> str:
-    """` (+N copies)`: other upstreams' listings of the same tool (docs/search.md)."""
-    count = match.copies_total or len(match.copies or ())
-    return f" (+{count} {'copy' if count == 1 else 'copies'})" if count else ""
+def _alternatives_note(match: DeferredToolRef) -> str:
+    """` (+N alternatives)`: other upstreams' tools of the match's name and meaning (docs/search.md)."""
+    count = match.alternatives_total or len(match.alternatives or ())
+    return f" (+{count} {'alternative' if count == 1 else 'alternatives'})" if count else ""
 
 
 async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
@@ -153,7 +153,7 @@ async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
         if args.json:
             _print_json(result.to_json())
         else:
-            rows = [[f"{m.score:.3f}" if m.score is not None else "", m.name + _copies_note(m),
+            rows = [[f"{m.score:.3f}" if m.score is not None else "", m.name + _alternatives_note(m),
                      (m.search_hint or m.description or "")[:70]] for m in result.matches]
             print(_table(rows, ["SCORE", "NAME", "HINT"]))
             if result.missing_names:

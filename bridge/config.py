@@ -122,9 +122,9 @@ class SearchConfig(_Strict):
     # with the bridge, `model` with the sentence model of the `semantic` extra, `auto` the model
     # when it is installed and else the table, `off` keywords only (true: auto, false: off)
     semantic: Literal["auto", "model", "static", "off"] = "auto"
-    # a free-text match that several upstreams list (same native name, same meaning) takes one
-    # place, naming the others in its `copies`; false lists every copy as a match of its own
-    collapse_copies: bool = True
+    # tools of several upstreams with one native name and a similar meaning take one place in a
+    # free-text search, the others named in its `alternatives`; false lists each as a match
+    fold_alternatives: bool = True
 
     @model_validator(mode="before")
     @classmethod

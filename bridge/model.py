@@ -281,7 +281,7 @@ class ToolDeclaration(_Record):
 
 
 class DeferredToolRef(_Record):
-    """Agent Tool `deferred_tool_ref`; search matches add `score`, `copies` and, when asked,
+    """Agent Tool `deferred_tool_ref`; search matches add `score`, `alternatives` and, when asked,
     `input_schema`."""
 
     schema_version: str = SCHEMA_VERSION
@@ -297,10 +297,10 @@ class DeferredToolRef(_Record):
     pending_provider_or_server: str | None = None
     native_ref: dict[str, Any] | None = None
     score: float | None = None
-    # search matches: the same tool listed by other upstreams (tool_id, name, namespace), the
-    # first 20; `copies_total` counts them when there are more
-    copies: list[dict[str, Any]] | None = None
-    copies_total: int | None = None
+    # search matches: other upstreams' tools of the same native name and a similar meaning
+    # (tool_id, name, namespace), the first 20; `alternatives_total` counts them when more
+    alternatives: list[dict[str, Any]] | None = None
+    alternatives_total: int | None = None
     input_schema: dict[str, Any] | None = None
 
 

@@ -40,7 +40,7 @@ class Bridge:
                 Path(config.resolve_path(store_path)).with_suffix(".index")
             )
         self.search = ToolSearch(self.catalog, index_path, semantic=config.search.semantic,
-                                 collapse_copies=config.search.collapse_copies)
+                                 fold_alternatives=config.search.fold_alternatives)
         self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke)
 
     async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None) -> None:

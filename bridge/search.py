@@ -28,8 +28,8 @@ log = logging.getLogger("bridge.search")
 SELECT_PREFIX = "select:"
 # The index is asked for this many candidates (at least) before surface filtering.
 CANDIDATES = 20
-# A match names at most this many copies (`copies_total` counts them all when there are more).
-MAX_COPIES = 20
+# A match names at most this many alternatives (`alternatives_total` counts them all when there are more).
+MAX_ALTERNATIVES = 20
 _PARAM_DEPTH = 2
 _MAX_ENUM = 20
 
@@ -94,15 +94,15 @@ class ToolSearch:
     `static`; True is `auto`), free-text results are reranked by meaning by
     bridge.search_semantic (`self.semantic`, and with `auto` and the full model, `self.fallback`:
     the static table, used until the model has embedded a search's candidates); False or `off`
-    ranks by keywords alone. With `collapse_copies`, a free-text match whose native name and
-    meaning repeat a better match's (the same tool listed by several upstreams) is listed in that
-    match's `copies` instead of taking a place of its own (`_collapse`).
+    ranks by keywords alone. With `fold_alternatives`, a free-text match whose native name and
+    meaning repeat a better match's (likely one function listed by several upstreams) is named in
+    that match's `alternatives` instead of taking a place of its own (`_fold`).
     """
 
     def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None,
-                 semantic: bool | str = False, collapse_copies: bool = True) -> None:
+                 semantic: bool | str = False, fold_alternatives: bool = True) -> None:
         self.catalog = catalog
-        self.collapse_copies = collapse_copies
+        self.fold_alternatives = fold_alternatives
         self.path = path
         self.shared = SharedText()
         self.index = ToolIndex(path, convert=self._indexed)
@@ -211,7 +211,7 @@ class ToolSearch:
         kind: str | None = None,
         read_only: bool | None = None,
         include_schema: bool = False,
-        collapse_copies: bool | None = None,
+        fold_alternatives: bool | None = None,
     ) -> ToolSearchResult:
         query = query.strip()
         limit = max(1, limit)  # frontends clamp to their own maximum
@@ -221,10 +221,10 @@ class ToolSearch:
         if query.lower().startswith(SELECT_PREFIX):
             return self._select(query, surface, include_schema, total_deferred, pending)
         analyzed = analyze_query(query) if query else None
-        collapse = self.collapse_copies if collapse_copies is None else collapse_copies
-        # copies fold in free-text searches; a filter-only listing lists every tool
-        ranked = self._ranked(analyzed, surface, limit, filters, collapse and analyzed is not None)
-        matches = [self._ref(decl, surface, score, include_schema, copies) for decl, score, copies in ranked]
+        fold = self.fold_alternatives if fold_alternatives is None else fold_alternatives
+        # alternatives fold in free-text searches; a filter-only listing lists every tool
+        ranked = self._ranked(analyzed, surface, limit, filters, fold and analyzed is not None)
+        matches = [self._ref(decl, surface, score, include_schema, alternatives) for decl, score, alternatives in ranked]
         result = ToolSearchResult(query=query, query_type="keyword", matches=matches,
                                   total_deferred_tools=total_deferred, pending_providers=pending)
         if not matches:
@@ -263,9 +263,9 @@ class ToolSearch:
         return result
 
     def _ranked(self, analyzed: AnalyzedQuery | None, surface: Surface, limit: int,
-                filters: dict[str, Any], collapse: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
-        """Ranked visible declarations, each with its copies. Asks the index again, further down,
-        while blocked tools (or index entries the catalog no longer has) or collapsed copies leave
+                filters: dict[str, Any], fold: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
+        """Ranked visible declarations, each with its alternatives. Asks the index again, further down,
+        while blocked tools (or index entries the catalog no longer has) or folded alternatives leave
         fewer than `limit`."""
         index_query = self.index.query(analyzed, weights=self.field_weights, **filters)
         rerank = self.semantic is not None and analyzed is not None and not analyzed.empty
@@ -290,17 +290,17 @@ class ToolSearch:
                 if reranked is None and self.fallback is not None:
                     reranked = self.fallback.rerank(analyzed.text, ranked)
                 ranked = reranked or ranked
-            matches = self._collapse(ranked) if collapse else [(decl, score, []) for decl, score in ranked]
+            matches = self._fold(ranked) if fold else [(decl, score, []) for decl, score in ranked]
             if len(matches) >= limit or (exhausted and goal >= len(kept)):
                 return matches[:limit]
-            goal = max(2 * goal, goal + limit - len(matches))  # copies took places: look further down
+            goal = max(2 * goal, goal + limit - len(matches))  # alternatives took places: look further down
 
-    def _collapse(self, ranked: list[tuple[ToolDeclaration, float]]) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
-        """Copies folded into the better match: a tool with the native name of a match above it
-        and the same meaning (cosine of their vectors at least the encoder's `same_tool_cosine`;
-        the name alone without a semantic stage). Vendors list the same function under its
-        name in their own words; an agent needs it once, with the others to fall back on. A
-        copy whose upstream is up takes the place of a match whose upstream is down."""
+    def _fold(self, ranked: list[tuple[ToolDeclaration, float]]) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
+        """Alternatives folded into the better match: a tool with the native name of a match above it
+        and a similar meaning (cosine of their vectors at least the encoder's `same_tool_cosine`;
+        the name alone without a semantic stage). Vendors list one function under one name in
+        their own words; an agent needs one place for it, with the others named. An alternative
+        whose upstream is up takes the place of a match whose upstream is down."""
         out: list[tuple[ToolDeclaration, float, list[ToolDeclaration]]] = []
         at: list[int] = []  # each match's place in `ranked` (its row of `vectors`)
         by_name: dict[str, list[int]] = {}
@@ -324,12 +324,12 @@ class ToolSearch:
                 out.append((decl, score, []))
                 at.append(i)
                 continue
-            first, first_score, copies = out[place]
+            first, first_score, alternatives = out[place]
             if first.loading_state == "unavailable" and decl.loading_state != "unavailable":
-                out[place] = (decl, first_score, [first, *copies])
+                out[place] = (decl, first_score, [first, *alternatives])
                 at[place] = i
             else:
-                copies.append(decl)
+                alternatives.append(decl)
         return out
 
     def _vectors(self, decls: list[ToolDeclaration]) -> tuple[np.ndarray | None, float | None]:
@@ -350,7 +350,7 @@ class ToolSearch:
                 and (filters["read_only"] is None or decl.safety.read_only == filters["read_only"]))
 
     def _ref(self, decl: ToolDeclaration, surface: Surface, score: float, include_schema: bool,
-             copies: list[ToolDeclaration] | None = None) -> DeferredToolRef:
+             alternatives: list[ToolDeclaration] | None = None) -> DeferredToolRef:
         ref = deferred_ref(decl)
         # the hint comes from the tool's own words, not from the blurb its API's tools share
         ref.search_hint = derive_search_hint(decl, self.shared.split(decl.namespace, decl.description or "")[1])
@@ -358,10 +358,10 @@ class ToolSearch:
             ref.loading_state = "loaded"
             ref.schema_visibility = "loaded"
         ref.score = round(score, 4)
-        if copies:
-            ref.copies = [{"tool_id": c.tool_id, "name": c.name, "namespace": c.namespace} for c in copies[:MAX_COPIES]]
-            if len(copies) > MAX_COPIES:
-                ref.copies_total = len(copies)
+        if alternatives:
+            ref.alternatives = [{"tool_id": c.tool_id, "name": c.name, "namespace": c.namespace} for c in alternatives[:MAX_ALTERNATIVES]]
+            if len(alternatives) > MAX_ALTERNATIVES:
+                ref.alternatives_total = len(alternatives)
         if include_schema:
             ref.input_schema = decl.input_schema
         return ref

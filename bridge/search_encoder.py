@@ -50,10 +50,11 @@ class Encoder:
     tool_tokens: int = 128
     cheap: bool = False
     words_cap: int | None = None
-    # two tools of one native name at least this close are one tool listed twice (ToolSearch
-    # collapses them); the full model's same-named pairs on the development set: 95% above 0.6,
-    # random pairs 95% below 0.33
-    same_tool_cosine: float = 0.5
+    # two tools of one native name at least this close are taken for one function listed twice
+    # (ToolSearch folds them into `alternatives`). The full model's same-named pairs on the
+    # development set: 95% above 0.6; random pairs: 95% below 0.33; "delete: Delete a file" and
+    # "delete: Delete a user account": 0.55
+    same_tool_cosine: float = 0.6
 
     def encode(self, texts: Sequence[str], max_tokens: int = 128) -> np.ndarray:
         """(len(texts), dim) float32 unit vectors."""

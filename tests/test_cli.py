@@ -129,11 +129,11 @@ def test_bad_ports_surfaces_and_options_are_one_clear_line(tmp_path, capsys):
         assert "no surface named 'nope'" in err and "default" in err, command
 
 
-def test_search_shows_how_many_copies_other_upstreams_list(tmp_path, capsys):
+def test_search_shows_how_many_alternatives_other_upstreams_list(tmp_path, capsys):
     cfg = config(tmp_path, "  - {name: svc2, kind: fake}\n  - {name: svc3, kind: fake}\n")  # three upstreams, one echo
     assert main(["search", "echo", "-c", cfg]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "__echo" in line]
-    assert len(lines) == 1 and "(+2 copies)" in lines[0]
+    assert len(lines) == 1 and "(+2 alternatives)" in lines[0]
     cfg = config(tmp_path, "  - {name: svc2, kind: fake}\n")
     assert main(["search", "echo", "-c", cfg]) == 0
-    assert "(+1 copy)" in capsys.readouterr().out
+    assert "(+1 alternative)" in capsys.readouterr().out

@@ -184,30 +184,30 @@ def vendors():
 
 
 @pytest.mark.parametrize("semantic", ["static", "off"])
-async def test_copies_of_one_tool_take_one_place(semantic):
+async def test_one_function_from_several_upstreams_takes_one_place(semantic):
     e = await start_env(vendors(), semantic=semantic)
     try:
         result = e.search.search("set the audio volume", surface=e.surface, limit=2)
         first, second = result.matches
         assert first.name.endswith("__set_volume") and second.name == "audio__mute_audio"
-        assert sorted(c["name"] for c in first.copies) == sorted({"audio__set_volume", "speakers__set_volume",
+        assert sorted(c["name"] for c in first.alternatives) == sorted({"audio__set_volume", "speakers__set_volume",
                                                                   "media__set_volume"} - {first.name})
-        assert {c["tool_id"] for c in first.copies} == {e.catalog.resolve(c["name"]).tool_id for c in first.copies}
-        assert second.copies is None and "copies" not in second.to_json()
+        assert {c["tool_id"] for c in first.alternatives} == {e.catalog.resolve(c["name"]).tool_id for c in first.alternatives}
+        assert second.alternatives is None and "alternatives" not in second.to_json()
         jsonschema.validate(first.to_json(), DEFERRED_SCHEMA)
         # one native name, two meanings: two matches with the semantic stage, one without
         names = e.names("search", limit=5)
         assert sorted(names) == (["code__search", "tickets__search"] if semantic == "static" else names)
         assert len(names) == (2 if semantic == "static" else 1)
-        # filter-only listings and exact selection list every copy
+        # filter-only listings and exact selection list every tool
         assert len(e.names("", namespace="speakers", limit=10)) == 1
         assert len(e.search.search("select:audio__set_volume,media__set_volume", surface=e.surface).matches) == 2
     finally:
         await e.close()
 
 
-async def test_copies_kept_apart_when_asked_and_an_unavailable_match_gives_way():
-    e = await start_env(vendors(), collapse_copies=False)
+async def test_alternatives_kept_apart_when_asked_and_an_unavailable_match_gives_way():
+    e = await start_env(vendors(), fold_alternatives=False)
     try:
         assert len([n for n in e.names("set volume", limit=10) if n.endswith("__set_volume")]) == 3
     finally:
@@ -221,7 +221,7 @@ async def test_copies_kept_apart_when_asked_and_an_unavailable_match_gives_way()
         await until(lambda: e.catalog.resolve(best).loading_state == "unavailable")
         match = e.search.search("set the audio volume", surface=e.surface, limit=1).matches[0]
         assert match.name != best and match.loading_state != "unavailable"
-        assert best in [c["name"] for c in match.copies]
+        assert best in [c["name"] for c in match.alternatives]
         down.start_gate.set()
     finally:
         await e.close()
@@ -237,7 +237,7 @@ async def test_a_tool_listed_by_hundreds_of_upstreams_takes_one_place():
         matches = e.search.search("get the weather of a city", surface=e.surface, limit=10).matches
         assert len(matches) == 10 and len({m.name.split("__")[-1] for m in matches}) == 10
         (weather,) = [m for m in matches if m.name.endswith("__get_weather")]
-        assert len(weather.copies) == 20 and weather.copies_total == 299
+        assert len(weather.alternatives) == 20 and weather.alternatives_total == 299
     finally:
         await e.close()
 

@@ -169,10 +169,10 @@ def search_payload(result: ToolSearchResult, *, by_name: bool) -> dict[str, Any]
             match["score"] = ref.score
         if ref.reason:
             match["reason"] = ref.reason
-        if ref.copies:  # the same tool listed by other upstreams: callable by these names too
-            match["copies"] = [c["name"] for c in ref.copies]
-            if ref.copies_total:
-                match["copies_total"] = ref.copies_total
+        if ref.alternatives:  # other upstreams' tools of this name and meaning, callable through call_tool
+            match["alternatives"] = [c["name"] for c in ref.alternatives]
+            if ref.alternatives_total:
+                match["alternatives_total"] = ref.alternatives_total
         matches.append(match)
     if by_name:
         how = "The matches are now in your tool list: call them by name (or through call_tool)."

@@ -126,9 +126,9 @@ def _schemas() -> dict[str, Any]:
             "schema_version": STR, "query": STR, "query_type": {"type": "string", "enum": ["select", "keyword"]},
             "matches": {"type": "array", "items": _obj(["tool_id", "name"], {
                 "tool_id": STR, "name": STR, "score": {"type": "number"},
-                "copies": {"type": "array", "description": "the same tool listed by other upstreams",
+                "alternatives": {"type": "array", "description": "tools of other upstreams with the same native name and a similar meaning",
                            "items": _obj(["tool_id", "name"], {"tool_id": STR, "name": STR, "namespace": STR})},
-                "copies_total": {"type": "integer", "description": "how many copies, when more than `copies` names"}})},
+                "alternatives_total": {"type": "integer", "description": "how many alternatives, when more than `alternatives` names"}})},
             "total_deferred_tools": INT, "pending_providers": NAME_LIST, "missing_names": NAME_LIST,
             "next_action": STR, "hint": STR,
         }),

@@ -92,8 +92,8 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
         limit = query_int(request, "limit", 0, minimum=0, maximum=MAX_TOOLS, clamp=True) or DEFAULT_TOOLS
         query = (request.query_params.get("q") or "").strip()
         if query:
-            # a page of tools, counted by `total`: each upstream's copy is a tool of its own here
-            found = bridge.search.search(query, surface=surface, limit=SEARCH_MATCHES, namespace=group, collapse_copies=False)
+            # a page of tools, counted by `total`: each upstream's tool is one of them, alternatives too
+            found = bridge.search.search(query, surface=surface, limit=SEARCH_MATCHES, namespace=group, fold_alternatives=False)
             tools = [d for m in found.matches if (d := bridge.catalog.get(m.tool_id)) is not None and surface.visible(d)]
         else:
             tools, _ = ctx.listing(surface)

@@ -103,7 +103,7 @@ async def test_search_returns_matches_with_full_schemas(era):
             assert "call_tool" in found["how_to_call"]
 
 
-async def test_search_names_the_copies_other_upstreams_list():
+async def test_search_names_the_alternatives_other_upstreams_list():
     alt = FakeUpstream(name="alt", tools=[tool("weather", description="Get the weather forecast of a city.", props={"city": {"type": "string"}})])
     async with served_bridge({"search": {"semantic": "static"}, **SURFACE}, [upstream(), alt]) as srv, \
             http_client(srv.url, MODERN) as client:
@@ -111,17 +111,17 @@ async def test_search_names_the_copies_other_upstreams_list():
         found = await client.search("weather forecast for a city", limit=2)
         weather = [m for m in found["matches"] if m["name"].endswith("__weather")]
         assert len(weather) == 1
-        (copy,) = weather[0]["copies"]
-        assert {weather[0]["name"], copy} == {"svc__weather", "alt__weather"}
-        result = await client.call("call_tool", {"name": copy, "arguments": {"city": "Oslo"}})
+        (other,) = weather[0]["alternatives"]
+        assert {weather[0]["name"], other} == {"svc__weather", "alt__weather"}
+        result = await client.call("call_tool", {"name": other, "arguments": {"city": "Oslo"}})
         assert not result.is_error
-    apart = {"search": {"semantic": "static", "collapse_copies": False}, **SURFACE}
+    apart = {"search": {"semantic": "static", "fold_alternatives": False}, **SURFACE}
     async with served_bridge(apart, [upstream(), FakeUpstream(name="alt", tools=list(alt.tools))]) as srv, \
             http_client(srv.url, MODERN) as client:
         await srv.bridge.search.wait_indexed()
         found = await client.search("weather forecast for a city", limit=2)
         assert sorted(m["name"] for m in found["matches"]) == ["alt__weather", "svc__weather"]
-        assert not any("copies" in m for m in found["matches"])
+        assert not any("alternatives" in m for m in found["matches"])
 
 
 async def test_handshake_search_loads_matches_and_sends_list_changed():

@@ -66,13 +66,13 @@ async def test_search_on_tools_gives_the_best_hundred_matches():
         assert body["total"] == SEARCH_MATCHES == 100 and len(body["tools"]) == 100
 
 
-async def test_search_on_tools_lists_each_upstreams_copy():
+async def test_search_on_tools_lists_each_upstreams_tool():
     ups = [FakeUpstream(name=n, tools=[tool("forecast", description="Weather forecast for a city.")]) for n in ("east", "west")]
     async with serving(*ups) as served:
         _, body, _ = await served.get("/a2t/tools", q="weather forecast")
         assert sorted(t["name"] for t in body["tools"]) == ["east__forecast", "west__forecast"] and body["total"] == 2
         _, found, _ = await served.get("/search", q="weather forecast")  # the search record folds them
-        assert len(found["matches"]) == 1 and len(found["matches"][0]["copies"]) == 1
+        assert len(found["matches"]) == 1 and len(found["matches"][0]["alternatives"]) == 1
 
 
 async def test_execute_answers_200_with_result_or_error_object():
