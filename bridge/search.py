@@ -285,28 +285,35 @@ class ToolSearch:
                 offset += want
                 want *= 4
             ranked = kept[:goal]
-            if rerank and self.semantic is not None and analyzed is not None:
-                reranked = self.semantic.rerank(analyzed.text, ranked)
-                if reranked is None and self.fallback is not None:
-                    reranked = self.fallback.rerank(analyzed.text, ranked)
-                ranked = reranked or ranked
-            matches = self._fold(ranked) if fold else [(decl, score, []) for decl, score in ranked]
+            vectors: np.ndarray | None = None  # the candidates' rows, in `ranked`'s order
+            threshold: float | None = None
+            if rerank and ranked and analyzed is not None:
+                decls = [decl for decl, _ in ranked]
+                for stage in self._stages:  # the model, then (`auto`) the table until the model has them all
+                    tools = stage.vectors(decls)
+                    if tools is not None:
+                        order, mixed = stage.mix(analyzed.text, ranked, tools)
+                        ranked = [(decls[i], float(mixed[i])) for i in order]
+                        vectors, threshold = tools[order], stage.encoder.same_tool_cosine
+                        break
+            matches = self._fold(ranked, vectors, threshold) if fold else [(decl, score, []) for decl, score in ranked]
             if len(matches) >= limit or (exhausted and goal >= len(kept)):
                 return matches[:limit]
             goal = max(2 * goal, goal + limit - len(matches))  # alternatives took places: look further down
 
-    def _fold(self, ranked: list[tuple[ToolDeclaration, float]]) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
+    def _fold(self, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None = None,
+              threshold: float | None = None) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
         """Alternatives folded into the better match: a tool with the native name of a match above it
         and a similar meaning (cosine of their vectors at least the encoder's `same_tool_cosine`;
         the name alone without a semantic stage). Vendors list one function under one name in
         their own words; an agent needs one place for it, with the others named. An alternative
-        whose upstream is up takes the place of a match whose upstream is down."""
+        whose upstream is up takes the place of a match whose upstream is down. `vectors` (one row
+        per candidate, as the rerank read them) are read here, at the first repeated name, when
+        not given; without any, the name decides."""
         out: list[tuple[ToolDeclaration, float, list[ToolDeclaration]]] = []
         at: list[int] = []  # each match's place in `ranked` (its row of `vectors`)
         by_name: dict[str, list[int]] = {}
-        vectors: np.ndarray | None = None
-        threshold: float | None = None  # None: the name decides
-        looked = False
+        looked = vectors is not None
         for i, (decl, score) in enumerate(ranked):
             places = by_name.setdefault(decl.native_name or decl.name, [])
             place: int | None = None

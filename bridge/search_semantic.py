@@ -339,11 +339,16 @@ class SemanticStage:
         tools = self.vectors([decl for decl, _ in ranked])
         if tools is None:
             return None
+        order, mixed = self.mix(query, ranked, tools)
+        return [(ranked[i][0], float(mixed[i])) for i in order]
+
+    def mix(self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]], tools: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`rerank` over the candidates' vectors (`vectors`): the new order (indexes into
+        `ranked`, best first) and each candidate's mixed score."""
         q = self._query_vector(query)
         cosine = tools @ q
         best = max(score for _, score in ranked)
         keyword = np.array([score for _, score in ranked], np.float32) / (best if best > 0 else 1.0)
         weight = self.weight_for(query)
         mixed = (1.0 - weight) * keyword + weight * cosine
-        order = np.argsort(-mixed, kind="stable")
-        return [(ranked[i][0], float(mixed[i])) for i in order]
+        return np.argsort(-mixed, kind="stable"), mixed
