@@ -13,7 +13,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 
 from bridge.model import ToolDeclaration, ToolError, ToolResult
@@ -192,15 +192,20 @@ class ServeContext:
             raise too_large(limit)
         chunks: list[bytes] = []
         size = 0
-        try:
-            async for chunk in request.stream():
+        receive = request.receive
+        while True:  # the ASGI messages themselves: Request.stream() adds an async generator a call
+            message = await receive()
+            if message["type"] != "http.request":  # http.disconnect
+                raise ApiError(400, "invalid_arguments", "the client closed the connection before sending the whole body")
+            chunk = message.get("body", b"")
+            if chunk:
                 size += len(chunk)
                 if size > limit:
                     raise too_large(limit)
                 chunks.append(chunk)
-        except ClientDisconnect:
-            raise ApiError(400, "invalid_arguments", "the client closed the connection before sending the whole body") from None
-        raw = b"".join(chunks)
+            if not message.get("more_body", False):
+                break
+        raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if not raw.strip():
             raise ApiError(400, "invalid_arguments", "the request body is empty; send a JSON document", pointer="")
         return parse_json(raw)
@@ -224,6 +229,11 @@ class _NotJson(ValueError):
     pass
 
 
+# made once: json.loads with hooks builds a new decoder at every call
+_STRICT = json.JSONDecoder(parse_constant=_no_constant)
+_STRICT_FLOATS = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+
+
 def parse_json(raw: bytes) -> Any:
     """A request body as strict JSON: `NaN`, `Infinity` and numbers beyond a float's range are
     refused (Python's json module would accept them and hand the upstream a value JSON cannot
@@ -232,7 +242,7 @@ def parse_json(raw: bytes) -> Any:
     # bodies keep the C float parser instead of a Python call per number
     big = _BIG_NUMBER.search(raw) is not None
     try:
-        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float if big else None)
+        return (_STRICT_FLOATS if big else _STRICT).decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))  # as json.loads does
     except UnicodeDecodeError:
         raise ApiError(400, "invalid_arguments", "the request body is not UTF-8 text", pointer="") from None
     except json.JSONDecodeError as exc:

@@ -4,6 +4,7 @@ invocation, and every status code an invocation can answer with."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
 from bridge.model import BridgeError, ToolError, UpstreamResult
@@ -221,6 +222,20 @@ async def test_body_over_the_limit_is_413_with_or_without_content_length():
             assert (await response.json())["error"]["error_class"] == "invalid_arguments"
         status, _, _ = await served.post("/tools/f__echo:invoke", {"input_parameters": [{"name": "text", "value": "small"}]})
         assert status == 200
+
+
+async def test_a_body_in_many_chunks_or_with_a_byte_order_mark_is_read_whole():
+    async with serving(FakeUpstream(name="f")) as served:
+        document = json.dumps({"input_parameters": [{"name": "text", "value": "é" * 300}]}).encode()
+
+        async def chunks():
+            for start in range(0, len(document), 7):
+                yield document[start:start + 7]
+        async with served.http.post("/tools/f__echo:invoke", data=chunks(), headers={"Content-Type": "application/json"}) as response:
+            assert response.status == 200
+            assert (await response.json())["output_parameters"][0]["value"] == {"echo": {"text": "é" * 300}}
+        status, body, _ = await served.post("/tools/f__echo:invoke", raw=b"\xef\xbb\xbf" + document)
+        assert status == 200 and body["output_parameters"][0]["value"] == {"echo": {"text": "é" * 300}}
 
 
 async def test_auth_missing_token_401_and_other_surface_404_like_a_missing_tool():
