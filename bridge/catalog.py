@@ -43,6 +43,10 @@ log = logging.getLogger("bridge.catalog")
 
 NAME_SEPARATOR = "__"
 MAX_NAME = 64
+# Longest tool description kept (characters). Real ones run to a few thousand; a longer one (a
+# whole manual, or a runaway upstream) would be sent in every listing and indexed whole, so it is
+# cut here, with a warning, and ends in "…".
+MAX_DESCRIPTION_CHARS = 32_768
 _INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
 # Debounce of change notices: a burst of list_changed notices costs one re-list.
 DEBOUNCE_SECONDS = 0.05
@@ -96,6 +100,7 @@ class UpstreamSlot:
     retry_at: float | None = None
     sidecar: Sidecar | None = None
     unicode_warned: set[str] = field(default_factory=set)  # native ids whose bad text was reported
+    long_warned: set[str] = field(default_factory=set)  # native ids whose cut description was reported
 
     @property
     def name(self) -> str:
@@ -326,7 +331,7 @@ class Catalog:
             name="",
             aliases=[],
             title=tool.title,
-            description=tool.description,
+            description=tool.description if len(tool.description) <= MAX_DESCRIPTION_CHARS else _cut_description(slot, tool),
             search_hint=tool.search_hint,
             lifecycle=tool.lifecycle,
             tool_kind=tool.tool_kind,
@@ -516,6 +521,15 @@ def _as_upstream_tool(decl: ToolDeclaration) -> UpstreamTool:
         blocked_reason=decl.blocked_reason,
         timeout=decl.timeout,
     )
+
+
+def _cut_description(slot: UpstreamSlot, tool: UpstreamTool) -> str:
+    """The first MAX_DESCRIPTION_CHARS characters of a longer description, said once a tool."""
+    if tool.native_id not in slot.long_warned:
+        slot.long_warned.add(tool.native_id)
+        log.warning("upstream %s: tool %r has a description of %d characters; it is cut to %d", slot.name, tool.name,
+                    len(tool.description), MAX_DESCRIPTION_CHARS)
+    return tool.description[: MAX_DESCRIPTION_CHARS - 1] + "…"
 
 
 def _cleaned(slot: UpstreamSlot, tool: UpstreamTool) -> UpstreamTool:

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from bridge.catalog import Catalog, exposed_name
+from bridge.catalog import MAX_DESCRIPTION_CHARS, Catalog, exposed_name
 from bridge.store import Store
 from tests.fakes import FakeConfig, FakeUpstream, tool
 
@@ -182,5 +182,27 @@ async def test_text_that_is_not_valid_unicode_is_listed_with_replacement_charact
         assert "not valid Unicode" in caplog.text
         # a later listing with the same text changes nothing
         assert catalog.apply_tools("odd", up.tools).empty
+    finally:
+        await catalog.close()
+
+
+async def test_a_description_over_the_cap_is_cut_once_with_a_warning(caplog):
+    up = FakeUpstream(name="wordy", tools=[
+        tool("manual", description="x" * 100_000),
+        tool("long_but_fine", description="y" * MAX_DESCRIPTION_CHARS),
+    ])
+    catalog = Catalog(Store())
+    catalog.add_upstream(up)
+    await catalog.start()
+    try:
+        by_name = {d.native_name: d for d in catalog.declarations()}
+        cut = by_name["manual"].description
+        assert len(cut) == MAX_DESCRIPTION_CHARS and cut.endswith("x…")
+        assert by_name["long_but_fine"].description == "y" * MAX_DESCRIPTION_CHARS
+        warning = f"upstream wordy: tool 'manual' has a description of 100000 characters; it is cut to {MAX_DESCRIPTION_CHARS}"
+        assert caplog.messages.count(warning) == 1
+        # the same listing again: nothing changes, nothing is said twice
+        assert catalog.apply_tools("wordy", up.tools).empty
+        assert caplog.messages.count(warning) == 1
     finally:
         await catalog.close()
