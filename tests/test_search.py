@@ -482,3 +482,14 @@ async def test_shared_text_is_looked_at_on_the_index_thread_not_the_event_loop()
 
 def test_conversational_connectives_are_filler():
     assert set(analyze_query("Alright, go ahead and afterwards delete it, oops").terms) == {"go", "delet"}
+
+
+def test_filler_is_matched_as_written_not_by_its_stem():
+    # the stemmer makes `current` of `currently` and `doe` of `does`: the adverb and the
+    # auxiliary are filler, the adjective and the surname are what the request is about
+    assert set(analyze_query("What is the current weather").terms) == {"current", "weather"}
+    assert set(analyze_query("What is currently the weather").terms) == {"weather"}
+    assert set(analyze_query("the final score, basically").terms) == {"final", "score"}
+    assert set(analyze_query("Does John Doe have an account").terms) == {"john", "doe", "account"}
+    # an inflection of a listed base form is filler too
+    assert "need" not in analyze_query("I needed a taxi").terms
