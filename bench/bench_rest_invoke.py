@@ -72,9 +72,9 @@ async def stop(process: asyncio.subprocess.Process) -> None:
 Call = Callable[[aiohttp.ClientSession], Awaitable[None]]
 
 
-async def measure(call: Call, concurrency: int, total: int) -> tuple[list[float], float]:
-    """Per-request latencies (seconds) and the wall time of `total` requests from `concurrency`
-    clients on one pooled session."""
+async def measure(call: Call, concurrency: int, total: int) -> tuple[list[float], float, float]:
+    """Per-request latencies (seconds), the wall time of `total` requests from `concurrency`
+    clients on one pooled session, and the CPU time this (client) process spent per request."""
     connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
         for _ in range(min(WARMUP, total)):
@@ -90,9 +90,9 @@ async def measure(call: Call, concurrency: int, total: int) -> tuple[list[float]
                 await call(session)
                 latencies.append(time.perf_counter() - started)
 
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(client() for _ in range(concurrency)))
-        return latencies, time.perf_counter() - began
+        return latencies, time.perf_counter() - began, (time.process_time() - cpu) / total
 
 
 def cpu_seconds(process: asyncio.subprocess.Process) -> float | None:
@@ -163,24 +163,24 @@ async def main(scale: float) -> int:
             for concurrency, count in REQUESTS.items():
                 count = max(100, int(count * scale))
                 up_cpu = cpu_seconds(upstream)
-                d_lat, d_wall = await measure(direct, concurrency, count)
+                d_lat, d_wall, d_client = await measure(direct, concurrency, count)
                 up_cpu_direct = cpu_seconds(upstream)
                 d_p50, d_rps = quantile(d_lat, 0.5), count / d_wall
                 rows.append([str(concurrency), "direct", f"{d_p50:.2f}", f"{quantile(d_lat, 0.99):.2f}", f"{d_rps:,.0f}", "", "",
-                             cpu_per_request(up_cpu, up_cpu_direct, count + WARMUP), ""])
+                             f"{d_client * 1e6:.0f}", cpu_per_request(up_cpu, up_cpu_direct, count + WARMUP), ""])
                 for label, process, call in (("bare proxy", floor, floored), ("bridge", bridge, bridged)):
                     before = cpu_seconds(process)
-                    lat, wall = await measure(call, concurrency, count)
+                    lat, wall, client_cpu = await measure(call, concurrency, count)
                     after = cpu_seconds(process)
                     p50, rps = quantile(lat, 0.5), count / wall
                     rows.append(["", label, f"{p50:.2f}", f"{quantile(lat, 0.99):.2f}", f"{rps:,.0f}", f"{p50 - d_p50:+.2f}",
-                                 f"{rps / d_rps:.0%}", "", cpu_per_request(before, after, count + WARMUP)])
+                                 f"{rps / d_rps:.0%}", f"{client_cpu * 1e6:.0f}", "", cpu_per_request(before, after, count + WARMUP)])
     finally:
         for process in (bridge, floor, upstream):
             if process is not None:
                 await stop(process)
     header = ["clients", "path", "p50 ms", "p99 ms", "req/s", "p50 overhead ms", "throughput kept",
-              "upstream CPU us/req", "proxy CPU us/req"]
+              "client CPU us/req", "upstream CPU us/req", "proxy CPU us/req"]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     print("POST /tools/{id}:invoke through the bridge vs POST /tools/add on the a2t upstream, and a bare proxy (loopback)")
     print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
@@ -188,7 +188,9 @@ async def main(scale: float) -> int:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
     print("aim: the bridge adds < 1 ms at p50 and keeps >= 50% of the direct throughput. The bare proxy (bench/_bare_proxy.py)\n"
           "is the floor of the HTTP stack: uvicorn and one aiohttp call, nothing else. CPU columns: process CPU time per\n"
-          "request (warm-up included), independent of other load on the machine.")
+          "request (upstream and proxy: warm-up included), independent of other load on the machine. With the three processes\n"
+          "CPU-bound on the machine's cores, a proxy keeps about (client + upstream) / (client + upstream + proxy) of the\n"
+          "direct throughput: half of it needs a proxy that costs no more CPU than the client and the upstream together.")
     return 0
 
 
