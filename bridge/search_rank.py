@@ -25,7 +25,6 @@ __all__ = [
     "identifier_words",
     "name_tokens",
     "split_identifiers",
-    "stems",
 ]
 
 # Name of the text analyzer registered on the index: simple tokenizer, long tokens dropped,
@@ -96,11 +95,6 @@ def _analyzer(stem: bool) -> tantivy.TextAnalyzer:
 def analyzer() -> tantivy.TextAnalyzer:
     """The analyzer of every text field, also used to stem query words the same way."""
     return _analyzer(stem=True)
-
-
-def stems(text: str) -> list[str]:
-    """Index terms of a text: split identifiers, tokenize, fold, stem."""
-    return analyzer().analyze(split_identifiers(text))
 
 
 @lru_cache(maxsize=1)
