@@ -116,6 +116,16 @@ async def test_conversational_filler_does_not_decide(env):
     assert analyze_query("who is it").terms
 
 
+async def test_a_misspelled_word_finds_the_word_one_edit_away(env):
+    # letters swapped, dropped, added: no tool has these words, so their neighbours are matched
+    assert env.names("refnud the paymnet")[0] == "billing__refund"
+    assert env.names("list the reposiotries")[0] == "api__list_repositories"
+    assert env.names("email an invoicce")[0] == "api__send_invoice"
+    # a short unknown word, or one with digits (an id, a code), is not widened: no match
+    assert env.names("zzqx") == []
+    assert env.names("abcdef123") == []
+
+
 async def test_select_by_name_alias_and_id_with_missing_names(env):
     repo = env.catalog.resolve("api__list_repositories")
     user = env.catalog.resolve("api__getUserById")
