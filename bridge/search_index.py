@@ -471,24 +471,26 @@ class ToolIndex:
         named: list[tuple[tantivy.Occur, tantivy.Query]] = []
         if analyzed is not None:
             terms = analyzed.terms
-            searcher = self._index.searcher()
-            freq = {t: searcher.doc_freq("all", t) for t in terms}
-            if len(terms) > MAX_QUERY_TERMS or (len(terms) > MIN_QUERY_TERMS and self.num_docs > COMMON_MIN_DOCS):
+            short = len(terms) <= FUZZY_MAX_TERMS  # as written, before the common words are left out
+            informative = len(terms) > MAX_QUERY_TERMS or (len(terms) > MIN_QUERY_TERMS and self.num_docs > COMMON_MIN_DOCS)
+            freq: dict[str, int] = {}
+            if short or informative:
+                searcher = self._index.searcher()
+                freq = {t: searcher.doc_freq("all", t) for t in terms}
+            if informative:
                 terms = self._informative(terms, freq, searcher.num_docs)
-            unknown = [t for t in terms if not freq[t] and len(t) >= FUZZY_MIN_CHARS and t.isalpha()] if len(terms) <= FUZZY_MAX_TERMS else []
+            unknown = [t for t in terms if short and not freq[t] and len(t) >= FUZZY_MIN_CHARS and t.isalpha()]
             typos = set(sorted(unknown, key=len, reverse=True)[:FUZZY_MAX_WORDS])
             for term, term_weight in terms.items():
-                typo = term in typos
                 for name, field_weight in weights.items():
                     if field_weight > 0:
-                        if typo:
+                        weight = field_weight * term_weight
+                        if term in typos:
                             clause = Q.fuzzy_term_query(schema, name, term, distance=1, transposition_cost_one=True)
-                            words.append((occur.Should, Q.boost_query(clause, FUZZY_WEIGHT * field_weight * term_weight)))
-                            continue
-                        clause = Q.term_query(schema, name, term)
-                        if field_weight * term_weight != 1.0:
-                            clause = Q.boost_query(clause, field_weight * term_weight)
-                        words.append((occur.Should, clause))
+                            weight *= FUZZY_WEIGHT
+                        else:
+                            clause = Q.term_query(schema, name, term)
+                        words.append((occur.Should, clause if weight == 1.0 else Q.boost_query(clause, weight)))
             for ident in analyzed.identifiers:
                 named.append((occur.Should, Q.boost_query(Q.term_query(schema, "exact", ident), exact_weight)))
         must: list[tuple[tantivy.Occur, tantivy.Query]] = []
