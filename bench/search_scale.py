@@ -162,6 +162,17 @@ def misspelled(queries: list[str]) -> list[str]:
     return out
 
 
+def timed(index: ToolIndex, queries: list[str]) -> tuple[list[float], list[float]]:
+    """Each query's wall time and the query thread's CPU time, in milliseconds."""
+    wall, cpu = [], []
+    for q in queries:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        search(index, q)
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.thread_time() - c0) * 1000)
+    return wall, cpu
+
+
 def run_size(size: int, synthetic: Synthetic, queries: list[str], workdir: str) -> dict[str, Any]:
     path = os.path.join(workdir, f"index-{size}")
     shutil.rmtree(path, ignore_errors=True)
@@ -171,17 +182,8 @@ def run_size(size: int, synthetic: Synthetic, queries: list[str], workdir: str) 
     build, build_cpu = time.perf_counter() - started, time.process_time() - cpu_started
     for q in queries[:20]:
         search(index, q)  # warm up
-    latencies, cpu = [], []
-    for q in queries:
-        t0, c0 = time.perf_counter(), time.thread_time()
-        search(index, q)
-        latencies.append((time.perf_counter() - t0) * 1000)
-        cpu.append((time.thread_time() - c0) * 1000)
-    typo = []
-    for q in misspelled(queries):
-        t0 = time.perf_counter()
-        search(index, q)
-        typo.append((time.perf_counter() - t0) * 1000)
+    latencies, cpu = timed(index, queries)
+    typo, _ = timed(index, misspelled(queries))
     rss = rss_mb()
     sem = semantic_cost(index, synthetic, queries, size)
     # live changes: 1,000 new tools, then the same 1,000 removed, each waited until searchable

@@ -121,9 +121,11 @@ async def test_a_misspelled_word_finds_the_word_one_edit_away(env):
     assert env.names("refnud the paymnet")[0] == "billing__refund"
     assert env.names("list the reposiotries")[0] == "api__list_repositories"
     assert env.names("email an invoicce")[0] == "api__send_invoice"
-    # a short unknown word, or one with digits (an id, a code), is not widened: no match
-    assert env.names("zzqx") == []
-    assert env.names("abcdef123") == []
+    # a word under 6 letters, or one with digits (an id, a code), is not widened, though one edit
+    # away from 'refund'; nor is a word of a longer request, whose other words find its tools
+    assert env.names("refnd") == []
+    assert env.names("refund1") == []
+    assert "billing__refund" not in env.names("refnud paymnet customer order today quickly")
 
 
 async def test_select_by_name_alias_and_id_with_missing_names(env):
