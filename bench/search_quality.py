@@ -10,12 +10,17 @@ bench/data/conversation-queries.jsonl: requests written by hand for this bench, 
 any benchmark, phrased as turns of a conversation with the catalog's conversation-style APIs
 (file system, Twitter, messages, trading, travel, vehicle, tickets, math, memory), whose tools
 share a long description prefix per API; each names the tools judged right from the catalog's
-descriptions. They were written before any tuning against them.
+descriptions. They were written before any tuning against them. Two more sets count requests
+answered by several tools: the development requests with two or more answer names ("dev
+several"), and bench/data/several-tasks-queries.jsonl ("conv several"): turns asking for two or
+three things of those APIs at once, written by hand for this bench like the conversation turns
+(after the reading of requests in parts was drafted and tuned on the development set, before it
+was run on them).
 
 With --public, the same requests are also sent to `GET /search` of a `bridge serve` process
 whose upstreams are MCP servers over stdio listing the catalog: the public path end to end.
 
-Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--no-semantic] [--public]
+Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE] [--no-semantic] [--public]
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from bridge.upstream import CallContext, Upstream, UpstreamConfig  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "toolsearch"
 DEFAULT_CONVERSATION = ROOT / "bench" / "data" / "conversation-queries.jsonl"
+DEFAULT_SEVERAL = ROOT / "bench" / "data" / "several-tasks-queries.jsonl"
 Ranker = Callable[[str], list[str]]
 
 
@@ -92,15 +98,21 @@ def load_queries(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def query_sets(dev: list[dict[str, Any]], conversation: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def query_sets(dev: list[dict[str, Any]], conversation: list[dict[str, Any]],
+               several: list[dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The sets every ranking is scored on: all development requests, their odd and even halves
-    (by the first number in the request's id), and the hand-written conversation turns."""
+    (by the first number in the request's id), those answered by two or more names, the
+    hand-written conversation turns and, when given, the hand-written turns asking for several
+    things."""
     def number(q: dict[str, Any]) -> int:
         found = re.search(r"\d+", q["qid"])
         return int(found.group(0)) if found else 0
 
-    return {"dev all": dev, "dev odd": [q for q in dev if number(q) % 2], "dev even": [q for q in dev if not number(q) % 2],
-            "conversation": conversation}
+    sets = {"dev all": dev, "dev odd": [q for q in dev if number(q) % 2], "dev even": [q for q in dev if not number(q) % 2],
+            "dev several": [q for q in dev if len(set(q["gold_names"])) > 1], "conversation": conversation}
+    if several:
+        sets["conv several"] = several
+    return sets
 
 
 def upstream_tools(rows: Sequence[dict[str, Any]]) -> list[UpstreamTool]:
@@ -264,12 +276,14 @@ async def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with catalog.jsonl and queries-dev.jsonl")
     parser.add_argument("--conversation", type=Path, default=DEFAULT_CONVERSATION,
                         help="hand-written conversation turns with gold names (JSON lines)")
+    parser.add_argument("--several", type=Path, default=DEFAULT_SEVERAL,
+                        help="hand-written turns asking for several tools, with gold names (JSON lines)")
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
     parser.add_argument("--public", action="store_true",
                         help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
     args = parser.parse_args()
     rows, queries = load_dev_set(args.data)
-    sets = query_sets(queries, load_queries(args.conversation))
+    sets = query_sets(queries, load_queries(args.conversation), load_queries(args.several))
     print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data}); "
           + ", ".join(f"{name}: {len(qs)}" for name, qs in sets.items()))
     results = [("plain BM25 (name+description+params)", score_sets(plain_bm25(rows), sets))]

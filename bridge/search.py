@@ -16,7 +16,7 @@ import numpy as np
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
-from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, name_tokens
+from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, name_tokens, query_parts
 from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES
 from bridge.search_semantic import SemanticStage
 from bridge.surface import Surface, deferred_ref
@@ -30,6 +30,11 @@ SELECT_PREFIX = "select:"
 CANDIDATES = 20
 # A match names at most this many alternatives (`alternatives_total` counts them all when there are more).
 MAX_ALTERNATIVES = 20
+# A request asking for several things (bridge.search_rank.query_parts) is answered so that its
+# parts are covered: the ranking's first places go to the tools that answer a part no place above
+# answers yet (`cover_order`). The weight of that cover against the whole request's score, chosen
+# among 0.3, 0.5 and 0.7 on the development set's odd half (see docs/search.md).
+COVER_WEIGHT = 0.5
 _PARAM_DEPTH = 2
 _MAX_ENUM = 20
 
@@ -98,6 +103,8 @@ class ToolSearch:
     meaning repeat a better match's (likely one function listed by several upstreams) is named in
     that match's `alternatives` instead of taking a place of its own (`_fold`).
     """
+
+    cover_weight = COVER_WEIGHT  # of the parts of a request asking for several things (`_cover`)
 
     def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None,
                  semantic: bool | str = False, fold_alternatives: bool = True) -> None:
@@ -269,8 +276,9 @@ class ToolSearch:
         fewer than `limit`."""
         index_query = self.index.query(analyzed, weights=self.field_weights, **filters)
         rerank = self.semantic is not None and analyzed is not None and not analyzed.empty
-        want = max(SEMANTIC_CANDIDATES if rerank else CANDIDATES, limit)
-        goal = max(SEMANTIC_CANDIDATES, limit) if rerank else limit
+        parts = query_parts(analyzed.text) if analyzed is not None and not analyzed.empty else []
+        want = max(SEMANTIC_CANDIDATES if rerank or parts else CANDIDATES, limit)
+        goal = max(SEMANTIC_CANDIDATES, limit) if rerank or parts else limit
         offset = 0
         exhausted = False
         kept: list[tuple[ToolDeclaration, float]] = []
@@ -287,6 +295,7 @@ class ToolSearch:
             ranked = kept[:goal]
             vectors: np.ndarray | None = None  # the candidates' rows, in `ranked`'s order
             threshold: float | None = None
+            reranked_by: SemanticStage | None = None
             if rerank and ranked and analyzed is not None:
                 decls = [decl for decl, _ in ranked]
                 for stage in self._stages:  # the model, then (`auto`) the table until the model has them all
@@ -295,11 +304,40 @@ class ToolSearch:
                         order, mixed = stage.mix(analyzed.text, ranked, tools)
                         ranked = [(decls[i], float(mixed[i])) for i in order]
                         vectors, threshold = tools[order], stage.encoder.same_tool_cosine
+                        reranked_by = stage
                         break
+            if parts and len(ranked) > 1:
+                ranked, vectors = self._cover(parts, ranked, vectors, reranked_by, limit)
             matches = self._fold(ranked, vectors, threshold) if fold else [(decl, score, []) for decl, score in ranked]
             if len(matches) >= limit or (exhausted and goal >= len(kept)):
                 return matches[:limit]
             goal = max(2 * goal, goal + limit - len(matches))  # alternatives took places: look further down
+
+    def _cover(self, parts: list[AnalyzedQuery], ranked: list[tuple[ToolDeclaration, float]],
+               vectors: np.ndarray | None, reranked_by: SemanticStage | None, places: int,
+               ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
+        """`ranked` (best first, with its `vectors` rows) reordered to cover the request's parts
+        (`cover_order`), each with its cover score. A part's relevance to a candidate is scored
+        like a request's: its keyword score among the candidates (over the best candidate's)
+        mixed with the cosine of its vector by the cheap encoder (the static table), when one is
+        on; the whole request's score is the reranked score (or the keyword score over the best)."""
+        decls = [decl for decl, _ in ranked]
+        ids = [decl.tool_id for decl in decls]
+        scores = np.array([score for _, score in ranked], np.float32)
+        overall = np.clip(scores, 0.0, 1.0) if reranked_by is not None else scores / max(float(scores.max()), 1e-9)
+        cheap = next((stage for stage in self._stages if stage.encoder.cheap), None)
+        tools = None if cheap is None else vectors if reranked_by is cheap else cheap.vectors(decls)
+        relevance = []
+        for part, hits in zip(parts, part_scores(self.index, parts, ids, self.field_weights), strict=True):
+            keyword = [(decl, hits.get(decl.tool_id, 0.0)) for decl in decls]
+            if cheap is not None and tools is not None:
+                _, mixed = cheap.mix(part.text, keyword, tools)
+            else:
+                mixed = np.array([score for _, score in keyword], np.float32) / max(max(hits.values(), default=0.0), 1e-9)
+            relevance.append(np.clip(mixed, 0.0, 1.0))
+        order, cover = cover_order(overall, np.stack(relevance), self.cover_weight, places)
+        return ([(decls[i], cover[k]) for k, i in enumerate(order)],
+                None if vectors is None else vectors[order])
 
     def _fold(self, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None = None,
               threshold: float | None = None) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
@@ -372,3 +410,43 @@ class ToolSearch:
         if include_schema:
             ref.input_schema = decl.input_schema
         return ref
+
+
+def part_scores(index: ToolIndex, parts: list[AnalyzedQuery], tool_ids: list[str],
+                weights: dict[str, float] | None = None) -> list[dict[str, float]]:
+    """Each part's keyword score of each of these tools that has one of its words (the index
+    query of the part, limited to the tools; no word widened as a typing error)."""
+    among = index.among(tool_ids)
+    return [dict(index.search(index.query(part, weights=weights, widen=False, among=among), limit=len(tool_ids)))
+            for part in parts]
+
+
+def cover_order(overall: np.ndarray, parts: np.ndarray, weight: float = COVER_WEIGHT,
+                places: int | None = None) -> tuple[list[int], list[float]]:
+    """The candidates in the order that covers a request's parts, and each one's cover score
+    (non-increasing). `overall[i]` is candidate i's relevance to the whole request, `parts[p, i]`
+    its relevance to part p, all in [0, 1]. Each place goes to the candidate of the greatest
+    `(1 - weight) * overall + weight * mean over the parts of relevance * (1 - relevance of each
+    place above)`: a part well answered above counts little for the next places (xQuAD, Santos,
+    Macdonald and Ounis, 2010). A candidate's score can only fall as places are taken, so the
+    scores come out best first; ties keep the given order."""
+    count = len(overall)
+    left = np.ones(len(parts), np.float32)  # how little each part is answered so far
+    base = (1.0 - weight) * np.asarray(overall, np.float32)
+    taken = np.zeros(count, bool)
+    order: list[int] = []
+    scores: list[float] = []
+    for _ in range(count if places is None else min(count, places)):
+        gain = base + weight * (left @ parts) / len(parts)
+        gain[taken] = -np.inf
+        best = int(gain.argmax())
+        order.append(best)
+        scores.append(float(gain[best]))
+        taken[best] = True
+        left *= 1.0 - parts[:, best]
+    if len(order) < count:  # the rest by their score after the first `places`
+        gain = base + weight * (left @ parts) / len(parts)
+        rest = [i for i in np.argsort(-gain, kind="stable").tolist() if not taken[i]]
+        order += rest
+        scores += [float(gain[i]) for i in rest]
+    return order, scores

@@ -21,6 +21,7 @@ __all__ = [
     "analyzer",
     "shared_runs",
     "analyze_query",
+    "query_parts",
     "derive_search_hint",
     "identifier_words",
     "name_tokens",
@@ -157,6 +158,50 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
                 content[term] = 1.0  # also written as filler elsewhere in the query: it counts
                 fill.pop(term, None)
     return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifier_words(text))
+
+
+
+# A request asking for several things ("Find the airport closest to Boston. Also book me a flight
+# from there.") is read part by part as well: its sentences, and the clauses a connective opens.
+# The connectives are those that add a task; `next`, `later`, `second` or `plus` also qualify a
+# value ("the next 10 days", "the second largest") and do not split.
+_PART_SPLIT = re.compile(
+    r"(?<=[.!?;])\s+|\n+|,\s+and\s+|,?\s*\b(?:also|additionally|then|after that|afterwards|in addition|"
+    r"as well as|moreover|furthermore|secondly|thirdly|finally|lastly)\b,?\s*",
+    re.IGNORECASE,
+)
+# A part counts when it has this many content words; a request gives at most MAX_PARTS parts
+# (those with the most content words).
+PART_MIN_TERMS = 2
+MAX_PARTS = 4
+
+
+def query_parts(text: str) -> list[AnalyzedQuery]:
+    """The parts of a request asking for several things, each read like a query (`analyze_query`),
+    in the order written; [] when the request has fewer than two parts of PART_MIN_TERMS content
+    words (filler does not count). A part of the same words as an earlier one counts once."""
+    parts: list[AnalyzedQuery] = []
+    seen: set[frozenset[str]] = set()
+    for piece in _PART_SPLIT.split(text):
+        if piece and piece.strip():
+            part = analyze_query(piece.strip())
+            words = frozenset(part.terms)
+            if _content_words(part) >= PART_MIN_TERMS and words not in seen:
+                seen.add(words)
+                parts.append(part)
+    if len(parts) < 2:
+        return []
+    if len(parts) > MAX_PARTS:
+        keep = set(sorted(range(len(parts)), key=lambda i: (-_content_words(parts[i]), i))[:MAX_PARTS])
+        parts = [part for i, part in enumerate(parts) if i in keep]
+    return parts
+
+
+def _content_words(part: AnalyzedQuery) -> int:
+    """How many of a part's terms are not filler (`analyze_query` falls back to the filler words
+    when a text has nothing else)."""
+    filler, bases = _filler_forms()
+    return sum(1 for term in part.terms if len(term) >= 2 and term not in filler and term not in bases)
 
 
 # ---------------------------------------------------------------- shared description text

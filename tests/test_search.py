@@ -8,13 +8,14 @@ import json
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 
 from bridge.catalog import Catalog
 from bridge.config import Rule, SurfaceConfig
 from bridge.model import ToolDeclaration
-from bridge.search import ToolSearch, derive_search_hint, name_tokens
-from bridge.search_rank import analyze_query
+from bridge.search import ToolSearch, cover_order, derive_search_hint, name_tokens
+from bridge.search_rank import analyze_query, query_parts
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.conftest import ROOT
@@ -505,3 +506,68 @@ def test_filler_is_matched_as_written_not_by_its_stem():
     assert set(analyze_query("Does John Doe have an account").terms) == {"john", "doe", "account"}
     # an inflection of a listed base form is filler too
     assert "need" not in analyze_query("I needed a taxi").terms
+
+
+def test_a_request_is_read_in_parts_at_sentences_and_connectives():
+    def parts(text):
+        return [sorted(p.terms) for p in query_parts(text)]
+
+    assert parts("Find the airport closest to Boston. Also book me a flight from there.") == [
+        ["airport", "boston", "closest", "find"], ["book", "flight"]]
+    assert parts("Copy notes.txt to backup.txt, then show me what's inside the copy") == [
+        ["backup", "copi", "note", "txt"], ["copi", "insid", "show"]]
+    # one task: no parts; `next` qualifies a value, `and` alone joins words of one task
+    assert parts("Get the weather forecast for the next 10 days") == []
+    assert parts("Find the area of a rectangle with length 7 and breadth 3") == []
+    # a part needs two words besides filler; at most four parts, those with the most words
+    assert parts("Could you help me? I want it. Then list the open tickets") == []
+    assert query_parts("Get the sales report. Then get the sales report") == []  # the same words count once
+    many = query_parts(". ".join(f"get the {w} sales report" for w in ("north", "south", "east", "west", "central")))
+    assert len(many) == 4
+
+
+def test_cover_order_gives_each_part_a_place_and_keeps_scores_falling():
+    overall = np.array([0.9, 0.85, 0.8, 0.5], np.float32)
+    parts = np.array([[0.9, 0.9, 0.9, 0.0],    # three tools answer the first part
+                      [0.0, 0.0, 0.0, 0.9]], np.float32)  # only the last answers the second
+    order, scores = cover_order(overall, parts, 0.5)
+    assert order[:2] == [0, 3] and sorted(order) == [0, 1, 2, 3]
+    assert scores == sorted(scores, reverse=True)
+    assert cover_order(overall, parts, 0.0)[0] == [0, 1, 2, 3]  # weight 0: the request's order
+    assert cover_order(overall, parts, 0.5, places=1)[0] == [0, 3, 1, 2]  # the rest by its score then
+
+
+def forecast_desk():
+    return [FakeUpstream(name="desk", tools=[
+        tool("weather_forecast", description="Get the weather forecast for a city for the coming days: temperature, wind and rain."),
+        tool("weather_forecast_hourly", description="Get the hourly weather forecast for a city: temperature, wind and rain hour by hour."),
+        tool("weather_now", description="Get the current weather in a city: temperature, wind and rain."),
+        tool("weather_alerts", description="Get the weather alerts and storm warnings for a city."),
+        tool("weather_history", description="Get the past weather of a city: temperature, wind and rain by day."),
+        tool("book_flight", description="Book a seat on a flight between two airports."),
+        tool("flight_status", description="Get the status of a flight: on time, delayed or cancelled."),
+        tool("book_hotel", description="Book a hotel room in a city for given dates."),
+        tool("book_table", description="Book a table at a restaurant."),
+    ])]
+
+
+@pytest.mark.parametrize("semantic", ["static", "off"])
+async def test_a_request_for_several_things_gets_a_tool_for_each(semantic):
+    e = await start_env(forecast_desk(), semantic=semantic)
+    query = "What will the weather be like in Paris hour by hour, with temperature, wind and rain? Then book a flight there."
+    try:
+        if semantic == "static":  # the request's order alone: the weather tools take the first four places
+            e.search.cover_weight = 0.0
+            assert "desk__book_flight" not in e.names(query, limit=4)
+            e.search.cover_weight = ToolSearch.cover_weight
+        result = e.search.search(query, surface=e.surface, limit=4)
+        names = [m.name for m in result.matches]
+        assert names[:2] == ["desk__weather_forecast_hourly", "desk__book_flight"]
+        assert [m.score for m in result.matches] == sorted((m.score for m in result.matches), reverse=True)
+        # a request of one part keeps the order of its score
+        one = "hourly weather forecast for Paris with the storm warnings and the rain to expect"
+        covered = e.search.search(one, surface=e.surface, limit=4).matches
+        e.search.cover_weight = 0.0
+        assert [(m.name, m.score) for m in covered] == [(m.name, m.score) for m in e.search.search(one, surface=e.surface, limit=4).matches]
+    finally:
+        await e.close()
