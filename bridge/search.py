@@ -33,7 +33,7 @@ MAX_ALTERNATIVES = 20
 # A request asking for several things (bridge.search_rank.query_parts) is answered so that its
 # parts are covered: the ranking's first places go to the tools that answer a part no place above
 # answers yet (`cover_order`). The weight of that cover against the whole request's score, chosen
-# among 0.3, 0.5 and 0.7 on the development set's odd half (see docs/search.md).
+# among 0.3, 0.5 and 0.7 on the development set (docs/search.md, Quality).
 COVER_WEIGHT = 0.5
 _PARAM_DEPTH = 2
 _MAX_ENUM = 20

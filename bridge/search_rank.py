@@ -160,7 +160,6 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifier_words(text))
 
 
-
 # A request asking for several things ("Find the airport closest to Boston. Also book me a flight
 # from there.") is read part by part as well: its sentences, and the clauses a connective opens.
 # The connectives are those that add a task; `next`, `later`, `second` or `plus` also qualify a
