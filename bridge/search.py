@@ -324,7 +324,7 @@ class ToolSearch:
         decls = [decl for decl, _ in ranked]
         ids = [decl.tool_id for decl in decls]
         scores = np.array([score for _, score in ranked], np.float32)
-        overall = np.clip(scores, 0.0, 1.0) if reranked_by is not None else scores / max(float(scores.max()), 1e-9)
+        overall = np.clip(scores, 0.0, 1.0) if reranked_by is not None else _over_best(scores)
         cheap = next((stage for stage in self._stages if stage.encoder.cheap), None)
         tools = None if cheap is None else vectors if reranked_by is cheap else cheap.vectors(decls)
         relevance = []
@@ -333,7 +333,7 @@ class ToolSearch:
             if cheap is not None and tools is not None:
                 _, mixed = cheap.mix(part.text, keyword, tools)
             else:
-                mixed = np.array([score for _, score in keyword], np.float32) / max(max(hits.values(), default=0.0), 1e-9)
+                mixed = _over_best(np.array([score for _, score in keyword], np.float32))
             relevance.append(np.clip(mixed, 0.0, 1.0))
         order, cover = cover_order(overall, np.stack(relevance), self.cover_weight, places)
         return ([(decls[i], cover[k]) for k, i in enumerate(order)],
@@ -410,6 +410,11 @@ class ToolSearch:
         if include_schema:
             ref.input_schema = decl.input_schema
         return ref
+
+
+def _over_best(scores: np.ndarray) -> np.ndarray:
+    """Keyword scores over the best of them (all zero when none is above zero)."""
+    return scores / max(float(scores.max(initial=0.0)), 1e-9)
 
 
 def part_scores(index: ToolIndex, parts: list[AnalyzedQuery], tool_ids: list[str],
