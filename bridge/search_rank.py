@@ -179,15 +179,17 @@ def query_parts(text: str) -> list[AnalyzedQuery]:
     """The parts of a request asking for several things, each read like a query (`analyze_query`),
     in the order written; [] when the request has fewer than two parts of PART_MIN_TERMS content
     words (filler does not count). A part of the same words as an earlier one counts once."""
+    pieces = [piece.strip() for piece in _PART_SPLIT.split(text) if piece and piece.strip()]
+    if len(pieces) < 2:  # one piece: the request itself, already read by `analyze_query`
+        return []
     parts: list[AnalyzedQuery] = []
     seen: set[frozenset[str]] = set()
-    for piece in _PART_SPLIT.split(text):
-        if piece and piece.strip():
-            part = analyze_query(piece.strip())
-            words = frozenset(part.terms)
-            if _content_words(part) >= PART_MIN_TERMS and words not in seen:
-                seen.add(words)
-                parts.append(part)
+    for piece in pieces:
+        part = analyze_query(piece)
+        words = frozenset(part.terms)
+        if _content_words(part) >= PART_MIN_TERMS and words not in seen:
+            seen.add(words)
+            parts.append(part)
     if len(parts) < 2:
         return []
     if len(parts) > MAX_PARTS:
