@@ -155,7 +155,8 @@ async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
         else:
             rows = [[f"{m.score:.3f}" if m.score is not None else "", m.name + _alternatives_note(m),
                      (m.search_hint or m.description or "")[:70]] for m in result.matches]
-            print(_table(rows, ["SCORE", "NAME", "HINT"]))
+            if rows:
+                print(_table(rows, ["SCORE", "NAME", "HINT"]))
             if result.missing_names:
                 print("missing: " + ", ".join(result.missing_names))
             if result.hint:

@@ -228,6 +228,11 @@ class ToolSearch:
         if query.lower().startswith(SELECT_PREFIX):
             return self._select(query, surface, include_schema, total_deferred, pending)
         analyzed = analyze_query(query) if query else None
+        if analyzed is not None and analyzed.empty:  # "***": nothing to rank by, and not a listing
+            return ToolSearchResult(query=query, query_type="keyword", matches=[], total_deferred_tools=total_deferred,
+                                    pending_providers=pending, next_action="refine_query",
+                                    hint="the query has no word to search for; give keywords, select:<name> for a tool "
+                                         "whose name you know, or leave the query out and filter")
         fold = self.fold_alternatives if fold_alternatives is None else fold_alternatives
         # alternatives fold in free-text searches; a filter-only listing lists every tool
         ranked = self._ranked(analyzed, surface, limit, filters, fold and analyzed is not None)

@@ -141,8 +141,8 @@ class AnalyzedQuery:
 
 
 def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
-    """Stem the query's words and set aside conversational filler (kept when nothing else is
-    left); pure numbers are argument values, not subjects, and are dropped; repeated words count
+    """Stem the query's words and set aside conversational filler and pure numbers (argument
+    values, not subjects), both kept when nothing else is left ("404"); repeated words count
     once. A very long query (a whole conversation) keeps its first `max_terms` distinct words
     (the index then matches by the rarest of them)."""
     filler, bases = _filler_forms()
@@ -150,9 +150,9 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     fill: dict[str, float] = {}
     for word in _word_analyzer().analyze(split_identifiers(text)):
         for term in _stems_of(word):
-            if term.isdigit() or term in content:
+            if term in content:
                 continue
-            if word in filler or term in bases or len(term) < 2:
+            if term.isdigit() or word in filler or term in bases or len(term) < 2:
                 fill[term] = 1.0
             elif len(content) < max_terms:
                 content[term] = 1.0  # also written as filler elsewhere in the query: it counts
@@ -199,10 +199,10 @@ def query_parts(text: str) -> list[AnalyzedQuery]:
 
 
 def _content_words(part: AnalyzedQuery) -> int:
-    """How many of a part's terms are not filler (`analyze_query` falls back to the filler words
-    when a text has nothing else)."""
+    """How many of a part's terms are neither filler nor numbers (`analyze_query` falls back to
+    those when a text has nothing else)."""
     filler, bases = _filler_forms()
-    return sum(1 for term in part.terms if len(term) >= 2 and term not in filler and term not in bases)
+    return sum(1 for term in part.terms if len(term) >= 2 and not term.isdigit() and term not in filler and term not in bases)
 
 
 # ---------------------------------------------------------------- shared description text

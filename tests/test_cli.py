@@ -137,3 +137,10 @@ def test_search_shows_how_many_alternatives_other_upstreams_list(tmp_path, capsy
     cfg = config(tmp_path, "  - {name: svc2, kind: fake}\n")
     assert main(["search", "echo", "-c", cfg]) == 0
     assert "(+1 alternative)" in capsys.readouterr().out
+
+
+def test_search_without_a_match_prints_the_hint_alone(tmp_path, capsys):
+    assert main(["search", "***", "-c", config(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "the query has no word to search for; give keywords, select:<name> for a tool whose name you know, "
+        "or leave the query out and filter"]

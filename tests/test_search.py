@@ -262,6 +262,20 @@ async def test_no_match_answers_with_a_hint(env):
     assert "filters namespace" in result.hint and "select:" in result.hint
 
 
+async def test_a_query_without_words_lists_nothing_and_a_number_alone_is_searched(env):
+    for query in ("***", "-", "\x00\x01"):  # not a listing of every tool
+        result = env.search.search(query, surface=env.surface)
+        assert result.matches == [] and result.next_action == "refine_query"
+        assert "no word to search for" in result.hint
+    assert env.search.search("", surface=env.surface, namespace="api").matches  # a filter-only listing still lists
+    up = env.ups["api"]
+    up.change_tools([*tools_a(), tool("http_404_report", description="Pages that were not found.")])
+    await until(lambda: env.catalog.resolve("api__http_404_report") is not None)
+    assert await env.search.wait_indexed()
+    assert env.names("404") == ["api__http_404_report"]
+    assert analyze_query("send 40 invoices").terms == {"send": 1.0, "invoic": 1.0}  # a value beside words: dropped
+
+
 async def test_results_validate_against_agent_tool_shapes(env):
     surface = Surface(SurfaceConfig(name="d", defer=["*"]), env.catalog)
     for query in ("user", "select:api__getUserById,missing", "nothing-like-this-exists"):
