@@ -278,10 +278,11 @@ class ToolSearch:
                 filters: dict[str, Any], fold: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
         """Ranked visible declarations, each with its alternatives. Asks the index again, further down,
         while blocked tools (or index entries the catalog no longer has) or folded alternatives leave
-        fewer than `limit`."""
+        fewer than `limit`. `analyzed` is a query with words (`search` answers one without any
+        itself), or None for a listing by the filters alone."""
         index_query = self.index.query(analyzed, weights=self.field_weights, **filters)
-        rerank = self.semantic is not None and analyzed is not None and not analyzed.empty
-        parts = query_parts(analyzed.text) if analyzed is not None and not analyzed.empty else []
+        rerank = self.semantic is not None and analyzed is not None
+        parts = query_parts(analyzed.text) if analyzed is not None else []
         want = max(SEMANTIC_CANDIDATES if rerank or parts else CANDIDATES, limit)
         goal = max(SEMANTIC_CANDIDATES, limit) if rerank or parts else limit
         offset = 0
