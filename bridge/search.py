@@ -16,7 +16,7 @@ import numpy as np
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
-from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, name_tokens, query_parts
+from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, name_tokens, query_parts, related_words
 from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES
 from bridge.search_semantic import SemanticStage
 from bridge.surface import Surface, deferred_ref
@@ -114,6 +114,7 @@ class ToolSearch:
         self.shared = SharedText()
         self.index = ToolIndex(path, convert=self._indexed)
         self.field_weights = field_weights
+        related_words()  # the query expansion's table (20 ms), read now rather than by the first search
         kind = ("auto" if semantic else "off") if isinstance(semantic, bool) else semantic
         path = self.path = self.index.path  # None when another process holds the on-disk index
         self.semantic = SemanticStage.open(path, kind)

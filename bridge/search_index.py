@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import queue
 import shutil
@@ -76,6 +77,10 @@ FUZZY_MAX_TERMS = 4
 FUZZY_MIN_CHARS = 6
 FUZZY_WEIGHT = 0.5
 FUZZY_MAX_WORDS = 2
+# A query word's related words (bridge.search_rank.related_words) that more tools use than the
+# word itself are matched at this share of its weight. Measured among 0.2, 0.3 and 0.5
+# (docs/search.md, *What is indexed*, related words).
+RELATED_WEIGHT = 0.3
 _TEXT_FIELDS = ("all",)
 
 
@@ -478,13 +483,16 @@ class ToolIndex:
             short = widen and len(terms) <= FUZZY_MAX_TERMS  # as written, before the common words are left out
             informative = len(terms) > MAX_QUERY_TERMS or (len(terms) > MIN_QUERY_TERMS and self.num_docs > COMMON_MIN_DOCS)
             freq: dict[str, int] = {}
-            if short or informative:
+            if short or informative or analyzed.related:
                 searcher = self._index.searcher()
                 freq = {t: searcher.doc_freq("all", t) for t in terms}
             if informative:
                 terms = self._informative(terms, freq, searcher.num_docs)
             unknown = [t for t in terms if short and not freq[t] and len(t) >= FUZZY_MIN_CHARS and t.isalpha()]
             typos = set(sorted(unknown, key=len, reverse=True)[:FUZZY_MAX_WORDS])
+            if analyzed.related:
+                common = max(COMMON_SHARE * searcher.num_docs, COMMON_MIN_DOCS) if informative else math.inf
+                terms = {**terms, **self._related(terms, analyzed.related, freq, searcher, common)}
             for term, term_weight in terms.items():
                 for name, field_weight in weights.items():
                     if field_weight > 0:
@@ -527,6 +535,21 @@ class ToolIndex:
         Q, should = tantivy.Query, tantivy.Occur.Should
         ids = [(should, Q.term_query(self.schema, "tool_id", tool_id)) for tool_id in tool_ids]
         return Q.const_score_query(Q.boolean_query(ids), 0.0)
+
+    @staticmethod
+    def _related(terms: dict[str, float], related: dict[str, tuple[str, ...]], freq: dict[str, int],
+                 searcher: tantivy.Searcher, common: float) -> dict[str, float]:
+        """The related words to match (`AnalyzedQuery.related`) of the query's `terms`: those in
+        more of the tools than the term itself (the catalog's way of saying it, not a rarer
+        look-alike), and no more than `common` of them, each at RELATED_WEIGHT of its term's weight."""
+        extra: dict[str, float] = {}
+        for term, others in related.items():
+            if term not in terms:  # left out as too common
+                continue
+            for other in others:
+                if other not in terms and other not in extra and freq[term] < searcher.doc_freq("all", other) <= common:
+                    extra[other] = RELATED_WEIGHT * terms[term]
+        return extra
 
     @staticmethod
     def _informative(terms: dict[str, float], freq: dict[str, int], num_docs: int) -> dict[str, float]:

@@ -4,11 +4,14 @@ the short search hint derived for tools whose upstream gave none. No index."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
+import numpy as np
 import tantivy
 
 from bridge.model import ToolDeclaration
@@ -22,11 +25,15 @@ __all__ = [
     "shared_runs",
     "analyze_query",
     "query_parts",
+    "related_words",
+    "term_stems",
     "derive_search_hint",
     "identifier_words",
     "name_tokens",
     "split_identifiers",
 ]
+
+log = logging.getLogger("bridge.search")
 
 # Name of the text analyzer registered on the index: simple tokenizer, long tokens dropped,
 # lower case, ASCII folding, English stemming. No stop-word filter: a tool named `get`,
@@ -111,6 +118,41 @@ def _stems_of(word: str) -> tuple[str, ...]:
     return tuple(analyzer().analyze(word))
 
 
+def term_stems(word: str) -> tuple[str, ...]:
+    """The index terms of one word (lower case, as the query analyzer reads it)."""
+    return _stems_of(word)
+
+
+RELATED_TABLE = Path(__file__).with_name("data") / "minilm-related.npz"
+# A query of more content words than this is not expanded: its rarest words decide its ranking.
+RELATED_MAX_TERMS = 32
+
+
+@lru_cache(maxsize=1)
+def related_words() -> dict[str, tuple[str, ...]]:
+    """Each whole word of the static table's vocabulary with the words nearest to it by the
+    table's rows (`bridge.search_static.related_arrays`): *folder* with *directory*, *car* with
+    *vehicle* and *automobile*. Empty, with a warning, when the shipped file cannot be read."""
+    try:
+        with np.load(RELATED_TABLE, allow_pickle=False) as data:
+            words, related = data["words"], data["related"]
+    except (OSError, KeyError, ValueError) as exc:
+        log.warning("related words of query expansion cannot be read from %s (%s); queries are not expanded",
+                    RELATED_TABLE, exc)
+        return {}
+    return {str(word): tuple(str(r) for r in row if r) for word, row in zip(words.tolist(), related.tolist(), strict=True)}
+
+
+# A capitalised word other than a sentence's first is a name (*Washington*, *Santa Barbara*): its
+# nearest words are other names, not other ways to say it.
+_CAPITALISED = re.compile(r"(^|[.!?\n])?\s*\b([A-Z][a-z]+)\b")  # group 1: what opens a sentence
+
+
+def _names(text: str) -> set[str]:
+    """The query's capitalised words that do not open a sentence, lower case."""
+    return {m.group(2).lower() for m in _CAPITALISED.finditer(text) if m.group(1) is None}
+
+
 @lru_cache(maxsize=1)
 def _filler_forms() -> tuple[frozenset[str], frozenset[str]]:
     """(the filler words as the query's words are read, the stems of those that are their own
@@ -134,6 +176,9 @@ class AnalyzedQuery:
     text: str
     terms: dict[str, float] = field(default_factory=dict)
     identifiers: list[str] = field(default_factory=list)
+    # a term's related words (`related_words`), as terms: the index matches those the catalog
+    # uses more often than the term itself, at a lower weight
+    related: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -144,10 +189,12 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     """Stem the query's words and set aside conversational filler and pure numbers (argument
     values, not subjects), both kept when nothing else is left ("404"); repeated words count
     once. A very long query (a whole conversation) keeps its first `max_terms` distinct words
-    (the index then matches by the rarest of them)."""
+    (the index then matches by the rarest of them). A query of at most RELATED_MAX_TERMS content
+    words also gets the related words of each (`related_words`), but for names (`_names`)."""
     filler, bases = _filler_forms()
     content: dict[str, float] = {}
     fill: dict[str, float] = {}
+    words: dict[str, str] = {}  # content word as written -> its term
     for word in _word_analyzer().analyze(split_identifiers(text)):
         for term in _stems_of(word):
             if term in content:
@@ -157,7 +204,18 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
             elif len(content) < max_terms:
                 content[term] = 1.0  # also written as filler elsewhere in the query: it counts
                 fill.pop(term, None)
-    return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifier_words(text))
+                words.setdefault(word, term)
+    related: dict[str, tuple[str, ...]] = {}
+    if content and len(content) <= RELATED_MAX_TERMS:
+        table, names, taken = related_words(), _names(text), set(content)
+        for word, term in words.items():
+            if word in names:
+                continue
+            others = [t for other in table.get(word, ()) for t in _stems_of(other) if t not in taken and t not in bases]
+            if others:
+                related[term] = related.get(term, ()) + tuple(others)
+                taken.update(others)
+    return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifier_words(text), related=related)
 
 
 # A request asking for several things ("Find the airport closest to Boston. Also book me a flight

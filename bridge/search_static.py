@@ -10,7 +10,13 @@ with one scale each. A text's vector is the normalized sum of its tokens' rows: 
 where the full model takes tens of milliseconds a text.
 
 `python -m bridge.search_static OUT.npz [--dims N]` distils the table again from the full
-model (the `semantic` extra must be installed); it takes a few minutes of CPU."""
+model (the `semantic` extra must be installed); it takes a few minutes of CPU.
+
+The table also gives the related words of query expansion (`bridge/data/minilm-related.npz`,
+read by `bridge.search_rank.related_words`): for each whole word of the vocabulary, the words
+whose rows are nearest to its own (cosine at least RELATED_MIN_COSINE), other than its own
+inflections, at most RELATED_PER_WORD of them. `python -m bridge.search_static --related OUT.npz`
+computes them again from the shipped table (no model needed; a few seconds)."""
 
 from __future__ import annotations
 
@@ -29,12 +35,17 @@ import numpy as np
 
 from bridge.search_encoder import MODEL_NAME, Encoder, MiniLMEncoder, WordPiece, model_location
 
-__all__ = ["STATIC_TABLE", "StaticEncoder", "distill", "load_static", "table_arrays"]
+__all__ = ["STATIC_TABLE", "StaticEncoder", "distill", "load_static", "related_arrays", "table_arrays"]
 
 log = logging.getLogger("bridge.search")
 
 STATIC_TABLE = Path(__file__).with_name("data") / "minilm-static.npz"
 ZIPF_A = 1e-4
+# Related words: measured among 0.55 to 0.7 and 1 to 3 words (docs/search.md, *What is indexed*,
+# related words); 3 words at 0.55 let in look-alikes and scored lowest.
+RELATED_MIN_COSINE = 0.65
+RELATED_PER_WORD = 2
+_RELATED_SCAN = 40
 _DISTIL_BATCH = 1024
 
 
@@ -124,11 +135,61 @@ def table_arrays(raw: np.ndarray, vocab: list[str], dims: int = 256) -> dict[str
             "source": np.array(MODEL_NAME)}
 
 
+def related_arrays(table: StaticEncoder, stems: Any, block: int = 1024) -> dict[str, Any]:
+    """The related words of every whole word of the table's vocabulary (lower-case letters,
+    three or more): `words`, and for each its related words `related` (`RELATED_PER_WORD`
+    columns, "" where it has fewer) with their cosines. `stems(word)` gives a word's index
+    terms: a word whose terms are the word's own, or an earlier related word's, is an
+    inflection, not another word."""
+    vocab = table.tokenizer.vocab
+    whole = [word for word, _ in sorted(vocab.items(), key=lambda item: item[1])
+             if len(word) > 2 and word.isascii() and word.isalpha() and word.islower()]
+    rows = table.table[[vocab[word] for word in whole]]
+    rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
+    words: list[str] = []
+    related: list[list[str]] = []
+    cosines: list[list[float]] = []
+    for start in range(0, len(whole), block):
+        sims = rows[start:start + block] @ rows.T
+        nearest = np.argpartition(-sims, _RELATED_SCAN, axis=1)[:, :_RELATED_SCAN]
+        for r, candidates in enumerate(nearest):
+            word = whole[start + r]
+            seen = set(stems(word))
+            found: list[tuple[str, float]] = []
+            for j in candidates[np.argsort(-sims[r, candidates], kind="stable")]:
+                cosine = float(sims[r, j])
+                if cosine < RELATED_MIN_COSINE or len(found) == RELATED_PER_WORD:
+                    break
+                terms = set(stems(whole[j]))
+                if terms and not terms & seen:
+                    found.append((whole[j], cosine))
+                seen |= terms
+            if found:
+                pad = RELATED_PER_WORD - len(found)
+                words.append(word)
+                related.append([w for w, _ in found] + [""] * pad)
+                cosines.append([c for _, c in found] + [0.0] * pad)
+    return {"words": np.array(words), "related": np.array(related), "cosines": np.array(cosines, np.float16),
+            "table": np.array(table.name)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="distil the static token table of tool search from all-MiniLM-L6-v2")
     parser.add_argument("out", type=Path, help="the .npz file to write (the shipped one: bridge/data/minilm-static.npz)")
     parser.add_argument("--dims", type=int, default=256, help="directions kept (default 256)")
+    parser.add_argument("--related", action="store_true",
+                        help="write the related words of the shipped table instead (bridge/data/minilm-related.npz)")
     args = parser.parse_args(argv)
+    if args.related:
+        from bridge.search_rank import term_stems
+
+        started = time.perf_counter()
+        arrays = related_arrays(StaticEncoder(), term_stems)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(args.out, **arrays)
+        print(f"wrote {args.out} ({len(arrays['words'])} words, {args.out.stat().st_size / 1e6:.1f} MB) "
+              f"in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        return 0
     location = model_location()
     if location is None:
         print("the full model is not installed: pip install -e '.[semantic]'", file=sys.stderr)

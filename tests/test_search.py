@@ -129,6 +129,46 @@ async def test_a_misspelled_word_finds_the_word_one_edit_away(env):
     assert "billing__refund" not in env.names("refnud paymnet customer order today quickly")
 
 
+async def test_a_word_the_catalog_says_otherwise_finds_its_tools():
+    e = await start_env([FakeUpstream(name="fs", tools=[
+        tool("mkdir", description="Create a new directory."),
+        tool("ls", description="List the contents of the current directory."),
+        tool("start_engine", description="Start the vehicle's engine."),
+        tool("archive", description="Pack a folder into a zip archive."),
+        tool("flights", description="Find flights to a city."),
+    ])])
+    try:
+        # no tool says *car*; *vehicle* is among its related words
+        assert e.names("start the car") == ["fs__start_engine"]
+        assert e.names("car") == ["fs__start_engine"]
+        # *directory*, related to *folder*, is in more tools than *folder*: both are matched,
+        # the tool saying *folder* first
+        assert e.names("folder")[0] == "fs__archive"
+        assert {"fs__mkdir", "fs__ls"} <= set(e.names("folder"))
+        # the other way round the related word is rarer in the catalog: it is left out
+        assert "fs__archive" not in e.names("directory")
+        # a capitalised word inside a sentence is a name: its nearest words are other names
+        assert analyze_query("seattle").related == {"seattl": ("puget", "seahawk")}
+        assert "seattl" not in analyze_query("Flights to Seattle").related
+        assert e.names("Flights to Seattle") == ["fs__flights"]
+        # a long request is matched by its own rarest words alone
+        assert not analyze_query(" ".join(f"word{i}x" for i in range(40)) + " folder").related
+    finally:
+        await e.close()
+
+
+def test_without_the_related_words_file_queries_are_not_expanded(monkeypatch, tmp_path, caplog):
+    import bridge.search_rank as rank
+
+    monkeypatch.setattr(rank, "RELATED_TABLE", tmp_path / "missing.npz")
+    rank.related_words.cache_clear()
+    try:
+        assert analyze_query("make a new folder").related == {}
+        assert "queries are not expanded" in caplog.text
+    finally:
+        rank.related_words.cache_clear()
+
+
 async def test_select_by_name_alias_and_id_with_missing_names(env):
     repo = env.catalog.resolve("api__list_repositories")
     user = env.catalog.resolve("api__getUserById")

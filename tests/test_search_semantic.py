@@ -260,7 +260,7 @@ async def test_the_static_table_reranks_until_the_full_model_has_embedded():
     surface = Surface(SurfaceConfig(name="default"), catalog)
     try:
         assert await search.wait_indexed()
-        query = "remove the old folder"
+        query = "remove the old subfolder"  # (*folder* would find *directory* by keywords too: related words)
         before = search.search(query, surface=surface).matches
         assert before[0].name == "a__rmdir" and not held.encoded  # by the static table
         held.release.set()
@@ -313,7 +313,7 @@ async def test_static_stage_reranks_by_meaning_at_once(tmp_path):
     search = ToolSearch(catalog, str(tmp_path / "bridge.index"), semantic="static")
     try:
         assert await keyword.wait_indexed() and await search.wait_indexed()
-        query = "remove the old folder"
+        query = "remove the old subfolder"  # (*folder* would find *directory* by keywords too: related words)
         assert keyword.search(query, surface=surface).matches[0].name == "a__drop_user"
         assert search.search(query, surface=surface).matches[0].name == "a__rmdir"
         # a tool added now: searchable and reranked before the stage's thread embeds it
