@@ -112,15 +112,10 @@ def _word_analyzer() -> tantivy.TextAnalyzer:
 
 
 @lru_cache(maxsize=65536)
-def _stems_of(word: str) -> tuple[str, ...]:
+def term_stems(word: str) -> tuple[str, ...]:
     """The index terms of one word of `_word_analyzer()` (the stemmer works word by word; one
     term, unless folding made two words of it: `½` is `1/2`)."""
     return tuple(analyzer().analyze(word))
-
-
-def term_stems(word: str) -> tuple[str, ...]:
-    """The index terms of one word (lower case, as the query analyzer reads it)."""
-    return _stems_of(word)
 
 
 RELATED_TABLE = Path(__file__).with_name("data") / "minilm-related.npz"
@@ -160,7 +155,7 @@ def _filler_forms() -> tuple[frozenset[str], frozenset[str]]:
     words: set[str] = set()
     for word in FILLER_WORDS:
         words.update(_word_analyzer().analyze(word))
-    return frozenset(words), frozenset(w for w in words if _stems_of(w) == (w,))
+    return frozenset(words), frozenset(w for w in words if term_stems(w) == (w,))
 
 
 def identifier_words(text: str) -> list[str]:
@@ -196,7 +191,7 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     fill: dict[str, float] = {}
     words: dict[str, str] = {}  # content word as written -> its term
     for word in _word_analyzer().analyze(split_identifiers(text)):
-        for term in _stems_of(word):
+        for term in term_stems(word):
             if term in content:
                 continue
             if term.isdigit() or word in filler or term in bases or len(term) < 2:
@@ -211,7 +206,7 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
         for word, term in words.items():
             if word in names:
                 continue
-            others = [t for other in table.get(word, ()) for t in _stems_of(other) if t not in taken and t not in bases]
+            others = [t for other in table.get(word, ()) for t in term_stems(other) if t not in taken and t not in bases]
             if others:
                 related[term] = related.get(term, ()) + tuple(others)
                 taken.update(others)

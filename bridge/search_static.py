@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,7 @@ def table_arrays(raw: np.ndarray, vocab: list[str], dims: int = 256) -> dict[str
             "source": np.array(MODEL_NAME)}
 
 
-def related_arrays(table: StaticEncoder, stems: Any, block: int = 1024) -> dict[str, Any]:
+def related_arrays(table: StaticEncoder, stems: Callable[[str], Sequence[str]], block: int = 1024) -> dict[str, Any]:
     """The related words of every whole word of the table's vocabulary (lower-case letters,
     three or more): `words`, and for each its related words `related` (`RELATED_PER_WORD`
     columns, "" where it has fewer) with their cosines. `stems(word)` gives a word's index
