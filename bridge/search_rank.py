@@ -208,7 +208,7 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
                 continue
             others = [t for other in table.get(word, ()) for t in term_stems(other) if t not in taken and t not in bases]
             if others:
-                related[term] = related.get(term, ()) + tuple(others)
+                related[term] = tuple(others)  # a term is reached by one word only: the first to give it
                 taken.update(others)
     return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifier_words(text), related=related)
 
