@@ -154,7 +154,9 @@ def _clean(name: str) -> str:
 def _describe(summary: str, description: str, limit: int) -> str:
     text = summary.strip()
     description = description.strip()
-    if description and description != text:
+    if description and " ".join(description.split()).startswith(" ".join(text.split())):
+        text = description  # a summary that is the description's opening is said once
+    elif description:
         text = f"{text}\n\n{description}" if text else description
     if len(text) <= limit:
         return text
@@ -311,7 +313,9 @@ class _Mapper:
             output_schema=output_schema,
             safety=safety,
             tags=tags,
-            search_hint=summary.strip()[:200] or None,
+            # a summary of a few words is the capability phrase a hint is; a longer one is not,
+            # and the search derives one from the title (the summary) and the description
+            search_hint=summary.strip() if 0 < len(summary.split()) <= 10 else None,
             external_mapping={
                 "source": "openapi", "operation_id": operation_id, "method": method.upper(), "path": path,
                 "server_url": server_url, "security_scheme_refs": scheme_refs,

@@ -19,8 +19,10 @@ was run on them).
 
 With --public, the same requests are also sent to `GET /search` of a `bridge serve` process
 whose upstreams are MCP servers over stdio listing the catalog: the public path end to end.
+--public-openapi does the same with the catalog read from OpenAPI documents, an operation per
+function.
 
-Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE] [--no-semantic] [--public]
+Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE] [--no-semantic] [--public] [--public-openapi]
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -203,13 +205,30 @@ class BridgeRanker:
         self.search.close()
 
 
-class PublicRanker:
-    """`GET /search` of a `bridge serve` process whose upstreams are MCP servers over stdio
-    (bench/_catalog_mcp_server.py) listing the catalog: the public path end to end. A name the
-    catalog lists more than once (as vendors do) goes to another upstream, since one MCP server
-    names each tool once. Hits are read from each match's `native_ref.tool_name`."""
+def openapi_document(title: str, rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """An OpenAPI 3.1 document with an operation per function: `POST /<name>`, its name the
+    operationId, its description the operation's, its parameters a JSON request body (none
+    for a function without parameters)."""
+    paths = {}
+    for row in rows:
+        operation: dict[str, Any] = {"operationId": row["name"], "description": row.get("description") or "",
+                                     "responses": {"200": {"description": "the function's result"}}}
+        body = {**(row.get("parameters") or {}), "type": "object"}
+        if body.get("properties"):
+            operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+        paths["/" + row["name"]] = {"post": operation}
+    return {"openapi": "3.1.0", "info": {"title": title, "version": "1"}, "paths": paths}
 
-    def __init__(self, rows: Sequence[dict[str, Any]], workdir: Path, semantic: str) -> None:
+
+class PublicRanker:
+    """`GET /search` of a `bridge serve` process whose upstreams list the catalog: the public
+    path end to end. `kind` `mcp`: MCP servers over stdio (bench/_catalog_mcp_server.py);
+    `openapi`: OpenAPI 3.1 documents, an operation per function (operationId its name, its
+    description, a JSON request body of its parameters). A name the catalog lists more than once
+    (as vendors do) goes to another upstream, since one server or document names each tool once.
+    Hits are read from each match's `native_ref` (`tool_name`, or `operation_id`)."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]], workdir: Path, semantic: str, kind: str = "mcp") -> None:
         shards: list[dict[str, dict[str, Any]]] = []
         for row in rows:
             free = next((shard for shard in shards if row["name"] not in shard), None)
@@ -219,6 +238,12 @@ class PublicRanker:
             free[row["name"]] = row
         upstreams = []
         for i, shard in enumerate(shards):
+            if kind == "openapi":
+                path = workdir / f"shard{i}.json"
+                path.write_text(json.dumps(openapi_document(f"catalog {i}", shard.values())), encoding="utf-8")
+                upstreams.append({"name": f"cat{i}", "kind": "openapi", "spec": str(path), "base_url": "http://127.0.0.1:9",
+                                  "validate_spec": "off"})  # never called: listing only
+                continue
             path = workdir / f"shard{i}.jsonl"
             path.write_text("".join(json.dumps(r) + "\n" for r in shard.values()), encoding="utf-8")
             upstreams.append({"name": f"cat{i}", "kind": "mcp", "command": sys.executable,
@@ -249,7 +274,7 @@ class PublicRanker:
                 result = json.load(response)
         except OSError:
             return []  # not serving yet
-        return [m["native_ref"]["tool_name"] for m in result.get("matches", [])]
+        return [m["native_ref"].get("tool_name") or m["native_ref"].get("operation_id") for m in result.get("matches", [])]
 
     def close(self) -> None:
         self.process.terminate()
@@ -281,6 +306,8 @@ async def main() -> None:
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
     parser.add_argument("--public", action="store_true",
                         help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
+    parser.add_argument("--public-openapi", action="store_true",
+                        help="also score GET /search of `bridge serve` with the catalog read from OpenAPI documents")
     args = parser.parse_args()
     rows, queries = load_dev_set(args.data)
     sets = query_sets(queries, load_queries(args.conversation), load_queries(args.several))
@@ -323,13 +350,14 @@ async def main() -> None:
             notes.append(f"{kind}: one query embedding takes {50 * (time.perf_counter() - started):.2f} ms")
         finally:
             semantic.close()
-    if args.public:
-        for label, kind in (("GET /search via MCP, keywords", "off"), ("GET /search via MCP, static table", "static")):
+    paths = [("MCP", "mcp")] * args.public + [("OpenAPI", "openapi")] * args.public_openapi
+    for via, upstream_kind in paths:
+        for label, kind in ((f"GET /search via {via}, keywords", "off"), (f"GET /search via {via}, static table", "static")):
             with tempfile.TemporaryDirectory(prefix="bridge-quality-") as tmp:
-                public = PublicRanker(rows, Path(tmp), kind)
+                public = PublicRanker(rows, Path(tmp), kind, upstream_kind)
                 try:
                     results.append((label, score_sets(public, sets)))
-                    notes.append(f"{label}: {public.upstreams} MCP upstreams listed and indexed in {public.ready_seconds:.1f} s")
+                    notes.append(f"{label}: {public.upstreams} {via} upstreams listed and indexed in {public.ready_seconds:.1f} s")
                 finally:
                     public.close()
     print(table(results))

@@ -16,7 +16,7 @@ import numpy as np
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
-from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, name_tokens, query_parts, related_words
+from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, described_schema, name_tokens, query_parts, related_words, unsaid
 from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES
 from bridge.search_semantic import SemanticStage
 from bridge.surface import Surface, deferred_ref
@@ -70,7 +70,7 @@ def _param_text(schema: Any, depth: int = 0) -> tuple[list[str], list[str]]:
 def indexed_tool(decl: ToolDeclaration, shared: SharedText | None = None) -> IndexedTool:
     """The index document of a declaration; with `shared`, the description's text shared by many
     tools of its namespace is kept apart from the tool's own."""
-    param_names, param_texts = _param_text(decl.input_schema)
+    param_names, param_texts = _param_text(described_schema(decl))
     native = decl.native_name or decl.name
     common, own = shared.split(decl.namespace, decl.description or "") if shared is not None else ("", decl.description)
     return IndexedTool(
@@ -78,10 +78,10 @@ def indexed_tool(decl: ToolDeclaration, shared: SharedText | None = None) -> Ind
         namespace=decl.namespace,
         name=name_text(native, *(a for a in decl.aliases if a != native)),
         exact_names=exact_names(native, decl.name, *decl.aliases),
-        title=decl.title or "",
+        title=unsaid(decl.title, decl.description),
         description=own or "",
         shared=common,
-        hint=decl.search_hint or "",
+        hint=unsaid(decl.search_hint, decl.description, decl.title),
         tags=list(decl.tags),
         params=" ".join(param_names),
         param_text=" ".join(param_texts),
@@ -405,7 +405,8 @@ class ToolSearch:
              alternatives: list[ToolDeclaration] | None = None) -> DeferredToolRef:
         ref = deferred_ref(decl)
         # the hint comes from the tool's own words, not from the blurb its API's tools share
-        ref.search_hint = derive_search_hint(decl, self.shared.split(decl.namespace, decl.description or "")[1])
+        shared, own = self.shared.split(decl.namespace, decl.description or "")
+        ref.search_hint = derive_search_hint(decl, own, shared)
         if surface.place(decl).state == "loaded" and decl.loading_state == "loaded":
             ref.loading_state = "loaded"
             ref.schema_visibility = "loaded"

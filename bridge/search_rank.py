@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tantivy
@@ -361,6 +362,35 @@ class SharedText:
 
 # ---------------------------------------------------------------- search hints
 
+
+_WORD = re.compile(r"\w+")
+
+
+def _folded(text: str) -> str:
+    return " " + " ".join(_WORD.findall(text.lower())) + " "
+
+
+def unsaid(text: str | None, *said: str | None) -> str:
+    """`text`, unless one of `said` already says it, word for word (case and punctuation aside):
+    an OpenAPI summary that opens the description, given again as title and hint, counts once, as
+    it does for a tool that gives the description alone; a title that only repeats the first
+    sentence of the blurb its API's tools share stays shared text."""
+    if not text or not text.strip():
+        return ""
+    folded = _folded(text)
+    if folded == "  ":
+        return ""
+    return "" if any(s and (text in s or folded in _folded(s)) for s in said) else text
+
+
+def described_schema(decl: ToolDeclaration) -> Any:
+    """The input schema whose words describe the tool: none for a peer agent's skill, whose
+    parameters are the A2A message envelope every skill has alike (`message`, `data`,
+    `context_id`, `task_id`), not words of the skill. Indexed, they made every skill a match for
+    *message* or *data*."""
+    return {} if decl.tool_kind == "peer_agent_tool" else decl.input_schema
+
+
 _HINT_MIN, _HINT_MAX = 3, 10
 
 
@@ -373,15 +403,19 @@ def _first_sentence(text: str) -> str:
     return _SENTENCE_END.split(text, maxsplit=1)[0] if text else ""
 
 
-def derive_search_hint(decl: ToolDeclaration, description: str | None = None) -> str:
+def derive_search_hint(decl: ToolDeclaration, description: str | None = None, shared: str = "") -> str:
     """The tool's search hint: the upstream's own when it gave one, else 3-10 words from its
     title or the first sentence of its description (`description`, when given, is the one to
     use: the tool's own text without the text its namespace's tools share), completed with its
-    name's words (then its namespace) when that is shorter than three words."""
-    if decl.search_hint and decl.search_hint.strip():
-        return decl.search_hint.strip()
+    name's words (then its namespace) when that is shorter than three words. A given hint or
+    title that only repeats `shared` (the text the namespace's tools share, such as an OpenAPI
+    summary that is the first sentence of the API's blurb) is passed over: it tells the
+    namespace's tools apart no better than the blurb does."""
+    hint = (decl.search_hint or "").strip()
+    if hint and unsaid(hint, shared):
+        return hint
     own = decl.description if description is None else description
-    candidates = [_words(decl.title or ""), _words(_first_sentence(own))]
+    candidates = [_words(unsaid(decl.title, shared)), _words(_first_sentence(own))]
     chosen = next((c for c in candidates if len(c) >= _HINT_MIN), max(candidates, key=len))
     words = [w.rstrip(".,;:") for w in chosen[:_HINT_MAX]]
     seen = {w.lower() for w in words}

@@ -23,7 +23,7 @@ import numpy as np
 
 from bridge.model import ToolDeclaration
 from bridge.search_encoder import Encoder, load_encoder
-from bridge.search_rank import name_tokens
+from bridge.search_rank import described_schema, name_tokens, unsaid
 from bridge.search_static import load_static
 
 __all__ = ["CANDIDATES", "WEIGHT", "SemanticStage", "choose_encoder", "tool_text", "vector_path"]
@@ -49,7 +49,8 @@ _QUERY_CACHE = 256
 def tool_text(decl: ToolDeclaration) -> str:
     """What is embedded of a tool: its name's words, title, description, and each parameter's
     name with the beginning of its description."""
-    props = decl.input_schema.get("properties") if isinstance(decl.input_schema, dict) else None
+    schema = described_schema(decl)
+    props = schema.get("properties") if isinstance(schema, dict) else None
     params: list[str] = []
     if isinstance(props, dict):
         for pname, pschema in props.items():
@@ -57,7 +58,7 @@ def tool_text(decl: ToolDeclaration) -> str:
             words = " ".join(name_tokens(str(pname)))
             params.append(f"{words} ({desc.strip()[:_PARAM_TEXT_CHARS]})" if isinstance(desc, str) and desc.strip()
                           else words)
-    parts = [" ".join(name_tokens(decl.native_name or decl.name)) + ":", decl.title or "", (decl.description or "").strip()]
+    parts = [" ".join(name_tokens(decl.native_name or decl.name)) + ":", unsaid(decl.title, decl.description), (decl.description or "").strip()]
     if params:
         parts.append("Parameters: " + "; ".join(params))
     return " ".join(p for p in parts if p)

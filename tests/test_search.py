@@ -501,6 +501,60 @@ async def test_text_shared_by_an_api_is_kept_apart_from_its_tools_own_words():
         await e.close()
 
 
+async def test_a_title_or_hint_that_repeats_the_description_counts_once():
+    # one function served as an OpenAPI operation (its summary repeated as title and hint) and as
+    # an MCP tool (a description alone): the same words, the same score
+    desc = "Convert an amount between two currencies. Uses the daily rates."
+    summary = "Convert an amount between two currencies."
+    rates = tool("rates", description="List the daily currency rates.")
+    oas = [tool("convert", description=desc, title=summary, search_hint=summary.rstrip(".")), rates,
+           tool("forecast", description="Weather for a city.", title="Seven-day outlook")]
+    e = await start_env([FakeUpstream(name="oas", tools=oas), FakeUpstream(name="mcp", tools=[tool("convert", description=desc), rates])],
+                        semantic="static", fold_alternatives=False)
+    try:
+        for query in ("convert currencies", "amount between two currencies", "daily rates"):
+            scores = {m.name: m.score for m in e.search.search(query, surface=e.surface).matches}
+            assert scores["oas__convert"] == scores["mcp__convert"], query
+        # a title that says what the description does not is the tool's own words
+        assert e.names("outlook")[0] == "oas__forecast"
+    finally:
+        await e.close()
+
+    # the first sentence of an API's blurb, given as every tool's title and hint (an OpenAPI summary):
+    # the hint a match shows is the tool's own first sentence, as without them
+    first = FS_BLURB.split(". ")[0] + "."
+    fs = [tool(n, description=FS_BLURB + FS_TOOLS[n], title=first, search_hint=first) for n in FS_TOOLS]
+    e = await start_env([FakeUpstream(name="fs", tools=fs), FakeUpstream(name="misc", tools=others())])
+    try:
+        match = e.search.search("change the working directory", surface=e.surface).matches[0]
+        assert (match.name, match.search_hint) == ("fs__cd", "Change the current working directory to the specified folder")
+        assert e.names("list the contents of this directory", limit=3)[0] == "fs__ls"
+    finally:
+        await e.close()
+
+
+async def test_a_peer_agents_skills_are_found_by_their_own_words_not_the_message_envelope():
+    from adapters.a2a_mapping import input_schema_for
+    from bridge.search_semantic import tool_text
+
+    envelope = input_schema_for([])  # message, data, context_id, task_id: alike for every skill
+    skills = [tool(name, description=desc, tool_kind="peer_agent_tool").model_copy(update={"input_schema": envelope})
+              for name, desc in (("plan_trip", "Plan a trip itinerary for a city."), ("pack", "Draw up a packing list."))]
+    chat = tool("post_note", description="Post a note to a chat channel.", props={"message": {"type": "string"}})
+    e = await start_env([FakeUpstream(name="desk", tools=skills), FakeUpstream(name="chat", tools=[chat])])
+    try:
+        assert e.names("plan a trip") == ["desk__plan_trip"]
+        # the envelope's words find no skill: a message is what the chat tool takes
+        assert e.names("message") == ["chat__post_note"]
+        assert e.names("the context_id of a previous result") == []
+        skill = e.catalog.resolve("desk__pack")
+        assert (e.search._indexed(skill).params, e.search._indexed(skill).param_text) == ("", "")
+        assert tool_text(skill) == "pack: Draw up a packing list."
+        assert skill.input_schema == envelope  # still the schema a caller gets
+    finally:
+        await e.close()
+
+
 async def test_shared_text_follows_the_listing_tool_by_tool():
     up = FakeUpstream(name="fs", tools=fs_tools(("cd", "ls")))
     e = await start_env([up])

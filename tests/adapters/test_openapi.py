@@ -447,6 +447,26 @@ async def test_operation_id_spelled_like_another_operations_method_and_path(api,
         assert decls["GET /other"].external_mappings[0]["operation_id"] is None and decls["GET /other"].tags == []
 
 
+async def test_summary_opening_the_description_is_said_once_and_a_long_one_is_no_hint(tmp_path):
+    long_summary = "Create an order for a customer and bill it to the card on file at once"
+    doc = _document({
+        "/a": {"post": {"operationId": "create", "summary": "Create an order.",
+                        "description": "Create an order.  The order is billed at once.", "responses": _OK}},
+        "/b": {"post": {"operationId": "bill", "summary": long_summary, "responses": _OK}},
+        "/c": {"get": {"operationId": "list", "summary": "List orders", "description": "Pages of 50.", "responses": _OK}},
+    })
+    async with bridge_for(_write(tmp_path, doc), base_url="http://127.0.0.1:1") as bridge:
+        create, bill, listing = (bridge.catalog.resolve(f"svc__{n}") for n in ("create", "bill", "list"))
+        assert create.description == "Create an order.  The order is billed at once."
+        assert (create.title, create.search_hint) == ("Create an order.", "Create an order.")
+        assert listing.description == "List orders\n\nPages of 50."
+        # more than 10 words is no capability phrase: the search derives the hint
+        assert (bill.title, bill.search_hint) == (long_summary, None)
+        assert await bridge.search.wait_indexed()
+        match = bridge.search.search("bill the card on file", surface=bridge.surfaces.get("default")).matches[0]
+        assert (match.name, match.search_hint) == ("svc__bill", "Create an order for a customer and bill it to")
+
+
 async def test_body_property_when_parameters_hold_every_usual_name(api, tmp_path):
     _, base = api
     params = [{"name": n, "in": "query", "schema": {"type": "string"}} for n in ("body", "request_body", "_body", "body_2")]
