@@ -20,9 +20,10 @@ was run on them).
 With --public, the same requests are also sent to `GET /search` of a `bridge serve` process
 whose upstreams are MCP servers over stdio listing the catalog: the public path end to end.
 --public-openapi does the same with the catalog read from OpenAPI documents, an operation per
-function.
+function, and --public-a2t through a chain of two bridges: one federating, as an A2T upstream,
+the bridge of --public.
 
-Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE] [--no-semantic] [--public] [--public-openapi]
+Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE] [--no-semantic] [--public] [--public-openapi] [--public-a2t]
 """
 
 from __future__ import annotations
@@ -224,9 +225,11 @@ class PublicRanker:
     """`GET /search` of a `bridge serve` process whose upstreams list the catalog: the public
     path end to end. `kind` `mcp`: MCP servers over stdio (bench/_catalog_mcp_server.py);
     `openapi`: OpenAPI 3.1 documents, an operation per function (operationId its name, its
-    description, a JSON request body of its parameters). A name the catalog lists more than once
-    (as vendors do) goes to another upstream, since one server or document names each tool once.
-    Hits are read from each match's `native_ref` (`tool_name`, or `operation_id`)."""
+    description, a JSON request body of its parameters); `a2t`: one A2T upstream, another
+    `bridge serve` whose upstreams are the MCP servers (a chain of two bridges). A name the
+    catalog lists more than once (as vendors do) goes to another upstream, since one server or
+    document names each tool once. Hits are read from each match's `native_ref`
+    (`upstream_native_name` through a chain, `tool_name`, or `operation_id`)."""
 
     def __init__(self, rows: Sequence[dict[str, Any]], workdir: Path, semantic: str, kind: str = "mcp") -> None:
         shards: list[dict[str, dict[str, Any]]] = []
@@ -236,8 +239,13 @@ class PublicRanker:
                 free = {}
                 shards.append(free)
             free[row["name"]] = row
+        self.origin: PublicRanker | None = None
         upstreams = []
-        for i, shard in enumerate(shards):
+        if kind == "a2t":
+            (workdir / "origin").mkdir()
+            self.origin = PublicRanker(rows, workdir / "origin", semantic, "mcp")
+            upstreams.append({"name": "origin", "kind": "a2t", "url": self.origin.base, "start_timeout": 120})
+        for i, shard in enumerate(shards if kind != "a2t" else []):
             if kind == "openapi":
                 path = workdir / f"shard{i}.json"
                 path.write_text(json.dumps(openapi_document(f"catalog {i}", shard.values())), encoding="utf-8")
@@ -260,12 +268,12 @@ class PublicRanker:
         self.process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "serve", "-c", str(config), "--port", str(port)],
                                         cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
         started = time.perf_counter()
-        last = [(f"cat{i}", list(shard)[-1]) for i, shard in enumerate(shards)]
-        while not all(name in self(name) for _, name in last):  # every upstream listed and indexed
+        last = [list(shard)[-1] for shard in shards]
+        while not all(name in self(name) for name in last):  # every upstream listed and indexed
             if self.process.poll() is not None or time.perf_counter() - started > 300:
                 raise RuntimeError(f"bridge serve did not get ready; see {workdir / 'bridge.log'}")
             time.sleep(0.2)
-        self.ready_seconds = time.perf_counter() - started
+        self.ready_seconds = time.perf_counter() - started + (self.origin.ready_seconds if self.origin else 0.0)
 
     def __call__(self, query: str) -> list[str]:
         url = f"{self.base}/search?" + urllib.parse.urlencode({"q": query, "limit": 10})
@@ -274,12 +282,15 @@ class PublicRanker:
                 result = json.load(response)
         except OSError:
             return []  # not serving yet
-        return [m["native_ref"].get("tool_name") or m["native_ref"].get("operation_id") for m in result.get("matches", [])]
+        refs = [m["native_ref"] for m in result.get("matches", [])]
+        return [ref.get("upstream_native_name") or ref.get("tool_name") or ref.get("operation_id") for ref in refs]
 
     def close(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
         self.log.close()
+        if self.origin is not None:
+            self.origin.close()
 
 
 def score_sets(ranker: Ranker, sets: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
@@ -308,6 +319,8 @@ async def main() -> None:
                         help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
     parser.add_argument("--public-openapi", action="store_true",
                         help="also score GET /search of `bridge serve` with the catalog read from OpenAPI documents")
+    parser.add_argument("--public-a2t", action="store_true",
+                        help="also score GET /search of `bridge serve` federating, as an A2T upstream, the bridge of --public")
     args = parser.parse_args()
     rows, queries = load_dev_set(args.data)
     sets = query_sets(queries, load_queries(args.conversation), load_queries(args.several))
@@ -350,14 +363,15 @@ async def main() -> None:
             notes.append(f"{kind}: one query embedding takes {50 * (time.perf_counter() - started):.2f} ms")
         finally:
             semantic.close()
-    paths = [("MCP", "mcp")] * args.public + [("OpenAPI", "openapi")] * args.public_openapi
+    paths = [("MCP", "mcp")] * args.public + [("OpenAPI", "openapi")] * args.public_openapi + [("A2T", "a2t")] * args.public_a2t
     for via, upstream_kind in paths:
         for label, kind in ((f"GET /search via {via}, keywords", "off"), (f"GET /search via {via}, static table", "static")):
             with tempfile.TemporaryDirectory(prefix="bridge-quality-") as tmp:
                 public = PublicRanker(rows, Path(tmp), kind, upstream_kind)
                 try:
                     results.append((label, score_sets(public, sets)))
-                    notes.append(f"{label}: {public.upstreams} {via} upstreams listed and indexed in {public.ready_seconds:.1f} s")
+                    plural = "s" if public.upstreams != 1 else ""
+                    notes.append(f"{label}: {public.upstreams} {via} upstream{plural} listed and indexed in {public.ready_seconds:.1f} s")
                 finally:
                     public.close()
     print(table(results))

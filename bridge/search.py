@@ -16,7 +16,7 @@ import numpy as np
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
-from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, described_schema, name_tokens, query_parts, related_words, unsaid
+from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, described_schema, function_name, name_tokens, query_parts, related_words, unsaid
 from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES
 from bridge.search_semantic import SemanticStage
 from bridge.surface import Surface, deferred_ref
@@ -71,13 +71,13 @@ def indexed_tool(decl: ToolDeclaration, shared: SharedText | None = None) -> Ind
     """The index document of a declaration; with `shared`, the description's text shared by many
     tools of its namespace is kept apart from the tool's own."""
     param_names, param_texts = _param_text(described_schema(decl))
-    native = decl.native_name or decl.name
+    native = function_name(decl)
     common, own = shared.split(decl.namespace, decl.description or "") if shared is not None else ("", decl.description)
     return IndexedTool(
         tool_id=decl.tool_id,
         namespace=decl.namespace,
         name=name_text(native, *(a for a in decl.aliases if a != native)),
-        exact_names=exact_names(native, decl.name, *decl.aliases),
+        exact_names=exact_names(native, decl.native_name or "", decl.name, *decl.aliases),
         title=unsaid(decl.title, decl.description),
         description=own or "",
         shared=common,
@@ -179,7 +179,7 @@ class ToolSearch:
         """On the writer thread: look at the namespace's shared description text again. When it
         changed (and `relist`), every tool of the namespace is compared with the index again;
         only those whose document changed are written."""
-        changed = self.shared.refresh(namespace, ((d.native_name or d.name, d.description or "") for d in listing))
+        changed = self.shared.refresh(namespace, ((function_name(d), d.description or "") for d in listing))
         return (namespace, listing) if changed and relist else None
 
     def reindex(self) -> None:
@@ -360,7 +360,7 @@ class ToolSearch:
         by_name: dict[str, list[int]] = {}
         looked = vectors is not None
         for i, (decl, score) in enumerate(ranked):
-            places = by_name.setdefault(decl.native_name or decl.name, [])
+            places = by_name.setdefault(function_name(decl), [])
             place: int | None = None
             if places:
                 if not looked:  # the candidates' vectors, once, at the first repeated name

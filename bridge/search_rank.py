@@ -383,6 +383,25 @@ def unsaid(text: str | None, *said: str | None) -> str:
     return "" if any(s and (text in s or folded in _folded(s)) for s in said) else text
 
 
+def function_name(decl: ToolDeclaration) -> str:
+    """The name a tool has where it is defined: its native name, or, for a tool federated from
+    another bridge (an A2T upstream), the native name its origin gives it, followed through
+    each bridge's mapping (`upstream_native_name`, then its `upstream_mappings`). Tool search
+    names, folds and tells apart functions by it, so a catalog reached through a chain of
+    bridges ranks as it does at its origin: `cat0__get_weather` of a federated bridge is the
+    `get_weather` its MCP server lists, one function with the `get_weather` of other vendors."""
+    name = decl.native_name or decl.name
+    mappings: Any = decl.external_mappings
+    for _ in range(16):  # bridges in a chain; a mapping nested deeper is not followed
+        origin = next((m for m in mappings if isinstance(m, dict) and isinstance(m.get("upstream_native_name"), str)
+                       and m["upstream_native_name"]), None) if isinstance(mappings, list) else None
+        if origin is None:
+            break
+        name = origin["upstream_native_name"]
+        mappings = origin.get("upstream_mappings")
+    return name
+
+
 def described_schema(decl: ToolDeclaration) -> Any:
     """The input schema whose words describe the tool: none for a peer agent's skill, whose
     parameters are the A2A message envelope every skill has alike (`message`, `data`,
@@ -420,7 +439,7 @@ def derive_search_hint(decl: ToolDeclaration, description: str | None = None, sh
     words = [w.rstrip(".,;:") for w in chosen[:_HINT_MAX]]
     seen = {w.lower() for w in words}
     if len(words) < _HINT_MIN:
-        for word in name_tokens(decl.native_name or decl.name):
+        for word in name_tokens(function_name(decl)):
             if len(words) < _HINT_MAX and word not in seen:
                 seen.add(word)
                 words.append(word)

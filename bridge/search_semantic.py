@@ -23,7 +23,7 @@ import numpy as np
 
 from bridge.model import ToolDeclaration
 from bridge.search_encoder import Encoder, load_encoder
-from bridge.search_rank import described_schema, name_tokens, unsaid
+from bridge.search_rank import described_schema, function_name, name_tokens, unsaid
 from bridge.search_static import load_static
 
 __all__ = ["CANDIDATES", "WEIGHT", "SemanticStage", "choose_encoder", "tool_text", "vector_path"]
@@ -58,7 +58,7 @@ def tool_text(decl: ToolDeclaration) -> str:
             words = " ".join(name_tokens(str(pname)))
             params.append(f"{words} ({desc.strip()[:_PARAM_TEXT_CHARS]})" if isinstance(desc, str) and desc.strip()
                           else words)
-    parts = [" ".join(name_tokens(decl.native_name or decl.name)) + ":", unsaid(decl.title, decl.description), (decl.description or "").strip()]
+    parts = [" ".join(name_tokens(function_name(decl))) + ":", unsaid(decl.title, decl.description), (decl.description or "").strip()]
     if params:
         parts.append("Parameters: " + "; ".join(params))
     return " ".join(p for p in parts if p)

@@ -555,6 +555,38 @@ async def test_a_peer_agents_skills_are_found_by_their_own_words_not_the_message
         await e.close()
 
 
+async def test_tools_federated_from_another_bridge_are_known_by_their_origin_name():
+    from bridge.search_rank import function_name
+
+    def relayed(origin: str, name: str, description: str, depth: int = 1):
+        # as an A2T upstream maps a tool of another bridge: `<namespace>__<name>` there
+        mapping: dict = {"source": "mcp", "tool_name": name}
+        for level in range(depth):
+            native = name if level == 0 else f"{origin}__{name}"
+            mapping = {"source": "a2t", "tool_name": f"{origin}__{native}", "upstream_native_name": native,
+                       "upstream_mappings": [mapping]}
+        exposed = mapping["tool_name"]
+        return tool(exposed, description=description, external_mapping=mapping)
+
+    tools = [relayed("audio", "set_volume", "Set the volume of the speakers."),
+             relayed("media", "set_volume", "Set the volume of the speakers, from 0 to 100.", depth=2),
+             relayed("audio", "mute", "Mute the speakers.")]
+    e = await start_env([FakeUpstream(name="hub", tools=tools)], semantic="static")
+    try:
+        decls = {d.name: d for d in e.catalog.declarations()}
+        assert {function_name(d) for d in decls.values()} == {"set_volume", "mute"}  # a chain of two bridges too
+        # one function listed by two vendors behind the other bridge takes one place
+        first = e.search.search("set the volume of the speakers", surface=e.surface).matches
+        assert first[0].name == "hub__audio__set_volume" and [a["name"] for a in first[0].alternatives] == ["hub__media__media__set_volume"]
+        # quoted by its name at the origin or at the other bridge, it comes first
+        assert e.names("set_volume")[0] == "hub__audio__set_volume"
+        assert e.names("audio__mute")[0] == "hub__audio__mute"
+        # the name's words are the origin's: no `audio` or `media` counted as the tool's own name
+        assert e.search._indexed(decls["hub__audio__mute"]).name == "mute"
+    finally:
+        await e.close()
+
+
 async def test_shared_text_follows_the_listing_tool_by_tool():
     up = FakeUpstream(name="fs", tools=fs_tools(("cd", "ls")))
     e = await start_env([up])

@@ -15,6 +15,7 @@ from bridge.catalog import exposed_name
 from bridge.config import parse_config
 from bridge.model import BridgeError, ToolError, UpstreamResult
 from bridge.runtime import Bridge
+from bridge.search_rank import function_name
 from bridge.serve.app import build_app, close_app
 from demo.openapi_service import build_app as notes_app
 from tests.fakes import FakeConfig, FakeUpstream, tool
@@ -97,6 +98,7 @@ async def check_declarations(a: Bridge, b: Bridge, dialect: str) -> None:
         assert b_decl.safety == a_decl.safety, name
         mapping = b_decl.external_mappings[0]
         assert mapping["upstream_mappings"] == a_decl.external_mappings, name  # A's native mappings, kept
+        assert function_name(b_decl) == a_decl.native_name, name  # B's tool search knows the function by A's name
         assert mapping["source"] == ("ietf-a2t" if dialect == "ietf" else "a2t")
         if name != "fake__greet":
             assert normalized(b_decl.input_schema) == normalized(a_decl.input_schema), name
