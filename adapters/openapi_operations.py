@@ -154,8 +154,9 @@ def _clean(name: str) -> str:
 def _describe(summary: str, description: str, limit: int) -> str:
     text = summary.strip()
     description = description.strip()
-    if description and " ".join(description.split()).startswith(" ".join(text.split())):
-        text = description  # a summary that is the description's opening is said once
+    opening, flat = " ".join(text.split()), " ".join(description.split())
+    if flat.startswith(opening) and (len(flat) == len(opening) or not flat[len(opening)].isalnum()):
+        text = description or text  # a summary that is the description's opening is said once
     elif description:
         text = f"{text}\n\n{description}" if text else description
     if len(text) <= limit:

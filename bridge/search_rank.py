@@ -360,8 +360,7 @@ class SharedText:
         return description[:cut].rstrip(), description[cut:]
 
 
-# ---------------------------------------------------------------- search hints
-
+# ---------------------------------------------------------------- what a declaration says
 
 _WORD = re.compile(r"\w+")
 
@@ -380,7 +379,7 @@ def unsaid(text: str | None, *said: str | None) -> str:
     folded = _folded(text)
     if folded == "  ":
         return ""
-    return "" if any(s and (text in s or folded in _folded(s)) for s in said) else text
+    return "" if any(s and folded in _folded(s) for s in said) else text
 
 
 def function_name(decl: ToolDeclaration) -> str:
@@ -409,6 +408,8 @@ def described_schema(decl: ToolDeclaration) -> Any:
     *message* or *data*."""
     return {} if decl.tool_kind == "peer_agent_tool" else decl.input_schema
 
+
+# ---------------------------------------------------------------- search hints
 
 _HINT_MIN, _HINT_MAX = 3, 10
 

@@ -517,6 +517,9 @@ async def test_a_title_or_hint_that_repeats_the_description_counts_once():
             assert scores["oas__convert"] == scores["mcp__convert"], query
         # a title that says what the description does not is the tool's own words
         assert e.names("outlook")[0] == "oas__forecast"
+        # said word for word, case and punctuation aside; part of a word is not the word
+        from bridge.search_rank import unsaid
+        assert (unsaid("Get a pet", "GET a pet. More."), unsaid("Pet", "A petal store.")) == ("", "Pet")
     finally:
         await e.close()
 

@@ -454,12 +454,16 @@ async def test_summary_opening_the_description_is_said_once_and_a_long_one_is_no
                         "description": "Create an order.  The order is billed at once.", "responses": _OK}},
         "/b": {"post": {"operationId": "bill", "summary": long_summary, "responses": _OK}},
         "/c": {"get": {"operationId": "list", "summary": "List orders", "description": "Pages of 50.", "responses": _OK}},
+        "/d": {"get": {"operationId": "get", "summary": "Get", "description": "Gets an order.", "responses": _OK}},
+        "/e": {"get": {"operationId": "head", "summary": "Read an order", "description": "Read an order. By id.", "responses": _OK}},
     })
     async with bridge_for(_write(tmp_path, doc), base_url="http://127.0.0.1:1") as bridge:
         create, bill, listing = (bridge.catalog.resolve(f"svc__{n}") for n in ("create", "bill", "list"))
         assert create.description == "Create an order.  The order is billed at once."
         assert (create.title, create.search_hint) == ("Create an order.", "Create an order.")
         assert listing.description == "List orders\n\nPages of 50."
+        assert bridge.catalog.resolve("svc__get").description == "Get\n\nGets an order."  # a word, not the opening
+        assert bridge.catalog.resolve("svc__head").description == "Read an order. By id."
         # more than 10 words is no capability phrase: the search derives the hint
         assert (bill.title, bill.search_hint) == (long_summary, None)
         assert await bridge.search.wait_indexed()
