@@ -245,17 +245,18 @@ class PublicRanker:
             (workdir / "origin").mkdir()
             self.origin = PublicRanker(rows, workdir / "origin", semantic, "mcp")
             upstreams.append({"name": "origin", "kind": "a2t", "url": self.origin.base, "start_timeout": 120})
-        for i, shard in enumerate(shards if kind != "a2t" else []):
-            if kind == "openapi":
+        elif kind == "openapi":
+            for i, shard in enumerate(shards):
                 path = workdir / f"shard{i}.json"
                 path.write_text(json.dumps(openapi_document(f"catalog {i}", shard.values())), encoding="utf-8")
                 upstreams.append({"name": f"cat{i}", "kind": "openapi", "spec": str(path), "base_url": "http://127.0.0.1:9",
                                   "validate_spec": "off"})  # never called: listing only
-                continue
-            path = workdir / f"shard{i}.jsonl"
-            path.write_text("".join(json.dumps(r) + "\n" for r in shard.values()), encoding="utf-8")
-            upstreams.append({"name": f"cat{i}", "kind": "mcp", "command": sys.executable,
-                              "args": [str(ROOT / "bench" / "_catalog_mcp_server.py"), str(path)], "start_timeout": 120})
+        else:
+            for i, shard in enumerate(shards):
+                path = workdir / f"shard{i}.jsonl"
+                path.write_text("".join(json.dumps(r) + "\n" for r in shard.values()), encoding="utf-8")
+                upstreams.append({"name": f"cat{i}", "kind": "mcp", "command": sys.executable,
+                                  "args": [str(ROOT / "bench" / "_catalog_mcp_server.py"), str(path)], "start_timeout": 120})
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
@@ -271,6 +272,7 @@ class PublicRanker:
         last = [list(shard)[-1] for shard in shards]
         while not all(name in self(name) for name in last):  # every upstream listed and indexed
             if self.process.poll() is not None or time.perf_counter() - started > 300:
+                self.close()  # and the origin bridge of a chain
                 raise RuntimeError(f"bridge serve did not get ready; see {workdir / 'bridge.log'}")
             time.sleep(0.2)
         self.ready_seconds = time.perf_counter() - started + (self.origin.ready_seconds if self.origin else 0.0)
