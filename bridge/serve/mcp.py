@@ -304,14 +304,15 @@ class MCPFrontend:
         await self.bridge.search.wait_indexed(timeout=SEARCH_INDEX_WAIT)
         result = self.bridge.search.search(query, surface=surface, include_schema=True, **options)
         state = self._state(ctx, surface)
+        catalog = self.bridge.catalog
+        found = [catalog.get(ref.tool_id) for ref in result.matches]
         if state is not None:
-            catalog = self.bridge.catalog
-            found = [catalog.get(ref.tool_id) for ref in result.matches]
             deferred = [d for d in found if d is not None and surface.place(d).state == "deferred"]
             if self.notifier.load(state, deferred):
                 state.fingerprint = listing_for(surface, state).fingerprint
                 await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
-        payload = search_payload(result, by_name=state is not None)
+        native_names = {d.tool_id: d.native_name for d in found if d is not None}
+        payload = search_payload(result, by_name=state is not None, native_names=native_names)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
             structured_content=payload,

@@ -5,6 +5,7 @@ surfaced tool by name). Their MCP definitions, argument checks and the search an
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
@@ -57,6 +58,7 @@ _SEARCH_OUTPUT: dict[str, Any] = {
                 "type": "object",
                 "properties": {
                     "name": {"type": "string"},
+                    "native_name": {"type": "string"},
                     "description": {"type": "string"},
                     "input_schema": {"type": "object"},
                     "loading_state": {"type": "string"},
@@ -152,9 +154,10 @@ def short_description(text: str | None, limit: int = 200) -> str:
     return cut[: ends[-1]] if ends and ends[-1] > limit // 3 else cut.rstrip() + "..."
 
 
-def search_payload(result: ToolSearchResult, *, by_name: bool) -> dict[str, Any]:
+def search_payload(result: ToolSearchResult, *, by_name: bool, native_names: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The structured answer of `search_tools`. `by_name` says the matches were added to the
-    caller's tool list (handshake-era sessions)."""
+    caller's tool list (handshake-era sessions); `native_names` gives, by tool id, each match's
+    name at its upstream (the MCP tool name, operationId, skill id, command or federated name)."""
     matches = []
     for ref in result.matches:
         match: dict[str, Any] = {
@@ -165,6 +168,8 @@ def search_payload(result: ToolSearchResult, *, by_name: bool) -> dict[str, Any]
         }
         if ref.namespace:
             match["namespace"] = ref.namespace
+        if native_names and native_names.get(ref.tool_id):  # the tool's own name at its upstream
+            match["native_name"] = native_names[ref.tool_id]
         if ref.score is not None:
             match["score"] = ref.score
         if ref.reason:

@@ -93,6 +93,7 @@ async def test_search_returns_matches_with_full_schemas(era):
         assert match["input_schema"]["required"] == ["city"]
         assert match["description"].startswith("Get the weather forecast")
         assert match["loading_state"] == "deferred"
+        assert (match["namespace"], match["native_name"]) == ("svc", "weather")  # the upstream's own name, as REST's native_ref
         assert (await client.search("weather forecast", limit=1.0))["matches"][0]["name"] == "svc__weather"  # 1.0 is an integer
         selected = await client.search("select:svc__weather,svc__nope")
         assert [m["name"] for m in selected["matches"]] == ["svc__weather"]
