@@ -337,11 +337,15 @@ async def main() -> None:
     notes = [f"bridge.search indexed {len(rows)} tools through the catalog in {ranker.index_seconds:.2f} s"]
     stages = [("bridge.search + static table", "static", None)]
     if not args.no_semantic:
-        apart = BridgeRanker(rows, semantic="static", fold_alternatives=False)
-        try:
-            results.append(("static table, alternatives not folded", score_sets(apart, sets)))
-        finally:
-            apart.close()
+        for label, options, weight in (("static table, alternatives not folded", {"fold_alternatives": False}, None),
+                                       ("static table, no API sibling gain", {}, 0.0)):
+            variant = BridgeRanker(rows, semantic="static", **options)
+            if weight is not None:
+                variant.search.sibling_weight = weight
+            try:
+                results.append((label, score_sets(variant, sets)))
+            finally:
+                variant.close()
     if args.no_semantic:
         stages = []
     elif model_location() is None:

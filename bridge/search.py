@@ -35,6 +35,12 @@ MAX_ALTERNATIVES = 20
 # answers yet (`cover_order`). The weight of that cover against the whole request's score, chosen
 # among 0.3, 0.5 and 0.7 on the development set (docs/search.md, Quality).
 COVER_WEIGHT = 0.5
+# A tool gains this share of the best score that another tool of its API (a namespace's tools
+# opening with the same shared text, bridge.search_rank.SharedText) has among a search's
+# candidates (`_siblings`): a request matched by several tools of one API is likely about that
+# API. Chosen among 0.05, 0.1, 0.15 and 0.2 (docs/search.md, Quality): the largest whose cost on
+# the development set stays within half a point.
+SIBLING_WEIGHT = 0.1
 _PARAM_DEPTH = 2
 _MAX_ENUM = 20
 
@@ -105,6 +111,7 @@ class ToolSearch:
     """
 
     cover_weight = COVER_WEIGHT  # of the parts of a request asking for several things (`_cover`)
+    sibling_weight = SIBLING_WEIGHT  # of the best score of another tool of a candidate's API (`_siblings`)
 
     def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None,
                  semantic: bool | str = False, fold_alternatives: bool = True) -> None:
@@ -313,12 +320,39 @@ class ToolSearch:
                         vectors, threshold = tools[order], stage.encoder.same_tool_cosine
                         reranked_by = stage
                         break
+            if analyzed is not None and self.sibling_weight and len(ranked) > 1:
+                ranked, vectors = self._siblings(ranked, vectors)
             if parts and len(ranked) > 1:
                 ranked, vectors = self._cover(parts, ranked, vectors, reranked_by, limit)
             matches = self._fold(ranked, vectors, threshold) if fold else [(decl, score, []) for decl, score in ranked]
             if len(matches) >= limit or (exhausted and goal >= len(kept)):
                 return matches[:limit]
             goal = max(2 * goal, goal + limit - len(matches))  # alternatives took places: look further down
+
+    def _siblings(self, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
+                  ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
+        """`ranked` (best first, with its `vectors` rows) with each candidate's score raised by
+        `sibling_weight` times the best score of another candidate of its API (SharedText.api),
+        and reordered by it (ties keep their order). A tool of no API (its description opens with
+        no shared text) gains nothing."""
+        apis = [self.shared.api(decl.description or "") for decl, _ in ranked]
+        firsts: dict[int, list[int]] = {}  # an API's best two candidates, by place
+        for i, api in enumerate(apis):
+            if api is not None:
+                places = firsts.setdefault(api, [])
+                if len(places) < 2:
+                    places.append(i)
+        if not any(len(places) > 1 for places in firsts.values()):
+            return ranked, vectors
+        scores = np.array([score for _, score in ranked], np.float32)
+        raised = scores.copy()
+        for i, api in enumerate(apis):
+            places = firsts.get(api) if api is not None else None
+            if places and len(places) > 1:
+                other = places[1] if places[0] == i else places[0]
+                raised[i] += self.sibling_weight * max(float(scores[other]), 0.0)
+        order = np.argsort(-raised, kind="stable")
+        return [(ranked[i][0], float(raised[i])) for i in order], None if vectors is None else vectors[order]
 
     def _cover(self, parts: list[AnalyzedQuery], ranked: list[tuple[ToolDeclaration, float]],
                vectors: np.ndarray | None, reranked_by: SemanticStage | None, places: int,

@@ -326,6 +326,7 @@ class SharedText:
     def __init__(self, min_tools: int = SHARED_MIN_TOOLS) -> None:
         self.min_tools = min_tools
         self._shared: dict[str, frozenset[int]] = {}  # namespace -> keys of its shared runs
+        self._apis: dict[int, int] = {}  # key of a shared run -> how many namespaces share it
         self._seen: dict[str, int] = {}  # namespace -> fingerprint of its names and descriptions
 
     def refresh(self, namespace: str, tools: Iterable[tuple[str, str]]) -> bool:
@@ -339,11 +340,22 @@ class SharedText:
         self._seen[namespace] = fingerprint
         runs = shared_runs(pairs, self.min_tools) if len(pairs) >= self.min_tools else frozenset()
         before = self._shared.get(namespace, frozenset())
+        if runs == before:
+            return False
+        apis = dict(self._apis)  # replaced whole: read without a lock by `api`
+        for key in before - runs:
+            if apis[key] > 1:
+                apis[key] -= 1
+            else:
+                del apis[key]
+        for key in runs - before:
+            apis[key] = apis.get(key, 0) + 1
         if runs:
             self._shared[namespace] = runs
         else:
             self._shared.pop(namespace, None)
-        return runs != before
+        self._apis = apis
+        return True
 
     def split(self, namespace: str, description: str) -> tuple[str, str]:
         """(shared text, own text) of a description: the longest run of leading segments that
@@ -358,6 +370,21 @@ class SharedText:
         if not cut:
             return "", description
         return description[:cut].rstrip(), description[cut:]
+
+    def api(self, description: str) -> int | None:
+        """Which API the description's tool belongs to: the key of the shortest shared text it
+        starts with (its API's blurb, shared in some namespace), the same for every tool of that
+        API in whichever namespace, also one served apart from the rest of its API; None when it
+        starts with no shared text."""
+        runs = self._apis
+        if not runs or not description:
+            return None
+        # a shared run's first segment is shared too (`shared_runs` groups tools by it)
+        sep = _SEGMENT_END.search(description, 0, SHARED_SCAN)
+        if sep is None or not 0 < sep.start() or sep.end() >= len(description):
+            return None
+        key = hash(description[:sep.start()])
+        return key if key in runs else None
 
 
 # ---------------------------------------------------------------- what a declaration says

@@ -501,6 +501,45 @@ async def test_text_shared_by_an_api_is_kept_apart_from_its_tools_own_words():
         await e.close()
 
 
+@pytest.mark.parametrize("semantic", ["off", "static"])
+async def test_a_tool_gains_from_the_best_match_among_its_apis_other_tools(semantic):
+    from bridge.search import SIBLING_WEIGHT
+    from bridge.search_rank import SharedText
+
+    # an API is the tools opening with one shared blurb, also those served by another upstream
+    # (`part`: too few there to share it); another blurb is another API; a tool of none gains nothing
+    part = FakeUpstream(name="part", tools=[tool(n, description=FS_BLURB + FS_TOOLS[n]) for n in ("mv", "wc")])
+    acme_blurb = "Part of the Acme storage service, for files and folders in the cloud. Tool description: "
+    acme = FakeUpstream(name="acme", tools=[tool(n, description=acme_blurb + d) for n, d in (
+        ("upload", "Upload a file into a folder."), ("folders", "List the folders."), ("lines", "Count the lines of a stored file."))])
+    e = await start_env([FakeUpstream(name="fs", tools=fs_tools()), part, acme, FakeUpstream(name="misc", tools=others())],
+                        semantic=semantic, fold_alternatives=False)
+    api = {"fs": "files", "part": "files", "acme": "acme", "misc": None}
+    try:
+        assert e.search.sibling_weight == SIBLING_WEIGHT > 0
+        for query in ("move the file to another folder", "how many lines and words are in that file?", "list the files here"):
+            raised = {m.name: m.score for m in e.search.search(query, surface=e.surface, limit=30).matches}
+            e.search.sibling_weight = 0.0
+            alone = {m.name: m.score for m in e.search.search(query, surface=e.surface, limit=30).matches}
+            e.search.sibling_weight = SIBLING_WEIGHT
+            assert raised.keys() == alone.keys(), query
+            assert {api[n.split("__")[0]] for n in alone} >= {"files", "acme", None}, query
+            for name, score in alone.items():
+                mine = api[name.split("__")[0]]
+                others_best = max((s for n, s in alone.items() if n != name and api[n.split("__")[0]] == mine), default=None)
+                gain = SIBLING_WEIGHT * max(others_best, 0.0) if mine is not None and others_best is not None else 0.0
+                assert raised[name] == pytest.approx(score + gain, abs=2e-4), (query, name)
+            assert list(raised) == sorted(raised, key=lambda n: -raised[n])  # reordered by the raised score
+    finally:
+        await e.close()
+    shared = SharedText()
+    shared.refresh("fs", [(n, FS_BLURB + d) for n, d in FS_TOOLS.items()])
+    assert shared.api(FS_BLURB + "Anything else.") == shared.api(FS_BLURB + FS_TOOLS["cd"]) is not None
+    assert shared.api("Remove a file.") is None
+    shared.refresh("fs", [])  # the upstream gone: its blurb is no API any more
+    assert shared.api(FS_BLURB + FS_TOOLS["cd"]) is None
+
+
 async def test_a_title_or_hint_that_repeats_the_description_counts_once():
     # one function served as an OpenAPI operation (its summary repeated as title and hint) and as
     # an MCP tool (a description alone): the same words, the same score
