@@ -1,6 +1,7 @@
 """Search quality on the development set: recall@1/5/10 and nDCG@10 of `bridge.search` over
 the 2,961 function declarations of ../shared/data/toolsearch, next to plain BM25: by keywords
-alone, with the default semantic stage (the static token table shipped with the bridge), and
+alone, with the default semantic stage (the static token table shipped with the bridge; also
+without folding alternatives, and without the gain of a tool from its API's other tools), and
 with the full sentence model when it is installed (the `semantic` extra; its tool embeddings
 are kept in bench/.cache, so only the first run spends minutes computing them).
 
