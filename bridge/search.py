@@ -35,10 +35,10 @@ MAX_ALTERNATIVES = 20
 # answers yet (`cover_order`). The weight of that cover against the whole request's score, chosen
 # among 0.3, 0.5 and 0.7 on the development set (docs/search.md, Quality).
 COVER_WEIGHT = 0.5
-# A tool gains this share of the best score that another tool of its API (a namespace's tools
-# opening with the same shared text, bridge.search_rank.SharedText) has among a search's
-# candidates (`_siblings`): a request matched by several tools of one API is likely about that
-# API. Chosen among 0.05, 0.1, 0.15 and 0.2 (docs/search.md, Quality): the largest whose cost on
+# A tool gains this share of the best score that another tool of its API (the tools opening with
+# one shared blurb, in whichever namespace: bridge.search_rank.SharedText.api) has among a
+# search's candidates (`_siblings`): a request matched by several tools of one API is likely
+# about that API. Chosen among 0.05, 0.1, 0.15 and 0.2 (docs/search.md, Quality): the largest whose cost on
 # the development set stays within half a point.
 SIBLING_WEIGHT = 0.1
 _PARAM_DEPTH = 2

@@ -320,8 +320,10 @@ class SharedText:
     by several vendors) share their opening sentence as their own words. `refresh` looks at a
     namespace's listing again after a change (a pass over it only when some name or description
     changed) and says whether its shared text changed, whereupon its documents are to be built
-    again. Nothing is kept per tool. Read by the index writer thread while the catalog's
-    listener refreshes: each namespace's set is replaced whole."""
+    again. `api` tells which API a description's tool belongs to, by the shared text it opens
+    with in whichever namespace. Nothing is kept per tool. Read by the index writer thread and
+    the searches while the catalog's listener refreshes: each namespace's set, and the set of
+    every namespace's shared runs, is replaced whole."""
 
     def __init__(self, min_tools: int = SHARED_MIN_TOOLS) -> None:
         self.min_tools = min_tools
