@@ -287,15 +287,21 @@ def _runs(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def _first_key(text: str) -> int | None:
+    """The key of the description's first segment as a run (`_runs`), None when it has none."""
+    sep = _SEGMENT_END.search(text, 0, SHARED_SCAN)
+    return hash(text[:sep.start()]) if sep is not None and 0 < sep.start() and sep.end() < len(text) else None
+
+
 def shared_runs(tools: Iterable[tuple[str, str]], min_tools: int = SHARED_MIN_TOOLS) -> frozenset[int]:
     """The keys of the runs of leading segments that SHARED_MIN_TOOLS or more differently named
     tools start their description with, from (name, description) pairs of one namespace. Only
     tools whose first segment is written by that many names are looked at further."""
     first: dict[int, list[tuple[str, str]]] = {}
     for name, text in tools:
-        sep = _SEGMENT_END.search(text, 0, SHARED_SCAN)
-        if sep is not None and 0 < sep.start() and sep.end() < len(text):
-            first.setdefault(hash(text[:sep.start()]), []).append((name, text))
+        key = _first_key(text)
+        if key is not None:
+            first.setdefault(key, []).append((name, text))
     shared: set[int] = set()
     for group in first.values():
         if len(group) < min_tools or len({name for name, _ in group}) < min_tools:
@@ -381,11 +387,7 @@ class SharedText:
         runs = self._apis
         if not runs or not description:
             return None
-        # a shared run's first segment is shared too (`shared_runs` groups tools by it)
-        sep = _SEGMENT_END.search(description, 0, SHARED_SCAN)
-        if sep is None or not 0 < sep.start() or sep.end() >= len(description):
-            return None
-        key = hash(description[:sep.start()])
+        key = _first_key(description)  # a shared run's first segment is shared too (`shared_runs` groups tools by it)
         return key if key in runs else None
 
 
