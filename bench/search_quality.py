@@ -1,9 +1,10 @@
 """Search quality on the development set: recall@1/5/10 and nDCG@10 of `bridge.search` over
 the 2,961 function declarations of ../shared/data/toolsearch, next to plain BM25: by keywords
 alone, with the default semantic stage (the static token table shipped with the bridge; also
-without folding alternatives, and without the gain of a tool from its API's other tools), and
-with the full sentence model when it is installed (the `semantic` extra; its tool embeddings
-are kept in bench/.cache, so only the first run spends minutes computing them).
+without folding alternatives, without the lookups placed after a tool, and without those nor
+the gain of a tool from its API's other tools), and with the full sentence model when it is
+installed (the `semantic` extra; its tool embeddings are kept in bench/.cache, so only the
+first run spends minutes computing them).
 
 Each ranking is scored on all development requests, on its two halves by the parity of the
 request's number (the first number in its id: tune on one half, check on the other), and on
@@ -16,7 +17,10 @@ answered by several tools: the development requests with two or more answer name
 several"), and bench/data/several-tasks-queries.jsonl ("conv several"): turns asking for two or
 three things of those APIs at once, written by hand for this bench like the conversation turns
 (after the reading of requests in parts was drafted and tuned on the development set, before it
-was run on them).
+was run on them). bench/data/lookup-queries.jsonl ("lookups"), written by hand the same way, has
+turns that name a person, company or city where the tool asks for its id, symbol or zip code;
+their answers include the lookup an agent calls first (`get_user_id` before `send_message`), and
+some turns give the identifier itself and need no lookup.
 
 With --public, the same requests are also sent to `GET /search` of a `bridge serve` process
 whose upstreams are MCP servers over stdio listing the catalog: the public path end to end.
@@ -24,7 +28,7 @@ whose upstreams are MCP servers over stdio listing the catalog: the public path 
 function, and --public-a2t through a chain of two bridges: one federating, as an A2T upstream,
 the bridge of --public.
 
-Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE] [--no-semantic] [--public] [--public-openapi] [--public-a2t]
+Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE] [--lookups FILE] [--no-semantic] [--public] [--public-openapi] [--public-a2t]
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from bridge.upstream import CallContext, Upstream, UpstreamConfig  # noqa: E402
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "toolsearch"
 DEFAULT_CONVERSATION = ROOT / "bench" / "data" / "conversation-queries.jsonl"
 DEFAULT_SEVERAL = ROOT / "bench" / "data" / "several-tasks-queries.jsonl"
+DEFAULT_LOOKUPS = ROOT / "bench" / "data" / "lookup-queries.jsonl"
 Ranker = Callable[[str], list[str]]
 
 
@@ -103,11 +108,12 @@ def load_queries(path: Path) -> list[dict[str, Any]]:
 
 
 def query_sets(dev: list[dict[str, Any]], conversation: list[dict[str, Any]],
-               several: list[dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
+               several: list[dict[str, Any]] | None = None,
+               lookups: list[dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The sets every ranking is scored on: all development requests, their odd and even halves
     (by the first number in the request's id), those answered by two or more names, the
     hand-written conversation turns and, when given, the hand-written turns asking for several
-    things."""
+    things and those needing a lookup."""
     def number(q: dict[str, Any]) -> int:
         found = re.search(r"\d+", q["qid"])
         return int(found.group(0)) if found else 0
@@ -116,6 +122,8 @@ def query_sets(dev: list[dict[str, Any]], conversation: list[dict[str, Any]],
             "dev several": [q for q in dev if len(set(q["gold_names"])) > 1], "conversation": conversation}
     if several:
         sets["conv several"] = several
+    if lookups:
+        sets["lookups"] = lookups
     return sets
 
 
@@ -317,6 +325,8 @@ async def main() -> None:
                         help="hand-written conversation turns with gold names (JSON lines)")
     parser.add_argument("--several", type=Path, default=DEFAULT_SEVERAL,
                         help="hand-written turns asking for several tools, with gold names (JSON lines)")
+    parser.add_argument("--lookups", type=Path, default=DEFAULT_LOOKUPS,
+                        help="hand-written turns naming a thing a tool needs the id of, with gold names (JSON lines)")
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
     parser.add_argument("--public", action="store_true",
                         help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
@@ -326,7 +336,7 @@ async def main() -> None:
                         help="also score GET /search of `bridge serve` federating, as an A2T upstream, the bridge of --public")
     args = parser.parse_args()
     rows, queries = load_dev_set(args.data)
-    sets = query_sets(queries, load_queries(args.conversation), load_queries(args.several))
+    sets = query_sets(queries, load_queries(args.conversation), load_queries(args.several), load_queries(args.lookups))
     print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data}); "
           + ", ".join(f"{name}: {len(qs)}" for name, qs in sets.items()))
     results = [("plain BM25 (name+description+params)", score_sets(plain_bm25(rows), sets))]
@@ -338,11 +348,12 @@ async def main() -> None:
     notes = [f"bridge.search indexed {len(rows)} tools through the catalog in {ranker.index_seconds:.2f} s"]
     stages = [("bridge.search + static table", "static", None)]
     if not args.no_semantic:
-        for label, options, weight in (("static table, alternatives not folded", {"fold_alternatives": False}, None),
-                                       ("static table, no API sibling gain", {}, 0.0)):
+        for label, options, attrs in (("static table, alternatives not folded", {"fold_alternatives": False}, {}),
+                                      ("static table, no lookups placed", {}, {"lookup_places": 0}),
+                                      ("static table, no API gain, no lookups", {}, {"sibling_weight": 0.0, "lookup_places": 0})):
             variant = BridgeRanker(rows, semantic="static", **options)
-            if weight is not None:
-                variant.search.sibling_weight = weight
+            for attr, value in attrs.items():
+                setattr(variant.search, attr, value)
             try:
                 results.append((label, score_sets(variant, sets)))
             finally:

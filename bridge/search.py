@@ -16,7 +16,7 @@ import numpy as np
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
-from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, described_schema, function_name, name_tokens, query_parts, related_words, unsaid
+from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, described_schema, function_name, input_heads, looked_up, name_tokens, query_parts, related_words, unsaid
 from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES
 from bridge.search_semantic import SemanticStage
 from bridge.surface import Surface, deferred_ref
@@ -41,6 +41,9 @@ COVER_WEIGHT = 0.5
 # about that API. Chosen among 0.05, 0.1, 0.15 and 0.2 (docs/search.md, Quality): the largest whose cost on
 # the development set stays within half a point.
 SIBLING_WEIGHT = 0.1
+# A tool among the first LOOKUP_PLACES matches brings the lookups its API offers for what it
+# needs (`_lookups`), placed right after it.
+LOOKUP_PLACES = 3
 _PARAM_DEPTH = 2
 _MAX_ENUM = 20
 
@@ -93,6 +96,7 @@ def indexed_tool(decl: ToolDeclaration, shared: SharedText | None = None) -> Ind
         param_text=" ".join(param_texts),
         kind=decl.tool_kind,
         read_only=decl.safety.read_only,
+        looks_up=sorted(looked_up(decl, native)),
     )
 
 
@@ -112,6 +116,7 @@ class ToolSearch:
 
     cover_weight = COVER_WEIGHT  # of the parts of a request asking for several things (`_cover`)
     sibling_weight = SIBLING_WEIGHT  # of the best score of another tool of a candidate's API (`_siblings`)
+    lookup_places = LOOKUP_PLACES  # first matches whose lookups are placed after them (`_lookups`); 0: none
 
     def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None,
                  semantic: bool | str = False, fold_alternatives: bool = True) -> None:
@@ -324,6 +329,8 @@ class ToolSearch:
                 ranked, vectors = self._siblings(ranked, vectors)
             if parts and len(ranked) > 1:
                 ranked, vectors = self._cover(parts, ranked, vectors, reranked_by, limit)
+            if analyzed is not None and self.lookup_places:
+                ranked, vectors = self._lookups(ranked, vectors, surface, filters)
             matches = self._fold(ranked, vectors, threshold) if fold else [(decl, score, []) for decl, score in ranked]
             if len(matches) >= limit or (exhausted and goal >= len(kept)):
                 return matches[:limit]
@@ -353,6 +360,42 @@ class ToolSearch:
                 raised[i] += self.sibling_weight * max(float(scores[other]), 0.0)
         order = np.argsort(-raised, kind="stable")
         return [(ranked[i][0], float(raised[i])) for i in order], None if vectors is None else vectors[order]
+
+    def _lookups(self, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None, surface: Surface,
+                 filters: dict[str, Any]) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
+        """`ranked` with, right after each of its first `lookup_places` tools, the tools of its API
+        that look up by name what one of its required parameters is (search_rank.looked_up):
+        `get_user_id` after `send_message(receiver_id: "User ID of the user ...")`, for an agent
+        told a name. A lookup keeps its place when it is already above the tool, and takes the
+        tool's score; it is asked of the index (`ToolIndex.lookups`) within the search's filters
+        and the caller's surface. The rows of `vectors` are dropped when a tool was placed."""
+        out = list(ranked)
+        placed = False
+        for decl, score in ranked[:self.lookup_places]:
+            api = self.shared.api(decl.description or "")
+            heads = input_heads(described_schema(decl)) if api is not None else []
+            if not heads:
+                continue
+            name = function_name(decl)
+            found: list[ToolDeclaration] = []
+            for tool_id in self.index.lookups(frozenset().union(*heads), **filters):
+                other = self.catalog.get(tool_id)
+                if (other is None or function_name(other) == name or self.shared.api(other.description or "") != api
+                        or not self._passes(other, filters) or not surface.visible(other)):
+                    continue
+                what = looked_up(other)
+                if what and any(what <= head for head in heads):
+                    found.append(other)
+            at = next(i for i, (d, _) in enumerate(out) if d is decl)
+            for other in sorted(found, key=function_name, reverse=True):
+                where = next((i for i, (d, _) in enumerate(out) if d.tool_id == other.tool_id), None)
+                if where is not None and where < at:
+                    continue
+                if where is not None:
+                    del out[where]
+                out.insert(at + 1, (other, score))
+                placed = True
+        return (out, None) if placed else (ranked, vectors)
 
     def _cover(self, parts: list[AnalyzedQuery], ranked: list[tuple[ToolDeclaration, float]],
                vectors: np.ndarray | None, reranked_by: SemanticStage | None, places: int,

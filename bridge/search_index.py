@@ -37,7 +37,7 @@ log = logging.getLogger("bridge.search")
 
 # Bump when the schema, the analyzer or the text put in a field changes: an index of another
 # format is rebuilt from the catalog instead of being reopened.
-INDEX_FORMAT = 4
+INDEX_FORMAT = 5
 # Changes arriving within this window share one commit.
 COMMIT_WINDOW = 0.05
 _FORMAT_FILE = "bridge-search.json"
@@ -82,6 +82,8 @@ FUZZY_MAX_WORDS = 2
 # (docs/search.md, *What is indexed*, related words).
 RELATED_WEIGHT = 0.3
 _TEXT_FIELDS = ("all",)
+# Tools asked for by `lookups`: those of one API that look up a word are few.
+LOOKUP_LIMIT = 50
 
 
 @dataclass
@@ -101,6 +103,7 @@ class IndexedTool:
     param_text: str = ""
     kind: str = "function"
     read_only: bool = False
+    looks_up: list[str] = field(default_factory=list)  # what the tool looks up by name (search_rank.looked_up)
     _digest: int | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -109,7 +112,7 @@ class IndexedTool:
         if self._digest is None:
             parts = [str(INDEX_FORMAT), self.namespace, self.name, "\x1e".join(self.exact_names), self.title,
                      self.description, self.shared, self.hint, "\x1e".join(self.tags), self.params, self.param_text, self.kind,
-                     "1" if self.read_only else "0"]
+                     "1" if self.read_only else "0", "\x1e".join(self.looks_up)]
             raw = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
             self._digest = int.from_bytes(raw, "big")
         return self._digest
@@ -129,6 +132,8 @@ class IndexedTool:
             doc.add_text("f_tag", tag)
         doc.add_text("f_kind", self.kind)
         doc.add_text("f_ro", "1" if self.read_only else "0")
+        for word in self.looks_up:
+            doc.add_text("f_lookup", word)
         return doc
 
 
@@ -138,7 +143,7 @@ def _schema() -> tantivy.Schema:
     builder.add_text_field("exact", tokenizer_name="raw", index_option="basic")
     for name in _TEXT_FIELDS:
         builder.add_text_field(name, tokenizer_name=ANALYZER_NAME, index_option="freq")
-    for name in ("f_ns", "f_tag", "f_kind", "f_ro"):
+    for name in ("f_ns", "f_tag", "f_kind", "f_ro", "f_lookup"):
         builder.add_text_field(name, tokenizer_name="raw", index_option="basic")
     return builder.build()
 
@@ -505,15 +510,7 @@ class ToolIndex:
                         words.append((occur.Should, clause if weight == 1.0 else Q.boost_query(clause, weight)))
             for ident in analyzed.identifiers:
                 named.append((occur.Should, Q.boost_query(Q.term_query(schema, "exact", ident), exact_weight)))
-        must: list[tuple[tantivy.Occur, tantivy.Query]] = []
-        if namespace is not None:
-            must.append((occur.Must, Q.term_query(schema, "f_ns", namespace)))
-        for tag in tags or ():
-            must.append((occur.Must, Q.term_query(schema, "f_tag", tag)))
-        if kind is not None:
-            must.append((occur.Must, Q.term_query(schema, "f_kind", kind)))
-        if read_only is not None:
-            must.append((occur.Must, Q.term_query(schema, "f_ro", "1" if read_only else "0")))
+        must = self._filters(namespace, tags, kind, read_only)
         if among is not None:
             must.append((occur.Must, among))
 
@@ -528,6 +525,33 @@ class ToolIndex:
         if not words:
             return IndexQuery(exact)
         return IndexQuery(filtered(Q.boolean_query(words)), exact)
+
+    def _filters(self, namespace: str | None, tags: Sequence[str] | None, kind: str | None,
+                 read_only: bool | None) -> list[tuple[tantivy.Occur, tantivy.Query]]:
+        """The clauses a search's filters require."""
+        schema, Q, must = self.schema, tantivy.Query, tantivy.Occur.Must
+        clauses = [(must, Q.term_query(schema, "f_ns", namespace))] if namespace is not None else []
+        clauses += [(must, Q.term_query(schema, "f_tag", tag)) for tag in tags or ()]
+        if kind is not None:
+            clauses.append((must, Q.term_query(schema, "f_kind", kind)))
+        if read_only is not None:
+            clauses.append((must, Q.term_query(schema, "f_ro", "1" if read_only else "0")))
+        return clauses
+
+    def lookups(self, words: Iterable[str], *, namespace: str | None = None, tags: Sequence[str] | None = None,
+                kind: str | None = None, read_only: bool | None = None, limit: int = LOOKUP_LIMIT) -> list[str]:
+        """The tools that look up one of these stemmed words by name (`IndexedTool.looks_up`),
+        those looking up more of them first, within the filters: at most `limit` tool ids."""
+        Q, should = tantivy.Query, tantivy.Occur.Should
+        clauses = [(should, Q.term_query(self.schema, "f_lookup", word)) for word in words]
+        if not clauses:
+            return []
+        query = Q.boolean_query(clauses)
+        must = self._filters(namespace, tags, kind, read_only)
+        if must:
+            query = Q.boolean_query([(tantivy.Occur.Must, query), *must])
+        searcher = self._index.searcher()
+        return [searcher.doc(address)["tool_id"][0] for _, address in searcher.search(query, limit=limit, count=False).hits]
 
     def among(self, tool_ids: Iterable[str]) -> tantivy.Query:
         """A filter for `query(among=...)`: these tools only, scoring nothing. Each tool is one

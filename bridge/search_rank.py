@@ -30,6 +30,8 @@ __all__ = [
     "term_stems",
     "derive_search_hint",
     "identifier_words",
+    "input_heads",
+    "looked_up",
     "name_tokens",
     "split_identifiers",
 ]
@@ -438,6 +440,70 @@ def described_schema(decl: ToolDeclaration) -> Any:
     `context_id`, `task_id`), not words of the skill. Indexed, they made every skill a match for
     *message* or *data*."""
     return {} if decl.tool_kind == "peer_agent_tool" else decl.input_schema
+
+
+# ---------------------------------------------------------------- lookups a tool needs
+
+# A parameter's head: the words of its name and the first HEAD_WORDS words of its description,
+# which say what it is ("receiver_id: User ID of the user to send the message to").
+HEAD_WORDS = 4
+# The first words of a name that reads, and the words that end what it reads: `get_symbol_by_name`
+# looks up a symbol.
+READ_VERBS = frozenset({"get", "find", "lookup", "search", "fetch", "retrieve", "resolve", "query", "read"})
+_READ_PREFIXES = tuple(READ_VERBS)
+_OBJECT_END = frozenset({"by", "based", "from", "for", "with", "using", "via", "in", "on", "of"})
+_NAME_STEMS = term_stems("name")
+
+
+def _stems(words: Iterable[str]) -> frozenset[str]:
+    return frozenset(stem for word in words for stem in term_stems(word.lower()))
+
+
+def input_heads(schema: Any, *, having: str | None = None) -> list[frozenset[str]]:
+    """The heads of a schema's required top-level parameters, stemmed as the index stems: what
+    a caller must know to call the tool. With `having` (a stem), none unless every head has it."""
+    if not isinstance(schema, dict):
+        return []
+    props, required = schema.get("properties"), schema.get("required")
+    if not isinstance(props, dict) or not isinstance(required, list):
+        return []
+    heads = []
+    for pname in dict.fromkeys(p for p in required if isinstance(p, str)):
+        pschema = props.get(pname)
+        if isinstance(pschema, dict):
+            desc = pschema.get("description") or pschema.get("title")
+            head = _stems([*name_tokens(pname), *(_WORD.findall(desc[:200])[:HEAD_WORDS] if isinstance(desc, str) else ())])
+            if having is not None and having not in head:
+                return []
+            heads.append(head)
+    return heads
+
+
+def looked_up(decl: ToolDeclaration, name: str | None = None) -> frozenset[str]:
+    """What a tool looks up by name, as stemmed words; empty for any other tool. A lookup is
+    named for reading (its first word is one of READ_VERBS) and asks for names alone (each
+    required parameter's head says *name*); it looks up the words of its name after the verb, up
+    to a word like *by* or *from* (`get_user_id(user: "User name of the user")`: user id;
+    `get_symbol_by_name(name)`: symbol), unless it asks for those itself (`get_tweet(tweet_id)`
+    reads a tweet it is given). `name`: its function_name, when known."""
+    name = function_name(decl) if name is None else name
+    if not name[:8].lower().startswith(_READ_PREFIXES):  # most tools: no need to split the name
+        return frozenset()
+    tokens = name_tokens(name)
+    if len(tokens) < 2 or tokens[0] not in READ_VERBS:
+        return frozenset()
+    heads = input_heads(described_schema(decl), having=_NAME_STEMS[0])
+    if not heads:
+        return frozenset()
+    words = []
+    for token in tokens[1:]:
+        if token in _OBJECT_END:
+            break
+        words.append(token)
+    what = _stems(words)
+    if not what or any(what <= head for head in heads):
+        return frozenset()
+    return what
 
 
 # ---------------------------------------------------------------- search hints

@@ -13,7 +13,7 @@ import pytest
 
 from bridge.catalog import Catalog
 from bridge.config import Rule, SurfaceConfig
-from bridge.model import ToolDeclaration
+from bridge.model import InputContract, ToolDeclaration
 from bridge.search import ToolSearch, cover_order, derive_search_hint, name_tokens
 from bridge.search_rank import analyze_query, query_parts
 from bridge.store import Store
@@ -538,6 +538,91 @@ async def test_a_tool_gains_from_the_best_match_among_its_apis_other_tools(seman
     assert shared.api("Remove a file.") is None
     shared.refresh("fs", [])  # the upstream gone: its blurb is no API any more
     assert shared.api(FS_BLURB + FS_TOOLS["cd"]) is None
+
+
+MSG_BLURB = "This tool belongs to the Message API, which is used to manage user interactions in a workspace. Tool description: "
+
+
+def msg_tool(name, description, /, **params):
+    """A tool of the Message API: each keyword a required parameter, with its description."""
+    props = {p: {"type": "string", "description": d} for p, d in params.items()}
+    return tool(name, description=MSG_BLURB + description, props=props or {}, required=list(params))
+
+
+def msg_tools():
+    return [msg_tool("send_message", "Send a message to a user.", receiver_id="User ID of the user to send the message to.",
+                     message="Message to be sent."),
+            msg_tool("delete_message", "Delete the latest message sent to a receiver.", receiver_id="User ID of the user to send the message to."),
+            msg_tool("view_messages_sent", "View all historical messages sent by the current user."),
+            msg_tool("search_messages", "Search for messages containing a specific keyword.", keyword="The keyword to search for in messages."),
+            msg_tool("add_contact", "Add a contact to the workspace.", user_name="User name of contact to be added."),
+            msg_tool("list_users", "List all users in the workspace.")]
+
+
+def test_a_lookup_is_a_reading_tool_asking_for_names_alone():
+    from bridge.search_rank import input_heads, looked_up
+
+    def decl(name, /, **params):
+        up = msg_tool(name, "Anything.", **params)
+        return ToolDeclaration(tool_id=name, name=name, namespace="m", native_name=name, description=up.description,
+                               input_contract=InputContract(model_input_schema=up.input_schema))
+
+    assert looked_up(decl("get_user_id", user="User name of the user.")) == {"user", "id"}
+    assert looked_up(decl("get_symbol_by_name", name="Name of the company.")) == {"symbol"}  # up to *by*
+    assert looked_up(decl("getZipcodeBasedOnCity", city="The name of the city.")) == {"zipcod"}  # stemmed as indexed
+    assert not looked_up(decl("add_contact", user_name="User name of contact to be added."))  # not a reading verb
+    assert not looked_up(decl("get_tweet", tweet_id="ID of the tweet to retrieve."))  # asks for no name
+    assert not looked_up(decl("get_user_name", user_name="User name."))  # asks for what it reads
+    assert not looked_up(decl("list_users")) and not looked_up(decl("get", name="A name."))
+    heads = input_heads(msg_tool("send_message", "Send.", receiver_id="User ID of the user to send the message to.",
+                                 message="Message to be sent.").input_schema)
+    assert heads == [{"receiv", "id", "user", "of", "the"}, {"messag", "to", "be", "sent"}]  # name words, then 4 of the description
+
+
+@pytest.mark.parametrize("semantic", ["off", "static"])
+async def test_a_tool_brings_the_lookup_its_api_offers_for_what_it_needs(semantic):
+    from bridge.search import LOOKUP_PLACES
+
+    # the Message API's lookup is served by another upstream (`part`); other vendors' lookups are
+    # of no API (`misc`) or of another (`crm`)
+    lookup = msg_tool("get_user_id", "Get user ID from user name.", user="User name of the user.")
+    crm_blurb = "Part of the Acme CRM, for customers and their accounts. Tool description: "
+    crm = [tool(n, description=crm_blurb + d, props={"name": {"type": "string", "description": "Name of the customer."}}, required=["name"])
+           for n, d in (("get_user_id", "Find a customer's user id."), ("get_account", "Read an account."), ("get_notes", "Read notes."))]
+    misc = [tool("find_user_id", description="Find a user id by user name.",
+                 props={"name": {"type": "string", "description": "User name to look for."}}, required=["name"])]
+    e = await start_env([FakeUpstream(name="msg", tools=msg_tools()), FakeUpstream(name="part", tools=[lookup]),
+                         FakeUpstream(name="crm", tools=crm), FakeUpstream(name="misc", tools=misc)],
+                        semantic=semantic, fold_alternatives=False)
+    query = "Send Catherine a message saying the report is ready"
+    try:
+        assert e.search.lookup_places == LOOKUP_PLACES > 0
+        result = e.search.search(query, surface=e.surface)
+        names, scores = [m.name for m in result.matches], [m.score for m in result.matches]
+        at = names.index("msg__send_message")
+        assert at < LOOKUP_PLACES and names[at + 1] == "part__get_user_id" and scores[at + 1] == scores[at]
+        assert "crm__get_user_id" not in names[:at + 2] and "misc__find_user_id" not in names[:at + 2]
+        e.search.lookup_places = 0
+        alone = e.names(query)  # the request's words say nothing of user ids: the blurb alone matches it
+        assert alone[alone.index("msg__send_message") + 1] != "part__get_user_id"
+        e.search.lookup_places = LOOKUP_PLACES
+        # a lookup already above the tool keeps its place, once
+        e.search.lookup_places = 10
+        names = e.names("Which user ID has the user name Catherine? Then message her", limit=20)
+        e.search.lookup_places = LOOKUP_PLACES
+        assert names[0] == "part__get_user_id" and names.count("part__get_user_id") == 1 and "msg__send_message" in names[:10]
+        # within the search's filters and the caller's surface
+        assert "part__get_user_id" not in e.names(query, namespace="msg")
+        blocking = Surface(SurfaceConfig(name="safe", block=[Rule(upstream="part")]), e.catalog)
+        assert "part__get_user_id" not in e.names(query, surface=blocking)
+        # the index follows a lookup that changes into something else
+        e.ups["part"].change_tools([msg_tool("get_user_id", "Get user ID from an email address.", email="Email address of the user.")])
+        await until(lambda: "email" in e.catalog.resolve("part__get_user_id").description)
+        assert await e.search.wait_indexed()
+        names = e.names(query)
+        assert names[names.index("msg__send_message") + 1:][:1] != ["part__get_user_id"]
+    finally:
+        await e.close()
 
 
 async def test_a_title_or_hint_that_repeats_the_description_counts_once():
