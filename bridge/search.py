@@ -367,8 +367,9 @@ class ToolSearch:
         that look up by name what one of its required parameters is (search_rank.looked_up):
         `get_user_id` after `send_message(receiver_id: "User ID of the user ...")`, for an agent
         told a name. A lookup keeps its place when it is already above the tool, and takes the
-        tool's score; it is asked of the index (`ToolIndex.lookups`) within the search's filters
-        and the caller's surface. The rows of `vectors` are dropped when a tool was placed."""
+        tool's score; it is asked of the index (`ToolIndex.lookups`), in the tool's upstream
+        first, then (finding none there) in any the search's filters allow, and must be visible on
+        the caller's surface. The rows of `vectors` are dropped when a tool was placed."""
         out = list(ranked)
         placed = False
         for decl, score in ranked[:self.lookup_places]:
@@ -376,16 +377,20 @@ class ToolSearch:
             heads = input_heads(described_schema(decl)) if api is not None else []
             if not heads:
                 continue
-            name = function_name(decl)
+            name, words = function_name(decl), frozenset().union(*heads)
             found: list[ToolDeclaration] = []
-            for tool_id in self.index.lookups(frozenset().union(*heads), **filters):
-                other = self.catalog.get(tool_id)
-                if (other is None or function_name(other) == name or self.shared.api(other.description or "") != api
-                        or not self._passes(other, filters) or not surface.visible(other)):
-                    continue
-                what = looked_up(other)
-                if what and any(what <= head for head in heads):
-                    found.append(other)
+            # the match's own upstream first: other vendors may have many lookups of the same words
+            for namespace in dict.fromkeys([decl.namespace, filters["namespace"]]):
+                for tool_id in self.index.lookups(words, **{**filters, "namespace": namespace}):
+                    other = self.catalog.get(tool_id)
+                    if (other is None or function_name(other) == name or self.shared.api(other.description or "") != api
+                            or not self._passes(other, filters) or not surface.visible(other)):
+                        continue
+                    what = looked_up(other)
+                    if what and any(what <= head for head in heads):
+                        found.append(other)
+                if found:
+                    break
             at = next(i for i, (d, _) in enumerate(out) if d is decl)
             for other in sorted(found, key=function_name, reverse=True):
                 where = next((i for i, (d, _) in enumerate(out) if d.tool_id == other.tool_id), None)

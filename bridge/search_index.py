@@ -82,7 +82,8 @@ FUZZY_MAX_WORDS = 2
 # (docs/search.md, *What is indexed*, related words).
 RELATED_WEIGHT = 0.3
 _TEXT_FIELDS = ("all",)
-# Tools asked for by `lookups`: those of one API that look up a word are few.
+# Tools asked for by `lookups`: the lookups of a word in one upstream are few (the search asks
+# the match's own upstream first).
 LOOKUP_LIMIT = 50
 
 
@@ -539,9 +540,10 @@ class ToolIndex:
         return clauses
 
     def lookups(self, words: Iterable[str], *, namespace: str | None = None, tags: Sequence[str] | None = None,
-                kind: str | None = None, read_only: bool | None = None, limit: int = LOOKUP_LIMIT) -> list[str]:
+                kind: str | None = None, read_only: bool | None = None, limit: int | None = None) -> list[str]:
         """The tools that look up one of these stemmed words by name (`IndexedTool.looks_up`),
-        those looking up more of them first, within the filters: at most `limit` tool ids."""
+        those looking up more of them first, within the filters: at most `limit` tool ids
+        (LOOKUP_LIMIT)."""
         Q, should = tantivy.Query, tantivy.Occur.Should
         clauses = [(should, Q.term_query(self.schema, "f_lookup", word)) for word in words]
         if not clauses:
@@ -551,7 +553,8 @@ class ToolIndex:
         if must:
             query = Q.boolean_query([(tantivy.Occur.Must, query), *must])
         searcher = self._index.searcher()
-        return [searcher.doc(address)["tool_id"][0] for _, address in searcher.search(query, limit=limit, count=False).hits]
+        hits = searcher.search(query, limit=LOOKUP_LIMIT if limit is None else limit, count=False).hits
+        return [searcher.doc(address)["tool_id"][0] for _, address in hits]
 
     def among(self, tool_ids: Iterable[str]) -> tantivy.Query:
         """A filter for `query(among=...)`: these tools only, scoring nothing. Each tool is one

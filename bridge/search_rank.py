@@ -452,7 +452,7 @@ HEAD_WORDS = 4
 READ_VERBS = frozenset({"get", "find", "lookup", "search", "fetch", "retrieve", "resolve", "query", "read"})
 _READ_PREFIXES = tuple(READ_VERBS)
 _OBJECT_END = frozenset({"by", "based", "from", "for", "with", "using", "via", "in", "on", "of"})
-_NAME_STEMS = term_stems("name")
+_NAME = "name"  # the stem of *name*, *names* and *named*
 
 
 def _stems(words: Iterable[str]) -> frozenset[str]:
@@ -492,7 +492,7 @@ def looked_up(decl: ToolDeclaration, name: str | None = None) -> frozenset[str]:
     tokens = name_tokens(name)
     if len(tokens) < 2 or tokens[0] not in READ_VERBS:
         return frozenset()
-    heads = input_heads(described_schema(decl), having=_NAME_STEMS[0])
+    heads = input_heads(described_schema(decl), having=_NAME)
     if not heads:
         return frozenset()
     words = []

@@ -625,6 +625,24 @@ async def test_a_tool_brings_the_lookup_its_api_offers_for_what_it_needs(semanti
         await e.close()
 
 
+async def test_a_lookup_is_found_among_many_other_vendors_lookups(monkeypatch):
+    import bridge.search_index
+
+    # more other vendors' lookups of a user id than a lookup query asks for: the match's own
+    # upstream is asked first
+    monkeypatch.setattr(bridge.search_index, "LOOKUP_LIMIT", 2)
+    lookup = msg_tool("get_user_id", "Get user ID from user name.", user="User name of the user.")
+    crowd = [FakeUpstream(name=f"v{i}", tools=[tool("get_user_id", description=f"Vendor {i}: find a user id.",
+                                                     props={"name": {"type": "string", "description": "User name."}}, required=["name"])])
+             for i in range(4)]
+    e = await start_env([*crowd, FakeUpstream(name="msg", tools=[*msg_tools(), lookup])], semantic="off")
+    try:
+        names = e.names("Send Catherine a message saying the report is ready")
+        assert names[names.index("msg__send_message") + 1] == "msg__get_user_id"
+    finally:
+        await e.close()
+
+
 async def test_a_title_or_hint_that_repeats_the_description_counts_once():
     # one function served as an OpenAPI operation (its summary repeated as title and hint) and as
     # an MCP tool (a description alone): the same words, the same score
