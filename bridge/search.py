@@ -369,9 +369,9 @@ class ToolSearch:
         told a name. A lookup keeps its place when it is already above the tool, and takes the
         tool's score; it is asked of the index (`ToolIndex.lookups`), in the tool's upstream
         first, then (finding none there) in any the search's filters allow, and must be visible on
-        the caller's surface. The rows of `vectors` are dropped when a tool was placed."""
+        the caller's surface. The rows of `vectors` are dropped when a tool was moved."""
         out = list(ranked)
-        placed = False
+        moved = False
         for decl, score in ranked[:self.lookup_places]:
             api = self.shared.api(decl.description or "")
             heads = input_heads(described_schema(decl)) if api is not None else []
@@ -399,8 +399,8 @@ class ToolSearch:
                 if where is not None:
                     del out[where]
                 out.insert(at + 1, (other, score))
-                placed = True
-        return (out, None) if placed else (ranked, vectors)
+                moved = moved or where != at + 1  # one already right after the tool only takes its score
+        return out, None if moved else vectors
 
     def _cover(self, parts: list[AnalyzedQuery], ranked: list[tuple[ToolDeclaration, float]],
                vectors: np.ndarray | None, reranked_by: SemanticStage | None, places: int,
