@@ -349,8 +349,10 @@ async def main() -> None:
     stages = [("bridge.search + static table", "static", None)]
     if not args.no_semantic:
         for label, options, attrs in (("static table, alternatives not folded", {"fold_alternatives": False}, {}),
+                                      ("static table, own words not weighed", {}, {"own_weight": 0.0}),
                                       ("static table, no lookups placed", {}, {"lookup_places": 0}),
-                                      ("static table, no API gain, no lookups", {}, {"sibling_weight": 0.0, "lookup_places": 0})):
+                                      ("static table, no API gain, own words, lookups", {}, {"sibling_weight": 0.0, "own_weight": 0.0,
+                                                                                         "lookup_places": 0})):
             variant = BridgeRanker(rows, semantic="static", **options)
             for attr, value in attrs.items():
                 setattr(variant.search, attr, value)

@@ -8,17 +8,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
 from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, described_schema, function_name, input_heads, looked_up, name_tokens, query_parts, related_words, unsaid
 from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES
-from bridge.search_semantic import SemanticStage
+from bridge.search_semantic import SemanticStage, tool_text
 from bridge.surface import Surface, deferred_ref
 
 __all__ = ["ToolSearch", "name_tokens", "derive_search_hint", "indexed_tool", "SELECT_PREFIX"]
@@ -41,6 +43,14 @@ COVER_WEIGHT = 0.5
 # about that API. Chosen among 0.05, 0.1, 0.15 and 0.2 (docs/search.md, Quality): the largest whose cost on
 # the development set stays within half a point.
 SIBLING_WEIGHT = 0.1
+# Among the first OWN_PLACES candidates, the tools of one API trade places by the cosine of the
+# request with their own words (without the API's shared text), counted OWN_WEIGHT times against
+# their score (`_own_words`): the shared text tells which API, the own words which of its tools.
+# Chosen among 0.3, 0.45, 0.5, 0.6, 0.8 and 1 on the hand-written conversation sets
+# (docs/search.md, Tools of one API); 5, 10 and 20 places scored alike.
+OWN_WEIGHT = 0.5
+OWN_PLACES = 10
+OWN_KEPT = 4096
 # A tool among the first LOOKUP_PLACES matches brings the lookups its API offers for what it
 # needs (`_lookups`), placed right after it.
 LOOKUP_PLACES = 3
@@ -116,6 +126,7 @@ class ToolSearch:
 
     cover_weight = COVER_WEIGHT  # of the parts of a request asking for several things (`_cover`)
     sibling_weight = SIBLING_WEIGHT  # of the best score of another tool of a candidate's API (`_siblings`)
+    own_weight = OWN_WEIGHT  # of the cosine with a tool's own words among its API's candidates (`_own_words`)
     lookup_places = LOOKUP_PLACES  # first matches whose lookups are placed after them (`_lookups`); 0: none
 
     def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None,
@@ -124,6 +135,9 @@ class ToolSearch:
         self.fold_alternatives = fold_alternatives
         self.path = path
         self.shared = SharedText()
+        # tool_id -> (declaration, SharedText.version, vector of its own words): `_own_vectors`
+        self._own_kept: LRUCache[str, tuple[ToolDeclaration, int, np.ndarray]] = LRUCache(OWN_KEPT)
+        self._own_lock = threading.Lock()
         self.index = ToolIndex(path, convert=self._indexed)
         self.field_weights = field_weights
         related_words()  # the query expansion's table (20 ms), read now rather than by the first search
@@ -327,6 +341,8 @@ class ToolSearch:
                         break
             if analyzed is not None and self.sibling_weight and len(ranked) > 1:
                 ranked, vectors = self._siblings(ranked, vectors)
+            if analyzed is not None and self.own_weight and reranked_by is not None:
+                ranked, vectors = self._own_words(analyzed.text, ranked, vectors)
             if parts and len(ranked) > 1:
                 ranked, vectors = self._cover(parts, ranked, vectors, reranked_by, limit)
             if analyzed is not None and self.lookup_places:
@@ -360,6 +376,57 @@ class ToolSearch:
                 raised[i] += self.sibling_weight * max(float(scores[other]), 0.0)
         order = np.argsort(-raised, kind="stable")
         return [(ranked[i][0], float(raised[i])) for i in order], None if vectors is None else vectors[order]
+
+    def _own_words(self, query: str, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
+                   ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
+        """`ranked` (best first, with its `vectors` rows) with the tools of each API among its first
+        `OWN_PLACES` reordered in the places they hold, by their score plus `own_weight` times how
+        far the cosine of the query with their own words (SharedText.own: the description
+        without the blurb every tool of the API opens with) is above the mean of theirs. Each
+        place keeps its score. A tool's vector carries its API's blurb, which tells it from other
+        vendors' tools but says the same of every tool of the API. Needs the cheap encoder (the
+        static table), which embeds the own words as the search runs; without it, `ranked`."""
+        stage = next((stage for stage in self._stages if stage.encoder.cheap), None)
+        if stage is None:
+            return ranked, vectors
+        groups: dict[int, list[int]] = {}
+        for i, (decl, _) in enumerate(ranked[:OWN_PLACES]):
+            api = self.shared.api(decl.description or "")
+            if api is not None:
+                groups.setdefault(api, []).append(i)
+        groups = {api: places for api, places in groups.items() if len(places) > 1}
+        if not groups:
+            return ranked, vectors
+        places = [i for group in groups.values() for i in group]
+        own = self._own_vectors(stage, [ranked[i][0] for i in places])
+        cosine = dict(zip(places, (own @ stage.query_vector(query)).tolist(), strict=True))
+        order = list(range(len(ranked)))
+        for group in groups.values():
+            mean = sum(cosine[i] for i in group) / len(group)
+            by = sorted(group, key=lambda i: -(ranked[i][1] + self.own_weight * (cosine[i] - mean)))  # stable
+            for place, i in zip(group, by, strict=True):
+                order[place] = i
+        if order == list(range(len(ranked))):
+            return ranked, vectors
+        return ([(ranked[i][0], ranked[place][1]) for place, i in enumerate(order)],
+                None if vectors is None else vectors[order])
+
+    def _own_vectors(self, stage: SemanticStage, decls: list[ToolDeclaration]) -> np.ndarray:
+        """The vectors of these tools' own words (`_own_words`), embedded by `stage` when not
+        kept: the last OWN_KEPT are, each for as long as its declaration and every shared text
+        stay as they were."""
+        version = self.shared.version
+        with self._own_lock:
+            kept = [self._own_kept.get(decl.tool_id) for decl in decls]
+        rows = [k[2] if k is not None and k[0] is decl and k[1] == version else None for k, decl in zip(kept, decls, strict=True)]
+        fresh = [i for i, row in enumerate(rows) if row is None]
+        if fresh:
+            texts = [tool_text(decls[i], self.shared.own(decls[i].description or "")) for i in fresh]
+            with self._own_lock:
+                for i, row in zip(fresh, stage.text_vectors(texts), strict=True):
+                    rows[i] = row
+                    self._own_kept[decls[i].tool_id] = (decls[i], version, row)
+        return np.stack(rows)
 
     def _lookups(self, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None, surface: Surface,
                  filters: dict[str, Any]) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:

@@ -338,6 +338,7 @@ class SharedText:
         self._shared: dict[str, frozenset[int]] = {}  # namespace -> keys of its shared runs
         self._apis: dict[int, int] = {}  # key of a shared run -> how many namespaces share it
         self._seen: dict[str, int] = {}  # namespace -> fingerprint of its names and descriptions
+        self.version = 0  # counts the changes of any namespace's shared text
 
     def refresh(self, namespace: str, tools: Iterable[tuple[str, str]]) -> bool:
         """Take the namespace's current (name, description) pairs; True when its shared text
@@ -365,6 +366,7 @@ class SharedText:
         else:
             self._shared.pop(namespace, None)
         self._apis = apis
+        self.version += 1
         return True
 
     def split(self, namespace: str, description: str) -> tuple[str, str]:
@@ -380,6 +382,19 @@ class SharedText:
         if not cut:
             return "", description
         return description[:cut].rstrip(), description[cut:]
+
+    def own(self, description: str) -> str:
+        """The description without the longest run of its leading segments that is shared in
+        any namespace: a tool's own words also when it is served apart from the rest of its API
+        (`split` looks at its own namespace alone)."""
+        runs = self._apis
+        if not runs or not description:
+            return description
+        cut = 0
+        for key, end in _runs(description):
+            if key in runs:
+                cut = end
+        return description[cut:] if cut else description
 
     def api(self, description: str) -> int | None:
         """Which API the description's tool belongs to: the key of the shortest shared text it

@@ -46,9 +46,12 @@ _KEY_BYTES = 16
 _QUERY_CACHE = 256
 
 
-def tool_text(decl: ToolDeclaration) -> str:
-    """What is embedded of a tool: its name's words, title, description, and each parameter's
-    name with the beginning of its description."""
+def tool_text(decl: ToolDeclaration, description: str | None = None) -> str:
+    """What is embedded of a tool: its name's words, title, description (or `description` in its
+    place: the tool's own words, without its API's shared text), and each parameter's name with
+    the beginning of its description."""
+    if description is None:
+        description = decl.description or ""
     schema = described_schema(decl)
     props = schema.get("properties") if isinstance(schema, dict) else None
     params: list[str] = []
@@ -58,7 +61,7 @@ def tool_text(decl: ToolDeclaration) -> str:
             words = " ".join(name_tokens(str(pname)))
             params.append(f"{words} ({desc.strip()[:_PARAM_TEXT_CHARS]})" if isinstance(desc, str) and desc.strip()
                           else words)
-    parts = [" ".join(name_tokens(function_name(decl))) + ":", unsaid(decl.title, decl.description), (decl.description or "").strip()]
+    parts = [" ".join(name_tokens(function_name(decl))) + ":", unsaid(decl.title, description), description.strip()]
     if params:
         parts.append("Parameters: " + "; ".join(params))
     return " ".join(p for p in parts if p)
@@ -292,7 +295,8 @@ class SemanticStage:
 
     # ---------------------------------------------------------------- ranking
 
-    def _query_vector(self, query: str) -> np.ndarray:
+    def query_vector(self, query: str) -> np.ndarray:
+        """The query's unit vector (the last _QUERY_CACHE queries' are kept)."""
         vector = self._query_vectors.get(query)
         if vector is None:
             vector = self.encoder.encode([query], QUERY_TOKENS)[0]
@@ -300,6 +304,11 @@ class SemanticStage:
                 self._query_vectors.pop(next(iter(self._query_vectors)), None)
             self._query_vectors[query] = vector
         return vector
+
+    def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """The texts' unit vectors, embedded now (for a cheap encoder: texts that are no tool's
+        own, such as a tool's words without its API's shared text; the caller keeps them)."""
+        return self.encoder.encode(list(texts), self.encoder.tool_tokens).astype(np.float32)
 
     def weight_for(self, query: str) -> float:
         """The cosine's weight for this query: `weight`, scaled down by `words_cap / words` for
@@ -346,7 +355,7 @@ class SemanticStage:
     def mix(self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]], tools: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`rerank` over the candidates' vectors (`vectors`): the new order (indexes into
         `ranked`, best first) and each candidate's mixed score."""
-        q = self._query_vector(query)
+        q = self.query_vector(query)
         cosine = tools @ q
         best = max(score for _, score in ranked)
         keyword = np.array([score for _, score in ranked], np.float32) / (best if best > 0 else 1.0)

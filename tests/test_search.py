@@ -535,9 +535,59 @@ async def test_a_tool_gains_from_the_best_match_among_its_apis_other_tools(seman
     shared = SharedText()
     shared.refresh("fs", [(n, FS_BLURB + d) for n, d in FS_TOOLS.items()])
     assert shared.api(FS_BLURB + "Anything else.") == shared.api(FS_BLURB + FS_TOOLS["cd"]) is not None
+    # a tool's own words, also in another namespace (served apart from its API)
+    assert shared.own(FS_BLURB + FS_TOOLS["cd"]) == FS_TOOLS["cd"] == shared.split("fs", FS_BLURB + FS_TOOLS["cd"])[1]
+    assert shared.split("part", FS_BLURB + FS_TOOLS["cd"])[1] != FS_TOOLS["cd"]
+    assert shared.own("Remove a file.") == "Remove a file."
     assert shared.api("Remove a file.") is None
+    version = shared.version
     shared.refresh("fs", [])  # the upstream gone: its blurb is no API any more
-    assert shared.api(FS_BLURB + FS_TOOLS["cd"]) is None
+    assert shared.api(FS_BLURB + FS_TOOLS["cd"]) is None and shared.version == version + 1
+
+
+@pytest.mark.parametrize("semantic", ["off", "static"])
+async def test_an_apis_tools_trade_places_by_their_own_words(semantic):
+    from bridge.search import OWN_WEIGHT
+
+    # every file tool's vector carries the blurb ("navigating directories, creating files and
+    # directories"); their own words tell which of them a request is about
+    e = await start_env([FakeUpstream(name="fs", tools=fs_tools()), FakeUpstream(name="misc", tools=others())],
+                        semantic=semantic, fold_alternatives=False)
+    queries = ("First, head over to the documents directory for me.", "Could you then go ahead and move it into the temp folder?",
+               "what's written in the file")
+    try:
+        assert e.search.own_weight == OWN_WEIGHT > 0
+        for query in queries:
+            traded = [(m.name, m.score) for m in e.search.search(query, surface=e.surface, limit=30).matches]
+            e.search.own_weight = 0.0
+            alone = [(m.name, m.score) for m in e.search.search(query, surface=e.surface, limit=30).matches]
+            e.search.own_weight = OWN_WEIGHT
+            # the same places, each with its score; another upstream's tools keep theirs
+            assert [s for _, s in traded] == [s for _, s in alone], query
+            assert [n if n.startswith("misc") else "" for n, _ in traded] == [n if n.startswith("misc") else "" for n, _ in alone]
+            assert sorted(traded) != sorted(alone) or semantic == "off" or query == queries[1]
+            if semantic == "off":  # the own words are weighed by the static table
+                assert traded == alone
+        head_over = e.names(queries[0], limit=3)
+        assert head_over[0] == ("fs__cd" if semantic == "static" else "fs__mkdir")
+        e.search.own_weight = 0.0
+        assert e.names(queries[0], limit=3)[0] == "fs__mkdir"
+        e.search.own_weight = OWN_WEIGHT
+        if semantic == "static":
+            # the own words follow the catalog (`cd` kept from the searches above): `cd` and
+            # `mkdir` swap descriptions
+            from bridge.search_semantic import tool_text
+
+            swapped = {**FS_TOOLS, "cd": FS_TOOLS["mkdir"], "mkdir": FS_TOOLS["cd"]}
+            e.ups["fs"].change_tools([tool(n, description=FS_BLURB + d) for n, d in swapped.items()])
+            await until(lambda: e.catalog.resolve("fs__cd").description.endswith(FS_TOOLS["mkdir"]))
+            assert await e.search.wait_indexed()
+            cd = e.catalog.resolve("fs__cd")
+            stage = e.search.semantic
+            assert e.search._own_vectors(stage, [cd]) == pytest.approx(stage.text_vectors([tool_text(cd, FS_TOOLS["mkdir"])]))
+            assert e.names(queries[0], limit=3)[0] == "fs__cd"  # now by its name alone
+    finally:
+        await e.close()
 
 
 MSG_BLURB = "This tool belongs to the Message API, which is used to manage user interactions in a workspace. Tool description: "
