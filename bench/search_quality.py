@@ -310,10 +310,11 @@ def score_sets(ranker: Ranker, sets: dict[str, list[dict[str, Any]]]) -> dict[st
 
 def table(rows: list[tuple[str, dict[str, dict[str, float]]]]) -> str:
     cols = ["r@1", "r@5", "r@10", "ndcg@10", "ms/query"]
-    lines = [f"{'ranking':<38}{'queries':<14}" + "".join(f"{c:>10}" for c in cols)]
+    width = max([len("ranking"), *(len(label) for label, _ in rows)]) + 2
+    lines = [f"{'ranking':<{width}}{'queries':<14}" + "".join(f"{c:>10}" for c in cols)]
     for label, by_set in rows:
         for name, metrics in by_set.items():
-            lines.append(f"{label:<38}{name:<14}" + "".join(f"{metrics[c]:>10.3f}" for c in cols))
+            lines.append(f"{label:<{width}}{name:<14}" + "".join(f"{metrics[c]:>10.3f}" for c in cols))
             label = ""
     return "\n".join(lines)
 
