@@ -61,7 +61,8 @@ def tool_text(decl: ToolDeclaration, description: str | None = None) -> str:
             words = " ".join(name_tokens(str(pname)))
             params.append(f"{words} ({desc.strip()[:_PARAM_TEXT_CHARS]})" if isinstance(desc, str) and desc.strip()
                           else words)
-    parts = [" ".join(name_tokens(function_name(decl))) + ":", unsaid(decl.title, description), description.strip()]
+    # a title the whole description says (the blurb's first sentence, say) is not the own words either
+    parts = [" ".join(name_tokens(function_name(decl))) + ":", unsaid(decl.title, decl.description), description.strip()]
     if params:
         parts.append("Parameters: " + "; ".join(params))
     return " ".join(p for p in parts if p)

@@ -573,11 +573,15 @@ async def test_an_apis_tools_trade_places_by_their_own_words(semantic):
         e.search.own_weight = 0.0
         assert e.names(queries[0], limit=3)[0] == "fs__mkdir"
         e.search.own_weight = OWN_WEIGHT
+        # a title that is the blurb's first sentence (an OpenAPI summary) is not the tool's own words
+        from bridge.search_semantic import tool_text
+
+        ls = e.catalog.resolve("fs__ls").model_copy(update={"title": FS_BLURB.split(". ")[0] + "."})
+        assert tool_text(ls, FS_TOOLS["ls"]) == f"ls: {FS_TOOLS['ls']} Parameters: text"
+        assert tool_text(ls.model_copy(update={"title": "Folder listing"}), FS_TOOLS["ls"]) == f"ls: Folder listing {FS_TOOLS['ls']} Parameters: text"
         if semantic == "static":
             # the own words follow the catalog (`cd` kept from the searches above): `cd` and
             # `mkdir` swap descriptions
-            from bridge.search_semantic import tool_text
-
             swapped = {**FS_TOOLS, "cd": FS_TOOLS["mkdir"], "mkdir": FS_TOOLS["cd"]}
             e.ups["fs"].change_tools([tool(n, description=FS_BLURB + d) for n, d in swapped.items()])
             await until(lambda: e.catalog.resolve("fs__cd").description.endswith(FS_TOOLS["mkdir"]))
