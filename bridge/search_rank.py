@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -289,6 +289,17 @@ def _runs(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def _shared_end(text: str, runs: Collection[int] | None) -> int:
+    """Where the text's longest run of leading segments among `runs` (keys, `_runs`) ends; 0
+    when it starts with none of them."""
+    cut = 0
+    if runs and text:
+        for key, end in _runs(text):
+            if key in runs:
+                cut = end
+    return cut
+
+
 def _first_key(text: str) -> int | None:
     """The key of the description's first segment as a run (`_runs`), None when it has none."""
     sep = _SEGMENT_END.search(text, 0, SHARED_SCAN)
@@ -372,13 +383,7 @@ class SharedText:
     def split(self, namespace: str, description: str) -> tuple[str, str]:
         """(shared text, own text) of a description: the longest run of leading segments that
         is shared in the namespace, and the rest."""
-        runs = self._shared.get(namespace)
-        if not runs or not description:
-            return "", description
-        cut = 0
-        for key, end in _runs(description):
-            if key in runs:
-                cut = end
+        cut = _shared_end(description, self._shared.get(namespace))
         if not cut:
             return "", description
         return description[:cut].rstrip(), description[cut:]
@@ -387,14 +392,7 @@ class SharedText:
         """The description without the longest run of its leading segments that is shared in
         any namespace: a tool's own words also when it is served apart from the rest of its API
         (`split` looks at its own namespace alone)."""
-        runs = self._apis
-        if not runs or not description:
-            return description
-        cut = 0
-        for key, end in _runs(description):
-            if key in runs:
-                cut = end
-        return description[cut:] if cut else description
+        return description[_shared_end(description, self._apis):]
 
     def api(self, description: str) -> int | None:
         """Which API the description's tool belongs to: the key of the shortest shared text it
