@@ -18,7 +18,21 @@ from cachetools import LRUCache
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
-from bridge.search_rank import AnalyzedQuery, SharedText, analyze_query, derive_search_hint, described_schema, function_name, input_heads, looked_up, name_tokens, query_parts, related_words, unsaid
+from bridge.search_rank import (
+    AnalyzedQuery,
+    SharedText,
+    analyze_query,
+    derive_search_hint,
+    described_schema,
+    function_name,
+    input_heads,
+    looked_up,
+    name_tokens,
+    query_parts,
+    related_words,
+    searched_description,
+    unsaid,
+)
 from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES
 from bridge.search_semantic import SemanticStage, tool_text
 from bridge.surface import Surface, deferred_ref
@@ -91,16 +105,17 @@ def indexed_tool(decl: ToolDeclaration, shared: SharedText | None = None) -> Ind
     tools of its namespace is kept apart from the tool's own."""
     param_names, param_texts = _param_text(described_schema(decl))
     native = function_name(decl)
-    common, own = shared.split(decl.namespace, decl.description or "") if shared is not None else ("", decl.description)
+    described = searched_description(decl)
+    common, own = shared.split(decl.namespace, described) if shared is not None else ("", described)
     return IndexedTool(
         tool_id=decl.tool_id,
         namespace=decl.namespace,
         name=name_text(native, *(a for a in decl.aliases if a != native)),
         exact_names=exact_names(native, decl.native_name or "", decl.name, *decl.aliases),
-        title=unsaid(decl.title, decl.description),
+        title=unsaid(decl.title, described),
         description=own or "",
         shared=common,
-        hint=unsaid(decl.search_hint, decl.description, decl.title),
+        hint=unsaid(decl.search_hint, described, decl.title),
         tags=list(decl.tags),
         params=" ".join(param_names),
         param_text=" ".join(param_texts),
@@ -205,7 +220,7 @@ class ToolSearch:
         """On the writer thread: look at the namespace's shared description text again. When it
         changed (and `relist`), every tool of the namespace is compared with the index again;
         only those whose document changed are written."""
-        changed = self.shared.refresh(namespace, ((function_name(d), d.description or "") for d in listing))
+        changed = self.shared.refresh(namespace, ((function_name(d), searched_description(d)) for d in listing))
         return (namespace, listing) if changed and relist else None
 
     def reindex(self) -> None:
@@ -358,7 +373,7 @@ class ToolSearch:
         `sibling_weight` times the best score of another candidate of its API (SharedText.api),
         and reordered by it (ties keep their order). A tool of no API (its description opens with
         no shared text) gains nothing."""
-        apis = [self.shared.api(decl.description or "") for decl, _ in ranked]
+        apis = [self.shared.api(searched_description(decl)) for decl, _ in ranked]
         firsts: dict[int, list[int]] = {}  # an API's best two candidates, by place
         for i, api in enumerate(apis):
             if api is not None:
@@ -391,7 +406,7 @@ class ToolSearch:
             return ranked, vectors
         groups: dict[int, list[int]] = {}
         for i, (decl, _) in enumerate(ranked[:OWN_PLACES]):
-            api = self.shared.api(decl.description or "")
+            api = self.shared.api(searched_description(decl))
             if api is not None:
                 groups.setdefault(api, []).append(i)
         groups = {api: places for api, places in groups.items() if len(places) > 1}
@@ -421,7 +436,7 @@ class ToolSearch:
         rows = [k[2] if k is not None and k[0] is decl and k[1] == version else None for k, decl in zip(kept, decls, strict=True)]
         fresh = [i for i, row in enumerate(rows) if row is None]
         if fresh:
-            texts = [tool_text(decls[i], self.shared.own(decls[i].description or "")) for i in fresh]
+            texts = [tool_text(decls[i], self.shared.own(searched_description(decls[i]))) for i in fresh]
             with self._own_lock:
                 for i, row in zip(fresh, stage.text_vectors(texts), strict=True):
                     rows[i] = row
@@ -440,7 +455,7 @@ class ToolSearch:
         out = list(ranked)
         moved = False
         for decl, score in ranked[:self.lookup_places]:
-            api = self.shared.api(decl.description or "")
+            api = self.shared.api(searched_description(decl))
             heads = input_heads(described_schema(decl)) if api is not None else []
             if not heads:
                 continue
@@ -450,7 +465,7 @@ class ToolSearch:
             for namespace in dict.fromkeys([decl.namespace, filters["namespace"]]):
                 for tool_id in self.index.lookups(words, **{**filters, "namespace": namespace}):
                     other = self.catalog.get(tool_id)
-                    if (other is None or function_name(other) == name or self.shared.api(other.description or "") != api
+                    if (other is None or function_name(other) == name or self.shared.api(searched_description(other)) != api
                             or not self._passes(other, filters) or not surface.visible(other)):
                         continue
                     what = looked_up(other)
@@ -554,7 +569,7 @@ class ToolSearch:
              alternatives: list[ToolDeclaration] | None = None) -> DeferredToolRef:
         ref = deferred_ref(decl)
         # the hint comes from the tool's own words, not from the blurb its API's tools share
-        shared, own = self.shared.split(decl.namespace, decl.description or "")
+        shared, own = self.shared.split(decl.namespace, searched_description(decl))
         ref.search_hint = derive_search_hint(decl, own, shared)
         if surface.place(decl).state == "loaded" and decl.loading_state == "loaded":
             ref.loading_state = "loaded"

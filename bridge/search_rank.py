@@ -33,6 +33,7 @@ __all__ = [
     "input_heads",
     "looked_up",
     "name_tokens",
+    "searched_description",
     "split_identifiers",
 ]
 
@@ -447,6 +448,36 @@ def function_name(decl: ToolDeclaration) -> str:
     return name
 
 
+# Characters of an upstream's whole description that tool search reads when an adapter cut the
+# listed one short (searched_description): all of it for all but 2 of the 1,223 operations of
+# GitHub's REST API document (254 of them longer than the OpenAPI adapter's 600), bounded so a
+# manual written into one operation cannot swell the index.
+FULL_DESCRIPTION_MAX = 4000
+_CUT_MARK = "…"
+
+
+def searched_description(decl: ToolDeclaration) -> str:
+    """The description tool search reads of a tool: its declaration's, or, when its adapter cut
+    that short (it ends in `…`) and kept the upstream's whole text in its annotations (as the
+    OpenAPI adapter keeps an operation's `summary` and `description` under `openapi`), the whole
+    text, up to FULL_DESCRIPTION_MAX characters. A listing shows an agent the first
+    `description_max` characters; search finds the tool by every word its document gives it,
+    as it would the same function listed whole by another upstream."""
+    text = decl.description or ""
+    if not text.endswith(_CUT_MARK):
+        return text
+    opening = text[: -len(_CUT_MARK)].rstrip()
+    for kept in decl.annotations.values():
+        if not isinstance(kept, dict) or not isinstance(kept.get("description"), str):
+            continue
+        description, summary = kept["description"].strip(), kept.get("summary")
+        wholes = [description, f"{summary.strip()}\n\n{description}"] if isinstance(summary, str) and summary.strip() else [description]
+        whole = next((w for w in wholes if len(w) > len(opening) and w.startswith(opening)), None)
+        if whole is not None:
+            return whole[:FULL_DESCRIPTION_MAX]
+    return text
+
+
 def described_schema(decl: ToolDeclaration) -> Any:
     """The input schema whose words describe the tool: none for a peer agent's skill, whose
     parameters are the A2A message envelope every skill has alike (`message`, `data`,
@@ -544,7 +575,7 @@ def derive_search_hint(decl: ToolDeclaration, description: str | None = None, sh
     hint = (decl.search_hint or "").strip()
     if hint and unsaid(hint, shared):
         return hint
-    own = decl.description if description is None else description
+    own = searched_description(decl) if description is None else description
     candidates = [_words(unsaid(decl.title, shared)), _words(_first_sentence(own))]
     chosen = next((c for c in candidates if len(c) >= _HINT_MIN), max(candidates, key=len))
     words = [w.rstrip(".,;:") for w in chosen[:_HINT_MAX]]

@@ -23,7 +23,7 @@ import numpy as np
 
 from bridge.model import ToolDeclaration
 from bridge.search_encoder import Encoder, load_encoder
-from bridge.search_rank import described_schema, function_name, name_tokens, unsaid
+from bridge.search_rank import described_schema, function_name, name_tokens, searched_description, unsaid
 from bridge.search_static import load_static
 
 __all__ = ["CANDIDATES", "WEIGHT", "SemanticStage", "choose_encoder", "tool_text", "vector_path"]
@@ -51,7 +51,7 @@ def tool_text(decl: ToolDeclaration, description: str | None = None) -> str:
     place: the tool's own words, without its API's shared text), and each parameter's name with
     the beginning of its description."""
     if description is None:
-        description = decl.description or ""
+        description = searched_description(decl)
     schema = described_schema(decl)
     props = schema.get("properties") if isinstance(schema, dict) else None
     params: list[str] = []
@@ -62,7 +62,7 @@ def tool_text(decl: ToolDeclaration, description: str | None = None) -> str:
             params.append(f"{words} ({desc.strip()[:_PARAM_TEXT_CHARS]})" if isinstance(desc, str) and desc.strip()
                           else words)
     # a title the whole description says (the blurb's first sentence, say) is not the own words either
-    parts = [" ".join(name_tokens(function_name(decl))) + ":", unsaid(decl.title, decl.description), description.strip()]
+    parts = [" ".join(name_tokens(function_name(decl))) + ":", unsaid(decl.title, searched_description(decl)), description.strip()]
     if params:
         parts.append("Parameters: " + "; ".join(params))
     return " ".join(p for p in parts if p)

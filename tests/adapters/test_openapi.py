@@ -471,6 +471,39 @@ async def test_summary_opening_the_description_is_said_once_and_a_long_one_is_no
         assert (match.name, match.search_hint) == ("svc__bill", "Create an order for a customer and bill it to")
 
 
+async def test_a_description_cut_short_is_searched_whole(tmp_path):
+    from bridge.search_rank import FULL_DESCRIPTION_MAX, searched_description
+
+    archive = ("Moves the project to the archive tier. Its jobs stop and its members keep read access. "
+               "Retention: snapshots stay in cold storage for ninety days before deletion.")
+    restore = "Restore an archived project. " + "Jobs restart where they stopped. " * 3 + "Quota is checked first."
+    doc = _document({
+        "/archive": {"post": {"operationId": "archive", "summary": "Archive a project", "description": archive, "responses": _OK}},
+        "/restore": {"post": {"operationId": "restore", "summary": "Restore an archived project.", "description": restore,
+                              "responses": _OK}},
+        "/manual": {"get": {"operationId": "manual", "description": "The manual. " + "Read it twice. " * 900, "responses": _OK}},
+        "/purge": {"delete": {"operationId": "purge", "summary": "Purge deleted projects", "responses": _OK}},
+    })
+    async with bridge_for(_write(tmp_path, doc), base_url="http://127.0.0.1:1", description_max=80) as bridge:
+        tools = {n: bridge.catalog.resolve(f"svc__{n}") for n in ("archive", "restore", "manual", "purge")}
+        assert tools["archive"].description.endswith("…") and "cold storage" not in tools["archive"].description
+        # the listing shows the cut text; the search reads the whole, the summary said once
+        assert searched_description(tools["archive"]) == f"Archive a project\n\n{archive}"
+        assert searched_description(tools["restore"]) == restore
+        assert len(searched_description(tools["manual"])) == FULL_DESCRIPTION_MAX
+        assert searched_description(tools["purge"]) == "Purge deleted projects"
+        assert await bridge.search.wait_indexed()
+        surface = bridge.surfaces.get("default")
+        assert [m.name for m in bridge.search.search("snapshots in cold storage", surface=surface).matches][:1] == ["svc__archive"]
+        assert [m.name for m in bridge.search.search("quota", surface=surface).matches][:1] == ["svc__restore"]
+        match = bridge.search.search("archive tier", surface=surface).matches[0]
+        assert (match.name, match.description) == ("svc__archive", tools["archive"].description)
+    # a description that ends in an ellipsis of its own, or whose kept text is another's, is read as given
+    plain = tools["archive"].model_copy(update={"description": "Wait for it…", "annotations": {}})
+    other = tools["archive"].model_copy(update={"description": "Something else entirely…"})
+    assert (searched_description(plain), searched_description(other)) == ("Wait for it…", "Something else entirely…")
+
+
 async def test_body_property_when_parameters_hold_every_usual_name(api, tmp_path):
     _, base = api
     params = [{"name": n, "in": "query", "schema": {"type": "string"}} for n in ("body", "request_body", "_body", "body_2")]
