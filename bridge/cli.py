@@ -16,6 +16,7 @@ from bridge.config import DEFAULT_CONFIG, BridgeConfig, ConfigError, load_config
 from bridge.invoke import refuse_non_finite
 from bridge.model import BridgeError, DeferredToolRef
 from bridge.runtime import Bridge
+from bridge.search import MAX_LIMIT, MAX_QUERY_CHARS
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -94,6 +95,24 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port: use 0 to 65535")
     return port
+
+
+def _limit(text: str) -> int:
+    try:
+        limit = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of matches") from None
+    if not 1 <= limit <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"{limit} matches: use 1 to {MAX_LIMIT}")
+    return limit
+
+
+def _query(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the query is empty: give keywords, or select:name1,name2")
+    if len(text) > MAX_QUERY_CHARS:
+        raise argparse.ArgumentTypeError(f"the query is {len(text)} characters long; at most {MAX_QUERY_CHARS} are taken")
+    return text
 
 
 def _unknown_surface(command: str, name: str, config: BridgeConfig) -> bool:
@@ -266,8 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("search", parents=[common], help="search the catalog")
-    p.add_argument("query", help="free text, or select:a,b")
-    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("query", type=_query, help="free text, or select:a,b")
+    p.add_argument("--limit", type=_limit, default=10, help=f"most matches printed (1 to {MAX_LIMIT})")
     p.add_argument("--surface", default="default")
     p.add_argument("--json", action="store_true")
 

@@ -107,7 +107,20 @@ def schema_errors(validator: jsonschema.protocols.Validator, arguments: Any, lim
     """Up to `limit` validation errors of `arguments`, in the order of where they are, each as
     `{path (JSON pointer), message}`."""
     found = sorted(validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.absolute_path])
-    return [{"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message} for e in found[:limit]]
+    return [{"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": _error_message(e)} for e in found[:limit]]
+
+
+_SHOWN_VALUE = 60
+
+
+def _error_message(error: jsonschema.ValidationError) -> str:
+    """The validator's message with the offending value shown by its beginning: a 1 MB string
+    that is too long is not sent back in full (twice: in the message and in the details)."""
+    message, shown = error.message, repr(error.instance)
+    if len(shown) > _SHOWN_VALUE and shown in message:
+        size = f"{len(error.instance)} characters" if isinstance(error.instance, str) else f"{len(shown)} characters as written"
+        message = message.replace(shown, f"{shown[:_SHOWN_VALUE]}… ({size})")
+    return message
 
 
 def refuse_non_finite(arguments: Any) -> None:

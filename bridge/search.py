@@ -19,6 +19,7 @@ from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
 from bridge.search_rank import (
+    MAX_QUERY_CHARS,
     AnalyzedQuery,
     SharedText,
     analyze_query,
@@ -37,11 +38,15 @@ from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES
 from bridge.search_semantic import SemanticStage, tool_text
 from bridge.surface import Surface, deferred_ref
 
-__all__ = ["ToolSearch", "name_tokens", "derive_search_hint", "indexed_tool", "SELECT_PREFIX"]
+__all__ = ["MAX_LIMIT", "MAX_QUERY_CHARS", "ToolSearch", "name_tokens", "derive_search_hint", "indexed_tool", "SELECT_PREFIX"]
 
 log = logging.getLogger("bridge.search")
 
 SELECT_PREFIX = "select:"
+# Most matches a search returns, whatever the caller asks (the frontends cap lower: REST 100, MCP 50).
+MAX_LIMIT = 1000
+# Names of missing tools a `select:` hint spells out; `missing_names` lists them all.
+HINT_NAMES = 10
 # The index is asked for this many candidates (at least) before surface filtering.
 CANDIDATES = 20
 # A match names at most this many alternatives (`alternatives_total` counts them all when there are more).
@@ -263,10 +268,11 @@ class ToolSearch:
         fold_alternatives: bool | None = None,
     ) -> ToolSearchResult:
         query = query.strip()
-        limit = max(1, limit)  # frontends clamp to their own maximum
+        limit = min(max(1, limit), MAX_LIMIT)  # frontends clamp to their own maximum
         total_deferred = surface.counts()["deferred"]
         pending = self.catalog.pending_providers()
-        filters = dict(namespace=namespace, tags=tags, kind=kind, read_only=read_only)
+        # an empty namespace or kind filters nothing, as an empty REST parameter does
+        filters = dict(namespace=namespace or None, tags=tags or None, kind=kind or None, read_only=read_only)
         if query.lower().startswith(SELECT_PREFIX):
             return self._select(query, surface, include_schema, total_deferred, pending)
         analyzed = analyze_query(query) if query else None
@@ -294,7 +300,7 @@ class ToolSearch:
 
     def _select(self, query: str, surface: Surface, include_schema: bool, total_deferred: int,
                 pending: list[str]) -> ToolSearchResult:
-        names = [n.strip() for n in query[len(SELECT_PREFIX):].split(",") if n.strip()]
+        names = list(dict.fromkeys(n.strip() for n in query[len(SELECT_PREFIX):].split(",") if n.strip()))
         matches: list[DeferredToolRef] = []
         missing: list[str] = []
         seen: set[str] = set()
@@ -311,7 +317,9 @@ class ToolSearch:
             result.next_action = "refine_query"
             result.hint = "select: needs tool names, aliases or ids separated by commas"
         elif missing:
-            result.hint = f"not found on this surface: {', '.join(missing)}"
+            named = ", ".join(missing[:HINT_NAMES])
+            more = f" and {len(missing) - HINT_NAMES} more (all in missing_names)" if len(missing) > HINT_NAMES else ""
+            result.hint = f"not found on this surface: {named}{more}"
             if not matches:
                 result.next_action = "refine_query"
         return result

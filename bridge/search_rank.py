@@ -21,6 +21,7 @@ __all__ = [
     "ANALYZER_NAME",
     "AnalyzedQuery",
     "FILLER_WORDS",
+    "MAX_QUERY_CHARS",
     "SharedText",
     "analyzer",
     "shared_runs",
@@ -49,7 +50,9 @@ _NAME_SPLIT = re.compile(r"[_.\-/:\s]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z]
 _CAMEL_PRESENT = re.compile(r"[A-Z](?:(?<=[a-z0-9][A-Z])|[A-Z][a-z])")
 _CAMEL_LOWER_UPPER = re.compile(r"([a-z0-9])(?=[A-Z])")
 _CAMEL_ACRONYM = re.compile(r"([A-Z])(?=[A-Z][a-z])")
-_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[_.\-/][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*")
+# Tried only where a word starts, without backtracking: a run of letters with no separator fails
+# once, not once for each of its letters (a 20,000-letter query took 12 s).
+_IDENTIFIER = re.compile(r"(?<![A-Za-z0-9])(?:[A-Za-z][A-Za-z0-9]*+(?:[_.\-/][A-Za-z0-9]++)+|[a-z]++[A-Z][A-Za-z0-9]*+)")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")
 _MARKUP = re.compile(r"[`*#>\[\]]+|\((?:https?://)[^)]*\)")
 
@@ -149,7 +152,17 @@ _CAPITALISED = re.compile(r"(^|[.!?\n])?\s*\b([A-Z][a-z]+)\b")  # group 1: what 
 
 def _names(text: str) -> set[str]:
     """The query's capitalised words that do not open a sentence, lower case."""
-    return {m.group(2).lower() for m in _CAPITALISED.finditer(text) if m.group(1) is None}
+    return {m.group(2).lower() for m in _CAPITALISED.finditer(squeeze_space(text)) if m.group(1) is None}
+
+
+_SPACE_RUN = re.compile(r"\s{2,}")
+
+
+def squeeze_space(text: str) -> str:
+    """`text` with each run of white space made one character: a line break when the run holds
+    one, else a space. The patterns that look past white space (`\\s*` before a word) then try
+    each place once; over a run of 20,000 spaces they took seconds."""
+    return _SPACE_RUN.sub(lambda m: "\n" if "\n" in m.group(0) else " ", text)
 
 
 @lru_cache(maxsize=1)
@@ -165,6 +178,13 @@ def _filler_forms() -> tuple[frozenset[str], frozenset[str]]:
 def identifier_words(text: str) -> list[str]:
     """Words of a query written like a tool name (`lawyer.find_nearby`, `getUserById`), lower case."""
     return list(dict.fromkeys(m.group(0).lower().strip("._-/") for m in _IDENTIFIER.finditer(text)))
+
+
+# The longest query the frontends take (REST `q`, MCP `search_tools`, `bridge search`); a longer
+# one given to `analyze_query` directly is read by its beginning. About 2,500 words: far more than
+# a request, or the turns of a conversation that tell what it needs, and its first 128 distinct
+# words decide anyway.
+MAX_QUERY_CHARS = 16_384
 
 
 @dataclass
@@ -187,9 +207,11 @@ class AnalyzedQuery:
 def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     """Stem the query's words and set aside conversational filler and pure numbers (argument
     values, not subjects), both kept when nothing else is left ("404"); repeated words count
-    once. A very long query (a whole conversation) keeps its first `max_terms` distinct words
-    (the index then matches by the rarest of them). A query of at most RELATED_MAX_TERMS content
-    words also gets the related words of each (`related_words`), but for names (`_names`)."""
+    once. A very long query (a whole conversation) is read by its first MAX_QUERY_CHARS
+    characters and keeps its first `max_terms` distinct words (the index then matches by the
+    rarest of them). A query of at most RELATED_MAX_TERMS content words also gets the related
+    words of each (`related_words`), but for names (`_names`)."""
+    text = text[:MAX_QUERY_CHARS]
     filler, bases = _filler_forms()
     content: dict[str, float] = {}
     fill: dict[str, float] = {}
@@ -236,7 +258,7 @@ def query_parts(text: str) -> list[AnalyzedQuery]:
     """The parts of a request asking for several things, each read like a query (`analyze_query`),
     in the order written; [] when the request has fewer than two parts of PART_MIN_TERMS content
     words (filler does not count). A part of the same words as an earlier one counts once."""
-    pieces = [piece.strip() for piece in _PART_SPLIT.split(text) if piece and piece.strip()]
+    pieces = [piece.strip() for piece in _PART_SPLIT.split(squeeze_space(text)) if piece and piece.strip()]
     if len(pieces) < 2:  # one piece: the request itself, already read by `analyze_query`
         return []
     parts: list[AnalyzedQuery] = []

@@ -121,6 +121,16 @@ def test_bad_ports_surfaces_and_options_are_one_clear_line(tmp_path, capsys):
         except SystemExit as exc:
             assert exc.code == 2
         assert "--port" in capsys.readouterr().err
+    # a number of matches the index cannot allocate (it panicked), none, or a query with no words
+    for argv, said in ((["--limit", str(2 ** 63)], "use 1 to 1000"), (["--limit", "0"], "use 1 to 1000"),
+                       (["--limit", "many"], "not a number of matches"), (["--", " "], "the query is empty"),
+                       (["--", "x" * 16_385], "at most 16384")):
+        try:
+            main(["search", "echo", "-c", cfg, *argv] if argv[0] != "--" else ["search", "-c", cfg, *argv])
+            raise AssertionError(f"argparse should have refused {argv[:2]}")
+        except SystemExit as exc:
+            assert exc.code == 2
+        assert said in capsys.readouterr().err
     assert main(["serve", "-c", cfg, "--surface", "default"]) == 2
     assert "--surface chooses the surface of --stdio" in capsys.readouterr().err
     for command in (["call", "svc__echo"], ["search", "echo"], ["translate", "--to", "openai"]):

@@ -272,3 +272,17 @@ async def test_an_input_schema_jsonschema_cannot_apply_leaves_the_arguments_to_t
     finally:
         await invoker.aclose()
         await catalog.close()
+
+
+def test_a_schema_error_shows_a_long_value_by_its_beginning():
+    import jsonschema
+
+    from bridge.invoke import schema_errors
+
+    validator = jsonschema.Draft202012Validator({"type": "object", "properties": {
+        "n": {"type": "integer"}, "s": {"type": "string", "maxLength": 5}}})
+    errors = schema_errors(validator, {"n": "x" * 100_000, "s": "too long"})
+    assert errors[0]["path"] == "/n" and errors[0]["message"] == f"'{'x' * 59}… (100000 characters) is not of type 'integer'"
+    assert errors[1] == {"path": "/s", "message": "'too long' is too long"}  # a short value is shown whole
+    nested = schema_errors(validator, {"n": {"k": "v" * 500}})[0]["message"]
+    assert nested.endswith("characters as written) is not of type 'integer'") and len(nested) < 200

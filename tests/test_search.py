@@ -316,6 +316,43 @@ async def test_a_query_without_words_lists_nothing_and_a_number_alone_is_searche
     assert analyze_query("send 40 invoices").terms == {"send": 1.0, "invoic": 1.0}  # a value beside words: dropped
 
 
+async def test_limits_empty_filters_and_many_missing_names_are_answered_plainly(env):
+    from bridge.search import HINT_NAMES, MAX_LIMIT
+
+    # a limit the index cannot allocate (it panicked) is the most a search returns
+    assert len(env.search.search("user", surface=env.surface, limit=2 ** 63).matches) <= MAX_LIMIT
+    # an empty namespace, kind or tag list filters nothing, as an empty REST parameter
+    assert env.names("user account", namespace="", kind="", tags=[]) == env.names("user account")
+    # the hint names the first missing names; missing_names lists every one, once
+    unknown = [f"nope{i}" for i in range(5000)]
+    result = env.search.search("select:" + ",".join([*unknown, "nope1", "api__delete_user"]), surface=env.surface)
+    assert [m.name for m in result.matches] == ["api__delete_user"] and result.missing_names == unknown
+    assert result.hint == f"not found on this surface: {', '.join(unknown[:HINT_NAMES])} and 4990 more (all in missing_names)"
+
+
+def test_long_queries_are_read_in_time_linear_in_their_length():
+    """Patterns that looked past a run of letters or spaces from each of its places took seconds
+    for 20,000 characters (the server's event loop stalled) and grew with the square of the
+    length; a megabyte of each now takes a blink. Run apart, so a regression fails by its
+    timeout instead of stalling the suite."""
+    import subprocess
+    import sys
+
+    script = (
+        "from bridge.search_rank import MAX_QUERY_CHARS, _names, analyze_query, identifier_words, query_parts\n"
+        "n = 1_000_000\n"
+        "for text in ('a' * n, 'ab1' * (n // 3), 'aB' * (n // 2), 'x' + ' ' * n + 'x', 'Aa' + ' ' * n + 'Bb', ', ' * n + 'also'):\n"
+        "    identifier_words(text), _names(text), query_parts(text)\n"
+        "    assert len(analyze_query(text).text) == min(len(text), MAX_QUERY_CHARS)\n"
+        "assert identifier_words('call getUserById then lawyer.find_nearby, not x2fooBar') == ['getuserbyid', 'lawyer.find_nearby']\n"
+        "assert _names('Weather in Santa Barbara.\\n  Then Seattle  too') == {'santa', 'barbara', 'seattle'}\n"
+        "assert [p.text for p in query_parts('Book a flight to Paris.   Also    reserve a hotel there')] == "
+        "['Book a flight to Paris.', 'reserve a hotel there']\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 async def test_results_validate_against_agent_tool_shapes(env):
     surface = Surface(SurfaceConfig(name="d", defer=["*"]), env.catalog)
     for query in ("user", "select:api__getUserById,missing", "nothing-like-this-exists"):

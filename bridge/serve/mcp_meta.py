@@ -12,7 +12,8 @@ import jsonschema
 import mcp.types as types
 
 from bridge.invoke import invalid_arguments, schema_errors
-from bridge.model import ToolSearchResult
+from bridge.model import BridgeError, ToolSearchResult
+from bridge.search_rank import MAX_QUERY_CHARS
 from bridge.translate.mcp import CALL_TOOL, SEARCH_TOOLS
 
 __all__ = [
@@ -37,6 +38,7 @@ _SEARCH_INPUT: dict[str, Any] = {
             "type": "string",
             "description": "What the tool should do, in keywords (e.g. 'create issue github'), "
             "or 'select:name1,name2' to fetch tools by exact name.",
+            "maxLength": MAX_QUERY_CHARS,
         },
         "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT, "default": 10,
                   "description": "Most matches to return."},
@@ -125,6 +127,12 @@ def search_arguments(arguments: Any) -> dict[str, Any]:
         arguments = {**arguments, "limit": MAX_SEARCH_LIMIT}
     _check(_SEARCH_VALIDATOR, SEARCH_TOOLS, arguments)
     tags = arguments.get("tags")
+    if not arguments["query"].strip() and not (arguments.get("namespace") or tags or arguments.get("kind")
+                                               or arguments.get("read_only") is not None):
+        # as over REST: an empty query lists tools only when a filter says which
+        raise BridgeError("the query of search_tools is empty; give keywords, select:name1,name2, or a filter "
+                          "(namespace, tags, kind, read_only) that lists tools by itself",
+                          error_class="invalid_arguments", recoverability="change_arguments", details={"parameter": "query"})
     return {
         "query": arguments["query"],
         "limit": int(arguments.get("limit", 10)),  # 5.0 is an integer to JSON Schema

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from bridge.model import ErrorClass, Recoverability
+from bridge.search_rank import MAX_QUERY_CHARS
 from bridge.serve.rest import MAX_PAGE_LIMIT
 from bridge.serve.rest_a2t import GENERATION_HEADER, GROUPS_PATH, MAX_GROUPS, MAX_TOOLS, TOOLS_PATH
 from bridge.serve.rest_http import JSONBody, ServeContext, endpoint
@@ -190,7 +191,7 @@ PAGE = [
 TOOL_ID = _param("toolId", "path", STR, "the tool's UUID (its exposed name or alias is accepted too)")
 VERSION = _param("versionNum", "path", {"type": "string", "pattern": "^[0-9]+$"}, "a version number")
 A2T_PAGE = [
-    _param("q", "query", STR, "keyword search (tool search, best matches first)"),
+    _param("q", "query", {"type": "string", "maxLength": MAX_QUERY_CHARS}, "keyword search (tool search, best matches first)"),
     _param("offset", "query", {"type": "integer", "minimum": 0}, "items to skip"),
     _param("limit", "query", {"type": "integer", "minimum": 0}, f"items per page (0 or absent: 100; at most {MAX_TOOLS})"),
 ]
@@ -246,7 +247,8 @@ def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
             params=[_param("groupId", "path", STR, "group id"), _param("name", "path", STR, "tool name")],
             body={"type": "object", "description": "the tool's arguments"}, tag="a2t")},
         "/search": {"get": _op("searchTools", "Tool search: keywords or select:a,b", _responses("ToolSearchResult", read), params=[
-            _param("q", "query", STR, "keywords, or select:name1,name2; may be left out when a filter lists tools by itself"),
+            _param("q", "query", {"type": "string", "maxLength": MAX_QUERY_CHARS},
+                   "keywords, or select:name1,name2; may be left out when a filter lists tools by itself"),
             _param("limit", "query", {"type": "integer", "minimum": 1}, f"best matches returned (default 10, at most {MAX_SEARCH_LIMIT})"),
             _param("namespace", "query", STR, "only this upstream"), _param("kind", "query", STR, "only this tool kind"),
             _param("tags", "query", STR, "comma-separated tags"), _param("read_only", "query", BOOL, "only (non-)read-only tools"),

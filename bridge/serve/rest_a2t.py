@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route
 from bridge.catalog import Catalog, CatalogChange
 from bridge.invoke import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolResult, new_id
-from bridge.serve.rest_http import ApiError, JSONBody, ServeContext, decimal, endpoint, query_int
+from bridge.serve.rest_http import ApiError, JSONBody, ServeContext, decimal, endpoint, query_int, search_query
 from bridge.surface import Surface
 from bridge.translate import a2t
 
@@ -90,7 +90,7 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
     def tools_page(request: Request, surface: Surface, group: str | None) -> Response:
         offset = query_int(request, "offset", 0, minimum=0)
         limit = query_int(request, "limit", 0, minimum=0, maximum=MAX_TOOLS, clamp=True) or DEFAULT_TOOLS
-        query = (request.query_params.get("q") or "").strip()
+        query = search_query(request).strip()
         if query:
             # a page of tools, counted by `total`: each upstream's tool is one of them, alternatives too
             found = bridge.search.search(query, surface=surface, limit=SEARCH_MATCHES, namespace=group, fold_alternatives=False)

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from bridge.model import ToolDeclaration, ToolError, ToolResult
 from bridge.runtime import Bridge
+from bridge.search_rank import MAX_QUERY_CHARS
 from bridge.serve.auth import authenticate
 from bridge.surface import Surface
 from bridge.translate.wire import TOOL_RESULT_KEY, WireFormatError, json_safe
@@ -288,10 +289,14 @@ def query_int(request: Request, name: str, default: int, *, minimum: int, maximu
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
+    digits = raw[1:] if raw.startswith("-") else raw
     try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be an integer", details={"parameter": name}) from None
+        # ASCII digits only: int() also reads `1_0`, ` 2 `, `+4` and other scripts' digits
+        value = int(raw) if digits.isascii() and digits.isdigit() else None
+    except ValueError:  # more digits than int() reads
+        value = None
+    if value is None:
+        raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be an integer", details={"parameter": name})
     if value < minimum:
         raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be at least {minimum}", details={"parameter": name})
     if maximum is not None and value > maximum:
@@ -299,6 +304,16 @@ def query_int(request: Request, name: str, default: int, *, minimum: int, maximu
             return maximum
         raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be at most {maximum}", details={"parameter": name})
     return value
+
+
+def search_query(request: Request) -> str:
+    """The `q` of a search (empty when not given), refused when longer than tool search takes."""
+    query = request.query_params.get("q") or ""
+    if len(query) > MAX_QUERY_CHARS:
+        raise ApiError(400, "invalid_arguments", f"query parameter 'q' is {len(query)} characters long; at most "
+                       f"{MAX_QUERY_CHARS} are taken: send the request itself, or the last turns of a conversation",
+                       details={"parameter": "q"})
+    return query
 
 
 def decimal(text: str | None) -> int | None:

@@ -21,6 +21,7 @@ from bridge.serve.rest_http import (
     query_int,
     query_list,
     retry_after_headers,
+    search_query,
     status_for,
 )
 
@@ -44,13 +45,31 @@ def _invoke_request(body: Any) -> tuple[str, dict[str, Any], int | None]:
     return tool, arguments, version
 
 
+# The parameters of GET /search, and those that may be given more than once (`tags=a&tags=b`).
+SEARCH_PARAMS = ("q", "limit", "namespace", "tags", "tag", "kind", "read_only", "include_schema")
+_LIST_PARAMS = frozenset({"tags", "tag"})
+
+
+def _check_search_params(request: Request) -> None:
+    """A misspelt filter (`readonly=true`) would silently widen the search, and a repeated one
+    would keep one value of several: both are the caller's mistake, said as such."""
+    for name in request.query_params:
+        if name not in SEARCH_PARAMS:
+            raise ApiError(400, "invalid_arguments", f"unknown query parameter {name[:60]!r}; /search takes "
+                           + ", ".join(SEARCH_PARAMS), details={"parameter": name[:60]})
+        if name not in _LIST_PARAMS and len(request.query_params.getlist(name)) > 1:
+            raise ApiError(400, "invalid_arguments", f"query parameter {name!r} is given more than once; give it once",
+                           details={"parameter": name})
+
+
 def records_routes(ctx: ServeContext) -> list[BaseRoute]:
     bridge = ctx.bridge
 
     @endpoint
     async def search(request: Request) -> Response:
         surface = ctx.caller(request)
-        query = request.query_params.get("q") or ""
+        _check_search_params(request)
+        query = search_query(request)
         namespace = request.query_params.get("namespace") or None
         tags = query_list(request, "tags", "tag") or None
         kind = request.query_params.get("kind") or None

@@ -104,6 +104,24 @@ async def test_search_returns_matches_with_full_schemas(era):
             assert "call_tool" in found["how_to_call"]
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_search_refuses_an_empty_or_overlong_query_as_rest_does(era):
+    from bridge.search_rank import MAX_QUERY_CHARS
+
+    async with served_bridge(SURFACE, [upstream()]) as srv, http_client(srv.url, era) as client:
+        for arguments in ({"query": ""}, {"query": "  ", "limit": 3}, {"query": "w" * (MAX_QUERY_CHARS + 1)}):
+            refused = await client.call("search_tools", arguments)
+            assert error_class(refused) == "invalid_arguments", arguments
+            assert len(text_of(refused)) < 2000  # the query is not echoed back
+        # a filter lists tools by itself; an empty namespace or kind filters nothing, as over REST
+        listed = await client.search("", namespace="svc")
+        assert "svc__weather" in [m["name"] for m in listed["matches"]]
+        assert [m["name"] for m in (await client.search("weather forecast", namespace="", kind=""))["matches"]][:1] == ["svc__weather"]
+        # the longest query taken is searched (by its first 128 distinct words)
+        longest = ("weather forecast " * MAX_QUERY_CHARS)[:MAX_QUERY_CHARS]
+        assert (await client.search(longest))["matches"][0]["name"] == "svc__weather"
+
+
 async def test_search_names_the_alternatives_other_upstreams_list():
     alt = FakeUpstream(name="alt", tools=[tool("weather", description="Get the weather forecast of a city.", props={"city": {"type": "string"}})])
     async with served_bridge({"search": {"semantic": "static"}, **SURFACE}, [upstream(), alt]) as srv, \

@@ -62,6 +62,8 @@ async def test_tool_listing_offsets_search_and_group_listing():
 async def test_search_on_tools_gives_the_best_hundred_matches():
     many = FakeUpstream(name="many", tools=[tool(f"report_{i:03}", description=f"Build report number {i}") for i in range(130)])
     async with serving(many) as served:
+        status, body, _ = await served.get("/a2t/tools", q="report " * 3000)
+        assert status == 400 and body["error"]["details"]["parameter"] == "q"
         _, body, _ = await served.get("/a2t/tools", q="report", limit=1000)
         assert body["total"] == SEARCH_MATCHES == 100 and len(body["tools"]) == 100
 

@@ -43,6 +43,31 @@ async def test_search_keyword_select_and_filters():
         assert [m["name"] for m in body["matches"]] == ["docs__search_documents"]
 
 
+async def test_search_refuses_unknown_repeated_and_malformed_parameters():
+    from bridge.search_rank import MAX_QUERY_CHARS
+
+    async with serving(catalog()) as served:
+        for path, parameter in (
+            ("/search?q=documents&readonly=true", "readonly"),  # misspelt: would silently drop the filter
+            ("/search?q=documents&namespace=docs&namespace=other", "namespace"),
+            ("/search?q=a&q=b", "q"),
+            ("/search?q=documents&limit=1_0", "limit"), ("/search?q=documents&limit=%2B4", "limit"),
+            ("/search?q=documents&limit=%20 2", "limit"), ("/search?q=documents&limit=%D9%A3", "limit"),
+            ("/search?q=documents&limit=" + "9" * 5000, "limit"),
+            ("/search?q=" + "w" * (MAX_QUERY_CHARS + 1), "q"),
+        ):
+            status, body, _ = await served.get(path)
+            assert status == 400 and body["error"]["error_class"] == "invalid_arguments", path
+            assert body["error"]["details"]["parameter"] == parameter and len(body["error"]["message"]) < 300, path
+        # tags may repeat; a limit past the maximum is clamped; the longest query taken is searched
+        status, body, _ = await served.get("/search?q=documents&tags=a&tag=b&limit=" + "9" * 40)
+        assert status == 200 and body["matches"] == []
+        status, body, _ = await served.get("/search?limit=-3&q=documents")
+        assert status == 400 and "at least 1" in body["error"]["message"]
+        status, body, _ = await served.get("/search", q=("search documents " * MAX_QUERY_CHARS)[:MAX_QUERY_CHARS])
+        assert status == 200 and body["matches"][0]["name"] == "docs__search_documents"
+
+
 async def test_surfaces_and_declarations_respect_the_callers_surface():
     async with serving(catalog(), config=config_with(**narrow_surfaces())) as served:
         status, body, _ = await served.get("/surfaces/narrow", token=TOKEN_NARROW)
