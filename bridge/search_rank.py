@@ -152,13 +152,13 @@ _CAPITALISED = re.compile(r"(^|[.!?\n])?\s*\b([A-Z][a-z]+)\b")  # group 1: what 
 
 def _names(text: str) -> set[str]:
     """The query's capitalised words that do not open a sentence, lower case."""
-    return {m.group(2).lower() for m in _CAPITALISED.finditer(squeeze_space(text)) if m.group(1) is None}
+    return {m.group(2).lower() for m in _CAPITALISED.finditer(_squeeze_space(text)) if m.group(1) is None}
 
 
 _SPACE_RUN = re.compile(r"\s{2,}")
 
 
-def squeeze_space(text: str) -> str:
+def _squeeze_space(text: str) -> str:
     """`text` with each run of white space made one character: a line break when the run holds
     one, else a space. The patterns that look past white space (`\\s*` before a word) then try
     each place once; over a run of 20,000 spaces they took seconds."""
@@ -258,7 +258,7 @@ def query_parts(text: str) -> list[AnalyzedQuery]:
     """The parts of a request asking for several things, each read like a query (`analyze_query`),
     in the order written; [] when the request has fewer than two parts of PART_MIN_TERMS content
     words (filler does not count). A part of the same words as an earlier one counts once."""
-    pieces = [piece.strip() for piece in _PART_SPLIT.split(squeeze_space(text)) if piece and piece.strip()]
+    pieces = [piece.strip() for piece in _PART_SPLIT.split(_squeeze_space(text)) if piece and piece.strip()]
     if len(pieces) < 2:  # one piece: the request itself, already read by `analyze_query`
         return []
     parts: list[AnalyzedQuery] = []
@@ -490,10 +490,11 @@ def searched_description(decl: ToolDeclaration) -> str:
         return text
     opening = text[: -len(_CUT_MARK)].rstrip()
     for kept in decl.annotations.values():
-        if not isinstance(kept, dict) or not isinstance(kept.get("description"), str):
+        if not isinstance(kept, dict):
             continue
-        description, summary = kept["description"].strip(), kept.get("summary")
-        wholes = [description, f"{summary.strip()}\n\n{description}"] if isinstance(summary, str) and summary.strip() else [description]
+        summary, description = (value.strip() if isinstance(value := kept.get(key), str) else "" for key in ("summary", "description"))
+        # as the adapter joins them: the description alone when it opens with the summary
+        wholes = (description, f"{summary}\n\n{description}" if summary and description else summary)
         whole = next((w for w in wholes if len(w) > len(opening) and w.startswith(opening)), None)
         if whole is not None:
             return whole[:FULL_DESCRIPTION_MAX]

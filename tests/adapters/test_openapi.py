@@ -483,15 +483,18 @@ async def test_a_description_cut_short_is_searched_whole(tmp_path):
                               "responses": _OK}},
         "/manual": {"get": {"operationId": "manual", "description": "The manual. " + "Read it twice. " * 900, "responses": _OK}},
         "/purge": {"delete": {"operationId": "purge", "summary": "Purge deleted projects", "responses": _OK}},
+        "/audit": {"get": {"operationId": "audit", "summary": "Audit a project: " + "every change is listed. " * 5 + "Exports as CSV.",
+                           "responses": _OK}},
     })
     async with bridge_for(_write(tmp_path, doc), base_url="http://127.0.0.1:1", description_max=80) as bridge:
-        tools = {n: bridge.catalog.resolve(f"svc__{n}") for n in ("archive", "restore", "manual", "purge")}
+        tools = {n: bridge.catalog.resolve(f"svc__{n}") for n in ("archive", "restore", "manual", "purge", "audit")}
         assert tools["archive"].description.endswith("…") and "cold storage" not in tools["archive"].description
         # the listing shows the cut text; the search reads the whole, the summary said once
         assert searched_description(tools["archive"]) == f"Archive a project\n\n{archive}"
         assert searched_description(tools["restore"]) == restore
         assert len(searched_description(tools["manual"])) == FULL_DESCRIPTION_MAX
         assert searched_description(tools["purge"]) == "Purge deleted projects"
+        assert tools["audit"].description.endswith("…") and searched_description(tools["audit"]).endswith("Exports as CSV.")
         assert await bridge.search.wait_indexed()
         surface = bridge.surfaces.get("default")
         assert [m.name for m in bridge.search.search("snapshots in cold storage", surface=surface).matches][:1] == ["svc__archive"]
