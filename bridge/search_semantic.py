@@ -50,8 +50,9 @@ def tool_text(decl: ToolDeclaration, description: str | None = None) -> str:
     """What is embedded of a tool: its name's words, title, description (or `description` in its
     place: the tool's own words, without its API's shared text), and each parameter's name with
     the beginning of its description."""
+    described = searched_description(decl)
     if description is None:
-        description = searched_description(decl)
+        description = described
     schema = described_schema(decl)
     props = schema.get("properties") if isinstance(schema, dict) else None
     params: list[str] = []
@@ -62,7 +63,7 @@ def tool_text(decl: ToolDeclaration, description: str | None = None) -> str:
             params.append(f"{words} ({desc.strip()[:_PARAM_TEXT_CHARS]})" if isinstance(desc, str) and desc.strip()
                           else words)
     # a title the whole description says (the blurb's first sentence, say) is not the own words either
-    parts = [" ".join(name_tokens(function_name(decl))) + ":", unsaid(decl.title, searched_description(decl)), description.strip()]
+    parts = [" ".join(name_tokens(function_name(decl))) + ":", unsaid(decl.title, described), description.strip()]
     if params:
         parts.append("Parameters: " + "; ".join(params))
     return " ".join(p for p in parts if p)
