@@ -187,6 +187,17 @@ def identifier_words(text: str) -> list[str]:
 MAX_QUERY_CHARS = 16_384
 
 
+# A request names the file it means (*show me report.md*, *search server.log*); the tools say
+# *file*. A word with one of these extensions adds the word *file* to a query that has content
+# words. Only the start of a run of name characters is tried, and the run once (possessive): a
+# long run without a dot fails in one pass.
+_FILE_NAME = re.compile(
+    r"(?<![\w.\-])[\w\-]++\.(?:txt|md|log|csv|tsv|json|ya?ml|xml|html?|pdf|docx?|xlsx?|pptx?|py|js|ts|java|cpp|"
+    r"rb|go|sh|sql|ini|cfg|conf|toml|zip|gz|tar|png|jpe?g|gif|svg|mp3|mp4|wav|bak|tmp|dat)\b",
+    re.IGNORECASE,
+)
+
+
 @dataclass
 class AnalyzedQuery:
     """A free-text query as the index reads it: stemmed terms with their weight, and the words
@@ -210,7 +221,8 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     once. A very long query (a whole conversation) is read by its first MAX_QUERY_CHARS
     characters and keeps its first `max_terms` distinct words (the index then matches by the
     rarest of them). A query of at most RELATED_MAX_TERMS content words also gets the related
-    words of each (`related_words`), but for names (`_names`)."""
+    words of each (`related_words`), but for names (`_names`), and the word *file* when it names
+    a file (`report.md`, `_FILE_NAME`)."""
     text = text[:MAX_QUERY_CHARS]
     filler, bases = _filler_forms()
     content: dict[str, float] = {}
@@ -236,6 +248,9 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
             if others:
                 related[term] = tuple(others)  # a term is reached by one word only: the first to give it
                 taken.update(others)
+    if content and _FILE_NAME.search(text):
+        for term in term_stems("file"):
+            content.setdefault(term, 1.0)
     return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifier_words(text), related=related)
 
 

@@ -339,11 +339,12 @@ def test_long_queries_are_read_in_time_linear_in_their_length():
     import sys
 
     script = (
-        "from bridge.search_rank import MAX_QUERY_CHARS, _names, analyze_query, identifier_words, query_parts\n"
+        "from bridge.search_rank import _FILE_NAME, MAX_QUERY_CHARS, _names, analyze_query, identifier_words, query_parts\n"
         "n = 1_000_000\n"
         "for text in ('a' * n, 'ab1' * (n // 3), 'aB' * (n // 2), 'x' + ' ' * n + 'x', 'Aa' + ' ' * n + 'Bb', ', ' * n + 'also'):\n"
         "    identifier_words(text), _names(text), query_parts(text)\n"
         "    assert len(analyze_query(text).text) == min(len(text), MAX_QUERY_CHARS)\n"
+        "    _FILE_NAME.search(text), _FILE_NAME.search(text.replace('b', '-'))\n"
         "assert identifier_words('call getUserById then lawyer.find_nearby, not x2fooBar') == ['getuserbyid', 'lawyer.find_nearby']\n"
         "assert _names('Weather in Santa Barbara.\\n  Then Seattle  too') == {'santa', 'barbara', 'seattle'}\n"
         "assert [p.text for p in query_parts('Book a flight to Paris.   Also    reserve a hotel there')] == "
@@ -869,6 +870,22 @@ async def test_shared_text_is_looked_at_on_the_index_thread_not_the_event_loop()
         await e.close()
 
 
+async def test_a_file_named_in_a_request_is_searched_as_a_file():
+    # the request names the file (draft.txt, data.csv), the tools say *file*
+    assert "file" in analyze_query("Show me what report.md says").terms
+    assert "file" in analyze_query("grep errors in ./logs/server.LOG").terms
+    for text in ("Trip to Washington D.C.", "release v1.2", "e.g. the weather", "Dr.Who tonight"):
+        assert "file" not in analyze_query(text).terms
+    assert analyze_query("notes.txt").terms == {"note": 1.0, "txt": 1.0, "file": 1.0}
+    e = await start_env([FakeUpstream(name="fs", tools=fs_tools()), FakeUpstream(name="docs", tools=[
+        tool("delete", description="Delete an entry."), tool("show_notes", description="Show the speaker notes of a slide.")])])
+    try:
+        assert "fs__rm" in e.names("get rid of draft.txt", limit=3)  # nothing matched before
+        assert set(e.names("how big is data.csv", limit=3)) <= {f"fs__{n}" for n in FS_TOOLS}
+    finally:
+        await e.close()
+
+
 def test_conversational_connectives_are_filler():
     assert set(analyze_query("Alright, go ahead and afterwards delete it, oops").terms) == {"go", "delet"}
 
@@ -891,7 +908,7 @@ def test_a_request_is_read_in_parts_at_sentences_and_connectives():
     assert parts("Find the airport closest to Boston. Also book me a flight from there.") == [
         ["airport", "boston", "closest", "find"], ["book", "flight"]]
     assert parts("Copy notes.txt to backup.txt, then show me what's inside the copy") == [
-        ["backup", "copi", "note", "txt"], ["copi", "insid", "show"]]
+        ["backup", "copi", "file", "note", "txt"], ["copi", "insid", "show"]]
     # one task: no parts; `next` qualifies a value, `and` alone joins words of one task
     assert parts("Get the weather forecast for the next 10 days") == []
     assert parts("Find the area of a rectangle with length 7 and breadth 3") == []
