@@ -17,8 +17,8 @@ from bridge.model import (
     ResultPersistence,
     ToolInvocation,
     ToolProgress,
+    UpstreamResult,
 )
-from bridge.model import UpstreamResult
 from bridge.search import ToolSearch
 from bridge.store import Store
 from bridge.surface import Surfaces, deferred_ref

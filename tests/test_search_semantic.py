@@ -12,12 +12,11 @@ import socket
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
-
-import numpy as np
 
 from bridge.catalog import Catalog
 from bridge.config import BridgeConfig, SurfaceConfig

@@ -18,8 +18,7 @@ from bridge.config import parse_config
 from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app, run_http
 from tests.fakes import FakeUpstream
-from tests.servers import serve_asgi
-from tests.servers import free_port
+from tests.servers import free_port, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
