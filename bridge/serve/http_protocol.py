@@ -6,18 +6,28 @@ and its body in a second write. On loopback each `send()` costs tens of microsec
 (the kernel delivers the segment to the peer inside the call), so a small JSON answer paid
 for two. Here writes are gathered and sent together at the end of the current loop turn, the
 way a socket is corked and uncorked around a burst of writes; a burst over `CORK_LIMIT` bytes
-leaves at once, so flow control still sees large bodies as they are written."""
+leaves at once, so flow control still sees large bodies as they are written.
+
+A request that is not HTTP/1.1 the parser can read gets the bridge's structured error (JSON,
+`invalid_arguments`) instead of uvicorn's plain text; a URL over `MAX_URL_BYTES`, the most the
+parser's URL splitting takes, is told so."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-__all__ = ["CORK_LIMIT", "CorkedHttpToolsProtocol", "CorkedTransport"]
+from bridge.search_rank import MAX_QUERY_CHARS
+from bridge.serve.rest_http import ApiError
+
+__all__ = ["CORK_LIMIT", "MAX_URL_BYTES", "CorkedHttpToolsProtocol", "CorkedTransport"]
 
 CORK_LIMIT = 64 * 1024
+# httptools splits a URL with 16-bit offsets: a longer one cannot be read.
+MAX_URL_BYTES = 65_535
 
 
 class CorkedTransport:
@@ -81,3 +91,18 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request its parser rejects, as the bridge's structured error."""
+        if len(self.url) > MAX_URL_BYTES:
+            message = (f"the request's URL is over {MAX_URL_BYTES:,} bytes, more than the server reads: send a shorter "
+                       f"URL (GET /search reads the first {MAX_QUERY_CHARS:,} characters of q; a tool's arguments go in a POST body)")
+        else:
+            message = "the request is not HTTP/1.1 the server can read (its request line or headers are malformed)"
+        body = json.dumps(ApiError(400, "invalid_arguments", message).body()).encode()
+        head = [STATUS_LINE[400]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n"]
+        self.transport.write(b"".join([*head, body]))
+        self.transport.close()

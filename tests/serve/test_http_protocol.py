@@ -5,6 +5,7 @@ uvicorn over the corked protocol reaches the client event by event."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -99,3 +100,39 @@ async def test_streamed_response_reaches_the_client_event_by_event():
             assert await response.content.readline() == b"data: first\n"
         second.set()
         assert (await response.content.read()).strip() == b"data: second"
+
+
+async def _raw(base: str, request: bytes) -> tuple[bytes, bytes]:
+    """Send raw bytes to the server; its answer's head and body, read until it closes."""
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        head, _, body = (await reader.read()).partition(b"\r\n\r\n")
+        return head, body
+    finally:
+        writer.close()
+
+
+async def test_a_request_the_parser_rejects_gets_a_structured_error():
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from bridge.serve.http_protocol import MAX_URL_BYTES
+
+    async def echo(request):
+        return JSONResponse({"q": len(request.query_params["q"])}, headers={"connection": "close"})
+
+    async with serve_asgi(Starlette(routes=[Route("/search", echo)]), lifespan="off") as base:
+        longest = "/search?q=" + "a" * (MAX_URL_BYTES - len("/search?q="))
+        head, body = await _raw(base, f"GET {longest} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert head.startswith(b"HTTP/1.1 200") and json.loads(body) == {"q": MAX_URL_BYTES - len("/search?q=")}
+        # one byte more: the bridge's error, as JSON, saying what to do
+        head, body = await _raw(base, f"GET {longest}a HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head
+        error = json.loads(body)
+        assert error["status"] == 400 and error["error"]["error_class"] == "invalid_arguments"
+        assert "over 65,535 bytes" in error["error"]["message"] and "16,384 characters of q" in error["error"]["message"]
+        head, body = await _raw(base, b"NOT HTTP\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400") and "not HTTP/1.1" in json.loads(body)["error"]["message"]
