@@ -94,7 +94,7 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request its parser rejects, as the bridge's structured error."""
-        if len(self.url) > MAX_URL_BYTES:
+        if len(getattr(self, "url", b"")) > MAX_URL_BYTES:  # set when a request line begins
             message = (f"the request's URL is over {MAX_URL_BYTES:,} bytes, more than the server reads: send a shorter "
                        f"URL (GET /search reads the first {MAX_QUERY_CHARS:,} characters of q; a tool's arguments go in a POST body)")
         else:

@@ -134,5 +134,6 @@ async def test_a_request_the_parser_rejects_gets_a_structured_error():
         error = json.loads(body)
         assert error["status"] == 400 and error["error"]["error_class"] == "invalid_arguments"
         assert "over 65,535 bytes" in error["error"]["message"] and "16,384 characters of q" in error["error"]["message"]
-        head, body = await _raw(base, b"NOT HTTP\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 400") and "not HTTP/1.1" in json.loads(body)["error"]["message"]
+        for garbage in (b"NOT HTTP\r\n\r\n", b"\x00\x01\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00"):  # the last: TLS to a plain port
+            head, body = await _raw(base, garbage)
+            assert head.startswith(b"HTTP/1.1 400") and "not HTTP/1.1" in json.loads(body)["error"]["message"], garbage
