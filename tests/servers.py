@@ -48,3 +48,15 @@ async def serve_asgi(app: Any, port: int | None = None, lifespan: str = "on") ->
         if not task.done():
             task.cancel()
         sock.close()
+
+
+async def raw_exchange(base: str, request: bytes) -> bytes:
+    """Send `request`, bytes as they are, to the server at `base`; its whole answer, read until
+    it closes the connection (the request should ask it to, or be one it refuses)."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        return await reader.read()
+    finally:
+        writer.close()

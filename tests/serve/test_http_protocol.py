@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from bridge.serve.http_protocol import CORK_LIMIT, CorkedTransport
-from tests.servers import serve_asgi
+from tests.servers import raw_exchange, serve_asgi
 
 
 class CountingTransport:
@@ -103,15 +103,9 @@ async def test_streamed_response_reaches_the_client_event_by_event():
 
 
 async def _raw(base: str, request: bytes) -> tuple[bytes, bytes]:
-    """Send raw bytes to the server; its answer's head and body, read until it closes."""
-    host, port = base.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        writer.write(request)
-        head, _, body = (await reader.read()).partition(b"\r\n\r\n")
-        return head, body
-    finally:
-        writer.close()
+    """The server's answer to raw bytes: its head and body."""
+    head, _, body = (await raw_exchange(base, request)).partition(b"\r\n\r\n")
+    return head, body
 
 
 async def test_a_request_the_parser_rejects_gets_a_structured_error():

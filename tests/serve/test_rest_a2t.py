@@ -3,12 +3,11 @@ execution with HTTP 200 error objects, and group_refresh notices."""
 
 from __future__ import annotations
 
-import asyncio
-
 from bridge.model import ToolError, UpstreamResult
 from bridge.serve.rest_a2t import GENERATION_HEADER, SEARCH_MATCHES
 from tests.fakes import FakeUpstream, tool
 from tests.serve.rest_env import TOKEN_ALL, TOKEN_NARROW, config_with, narrow_surfaces, serving
+from tests.servers import raw_exchange
 
 
 def two_upstreams() -> tuple[FakeUpstream, FakeUpstream]:
@@ -138,12 +137,8 @@ async def test_group_refresh_names_the_groups_changed_since_the_callers_last_vie
             status, body, _ = await served.post("/a2t/tools/math__add", {}, headers={GENERATION_HEADER: odd})
             assert status == 200 and "error" not in body, (odd, body)
         # the byte 0xB2 is '²' in Latin-1, which passes str.isdigit(); aiohttp would send it as UTF-8
-        host, port = served.base.removeprefix("http://").rsplit(":", 1)
-        reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"POST /a2t/tools/math__add HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     + GENERATION_HEADER.encode() + b": \xb2\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
-        answer = await reader.read()
-        writer.close()
+        answer = await raw_exchange(served.base, b"POST /a2t/tools/math__add HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                     + GENERATION_HEADER.encode() + b": \xb2\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
         assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
 
 
