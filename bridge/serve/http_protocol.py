@@ -15,13 +15,12 @@ parser's URL splitting takes, is told so."""
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from bridge.search_rank import MAX_QUERY_CHARS
-from bridge.serve.rest_http import ApiError
+from bridge.serve.rest_http import ApiError, error_response
 
 __all__ = ["CORK_LIMIT", "MAX_URL_BYTES", "CorkedHttpToolsProtocol", "CorkedTransport"]
 
@@ -99,7 +98,7 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
                        f"URL (GET /search reads the first {MAX_QUERY_CHARS:,} characters of q; a tool's arguments go in a POST body)")
         else:
             message = "the request is not HTTP/1.1 the server can read (its request line or headers are malformed)"
-        body = json.dumps(ApiError(400, "invalid_arguments", message).body()).encode()
+        body = error_response(ApiError(400, "invalid_arguments", message)).body  # rendered as every error body is
         head = [STATUS_LINE[400]]
         for name, value in self.server_state.default_headers:
             head += [name, b": ", value, b"\r\n"]
