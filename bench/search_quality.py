@@ -20,7 +20,10 @@ three things of those APIs at once, written by hand for this bench like the conv
 was run on them). bench/data/lookup-queries.jsonl ("lookups"), written by hand the same way, has
 turns that name a person, company or city where the tool asks for its id, symbol or zip code;
 their answers include the lookup an agent calls first (`get_user_id` before `send_message`), and
-some turns give the identifier itself and need no lookup.
+some turns give the identifier itself and need no lookup. bench/data/place-queries.jsonl
+("places"), written by hand the same way before the step was built, has turns asking a file tool
+to act in a folder they name (`In the logs directory, count the lines of access.log`: `cd`, then
+`wc`), and turns that act where the agent is (`Count the lines in data.csv`), which need no `cd`.
 
 With --public, the same requests are also sent to `GET /search` of a `bridge serve` process
 whose upstreams are MCP servers over stdio listing the catalog: the public path end to end.
@@ -28,7 +31,7 @@ whose upstreams are MCP servers over stdio listing the catalog: the public path 
 function, and --public-a2t through a chain of two bridges: one federating, as an A2T upstream,
 the bridge of --public.
 
-Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE] [--lookups FILE] [--no-semantic] [--public] [--public-openapi] [--public-a2t]
+Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE] [--lookups FILE] [--places FILE] [--no-semantic] [--public] [--public-openapi] [--public-a2t]
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "toolsearch"
 DEFAULT_CONVERSATION = ROOT / "bench" / "data" / "conversation-queries.jsonl"
 DEFAULT_SEVERAL = ROOT / "bench" / "data" / "several-tasks-queries.jsonl"
 DEFAULT_LOOKUPS = ROOT / "bench" / "data" / "lookup-queries.jsonl"
+DEFAULT_PLACES = ROOT / "bench" / "data" / "place-queries.jsonl"
 Ranker = Callable[[str], list[str]]
 
 
@@ -109,11 +113,12 @@ def load_queries(path: Path) -> list[dict[str, Any]]:
 
 def query_sets(dev: list[dict[str, Any]], conversation: list[dict[str, Any]],
                several: list[dict[str, Any]] | None = None,
-               lookups: list[dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
+               lookups: list[dict[str, Any]] | None = None,
+               places: list[dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The sets every ranking is scored on: all development requests, their odd and even halves
     (by the first number in the request's id), those answered by two or more names, the
     hand-written conversation turns and, when given, the hand-written turns asking for several
-    things and those needing a lookup."""
+    things, those needing a lookup and those naming the folder to act in."""
     def number(q: dict[str, Any]) -> int:
         found = re.search(r"\d+", q["qid"])
         return int(found.group(0)) if found else 0
@@ -124,6 +129,8 @@ def query_sets(dev: list[dict[str, Any]], conversation: list[dict[str, Any]],
         sets["conv several"] = several
     if lookups:
         sets["lookups"] = lookups
+    if places:
+        sets["places"] = places
     return sets
 
 
@@ -328,6 +335,8 @@ async def main() -> None:
                         help="hand-written turns asking for several tools, with gold names (JSON lines)")
     parser.add_argument("--lookups", type=Path, default=DEFAULT_LOOKUPS,
                         help="hand-written turns naming a thing a tool needs the id of, with gold names (JSON lines)")
+    parser.add_argument("--places", type=Path, default=DEFAULT_PLACES,
+                        help="hand-written turns naming the folder a tool is to act in (or none), with gold names (JSON lines)")
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
     parser.add_argument("--public", action="store_true",
                         help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
@@ -337,7 +346,8 @@ async def main() -> None:
                         help="also score GET /search of `bridge serve` federating, as an A2T upstream, the bridge of --public")
     args = parser.parse_args()
     rows, queries = load_dev_set(args.data)
-    sets = query_sets(queries, load_queries(args.conversation), load_queries(args.several), load_queries(args.lookups))
+    sets = query_sets(queries, load_queries(args.conversation), load_queries(args.several), load_queries(args.lookups),
+                      load_queries(args.places))
     print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data}); "
           + ", ".join(f"{name}: {len(qs)}" for name, qs in sets.items()))
     results = [("plain BM25 (name+description+params)", score_sets(plain_bm25(rows), sets))]
@@ -351,7 +361,7 @@ async def main() -> None:
     if not args.no_semantic:
         for label, options, attrs in (("static table, alternatives not folded", {"fold_alternatives": False}, {}),
                                       ("static table, own words not weighed", {}, {"own_weight": 0.0}),
-                                      ("static table, no lookups placed", {}, {"lookup_places": 0}),
+                                      ("static table, no lookups or places placed", {}, {"lookup_places": 0}),
                                       ("static table, no API gain, own words, lookups", {}, {"sibling_weight": 0.0, "own_weight": 0.0,
                                                                                          "lookup_places": 0})):
             variant = BridgeRanker(rows, semantic="static", **options)

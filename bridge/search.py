@@ -17,18 +17,22 @@ from cachetools import LRUCache
 
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
-from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text
+from bridge.search_index import CHANGES_PREFIX, IndexedTool, ToolIndex, exact_names, name_text
 from bridge.search_rank import (
     MAX_QUERY_CHARS,
     AnalyzedQuery,
     SharedText,
+    acts_in_current,
     analyze_query,
+    changes_current,
     derive_search_hint,
     described_schema,
     function_name,
+    here_words,
     input_heads,
     looked_up,
     name_tokens,
+    place_terms,
     query_parts,
     related_words,
     searched_description,
@@ -127,6 +131,7 @@ def indexed_tool(decl: ToolDeclaration, shared: SharedText | None = None) -> Ind
         kind=decl.tool_kind,
         read_only=decl.safety.read_only,
         looks_up=sorted(looked_up(decl, native)),
+        changes=sorted(changes_current(decl)),
     )
 
 
@@ -158,6 +163,8 @@ class ToolSearch:
         # tool_id -> (declaration, SharedText.version, vector of its own words): `_own_vectors`
         self._own_kept: LRUCache[str, tuple[ToolDeclaration, int, np.ndarray]] = LRUCache(OWN_KEPT)
         self._own_lock = threading.Lock()
+        # the current places a tool acts in (`_places`), for the last OWN_KEPT tools asked
+        self._places_kept: LRUCache[str, tuple[ToolDeclaration, frozenset[str]]] = LRUCache(OWN_KEPT)
         self.index = ToolIndex(path, convert=self._indexed)
         self.field_weights = field_weights
         related_words()  # the query expansion's table (20 ms), read now rather than by the first search
@@ -369,7 +376,7 @@ class ToolSearch:
             if parts and len(ranked) > 1:
                 ranked, vectors = self._cover(parts, ranked, vectors, reranked_by, limit)
             if analyzed is not None and self.lookup_places:
-                ranked, vectors = self._lookups(ranked, vectors, surface, filters)
+                ranked, vectors = self._lookups(analyzed, ranked, vectors, surface, filters)
             matches = self._fold(ranked, vectors, threshold) if fold else [(decl, score, []) for decl, score in ranked]
             if len(matches) >= limit or (exhausted and goal >= len(kept)):
                 return matches[:limit]
@@ -451,36 +458,37 @@ class ToolSearch:
                     self._own_kept[decls[i].tool_id] = (decls[i], version, row)
         return np.stack(rows)
 
-    def _lookups(self, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None, surface: Surface,
-                 filters: dict[str, Any]) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
+    def _lookups(self, analyzed: AnalyzedQuery, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
+                 surface: Surface, filters: dict[str, Any]) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
         """`ranked` with, right after each of its first `lookup_places` tools, the tools of its API
         that look up by name what one of its required parameters is (search_rank.looked_up):
         `get_user_id` after `send_message(receiver_id: "User ID of the user ...")`, for an agent
         told a name. A lookup keeps its place when it is already above the tool, and takes the
         tool's score; it is asked of the index (`ToolIndex.lookups`), in the tool's upstream
         first, then (finding none there) in any the search's filters allow, and must be visible on
-        the caller's surface. The rows of `vectors` are dropped when a tool was moved."""
+        the caller's surface. So are the tools of its API that change a current place it acts in
+        (search_rank.acts_in_current, changes_current) when the request names such a place
+        (place_terms, but for what it says of where it is: here_words): `cd` after `wc` for *in the
+        logs directory, count the lines of access.log*. The rows of `vectors` are dropped when a
+        tool was moved."""
         out = list(ranked)
         moved = False
+        asked = frozenset(analyzed.terms) - here_words(analyzed.text)  # what a place the request names could be
+        changers: dict[tuple[str, int, frozenset[str]], list[ToolDeclaration]] = {}
         for decl, score in ranked[:self.lookup_places]:
             api = self.shared.api(searched_description(decl))
-            heads = input_heads(described_schema(decl)) if api is not None else []
-            if not heads:
+            if api is None:
                 continue
-            name, words = function_name(decl), frozenset().union(*heads)
-            found: list[ToolDeclaration] = []
-            # the match's own upstream first: other vendors may have many lookups of the same words
-            for namespace in dict.fromkeys([decl.namespace, filters["namespace"]]):
-                for tool_id in self.index.lookups(words, **{**filters, "namespace": namespace}):
-                    other = self.catalog.get(tool_id)
-                    if (other is None or function_name(other) == name or self.shared.api(searched_description(other)) != api
-                            or not self._passes(other, filters) or not surface.visible(other)):
-                        continue
-                    what = looked_up(other)
-                    if what and any(what <= head for head in heads):
-                        found.append(other)
-                if found:
-                    break
+            heads = input_heads(described_schema(decl))
+            found = self._api_tools(decl, api, frozenset().union(*heads), surface, filters,
+                                    lambda other, heads=heads: bool(what := looked_up(other)) and any(what <= head for head in heads))
+            places = self._places(decl) if asked else frozenset()
+            if places:  # the first matches are often of one API and act in one place: asked once
+                key = (decl.namespace, api, places)
+                if key not in changers:
+                    changers[key] = self._api_tools(decl, api, [CHANGES_PREFIX + place for place in places], surface, filters,
+                                                    lambda other: bool(asked & place_terms(other)))
+                found += [other for other in changers[key] if function_name(other) != function_name(decl)]
             at = next(i for i, (d, _) in enumerate(out) if d is decl)
             for other in sorted(found, key=function_name, reverse=True):
                 where = next((i for i, (d, _) in enumerate(out) if d.tool_id == other.tool_id), None)
@@ -491,6 +499,38 @@ class ToolSearch:
                 out.insert(at + 1, (other, score))
                 moved = moved or where != at + 1  # one already right after the tool only takes its score
         return out, None if moved else vectors
+
+    def _places(self, decl: ToolDeclaration) -> frozenset[str]:
+        """The current places a tool acts in but does not change (search_rank.acts_in_current,
+        changes_current), kept for the last OWN_KEPT tools, each while its declaration stays."""
+        with self._own_lock:
+            kept = self._places_kept.get(decl.tool_id)
+        if kept is not None and kept[0] is decl:
+            return kept[1]
+        places = acts_in_current(decl) - changes_current(decl)
+        with self._own_lock:
+            self._places_kept[decl.tool_id] = (decl, places)
+        return places
+
+    def _api_tools(self, decl: ToolDeclaration, api: int, terms: Iterable[str], surface: Surface, filters: dict[str, Any],
+                   serves: Any) -> list[ToolDeclaration]:
+        """The tools of `decl`'s API that have one of these terms in the lookups' field and that
+        `serves(tool)` accepts, other than `decl`'s function, within the filters and visible on
+        the surface: asked of `decl`'s upstream first, then (finding none there) of any the filters
+        allow (other vendors may have many lookups of the same words)."""
+        terms, name = list(terms), function_name(decl)
+        found: list[ToolDeclaration] = []
+        if not terms:
+            return found
+        for namespace in dict.fromkeys([decl.namespace, filters["namespace"]]):
+            for tool_id in self.index.lookups(terms, **{**filters, "namespace": namespace}):
+                other = self.catalog.get(tool_id)
+                if (other is not None and function_name(other) != name and self.shared.api(searched_description(other)) == api
+                        and self._passes(other, filters) and surface.visible(other) and serves(other)):
+                    found.append(other)
+            if found:
+                break
+        return found
 
     def _cover(self, parts: list[AnalyzedQuery], ranked: list[tuple[ToolDeclaration, float]],
                vectors: np.ndarray | None, reranked_by: SemanticStage | None, places: int,

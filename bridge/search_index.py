@@ -37,7 +37,7 @@ log = logging.getLogger("bridge.search")
 
 # Bump when the schema, the analyzer or the text put in a field changes: an index of another
 # format is rebuilt from the catalog instead of being reopened.
-INDEX_FORMAT = 5
+INDEX_FORMAT = 6
 # Changes arriving within this window share one commit.
 COMMIT_WINDOW = 0.05
 _FORMAT_FILE = "bridge-search.json"
@@ -85,6 +85,9 @@ _TEXT_FIELDS = ("all",)
 # Tools asked for by `lookups`: the lookups of a word in one upstream are few (the search asks
 # the match's own upstream first).
 LOOKUP_LIMIT = 50
+# A place a tool changes (search_rank.changes_current) is kept in the lookups' field as this prefix
+# and its noun: no word of a name holds a space, so the two never meet.
+CHANGES_PREFIX = "current "
 
 
 @dataclass
@@ -105,6 +108,7 @@ class IndexedTool:
     kind: str = "function"
     read_only: bool = False
     looks_up: list[str] = field(default_factory=list)  # what the tool looks up by name (search_rank.looked_up)
+    changes: list[str] = field(default_factory=list)  # the current places it changes (search_rank.changes_current)
     _digest: int | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -113,7 +117,7 @@ class IndexedTool:
         if self._digest is None:
             parts = [str(INDEX_FORMAT), self.namespace, self.name, "\x1e".join(self.exact_names), self.title,
                      self.description, self.shared, self.hint, "\x1e".join(self.tags), self.params, self.param_text, self.kind,
-                     "1" if self.read_only else "0", "\x1e".join(self.looks_up)]
+                     "1" if self.read_only else "0", "\x1e".join(self.looks_up), "\x1e".join(self.changes)]
             raw = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
             self._digest = int.from_bytes(raw, "big")
         return self._digest
@@ -135,6 +139,8 @@ class IndexedTool:
         doc.add_text("f_ro", "1" if self.read_only else "0")
         for word in self.looks_up:
             doc.add_text("f_lookup", word)
+        for noun in self.changes:
+            doc.add_text("f_lookup", CHANGES_PREFIX + noun)
         return doc
 
 

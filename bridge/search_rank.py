@@ -588,6 +588,71 @@ def looked_up(decl: ToolDeclaration, name: str | None = None) -> frozenset[str]:
     return what
 
 
+# ---------------------------------------------------------------- the current place a tool acts in
+
+# A tool that changes where its API's other tools act says so in a sentence of its description:
+# "Change the current working directory to the specified folder." Those other tools say where
+# they act: "Create a new directory in the current directory." (*Active* reads as *current*.)
+_CHANGES_CURRENT = re.compile(r"(?:^|[.!?:]\s+)(?:change|set|switch|select)(?:e?s)?\s+(?:the\s+)?(?:current|active)\s+([a-z]+(?:\s+[a-z]+){0,2})",
+                              re.IGNORECASE)
+_CURRENT = re.compile(r"\b(?:current|active)\s+([a-z]+(?:\s+[a-z]+){0,2})", re.IGNORECASE)
+_PLACE_END = frozenset({"to", "for", "of", "in", "on", "at", "into", "with", "from", "by", "and", "or", "that", "which", "as", "is"})
+# Text read for both: the description's first characters, and each parameter's description's.
+_CURRENT_CHARS = 1000
+
+
+def _place_words(phrase: str) -> list[str]:
+    """The words of a phrase after *current*, up to a word like *to* or *of*: "working directory"."""
+    words = []
+    for word in phrase.lower().split():
+        if word in _PLACE_END:
+            break
+        words.append(word)
+    return words
+
+
+def changes_current(decl: ToolDeclaration) -> frozenset[str]:
+    """The stemmed nouns of the places a tool changes, as a sentence of its description opens
+    with *change (set, switch, select) the current (active) …*: `cd` ("Change the current working
+    directory to the specified folder") changes the current *directory* (the phrase's last word)."""
+    found = []
+    for match in _CHANGES_CURRENT.finditer(searched_description(decl)[:_CURRENT_CHARS]):
+        words = _place_words(match.group(1))
+        if words:
+            found.append(words[-1])
+    return _stems(found)
+
+
+_HERE = re.compile(r"\b(?:current|active|this)\s+([a-z]+(?:\s+[a-z]+)?)", re.IGNORECASE)
+
+
+def here_words(text: str) -> frozenset[str]:
+    """The stemmed words a request says of the place it is in: *this folder*, *the current
+    (working) directory* (up to two words after *this*, *current* or *active*). A request naming
+    the current place does not ask to change it."""
+    return _stems(word for match in _HERE.finditer(text[:MAX_QUERY_CHARS]) for word in _place_words(match.group(1)))
+
+
+def place_terms(decl: ToolDeclaration) -> frozenset[str]:
+    """The stemmed words a request says when it names a place this tool changes: the places'
+    nouns and its required parameters' heads (`cd`: *directory*, *folder*)."""
+    return changes_current(decl).union(*input_heads(described_schema(decl)))
+
+
+def acts_in_current(decl: ToolDeclaration) -> frozenset[str]:
+    """The stemmed words that follow *current* (or *active*) in a tool's description or its parameters'
+    descriptions (up to three, up to a word like *to*): `mkdir` ("Create a new directory in the
+    current directory") acts in the current *directory*. A tool that changes such a place
+    (`changes_current`) acts in it too."""
+    texts = [searched_description(decl)[:_CURRENT_CHARS]]
+    schema = described_schema(decl)
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if isinstance(props, dict):
+        texts += [p["description"][:_CURRENT_CHARS] for p in props.values()
+                  if isinstance(p, dict) and isinstance(p.get("description"), str)]
+    return _stems(word for text in texts for match in _CURRENT.finditer(text) for word in _place_words(match.group(1)))
+
+
 # ---------------------------------------------------------------- search hints
 
 _HINT_MIN, _HINT_MAX = 3, 10

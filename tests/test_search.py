@@ -14,7 +14,7 @@ import pytest
 from bridge.catalog import Catalog
 from bridge.config import Rule, SurfaceConfig
 from bridge.model import InputContract, ToolDeclaration
-from bridge.search import ToolSearch, cover_order, derive_search_hint, name_tokens
+from bridge.search import LOOKUP_PLACES, ToolSearch, cover_order, derive_search_hint, name_tokens
 from bridge.search_rank import analyze_query, query_parts
 from bridge.store import Store
 from bridge.surface import Surface
@@ -593,6 +593,7 @@ async def test_an_apis_tools_trade_places_by_their_own_words(semantic):
                         semantic=semantic, fold_alternatives=False)
     queries = ("First, head over to the documents directory for me.", "Could you then go ahead and move it into the temp folder?",
                "what's written in the file")
+    e.search.lookup_places = 0  # a tool that changes the place a match acts in is brought after it: tested apart
     try:
         assert e.search.own_weight == OWN_WEIGHT > 0
         for query in queries:
@@ -673,8 +674,6 @@ def test_a_lookup_is_a_reading_tool_asking_for_names_alone():
 
 @pytest.mark.parametrize("semantic", ["off", "static"])
 async def test_a_tool_brings_the_lookup_its_api_offers_for_what_it_needs(semantic):
-    from bridge.search import LOOKUP_PLACES
-
     # the Message API's lookup is served by another upstream (`part`); other vendors' lookups are
     # of no API (`misc`) or of another (`crm`)
     lookup = msg_tool("get_user_id", "Get user ID from user name.", user="User name of the user.")
@@ -731,6 +730,92 @@ async def test_a_lookup_is_found_among_many_other_vendors_lookups(monkeypatch):
     try:
         names = e.names("Send Catherine a message saying the report is ready")
         assert names[names.index("msg__send_message") + 1] == "msg__get_user_id"
+    finally:
+        await e.close()
+
+
+def fs_tool(name, description, /, **params):
+    """A tool of the file system API: each keyword a required parameter, with its description."""
+    props = {p: {"type": "string", "description": d} for p, d in params.items()}
+    return tool(name, description=FS_BLURB + description, props=props or {}, required=list(params))
+
+
+def place_fs_tools():
+    return [fs_tool("cd", FS_TOOLS["cd"], folder="The folder of the directory to change to."),
+            fs_tool("wc", FS_TOOLS["wc"], file_name="Name of the file of current directory to perform wc operation on."),
+            fs_tool("cat", FS_TOOLS["cat"], file_name="The name of the file from current directory to display."),
+            fs_tool("mkdir", FS_TOOLS["mkdir"], dir_name="The name of the new directory at current directory."),
+            fs_tool("ls", FS_TOOLS["ls"]),
+            fs_tool("rm", FS_TOOLS["rm"], file_name="The name of the file or directory to remove.")]
+
+
+def test_a_tool_says_the_current_place_it_acts_in_or_changes():
+    from bridge.search_rank import acts_in_current, changes_current, here_words, place_terms
+
+    def decl(up):
+        return ToolDeclaration(tool_id=up.name, name=up.name, namespace="fs", native_name=up.name, description=up.description,
+                               input_contract=InputContract(model_input_schema=up.input_schema))
+
+    cd, wc, cat, mkdir, ls, rm = (decl(up) for up in place_fs_tools())
+    # a sentence opening with change (set, switch, select) the current (active) ...: its last word before *to*
+    assert changes_current(cd) == {"directori"} and acts_in_current(cd) == {"work", "directori"}
+    assert place_terms(cd) == {"directori", "folder", "the", "of"}  # the noun and the parameter's head
+    assert changes_current(decl(tool("use", description="Switches the active workspace for later calls."))) == {"workspac"}
+    assert not changes_current(decl(tool("help", description="Lists files. You can change the current directory with cd.")))
+    assert not changes_current(decl(tool("nav", description="Helps change the current directory.")))  # not a sentence's verb
+    # where a tool acts: its description or its parameters' descriptions (cat's own says *currrent*)
+    assert acts_in_current(mkdir) == acts_in_current(ls) == acts_in_current(wc) == acts_in_current(cat) == {"directori"}
+    assert not acts_in_current(rm) and not changes_current(mkdir)
+    # what a request says of the place it is in
+    assert here_words("List everything in the current working directory") == {"work", "directori"}
+    assert here_words("Make a folder named output in this folder.") == {"folder"}
+    assert not here_words("In the logs directory, count the lines of access.log")
+
+
+@pytest.mark.parametrize("semantic", ["off", "static"])
+async def test_a_tool_brings_the_tool_that_changes_the_place_it_acts_in(semantic):
+    # another vendor's shell has a cd of its own (another API); a tool of no API says it changes
+    # the current directory too
+    shell_blurb = "Part of the Acme remote shell, for servers you log in to. Tool description: "
+    shell = [tool(n, description=shell_blurb + d, props={"path": {"type": "string", "description": "A path on the server."}}, required=["path"])
+             for n, d in (("cd", "Change the current directory on the server."), ("ls", "List the current directory on the server."),
+                          ("stat", "Describe a file in the current directory on the server."))]
+    misc = [tool("chdir", description="Change the current directory of the build.",
+                 props={"folder": {"type": "string", "description": "Folder to build in."}}, required=["folder"])]
+    e = await start_env([FakeUpstream(name="fs", tools=place_fs_tools()), FakeUpstream(name="shell", tools=shell),
+                         FakeUpstream(name="misc", tools=misc)], semantic=semantic, fold_alternatives=False)
+    query = "In the logs directory, count the lines of access.log"
+    try:
+        result = e.search.search(query, surface=e.surface)
+        names, scores = [m.name for m in result.matches], [m.score for m in result.matches]
+        at = names.index("fs__wc")
+        assert at < e.search.lookup_places and names[at + 1] == "fs__cd" and scores[at + 1] == scores[at]
+        assert "shell__cd" not in names[:at + 2] and "misc__chdir" not in names[:at + 2]
+        e.search.lookup_places = 0
+        alone = e.names(query)
+        e.search.lookup_places = LOOKUP_PLACES
+        assert alone[alone.index("fs__wc") + 1] != "fs__cd"
+        # a folder named by its parameter's word; the place the request is in, or none named: not brought
+        names = e.names("Display the contents of report.txt, it sits in the drafts folder")
+        assert names.index("fs__cd") <= names.index("fs__cat") + 1
+        for other in ("Count the lines of access.log in the current directory", "Count the lines of access.log",
+                      "Make a directory named output in this folder"):
+            names = e.names(other)
+            e.search.lookup_places = 0
+            assert names == e.names(other), other
+            e.search.lookup_places = LOOKUP_PLACES
+        # within the search's filters and the caller's surface
+        names = e.names(query, namespace="fs")
+        assert names[names.index("fs__wc") + 1] == "fs__cd"
+        blocking = Surface(SurfaceConfig(name="safe", block=["fs__cd"]), e.catalog)
+        names = e.names(query, surface=blocking)
+        assert "fs__cd" not in names and names[0] == "fs__wc"
+        # the index follows a tool that no longer changes the place
+        e.ups["fs"].change_tools([*place_fs_tools()[1:], fs_tool("cd", "Print the current working directory.", folder="Unused.")])
+        await until(lambda: e.catalog.resolve("fs__cd").description.endswith("Print the current working directory."))
+        assert await e.search.wait_indexed()
+        names = e.names(query)
+        assert names[names.index("fs__wc") + 1:][:1] != ["fs__cd"]
     finally:
         await e.close()
 
