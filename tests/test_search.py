@@ -455,6 +455,40 @@ async def test_restart_reopens_the_index_without_rewriting_it(tmp_path):
     assert (await run(changed))[:3] == (False, 4, 4)
 
 
+def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id(tmp_path, monkeypatch):
+    import bridge.search_index as si
+
+    def indexed(tool_id, text, namespace="ns"):
+        return si.IndexedTool(tool_id=tool_id, namespace=namespace, name=text, exact_names=[tool_id])
+
+    path = str(tmp_path / "keys.index")
+    index = si.ToolIndex(path)
+    try:
+        index.bulk_load([indexed("a", "alpha report"), indexed("b", "beta report"), indexed("c", "gamma report")])
+        assert sorted(t for t, _ in index.search(index.query(analyze_query("report")), limit=10)) == ["a", "b", "c"]
+        assert index._by_key == {si.tool_key(t): t for t in "abc"}
+        index.submit(deletes=[("ns", "c")])
+        assert index.flush() and si.tool_key("c") not in index._by_key
+    finally:
+        index.close()
+    reopened = si.ToolIndex(path)  # the keys of a reopened index's tools are known again
+    try:
+        assert reopened.opened_existing and reopened._by_key == {si.tool_key(t): t for t in "ab"}
+        assert [t for t, _ in reopened.search(reopened.query(analyze_query("beta")), limit=1)] == ["b"]
+    finally:
+        reopened.close()
+    # every id one key: each hit reads its stored id
+    monkeypatch.setattr(si, "tool_key", lambda tool_id: 7)
+    shared = si.ToolIndex(None)
+    try:
+        shared.bulk_load([indexed("a", "alpha report"), indexed("b", "beta report")])
+        assert shared._by_key == {7: None}
+        assert [t for t, _ in shared.search(shared.query(analyze_query("beta")), limit=5)] == ["b"]
+        assert sorted(t for t, _ in shared.search(shared.query(analyze_query("report")), limit=5)) == ["a", "b"]
+    finally:
+        shared.close()
+
+
 def test_derived_search_hint():
     def decl(**kw):
         return ToolDeclaration(tool_id="t", namespace="ns", name="ns__x", native_name=kw.pop("native_name", "x"), **kw)
