@@ -9,7 +9,7 @@ import asyncio
 import functools
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -513,7 +513,7 @@ class ToolSearch:
         return places
 
     def _api_tools(self, decl: ToolDeclaration, api: int, terms: Iterable[str], surface: Surface, filters: dict[str, Any],
-                   serves: Any) -> list[ToolDeclaration]:
+                   serves: Callable[[ToolDeclaration], bool]) -> list[ToolDeclaration]:
         """The tools of `decl`'s API that have one of these terms in the lookups' field and that
         `serves(tool)` accepts, other than `decl`'s function, within the filters and visible on
         the surface: asked of `decl`'s upstream first, then (finding none there) of any the filters
