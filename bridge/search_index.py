@@ -110,6 +110,14 @@ class IndexedTool:
     looks_up: list[str] = field(default_factory=list)  # what the tool looks up by name (search_rank.looked_up)
     changes: list[str] = field(default_factory=list)  # the current places it changes (search_rank.changes_current)
     _digest: int | None = field(default=None, repr=False, compare=False)
+    _key: int | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def key(self) -> int:
+        """The tool id's key (`tool_key`), computed once: the index maps it and the document holds it."""
+        if self._key is None:
+            self._key = tool_key(self.tool_id)
+        return self._key
 
     @property
     def digest(self) -> int:
@@ -129,7 +137,7 @@ class IndexedTool:
         extra = split_identifiers(" ".join([self.shared, self.namespace, *self.tags, self.param_text])).lower().split()
         doc = tantivy.Document()  # add_text: twice as fast as keyword arguments
         doc.add_text("tool_id", self.tool_id)
-        doc.add_unsigned("key", tool_key(self.tool_id))
+        doc.add_unsigned("key", self.key)
         for exact in self.exact_names:
             doc.add_text("exact", exact)
         doc.add_text("all", " ".join([own, *dict.fromkeys(extra)]))
@@ -295,7 +303,7 @@ class ToolIndex:
             self.opened_existing = False
         for tools in self._digests.values():
             for tool_id in tools:
-                self._known(tool_id)
+                self._known(tool_id, tool_key(tool_id))
         if lines > 2 * self.tool_count + 10_000 or not log_path.exists():
             tmp = log_path.with_suffix(".tmp")
             with open(tmp, "w", encoding="utf-8") as fh:
@@ -304,10 +312,9 @@ class ToolIndex:
             os.replace(tmp, log_path)
         self._log_file = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for appends
 
-    def _known(self, tool_id: str) -> None:
+    def _known(self, tool_id: str, key: int) -> None:
         """Map the tool's key to its id (before its document is searchable; a deleted tool's key
         is dropped before its deletion is, and a hit whose key is not mapped reads the stored id)."""
-        key = tool_key(tool_id)
         if self._by_key.setdefault(key, tool_id) != tool_id:
             self._by_key[key] = None  # two ids, one key: their hits read the stored id
 
@@ -412,7 +419,7 @@ class ToolIndex:
                         continue
                     digests[tool.tool_id] = tool.digest
                     touched.append((tool.namespace, tool.tool_id))
-                    self._known(tool.tool_id)
+                    self._known(tool.tool_id, tool.key)
                     # a delete then an add in one commit: the add survives the delete (opstamps)
                     writer.delete_documents_by_term("tool_id", tool.tool_id)
                     writer.add_document(tool.document())
@@ -451,7 +458,7 @@ class ToolIndex:
             if previous is not None:
                 writer.delete_documents_by_term("tool_id", tool_id)
             digests[tool_id] = digest
-            self._known(tool_id)
+            self._known(tool_id, tool.key)
             writer.add_document(tool.document())
             if logged:
                 lines.append(f"{tool_id}\t{namespace}\t{digest:016x}\n")
