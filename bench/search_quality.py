@@ -24,6 +24,9 @@ some turns give the identifier itself and need no lookup. bench/data/place-queri
 ("places"), written by hand the same way before the step was built, has turns asking a file tool
 to act in a folder they name (`In the logs directory, count the lines of access.log`: `cd`, then
 `wc`), and turns that act where the agent is (`Count the lines in data.csv`), which need no `cd`.
+bench/data/list-queries.jsonl ("lists"), written by hand the same way, has turns listing two or
+three tasks in one sentence, joined by commas and `and` (`Fill the tank with 20 gallons, start
+the engine and turn the headlights on`), with every task's tool among the answers.
 
 With --public, the same requests are also sent to `GET /search` of a `bridge serve` process
 whose upstreams are MCP servers over stdio listing the catalog: the public path end to end.
@@ -31,7 +34,8 @@ whose upstreams are MCP servers over stdio listing the catalog: the public path 
 function, and --public-a2t through a chain of two bridges: one federating, as an A2T upstream,
 the bridge of --public.
 
-Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE] [--lookups FILE] [--places FILE] [--no-semantic] [--public] [--public-openapi] [--public-a2t]
+Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE]
+     [--lookups FILE] [--places FILE] [--lists FILE] [--no-semantic] [--public] [--public-openapi] [--public-a2t]
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ DEFAULT_CONVERSATION = ROOT / "bench" / "data" / "conversation-queries.jsonl"
 DEFAULT_SEVERAL = ROOT / "bench" / "data" / "several-tasks-queries.jsonl"
 DEFAULT_LOOKUPS = ROOT / "bench" / "data" / "lookup-queries.jsonl"
 DEFAULT_PLACES = ROOT / "bench" / "data" / "place-queries.jsonl"
+DEFAULT_LISTS = ROOT / "bench" / "data" / "list-queries.jsonl"
 Ranker = Callable[[str], list[str]]
 
 
@@ -114,11 +119,13 @@ def load_queries(path: Path) -> list[dict[str, Any]]:
 def query_sets(dev: list[dict[str, Any]], conversation: list[dict[str, Any]],
                several: list[dict[str, Any]] | None = None,
                lookups: list[dict[str, Any]] | None = None,
-               places: list[dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
+               places: list[dict[str, Any]] | None = None,
+               lists: list[dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The sets every ranking is scored on: all development requests, their odd and even halves
     (by the first number in the request's id), those answered by two or more names, the
     hand-written conversation turns and, when given, the hand-written turns asking for several
-    things, those needing a lookup and those naming the folder to act in."""
+    things, those needing a lookup, those naming the folder to act in and those listing tasks in
+    one sentence."""
     def number(q: dict[str, Any]) -> int:
         found = re.search(r"\d+", q["qid"])
         return int(found.group(0)) if found else 0
@@ -131,6 +138,8 @@ def query_sets(dev: list[dict[str, Any]], conversation: list[dict[str, Any]],
         sets["lookups"] = lookups
     if places:
         sets["places"] = places
+    if lists:
+        sets["lists"] = lists
     return sets
 
 
@@ -337,6 +346,8 @@ async def main() -> None:
                         help="hand-written turns naming a thing a tool needs the id of, with gold names (JSON lines)")
     parser.add_argument("--places", type=Path, default=DEFAULT_PLACES,
                         help="hand-written turns naming the folder a tool is to act in (or none), with gold names (JSON lines)")
+    parser.add_argument("--lists", type=Path, default=DEFAULT_LISTS,
+                        help="hand-written turns listing several tasks in one sentence, with gold names (JSON lines)")
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
     parser.add_argument("--public", action="store_true",
                         help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
@@ -347,7 +358,7 @@ async def main() -> None:
     args = parser.parse_args()
     rows, queries = load_dev_set(args.data)
     sets = query_sets(queries, load_queries(args.conversation), load_queries(args.several), load_queries(args.lookups),
-                      load_queries(args.places))
+                      load_queries(args.places), load_queries(args.lists))
     print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data}); "
           + ", ".join(f"{name}: {len(qs)}" for name, qs in sets.items()))
     results = [("plain BM25 (name+description+params)", score_sets(plain_bm25(rows), sets))]

@@ -77,6 +77,10 @@ FUZZY_MAX_TERMS = 4
 FUZZY_MIN_CHARS = 6
 FUZZY_WEIGHT = 0.5
 FUZZY_MAX_WORDS = 2
+# Two adjacent words of a query written as one (*zip code*: `zipcode`, *pre heat*: `preheat`;
+# bridge.search_rank.AnalyzedQuery.joined) are matched, at this weight, when the catalog uses the
+# word: the catalog's way of writing what the request says in two.
+JOINED_WEIGHT = 1.0
 # A query word's related words (bridge.search_rank.related_words) that more tools use than the
 # word itself are matched at this share of its weight. Measured among 0.2, 0.3 and 0.5
 # (docs/search.md, *What is indexed*, related words).
@@ -528,7 +532,7 @@ class ToolIndex:
             short = widen and len(terms) <= FUZZY_MAX_TERMS  # as written, before the common words are left out
             informative = len(terms) > MAX_QUERY_TERMS or (len(terms) > MIN_QUERY_TERMS and self.num_docs > COMMON_MIN_DOCS)
             freq: dict[str, int] = {}
-            if short or informative or analyzed.related:
+            if short or informative or analyzed.related or analyzed.joined:
                 searcher = self._index.searcher()
                 freq = {t: searcher.doc_freq("all", t) for t in terms}
             if informative:
@@ -538,6 +542,8 @@ class ToolIndex:
             if analyzed.related:
                 common = max(COMMON_SHARE * searcher.num_docs, COMMON_MIN_DOCS) if informative else math.inf
                 terms = {**terms, **self._related(terms, analyzed.related, freq, searcher, common)}
+            if analyzed.joined:
+                terms = {**terms, **{t: JOINED_WEIGHT for t in analyzed.joined if t not in terms and searcher.doc_freq("all", t)}}
             for term, term_weight in terms.items():
                 for name, field_weight in weights.items():
                     if field_weight > 0:

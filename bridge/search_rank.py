@@ -209,6 +209,9 @@ class AnalyzedQuery:
     # a term's related words (`related_words`), as terms: the index matches those the catalog
     # uses more often than the term itself, at a lower weight
     related: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # two adjacent content words written as one (*zip code*: `zipcod`), as terms: the index
+    # matches those the catalog uses
+    joined: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -221,15 +224,23 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     once. A very long query (a whole conversation) is read by its first MAX_QUERY_CHARS
     characters and keeps its first `max_terms` distinct words (the index then matches by the
     rarest of them). A query of at most RELATED_MAX_TERMS content words also gets the related
-    words of each (`related_words`), but for names (`_names`), and the word *file* when it names
-    a file (`report.md`, `_FILE_NAME`)."""
+    words of each (`related_words`), but for names (`_names`), and each two adjacent content words
+    written as one (`joined`: *zip code* as *zipcode*). A query naming a file (`report.md`,
+    `_FILE_NAME`) also gets the word *file*."""
     text = text[:MAX_QUERY_CHARS]
     filler, bases = _filler_forms()
     content: dict[str, float] = {}
     fill: dict[str, float] = {}
     words: dict[str, str] = {}  # content word as written -> its term
+    joined: dict[str, None] = {}
+    before = ""  # the content word just before, as written ("" after filler or a number)
     for word in _word_analyzer().analyze(split_identifiers(text)):
-        for term in term_stems(word):
+        stems = term_stems(word)
+        content_word = not (word in filler or word.isdigit() or len(word) < 2 or any(t in bases for t in stems))
+        if before and content_word and len(content) <= RELATED_MAX_TERMS:
+            joined.update(dict.fromkeys(term_stems(before + word)))
+        before = word if content_word else ""
+        for term in stems:
             if term in content:
                 continue
             if term.isdigit() or word in filler or term in bases or len(term) < 2:
@@ -251,7 +262,9 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     if content and _FILE_NAME.search(text):
         for term in term_stems("file"):
             content.setdefault(term, 1.0)
-    return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifier_words(text), related=related)
+    joined_terms = tuple(t for t in joined if t not in content) if content and len(content) <= RELATED_MAX_TERMS else ()
+    return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifier_words(text), related=related,
+                         joined=joined_terms)
 
 
 # A request asking for several things ("Find the airport closest to Boston. Also book me a flight

@@ -1083,3 +1083,23 @@ async def test_a_request_for_several_things_gets_a_tool_for_each(semantic):
         assert [(m.name, m.score) for m in covered] == [(m.name, m.score) for m in e.search.search(one, surface=e.surface, limit=4).matches]
     finally:
         await e.close()
+
+
+async def test_two_words_of_a_request_are_matched_as_the_one_word_a_tool_writes():
+    # *zip code* is `zipcode` in the tool's name and description; the decoys say *code*
+    analyzed = analyze_query("Get the zip code of Paris, then pre heat the oven")
+    assert "zipcod" in analyzed.joined and "preheat" in analyzed.joined
+    assert "getzip" not in analyzed.joined  # filler between: *the* stands between *get* and *zip*
+    assert analyze_query("Get the zipcode of Paris").joined == ()  # one word: nothing to join
+    e = await start_env([FakeUpstream(name="geo", tools=[
+        tool("get_zipcode_based_on_city", description="Find the zipcode of a city."),
+        tool("get_country_code", description="Get the dialling code of a country."),
+        tool("format_code", description="Format a piece of source code."),
+        tool("zip_files", description="Compress files into a zip archive.")])])
+    try:
+        found = e.names("what is the zip code of Paris", limit=4)
+        assert set(found[:2]) == {"geo__get_zipcode_based_on_city", "geo__zip_files"}, found  # not found before
+        # a word the catalog does not use is not matched: the ranking is the one of the two words
+        assert e.names("format the code block", limit=1) == ["geo__format_code"]
+    finally:
+        await e.close()
