@@ -79,7 +79,8 @@ FUZZY_WEIGHT = 0.5
 FUZZY_MAX_WORDS = 2
 # Two adjacent words of a query written as one (*zip code*: `zipcode`, *pre heat*: `preheat`;
 # bridge.search_rank.AnalyzedQuery.joined) are matched, at this weight, when the catalog uses the
-# word: the catalog's way of writing what the request says in two.
+# word (and, in a large catalog, not in more tools than COMMON_SHARE): the catalog's way of writing
+# what the request says in two.
 JOINED_WEIGHT = 1.0
 # A query word's related words (bridge.search_rank.related_words) that more tools use than the
 # word itself are matched at this share of its weight. Measured among 0.2, 0.3 and 0.5
@@ -539,11 +540,11 @@ class ToolIndex:
                 terms = self._informative(terms, freq, searcher.num_docs)
             unknown = [t for t in terms if short and not freq[t] and len(t) >= FUZZY_MIN_CHARS and t.isalpha()]
             typos = set(sorted(unknown, key=len, reverse=True)[:FUZZY_MAX_WORDS])
+            common = max(COMMON_SHARE * searcher.num_docs, COMMON_MIN_DOCS) if informative else math.inf
             if analyzed.related:
-                common = max(COMMON_SHARE * searcher.num_docs, COMMON_MIN_DOCS) if informative else math.inf
                 terms = {**terms, **self._related(terms, analyzed.related, freq, searcher, common)}
-            if analyzed.joined:
-                terms = {**terms, **{t: JOINED_WEIGHT for t in analyzed.joined if t not in terms and searcher.doc_freq("all", t)}}
+            if analyzed.joined:  # those the catalog uses, but not too common to matter (as the query's own words)
+                terms = {**terms, **{t: JOINED_WEIGHT for t in analyzed.joined if t not in terms and 0 < searcher.doc_freq("all", t) <= common}}
             for term, term_weight in terms.items():
                 for name, field_weight in weights.items():
                     if field_weight > 0:

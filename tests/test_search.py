@@ -1103,3 +1103,25 @@ async def test_two_words_of_a_request_are_matched_as_the_one_word_a_tool_writes(
         assert e.names("format the code block", limit=1) == ["geo__format_code"]
     finally:
         await e.close()
+
+
+def test_a_joined_word_too_common_in_a_large_catalog_is_not_matched(monkeypatch):
+    import bridge.search_index as si
+
+    def indexed(tool_id, text):
+        return si.IndexedTool(tool_id=tool_id, namespace="ns", name=text, exact_names=[tool_id])
+
+    index = si.ToolIndex(None)
+    try:
+        index.bulk_load([indexed("a", "zipcode of city"), indexed("b", "zipcode by address"),
+                         indexed("c", "zipcode of place"), indexed("d", "weather of city")])
+        query = analyze_query("zip code weather city")
+        assert "zipcod" in query.joined
+        assert {t for t, _ in index.search(index.query(query), limit=10)} == {"a", "b", "c", "d"}
+        # a large catalog: the query's words, and the joined word, in more than 30% of it are left out
+        monkeypatch.setattr(si, "COMMON_MIN_DOCS", 1)
+        monkeypatch.setattr(si, "COMMON_SHARE", 0.3)
+        monkeypatch.setattr(si, "MIN_QUERY_TERMS", 1)
+        assert {t for t, _ in index.search(index.query(query), limit=10)} == {"d"}
+    finally:
+        index.close()
