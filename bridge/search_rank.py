@@ -234,16 +234,19 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     words: dict[str, str] = {}  # content word as written -> its term
     joined: dict[str, None] = {}
     before = ""  # the content word just before, as written ("" after filler or a number)
+    def set_aside(word: str, term: str) -> bool:  # filler, a number or a single character
+        return term.isdigit() or word in filler or term in bases or len(term) < 2
+
     for word in _word_analyzer().analyze(split_identifiers(text)):
         stems = term_stems(word)
-        content_word = not (word in filler or word.isdigit() or len(word) < 2 or any(t in bases for t in stems))
+        content_word = not all(set_aside(word, term) for term in stems)
         if before and content_word and len(content) <= RELATED_MAX_TERMS:
             joined.update(dict.fromkeys(term_stems(before + word)))
         before = word if content_word else ""
         for term in stems:
             if term in content:
                 continue
-            if term.isdigit() or word in filler or term in bases or len(term) < 2:
+            if set_aside(word, term):
                 fill[term] = 1.0
             elif len(content) < max_terms:
                 content[term] = 1.0  # also written as filler elsewhere in the query: it counts
