@@ -455,11 +455,15 @@ async def test_restart_reopens_the_index_without_rewriting_it(tmp_path):
     assert (await run(changed))[:3] == (False, 4, 4)
 
 
-def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id(tmp_path, monkeypatch):
+def indexed(tool_id: str, text: str, namespace: str = "ns"):
+    """An index document of a tool named `text`, for tests of the index alone."""
     import bridge.search_index as si
 
-    def indexed(tool_id, text, namespace="ns"):
-        return si.IndexedTool(tool_id=tool_id, namespace=namespace, name=text, exact_names=[tool_id])
+    return si.IndexedTool(tool_id=tool_id, namespace=namespace, name=text, exact_names=[tool_id])
+
+
+def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id(tmp_path, monkeypatch):
+    import bridge.search_index as si
 
     path = str(tmp_path / "keys.index")
     index = si.ToolIndex(path)
@@ -1107,9 +1111,6 @@ async def test_two_words_of_a_request_are_matched_as_the_one_word_a_tool_writes(
 
 def test_a_joined_word_too_common_in_a_large_catalog_is_not_matched(monkeypatch):
     import bridge.search_index as si
-
-    def indexed(tool_id, text):
-        return si.IndexedTool(tool_id=tool_id, namespace="ns", name=text, exact_names=[tool_id])
 
     index = si.ToolIndex(None)
     try:
