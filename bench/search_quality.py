@@ -27,6 +27,11 @@ to act in a folder they name (`In the logs directory, count the lines of access.
 bench/data/list-queries.jsonl ("lists"), written by hand the same way, has turns listing two or
 three tasks in one sentence, joined by commas and `and` (`Fill the tank with 20 gallons, start
 the engine and turn the headlights on`), with every task's tool among the answers.
+bench/data/scene-queries.jsonl ("scene"), written by hand the same way before the step was
+tried, has turns that open with sentences setting the scene, which ask for nothing (`The two
+contract versions came back from legal and I honestly can't tell what they changed.`), before
+the one that asks (`Could you put contract_v1.txt and contract_v2.txt side by side and show me
+the differences?`).
 
 With --public, the same requests are also sent to `GET /search` of a `bridge serve` process
 whose upstreams are MCP servers over stdio listing the catalog: the public path end to end.
@@ -35,7 +40,7 @@ function, and --public-a2t through a chain of two bridges: one federating, as an
 the bridge of --public.
 
 Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE]
-     [--lookups FILE] [--places FILE] [--lists FILE] [--no-semantic] [--public] [--public-openapi] [--public-a2t]
+     [--lookups FILE] [--places FILE] [--lists FILE] [--scene FILE] [--no-semantic] [--public] [--public-openapi] [--public-a2t]
 """
 
 from __future__ import annotations
@@ -71,11 +76,16 @@ from bridge.surface import Surface  # noqa: E402
 from bridge.upstream import CallContext, Upstream, UpstreamConfig  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "toolsearch"
-DEFAULT_CONVERSATION = ROOT / "bench" / "data" / "conversation-queries.jsonl"
-DEFAULT_SEVERAL = ROOT / "bench" / "data" / "several-tasks-queries.jsonl"
-DEFAULT_LOOKUPS = ROOT / "bench" / "data" / "lookup-queries.jsonl"
-DEFAULT_PLACES = ROOT / "bench" / "data" / "place-queries.jsonl"
-DEFAULT_LISTS = ROOT / "bench" / "data" / "list-queries.jsonl"
+# The hand-written sets: (name in the table, option, file, what its turns are).
+HAND_SETS = (
+    ("conversation", "--conversation", "conversation-queries.jsonl", "conversation turns"),
+    ("conv several", "--several", "several-tasks-queries.jsonl", "turns asking for several tools"),
+    ("lookups", "--lookups", "lookup-queries.jsonl", "turns naming a thing a tool needs the id of"),
+    ("places", "--places", "place-queries.jsonl", "turns naming the folder a tool is to act in (or none)"),
+    ("lists", "--lists", "list-queries.jsonl", "turns listing several tasks in one sentence"),
+    ("scene", "--scene", "scene-queries.jsonl", "turns opening with sentences that set the scene"),
+)
+HAND_DIR = ROOT / "bench" / "data"
 Ranker = Callable[[str], list[str]]
 
 
@@ -116,30 +126,17 @@ def load_queries(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def query_sets(dev: list[dict[str, Any]], conversation: list[dict[str, Any]],
-               several: list[dict[str, Any]] | None = None,
-               lookups: list[dict[str, Any]] | None = None,
-               places: list[dict[str, Any]] | None = None,
-               lists: list[dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
+def query_sets(dev: list[dict[str, Any]], hand: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
     """The sets every ranking is scored on: all development requests, their odd and even halves
-    (by the first number in the request's id), those answered by two or more names, the
-    hand-written conversation turns and, when given, the hand-written turns asking for several
-    things, those needing a lookup, those naming the folder to act in and those listing tasks in
-    one sentence."""
+    (by the first number in the request's id), those answered by two or more names, and the
+    hand-written sets (`hand`, by their names in HAND_SETS) that have requests."""
     def number(q: dict[str, Any]) -> int:
         found = re.search(r"\d+", q["qid"])
         return int(found.group(0)) if found else 0
 
     sets = {"dev all": dev, "dev odd": [q for q in dev if number(q) % 2], "dev even": [q for q in dev if not number(q) % 2],
-            "dev several": [q for q in dev if len(set(q["gold_names"])) > 1], "conversation": conversation}
-    if several:
-        sets["conv several"] = several
-    if lookups:
-        sets["lookups"] = lookups
-    if places:
-        sets["places"] = places
-    if lists:
-        sets["lists"] = lists
+            "dev several": [q for q in dev if len(set(q["gold_names"])) > 1]}
+    sets.update((name, queries) for name, queries in hand.items() if queries)
     return sets
 
 
@@ -338,16 +335,9 @@ def table(rows: list[tuple[str, dict[str, dict[str, float]]]]) -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with catalog.jsonl and queries-dev.jsonl")
-    parser.add_argument("--conversation", type=Path, default=DEFAULT_CONVERSATION,
-                        help="hand-written conversation turns with gold names (JSON lines)")
-    parser.add_argument("--several", type=Path, default=DEFAULT_SEVERAL,
-                        help="hand-written turns asking for several tools, with gold names (JSON lines)")
-    parser.add_argument("--lookups", type=Path, default=DEFAULT_LOOKUPS,
-                        help="hand-written turns naming a thing a tool needs the id of, with gold names (JSON lines)")
-    parser.add_argument("--places", type=Path, default=DEFAULT_PLACES,
-                        help="hand-written turns naming the folder a tool is to act in (or none), with gold names (JSON lines)")
-    parser.add_argument("--lists", type=Path, default=DEFAULT_LISTS,
-                        help="hand-written turns listing several tasks in one sentence, with gold names (JSON lines)")
+    for name, option, file, what in HAND_SETS:
+        parser.add_argument(option, type=Path, default=HAND_DIR / file, dest=name.replace(" ", "_"),
+                            help=f"hand-written {what}, with gold names (JSON lines)")
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
     parser.add_argument("--public", action="store_true",
                         help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
@@ -357,8 +347,7 @@ async def main() -> None:
                         help="also score GET /search of `bridge serve` federating, as an A2T upstream, the bridge of --public")
     args = parser.parse_args()
     rows, queries = load_dev_set(args.data)
-    sets = query_sets(queries, load_queries(args.conversation), load_queries(args.several), load_queries(args.lookups),
-                      load_queries(args.places), load_queries(args.lists))
+    sets = query_sets(queries, {name: load_queries(getattr(args, name.replace(" ", "_"))) for name, _, _, _ in HAND_SETS})
     print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data}); "
           + ", ".join(f"{name}: {len(qs)}" for name, qs in sets.items()))
     results = [("plain BM25 (name+description+params)", score_sets(plain_bm25(rows), sets))]

@@ -285,11 +285,44 @@ PART_MIN_TERMS = 2
 MAX_PARTS = 4
 
 
+# A sentence that only sets the scene ("I've been putting together the quarterly review all
+# morning.") asks for nothing, so it is no part of its own when another sentence of the request
+# asks. Such a sentence opens with a subject, a determiner or a narrating adverb
+# (_TELLING_OPENERS) and says none of the words that ask (_ASKING); one opening otherwise (a verb:
+# "Book me a flight") asks.
+_TELLING_OPENERS = frozenset(
+    """i i've i'm i'll we we're we've we'll he she it it's they they're there there's this that these those
+    someone somebody everyone everybody nobody the a an my our his her their yesterday today recently lately
+    earlier last honestly apparently unfortunately luckily basically currently""".split()
+)
+_ASKING = re.compile(
+    r"\?|\b(?:please|kindly|(?:can|could|would|will)\s+(?:you|u)|i\s+(?:want|need|wish)|i['’]d\s+(?:like|love)|"
+    r"i\s+would\s+(?:like|love)|(?:i['’]m|i\s+am)\s+(?:looking|trying)|help\s+me|let\s+me|let['’]s|we\s+(?:need|want)|"
+    r"i\s+(?:have|must)\s+to)\b",
+    re.IGNORECASE,
+)
+_OPENING_WORD = re.compile("[A-Za-z][A-Za-z'’]*")
+
+
+def asks(sentence: str) -> bool:
+    """Whether a sentence of a request asks for something (see _TELLING_OPENERS)."""
+    if _ASKING.search(sentence):
+        return True
+    opening = _OPENING_WORD.search(sentence)
+    return opening is None or opening.group(0).lower().replace("’", "'") not in _TELLING_OPENERS
+
+
 def query_parts(text: str) -> list[AnalyzedQuery]:
     """The parts of a request asking for several things, each read like a query (`analyze_query`),
     in the order written; [] when the request has fewer than two parts of PART_MIN_TERMS content
-    words (filler does not count). A part of the same words as an earlier one counts once."""
-    pieces = [piece.strip() for piece in _PART_SPLIT.split(_squeeze_space(text)) if piece and piece.strip()]
+    words (filler does not count). A part of the same words as an earlier one counts once. The
+    sentences that only set the scene (`asks`) give no part when another sentence asks."""
+    text = _squeeze_space(text)
+    sentences = [sentence for sentence in _SENTENCE_END.split(text) if sentence.strip()]
+    asking = [sentence for sentence in sentences if asks(sentence)]
+    if asking and len(asking) < len(sentences):
+        text = "\n".join(asking)
+    pieces = [piece.strip() for piece in _PART_SPLIT.split(text) if piece and piece.strip()]
     if len(pieces) < 2:  # one piece: the request itself, already read by `analyze_query`
         return []
     parts: list[AnalyzedQuery] = []

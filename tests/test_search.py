@@ -1042,6 +1042,28 @@ def test_a_request_is_read_in_parts_at_sentences_and_connectives():
     assert len(many) == 4
 
 
+async def test_a_sentence_that_sets_the_scene_gets_no_tool_of_its_own():
+    def parts(text):
+        return [p.text for p in query_parts(text)]
+
+    ask = "What will the weather be like in Paris hour by hour, with temperature, wind and rain? Then book a flight there."
+    scene = "The hotel we booked in Paris last spring was lovely. "
+    assert parts(scene + ask) == parts(ask) == [ask.split("? ")[0] + "?", "book a flight there."]
+    # a sentence asks when it opens with a verb or says an asking word; one that only tells counts
+    # when no sentence asks
+    assert parts("I lost the code. Find my messages about the room code.") == []
+    assert parts("I lost the room code. Please find my messages about it") == []
+    assert parts("We need the room code. The printer on the third floor is jammed.") == []
+    assert parts("The printer on the third floor is jammed. The room code is lost.") == [
+        "The printer on the third floor is jammed.", "The room code is lost."]
+    e = await start_env(forecast_desk())
+    try:
+        # the scene's hotel, a part of its own, took the second place from the flight
+        assert e.names(scene + ask, limit=2) == ["desk__weather_forecast_hourly", "desk__book_flight"]
+    finally:
+        await e.close()
+
+
 def test_cover_order_gives_each_part_a_place_and_keeps_scores_falling():
     overall = np.array([0.9, 0.85, 0.8, 0.5], np.float32)
     parts = np.array([[0.9, 0.9, 0.9, 0.0],    # three tools answer the first part
