@@ -40,6 +40,10 @@ log = logging.getLogger("bridge.search")
 INDEX_FORMAT = 7
 # Changes arriving within this window share one commit.
 COMMIT_WINDOW = 0.05
+# A commit that fails (a full disk, an I/O error) is tried again, with the changes arriving
+# meanwhile, after these many seconds: doubling from the first to the last, then the last.
+RETRY_FIRST = 0.5
+RETRY_LAST = 30.0
 _FORMAT_FILE = "bridge-search.json"
 _DIGEST_LOG = "digests.log"
 
@@ -252,6 +256,7 @@ class ToolIndex:
         self._submitted = 0
         self._committed = 0
         self._closed = False
+        self.retry_first, self.retry_last = RETRY_FIRST, RETRY_LAST
         self._thread = threading.Thread(target=self._run, name="search-index-writer", daemon=True)
         self._thread.start()
 
@@ -360,30 +365,38 @@ class ToolIndex:
     def pending(self) -> bool:
         return self._committed < self._submitted
 
+    def _gather(self, batches: list[_Batch], window: float) -> bool:
+        """Add to `batches` what is submitted within `window` seconds; False when the index is
+        closing (nothing more comes)."""
+        deadline = time.monotonic() + window
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                more = self._queue.get(timeout=remaining)
+            except queue.Empty:
+                return True
+            if more is None:
+                return False
+            batches.append(more)
+        return True
+
     def _run(self) -> None:
         while True:
             batch = self._queue.get()
             if batch is None:
                 return
             batches = [batch]
-            deadline = time.monotonic() + COMMIT_WINDOW
-            stop = False
-            while (remaining := deadline - time.monotonic()) > 0:
-                try:
-                    more = self._queue.get(timeout=remaining)
-                except queue.Empty:
-                    break
-                if more is None:
-                    stop = True
-                    break
-                batches.append(more)
-            try:
-                self._write(batches)
-            finally:
-                with self._cond:
-                    self._committed = max(self._committed, batches[-1].seq)
-                    self._cond.notify_all()
-            if stop:
+            going = self._gather(batches, COMMIT_WINDOW)
+            delay = self.retry_first
+            while not self._write(batches) and going:
+                # nothing of `batches` is lost: tried again with what arrives meanwhile
+                log.warning("search index commit failed; %d change batches are tried again in %.1f s",
+                            len(batches), delay)
+                going = self._gather(batches, delay)
+                delay = min(2 * delay, self.retry_last)
+            with self._cond:
+                self._committed = max(self._committed, batches[-1].seq)
+                self._cond.notify_all()
+            if not going:
                 return
 
     def _tool(self, item: Any) -> IndexedTool:
@@ -393,10 +406,14 @@ class ToolIndex:
             raise TypeError(f"no converter for {type(item).__name__}")
         return self.convert(item)
 
-    def _write(self, batches: list[_Batch]) -> None:
+    def _write(self, batches: list[_Batch]) -> bool:
+        """Apply `batches` in one commit. False when the commit failed: the index and the
+        digests are then as before, and the batches can be written again."""
         lines: list[str] = []
         touched: list[tuple[str, str]] = []
+        before: list[tuple[str, str, int | None]] = []  # (namespace, tool_id, digest before), to undo
         writer = self._writer
+        committing = False
         try:
             for batch in batches:
                 if batch.prepare is not None:
@@ -413,15 +430,17 @@ class ToolIndex:
                     known = self._digests.get(batch.reconcile, {})
                     deletes += [(batch.reconcile, tid) for tid in known if tid not in listed]
                 for namespace, tool_id in deletes:
-                    if self._digests.get(namespace, {}).pop(tool_id, None) is not None:
+                    if (gone := self._digests.get(namespace, {}).pop(tool_id, None)) is not None:
+                        before.append((namespace, tool_id, gone))
                         writer.delete_documents_by_term("tool_id", tool_id)
                         if self._by_key.get(key := tool_key(tool_id)) == tool_id:
                             del self._by_key[key]  # until then, a hit on it reads the stored id
                         lines.append(f"{tool_id}\t-\n")
                 for tool in tools:
                     digests = self._digests.setdefault(tool.namespace, {})
-                    if digests.get(tool.tool_id) == tool.digest:
+                    if (previous := digests.get(tool.tool_id)) == tool.digest:
                         continue
+                    before.append((tool.namespace, tool.tool_id, previous))
                     digests[tool.tool_id] = tool.digest
                     touched.append((tool.namespace, tool.tool_id))
                     self._known(tool.tool_id, tool.key)
@@ -430,20 +449,31 @@ class ToolIndex:
                     writer.add_document(tool.document())
                     lines.append(f"{tool.tool_id}\t{tool.namespace}\t{tool.digest:016x}\n")
             if not lines:
-                return
+                return True
+            committing = True
             writer.commit()
             self._index.reload()
-            self.documents_written += len(touched)
-            self.commits += 1
             if self._log_file is not None:
                 self._log_file.writelines(lines)
                 self._log_file.flush()
+            self.documents_written += len(touched)
+            self.commits += 1
+            return True
         except Exception:  # noqa: BLE001 - the writer thread must survive a failed commit
-            log.exception("search index commit failed; the tools concerned are written again on their next change")
             with contextlib.suppress(Exception):
                 writer.rollback()
-            for namespace, tool_id in touched:
-                self._digests.get(namespace, {}).pop(tool_id, None)
+            for namespace, tool_id, digest in reversed(before):
+                if digest is None:
+                    self._digests.get(namespace, {}).pop(tool_id, None)
+                else:
+                    self._digests.setdefault(namespace, {})[tool_id] = digest
+                    self._known(tool_id, tool_key(tool_id))
+            if committing:
+                log.exception("search index commit failed")
+                return False
+            # a change that cannot be read into a document: trying it again would fail again
+            log.exception("search index change could not be applied; the tools concerned are written again on their next change")
+            return True
 
     def bulk_load(self, tools: Iterable[IndexedTool]) -> int:
         """Write many new tools in one commit on the calling thread (an initial build, while

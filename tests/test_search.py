@@ -493,6 +493,53 @@ def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id
         shared.close()
 
 
+def test_a_failed_commit_is_tried_again_and_loses_no_change(tmp_path, caplog):
+    import bridge.search_index as si
+
+    class FullDisk:
+        """The index's writer, its commits failing while `failing` (as on a full disk)."""
+
+        def __init__(self, writer):
+            self.writer, self.failing, self.tries = writer, False, 0
+
+        def commit(self):
+            self.tries += 1
+            if self.failing:
+                raise ValueError("No space left on device (os error 28)")
+            return self.writer.commit()
+
+        def __getattr__(self, name):
+            return getattr(self.writer, name)
+
+    path = str(tmp_path / "retry.index")
+    index = si.ToolIndex(path)
+    disk = index._writer = FullDisk(index._writer)
+    index.retry_first = index.retry_last = 0.01
+
+    def found():
+        return sorted(t for t, _ in index.search(index.query(analyze_query("report")), limit=10))
+
+    try:
+        index.bulk_load([indexed("a", "alpha report"), indexed("b", "beta report")])
+        disk.failing = True
+        index.submit([indexed("c", "gamma report")], deletes=[("ns", "b")])
+        assert not index.flush(timeout=0.3)  # not searchable while the commits fail
+        assert disk.tries >= 2 and found() == ["a", "b"]
+        index.submit([indexed("d", "delta report")])  # a change arriving meanwhile joins the retries
+        disk.failing = False
+        assert index.flush(timeout=10.0)
+        assert found() == ["a", "c", "d"] and index.tool_count == 3
+        assert "search index commit failed" in caplog.text
+    finally:
+        disk.failing = False
+        index.close()
+    reopened = si.ToolIndex(path)  # the digest log agrees with the index: reopened as it is
+    try:
+        assert reopened.opened_existing and reopened.num_docs == reopened.tool_count == 3
+    finally:
+        reopened.close()
+
+
 def test_derived_search_hint():
     def decl(**kw):
         return ToolDeclaration(tool_id="t", namespace="ns", name="ns__x", native_name=kw.pop("native_name", "x"), **kw)
