@@ -248,9 +248,12 @@ class ToolSearch:
         return self.index.flush(timeout)
 
     async def wait_indexed(self, timeout: float = 10.0) -> bool:
-        """Wait, without blocking the event loop, until every change so far is searchable."""
+        """Wait, without blocking the event loop, until every change so far is searchable. While
+        the index's commits fail (`ToolIndex.failing`), answers False at once."""
         if not self.index.pending:
             return True
+        if self.index.failing:
+            return False
         return await asyncio.to_thread(self.index.flush, timeout)
 
     def close(self) -> None:

@@ -257,6 +257,7 @@ class ToolIndex:
         self._committed = 0
         self._closed = False
         self.retry_first, self.retry_last = RETRY_FIRST, RETRY_LAST
+        self.failing = False  # the last commit failed; its changes wait for the next try
         self._thread = threading.Thread(target=self._run, name="search-index-writer", daemon=True)
         self._thread.start()
 
@@ -389,10 +390,12 @@ class ToolIndex:
             delay = self.retry_first
             while not self._write(batches) and going:
                 # nothing of `batches` is lost: tried again with what arrives meanwhile
+                self.failing = True
                 log.warning("search index commit failed; %d change batches are tried again in %.1f s",
                             len(batches), delay)
                 going = self._gather(batches, delay)
                 delay = min(2 * delay, self.retry_last)
+            self.failing = False
             with self._cond:
                 self._committed = max(self._committed, batches[-1].seq)
                 self._cond.notify_all()
