@@ -335,9 +335,8 @@ def table(rows: list[tuple[str, dict[str, dict[str, float]]]]) -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with catalog.jsonl and queries-dev.jsonl")
-    for name, option, file, what in HAND_SETS:
-        parser.add_argument(option, type=Path, default=HAND_DIR / file, dest=name.replace(" ", "_"),
-                            help=f"hand-written {what}, with gold names (JSON lines)")
+    for _, option, file, what in HAND_SETS:
+        parser.add_argument(option, type=Path, default=HAND_DIR / file, help=f"hand-written {what}, with gold names (JSON lines)")
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
     parser.add_argument("--public", action="store_true",
                         help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
@@ -347,7 +346,7 @@ async def main() -> None:
                         help="also score GET /search of `bridge serve` federating, as an A2T upstream, the bridge of --public")
     args = parser.parse_args()
     rows, queries = load_dev_set(args.data)
-    sets = query_sets(queries, {name: load_queries(getattr(args, name.replace(" ", "_"))) for name, _, _, _ in HAND_SETS})
+    sets = query_sets(queries, {name: load_queries(getattr(args, option.lstrip("-"))) for name, option, _, _ in HAND_SETS})
     print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data}); "
           + ", ".join(f"{name}: {len(qs)}" for name, qs in sets.items()))
     results = [("plain BM25 (name+description+params)", score_sets(plain_bm25(rows), sets))]

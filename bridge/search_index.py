@@ -413,7 +413,7 @@ class ToolIndex:
         """Apply `batches` in one commit. False when the commit failed: the index and the
         digests are then as before, and the batches can be written again."""
         lines: list[str] = []
-        touched: list[tuple[str, str]] = []
+        written = 0  # documents added
         before: list[tuple[str, str, int | None]] = []  # (namespace, tool_id, digest before), to undo
         writer = self._writer
         committing = False
@@ -445,7 +445,7 @@ class ToolIndex:
                         continue
                     before.append((tool.namespace, tool.tool_id, previous))
                     digests[tool.tool_id] = tool.digest
-                    touched.append((tool.namespace, tool.tool_id))
+                    written += 1
                     self._known(tool.tool_id, tool.key)
                     # a delete then an add in one commit: the add survives the delete (opstamps)
                     writer.delete_documents_by_term("tool_id", tool.tool_id)
@@ -459,7 +459,7 @@ class ToolIndex:
             if self._log_file is not None:
                 self._log_file.writelines(lines)
                 self._log_file.flush()
-            self.documents_written += len(touched)
+            self.documents_written += written
             self.commits += 1
             return True
         except Exception:  # noqa: BLE001 - the writer thread must survive a failed commit
