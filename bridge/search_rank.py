@@ -198,6 +198,20 @@ _FILE_NAME = re.compile(
 )
 
 
+# A file the request names by its name and extension (*quarterly.txt*) is an argument value, as a
+# number is: its words tell which file, not which tool (*show me what's in quarterly.txt* is no
+# request for `quarterly_earnings`). Words said only in such names weigh FILE_NAME_WEIGHT of a
+# word in the keyword query, and the semantic stage embeds each such name as the word *file*
+# (`meaning_text`).
+FILE_NAME_WEIGHT = 0.25
+
+
+def meaning_text(text: str) -> str:
+    """A request as the semantic stage embeds it: each file it names by name and extension read
+    as the word *file*."""
+    return _FILE_NAME.sub("file", text)
+
+
 @dataclass
 class AnalyzedQuery:
     """A free-text query as the index reads it: stemmed terms with their weight, and the words
@@ -226,7 +240,8 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     rarest of them). A query of at most RELATED_MAX_TERMS content words also gets the related
     words of each (`related_words`), but for names (`_names`), and each two adjacent content words
     written as one (`joined`: *zip code* as *zipcode*). A query naming a file (`report.md`,
-    `_FILE_NAME`) also gets the word *file*."""
+    `_FILE_NAME`) also gets the word *file*, and the words said only in such names weigh
+    FILE_NAME_WEIGHT."""
     text = text[:MAX_QUERY_CHARS]
     filler, bases = _filler_forms()
     content: dict[str, float] = {}
@@ -263,8 +278,13 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
                 related[term] = tuple(others)  # a term is reached by one word only: the first to give it
                 taken.update(others)
     if content and _FILE_NAME.search(text):
+        outside = {term for word in _word_analyzer().analyze(split_identifiers(_FILE_NAME.sub(" ", text)))
+                   for term in term_stems(word)}
+        for term in content:
+            if term not in outside:  # said only in the name of a file: a value, as a number is
+                content[term] = FILE_NAME_WEIGHT
         for term in term_stems("file"):
-            content.setdefault(term, 1.0)
+            content[term] = 1.0
     joined_terms = tuple(t for t in joined if t not in content) if content and len(content) <= RELATED_MAX_TERMS else ()
     return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifier_words(text), related=related,
                          joined=joined_terms)

@@ -23,7 +23,7 @@ import numpy as np
 
 from bridge.model import ToolDeclaration
 from bridge.search_encoder import Encoder, load_encoder
-from bridge.search_rank import described_schema, function_name, name_tokens, searched_description, unsaid
+from bridge.search_rank import described_schema, function_name, meaning_text, name_tokens, searched_description, unsaid
 from bridge.search_static import load_static
 
 __all__ = ["CANDIDATES", "WEIGHT", "SemanticStage", "choose_encoder", "tool_text", "vector_path"]
@@ -298,10 +298,10 @@ class SemanticStage:
     # ---------------------------------------------------------------- ranking
 
     def query_vector(self, query: str) -> np.ndarray:
-        """The query's unit vector (the last _QUERY_CACHE queries' are kept)."""
+        """The query's unit vector, of its `meaning_text` (the last _QUERY_CACHE queries' are kept)."""
         vector = self._query_vectors.get(query)
         if vector is None:
-            vector = self.encoder.encode([query], QUERY_TOKENS)[0]
+            vector = self.encoder.encode([meaning_text(query)], QUERY_TOKENS)[0]
             if len(self._query_vectors) >= _QUERY_CACHE:
                 self._query_vectors.pop(next(iter(self._query_vectors)), None)
             self._query_vectors[query] = vector

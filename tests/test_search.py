@@ -15,7 +15,7 @@ from bridge.catalog import Catalog
 from bridge.config import Rule, SurfaceConfig
 from bridge.model import InputContract, ToolDeclaration
 from bridge.search import LOOKUP_PLACES, ToolSearch, cover_order, derive_search_hint, name_tokens
-from bridge.search_rank import analyze_query, query_parts
+from bridge.search_rank import analyze_query, meaning_text, query_parts
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.conftest import ROOT
@@ -1046,12 +1046,29 @@ async def test_a_file_named_in_a_request_is_searched_as_a_file():
     assert "file" in analyze_query("grep errors in ./logs/server.LOG").terms
     for text in ("Trip to Washington D.C.", "release v1.2", "e.g. the weather", "Dr.Who tonight"):
         assert "file" not in analyze_query(text).terms
-    assert analyze_query("notes.txt").terms == {"note": 1.0, "txt": 1.0, "file": 1.0}
+    # the file's own words are a value, as a number is: they weigh less, unless said elsewhere too
+    assert analyze_query("notes.txt").terms == {"note": 0.25, "txt": 0.25, "file": 1.0}
+    assert analyze_query("Read the notes in notes.txt").terms == {"read": 1.0, "note": 1.0, "txt": 0.25, "file": 1.0}
+    assert meaning_text("Copy notes.txt to ./backup/notes.bak, then show it") == "Copy file to ./backup/file, then show it"
     e = await start_env([FakeUpstream(name="fs", tools=fs_tools()), FakeUpstream(name="docs", tools=[
         tool("delete", description="Delete an entry."), tool("show_notes", description="Show the speaker notes of a slide.")])])
     try:
         assert "fs__rm" in e.names("get rid of draft.txt", limit=3)  # nothing matched before
         assert set(e.names("how big is data.csv", limit=3)) <= {f"fs__{n}" for n in FS_TOOLS}
+    finally:
+        await e.close()
+
+
+@pytest.mark.parametrize("semantic", ["static", "off"])
+async def test_the_words_of_a_named_file_do_not_choose_the_tool(semantic):
+    # *quarterly.txt* names the file to show, not a request for the quarterly earnings
+    e = await start_env([FakeUpstream(name="fs", tools=fs_tools()), FakeUpstream(name="fin", tools=[
+        tool("quarterly_earnings", description="Get the quarterly earnings report of a company."),
+        tool("notes_summary", description="Summarize the notes of a meeting.")])], semantic=semantic)
+    try:
+        assert e.names("Show me what's in quarterly.txt", limit=1) == ["fs__cat"]
+        assert e.names("Count the words of meeting_notes.txt", limit=1) == ["fs__wc"]
+        assert e.names("Show me the quarterly earnings of ACME", limit=1) == ["fin__quarterly_earnings"]
     finally:
         await e.close()
 
