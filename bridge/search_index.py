@@ -480,28 +480,49 @@ class ToolIndex:
 
     def bulk_load(self, tools: Iterable[IndexedTool]) -> int:
         """Write many new tools in one commit on the calling thread (an initial build, while
-        nothing else writes). Returns how many were written."""
+        nothing else writes). Returns how many were written. When a tool cannot be written or
+        the commit fails, the error is raised and nothing of the load is kept: the index and
+        its digests are as before, and the same load can be run again."""
         self.flush(None)
         count = 0
         lines: list[str] = []
         writer, known, logged = self._writer, self._digests, self._log_file is not None
-        for tool in tools:
-            tool_id, namespace, digest = tool.tool_id, tool.namespace, tool.digest
-            digests = known.get(namespace)
-            if digests is None:
-                digests = known[namespace] = {}
-            previous = digests.get(tool_id)
-            if previous == digest:
-                continue
-            if previous is not None:
-                writer.delete_documents_by_term("tool_id", tool_id)
-            digests[tool_id] = digest
-            self._known(tool_id, tool.key)
-            writer.add_document(tool.document())
-            if logged:
-                lines.append(f"{tool_id}\t{namespace}\t{digest:016x}\n")
-            count += 1
-        self._writer.commit()
+        added: dict[str, list[str]] = {}  # namespace -> the ids this load adds, to undo
+        replaced: list[tuple[str, str, int]] = []  # (namespace, tool_id, digest before)
+        try:
+            for tool in tools:
+                tool_id, namespace, digest = tool.tool_id, tool.namespace, tool.digest
+                digests = known.get(namespace)
+                if digests is None:
+                    digests = known[namespace] = {}
+                previous = digests.get(tool_id)
+                if previous == digest:
+                    continue
+                if previous is None:
+                    new_ids = added.get(namespace)
+                    if new_ids is None:
+                        new_ids = added[namespace] = []
+                    new_ids.append(tool_id)
+                else:
+                    replaced.append((namespace, tool_id, previous))
+                    writer.delete_documents_by_term("tool_id", tool_id)
+                digests[tool_id] = digest
+                self._known(tool_id, tool.key)
+                writer.add_document(tool.document())
+                if logged:
+                    lines.append(f"{tool_id}\t{namespace}\t{digest:016x}\n")
+                count += 1
+            writer.commit()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                writer.rollback()
+            for namespace, new_ids in added.items():
+                digests = known.get(namespace, {})
+                for tool_id in new_ids:
+                    digests.pop(tool_id, None)
+            for namespace, tool_id, previous in replaced:
+                known.setdefault(namespace, {})[tool_id] = previous
+            raise
         self._index.reload()
         self.documents_written += count
         self.commits += 1

@@ -493,23 +493,24 @@ def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id
         shared.close()
 
 
+class FullDisk:
+    """The index's writer, its commits failing while `failing` (as on a full disk)."""
+
+    def __init__(self, writer):
+        self.writer, self.failing, self.tries = writer, False, 0
+
+    def commit(self):
+        self.tries += 1
+        if self.failing:
+            raise ValueError("No space left on device (os error 28)")
+        return self.writer.commit()
+
+    def __getattr__(self, name):
+        return getattr(self.writer, name)
+
+
 def test_a_failed_commit_is_tried_again_and_loses_no_change(tmp_path, caplog):
     import bridge.search_index as si
-
-    class FullDisk:
-        """The index's writer, its commits failing while `failing` (as on a full disk)."""
-
-        def __init__(self, writer):
-            self.writer, self.failing, self.tries = writer, False, 0
-
-        def commit(self):
-            self.tries += 1
-            if self.failing:
-                raise ValueError("No space left on device (os error 28)")
-            return self.writer.commit()
-
-        def __getattr__(self, name):
-            return getattr(self.writer, name)
 
     path = str(tmp_path / "retry.index")
     index = si.ToolIndex(path)
@@ -534,6 +535,37 @@ def test_a_failed_commit_is_tried_again_and_loses_no_change(tmp_path, caplog):
         disk.failing = False
         index.close()
     reopened = si.ToolIndex(path)  # the digest log agrees with the index: reopened as it is
+    try:
+        assert reopened.opened_existing and reopened.num_docs == reopened.tool_count == 3
+    finally:
+        reopened.close()
+
+
+def test_a_bulk_load_whose_commit_fails_keeps_nothing_and_can_be_run_again(tmp_path):
+    import bridge.search_index as si
+
+    path = str(tmp_path / "bulk.index")
+    index = si.ToolIndex(path)
+    disk = index._writer = FullDisk(index._writer)
+
+    def found(words: str):
+        return sorted(t for t, _ in index.search(index.query(analyze_query(words)), limit=10))
+
+    load = [indexed("a", "alpha ledger"), indexed("c", "gamma report")]
+    try:
+        index.bulk_load([indexed("a", "alpha report"), indexed("b", "beta report")])
+        disk.failing = True
+        with pytest.raises(ValueError, match="No space left"):
+            index.bulk_load(load)
+        # the index and its digests are as before the load: `a` keeps its old text, `c` is unknown
+        assert index.tool_count == 2 and found("report") == ["a", "b"] and found("ledger gamma") == []
+        disk.failing = False
+        assert index.bulk_load(load) == 2  # nothing of the failed load is taken for written
+        assert found("report") == ["b", "c"] and found("ledger") == ["a"] and index.tool_count == 3
+    finally:
+        disk.failing = False
+        index.close()
+    reopened = si.ToolIndex(path)
     try:
         assert reopened.opened_existing and reopened.num_docs == reopened.tool_count == 3
     finally:
