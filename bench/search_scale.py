@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bridge.search import CANDIDATES, _param_text, part_scores  # noqa: E402
+from bridge.search import _param_text, part_scores  # noqa: E402
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text  # noqa: E402
 from bridge.search_rank import analyze_query, name_tokens, query_parts  # noqa: E402
 from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES  # noqa: E402
@@ -119,10 +119,10 @@ def pct(values: list[float], q: float) -> float:
 
 
 def search(index: ToolIndex, text: str, limit: int = 10) -> list[tuple[str, float]]:
-    """The search path minus the catalog: analyze, build the index query, fetch the candidates;
-    for a request of several parts, its 50 candidates and each part's keyword scores among them."""
+    """The search path minus the catalog: analyze, build the index query, fetch the 50
+    candidates; for a request of several parts, each part's keyword scores among them."""
     parts = query_parts(text)
-    hits = index.search(index.query(analyze_query(text)), limit=max(SEMANTIC_CANDIDATES if parts else CANDIDATES, limit))
+    hits = index.search(index.query(analyze_query(text)), limit=max(SEMANTIC_CANDIDATES, limit))
     if parts:
         part_scores(index, parts, [tool_id for tool_id, _ in hits])
     return hits

@@ -51,7 +51,11 @@ SELECT_PREFIX = "select:"
 MAX_LIMIT = 1000
 # Names of missing tools a `select:` hint spells out; `missing_names` lists them all.
 HINT_NAMES = 10
-# The index is asked for this many candidates (at least) before surface filtering.
+# A listing by filters alone asks the index for this many candidates (at least) before surface
+# filtering. A free-text search ranks its first SEMANTIC_CANDIDATES (or `limit`, when more) in every
+# mode: the steps after the keyword score (the rerank, the gain of another tool of the API, the
+# cover of a request's parts, the lookups) read the same candidates with or without a semantic
+# stage, and a search's first matches do not depend on its limit up to that many.
 CANDIDATES = 20
 # A match names at most this many alternatives (`alternatives_total` counts them all when there are more).
 MAX_ALTERNATIVES = 20
@@ -343,8 +347,8 @@ class ToolSearch:
         index_query = self.index.query(analyzed, weights=self.field_weights, **filters)
         rerank = self.semantic is not None and analyzed is not None
         parts = query_parts(analyzed.text) if analyzed is not None else []
-        want = max(SEMANTIC_CANDIDATES if rerank or parts else CANDIDATES, limit)
-        goal = max(SEMANTIC_CANDIDATES, limit) if rerank or parts else limit
+        want = max(SEMANTIC_CANDIDATES if analyzed is not None else CANDIDATES, limit)
+        goal = max(SEMANTIC_CANDIDATES, limit) if analyzed is not None else limit
         offset = 0
         exhausted = False
         kept: list[tuple[ToolDeclaration, float]] = []

@@ -657,6 +657,23 @@ async def test_text_shared_by_an_api_is_kept_apart_from_its_tools_own_words():
 
 
 @pytest.mark.parametrize("semantic", ["off", "static"])
+async def test_a_searchs_first_matches_do_not_depend_on_its_limit(semantic):
+    # the steps after the keyword score read the same candidates whatever the limit: with
+    # keywords alone too, `wc` gains from its API's other tools also when one match is asked for
+    e = await start_env([FakeUpstream(name="fs", tools=fs_tools()), FakeUpstream(name="misc", tools=others())],
+                        semantic=semantic)
+    try:
+        assert e.names("how many lines and words are in that file?", limit=1) == ["fs__wc"]
+        for query in ("how many lines and words are in that file?", "move the file to another folder",
+                      "list the files here", "go to another folder and show what is in it"):
+            longest = e.names(query, limit=30)
+            for limit in (1, 2, 3, 5, 10):
+                assert e.names(query, limit=limit) == longest[:limit], (query, limit)
+    finally:
+        await e.close()
+
+
+@pytest.mark.parametrize("semantic", ["off", "static"])
 async def test_a_tool_gains_from_the_best_match_among_its_apis_other_tools(semantic):
     from bridge.search import SIBLING_WEIGHT
     from bridge.search_rank import SharedText
