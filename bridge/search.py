@@ -169,6 +169,8 @@ class ToolSearch:
         self._own_lock = threading.Lock()
         # the current places a tool acts in (`_places`), for the last OWN_KEPT tools asked
         self._places_kept: LRUCache[str, tuple[ToolDeclaration, frozenset[str]]] = LRUCache(OWN_KEPT)
+        # a match's search hint (`_hint`), for the last OWN_KEPT tools answered
+        self._hints_kept: LRUCache[str, tuple[ToolDeclaration, int, str]] = LRUCache(OWN_KEPT)
         self.index = ToolIndex(path, convert=self._indexed)
         self.field_weights = field_weights
         related_words()  # the query expansion's table (20 ms), read now rather than by the first search
@@ -519,6 +521,21 @@ class ToolSearch:
             self._places_kept[decl.tool_id] = (decl, places)
         return places
 
+    def _hint(self, decl: ToolDeclaration) -> str:
+        """A match's search hint: from the tool's own words, not from the blurb its API's tools
+        share (derive_search_hint). Kept for the last OWN_KEPT tools, each while its declaration
+        and every shared text stay as they were."""
+        version = self.shared.version
+        with self._own_lock:
+            kept = self._hints_kept.get(decl.tool_id)
+        if kept is not None and kept[0] is decl and kept[1] == version:
+            return kept[2]
+        shared, own = self.shared.split(decl.namespace, searched_description(decl))
+        hint = derive_search_hint(decl, own, shared)
+        with self._own_lock:
+            self._hints_kept[decl.tool_id] = (decl, version, hint)
+        return hint
+
     def _api_tools(self, decl: ToolDeclaration, api: int, terms: Iterable[str], surface: Surface, filters: dict[str, Any],
                    serves: Callable[[ToolDeclaration], bool]) -> list[ToolDeclaration]:
         """The tools of `decl`'s API that have one of these terms in the lookups' field and that
@@ -623,9 +640,7 @@ class ToolSearch:
     def _ref(self, decl: ToolDeclaration, surface: Surface, score: float, include_schema: bool,
              alternatives: list[ToolDeclaration] | None = None) -> DeferredToolRef:
         ref = deferred_ref(decl)
-        # the hint comes from the tool's own words, not from the blurb its API's tools share
-        shared, own = self.shared.split(decl.namespace, searched_description(decl))
-        ref.search_hint = derive_search_hint(decl, own, shared)
+        ref.search_hint = self._hint(decl)
         if surface.place(decl).state == "loaded" and decl.loading_state == "loaded":
             ref.loading_state = "loaded"
             ref.schema_visibility = "loaded"

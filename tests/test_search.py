@@ -387,6 +387,27 @@ async def test_index_follows_tool_add_change_and_removal(env):
     assert env.search.index.num_docs == len(env.catalog)
 
 
+async def test_a_matchs_hint_follows_its_tool_and_the_text_its_api_shares(env):
+    blurb = "Part of the Acme API for orders and carts. Tool description: "
+    orders = [tool("create_order", description=blurb + "Create an order."), tool("cancel_order", description=blurb + "Cancel an order.")]
+
+    def hint(query: str) -> tuple[str, str | None]:
+        first = env.search.search(query, surface=env.surface).matches[0]
+        return first.name, first.search_hint
+
+    env.catalog.apply_tools("billing", orders)
+    assert await env.search.wait_indexed()
+    # two tools do not share a text yet: the blurb's first sentence is the tool's own
+    assert hint("cancel an order") == ("billing__cancel_order", "Part of the Acme API for orders and carts")
+    env.catalog.apply_tools("billing", [*orders, tool("refund_order", description=blurb + "Refund an order.")])
+    assert await env.search.wait_indexed()
+    assert hint("cancel an order") == ("billing__cancel_order", "Cancel an order")  # a third: the blurb is shared
+    env.catalog.apply_tools("billing", [orders[0], tool("cancel_order", description=blurb + "Void an order before it ships."),
+                                        tool("refund_order", description=blurb + "Refund an order.")])
+    assert await env.search.wait_indexed()
+    assert hint("void an order") == ("billing__cancel_order", "Void an order before it ships")
+
+
 async def test_index_follows_a_whole_upstream_going_and_coming_back(env):
     before = env.search.index.num_docs
     env.catalog.apply_tools("billing", [])
