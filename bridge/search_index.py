@@ -516,12 +516,13 @@ class ToolIndex:
         except BaseException:
             with contextlib.suppress(Exception):
                 writer.rollback()
+            # latest first: a tool the load lists twice is replaced by its own first listing
+            for namespace, tool_id, previous in reversed(replaced):
+                known.setdefault(namespace, {})[tool_id] = previous
             for namespace, new_ids in added.items():
                 digests = known.get(namespace, {})
                 for tool_id in new_ids:
                     digests.pop(tool_id, None)
-            for namespace, tool_id, previous in replaced:
-                known.setdefault(namespace, {})[tool_id] = previous
             raise
         self._index.reload()
         self.documents_written += count

@@ -572,7 +572,8 @@ def test_a_bulk_load_whose_commit_fails_keeps_nothing_and_can_be_run_again(tmp_p
     def found(words: str):
         return sorted(t for t, _ in index.search(index.query(analyze_query(words)), limit=10))
 
-    load = [indexed("a", "alpha ledger"), indexed("c", "gamma report")]
+    # `c` listed twice: its second listing replaces its first within the load
+    load = [indexed("a", "alpha ledger"), indexed("c", "gamma draft"), indexed("c", "gamma report")]
     try:
         index.bulk_load([indexed("a", "alpha report"), indexed("b", "beta report")])
         disk.failing = True
@@ -581,7 +582,7 @@ def test_a_bulk_load_whose_commit_fails_keeps_nothing_and_can_be_run_again(tmp_p
         # the index and its digests are as before the load: `a` keeps its old text, `c` is unknown
         assert index.tool_count == 2 and found("report") == ["a", "b"] and found("ledger gamma") == []
         disk.failing = False
-        assert index.bulk_load(load) == 2  # nothing of the failed load is taken for written
+        assert index.bulk_load(load) == 3  # nothing of the failed load is taken for written
         assert found("report") == ["b", "c"] and found("ledger") == ["a"] and index.tool_count == 3
     finally:
         disk.failing = False
