@@ -647,7 +647,7 @@ class ToolIndex:
         (LOOKUP_LIMIT)."""
         Q, should = tantivy.Query, tantivy.Occur.Should
         clauses = [(should, Q.term_query(self.schema, "f_lookup", word)) for word in words]
-        if not clauses:
+        if not clauses or limit is not None and limit < 1:  # Tantivy panics on a limit of 0
             return []
         query = Q.boolean_query(clauses)
         must = self._filters(namespace, tags, kind, read_only)
@@ -689,7 +689,10 @@ class ToolIndex:
         return {t: terms[t] for t in kept}
 
     def search(self, query: IndexQuery, limit: int, offset: int = 0) -> list[tuple[str, float]]:
-        """(tool_id, score) of the best `limit` documents after `offset`."""
+        """(tool_id, score) of the best `limit` documents after `offset` (none for a limit
+        under 1, which Tantivy would answer by panicking)."""
+        if limit < 1:
+            return []
         searcher = self._index.searcher()
         if query.exact is None:
             hits = searcher.search(query.main, limit=limit, offset=offset, count=False).hits

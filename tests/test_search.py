@@ -483,6 +483,21 @@ def indexed(tool_id: str, text: str, namespace: str = "ns"):
     return si.IndexedTool(tool_id=tool_id, namespace=namespace, name=text, exact_names=[tool_id])
 
 
+def test_a_search_of_no_place_answers_nothing_rather_than_failing():
+    import bridge.search_index as si
+    from bridge.search import part_scores
+
+    index = si.ToolIndex()
+    try:
+        index.bulk_load([indexed("a", "alpha report"), indexed("b", "beta report")])
+        query = index.query(analyze_query("report"))
+        assert index.search(query, limit=0) == [] and index.lookups(["report"], limit=0) == []
+        assert part_scores(index, [analyze_query("report")], []) == [{}]  # no candidates, no scores
+        assert [t for t, _ in index.search(query, limit=1)] in (["a"], ["b"])
+    finally:
+        index.close()
+
+
 def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id(tmp_path, monkeypatch):
     import bridge.search_index as si
 
