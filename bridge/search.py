@@ -168,7 +168,7 @@ class ToolSearch:
         self._own_kept: LRUCache[str, tuple[ToolDeclaration, int, np.ndarray]] = LRUCache(OWN_KEPT)
         self._own_lock = threading.Lock()
         # the current places a tool acts in (`_places`), for the last OWN_KEPT tools asked
-        self._places_kept: LRUCache[str, tuple[ToolDeclaration, frozenset[str]]] = LRUCache(OWN_KEPT)
+        self._places_kept: LRUCache[str, tuple[ToolDeclaration, int, frozenset[str]]] = LRUCache(OWN_KEPT)
         # a match's search hint (`_hint`), for the last OWN_KEPT tools answered
         self._hints_kept: LRUCache[str, tuple[ToolDeclaration, int, str]] = LRUCache(OWN_KEPT)
         self.index = ToolIndex(path, convert=self._indexed)
@@ -509,32 +509,31 @@ class ToolSearch:
                 moved = moved or where != at + 1  # one already right after the tool only takes its score
         return out, None if moved else vectors
 
+    def _kept(self, kept: LRUCache[str, tuple[ToolDeclaration, int, Any]], decl: ToolDeclaration, version: int,
+              compute: Callable[[ToolDeclaration], Any]) -> Any:
+        """`compute(decl)`, kept in `kept` (bounded) while the tool's declaration and `version` stay."""
+        with self._own_lock:
+            found = kept.get(decl.tool_id)
+        if found is not None and found[0] is decl and found[1] == version:
+            return found[2]
+        value = compute(decl)
+        with self._own_lock:
+            kept[decl.tool_id] = (decl, version, value)
+        return value
+
     def _places(self, decl: ToolDeclaration) -> frozenset[str]:
         """The current places a tool acts in but does not change (search_rank.acts_in_current,
         changes_current), kept for the last OWN_KEPT tools, each while its declaration stays."""
-        with self._own_lock:
-            kept = self._places_kept.get(decl.tool_id)
-        if kept is not None and kept[0] is decl:
-            return kept[1]
-        places = acts_in_current(decl) - changes_current(decl)
-        with self._own_lock:
-            self._places_kept[decl.tool_id] = (decl, places)
-        return places
+        return self._kept(self._places_kept, decl, 0, lambda d: acts_in_current(d) - changes_current(d))
 
     def _hint(self, decl: ToolDeclaration) -> str:
         """A match's search hint: from the tool's own words, not from the blurb its API's tools
         share (derive_search_hint). Kept for the last OWN_KEPT tools, each while its declaration
         and every shared text stay as they were."""
-        version = self.shared.version
-        with self._own_lock:
-            kept = self._hints_kept.get(decl.tool_id)
-        if kept is not None and kept[0] is decl and kept[1] == version:
-            return kept[2]
-        shared, own = self.shared.split(decl.namespace, searched_description(decl))
-        hint = derive_search_hint(decl, own, shared)
-        with self._own_lock:
-            self._hints_kept[decl.tool_id] = (decl, version, hint)
-        return hint
+        def derive(d: ToolDeclaration) -> str:
+            shared, own = self.shared.split(d.namespace, searched_description(d))
+            return derive_search_hint(d, own, shared)
+        return self._kept(self._hints_kept, decl, self.shared.version, derive)
 
     def _api_tools(self, decl: ToolDeclaration, api: int, terms: Iterable[str], surface: Surface, filters: dict[str, Any],
                    serves: Callable[[ToolDeclaration], bool]) -> list[ToolDeclaration]:
