@@ -52,10 +52,10 @@ MAX_LIMIT = 1000
 # Names of missing tools a `select:` hint spells out; `missing_names` lists them all.
 HINT_NAMES = 10
 # A listing by filters alone asks the index for this many candidates (at least) before surface
-# filtering. A free-text search ranks its first SEMANTIC_CANDIDATES (or `limit`, when more) in every
-# mode: the steps after the keyword score (the rerank, the gain of another tool of the API, the
-# cover of a request's parts, the lookups) read the same candidates with or without a semantic
-# stage, and a search's first matches do not depend on its limit up to that many.
+# filtering. A free-text search ranks its first SEMANTIC_CANDIDATES in every mode: the steps after
+# the keyword score (the rerank, the gain of another tool of the API, the cover of a request's
+# parts, the lookups) read the same candidates with or without a semantic stage. Further
+# candidates are ranked in pages below them, so a search's first matches do not depend on its limit.
 CANDIDATES = 20
 # A match names at most this many alternatives (`alternatives_total` counts them all when there are more).
 MAX_ALTERNATIVES = 20
@@ -64,6 +64,10 @@ MAX_ALTERNATIVES = 20
 # answers yet (`cover_order`). The weight of that cover against the whole request's score, chosen
 # among 0.3, 0.5 and 0.7 on the development set (docs/search.md, Quality).
 COVER_WEIGHT = 0.5
+# The places the cover gives out one by one, whatever the search's limit (so its first matches do not
+# depend on it); the page's other candidates follow by their score after them. Ten is what a search
+# answers by default; giving out all 50 places costs 0.3-0.5 ms more on a request of several parts.
+COVER_PLACES = 10
 # A tool gains this share of the best score that another tool of its API (the tools opening with
 # one shared blurb, in whichever namespace: bridge.search_rank.SharedText.api) has among a
 # search's candidates (`_siblings`): a request matched by several tools of one API is likely
@@ -342,18 +346,26 @@ class ToolSearch:
 
     def _ranked(self, analyzed: AnalyzedQuery | None, surface: Surface, limit: int,
                 filters: dict[str, Any], fold: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
-        """Ranked visible declarations, each with its alternatives. Asks the index again, further down,
-        while blocked tools (or index entries the catalog no longer has) or folded alternatives leave
-        fewer than `limit`. `analyzed` is a query with words (`search` answers one without any
-        itself), or None for a listing by the filters alone."""
+        """Ranked visible declarations, each with its alternatives. `analyzed` is a query with words
+        (`search` answers one without any itself), or None for a listing by the filters alone.
+
+        A free-text search ranks its candidates a page at a time: the first SEMANTIC_CANDIDATES,
+        then, while blocked tools (or index entries the catalog no longer has) or folded
+        alternatives leave fewer matches than `limit`, the next ones further down the index, each
+        page ranked on its own (`_rank_page`) and placed below the pages before it. So a search's
+        first matches are the same whatever its limit. A listing is in the index's order."""
         index_query = self.index.query(analyzed, weights=self.field_weights, **filters)
-        rerank = self.semantic is not None and analyzed is not None
         parts = query_parts(analyzed.text) if analyzed is not None else []
         want = max(SEMANTIC_CANDIDATES if analyzed is not None else CANDIDATES, limit)
-        goal = max(SEMANTIC_CANDIDATES, limit) if analyzed is not None else limit
+        goal = SEMANTIC_CANDIDATES if analyzed is not None else limit
         offset = 0
         exhausted = False
-        kept: list[tuple[ToolDeclaration, float]] = []
+        kept: list[tuple[ToolDeclaration, float]] = []  # the visible candidates, in the index's order
+        ranked: list[tuple[ToolDeclaration, float]] = []  # the pages ranked so far, best first
+        placed: set[str] = set()
+        rows: list[np.ndarray] | None = []  # their vectors, a block per page (None once a page has none)
+        threshold: float | None = None
+        start = 0  # where the next page starts in `kept`
         while True:
             while len(kept) < goal and not exhausted:
                 hits = self.index.search(index_query, limit=want, offset=offset)
@@ -364,32 +376,69 @@ class ToolSearch:
                 exhausted = len(hits) < want
                 offset += want
                 want *= 4
-            ranked = kept[:goal]
-            vectors: np.ndarray | None = None  # the candidates' rows, in `ranked`'s order
-            threshold: float | None = None
-            reranked_by: SemanticStage | None = None
-            if rerank and ranked and analyzed is not None:
-                decls = [decl for decl, _ in ranked]
-                for stage in self._stages:  # the model, then (`auto`) the table until the model has them all
-                    tools = stage.vectors(decls)
-                    if tools is not None:
-                        order, mixed = stage.mix(analyzed.text, ranked, tools)
-                        ranked = [(decls[i], float(mixed[i])) for i in order]
-                        vectors, threshold = tools[order], stage.encoder.same_tool_cosine
-                        reranked_by = stage
-                        break
-            if analyzed is not None and self.sibling_weight and len(ranked) > 1:
-                ranked, vectors = self._siblings(ranked, vectors)
-            if analyzed is not None and self.own_weight and reranked_by is not None:
-                ranked, vectors = self._own_words(analyzed.text, ranked, vectors)
-            if parts and len(ranked) > 1:
-                ranked, vectors = self._cover(parts, ranked, vectors, reranked_by, limit)
-            if analyzed is not None and self.lookup_places:
-                ranked, vectors = self._lookups(analyzed, ranked, vectors, surface, filters)
-            matches = self._fold(ranked, vectors, threshold) if fold else [(decl, score, []) for decl, score in ranked]
-            if len(matches) >= limit or (exhausted and goal >= len(kept)):
+            page = [(decl, score) for decl, score in kept[start:goal] if decl.tool_id not in placed]
+            start = min(goal, len(kept))
+            if analyzed is None:
+                page_vectors, page_threshold = None, None
+            else:
+                page, page_vectors, page_threshold = self._rank_page(analyzed, page, parts, surface, filters)
+                page_vectors = self._unplaced(page, page_vectors, placed)
+                page = [(decl, score) for decl, score in page if decl.tool_id not in placed]
+            if ranked and page:  # a page further down scores at most what the pages above it do
+                over = max(score for _, score in page) - ranked[-1][1]
+                if over > 0:
+                    page = [(decl, score - over) for decl, score in page]
+            ranked += page
+            placed.update(decl.tool_id for decl, _ in page)
+            threshold = threshold if threshold is not None else page_threshold
+            if rows is not None and page:
+                rows = None if page_vectors is None else [*rows, page_vectors]
+            vectors = np.concatenate(rows) if rows else None
+            if fold and analyzed is not None:
+                matches = self._fold(ranked, vectors, threshold if vectors is not None else None)
+            else:
+                matches = [(decl, score, []) for decl, score in ranked]
+            if len(matches) >= limit or (exhausted and start >= len(kept)):
                 return matches[:limit]
             goal = max(2 * goal, goal + limit - len(matches))  # alternatives took places: look further down
+
+    def _rank_page(self, analyzed: AnalyzedQuery, ranked: list[tuple[ToolDeclaration, float]], parts: list[AnalyzedQuery],
+                   surface: Surface, filters: dict[str, Any],
+                   ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None, float | None]:
+        """A page of candidates (in the index's order) ranked for the request: reranked by meaning
+        (a semantic stage on), raised by another tool of their API, reordered to cover the
+        request's parts, with the lookups of the first. With the candidates' vectors in the
+        ranking's order (None when a step dropped them) and the cosine at which two are one tool."""
+        vectors: np.ndarray | None = None  # the candidates' rows, in `ranked`'s order
+        threshold: float | None = None
+        reranked_by: SemanticStage | None = None
+        if self.semantic is not None and ranked:
+            decls = [decl for decl, _ in ranked]
+            for stage in self._stages:  # the model, then (`auto`) the table until the model has them all
+                tools = stage.vectors(decls)
+                if tools is not None:
+                    order, mixed = stage.mix(analyzed.text, ranked, tools)
+                    ranked = [(decls[i], float(mixed[i])) for i in order]
+                    vectors, threshold = tools[order], stage.encoder.same_tool_cosine
+                    reranked_by = stage
+                    break
+        if self.sibling_weight and len(ranked) > 1:
+            ranked, vectors = self._siblings(ranked, vectors)
+        if self.own_weight and reranked_by is not None:
+            ranked, vectors = self._own_words(analyzed.text, ranked, vectors)
+        if parts and len(ranked) > 1:
+            ranked, vectors = self._cover(parts, ranked, vectors, reranked_by)
+        if self.lookup_places:
+            ranked, vectors = self._lookups(analyzed, ranked, vectors, surface, filters)
+        return ranked, vectors, threshold
+
+    @staticmethod
+    def _unplaced(ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
+                  placed: set[str]) -> np.ndarray | None:
+        """The rows of `vectors` (one per entry of `ranked`) of the tools not yet `placed`."""
+        if vectors is None or not placed:
+            return vectors
+        return vectors[[i for i, (decl, _) in enumerate(ranked) if decl.tool_id not in placed]]
 
     def _siblings(self, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
                   ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
@@ -556,7 +605,7 @@ class ToolSearch:
         return found
 
     def _cover(self, parts: list[AnalyzedQuery], ranked: list[tuple[ToolDeclaration, float]],
-               vectors: np.ndarray | None, reranked_by: SemanticStage | None, places: int,
+               vectors: np.ndarray | None, reranked_by: SemanticStage | None,
                ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
         """`ranked` (best first, with its `vectors` rows) reordered to cover the request's parts
         (`cover_order`), each with its cover score. A part's relevance to a candidate is scored
@@ -577,7 +626,7 @@ class ToolSearch:
             else:
                 mixed = _over_best(np.array([score for _, score in keyword], np.float32))
             relevance.append(np.clip(mixed, 0.0, 1.0))
-        order, cover = cover_order(overall, np.stack(relevance), self.cover_weight, places)
+        order, cover = cover_order(overall, np.stack(relevance), self.cover_weight, COVER_PLACES)
         return ([(decls[i], cover[k]) for k, i in enumerate(order)],
                 None if vectors is None else vectors[order])
 

@@ -710,6 +710,42 @@ async def test_a_searchs_first_matches_do_not_depend_on_its_limit(semantic):
         await e.close()
 
 
+REPORTS = ["sales", "stock", "travel", "payroll", "budget", "audit", "traffic", "energy", "weather", "support",
+           "shipping", "returns", "refunds", "hiring", "churn", "usage", "latency", "security", "tax", "margin"]
+
+
+def report_tools(vendor: str) -> list:
+    # 60 tools of reports and mail, worded in a vendor's way: more than a search's first page of candidates
+    out = []
+    for i, topic in enumerate(REPORTS):
+        out += [tool(f"create_{topic}_report", description=f"{vendor} creates the {topic} report of a period, {i} pages at most."),
+                tool(f"email_{topic}_report", description=f"{vendor} sends the {topic} report by email to a list of people."),
+                tool(f"archive_{topic}_report", description=f"{vendor} archives an old {topic} report and its email thread.")]
+    return out
+
+
+@pytest.mark.parametrize("semantic", ["off", "static"])
+async def test_a_searchs_first_matches_are_the_same_whatever_its_limit_over_many_candidates(semantic):
+    # two vendors list the same 60 functions: alternatives fold, so a large limit ranks candidates
+    # past the first page; a request of two parts is covered over the whole page, not its limit
+    e = await start_env([FakeUpstream(name="acme", tools=report_tools("Acme")),
+                         FakeUpstream(name="globex", tools=report_tools("Globex"))], semantic=semantic)
+    try:
+        for query in ("create the sales report and email it to the team", "archive the old travel report",
+                      "report"):
+            first = e.search.search(query, surface=e.surface, limit=10).matches
+            assert len(first) == 10
+            for limit in (20, 40, 60, 100):
+                matches = e.search.search(query, surface=e.surface, limit=limit).matches
+                assert [m.tool_id for m in matches[:10]] == [m.tool_id for m in first], (query, limit)
+                assert len(matches) == min(limit, 60)  # each function once, the other vendor's as its alternative
+                scores = [m.score for m in matches]
+                assert scores == sorted(scores, reverse=True), (query, limit)  # further pages score below
+                assert len({m.tool_id for m in matches}) == len(matches)
+    finally:
+        await e.close()
+
+
 @pytest.mark.parametrize("semantic", ["off", "static"])
 async def test_a_tool_gains_from_the_best_match_among_its_apis_other_tools(semantic):
     from bridge.search import SIBLING_WEIGHT
