@@ -23,6 +23,7 @@ from bridge.model import (
     UpstreamHealth,
     UpstreamTool,
     has_surrogates,
+    health_version,
     now_iso,
     takes_objects,
     tool_uuid,
@@ -126,6 +127,7 @@ class Catalog:
         self._listeners: list[Callable[[CatalogChange], None]] = []
         self.generation = 0
         self._closed = False
+        self._pending: tuple[tuple[int, int], list[str]] = ((-1, -1), [])  # (key, names): pending_providers
 
     # ---------------------------------------------------------------- upstream management
 
@@ -486,7 +488,12 @@ class Catalog:
         return [s.health for s in self.slots.values()]
 
     def pending_providers(self) -> list[str]:
-        return [s.name for s in self.slots.values() if s.health.state not in ("ready", "disabled")]
+        """The upstreams still connecting or down, in the order they were added. Kept until an
+        upstream's state changes or one is added: every search answers it."""
+        key = (health_version(), len(self.slots))
+        if self._pending[0] != key:
+            self._pending = (key, [s.name for s in self.slots.values() if s.health.state not in ("ready", "disabled")])
+        return list(self._pending[1])
 
     def require_ready(self, decl: ToolDeclaration) -> UpstreamSlot:
         """The slot to call a tool through, or a `dependency_unavailable` error with retry_after."""

@@ -6,6 +6,7 @@ Data only: pydantic models, enumerations and exceptions. No I/O, no imports of o
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import os
 import re
@@ -435,6 +436,17 @@ class ToolSearchResult(_Record):
 UpstreamState = Literal["connecting", "ready", "degraded", "unavailable", "failed", "disabled"]
 
 
+# Each change of an upstream's state takes the next number (`health_version`), so a reader can
+# keep what it derives from every upstream's state (Catalog.pending_providers) until one changes.
+_STATE_CHANGES = itertools.count(1)
+_health_version = 0
+
+
+def health_version() -> int:
+    """The number of the last change of any upstream's state (0: none yet)."""
+    return _health_version
+
+
 class UpstreamHealth(_Record):
     name: str
     kind: str
@@ -445,6 +457,12 @@ class UpstreamHealth(_Record):
     attempts: int = 0
     next_retry_in: float | None = None
     details: dict[str, Any] = Field(default_factory=dict)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "state":
+            global _health_version
+            _health_version = next(_STATE_CHANGES)
 
 
 class VersionRecord(_Record):

@@ -81,6 +81,28 @@ async def test_failing_upstream_leaves_others_serving():
         await catalog.close()
 
 
+async def test_pending_providers_follow_every_change_of_state():
+    # the list is kept between searches: each change of an upstream's state, however made, and
+    # each upstream added must show in the next answer
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="one", tools=[tool("a")]))
+    catalog.add_upstream(FakeUpstream(name="two", tools=[tool("b")]))
+    assert catalog.pending_providers() == ["one", "two"]  # connecting
+    await catalog.start()
+    try:
+        assert catalog.pending_providers() == []
+        catalog.slot("two").health.state = "unavailable"
+        assert catalog.pending_providers() == ["two"]
+        catalog.pending_providers().append("changed by a caller")  # a copy: the kept list is not
+        assert catalog.pending_providers() == ["two"]
+        catalog.slot("two").health.state = "ready"
+        assert catalog.pending_providers() == []
+        catalog.add_upstream(FakeUpstream(name="three"))
+        assert catalog.pending_providers() == ["three"]
+    finally:
+        await catalog.close()
+
+
 async def test_slow_upstream_does_not_block_others():
     slow = FakeUpstream(FakeConfig(name="slow", start_timeout=0.3, retry_initial=30))
     slow.start_gate = asyncio.Event()  # never opens
