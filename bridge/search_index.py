@@ -38,8 +38,11 @@ log = logging.getLogger("bridge.search")
 # Bump when the schema, the analyzer or the text put in a field changes: an index of another
 # format is rebuilt from the catalog instead of being reopened.
 INDEX_FORMAT = 7
-# Changes arriving within this window share one commit.
+# Changes arriving within this window share one commit; while more keep arriving (upstreams
+# listing at start), the commit waits for them in further windows, up to COMMIT_MAX seconds after
+# the first: fewer commits of more changes each, every change still searchable within a second.
 COMMIT_WINDOW = 0.05
+COMMIT_MAX = 0.5
 # A commit that fails (a full disk, an I/O error) is tried again, with the changes arriving
 # meanwhile, after these many seconds: doubling from the first to the last, then the last.
 RETRY_FIRST = 0.5
@@ -386,7 +389,13 @@ class ToolIndex:
             if batch is None:
                 return
             batches = [batch]
+            first = time.monotonic()
             going = self._gather(batches, COMMIT_WINDOW)
+            while going and len(batches) > 1 and time.monotonic() - first < COMMIT_MAX:
+                gathered = len(batches)
+                going = self._gather(batches, min(COMMIT_WINDOW, first + COMMIT_MAX - time.monotonic()))
+                if len(batches) == gathered:
+                    break  # a quiet window: commit what came
             delay = self.retry_first
             while not self._write(batches) and going:
                 # nothing of `batches` is lost: tried again with what arrives meanwhile
@@ -446,9 +455,11 @@ class ToolIndex:
                     before.append((tool.namespace, tool.tool_id, previous))
                     digests[tool.tool_id] = tool.digest
                     written += 1
+                    if previous is not None or tool.key in self._by_key:
+                        # a delete then an add in one commit: the add survives the delete (opstamps);
+                        # a tool the index does not hold (its key unknown) has nothing to delete
+                        writer.delete_documents_by_term("tool_id", tool.tool_id)
                     self._known(tool.tool_id, tool.key)
-                    # a delete then an add in one commit: the add survives the delete (opstamps)
-                    writer.delete_documents_by_term("tool_id", tool.tool_id)
                     writer.add_document(tool.document())
                     lines.append(f"{tool.tool_id}\t{tool.namespace}\t{tool.digest:016x}\n")
             if not lines:
