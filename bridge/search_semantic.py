@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import logging
 import os
 import queue
@@ -119,10 +120,15 @@ class SemanticStage:
         self._done = 0
         self._todo: dict[bytes, str] = {}  # text key -> text, waiting for its embedding (writer thread)
         self._todo_len = 0
+        # rows that may have lost their last tool (a tool removed or its text changed) since the
+        # vector file was last compacted: `_compact` looks at every row only when enough may have
+        self._dropped = 0
+        self._tidying = False  # the last waiting tool was embedded and `_compact` has yet to look
         self._query_vectors: dict[str, np.ndarray] = {}  # the last queries' embeddings
         self._closed = False
         if path is not None:
             self._load()
+            self._dropped = self._count  # rows of the file no tool may have any more
         self._thread = threading.Thread(target=self._run, name="search-semantic", daemon=True)
         self._thread.start()
 
@@ -174,10 +180,14 @@ class SemanticStage:
         """Rewrite the vector file (and memory) with only the texts of current tools, once the
         file holds more than twice as many."""
         with self._lock:
-            live = set(self._keys.values())
-            if self._count <= 2 * len(live) + 1000:
+            if 2 * self._dropped <= self._count + 1000:  # at least half the rows are live: nothing to do
                 return
+            live = set(self._keys.values())
             keep = [(k, r) for k, r in self._rows.items() if k in live]
+            if self._count <= 2 * len(keep) + 1000:
+                self._dropped = self._count - len(keep)
+                return
+            self._dropped = 0
             vectors = np.zeros((max(len(keep), 1024), self.encoder.dim), np.float16)
             for i, (_, row) in enumerate(keep):
                 vectors[i] = self._vectors[row]
@@ -223,7 +233,8 @@ class SemanticStage:
                 upserts, deletes = item
                 with self._lock:
                     for tool_id in deletes:
-                        self._keys.pop(tool_id, None)
+                        if self._keys.pop(tool_id, None) is not None:
+                            self._dropped += 1
                 pending: list[tuple[str, bytes]] = []
                 for decl in upserts:
                     text = tool_text(decl)
@@ -232,7 +243,10 @@ class SemanticStage:
                     if key not in self._rows:
                         todo[key] = text
                 with self._cond:
-                    self._keys.update(pending)
+                    for tool_id, key in pending:
+                        if self._keys.get(tool_id, key) != key:
+                            self._dropped += 1
+                        self._keys[tool_id] = key
                     self._todo_len = len(todo)
                     self._done += 1
                     self._cond.notify_all()
@@ -240,9 +254,12 @@ class SemanticStage:
                 self._embed(todo)
                 if not todo:
                     self._compact()
+                    with self._cond:
+                        self._tidying = False
+                        self._cond.notify_all()
 
     def _embed(self, todo: dict[bytes, str]) -> None:
-        keys = list(todo)[:_BATCH]
+        keys = list(itertools.islice(todo, _BATCH))  # not list(todo): a million waiting would be copied per batch
         try:
             vectors = self.encoder.encode([todo[k] for k in keys], self.encoder.tool_tokens).astype(np.float16)
         except Exception:  # noqa: BLE001 - the stage must outlive a text the model rejects
@@ -251,6 +268,7 @@ class SemanticStage:
                 for key in keys:
                     todo.pop(key, None)
                 self._todo_len = len(todo)
+                self._tidying = not todo
                 self._cond.notify_all()
             return
         with self._cond:
@@ -261,6 +279,7 @@ class SemanticStage:
                 self._count += 1
                 todo.pop(key, None)
             self._todo_len = len(todo)
+            self._tidying = not todo
             self.embedded += len(keys)
             self._cond.notify_all()
         if self._file is not None:
@@ -277,10 +296,11 @@ class SemanticStage:
             return sum(1 for key in self._keys.values() if key not in self._rows)
 
     def flush(self, timeout: float | None = 60.0) -> bool:
-        """Block until every change so far is taken in and every tool has its embedding."""
+        """Block until every change so far is taken in and every tool has its embedding (and the
+        vector file is compacted, when that is due)."""
         with self._cond:
             return self._cond.wait_for(
-                lambda: self._closed or (self._done >= self._submitted and self._todo_len == 0), timeout)
+                lambda: self._closed or (self._done >= self._submitted and self._todo_len == 0 and not self._tidying), timeout)
 
     def close(self) -> None:
         with self._cond:

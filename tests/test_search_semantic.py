@@ -121,6 +121,48 @@ async def test_vectors_beside_the_index_are_reused_after_a_restart(tmp_path):
         await catalog.close()
 
 
+def test_the_vector_file_is_compacted_once_most_of_its_rows_belong_to_no_tool(tmp_path):
+    # rows of texts no tool has any more (tools changed or removed) are dropped from memory and
+    # from the file once they outnumber the live rows by more than 1,000 over half
+    path = str(tmp_path / "x.vectors")
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="a"))
+
+    def listing(edition: int) -> list:
+        catalog.apply_tools("a", [tool(f"t{i}", description=f"Tool {i} of edition {edition} alpha{edition}") for i in range(1200)])
+        return list(catalog.slots["a"].tools.values())
+
+    stage = SemanticStage(WordsEncoder(), path)
+    try:
+        for edition in (1, 2):
+            stage.submit(listing(edition))
+            assert stage.flush(30.0)
+        assert stage._count == 2400  # 1,200 live rows and 1,200 dropped: not yet
+        stage.submit(listing(3))
+        assert stage.flush(30.0)
+        assert stage._count == 1200  # 2,400 dropped: compacted to the live rows
+        assert sorted(stage._rows.values()) == list(range(1200))
+        decls = list(catalog.slots["a"].tools.values())
+        assert np.allclose(stage.vectors(decls), WordsEncoder().encode([tool_text(d) for d in decls]), atol=1e-2)
+    finally:
+        stage.close()
+    reopened = SemanticStage(WordsEncoder(), path)
+    try:
+        assert reopened._count == 1200  # the file was rewritten with the live rows alone
+    finally:
+        reopened.close()
+    removed = SemanticStage(WordsEncoder(), path)
+    try:
+        removed.submit(decls)
+        assert removed.flush(30.0) and removed.embedded == 0
+        removed.submit(deletes=[d.tool_id for d in decls[:1101]])
+        removed.submit([decls[0].model_copy(update={"description": "a new text"})])  # embeds: then looks again
+        assert removed.flush(30.0)
+        assert removed._count == 100  # 1,101 of 1,201 rows no tool's: compacted
+    finally:
+        removed.close()
+
+
 def test_a_torn_record_or_another_model_is_recovered(tmp_path):
     path = str(tmp_path / "x.vectors")
     catalog = Catalog(Store())
