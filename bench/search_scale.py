@@ -3,11 +3,16 @@ made from the development set's real names and descriptions, varied across vendo
 nouns. Prints build time, index size on disk, RSS, query latency and live add/remove cost, and
 what the default semantic stage adds to a query, to memory and to indexing.
 
-The tools are fed to the index (bridge.search_index) directly: a catalog of a million pydantic
-declarations would measure the catalog, not the index. Queries run the search path after the
-catalog: query analysis, the index query and the candidates' ids.
+The first table feeds the tools to the index (bridge.search_index) directly: a catalog of a
+million pydantic declarations would measure the catalog, not the index. Its queries run the
+search path after the catalog: query analysis, the index query and the candidates' ids.
 
-Run: .venv/bin/python bench/search_scale.py [--full] [--sizes 10000,100000]
+The second table runs the whole bridge over the same tools, listed by their vendors' upstreams
+(10,000 and 100,000 by default; a million with --whole 1000000, about 7 minutes and 11 GB): the
+catalog, the index and the static table kept in step with it, and ToolSearch.search, each size
+in a process of its own.
+
+Run: .venv/bin/python bench/search_scale.py [--full] [--sizes 10000,100000] [--whole 10000,100000]
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import re
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bridge.model import UpstreamTool  # noqa: E402
 from bridge.search import _param_text, part_scores  # noqa: E402
 from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text  # noqa: E402
 from bridge.search_rank import analyze_query, name_tokens, query_parts  # noqa: E402
@@ -81,6 +88,16 @@ class Synthetic:
         h = f"{(i + 1) * 0x9E3779B97F4A7C15 % (1 << 128):032x}"  # str(uuid.UUID(int=...)), faster
         return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
+    def _pick(self, i: int) -> tuple[int, int, str, str, str, str, str]:
+        """Tool `i` (past the real ones): its two declarations, vendor, verb, noun, name, description."""
+        n = len(self.rows)
+        a, b = (i * 7919) % n, ((i * 0x9E3779B1) >> 7) % n
+        vendor = self.vendors[i % len(self.vendors)]
+        verb, obj = VERBS[(i // 7) % len(VERBS)], OBJECTS[(i // 140) % len(OBJECTS)]
+        native = f"{verb}_{obj}_{self.rows[a]['name']}"
+        description = f"{self.firsts[a]} {verb.capitalize()}s the {obj} of a {vendor} workspace. {self.firsts[b]}"
+        return a, b, vendor, verb, obj, native, description
+
     def tool(self, i: int) -> IndexedTool:
         n = len(self.rows)
         if i < n:  # the real declarations themselves come first
@@ -88,11 +105,7 @@ class Synthetic:
             return IndexedTool(tool_id=self.tool_id(i), namespace="seed", name=name_text(row["name"]),
                                exact_names=exact_names(row["name"]), description=row.get("description") or "",
                                params=" ".join(pnames), param_text=" ".join(ptexts))
-        a, b = (i * 7919) % n, ((i * 0x9E3779B1) >> 7) % n
-        vendor = self.vendors[i % len(self.vendors)]
-        verb, obj = VERBS[(i // 7) % len(VERBS)], OBJECTS[(i // 140) % len(OBJECTS)]
-        native = f"{verb}_{obj}_{self.rows[a]['name']}"
-        description = f"{self.firsts[a]} {verb.capitalize()}s the {obj} of a {vendor} workspace. {self.firsts[b]}"
+        a, b, vendor, verb, obj, native, description = self._pick(i)
         (names_b, texts_b), (params_a, text_a) = self.params[b], self.params_joined[a]
         return IndexedTool(
             tool_id=self.tool_id(i), namespace=vendor, name=f"{verb} {obj} {self.name_words[a]}",
@@ -103,6 +116,26 @@ class Synthetic:
 
     def tools(self, start: int, stop: int) -> Iterator[IndexedTool]:
         return (self.tool(i) for i in range(start, stop))
+
+    def listings(self, size: int) -> dict[str, list[UpstreamTool]]:
+        """The first `size` tools as upstreams list them (namespace -> tools; a name a vendor
+        would list twice counts once): the same names, descriptions and parameters the index is
+        fed, for the whole bridge."""
+        out: dict[str, dict[str, UpstreamTool]] = {}
+        for i in range(size):
+            if i < len(self.rows):
+                row = self.rows[i]
+                namespace, native, description = "seed", row["name"], row.get("description") or ""
+                schema = row.get("parameters") or {"type": "object", "properties": {}}
+            else:
+                a, b, namespace, _, _, native, description = self._pick(i)
+                props_b = list(((self.rows[b].get("parameters") or {}).get("properties") or {}).items())[:2]
+                props = {**((self.rows[a].get("parameters") or {}).get("properties") or {}), **dict(props_b)}
+                schema = {"type": "object", "properties": props}
+            tools = out.setdefault(namespace, {})
+            if native not in tools:
+                tools[native] = UpstreamTool(native_id=native, name=native, description=description, input_schema=schema)
+        return {namespace: list(tools.values()) for namespace, tools in out.items()}
 
 
 def rss_mb() -> float:
@@ -178,6 +211,57 @@ def timed(index: ToolIndex, queries: list[str]) -> tuple[list[float], list[float
     return wall, cpu
 
 
+def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: str) -> dict[str, Any]:
+    """The whole bridge over the first `size` tools, listed by their vendors' upstreams: the
+    catalog (its records, versions and names in an in-memory store), the on-disk index and the
+    static table's vectors kept in step with it, and `ToolSearch.search` asked for 10 matches, as
+    an agent asks. Run in a process of its own (`--whole-size`), so its memory is its own."""
+    from search_quality import ListedUpstream
+
+    from bridge.catalog import Catalog
+    from bridge.config import SurfaceConfig
+    from bridge.search import ToolSearch
+    from bridge.store import Store
+    from bridge.surface import Surface
+
+    listings = synthetic.listings(size)
+    catalog = Catalog(Store())
+    for namespace, tools in listings.items():
+        catalog.add_upstream(ListedUpstream(namespace, tools))
+    folder = tempfile.mkdtemp(prefix=f"whole-{size}-", dir=workdir)  # a new index and vector file: a first build
+    search = ToolSearch(catalog, os.path.join(folder, "index"), semantic="static")
+    started = time.perf_counter()
+    for namespace, tools in listings.items():
+        catalog.apply_tools(namespace, tools)  # what each upstream's first listing does
+    search.flush(None)
+    searchable = time.perf_counter() - started
+    assert search.semantic is not None
+    search.semantic.flush(None)
+    embedded = time.perf_counter() - started
+    surface = Surface(SurfaceConfig(name="default"), catalog)
+    for q in queries:  # a first pass: right after the build the index's merges may still be running
+        search.search(q, surface=surface, limit=10)
+    latencies = []
+    for q in queries:
+        t0 = time.perf_counter()
+        search.search(q, surface=surface, limit=10)
+        latencies.append((time.perf_counter() - t0) * 1000)
+    search.close()
+    shutil.rmtree(folder, ignore_errors=True)
+    return {"tools": sum(len(tools) for tools in listings.values()), "upstreams": len(listings),
+            "searchable_s": searchable, "embedded_s": embedded, "rss_mb": rss_mb(),
+            "p50_ms": statistics.median(latencies), "p95_ms": pct(latencies, 0.95), "p99_ms": pct(latencies, 0.99)}
+
+
+def whole_search_apart(size: int, workdir: str) -> dict[str, Any]:
+    """`whole_search` in a child process: its JSON line."""
+    done = subprocess.run([sys.executable, __file__, "--whole-size", str(size), "--workdir", workdir],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"search_scale: the whole-bridge run over {size:,} tools failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def run_size(size: int, synthetic: Synthetic, queries: list[str], workdir: str) -> dict[str, Any]:
     path = os.path.join(workdir, f"index-{size}")
     shutil.rmtree(path, ignore_errors=True)
@@ -219,6 +303,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="also the 1,000,000-tool catalog (a few minutes)")
     parser.add_argument("--sizes", default=None, help="comma-separated catalog sizes, overriding the default steps")
+    parser.add_argument("--whole", default="10000,100000",
+                        help="comma-separated sizes of the whole-bridge table (catalog, index, static table and "
+                             "ToolSearch.search); empty for none; a million tools takes about 7 minutes and 11 GB")
+    parser.add_argument("--whole-size", type=int, default=None, help=argparse.SUPPRESS)  # the child of whole_search_apart
+    parser.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else [10_000, 100_000] + ([1_000_000] if args.full else [])
     rows = seeds()
@@ -226,6 +315,9 @@ def main() -> None:
     qfile = DATA / "queries-dev.jsonl"
     queries = ([json.loads(line)["query"] for line in qfile.read_text().splitlines()[:300]] if qfile.exists()
                else ["weather in Paris", "create an invoice", "delete the user account"] * 100)
+    if args.whole_size is not None:
+        print(json.dumps(whole_search(args.whole_size, synthetic, queries, args.workdir or tempfile.gettempdir())))
+        return
     cols = ["tools", "build_s", "build_cpu_s", "disk_mb", "rss_mb", "p50_ms", "p95_ms", "p99_ms", "cpu_p95_ms",
             "typo_p95_ms", "sem_p95_ms", "sem_mb", "embed_ms_1k", "add_1000_s", "remove_1000_s", "visible"]
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {len(queries)} real requests as queries; "
@@ -239,8 +331,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bridge-search-scale-") as workdir:
         for size in sizes:
             row = run_size(size, synthetic, queries, workdir)
-            print("".join(f"{row[c]:>14.2f}" if isinstance(row[c], float) else f"{row[c]!s:>14}" for c in cols), flush=True)
+            print(cells(row, cols), flush=True)
+        whole = [int(s) for s in args.whole.split(",") if s.strip()]
+        if whole:
+            print()
+            print("The whole bridge: the tools listed by their vendors' upstreams into the catalog, the index and the "
+                  "static table's vectors kept in step with it, ToolSearch.search asked for 10 matches (the rerank, "
+                  "the gain of an API's tools, the cover of a request's parts, the lookups, folding, the answer's "
+                  "records); searchable_s / embedded_s: from the listings until every tool is searchable / embedded; "
+                  "rss_mb: the whole process (the catalog's declarations most of it)")
+            cols = ["tools", "upstreams", "searchable_s", "embedded_s", "rss_mb", "p50_ms", "p95_ms", "p99_ms"]
+            print("".join(f"{c:>14}" for c in cols))
+            for size in whole:
+                print(cells(whole_search_apart(size, workdir), cols), flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+def cells(row: dict[str, Any], cols: list[str]) -> str:
+    return "".join(f"{row[c]:>14.2f}" if isinstance(row[c], float) else f"{row[c]!s:>14}" for c in cols)
 
 
 if __name__ == "__main__":
