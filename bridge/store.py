@@ -180,15 +180,18 @@ class Store:
         per = max(1, _MAX_VARIABLES // width)
         one = "(" + ",".join("?" * width) + ")"
         head = statement[:statement.rindex("(")]
+
+        def insert(chunk: list[tuple[Any, ...]]) -> None:
+            self._db.execute(head + ",".join([one] * len(chunk)), [value for row in chunk for value in row])
+
         with self._lock:
             if len(rows) <= per:  # one statement is a transaction of its own
-                self._db.execute(head + ",".join([one] * len(rows)), [value for row in rows for value in row])
+                insert(rows)
                 return
             self._db.execute("BEGIN")
             try:
                 for start in range(0, len(rows), per):
-                    chunk = rows[start:start + per]
-                    self._db.execute(head + ",".join([one] * len(chunk)), [value for row in chunk for value in row])
+                    insert(rows[start:start + per])
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
