@@ -188,6 +188,8 @@ class ToolSearch:
         tools = [d for slot in catalog.slots.values() for d in slot.tools.values()]
         for stage in self._stages:
             stage.submit(tools)
+        self._settled = False
+        self._settle_when_listed()
         self._reconciled: set[str] = set()
         self._unsubscribe = catalog.subscribe(self._on_change)
         # tools of upstreams no longer configured go; the others are compared with their listing
@@ -211,6 +213,7 @@ class ToolSearch:
         touched = (*change.added, *change.updated, *change.removed)
         for stage in self._stages:
             stage.submit((*change.added, *change.updated), [d.tool_id for d in change.removed])
+        self._settle_when_listed()
         namespaces = {change.upstream} if change.upstream else {d.namespace for d in touched}
         done: set[str] = set()
         for namespace in namespaces - self._reconciled:
@@ -224,6 +227,16 @@ class ToolSearch:
             if upserts or deletes:
                 self.index.submit(upserts, deletes, prepare=functools.partial(self._refresh_shared, namespace,
                                                                               self._listing(namespace), True))
+
+    def _settle_when_listed(self) -> None:
+        """Once no upstream is still connecting or down (each has listed since the start), the
+        semantic stages may drop the vectors of texts no tool has (`SemanticStage.settle`): until
+        then, those of an upstream not back yet are kept, not computed again when it lists. Asked
+        where the catalog's changes reach the stages, after them, so none is left behind."""
+        if not self._settled and not self.catalog.pending_providers():
+            self._settled = True
+            for stage in self._stages:
+                stage.settle()
 
     def _reconcile(self, namespace: str) -> None:
         """First listing of an upstream since the index opened: write what differs from the

@@ -41,6 +41,7 @@ WEIGHT = 0.7
 # the encoder's `tool_tokens`.
 QUERY_TOKENS = 128
 _BATCH = 32
+_SETTLED = object()  # queued by `settle()`
 _PARAM_TEXT_CHARS = 160
 _MAGIC = b"BRIDGE-VEC1\n"
 _KEY_BYTES = 16
@@ -115,7 +116,7 @@ class SemanticStage:
         self._file: Any = None
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._queue: queue.Queue[tuple[list[ToolDeclaration], list[str]] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[list[ToolDeclaration], list[str]] | object | None] = queue.Queue()
         self._submitted = 0
         self._done = 0
         self._todo: dict[bytes, str] = {}  # text key -> text, waiting for its embedding (writer thread)
@@ -124,11 +125,14 @@ class SemanticStage:
         # vector file was last compacted: `_compact` looks at every row only when enough may have
         self._dropped = 0
         self._tidying = False  # the last waiting tool was embedded and `_compact` has yet to look
+        # every tool is known (`settle()`): until then a row no tool has may be a tool not listed yet
+        self._settled = True
         self._query_vectors: dict[str, np.ndarray] = {}  # the last queries' embeddings
         self._closed = False
         if path is not None:
             self._load()
             self._dropped = self._count  # rows of the file no tool may have any more
+            self._settled = not self._count  # the file's rows are kept until every tool is known
         self._thread = threading.Thread(target=self._run, name="search-semantic", daemon=True)
         self._thread.start()
 
@@ -178,9 +182,10 @@ class SemanticStage:
 
     def _compact(self) -> None:
         """Rewrite the vector file (and memory) with only the texts of current tools, once the
-        file holds more than twice as many."""
+        file holds more than twice as many. Not before the stage is settled: after a restart, the
+        rows of an upstream that has not listed again are its tools' still."""
         with self._lock:
-            if 2 * self._dropped <= self._count + 1000:  # at least half the rows are live: nothing to do
+            if not self._settled or 2 * self._dropped <= self._count + 1000:  # at least half the rows are live: nothing to do
                 return
             live = set(self._keys.values())
             keep = [(k, r) for k, r in self._rows.items() if k in live]
@@ -204,6 +209,16 @@ class SemanticStage:
             self._file = open(self.path, "ab")  # noqa: SIM115
 
     # ---------------------------------------------------------------- keeping in step
+
+    def settle(self) -> None:
+        """Every tool is known now (each upstream has listed since the start): once the changes
+        submitted so far are taken in, a row no tool has is no tool's, and the file may be
+        compacted (looked at now, and after each round of embeddings)."""
+        with self._cond:
+            if self._closed or self._settled:
+                return
+            self._submitted += 1
+        self._queue.put(_SETTLED)
 
     def submit(self, upserts: Iterable[ToolDeclaration] = (), deletes: Iterable[str] = ()) -> None:
         """Queue tools added or changed, and tool ids removed."""
@@ -230,6 +245,15 @@ class SemanticStage:
                     break
                 if item is None:
                     return
+                if item is _SETTLED:
+                    with self._lock:
+                        self._settled = True
+                    if not todo:  # else once the waiting tools are embedded
+                        self._compact()
+                    with self._cond:
+                        self._done += 1
+                        self._cond.notify_all()
+                    continue
                 upserts, deletes = item
                 with self._lock:
                     for tool_id in deletes:

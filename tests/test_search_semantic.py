@@ -158,9 +158,51 @@ def test_the_vector_file_is_compacted_once_most_of_its_rows_belong_to_no_tool(tm
         removed.submit(deletes=[d.tool_id for d in decls[:1101]])
         removed.submit([decls[0].model_copy(update={"description": "a new text"})])  # embeds: then looks again
         assert removed.flush(30.0)
+        assert removed._count == 1201  # opened on a file: its rows are kept until the stage is settled
+        removed.settle()
+        assert removed.flush(30.0)
         assert removed._count == 100  # 1,101 of 1,201 rows no tool's: compacted
     finally:
         removed.close()
+
+
+async def test_a_restart_keeps_the_vectors_of_upstreams_not_listed_yet(tmp_path):
+    # after a restart the catalog fills as upstreams list again: a vector whose tool is not
+    # listed yet is kept (not dropped by a compaction, then computed again) until none is pending
+    path = str(tmp_path / "bridge.index")
+
+    def listing(name: str, count: int, edition: int = 1) -> list:
+        return [tool(f"{name}{i}", description=f"Tool {i} of {name} edition {edition}.") for i in range(count)]
+
+    async def bridge():
+        catalog = Catalog(Store())
+        catalog.add_upstream(FakeUpstream(name="small"))
+        catalog.add_upstream(FakeUpstream(name="large"))
+        return catalog, ToolSearch(catalog, path, semantic="static")
+
+    catalog, search = await bridge()
+    try:
+        catalog.apply_tools("small", listing("small", 100))
+        catalog.apply_tools("large", listing("large", 1500))
+        assert await search.wait_indexed() and search.semantic is not None and search.semantic.flush(30.0)
+        assert search.semantic.embedded == 1600
+    finally:
+        search.close()
+    catalog, search = await bridge()
+    stage = search.semantic
+    try:
+        assert stage is not None and stage._count == 1600
+        catalog.apply_tools("small", listing("small", 100, edition=2))  # 100 new texts embedded, then a look
+        assert stage.flush(30.0) and stage._count == 1700  # the large upstream's rows are kept
+        catalog.apply_tools("large", listing("large", 1500))
+        assert stage.flush(30.0)
+        assert stage.embedded == 100  # the large upstream's tools were not embedded again
+        catalog.apply_tools("large", [])
+        catalog.apply_tools("small", listing("small", 100, edition=3))
+        assert stage.flush(30.0)
+        assert stage._count == 100  # settled: the rows of no tool are compacted away
+    finally:
+        search.close()
 
 
 def test_a_torn_record_or_another_model_is_recovered(tmp_path):
