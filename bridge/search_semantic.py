@@ -185,7 +185,9 @@ class SemanticStage:
         file holds more than twice as many. Not before the stage is settled: after a restart, the
         rows of an upstream that has not listed again are its tools' still."""
         with self._lock:
-            if not self._settled or 2 * self._dropped <= self._count + 1000:  # at least half the rows are live: nothing to do
+            if not self._settled:
+                return
+            if 2 * self._dropped <= self._count + 1000:  # at least half the rows are live: nothing to do
                 return
             live = set(self._keys.values())
             keep = [(k, r) for k, r in self._rows.items() if k in live]
