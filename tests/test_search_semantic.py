@@ -174,13 +174,13 @@ async def test_a_restart_keeps_the_vectors_of_upstreams_not_listed_yet(tmp_path)
     def listing(name: str, count: int, edition: int = 1) -> list:
         return [tool(f"{name}{i}", description=f"Tool {i} of {name} edition {edition}.") for i in range(count)]
 
-    async def bridge():
+    def bridge():
         catalog = Catalog(Store())
         catalog.add_upstream(FakeUpstream(name="small"))
         catalog.add_upstream(FakeUpstream(name="large"))
         return catalog, ToolSearch(catalog, path, semantic="static")
 
-    catalog, search = await bridge()
+    catalog, search = bridge()
     try:
         catalog.apply_tools("small", listing("small", 100))
         catalog.apply_tools("large", listing("large", 1500))
@@ -188,7 +188,7 @@ async def test_a_restart_keeps_the_vectors_of_upstreams_not_listed_yet(tmp_path)
         assert search.semantic.embedded == 1600
     finally:
         search.close()
-    catalog, search = await bridge()
+    catalog, search = bridge()
     stage = search.semantic
     try:
         assert stage is not None and stage._count == 1600
