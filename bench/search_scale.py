@@ -238,6 +238,8 @@ def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: s
     assert search.semantic is not None
     search.semantic.flush(None)
     embedded = time.perf_counter() - started
+    search.index.compacted(None)  # once every upstream has listed, the index is written again in fewer segments
+    compacted = time.perf_counter() - started
     surface = Surface(SurfaceConfig(name="default"), catalog)
     for q in queries:  # a first pass: right after the build the index's merges may still be running
         search.search(q, surface=surface, limit=10)
@@ -246,10 +248,12 @@ def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: s
         t0 = time.perf_counter()
         search.search(q, surface=surface, limit=10)
         latencies.append((time.perf_counter() - t0) * 1000)
+    search_segments = search.index.segments
     search.close()
     shutil.rmtree(folder, ignore_errors=True)
     return {"tools": sum(len(tools) for tools in listings.values()), "upstreams": len(listings),
-            "searchable_s": searchable, "embedded_s": embedded, "rss_mb": rss_mb(),
+            "searchable_s": searchable, "embedded_s": embedded, "compacted_s": compacted, "segments": search_segments,
+            "rss_mb": rss_mb(),
             "p50_ms": statistics.median(latencies), "p95_ms": pct(latencies, 0.95), "p99_ms": pct(latencies, 0.99)}
 
 
@@ -338,9 +342,10 @@ def main() -> None:
             print("The whole bridge: the tools listed by their vendors' upstreams into the catalog, the index and the "
                   "static table's vectors kept in step with it, ToolSearch.search asked for 10 matches (the rerank, "
                   "the gain of an API's tools, the cover of a request's parts, the lookups, folding, the answer's "
-                  "records); searchable_s / embedded_s: from the listings until every tool is searchable / embedded; "
-                  "rss_mb: the whole process (the catalog's declarations most of it)")
-            cols = ["tools", "upstreams", "searchable_s", "embedded_s", "rss_mb", "p50_ms", "p95_ms", "p99_ms"]
+                  "records); searchable_s / embedded_s / compacted_s: from the listings until every tool is searchable / "
+                  "embedded / the index is compacted (docs/search.md, Segments and compaction); segments: those a search "
+                  "read; rss_mb: the whole process (the catalog's declarations most of it)")
+            cols = ["tools", "upstreams", "searchable_s", "embedded_s", "compacted_s", "segments", "rss_mb", "p50_ms", "p95_ms", "p99_ms"]
             print("".join(f"{c:>14}" for c in cols))
             for size in whole:
                 print(cells(whole_search_apart(size, workdir), cols), flush=True)

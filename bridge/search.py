@@ -189,7 +189,6 @@ class ToolSearch:
         for stage in self._stages:
             stage.submit(tools)
         self._settled = False
-        self._settle_when_listed()
         self._reconciled: set[str] = set()
         self._unsubscribe = catalog.subscribe(self._on_change)
         # tools of upstreams no longer configured go; the others are compared with their listing
@@ -197,6 +196,7 @@ class ToolSearch:
         for namespace, slot in catalog.slots.items():
             if slot.health.state == "ready":
                 self._reconcile(namespace)
+        self._settle_when_listed()
 
     @property
     def _stages(self) -> list[SemanticStage]:
@@ -213,7 +213,6 @@ class ToolSearch:
         touched = (*change.added, *change.updated, *change.removed)
         for stage in self._stages:
             stage.submit((*change.added, *change.updated), [d.tool_id for d in change.removed])
-        self._settle_when_listed()
         namespaces = {change.upstream} if change.upstream else {d.namespace for d in touched}
         done: set[str] = set()
         for namespace in namespaces - self._reconciled:
@@ -227,16 +226,20 @@ class ToolSearch:
             if upserts or deletes:
                 self.index.submit(upserts, deletes, prepare=functools.partial(self._refresh_shared, namespace,
                                                                               self._listing(namespace), True))
+        self._settle_when_listed()
 
     def _settle_when_listed(self) -> None:
         """Once no upstream is still connecting or down (each has listed since the start), the
         semantic stages may drop the vectors of texts no tool has (`SemanticStage.settle`): until
         then, those of an upstream not back yet are kept, not computed again when it lists. Asked
-        where the catalog's changes reach the stages, after them, so none is left behind."""
+        where the catalog's changes reach the stages and the index, after them, so none is left
+        behind. The index, filled by one commit after another as the upstreams listed, is then
+        compacted when a search reads many segments of it (`ToolIndex.compact`)."""
         if not self._settled and not self.catalog.pending_providers():
             self._settled = True
             for stage in self._stages:
                 stage.settle()
+            self.index.compact([d for slot in self.catalog.slots.values() for d in slot.tools.values()])
 
     def _reconcile(self, namespace: str) -> None:
         """First listing of an upstream since the index opened: write what differs from the

@@ -47,6 +47,14 @@ COMMIT_MAX = 0.5
 # meanwhile, after these many seconds: doubling from the first to the last, then the last.
 RETRY_FIRST = 0.5
 RETRY_LAST = 30.0
+# Every query word costs a lookup in each segment of the index (over a million tools, the keyword
+# scores of a request's parts took 2.96 ms in 23 segments, 1.22 ms in 2). An index filled by many
+# commits, as upstreams list one after another, keeps many segments: Tantivy merges only segments
+# of about the same size, eight at a time. `compact` writes every tool again in one commit, into
+# a few segments of equal size that Tantivy then merges, when a search reads COMPACT_SEGMENTS or
+# more of them in an index of at least COMPACT_MIN_TOOLS tools.
+COMPACT_SEGMENTS = 6
+COMPACT_MIN_TOOLS = 20_000
 _FORMAT_FILE = "bridge-search.json"
 _DIGEST_LOG = "digests.log"
 
@@ -201,6 +209,11 @@ class _Batch:
     # of that namespace with those items
     prepare: Callable[[], tuple[str, Sequence[Any]] | None] | None = None
     seq: int = 0
+    compact: bool = False  # `upserts` are every tool the index holds (`ToolIndex.compact`)
+
+
+class _Abandoned(Exception):
+    """A compaction left off because the index is closing."""
 
 
 def _take_lock(path: str) -> Any:
@@ -249,7 +262,11 @@ class ToolIndex:
         self._by_key: dict[int, str | None] = {}
         self._index = self._open(path)
         self._index.register_tokenizer(ANALYZER_NAME, analyzer())
-        self._index.config_reader(reload_policy="manual")
+        # Each commit is made searchable at once by reloading after it (`flush` waits for that);
+        # the reader also reloads by itself when the index changes without a commit of ours: a
+        # merge of segments, run in the background after a commit, is searched as soon as it is
+        # done, not only from the next commit on (each segment costs every query word a lookup).
+        self._index.config_reader(reload_policy="OnCommit")
         self._writer = self._index.writer(heap_size=heap_size, num_threads=threads)
         self._log_file: Any = None
         if path is not None:
@@ -259,6 +276,9 @@ class ToolIndex:
         self._submitted = 0
         self._committed = 0
         self._closed = False
+        self._closing = False  # set first by `close`: a compaction under way leaves off
+        self._compactions = 0  # queued or under way
+        self._held: _Batch | None = None  # a compaction taken while gathering, written next, alone
         self.retry_first, self.retry_last = RETRY_FIRST, RETRY_LAST
         self.failing = False  # the last commit failed; its changes wait for the next try
         self._thread = threading.Thread(target=self._run, name="search-index-writer", daemon=True)
@@ -369,9 +389,32 @@ class ToolIndex:
     def pending(self) -> bool:
         return self._committed < self._submitted
 
+    def compact(self, tools: Sequence[Any]) -> None:
+        """Write `tools` (every tool the index is to hold, as `submit` takes them) again in one
+        commit, and drop any other, when the writer thread comes to it and a search then reads
+        COMPACT_SEGMENTS or more segments of at least COMPACT_MIN_TOOLS tools (otherwise nothing
+        is done). The changes submitted before are written first; those submitted after wait for
+        it. `flush` does not wait for it (`compacted` does); `close` leaves it off, keeping the
+        index as it was."""
+        batch = _Batch(upserts=list(tools), compact=True)
+        with self._cond:
+            if self._closed or self._closing:
+                return
+            batch.seq = self._submitted
+            self._compactions += 1
+        self._queue.put(batch)
+
+    def compacted(self, timeout: float | None = 10.0) -> bool:
+        """Wait until no compaction is queued or under way (nor anything submitted before one)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._compactions or self._closed, timeout)
+
     def _gather(self, batches: list[_Batch], window: float) -> bool:
-        """Add to `batches` what is submitted within `window` seconds; False when the index is
-        closing (nothing more comes)."""
+        """Add to `batches` what is submitted within `window` seconds, up to a compaction (held
+        back, to be written alone); False when the index is closing (nothing more comes)."""
+        if self._held is not None:  # nothing after the compaction may be gathered before it
+            with self._cond:
+                return not self._cond.wait_for(lambda: self._closed, window)
         deadline = time.monotonic() + window
         while (remaining := deadline - time.monotonic()) > 0:
             try:
@@ -380,18 +423,27 @@ class ToolIndex:
                 return True
             if more is None:
                 return False
+            if more.compact:
+                self._held = more
+                return True
             batches.append(more)
         return True
 
     def _run(self) -> None:
         while True:
-            batch = self._queue.get()
+            batch, self._held = (self._held, None) if self._held is not None else (self._queue.get(), None)
             if batch is None:
                 return
+            if batch.compact:
+                self._compact(batch)
+                with self._cond:
+                    self._compactions -= 1
+                    self._cond.notify_all()
+                continue
             batches = [batch]
             first = time.monotonic()
             going = self._gather(batches, COMMIT_WINDOW)
-            while going and len(batches) > 1 and time.monotonic() - first < COMMIT_MAX:
+            while going and self._held is None and len(batches) > 1 and time.monotonic() - first < COMMIT_MAX:
                 gathered = len(batches)
                 going = self._gather(batches, min(COMMIT_WINDOW, first + COMMIT_MAX - time.monotonic()))
                 if len(batches) == gathered:
@@ -410,6 +462,53 @@ class ToolIndex:
                 self._cond.notify_all()
             if not going:
                 return
+
+    def _compact(self, batch: _Batch) -> None:
+        """Write every tool of `batch` again, and delete those the index holds beyond them, in one
+        commit (`compact`). The old segments, every document of theirs deleted, are dropped at
+        the commit. On a failure, or when the index closes first, the index stays as it was."""
+        segments, held = self.segments, self.tool_count
+        if self._closing or segments < COMPACT_SEGMENTS or held < COMPACT_MIN_TOOLS:
+            return
+        started, writer = time.monotonic(), self._writer
+        digests: dict[str, dict[str, int]] = {}
+        lines: list[str] = []
+        try:
+            for item in batch.upserts:
+                if self._closing:
+                    raise _Abandoned
+                tool = self._tool(item)
+                digests.setdefault(tool.namespace, {})[tool.tool_id] = tool.digest
+                self._known(tool.tool_id, tool.key)
+                writer.delete_documents_by_term("tool_id", tool.tool_id)
+                writer.add_document(tool.document())
+                if self._digests.get(tool.namespace, {}).get(tool.tool_id) != tool.digest:
+                    lines.append(f"{tool.tool_id}\t{tool.namespace}\t{tool.digest:016x}\n")
+            dropped = [tool_id for namespace, tools in self._digests.items() for tool_id in tools
+                       if tool_id not in digests.get(namespace, ())]
+            for tool_id in dropped:
+                writer.delete_documents_by_term("tool_id", tool_id)
+                lines.append(f"{tool_id}\t-\n")
+            writer.commit()
+        except Exception as exc:  # noqa: BLE001 - the writer thread must survive; the index is as it was
+            with contextlib.suppress(Exception):
+                writer.rollback()
+            if not isinstance(exc, _Abandoned):
+                log.exception("search index compaction failed; the index is kept as it was")
+            return
+        self._index.reload()
+        self._digests = digests
+        for tool_id in dropped:
+            if self._by_key.get(key := tool_key(tool_id)) == tool_id:
+                del self._by_key[key]
+        if self._log_file is not None:
+            self._log_file.writelines(lines)
+            self._log_file.flush()
+        count = sum(len(tools) for tools in digests.values())
+        self.documents_written += count
+        self.commits += 1
+        log.info("search index compacted: %d tools written again in %.1f s; %d segments before, %d after "
+                 "(Tantivy merges them further in the background)", count, time.monotonic() - started, segments, self.segments)
 
     def _tool(self, item: Any) -> IndexedTool:
         if isinstance(item, IndexedTool):
@@ -547,6 +646,7 @@ class ToolIndex:
         with self._cond:
             if self._closed:
                 return
+            self._closing = True  # a compaction under way leaves off: the changes after it are written
         self.flush(60.0)
         with self._cond:
             self._closed = True
@@ -567,6 +667,11 @@ class ToolIndex:
     @property
     def num_docs(self) -> int:
         return self._index.searcher().num_docs
+
+    @property
+    def segments(self) -> int:
+        """How many segments a search reads now (fewer as the background merges are done)."""
+        return self._index.searcher().num_segments
 
     def query(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import jsonschema
@@ -527,6 +528,137 @@ def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id
         assert sorted(t for t, _ in shared.search(shared.query(analyze_query("report")), limit=5)) == ["a", "b"]
     finally:
         shared.close()
+
+
+def test_segments_merged_after_the_last_commit_are_searched_without_another_commit(tmp_path):
+    import tantivy
+
+    import bridge.search_index as si
+
+    path = str(tmp_path / "merged.index")
+    index = si.ToolIndex(path)
+    try:
+        # eight commits of small segments: the eighth starts a merge of all eight in the background
+        for batch in range(8):
+            index.submit([indexed(f"t{batch}-{i}", f"report {batch} number {i}") for i in range(2_000)])
+            assert index.flush(60.0)
+        assert index.num_docs == 16_000
+
+        def merged(segments, seconds: float) -> int:  # the segment count, once under 8 or after `seconds`
+            deadline = time.monotonic() + seconds
+            while (count := segments()) >= 8 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return count
+
+        on_disk = tantivy.Index.open(path)  # a reader of what the index holds now, merges included
+        done = merged(lambda: (on_disk.reload(), on_disk.searcher().num_segments)[1], 60)
+        assert done < 8
+        assert merged(lambda: index.segments, 10) == done
+        assert index.num_docs == 16_000
+    finally:
+        index.close()
+
+
+def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_content(tmp_path, monkeypatch):
+    import bridge.search_index as si
+
+    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
+    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
+    path = str(tmp_path / "compact.index")
+    tools = {f"t{i}": indexed(f"t{i}", f"report number {i}", namespace=f"ns{i % 3}") for i in range(300)}
+    index = si.ToolIndex(path)
+    try:
+        for batch in range(3):  # three commits, three segments (Tantivy merges eight at a time)
+            index.submit([t for tool_id, t in tools.items() if int(tool_id[1:]) % 3 == batch])
+            assert index.flush()
+        assert index.segments == 3
+        commits = index.commits
+        monkeypatch.setattr(si, "COMPACT_SEGMENTS", 4)
+        index.compact(list(tools.values()))  # fewer segments than COMPACT_SEGMENTS: nothing is done
+        assert index.compacted() and index.commits == commits and index.segments == 3
+        monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
+        kept = [t for tool_id, t in tools.items() if tool_id != "t7"]  # t7 no longer listed
+        kept[0] = indexed("t0", "forecast of the weather", namespace="ns0")  # t0 changed
+        index.compact(kept)
+        index.submit([indexed("late", "late report", namespace="ns1")])  # written after the compaction
+        assert index.flush() and index.compacted()
+        assert index.segments == 2 and index.num_docs == index.tool_count == 300  # the compaction's, the late tool's
+        assert [t for t, _ in index.search(index.query(analyze_query("weather forecast")), limit=1)] == ["t0"]
+        assert "t7" not in {t for t, _ in index.search(index.query(analyze_query("report number 7")), limit=300)}
+        assert [t for t, _ in index.search(index.query(analyze_query("late")), limit=1)] == ["late"]
+        digests = {ns: dict(d) for ns, d in index._digests.items()}
+    finally:
+        index.close()
+    reopened = si.ToolIndex(path)  # the digest log agrees with the compacted index
+    try:
+        assert reopened.opened_existing and reopened._digests == digests and reopened.num_docs == 300
+    finally:
+        reopened.close()
+
+
+def test_a_compaction_left_off_at_close_keeps_the_index_as_it_was(tmp_path, monkeypatch):
+    import threading
+
+    import bridge.search_index as si
+
+    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 2)
+    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 10)
+    compacting, started, go_on = threading.Event(), threading.Event(), threading.Event()
+
+    def convert(tool_id: str):
+        if tool_id == "t5" and compacting.is_set():  # the compaction waits here until `close` has begun
+            started.set()
+            go_on.wait(10)
+        return indexed(tool_id, f"report number {tool_id}")
+
+    path = str(tmp_path / "closing.index")
+    index = si.ToolIndex(path, convert=convert)
+    for first in (0, 10):
+        index.submit([f"t{i}" for i in range(first, first + 10)])
+        assert index.flush()
+    assert index.segments == 2
+    compacting.set()
+    index.compact([f"t{i}" for i in range(20)])
+    assert started.wait(10)
+    closing = threading.Thread(target=index.close)
+    closing.start()
+    deadline = time.monotonic() + 10
+    while not index._closing and time.monotonic() < deadline:  # close has begun: the compaction leaves off
+        time.sleep(0.001)
+    go_on.set()
+    closing.join(30)
+    assert not closing.is_alive()
+    reopened = si.ToolIndex(path)
+    try:
+        assert reopened.opened_existing and reopened.num_docs == reopened.tool_count == 20
+        assert reopened.segments == 2  # not written again
+    finally:
+        reopened.close()
+
+
+async def test_the_index_is_compacted_once_every_upstream_has_listed(tmp_path, monkeypatch):
+    import bridge.search_index as si
+
+    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
+    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
+    catalog = Catalog(Store())
+    names = ["alpha", "beta", "gamma", "delta"]
+    for name in names:
+        catalog.add_upstream(FakeUpstream(name=name))
+    search = ToolSearch(catalog, str(tmp_path / "bridge.index"))
+    try:
+        for name in names[:3]:  # listed one after another: a commit, and a segment, each
+            catalog.apply_tools(name, [tool(f"{name}_report_{i}", description=f"Report {i} of {name}.") for i in range(40)])
+            assert await search.wait_indexed()
+        assert search.index.segments == 3 and search.index.compacted() and search.index.segments == 3
+        catalog.apply_tools("delta", [tool(f"delta_report_{i}", description=f"Report {i} of delta.") for i in range(40)])
+        assert await search.wait_indexed() and search.index.compacted()
+        assert search.index.segments == 1 and search.index.num_docs == 160
+        surface = Surface(SurfaceConfig(name="default"), catalog)
+        matches = search.search("a report of gamma", surface=surface, limit=40).matches
+        assert len(matches) == 40 and {m.namespace for m in matches} == {"gamma"}
+    finally:
+        search.close()
 
 
 class FullDisk:
