@@ -484,8 +484,8 @@ class ToolIndex:
                 writer.add_document(tool.document())
                 if self._digests.get(tool.namespace, {}).get(tool.tool_id) != tool.digest:
                     lines.append(f"{tool.tool_id}\t{tool.namespace}\t{tool.digest:016x}\n")
-            dropped = [tool_id for namespace, tools in self._digests.items() for tool_id in tools
-                       if tool_id not in digests.get(namespace, ())]
+            listed = {tool_id for tools in digests.values() for tool_id in tools}  # a tool may change namespace
+            dropped = [tool_id for tools in self._digests.values() for tool_id in tools if tool_id not in listed]
             for tool_id in dropped:
                 writer.delete_documents_by_term("tool_id", tool_id)
                 lines.append(f"{tool_id}\t-\n")

@@ -579,6 +579,7 @@ def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_con
         monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
         kept = [t for tool_id, t in tools.items() if tool_id != "t7"]  # t7 no longer listed
         kept[0] = indexed("t0", "forecast of the weather", namespace="ns0")  # t0 changed
+        kept[1] = indexed("t1", "report number 1", namespace="moved")  # t1 listed by another upstream
         index.compact(kept)
         index.submit([indexed("late", "late report", namespace="ns1")])  # written after the compaction
         assert index.flush() and index.compacted()
@@ -586,6 +587,7 @@ def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_con
         assert [t for t, _ in index.search(index.query(analyze_query("weather forecast")), limit=1)] == ["t0"]
         assert "t7" not in {t for t, _ in index.search(index.query(analyze_query("report number 7")), limit=300)}
         assert [t for t, _ in index.search(index.query(analyze_query("late")), limit=1)] == ["late"]
+        assert "t1" in index._digests["moved"] and "t1" not in index._digests["ns1"]
         digests = {ns: dict(d) for ns, d in index._digests.items()}
     finally:
         index.close()
