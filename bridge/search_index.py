@@ -467,8 +467,8 @@ class ToolIndex:
         """Write every tool of `batch` again, and delete those the index holds beyond them, in one
         commit (`compact`). The old segments, every document of theirs deleted, are dropped at
         the commit. On a failure, or when the index closes first, the index stays as it was."""
-        segments, held = self.segments, self.tool_count
-        if self._closing or segments < COMPACT_SEGMENTS or held < COMPACT_MIN_TOOLS:
+        segments = self.segments
+        if self._closing or segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS:
             return
         started, writer = time.monotonic(), self._writer
         digests: dict[str, dict[str, int]] = {}
