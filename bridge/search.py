@@ -185,7 +185,7 @@ class ToolSearch:
         # embedded its candidates (the first hour of a large catalog)
         self.fallback = (SemanticStage.open(path, "static")
                          if kind == "auto" and self.semantic is not None and not self.semantic.encoder.cheap else None)
-        tools = [d for slot in catalog.slots.values() for d in slot.tools.values()]
+        tools = self._listed()
         for stage in self._stages:
             stage.submit(tools)
         self._settled = False
@@ -239,7 +239,7 @@ class ToolSearch:
             self._settled = True
             for stage in self._stages:
                 stage.settle()
-            self.index.compact([d for slot in self.catalog.slots.values() for d in slot.tools.values()])
+            self.index.compact(self._listed())
 
     def _reconcile(self, namespace: str) -> None:
         """First listing of an upstream since the index opened: write what differs from the
@@ -248,6 +248,10 @@ class ToolSearch:
         listing = self._listing(namespace)
         self.index.submit(listing, reconcile=namespace,
                           prepare=functools.partial(self._refresh_shared, namespace, listing, False))
+
+    def _listed(self) -> list[ToolDeclaration]:
+        """Every tool the catalog's upstreams list now."""
+        return [d for slot in self.catalog.slots.values() for d in slot.tools.values()]
 
     def _listing(self, namespace: str) -> list[ToolDeclaration]:
         slot = self.catalog.slots.get(namespace)
