@@ -11,6 +11,7 @@ import hashlib
 import logging
 import random
 import re
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -51,6 +52,11 @@ MAX_DESCRIPTION_CHARS = 32_768
 _INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
 # Debounce of change notices: a burst of list_changed notices costs one re-list.
 DEBOUNCE_SECONDS = 0.05
+# The ids of the tools each recent change touched, kept for `changed_since` (a surface then
+# places again only those, not a million tools after each change): up to JOURNAL_IDS ids in all;
+# a change of more than JOURNAL_CHANGE_IDS tools is kept as "many" (look at every tool).
+JOURNAL_IDS = 100_000
+JOURNAL_CHANGE_IDS = 10_000
 
 
 def _short_hash(text: str) -> str:
@@ -126,6 +132,8 @@ class Catalog:
         self._assigned = self.store.assigned_names()
         self._listeners: list[Callable[[CatalogChange], None]] = []
         self.generation = 0
+        self._journal: deque[tuple[int, tuple[str, ...] | None]] = deque()  # (generation, ids it touched)
+        self._journal_ids = 0
         self._closed = False
         self._pending: tuple[tuple[int, int], list[str]] = ((-1, -1), [])  # (key, names): pending_providers
 
@@ -455,6 +463,12 @@ class Catalog:
         if change.empty:
             return
         self.generation += 1
+        touched = [d.tool_id for d in (*change.added, *change.updated, *change.removed)]
+        ids = tuple(touched) if len(touched) <= JOURNAL_CHANGE_IDS else None
+        self._journal.append((self.generation, ids))
+        self._journal_ids += len(ids or ())
+        while self._journal_ids > JOURNAL_IDS or len(self._journal) > JOURNAL_IDS:
+            self._journal_ids -= len(self._journal.popleft()[1] or ())
         for listener in list(self._listeners):
             try:
                 listener(change)
@@ -477,6 +491,24 @@ class Catalog:
 
     def declarations(self) -> Iterable[ToolDeclaration]:
         return self._by_id.values()
+
+    def changed_since(self, generation: int) -> set[str] | None:
+        """The ids of the tools added, updated or removed after `generation`; None when that is
+        not known (too long ago, or too many tools): look at every tool then."""
+        if generation < 0 or generation > self.generation:
+            return None
+        ids: set[str] = set()
+        if generation == self.generation:
+            return ids
+        if not self._journal or self._journal[0][0] > generation + 1:
+            return None
+        for at, touched in reversed(self._journal):
+            if at <= generation:
+                break
+            if touched is None:
+                return None
+            ids.update(touched)
+        return ids
 
     def __len__(self) -> int:
         return len(self._by_id)

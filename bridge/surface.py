@@ -71,7 +71,8 @@ def deferred_ref(decl: ToolDeclaration, loading_state: str | None = None) -> Def
 
 
 class Surface:
-    """A surface over a catalog. Placements are cached per catalog generation."""
+    """A surface over a catalog. Placements are cached; after a catalog change only the tools it
+    touched are placed again (`Catalog.changed_since`), unless the auto-load rule turns."""
 
     def __init__(self, config: SurfaceConfig, catalog: Catalog) -> None:
         self.config = config
@@ -80,16 +81,49 @@ class Surface:
         self._generation = -1
         self._placements: dict[str, Placement] = {}
         self._loaded: list[ToolDeclaration] | None = None
-        self._counts: dict[str, int] | None = None
-        self._visible: int | None = None
+        self._counts: dict[str, int] | None = None  # once counted, every tool has its placement
+        self._blocked_ids: set[str] | None = None  # the tools blocked here, once counted
+        self._auto: bool | None = None  # whether the auto-load rule held for the placements made
 
     def _fresh(self) -> None:
-        if self._generation != self.catalog.generation:
-            self._generation = self.catalog.generation
-            self._placements.clear()
-            self._loaded = None
-            self._counts = None
-            self._visible = None
+        generation = self.catalog.generation
+        if self._generation == generation:
+            return
+        changed = self.catalog.changed_since(self._generation)
+        self._generation = generation
+        if changed is None:
+            self._forget(blocked=True)
+            return
+        if self._blocked_ids is not None:
+            for tool_id in changed:
+                decl = self.catalog.get(tool_id)
+                if decl is not None and self._blocked(decl) is not None:
+                    self._blocked_ids.add(tool_id)
+                else:
+                    self._blocked_ids.discard(tool_id)
+        if self._auto is not None and self._auto != self._auto_load():
+            self._forget(blocked=False)  # every tool without a rule of its own changes place
+            return
+        counts = self._counts
+        for tool_id in changed:
+            before = self._placements.pop(tool_id, None)
+            if counts is None:
+                continue
+            if before is not None:
+                counts[before.state] -= 1
+            decl = self.catalog.get(tool_id)
+            after = None
+            if decl is not None:
+                after = self._placements[tool_id] = self._classify(decl)
+                counts[after.state] += 1
+            if (before is not None and before.state == "loaded") or (after is not None and after.state == "loaded"):
+                self._loaded = None  # made again when asked, with the tool's new declaration
+
+    def _forget(self, *, blocked: bool) -> None:
+        self._placements.clear()
+        self._loaded = self._counts = self._auto = None
+        if blocked:
+            self._blocked_ids = None
 
     def place(self, decl: ToolDeclaration) -> Placement:
         self._fresh()
@@ -107,11 +141,17 @@ class Surface:
             return LOADED
         if _any(cfg.defer, decl) is not None:
             return DEFERRED
-        if not cfg.load and not cfg.defer and (
+        if self._auto is None:
+            self._auto = self._auto_load()
+        return LOADED if self._auto else DEFERRED
+
+    def _auto_load(self) -> bool:
+        """With neither `load` nor `defer` rules, every visible tool is loaded while the catalog,
+        or the part of it not blocked here, is within the auto-load threshold."""
+        cfg = self.config
+        return not cfg.load and not cfg.defer and (
             len(self.catalog) <= cfg.auto_load_threshold or self._visible_count() <= cfg.auto_load_threshold
-        ):
-            return LOADED
-        return DEFERRED
+        )
 
     def _blocked(self, decl: ToolDeclaration) -> Placement | None:
         """Why a tool is invisible on this surface, or None. An `allow` rule lifts every block
@@ -135,9 +175,9 @@ class Surface:
 
     def _visible_count(self) -> int:
         """Tools not blocked here: what the auto-load threshold compares against."""
-        if self._visible is None:
-            self._visible = sum(1 for d in self.catalog.declarations() if self._blocked(d) is None)
-        return self._visible
+        if self._blocked_ids is None:
+            self._blocked_ids = {d.tool_id for d in self.catalog.declarations() if self._blocked(d) is not None}
+        return len(self.catalog) - len(self._blocked_ids)
 
     def visible(self, decl: ToolDeclaration) -> bool:
         return self.place(decl).state != "blocked"
@@ -155,18 +195,22 @@ class Surface:
         if self._counts is None:
             self._count_all()
         assert self._counts is not None
-        return self._counts
+        return dict(self._counts)
 
     def _count_all(self) -> None:
-        counts = {"loaded": 0, "deferred": 0, "blocked": 0}
-        loaded = []
-        for decl in self.catalog.declarations():
-            placement = self.place(decl)
-            counts[placement.state] += 1
-            if placement.state == "loaded":
-                loaded.append(decl)
+        if self._counts is not None:  # counted, and kept in step since: only the loaded list is made again
+            loaded = [d for d in self.catalog.declarations() if self._placements[d.tool_id].state == "loaded"]
+        else:
+            counts = {"loaded": 0, "deferred": 0, "blocked": 0}
+            loaded = []
+            for decl in self.catalog.declarations():
+                placement = self.place(decl)
+                counts[placement.state] += 1
+                if placement.state == "loaded":
+                    loaded.append(decl)
+            self._counts = counts
         loaded.sort(key=lambda d: d.name)
-        self._loaded, self._counts = loaded, counts
+        self._loaded = loaded
 
     def allows_destructive(self, decl: ToolDeclaration) -> bool:
         return self.config.allow_destructive or _any(self.config.allow, decl) is not None

@@ -98,3 +98,70 @@ def test_placements_follow_catalog_changes():
     assert [d.name for d in surface.loaded()] == ["u__a", "u__b"]
     catalog.apply_tools("u", [tool("a"), tool("b"), tool("c")])
     assert surface.loaded() == [] and surface.counts() == {"loaded": 0, "deferred": 3, "blocked": 0}
+
+
+def surface_view(surface: Surface) -> tuple:
+    """Everything a surface answers about its catalog."""
+    catalog = surface.catalog
+    return ({d.tool_id: surface.place(d) for d in catalog.declarations()}, surface.counts(),
+            [d.tool_id for d in surface.loaded()], [id(d) for d in surface.loaded()])
+
+
+def test_a_surface_kept_in_step_answers_as_a_new_one_after_every_change():
+    import random
+
+    rng = random.Random(7)
+    names = [f"t{i}" for i in range(12)]
+    ups = [FakeUpstream(name=n, tools=[]) for n in ("u", "v")]
+    catalog = Catalog(Store())
+    for up in ups:
+        catalog.add_upstream(up)
+    configs = [
+        dict(auto_load_threshold=6, block=[{"tag": "bad"}]),  # the threshold turns as tools come and go
+        dict(load=[{"tag": "hot"}], block=[{"tag": "bad"}], allow=["v__*"]),
+        dict(read_only=True, auto_load_threshold=3),
+    ]
+    surfaces = [Surface(SurfaceConfig(name=f"s{i}", **c), catalog) for i, c in enumerate(configs)]
+    for _ in range(60):
+        upstream = rng.choice(["u", "v"])
+        listed = [tool(n, tags=rng.sample(["bad", "hot", "plain"], rng.randint(0, 2)), read_only=rng.random() < 0.5)
+                  for n in rng.sample(names, rng.randint(0, 8))]
+        catalog.apply_tools(upstream, listed)
+        for surface, config in zip(surfaces, configs, strict=True):
+            fresh = Surface(SurfaceConfig(name="fresh", **config), catalog)
+            assert surface_view(surface) == surface_view(fresh)
+
+
+def test_a_change_of_one_tool_places_that_tool_alone_again(monkeypatch):
+    up = FakeUpstream(name="u", tools=[tool(f"t{i}") for i in range(200)])
+    catalog = catalog_of(up)
+    surface = Surface(SurfaceConfig(name="s", auto_load_threshold=10, block=[{"tag": "bad"}]), catalog)
+    assert surface.counts() == {"loaded": 0, "deferred": 200, "blocked": 0}
+    classified = []
+    classify = Surface._classify
+    monkeypatch.setattr(Surface, "_classify", lambda self, decl: classified.append(decl.name) or classify(self, decl))
+    blocked = Surface._blocked
+    looked = []
+    monkeypatch.setattr(Surface, "_blocked", lambda self, decl: looked.append(decl.name) or blocked(self, decl))
+    catalog.apply_tools("u", [tool(f"t{i}", tags=["bad"] if i == 5 else []) for i in range(200)])
+    assert surface.counts() == {"loaded": 0, "deferred": 199, "blocked": 1}
+    assert classified == ["u__t5"] and looked.count("u__t5") == len(looked) <= 3
+    # a change too large for the catalog's journal: every tool is placed again
+    monkeypatch.setattr("bridge.catalog.JOURNAL_CHANGE_IDS", 100)
+    catalog.apply_tools("u", [tool(f"t{i}", tags=["bad"]) for i in range(150)])
+    assert surface.counts() == {"loaded": 0, "deferred": 0, "blocked": 150} and len(classified) == 151
+
+
+def test_the_catalog_journal_answers_the_changed_ids_it_still_holds(monkeypatch):
+    monkeypatch.setattr("bridge.catalog.JOURNAL_IDS", 4)
+    up = FakeUpstream(name="u", tools=[tool("a"), tool("b")])
+    catalog = catalog_of(up)  # generation 1: a and b added
+    one = catalog.generation
+    assert catalog.changed_since(one) == set() and catalog.changed_since(one - 1) == {catalog.resolve("u__a").tool_id,
+                                                                                        catalog.resolve("u__b").tool_id}
+    catalog.apply_tools("u", [tool("a", description="changed"), tool("b")])
+    catalog.apply_tools("u", [tool("a", description="changed"), tool("b"), tool("c")])
+    assert catalog.changed_since(one) == {catalog.resolve("u__a").tool_id, catalog.resolve("u__c").tool_id}
+    catalog.apply_tools("u", [tool("d")])  # a, b and c removed, d added: the journal holds 4 ids, from here on
+    assert catalog.changed_since(one) is None and catalog.changed_since(catalog.generation - 1) is not None
+    assert catalog.changed_since(-1) is None and catalog.changed_since(catalog.generation + 1) is None
