@@ -8,7 +8,7 @@ million pydantic declarations would measure the catalog, not the index. Its quer
 search path after the catalog: query analysis, the index query and the candidates' ids.
 
 The second table runs the whole bridge over the same tools, listed by their vendors' upstreams
-(10,000 and 100,000 by default; a million with --whole 1000000, about 7 minutes and 11 GB): the
+(10,000 and 100,000 by default; a million with --whole 1000000, about 10 minutes and 13 GB): the
 catalog, the index and the static table kept in step with it, and ToolSearch.search, each size
 in a process of its own.
 
@@ -230,17 +230,41 @@ def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: s
         catalog.add_upstream(ListedUpstream(namespace, tools))
     folder = tempfile.mkdtemp(prefix=f"whole-{size}-", dir=workdir)  # a new index and vector file: a first build
     search = ToolSearch(catalog, os.path.join(folder, "index"), semantic="static")
+    surface = Surface(SurfaceConfig(name="default"), catalog)
+    namespaces = list(listings)
+
+    def change(k: int) -> float:
+        """Seconds from a catalog change (one more tool in an upstream's listing) until a search
+        through the surface finds the new tool by a word only it has."""
+        namespace, word = namespaces[(k * 37) % len(namespaces)], f"zqx{k}marker"
+        listings[namespace].append(UpstreamTool(native_id=f"fresh_{k}", name=f"fresh_{k}", description=f"Fresh {word} tool.",
+                                                input_schema={"type": "object", "properties": {}}))
+        t0 = time.perf_counter()
+        catalog.apply_tools(namespace, listings[namespace])
+        search.flush(None)
+        while not search.search(word, surface=surface, limit=1).matches:
+            time.sleep(0.005)  # a removed tool leaves answers at once; an added one is found once committed
+        return time.perf_counter() - t0
+
     started = time.perf_counter()
     for namespace, tools in listings.items():
         catalog.apply_tools(namespace, tools)  # what each upstream's first listing does
     search.flush(None)
     searchable = time.perf_counter() - started
     assert search.semantic is not None
-    search.semantic.flush(None)
-    embedded = time.perf_counter() - started
-    search.index.compacted(None)  # once every upstream has listed, the index is written again in fewer segments
-    compacted = time.perf_counter() - started
-    surface = Surface(SurfaceConfig(name="default"), catalog)
+    search.search("weather forecast", surface=surface, limit=10)  # a first search: the surface places every tool
+    # while the tools are embedded and the index compacted (once every upstream has listed), a
+    # change every half second
+    busy: list[float] = []
+    embedded = compacted = None
+    while embedded is None or compacted is None:
+        busy.append(change(len(busy)))
+        if embedded is None and search.semantic.flush(0):
+            embedded = time.perf_counter() - started
+        if compacted is None and search.index.compacted(0):
+            compacted = time.perf_counter() - started
+        time.sleep(0.5)
+    settled = [change(len(busy) + k) for k in range(5)]
     for q in queries:  # a first pass: right after the build the index's merges may still be running
         search.search(q, surface=surface, limit=10)
     latencies = []
@@ -253,7 +277,7 @@ def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: s
     shutil.rmtree(folder, ignore_errors=True)
     return {"tools": sum(len(tools) for tools in listings.values()), "upstreams": len(listings),
             "searchable_s": searchable, "embedded_s": embedded, "compacted_s": compacted, "segments": search_segments,
-            "rss_mb": rss_mb(),
+            "changes": len(busy), "change_busy_s": max(busy), "change_s": max(settled), "rss_mb": rss_mb(),
             "p50_ms": statistics.median(latencies), "p95_ms": pct(latencies, 0.95), "p99_ms": pct(latencies, 0.99)}
 
 
@@ -344,8 +368,11 @@ def main() -> None:
                   "the gain of an API's tools, the cover of a request's parts, the lookups, folding, the answer's "
                   "records); searchable_s / embedded_s / compacted_s: from the listings until every tool is searchable / "
                   "embedded / the index is compacted (docs/search.md, Segments and compaction); segments: those a search "
-                  "read; rss_mb: the whole process (the catalog's declarations most of it)")
-            cols = ["tools", "upstreams", "searchable_s", "embedded_s", "compacted_s", "segments", "rss_mb", "p50_ms", "p95_ms", "p99_ms"]
+                  "read; changes: one upstream lists one more tool, every half second until embedded and compacted; "
+                  "change_busy_s: the longest of those from the change until a search finds the tool; change_s: the "
+                  "longest of 5 changes after; rss_mb: the whole process (the catalog's declarations most of it)")
+            cols = ["tools", "upstreams", "searchable_s", "embedded_s", "compacted_s", "segments", "changes", "change_busy_s",
+                    "change_s", "rss_mb", "p50_ms", "p95_ms", "p99_ms"]
             print("".join(f"{c:>14}" for c in cols))
             for size in whole:
                 print(cells(whole_search_apart(size, workdir), cols), flush=True)

@@ -37,7 +37,7 @@ log = logging.getLogger("bridge.search")
 
 # Bump when the schema, the analyzer or the text put in a field changes: an index of another
 # format is rebuilt from the catalog instead of being reopened.
-INDEX_FORMAT = 7
+INDEX_FORMAT = 8
 # Changes arriving within this window share one commit; while more keep arriving (upstreams
 # listing at start), the commit waits for them in further windows, up to COMMIT_MAX seconds after
 # the first: fewer commits of more changes each, every change still searchable within a second.
@@ -50,13 +50,22 @@ RETRY_LAST = 30.0
 # Every query word costs a lookup in each segment of the index (over a million tools, the keyword
 # scores of a request's parts took 2.96 ms in 23 segments, 1.22 ms in 2). An index filled by many
 # commits, as upstreams list one after another, keeps many segments: Tantivy merges only segments
-# of about the same size, eight at a time. `compact` writes every tool again in one commit, into
-# a few segments of equal size that Tantivy then merges, when a search reads COMPACT_SEGMENTS or
-# more of them in an index of at least COMPACT_MIN_TOOLS tools.
+# of about the same size, eight at a time. `compact` writes every tool again into a new index
+# beside it, in a few segments of equal size that Tantivy then merges, when a search reads
+# COMPACT_SEGMENTS or more of them in an index of at least COMPACT_MIN_TOOLS tools. It writes for
+# COMPACT_STEP seconds at a time; a change arriving meanwhile is committed to the index searched
+# between two steps (the compaction takes about 3 minutes of the writer thread over a million
+# tools), and written to the new one too before it is searched in its place.
 COMPACT_SEGMENTS = 6
 COMPACT_MIN_TOOLS = 20_000
-_FORMAT_FILE = "bridge-search.json"
-_DIGEST_LOG = "digests.log"
+COMPACT_STEP = 0.05
+_FORMAT_FILE = "bridge-search.json"  # the format, and which generation of the index is the current one
+_DIGEST_LOG = "digests.log"  # in the generation's folder
+
+
+def _generation(number: int) -> str:
+    """The folder, inside the index's, of one generation of it: a compaction writes the next."""
+    return f"g{number}"
 
 # One text field, `all`, holds every text of the tool: its own words (name, title, hint,
 # description, parameter names), the name's words `NAME_REPEAT` times, then its namespace, tags
@@ -216,6 +225,32 @@ class _Abandoned(Exception):
     """A compaction left off because the index is closing."""
 
 
+_WAKE = _Batch()  # queued when a compaction's commit is done: the writer thread goes on with it
+
+
+@dataclass
+class _Compaction:
+    """A compaction under way (`ToolIndex.compact`): its tools are written into a new index, a
+    step at a time, between the changes that arrive meanwhile. What a change submitted after it
+    says of a tool (`touched`: the tool, or None when deleted) has the last word in the new index."""
+
+    batch: _Batch
+    segments: int = -1  # of the index searched, when its first step began (-1: not begun)
+    started: float = 0.0
+    position: int = 0  # tools of `batch.upserts` read so far
+    index: Any = None  # the new index (the next generation)
+    writer: Any = None
+    digests: dict[str, dict[str, int]] = field(default_factory=dict)  # the new index's, by namespace
+    owner: dict[str, str] = field(default_factory=dict)  # tool_id -> namespace, in the new index
+    touched: dict[str, IndexedTool | None] = field(default_factory=dict)
+    # Its commit, and its digest log, are written on a thread of their own (`_compact_commit`),
+    # while the writer thread goes on committing the changes that arrive
+    committer: threading.Thread | None = None
+    committed: threading.Event = field(default_factory=threading.Event)  # set when it is done, failed or not
+    error: BaseException | None = None
+    log_file: Any = None
+
+
 def _take_lock(path: str) -> Any:
     """An exclusive lock on `<index>.lock` beside the index folder, held by the open file this
     returns (None when another process holds it). One process writes an index; Tantivy would
@@ -254,19 +289,15 @@ class ToolIndex:
         self.path = path
         self.schema = _schema()
         self.convert = convert
+        self._heap_size, self._threads = heap_size, threads
+        self._generation = 0  # the folder of the index searched (`_generation`), on disk
         self.opened_existing = False  # an on-disk index was reopened as it was
         self.documents_written = 0  # documents added since this index was opened
         self.commits = 0
         self._digests: dict[str, dict[str, int]] = {}  # namespace -> tool_id -> digest
         # tool_key -> tool_id of every tool written (`_known`); a key two ids share maps to None
         self._by_key: dict[int, str | None] = {}
-        self._index = self._open(path)
-        self._index.register_tokenizer(ANALYZER_NAME, analyzer())
-        # Each commit is made searchable at once by reloading after it (`flush` waits for that);
-        # the reader also reloads by itself when the index changes without a commit of ours: a
-        # merge of segments, run in the background after a commit, is searched as soon as it is
-        # done, not only from the next commit on (each segment costs every query word a lookup).
-        self._index.config_reader(reload_policy="OnCommit")
+        self._index = self._ready(self._open(path))
         self._writer = self._index.writer(heap_size=heap_size, num_threads=threads)
         self._log_file: Any = None
         if path is not None:
@@ -278,7 +309,8 @@ class ToolIndex:
         self._closed = False
         self._closing = False  # set first by `close`: a compaction under way leaves off
         self._compactions = 0  # queued or under way
-        self._held: _Batch | None = None  # a compaction taken while gathering, written next, alone
+        self._compacting: _Compaction | None = None  # under way, on the writer thread
+        self._compactions_waiting: list[_Batch] = []  # asked for while one was under way
         self.retry_first, self.retry_last = RETRY_FIRST, RETRY_LAST
         self.failing = False  # the last commit failed; its changes wait for the next try
         self._thread = threading.Thread(target=self._run, name="search-index-writer", daemon=True)
@@ -291,27 +323,68 @@ class ToolIndex:
             return tantivy.Index(self.schema)
         folder = Path(path)
         marker = folder / _FORMAT_FILE
-        current = {"format": INDEX_FORMAT, "tantivy": tantivy.__version__}
-        if marker.exists() and tantivy.Index.exists(str(folder)):
+        if marker.exists():
             try:
-                if json.loads(marker.read_text()) == current:
-                    index = tantivy.Index.open(str(folder))
-                    self.opened_existing = True
+                found = json.loads(marker.read_text())
+                generation = found.pop("generation", None) if isinstance(found, dict) else None
+                current = folder / _generation(generation) if isinstance(generation, int) else None
+                if found == self._format() and current is not None and tantivy.Index.exists(str(current)):
+                    index = tantivy.Index.open(str(current))
+                    self.opened_existing, self._generation = True, generation
+                    for other in folder.iterdir():  # a compaction's, left off or replaced by it
+                        if other.is_dir() and other.name != current.name:
+                            shutil.rmtree(other, ignore_errors=True)
                     return index
             except (ValueError, OSError) as exc:
                 log.warning("search index at %s cannot be reopened (%s); rebuilding it", folder, exc)
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        index = tantivy.Index(self.schema, path=str(folder), reuse=False)
-        marker.write_text(json.dumps(current))
+        self._generation = 1
+        index = self._new_index(1)
+        self._mark(1)
         return index
+
+    @staticmethod
+    def _format() -> dict[str, Any]:
+        return {"format": INDEX_FORMAT, "tantivy": tantivy.__version__}
+
+    def _new_index(self, generation: int) -> tantivy.Index:
+        """An empty index: in memory, or in the folder of that generation."""
+        if self.path is None:
+            return tantivy.Index(self.schema)
+        folder = Path(self.path) / _generation(generation)
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        return tantivy.Index(self.schema, path=str(folder), reuse=False)
+
+    def _mark(self, generation: int) -> None:
+        """Record the format and the current generation: a reopening opens that one."""
+        assert self.path is not None
+        marker = Path(self.path) / _FORMAT_FILE
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**self._format(), "generation": generation}))
+        os.replace(tmp, marker)
+
+    @staticmethod
+    def _ready(index: tantivy.Index) -> tantivy.Index:
+        index.register_tokenizer(ANALYZER_NAME, analyzer())
+        # Each commit is made searchable at once by reloading after it (`flush` waits for that);
+        # the reader also reloads by itself when the index changes without a commit of ours: a
+        # merge of segments, run in the background after a commit, is searched as soon as it is
+        # done, not only from the next commit on (each segment costs every query word a lookup).
+        index.config_reader(reload_policy="OnCommit")
+        return index
+
+    def _log_path(self, generation: int) -> Path:
+        assert self.path is not None
+        return Path(self.path) / _generation(generation) / _DIGEST_LOG
 
     def _load_digests(self) -> None:
         """Replay the digest log. A log that disagrees with the index (a crash between a commit
         and its log lines) empties the index: every tool is then written again."""
-        assert self.path is not None
-        log_path = Path(self.path) / _DIGEST_LOG
+        log_path = self._log_path(self._generation)
         owner: dict[str, str] = {}  # tool_id -> namespace, while replaying
         lines = 0
         if self.opened_existing and log_path.exists():
@@ -390,12 +463,13 @@ class ToolIndex:
         return self._committed < self._submitted
 
     def compact(self, tools: Sequence[Any]) -> None:
-        """Write `tools` (every tool the index is to hold, as `submit` takes them) again in one
-        commit, and drop any other, when the writer thread comes to it and a search then reads
-        COMPACT_SEGMENTS or more segments of at least COMPACT_MIN_TOOLS tools (otherwise nothing
-        is done). The changes submitted before are written first; those submitted after wait for
-        it. `flush` does not wait for it (`compacted` does); `close` leaves it off, keeping the
-        index as it was."""
+        """Write `tools` (every tool the index is to hold, as `submit` takes them) again into a
+        new index, searched in place of this one once written, when the writer thread comes to
+        it and a search then reads COMPACT_SEGMENTS or more segments of at least
+        COMPACT_MIN_TOOLS tools (otherwise nothing is done). The changes submitted before are
+        written first. Those submitted after are committed as they come, between its steps, and
+        have the last word on their tools in the new index. `flush` does not wait for it
+        (`compacted` does); `close` leaves it off, and the index is as it was."""
         batch = _Batch(upserts=list(tools), compact=True)
         with self._cond:
             if self._closed or self._closing:
@@ -410,11 +484,8 @@ class ToolIndex:
             return self._cond.wait_for(lambda: not self._compactions or self._closed, timeout)
 
     def _gather(self, batches: list[_Batch], window: float) -> bool:
-        """Add to `batches` what is submitted within `window` seconds, up to a compaction (held
-        back, to be written alone); False when the index is closing (nothing more comes)."""
-        if self._held is not None:  # nothing after the compaction may be gathered before it
-            with self._cond:
-                return not self._cond.wait_for(lambda: self._closed, window)
+        """Add to `batches` what is submitted within `window` seconds (a compaction is set going
+        instead); False when the index is closing (nothing more comes)."""
         deadline = time.monotonic() + window
         while (remaining := deadline - time.monotonic()) > 0:
             try:
@@ -424,26 +495,35 @@ class ToolIndex:
             if more is None:
                 return False
             if more.compact:
-                self._held = more
-                return True
-            batches.append(more)
+                self._begin_compaction(more)
+            elif more is not _WAKE:
+                batches.append(more)
         return True
 
     def _run(self) -> None:
         while True:
-            batch, self._held = (self._held, None) if self._held is not None else (self._queue.get(), None)
+            c = self._compacting
+            if c is None or (c.committer is not None and not c.committed.is_set()):
+                batch = self._queue.get()  # a compaction's committer queues _WAKE when it is done
+            else:
+                try:
+                    batch = self._queue.get_nowait()
+                except queue.Empty:  # nothing waits: the compaction's next step
+                    self._compact_step(c)
+                    continue
             if batch is None:
+                if self._compacting is not None:
+                    self._leave_compaction(self._compacting, None)
                 return
+            if batch is _WAKE:
+                continue
             if batch.compact:
-                self._compact(batch)
-                with self._cond:
-                    self._compactions -= 1
-                    self._cond.notify_all()
+                self._begin_compaction(batch)
                 continue
             batches = [batch]
             first = time.monotonic()
             going = self._gather(batches, COMMIT_WINDOW)
-            while going and self._held is None and len(batches) > 1 and time.monotonic() - first < COMMIT_MAX:
+            while going and len(batches) > 1 and time.monotonic() - first < COMMIT_MAX:
                 gathered = len(batches)
                 going = self._gather(batches, min(COMMIT_WINDOW, first + COMMIT_MAX - time.monotonic()))
                 if len(batches) == gathered:
@@ -461,54 +541,158 @@ class ToolIndex:
                 self._committed = max(self._committed, batches[-1].seq)
                 self._cond.notify_all()
             if not going:
+                if self._compacting is not None:
+                    self._leave_compaction(self._compacting, None)
                 return
 
-    def _compact(self, batch: _Batch) -> None:
-        """Write every tool of `batch` again, and delete those the index holds beyond them, in one
-        commit (`compact`). The old segments, every document of theirs deleted, are dropped at
-        the commit. On a failure, or when the index closes first, the index stays as it was."""
-        segments = self.segments
-        if self._closing or segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS:
-            return
-        started, writer = time.monotonic(), self._writer
-        digests: dict[str, dict[str, int]] = {}
-        lines: list[str] = []
+    # ---------------------------------------------------------------- compaction
+
+    def _begin_compaction(self, batch: _Batch) -> None:
+        """Set a compaction going, or keep it for when the one under way is done. From here on,
+        the tools the changes write or delete are marked as theirs."""
+        if self._compacting is None:
+            self._compacting = _Compaction(batch)
+        else:
+            self._compactions_waiting.append(batch)
+
+    def _end_compaction(self) -> None:
+        """The compaction under way is done or left off: the next one asked for, if any, begins."""
+        self._compacting = None
+        ended = 1
+        if self._closing:
+            ended += len(self._compactions_waiting)
+            self._compactions_waiting.clear()
+        elif self._compactions_waiting:
+            self._compacting = _Compaction(self._compactions_waiting.pop(0))
+        with self._cond:
+            self._compactions -= ended
+            self._cond.notify_all()
+
+    def _compact_step(self, c: _Compaction) -> None:
+        """Write the compaction's next tools into the new index for up to COMPACT_STEP seconds.
+        After its last tool: write what the changes since it began say, and commit on a thread of
+        its own (`_compact_commit`); once that is done, write what the changes since then say,
+        and search the new index in place of the old one (`_swap`)."""
         try:
-            for item in batch.upserts:
+            if self._closing:
+                raise _Abandoned
+            if c.committer is not None:  # its commit is done
+                if c.error is not None:
+                    raise c.error
+                self._compact_touched(c)
+                self._swap(c)
+                log.info("search index compacted: %d tools written again in %.1f s; %d segments before, %d after "
+                         "(Tantivy merges them further in the background)", len(c.owner),
+                         time.monotonic() - c.started, c.segments, self.segments)
+                self._end_compaction()
+                return
+            if c.index is None:  # its first step: everything submitted before it is committed
+                c.segments, c.started = self.segments, time.monotonic()
+                if c.segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS:
+                    self._end_compaction()
+                    return
+                c.index = self._ready(self._new_index(self._generation + 1))
+                c.writer = c.index.writer(heap_size=self._heap_size, num_threads=self._threads)
+            items, begun = c.batch.upserts, c.position
+            deadline = time.monotonic() + COMPACT_STEP
+            while c.position < len(items):
                 if self._closing:
                     raise _Abandoned
-                tool = self._tool(item)
-                digests.setdefault(tool.namespace, {})[tool.tool_id] = tool.digest
-                self._known(tool.tool_id, tool.key)
-                writer.delete_documents_by_term("tool_id", tool.tool_id)
-                writer.add_document(tool.document())
-                if self._digests.get(tool.namespace, {}).get(tool.tool_id) != tool.digest:
-                    lines.append(f"{tool.tool_id}\t{tool.namespace}\t{tool.digest:016x}\n")
-            listed = {tool_id for tools in digests.values() for tool_id in tools}  # a tool may change namespace
-            dropped = [tool_id for tools in self._digests.values() for tool_id in tools if tool_id not in listed]
-            for tool_id in dropped:
-                writer.delete_documents_by_term("tool_id", tool_id)
+                if c.position % 64 == 0 and c.position > begun and time.monotonic() > deadline:
+                    return
+                tool = self._tool(items[c.position])
+                c.position += 1
+                if tool.tool_id not in c.touched:
+                    self._compact_add(c, tool)
+            self._compact_touched(c)
+            c.committer = threading.Thread(target=self._compact_commit, args=(c,), name="search-index-compaction", daemon=True)
+            c.committer.start()
+        except Exception as exc:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
+            self._leave_compaction(c, exc)
+
+    def _compact_touched(self, c: _Compaction) -> None:
+        """Write into the new index what the changes said of their tools since the last time, and
+        when its commit is done, commit that too (a few tools) and log their digests."""
+        lines: list[str] = []
+        for tool_id, changed in c.touched.items():
+            if changed is not None:
+                self._compact_add(c, changed)
+                lines.append(f"{tool_id}\t{changed.namespace}\t{changed.digest:016x}\n")
+            elif (namespace := c.owner.pop(tool_id, None)) is not None:
+                del c.digests[namespace][tool_id]
+                c.writer.delete_documents_by_term("tool_id", tool_id)
                 lines.append(f"{tool_id}\t-\n")
-            writer.commit()
-        except Exception as exc:  # noqa: BLE001 - the writer thread must survive; the index is as it was
-            with contextlib.suppress(Exception):
-                writer.rollback()
-            if not isinstance(exc, _Abandoned):
-                log.exception("search index compaction failed; the index is kept as it was")
-            return
-        self._index.reload()
-        self._digests = digests
-        for tool_id in dropped:
+        c.touched = {}  # the tools all read: what a change says from here on is written after the commit
+        if c.committer is not None and lines:
+            c.writer.commit()
+            if c.log_file is not None:
+                c.log_file.writelines(lines)
+                c.log_file.flush()
+
+    def _compact_commit(self, c: _Compaction) -> None:
+        """On a thread of its own: commit the new index and write its digest log whole. The writer
+        thread meanwhile commits changes to the index searched, and leaves the new one alone."""
+        try:
+            c.writer.commit()
+            c.index.reload()
+            if self.path is not None:
+                c.log_file = open(self._log_path(self._generation + 1), "w", encoding="utf-8")  # noqa: SIM115 - kept open for appends
+                for namespace, tools in c.digests.items():
+                    c.log_file.writelines(f"{tid}\t{namespace}\t{dg:016x}\n" for tid, dg in tools.items())
+                c.log_file.flush()
+        except BaseException as exc:  # noqa: BLE001 - handed to the writer thread, which leaves the compaction off
+            c.error = exc
+        finally:
+            c.committed.set()
+            self._queue.put(_WAKE)
+
+    def _compact_add(self, c: _Compaction, tool: IndexedTool) -> None:
+        if (namespace := c.owner.get(tool.tool_id)) is not None:  # listed again: the last listing stays
+            del c.digests[namespace][tool.tool_id]
+            c.writer.delete_documents_by_term("tool_id", tool.tool_id)
+        c.owner[tool.tool_id] = tool.namespace
+        c.digests.setdefault(tool.namespace, {})[tool.tool_id] = tool.digest
+        self._known(tool.tool_id, tool.key)
+        c.writer.add_document(tool.document())
+
+    def _swap(self, c: _Compaction) -> None:
+        """Search the compacted index from now on: on disk, the format marker names its
+        generation (a reopening before that opens the old one), and the old generation's folder
+        is dropped."""
+        c.index.reload()
+        generation = self._generation + 1
+        if self.path is not None:
+            self._mark(generation)
+            self._log_file.close()
+        gone = [tool_id for tools in self._digests.values() for tool_id in tools if tool_id not in c.owner]
+        old = self._generation
+        self._index, self._writer, self._digests, self._log_file = c.index, c.writer, c.digests, c.log_file
+        self._generation = generation
+        c.index = c.writer = c.log_file = None
+        for tool_id in gone:
             if self._by_key.get(key := tool_key(tool_id)) == tool_id:
                 del self._by_key[key]
-        if self._log_file is not None:
-            self._log_file.writelines(lines)
-            self._log_file.flush()
-        count = sum(len(tools) for tools in digests.values())
-        self.documents_written += count
+        self.documents_written += len(c.owner)
         self.commits += 1
-        log.info("search index compacted: %d tools written again in %.1f s; %d segments before, %d after "
-                 "(Tantivy merges them further in the background)", count, time.monotonic() - started, segments, self.segments)
+        if self.path is not None:  # searches under way keep reading the old files until they are done
+            shutil.rmtree(Path(self.path) / _generation(old), ignore_errors=True)
+
+    def _leave_compaction(self, c: _Compaction, exc: BaseException | None) -> None:
+        """The compaction stops where it is; its new index is dropped, the one searched is as it was."""
+        if c.committer is not None:
+            c.committer.join()
+        if c.log_file is not None:
+            c.log_file.close()
+            c.log_file = None
+        if c.writer is not None:
+            with contextlib.suppress(Exception):
+                c.writer.rollback()
+            c.index = c.writer = None
+            if self.path is not None:
+                shutil.rmtree(Path(self.path) / _generation(self._generation + 1), ignore_errors=True)
+        if exc is not None and not isinstance(exc, _Abandoned):
+            log.error("search index compaction left off (%s); the index is kept as it was", exc, exc_info=exc)
+        self._end_compaction()
 
     def _tool(self, item: Any) -> IndexedTool:
         if isinstance(item, IndexedTool):
@@ -540,6 +724,11 @@ class ToolIndex:
                     listed = {t.tool_id for t in tools}
                     known = self._digests.get(batch.reconcile, {})
                     deletes += [(batch.reconcile, tid) for tid in known if tid not in listed]
+                if self._compacting is not None and batch.seq > self._compacting.batch.seq:
+                    # submitted after the compaction's tools were read: the change has the last word
+                    touched = self._compacting.touched
+                    touched.update((tid, None) for _, tid in deletes)
+                    touched.update((t.tool_id, t) for t in tools)
                 for namespace, tool_id in deletes:
                     if (gone := self._digests.get(namespace, {}).pop(tool_id, None)) is not None:
                         before.append((namespace, tool_id, gone))

@@ -484,6 +484,22 @@ def indexed(tool_id: str, text: str, namespace: str = "ns"):
     return si.IndexedTool(tool_id=tool_id, namespace=namespace, name=text, exact_names=[tool_id])
 
 
+def hits(index, words: str, limit: int = 1) -> list[str]:
+    """The ids of an index's first `limit` hits for `words`, best first."""
+    return [t for t, _ in index.search(index.query(analyze_query(words)), limit=limit)]
+
+
+def assert_reopens_as(path: str, digests: dict, docs: int) -> None:
+    """The index at `path` is reopened as it is: its digest log agrees with its documents."""
+    import bridge.search_index as si
+
+    reopened = si.ToolIndex(path)
+    try:
+        assert reopened.opened_existing and reopened._digests == digests and reopened.num_docs == reopened.tool_count == docs
+    finally:
+        reopened.close()
+
+
 def test_a_search_of_no_place_answers_nothing_rather_than_failing():
     import bridge.search_index as si
     from bridge.search import part_scores
@@ -550,7 +566,7 @@ def test_segments_merged_after_the_last_commit_are_searched_without_another_comm
                 time.sleep(0.02)
             return count
 
-        on_disk = tantivy.Index.open(path)  # a reader of what the index holds now, merges included
+        on_disk = tantivy.Index.open(str(Path(path) / "g1"))  # a reader of what the index holds now, merges included
         done = merged(lambda: (on_disk.reload(), on_disk.searcher().num_segments)[1], 60)
         assert done < 8
         assert merged(lambda: index.segments, 10) == done
@@ -583,19 +599,18 @@ def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_con
         index.compact(kept)
         index.submit([indexed("late", "late report", namespace="ns1")])  # written after the compaction
         assert index.flush() and index.compacted()
-        assert index.segments == 2 and index.num_docs == index.tool_count == 300  # the compaction's, the late tool's
-        assert [t for t, _ in index.search(index.query(analyze_query("weather forecast")), limit=1)] == ["t0"]
-        assert "t7" not in {t for t, _ in index.search(index.query(analyze_query("report number 7")), limit=300)}
-        assert [t for t, _ in index.search(index.query(analyze_query("late")), limit=1)] == ["late"]
+        # the compaction's segment, and the late tool's unless it came in time to be written into the new index too
+        assert index.segments <= 2 and index.num_docs == index.tool_count == 300
+        # the new index is searched in place of the old, whose folder is gone
+        assert sorted(p.name for p in Path(path).iterdir()) == ["bridge-search.json", "g2"]
+        assert hits(index, "weather forecast") == ["t0"]
+        assert "t7" not in set(hits(index, "report number 7", 300))
+        assert hits(index, "late") == ["late"]
         assert "t1" in index._digests["moved"] and "t1" not in index._digests["ns1"]
         digests = {ns: dict(d) for ns, d in index._digests.items()}
     finally:
         index.close()
-    reopened = si.ToolIndex(path)  # the digest log agrees with the compacted index
-    try:
-        assert reopened.opened_existing and reopened._digests == digests and reopened.num_docs == 300
-    finally:
-        reopened.close()
+    assert_reopens_as(path, digests, 300)  # the digest log agrees with the compacted index
 
 
 def test_a_compaction_left_off_at_close_keeps_the_index_as_it_was(tmp_path, monkeypatch):
@@ -634,6 +649,160 @@ def test_a_compaction_left_off_at_close_keeps_the_index_as_it_was(tmp_path, monk
     try:
         assert reopened.opened_existing and reopened.num_docs == reopened.tool_count == 20
         assert reopened.segments == 2  # not written again
+    finally:
+        reopened.close()
+
+
+def test_changes_arriving_during_a_compaction_are_searchable_before_it_ends_and_win_over_it(tmp_path, monkeypatch):
+    import bridge.search_index as si
+
+    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
+    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
+    monkeypatch.setattr(si, "COMPACT_STEP", 0.0)  # a step of 64 tools, then whatever waits is committed
+    texts = {f"t{i}": f"report number {i}" for i in range(600)}
+    seen: dict[str, object] = {}  # what the compaction's converter saw of the change, while it ran
+    index: si.ToolIndex
+
+    def convert(tool_id: str):
+        if "compacting" not in seen:
+            pass
+        elif tool_id == "t100":  # the compaction is under way: the catalog changes
+            seen["ticket"] = index.submit([indexed("t500", "forecast of the weather"), indexed("new", "fresh ledger")],
+                                          deletes=[("ns", "t501")])
+        if tool_id == "t400":  # later in the same compaction
+            seen["committed"] = index.flush(0) and not index.compacted(0)
+            seen["found"] = hits(index, "weather forecast")
+        return indexed(tool_id, texts[tool_id])
+
+    path = str(tmp_path / "interleaved.index")
+    index = si.ToolIndex(path, convert=convert)
+    try:
+        for batch in range(3):  # three commits, three segments
+            index.submit([f"t{i}" for i in range(batch * 200, batch * 200 + 200)])
+            assert index.flush()
+        assert index.segments == 3
+        seen["compacting"] = True
+        index.compact(list(texts))  # its list still has t500 as it was, and t501
+        assert index.compacted(30)
+        # the change was committed between two steps, long before the compaction's last tool
+        assert seen["committed"] and seen["found"] == ["t500"]
+        # and the compaction left its tools alone: the changed one, the deleted one, the new one
+        assert hits(index, "weather forecast") == ["t500"]
+        assert hits(index, "ledger") == ["new"]
+        assert "t501" not in set(hits(index, "report number 501", 600))
+        assert index.num_docs == index.tool_count == 600
+        assert index.segments == 1  # the new index, written in one commit, change included
+        digests = {ns: dict(d) for ns, d in index._digests.items()}
+    finally:
+        index.close()
+    assert_reopens_as(path, digests, 600)  # the digest log agrees with the index
+
+
+def test_a_change_whose_commit_fails_during_a_compaction_is_tried_again_and_kept_by_it(tmp_path, monkeypatch):
+    import threading
+
+    import bridge.search_index as si
+
+    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
+    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
+    monkeypatch.setattr(si, "COMPACT_STEP", 0.0)
+    disk: FullDisk
+    index: si.ToolIndex
+    changed = threading.Event()
+
+    def convert(tool_id: str):
+        if tool_id == "t100" and index.segments == 3 and disk.tries == 0:  # under way: a change whose commit fails
+            disk.failing = True
+            index.submit([indexed("t5", "forecast of the weather")])
+            changed.set()
+        return indexed(tool_id, f"report number {tool_id}")
+
+    path = str(tmp_path / "failing.index")
+    index = si.ToolIndex(path, convert=convert)
+    index.retry_first = index.retry_last = 0.01
+    try:
+        for batch in range(3):
+            index.submit([f"t{i}" for i in range(batch * 100, batch * 100 + 100)])
+            assert index.flush()
+        disk = index._writer = FullDisk(index._writer)
+        index.compact([f"t{i}" for i in range(300)])  # t5 as it was
+        assert changed.wait(10)
+        assert not index.flush(0.2) and disk.tries >= 2  # the change is tried again; the compaction waits
+        assert not index.compacted(0) and index.segments == 3
+        disk.failing = False
+        assert index.flush(10.0) and index.compacted(30)
+        assert hits(index, "weather forecast") == ["t5"]
+        assert index.num_docs == index.tool_count == 300 and index.segments == 1
+        digests = {ns: dict(d) for ns, d in index._digests.items()}
+    finally:
+        disk.failing = False
+        index.close()
+    reopened = si.ToolIndex(path)
+    try:
+        assert reopened.opened_existing and reopened._digests == digests and reopened.num_docs == 300
+        assert hits(reopened, "weather forecast") == ["t5"]
+    finally:
+        reopened.close()
+
+
+class FailingIndex:
+    """A Tantivy index whose writers' commits fail (as on a full disk)."""
+
+    def __init__(self, index):
+        self.index = index
+
+    def writer(self, **kwargs):
+        disk = FullDisk(self.index.writer(**kwargs))
+        disk.failing = True
+        return disk
+
+    def __getattr__(self, name):
+        return getattr(self.index, name)
+
+
+def test_a_compaction_whose_commit_fails_leaves_the_index_as_it_was(tmp_path, monkeypatch, caplog):
+    import bridge.search_index as si
+
+    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
+    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
+    path = str(tmp_path / "full.index")
+    index = si.ToolIndex(path)
+    new_index = index._new_index
+    index._new_index = lambda generation: FailingIndex(new_index(generation))
+    try:
+        for batch in range(3):
+            index.submit([indexed(f"t{i}", f"report number {i}") for i in range(batch * 100, batch * 100 + 100)])
+            assert index.flush()
+        index.compact([indexed(f"t{i}", f"report number {i}") for i in range(300)])
+        assert index.compacted(30)
+        assert "compaction left off (No space left on device" in caplog.text
+        assert index.segments == 3 and index.num_docs == index.tool_count == 300
+        assert sorted(p.name for p in Path(path).iterdir()) == ["bridge-search.json", "g1"]  # the new one dropped
+        index.submit([indexed("t5", "forecast of the weather")])  # and the index searched takes changes as before
+        assert index.flush()
+        assert hits(index, "weather forecast") == ["t5"]
+        digests = {ns: dict(d) for ns, d in index._digests.items()}
+    finally:
+        index.close()
+    assert_reopens_as(path, digests, 300)
+
+
+def test_a_reopened_index_drops_the_folder_of_a_compaction_left_off_by_a_crash(tmp_path):
+    import bridge.search_index as si
+
+    path = str(tmp_path / "crash.index")
+    index = si.ToolIndex(path)
+    try:
+        index.submit([indexed("a", "alpha report")])
+        assert index.flush()
+    finally:
+        index.close()
+    (Path(path) / "g2").mkdir()  # a compaction's new index, written when the process ended
+    (Path(path) / "g2" / "meta.json").write_text("{}")
+    reopened = si.ToolIndex(path)
+    try:
+        assert reopened.opened_existing and reopened.num_docs == reopened.tool_count == 1
+        assert sorted(p.name for p in Path(path).iterdir()) == ["bridge-search.json", "g1"]
     finally:
         reopened.close()
 
