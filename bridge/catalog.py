@@ -467,7 +467,7 @@ class Catalog:
         ids = tuple(touched) if len(touched) <= JOURNAL_CHANGE_IDS else None
         self._journal.append((self.generation, ids))
         self._journal_ids += len(ids or ())
-        while self._journal_ids > JOURNAL_IDS or len(self._journal) > JOURNAL_IDS:
+        while self._journal_ids > JOURNAL_IDS or len(self._journal) > JOURNAL_IDS:  # changes of no tool count too
             self._journal_ids -= len(self._journal.popleft()[1] or ())
         for listener in list(self._listeners):
             try:

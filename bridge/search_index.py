@@ -14,7 +14,7 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,21 @@ _DIGEST_LOG = "digests.log"  # in the generation's folder
 def _generation(number: int) -> str:
     """The folder, inside the index's, of one generation of it: a compaction writes the next."""
     return f"g{number}"
+
+
+def _digest_line(tool_id: str, namespace: str, digest: int) -> str:
+    """A digest log line: the index holds this tool with this digest."""
+    return f"{tool_id}\t{namespace}\t{digest:016x}\n"
+
+
+def _gone_line(tool_id: str) -> str:
+    """A digest log line: the index no longer holds this tool."""
+    return f"{tool_id}\t-\n"
+
+
+def _digest_lines(digests: dict[str, dict[str, int]]) -> Iterator[str]:
+    """A whole digest log of what `digests` (namespace -> tool_id -> digest) says."""
+    return (_digest_line(tool_id, namespace, digest) for namespace, tools in digests.items() for tool_id, digest in tools.items())
 
 # One text field, `all`, holds every text of the tool: its own words (name, title, hint,
 # description, parameter names), the name's words `NAME_REPEAT` times, then its namespace, tags
@@ -414,8 +429,7 @@ class ToolIndex:
         if lines > 2 * self.tool_count + 10_000 or not log_path.exists():
             tmp = log_path.with_suffix(".tmp")
             with open(tmp, "w", encoding="utf-8") as fh:
-                for namespace, tools in self._digests.items():
-                    fh.writelines(f"{tid}\t{namespace}\t{dg:016x}\n" for tid, dg in tools.items())
+                fh.writelines(_digest_lines(self._digests))
             os.replace(tmp, log_path)
         self._log_file = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for appends
 
@@ -617,11 +631,11 @@ class ToolIndex:
         for tool_id, changed in c.touched.items():
             if changed is not None:
                 self._compact_add(c, changed)
-                lines.append(f"{tool_id}\t{changed.namespace}\t{changed.digest:016x}\n")
+                lines.append(_digest_line(tool_id, changed.namespace, changed.digest))
             elif (namespace := c.owner.pop(tool_id, None)) is not None:
                 del c.digests[namespace][tool_id]
                 c.writer.delete_documents_by_term("tool_id", tool_id)
-                lines.append(f"{tool_id}\t-\n")
+                lines.append(_gone_line(tool_id))
         c.touched = {}  # the tools all read: what a change says from here on is written after the commit
         if c.committer is not None and lines:
             c.writer.commit()
@@ -637,8 +651,7 @@ class ToolIndex:
             c.index.reload()
             if self.path is not None:
                 c.log_file = open(self._log_path(self._generation + 1), "w", encoding="utf-8")  # noqa: SIM115 - kept open for appends
-                for namespace, tools in c.digests.items():
-                    c.log_file.writelines(f"{tid}\t{namespace}\t{dg:016x}\n" for tid, dg in tools.items())
+                c.log_file.writelines(_digest_lines(c.digests))
                 c.log_file.flush()
         except BaseException as exc:  # noqa: BLE001 - handed to the writer thread, which leaves the compaction off
             c.error = exc
@@ -735,7 +748,7 @@ class ToolIndex:
                         writer.delete_documents_by_term("tool_id", tool_id)
                         if self._by_key.get(key := tool_key(tool_id)) == tool_id:
                             del self._by_key[key]  # until then, a hit on it reads the stored id
-                        lines.append(f"{tool_id}\t-\n")
+                        lines.append(_gone_line(tool_id))
                 for tool in tools:
                     digests = self._digests.setdefault(tool.namespace, {})
                     if (previous := digests.get(tool.tool_id)) == tool.digest:
@@ -749,7 +762,7 @@ class ToolIndex:
                         writer.delete_documents_by_term("tool_id", tool.tool_id)
                     self._known(tool.tool_id, tool.key)
                     writer.add_document(tool.document())
-                    lines.append(f"{tool.tool_id}\t{tool.namespace}\t{tool.digest:016x}\n")
+                    lines.append(_digest_line(tool.tool_id, tool.namespace, tool.digest))
             if not lines:
                 return True
             committing = True
@@ -809,7 +822,7 @@ class ToolIndex:
                 self._known(tool_id, tool.key)
                 writer.add_document(tool.document())
                 if logged:
-                    lines.append(f"{tool_id}\t{namespace}\t{digest:016x}\n")
+                    lines.append(_digest_line(tool_id, namespace, digest))
                 count += 1
             writer.commit()
         except BaseException:
