@@ -562,8 +562,8 @@ class ToolIndex:
     # ---------------------------------------------------------------- compaction
 
     def _begin_compaction(self, batch: _Batch) -> None:
-        """Set a compaction going, or keep it for when the one under way is done. From here on,
-        the tools the changes write or delete are marked as theirs."""
+        """Set a compaction going, or keep it for when the one under way is done. The tools that a
+        change submitted after it writes or deletes are then marked as the change's (`_write`)."""
         if self._compacting is None:
             self._compacting = _Compaction(batch)
         else:
