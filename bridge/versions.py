@@ -85,13 +85,12 @@ class UnencodableText(ValueError):
 
 
 class VersionRegistry:
-    """Assigns version numbers. The latest digest of every tool is held in memory; the full
-    signature of every version is in the store."""
+    """Assigns version numbers. The latest version and digest of every tool are held in memory;
+    the full signature of every version is in the store, read back when a tool changes."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._latest: dict[str, tuple[int, str]] = store.latest_versions()
-        self._signatures: dict[str, dict[str, Any]] = {}
 
     def assign(self, decls: list[ToolDeclaration]) -> list[tuple[str, int, str]]:
         """Set `version` and `signature_digest` on each declaration and write the versions that
@@ -117,18 +116,14 @@ class VersionRegistry:
                 version, compatibility = 1, "initial"
             elif known[1] == digest:
                 decl.version, decl.signature_digest = known[0], digest
-                self._signatures[decl.tool_id] = signature
                 continue
             else:
-                previous = self._signatures.get(decl.tool_id)
-                if previous is None:
-                    stored = self.store.get_version(decl.tool_id, known[0])
-                    previous = stored.signature if stored else {}
+                stored = self.store.get_version(decl.tool_id, known[0])
+                previous = stored.signature if stored else {}
                 version, compatibility = known[0] + 1, classify_change(previous, signature)
             added.append((decl.tool_id, version, compatibility))
             rows.append((decl.tool_id, version, digest, compatibility, created_at, blob))
             self._latest[decl.tool_id] = (version, digest)
-            self._signatures[decl.tool_id] = signature
             decl.version, decl.signature_digest = version, digest
         self.store.add_version_rows(rows)
         return added

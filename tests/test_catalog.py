@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
+import tracemalloc
 
 import pytest
 
@@ -228,3 +230,30 @@ async def test_a_description_over_the_cap_is_cut_once_with_a_warning(caplog):
         assert caplog.messages.count(warning) == 1
     finally:
         await catalog.close()
+
+
+async def test_a_declaration_holds_its_own_facts_and_little_else(tmp_path):
+    """Memory a catalog keeps per tool (Python objects, traced; the store's SQLite pages are its
+    own): 2,376 B on the development machine; 5,250 B when every declaration had its own set of
+    the names of its fields (pydantic's, 2.2 KB) and the versions kept every signature."""
+    tools = [tool(f"op_{i}") for i in range(2000)]
+    catalog = Catalog(Store(tmp_path / "store.db"))
+    catalog.add_upstream(FakeUpstream(name="api", tools=tools))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        catalog.apply_tools("api", tools)
+        gc.collect()
+        held = sum(stat.size_diff for stat in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    finally:
+        tracemalloc.stop()
+    assert held / len(tools) < 2800
+    # the shared set still says what pydantic's own would: every field was given
+    first, second = (catalog.resolve("api__op_0"), catalog.resolve("api__op_1"))
+    assert first.model_fields_set == set(type(first).model_fields)
+    first.loading_reason = "assigned"
+    copy = second.model_copy(update={"title": "copied"})
+    assert copy.title == "copied" and second.title is None and second.model_fields_set == set(type(second).model_fields)
+    assert first.to_json()["loading_reason"] == "assigned" and "loading_reason" not in second.to_json()
+    await catalog.close()
