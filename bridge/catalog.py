@@ -53,10 +53,9 @@ _INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
 # Debounce of change notices: a burst of list_changed notices costs one re-list.
 DEBOUNCE_SECONDS = 0.05
 # The ids of the tools each recent change touched, kept for `changed_since` (a surface then
-# places again only those, not a million tools after each change): up to JOURNAL_IDS ids in all;
-# a change of more than JOURNAL_CHANGE_IDS tools is kept as "many" (look at every tool).
+# places again only those, not a million tools after each change): up to JOURNAL_IDS ids in all
+# (800 KB); a change of more tools is kept as "many" (look at every tool).
 JOURNAL_IDS = 100_000
-JOURNAL_CHANGE_IDS = 10_000
 
 
 # pydantic gives every record a set of the names of the fields it was given: 2.2 KB for a
@@ -475,7 +474,7 @@ class Catalog:
             return
         self.generation += 1
         touched = [d.tool_id for d in (*change.added, *change.updated, *change.removed)]
-        ids = tuple(touched) if len(touched) <= JOURNAL_CHANGE_IDS else None
+        ids = tuple(touched) if len(touched) <= JOURNAL_IDS else None
         self._journal.append((self.generation, ids))
         self._journal_ids += len(ids or ())
         while self._journal_ids > JOURNAL_IDS or len(self._journal) > JOURNAL_IDS:  # changes of no tool count too

@@ -147,9 +147,21 @@ def test_a_change_of_one_tool_places_that_tool_alone_again(monkeypatch):
     assert surface.counts() == {"loaded": 0, "deferred": 199, "blocked": 1}
     assert classified == ["u__t5"] and looked.count("u__t5") == len(looked) <= 3
     # a change too large for the catalog's journal: every tool is placed again
-    monkeypatch.setattr("bridge.catalog.JOURNAL_CHANGE_IDS", 100)
+    monkeypatch.setattr("bridge.catalog.JOURNAL_IDS", 100)
     catalog.apply_tools("u", [tool(f"t{i}", tags=["bad"]) for i in range(150)])
     assert surface.counts() == {"loaded": 0, "deferred": 0, "blocked": 150} and len(classified) == 151
+
+
+def test_a_change_of_ten_thousand_tools_places_those_alone_again(monkeypatch):
+    up = FakeUpstream(name="u", tools=[tool(f"t{i}") for i in range(10_050)])
+    catalog = catalog_of(up)
+    surface = Surface(SurfaceConfig(name="s", block=[{"tag": "bad"}]), catalog)
+    assert surface.counts()["deferred"] == 10_050
+    classified = []
+    classify = Surface._classify
+    monkeypatch.setattr(Surface, "_classify", lambda self, decl: classified.append(decl.name) or classify(self, decl))
+    catalog.apply_tools("u", [tool(f"t{i}", tags=["bad"] if i < 10_001 else []) for i in range(10_050)])
+    assert surface.counts() == {"loaded": 0, "deferred": 49, "blocked": 10_001} and len(classified) == 10_001
 
 
 def test_the_catalog_journal_answers_the_changed_ids_it_still_holds(monkeypatch):
