@@ -19,7 +19,6 @@ __all__ = ["Store"]
 
 # Parameters one statement may bind, on every SQLite (3.32 and later allow 32,766).
 _MAX_VARIABLES = 999
-WAL_PAGES = 10_000
 # what SQLite's binding raises for a value it cannot store (an integer past 64 bits, a string no
 # UTF-8 encoder takes); the other rows of a batch are then written one by one
 _UNSTORABLE = (sqlite3.InterfaceError, sqlite3.DataError, OverflowError, TypeError, ValueError)
@@ -74,11 +73,6 @@ class Store:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        # WAL_PAGES pages (40 MB) between checkpoints instead of SQLite's 1,000: a first listing of
-        # many tools writes a version row each, and every checkpoint syncs the disk (a third of
-        # that write's time with 1,000); the WAL file is cut back to that size after one
-        self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
-        self._db.execute(f"PRAGMA journal_size_limit={WAL_PAGES * 4096}")
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:
