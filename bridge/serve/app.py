@@ -178,7 +178,7 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         if stop.is_set():
             return 0
         app = build_app(bridge, host=host)
-        settle_gc()
+        settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
         uv_config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, log_level="warning", access_log=False, lifespan="on",
                                    timeout_graceful_shutdown=5)
         server = uvicorn.Server(uv_config)

@@ -411,7 +411,7 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
         try:
             await bridge.start(wait=True)
             frontend = MCPFrontend(bridge, default_surface=name)
-            settle_gc()
+            settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
             try:
                 await frontend.server.run(read, write, frontend.server.create_initialization_options())
             finally:

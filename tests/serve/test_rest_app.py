@@ -99,6 +99,34 @@ async def test_bridge_serve_starts_its_upstreams_serves_and_stops_on_sigterm(tmp
             await process.wait()
 
 
+async def test_the_collector_waits_while_the_upstreams_first_list_then_runs_once():
+    import gc
+
+    seen: list[bool] = []
+
+    class Listing(FakeUpstream):
+        async def list_tools(self):
+            seen.append(gc.isenabled())
+            return await super().list_tools()
+
+    collections: list[int] = []
+
+    def full(phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            collections.append(1)
+
+    bridge = Bridge(parse_config({"store": {"path": ":memory:"}}), extra_upstreams=[Listing(name="f"), Listing(name="g")])
+    gc.callbacks.append(full)
+    try:
+        await bridge.start()
+    finally:
+        gc.callbacks.remove(full)
+    try:
+        assert seen == [False, False] and gc.isenabled() and collections == [1]
+    finally:
+        await bridge.close()
+
+
 def test_a_started_server_settles_the_garbage_collector():
     import gc
 
@@ -106,7 +134,7 @@ def test_a_started_server_settles_the_garbage_collector():
 
     threshold = gc.get_threshold()
     try:
-        settle_gc()
+        settle_gc(collected=True)  # after Bridge.start's full collection, the young generations alone
         # what was built so far is out of the collector's reach; young collections are rarer
         assert gc.get_freeze_count() > 1000
         assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, threshold[1], threshold[2])
