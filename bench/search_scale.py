@@ -239,7 +239,7 @@ def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: s
 
     from bridge.catalog import Catalog
     from bridge.config import SurfaceConfig
-    from bridge.runtime import settle_gc
+    from bridge.runtime import collector_held, settle_gc
     from bridge.search import ToolSearch
     from bridge.store import Store
     from bridge.surface import Surface
@@ -270,11 +270,9 @@ def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: s
         return time.perf_counter() - t0
 
     started = time.perf_counter()
-    gc.disable()  # as Bridge.start holds the collector while the upstreams first list, then collects once
-    for namespace, tools in listings.items():
-        catalog.apply_tools(namespace, tools)  # what each upstream's first listing does
-    gc.collect()
-    gc.enable()
+    with collector_held():  # as Bridge.start holds it while the upstreams first list
+        for namespace, tools in listings.items():
+            catalog.apply_tools(namespace, tools)  # what each upstream's first listing does
     settle_gc(collected=True)  # as `bridge serve` does once started
     search.flush(None)
     searchable = time.perf_counter() - started

@@ -3,8 +3,9 @@ config and owns their lifecycle. Frontends and the CLI hold a Bridge, nothing el
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from bridge.catalog import Catalog, UpstreamSlot
@@ -15,7 +16,7 @@ from bridge.store import Store
 from bridge.surface import Surfaces
 from bridge.upstream import Upstream, upstream_class
 
-__all__ = ["Bridge", "GC_YOUNG_THRESHOLD", "settle_gc"]
+__all__ = ["Bridge", "GC_YOUNG_THRESHOLD", "collector_held", "settle_gc"]
 
 # Allocations between collections of the youngest generation (Python's default is 700): a served
 # call allocates a few hundred short-lived objects, nearly all freed by reference counting,
@@ -49,15 +50,8 @@ class Bridge:
         records are nearly all the objects a large bridge has, and a full collection walks every
         one of them, so as a million tools were listed it ran three times, 10 to 12 s each
         (100,000 tools: three times, 2.7 s in all; held, once, 1.1 s)."""
-        held = wait and gc.isenabled()
-        if held:
-            gc.disable()
-        try:
+        with collector_held() if wait else contextlib.nullcontext():
             await self.catalog.start(wait=wait, on_progress=on_progress)
-        finally:
-            if held:
-                gc.collect()
-                gc.enable()
 
     async def close(self) -> None:
         await self.catalog.close()
@@ -71,6 +65,20 @@ class Bridge:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+@contextlib.contextmanager
+def collector_held() -> Iterator[None]:
+    """The cyclic garbage collector held for the block, then run once (when it was on)."""
+    held = gc.isenabled()
+    if held:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if held:
+            gc.collect()
+            gc.enable()
 
 
 def settle_gc(collected: bool = False) -> None:
