@@ -180,14 +180,11 @@ class ToolSearch:
         related_words()  # the query expansion's table (20 ms), read now rather than by the first search
         kind = ("auto" if semantic else "off") if isinstance(semantic, bool) else semantic
         path = self.path = self.index.path  # None when another process holds the on-disk index
-        self.semantic = SemanticStage.open(path, kind)
+        self.semantic = SemanticStage.open(path, kind, after=self._index_first)
         # `auto` with the full model: the static table reranks a search until the model has
         # embedded its candidates (the first hour of a large catalog)
-        self.fallback = (SemanticStage.open(path, "static")
+        self.fallback = (SemanticStage.open(path, "static", after=self._index_first)
                          if kind == "auto" and self.semantic is not None and not self.semantic.encoder.cheap else None)
-        tools = self._listed()
-        for stage in self._stages:
-            stage.submit(tools)
         self._settled = False
         self._reconciled: set[str] = set()
         self._unsubscribe = catalog.subscribe(self._on_change)
@@ -196,6 +193,9 @@ class ToolSearch:
         for namespace, slot in catalog.slots.items():
             if slot.health.state == "ready":
                 self._reconcile(namespace)
+        tools = self._listed()  # handed to the stages after the index's batches: they wait for those
+        for stage in self._stages:
+            stage.submit(tools)
         self._settle_when_listed()
 
     @property
@@ -211,8 +211,6 @@ class ToolSearch:
         """Hand the change to the index's writer thread; documents are built there, and so is
         the namespace's shared description text looked at again (a pass over its listing)."""
         touched = (*change.added, *change.updated, *change.removed)
-        for stage in self._stages:
-            stage.submit((*change.added, *change.updated), [d.tool_id for d in change.removed])
         namespaces = {change.upstream} if change.upstream else {d.namespace for d in touched}
         done: set[str] = set()
         for namespace in namespaces - self._reconciled:
@@ -226,7 +224,17 @@ class ToolSearch:
             if upserts or deletes:
                 self.index.submit(upserts, deletes, prepare=functools.partial(self._refresh_shared, namespace,
                                                                               self._listing(namespace), True))
+        for stage in self._stages:  # after the index's batches, which the stages wait for (`_index_first`)
+            stage.submit((*change.added, *change.updated), [d.tool_id for d in change.removed])
         self._settle_when_listed()
+
+    def _index_first(self, timeout: float) -> bool:
+        """For the semantic stages (`SemanticStage.after`): wait up to `timeout` seconds for the
+        keyword index to take in every change so far but the last; True once it has, or while
+        its commits fail (the stages then go on rather than wait for a disk to come back). One
+        change waiting is let be: the index commits it within its commit window, and a stage
+        waiting for it would sit idle for that window after each change."""
+        return self.index.failing or self.index.flush(timeout, behind=1)
 
     def _settle_when_listed(self) -> None:
         """Once no upstream is still connecting or down (each has listed since the start), the

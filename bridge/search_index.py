@@ -466,10 +466,11 @@ class ToolIndex:
         self._queue.put(batch)
         return batch.seq
 
-    def flush(self, timeout: float | None = 10.0, ticket: int | None = None) -> bool:
-        """Wait until everything submitted (or up to `ticket`) is committed and searchable."""
+    def flush(self, timeout: float | None = 10.0, ticket: int | None = None, *, behind: int = 0) -> bool:
+        """Wait until everything submitted (or up to `ticket`, or all but the last `behind`
+        batches) is committed and searchable."""
         with self._cond:
-            target = self._submitted if ticket is None else ticket
+            target = self._submitted - behind if ticket is None else ticket
             return self._cond.wait_for(lambda: self._committed >= target or self._closed, timeout)
 
     @property

@@ -16,7 +16,7 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,13 @@ WEIGHT = 0.7
 # the encoder's `tool_tokens`.
 QUERY_TOKENS = 128
 _BATCH = 32
+_AHEAD = 1024
 _SETTLED = object()  # queued by `settle()`
 _PARAM_TEXT_CHARS = 160
 _MAGIC = b"BRIDGE-VEC1\n"
 _KEY_BYTES = 16
 _QUERY_CACHE = 256
+_AFTER_WAIT = 0.25  # seconds of each wait for the keyword index (`after`), between looks at closing
 
 
 def tool_text(decl: ToolDeclaration, description: str | None = None) -> str:
@@ -101,10 +103,19 @@ class SemanticStage:
     embeds what is new (in batches, texts already embedded are never embedded again). `path`
     is the vector file (None: memory only). `rerank()` answers None while a candidate is still
     waiting for its embedding: the caller then keeps the keyword order.
+
+    `after`, when given, is asked before each change is taken in and before each batch is
+    embedded: it waits up to the given seconds for the keyword index to take in every change
+    submitted to it so far, and answers whether it has (`ToolSearch._index_first`). The stage's
+    work (texts, tokens, sums) holds the interpreter's lock as much as the index's writer
+    does, so while the upstreams first list, embedding alongside the index made their tools
+    searchable later; what a search needs first is the keyword index.
     """
 
-    def __init__(self, encoder: Encoder, path: str | None = None, *, weight: float = WEIGHT) -> None:
+    def __init__(self, encoder: Encoder, path: str | None = None, *, weight: float = WEIGHT,
+                 after: Callable[[float], bool] | None = None) -> None:
         self.encoder = encoder
+        self.after = after
         self.path = path
         self.weight = weight
         self.embedded = 0  # texts embedded since this stage opened (not read from the file)
@@ -137,13 +148,14 @@ class SemanticStage:
         self._thread.start()
 
     @classmethod
-    def open(cls, index_path: str | None, encoder: str = "auto") -> SemanticStage | None:
+    def open(cls, index_path: str | None, encoder: str = "auto", *,
+             after: Callable[[float], bool] | None = None) -> SemanticStage | None:
         """The stage with its vectors beside `index_path`, by `encoder` (see `choose_encoder`);
         None when there is none to use."""
         chosen = choose_encoder(encoder)
         if chosen is None:
             return None
-        return cls(chosen, vector_path(index_path, static=chosen.cheap) if index_path else None)
+        return cls(chosen, vector_path(index_path, static=chosen.cheap) if index_path else None, after=after)
 
     # ---------------------------------------------------------------- the vector file
 
@@ -236,17 +248,25 @@ class SemanticStage:
     def _text_key(self, text: str) -> bytes:
         return hashlib.blake2b(text.encode(), digest_size=_KEY_BYTES, key=self._model_key).digest()
 
+    def _index_first(self) -> None:
+        """Wait while the keyword index has changes to take in (`after`), or until closing."""
+        while self.after is not None and not self._closed and not self.after(_AFTER_WAIT):
+            pass
+
     def _run(self) -> None:
         todo = self._todo
         while True:
-            # take every change waiting (without blocking while embeddings are due)
-            while True:
+            # take the changes waiting (without blocking while embeddings are due), while fewer
+            # than _AHEAD texts wait: the others stay queued as the declarations they are, not
+            # as texts held until their turn (100 MB for 100,000 tools)
+            while len(todo) < _AHEAD:
                 try:
                     item = self._queue.get(block=not todo)
                 except queue.Empty:
                     break
                 if item is None:
                     return
+                self._index_first()
                 if item is _SETTLED:
                     with self._lock:
                         self._settled = True
@@ -277,6 +297,7 @@ class SemanticStage:
                     self._done += 1
                     self._cond.notify_all()
             if todo:
+                self._index_first()
                 self._embed(todo)
                 if not todo:
                     self._compact()

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from bridge import search_semantic as semantic_module
 from bridge.catalog import Catalog
 from bridge.config import BridgeConfig, SurfaceConfig
 from bridge.search import ToolSearch
@@ -100,6 +101,61 @@ async def test_tools_are_embedded_once_and_follow_catalog_changes():
     finally:
         search.close()
         await catalog.close()
+
+
+async def test_the_keyword_index_takes_in_a_change_before_the_stage_embeds_it():
+    """The stage waits while the keyword index is behind (more than one change not yet
+    committed): both hold the interpreter's lock, and what makes a tool searchable is the index."""
+    catalog = one_upstream(tools())
+    await catalog.start()
+    search = ToolSearch(catalog, semantic="static")
+    stage = search.semantic
+    gate = threading.Event()
+    try:
+        assert stage.after is not None
+        assert await search.wait_indexed() and await asyncio.to_thread(stage.flush, 10.0)
+        # the index's writer held by a change of its own: one change not committed is let be
+        search.index.submit(prepare=lambda: gate.wait(10.0) and None)
+        stage.submit(list(catalog.slots["a"].tools.values()))
+        assert await asyncio.to_thread(stage.flush, 10.0)
+        # a second one (the catalog's, waiting behind it) is not
+        catalog.apply_tools("a", [*tools(), tool("tide_table", description="Tide times of a harbour.")])
+        assert not await asyncio.to_thread(stage.flush, 0.5)  # not embedded while the index is behind
+        assert len(stage._keys) == 3  # the new tool not even taken in
+        gate.set()
+        assert await search.wait_indexed() and await asyncio.to_thread(stage.flush, 10.0)
+        assert stage.missing == 0 and len(stage._keys) == 4
+    finally:
+        gate.set()
+        search.close()
+        await catalog.close()
+
+
+def test_waiting_texts_stay_declarations_until_their_turn():
+    """Of many changes queued, the stage takes in only so many texts ahead of its embeddings:
+    the rest stay queued as declarations (texts of 100,000 tools held at once were 100 MB)."""
+    held, release = threading.Event(), threading.Event()
+
+    class Held(WordsEncoder):
+        def encode(self, texts, max_tokens=128):
+            held.set()
+            release.wait(10.0)
+            return super().encode(texts, max_tokens)
+
+    catalog = one_upstream([])
+    catalog.apply_tools("a", [tool(f"t{i}", description=f"Tool number {i} of many.") for i in range(3000)])
+    decls = list(catalog.slots["a"].tools.values())
+    stage = SemanticStage(Held())
+    try:
+        for start in range(0, 3000, 500):
+            stage.submit(decls[start:start + 500])
+        assert held.wait(10.0)  # the first batch is being embedded
+        assert stage._todo_len <= semantic_module._AHEAD + 500 < 3000
+        release.set()
+        assert stage.flush(10.0) and stage.missing == 0 and stage.embedded == 3000
+    finally:
+        release.set()
+        stage.close()
 
 
 async def test_vectors_beside_the_index_are_reused_after_a_restart(tmp_path):
