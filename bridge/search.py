@@ -32,6 +32,7 @@ from bridge.search_rank import (
     input_heads,
     looked_up,
     name_tokens,
+    name_words,
     place_terms,
     query_parts,
     related_words,
@@ -98,7 +99,7 @@ def _param_text(schema: Any, depth: int = 0) -> tuple[list[str], list[str]]:
     props = schema.get("properties")
     if isinstance(props, dict):
         for pname, pschema in props.items():
-            names.append(" ".join(name_tokens(str(pname))))
+            names.append(name_words(str(pname)))
             if isinstance(pschema, dict):
                 desc = pschema.get("description") or pschema.get("title")
                 if isinstance(desc, str):

@@ -29,7 +29,7 @@ except ImportError:  # Windows
 else:
     msvcrt = None  # type: ignore[assignment]
 
-from bridge.search_rank import ANALYZER_NAME, AnalyzedQuery, analyzer, name_tokens, split_identifiers
+from bridge.search_rank import ANALYZER_NAME, AnalyzedQuery, analyzer, name_words, split_identifiers
 
 __all__ = ["IndexedTool", "IndexQuery", "ToolIndex", "FIELD_WEIGHTS", "INDEX_FORMAT", "COMMIT_WINDOW", "exact_names", "name_text"]
 
@@ -1056,4 +1056,4 @@ def exact_names(*names: str) -> list[str]:
 
 
 def name_text(*names: str) -> str:
-    return " ".join(" ".join(name_tokens(n)) for n in names if n)
+    return " ".join(name_words(n) for n in names if n)

@@ -88,6 +88,13 @@ def name_tokens(name: str) -> list[str]:
     return [t.lower() for t in _NAME_SPLIT.split(name) if t]
 
 
+@lru_cache(maxsize=65536)
+def name_words(name: str) -> str:
+    """`name_tokens` joined by spaces, kept for the last 65,536 names: the same parameter and
+    function names recur across a catalog's tools (a million tools ask about 12 million times)."""
+    return " ".join(name_tokens(name))
+
+
 def split_identifiers(text: str) -> str:
     """Text with camelCase words split (`getUserById` -> `get User By Id`); the index's tokenizer
     already splits on `_ . - /`."""

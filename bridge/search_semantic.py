@@ -24,7 +24,7 @@ import numpy as np
 
 from bridge.model import ToolDeclaration
 from bridge.search_encoder import Encoder, load_encoder
-from bridge.search_rank import described_schema, function_name, meaning_text, name_tokens, searched_description, unsaid
+from bridge.search_rank import described_schema, function_name, meaning_text, name_words, searched_description, unsaid
 from bridge.search_static import load_static
 
 __all__ = ["CANDIDATES", "WEIGHT", "SemanticStage", "choose_encoder", "tool_text", "vector_path"]
@@ -63,11 +63,11 @@ def tool_text(decl: ToolDeclaration, description: str | None = None) -> str:
     if isinstance(props, dict):
         for pname, pschema in props.items():
             desc = pschema.get("description") if isinstance(pschema, dict) else None
-            words = " ".join(name_tokens(str(pname)))
+            words = name_words(str(pname))
             params.append(f"{words} ({desc.strip()[:_PARAM_TEXT_CHARS]})" if isinstance(desc, str) and desc.strip()
                           else words)
     # a title the whole description says (the blurb's first sentence, say) is not the own words either
-    parts = [" ".join(name_tokens(function_name(decl))) + ":", unsaid(decl.title, described), description.strip()]
+    parts = [name_words(function_name(decl)) + ":", unsaid(decl.title, described), description.strip()]
     if params:
         parts.append("Parameters: " + "; ".join(params))
     return " ".join(p for p in parts if p)

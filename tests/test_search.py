@@ -16,7 +16,7 @@ from bridge.catalog import Catalog
 from bridge.config import Rule, SurfaceConfig
 from bridge.model import InputContract, ToolDeclaration
 from bridge.search import LOOKUP_PLACES, ToolSearch, cover_order, derive_search_hint, name_tokens
-from bridge.search_rank import analyze_query, meaning_text, query_parts
+from bridge.search_rank import analyze_query, meaning_text, name_words, query_parts
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.conftest import ROOT
@@ -97,6 +97,7 @@ def test_name_tokens_split_every_style():
     assert name_tokens("get_user_by_id") == ["get", "user", "by", "id"]
     assert name_tokens("users/get-by.id") == ["users", "get", "by", "id"]
     assert name_tokens("HTTPServerError") == ["http", "server", "error"]
+    assert name_words("users/getById") == "users get by id" == name_words("users/getById")  # kept, the same
 
 
 async def test_camel_snake_and_path_names_match_their_words(env):
