@@ -17,7 +17,7 @@ from cachetools import LRUCache
 
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
-from bridge.search_index import CHANGES_PREFIX, IndexedTool, ToolIndex, exact_names, name_text
+from bridge.search_index import CHANGES_PREFIX, Foreground, IndexedTool, ToolIndex, exact_names, name_text
 from bridge.search_rank import (
     MAX_QUERY_CHARS,
     AnalyzedQuery,
@@ -176,7 +176,9 @@ class ToolSearch:
         self._places_kept: LRUCache[str, tuple[ToolDeclaration, int, frozenset[str]]] = LRUCache(OWN_KEPT)
         # a match's search hint (`_hint`), for the last OWN_KEPT tools answered
         self._hints_kept: LRUCache[str, tuple[ToolDeclaration, int, str]] = LRUCache(OWN_KEPT)
-        self.index = ToolIndex(path, convert=self._indexed)
+        # a compaction and the semantic stages step aside for searches (`Foreground`)
+        self.foreground = Foreground()
+        self.index = ToolIndex(path, convert=self._indexed, foreground=self.foreground)
         self.field_weights = field_weights
         related_words()  # the query expansion's table (20 ms), read now rather than by the first search
         kind = ("auto" if semantic else "off") if isinstance(semantic, bool) else semantic
@@ -234,7 +236,9 @@ class ToolSearch:
         keyword index to take in every change so far but the last; True once it has, or while
         its commits fail (the stages then go on rather than wait for a disk to come back). One
         change waiting is let be: the index commits it within its commit window, and a stage
-        waiting for it would sit idle for that window after each change."""
+        waiting for it would sit idle for that window after each change. First, the stage steps
+        aside for the searches running (`Foreground.pause`)."""
+        self.foreground.pause()
         return self.index.failing or self.index.flush(timeout, behind=1)
 
     def _settle_when_listed(self) -> None:
@@ -316,6 +320,12 @@ class ToolSearch:
         include_schema: bool = False,
         fold_alternatives: bool | None = None,
     ) -> ToolSearchResult:
+        with self.foreground.running():
+            return self._search(query, surface, limit, namespace, tags, kind, read_only, include_schema, fold_alternatives)
+
+    def _search(self, query: str, surface: Surface, limit: int, namespace: str | None, tags: list[str] | None,
+                kind: str | None, read_only: bool | None, include_schema: bool, fold_alternatives: bool | None,
+                ) -> ToolSearchResult:
         query = query.strip()
         limit = min(max(1, limit), MAX_LIMIT)  # frontends clamp to their own maximum
         total_deferred = surface.counts()["deferred"]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 
 from bridge.model import ToolDeclaration
 from bridge.search_encoder import Encoder, load_encoder
@@ -47,6 +48,9 @@ _PARAM_TEXT_CHARS = 160
 _MAGIC = b"BRIDGE-VEC1\n"
 _KEY_BYTES = 16
 _QUERY_CACHE = 256
+# tools embedded by a search while they wait for the background thread (a cheap encoder's
+# `vectors`), kept for the searches after it and then handed to the thread: 4 MB at 256 dims
+_FRESH_KEPT = 32768
 _AFTER_WAIT = 0.25  # seconds of each wait for the keyword index (`after`), between looks at closing
 
 
@@ -118,7 +122,7 @@ class SemanticStage:
         self.after = after
         self.path = path
         self.weight = weight
-        self.embedded = 0  # texts embedded since this stage opened (not read from the file)
+        self.embedded = 0  # texts its thread embedded since it opened (not read from the file, nor by a search)
         self._model_key = hashlib.blake2b(f"{encoder.name}|{encoder.tool_tokens}".encode(), digest_size=8).digest()
         self._rows: dict[bytes, int] = {}  # text key -> row in _vectors
         self._vectors = np.zeros((0, encoder.dim), np.float16)
@@ -139,6 +143,8 @@ class SemanticStage:
         # every tool is known (`settle()`): until then a row no tool has may be a tool not listed yet
         self._settled = True
         self._query_vectors: dict[str, np.ndarray] = {}  # the last queries' embeddings
+        # tool_id -> (declaration, vector): embedded by a search before the thread came to it
+        self._fresh: LRUCache[str, tuple[ToolDeclaration, np.ndarray]] = LRUCache(_FRESH_KEPT)
         self._closed = False
         if path is not None:
             self._load()
@@ -282,12 +288,21 @@ class SemanticStage:
                         if self._keys.pop(tool_id, None) is not None:
                             self._dropped += 1
                 pending: list[tuple[str, bytes]] = []
+                ready: dict[bytes, np.ndarray] = {}  # embedded by a search already
                 for decl in upserts:
                     text = tool_text(decl)
                     key = self._text_key(text)
                     pending.append((decl.tool_id, key))
                     if key not in self._rows:
-                        todo[key] = text
+                        with self._lock:
+                            kept = self._fresh.pop(decl.tool_id, None)
+                        if kept is not None and kept[0] is decl:
+                            ready[key] = kept[1]
+                            todo.pop(key, None)
+                        elif key not in ready:
+                            todo[key] = text
+                if ready:
+                    self._store(list(ready), np.stack(list(ready.values())), todo)
                 with self._cond:
                     for tool_id, key in pending:
                         if self._keys.get(tool_id, key) != key:
@@ -318,16 +333,22 @@ class SemanticStage:
                 self._tidying = not todo
                 self._cond.notify_all()
             return
+        self._store(keys, vectors, todo)
+        self.embedded += len(keys)
+
+    def _store(self, keys: list[bytes], vectors: np.ndarray, todo: dict[bytes, str]) -> None:
+        """Keep the texts' vectors (float16, one row per key) in memory and in the vector file."""
         with self._cond:
             self._grow(self._count + len(keys))
             for key, vector in zip(keys, vectors, strict=True):
+                if key in self._rows:
+                    continue
                 self._vectors[self._count] = vector
                 self._rows[key] = self._count
                 self._count += 1
                 todo.pop(key, None)
             self._todo_len = len(todo)
             self._tidying = not todo
-            self.embedded += len(keys)
             self._cond.notify_all()
         if self._file is not None:
             try:
@@ -391,9 +412,11 @@ class SemanticStage:
 
     def vectors(self, decls: Sequence[ToolDeclaration]) -> np.ndarray | None:
         """The tools' unit vectors, one row each; None when one has no embedding yet and the
-        encoder is not cheap (a cheap one embeds the waiting tools now; the background thread
-        stores them)."""
+        encoder is not cheap. A cheap one embeds the waiting tools now, as the background thread
+        would (to the same float16 values); the last _FRESH_KEPT are kept for the next searches
+        and then taken by the thread, which embeds them no more."""
         waiting: list[int] = []
+        kept: dict[int, np.ndarray] = {}
         with self._lock:
             rows = []
             for i, decl in enumerate(decls):
@@ -401,13 +424,22 @@ class SemanticStage:
                 if row is None:
                     if not self.encoder.cheap:
                         return None
-                    waiting.append(i)
+                    fresh = self._fresh.get(decl.tool_id)
+                    if fresh is not None and fresh[0] is decl:
+                        kept[i] = fresh[1]
+                    else:
+                        waiting.append(i)
                     row = 0
                 rows.append(row)
             tools = self._vectors[rows].astype(np.float32) if self._count else np.zeros((len(rows), self.encoder.dim), np.float32)
+        for i, vector in kept.items():
+            tools[i] = vector
         if waiting:
-            fresh = self.encoder.encode([tool_text(decls[i]) for i in waiting], self.encoder.tool_tokens)
-            tools[waiting] = fresh.astype(np.float16).astype(np.float32)
+            fresh = self.encoder.encode([tool_text(decls[i]) for i in waiting], self.encoder.tool_tokens).astype(np.float16)
+            tools[waiting] = fresh
+            with self._lock:
+                for i, vector in zip(waiting, fresh, strict=True):
+                    self._fresh[decls[i].tool_id] = (decls[i], vector)
         return tools
 
     def rerank(self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]]) -> list[tuple[ToolDeclaration, float]] | None:

@@ -158,6 +158,58 @@ def test_waiting_texts_stay_declarations_until_their_turn():
         stage.close()
 
 
+def test_tools_a_search_embedded_are_kept_for_the_next_and_handed_to_the_stage():
+    """A cheap encoder embeds the candidates still waiting for the stage's thread as a search
+    runs: the next search reuses those vectors, and the thread stores them rather than
+    embedding the tools again. A changed tool (another declaration) is embedded again."""
+
+    class Cheap(WordsEncoder):
+        cheap = True
+
+    enc, gate = Cheap(), threading.Event()
+    catalog = one_upstream([])
+    catalog.apply_tools("a", tools())
+    decls = list(catalog.slots["a"].tools.values())
+    stage = SemanticStage(enc, after=gate.wait)  # the thread held before it takes anything in
+    try:
+        stage.submit(decls)
+        first = stage.vectors(decls)
+        assert first is not None and len(enc.encoded) == 3
+        again = stage.vectors(decls)
+        assert again is not None and np.array_equal(again, first) and len(enc.encoded) == 3
+        changed = decls[2].model_copy(update={"description": "Weather forecast for a town."})
+        assert stage.vectors([changed]) is not None and len(enc.encoded) == 4
+        gate.set()
+        assert stage.flush(10.0) and stage.missing == 0
+        # the thread embedded only the tool whose kept vector is of another declaration now
+        assert stage.embedded == 1 and len(enc.encoded) == 5 and enc.encoded[-1] == enc.encoded[2]
+        stored = stage.vectors(decls)
+        assert stored is not None and np.array_equal(stored, first)
+    finally:
+        gate.set()
+        stage.close()
+
+
+async def test_the_stage_steps_aside_while_a_search_runs():
+    """The stage's thread embeds nothing while a search runs (both hold the interpreter's lock),
+    for at most `Foreground.most` seconds per batch."""
+    catalog = one_upstream(tools())
+    await catalog.start()
+    search = ToolSearch(catalog, semantic="static")
+    stage = search.semantic
+    try:
+        assert stage is not None and await search.wait_indexed() and await asyncio.to_thread(stage.flush, 10.0)
+        search.foreground.most = 10.0
+        with search.foreground.running():
+            catalog.apply_tools("a", [*tools(), tool("tide_table", description="Tide times of a harbour.")])
+            assert await search.wait_indexed()  # the keyword index does not wait
+            assert not await asyncio.to_thread(stage.flush, 0.3)
+        assert await asyncio.to_thread(stage.flush, 10.0) and stage.missing == 0 and len(stage._keys) == 4
+    finally:
+        search.close()
+        await catalog.close()
+
+
 async def test_vectors_beside_the_index_are_reused_after_a_restart(tmp_path):
     path = str(tmp_path / "bridge.index")
     catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())], path)
