@@ -49,7 +49,7 @@ _MAGIC = b"BRIDGE-VEC1\n"
 _KEY_BYTES = 16
 _QUERY_CACHE = 256
 # tools embedded by a search while they wait for the background thread (a cheap encoder's
-# `vectors`), kept for the searches after it and then handed to the thread: 4 MB at 256 dims
+# `vectors`), kept for the searches after it and then handed to the thread: 16 MB at 256 dims
 _FRESH_KEPT = 32768
 _AFTER_WAIT = 0.25  # seconds of each wait for the keyword index (`after`), between looks at closing
 
