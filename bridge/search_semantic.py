@@ -297,8 +297,7 @@ class SemanticStage:
                         with self._lock:
                             kept = self._fresh.pop(decl.tool_id, None)
                         if kept is not None and kept[0] is decl:
-                            ready[key] = kept[1]
-                            todo.pop(key, None)
+                            ready[key] = kept[1]  # (`_store` takes it off `todo`, where another tool of its text may have put it)
                         elif key not in ready:
                             todo[key] = text
                 if ready:
@@ -341,8 +340,6 @@ class SemanticStage:
         with self._cond:
             self._grow(self._count + len(keys))
             for key, vector in zip(keys, vectors, strict=True):
-                if key in self._rows:
-                    continue
                 self._vectors[self._count] = vector
                 self._rows[key] = self._count
                 self._count += 1
