@@ -302,6 +302,8 @@ class SemanticStage:
                             todo[key] = text
                 if ready:
                     self._store(list(ready), np.stack(list(ready.values())), todo)
+                    if not todo:  # (nothing left to embed: `_embed` would not come to tidy)
+                        self._tidy()
                 with self._cond:
                     for tool_id, key in pending:
                         if self._keys.get(tool_id, key) != key:
@@ -314,10 +316,15 @@ class SemanticStage:
                 self._index_first()
                 self._embed(todo)
                 if not todo:
-                    self._compact()
-                    with self._cond:
-                        self._tidying = False
-                        self._cond.notify_all()
+                    self._tidy()
+
+    def _tidy(self) -> None:
+        """The last waiting text is stored: compact the vector file when that is due, and only
+        then let `flush` return."""
+        self._compact()
+        with self._cond:
+            self._tidying = False
+            self._cond.notify_all()
 
     def _embed(self, todo: dict[bytes, str]) -> None:
         keys = list(itertools.islice(todo, _BATCH))  # not list(todo): a million waiting would be copied per batch

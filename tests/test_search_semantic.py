@@ -188,6 +188,17 @@ def test_tools_a_search_embedded_are_kept_for_the_next_and_handed_to_the_stage()
     finally:
         gate.set()
         stage.close()
+    # every waiting tool embedded by a search: the thread embeds none, and `flush` still returns
+    enc, gate = Cheap(), threading.Event()
+    whole = SemanticStage(enc, after=gate.wait)
+    try:
+        whole.submit(decls)
+        assert whole.vectors(decls) is not None
+        gate.set()
+        assert whole.flush(10.0) and whole.missing == 0 and whole.embedded == 0 and len(enc.encoded) == 3
+    finally:
+        gate.set()
+        whole.close()
 
 
 async def test_the_stage_steps_aside_while_a_search_runs():
