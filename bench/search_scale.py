@@ -8,7 +8,7 @@ million pydantic declarations would measure the catalog, not the index. Its quer
 search path after the catalog: query analysis, the index query and the candidates' ids.
 
 The second table runs the whole bridge over the same tools, listed by their vendors' upstreams
-(10,000 and 100,000 by default; a million with --whole 1000000, about 10 minutes and 13 GB): the
+(10,000 and 100,000 by default; a million with --whole 1000000, about 10 minutes and 6.7 GB): the
 catalog, the index and the static table kept in step with it, and ToolSearch.search, each size
 in a process of its own.
 

@@ -52,13 +52,12 @@ RETRY_LAST = 30.0
 # commits, as upstreams list one after another, keeps many segments: Tantivy merges only segments
 # of about the same size, eight at a time. `compact` writes every tool again into a new index
 # beside it, in a few segments of equal size that Tantivy then merges, when a search reads
-# COMPACT_SEGMENTS or more of them in an index of at least COMPACT_MIN_TOOLS tools. It writes for
-# COMPACT_STEP seconds at a time; a change arriving meanwhile is committed to the index searched
-# between two steps (the compaction takes about 3 minutes of the writer thread over a million
-# tools), and written to the new one too before it is searched in its place.
+# COMPACT_SEGMENTS or more of them in an index of at least COMPACT_MIN_TOOLS tools. It writes on a
+# thread of its own (about 3 minutes over a million tools); a change arriving meanwhile is
+# committed to the index searched by the writer thread, and written to the new one too before it
+# is searched in its place.
 COMPACT_SEGMENTS = 6
 COMPACT_MIN_TOOLS = 20_000
-COMPACT_STEP = 0.05
 # the longest a unit of background work (64 tools of a compaction, a batch of embeddings) waits
 # for the searches running to end (`Foreground.pause`)
 PAUSE_MOST = 0.05
@@ -243,28 +242,27 @@ class _Abandoned(Exception):
     """A compaction left off because the index is closing."""
 
 
-_WAKE = _Batch()  # queued when a compaction's commit is done: the writer thread goes on with it
+_WAKE = _Batch()  # queued when a compaction's thread is done: the writer thread ends the compaction
 
 
 @dataclass
 class _Compaction:
-    """A compaction under way (`ToolIndex.compact`): its tools are written into a new index, a
-    step at a time, between the changes that arrive meanwhile. What a change submitted after it
-    says of a tool (`touched`: the tool, or None when deleted) has the last word in the new index."""
+    """A compaction under way (`ToolIndex.compact`): its tools are written into a new index, and
+    committed, on a thread of its own (`_compact_run`), while the writer thread commits the
+    changes that arrive meanwhile. What a change submitted after it says of a tool (`touched`:
+    the tool, or None when deleted) has the last word in the new index."""
 
     batch: _Batch
-    segments: int = -1  # of the index searched, when its first step began (-1: not begun)
+    segments: int = -1  # of the index searched, when it began (-1: not begun)
     started: float = 0.0
-    position: int = 0  # tools of `batch.upserts` read so far
     index: Any = None  # the new index (the next generation)
     writer: Any = None
     digests: dict[str, dict[str, int]] = field(default_factory=dict)  # the new index's, by namespace
     owner: dict[str, str] = field(default_factory=dict)  # tool_id -> namespace, in the new index
-    touched: dict[str, IndexedTool | None] = field(default_factory=dict)
-    # Its commit, and its digest log, are written on a thread of their own (`_compact_commit`),
-    # while the writer thread goes on committing the changes that arrive
-    committer: threading.Thread | None = None
-    committed: threading.Event = field(default_factory=threading.Event)  # set when it is done, failed or not
+    touched: dict[str, IndexedTool | None] = field(default_factory=dict)  # `lock` held to change it
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    thread: threading.Thread | None = None  # writing its tools, then committing them
+    done: threading.Event = field(default_factory=threading.Event)  # set when that thread is done, failed or not
     error: BaseException | None = None
     log_file: Any = None
 
@@ -521,8 +519,8 @@ class ToolIndex:
         new index, searched in place of this one once written, when the writer thread comes to
         it and a search then reads COMPACT_SEGMENTS or more segments of at least
         COMPACT_MIN_TOOLS tools (otherwise nothing is done). The changes submitted before are
-        written first. Those submitted after are committed as they come, between its steps, and
-        have the last word on their tools in the new index. `flush` does not wait for it
+        written first; the new index is written on a thread of its own. Those submitted after are
+        committed as they come, and have the last word on their tools in the new index. `flush` does not wait for it
         (`compacted` does); `close` leaves it off, and the index is as it was."""
         batch = _Batch(upserts=list(tools), compact=True)
         with self._cond:
@@ -557,13 +555,16 @@ class ToolIndex:
     def _run(self) -> None:
         while True:
             c = self._compacting
-            if c is None or (c.committer is not None and not c.committed.is_set()):
-                batch = self._queue.get()  # a compaction's committer queues _WAKE when it is done
+            if c is not None and c.done.is_set():
+                self._compact_end(c)
+                continue
+            if c is None or c.thread is not None:
+                batch = self._queue.get()  # a compaction's thread queues _WAKE when it is done
             else:
                 try:
                     batch = self._queue.get_nowait()
-                except queue.Empty:  # nothing waits: the compaction's next step
-                    self._compact_step(c)
+                except queue.Empty:  # what was submitted before is committed: the compaction begins
+                    self._compact_begin(c)
                     continue
             if batch is None:
                 if self._compacting is not None:
@@ -622,74 +623,43 @@ class ToolIndex:
             self._compactions -= ended
             self._cond.notify_all()
 
-    def _compact_step(self, c: _Compaction) -> None:
-        """Write the compaction's next tools into the new index for up to COMPACT_STEP seconds.
-        After its last tool: write what the changes since it began say, and commit on a thread of
-        its own (`_compact_commit`); once that is done, write what the changes since then say,
-        and search the new index in place of the old one (`_swap`)."""
+    def _compact_begin(self, c: _Compaction) -> None:
+        """On the writer thread, once everything submitted before the compaction is committed:
+        open the new index and set the compaction's thread going (`_compact_run`), unless the
+        index searched has too few segments or tools to be worth it."""
         try:
             if self._closing:
                 raise _Abandoned
-            if c.committer is not None:  # its commit is done
-                if c.error is not None:
-                    raise c.error
-                self._compact_touched(c)
-                self._swap(c)
-                log.info("search index compacted: %d tools written again in %.1f s; %d segments before, %d after "
-                         "(Tantivy merges them further in the background)", len(c.owner),
-                         time.monotonic() - c.started, c.segments, self.segments)
+            c.segments, c.started = self.segments, time.monotonic()
+            if c.segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS:
                 self._end_compaction()
                 return
-            if c.index is None:  # its first step: everything submitted before it is committed
-                c.segments, c.started = self.segments, time.monotonic()
-                if c.segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS:
-                    self._end_compaction()
-                    return
-                c.index = self._ready(self._new_index(self._generation + 1))
-                c.writer = c.index.writer(heap_size=self._heap_size, num_threads=self._threads)
-            items, begun = c.batch.upserts, c.position
-            deadline = time.monotonic() + COMPACT_STEP
-            while c.position < len(items):
-                if self._closing:
-                    raise _Abandoned
-                if c.position % 64 == 0 and c.position > begun:
-                    if time.monotonic() > deadline:
-                        return
-                    if self.foreground is not None:
-                        self.foreground.pause()
-                tool = self._tool(items[c.position])
-                c.position += 1
-                if tool.tool_id not in c.touched:
-                    self._compact_add(c, tool)
-            self._compact_touched(c)
-            c.committer = threading.Thread(target=self._compact_commit, args=(c,), name="search-index-compaction", daemon=True)
-            c.committer.start()
+            c.index = self._ready(self._new_index(self._generation + 1))
+            c.writer = c.index.writer(heap_size=self._heap_size, num_threads=self._threads)
+            c.thread = threading.Thread(target=self._compact_run, args=(c,), name="search-index-compaction", daemon=True)
+            c.thread.start()
         except Exception as exc:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
             self._leave_compaction(c, exc)
 
-    def _compact_touched(self, c: _Compaction) -> None:
-        """Write into the new index what the changes said of their tools since the last time, and
-        when its commit is done, commit that too (a few tools) and log their digests."""
-        lines: list[str] = []
-        for tool_id, changed in c.touched.items():
-            if changed is not None:
-                self._compact_add(c, changed)
-                lines.append(_digest_line(tool_id, changed.namespace, changed.digest))
-            elif (namespace := c.owner.pop(tool_id, None)) is not None:
-                del c.digests[namespace][tool_id]
-                c.writer.delete_documents_by_term("tool_id", tool_id)
-                lines.append(_gone_line(tool_id))
-        c.touched = {}  # the tools all read: what a change says from here on is written after the commit
-        if c.committer is not None and lines:
-            c.writer.commit()
-            if c.log_file is not None:
-                c.log_file.writelines(lines)
-                c.log_file.flush()
-
-    def _compact_commit(self, c: _Compaction) -> None:
-        """On a thread of its own: commit the new index and write its digest log whole. The writer
-        thread meanwhile commits changes to the index searched, and leaves the new one alone."""
+    def _compact_run(self, c: _Compaction) -> None:
+        """On the compaction's thread: write its tools into the new index (stepping aside for
+        searches every 64 tools), then what the changes since it began said of theirs, commit,
+        and write the new index's digest log whole. Tantivy's writer makes its caller wait while
+        it writes a full segment to disk; over a million tools, with the disk busy, that took up
+        to 1.7 s, which a change committed by the same thread would wait too. The writer thread
+        meanwhile commits changes to the index searched and leaves the new one alone."""
         try:
+            for position, item in enumerate(c.batch.upserts):
+                if self._closing:
+                    raise _Abandoned
+                if position % 64 == 0 and position and self.foreground is not None:
+                    self.foreground.pause()
+                tool = self._tool(item)
+                if tool.tool_id not in c.touched:  # a change that has its last word on it comes after
+                    self._compact_add(c, tool)
+            self._compact_touched(c)
+            if self._closing:
+                raise _Abandoned
             c.writer.commit()
             c.index.reload()
             if self.path is not None:
@@ -699,8 +669,45 @@ class ToolIndex:
         except BaseException as exc:  # noqa: BLE001 - handed to the writer thread, which leaves the compaction off
             c.error = exc
         finally:
-            c.committed.set()
+            c.done.set()
             self._queue.put(_WAKE)
+
+    def _compact_end(self, c: _Compaction) -> None:
+        """On the writer thread, once the compaction's thread is done: write what the changes
+        said since its commit (a few tools), commit that, and search the new index in place of
+        the old one (`_swap`); or, when it failed, leave it off."""
+        try:
+            if c.error is not None:
+                raise c.error
+            self._compact_touched(c, commit=True)
+            self._swap(c)
+        except Exception as exc:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
+            self._leave_compaction(c, exc)
+            return
+        log.info("search index compacted: %d tools written again in %.1f s; %d segments before, %d after "
+                 "(Tantivy merges them further in the background)", len(c.owner),
+                 time.monotonic() - c.started, c.segments, self.segments)
+        self._end_compaction()
+
+    def _compact_touched(self, c: _Compaction, commit: bool = False) -> None:
+        """Write into the new index what the changes said of their tools since the last time;
+        with `commit` (after the compaction's own commit), commit that and log their digests."""
+        with c.lock:
+            touched, c.touched = c.touched, {}  # what a change says from here on is written the next time
+        lines: list[str] = []
+        for tool_id, changed in touched.items():
+            if changed is not None:
+                self._compact_add(c, changed)
+                lines.append(_digest_line(tool_id, changed.namespace, changed.digest))
+            elif (namespace := c.owner.pop(tool_id, None)) is not None:
+                del c.digests[namespace][tool_id]
+                c.writer.delete_documents_by_term("tool_id", tool_id)
+                lines.append(_gone_line(tool_id))
+        if commit and lines:
+            c.writer.commit()
+            if c.log_file is not None:
+                c.log_file.writelines(lines)
+                c.log_file.flush()
 
     def _compact_add(self, c: _Compaction, tool: IndexedTool) -> None:
         if (namespace := c.owner.get(tool.tool_id)) is not None:  # listed again: the last listing stays
@@ -720,7 +727,11 @@ class ToolIndex:
         if self.path is not None:
             self._mark(generation)
             self._log_file.close()
-        gone = [tool_id for tools in self._digests.values() for tool_id in tools if tool_id not in c.owner]
+        gone: list[str] = []  # the tools of the old index that the new one does not hold: usually none
+        for namespace, tools in self._digests.items():  # namespace by namespace: small dicts, compared in C
+            held = c.digests.get(namespace, {})
+            if tools.keys() != held.keys():
+                gone.extend(tool_id for tool_id in tools.keys() - held.keys() if tool_id not in c.owner)
         old = self._generation
         self._index, self._writer, self._digests, self._log_file = c.index, c.writer, c.digests, c.log_file
         self._generation = generation
@@ -735,8 +746,8 @@ class ToolIndex:
 
     def _leave_compaction(self, c: _Compaction, exc: BaseException | None) -> None:
         """The compaction stops where it is; its new index is dropped, the one searched is as it was."""
-        if c.committer is not None:
-            c.committer.join()
+        if c.thread is not None:
+            c.thread.join()
         if c.log_file is not None:
             c.log_file.close()
             c.log_file = None
@@ -782,9 +793,10 @@ class ToolIndex:
                     deletes += [(batch.reconcile, tid) for tid in known if tid not in listed]
                 if self._compacting is not None and batch.seq > self._compacting.batch.seq:
                     # submitted after the compaction's tools were read: the change has the last word
-                    touched = self._compacting.touched
-                    touched.update((tid, None) for _, tid in deletes)
-                    touched.update((t.tool_id, t) for t in tools)
+                    c = self._compacting
+                    with c.lock:
+                        c.touched.update((tid, None) for _, tid in deletes)
+                        c.touched.update((t.tool_id, t) for t in tools)
                 for namespace, tool_id in deletes:
                     if (gone := self._digests.get(namespace, {}).pop(tool_id, None)) is not None:
                         before.append((namespace, tool_id, gone))

@@ -608,6 +608,8 @@ def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_con
         assert "t7" not in set(hits(index, "report number 7", 300))
         assert hits(index, "late") == ["late"]
         assert "t1" in index._digests["moved"] and "t1" not in index._digests["ns1"]
+        # the key of the tool no longer listed is dropped; the moved tool's is kept
+        assert si.tool_key("t7") not in index._by_key and index._by_key[si.tool_key("t1")] == "t1"
         digests = {ns: dict(d) for ns, d in index._digests.items()}
     finally:
         index.close()
@@ -659,19 +661,17 @@ def test_changes_arriving_during_a_compaction_are_searchable_before_it_ends_and_
 
     monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
     monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
-    monkeypatch.setattr(si, "COMPACT_STEP", 0.0)  # a step of 64 tools, then whatever waits is committed
     texts = {f"t{i}": f"report number {i}" for i in range(600)}
     seen: dict[str, object] = {}  # what the compaction's converter saw of the change, while it ran
     index: si.ToolIndex
 
     def convert(tool_id: str):
-        if "compacting" not in seen:
-            pass
-        elif tool_id == "t100":  # the compaction is under way: the catalog changes
+        if "compacting" in seen and tool_id == "t100":
+            # the compaction is under way, and its writing is held up here (as Tantivy's writer holds
+            # its caller while it writes a full segment to a busy disk): the catalog changes
             seen["ticket"] = index.submit([indexed("t500", "forecast of the weather"), indexed("new", "fresh ledger")],
                                           deletes=[("ns", "t501")])
-        if tool_id == "t400":  # later in the same compaction
-            seen["committed"] = index.flush(0) and not index.compacted(0)
+            seen["committed"] = index.flush(10) and not index.compacted(0)
             seen["found"] = hits(index, "weather forecast")
         return indexed(tool_id, texts[tool_id])
 
@@ -685,7 +685,7 @@ def test_changes_arriving_during_a_compaction_are_searchable_before_it_ends_and_
         seen["compacting"] = True
         index.compact(list(texts))  # its list still has t500 as it was, and t501
         assert index.compacted(30)
-        # the change was committed between two steps, long before the compaction's last tool
+        # the change was committed while the compaction's writing was held up, before its last tool
         assert seen["committed"] and seen["found"] == ["t500"]
         # and the compaction left its tools alone: the changed one, the deleted one, the new one
         assert hits(index, "weather forecast") == ["t500"]
@@ -706,7 +706,6 @@ def test_a_change_whose_commit_fails_during_a_compaction_is_tried_again_and_kept
 
     monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
     monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
-    monkeypatch.setattr(si, "COMPACT_STEP", 0.0)
     disk: FullDisk
     index: si.ToolIndex
     changed = threading.Event()
@@ -733,7 +732,8 @@ def test_a_change_whose_commit_fails_during_a_compaction_is_tried_again_and_kept
         disk.failing = False
         assert index.flush(10.0) and index.compacted(30)
         assert hits(index, "weather forecast") == ["t5"]
-        assert index.num_docs == index.tool_count == 300 and index.segments == 1
+        # the new index's segment, and the change's when it came after the compaction's own commit
+        assert index.num_docs == index.tool_count == 300 and index.segments in (1, 2)
         digests = {ns: dict(d) for ns, d in index._digests.items()}
     finally:
         disk.failing = False
@@ -1676,7 +1676,6 @@ def test_a_compaction_steps_aside_while_a_search_runs(tmp_path, monkeypatch):
 
     monkeypatch.setattr(si, "COMPACT_SEGMENTS", 2)
     monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 10)
-    monkeypatch.setattr(si, "COMPACT_STEP", 60.0)  # only the search stops a step
     converted: list[str] = []
     compacting, stepped = threading.Event(), threading.Event()
 

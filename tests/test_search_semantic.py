@@ -324,6 +324,44 @@ async def test_a_restart_keeps_the_vectors_of_upstreams_not_listed_yet(tmp_path)
         search.close()
 
 
+def test_the_stage_copies_its_vectors_without_holding_its_lock():
+    """The searches and the catalog's listener take the stage's lock: the vectors are copied
+    before it is taken, when they grow (256 MB over a million tools, for which a change of the
+    catalog waited 0.5 s) and when they are compacted to the live rows."""
+    catalog = one_upstream([])
+
+    def listing(edition: int) -> list:
+        catalog.apply_tools("a", [tool(f"t{i}", description=f"Tool {i} of edition {edition} alpha{edition}") for i in range(1200)])
+        return list(catalog.slots["a"].tools.values())
+
+    held_while_copying: list[bool] = []
+
+    class Watched(np.ndarray):
+        def __getitem__(self, item):
+            if not isinstance(item, int):  # a copy reading the rows it keeps (not one row stored)
+                held_while_copying.append(stage._lock._is_owned())
+            return super().__getitem__(item)
+
+    stage = SemanticStage(WordsEncoder())
+    stage._lock = threading.RLock()  # (nothing submitted yet: the thread holds neither) one that knows its owner
+    stage._cond = threading.Condition(stage._lock)
+    try:
+        stage._vectors = stage._vectors.view(Watched)
+        stage.submit(listing(1))
+        assert stage.flush(30.0) and stage._count == 1200
+        assert held_while_copying and not any(held_while_copying)  # the first growth's copy
+        stage.submit(listing(2))
+        assert stage.flush(30.0) and stage._count == 2400
+        stage._vectors, held_while_copying[:] = stage._vectors.view(Watched), []
+        stage.submit(listing(3))
+        assert stage.flush(30.0) and stage._count == 1200  # compacted to the live rows
+        assert held_while_copying and not any(held_while_copying)
+        decls = list(catalog.slots["a"].tools.values())
+        assert np.allclose(stage.vectors(decls), WordsEncoder().encode([tool_text(d) for d in decls]), atol=1e-2)
+    finally:
+        stage.close()
+
+
 def test_a_torn_record_or_another_model_is_recovered(tmp_path):
     path = str(tmp_path / "x.vectors")
     catalog = Catalog(Store())
