@@ -520,8 +520,8 @@ class ToolIndex:
         it and a search then reads COMPACT_SEGMENTS or more segments of at least
         COMPACT_MIN_TOOLS tools (otherwise nothing is done). The changes submitted before are
         written first; the new index is written on a thread of its own. Those submitted after are
-        committed as they come, and have the last word on their tools in the new index. `flush` does not wait for it
-        (`compacted` does); `close` leaves it off, and the index is as it was."""
+        committed as they come, and have the last word on their tools in the new index. `flush`
+        does not wait for it (`compacted` does); `close` leaves it off, and the index is as it was."""
         batch = _Batch(upserts=list(tools), compact=True)
         with self._cond:
             if self._closed or self._closing:

@@ -240,6 +240,12 @@ async def test_vectors_beside_the_index_are_reused_after_a_restart(tmp_path):
         await catalog.close()
 
 
+def relisted(catalog: Catalog, number: int) -> list:
+    """Upstream `a` lists 1,200 tools again, every description changed: their declarations."""
+    catalog.apply_tools("a", [tool(f"t{i}", description=f"Tool {i} of edition {number} alpha{number}") for i in range(1200)])
+    return list(catalog.slots["a"].tools.values())
+
+
 def test_the_vector_file_is_compacted_once_most_of_its_rows_belong_to_no_tool(tmp_path):
     # rows of texts no tool has any more (tools changed or removed) are dropped from memory and
     # from the file once they outnumber the live rows by more than 1,000 over half
@@ -247,17 +253,13 @@ def test_the_vector_file_is_compacted_once_most_of_its_rows_belong_to_no_tool(tm
     catalog = Catalog(Store())
     catalog.add_upstream(FakeUpstream(name="a"))
 
-    def listing(edition: int) -> list:
-        catalog.apply_tools("a", [tool(f"t{i}", description=f"Tool {i} of edition {edition} alpha{edition}") for i in range(1200)])
-        return list(catalog.slots["a"].tools.values())
-
     stage = SemanticStage(WordsEncoder(), path)
     try:
-        for edition in (1, 2):
-            stage.submit(listing(edition))
+        for number in (1, 2):
+            stage.submit(relisted(catalog, number))
             assert stage.flush(30.0)
         assert stage._count == 2400  # 1,200 live rows and 1,200 dropped: not yet
-        stage.submit(listing(3))
+        stage.submit(relisted(catalog, 3))
         assert stage.flush(30.0)
         assert stage._count == 1200  # 2,400 dropped: compacted to the live rows
         assert sorted(stage._rows.values()) == list(range(1200))
@@ -290,7 +292,7 @@ async def test_a_restart_keeps_the_vectors_of_upstreams_not_listed_yet(tmp_path)
     # listed yet is kept (not dropped by a compaction, then computed again) until none is pending
     path = str(tmp_path / "bridge.index")
 
-    def listing(name: str, count: int, edition: int = 1) -> list:
+    def edition(catalog, name: str, count: int, edition: int = 1) -> list:
         return [tool(f"{name}{i}", description=f"Tool {i} of {name} edition {edition}.") for i in range(count)]
 
     def bridge():
@@ -301,8 +303,8 @@ async def test_a_restart_keeps_the_vectors_of_upstreams_not_listed_yet(tmp_path)
 
     catalog, search = bridge()
     try:
-        catalog.apply_tools("small", listing("small", 100))
-        catalog.apply_tools("large", listing("large", 1500))
+        catalog.apply_tools("small", edition(catalog, "small", 100))
+        catalog.apply_tools("large", edition(catalog, "large", 1500))
         assert await search.wait_indexed() and search.semantic is not None and search.semantic.flush(30.0)
         assert search.semantic.embedded == 1600
     finally:
@@ -311,13 +313,13 @@ async def test_a_restart_keeps_the_vectors_of_upstreams_not_listed_yet(tmp_path)
     stage = search.semantic
     try:
         assert stage is not None and stage._count == 1600
-        catalog.apply_tools("small", listing("small", 100, edition=2))  # 100 new texts embedded, then a look
+        catalog.apply_tools("small", edition(catalog, "small", 100, edition=2))  # 100 new texts embedded, then a look
         assert stage.flush(30.0) and stage._count == 1700  # the large upstream's rows are kept
-        catalog.apply_tools("large", listing("large", 1500))
+        catalog.apply_tools("large", edition(catalog, "large", 1500))
         assert stage.flush(30.0)
         assert stage.embedded == 100  # the large upstream's tools were not embedded again
         catalog.apply_tools("large", [])
-        catalog.apply_tools("small", listing("small", 100, edition=3))
+        catalog.apply_tools("small", edition(catalog, "small", 100, edition=3))
         assert stage.flush(30.0)
         assert stage._count == 100  # settled: the rows of no tool are compacted away
     finally:
@@ -329,10 +331,6 @@ def test_the_stage_copies_its_vectors_without_holding_its_lock():
     before it is taken, when they grow (256 MB over a million tools, for which a change of the
     catalog waited 0.5 s) and when they are compacted to the live rows."""
     catalog = one_upstream([])
-
-    def listing(edition: int) -> list:
-        catalog.apply_tools("a", [tool(f"t{i}", description=f"Tool {i} of edition {edition} alpha{edition}") for i in range(1200)])
-        return list(catalog.slots["a"].tools.values())
 
     held_while_copying: list[bool] = []
 
@@ -347,13 +345,13 @@ def test_the_stage_copies_its_vectors_without_holding_its_lock():
     stage._cond = threading.Condition(stage._lock)
     try:
         stage._vectors = stage._vectors.view(Watched)
-        stage.submit(listing(1))
+        stage.submit(relisted(catalog, 1))
         assert stage.flush(30.0) and stage._count == 1200
         assert held_while_copying and not any(held_while_copying)  # the first growth's copy
-        stage.submit(listing(2))
+        stage.submit(relisted(catalog, 2))
         assert stage.flush(30.0) and stage._count == 2400
         stage._vectors, held_while_copying[:] = stage._vectors.view(Watched), []
-        stage.submit(listing(3))
+        stage.submit(relisted(catalog, 3))
         assert stage.flush(30.0) and stage._count == 1200  # compacted to the live rows
         assert held_while_copying and not any(held_while_copying)
         decls = list(catalog.slots["a"].tools.values())
