@@ -445,7 +445,7 @@ class Catalog:
                 decl.name = self._name(decl)
                 if self._assigned.get(decl.tool_id) != decl.name:
                     self._assigned[decl.tool_id] = decl.name
-                    new_names.append((decl.tool_id, decl.namespace, decl.name, decl.native_id))
+                    new_names.append((decl.namespace, decl.tool_id, decl.name, decl.native_id))
                 change.added.append(decl)
             slot.tools[decl.native_id] = decl
             self._by_id[decl.tool_id] = decl

@@ -310,7 +310,7 @@ class Invoker:
         """The input schema to validate against: the current one, or a pinned version's."""
         if version is None or version == decl.version:
             return decl.input_schema, decl.version
-        record = self.catalog.versions.get(decl.tool_id, version)
+        record = self.catalog.versions.get(decl, version)
         if record is None:
             raise BridgeError(
                 f"tool {decl.name!r} has no version {version} (current is {decl.version})",
@@ -328,7 +328,7 @@ class Invoker:
             # A pinned call must also be servable by what the upstream offers now.
             current = self.validators.errors((decl.tool_id, decl.version), decl.input_schema, arguments)
             if current:
-                broke = self.catalog.versions.breaking_since(decl.tool_id, version)
+                broke = self.catalog.versions.breaking_since(decl, version)
                 raise BridgeError(
                     f"version {version} of {decl.name!r} can no longer be served: the upstream now offers "
                     f"version {decl.version}" + (f" (breaking change at version {broke})" if broke else "")

@@ -96,7 +96,7 @@ class VersionRegistry:
         """Set `version` and `signature_digest` on each declaration and write the versions that
         are new to the store. Returns (tool_id, version, compatibility) of each new version."""
         added: list[tuple[str, int, str]] = []
-        rows: list[tuple[str, int, str, str, str, str]] = []
+        rows: list[tuple[str, str, int, str, str, str, str]] = []
         created_at = now_iso()
         # first every digest, so that a declaration whose text cannot be encoded changes nothing
         signed: list[tuple[dict[str, Any], str, str]] = []
@@ -118,11 +118,11 @@ class VersionRegistry:
                 decl.version, decl.signature_digest = known[0], digest
                 continue
             else:
-                stored = self.store.get_version(decl.tool_id, known[0])
+                stored = self.store.get_version(decl.namespace, decl.tool_id, known[0])
                 previous = stored.signature if stored else {}
                 version, compatibility = known[0] + 1, classify_change(previous, signature)
             added.append((decl.tool_id, version, compatibility))
-            rows.append((decl.tool_id, version, digest, compatibility, created_at, blob))
+            rows.append((decl.namespace, decl.tool_id, version, digest, compatibility, created_at, blob))
             self._latest[decl.tool_id] = (version, digest)
             decl.version, decl.signature_digest = version, digest
         self.store.add_version_rows(rows)
@@ -132,20 +132,20 @@ class VersionRegistry:
         known = self._latest.get(tool_id)
         return known[0] if known else None
 
-    def get(self, tool_id: str, version: int) -> VersionRecord | None:
-        """The record of one version; None for a number the tool never had (including numbers
-        past its latest, which SQLite could not even hold)."""
-        latest = self.latest(tool_id)
+    def get(self, decl: ToolDeclaration, version: int) -> VersionRecord | None:
+        """The record of one version of a tool; None for a number it never had (including
+        numbers past its latest, which SQLite could not even hold)."""
+        latest = self.latest(decl.tool_id)
         if latest is None or not 1 <= version <= latest:
             return None
-        return self.store.get_version(tool_id, version)
+        return self.store.get_version(decl.namespace, decl.tool_id, version)
 
-    def history(self, tool_id: str) -> list[VersionRecord]:
-        return self.store.list_versions(tool_id)
+    def history(self, decl: ToolDeclaration) -> list[VersionRecord]:
+        return self.store.list_versions(decl.namespace, decl.tool_id)
 
-    def breaking_since(self, tool_id: str, version: int) -> int | None:
-        """The first version after `version` that broke compatibility, or None."""
-        for record in reversed(self.store.list_versions(tool_id)):
+    def breaking_since(self, decl: ToolDeclaration, version: int) -> int | None:
+        """The first version of a tool after `version` that broke compatibility, or None."""
+        for record in reversed(self.history(decl)):
             if record.version > version and record.compatibility == "breaking":
                 return record.version
         return None

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import sqlite3
+
+import pytest
+
 from bridge.catalog import Catalog
-from bridge.store import Store
+from bridge.store import LAYOUT, Store, StoreError
 from bridge.versions import classify_change
 from tests.fakes import FakeUpstream, tool
 
@@ -18,7 +23,7 @@ async def test_new_signature_makes_version_2_compatible(tmp_path):
     catalog.apply_tools("v", [tool("t", props={"a": {"type": "string"}, "b": {"type": "integer"}}, required=["a"])])
     decl = catalog.resolve("v__t")
     assert decl.version == 2
-    history = catalog.versions.history(decl.tool_id)
+    history = catalog.versions.history(decl)
     assert [h.version for h in history] == [2, 1]
     assert history[0].compatibility == "compatible"
     assert history[1].compatibility == "initial"
@@ -39,8 +44,8 @@ async def test_breaking_changes_classified():
     catalog.apply_tools("v", [tool("t", props={"a": {"type": "string"}, "b": {"type": "string"}}, required=["b"])])
     decl = catalog.resolve("v__t")
     assert decl.version == 2
-    assert catalog.versions.history(decl.tool_id)[0].compatibility == "breaking"
-    assert catalog.versions.breaking_since(decl.tool_id, 1) == 2
+    assert catalog.versions.history(decl)[0].compatibility == "breaking"
+    assert catalog.versions.breaking_since(decl, 1) == 2
     await catalog.close()
 
 
@@ -54,3 +59,70 @@ def test_classify_rules():
     assert classify_change(base, removed_out) == "breaking"
     removed_in = {**base, "input_schema": {"properties": {}, "required": []}}
     assert classify_change(base, removed_in) == "breaking"
+
+
+# The first layout of the store (layout 0): keys that start with the tool id.
+LAYOUT_0 = """
+CREATE TABLE versions (tool_id TEXT NOT NULL, version INTEGER NOT NULL, digest TEXT NOT NULL, compatibility TEXT NOT NULL,
+                       created_at TEXT NOT NULL, signature TEXT NOT NULL, PRIMARY KEY (tool_id, version));
+CREATE TABLE tool_names (tool_id TEXT PRIMARY KEY, namespace TEXT NOT NULL, name TEXT NOT NULL, native_id TEXT NOT NULL);
+CREATE TABLE invocations (invocation_id TEXT PRIMARY KEY, tool_id TEXT, tool_name TEXT, version INTEGER, surface TEXT,
+                          status TEXT NOT NULL, error_class TEXT, created_at TEXT NOT NULL, duration_ms REAL);
+CREATE TABLE results (ref TEXT PRIMARY KEY, invocation_id TEXT NOT NULL, media_type TEXT NOT NULL, size INTEGER NOT NULL,
+                      payload BLOB NOT NULL, created_at TEXT NOT NULL);
+"""
+
+
+async def test_a_store_of_the_first_layout_keeps_its_versions_names_and_log(tmp_path):
+    two = [tool("t", props={"a": {"type": "string"}, "b": {"type": "integer"}}, required=["a"])]
+    catalog = Catalog(Store(tmp_path / "new.db"))
+    catalog.add_upstream(FakeUpstream(name="v", tools=[tool("t", props={"a": {"type": "string"}}, required=["a"])]))
+    await catalog.start()
+    catalog.apply_tools("v", two)
+    tool_id = catalog.resolve("v__t").tool_id
+    await catalog.close()
+    new = sqlite3.connect(tmp_path / "new.db")
+    old = sqlite3.connect(tmp_path / "old.db")
+    old.executescript(LAYOUT_0)
+    old.executemany("INSERT INTO versions VALUES (?,?,?,?,?,?)",
+                    new.execute("SELECT tool_id, version, digest, compatibility, created_at, signature FROM versions"))
+    old.execute("INSERT INTO versions VALUES ('lost-id', 3, 'sha256:x', 'compatible', '2026-01-01T00:00:00Z', '{}')")  # no name row
+    old.execute("INSERT INTO tool_names VALUES (?, 'v', 'v__kept_name', 't')", (tool_id,))
+    old.execute("INSERT INTO invocations VALUES ('inv_1', ?, 'v__kept_name', 2, 'default', 'ok', NULL, '2026-01-01T00:00:00Z', 1.5)",
+                (tool_id,))
+    old.commit()
+    old.close()
+    new.close()
+
+    store = Store(tmp_path / "old.db")
+    assert store.latest_versions()["lost-id"] == (3, "sha256:x")
+    catalog = Catalog(store)
+    catalog.add_upstream(FakeUpstream(name="v", tools=two))
+    await catalog.start()
+    decl = catalog.resolve("v__kept_name")  # the name it was given, not v__t
+    assert decl is not None and decl.tool_id == tool_id and decl.version == 2  # the same signature: no version 3
+    history = catalog.versions.history(decl)
+    assert [(h.version, h.compatibility) for h in history] == [(2, "compatible"), (1, "initial")]
+    assert history[1].signature["input_schema"]["properties"] == {"a": {"type": "string"}}
+    assert [r["invocation_id"] for r in store.recent_invocations()] == ["inv_1"]
+    await catalog.close()
+    moved = sqlite3.connect(tmp_path / "old.db")
+    assert moved.execute("PRAGMA user_version").fetchone()[0] == LAYOUT
+    assert {r[0] for r in moved.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} == {
+        "versions", "tool_names", "invocations", "results"}
+    moved.close()
+
+
+def test_a_store_this_bridge_cannot_read_names_its_file_and_the_fix(tmp_path):
+    newer = tmp_path / "newer.db"
+    Store(newer).close()
+    db = sqlite3.connect(newer)
+    db.execute(f"PRAGMA user_version = {LAYOUT + 1}")
+    db.close()
+    with pytest.raises(StoreError, match=rf"^{re.escape(str(newer))}: the store was written by a newer bridge .*fix: "):
+        Store(newer)
+    garbage = tmp_path / "garbage.db"
+    garbage.write_text("not a database, a note left here\n" * 100)
+    with pytest.raises(StoreError, match=rf"^{re.escape(str(garbage))}: cannot be opened as the bridge's store .*fix: "):
+        Store(garbage)
+    assert garbage.read_text().startswith("not a database")  # left as it was

@@ -102,7 +102,7 @@ def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
         decl = ctx.visible(request.path_params["tool_id"], surface)
         limit = query_int(request, "pageLimit", DEFAULT_PAGE_LIMIT, minimum=1, maximum=MAX_PAGE_LIMIT, clamp=True)
         below = decode_cursor(request, "below", int)
-        records = [r for r in bridge.catalog.versions.history(decl.tool_id) if below is None or r.version < below]
+        records = [r for r in bridge.catalog.versions.history(decl) if below is None or r.version < below]
         page = records[:limit]
         next_cursor = encode_cursor({"below": page[-1].version}) if len(records) > limit else None
         return JSONBody({"items": [ietf.render_version(decl, r) for r in page], "paging": _paging(limit, next_cursor)})
@@ -113,7 +113,7 @@ def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
         surface = ctx.caller(request)
         decl = ctx.visible(request.path_params["tool_id"], surface)
         number = _version_number(request.path_params["version"], decl)
-        record = bridge.catalog.versions.get(decl.tool_id, number)
+        record = bridge.catalog.versions.get(decl, number)
         if record is None:
             raise ApiError(404, "unknown_tool", f"tool {decl.name!r} has no version {number} (current is {decl.version})",
                            error_code="unknown_version")
@@ -130,7 +130,7 @@ def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
             return result_error_response(result)
         output_schema = decl.output_schema
         if version is not None and version != decl.version:
-            record = bridge.catalog.versions.get(decl.tool_id, version)
+            record = bridge.catalog.versions.get(decl, version)
             output_schema = record.signature.get("output_schema") if record else None
         return JSONBody(ietf.render_outputs(result, output_schema))
 
