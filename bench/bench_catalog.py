@@ -101,6 +101,44 @@ async def bench_build(n: int, upstreams: int) -> list[tuple[str, str]]:
     return rows
 
 
+async def bench_relist(n: int) -> list[tuple[str, str]]:
+    """One upstream of `n` tools lists them again, unchanged (what `refresh_interval` does), while
+    the event loop also runs a task waking every millisecond, as a server's calls would: the
+    longest the loop was held, with the listing taken on the loop and as the bridge takes it."""
+    tools = [tool for batch in synthetic_tools(n, 1).values() for tool in batch]
+    catalog = Catalog(Store())
+    catalog.add_upstream(NoopUpstream(UpstreamConfig(name="big", kind="noop")))
+    catalog.apply_tools("big", tools)
+    slot = catalog.slot("big")
+    rows = []
+    for label, relist in (("taken on the event loop", lambda: catalog._apply(slot, tools, ready=True)),
+                          ("declared on a worker thread (the bridge)", lambda: catalog.take_tools("big", tools))):
+        gaps: list[float] = []
+        done = asyncio.Event()
+
+        async def tick(gaps: list[float] = gaps, done: asyncio.Event = done) -> None:
+            last = time.perf_counter()
+            while not done.is_set():
+                await asyncio.sleep(0.001)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0.01)
+        t0 = time.perf_counter()
+        change = relist()
+        if asyncio.iscoroutine(change):
+            change = await change
+        took = time.perf_counter() - t0
+        done.set()
+        await ticker
+        assert change.empty
+        rows.append((f"re-list {n:,} unchanged tools of one upstream, {label}: event loop held at most",
+                     f"{max(gaps) * 1000:.0f} ms (of {took:.2f} s)"))
+    return rows
+
+
 async def bench_pipeline(calls: int) -> list[tuple[str, str]]:
     store = Store()
     catalog = Catalog(store)
@@ -143,6 +181,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20_000)
     args = parser.parse_args()
     rows = asyncio.run(bench_build(args.tools, args.upstreams))
+    rows += asyncio.run(bench_relist(args.tools))
     rows += asyncio.run(bench_pipeline(args.calls))
     width = max(len(r[0]) for r in rows)
     print(f"{'measure'.ljust(width)}  value")

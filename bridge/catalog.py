@@ -12,7 +12,7 @@ import logging
 import random
 import re
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from bridge.model import (
@@ -33,7 +33,7 @@ from bridge.model import (
 from bridge.sidecar import Sidecar
 from bridge.store import Store
 from bridge.upstream import Upstream, UpstreamEvent
-from bridge.versions import UnencodableText, VersionRegistry
+from bridge.versions import Signed, UnencodableText, VersionRegistry, sign
 
 __all__ = ["Catalog", "CatalogChange", "UpstreamSlot", "exposed_name", "NAME_SEPARATOR", "MAX_NAME", "UNSUPPORTED_INPUT"]
 
@@ -50,6 +50,9 @@ MAX_NAME = 64
 # cut here, with a warning, and ends in "…".
 MAX_DESCRIPTION_CHARS = 32_768
 _INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
+# A listing of this many tools or more is declared on a worker thread (`Catalog._take`): about
+# 50 µs a tool, so a smaller one holds the event loop 10 ms at most.
+OFF_LOOP_TOOLS = 200
 # Debounce of change notices: a burst of list_changed notices costs one re-list.
 DEBOUNCE_SECONDS = 0.05
 # The ids of the tools each recent change touched, kept for `changed_since` (a surface then
@@ -233,7 +236,7 @@ class Catalog:
                     slot.events.get_nowait()
                 with contextlib.suppress(Exception):
                     slot.health.details = dict(await up.health())
-                self._apply(slot, tools, ready=True)  # a listing it cannot take is a failed attempt too
+                await self._take(slot, tools)  # a listing it cannot take is a failed attempt too
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # noqa: BLE001 - every failure is reported, none escapes
@@ -283,7 +286,7 @@ class Catalog:
                     event = UpstreamEvent("tools_changed", reason="refresh interval")
                 if event.kind == "tools_added":
                     try:
-                        self._merge(slot, list(event.tools))
+                        await self._take(slot, added=list(event.tools))
                     except Exception:  # noqa: BLE001 - the supervisor outlives a bad notice
                         log.exception("upstream %s: tools it added could not be taken in", slot.name)
                     continue
@@ -302,7 +305,7 @@ class Catalog:
                 try:
                     async with asyncio.timeout(cfg.start_timeout):
                         tools = await up.list_tools()
-                    self._apply(slot, tools, ready=True)
+                    await self._take(slot, tools)
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:  # noqa: BLE001
@@ -330,6 +333,11 @@ class Catalog:
     def apply_tools(self, upstream_name: str, tools: list[UpstreamTool]) -> CatalogChange:
         """Replace an upstream's tool set (what a listing does). Public for tests and benches."""
         return self._apply(self.slots[upstream_name], tools, ready=True)
+
+    async def take_tools(self, upstream_name: str, tools: list[UpstreamTool]) -> CatalogChange:
+        """`apply_tools` as a listing is taken while serving: a large one is declared off the
+        event loop (`_take`). Public for tests and benches."""
+        return await self._take(self.slots[upstream_name], tools)
 
     def _declare(self, slot: UpstreamSlot, tool: UpstreamTool) -> ToolDeclaration:
         """The declaration of one upstream tool (validated construction: with pydantic-core it is
@@ -392,23 +400,79 @@ class Catalog:
             attempt += 1
 
     def _apply(self, slot: UpstreamSlot, tools: list[UpstreamTool], ready: bool) -> CatalogChange:
-        # Building many long-lived objects triggers full cyclic-GC passes over the whole catalog
-        # again and again; nothing built here is cyclic, so collection waits until the end.
-        pause_gc = len(tools) > 2000 and gc.isenabled()
-        if pause_gc:
-            gc.disable()
-        try:
-            return self._apply_unpaused(slot, tools, ready)
-        finally:
-            if pause_gc:
-                gc.enable()
+        """Take a listing at once, on the calling thread (`apply_tools`, and small listings)."""
+        with _collector_paused(len(tools)):
+            change, names = self._commit(slot, *self._prepare(slot, tools), ready)
+            self.store.save_names(names)
+            return change
 
-    def _apply_unpaused(self, slot: UpstreamSlot, tools: list[UpstreamTool], ready: bool) -> CatalogChange:
+    async def _take(self, slot: UpstreamSlot, tools: list[UpstreamTool] | None = None, *,
+                    added: list[UpstreamTool] | None = None) -> CatalogChange:
+        """Take an upstream's listing (`tools`), or the tools it announced (`added`) merged into
+        its current ones. A large one is declared and signed on a worker thread, and only merged
+        on the event loop: declaring 100,000 tools held the loop, and every call it serves,
+        for about 5 s, even when none of them had changed."""
+        size = len(tools) if tools is not None else len(slot.tools) + len(added or ())
+        if size < OFF_LOOP_TOOLS:
+            return self._apply(slot, tools if tools is not None else self._merged(slot, added or []), ready=True)
+        with _collector_paused(size):
+            prepared = await asyncio.to_thread(self._prepare, slot, tools, added)
+            change, names = self._commit(slot, *prepared, ready=True)
+        if names:  # kept for the next start; meanwhile the catalog has them
+            await asyncio.to_thread(self.store.save_names, names)
+        return change
+
+    def _prepare(self, slot: UpstreamSlot, tools: list[UpstreamTool] | None,
+                 added: list[UpstreamTool] | None = None) -> tuple[set[str], list[ToolDeclaration]]:
+        """The native ids listed, and the declarations (sorted by native id) of its tools that
+        are new or changed, versioned: work that reads nothing the event loop changes meanwhile
+        (the slot's tools change only when this upstream's listing is merged, which waits for
+        this)."""
+        if tools is None:
+            tools = self._merged(slot, added or [])
         seen: dict[str, UpstreamTool] = {}
         for tool in tools:
             if has_surrogates(tool.native_id):  # cleaned before it is a key, so each listing finds it again
                 tool = _cleaned(slot, tool)
             seen.setdefault(tool.native_id, tool)  # a native id listed twice counts once
+        order = sorted(seen)
+        fresh = [self._declare(slot, seen[n]) for n in order]
+        try:
+            signed = sign(fresh)
+        except UnencodableText as exc:
+            for i in exc.indices:
+                fresh[i] = self._declare(slot, _cleaned(slot, seen[order[i]]))
+            signed = sign(fresh)
+        # a tool listed as it was keeps its declaration (and version): only the others go on. The
+        # declarations made again for the unchanged ones are let go here, one at a time (100,000
+        # let go at once, as the lists died, held the event loop 0.2 s)
+        changed: list[ToolDeclaration] = []
+        changed_signed: list[Signed] = []
+        while fresh:
+            decl, signature = fresh.pop(), signed.pop()
+            old = slot.tools.get(decl.native_id)
+            if old is not None and old.signature_digest == signature[2] and old.loading_state == "loaded" and (
+                old.tags == decl.tags
+                and old.title == decl.title
+                and old.search_hint == decl.search_hint
+                and old.external_mappings == decl.external_mappings
+                and old.blocked_reason == decl.blocked_reason
+            ):
+                continue
+            changed.append(decl)
+            changed_signed.append(signature)
+        changed.reverse()
+        changed_signed.reverse()
+        # their versions, in the store before the catalog shows them (only this upstream's
+        # listings change its tools' versions, and they are taken one after the other)
+        self.versions.assign(changed, changed_signed)
+        return set(seen), changed
+
+    def _commit(self, slot: UpstreamSlot, seen: set[str], changed: list[ToolDeclaration],
+                ready: bool) -> tuple[CatalogChange, list[tuple[str, str, str, str]]]:
+        """Merge prepared declarations (those new or changed, versioned) into the catalog: names,
+        maps, change event; `seen` is every native id listed. Returns the change and the names
+        given, for the store."""
         change = CatalogChange(upstream=slot.name, state_changed=ready and slot.health.state != "ready")
         if ready:
             slot.health.state = "ready"
@@ -419,27 +483,11 @@ class Catalog:
             decl = slot.tools.pop(native_id)
             self._forget(decl)
             change.removed.append(decl)
-        order = sorted(seen)
-        fresh = [self._declare(slot, seen[n]) for n in order]
-        try:
-            self.versions.assign(fresh)
-        except UnencodableText as exc:
-            for i in exc.indices:
-                fresh[i] = self._declare(slot, _cleaned(slot, seen[order[i]]))
-            self.versions.assign(fresh)
         new_names: list[tuple[str, str, str, str]] = []
-        for decl in fresh:
+        for decl in changed:
             old = slot.tools.get(decl.native_id)
             if old is not None:
                 decl.name, decl.aliases = old.name, old.aliases
-                if old.signature_digest == decl.signature_digest and old.loading_state == "loaded" and (
-                    old.tags == decl.tags
-                    and old.title == decl.title
-                    and old.search_hint == decl.search_hint
-                    and old.external_mappings == decl.external_mappings
-                    and old.blocked_reason == decl.blocked_reason
-                ):
-                    continue
                 change.updated.append(decl)
             else:
                 decl.name = self._name(decl)
@@ -452,16 +500,17 @@ class Catalog:
             self._by_name[decl.name] = decl.tool_id
             for alias in decl.aliases:
                 self._by_name.setdefault(alias, decl.tool_id)
-        self.store.save_names(new_names)
         slot.health.tool_count = len(slot.tools)
         self._emit(change)
-        return change
+        return change, new_names
 
-    def _merge(self, slot: UpstreamSlot, tools: list[UpstreamTool]) -> CatalogChange:
+    @staticmethod
+    def _merged(slot: UpstreamSlot, tools: list[UpstreamTool]) -> list[UpstreamTool]:
+        """The upstream's current tools with those it announced added (a new native id) or replaced."""
         current = {d.native_id: _as_upstream_tool(d) for d in slot.tools.values()}
         for tool in tools:
             current[tool.native_id] = tool
-        return self._apply(slot, list(current.values()), ready=True)
+        return list(current.values())
 
     def _forget(self, decl: ToolDeclaration) -> None:
         self._by_id.pop(decl.tool_id, None)
@@ -570,6 +619,20 @@ def _as_upstream_tool(decl: ToolDeclaration) -> UpstreamTool:
         blocked_reason=decl.blocked_reason,
         timeout=decl.timeout,
     )
+
+
+@contextlib.contextmanager
+def _collector_paused(tools: int) -> Iterator[None]:
+    """Building many long-lived objects triggers full cyclic-GC passes over the whole catalog
+    again and again; nothing built for a listing is cyclic, so collection waits until the end."""
+    pause = tools > 2000 and gc.isenabled()
+    if pause:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if pause:
+            gc.enable()
 
 
 def _cut_description(slot: UpstreamSlot, tool: UpstreamTool) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from bridge.model import ToolDeclaration, VersionRecord, now_iso
 from bridge.store import Store
 
-__all__ = ["signature_of", "digest_of", "classify_change", "UnencodableText", "VersionRegistry"]
+__all__ = ["signature_of", "digest_of", "classify_change", "sign", "Signed", "UnencodableText", "VersionRegistry"]
 
 
 def signature_of(decl: ToolDeclaration) -> dict[str, Any]:
@@ -84,6 +84,27 @@ class UnencodableText(ValueError):
         self.indices = indices
 
 
+# A declaration's signature (`signature_of`), its canonical JSON and its digest.
+Signed = tuple[dict[str, Any], str, str]
+
+
+def sign(decls: list[ToolDeclaration]) -> list[Signed]:
+    """Every declaration's signature, first, so that one whose text cannot be encoded changes
+    nothing: raises UnencodableText naming them all."""
+    signed: list[Signed] = []
+    unencodable: list[int] = []
+    for i, decl in enumerate(decls):
+        signature = signature_of(decl)
+        blob = canonical_json(signature)
+        try:
+            signed.append((signature, blob, digest_of(signature, blob)))
+        except UnicodeEncodeError:
+            unencodable.append(i)
+    if unencodable:
+        raise UnencodableText(unencodable)
+    return signed
+
+
 class VersionRegistry:
     """Assigns version numbers. The latest version and digest of every tool are held in memory;
     the full signature of every version is in the store, read back when a tool changes."""
@@ -92,24 +113,15 @@ class VersionRegistry:
         self.store = store
         self._latest: dict[str, tuple[int, str]] = store.latest_versions()
 
-    def assign(self, decls: list[ToolDeclaration]) -> list[tuple[str, int, str]]:
+    def assign(self, decls: list[ToolDeclaration], signed: list[Signed] | None = None) -> list[tuple[str, int, str]]:
         """Set `version` and `signature_digest` on each declaration and write the versions that
-        are new to the store. Returns (tool_id, version, compatibility) of each new version."""
+        are new to the store; `signed` is `sign(decls)` when the caller made it already.
+        Returns (tool_id, version, compatibility) of each new version."""
         added: list[tuple[str, int, str]] = []
         rows: list[tuple[str, str, int, str, str, str, str]] = []
         created_at = now_iso()
-        # first every digest, so that a declaration whose text cannot be encoded changes nothing
-        signed: list[tuple[dict[str, Any], str, str]] = []
-        unencodable: list[int] = []
-        for i, decl in enumerate(decls):
-            signature = signature_of(decl)
-            blob = canonical_json(signature)
-            try:
-                signed.append((signature, blob, digest_of(signature, blob)))
-            except UnicodeEncodeError:
-                unencodable.append(i)
-        if unencodable:
-            raise UnencodableText(unencodable)
+        if signed is None:
+            signed = sign(decls)
         for decl, (signature, blob, digest) in zip(decls, signed, strict=True):
             known = self._latest.get(decl.tool_id)
             if known is None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import re
+import threading
 import tracemalloc
 
 import pytest
 
-from bridge.catalog import MAX_DESCRIPTION_CHARS, Catalog, exposed_name
+from bridge.catalog import MAX_DESCRIPTION_CHARS, OFF_LOOP_TOOLS, Catalog, exposed_name
 from bridge.store import Store
+from bridge.upstream import UpstreamEvent
 from tests.fakes import FakeConfig, FakeUpstream, tool
 
 NAME_RULE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -257,3 +259,47 @@ async def test_a_declaration_holds_its_own_facts_and_little_else(tmp_path):
     assert copy.title == "copied" and second.title is None and second.model_fields_set == set(type(second).model_fields)
     assert first.to_json()["loading_reason"] == "assigned" and "loading_reason" not in second.to_json()
     await catalog.close()
+
+
+async def test_a_large_listing_is_declared_off_the_event_loop_and_versioned_in_the_store_first(tmp_path, monkeypatch):
+    on_loop: list[bool] = []
+    declare = Catalog._declare
+
+    def recorded(self, slot, tool):
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return declare(self, slot, tool)
+
+    monkeypatch.setattr(Catalog, "_declare", recorded)
+    tools = [tool(f"t{i:03d}") for i in range(OFF_LOOP_TOOLS + 20)]
+    up = FakeUpstream(name="big", tools=tools)
+    catalog = Catalog(Store(tmp_path / "b.db"))
+    catalog.add_upstream(up)
+    seen_versions: list[list[int]] = []
+    # when the catalog shows a new version, the store has it already
+    catalog.subscribe(lambda change: seen_versions.append(
+        [len(catalog.versions.history(d)) for d in change.added + change.updated]))
+    await catalog.start()
+    try:
+        assert len(catalog.slots["big"].tools) == len(tools)
+        assert on_loop and not any(on_loop)  # every declaration made on a worker thread
+        before = catalog.resolve("big__t000")
+
+        on_loop.clear()
+        unchanged = await catalog.take_tools("big", list(tools))
+        assert unchanged.empty and catalog.resolve("big__t000") is before  # the same record, not a new one
+        assert on_loop and not any(on_loop)
+
+        on_loop.clear()
+        up.change_tools([tool("t000", description="Says something else now."), *tools[1:]])
+        await until(lambda: catalog.resolve("big__t000").version == 2)
+        assert [h.version for h in catalog.versions.history(catalog.resolve("big__t000"))] == [2, 1]
+        assert on_loop and not any(on_loop)
+
+        on_loop.clear()
+        up.emit(UpstreamEvent("tools_added", tools=(tool("late"),)))  # merged with the tools it has
+        await until(lambda: catalog.resolve("big__late") is not None)
+        assert len(catalog.slots["big"].tools) == len(tools) + 1 and on_loop and not any(on_loop)
+        assert all(counts and min(counts) >= 1 for counts in seen_versions)
+    finally:
+        await catalog.close()
+    assert len(Store(tmp_path / "b.db").assigned_names()) == len(tools) + 1  # every name given is kept
