@@ -113,15 +113,13 @@ class VersionRegistry:
         self.store = store
         self._latest: dict[str, tuple[int, str]] = store.latest_versions()
 
-    def assign(self, decls: list[ToolDeclaration], signed: list[Signed] | None = None) -> list[tuple[str, int, str]]:
+    def assign(self, decls: list[ToolDeclaration], signed: list[Signed]) -> list[tuple[str, int, str]]:
         """Set `version` and `signature_digest` on each declaration and write the versions that
-        are new to the store; `signed` is `sign(decls)` when the caller made it already.
-        Returns (tool_id, version, compatibility) of each new version."""
+        are new to the store; `signed` is `sign(decls)`. Returns (tool_id, version,
+        compatibility) of each new version."""
         added: list[tuple[str, int, str]] = []
         rows: list[tuple[str, str, int, str, str, str, str]] = []
         created_at = now_iso()
-        if signed is None:
-            signed = sign(decls)
         for decl, (signature, blob, digest) in zip(decls, signed, strict=True):
             known = self._latest.get(decl.tool_id)
             if known is None:

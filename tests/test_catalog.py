@@ -303,3 +303,27 @@ async def test_a_large_listing_is_declared_off_the_event_loop_and_versioned_in_t
     finally:
         await catalog.close()
     assert len(Store(tmp_path / "b.db").assigned_names()) == len(tools) + 1  # every name given is kept
+
+
+async def test_closing_waits_for_the_names_a_large_listing_is_writing(tmp_path, monkeypatch):
+    store = Store(tmp_path / "b.db")
+    writing, go_on = threading.Event(), threading.Event()
+    save = store.save_names
+
+    def held(rows):  # the names' write, on its worker thread, held until the test lets it go
+        writing.set()
+        go_on.wait(10)
+        save(rows)
+
+    monkeypatch.setattr(store, "save_names", held)
+    catalog = Catalog(store)
+    catalog.add_upstream(FakeUpstream(name="big", tools=[tool(f"t{i:03d}") for i in range(OFF_LOOP_TOOLS)]))
+    await catalog.start(wait=False)
+    await until(writing.is_set)
+    closing = asyncio.create_task(catalog.close())  # cancels the upstream's task, which awaits the write
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not closing.done()  # the write is not abandoned half way
+    go_on.set()
+    await closing
+    assert len(store.assigned_names()) == OFF_LOOP_TOOLS
