@@ -55,6 +55,8 @@ _INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
 # A listing of this many tools or more is declared on a worker thread (`Catalog._take`): about
 # 40 µs a tool, so a smaller one holds the event loop under 10 ms.
 OFF_LOOP_TOOLS = 200
+# The states of an upstream that is not pending (`Catalog.pending_providers`).
+_SETTLED = frozenset({"ready", "disabled"})
 # Debounce of change notices: a burst of list_changed notices costs one re-list.
 DEBOUNCE_SECONDS = 0.05
 # The ids of the tools each recent change touched, kept for `changed_since` (a surface then
@@ -147,6 +149,7 @@ class Catalog:
         self._journal_ids = 0
         self._closed = False
         self._off_loop_jobs: set[asyncio.Future[Any]] = set()  # `_off_loop`
+        self._pending_count = 0  # upstreams whose state is not settled (`has_pending`)
         self._pending: tuple[tuple[int, int], list[str]] = ((-1, -1), [])  # (key, names): pending_providers
 
     # ---------------------------------------------------------------- upstream management
@@ -162,6 +165,8 @@ class Catalog:
         if upstream.config.launch is not None:
             slot.sidecar = Sidecar(upstream.name, upstream.config.launch, upstream.config.base_dir)
         self.slots[upstream.name] = slot
+        self._state_moved(None, slot.health.state)
+        slot.health._on_state = self._state_moved
         upstream.subscribe(lambda event, slot=slot: self._on_event(slot, event))
         return slot
 
@@ -592,12 +597,22 @@ class Catalog:
     def health(self) -> list[UpstreamHealth]:
         return [s.health for s in self.slots.values()]
 
+    def _state_moved(self, old: str | None, new: str) -> None:
+        """An upstream's state changed (UpstreamHealth tells): the count of those pending follows."""
+        self._pending_count += (new not in _SETTLED) - (old is not None and old not in _SETTLED)
+
+    def has_pending(self) -> bool:
+        """Whether `pending_providers` would name an upstream, without looking at each: asked
+        after every change (ToolSearch), looking made a start over N upstreams take N² steps
+        (1.4 s for 1,562 upstreams)."""
+        return self._pending_count > 0
+
     def pending_providers(self) -> list[str]:
         """The upstreams still connecting or down, in the order they were added. Kept until an
         upstream's state changes or one is added: every search answers it."""
         key = (health_version(), len(self.slots))
         if self._pending[0] != key:
-            self._pending = (key, [s.name for s in self.slots.values() if s.health.state not in ("ready", "disabled")])
+            self._pending = (key, [s.name for s in self.slots.values() if s.health.state not in _SETTLED])
         return list(self._pending[1])
 
     def require_ready(self, decl: ToolDeclaration) -> UpstreamSlot:

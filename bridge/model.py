@@ -12,9 +12,10 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -457,12 +458,17 @@ class UpstreamHealth(_Record):
     attempts: int = 0
     next_retry_in: float | None = None
     details: dict[str, Any] = Field(default_factory=dict)
+    # told (old state, new state) of each change of state: the catalog's count of upstreams pending
+    _on_state: Callable[[str, str], None] | None = PrivateAttr(default=None)
 
     def __setattr__(self, name: str, value: Any) -> None:
+        old = self.state if name == "state" else None
         super().__setattr__(name, value)
         if name == "state":
             global _health_version
             _health_version = next(_STATE_CHANGES)
+            if self._on_state is not None:
+                self._on_state(old, value)
 
 
 class VersionRecord(_Record):

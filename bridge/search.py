@@ -248,7 +248,7 @@ class ToolSearch:
         where the catalog's changes reach the stages and the index, after them, so none is left
         behind. The index, filled by one commit after another as the upstreams listed, is then
         compacted when a search reads many segments of it (`ToolIndex.compact`)."""
-        if not self._settled and not self.catalog.pending_providers():
+        if not self._settled and not self.catalog.has_pending():
             self._settled = True
             for stage in self._stages:
                 stage.settle()

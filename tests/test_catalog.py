@@ -327,3 +327,27 @@ async def test_closing_waits_for_the_names_a_large_listing_is_writing(tmp_path, 
     go_on.set()
     await closing
     assert len(store.assigned_names()) == OFF_LOOP_TOOLS
+
+
+async def test_has_pending_follows_every_upstream_state_without_looking_at_each():
+    catalog = Catalog(Store())
+    fine = FakeUpstream(name="fine")
+    catalog.add_upstream(fine)
+    catalog.add_upstream(FakeUpstream(FakeConfig(name="off", enabled=False)))
+    catalog.add_upstream(FakeUpstream(FakeConfig(name="broken", fail_start="refused", retry_initial=30)))
+    assert catalog.has_pending() and catalog.pending_providers() == ["fine", "off", "broken"]
+    await catalog.start()
+    try:
+        assert catalog.pending_providers() == ["broken"] and catalog.has_pending()
+        catalog.slots["broken"].health.state = "ready"  # as its listing would, once back
+        catalog.slots["broken"].health.state = "ready"  # the same state again counts once
+        assert catalog.pending_providers() == [] and not catalog.has_pending()
+        fine.start_gate = asyncio.Event()  # its reconnect waits
+        fine.drop("connection lost")
+        await until(lambda: catalog.slots["fine"].health.state != "ready")
+        assert catalog.pending_providers() == ["fine"] and catalog.has_pending()
+        fine.start_gate.set()
+        await until(lambda: catalog.slots["fine"].health.state == "ready")
+        assert catalog.pending_providers() == [] and not catalog.has_pending()
+    finally:
+        await catalog.close()
