@@ -11,6 +11,7 @@ import tracemalloc
 import pytest
 
 from bridge.catalog import MAX_DESCRIPTION_CHARS, OFF_LOOP_TOOLS, Catalog, exposed_name
+from bridge.model import SafetyHints, UpstreamTool
 from bridge.store import Store
 from bridge.upstream import UpstreamEvent
 from tests.fakes import FakeConfig, FakeUpstream, tool
@@ -287,22 +288,67 @@ async def test_a_large_listing_is_declared_off_the_event_loop_and_versioned_in_t
         on_loop.clear()
         unchanged = await catalog.take_tools("big", list(tools))
         assert unchanged.empty and catalog.resolve("big__t000") is before  # the same record, not a new one
-        assert on_loop and not any(on_loop)
+        assert on_loop == []  # told unchanged without declaring any tool again
 
-        on_loop.clear()
         up.change_tools([tool("t000", description="Says something else now."), *tools[1:]])
         await until(lambda: catalog.resolve("big__t000").version == 2)
         assert [h.version for h in catalog.versions.history(catalog.resolve("big__t000"))] == [2, 1]
-        assert on_loop and not any(on_loop)
+        assert on_loop == [False]  # the changed tool alone declared, on a worker thread
 
         on_loop.clear()
-        up.emit(UpstreamEvent("tools_added", tools=(tool("late"),)))  # merged with the tools it has
-        await until(lambda: catalog.resolve("big__late") is not None)
-        assert len(catalog.slots["big"].tools) == len(tools) + 1 and on_loop and not any(on_loop)
+        late = [tool(f"late{i:03d}") for i in range(OFF_LOOP_TOOLS)]
+        up.emit(UpstreamEvent("tools_added", tools=tuple(late)))  # merged with the tools it has
+        await until(lambda: catalog.resolve("big__late000") is not None)
+        assert len(catalog.slots["big"].tools) == len(tools) + len(late)
+        assert len(on_loop) == len(late) and not any(on_loop)  # the tools it had are not declared again
         assert all(counts and min(counts) >= 1 for counts in seen_versions)
     finally:
         await catalog.close()
-    assert len(Store(tmp_path / "b.db").assigned_names()) == len(tools) + 1  # every name given is kept
+    assert len(Store(tmp_path / "b.db").assigned_names()) == len(tools) + OFF_LOOP_TOOLS  # every name given is kept
+
+
+# a new value of every fact an upstream gives of a tool (`UpstreamTool`), and where its declaration shows it
+CHANGED_FACTS = {
+    "name": ("renamed", lambda d: d.native_name),
+    "description": ("Says something else now.", lambda d: d.description),
+    "title": ("A title", lambda d: d.title),
+    "tool_kind": ("mcp_tool", lambda d: d.tool_kind),
+    "input_schema": ({"type": "object", "properties": {"q": {"type": "string"}}}, lambda d: d.input_schema),
+    "output_schema": ({"type": "object", "properties": {"n": {"type": "integer"}}}, lambda d: d.output_schema),
+    "safety": (SafetyHints(billable=True), lambda d: d.safety),
+    "tags": (["finance"], lambda d: d.tags),
+    "search_hint": ("find the things", lambda d: d.search_hint),
+    "external_mapping": ({"source": "fake", "path": "/x"}, lambda d: d.external_mappings[0]),
+    "annotations": ({"audience": "ops"}, lambda d: d.annotations),
+    "lifecycle": ("deprecated", lambda d: d.lifecycle),
+    "blocked_reason": ("withdrawn by its vendor", lambda d: d.blocked_reason),
+    "timeout": (5.0, lambda d: d.timeout),
+}
+
+
+def test_a_listing_that_changes_any_fact_of_a_tool_changes_its_declaration_and_only_then(monkeypatch):
+    assert set(CHANGED_FACTS) == set(UpstreamTool.model_fields) - {"native_id"}  # a new fact needs a line here
+    declared: list[str] = []
+    declare = Catalog._declare
+    monkeypatch.setattr(Catalog, "_declare", lambda self, slot, t: declared.append(t.native_id) or declare(self, slot, t))
+    base = tool("op")
+    long = tool("long", description="x" * (MAX_DESCRIPTION_CHARS + 10))  # cut when declared
+    scalar = tool("scalar").model_copy(update={"input_schema": {"type": "string"}})  # blocked: its input is not an object
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(FakeConfig(name="api", tags=["team"])))  # tags of its own, added to each tool's
+    catalog.apply_tools("api", [base, long, scalar])
+    assert catalog.resolve("api__scalar").blocked_reason and catalog.resolve("api__long").description.endswith("…")
+    for field_name, (value, shown) in CHANGED_FACTS.items():
+        declared.clear()
+        assert catalog.apply_tools("api", [base, long, scalar]).empty
+        assert declared == []  # a tool listed as it was is not declared again
+        changed = catalog.apply_tools("api", [base.model_copy(update={field_name: value}), long, scalar])
+        assert [d.native_id for d in changed.updated] == ["op"] and declared == ["op"], field_name
+        decl = catalog.resolve("api__op")
+        expected = [*value, "team"] if field_name == "tags" else value
+        assert shown(decl) == expected, field_name
+        back = catalog.apply_tools("api", [base, long, scalar])
+        assert [d.native_id for d in back.updated] == ["op"], field_name
 
 
 async def test_closing_waits_for_the_names_a_large_listing_is_writing(tmp_path, monkeypatch):
