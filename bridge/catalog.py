@@ -353,10 +353,6 @@ class Catalog:
         """The declaration of one upstream tool (validated construction: with pydantic-core it is
         several times faster than `model_construct`, which this hot path must avoid)."""
         namespace = slot.name
-        extra_tags = slot.upstream.config.tags
-        tags = list(dict.fromkeys([*tool.tags, *extra_tags])) if extra_tags else list(tool.tags)
-        mapping = dict(tool.external_mapping)
-        mapping.setdefault("source", slot.upstream.kind)
         output = OutputContract(output_schema=tool.output_schema) if tool.output_schema else None
         contract = InputContract(model_input_schema=tool.input_schema)
         object.__setattr__(contract, "__pydantic_fields_set__", _CONTRACT_FIELDS)
@@ -374,19 +370,19 @@ class Catalog:
             capability_refs=None,
             input_contract=contract,
             output_contract=output,
-            external_mappings=[mapping],
+            external_mappings=[_mapping(slot, tool)],
             annotations=dict(tool.annotations),
             upstream=namespace,
             upstream_kind=slot.upstream.kind,
             native_id=tool.native_id,
             native_name=tool.name,
-            tags=tags,
+            tags=_tags(slot, tool),
             safety=tool.safety,
             version=1,
             signature_digest="",
             loading_state="loaded",
             loading_reason=None,
-            blocked_reason=tool.blocked_reason or (None if takes_objects(tool.input_schema) else UNSUPPORTED_INPUT),
+            blocked_reason=_blocked_reason(tool),
             timeout=tool.timeout,
         )
         object.__setattr__(decl, "__pydantic_fields_set__", _DECLARED_FIELDS)
@@ -661,13 +657,28 @@ def _listed_as(slot: UpstreamSlot, tool: UpstreamTool, decl: ToolDeclaration | N
     declaration and its signature."""
     if decl is None or decl.loading_state != "loaded":
         return False
-    extra_tags = slot.upstream.config.tags
-    mapping = tool.external_mapping if "source" in tool.external_mapping else {**tool.external_mapping, "source": slot.upstream.kind}
     return _declared_facts(decl) == (
         tool.name, _cut(tool.description), tool.title, tool.tool_kind, tool.input_schema, tool.output_schema or None,
-        tool.safety, list(dict.fromkeys([*tool.tags, *extra_tags])) if extra_tags else tool.tags, tool.search_hint,
-        [mapping], tool.annotations, tool.lifecycle,
-        tool.blocked_reason or (None if takes_objects(tool.input_schema) else UNSUPPORTED_INPUT), tool.timeout)
+        tool.safety, _tags(slot, tool), tool.search_hint, [_mapping(slot, tool)], tool.annotations, tool.lifecycle,
+        _blocked_reason(tool), tool.timeout)
+
+
+def _tags(slot: UpstreamSlot, tool: UpstreamTool) -> list[str]:
+    """A tool's tags and then its upstream's own, each once."""
+    extra = slot.upstream.config.tags
+    return list(dict.fromkeys([*tool.tags, *extra])) if extra else list(tool.tags)
+
+
+def _mapping(slot: UpstreamSlot, tool: UpstreamTool) -> dict[str, Any]:
+    """A tool's external mapping, naming its upstream's kind as `source` when it names none."""
+    mapping = dict(tool.external_mapping)
+    mapping.setdefault("source", slot.upstream.kind)
+    return mapping
+
+
+def _blocked_reason(tool: UpstreamTool) -> str | None:
+    """The upstream's reason, or UNSUPPORTED_INPUT for a tool whose input cannot be an object."""
+    return tool.blocked_reason or (None if takes_objects(tool.input_schema) else UNSUPPORTED_INPUT)
 
 
 def _cleaned(slot: UpstreamSlot, tool: UpstreamTool) -> UpstreamTool:
