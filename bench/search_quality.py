@@ -33,6 +33,11 @@ contract versions came back from legal and I honestly can't tell what they chang
 the one that asks (`Could you put contract_v1.txt and contract_v2.txt side by side and show me
 the differences?`).
 
+A last table scores requests written in Chinese, Japanese and Korean (bench/data/cjk-queries.jsonl,
+written by hand for this bench) against the development catalog with 30 tools described in those
+languages added (bench/data/cjk-catalog.jsonl, also written by hand): every request's answer is
+one of those tools, and the catalog's 2,961 English tools are there to be passed over.
+
 With --public, the same requests are also sent to `GET /search` of a `bridge serve` process
 whose upstreams are MCP servers over stdio listing the catalog: the public path end to end.
 --public-openapi does the same with the catalog read from OpenAPI documents, an operation per
@@ -40,7 +45,7 @@ function, and --public-a2t through a chain of two bridges: one federating, as an
 the bridge of --public.
 
 Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE]
-     [--lookups FILE] [--places FILE] [--lists FILE] [--scene FILE] [--no-semantic] [--public] [--public-openapi] [--public-a2t]
+     [--lookups FILE] [--places FILE] [--lists FILE] [--scene FILE] [--cjk-catalog FILE] [--cjk FILE] [--no-semantic] [--public] [--public-openapi] [--public-a2t]
 """
 
 from __future__ import annotations
@@ -337,6 +342,9 @@ async def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with catalog.jsonl and queries-dev.jsonl")
     for _, option, file, what in HAND_SETS:
         parser.add_argument(option, type=Path, default=HAND_DIR / file, help=f"hand-written {what}, with gold names (JSON lines)")
+    parser.add_argument("--cjk-catalog", type=Path, default=HAND_DIR / "cjk-catalog.jsonl",
+                        help="tools described in Chinese, Japanese and Korean, added to the catalog for the CJK table")
+    parser.add_argument("--cjk", type=Path, default=HAND_DIR / "cjk-queries.jsonl", help="requests in those languages, with gold names")
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
     parser.add_argument("--public", action="store_true",
                         help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
@@ -406,6 +414,16 @@ async def main() -> None:
                     public.close()
     print(table(results))
     print("\n".join(notes))
+    print(f"\nCJK: the development catalog with the {args.cjk_catalog.name} tools, scored on {args.cjk.name}")
+    cjk_rows, cjk_sets = rows + load_queries(args.cjk_catalog), {"cjk": load_queries(args.cjk)}
+    cjk_results = [("plain BM25 (name+description+params)", score_sets(plain_bm25(cjk_rows), cjk_sets))]
+    for label, kind in (("bridge.search, keywords only", "off"), ("bridge.search + static table", "static"))[:1 + (not args.no_semantic)]:
+        cjk_ranker = BridgeRanker(cjk_rows, semantic=kind)
+        try:
+            cjk_results.append((label, score_sets(cjk_ranker, cjk_sets)))
+        finally:
+            cjk_ranker.close()
+    print(table(cjk_results))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ except ImportError:  # Windows
 else:
     msvcrt = None  # type: ignore[assignment]
 
-from bridge.search_rank import ANALYZER_NAME, AnalyzedQuery, analyzer, name_words, split_identifiers
+from bridge.search_rank import ANALYZER_NAME, AnalyzedQuery, analyzer, cjk_pairs, name_words, split_identifiers
 
 __all__ = ["Foreground", "IndexedTool", "IndexQuery", "ToolIndex", "FIELD_WEIGHTS", "INDEX_FORMAT", "COMMIT_WINDOW", "exact_names", "name_text"]
 
@@ -37,7 +37,7 @@ log = logging.getLogger("bridge.search")
 
 # Bump when the schema, the analyzer or the text put in a field changes: an index of another
 # format is rebuilt from the catalog instead of being reopened.
-INDEX_FORMAT = 8
+INDEX_FORMAT = 9
 # Changes arriving within this window share one commit; while more keep arriving (upstreams
 # listing at start), the commit waits for them in further windows, up to COMMIT_MAX seconds after
 # the first: fewer commits of more changes each, every change still searchable within a second.
@@ -178,9 +178,9 @@ class IndexedTool:
 
     def document(self) -> tantivy.Document:
         # names and parameter names arrive split into words; only free text needs camelCase split
-        own = " ".join([*[self.name] * NAME_REPEAT, split_identifiers(f"{self.title} {self.hint} {self.description}"),
-                        self.params])
-        extra = split_identifiers(" ".join([self.shared, self.namespace, *self.tags, self.param_text])).lower().split()
+        own = cjk_pairs(" ".join([*[self.name] * NAME_REPEAT, split_identifiers(f"{self.title} {self.hint} {self.description}"),
+                                  self.params]))
+        extra = cjk_pairs(split_identifiers(" ".join([self.shared, self.namespace, *self.tags, self.param_text]))).lower().split()
         doc = tantivy.Document()  # add_text: twice as fast as keyword arguments
         doc.add_text("tool_id", self.tool_id)
         doc.add_unsigned("key", self.key)

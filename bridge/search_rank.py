@@ -36,6 +36,7 @@ __all__ = [
     "name_tokens",
     "searched_description",
     "split_identifiers",
+    "cjk_pairs",
 ]
 
 log = logging.getLogger("bridge.search")
@@ -53,8 +54,15 @@ _CAMEL_ACRONYM = re.compile(r"([A-Z])(?=[A-Z][a-z])")
 # Tried only where a word starts, without backtracking: a run of letters with no separator fails
 # once, not once for each of its letters (a 20,000-letter query took 12 s).
 _IDENTIFIER = re.compile(r"(?<![A-Za-z0-9])(?:[A-Za-z][A-Za-z0-9]*+(?:[_.\-/][A-Za-z0-9]++)+|[a-z]++[A-Z][A-Za-z0-9]*+)")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")
+# Chinese and Japanese end a sentence with a full-width mark and no space after it.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n")
 _MARKUP = re.compile(r"[`*#>\[\]]+|\((?:https?://)[^)]*\)")
+# Chinese and Japanese write no space between words, and a Korean word carries its particles
+# (날씨를, 날씨는): a run of these scripts is indexed and searched as its overlapping pairs of
+# characters (天气预报 as 天气 气预 预报), as CJK analyzers do. Han with its extensions and
+# compatibility forms, kana (not the middle dot) and Hangul syllables.
+_CJK_RUN = re.compile("[\u3005\u3040-\u309f\u30a0-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+                      "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0002fa1f]+")
 
 # Words that carry the request's tone, not its subject. A query is matched without them (unless
 # it has nothing else: then by them); the index keeps every word. The last two lines are the
@@ -101,6 +109,18 @@ def split_identifiers(text: str) -> str:
     if not _CAMEL_PRESENT.search(text):
         return text
     return _CAMEL_ACRONYM.sub(r"\1 ", _CAMEL_LOWER_UPPER.sub(r"\1 ", text))
+
+
+def _pairs(match: re.Match[str]) -> str:
+    run = match.group(0)
+    return " " + (run if len(run) < 3 else " ".join(run[i:i + 2] for i in range(len(run) - 1))) + " "
+
+
+def cjk_pairs(text: str) -> str:
+    """`text` with each run of CJK characters (`_CJK_RUN`) written as its overlapping pairs of
+    characters, set apart by spaces (`mbox系统` -> `mbox 系统`); a run of one or two stays as
+    it is. Text without them is returned as it is, ASCII text without a look."""
+    return text if text.isascii() else _CJK_RUN.sub(_pairs, text)
 
 
 def _analyzer(stem: bool) -> tantivy.TextAnalyzer:
@@ -259,12 +279,14 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     def set_aside(word: str, term: str) -> bool:  # filler, a number or a single character
         return term.isdigit() or word in filler or term in bases or len(term) < 2
 
-    for word in _word_analyzer().analyze(split_identifiers(text)):
+    for word in _word_analyzer().analyze(cjk_pairs(split_identifiers(text))):
         stems = term_stems(word)
+        # a pair of CJK characters is no word of its own, to be written as one with the next
         content_word = not all(set_aside(word, term) for term in stems)
-        if before and content_word and len(content) <= RELATED_MAX_TERMS:
+        joinable = content_word and (word.isascii() or not _CJK_RUN.match(word))
+        if before and joinable and len(content) <= RELATED_MAX_TERMS:
             joined.update(dict.fromkeys(term_stems(before + word)))
-        before = word if content_word else ""
+        before = word if joinable else ""
         for term in stems:
             if term in content:
                 continue
@@ -285,7 +307,7 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
                 related[term] = tuple(others)  # a term is reached by one word only: the first to give it
                 taken.update(others)
     if content and _FILE_NAME.search(text):
-        outside = {term for word in _word_analyzer().analyze(split_identifiers(_FILE_NAME.sub(" ", text)))
+        outside = {term for word in _word_analyzer().analyze(cjk_pairs(split_identifiers(_FILE_NAME.sub(" ", text))))
                    for term in term_stems(word)}
         for term in content:
             if term not in outside:  # said only in the name of a file: a value, as a number is
@@ -302,7 +324,7 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
 # The connectives are those that add a task; `next`, `later`, `second` or `plus` also qualify a
 # value ("the next 10 days", "the second largest") and do not split.
 _PART_SPLIT = re.compile(
-    r"(?<=[.!?;])\s+|\n+|,\s+and\s+|,?\s*\b(?:also|additionally|then|after that|afterwards|in addition|"
+    r"(?<=[.!?;])\s+|(?<=[。！？；])\s*|\n+|,\s+and\s+|,?\s*\b(?:also|additionally|then|after that|afterwards|in addition|"
     r"as well as|moreover|furthermore|secondly|thirdly|finally|lastly)\b,?\s*",
     re.IGNORECASE,
 )
@@ -380,7 +402,7 @@ def _content_words(part: AnalyzedQuery) -> int:
 # A description's leading segments end at a sentence end, a colon or a line break ("This tool
 # belongs to the X API. It lets users ... Tool description: Send a message." has four). Only the
 # first SHARED_SCAN characters are read: a blurb is short, and the scan is per tool.
-_SEGMENT_END = re.compile(r"[.!?:]\s+|\n\s*")
+_SEGMENT_END = re.compile(r"[.!?:]\s+|[。！？：]\s*|\n\s*")
 SHARED_SCAN = 1000
 # How many leading segments may be shared text, and by how many differently named tools of one
 # namespace a run of leading segments must be written to count as shared.
@@ -757,7 +779,7 @@ def derive_search_hint(decl: ToolDeclaration, description: str | None = None, sh
     own = searched_description(decl) if description is None else description
     candidates = [_words(unsaid(decl.title, shared)), _words(_first_sentence(own))]
     chosen = next((c for c in candidates if len(c) >= _HINT_MIN), max(candidates, key=len))
-    words = [w.rstrip(".,;:") for w in chosen[:_HINT_MAX]]
+    words = [w.rstrip(".,;:。，、；：") for w in chosen[:_HINT_MAX]]
     seen = {w.lower() for w in words}
     if len(words) < _HINT_MIN:
         for word in name_tokens(function_name(decl)):

@@ -16,7 +16,7 @@ from bridge.catalog import Catalog
 from bridge.config import Rule, SurfaceConfig
 from bridge.model import InputContract, ToolDeclaration
 from bridge.search import LOOKUP_PLACES, ToolSearch, cover_order, derive_search_hint, name_tokens
-from bridge.search_rank import analyze_query, meaning_text, name_words, query_parts
+from bridge.search_rank import analyze_query, cjk_pairs, meaning_text, name_words, query_parts
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.conftest import ROOT
@@ -129,6 +129,56 @@ async def test_a_misspelled_word_finds_the_word_one_edit_away(env):
     assert env.names("refnd") == []
     assert env.names("refund1") == []
     assert "billing__refund" not in env.names("refnud paymnet customer order today quickly")
+
+
+def test_cjk_runs_are_read_as_overlapping_pairs_of_characters():
+    assert cjk_pairs("天气预报") == " 天气 气预 预报 "
+    assert cjk_pairs("mbox系统") == "mbox 系统 "  # a run of two is its own pair, set apart from the Latin word
+    assert cjk_pairs("东 x") == " 东  x"  # a lone character stays
+    assert cjk_pairs("天気予報を取得") == " 天気 気予 予報 報を を取 取得 "  # kanji and kana alike
+    assert cjk_pairs("날씨 예보를") == " 날씨   예보 보를 "  # a Korean word keeps its stem apart from its particle
+    assert cjk_pairs("Café déjà vu・テスト") == "Café déjà vu・ テス スト "  # other scripts as they are; the middle dot splits
+    text = "get_weather: Get the weather for a city."
+    assert cjk_pairs(text) is text  # ASCII text, without a look
+    # a query's pairs are its terms; a lone character, like a one-letter word, is set aside
+    assert set(analyze_query("北京的天气").terms) == {"北京", "京的", "的天", "天气"}
+    assert set(analyze_query("天 weather").terms) == {"weather"}
+
+
+CJK_TOOLS = [
+    tool("weather_forecast", description="获取指定城市未来几天的天气预报，包括温度和降水概率。",
+         props={"city": {"type": "string", "description": "城市名称"}}),
+    tool("stock_quote", description="查询股票的实时价格和涨跌幅。", props={"symbol": {"type": "string", "description": "股票代码"}}),
+    tool("ticket_list", description="列出指定公司所有未解决的工单。", props={"company": {"type": "string", "description": "公司名称"}}),
+    tool("translate", description="将文本翻译成目标语言。"),
+    tool("tenki", description="指定した都市の天気予報を取得します。"),
+    tool("norikae", description="出発駅から到着駅までの電車の乗り換え案内を検索します。"),
+    tool("nalssi", description="지정한 도시의 날씨 예보를 가져옵니다."),
+    tool("baedal", description="음식점에서 음식 배달을 주문합니다."),
+    tool("get_weather", description="Get the current weather for a city."),
+    tool("order_food", description="Order food delivery from a restaurant."),
+]
+
+
+@pytest.mark.parametrize("semantic", ["off", "static"])
+async def test_tools_described_in_chinese_japanese_or_korean_are_found_in_their_language(semantic):
+    e = await start_env([FakeUpstream(name="intl", tools=CJK_TOOLS)], semantic=semantic)
+    try:
+        # no space between words: matched by the pairs of characters request and tool share
+        assert e.names("北京明天的天气预报")[:1] == ["intl__weather_forecast"]
+        assert e.names("查一下苹果的股票价格")[:1] == ["intl__stock_quote"]
+        assert e.names("获取阿迪达斯的未解决工单")[:1] == ["intl__ticket_list"]
+        assert e.names("帮我把这段话翻译成英文")[:1] == ["intl__translate"]
+        assert e.names("東京の天気予報")[:1] == ["intl__tenki"]
+        assert e.names("新宿から渋谷までの乗り換え")[:1] == ["intl__norikae"]
+        # a Korean word with another particle than the tool's (배달을 / 배달)
+        assert e.names("서울 날씨 알려줘")[:1] == ["intl__nalssi"]
+        assert e.names("치킨 배달 주문해줘")[:1] == ["intl__baedal"]
+        # English requests find the English tools as before
+        assert e.names("order food")[:1] == ["intl__order_food"]
+        assert e.names("weather in Paris")[:1] == ["intl__get_weather"]
+    finally:
+        await e.close()
 
 
 async def test_a_word_the_catalog_says_otherwise_finds_its_tools():
@@ -923,6 +973,9 @@ def test_derived_search_hint():
     assert derive_search_hint(decl(title="Create issue", description="")) == "Create issue x"
     assert derive_search_hint(decl(description="", native_name="getUserById")) == "get user by id"
     assert derive_search_hint(decl(description="Echo.", native_name="echo")) == "Echo ns tool"
+    # a Chinese description's first sentence ends at its full-width stop, which the hint leaves out
+    chinese = decl(description="获取指定城市的天气预报，包括温度和降水概率。另外支持英文城市名。", native_name="weather_forecast")
+    assert derive_search_hint(chinese) == "获取指定城市的天气预报，包括温度和降水概率 weather forecast"
     for d in (long, decl(description=""), decl(title="A b c d e f g h i j k l")):
         assert 3 <= len(derive_search_hint(d).split()) <= 10
 
@@ -1530,6 +1583,9 @@ def test_a_request_is_read_in_parts_at_sentences_and_connectives():
     assert query_parts("Get the sales report. Then get the sales report") == []  # the same words count once
     many = query_parts(". ".join(f"get the {w} sales report" for w in ("north", "south", "east", "west", "central")))
     assert len(many) == 4
+    # Chinese and Japanese end a sentence with a full-width mark and no space
+    assert [sorted(p.terms)[:2] for p in query_parts("请问北京的天气如何？还有，上海的股票价格是多少？")] == [
+        ["京的", "北京"], ["上海", "价格"]]
 
 
 async def test_a_sentence_that_sets_the_scene_gets_no_tool_of_its_own():
