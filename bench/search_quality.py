@@ -417,7 +417,7 @@ async def main() -> None:
     print(f"\nCJK: the development catalog with the {args.cjk_catalog.name} tools, scored on {args.cjk.name}")
     cjk_rows, cjk_sets = rows + load_queries(args.cjk_catalog), {"cjk": load_queries(args.cjk)}
     cjk_results = [("plain BM25 (name+description+params)", score_sets(plain_bm25(cjk_rows), cjk_sets))]
-    for label, kind in (("bridge.search, keywords only", "off"), ("bridge.search + static table", "static"))[:1 + (not args.no_semantic)]:
+    for label, kind in [("bridge.search, keywords only", "off")] + [("bridge.search + static table", "static")] * (not args.no_semantic):
         cjk_ranker = BridgeRanker(cjk_rows, semantic=kind)
         try:
             cjk_results.append((label, score_sets(cjk_ranker, cjk_sets)))

@@ -259,6 +259,12 @@ class AnalyzedQuery:
         return not self.terms and not self.identifiers
 
 
+def _query_words(text: str) -> list[str]:
+    """A query's words as the index's documents are read (camelCase split, CJK runs as pairs),
+    lower case and folded, not stemmed."""
+    return _word_analyzer().analyze(cjk_pairs(split_identifiers(text)))
+
+
 def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     """Stem the query's words and set aside conversational filler and pure numbers (argument
     values, not subjects), both kept when nothing else is left ("404"); repeated words count
@@ -279,10 +285,10 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     def set_aside(word: str, term: str) -> bool:  # filler, a number or a single character
         return term.isdigit() or word in filler or term in bases or len(term) < 2
 
-    for word in _word_analyzer().analyze(cjk_pairs(split_identifiers(text))):
+    for word in _query_words(text):
         stems = term_stems(word)
-        # a pair of CJK characters is no word of its own, to be written as one with the next
         content_word = not all(set_aside(word, term) for term in stems)
+        # a pair of CJK characters is no word of its own, to be written as one with the next
         joinable = content_word and (word.isascii() or not _CJK_RUN.match(word))
         if before and joinable and len(content) <= RELATED_MAX_TERMS:
             joined.update(dict.fromkeys(term_stems(before + word)))
@@ -307,8 +313,7 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
                 related[term] = tuple(others)  # a term is reached by one word only: the first to give it
                 taken.update(others)
     if content and _FILE_NAME.search(text):
-        outside = {term for word in _word_analyzer().analyze(cjk_pairs(split_identifiers(_FILE_NAME.sub(" ", text))))
-                   for term in term_stems(word)}
+        outside = {term for word in _query_words(_FILE_NAME.sub(" ", text)) for term in term_stems(word)}
         for term in content:
             if term not in outside:  # said only in the name of a file: a value, as a number is
                 content[term] = FILE_NAME_WEIGHT
