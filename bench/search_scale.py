@@ -313,6 +313,52 @@ def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: s
             "p50_ms": statistics.median(latencies), "p95_ms": pct(latencies, 0.95), "p99_ms": pct(latencies, 0.99)}
 
 
+def no_match_search(sizes: list[int], synthetic: Synthetic) -> list[dict[str, Any]]:
+    """The cost of an answer no tool matched, with its `suggestions` (the tools nearest in
+    meaning, gathered from at most SUGGEST_POOL tools): whole-bridge catalogs of about `sizes`
+    tools (at most the pool), asked made-up words no tool has."""
+    import random
+
+    from search_quality import ListedUpstream
+
+    from bridge.catalog import Catalog
+    from bridge.config import SurfaceConfig
+    from bridge.search import SUGGEST_POOL, ToolSearch
+    from bridge.store import Store
+    from bridge.surface import Surface
+
+    letters = random.Random(7)
+    words = [" ".join("".join(letters.choice("bcdfghjklmnpqrstvwxz") + letters.choice("aeiouy") for _ in range(4))
+                      for _ in range(2)) for _ in range(60)]
+    rows = []
+    for size in sizes:
+        listings, left = {}, min(size, SUGGEST_POOL)
+        for namespace, tools in synthetic.listings(size * 2).items():
+            if left > 0:
+                listings[namespace], left = tools[:left], left - len(tools[:left])
+        catalog = Catalog(Store())
+        for namespace, tools in listings.items():
+            catalog.add_upstream(ListedUpstream(namespace, tools))
+            catalog.apply_tools(namespace, tools)
+        search = ToolSearch(catalog, None, semantic="static")
+        surface = Surface(SurfaceConfig(name="default"), catalog)
+        search.flush(None)
+        assert search.semantic is not None
+        search.semantic.flush(None)
+        asked = [q for q in words if not search.search(q, surface=surface).matches]
+        latencies, suggested = [], []
+        for q in asked:
+            t0 = time.perf_counter()
+            result = search.search(q, surface=surface)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            suggested.append(len(result.suggestions or ()))
+        search.close()
+        rows.append({"tools": sum(len(tools) for tools in listings.values()), "queries": len(asked),
+                     "suggested": statistics.mean(suggested) if suggested else 0.0,
+                     "p50_ms": statistics.median(latencies) if latencies else 0.0, "p95_ms": pct(latencies, 0.95) if latencies else 0.0})
+    return rows
+
+
 def whole_search_apart(size: int, workdir: str) -> dict[str, Any]:
     """`whole_search` in a child process: its JSON line."""
     done = subprocess.run([sys.executable, __file__, "--whole-size", str(size), "--workdir", workdir],
@@ -411,6 +457,13 @@ def main() -> None:
             print("".join(f"{c:>14}" for c in cols))
             for size in whole:
                 print(cells(whole_search_apart(size, workdir), cols), flush=True)
+    print()
+    print("Answers no tool matched: the whole bridge asked two made-up words that no tool has, answering no match and "
+          "the tools nearest in meaning as suggestions (docs/search.md, The answer); suggested: their mean number")
+    cols = ["tools", "queries", "suggested", "p50_ms", "p95_ms"]
+    print("".join(f"{c:>14}" for c in cols))
+    for row in no_match_search([500, 2_000], synthetic):
+        print(cells(row, cols), flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

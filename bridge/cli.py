@@ -161,6 +161,11 @@ def _alternatives_note(match: DeferredToolRef) -> str:
     return f" (+{count} {'alternative' if count == 1 else 'alternatives'})" if count else ""
 
 
+def _match_rows(matches: list[DeferredToolRef]) -> list[list[str]]:
+    return [[f"{m.score:.3f}" if m.score is not None else "", m.name + _alternatives_note(m),
+             (m.search_hint or m.description or "")[:70]] for m in matches]
+
+
 async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
     if _unknown_surface("search", args.surface, config):
         return 2
@@ -172,14 +177,14 @@ async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
         if args.json:
             _print_json(result.to_json())
         else:
-            rows = [[f"{m.score:.3f}" if m.score is not None else "", m.name + _alternatives_note(m),
-                     (m.search_hint or m.description or "")[:70]] for m in result.matches]
-            if rows:
-                print(_table(rows, ["SCORE", "NAME", "HINT"]))
+            if result.matches:
+                print(_table(_match_rows(result.matches), ["SCORE", "NAME", "HINT"]))
             if result.missing_names:
                 print("missing: " + ", ".join(result.missing_names))
             if result.hint:
                 print(result.hint)
+            if result.suggestions:
+                print(_table(_match_rows(result.suggestions), ["COSINE", "SUGGESTION", "HINT"]))
         return 0
     finally:
         await bridge.close()

@@ -432,6 +432,8 @@ class ToolSearchResult(_Record):
     missing_names: list[str] = Field(default_factory=list)
     next_action: str = "load_schema_then_call"
     hint: str | None = None
+    # a free-text search no tool matched: the tools nearest to it in meaning (bridge.search)
+    suggestions: list[DeferredToolRef] | None = None
 
 
 UpstreamState = Literal["connecting", "ready", "degraded", "unavailable", "failed", "disabled"]

@@ -86,6 +86,16 @@ OWN_KEPT = 4096
 # A tool among the first LOOKUP_PLACES matches brings the lookups its API offers for what it
 # needs (`_lookups`), placed right after it.
 LOOKUP_PLACES = 3
+# A free-text search that no tool matches by its words answers, beside its empty `matches`, the
+# SUGGESTIONS tools nearest to it in meaning (`_suggestions`, by the static table's cosine) among
+# the tools it could have matched, when those are at most SUGGEST_POOL (gathering them and their
+# vectors costs about 3.5 µs a tool: 7 ms for 2,000; a larger catalog has words for almost any
+# request), and with a cosine of at least SUGGEST_COSINE: over the demo's and the development
+# set's tools, requests for no tool reach cosines as high as requests a tool answers (0.4-0.6),
+# so the floor only drops the nearest of unrelated words (docs/search.md, The answer).
+SUGGESTIONS = 3
+SUGGEST_POOL = 2_000
+SUGGEST_COSINE = 0.25
 _PARAM_DEPTH = 2
 _MAX_ENUM = 20
 
@@ -349,13 +359,47 @@ class ToolSearch:
         if not matches:
             result.next_action = "refine_query"
             used = [k for k, v in filters.items() if v is not None and v != []]
+            suggested = self._suggestions(analyzed, surface, filters, min(limit, SUGGESTIONS), fold) if analyzed is not None else []
+            if suggested:
+                result.suggestions = [self._ref(decl, surface, score, include_schema, alternatives)
+                                      for decl, score, alternatives in suggested]
             result.hint = (
                 "no tool matched" + (f" with the filters {', '.join(used)}" if used else "")
+                + ("; suggestions lists the tools nearest in meaning, which share none of the query's words "
+                   "(check that one does what is asked before calling it)" if suggested else "")
                 + "; try other or fewer words" + (", fewer filters" if used else "")
                 + ", or select:<name> for a tool whose name you know"
                 + (f"; still connecting: {', '.join(pending)}" if pending else "")
             )
         return result
+
+    def _suggestions(self, analyzed: AnalyzedQuery, surface: Surface, filters: dict[str, Any], limit: int,
+                     fold: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
+        """For a free-text search no tool matched: the `limit` tools nearest to the request in
+        meaning (the static table's cosine, at least SUGGEST_COSINE), best first, among the
+        visible tools passing the filters, with their alternatives folded as in a ranking. None
+        when more than SUGGEST_POOL tools pass them, or without the static table (`semantic: off`
+        or `model`)."""
+        stage = next((stage for stage in self._stages if stage.encoder.cheap), None)
+        if stage is None:
+            return []
+        counts = surface.counts()
+        if counts["loaded"] + counts["deferred"] > SUGGEST_POOL and not any(v is not None and v != [] for v in filters.values()):
+            return []  # known too many without asking the index
+        hits = self.index.search(self.index.query(None, weights=self.field_weights, **filters), limit=SUGGEST_POOL + 1)
+        if len(hits) > SUGGEST_POOL:
+            return []
+        decls = [decl for tool_id, _ in hits
+                 if (decl := self.catalog.get(tool_id)) is not None and self._passes(decl, filters) and surface.visible(decl)]
+        tools = stage.vectors(decls) if decls else None
+        if tools is None:
+            return []
+        cosine = tools @ stage.query_vector(analyzed.text)
+        order = [i for i in np.argsort(-cosine, kind="stable") if cosine[i] >= SUGGEST_COSINE]
+        ranked = [(decls[i], float(cosine[i])) for i in order]
+        if not fold:
+            return [(decl, score, []) for decl, score in ranked[:limit]]
+        return self._fold(ranked, tools[order], stage.encoder.same_tool_cosine)[:limit]
 
     def _select(self, query: str, surface: Surface, include_schema: bool, total_deferred: int,
                 pending: list[str]) -> ToolSearchResult:

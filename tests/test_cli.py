@@ -154,3 +154,11 @@ def test_search_without_a_match_prints_the_hint_alone(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == [
         "the query has no word to search for; give keywords, select:<name> for a tool whose name you know, "
         "or leave the query out and filter"]
+
+
+def test_search_without_a_match_prints_the_suggestions_after_the_hint(tmp_path, capsys):
+    cfg = config(tmp_path, "search: {semantic: static}\n")
+    assert main(["search", "give back the string I send", "-c", cfg]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("no tool matched; suggestions lists")
+    assert lines[1].split() == ["COSINE", "SUGGESTION", "HINT"] and lines[2].split()[1] == "svc__echo"

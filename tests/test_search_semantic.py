@@ -12,6 +12,7 @@ import socket
 import threading
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -28,6 +29,7 @@ from bridge.search_static import STATIC_TABLE, StaticEncoder, load_static
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.fakes import FakeUpstream, tool
+from tests.test_search import DEFERRED_SCHEMA
 
 
 class WordsEncoder(Encoder):
@@ -563,6 +565,66 @@ async def test_static_stage_reranks_by_meaning_at_once(tmp_path):
         unknown = ranked[0][0].model_copy(update={"tool_id": "never-submitted"})
         order = stage.rerank("erase a folder", [*ranked, (unknown, 1.0)])
         assert order is not None and order[0][0].native_name == "delete_folder"
+    finally:
+        search.close()
+        keyword.close()
+        await catalog.close()
+
+
+async def test_a_search_no_tool_matches_suggests_the_tools_nearest_in_meaning(monkeypatch):
+    """A request sharing no word with any tool gets no match, and the tools nearest to it in
+    meaning as `suggestions`: only tools the surface shows and the filters pass, alternatives
+    folded as in a ranking, none above the floor's cosine or in too large a pool, and none
+    without the static table."""
+    import bridge.search as search_module
+
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="a", tools=[
+        tool("get_weather", description="Current weather for a city."),
+        tool("send_mail", description="Send an email message."),
+        tool("read_file", description="Read a text file from disk."),
+    ]))
+    catalog.add_upstream(FakeUpstream(name="b", tools=[tool("get_weather", description="The weather in a city now.")]))
+    catalog.add_upstream(FakeUpstream(name="c", tools=[tool("weather_report", description="Weather report for a region.")]))
+    await catalog.start()
+    surface = Surface(SurfaceConfig(name="s", block=["c__*"]), catalog)
+    search = ToolSearch(catalog, semantic="static")
+    keyword = ToolSearch(catalog, semantic="off")
+    query = "will it rain in Paris tomorrow"
+    try:
+        assert await search.wait_indexed() and await keyword.wait_indexed()
+        result = search.search(query, surface=surface)
+        assert result.matches == [] and result.next_action == "refine_query"
+        assert "suggestions" in result.hint and "select:" in result.hint
+        assert result.suggestions is not None
+        first = result.suggestions[0]
+        assert first.name in ("a__get_weather", "b__get_weather")
+        assert [c["name"] for c in first.alternatives] == [{"a__get_weather": "b__get_weather"}.get(first.name, "a__get_weather")]
+        assert all(0.25 <= s.score <= 1 for s in result.suggestions)
+        assert result.suggestions == sorted(result.suggestions, key=lambda s: -s.score)
+        assert "c__weather_report" not in {s.name for s in result.suggestions}  # blocked
+        for ref in result.suggestions:
+            jsonschema.validate(ref.to_json(), DEFERRED_SCHEMA)
+        assert "suggestions" in result.to_json()
+        one = search.search(query, surface=surface, limit=1, namespace="b")
+        assert [s.name for s in one.suggestions] == ["b__get_weather"] and "filters namespace" in one.hint
+        unfolded = search.search(query, surface=surface, fold_alternatives=False)
+        assert {s.name for s in unfolded.suggestions[:2]} == {"a__get_weather", "b__get_weather"}
+        # a search something matched, and a select:, suggest nothing
+        assert search.search("weather", surface=surface).suggestions is None
+        assert search.search("select:nope", surface=surface).suggestions is None
+        # without the static table, over too many tools, or below the floor: no suggestion
+        off = keyword.search(query, surface=surface)
+        assert off.suggestions is None and "suggestions" not in off.hint and "suggestions" not in off.to_json()
+        monkeypatch.setattr(search_module, "SUGGEST_POOL", 3)
+        assert search.search(query, surface=surface).suggestions is None
+        assert search.search(query, surface=surface, namespace="a").suggestions is not None
+        monkeypatch.setattr(search_module, "SUGGEST_POOL", 2_000)
+        monkeypatch.setattr(search_module, "SUGGEST_COSINE", -1.0)  # at most SUGGESTIONS, and at most the limit
+        assert len(search.search(query, surface=surface).suggestions) == 3
+        assert len(search.search(query, surface=surface, limit=2).suggestions) == 2
+        monkeypatch.setattr(search_module, "SUGGEST_COSINE", 0.99)
+        assert search.search(query, surface=surface).suggestions is None
     finally:
         search.close()
         keyword.close()

@@ -311,7 +311,8 @@ class MCPFrontend:
             if self.notifier.load(state, deferred):
                 state.fingerprint = listing_for(surface, state).fingerprint
                 await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
-        native_names = {d.tool_id: d.native_name for d in found if d is not None}
+        suggested = [catalog.get(ref.tool_id) for ref in result.suggestions or ()]
+        native_names = {d.tool_id: d.native_name for d in (*found, *suggested) if d is not None}
         payload = search_payload(result, by_name=state is not None, native_names=native_names)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],

@@ -12,7 +12,7 @@ import jsonschema
 import mcp.types as types
 
 from bridge.invoke import invalid_arguments, schema_errors
-from bridge.model import BridgeError, ToolSearchResult
+from bridge.model import BridgeError, DeferredToolRef, ToolSearchResult
 from bridge.search_rank import MAX_QUERY_CHARS
 from bridge.translate.mcp import CALL_TOOL, SEARCH_TOOLS
 
@@ -50,26 +50,30 @@ _SEARCH_INPUT: dict[str, Any] = {
     "required": ["query"],
     "additionalProperties": False,
 }
+_SEARCH_MATCHES: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "native_name": {"type": "string"},
+            "description": {"type": "string"},
+            "input_schema": {"type": "object"},
+            "loading_state": {"type": "string"},
+        },
+        "required": ["name", "input_schema"],
+    },
+}
 _SEARCH_OUTPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "query": {"type": "string"},
-        "matches": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string"},
-                    "native_name": {"type": "string"},
-                    "description": {"type": "string"},
-                    "input_schema": {"type": "object"},
-                    "loading_state": {"type": "string"},
-                },
-                "required": ["name", "input_schema"],
-            },
-        },
+        "matches": _SEARCH_MATCHES,
         "how_to_call": {"type": "string"},
         "total_deferred_tools": {"type": "integer"},
+        "suggestions": {**_SEARCH_MATCHES, "description": "When nothing matched: the tools nearest in meaning, "
+                        "which share none of the query's words; check one fits before calling it."},
+        "hint": {"type": "string"},
     },
     "required": ["query", "matches", "how_to_call"],
 }
@@ -166,29 +170,11 @@ def search_payload(result: ToolSearchResult, *, by_name: bool, native_names: Map
     """The structured answer of `search_tools`. `by_name` says the matches were added to the
     caller's tool list (handshake-era sessions); `native_names` gives, by tool id, each match's
     name at its upstream (the MCP tool name, operationId, skill id, command or federated name)."""
-    matches = []
-    for ref in result.matches:
-        match: dict[str, Any] = {
-            "name": ref.name,
-            "description": short_description(ref.description or ref.search_hint),
-            "input_schema": ref.input_schema or {"type": "object", "properties": {}},
-            "loading_state": ref.loading_state,
-        }
-        if ref.namespace:
-            match["namespace"] = ref.namespace
-        if native_names and native_names.get(ref.tool_id):  # the tool's own name at its upstream
-            match["native_name"] = native_names[ref.tool_id]
-        if ref.score is not None:
-            match["score"] = ref.score
-        if ref.reason:
-            match["reason"] = ref.reason
-        if ref.alternatives:  # other upstreams' tools of this name and meaning, callable through call_tool
-            match["alternatives"] = [c["name"] for c in ref.alternatives]
-            if ref.alternatives_total:
-                match["alternatives_total"] = ref.alternatives_total
-        matches.append(match)
-    if by_name:
+    matches = [_search_match(ref, native_names) for ref in result.matches]
+    if by_name and matches:
         how = "The matches are now in your tool list: call them by name (or through call_tool)."
+    elif result.suggestions and not matches:
+        how = 'Call a suggestion that does what is asked through call_tool with {"name": <its name>, "arguments": {...}}.'
     else:
         how = 'Call a match through call_tool with {"name": <match name>, "arguments": {...}}.'
     payload: dict[str, Any] = {
@@ -201,6 +187,31 @@ def search_payload(result: ToolSearchResult, *, by_name: bool, native_names: Map
         payload["missing_names"] = result.missing_names
     if result.pending_providers:
         payload["pending_providers"] = result.pending_providers
+    if result.suggestions:  # no match: the tools nearest in meaning, called through call_tool
+        payload["suggestions"] = [_search_match(ref, native_names) for ref in result.suggestions]
     if result.hint:
         payload["hint"] = result.hint
     return payload
+
+
+def _search_match(ref: DeferredToolRef, native_names: Mapping[str, str] | None) -> dict[str, Any]:
+    """One match (or suggestion) of `search_payload`."""
+    match: dict[str, Any] = {
+        "name": ref.name,
+        "description": short_description(ref.description or ref.search_hint),
+        "input_schema": ref.input_schema or {"type": "object", "properties": {}},
+        "loading_state": ref.loading_state,
+    }
+    if ref.namespace:
+        match["namespace"] = ref.namespace
+    if native_names and native_names.get(ref.tool_id):  # the tool's own name at its upstream
+        match["native_name"] = native_names[ref.tool_id]
+    if ref.score is not None:
+        match["score"] = ref.score
+    if ref.reason:
+        match["reason"] = ref.reason
+    if ref.alternatives:  # other upstreams' tools of this name and meaning, callable through call_tool
+        match["alternatives"] = [c["name"] for c in ref.alternatives]
+        if ref.alternatives_total:
+            match["alternatives_total"] = ref.alternatives_total
+    return match

@@ -132,6 +132,9 @@ def _schemas() -> dict[str, Any]:
                 "alternatives_total": {"type": "integer", "description": "how many alternatives, when more than `alternatives` names"}})},
             "total_deferred_tools": INT, "pending_providers": NAME_LIST, "missing_names": NAME_LIST,
             "next_action": STR, "hint": STR,
+            "suggestions": {"type": "array", "description": "when no tool matched a free-text query: the tools nearest to "
+                            "it in meaning, which share none of its words", "items": _obj(["tool_id", "name"], {
+                                "tool_id": STR, "name": STR, "score": {"type": "number", "description": "cosine of query and tool"}})},
         }),
         "ToolSurface": _obj(["schema_version", "surface_id", "scope"], {
             "schema_version": STR, "surface_id": STR, "scope": STR, "loaded_tools": NAME_LIST,

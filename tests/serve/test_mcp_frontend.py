@@ -143,6 +143,24 @@ async def test_search_names_the_alternatives_other_upstreams_list():
         assert not any("alternatives" in m for m in found["matches"])
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_search_nothing_matched_suggests_tools_callable_through_call_tool(era):
+    async with served_bridge({"search": {"semantic": "static"}, **SURFACE}, [upstream()]) as srv, \
+            http_client(srv.url, era) as client:
+        await srv.bridge.search.wait_indexed()
+        found = await client.search("will it rain in Paris tomorrow")  # the SDK checks it against the output schema
+        assert found["matches"] == [] and "suggestions" in found["hint"]
+        suggested = [s["name"] for s in found["suggestions"]]
+        assert suggested[0] == "svc__weather" and "svc__wipe" not in suggested  # a blocked tool is never suggested
+        first = found["suggestions"][0]
+        assert first["input_schema"]["required"] == ["city"] and first["native_name"] == "weather"
+        assert "call_tool" in found["how_to_call"] and "suggestion" in found["how_to_call"]
+        if era == HANDSHAKE:  # a suggestion is not added to the tool list
+            assert "svc__weather" not in await client.names()
+        result = await client.call("call_tool", {"name": "svc__weather", "arguments": {"city": "Paris"}})
+        assert not result.is_error
+
+
 async def test_handshake_search_loads_matches_and_sends_list_changed():
     up = upstream()
     async with served_bridge(SURFACE, [up]) as srv, http_client(srv.url, HANDSHAKE) as client:

@@ -43,6 +43,15 @@ async def test_search_keyword_select_and_filters():
         assert [m["name"] for m in body["matches"]] == ["docs__search_documents"]
 
 
+async def test_search_nothing_matched_answers_suggestions_by_meaning():
+    async with serving(catalog(), config=config_with(search={"semantic": "static"})) as served:
+        status, body, _ = await served.get("/search", q="erase that memo")
+        assert status == 200 and body["matches"] == [] and body["next_action"] == "refine_query"
+        assert [s["name"] for s in body["suggestions"]] == ["docs__delete_document"] and "suggestions" in body["hint"]
+        _, body, _ = await served.get("/search", q="documents")
+        assert "suggestions" not in body
+
+
 async def test_search_refuses_unknown_repeated_and_malformed_parameters():
     from bridge.search_rank import MAX_QUERY_CHARS
 
