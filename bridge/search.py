@@ -359,7 +359,8 @@ class ToolSearch:
         if not matches:
             result.next_action = "refine_query"
             used = [k for k, v in filters.items() if v is not None and v != []]
-            suggested = self._suggestions(analyzed, surface, filters, min(limit, SUGGESTIONS), fold) if analyzed is not None else []
+            suggested = (self._suggestions(analyzed, surface, filters, bool(used), min(limit, SUGGESTIONS), fold)
+                         if analyzed is not None else [])
             if suggested:
                 result.suggestions = [self._ref(decl, surface, score, include_schema, alternatives)
                                       for decl, score, alternatives in suggested]
@@ -373,18 +374,18 @@ class ToolSearch:
             )
         return result
 
-    def _suggestions(self, analyzed: AnalyzedQuery, surface: Surface, filters: dict[str, Any], limit: int,
-                     fold: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
+    def _suggestions(self, analyzed: AnalyzedQuery, surface: Surface, filters: dict[str, Any], filtered: bool,
+                     limit: int, fold: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
         """For a free-text search no tool matched: the `limit` tools nearest to the request in
         meaning (the static table's cosine, at least SUGGEST_COSINE), best first, among the
-        visible tools passing the filters, with their alternatives folded as in a ranking. None
-        when more than SUGGEST_POOL tools pass them, or without the static table (`semantic: off`
-        or `model`)."""
+        visible tools passing the filters (`filtered`: some are set), with their alternatives
+        folded as in a ranking. None when more than SUGGEST_POOL tools pass them, or without the
+        static table (`semantic: off` or `model`)."""
         stage = next((stage for stage in self._stages if stage.encoder.cheap), None)
         if stage is None:
             return []
         counts = surface.counts()
-        if counts["loaded"] + counts["deferred"] > SUGGEST_POOL and not any(v is not None and v != [] for v in filters.values()):
+        if counts["loaded"] + counts["deferred"] > SUGGEST_POOL and not filtered:
             return []  # known too many without asking the index
         hits = self.index.search(self.index.query(None, weights=self.field_weights, **filters), limit=SUGGEST_POOL + 1)
         if len(hits) > SUGGEST_POOL:
