@@ -37,6 +37,7 @@ from bridge.search_rank import (
     query_parts,
     related_words,
     searched_description,
+    spelled_words,
     unsaid,
 )
 from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES
@@ -191,6 +192,7 @@ class ToolSearch:
         self.index = ToolIndex(path, convert=self._indexed, foreground=self.foreground)
         self.field_weights = field_weights
         related_words()  # the query expansion's table (20 ms), read now rather than by the first search
+        spelled_words()  # the words never read as typing errors (20 ms), likewise
         kind = ("auto" if semantic else "off") if isinstance(semantic, bool) else semantic
         path = self.path = self.index.path  # None when another process holds the on-disk index
         self.semantic = SemanticStage.open(path, kind, after=self._index_first)
@@ -359,13 +361,17 @@ class ToolSearch:
         if not matches:
             result.next_action = "refine_query"
             used = [k for k, v in filters.items() if v is not None and v != []]
+            # a query of filler alone asks for nothing: no tool is nearer to it than another
             suggested = (self._suggestions(analyzed, surface, filters, bool(used), min(limit, SUGGESTIONS), fold)
-                         if analyzed is not None else [])
+                         if analyzed is not None and not analyzed.filler else [])
             if suggested:
                 result.suggestions = [self._ref(decl, surface, score, include_schema, alternatives)
                                       for decl, score, alternatives in suggested]
             result.hint = (
                 "no tool matched" + (f" with the filters {', '.join(used)}" if used else "")
+                + ("; the query has only words that say nothing of a task (such as ok, please or that), "
+                   "matched against whole tool names alone: say what the tool should do"
+                   if analyzed is not None and analyzed.filler else "")
                 + ("; suggestions lists the tools nearest in meaning, which share none of the query's words "
                    "(check that one does what is asked before calling it)" if suggested else "")
                 + "; try other or fewer words" + (", fewer filters" if used else "")

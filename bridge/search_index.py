@@ -110,7 +110,8 @@ MIN_QUERY_TERMS = 3
 # long (as stemmed), that no tool has is taken for a typing error: it matches the words one edit
 # away (a letter added, dropped or changed, or two swapped: `califronia`, `restuarant`), at
 # FUZZY_WEIGHT of a word as written; at most FUZZY_MAX_WORDS such words, the longest. A word some
-# tool has is never widened. Each widened word walks the index's whole word list: widening every
+# tool has is never widened, nor one the language knows (search_rank.spelled_words: *monkey*
+# found `convert_currency` by *money*). Each widened word walks the index's whole word list: widening every
 # query's unknown words cost 1 ms at p95 over a million tools, and in a longer request they are
 # mostly names and values (`philadelphia`, `15th`) while its other words find its tools. On the
 # development set this changed no ranking.
@@ -966,7 +967,8 @@ class ToolIndex:
                 freq = {t: searcher.doc_freq("all", t) for t in terms}
             if informative:
                 terms = self._informative(terms, freq, searcher.num_docs)
-            unknown = [t for t in terms if short and not freq[t] and len(t) >= FUZZY_MIN_CHARS and t.isalpha()]
+            unknown = [t for t in terms if short and not freq[t] and len(t) >= FUZZY_MIN_CHARS and t.isalpha()
+                       and t not in analyzed.spelled]
             typos = set(sorted(unknown, key=len, reverse=True)[:FUZZY_MAX_WORDS])
             common = max(COMMON_SHARE * searcher.num_docs, COMMON_MIN_DOCS) if informative else math.inf
             if analyzed.related:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +16,7 @@ import numpy as np
 import tantivy
 
 from bridge.model import ToolDeclaration
+from bridge.search_static import STATIC_TABLE
 
 __all__ = [
     "ANALYZER_NAME",
@@ -36,6 +37,7 @@ __all__ = [
     "name_tokens",
     "searched_description",
     "split_identifiers",
+    "spelled_words",
     "cjk_pairs",
 ]
 
@@ -172,6 +174,23 @@ def related_words() -> dict[str, tuple[str, ...]]:
     return {str(word): tuple(str(r) for r in row if r) for word, row in zip(words.tolist(), related.tolist(), strict=True)}
 
 
+@lru_cache(maxsize=1)
+def spelled_words() -> frozenset[str]:
+    """The whole words of the static table's vocabulary (BERT's uncased WordPiece: 24,694 words
+    of English text, names and numbers, lower case): a query word among them is taken as
+    written, never as a typing error (`AnalyzedQuery.spelled`). *monkey* is a word, not a
+    misspelt *money*; *califronia* is not. Empty, with a warning, when the shipped table cannot
+    be read (every unknown word may then be a typing error, as before)."""
+    try:
+        with np.load(STATIC_TABLE, allow_pickle=False) as data:
+            vocab = data["vocab"].tolist()
+    except (OSError, KeyError, ValueError) as exc:
+        log.warning("the vocabulary of typing errors cannot be read from %s (%s); every unknown word may be one",
+                    STATIC_TABLE, exc)
+        return frozenset()
+    return frozenset(str(token) for token in vocab if not token.startswith(("##", "[")))
+
+
 # A capitalised word other than a sentence's first is a name (*Washington*, *Santa Barbara*): its
 # nearest words are other names, not other ways to say it.
 _CAPITALISED = re.compile(r"(^|[.!?\n])?\s*\b([A-Z][a-z]+)\b")  # group 1: what opens a sentence
@@ -253,6 +272,10 @@ class AnalyzedQuery:
     # two adjacent content words written as one (*zip code*: `zipcod`), as terms: the index
     # matches those the catalog uses
     joined: tuple[str, ...] = ()
+    # the terms of words the language knows (`spelled_words`): never read as typing errors
+    spelled: frozenset[str] = frozenset()
+    # the query is filler alone (*ok thanks*): `identifiers` are the names it may mean (`filler_names`)
+    filler: bool = False
 
     @property
     def empty(self) -> bool:
@@ -265,11 +288,29 @@ def _query_words(text: str) -> list[str]:
     return _word_analyzer().analyze(cjk_pairs(split_identifiers(text)))
 
 
+# A query of filler alone (*ok thanks*, *yes please do that*) asks for nothing a description
+# says: its words are in most descriptions and parameters, and matched there they answered a tool
+# at random (*ok* found the tool with a parameter `missing_ok`). It is matched against whole names
+# only: a run of up to FILLER_NAME_WORDS of its first FILLER_NAME_READ words, written as one name
+# (`who`, `who_is`, `whoIs`, `who-is`), as a query word written like a tool name is.
+FILLER_NAME_WORDS = 3
+FILLER_NAME_READ = 8
+_NAME_JOINS = ("", "_", "-")
+
+
+def filler_names(words: Sequence[str]) -> list[str]:
+    """The whole names a query of filler alone may mean (`FILLER_NAME_WORDS`), lower case."""
+    words = words[:FILLER_NAME_READ]
+    runs = (words[i:i + n] for n in range(1, FILLER_NAME_WORDS + 1) for i in range(len(words) - n + 1))
+    return list(dict.fromkeys(join.join(run) for run in runs for join in (_NAME_JOINS if len(run) > 1 else ("",))))
+
+
 def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     """Stem the query's words and set aside conversational filler and pure numbers (argument
-    values, not subjects), both kept when nothing else is left ("404"); repeated words count
-    once. A very long query (a whole conversation) is read by its first MAX_QUERY_CHARS
-    characters and keeps its first `max_terms` distinct words (the index then matches by the
+    values, not subjects); numbers are kept when nothing else is left ("404"), and a query of
+    filler alone is matched against whole names only (`filler_names`); repeated words count
+    once. A content word the language knows (`spelled_words`) is never read as a typing error.
+    A very long query (a whole conversation) is read by its first MAX_QUERY_CHARS characters and keeps its first `max_terms` distinct words (the index then matches by the
     rarest of them). A query of at most RELATED_MAX_TERMS content words also gets the related
     words of each (`related_words`), but for names (`_names`), and each two adjacent content words
     written as one (`joined`: *zip code* as *zipcode*). A query naming a file (`report.md`,
@@ -278,7 +319,9 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     text = text[:MAX_QUERY_CHARS]
     filler, bases = _filler_forms()
     content: dict[str, float] = {}
-    fill: dict[str, float] = {}
+    fill: dict[str, float] = {}  # numbers and single characters other than filler
+    tone: list[str] = []  # the filler words, as written
+    known, spelled = spelled_words(), set()
     words: dict[str, str] = {}  # content word as written -> its term
     joined: dict[str, None] = {}
     before = ""  # the content word just before, as written ("" after filler or a number)
@@ -288,6 +331,8 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     for word in _query_words(text):
         stems = term_stems(word)
         content_word = not all(set_aside(word, term) for term in stems)
+        if content_word and word in known:
+            spelled.update(stems)
         # a pair of CJK characters is no word of its own, to be written as one with the next
         joinable = content_word and (word.isascii() or not _CJK_RUN.match(word))
         if before and joinable and len(content) <= RELATED_MAX_TERMS:
@@ -297,7 +342,10 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
             if term in content:
                 continue
             if set_aside(word, term):
-                fill[term] = 1.0
+                if word not in filler and term not in bases:
+                    fill[term] = 1.0
+                elif not tone or tone[-1] != word:
+                    tone.append(word)
             elif len(content) < max_terms:
                 content[term] = 1.0  # also written as filler elsewhere in the query: it counts
                 fill.pop(term, None)
@@ -320,8 +368,12 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
         for term in term_stems("file"):
             content[term] = 1.0
     joined_terms = tuple(t for t in joined if t not in content) if content and len(content) <= RELATED_MAX_TERMS else ()
-    return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifier_words(text), related=related,
-                         joined=joined_terms)
+    identifiers = identifier_words(text)
+    filler_only = not content and not fill and bool(tone)
+    if filler_only:
+        identifiers += [name for name in filler_names(tone) if name not in identifiers]
+    return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifiers, related=related,
+                         joined=joined_terms, spelled=frozenset(spelled & content.keys()), filler=filler_only)
 
 
 # A request asking for several things ("Find the airport closest to Boston. Also book me a flight

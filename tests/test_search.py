@@ -16,7 +16,7 @@ from bridge.catalog import Catalog
 from bridge.config import Rule, SurfaceConfig
 from bridge.model import InputContract, ToolDeclaration
 from bridge.search import LOOKUP_PLACES, ToolSearch, cover_order, derive_search_hint, name_tokens
-from bridge.search_rank import analyze_query, cjk_pairs, meaning_text, name_words, query_parts
+from bridge.search_rank import analyze_query, cjk_pairs, meaning_text, name_words, query_parts, spelled_words
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.conftest import ROOT
@@ -115,8 +115,34 @@ async def test_camel_snake_and_path_names_match_their_words(env):
 
 async def test_conversational_filler_does_not_decide(env):
     assert env.names("could you please help me, I would like to read the text of a file")[0] == "api__files_read-text"
-    # a query of filler only still matches by it rather than answering nothing
-    assert analyze_query("who is it").terms
+
+
+async def test_a_query_of_filler_alone_matches_whole_names_only():
+    env = await start_env([FakeUpstream(name="ops", tools=[
+        tool("who_is", description="Look up who owns a domain name."),
+        tool("more", description="Show a file one page at a time."),
+        tool("purge_cache", description="Purge the cache; do that when it is stale.",
+             props={"missing_ok": {"type": "boolean", "description": "Do not fail when there is no cache: ok."}}),
+        tool("http_status", description="Explain an HTTP status code such as 404."),
+    ])], semantic="static")
+    try:
+        # its words are in descriptions and parameters (`missing_ok`, *do that*): no tool is meant
+        for query in ("ok thanks", "yes please do that", "OK, thank you!"):
+            result = env.search.search(query, surface=env.surface)
+            assert result.matches == [] and not result.suggestions, query
+            assert "say nothing of a task" in result.hint and result.next_action == "refine_query"
+        # ... but a tool named by it is found, whole names as written in any style
+        assert env.names("who is") == ["ops__who_is"]
+        assert env.names("Who is?") == ["ops__who_is"]
+        assert env.names("more please") == ["ops__more"]
+        # numbers are still searched when nothing else is left; filler beside them is not
+        assert env.names("404") == ["ops__http_status"]
+        assert env.names("is it 404") == ["ops__http_status"]
+        # with a content word, filler is set aside as ever
+        assert env.names("purge ok")[0] == "ops__purge_cache"
+        assert not analyze_query("purge ok").filler and analyze_query("who is it").filler
+    finally:
+        await env.close()
 
 
 async def test_a_misspelled_word_finds_the_word_one_edit_away(env):
@@ -129,6 +155,21 @@ async def test_a_misspelled_word_finds_the_word_one_edit_away(env):
     assert env.names("refnd") == []
     assert env.names("refund1") == []
     assert "billing__refund" not in env.names("refnud paymnet customer order today quickly")
+
+
+async def test_a_word_the_language_knows_is_not_read_as_a_typing_error():
+    assert {"monkey", "money", "weather"} <= spelled_words() and "califronia" not in spelled_words()
+    env = await start_env([FakeUpstream(name="fx", tools=[
+        tool("convert_currency", description="Convert an amount of money between currencies.")])])
+    try:
+        # *monkey* is one edit from *money*, but a word of its own: no match
+        assert env.names("purple monkey dishwasher") == []
+        assert analyze_query("purple monkey dishwasher").spelled == {"monkey", "purpl"}
+        # a misspelt word is still widened
+        assert env.names("curency") == ["fx__convert_currency"]
+        assert env.names("monney") == ["fx__convert_currency"]
+    finally:
+        await env.close()
 
 
 def test_cjk_runs_are_read_as_overlapping_pairs_of_characters():
