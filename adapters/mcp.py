@@ -38,7 +38,7 @@ from pydantic import Field, ValidationError, model_validator
 from adapters.mcp_stdio import MAX_LINE, UNREADABLE, StdioChild, redact
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool
 from bridge.translate.mcp import progress_from_mcp, result_from_mcp, tool_from_mcp
-from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
+from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent, off_loop_when
 
 __all__ = ["MCPConfig", "MCPUpstream", "ProtocolMode"]
 
@@ -48,6 +48,11 @@ ProtocolMode = Literal["auto", "legacy", "2026-07-28"]
 _PYTHON_NAMES = ("python", "python3")
 _LISTEN_RETRY = (0.5, 30.0)  # first and longest pause before re-opening a dropped listen stream
 _RELIST_GAP = 1.0  # seconds: change notices re-list at most this often (a burst or a loop costs one listing)
+# A tools/list page of this many tools or more is checked, and a listing of as many converted, on a
+# worker thread: both cost about 80 µs a tool, and done on the event loop, a listing of 20,000 tools
+# held every call the bridge serves for 1.4 s at a time (bench/bench_mcp_upstream.py, listing table).
+# Parsing a page's message is not moved: the parser holds the interpreter throughout, wherever it runs.
+OFF_LOOP_TOOLS = 100
 
 
 def _client_info() -> types.Implementation:
@@ -372,7 +377,7 @@ class MCPUpstream(Upstream):
         for number in range(self.config.max_pages):
             try:
                 raw = await _send_raw(client, types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor)))
-                page, cursor = self._tools_page(raw, number, skipped)
+                page, cursor = await off_loop_when(_entries(raw) >= OFF_LOOP_TOOLS, self._tools_page, raw, number, skipped)
                 # What the session derives from a listing, as the SDK's Client.list_tools has it kept
                 # (the same private call): output schemas to check results against, and on
                 # 2026-07-28 the x-mcp-header maps (dropping tools whose are invalid, as required).
@@ -392,6 +397,9 @@ class MCPUpstream(Upstream):
             for name, why in skipped.items():
                 log.warning("mcp upstream %s: skipped tool %r: %s", self.name, name, why)
         self.skipped_tools = skipped
+        return await off_loop_when(len(tools) >= OFF_LOOP_TOOLS, self._converted, tools)
+
+    def _converted(self, tools: list[types.Tool]) -> list[UpstreamTool]:
         return [
             tool_from_mcp(
                 tool.model_dump(by_alias=True, exclude_none=True, mode="json"),
@@ -606,6 +614,11 @@ async def _send_raw(
     if isinstance(ttl, int | float) and not isinstance(ttl, bool) and ttl < 0:
         raw["ttlMs"] = 0  # the SDK floors a negative cache hint too (2026-07-28 caching SHOULD)
     return raw
+
+
+def _entries(raw: dict[str, Any]) -> int:
+    tools = raw.get("tools")
+    return len(tools) if isinstance(tools, list) else 0
 
 
 def _check_result(method: str, version: str, data: dict[str, Any]) -> None:

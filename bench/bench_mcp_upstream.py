@@ -1,16 +1,24 @@
 """Cost of one proxied MCP call: the demo MCP server's `echo` called through the bridge's whole
 pipeline (resolve, validate, permit, execute on the upstream's session, map, log) against the
 same server called directly with the mcp SDK in the same run, over stdio and over streamable
-HTTP, in both protocol eras. Prints a table."""
+HTTP, in both protocol eras. Prints a table.
+
+A second table: how long a large listing holds the event loop, and with it every call the
+bridge serves. A stdio server (bench/_catalog_mcp_server.py) lists 20,000 tools (the development
+catalog's declarations, renamed) in one page; the adapter lists them while a task measures how
+late the loop wakes it, with the page's checks and the tools' conversion on the event loop and
+on a worker thread (adapters/mcp.py, OFF_LOOP_TOOLS)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import json
 import socket
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -21,11 +29,14 @@ sys.path.insert(0, str(ROOT))
 
 from mcp import Client, StdioServerParameters  # noqa: E402
 
+import adapters.mcp as mcp_adapter  # noqa: E402
 from bridge.config import parse_config  # noqa: E402
-from bridge.runtime import Bridge  # noqa: E402
+from bridge.runtime import Bridge, settle_gc  # noqa: E402
 
 SERVER = [sys.executable, "-m", "demo.mcp_server"]
 ARGS = {"text": "hello from the benchmark"}
+CATALOG = ROOT.parent / "shared" / "data" / "toolsearch" / "catalog.jsonl"
+LISTING_SERVER = ROOT / "bench" / "_catalog_mcp_server.py"
 
 
 def _free_port() -> int:
@@ -136,18 +147,76 @@ async def run(calls: int, warmup: int) -> list[list[str]]:
     return rows
 
 
+async def loop_held(upstream: mcp_adapter.MCPUpstream) -> tuple[int, float, float, float]:
+    """(tools listed, seconds taken, longest hold of the event loop in ms, seconds in holds of
+    over 50 ms) of one listing, measured by a task asking to wake every millisecond."""
+    lags: list[float] = []
+    listing = True
+
+    async def tick() -> None:
+        while listing:
+            started = time.perf_counter()
+            await asyncio.sleep(0.001)
+            lags.append(time.perf_counter() - started)
+
+    ticker = asyncio.create_task(tick())
+    started = time.perf_counter()
+    tools = await upstream.list_tools()
+    taken = time.perf_counter() - started
+    listing = False
+    await ticker
+    return len(tools), taken, 1000 * max(lags), sum(lag for lag in lags if lag > 0.05)
+
+
+async def listing_holds(count: int, repeat: int) -> list[list[str]]:
+    rows = []
+    declarations = [json.loads(line) for line in CATALOG.read_text(encoding="utf-8").splitlines() if line.strip()]
+    with tempfile.TemporaryDirectory(prefix="bench-mcp-listing-") as work:
+        shard = Path(work) / "tools.jsonl"
+        with shard.open("w", encoding="utf-8") as fh:
+            for i in range(count):
+                fh.write(json.dumps({**declarations[i % len(declarations)], "name": f"{declarations[i % len(declarations)]['name']}_{i}"}) + "\n")
+        config = mcp_adapter.MCPConfig(name="big", kind="mcp", command="python", args=[str(LISTING_SERVER), str(shard)],
+                                       protocol="legacy", ping_interval=None)
+        default = mcp_adapter.OFF_LOOP_TOOLS
+        async with mcp_adapter.MCPUpstream(config) as upstream:
+            settle_gc()  # as the bridge has it once started
+            for where, threshold in (("event loop", 10**9), ("worker thread", default)):
+                mcp_adapter.OFF_LOOP_TOOLS = threshold
+                try:
+                    for _ in range(repeat):
+                        listed, taken, longest, held = await loop_held(upstream)
+                        rows.append([where, f"{listed:,}", f"{taken:.2f}", f"{longest:.0f}", f"{held:.2f}"])
+                finally:
+                    mcp_adapter.OFF_LOOP_TOOLS = default
+    return rows
+
+
+def table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=40)
+    parser.add_argument("--listed", type=int, default=20_000, help="tools of the large listing")
+    parser.add_argument("--listings", type=int, default=3, help="listings measured each way")
     opts = parser.parse_args()
     rows = asyncio.run(run(opts.calls, opts.warmup))
-    header = ["transport", "protocol", "path", "p50 ms", "p99 ms", "calls/s", "p50 overhead ms"]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     print(f"MCP upstream call cost: demo server `echo`, {opts.calls} sequential calls per path, paths in turns (after {opts.warmup} warm-up)")
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
+    table(["transport", "protocol", "path", "p50 ms", "p99 ms", "calls/s", "p50 overhead ms"], rows)
+    if not CATALOG.exists():
+        print(f"listing table left out: {CATALOG} not found")
+        return
+    rows = asyncio.run(listing_holds(opts.listed, opts.listings))
+    print(f"A listing of {opts.listed:,} tools in one tools/list page over stdio: how long it holds the event loop "
+          "(and every call the bridge serves)")
+    table(["page checks and conversion on", "tools", "listed in s", "loop held at most ms", "s in holds over 50 ms"], rows)
+    print("what remains held is mostly parsing the page's message (13 MB), which holds the interpreter wherever it runs")
 
 
 if __name__ == "__main__":

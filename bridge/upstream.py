@@ -7,10 +7,11 @@ closes it, without ever knowing which protocol sits behind it.
 from __future__ import annotations
 
 import abc
+import asyncio
 import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -26,9 +27,11 @@ __all__ = [
     "register_kind",
     "upstream_class",
     "known_kinds",
+    "off_loop_when",
 ]
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,48}$"
+T = TypeVar("T")
 
 
 class LaunchConfig(BaseModel):
@@ -222,3 +225,10 @@ def upstream_class(kind: str) -> type[Upstream]:
         target = getattr(importlib.import_module(module_name), attr)
         KINDS[kind] = target
     return target
+
+
+async def off_loop_when(large: bool, func: Callable[..., T], *args: Any) -> T:
+    """`func(*args)`, on a worker thread when `large`: an adapter's work over a whole listing
+    (checking or converting each tool), which on the event loop would hold every call the bridge
+    serves meanwhile. Only for work that reads and changes nothing the event loop does."""
+    return await asyncio.to_thread(func, *args) if large else func(*args)

@@ -6,11 +6,13 @@ reach A's upstreams and come back with the same results and the same error class
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestServer
 
+from adapters.a2t import OFF_LOOP_TOOLS, A2TUpstream
 from bridge.catalog import exposed_name
 from bridge.config import parse_config
 from bridge.model import BridgeError, ToolError, UpstreamResult
@@ -158,3 +160,36 @@ async def check_calls(a: Bridge, b: Bridge, fake: FakeUpstream, dialect: str) ->
         assert pinned.error.error_class == direct.error.error_class == "capability_gap"
         assert "can no longer be served" in pinned.error.message
 
+
+
+async def test_a_large_a2t_listing_is_read_into_tools_off_the_event_loop(monkeypatch):
+    """Bridge B reads a listing of OFF_LOOP_TOOLS records or more on a worker thread (calls keep
+    being served meanwhile), and every tool arrives as from a small one."""
+    ran_on: list[bool] = []
+    original = A2TUpstream._parse_tools
+
+    def record(self: A2TUpstream, raw: list[dict[str, Any]]) -> Any:
+        ran_on.append(threading.current_thread() is threading.main_thread())
+        return original(self, raw)
+
+    monkeypatch.setattr(A2TUpstream, "_parse_tools", record)
+    many = FakeUpstream(FakeConfig(name="many"), tools=[tool(f"op_{i:04d}") for i in range(OFF_LOOP_TOOLS + 5)])
+    a = Bridge(parse_config({"store": {"path": ":memory:"}, "search": {"semantic": "off"}}), extra_upstreams=[many])
+    await a.start()
+    app = build_app(a)
+    try:
+        async with serve_asgi(app) as base:
+            b = Bridge(parse_config({"store": {"path": ":memory:"}, "search": {"semantic": "off"},
+                                     "upstreams": [{"name": "a", "kind": "a2t", "url": base, "dialect": "a2t"}]}))
+            await b.start()
+            try:
+                assert b.catalog.slot("a").health.state == "ready", b.catalog.slot("a").health.reason
+                names = {function_name(d) for d in b.catalog.declarations()}
+                assert names == {f"op_{i:04d}" for i in range(OFF_LOOP_TOOLS + 5)}
+                assert ran_on == [False]
+                assert (await b.invoker.invoke(exposed_name("a", "many__op_0007"), {"text": "x"})).status == "succeeded"
+            finally:
+                await b.close()
+    finally:
+        await close_app(app)
+        await a.close()

@@ -10,12 +10,14 @@ import json
 import logging
 import os
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from adapters.mcp import OFF_LOOP_TOOLS, MCPUpstream
 from bridge.catalog import CatalogChange
 from bridge.config import parse_config
 from bridge.runtime import Bridge
@@ -217,6 +219,38 @@ async def test_invalid_tools_are_skipped_with_a_warning_and_the_others_kept(prot
             await until(lambda: bridge.catalog.resolve("local__late") is not None)
             assert bridge.catalog.slot("local").health.state == "ready"
             assert sum("mcp upstream local: skipped tool 'not_an_object'" in m for m in caplog.messages) == 1
+
+
+@pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
+async def test_a_large_listing_is_checked_and_converted_off_the_event_loop(protocol: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page of OFF_LOOP_TOOLS tools or more is checked, and the listing converted, on a worker
+    thread (the event loop serves calls meanwhile); a small one on the loop. Nothing else differs."""
+    ran_on: dict[tuple[str, str], set[bool]] = {}
+
+    def spy(method: str) -> None:
+        original = getattr(MCPUpstream, method)
+
+        def record(self: MCPUpstream, *args: Any) -> Any:
+            ran_on.setdefault((self.name, method), set()).add(threading.current_thread() is threading.main_thread())
+            return original(self, *args)
+
+        monkeypatch.setattr(MCPUpstream, method, record)
+
+    spy("_tools_page")
+    spy("_converted")
+    filler = OFF_LOOP_TOOLS + 20
+    bridge = make_bridge(stdio("large", "--bad-tools", "--filler", str(filler), "--page-size", "10000", protocol=protocol),
+                         stdio("small", "--bad-tools", "--page-size", "4", protocol=protocol))
+    async with bridge:
+        listed = {up: {d.native_name for d in bridge.catalog.declarations() if d.upstream == up} for up in ("large", "small")}
+        assert listed["large"] == listed["small"] | {f"filler_{i:03d}" for i in range(filler)}
+        skipped = {up: (await bridge.catalog.slot(up).upstream.health())["skipped_tools"] for up in ("large", "small")}
+        for found in skipped.values():  # a tool without a name is labelled by its place in the page
+            assert [found.pop(label) for label in [k for k in found if k.startswith("#")]] == ["name: Field required"]
+        assert skipped["large"] == skipped["small"] and skipped["large"]["not_an_object"].startswith("inputSchema.type")
+        assert (await bridge.invoker.invoke("large__echo", {"text": "hi"})).content[0]["text"] == "hi"
+    assert ran_on[("large", "_tools_page")] == ran_on[("large", "_converted")] == {False}
+    assert ran_on[("small", "_tools_page")] == ran_on[("small", "_converted")] == {True}
 
 
 @pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
