@@ -187,7 +187,8 @@ class A2TUpstream(Upstream):
         return tools
 
     async def _list_ietf(self) -> list[UpstreamTool]:
-        tools = self._parse_signatures(await self._pages(self._tools_url))
+        items = await self._pages(self._tools_url)
+        tools = await off_loop_when(len(items) >= OFF_LOOP_TOOLS, self._parse_signatures, items)
         invoke_urls: dict[str, str] = {}
         out: list[UpstreamTool] = []
         for tool_id, tool in tools.items():

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestServer
 
 from adapters.a2t import OFF_LOOP_TOOLS, A2TUpstream
@@ -162,17 +163,19 @@ async def check_calls(a: Bridge, b: Bridge, fake: FakeUpstream, dialect: str) ->
 
 
 
-async def test_a_large_a2t_listing_is_read_into_tools_off_the_event_loop(monkeypatch):
+@pytest.mark.parametrize("dialect", ["ietf", "a2t"])
+async def test_a_large_a2t_listing_is_read_into_tools_off_the_event_loop(monkeypatch, dialect):
     """Bridge B reads a listing of OFF_LOOP_TOOLS records or more on a worker thread (calls keep
     being served meanwhile), and every tool arrives as from a small one."""
     ran_on: list[bool] = []
-    original = A2TUpstream._parse_tools
+    method = {"ietf": "_parse_signatures", "a2t": "_parse_tools"}[dialect]
+    original = getattr(A2TUpstream, method)
 
-    def record(self: A2TUpstream, raw: list[dict[str, Any]]) -> Any:
+    def record(self: A2TUpstream, raw: list[Any]) -> Any:
         ran_on.append(threading.current_thread() is threading.main_thread())
         return original(self, raw)
 
-    monkeypatch.setattr(A2TUpstream, "_parse_tools", record)
+    monkeypatch.setattr(A2TUpstream, method, record)
     many = FakeUpstream(FakeConfig(name="many"), tools=[tool(f"op_{i:04d}") for i in range(OFF_LOOP_TOOLS + 5)])
     a = Bridge(parse_config({"store": {"path": ":memory:"}, "search": {"semantic": "off"}}), extra_upstreams=[many])
     await a.start()
@@ -180,7 +183,7 @@ async def test_a_large_a2t_listing_is_read_into_tools_off_the_event_loop(monkeyp
     try:
         async with serve_asgi(app) as base:
             b = Bridge(parse_config({"store": {"path": ":memory:"}, "search": {"semantic": "off"},
-                                     "upstreams": [{"name": "a", "kind": "a2t", "url": base, "dialect": "a2t"}]}))
+                                     "upstreams": [{"name": "a", "kind": "a2t", "url": base, "dialect": dialect}]}))
             await b.start()
             try:
                 assert b.catalog.slot("a").health.state == "ready", b.catalog.slot("a").health.reason
