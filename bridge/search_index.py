@@ -111,10 +111,10 @@ MIN_QUERY_TERMS = 3
 # away (a letter added, dropped or changed, or two swapped: `califronia`, `restuarant`), at
 # FUZZY_WEIGHT of a word as written; at most FUZZY_MAX_WORDS such words, the longest. A word some
 # tool has is never widened, nor one the language knows (search_rank.spelled_words: *monkey*
-# found `convert_currency` by *money*). Each widened word walks the index's whole word list: widening every
-# query's unknown words cost 1 ms at p95 over a million tools, and in a longer request they are
-# mostly names and values (`philadelphia`, `15th`) while its other words find its tools. On the
-# development set this changed no ranking.
+# found `convert_currency` by *money*). Each widened word walks the index's whole word list:
+# widening every query's unknown words cost 1 ms at p95 over a million tools, and in a longer
+# request they are mostly names and values (`philadelphia`, `15th`) while its other words find
+# its tools. On the development set neither rule changed a ranking.
 FUZZY_MAX_TERMS = 4
 FUZZY_MIN_CHARS = 6
 FUZZY_WEIGHT = 0.5

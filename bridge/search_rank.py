@@ -310,8 +310,9 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     values, not subjects); numbers are kept when nothing else is left ("404"), and a query of
     filler alone is matched against whole names only (`filler_names`); repeated words count
     once. A content word the language knows (`spelled_words`) is never read as a typing error.
-    A very long query (a whole conversation) is read by its first MAX_QUERY_CHARS characters and keeps its first `max_terms` distinct words (the index then matches by the
-    rarest of them). A query of at most RELATED_MAX_TERMS content words also gets the related
+    A very long query (a whole conversation) is read by its first MAX_QUERY_CHARS characters
+    and keeps its first `max_terms` distinct words (the index then matches by the rarest of
+    them). A query of at most RELATED_MAX_TERMS content words also gets the related
     words of each (`related_words`), but for names (`_names`), and each two adjacent content words
     written as one (`joined`: *zip code* as *zipcode*). A query naming a file (`report.md`,
     `_FILE_NAME`) also gets the word *file*, and the words said only in such names weigh
