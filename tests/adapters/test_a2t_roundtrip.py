@@ -162,7 +162,6 @@ async def check_calls(a: Bridge, b: Bridge, fake: FakeUpstream, dialect: str) ->
         assert "can no longer be served" in pinned.error.message
 
 
-
 @pytest.mark.parametrize("dialect", ["ietf", "a2t"])
 async def test_a_large_a2t_listing_is_read_into_tools_off_the_event_loop(monkeypatch, dialect):
     """Bridge B reads a listing of OFF_LOOP_TOOLS records or more on a worker thread (calls keep
