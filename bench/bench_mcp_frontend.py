@@ -149,8 +149,8 @@ async def run_sessions(url: str, tool: str, sessions: int, calls_each: int) -> t
     return latencies, wall
 
 
-async def bench_calls(calls: int) -> list[list[str]]:
-    work = Path(tempfile.mkdtemp(prefix="bench-mcp-"))
+async def bench_calls(calls: int, work: Path) -> list[list[str]]:
+    work.mkdir()
     up_port, bridge_port = free_port(), free_port()
     config = {
         "server": {"host": "127.0.0.1", "port": bridge_port},
@@ -275,9 +275,9 @@ async def timed(repeat: int, fn: Callable[[int], Awaitable[Any]]) -> list[float]
     return out
 
 
-async def bench_large_catalog(count: int, repeat: int) -> tuple[list[list[str]], list[str]]:
+async def bench_large_catalog(count: int, repeat: int, work: Path) -> tuple[list[list[str]], list[str]]:
+    work.mkdir()
     notes = []
-    work = Path(tempfile.mkdtemp(prefix="bench-mcp-100k-"))
     config = parse_config({
         "store": {"path": str(work / "bridge.db")},
         "surfaces": [{"name": "default", "load": [f"bench__get_primary_{o}" for o in OBJECTS[:20]], "defer": ["*"]}],
@@ -348,18 +348,22 @@ async def main() -> int:
     parser.add_argument("--part", choices=("all", "calls", "catalog"), default="all")
     args = parser.parse_args()
     print(f"MCP frontend benchmark ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})\n")
+    with tempfile.TemporaryDirectory(prefix="bench-mcp-") as work:  # each part's store and index, removed after
+        return await run_parts(args, Path(work))
 
+
+async def run_parts(args: argparse.Namespace, work: Path) -> int:
     if args.part in ("all", "calls"):
         print("tools/call: direct to the MCP upstream vs through the bridge (streamable HTTP, 2025-11-25 sessions)")
         try:
-            call_rows = await bench_calls(args.calls)
+            call_rows = await bench_calls(args.calls, work / "calls")
             print(table(call_rows, ["PATH", "SESSIONS", "CALLS", "CALLS/S", "P50 MS", "P95 MS", "BRIDGE COST"]))
         except Exception as exc:  # noqa: BLE001 - report and go on to the next part
             print(f"skipped: {type(exc).__name__}: {exc}")
         print()
     if args.part in ("all", "catalog"):
         print(f"tools/list and search_tools over MCP with {args.tools:,} deferred tools ({args.repeat} requests each)")
-        rows, notes = await bench_large_catalog(args.tools, args.repeat)
+        rows, notes = await bench_large_catalog(args.tools, args.repeat, work / "catalog")
         print(table(rows, ["REQUEST", "ERA", "TOOLS/MATCHES", "P50 MS", "P95 MS"]))
         for note in notes:
             print(f"  {note}")
