@@ -13,11 +13,8 @@ import argparse
 import asyncio
 import gc
 import resource
-import shutil
 import statistics
-import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,35 +28,13 @@ from bridge.catalog import Catalog  # noqa: E402
 from bridge.invoke import SchemaValidators  # noqa: E402
 from bridge.store import Store  # noqa: E402
 
-CACHE = ROOT / "bench" / ".cache"
-DOCUMENT = CACHE / "api.github.com.json"
-MEMBER = "package/generated/api.github.com.json"
+sys.path.insert(0, str(ROOT / "bench"))
+from _npm import GITHUB_DOCUMENT, GITHUB_MEMBER, GITHUB_PACKAGE, npm_files  # noqa: E402
 
 
 def fetch_document() -> Path | None:
     """The cached description, or a fresh one from `npm pack @octokit/openapi`."""
-    if DOCUMENT.is_file():
-        return DOCUMENT
-    npm = shutil.which("npm")
-    if npm is None:
-        print("SKIP bench_openapi_github: npm is not installed, cannot fetch @octokit/openapi")
-        return None
-    CACHE.mkdir(parents=True, exist_ok=True)
-    try:
-        done = subprocess.run([npm, "pack", "@octokit/openapi", "--pack-destination", str(CACHE), "--silent"],
-                              capture_output=True, text=True, timeout=300, check=True)
-        tarball = CACHE / done.stdout.strip().splitlines()[-1]
-        with tarfile.open(tarball) as archive:
-            source = archive.extractfile(MEMBER)
-            if source is None:
-                raise FileNotFoundError(MEMBER)
-            DOCUMENT.write_bytes(source.read())
-        tarball.unlink(missing_ok=True)
-    except (subprocess.SubprocessError, OSError, KeyError, tarfile.TarError, IndexError) as exc:
-        detail = getattr(exc, "stderr", "") or exc
-        print(f"SKIP bench_openapi_github: cannot download @octokit/openapi ({str(detail).strip()[:200]})")
-        return None
-    return DOCUMENT
+    return GITHUB_DOCUMENT if npm_files(GITHUB_PACKAGE, {GITHUB_MEMBER: GITHUB_DOCUMENT}, "bench_openapi_github") else None
 
 
 def rss_mb() -> float:

