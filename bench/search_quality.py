@@ -386,7 +386,7 @@ class VendorRanker:
 
 
 async def vendor_table(path: Path, semantic: bool) -> str | None:
-    """The vendors' set scored by keywords alone and with the static table (also without the
+    """The vendors' set scored by keywords alone and with the static table (each also without the
     titles' step), over the whole catalog and within each request's vendor; None without the
     documents."""
     documents = vendor_documents()
@@ -394,7 +394,8 @@ async def vendor_table(path: Path, semantic: bool) -> str | None:
         return None
     queries = [{**q, "gold_names": [f"{q['vendor']}:{name}" for name in q["gold_names"]]} for q in load_queries(path)]
     results = []
-    rankings = [("bridge.search, keywords only", {"semantic": "off"}, {})]
+    rankings = [("bridge.search, keywords only", {"semantic": "off"}, {}),
+                ("keywords only, titles not weighed", {"semantic": "off"}, {"title_weight": 0.0})]
     if semantic:
         rankings += [("bridge.search + static table", {"semantic": "static"}, {}),
                      ("static table, titles not weighed", {"semantic": "static"}, {"title_weight": 0.0})]

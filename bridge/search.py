@@ -88,7 +88,7 @@ OWN_KEPT = 4096
 # A tool among the first LOOKUP_PLACES matches brings the lookups its API offers for what it
 # needs (`_lookups`), placed right after it.
 LOOKUP_PLACES = 3
-# An upstream's reranked candidates trade places by their score plus TITLE_WEIGHT times how closely
+# An upstream's candidates trade places by their score plus TITLE_WEIGHT times how closely
 # the request says their title (`_titled`): the Dice coefficient of their content terms, each
 # weighted by its inverse document frequency. Among the many tools of one large API (GitHub's
 # 1,223 operations: *List branches*, *Update a pull request branch*, *List branches for HEAD
@@ -183,7 +183,7 @@ class ToolSearch:
     sibling_weight = SIBLING_WEIGHT  # of the best score of another tool of a candidate's API (`_siblings`)
     own_weight = OWN_WEIGHT  # of the cosine with a tool's own words among its API's candidates (`_own_words`)
     lookup_places = LOOKUP_PLACES  # first matches whose lookups are placed after them (`_lookups`); 0: none
-    title_weight = TITLE_WEIGHT  # of how closely the request says a reranked candidate's title (`_titled`)
+    title_weight = TITLE_WEIGHT  # of how closely the request says a candidate's title (`_titled`)
 
     def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None,
                  semantic: bool | str = False, fold_alternatives: bool = True) -> None:
@@ -198,7 +198,7 @@ class ToolSearch:
         self._places_kept: LRUCache[str, tuple[ToolDeclaration, int, frozenset[str]]] = LRUCache(OWN_KEPT)
         # a match's search hint (`_hint`), for the last OWN_KEPT tools answered
         self._hints_kept: LRUCache[str, tuple[ToolDeclaration, int, str]] = LRUCache(OWN_KEPT)
-        # a tool's title terms (`_titled`), for the last OWN_KEPT tools reranked
+        # a tool's title terms (`_titled`), for the last OWN_KEPT tools ranked
         self._titles_kept: LRUCache[str, tuple[ToolDeclaration, int, frozenset[str]]] = LRUCache(OWN_KEPT)
         # a compaction and the semantic stages step aside for searches (`Foreground`)
         self.foreground = Foreground()
@@ -509,7 +509,7 @@ class ToolSearch:
                    surface: Surface, filters: dict[str, Any],
                    ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None, float | None]:
         """A page of candidates (in the index's order) ranked for the request: reranked by meaning
-        and by their titles (a semantic stage on), raised by another tool of their API, reordered
+        (a semantic stage on) and by their titles, raised by another tool of their API, reordered
         to cover the request's parts, with the lookups of the first. With the candidates' vectors
         in the ranking's order (None when a step dropped them) and the cosine at which two are one
         tool."""
@@ -526,8 +526,9 @@ class ToolSearch:
                     vectors, threshold = tools[order], stage.encoder.same_tool_cosine
                     reranked_by = stage
                     break
-        if self.title_weight and reranked_by is not None and len(ranked) > 1:
-            ranked, vectors = self._titled(analyzed, ranked, vectors)
+        if self.title_weight and len(ranked) > 1:  # keyword scores (no stage reranked them) over the best one
+            scale = 1.0 if reranked_by is not None else max(score for _, score in ranked) or 1.0
+            ranked, vectors = self._titled(analyzed, ranked, vectors, scale)
         if self.sibling_weight and len(ranked) > 1:
             ranked, vectors = self._siblings(ranked, vectors)
         if self.own_weight and reranked_by is not None:
@@ -547,9 +548,10 @@ class ToolSearch:
         return vectors[[i for i, (decl, _) in enumerate(ranked) if decl.tool_id not in placed]]
 
     def _titled(self, analyzed: AnalyzedQuery, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
-                ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
+                scale: float = 1.0) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
         """`ranked` (best first, with its `vectors` rows) with the candidates of each upstream
-        reordered in the places they hold, by their score plus `title_weight` times the Dice
+        reordered in the places they hold, by their score over `scale` (the best keyword score
+        when no semantic stage reranked them, else 1) plus `title_weight` times the Dice
         coefficient of the request's content terms and their title's (`title_terms`), each term
         weighted by its inverse document frequency. Each place keeps its score. Only an upstream's
         own candidates trade places: a vendor whose tools have no titles loses no place to one
@@ -570,7 +572,7 @@ class ToolSearch:
         def raised(i: int) -> float:
             shared = asked & titles[i]
             gain = 2 * sum(weight[t] for t in shared) / (asked_weight + sum(weight[t] for t in titles[i])) if shared else 0.0
-            return ranked[i][1] + self.title_weight * gain
+            return ranked[i][1] / scale + self.title_weight * gain
 
         order = list(range(len(ranked)))
         for places in groups.values():

@@ -715,15 +715,17 @@ def test_title_terms_are_a_short_label_other_than_the_name():
     assert title_terms(decl("plan", "Plans a three-day itinerary for the destination given")) == frozenset()  # a sentence
 
 
-async def test_a_title_tells_the_many_tools_of_one_api_apart():
+@pytest.mark.parametrize("semantic", ["static", "off"])
+async def test_a_title_tells_the_many_tools_of_one_api_apart(semantic):
     """Among 22 operations of GitHub's REST API about branches (their summaries and the first
     sentence of their descriptions, from GitHub's description of its API, MIT licence), the words of *show the protection of the main branch* are
-    in many and the meaning of each is near; the operation whose summary says it comes first."""
+    in many and the meaning of each is near; the operation whose summary says it comes first,
+    with the static table's rerank or by keywords alone."""
     from adapters.openapi import OpenAPIConfig, OpenAPIUpstream
 
     catalog = Catalog(Store())
     catalog.add_upstream(OpenAPIUpstream(OpenAPIConfig(name="github", spec=str(GITHUB_BRANCHES))))
-    search = ToolSearch(catalog, semantic="static")
+    search = ToolSearch(catalog, semantic=semantic)
     try:
         await catalog.start()
         assert await search.wait_indexed()
