@@ -84,7 +84,7 @@ import tantivy  # noqa: E402
 from bridge.catalog import Catalog  # noqa: E402
 from bridge.config import SurfaceConfig  # noqa: E402
 from bridge.model import UpstreamResult, UpstreamTool  # noqa: E402
-from bridge.search import ToolSearch  # noqa: E402
+from bridge.search import TITLE_WEIGHT, ToolSearch  # noqa: E402
 from bridge.search_encoder import model_location  # noqa: E402
 from bridge.store import Store  # noqa: E402
 from bridge.surface import Surface  # noqa: E402
@@ -356,10 +356,10 @@ def vendor_documents() -> dict[str, Path] | None:
 
 class VendorRanker:
     """`bridge.search` over the vendors' documents, each read by the OpenAPI upstream; answers
-    `vendor:operationId`. With `own`, each request searches its vendor's tools alone (the
+    `vendor:operationId`. With `own` set, each request searches its vendor's tools alone (the
     `namespace` filter), as an agent that knows the vendor does."""
 
-    def __init__(self, documents: dict[str, Path], queries: Sequence[dict[str, Any]], own: bool, **search_options: Any) -> None:
+    def __init__(self, documents: dict[str, Path], queries: Sequence[dict[str, Any]], **search_options: Any) -> None:
         from adapters.openapi import OpenAPIConfig, OpenAPIUpstream
 
         self.catalog = Catalog(Store())
@@ -367,7 +367,8 @@ class VendorRanker:
             self.catalog.add_upstream(OpenAPIUpstream(OpenAPIConfig(name=vendor, spec=str(path), validate_spec="off")))
         self.search = ToolSearch(self.catalog, **search_options)
         self.surface = Surface(SurfaceConfig(name="default"), self.catalog)
-        self.vendor_of = {q["query"]: q["vendor"] for q in queries} if own else {}
+        self.vendor_of = {q["query"]: q["vendor"] for q in queries}
+        self.own = False
 
     async def start(self) -> None:
         await self.catalog.start()
@@ -376,7 +377,7 @@ class VendorRanker:
             await asyncio.to_thread(self.search.semantic.flush, 600)
 
     def __call__(self, query: str) -> list[str]:
-        result = self.search.search(query, surface=self.surface, limit=10, namespace=self.vendor_of.get(query))
+        result = self.search.search(query, surface=self.surface, limit=10, namespace=self.vendor_of[query] if self.own else None)
         return [f"{decl.namespace}:{decl.native_name}" for match in result.matches
                 if (decl := self.catalog.get(match.tool_id)) is not None]
 
@@ -394,23 +395,22 @@ async def vendor_table(path: Path, semantic: bool) -> str | None:
         return None
     queries = [{**q, "gold_names": [f"{q['vendor']}:{name}" for name in q["gold_names"]]} for q in load_queries(path)]
     results = []
-    rankings = [("bridge.search, keywords only", {"semantic": "off"}, {}),
-                ("keywords only, titles not weighed", {"semantic": "off"}, {"title_weight": 0.0})]
+    modes = [("off", [("bridge.search, keywords only", TITLE_WEIGHT), ("keywords only, titles not weighed", 0.0)])]
     if semantic:
-        rankings += [("bridge.search + static table", {"semantic": "static"}, {}),
-                     ("static table, titles not weighed", {"semantic": "static"}, {"title_weight": 0.0})]
-    for label, options, attrs in rankings:
-        by_set = {}
-        for name, own in (("vendors", False), ("vendors, own", True)):
-            ranker = VendorRanker(documents, queries, own, **options)
-            for attr, value in attrs.items():
-                setattr(ranker.search, attr, value)
-            try:
-                await ranker.start()
-                by_set[name] = score(ranker, queries)
-            finally:
-                await ranker.close()
-        results.append((label, by_set))
+        modes.append(("static", [("bridge.search + static table", TITLE_WEIGHT), ("static table, titles not weighed", 0.0)]))
+    for kind, rankings in modes:
+        ranker = VendorRanker(documents, queries, semantic=kind)
+        try:
+            await ranker.start()
+            for label, weight in rankings:
+                ranker.search.title_weight = weight
+                by_set = {}
+                for name, own in (("vendors", False), ("vendors, own", True)):
+                    ranker.own = own
+                    by_set[name] = score(ranker, queries)
+                results.append((label, by_set))
+        finally:
+            await ranker.close()
     return table(results)
 
 

@@ -562,7 +562,8 @@ class ToolSearch:
         groups: dict[str, list[int]] = {}
         for i, (decl, _) in enumerate(ranked):
             groups.setdefault(decl.namespace, []).append(i)
-        titles = self._titles([decl for decl, _ in ranked])
+        several = [i for places in groups.values() if len(places) > 1 for i in places]
+        titles = dict(zip(several, self._kept_all(self._titles_kept, [ranked[i][0] for i in several], 0, title_terms), strict=True))
         groups = {ns: places for ns, places in groups.items() if len(places) > 1 and any(asked & titles[i] for i in places)}
         if not groups:
             return ranked, vectors
@@ -582,19 +583,6 @@ class ToolSearch:
             return ranked, vectors
         return ([(ranked[i][0], ranked[place][1]) for place, i in enumerate(order)],
                 None if vectors is None else vectors[order])
-
-    def _titles(self, decls: list[ToolDeclaration]) -> list[frozenset[str]]:
-        """The tools' `title_terms`, kept for the last OWN_KEPT tools, each while its declaration
-        stays (`_kept`, with one turn of the lock for them all)."""
-        with self._own_lock:
-            found = [self._titles_kept.get(decl.tool_id) for decl in decls]
-        fresh = {i: title_terms(decl) for i, (decl, entry) in enumerate(zip(decls, found, strict=True))
-                 if entry is None or entry[0] is not decl}
-        if fresh:
-            with self._own_lock:
-                for i, terms in fresh.items():
-                    self._titles_kept[decls[i].tool_id] = (decls[i], 0, terms)
-        return [fresh[i] if i in fresh or entry is None else entry[2] for i, entry in enumerate(found)]
 
     def _siblings(self, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
                   ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
@@ -717,14 +705,24 @@ class ToolSearch:
     def _kept(self, kept: LRUCache[str, tuple[ToolDeclaration, int, Any]], decl: ToolDeclaration, version: int,
               compute: Callable[[ToolDeclaration], Any]) -> Any:
         """`compute(decl)`, kept in `kept` (bounded) while the tool's declaration and `version` stay."""
+        return self._kept_all(kept, [decl], version, compute)[0]
+
+    def _kept_all(self, kept: LRUCache[str, tuple[ToolDeclaration, int, Any]], decls: list[ToolDeclaration], version: int,
+                  compute: Callable[[ToolDeclaration], Any]) -> list[Any]:
+        """`_kept` of each of `decls`, with one turn of the lock to look them up and one to keep
+        those computed."""
         with self._own_lock:
-            found = kept.get(decl.tool_id)
-        if found is not None and found[0] is decl and found[1] == version:
-            return found[2]
-        value = compute(decl)
-        with self._own_lock:
-            kept[decl.tool_id] = (decl, version, value)
-        return value
+            found = [kept.get(decl.tool_id) for decl in decls]
+        out = [entry[2] if entry is not None and entry[0] is decl and entry[1] == version else None
+               for decl, entry in zip(decls, found, strict=True)]
+        fresh = {i: compute(decls[i]) for i, entry in enumerate(found)
+                 if entry is None or entry[0] is not decls[i] or entry[1] != version}
+        if fresh:
+            with self._own_lock:
+                for i, value in fresh.items():
+                    kept[decls[i].tool_id] = (decls[i], version, value)
+                    out[i] = value
+        return out
 
     def _places(self, decl: ToolDeclaration) -> frozenset[str]:
         """The current places a tool acts in but does not change (search_rank.acts_in_current,

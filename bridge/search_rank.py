@@ -306,6 +306,13 @@ def filler_names(words: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(join.join(run) for run in runs for join in (_NAME_JOINS if len(run) > 1 else ("",))))
 
 
+def _set_aside(word: str, term: str) -> bool:
+    """Whether a query's word (as read, and one of its terms) is filler, a number or a single
+    character: no content word."""
+    filler, bases = _filler_forms()
+    return term.isdigit() or word in filler or term in bases or len(term) < 2
+
+
 def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     """Stem the query's words and set aside conversational filler and pure numbers (argument
     values, not subjects); numbers are kept when nothing else is left ("404"), and a query of
@@ -327,12 +334,9 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
     words: dict[str, str] = {}  # content word as written -> its term
     joined: dict[str, None] = {}
     before = ""  # the content word just before, as written ("" after filler or a number)
-    def set_aside(word: str, term: str) -> bool:  # filler, a number or a single character
-        return term.isdigit() or word in filler or term in bases or len(term) < 2
-
     for word in _query_words(text):
         stems = term_stems(word)
-        content_word = not all(set_aside(word, term) for term in stems)
+        content_word = not all(_set_aside(word, term) for term in stems)
         if content_word and word in known:
             spelled.update(stems)
         # a pair of CJK characters is no word of its own, to be written as one with the next
@@ -343,7 +347,7 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
         for term in stems:
             if term in content:
                 continue
-            if set_aside(word, term):
+            if _set_aside(word, term):
                 if word not in filler and term not in bases:
                     fill[term] = 1.0
                 elif not tone or tone[-1] != word:
@@ -823,9 +827,7 @@ TITLE_WORDS = 6
 def content_terms(text: str) -> frozenset[str]:
     """The terms of `text`'s content words, read as a query's are (`analyze_query`): stemmed,
     with filler, numbers and single characters set aside."""
-    filler, bases = _filler_forms()
-    return frozenset(term for word in _query_words(text) if word not in filler for term in term_stems(word)
-                     if not (term.isdigit() or term in bases or len(term) < 2))
+    return frozenset(term for word in _query_words(text) for term in term_stems(word) if not _set_aside(word, term))
 
 
 def title_terms(decl: ToolDeclaration) -> frozenset[str]:
