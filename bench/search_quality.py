@@ -375,6 +375,7 @@ class VendorRanker:
         await self.search.wait_indexed(timeout=600)
         if self.search.semantic is not None:
             await asyncio.to_thread(self.search.semantic.flush, 600)
+        await asyncio.to_thread(self.search.index.compacted, 600)  # scored on the index as it stays
 
     def __call__(self, query: str) -> list[str]:
         result = self.search.search(query, surface=self.surface, limit=10, namespace=self.vendor_of[query] if self.own else None)
