@@ -718,9 +718,10 @@ def test_title_terms_are_a_short_label_other_than_the_name():
 @pytest.mark.parametrize("semantic", ["static", "off"])
 async def test_a_title_tells_the_many_tools_of_one_api_apart(semantic):
     """Among 22 operations of GitHub's REST API about branches (their summaries and the first
-    sentence of their descriptions, from GitHub's description of its API, MIT licence), the words of *show the protection of the main branch* are
-    in many and the meaning of each is near; the operation whose summary says it comes first,
-    with the static table's rerank or by keywords alone."""
+    160 characters of their descriptions, from GitHub's description of its API, MIT licence),
+    the words of *show the protection of the main branch* are in many and the meaning of each
+    is near; the operation whose summary says it comes first, with the static table's rerank or
+    by keywords alone."""
     from adapters.openapi import OpenAPIConfig, OpenAPIUpstream
 
     catalog = Catalog(Store())
