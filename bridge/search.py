@@ -562,9 +562,10 @@ class ToolSearch:
         groups: dict[str, list[int]] = {}
         for i, (decl, _) in enumerate(ranked):
             groups.setdefault(decl.namespace, []).append(i)
-        several = [i for places in groups.values() if len(places) > 1 for i in places]
+        groups = {ns: places for ns, places in groups.items() if len(places) > 1}  # only these can trade places
+        several = [i for places in groups.values() for i in places]
         titles = dict(zip(several, self._kept_all(self._titles_kept, [ranked[i][0] for i in several], 0, title_terms), strict=True))
-        groups = {ns: places for ns, places in groups.items() if len(places) > 1 and any(asked & titles[i] for i in places)}
+        groups = {ns: places for ns, places in groups.items() if any(asked & titles[i] for i in places)}
         if not groups:
             return ranked, vectors
         weight = self.index.term_weights(asked.union(*(titles[i] for places in groups.values() for i in places)))
@@ -713,10 +714,9 @@ class ToolSearch:
         those computed."""
         with self._own_lock:
             found = [kept.get(decl.tool_id) for decl in decls]
-        out = [entry[2] if entry is not None and entry[0] is decl and entry[1] == version else None
-               for decl, entry in zip(decls, found, strict=True)]
-        fresh = {i: compute(decls[i]) for i, entry in enumerate(found)
-                 if entry is None or entry[0] is not decls[i] or entry[1] != version}
+        current = [entry is not None and entry[0] is decl and entry[1] == version for decl, entry in zip(decls, found, strict=True)]
+        out = [entry[2] if ok else None for entry, ok in zip(found, current, strict=True)]
+        fresh = {i: compute(decls[i]) for i, ok in enumerate(current) if not ok}
         if fresh:
             with self._own_lock:
                 for i, value in fresh.items():
