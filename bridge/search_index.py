@@ -133,6 +133,12 @@ _TEXT_FIELDS = ("all",)
 # Tools asked for by `lookups`: the lookups of a word in one upstream are few (the search asks
 # the match's own upstream first).
 LOOKUP_LIMIT = 50
+# Tools scoring alike stand in the order of their keys (`tool_key`), not in the order they came
+# into the index (which follows the order the upstreams' listings arrived in, until a compaction
+# rewrites it): a search reads TIE_MARGIN hits past those it answers, and four times as many again
+# while the last of them still ties with the last answered, up to TIE_MOST past them.
+TIE_MARGIN = 16
+TIE_MOST = 1024
 # A place a tool changes (search_rank.changes_current) is kept in the lookups' field as this prefix
 # and its noun: no word of a name holds a space, so the two never meet.
 CHANGES_PREFIX = "current "
@@ -1015,7 +1021,7 @@ class ToolIndex:
             return Q.boolean_query([(occur.Must, text), *must]) if must else text
 
         if not named:
-            return IndexQuery(filtered(Q.boolean_query(words) if words else Q.all_query()))
+            return IndexQuery(filtered(Q.boolean_query(words))) if words else IndexQuery(filtered(Q.all_query()), scored=False)
         # the quoted names' tools: required to match one name, scored by every clause
         quoted = Q.const_score_query(Q.boolean_query(named), 0.0)
         exact = filtered(Q.boolean_query([(occur.Must, quoted), *named, *words]))
@@ -1048,9 +1054,7 @@ class ToolIndex:
         must = self._filters(namespace, tags, kind, read_only)
         if must:
             query = Q.boolean_query([(tantivy.Occur.Must, query), *must])
-        searcher = self._index.searcher()
-        hits = searcher.search(query, limit=LOOKUP_LIMIT if limit is None else limit, count=False).hits
-        return self._tool_ids(searcher, [address for _, address in hits])
+        return [tool_id for tool_id, _ in self.search(IndexQuery(query), LOOKUP_LIMIT if limit is None else limit)]
 
     def among(self, tool_ids: Iterable[str]) -> tantivy.Query:
         """A filter for `query(among=...)`: these tools only, scoring nothing. Each tool is one
@@ -1085,30 +1089,50 @@ class ToolIndex:
 
     def search(self, query: IndexQuery, limit: int, offset: int = 0) -> list[tuple[str, float]]:
         """(tool_id, score) of the best `limit` documents after `offset` (none for a limit
-        under 1, which Tantivy would answer by panicking)."""
+        under 1, which Tantivy would answer by panicking), best first, those scoring alike by
+        their keys (TIE_MARGIN); a listing (no words) in the index's order."""
         if limit < 1:
             return []
         searcher = self._index.searcher()
-        if query.exact is None:
+        end = offset + limit
+        if not query.scored:
             hits = searcher.search(query.main, limit=limit, offset=offset, count=False).hits
-        else:
-            # a tool matching a quoted name scores at least as much in `exact` as in `main`
-            best: dict[tuple[int, int], tuple[float, Any]] = {}
-            for part in (query.main, query.exact):
-                for score, address in searcher.search(part, limit=limit + offset, count=False).hits:
-                    key = (address.segment_ord, address.doc)
-                    if key not in best or score > best[key][0]:
-                        best[key] = (score, address)
-            ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[0]))
-            hits = [hit for _, hit in ranked[offset:offset + limit]]
-        return list(zip(self._tool_ids(searcher, [address for _, address in hits]), (float(score) for score, _ in hits), strict=True))
+            addresses = [address for _, address in hits]
+            return list(zip(self._tool_ids(searcher, addresses), (float(score) for score, _ in hits), strict=True))
+        fetch = end + TIE_MARGIN
+        while True:
+            hits = self._best(searcher, query, fetch)
+            if len(hits) < fetch or len(hits) <= end or hits[-1][0] != hits[end - 1][0] or fetch >= end + TIE_MOST:
+                break
+            fetch = min(end + 4 * (fetch - end), end + TIE_MOST)
+        keys = searcher.fast_field_values("key", [address for _, address in hits])
+        ranked = sorted(zip(hits, keys, strict=True), key=lambda hit: (-hit[0][0], hit[1] if hit[1] is not None else -1))[offset:end]
+        addresses = [address for (_, address), _ in ranked]
+        return list(zip(self._tool_ids(searcher, addresses, [key for _, key in ranked]), (float(score) for (score, _), _ in ranked),
+                        strict=True))
 
-    def _tool_ids(self, searcher: tantivy.Searcher, addresses: list[Any]) -> list[str]:
-        """The tool ids of these hits: by their keys, or (a key two ids share) their stored id."""
+    @staticmethod
+    def _best(searcher: tantivy.Searcher, query: IndexQuery, limit: int) -> list[tuple[float, Any]]:
+        """(score, address) of the best `limit` documents, as Tantivy orders them."""
+        if query.exact is None:
+            return searcher.search(query.main, limit=limit, count=False).hits
+        # a tool matching a quoted name scores at least as much in `exact` as in `main`
+        best: dict[tuple[int, int], tuple[float, Any]] = {}
+        for part in (query.main, query.exact):
+            for score, address in searcher.search(part, limit=limit, count=False).hits:
+                key = (address.segment_ord, address.doc)
+                if key not in best or score > best[key][0]:
+                    best[key] = (score, address)
+        return [hit for _, hit in sorted(best.items(), key=lambda item: (-item[1][0], item[0]))[:limit]]
+
+    def _tool_ids(self, searcher: tantivy.Searcher, addresses: list[Any], keys: list[int | None] | None = None) -> list[str]:
+        """The tool ids of these hits: by their keys (read here unless given), or (a key two ids
+        share) their stored id."""
         if not addresses:
             return []
         by_key = self._by_key
-        ids = [by_key.get(key) if key is not None else None for key in searcher.fast_field_values("key", addresses)]
+        keys = keys if keys is not None else searcher.fast_field_values("key", addresses)
+        ids = [by_key.get(key) if key is not None else None for key in keys]
         return [tool_id if tool_id is not None else searcher.doc(address)["tool_id"][0] for tool_id, address in zip(ids, addresses, strict=True)]
 
 
@@ -1120,6 +1144,7 @@ class IndexQuery:
 
     main: tantivy.Query
     exact: tantivy.Query | None = None
+    scored: bool = True  # False for a listing by the filters alone: every tool scores alike
 
 
 def exact_names(*names: str) -> list[str]:

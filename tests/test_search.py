@@ -638,6 +638,29 @@ def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id
         shared.close()
 
 
+def test_tools_scoring_alike_stand_in_one_order_whatever_order_they_came_in():
+    """Forty tools tie for a word: a search answers the same ones, in the same order (by their
+    keys), whether they came into the index in one order, the other, or in two segments, and its
+    pages follow on from one another; the order of arrival would cut the tie otherwise."""
+    import bridge.search_index as si
+
+    tools = [indexed(f"t{i:02}", f"report {chr(97 + i // 26)}{chr(97 + i % 26)}") for i in range(40)]
+    by_key = [tool.tool_id for tool in sorted(tools, key=lambda tool: tool.key)]
+    for batches in ([tools], [tools[::-1]], [tools[1::2], tools[::2]]):
+        index = si.ToolIndex()
+        try:
+            for batch in batches:
+                index.submit(batch)
+                assert index.flush()
+            query = index.query(analyze_query("report"))
+            first = index.search(query, limit=10)
+            assert len({score for _, score in first}) == 1  # a tie
+            assert [t for t, _ in first] == by_key[:10]
+            assert [t for t, _ in index.search(query, limit=10, offset=10)] == by_key[10:20]
+        finally:
+            index.close()
+
+
 def test_segments_merged_after_the_last_commit_are_searched_without_another_commit(tmp_path):
     import tantivy
 
@@ -1075,7 +1098,7 @@ async def test_text_shared_by_an_api_is_kept_apart_from_its_tools_own_words():
         # tools' own description: the sibling whose own words match comes first
         assert e.names("list the contents of this directory", limit=3)[0] == "fs__ls"
         assert e.names("Alright, could you then go ahead and move a file to another directory?")[0] == "fs__mv"
-        assert e.names("go to another folder")[0] == "fs__cd"
+        assert e.names("change to another folder")[0] == "fs__cd"
         assert e.names("how many lines and words are in that file?")[0] == "fs__wc"
         assert e.names("now create an empty file called notes.txt")[0] == "fs__touch"
         # the blurb's words still find the API's tools, once each
