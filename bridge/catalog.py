@@ -11,7 +11,7 @@ import hashlib
 import logging
 import random
 import re
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -142,6 +142,7 @@ class Catalog:
         self.slots: dict[str, UpstreamSlot] = {}
         self._by_id: dict[str, ToolDeclaration] = {}
         self._by_name: dict[str, str] = {}  # exposed name or alias -> tool_id
+        self._kinds: Counter[str] = Counter()  # tool_kind -> its tools
         self._assigned = self.store.assigned_names()
         self._listeners: list[Callable[[CatalogChange], None]] = []
         self.generation = 0
@@ -502,6 +503,7 @@ class Catalog:
             if old is not None:
                 decl.name, decl.aliases = old.name, old.aliases
                 change.updated.append(decl)
+                self._kinds[old.tool_kind] -= 1
             else:
                 decl.name = self._name(decl)
                 if self._assigned.get(decl.tool_id) != decl.name:
@@ -510,6 +512,7 @@ class Catalog:
                 change.added.append(decl)
             slot.tools[decl.native_id] = decl
             self._by_id[decl.tool_id] = decl
+            self._kinds[decl.tool_kind] += 1
             self._by_name[decl.name] = decl.tool_id
             for alias in decl.aliases:
                 self._by_name.setdefault(alias, decl.tool_id)
@@ -518,7 +521,8 @@ class Catalog:
         return change, new_names
 
     def _forget(self, decl: ToolDeclaration) -> None:
-        self._by_id.pop(decl.tool_id, None)
+        if self._by_id.pop(decl.tool_id, None) is not None:
+            self._kinds[decl.tool_kind] -= 1
         for name in (decl.name, *decl.aliases):
             if self._by_name.get(name) == decl.tool_id:
                 del self._by_name[name]
@@ -555,6 +559,10 @@ class Catalog:
 
     def declarations(self) -> Iterable[ToolDeclaration]:
         return self._by_id.values()
+
+    def kinds(self) -> list[str]:
+        """The `tool_kind`s of the catalog's tools, sorted."""
+        return sorted(kind for kind, count in self._kinds.items() if count > 0)
 
     def changed_since(self, generation: int) -> set[str] | None:
         """The ids of the tools added, updated or removed after `generation`; None when that is

@@ -6,7 +6,9 @@ bridge.search_rank."""
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -107,6 +109,12 @@ TITLE_WEIGHT = 0.3
 SUGGESTIONS = 3
 SUGGEST_POOL = 2_000
 SUGGEST_COSINE = 0.25
+# A search no tool matched, with filters, says which filter no tool on the caller's surface passes
+# on its own (`_filter_hints`): it reads at most FILTER_PROBE of the tools each passes (a filter
+# whose first FILTER_PROBE tools are all blocked here counts as passed by none), and names at most
+# FILTER_NEAR namespaces written like a wrong one, or the kinds shown here, each with a tool here.
+FILTER_PROBE = 2_000
+FILTER_NEAR = 3
 _PARAM_DEPTH = 2
 _MAX_ENUM = 20
 
@@ -387,11 +395,52 @@ class ToolSearch:
                    if analyzed is not None and analyzed.filler else "")
                 + ("; suggestions lists the tools nearest in meaning, which share none of the query's words "
                    "(check that one does what is asked before calling it)" if suggested else "")
+                + "".join(f"; {said}" for said in self._filter_hints(surface, filters))
                 + "; try other or fewer words" + (", fewer filters" if used else "")
                 + ", or select:<name> for a tool whose name you know"
                 + (f"; still connecting: {', '.join(pending)}" if pending else "")
             )
         return result
+
+    def _filter_hints(self, surface: Surface, filters: dict[str, Any]) -> list[str]:
+        """What a search no tool matched says of each filter that no tool on the surface passes
+        on its own (each tag on its own): a namespace with the namespaces written like it, a kind
+        with the kinds there are. Only what the surface shows is named: a namespace (or kind) whose
+        every tool is blocked here reads as one no tool has."""
+        said = []
+        namespace, kind, read_only = filters["namespace"], filters["kind"], filters["read_only"]
+        if namespace is not None and not self._shown(surface, namespace=namespace):
+            lowered = {slot.lower(): slot for slot in self.catalog.slots if slot != namespace}
+            like = (lowered[n] for n in difflib.get_close_matches(namespace.lower(), lowered, n=len(lowered), cutoff=0.6))
+            near = list(itertools.islice((n for n in like if self._shown(surface, namespace=n)), FILTER_NEAR))
+            said.append(f"no tool on this surface is in the namespace {namespace!r}" + (f" (namespaces like it: {', '.join(near)})" if near else ""))
+        for tag in filters["tags"] or ():
+            if not self._shown(surface, tags=[tag]):
+                said.append(f"no tool on this surface has the tag {tag!r}")
+        if kind is not None and not self._shown(surface, kind=kind):
+            kinds = [k for k in self.catalog.kinds() if k != kind and self._shown(surface, kind=k)]
+            said.append(f"no tool on this surface is of the kind {kind!r}" + (f" (kinds on it: {', '.join(kinds)})" if kinds else ""))
+        if read_only is not None and not self._shown(surface, read_only=read_only):
+            said.append(f"no tool on this surface has read_only {str(read_only).lower()}")
+        return said
+
+    def _shown(self, surface: Surface, **only: Any) -> bool:
+        """Whether the surface shows a tool passing this one filter, among the first FILTER_PROBE
+        the index lists for it."""
+        filters = {"namespace": None, "tags": None, "kind": None, "read_only": None, **only}
+        want = CANDIDATES
+        offset = 0
+        while offset < FILTER_PROBE:
+            hits = self.index.search(self.index.query(None, **only), limit=want, offset=offset)
+            for tool_id, _ in hits:
+                decl = self.catalog.get(tool_id)
+                if decl is not None and self._passes(decl, filters) and surface.visible(decl):
+                    return True
+            if len(hits) < want:
+                return False
+            offset += want
+            want = min(4 * want, FILTER_PROBE - offset)
+        return False
 
     def _suggestions(self, analyzed: AnalyzedQuery, surface: Surface, filters: dict[str, Any], filtered: bool,
                      limit: int, fold: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:

@@ -397,3 +397,17 @@ async def test_has_pending_follows_every_upstream_state_without_looking_at_each(
         assert catalog.pending_providers() == [] and not catalog.has_pending()
     finally:
         await catalog.close()
+
+
+async def test_the_catalog_knows_the_kinds_of_its_tools_through_changes():
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="api", tools=[]))
+    catalog.add_upstream(FakeUpstream(name="ops", tools=[]))
+    catalog.apply_tools("api", [tool("a", tool_kind="openapi_operation"), tool("b")])
+    catalog.apply_tools("ops", [tool("c", tool_kind="shell_command")])
+    assert catalog.kinds() == ["function", "openapi_operation", "shell_command"]
+    catalog.apply_tools("api", [tool("a", tool_kind="function"), tool("b")])  # a tool changes kind
+    assert catalog.kinds() == ["function", "shell_command"]
+    catalog.apply_tools("ops", [])  # an upstream's tools gone
+    assert catalog.kinds() == ["function"]
+    await catalog.close()

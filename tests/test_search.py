@@ -302,6 +302,29 @@ async def test_blocked_tools_never_appear(env):
     assert "api__send_invoice" not in env.names("invoice", surface=read_only)
 
 
+async def test_a_filter_no_tool_on_the_surface_passes_is_named_and_a_blocked_one_is_not_revealed(env):
+    def hint(query: str = "invoice", surface: Surface | None = None, **filters) -> str:
+        result = env.search.search(query, surface=surface or env.surface, **filters)
+        assert result.matches == [] and result.next_action == "refine_query"
+        return result.hint
+
+    # a namespace written wrong, also in a listing by filters alone: the namespaces like it
+    for query in ("invoice", ""):
+        assert "no tool on this surface is in the namespace 'bililng' (namespaces like it: billing);" in hint(query, namespace="bililng")
+    assert "(namespaces like it: billing)" in hint(namespace="Billing")
+    assert "is in the namespace" not in hint("repositories", namespace="billing")  # a namespace there is, the words wrong
+    assert "no tool on this surface has the tag 'admins'" in hint("user", tags=["users", "admins"])
+    assert "no tool on this surface is of the kind 'openapi' (kinds on it: function, openapi_operation);" in hint(kind="openapi")
+    read_only = Surface(SurfaceConfig(name="ro", read_only=True), env.catalog)
+    assert "no tool on this surface has read_only false" in hint("user", surface=read_only, read_only=False)
+    # on a surface blocking billing, its namespace and its kind read as ones no tool has
+    blocking = Surface(SurfaceConfig(name="safe", block=[Rule(upstream="billing")]), env.catalog)
+    assert hint(surface=blocking, namespace="billing").replace("'billing'", "N") == hint(surface=blocking, namespace="zzz").replace("'zzz'", "N")
+    assert "no tool on this surface is in the namespace 'bililng';" in hint(surface=blocking, namespace="bililng")
+    assert "(kinds on it: function);" in hint(surface=blocking, kind="openapi")
+    assert "no tool on this surface is of the kind 'openapi_operation' (kinds on it: function);" in hint(surface=blocking, kind="openapi_operation")
+
+
 async def test_blocked_tools_outranking_a_visible_one_leave_room_for_it():
     loud = [tool(f"report_{i}", description="report report report quarterly report") for i in range(60)]
     quiet = tool("archive", description="Archive an old report.")
