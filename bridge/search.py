@@ -513,6 +513,7 @@ class ToolSearch:
         offset = 0
         exhausted = False
         kept: list[tuple[ToolDeclaration, float]] = []  # the visible candidates, in the index's order
+        read: set[str] = set()  # the ids of the index's hits read so far
         ranked: list[tuple[ToolDeclaration, float]] = []  # the pages ranked so far, best first
         placed: set[str] = set()
         rows: list[np.ndarray] | None = []  # their vectors, a block per page (None once a page has none)
@@ -520,12 +521,17 @@ class ToolSearch:
         start = 0  # where the next page starts in `kept`
         while True:
             while len(kept) < goal and not exhausted:
-                hits = self.index.search(index_query, limit=want, offset=offset)
+                # read from the first hit again, the ones read before passed over: tools tied
+                # past the index's TIE_MARGIN may stand otherwise among more hits
+                hits = self.index.search(index_query, limit=offset + want)
                 for tool_id, score in hits:
+                    if tool_id in read:
+                        continue
+                    read.add(tool_id)
                     decl = self.catalog.get(tool_id)
                     if decl is not None and self._passes(decl, filters) and surface.visible(decl):
                         kept.append((decl, score))
-                exhausted = len(hits) < want
+                exhausted = len(hits) < offset + want
                 offset += want
                 want *= 4
             page = [(decl, score) for decl, score in kept[start:goal] if decl.tool_id not in placed]

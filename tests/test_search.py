@@ -664,7 +664,8 @@ def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id
 def test_tools_scoring_alike_stand_in_one_order_whatever_order_they_came_in():
     """Forty tools tie for a word: a search answers the same ones, in the same order (by their
     keys), whether they came into the index in one order, the other, or in two segments, and its
-    pages follow on from one another; the order of arrival would cut the tie otherwise."""
+    pages follow on from one another; the order of arrival would cut the tie otherwise. (Forty:
+    a tie running on past the TIE_MARGIN hits read after those asked for is cut among those.)"""
     import bridge.search_index as si
 
     tools = [indexed(f"t{i:02}", f"report {chr(97 + i // 26)}{chr(97 + i % 26)}") for i in range(40)]
