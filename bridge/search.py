@@ -447,19 +447,23 @@ class ToolSearch:
         """For a free-text search no tool matched: the `limit` tools nearest to the request in
         meaning (the static table's cosine, at least SUGGEST_COSINE), best first, among the
         visible tools passing the filters (`filtered`: some are set), with their alternatives
-        folded as in a ranking. None when more than SUGGEST_POOL tools pass them, or without the
-        static table (`semantic: off` or `model`)."""
+        folded as in a ranking. None when the surface shows more than SUGGEST_POOL tools and
+        more than SUGGEST_POOL of the catalog's pass the filters, or without the static table
+        (`semantic: off` or `model`)."""
         stage = next((stage for stage in self._stages if stage.encoder.cheap), None)
         if stage is None:
             return []
-        counts = surface.counts()
-        if counts["loaded"] + counts["deferred"] > SUGGEST_POOL and not filtered:
+        shown = surface.shown(SUGGEST_POOL)
+        if shown is not None:  # a surface showing few tools, of however large a catalog
+            decls = [decl for tool_id in shown if (decl := self.catalog.get(tool_id)) is not None and self._passes(decl, filters)]
+        elif not filtered:
             return []  # known too many without asking the index
-        hits = self.index.search(self.index.query(None, weights=self.field_weights, **filters), limit=SUGGEST_POOL + 1)
-        if len(hits) > SUGGEST_POOL:
-            return []
-        decls = [decl for tool_id, _ in hits
-                 if (decl := self.catalog.get(tool_id)) is not None and self._passes(decl, filters) and surface.visible(decl)]
+        else:
+            hits = self.index.search(self.index.query(None, weights=self.field_weights, **filters), limit=SUGGEST_POOL + 1)
+            if len(hits) > SUGGEST_POOL:
+                return []
+            decls = [decl for tool_id, _ in hits
+                     if (decl := self.catalog.get(tool_id)) is not None and self._passes(decl, filters) and surface.visible(decl)]
         tools = stage.vectors(decls) if decls else None
         if tools is None:
             return []

@@ -84,6 +84,7 @@ class Surface:
         self._counts: dict[str, int] | None = None  # once counted, every tool has its placement
         self._blocked_ids: set[str] | None = None  # the tools blocked here, once counted
         self._auto: bool | None = None  # whether the auto-load rule held for the placements made
+        self._shown: tuple[int, list[str]] | None = None  # (catalog generation, the ids of the tools shown)
 
     def _fresh(self) -> None:
         generation = self.catalog.generation
@@ -196,6 +197,17 @@ class Surface:
             self._count_all()
         assert self._counts is not None
         return dict(self._counts)
+
+    def shown(self, most: int) -> list[str] | None:
+        """The ids of the tools this surface shows (loaded or deferred) when they are at most
+        `most`, else None: read from the placements (about 30 ns a tool of the catalog) and kept
+        until the catalog changes."""
+        counts = self.counts()  # every tool placed, and kept in step
+        if counts["loaded"] + counts["deferred"] > most:
+            return None
+        if self._shown is None or self._shown[0] != self._generation:
+            self._shown = (self._generation, [tool_id for tool_id, placement in self._placements.items() if placement.state != "blocked"])
+        return self._shown[1]
 
     def _count_all(self) -> None:
         if self._counts is not None:  # counted, and kept in step since: only the loaded list is made again

@@ -620,6 +620,17 @@ async def test_a_search_no_tool_matches_suggests_the_tools_nearest_in_meaning(mo
         monkeypatch.setattr(search_module, "SUGGEST_POOL", 3)
         assert search.search(query, surface=surface).suggestions is None
         assert search.search(query, surface=surface, namespace="a").suggestions is not None
+        # a surface showing few tools of a larger catalog: those
+        few = Surface(SurfaceConfig(name="few", block=["c__*", "a__send_mail", "a__read_file"]), catalog)
+        assert [s.name for s in search.search(query, surface=few).suggestions] in (["a__get_weather"], ["b__get_weather"])
+        assert search.search(query, surface=few, namespace="a").suggestions[0].name == "a__get_weather"
+        assert search.search(query, surface=few, namespace="c").suggestions is None
+        listed = list(catalog.slots["a"].upstream.tools)
+        catalog.apply_tools("a", [])  # the tools it shows change with the catalog
+        assert await search.wait_indexed()
+        assert [s.name for s in search.search(query, surface=few).suggestions] == ["b__get_weather"]
+        catalog.apply_tools("a", listed)
+        assert await search.wait_indexed()
         monkeypatch.setattr(search_module, "SUGGEST_POOL", 2_000)
         monkeypatch.setattr(search_module, "SUGGEST_COSINE", -1.0)  # at most SUGGESTIONS, and at most the limit
         assert len(search.search(query, surface=surface).suggestions) == 3
