@@ -395,36 +395,37 @@ class ToolSearch:
                    if analyzed is not None and analyzed.filler else "")
                 + ("; suggestions lists the tools nearest in meaning, which share none of the query's words "
                    "(check that one does what is asked before calling it)" if suggested else "")
-                + "".join(f"; {said}" for said in self._filter_hints(surface, filters))
+                + "".join(f"; {said}" for said in self._filter_hints(surface, filters, pending))
                 + "; try other or fewer words" + (", fewer filters" if used else "")
                 + ", or select:<name> for a tool whose name you know"
                 + (f"; still connecting: {', '.join(pending)}" if pending else "")
             )
         return result
 
-    def _filter_hints(self, surface: Surface, filters: dict[str, Any]) -> list[str]:
+    def _filter_hints(self, surface: Surface, filters: dict[str, Any], pending: list[str]) -> list[str]:
         """What a search no tool matched says of each filter that no tool on the surface passes
         on its own (each tag on its own): a namespace with the namespaces written like it, a kind
         with the kinds there are. Only what the surface shows is named: a namespace (or kind) whose
-        every tool is blocked here reads as one no tool has."""
+        every tool is blocked here reads as one no tool has. Nothing is said of the namespace of
+        an upstream still connecting (`pending`, which the hint names): its tools may come."""
         said = []
         namespace, kind, read_only = filters["namespace"], filters["kind"], filters["read_only"]
-        if namespace is not None and not self._shown(surface, namespace=namespace):
+        if namespace is not None and namespace not in pending and not self._any_shown(surface, namespace=namespace):
             lowered = {slot.lower(): slot for slot in self.catalog.slots if slot != namespace}
             like = (lowered[n] for n in difflib.get_close_matches(namespace.lower(), lowered, n=len(lowered), cutoff=0.6))
-            near = list(itertools.islice((n for n in like if self._shown(surface, namespace=n)), FILTER_NEAR))
+            near = list(itertools.islice((n for n in like if self._any_shown(surface, namespace=n)), FILTER_NEAR))
             said.append(f"no tool on this surface is in the namespace {namespace!r}" + (f" (namespaces like it: {', '.join(near)})" if near else ""))
         for tag in filters["tags"] or ():
-            if not self._shown(surface, tags=[tag]):
+            if not self._any_shown(surface, tags=[tag]):
                 said.append(f"no tool on this surface has the tag {tag!r}")
-        if kind is not None and not self._shown(surface, kind=kind):
-            kinds = [k for k in self.catalog.kinds() if k != kind and self._shown(surface, kind=k)]
+        if kind is not None and not self._any_shown(surface, kind=kind):
+            kinds = [k for k in self.catalog.kinds() if k != kind and self._any_shown(surface, kind=k)]
             said.append(f"no tool on this surface is of the kind {kind!r}" + (f" (kinds on it: {', '.join(kinds)})" if kinds else ""))
-        if read_only is not None and not self._shown(surface, read_only=read_only):
+        if read_only is not None and not self._any_shown(surface, read_only=read_only):
             said.append(f"no tool on this surface has read_only {str(read_only).lower()}")
         return said
 
-    def _shown(self, surface: Surface, **only: Any) -> bool:
+    def _any_shown(self, surface: Surface, **only: Any) -> bool:
         """Whether the surface shows a tool passing this one filter, among the first FILTER_PROBE
         the index lists for it."""
         filters = {"namespace": None, "tags": None, "kind": None, "read_only": None, **only}

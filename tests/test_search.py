@@ -20,7 +20,7 @@ from bridge.search_rank import analyze_query, cjk_pairs, meaning_text, name_word
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.conftest import ROOT
-from tests.fakes import FakeUpstream, tool
+from tests.fakes import FakeConfig, FakeUpstream, tool
 
 DEFERRED_SCHEMA = json.loads((ROOT / "specs/agenttool/agenttool-deferred-tool.schema.json").read_text())
 # The tool_search_result shape (the Agent Tool spec defines it in prose; no JSON Schema ships).
@@ -323,6 +323,19 @@ async def test_a_filter_no_tool_on_the_surface_passes_is_named_and_a_blocked_one
     assert "no tool on this surface is in the namespace 'bililng';" in hint(surface=blocking, namespace="bililng")
     assert "(kinds on it: function);" in hint(surface=blocking, kind="openapi")
     assert "no tool on this surface is of the kind 'openapi_operation' (kinds on it: function);" in hint(surface=blocking, kind="openapi_operation")
+
+
+async def test_the_namespace_of_an_upstream_still_connecting_is_not_said_to_have_no_tool():
+    down = FakeUpstream(FakeConfig(name="slow", fail_start="connection refused on 127.0.0.1:9", retry_initial=30),
+                        tools=[tool("get_forecast")])
+    e = await start_env([FakeUpstream(name="api", tools=tools_a()), down])
+    try:
+        hint = e.search.search("forecast", surface=e.surface, namespace="slow").hint
+        assert "is in the namespace" not in hint and hint.endswith("; still connecting: slow")
+        # a namespace written like it is not named: none of its tools is shown yet
+        assert "no tool on this surface is in the namespace 'slw';" in e.search.search("forecast", surface=e.surface, namespace="slw").hint
+    finally:
+        await e.close()
 
 
 async def test_blocked_tools_outranking_a_visible_one_leave_room_for_it():
