@@ -194,8 +194,9 @@ class A2AUpstream(Upstream):
             card_url=fetched.url,
             client=client,
             tools=tools,
-            skill_ids=frozenset(s.id for s in card.skills),
-            whole_agent_tool=None if card.skills else agent_tool_id(card),
+            skill_ids=frozenset(s.id for s in card.skills if s.id),
+            # the agent as a whole when no skill can be named (none, or none with an id), as listed
+            whole_agent_tool=None if any(s.id for s in card.skills) else agent_tool_id(card),
             streaming=streaming,
             interface=_chosen_interface(card, bindings, cfg.transport != "auto"),
             credentials=credentials,

@@ -382,8 +382,9 @@ class _Mapper:
                         binary_fields=frozenset(binary_fields))
 
     def response_schema(self, raw: Any, doc_base: str, where: str) -> tuple[dict[str, Any] | None, bool]:
-        """The JSON schema of the first success response that has one; wrapped in `{result: ...}`
-        when it is not an object (structured content is always an object)."""
+        """The JSON schema of the first success response that has content (`2XX` last), when that
+        content has a JSON media type; wrapped in `{result: ...}` when it is not an object
+        (structured content is always an object)."""
         if not isinstance(raw, dict):
             return None, False
         codes = sorted((str(c) for c in raw if str(c).startswith("2")), key=lambda c: (c.upper() == "2XX", c))

@@ -101,6 +101,8 @@ async def test_skills_without_an_id_are_left_out_with_a_warning(caplog):
         [decl] = list(b.catalog.declarations())  # not zero tools: the agent as a whole, as without skills
         assert decl.name == "peer__solo_helper"
         assert "skill 'Mystery' has no id and is left out" in caplog.text
+        result = await b.invoker.invoke("peer__solo_helper", {"message": "hi"})  # and it answers
+        assert result.status == "succeeded" and result.content[0]["text"] == "echo: hi"
 
 
 def test_config_needs_exactly_one_location():
