@@ -200,7 +200,7 @@ class Surface:
 
     def shown(self, most: int) -> list[str] | None:
         """The ids of the tools this surface shows (loaded or deferred) when they are at most
-        `most`, else None: read from the placements (about 30 ns a tool of the catalog) and kept
+        `most`, else None: read from the placements (about 45 ns a tool of the catalog) and kept
         until the catalog changes."""
         counts = self.counts()  # every tool placed, and kept in step
         if counts["loaded"] + counts["deferred"] > most:
