@@ -433,10 +433,8 @@ class ToolSearch:
         offset = 0
         while offset < FILTER_PROBE:
             hits = self.index.search(self.index.query(None, **only), limit=want, offset=offset)
-            for tool_id, _ in hits:
-                decl = self.catalog.get(tool_id)
-                if decl is not None and self._passes(decl, filters) and surface.visible(decl):
-                    return True
+            if any(self._shown_hit(tool_id, surface, filters) is not None for tool_id, _ in hits):
+                return True
             if len(hits) < want:
                 return False
             offset += want
@@ -463,8 +461,7 @@ class ToolSearch:
             hits = self.index.search(self.index.query(None, weights=self.field_weights, **filters), limit=SUGGEST_POOL + 1)
             if len(hits) > SUGGEST_POOL:
                 return []
-            decls = [decl for tool_id, _ in hits
-                     if (decl := self.catalog.get(tool_id)) is not None and self._passes(decl, filters) and surface.visible(decl)]
+            decls = [decl for tool_id, _ in hits if (decl := self._shown_hit(tool_id, surface, filters)) is not None]
         tools = stage.vectors(decls) if decls else None
         if tools is None:
             return []
@@ -533,8 +530,8 @@ class ToolSearch:
                     if tool_id in read:
                         continue
                     read.add(tool_id)
-                    decl = self.catalog.get(tool_id)
-                    if decl is not None and self._passes(decl, filters) and surface.visible(decl):
+                    decl = self._shown_hit(tool_id, surface, filters)
+                    if decl is not None:
                         kept.append((decl, score))
                 exhausted = len(hits) < offset + want
                 offset += want
@@ -890,6 +887,12 @@ class ToolSearch:
             if vectors is not None:
                 return vectors, stage.encoder.same_tool_cosine
         return None, None
+
+    def _shown_hit(self, tool_id: str, surface: Surface, filters: dict[str, Any]) -> ToolDeclaration | None:
+        """The declaration of an index hit when the catalog still has it, it still passes the
+        filters (the index may be a commit behind the catalog) and the surface shows it."""
+        decl = self.catalog.get(tool_id)
+        return decl if decl is not None and self._passes(decl, filters) and surface.visible(decl) else None
 
     @staticmethod
     def _passes(decl: ToolDeclaration, filters: dict[str, Any]) -> bool:
