@@ -19,7 +19,7 @@ import httpx
 from a2a.client import ClientCallContext, ClientConfig, ClientFactory
 from a2a.client.client import Client
 from a2a.client.errors import A2AClientTimeoutError
-from a2a.types import AgentCard, AgentInterface, CancelTaskRequest, GetTaskRequest, SendMessageRequest
+from a2a.types import AgentCard, AgentInterface, CancelTaskRequest, GetTaskRequest
 from a2a.utils.errors import (
     JSON_RPC_ERROR_CODE_MAP,
     A2AError,
@@ -39,7 +39,7 @@ from adapters.a2a_mapping import (
     TERMINAL_STATES,
     TaskTracker,
     agent_tool_id,
-    build_message,
+    build_request,
     result_from_tracker,
     tools_from_card,
 )
@@ -282,8 +282,8 @@ class A2AUpstream(Upstream):
             raise BridgeError(f"agent {agent.card.name!r} no longer offers the skill {native_id!r}", error_class="unknown_tool")
         if agent.credentials.missing:
             raise BridgeError(agent.credentials.missing, error_class="credential_missing", recoverability="setup", status="denied")
-        message = build_message(arguments, skill_id)
-        request = SendMessageRequest(message=message)
+        request = build_request(arguments, skill_id)
+        message = request.message
         tracker = TaskTracker(sent_message_id=message.message_id)
         ref = {"source": "a2a", "agent_card_url": agent.card_url, "agent_skill_id": skill_id, "message_id": message.message_id}
         call = ClientCallContext(timeout=ctx.timeout)

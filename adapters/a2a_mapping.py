@@ -19,14 +19,16 @@ from a2a.types import (
     Message,
     Part,
     Role,
+    SendMessageRequest,
     StreamResponse,
     Task,
     TaskState,
 )
 from google.protobuf import struct_pb2
-from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
+from google.protobuf.message import DecodeError
 
-from bridge.model import SafetyHints, ToolError, UpstreamResult, UpstreamTool
+from bridge.model import BridgeError, SafetyHints, ToolError, UpstreamResult, UpstreamTool
 
 log = logging.getLogger("adapters.a2a")
 
@@ -40,6 +42,7 @@ __all__ = [
     "tools_from_card",
     "input_schema_for",
     "build_message",
+    "build_request",
     "TaskTracker",
     "result_from_tracker",
 ]
@@ -185,6 +188,18 @@ def tools_from_card(card: AgentCard, card_url: str) -> list[UpstreamTool]:
 
 
 # ------------------------------------------------------------------------- the outgoing message
+
+
+def build_request(arguments: dict[str, Any], skill_id: str | None) -> SendMessageRequest:
+    """`build_message` as a request. Protobuf holds `data` a few dozen levels deep, 32 objects
+    within each other (each level of JSON is several of its messages, and the request copies the
+    message): deeper is an invalid_arguments error."""
+    try:
+        return SendMessageRequest(message=build_message(arguments, skill_id))
+    except (ParseError, DecodeError) as exc:
+        raise BridgeError(f"`data` nests too deep to send as an A2A data part ({exc}); send flatter data",
+                          error_class="invalid_arguments", recoverability="change_arguments", status="rejected",
+                          details={"errors": [{"path": "/data", "message": "nests too deep to send as an A2A data part"}]}) from None
 
 
 def build_message(arguments: dict[str, Any], skill_id: str | None) -> Message:

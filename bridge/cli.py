@@ -13,7 +13,7 @@ from typing import Any
 
 from bridge.catalog import UpstreamSlot
 from bridge.config import DEFAULT_CONFIG, BridgeConfig, ConfigError, load_config
-from bridge.invoke import refuse_non_finite
+from bridge.invoke import refuse_unsendable
 from bridge.model import BridgeError, DeferredToolRef
 from bridge.runtime import Bridge
 from bridge.search import MAX_LIMIT, MAX_QUERY_CHARS
@@ -129,7 +129,10 @@ async def cmd_call(args: argparse.Namespace, config: BridgeConfig) -> int:
         return 2
     try:
         arguments = json.loads(args.args)
-        refuse_non_finite(arguments)
+        refuse_unsendable(arguments)
+    except RecursionError:
+        print("bridge call: --args nests too deep to read; send flatter arguments", file=sys.stderr)
+        return 2
     except json.JSONDecodeError as exc:
         print(f"bridge call: --args is not valid JSON: {exc.msg} at column {exc.colno}", file=sys.stderr)
         return 2

@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jsonschema
@@ -29,6 +31,7 @@ from bridge.model import (
     has_surrogates,
     new_id,
     now_iso,
+    quoted,
     without_surrogates,
 )
 from bridge.policy import blocked_error, check_permission
@@ -123,15 +126,61 @@ def _error_message(error: jsonschema.ValidationError) -> str:
     return message
 
 
-def refuse_non_finite(arguments: Any) -> None:
-    """NaN and ±Infinity as an invalid_arguments error: the JSON readers of the MCP SDK and of
-    Python accept them, but JSON cannot carry them on to an upstream (for frontends whose parser
-    lets them through; REST refuses them while parsing)."""
+# Arguments nested deeper than this are refused before anything reads them (`refuse_unsendable`):
+# no tool's input needs as many, and what walks them is recursive: the schema validators, the
+# adapters' encoders (the A2A SDK's stops at 100 levels of its own, and a Python reader near 1,000).
+MAX_ARGUMENT_DEPTH = 64
+
+
+def _unsendable(message: str, pointer: str) -> BridgeError:
+    return BridgeError(f"{message} at {pointer or 'the top'}", error_class="invalid_arguments", recoverability="change_arguments",
+                       status="rejected", details={"errors": [{"path": pointer, "message": message}]})
+
+
+def refuse_unsendable(arguments: Any) -> None:
+    """Arguments JSON cannot carry on to an upstream, as an invalid_arguments error naming where,
+    before anything runs: NaN and ±Infinity (the JSON readers of the MCP SDK and of Python accept
+    them); text that is not Unicode, a lone surrogate escape such as `\\ud800` (Python reads it
+    into a string no UTF-8 writer takes: an upstream's session would fail on it, and every call
+    sharing it); and nesting deeper than MAX_ARGUMENT_DEPTH levels."""
     try:
-        json.dumps(arguments, allow_nan=False, default=str)
+        text = json.dumps(arguments, allow_nan=False, ensure_ascii=False, default=str)
+    except RecursionError:
+        text = None  # deeper than the encoder goes: found by the walk below
     except ValueError:
-        raise BridgeError("the arguments hold NaN or Infinity, which JSON cannot carry; send a finite number or null",
-                          error_class="invalid_arguments", recoverability="change_arguments", status="rejected") from None
+        raise _unsendable("the arguments hold NaN or Infinity, which JSON cannot carry; send a finite number or null",
+                          _first_at(arguments, lambda v, _: isinstance(v, float) and not math.isfinite(v)) or "") from None
+    if text is not None and not text.isascii() and has_surrogates(text):
+        pointer = _first_at(arguments, lambda v, _: isinstance(v, str) and has_surrogates(v)) or ""
+        raise _unsendable("the arguments hold text that is not valid Unicode (a lone surrogate escape); send the text as "
+                          "UTF-8, or escape a character outside the Basic Multilingual Plane as a pair", without_surrogates(pointer))
+    # nesting needs as many brackets as levels: most arguments are told apart without a walk
+    if text is None or text.count("{") + text.count("[") > MAX_ARGUMENT_DEPTH:
+        pointer = _first_at(arguments, lambda v, depth: depth > MAX_ARGUMENT_DEPTH and isinstance(v, dict | list))
+        if pointer is not None:
+            raise _unsendable(f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels; send flatter arguments", pointer)
+
+
+def _first_at(value: Any, found: Callable[[Any, int], bool]) -> str | None:
+    """The JSON pointer of the first value, or object key, in `value` (depth first, in order) for
+    which `found(it, depth)` holds, the arguments object at depth 1; None if none. A pointer may
+    hold a key's lone surrogate."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 1)]
+    while stack:
+        item, pointer, depth = stack.pop()
+        if found(item, depth):
+            return pointer
+        if isinstance(item, dict):
+            children = []
+            for key, child in item.items():
+                step = f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}"
+                if found(key, depth + 1):
+                    return step
+                children.append((child, step, depth + 1))
+            stack.extend(reversed(children))
+        elif isinstance(item, list):
+            stack.extend((child, f"{pointer}/{i}", depth + 1) for i, child in reversed(list(enumerate(item))))
+    return None
 
 
 def invalid_arguments(what: str, errors: list[dict[str, str]]) -> BridgeError:
@@ -247,6 +296,7 @@ class Invoker:
                 raise BridgeError(f"no surface named {surface!r}", error_class="policy_blocked", status="denied")
             decl = self._resolve(ref, surface_obj)
             schema, version = self._schema_for(decl, version)
+            refuse_unsendable(arguments)
             self._validate(decl, version, schema, arguments)
             check_permission(decl, surface_obj)
             result = await self._execute(decl, arguments, invocation_id, progress, meta or {})
@@ -300,7 +350,7 @@ class Invoker:
     def _resolve(self, ref: str, surface: Surface) -> ToolDeclaration:
         decl = self.catalog.resolve(ref)
         if decl is None:
-            raise BridgeError(f"no tool named {ref!r}; search the catalog for the right name", error_class="unknown_tool")
+            raise BridgeError(f"no tool named {quoted(ref)}; search the catalog for the right name", error_class="unknown_tool")
         placement = surface.place(decl)
         if placement.state == "blocked":
             raise blocked_error(decl, placement.reason or "policy_blocked")

@@ -47,6 +47,8 @@ __all__ = [
     "new_id",
     "tool_uuid",
     "has_surrogates",
+    "QUOTED_CHARS",
+    "quoted",
     "takes_objects",
     "without_surrogates",
 ]
@@ -119,6 +121,15 @@ def takes_objects(schema: Any) -> bool:
         return False
     kind = schema.get("type", "object")
     return kind == "object" or (isinstance(kind, list) and "object" in kind)
+
+
+QUOTED_CHARS = 60
+
+
+def quoted(text: str) -> str:
+    """A caller's name or id as an error message quotes it: its first QUOTED_CHARS characters,
+    and its length when longer (a 60 KB id is not sent back whole)."""
+    return repr(text) if len(text) <= QUOTED_CHARS else f"{text[:QUOTED_CHARS]!r}… ({len(text)} characters)"
 
 
 def has_surrogates(text: str) -> bool:

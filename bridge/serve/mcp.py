@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import __version__
 from bridge.config import BridgeConfig, ServerConfig
-from bridge.invoke import error_result, refuse_non_finite
+from bridge.invoke import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
 from bridge.runtime import Bridge, settle_gc
 from bridge.serve.auth import authenticate, is_loopback
@@ -290,7 +290,6 @@ class MCPFrontend:
             except Exception as exc:  # noqa: BLE001 - progress is advisory; the call goes on
                 log.debug("progress notice not delivered: %s", exc)
 
-        refuse_non_finite(arguments)
         # The client's cancellation cancels this handler, and with it the pipeline and the upstream call.
         result = await self.bridge.invoker.invoke(ref, arguments, surface=surface, progress=forward_progress)
         return render_result(result, ctx.protocol_version, output_schema)

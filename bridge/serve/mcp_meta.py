@@ -4,6 +4,7 @@ surfaced tool by name). Their MCP definitions, argument checks and the search an
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -125,9 +126,10 @@ def _check(validator: jsonschema.Draft202012Validator, tool: str, arguments: Any
 
 
 def search_arguments(arguments: Any) -> dict[str, Any]:
-    """Checked keyword arguments for `ToolSearch.search` (a `limit` above the maximum is clamped)."""
+    """Checked keyword arguments for `ToolSearch.search` (a `limit` above the maximum is clamped;
+    `1e400`, which the SDK's reader takes as infinity, is no integer)."""
     limit = arguments.get("limit") if isinstance(arguments, dict) else None
-    if isinstance(limit, int | float) and not isinstance(limit, bool) and limit > MAX_SEARCH_LIMIT:
+    if isinstance(limit, int | float) and not isinstance(limit, bool) and MAX_SEARCH_LIMIT < limit < math.inf:
         arguments = {**arguments, "limit": MAX_SEARCH_LIMIT}
     _check(_SEARCH_VALIDATOR, SEARCH_TOOLS, arguments)
     tags = arguments.get("tags")

@@ -40,7 +40,7 @@ def decode_cursor(request: Request, key: str, kind: type) -> Any:
         if not isinstance(value, kind) or isinstance(value, bool):
             raise TypeError
         return value
-    except (ValueError, TypeError, KeyError, binascii.Error):
+    except (ValueError, TypeError, KeyError, binascii.Error, RecursionError):
         raise ApiError(400, "invalid_arguments", "pageCursor is not a cursor this server issued; start again without it",
                        details={"parameter": "pageCursor"}) from None
 

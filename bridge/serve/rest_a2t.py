@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Route
 
 from bridge.catalog import Catalog, CatalogChange
 from bridge.invoke import error_result
-from bridge.model import BridgeError, ToolDeclaration, ToolResult, new_id
+from bridge.model import QUOTED_CHARS, BridgeError, ToolDeclaration, ToolResult, new_id, quoted
 from bridge.serve.rest_http import ApiError, JSONBody, ServeContext, decimal, endpoint, query_int, search_query
 from bridge.surface import Surface
 from bridge.translate import a2t
@@ -142,7 +142,7 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
     def visible_group(request: Request, surface: Surface) -> str:
         group = request.path_params["group_id"]
         if not any(g["id"] == group for g in groups_of(surface)):
-            raise ApiError(404, "unknown_tool", f"no group {group!r}", error_code="group_not_found")
+            raise ApiError(404, "unknown_tool", f"no group {quoted(group)}", error_code="group_not_found")
         return group
 
     @endpoint
@@ -159,7 +159,7 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
         body = await ctx.read_json(request)
         if decl is None:
             # the reference's answer for an unknown tool: HTTP 200 with error code tool_not_found
-            result = error_result(BridgeError(f"Tool not found: {name}", error_class="unknown_tool"), invocation_id=new_id("inv"))
+            result = error_result(BridgeError(f"Tool not found: {name if len(name) <= QUOTED_CHARS else quoted(name)}", error_class="unknown_tool"), invocation_id=new_id("inv"))
             return JSONBody(a2t.render_execute(result, refresh_meta(request, surface)), headers=generation_headers())
         if not isinstance(body, dict):
             raise ApiError(400, "invalid_arguments", "the request body must be a JSON object of tool arguments", pointer="")

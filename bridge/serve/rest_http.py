@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from bridge.model import ToolDeclaration, ToolError, ToolResult
+from bridge.model import ToolDeclaration, ToolError, ToolResult, quoted
 from bridge.runtime import Bridge
 from bridge.search_rank import MAX_QUERY_CHARS
 from bridge.serve.auth import authenticate
@@ -139,7 +139,7 @@ def result_error_response(result: ToolResult, extra: dict[str, Any] | None = Non
 
 def not_found(ref: str) -> ApiError:
     """The one answer for a tool that is missing or outside the caller's surface."""
-    return ApiError(404, "unknown_tool", f"no tool {ref!r}; search the catalog for the right name")
+    return ApiError(404, "unknown_tool", f"no tool {quoted(ref)}; search the catalog for the right name")
 
 
 class ServeContext:
@@ -246,6 +246,8 @@ def parse_json(raw: bytes) -> Any:
         return (_STRICT_FLOATS if big else _STRICT).decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))  # as json.loads does
     except UnicodeDecodeError:
         raise ApiError(400, "invalid_arguments", "the request body is not UTF-8 text", pointer="") from None
+    except RecursionError:  # about a thousand levels of arrays or objects: a 2 KB body
+        raise ApiError(400, "invalid_arguments", "the request body nests too deep to read; send flatter JSON", pointer="") from None
     except json.JSONDecodeError as exc:
         raise ApiError(400, "invalid_arguments", f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
                        pointer="", details={"line": exc.lineno, "column": exc.colno, "position": exc.pos}) from None

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from bridge.invoke import error_result
-from bridge.model import BridgeError, new_id
+from bridge.model import BridgeError, new_id, quoted
 from bridge.serve.auth import authenticate
 from bridge.serve.rest_http import (
     ApiError,
@@ -96,7 +96,7 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         # with tokens, a caller reads only its own surface; an open server shows any
         target = bridge.surfaces.get(name) if (not ctx.server.tokens or name == surface.name) else None
         if target is None:
-            raise ApiError(404, "invalid_arguments", f"no surface {name!r}", error_code="surface_not_found")
+            raise ApiError(404, "invalid_arguments", f"no surface {quoted(name)}", error_code="surface_not_found")
         limit = query_int(request, "deferred_limit", 1000, minimum=0)
         return JSONBody(target.record(include_deferred=limit > 0, limit=limit).to_json())
 
@@ -113,7 +113,7 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         if decl is None or not surface.visible(decl):
             # the same envelope the pipeline gives for a missing tool, whatever the reason
             result = error_result(
-                BridgeError(f"no tool named {tool!r}; search the catalog for the right name", error_class="unknown_tool"),
+                BridgeError(f"no tool named {quoted(tool)}; search the catalog for the right name", error_class="unknown_tool"),
                 invocation_id=new_id("inv"),
             )
         else:
@@ -128,7 +128,7 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         ref = request.path_params["ref"]
         found = bridge.invoker.get_persisted(ref)
         if found is None:
-            raise ApiError(404, "invalid_arguments", f"no persisted result {ref!r}", error_code="result_not_found")
+            raise ApiError(404, "invalid_arguments", f"no persisted result {quoted(ref)}", error_code="result_not_found")
         media_type, payload = found
         return Response(payload, media_type=media_type)
 

@@ -196,6 +196,23 @@ async def test_message_reply_and_part_kinds(streaming):
         assert files.structured_content == {"rows": 2, "ok": True}
 
 
+async def test_data_nested_past_what_a2a_carries_is_refused_as_invalid_arguments(caplog):
+    # protobuf holds an A2A data part 32 objects deep; the bridge takes arguments 64 levels deep
+    def nested(levels: int) -> Any:
+        value: Any = "x"
+        for _ in range(levels):
+            value = {"a": value}
+        return value
+
+    async with agent() as (base, _), bridge(base_url=base) as b:
+        assert (await b.invoker.invoke("peer__files", {"data": nested(32)})).status == "succeeded"
+        with caplog.at_level(logging.WARNING):
+            deep = await b.invoker.invoke("peer__files", {"data": nested(33)})
+        assert deep.status == "rejected" and deep.error.error_class == "invalid_arguments", deep.error
+        assert deep.error.details["errors"][0]["path"] == "/data" and "too deep" in deep.error.message
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # an answer, not a logged traceback
+
+
 async def test_protocol_0_3_agent_found_at_the_older_card_path():
     async with agent(version="0.3") as (base, control):
         for streaming, method in ((False, "message/send"), (True, "message/stream")):

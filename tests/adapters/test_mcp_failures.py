@@ -318,3 +318,42 @@ async def test_a_storm_of_change_notices_costs_a_few_listings(protocol: str) -> 
         await until(lambda: bridge.catalog.resolve("srv__after_storm") is not None, timeout=10)
         # one listing per second at most (not one per notice), and the last change is listed
         assert 1 <= await listings() - before <= 6
+
+
+def nested(levels: int) -> dict[str, Any]:
+    """Arguments nesting `levels` objects and arrays deep, the arguments object the first."""
+    value: Any = "bottom"
+    for _ in range(levels - 1):
+        value = [value]
+    return {"text": "deep", "extra": value}
+
+
+async def test_arguments_json_cannot_carry_are_refused_before_the_upstream_and_its_session_goes_on() -> None:
+    """A lone surrogate escape (`"\\ud800"` reads into a string no UTF-8 writer takes) once failed
+    the SDK's writer inside the shared stdio session: the session closed, and every call in it
+    with it. NaN and nesting past MAX_ARGUMENT_DEPTH are refused the same way."""
+    from bridge.invoke import MAX_ARGUMENT_DEPTH
+
+    bridge = make_bridge(stdio("srv", timeout=20, ping_interval=None))
+    async with bridge:
+        pid = await pid_of(bridge, "srv")
+        slow = asyncio.ensure_future(bridge.invoker.invoke("srv__slow", {"steps": 4, "delay": 0.2}))
+        cases = [({"text": "a\ud800b"}, "/text", "not valid Unicode"),
+                 ({"text": "x", "odd/\udfffkey": 1}, "/odd~1\ufffdkey", "not valid Unicode"),
+                 ({"text": "x", "list": ["ok", "\ud83d"]}, "/list/1", "not valid Unicode"),
+                 ({"text": "x", "n": [1.5, float("-inf")]}, "/n/1", "NaN or Infinity"),
+                 # the arguments object, then "extra" and 63 arrays: the 65th level
+                 (nested(MAX_ARGUMENT_DEPTH + 1), "/extra" + "/0" * (MAX_ARGUMENT_DEPTH - 1), f"deeper than {MAX_ARGUMENT_DEPTH} levels")]
+        for arguments, pointer, said in cases:
+            result = await bridge.invoker.invoke("srv__echo", arguments)
+            assert result.status == "rejected" and result.error.error_class == "invalid_arguments", arguments
+            assert said in result.error.message and result.error.recoverability == "change_arguments"
+            assert result.error.details["errors"][0]["path"] == pointer and result.error.message.endswith(f"at {pointer}")
+            json.dumps(result.model_dump(mode="json"), ensure_ascii=False).encode()  # the answer itself is sendable
+        # the call under way and the session are untouched; a pair (an emoji) and 64 levels pass
+        assert (await slow).status == "succeeded"
+        paired = json.loads('{"text": "\\ud83d\\ude00"}')  # as a JSON reader reads an escaped pair
+        assert (await bridge.invoker.invoke("srv__echo", paired)).content[0]["text"] == "\U0001f600"
+        assert (await bridge.invoker.invoke("srv__echo", nested(MAX_ARGUMENT_DEPTH))).content[0]["text"] == "deep"
+        assert await pid_of(bridge, "srv") == pid
+        assert [e for e in (await bridge.invoker.invoke("srv__events", {})).content[0]["text"].split("\n") if "echo" in e]

@@ -393,4 +393,14 @@ async def test_nan_and_infinity_in_arguments_are_invalid_arguments():
             response = await http.post(f"{srv.url}/mcp", content=body, headers=headers)
             result = response.json()["result"]
             assert result["isError"] is True and "NaN or Infinity" in result["content"][0]["text"], (odd, result)
+        # nesting past MAX_ARGUMENT_DEPTH (within what the SDK's reader takes), and a search's
+        # limit of 1e400, are refused too
+        body = (b'{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "svc__echo", '
+                b'"arguments": {"text": "x", "d": ' + b"[" * 80 + b"]" * 80 + b'}, "_meta": ' + json.dumps(meta).encode() + b"}}")
+        result = (await http.post(f"{srv.url}/mcp", content=body, headers=headers)).json()["result"]
+        assert result["isError"] is True and "deeper than 64 levels" in result["content"][0]["text"], result
+        body = (b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "search_tools", '
+                b'"arguments": {"query": "echo", "limit": 1e400}, "_meta": ' + json.dumps(meta).encode() + b"}}")
+        result = (await http.post(f"{srv.url}/mcp", content=body, headers={**headers, "Mcp-Name": "search_tools"})).json()["result"]
+        assert result["isError"] is True and "limit" in result["content"][0]["text"], result
         assert up.calls == []

@@ -4,6 +4,7 @@ invocation, and every status code an invocation can answer with."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 
@@ -59,7 +60,9 @@ async def test_paging_survives_a_catalog_change_between_pages():
 
 async def test_bad_paging_parameters_are_400_naming_the_parameter():
     async with serving(many(2)) as served:
-        for params, parameter in (({"pageLimit": 0}, "pageLimit"), ({"pageLimit": "ten"}, "pageLimit"), ({"pageCursor": "garbage!"}, "pageCursor")):
+        deep = base64.urlsafe_b64encode(b"[" * 5000).decode()  # a forged cursor too deep for the JSON reader
+        for params, parameter in (({"pageLimit": 0}, "pageLimit"), ({"pageLimit": "ten"}, "pageLimit"), ({"pageCursor": "garbage!"}, "pageCursor"),
+                                  ({"pageCursor": deep}, "pageCursor")):
             status, body, _ = await served.get("/tools", **params)
             assert status == 400, params
             assert body["error"]["error_class"] == "invalid_arguments"
@@ -191,6 +194,8 @@ async def test_malformed_requests_are_400_with_a_pointer():
             (b'{"input_parameters": [{"name": "text", "value": -Infinity}]}', "", "-Infinity"),
             (b'{"input_parameters": [{"name": "text", "value": 1e400}]}', "", "too large"),
             (b'{"input_parameters": [{"name": "text", "value": ' + b"9" * 5000 + b"}]}", "", "not valid JSON"),
+            # about a thousand levels: past the JSON reader's recursion
+            (b'{"input_parameters": [{"name": "text", "value": ' + b"[" * 5000 + b"]" * 5000 + b"}]}", "", "nests too deep"),
         ]
         for raw, pointer, text in cases:
             status, body, _ = await served.post("/tools/f__echo:invoke", raw=raw)
@@ -199,6 +204,14 @@ async def test_malformed_requests_are_400_with_a_pointer():
             assert body["error"]["details"]["pointer"] == pointer, raw
             if text:
                 assert text in body["error"]["message"]
+        # text that is not Unicode (a lone surrogate, escaped or as its bytes) and nesting past
+        # MAX_ARGUMENT_DEPTH levels: refused by the pipeline, naming where
+        for raw, pointer in ((b'{"input_parameters": [{"name": "text", "value": "\\ud800"}]}', "/text"),
+                             (b'{"input_parameters": [{"name": "text", "value": "\xed\xa0\x80"}]}', "/text"),
+                             (b'{"tool": "f__echo", "arguments": {"text": "x", "d": ' + b"[" * 80 + b"]" * 80 + b"}}", "/d" + "/0" * 63)):
+            status, body, _ = await served.post("/invoke" if raw.startswith(b'{"tool"') else "/tools/f__echo:invoke", raw=raw)
+            assert status == 400 and body["error"]["error_class"] == "invalid_arguments", raw
+            assert body["error"]["details"]["errors"][0]["path"] == pointer
         _, body, _ = await served.post("/tools/f__echo:invoke", raw=b'{"a": 1,\n "b": }')
         assert body["error"]["details"]["line"] == 2
         # arguments that do not match the schema: 400 with the pipeline's envelope
@@ -334,14 +347,28 @@ async def test_unexpected_faults_are_structured_never_tracebacks(monkeypatch):
 
 
 async def test_text_that_is_not_valid_unicode_is_answered_with_replacement_characters():
-    # an unpaired "\ud83d" escape, from the caller or an upstream, reaches a result as a string no
-    # UTF-8 encoder takes: the answer carries U+FFFD instead of failing after the call ran
+    # an unpaired "\ud83d" escape from an upstream reaches a result as a string no UTF-8 encoder
+    # takes: the answer carries U+FFFD instead of failing after the call ran (the caller's own is
+    # refused before the call: test_malformed_requests_are_400_with_a_pointer)
     up = FakeUpstream(name="f")
     async with serving(up) as served:
-        status, body, _ = await served.post("/tools/f__echo:invoke", raw=b'{"input_parameters": [{"name": "text", "value": "n\\ud83d"}]}')
+        up.result = UpstreamResult(content=[{"type": "text", "text": "n\ud83d"}], structured_content={"echo": {"text": "n\ud83d"}})
+        status, body, _ = await served.post("/tools/f__echo:invoke", {"input_parameters": [{"name": "text", "value": "n"}]})
         assert status == 200, body
         assert body["x-tool-result"]["content"][0]["text"] == "n\ufffd"
         assert body["x-tool-result"]["structured_content"] == {"echo": {"text": "n\ufffd"}}
+        up.result = None
         up.raise_error = BridgeError("the upstream said: bad \udc00 input", error_class="execution_failed")
         status, body, _ = await served.post("/invoke", {"tool": "f__echo", "arguments": {"text": "x"}})
         assert status == 422 and body["error"]["message"] == "the upstream said: bad \ufffd input"
+
+
+async def test_an_unknown_name_is_quoted_by_its_beginning_not_sent_back_whole():
+    long = "x" * 60_000
+    async with serving(FakeUpstream(name="f")) as served:
+        answers = [await served.get(f"/tools/{long}"), await served.post("/invoke", {"tool": long, "arguments": {}}),
+                   await served.post(f"/a2t/tools/{long}", {}), await served.get(f"/surfaces/{long}")]
+        for status, body, _ in answers:
+            assert status in (200, 404) and len(json.dumps(body)) < 2_000, status
+            message = body["error"]["message"]
+            assert "x" * 60 in message and "x" * 61 not in message and "(60000 characters)" in message, message
