@@ -235,10 +235,11 @@ class Catalog:
         while True:
             slot.health.state = "connecting" if attempt == 0 else slot.health.state
             slot.health.attempts += 1
-            if slot.sidecar is not None and not slot.sidecar.running:
-                await slot.sidecar.start()
-                launched_at = loop.time()
             try:
+                if slot.sidecar is not None and not slot.sidecar.running:
+                    launched_at = None
+                    await slot.sidecar.start()  # a command that cannot start is a failed attempt
+                    launched_at = loop.time()
                 async with asyncio.timeout(cfg.start_timeout):
                     await up.start()
                     tools = await up.list_tools()

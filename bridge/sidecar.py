@@ -17,6 +17,9 @@ __all__ = ["Sidecar"]
 
 log = logging.getLogger("bridge.sidecar")
 
+READ_BYTES = 65_536
+LINE_CHARS = 2_000  # of a line of output, kept and logged
+
 
 class Sidecar:
     def __init__(self, name: str, config: LaunchConfig, base_dir: str = ".") -> None:
@@ -44,24 +47,44 @@ class Sidecar:
         # a relative cwd starts from the config file's folder, like every path in the config
         cwd = str(Path(self.base_dir) / self.config.cwd) if self.config.cwd else self.base_dir
         env = {**os.environ, **self.config.env}
-        self.process = await asyncio.create_subprocess_exec(
-            command,
-            *self.config.args,
-            cwd=cwd,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                command,
+                *self.config.args,
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:  # no such command or cwd, not executable: said in the upstream's reason
+            why = exc.strerror or type(exc).__name__
+            where = f" in {cwd}, which is not a folder" if not Path(cwd).is_dir() else ""
+            raise ConnectionError(f"launch: cannot start {command!r}{where}: {why}; fix launch.command, "
+                                  f"launch.cwd or PATH") from None
         self._drain = asyncio.create_task(self._read_output(self.process))
 
     async def _read_output(self, process: asyncio.subprocess.Process) -> None:
+        """Read the process's output until it ends, in chunks: a line of any length is read (one
+        over the stream reader's 64 KiB once ended this reader, and the process, its pipe full,
+        then hung), kept and logged by its first LINE_CHARS characters."""
         assert process.stdout is not None
-        async for raw in process.stdout:
-            line = raw.decode(errors="replace").rstrip()
-            self.tail.append(line)
-            log.info("[%s] %s", self.name, line)
+        pending = b""
+        while chunk := await process.stdout.read(READ_BYTES):
+            *lines, pending = (pending + chunk).split(b"\n")
+            for raw in lines:
+                self._said(raw)
+            if len(pending) > READ_BYTES:  # a line still going: keep its beginning only
+                pending = pending[:READ_BYTES]
+        if pending:
+            self._said(pending)
+
+    def _said(self, raw: bytes) -> None:
+        line = raw[: LINE_CHARS * 4].decode(errors="replace").rstrip()
+        line = line if len(line) <= LINE_CHARS else f"{line[:LINE_CHARS]}… (a longer line)"
+        self.tail.append(line)
+        log.info("[%s] %s", self.name, line)
 
     async def stop(self) -> None:
         process, self.process = self.process, None

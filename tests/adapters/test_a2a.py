@@ -426,6 +426,24 @@ async def test_demo_agent_started_by_launch():
     assert process is not None and process.returncode is not None  # stopped with the bridge
 
 
+async def test_a_launch_that_cannot_start_fails_its_upstream_with_the_reason_and_is_retried():
+    # a command not found, or a cwd that is no folder, once ended the upstream's supervision
+    # without a word: "connecting" for ever, with no reason and no retry
+    def upstream(name: str, **launch: Any) -> dict[str, Any]:
+        return {"name": name, "kind": "a2a", "base_url": f"http://127.0.0.1:{free_port()}", "retry_initial": 0.05,
+                "retry_max": 0.1, "launch": launch}
+
+    config = parse_config({"store": {"path": ":memory:"}, "upstreams": [
+        upstream("nocommand", command="no-such-command-here"),
+        upstream("nofolder", command="python", args=["-c", "pass"], cwd="no/such/folder")]},
+        base_dir=str(Path(__file__).resolve().parents[2] / "configs"))
+    async with Bridge(config) as b:
+        for name, said in (("nocommand", "cannot start 'no-such-command-here'"), ("nofolder", "no/such/folder, which is not a folder")):
+            slot = b.catalog.slot(name)
+            await until(lambda slot=slot: slot.health.attempts >= 3)
+            assert slot.health.state == "failed" and said in slot.health.reason and "launch" in slot.health.reason, slot.health.reason
+
+
 # ---------------------------------------------------------------------------- mapping details
 
 
