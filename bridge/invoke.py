@@ -86,7 +86,11 @@ class SchemaValidators:
                 cls.check_schema(schema)
             except jsonschema.SchemaError:
                 cls = jsonschema.Draft202012Validator  # a sloppy upstream schema still validates what it can
-            entry = self._cache[key] = (cls(schema), compile_quick_check(schema))
+            try:
+                quick = compile_quick_check(schema)
+            except (TypeError, ValueError, AttributeError, LookupError, RecursionError):  # a schema in no shape it reads
+                quick = None
+            entry = self._cache[key] = (cls(schema), quick)
         return entry
 
     def errors(self, key: tuple[str, int], schema: dict[str, Any], arguments: Any) -> list[dict[str, str]]:
@@ -96,9 +100,9 @@ class SchemaValidators:
         try:
             return schema_errors(validator, arguments)
         except (jsonschema.exceptions.UnknownType, referencing.exceptions.Unresolvable, TypeError, ValueError,
-                LookupError, RecursionError) as exc:
+                LookupError, RecursionError, AttributeError, re.error) as exc:
             # an upstream schema jsonschema cannot apply ({"type": "bogus"}, `required` holding
-            # objects, a dangling $ref): the bridge cannot judge the arguments, the upstream will
+            # objects, a dangling $ref, `properties` a list, a `pattern` that is no regular expression): the bridge cannot judge the arguments, the upstream will
             if key not in self._unusable:
                 self._unusable.add(key)
                 log.warning("tool %s v%d: its input schema cannot be applied (%s: %s); arguments go to the upstream "

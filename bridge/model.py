@@ -49,6 +49,7 @@ __all__ = [
     "has_surrogates",
     "QUOTED_CHARS",
     "quoted",
+    "object_shaped",
     "takes_objects",
     "without_surrogates",
 ]
@@ -115,12 +116,23 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def takes_objects(schema: Any) -> bool:
-    """Whether an input schema can accept a JSON object: the arguments of every frontend (MCP,
-    the A2T drafts) are objects, so a tool whose root `type` excludes them cannot be called."""
+    """Whether an input schema can accept a JSON object, in the shape every frontend requires of
+    one: the arguments of every frontend (MCP, the A2T drafts) are objects, so a tool whose root
+    `type` excludes them cannot be called; and MCP's listing (before 2026-07-28) refuses a whole
+    page for one schema whose `properties` is no object of schemas or whose `required` is no
+    list of names."""
     if not isinstance(schema, dict):
         return False
     kind = schema.get("type", "object")
-    return kind == "object" or (isinstance(kind, list) and "object" in kind)
+    return (kind == "object" or (isinstance(kind, list) and "object" in kind)) and object_shaped(schema)
+
+
+def object_shaped(schema: dict[str, Any]) -> bool:
+    """Whether an object schema's `properties` (if any) map names to schemas (objects or booleans)
+    and its `required` (if any) lists names."""
+    props, required = schema.get("properties"), schema.get("required")
+    return ((props is None or (isinstance(props, dict) and all(isinstance(p, dict | bool) for p in props.values())))
+            and (required is None or (isinstance(required, list) and all(isinstance(r, str) for r in required))))
 
 
 QUOTED_CHARS = 60

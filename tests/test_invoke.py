@@ -257,8 +257,7 @@ async def test_an_input_schema_jsonschema_cannot_apply_leaves_the_arguments_to_t
     store = Store()
     catalog = Catalog(store)
     bogus = tool("bogus", props={"a": {"type": "bogus"}})
-    odd_required = tool("odd_required", props={"a": {"type": "string"}})
-    odd_required.input_schema["required"] = [{"a": 1}]
+    odd_required = tool("odd_required", props={"a": {"type": "integer"}, "text": {"type": "string", "pattern": "(["}})  # no regex
     dangling = tool("dangling", props={"a": {"$ref": "#/$defs/missing"}})
     up = FakeUpstream(FakeConfig(name="svc"), tools=[bogus, odd_required, dangling])
     catalog.add_upstream(up)

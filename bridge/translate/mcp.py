@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bridge.model import FactSource, SafetyHints, ToolError, UpstreamResult, UpstreamTool, takes_objects
+from bridge.model import FactSource, SafetyHints, ToolError, UpstreamResult, UpstreamTool, object_shaped, takes_objects
 
 __all__ = [
     "MCP_SOURCE",
@@ -263,7 +263,7 @@ def render_output_schema(decl: _ToolDeclaration, protocol_version: str | None) -
     schema = decl.output_schema
     if not isinstance(schema, Mapping) or not schema:
         return None
-    if is_modern(protocol_version) or schema.get("type") == "object":
+    if is_modern(protocol_version) or (schema.get("type") == "object" and object_shaped(dict(schema))):
         return dict(schema)
     return None
 

@@ -366,11 +366,22 @@ async def test_a_tool_whose_input_is_no_object_is_blocked_and_the_list_stays_val
     # `{"type": "string"}` is no valid MCP inputSchema: one such tool must not break tools/list
     odd = tool("shout")
     odd.input_schema = {"type": "string"}
-    up = FakeUpstream(FakeConfig(name="svc"), tools=[tool("echo"), odd])
+    # nor are `properties` other than an object of schemas, or `required` other than a list of
+    # names: before 2026-07-28 the SDK refused the whole page for one of them
+    shapes = [tool(f"shape{i}") for i in range(4)]
+    for shape, schema in zip(shapes, ({"type": "object", "properties": [1, 2]}, {"type": "object", "required": "a"},
+                                      {"type": "object", "required": [1]}, {"type": "object", "properties": {"a": 5}}), strict=True):
+        shape.input_schema = schema
+    # an output schema of that shape is left out of the listing before 2026-07-28
+    answers = tool("answers", output_schema={"type": "object", "properties": [1]})
+    up = FakeUpstream(FakeConfig(name="svc"), tools=[tool("echo"), odd, *shapes, answers])
     async with served_bridge({}, [up]) as srv, http_client(srv.url, era) as client:
-        assert "svc__echo" in await client.names() and "svc__shout" not in await client.names()
-        result = await client.call("svc__shout", {})
-        assert error_class(result) == "policy_blocked" and "unsupported_input_schema" in text_of(result)
+        tools = {t.name: t for t in await client.tools()}
+        assert set(tools) == {"svc__echo", "svc__answers"}
+        assert tools["svc__answers"].output_schema == (None if era == HANDSHAKE else {"type": "object", "properties": [1]})
+        for name in ("svc__shout", "svc__shape0", "svc__shape1", "svc__shape2", "svc__shape3"):
+            result = await client.call(name, {})
+            assert error_class(result) == "policy_blocked" and "unsupported_input_schema" in text_of(result), name
     shown = {"surfaces": [{"name": "default", "allow": [{"name": "svc__shout"}]}]}  # an allow rule lifts the block
     async with served_bridge(shown, [FakeUpstream(FakeConfig(name="svc"), tools=[tool("echo"), odd])]) as srv, \
             http_client(srv.url, era) as client:
