@@ -312,10 +312,10 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
     if not isinstance(data, dict):
         raise ConfigError(source, [("", "the config must be a mapping", "start with `upstreams:`")])
     data = _interpolate(data, "", problems)
-    upstream_entries: list[tuple[str, Any]] = [(f"upstreams[{i}]", e) for i, e in enumerate(data.get("upstreams") or [])]
-    if data.get("upstreams") is not None and not isinstance(data.get("upstreams"), list):
+    listed = data.get("upstreams")
+    upstream_entries: list[tuple[str, Any]] = [(f"upstreams[{i}]", e) for i, e in enumerate(listed)] if isinstance(listed, list) else []
+    if listed is not None and not isinstance(listed, list):
         problems.append(("upstreams", "must be a list", "write `upstreams:` followed by `- {name: ..., kind: ...}` items"))
-        upstream_entries = []
     upstream_entries += _mcp_servers_to_upstreams(data.get("mcpServers") or {}, problems)
 
     upstreams: list[UpstreamConfig] = []
@@ -361,6 +361,15 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
                 problems.append((f"surfaces[{i}].name", f"surface {surface.name!r} is already defined at surfaces[{first[surface.name]}]",
                                  "give each surface its own name, or merge the two definitions"))
             first.setdefault(surface.name, i)
+        seen: dict[str, int] = {}
+        for i, token in enumerate(config.server.tokens):
+            if token.token != token.token.strip() or any(c.isspace() for c in token.token):
+                problems.append((f"server.tokens[{i}].token", "holds white space (a `|` block adds a line end), so no "
+                                 "Authorization header can match it", "write the token on one line, without spaces"))
+            elif token.token in seen:
+                problems.append((f"server.tokens[{i}].token", f"is the same token as server.tokens[{seen[token.token]}], which "
+                                 "it would never win against", "give each token its own value"))
+            seen.setdefault(token.token, i)
         named = [("server.default_surface", config.server.default_surface)]
         named += [(f"server.tokens[{i}].surface", token.surface) for i, token in enumerate(config.server.tokens)]
         for where, name in named:
@@ -376,16 +385,62 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
     return config
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+class _DuplicateYamlKey(yaml.constructor.ConstructorError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once: JSON's reader would keep the last silently."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (it would keep the last
+    silently: a second `store:` replacing the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:  # the mapping's own keys: one may override a merged (`<<`) one
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) or key is None:
+                if key in seen:
+                    raise _DuplicateYamlKey(None, None, f"the key {key!r} is given twice in one mapping", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
     """Read, interpolate and validate a config file. Raises ConfigError."""
     file = Path(path)
     if not file.is_file():
         raise ConfigError(str(file), [("", "file not found", f"create it, or pass -c with an existing file (default {DEFAULT_CONFIG})")])
-    text = file.read_text(encoding="utf-8")
     try:
-        data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise ConfigError(str(file), [("", f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line})",
+                                       "save the file as UTF-8")]) from None
+    except OSError as exc:
+        raise ConfigError(str(file), [("", f"cannot be read ({exc.strerror or exc})",
+                                       "make it readable by the user running the bridge")]) from None
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_keys) if file.suffix == ".json" else yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except _DuplicateKey as exc:
+        raise ConfigError(str(file), [("", f"not valid JSON: the key {exc.args[0]!r} is given twice in one object", "keep one of the two")]) from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else f"line {getattr(exc, 'lineno', '?')}"
-        raise ConfigError(str(file), [("", f"not valid {'JSON' if file.suffix == '.json' else 'YAML'} at {where}: {getattr(exc, 'problem', None) or exc}", "fix the syntax there")]) from None
+        fix = "keep one of the two" if isinstance(exc, _DuplicateYamlKey) else "fix the syntax there"
+        raise ConfigError(str(file), [("", f"not valid {'JSON' if file.suffix == '.json' else 'YAML'} at {where}: {getattr(exc, 'problem', None) or exc}", fix)]) from None
     return parse_config(data, source=str(file), base_dir=str(file.parent.resolve()))

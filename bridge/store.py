@@ -93,18 +93,37 @@ class Store:
 
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        fix = "fix: set store.path to a new file (it is created) or to a store this bridge wrote"
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a folder that cannot be made or written
+            raise StoreError(f"{self.path}: its folder cannot be made ({exc.strerror or exc}); {fix}") from None
         self._lock = threading.Lock()
         self._logged: int | None = None  # rows in the invocation log, counted once then kept up to date
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            why = self._not_a_store()  # before anything is written: another application's file stays as it is
+            if why:
+                self._db.close()
+                raise StoreError(f"{self.path}: is no bridge store: {why}; {fix}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.DatabaseError as exc:  # not an SQLite file, or one this process may not write
-            raise StoreError(f"{self.path}: cannot be opened as the bridge's store ({exc}); fix: set store.path to "
-                             "a new file (it is created) or to a store this bridge wrote") from None
+            raise StoreError(f"{self.path}: cannot be opened as the bridge's store ({exc}); {fix}") from None
         self._lay_out()
+
+    def _not_a_store(self) -> str | None:
+        """Why the file is no bridge store of any layout (another application's database, or half
+        of a store), or None: an empty file, or a store."""
+        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        foreign = sorted(t for t in tables - {"versions", "tool_names", "invocations", "results"} if not t.startswith("sqlite_"))
+        if foreign:
+            return f"it holds tables no bridge store has ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''})"
+        keyed = tables & {"versions", "tool_names"}
+        if len(keyed) == 1:
+            return f"it holds the table {keyed.pop()} without the other a store keeps beside it"
+        return None
 
     def _lay_out(self) -> None:
         """Create the tables of a new file, or move an older layout to this one: in one

@@ -77,6 +77,34 @@ def test_syntax_errors_and_missing_file(tmp_path):
     assert "file not found" in str(err.value)
 
 
+def test_a_key_given_twice_a_file_not_utf8_and_upstreams_not_a_list_are_named(tmp_path):
+    # a second `store:` once replaced the first silently; the others answered a traceback
+    cases = [(write(tmp_path, 'store: {path: ":memory:"}\nstore: {path: x.db}\n'), "", "line 2, column 1: the key 'store' is given twice"),
+             (write(tmp_path, '{"store": {"path": ":memory:"}, "store": {}}', name="b.json"), "", "the key 'store' is given twice"),
+             (write(tmp_path, "upstreams:\n  - {name: a, kind: fake, name: b}\n", name="c.yaml"), "", "the key 'name' is given twice"),
+             (write(tmp_path, "upstreams: 5\n", name="d.yaml"), "upstreams", "must be a list")]
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"store: {}\n# caf\xe9\n")
+    cases.append((latin, "", "is not UTF-8 text (byte 0xe9 on line 2)"))
+    for path, where, said in cases:
+        with pytest.raises(ConfigError) as err:
+            load_config(path)
+        assert said in problems(err.value)[where][0] and str(path) in str(err.value), err.value
+    # a mapping's own key may still override one merged in with `<<`
+    merged = load_config(write(tmp_path, 'store: {path: ":memory:"}\nupstreams:\n  - &a {name: a, kind: fake}\n'
+                               "  - <<: *a\n    name: b\n", name="e.yaml"))
+    assert [u.name for u in merged.upstreams] == ["a", "b"]
+
+
+def test_a_token_given_twice_or_holding_white_space_is_named():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"server": {"tokens": [{"token": "abcdefgh"}, {"token": "abcdefgh"}, {"token": "secret-token-1\n"},
+                                            {"token": "two words"}]}})
+    found = problems(err.value)
+    assert "same token as server.tokens[0]" in found["server.tokens[1].token"][0]
+    assert "white space" in found["server.tokens[2].token"][0] and "white space" in found["server.tokens[3].token"][0]
+
+
 def test_surfaces_and_tokens(tmp_path):
     cfg = parse_config({
         "surfaces": [{"name": "ops", "load": "svc__*", "block": {"destructive": True}}],

@@ -126,3 +126,23 @@ def test_a_store_this_bridge_cannot_read_names_its_file_and_the_fix(tmp_path):
     with pytest.raises(StoreError, match=rf"^{re.escape(str(garbage))}: cannot be opened as the bridge's store .*fix: "):
         Store(garbage)
     assert garbage.read_text().startswith("not a database")  # left as it was
+
+
+def test_another_applications_database_is_refused_and_left_as_it_was(tmp_path):
+    foreign = tmp_path / "app.db"
+    db = sqlite3.connect(foreign)
+    db.execute("CREATE TABLE users (id INTEGER, email TEXT)")
+    db.execute("INSERT INTO users VALUES (1, 'a@example.invalid')")
+    db.commit()
+    db.close()
+    half = tmp_path / "half.db"
+    db = sqlite3.connect(half)
+    db.execute("CREATE TABLE versions (x)")
+    db.close()
+    for path, said in ((foreign, "it holds tables no bridge store has (users)"), (half, "it holds the table versions without")):
+        before = path.read_bytes()
+        with pytest.raises(StoreError, match=rf"^{re.escape(str(path))}: is no bridge store: {re.escape(said)}.*fix: "):
+            Store(path)
+        assert path.read_bytes() == before  # no table, layout or journal mode written
+    with pytest.raises(StoreError, match="its folder cannot be made .*fix: "):
+        Store(foreign / "inside" / "bridge.db")  # a file where the folder would be
