@@ -5,6 +5,7 @@ the bridge's own REST frontend parses the remote shapes, so one bridge federates
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Literal
 from urllib.parse import quote
@@ -27,6 +28,25 @@ GENERATION_HEADER = "A2T-Catalog-Generation"  # a bridge's catalog generation (s
 _RETRY_READ = frozenset({500, 502, 503, 504})
 _RETRY_INVOKE = frozenset({500, 502, 503})
 MAX_PASSES = 10  # a2t listings capped below their total: passes over the offsets at most
+# A listing whose pages go on listing only tools it already listed does not end (a fresh cursor,
+# or a total the server never reaches, over the same tools): it stops and keeps what it read,
+# instead of reading max_pages pages of repeats (gigabytes, then "no answer"). The IETF draft's
+# cursor pages never repeat a tool: STALE_PAGES such pages in a row stop it. An a2t server may
+# list in a random order, where pages repeat tools by chance: it stops once pages in a row were
+# that stale with odds below STALE_ODDS for a server whose `total` is true (each page of n
+# tools, with `seen` of `total` read, repeats only by chance (seen / total) ** n).
+STALE_PAGES = 3
+STALE_ODDS = 1e-6
+
+
+class _Stale(Exception):
+    """An a2t listing's pages stopped listing new tools (`_collect`)."""
+
+
+def _item_key(item: Any, key: str) -> Any:
+    """What tells a listed item apart: its `key` when it has one, else the item as written."""
+    value = item.get(key) if isinstance(item, dict) else None
+    return value if isinstance(value, str | int) else json.dumps(item, sort_keys=True, default=str)
 # A listing of this many records or more is read into tools on a worker thread: about 13 µs a
 # record, so a larger one (another bridge's catalog of 100,000 tools: 1.3 s) would hold every call
 # the bridge serves.
@@ -153,11 +173,17 @@ class A2TUpstream(Upstream):
             await self._detect()
         return await (self._list_ietf() if self.dialect == "ietf" else self._list_a2t())
 
+    def _stale(self, url: str, pages: int, tools: int) -> None:
+        log.warning("upstream %s: GET %s: its pages go on listing only tools already listed; the paging does not end, "
+                    "so the listing stops at page %d with the %d tools read", self.name, safe_url(url), pages, tools)
+
     async def _pages(self, url: str) -> list[Any]:
         items: list[Any] = []
         cursor: str | None = None
         seen: set[str] = set()
-        for _ in range(self.config.max_pages):
+        listed: set[Any] = set()  # the items' toolIds
+        stale = 0
+        for page in range(1, self.config.max_pages + 1):
             params: dict[str, Any] = {"pageLimit": self.config.page_limit}
             if cursor:
                 params["pageCursor"] = cursor
@@ -165,7 +191,13 @@ class A2TUpstream(Upstream):
             if not answer.ok or not isinstance(answer.body, dict) or not isinstance(answer.body.get("items"), list):
                 raise BridgeError(f"GET {safe_url(url)} answered HTTP {answer.status} without an `items` page: {answer.snippet()}",
                                   error_class="dependency_unavailable")
-            items.extend(answer.body["items"])
+            fresh = [item for item in answer.body["items"] if _item_key(item, "toolId") not in listed]
+            listed.update(_item_key(item, "toolId") for item in fresh)
+            items.extend(fresh)
+            stale = stale + 1 if answer.body["items"] and not fresh else 0
+            if stale >= STALE_PAGES:
+                self._stale(url, page, len(items))
+                return items
             paging = answer.body.get("paging") if isinstance(answer.body.get("paging"), dict) else {}
             cursor = paging.get("next") if isinstance(paging.get("next"), str) else None
             if not cursor:
@@ -232,15 +264,25 @@ class A2TUpstream(Upstream):
         cap = self.capabilities.limits.get("max_tools_per_request") if self.capabilities else None
         limit = min(self.config.list_limit, cap) if cap else self.config.list_limit
         seen: dict[str, dict[str, Any]] = {}
+        read: dict[str, float] = {"pages": 0, "odds": 1.0}
 
         async def page(offset: int, size: int) -> tuple[int, int | None, int]:
             answer = await self._get(url, {"offset": offset, "limit": size})
             if not answer.ok:
                 raise BridgeError(f"GET {safe_url(url)} answered HTTP {answer.status}: {answer.snippet()}", error_class="dependency_unavailable")
             items, total = a2t_wire.parse_listing(answer.body, "tools")
+            before = len(seen)
             for item in items:
                 if isinstance(item, dict) and isinstance(item.get("name"), str):
                     seen.setdefault(item["name"], item)
+            read["pages"] += 1
+            if not items or len(seen) > before or not total:
+                read["odds"] = 1.0
+            else:  # the odds of so many pages in a row listing no new tool, were `total` true
+                read["odds"] *= min(len(seen) / total, 1.0) ** len(items)
+                if read["odds"] < STALE_ODDS:
+                    self._stale(url, int(read["pages"]), len(seen))
+                    raise _Stale
             if url == self._tools_url and answer.headers.get(GENERATION_HEADER):
                 self._generation = answer.headers[GENERATION_HEADER]
             served = answer.body.get("limit") if isinstance(answer.body.get("limit"), int) else size
@@ -249,19 +291,22 @@ class A2TUpstream(Upstream):
         count, total, served = await page(0, limit)
         if total is None or len(seen) >= total or count < served:
             return list(seen.values())
-        if not cap and total > served:
-            count, total, served = await page(0, total)
-            if total is None or len(seen) >= total:
-                return list(seen.values())
-        for _ in range(MAX_PASSES):  # offset pages over a random order can skip: more passes fill the gaps
-            offset = 0
-            while total is not None and offset < total and self.config.max_pages > offset // max(served, 1):
-                count, total, served = await page(offset, served)
-                if count == 0:
+        try:
+            if not cap and total > served:
+                count, total, served = await page(0, total)
+                if total is None or len(seen) >= total:
+                    return list(seen.values())
+            for _ in range(MAX_PASSES):  # offset pages over a random order can skip: more passes fill the gaps
+                offset = 0
+                while total is not None and offset < total and self.config.max_pages > offset // max(served, 1):
+                    count, total, served = await page(offset, served)
+                    if count == 0:
+                        break
+                    offset += count
+                if total is None or len(seen) >= total:
                     break
-                offset += count
-            if total is None or len(seen) >= total:
-                break
+        except _Stale:
+            pass
         return list(seen.values())
 
     def _parse_tools(self, raw: list[dict[str, Any]]) -> list[UpstreamTool]:

@@ -399,3 +399,41 @@ async def test_a_redirect_is_reported_not_followed_with_the_upstreams_headers():
                 assert received == []  # the other origin never saw the request, nor its key
             finally:
                 await up.close()
+
+
+async def test_a_listing_whose_pages_never_end_stops_and_keeps_what_it_read(caplog):
+    """Pages that go on listing the same tools (a fresh cursor each time, or a total never
+    reached) once read max_pages of them: gigabytes, then "no answer within start_timeout"."""
+    from adapters.a2t import STALE_PAGES
+
+    requests: Counter[str] = Counter()
+    same = [IETFServer.signature(i) for i in range(3)]
+    a2t_tools = [{"name": f"t{i}", "description": f"tool {i}", "input_schema": {"type": "object"}} for i in range(4)]
+
+    async def ietf_tools(request: web.Request) -> web.Response:
+        requests["ietf"] += 1
+        return web.json_response({"items": same, "paging": {"next": f"c{requests['ietf']}"}})
+
+    async def capabilities(request: web.Request) -> web.Response:
+        return web.json_response({"version": "1.0", "endpoints": {"tools": "/a2t/tools"}, "limits": {"max_tools_per_request": 4}})
+
+    async def a2t_listing(request: web.Request) -> web.Response:  # says a million, lists the same four
+        requests["a2t"] += 1
+        return web.json_response({"tools": a2t_tools, "total": 1_000_000, "limit": 4})
+
+    ietf, a2t = web.Application(), web.Application()
+    ietf.router.add_get("/tools", ietf_tools)
+    a2t.router.add_get("/.well-known/a2t-capabilities.json", capabilities)
+    a2t.router.add_get("/a2t/tools", a2t_listing)
+    async with TestServer(ietf, host="127.0.0.1") as one, TestServer(a2t, host="127.0.0.1") as two:
+        for http, dialect, names, read in ((one, "ietf", [f"lookup_{i}" for i in range(3)], 1 + STALE_PAGES),
+                                           (two, "a2t", [f"t{i}" for i in range(4)], 2)):
+            up = upstream(str(http.make_url("")).rstrip("/"))
+            await up.start()
+            try:
+                assert up.dialect == dialect
+                assert sorted(t.name for t in await up.list_tools()) == names
+                assert requests[dialect] == read, requests
+            finally:
+                await up.close()
+    assert caplog.text.count("the paging does not end") == 2
