@@ -32,7 +32,9 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
     VersionNotSupportedError,
 )
-from pydantic import Field, model_validator
+from google.protobuf.json_format import ParseError
+from google.protobuf.message import DecodeError
+from pydantic import Field, ValidationError, model_validator
 
 from adapters.a2a_card import A2AAuth, AgentCredentials, CardFetch, CardSource, RedactingFilter, bind_credentials, redact
 from adapters.a2a_mapping import (
@@ -307,6 +309,9 @@ class A2AUpstream(Upstream):
             raise
         except (A2AError, httpx.HTTPError) as exc:
             raise self._call_error(exc, tracker) from None
+        except (ValidationError, ParseError, DecodeError) as exc:  # read by the SDK into no A2A shape
+            raise BridgeError(f"agent {self.name!r} answered in a shape A2A does not have: {_first_fault(exc)}",
+                              error_class="execution_failed", details={"task_id": tracker.task_id} if tracker.task_id else None) from None
         return result_from_tracker(tracker, ref)
 
     async def _progress(self, ctx: CallContext, tracker: TaskTracker, lines: list[str]) -> None:
@@ -398,3 +403,14 @@ class A2AUpstream(Upstream):
         if isinstance(exc, (UnsupportedOperationError, MethodNotFoundError, VersionNotSupportedError, ExtensionSupportRequiredError)):
             return BridgeError(f"the agent cannot serve this call: {text}", error_class="capability_gap", native_error_ref=ref)
         return BridgeError(f"the agent call failed: {text}", error_class="execution_failed", native_error_ref=ref)
+
+
+def _first_fault(exc: Exception) -> str:
+    """One line of what was wrong with an answer, its first fault (never the value)."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        more = exc.error_count() - 1
+        return f"{where or 'the answer'}: {first['msg']}" + (f" (and {more} more)" if more else "")
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:300]

@@ -142,7 +142,7 @@ class A2THttp:
             if text and not text.isspace():
                 try:
                     parsed = json.loads(text)
-                except ValueError:
+                except (ValueError, RecursionError):  # not JSON, or nested past the reader: the answer as text
                     parsed = text
             return HTTPAnswer(response.status, parsed, text, retry_after_seconds(response.headers.get("Retry-After")),
                               response.headers)

@@ -11,7 +11,7 @@ from typing import Any
 
 from adapters.openapi_auth import Redactor
 from adapters.openapi_operations import Operation, body_kind
-from bridge.model import ErrorClass, Recoverability, ToolError, UpstreamResult
+from bridge.model import BridgeError, ErrorClass, Recoverability, ToolError, UpstreamResult
 from bridge.translate.http import retry_after_seconds
 
 __all__ = ["success_result", "error_result", "classify_status", "KEPT_HEADERS"]
@@ -70,6 +70,8 @@ def success_result(op: Operation, status: int, reason: str, headers: Any, payloa
             value = json.loads(_decode(payload, charset))
         except ValueError:
             kind = "text"
+        except RecursionError:  # about a thousand levels
+            raise BridgeError(f"HTTP {status}: the answer's JSON nests too deep to read", error_class="execution_failed") from None
         else:
             value = redactor.scrub(value)
             structured = {"result": value} if op.wrap_result or not isinstance(value, dict) else value
@@ -103,7 +105,7 @@ def error_result(op: Operation, status: int, reason: str, headers: Any, payload:
         if body_kind(media_type) == "json":
             try:
                 problem = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 problem = text
         else:
             problem = text

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from a2a.types import AgentSkill
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from adapters.a2a import A2AUpstream
 from adapters.a2a_mapping import TOOL_KIND
@@ -442,6 +444,29 @@ async def test_a_launch_that_cannot_start_fails_its_upstream_with_the_reason_and
             slot = b.catalog.slot(name)
             await until(lambda slot=slot: slot.health.attempts >= 3)
             assert slot.health.state == "failed" and said in slot.health.reason and "launch" in slot.health.reason, slot.health.reason
+
+
+async def test_an_answer_in_no_a2a_shape_is_an_execution_failure_saying_what_is_wrong(caplog):
+    # a hand-written 0.3 agent whose task has a number for its id and a string for its status
+    async def card(request: web.Request) -> web.Response:
+        base = f"http://{request.host}/"
+        return web.json_response({"protocolVersion": "0.3.0", "name": "Odd", "description": "odd", "url": base, "version": "1",
+                                  "preferredTransport": "JSONRPC", "capabilities": {"streaming": False},
+                                  "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+                                  "skills": [{"id": "work", "name": "Work", "description": "Do work", "tags": []}]})
+
+    async def rpc(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"jsonrpc": "2.0", "id": body.get("id"), "result": {"kind": "task", "id": 12, "status": "weird"}})
+
+    app = web.Application()
+    app.router.add_get("/.well-known/agent-card.json", card)
+    app.router.add_post("/", rpc)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/")) as b:
+        result = await b.invoker.invoke("peer__work", {"message": "hi"})
+    assert result.error.error_class == "execution_failed", result.error
+    assert "answered in a shape A2A does not have: " in result.error.message and "errors.pydantic.dev" not in result.error.message
+    assert "Traceback" not in caplog.text
 
 
 # ---------------------------------------------------------------------------- mapping details

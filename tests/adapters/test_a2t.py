@@ -437,3 +437,31 @@ async def test_a_listing_whose_pages_never_end_stops_and_keeps_what_it_read(capl
             finally:
                 await up.close()
     assert caplog.text.count("the paging does not end") == 2
+
+
+async def test_an_answer_nesting_past_the_json_reader_is_an_error_result_not_a_traceback(caplog):
+    signature = IETFServer.signature(0)
+
+    async def listing(request: web.Request) -> web.Response:
+        return web.json_response({"items": [signature], "paging": {}})
+
+    async def deep(request: web.Request) -> web.Response:
+        return web.Response(body=b"[" * 5000 + b"]" * 5000, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/tools", listing)
+    app.router.add_post(r"/tools/{tool_id}:invoke", deep)
+    async with TestServer(app, host="127.0.0.1") as http:
+        up = upstream(str(http.make_url("")).rstrip("/"))
+        await up.start()
+        try:
+            tool = (await up.list_tools())[0]
+            try:
+                await up.invoke(tool.native_id, {"City": "x"}, ctx())
+            except BridgeError as exc:  # the answer as text: no JSON object
+                assert exc.error_class == "execution_failed" and "must be a JSON object" in exc.message
+            else:
+                raise AssertionError("a deep answer was taken")
+        finally:
+            await up.close()
+    assert "RecursionError" not in caplog.text

@@ -713,6 +713,26 @@ async def test_problem_body_becomes_an_error_envelope(api):
     assert err.native_error_ref["status"] == 422
 
 
+async def test_answers_nesting_past_the_json_reader_are_said_not_tracebacks(tmp_path, caplog):
+    deep = b"[" * 5000 + b"]" * 5000  # past Python's JSON reader (about a thousand levels)
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(body=deep, status=200 if request.path == "/deep" else 500, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/deep", answer)
+    app.router.add_get("/deep_problem", answer)
+    doc = _document({"/deep": {"get": {"operationId": "deep", "responses": _OK}},
+                     "/deep_problem": {"get": {"operationId": "deep_problem", "responses": _OK}}})
+    async with TestServer(app, host="127.0.0.1") as http, bridge_for(_write(tmp_path, doc), base_url=str(http.make_url("")).rstrip("/"),
+                                                                       retries={"count": 0}) as bridge:
+        result = await call(bridge, "deep")
+        assert result.error.error_class == "execution_failed" and "nests too deep to read" in result.error.message
+        problem = await call(bridge, "deep_problem")
+        assert problem.error.details["http_status"] == 500 and problem.error.details["problem"].startswith("[[[")  # kept as text
+    assert "Traceback" not in caplog.text and "RecursionError" not in caplog.text
+
+
 async def test_get_retried_on_503_with_retry_after(api):
     state, base = api
     async with bridge_for("service_31.yaml", base_url=base, include=["flaky*"]) as bridge:
