@@ -164,7 +164,8 @@ class Catalog:
             semaphore=asyncio.Semaphore(upstream.config.max_concurrency),
         )
         if upstream.config.launch is not None:
-            slot.sidecar = Sidecar(upstream.name, upstream.config.launch, upstream.config.base_dir)
+            slot.sidecar = Sidecar(upstream.name, upstream.config.launch, upstream.config.base_dir,
+                                   on_exit=lambda reason: self._launch_exited(slot, reason))
         self.slots[upstream.name] = slot
         self._state_moved(None, slot.health.state)
         slot.health._on_state = self._state_moved
@@ -284,6 +285,13 @@ class Catalog:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await slot.events.get()
+
+    def _launch_exited(self, slot: UpstreamSlot, reason: str) -> None:
+        """The process launched for an upstream ended on its own: a ready upstream is marked
+        unavailable with the exit's reason at once (not at its next failed call) and reconnects,
+        which launches it again. While connecting, the attempt reads the exit itself."""
+        if slot.events is not None and not self._closed and slot.health.state == "ready":
+            slot.events.put_nowait(UpstreamEvent("unavailable", reason=reason))
 
     async def _supervise(self, slot: UpstreamSlot) -> None:
         assert slot.events is not None

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from bridge.upstream import LaunchConfig
@@ -22,10 +23,14 @@ LINE_CHARS = 2_000  # of a line of output, kept and logged
 
 
 class Sidecar:
-    def __init__(self, name: str, config: LaunchConfig, base_dir: str = ".") -> None:
+    """`on_exit` is told (with `describe_exit`'s reason) when the process ends on its own, not
+    stopped by `stop`."""
+
+    def __init__(self, name: str, config: LaunchConfig, base_dir: str = ".", on_exit: Callable[[str], None] | None = None) -> None:
         self.name = name
         self.config = config
         self.base_dir = base_dir
+        self.on_exit = on_exit
         self.process: asyncio.subprocess.Process | None = None
         self.tail: deque[str] = deque(maxlen=20)
         self._drain: asyncio.Task[None] | None = None
@@ -79,6 +84,9 @@ class Sidecar:
                 pending = pending[:READ_BYTES]
         if pending:
             self._said(pending)
+        code = await process.wait()
+        if self.process is process and self.on_exit is not None:  # ended on its own
+            self.on_exit(self.describe_exit() or f"launched process exited with code {code}")
 
     def _said(self, raw: bytes) -> None:
         line = raw[: LINE_CHARS * 4].decode(errors="replace").rstrip()

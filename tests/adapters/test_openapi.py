@@ -919,13 +919,14 @@ async def test_launched_demo_service_end_to_end_and_back_after_a_crash():
         assert (await call(bridge, "deleteNote", {"id": 1})).content == [{"type": "text", "text": "HTTP 204 No Content"}]
         missing = await call(bridge, "getNote", {"id": 1})
         assert missing.error.details["problem"]["title"] == "Not found"
-        # the service dies: the call fails as dependency_unavailable, the bridge relaunches it
+        # the service dies: the upstream is unavailable at once with the exit, and relaunched
+        states: list[tuple[str, str | None]] = []
+        bridge.catalog.subscribe(lambda change: states.append((slot.health.state, slot.health.reason)) if change.state_changed else None)
         assert slot.sidecar is not None and slot.sidecar.process is not None
         slot.sidecar.process.kill()
         await slot.sidecar.process.wait()
-        down = await call(bridge, "listNotes")
-        assert down.error.error_class == "dependency_unavailable"
-        await until(lambda: slot.health.state == "ready" and slot.sidecar.running)
+        await until(lambda: slot.health.state == "ready" and slot.sidecar.running and states)
+        assert states[0][0] == "unavailable" and "launched process exited with code -9" in states[0][1], states
         assert (await call(bridge, "listNotes")).structured_content == {"result": []}
 
 
