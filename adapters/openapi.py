@@ -98,6 +98,7 @@ class OpenAPIUpstream(Upstream):
         self._loaded: _Loaded | None = None
         self._credentials: Credentials | None = None
         self._listed_since_start = False
+        self._kept_over: str | None = None  # why the document read before is kept (a later read failed)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -189,6 +190,7 @@ class OpenAPIUpstream(Upstream):
             **({"skipped_operations": {exc.location: exc.problem for exc in loaded.skipped[:_HEALTH_SKIPPED]},
                 "skipped_operation_count": len(loaded.skipped)} if loaded.skipped else {}),
             **({"oauth2_token_fetches": sum(t.fetches for t in tokens)} if tokens else {}),
+            **({"document_kept_over": self._kept_over} if self._kept_over else {}),
         }
 
     # ------------------------------------------------------------------ loading
@@ -212,10 +214,17 @@ class OpenAPIUpstream(Upstream):
                 if self._loaded is not None and self._loaded.signature == signature:
                     return
             self._loaded = await asyncio.to_thread(self._map, text, uri, signature)
+            self._kept_over = None
         except SpecError as exc:
             where = exc.location if exc.location.startswith((source, "/", "http")) else f"{source} {exc.location}".strip()
-            raise BridgeError(f"OpenAPI document {where}: {exc.problem}", error_class="setup_required",
-                              recoverability="setup") from None
+            reason = f"OpenAPI document {where}: {exc.problem}"
+            if self._loaded is None:
+                raise BridgeError(reason, error_class="setup_required", recoverability="setup") from None
+            # a document read before is kept: the API behind it still answers (a file half
+            # written, a URL briefly wrong must not take its tools offline); said once a fault
+            if reason != self._kept_over:
+                log.warning("%s: %s; the document read before is kept until this one can be read", self.name, reason)
+            self._kept_over = reason
 
     def _map(self, text: str, uri: str, signature: str) -> _Loaded:
         cfg = self.config

@@ -941,3 +941,10 @@ async def test_changed_document_is_reloaded_on_refresh(tmp_path):
         spec.write_text(text.replace("operationId: numbers", "operationId: numbersV2"))
         upstream.config.include = ["numbers*"]
         assert [t.name for t in await upstream.list_tools()] == ["numbersV2"]
+        # a document that cannot be read (half written, say) keeps the one read before, said in health
+        spec.write_text(text[: len(text) // 2] + "\n  bad: [")
+        assert [t.name for t in await upstream.list_tools()] == ["numbersV2"]
+        assert "document_kept_over" in await upstream.health()
+        spec.write_text(text)
+        assert [t.name for t in await upstream.list_tools()] == ["numbers"]
+        assert "document_kept_over" not in await upstream.health()
