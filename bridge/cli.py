@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -105,6 +106,16 @@ def _limit(text: str) -> int:
     if not 1 <= limit <= MAX_LIMIT:
         raise argparse.ArgumentTypeError(f"{limit} matches: use 1 to {MAX_LIMIT}")
     return limit
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"{text}: use a number of seconds above 0")
+    return seconds
 
 
 def _query(text: str) -> str:
@@ -237,6 +248,10 @@ async def cmd_atip(args: argparse.Namespace, config: BridgeConfig) -> int:
     from adapters.atip_discovery import DEFAULT_SCAN_SKIP, AgentToolsDirs, scan_candidates, scan_path
 
     dirs = AgentToolsDirs.resolve(args.data_home)
+    not_folders = [p for p in args.path if not os.path.isdir(p)]
+    if not_folders:
+        print(f"bridge atip scan: --path {not_folders[0]!r} is no folder", file=sys.stderr)
+        return 2
     path_dirs = args.path or [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     skip = [*([] if args.no_default_skip else DEFAULT_SCAN_SKIP), *args.skip]
     if args.dry_run:
@@ -277,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-c", "--config", default=os.environ.get("BRIDGE_CONFIG", DEFAULT_CONFIG), help=f"config file (default {DEFAULT_CONFIG})")
     common.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    unconfigured = argparse.ArgumentParser(add_help=False)  # for commands that read no config file
+    unconfigured.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("check", parents=[common], help="validate the config and start every upstream")
@@ -311,11 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("atip", help="ATIP command-line tools")
     atip = p.add_subparsers(dest="atip_command", required=True)
-    p = atip.add_parser("scan", parents=[common], help="probe PATH executables with --agent (opt-in)")
+    p = atip.add_parser("scan", parents=[unconfigured], help="probe PATH executables with --agent (opt-in)")
     p.add_argument("--path", action="append", default=[], help="folder to scan instead of $PATH (repeatable)")
     p.add_argument("--skip", action="append", default=[], help="glob of executable names never run (repeatable)")
     p.add_argument("--no-default-skip", action="store_true", help="drop the built-in skip list")
-    p.add_argument("--timeout", type=float, default=2.0, help="seconds per probe")
+    p.add_argument("--timeout", type=_seconds, default=2.0, help="seconds per probe (above 0)")
     p.add_argument("--data-home", default=None, help="instead of $XDG_DATA_HOME")
     p.add_argument("--dry-run", action="store_true", help="list the executables that would be probed, run nothing")
     p.add_argument("--no-write", action="store_true", help="do not update registry.json")

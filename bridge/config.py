@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from bridge.upstream import ConfigValueError, UpstreamConfig, known_kinds, upstream_class
 
@@ -82,6 +82,19 @@ class SurfaceConfig(_Strict):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, (str, dict)) else value
+
+    @field_validator("load", "defer", "block", "allow")
+    @classmethod
+    def _rules_say_something(cls, rules: list[RuleSpec], info: ValidationInfo) -> list[RuleSpec]:
+        """A rule with no condition would match every tool (`allow: [{}]` lifting every block),
+        and a `reason` is what a block rule gives: both are said rather than taken."""
+        for i, rule in enumerate(rules):
+            if isinstance(rule, Rule) and not (rule.model_fields_set - {"reason"}):
+                raise ConfigValueError(f"rule {i} has no condition, so it would match every tool",
+                                       "give it a condition (name, upstream, tag, kind, ...), or write name: '*' to mean every tool")
+            if isinstance(rule, Rule) and rule.reason is not None and info.field_name != "block":
+                raise ConfigValueError(f"rule {i} gives a reason, which only a block rule gives", "remove `reason`, or move the rule to block")
+        return rules
 
 
 class AuthToken(_Strict):
@@ -172,13 +185,16 @@ class BridgeConfig(_Strict):
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
 
-def _interpolate(value: Any, path: str, problems: list[tuple[str, str, str]]) -> Any:
+def _interpolate(value: Any, path: str, problems: list[tuple[str, str, str]], taken: set[str]) -> Any:
+    """`value` with each `${VAR}` replaced; `taken` gets the values read from the environment,
+    which an error never shows (a secret may land in a field whose name does not say so)."""
     if isinstance(value, str):
 
         def sub(match: re.Match[str]) -> str:
             var, default = match.group(1), match.group(2)
             found = os.environ.get(var)
             if found is not None and (found or default is None):
+                taken.add(found)
                 return found
             if default is not None:
                 return default
@@ -187,9 +203,9 @@ def _interpolate(value: Any, path: str, problems: list[tuple[str, str, str]]) ->
 
         return _ENV.sub(sub, value)
     if isinstance(value, dict):
-        return {k: _interpolate(v, _join(path, k), problems) for k, v in value.items()}
+        return {k: _interpolate(v, _join(path, k), problems, taken) for k, v in value.items()}
     if isinstance(value, list):
-        return [_interpolate(v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+        return [_interpolate(v, f"{path}[{i}]", problems, taken) for i, v in enumerate(value)]
     return value
 
 
@@ -225,15 +241,18 @@ def _fields_of(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
 _SECRET_WORDS = ("token", "secret", "password", "key", "auth", "env", "header", "credential")
 
 
-def _shown_input(loc: tuple[Any, ...], value: Any) -> str:
+def _shown_input(loc: tuple[Any, ...], value: Any, hidden: set[str]) -> str:
     """The offending value, unless it is a whole mapping or list (which may carry secrets such
-    as env or headers) or sits under a key that names a secret."""
+    as env or headers), sits under a key that names a secret, or holds a value read from the
+    environment (`hidden`)."""
     if isinstance(value, (dict, list)) or any(w in str(part).lower() for part in loc for w in _SECRET_WORDS):
         return ""
+    if isinstance(value, str) and any(h and h in value for h in hidden):
+        return " (a value read from the environment, not shown)"
     return f" (got {value!r})"
 
 
-def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel]) -> list[tuple[str, str, str]]:
+def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel], hidden: set[str]) -> list[tuple[str, str, str]]:
     problems = []
     errors = exc.errors()
     locs = [tuple(p for p in e["loc"] if not (isinstance(p, str) and p in ("str", "Rule", "function-after"))) for e in errors]
@@ -256,7 +275,7 @@ def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel]) -> l
         else:
             expected = err.get("ctx", {}).get("expected") or err.get("ctx", {}).get("pattern")
             fix = f"expected {expected}" if expected else "see docs/config.md"
-            problems.append((path, f"{err['msg']}{_shown_input(loc, err.get('input'))}", fix))
+            problems.append((path, f"{err['msg']}{_shown_input(loc, err.get('input'), hidden)}", fix))
     return problems
 
 
@@ -311,7 +330,8 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(source, [("", "the config must be a mapping", "start with `upstreams:`")])
-    data = _interpolate(data, "", problems)
+    taken: set[str] = set()
+    data = _interpolate(data, "", problems, taken)
     listed = data.get("upstreams")
     upstream_entries: list[tuple[str, Any]] = [(f"upstreams[{i}]", e) for i, e in enumerate(listed)] if isinstance(listed, list) else []
     if listed is not None and not isinstance(listed, list):
@@ -339,7 +359,7 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
         try:
             cfg = model.model_validate(entry)
         except ValidationError as exc:
-            problems.extend(_problems_of(exc, path, model))
+            problems.extend(_problems_of(exc, path, model, taken))
             continue
         if cfg.name in names:
             problems.append((_join(path, "name"), f"name {cfg.name!r} is already used by {names[cfg.name]}", "give each upstream its own name"))
@@ -351,7 +371,7 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
     try:
         config = BridgeConfig.model_validate(rest)
     except ValidationError as exc:
-        problems.extend(_problems_of(exc, "", BridgeConfig))
+        problems.extend(_problems_of(exc, "", BridgeConfig, taken))
         config = None
     if config is not None:
         known = config.surface_names()

@@ -4,7 +4,11 @@ config and owns their lifecycle. Frontends and the CLI hold a Bridge, nothing el
 from __future__ import annotations
 
 import contextlib
+import difflib
+import fnmatch
 import gc
+import logging
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,9 +16,11 @@ from bridge.catalog import Catalog, UpstreamSlot
 from bridge.config import BridgeConfig
 from bridge.invoke import Invoker
 from bridge.search import ToolSearch
-from bridge.store import Store
+from bridge.store import Store, StoreError
 from bridge.surface import Surfaces
 from bridge.upstream import Upstream, upstream_class
+
+log = logging.getLogger("bridge.runtime")
 
 __all__ = ["Bridge", "GC_YOUNG_THRESHOLD", "collector_held", "settle_gc"]
 
@@ -28,6 +34,12 @@ class Bridge:
     def __init__(self, config: BridgeConfig, *, extra_upstreams: list[Upstream] | None = None) -> None:
         self.config = config
         store_path = config.store.path
+        index_path = None
+        if config.search.persist and store_path != ":memory:":
+            index_path = config.resolve_path(config.search.path) if config.search.path else str(
+                Path(config.resolve_path(store_path)).with_suffix(".index")
+            )
+            _index_folder(index_path)  # before the store is made: a bad path leaves nothing behind
         self.store = Store(store_path if store_path == ":memory:" else config.resolve_path(store_path))
         self.catalog = Catalog(self.store)
         for upstream_config in config.upstreams:
@@ -35,11 +47,7 @@ class Bridge:
         for upstream in extra_upstreams or []:
             self.catalog.add_upstream(upstream)
         self.surfaces = Surfaces(config.surfaces, self.catalog)
-        index_path = None
-        if config.search.persist and store_path != ":memory:":
-            index_path = config.resolve_path(config.search.path) if config.search.path else str(
-                Path(config.resolve_path(store_path)).with_suffix(".index")
-            )
+        _warn_unmatched_upstreams(config, list(self.catalog.slots))
         self.search = ToolSearch(self.catalog, index_path, semantic=config.search.semantic,
                                  fold_alternatives=config.search.fold_alternatives)
         self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke)
@@ -92,3 +100,28 @@ def settle_gc(collected: bool = False) -> None:
     gc.freeze()
     gen0, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(max(gen0, GC_YOUNG_THRESHOLD), gen1, gen2)
+
+
+def _index_folder(path: str) -> None:
+    """The folder the search index's folder goes in, made when missing; a path that names a
+    file, or a folder that cannot be made, stops the bridge naming it and the fix."""
+    fix = "fix: set search.path to a folder (it is created), or leave it out to keep the index beside the store"
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise StoreError(f"{path}: the search index's folder is a file; {fix}")
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"{path}: the search index's folder cannot be made ({exc.strerror or exc}); {fix}") from None
+
+
+def _warn_unmatched_upstreams(config: BridgeConfig, names: list[str]) -> None:
+    """A surface rule whose `upstream` matches no upstream (`demo-mcp` for `demo_mcp`) would
+    block, load or allow nothing, silently: said once at start."""
+    for surface in config.surfaces:
+        for kind in ("load", "defer", "block", "allow"):
+            for i, rule in enumerate(getattr(surface, kind)):
+                pattern = getattr(rule, "upstream", None)
+                if pattern and not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+                    close = difflib.get_close_matches(pattern, names, n=1)
+                    log.warning("surface %s: %s rule %d names upstream %r, which matches no upstream%s; it matches no tool",
+                                surface.name, kind, i, pattern, f" (did you mean {close[0]!r}?)" if close else "")

@@ -162,3 +162,13 @@ def test_search_without_a_match_prints_the_suggestions_after_the_hint(tmp_path, 
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("no tool matched; suggestions lists")
     assert lines[1].split() == ["COSINE", "SUGGESTION", "HINT"] and lines[2].split()[1] == "svc__echo"
+
+
+def test_a_search_path_naming_a_file_is_said_before_anything_is_made(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine\n")
+    cfg = tmp_path / "bridge.yaml"
+    cfg.write_text("store: {path: data/bridge.db}\nsearch: {path: notes.txt}\n")
+    assert main(["check", "-c", str(cfg)]) == 1
+    err = capsys.readouterr().err
+    assert "notes.txt: the search index's folder is a file; fix: set search.path" in err and "Traceback" not in err
+    assert not (tmp_path / "data").exists() and (tmp_path / "notes.txt").read_text() == "mine\n"

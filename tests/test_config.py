@@ -177,6 +177,16 @@ def test_errors_never_echo_secret_values():
     assert "hunter2" not in str(err.value) and "12345678901" not in str(err.value)
 
 
+def test_a_value_read_from_the_environment_is_never_shown(monkeypatch):
+    # a secret in a field whose name says nothing of it: `port: "${API_TOKEN}"`
+    monkeypatch.setenv("API_TOKEN", "hunter2-secret")
+    with pytest.raises(ConfigError) as err:
+        parse_config({"server": {"port": "${API_TOKEN}", "host": "${NOT_SET_HERE:-x}"},
+                      "upstreams": [{"name": "a", "kind": "fake", "max_concurrency": "x${API_TOKEN}"}]})
+    assert "hunter2" not in str(err.value)
+    assert "a value read from the environment, not shown" in problems(err.value)["server.port"][0]
+
+
 def test_legacy_sse_transport_is_refused_with_a_fix():
     with pytest.raises(ConfigError) as err:
         parse_config({"mcpServers": {"old": {"type": "sse", "url": "http://127.0.0.1:1/sse"}}})

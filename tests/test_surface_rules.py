@@ -177,3 +177,25 @@ def test_the_catalog_journal_answers_the_changed_ids_it_still_holds(monkeypatch)
     catalog.apply_tools("u", [tool("d")])  # a, b and c removed, d added: the journal holds 4 ids, from here on
     assert catalog.changed_since(one) is None and catalog.changed_since(catalog.generation - 1) is not None
     assert catalog.changed_since(-1) is None and catalog.changed_since(catalog.generation + 1) is None
+
+
+async def test_a_rule_naming_no_upstream_or_with_no_condition_is_said(caplog):
+    import logging
+
+    import pytest
+
+    from bridge.config import ConfigError, parse_config
+    from bridge.runtime import Bridge
+
+    config = parse_config({"store": {"path": ":memory:"}, "search": {"persist": False},
+                           "surfaces": [{"name": "default", "block": [{"upstream": "svc-x"}, {"upstream": "sv*"}]}]})
+    with caplog.at_level(logging.WARNING):
+        await Bridge(config, extra_upstreams=[FakeUpstream(name="svc")]).close()
+    said = [r.getMessage() for r in caplog.records if "matches no upstream" in r.getMessage()]
+    assert said == ["surface default: block rule 0 names upstream 'svc-x', which matches no upstream (did you mean 'svc'?); "
+                    "it matches no tool"]
+    # an empty rule would match every tool; a reason is a block rule's
+    for surface, said in (({"allow": [{}]}, "rule 0 has no condition"), ({"load": [{"name": "x", "reason": "r"}]}, "only a block rule")):
+        with pytest.raises(ConfigError) as err:
+            parse_config({"surfaces": [{"name": "default", **surface}]})
+        assert said in str(err.value)

@@ -5,6 +5,7 @@ told `--insecure`)."""
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from dataclasses import dataclass
 
 from bridge.config import ServerConfig
@@ -36,4 +37,11 @@ def authenticate(server: ServerConfig, authorization: str | None) -> AuthResult:
 
 
 def is_loopback(host: str) -> bool:
-    return host in ("127.0.0.1", "localhost", "::1", "[::1]") or host.startswith("127.")
+    """`localhost` or a loopback address (127.0.0.0/8, ::1); a name such as `127.0.0.1.example`
+    is none: it resolves wherever its DNS says."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False

@@ -9,9 +9,15 @@ import time
 __all__ = ["retry_after_seconds"]
 
 
+# A Retry-After past a day (1e21 seconds, a date years ahead) is read as a day: a caller told to
+# wait longer would never call again, and the number is passed on in headers.
+MAX_RETRY_AFTER = 86_400.0
+
+
 def retry_after_seconds(value: str | None) -> float | None:
-    """`Retry-After` as seconds from now: delta-seconds or an HTTP date; None when absent or
-    unreadable (`inf` and `nan` included, which float() would take)."""
+    """`Retry-After` as seconds from now: delta-seconds or an HTTP date, at most
+    MAX_RETRY_AFTER; None when absent or unreadable (`inf` and `nan` included, which float()
+    would take)."""
     if not value:
         return None
     value = value.strip()
@@ -20,9 +26,9 @@ def retry_after_seconds(value: str | None) -> float | None:
     except ValueError:
         pass
     else:
-        return max(0.0, seconds) if math.isfinite(seconds) else None
+        return min(max(0.0, seconds), MAX_RETRY_AFTER) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    return max(0.0, round(when.timestamp() - time.time(), 3))
+    return min(max(0.0, round(when.timestamp() - time.time(), 3)), MAX_RETRY_AFTER)

@@ -505,10 +505,14 @@ def test_config_rejects_bad_answers_and_resolves_relative_paths(home):
 
 
 def test_scan_cli_probes_path_with_a_skip_list(home):
-    cfg = home["tmp"] / "bridge.yaml"
-    cfg.write_text("store: {path: ':memory:'}\n")
+    # it reads no config (so takes no -c), a timeout above 0 and folders that exist
+    for wrong, said in ((["-c", "bridge.yaml"], "unrecognized arguments: -c"), (["--timeout", "-1"], "above 0"),
+                        (["--timeout", "nan"], "above 0"), (["--path", str(home["tmp"] / "nowhere")], "is no folder")):
+        run = subprocess.run([sys.executable, "-m", "bridge.cli", "atip", "scan", *wrong, "--dry-run"],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert run.returncode == 2 and said in run.stderr and "Traceback" not in run.stderr, (wrong, run.stderr)
     run = subprocess.run(
-        [sys.executable, "-m", "bridge.cli", "atip", "scan", "-c", str(cfg), "--path", str(home["bin"]),
+        [sys.executable, "-m", "bridge.cli", "atip", "scan", "--path", str(home["bin"]),
          "--skip", "oldtool", "--data-home", str(home["data"]), "--json", "--all"],
         capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, "PATH": home["path"]},
     )
