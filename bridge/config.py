@@ -110,6 +110,10 @@ class ServerConfig(_Strict):
     tokens: list[AuthToken] = Field(default_factory=list)
     default_surface: str = "default"
     public_url: str | None = None
+    # MCP over HTTP: sessions open at once (an initialize past them answers 503), and the idle
+    # time after which a session a client left open is closed
+    mcp_max_sessions: int = Field(default=10_000, ge=1)
+    mcp_session_idle_timeout: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
     # `bridge serve`'s event loop: uvloop when it is installed ("auto"), or asyncio's own
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
 

@@ -160,6 +160,8 @@ class MCPFrontend:
             custom_starlette_routes=list(extra_routes or []),  # type: ignore[arg-type]
             host=host,
             transport_security=transport_security_for(host, public_url or server_config.public_url),
+            max_sessions=server_config.mcp_max_sessions,
+            session_idle_timeout=server_config.mcp_session_idle_timeout,
             debug=debug,
         )
         for index, route in enumerate(app.router.routes):
