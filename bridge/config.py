@@ -107,6 +107,7 @@ class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    body_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False, description="seconds a REST body may take to arrive")
     tokens: list[AuthToken] = Field(default_factory=list)
     default_surface: str = "default"
     public_url: str | None = None

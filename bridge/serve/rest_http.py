@@ -4,6 +4,7 @@ classes to HTTP statuses, and the one structured error body no route ever answer
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import json
@@ -194,18 +195,24 @@ class ServeContext:
         chunks: list[bytes] = []
         size = 0
         receive = request.receive
-        while True:  # the ASGI messages themselves: Request.stream() adds an async generator a call
-            message = await receive()
-            if message["type"] != "http.request":  # http.disconnect
-                raise ApiError(400, "invalid_arguments", "the client closed the connection before sending the whole body")
-            chunk = message.get("body", b"")
-            if chunk:
-                size += len(chunk)
-                if size > limit:
-                    raise too_large(limit)
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            # a body sent a few bytes at a time holds a connection and a request slot: bounded
+            async with asyncio.timeout(self.server.body_timeout):
+                while True:  # the ASGI messages themselves: Request.stream() adds an async generator a call
+                    message = await receive()
+                    if message["type"] != "http.request":  # http.disconnect
+                        raise ApiError(400, "invalid_arguments", "the client closed the connection before sending the whole body")
+                    chunk = message.get("body", b"")
+                    if chunk:
+                        size += len(chunk)
+                        if size > limit:
+                            raise too_large(limit)
+                        chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            raise ApiError(408, "invalid_arguments", f"the request body did not arrive within {self.server.body_timeout:g} s "
+                           "(server.body_timeout)", details={"body_timeout": self.server.body_timeout}) from None
         raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if not raw.strip():
             raise ApiError(400, "invalid_arguments", "the request body is empty; send a JSON document", pointer="")

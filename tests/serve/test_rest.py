@@ -372,3 +372,19 @@ async def test_an_unknown_name_is_quoted_by_its_beginning_not_sent_back_whole():
             assert status in (200, 404) and len(json.dumps(body)) < 2_000, status
             message = body["error"]["message"]
             assert "x" * 60 in message and "x" * 61 not in message and "(60000 characters)" in message, message
+
+
+async def test_a_body_that_does_not_arrive_in_time_is_408_and_frees_the_connection():
+    # Content-Length 100, then 8 bytes and nothing: once held the connection for good
+    async with serving(FakeUpstream(name="f"), config=config_with(server={"body_timeout": 0.3})) as served:
+        host, port = served.base.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(b"POST /invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"tool\":")
+            async with asyncio.timeout(10):
+                head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408"), head
+        finally:
+            writer.close()
+        status, _, _ = await served.post("/invoke", {"tool": "f__echo", "arguments": {"text": "x"}})
+        assert status == 200
