@@ -368,10 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     config: BridgeConfig | None = None
     if args.command not in NO_CONFIG:
         try:
-            config = load_config(args.config)
+            config = load_config(args.config)  # imports the adapters the config names
         except ConfigError as exc:
             print(exc, file=sys.stderr)
             return 2
+        except KeyboardInterrupt:
+            return 130
     try:
         with asyncio.Runner(loop_factory=_loop_factory(args.command, config)) as runner:
             return runner.run(COMMANDS[args.command](args, config))  # type: ignore[arg-type]

@@ -172,3 +172,22 @@ def test_a_search_path_naming_a_file_is_said_before_anything_is_made(tmp_path, c
     err = capsys.readouterr().err
     assert "notes.txt: the search index's folder is a file; fix: set search.path" in err and "Traceback" not in err
     assert not (tmp_path / "data").exists() and (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_ctrl_c_while_the_command_loads_ends_it_quietly():
+    import subprocess
+    import sys
+
+    # SIGINT as the command's modules are being imported (the first half second of every run)
+    code = ("import builtins, os, signal, sys\n"
+            "import bridge.command as command\n"
+            "real = builtins.__import__\n"
+            "def interrupted(name, *args, **kwargs):\n"
+            "    if name == 'bridge.cli':\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "    return real(name, *args, **kwargs)\n"
+            "builtins.__import__ = interrupted\n"
+            "sys.argv = ['bridge', '--help']\n"
+            "sys.exit(command.main())\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 130 and "Traceback" not in run.stderr and "KeyboardInterrupt" not in run.stderr, run.stderr
