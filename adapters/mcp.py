@@ -393,6 +393,7 @@ class MCPUpstream(Upstream):
             seen.add(cursor)
         else:
             log.warning("mcp upstream %s: tools/list still had pages after max_pages=%d", self.name, self.config.max_pages)
+        tools = _named_once(tools, skipped)
         if skipped != self.skipped_tools:  # said once, not at every re-list
             for name, why in skipped.items():
                 log.warning("mcp upstream %s: skipped tool %r: %s", self.name, name, why)
@@ -639,3 +640,17 @@ def _why(exc: ValidationError, skip: int = 0) -> str:
     if len(errors) > 1:
         text += f" (and {len(errors) - 1} more)"
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _named_once(tools: list[types.Tool], skipped: dict[str, str]) -> list[types.Tool]:
+    """The tools of a listing with a name, each name once (the first kept): a tool is called by
+    its name, so a nameless one cannot be, and a second of a name would never be."""
+    kept: dict[str, types.Tool] = {}
+    for index, tool in enumerate(tools):
+        if not tool.name.strip():
+            skipped[f"#{index + 1} of the listing"] = "a tool needs a name"
+        elif tool.name in kept:
+            skipped[tool.name] = "another tool of the listing has this name (the first is kept)"
+        else:
+            kept[tool.name] = tool
+    return list(kept.values())

@@ -210,6 +210,11 @@ async def test_invalid_tools_are_skipped_with_a_warning_and_the_others_kept(prot
                 assert skipped["schema_is_text"].startswith("inputSchema: Input should be a valid dictionary")
                 assert skipped["#8 of page 1"] == "name: Field required"
                 assert ("bad_required" in skipped) == (protocol == "legacy")
+                # a nameless tool cannot be called, nor a second of a name: the first echo is kept
+                assert [why for label, why in skipped.items() if label.endswith("of the listing")] == ["a tool needs a name"]
+                assert skipped["echo"] == "another tool of the listing has this name (the first is kept)"
+                assert next(d for d in bridge.catalog.declarations() if d.upstream == up and d.native_name == "echo").description \
+                    == "Echo the given text."
                 warning = f"mcp upstream {up}: skipped tool 'not_an_object': inputSchema.type: Input should be 'object'"
                 assert warning in caplog.messages
                 assert (await bridge.invoker.invoke(f"{up}__echo", {"text": "still here"})).content[0]["text"] == "still here"
@@ -245,8 +250,8 @@ async def test_a_large_listing_is_checked_and_converted_off_the_event_loop(proto
         listed = {up: {d.native_name for d in bridge.catalog.declarations() if d.upstream == up} for up in ("large", "small")}
         assert listed["large"] == listed["small"] | {f"filler_{i:03d}" for i in range(filler)}
         skipped = {up: (await bridge.catalog.slot(up).upstream.health())["skipped_tools"] for up in ("large", "small")}
-        for found in skipped.values():  # a tool without a name is labelled by its place in the page
-            assert [found.pop(label) for label in [k for k in found if k.startswith("#")]] == ["name: Field required"]
+        for found in skipped.values():  # a tool without a name is labelled by its place in the page, or the listing
+            assert sorted(found.pop(label) for label in [k for k in found if k.startswith("#")]) == ["a tool needs a name", "name: Field required"]
         assert skipped["large"] == skipped["small"] and skipped["large"]["not_an_object"].startswith("inputSchema.type")
         assert (await bridge.invoker.invoke("large__echo", {"text": "hi"})).content[0]["text"] == "hi"
     assert ran_on[("large", "_tools_page")] == ran_on[("large", "_converted")] == {False}

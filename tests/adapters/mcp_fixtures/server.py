@@ -57,6 +57,8 @@ BAD_TOOLS: list[Any] = [
     {"name": "schema_is_text", "inputSchema": "oops"},
     {"name": "bad_required", "inputSchema": {"type": OBJ, "required": [{"a": 1}]}},
     {"description": "No name at all.", "inputSchema": {"type": OBJ}},
+    {"name": "", "description": "An empty name.", "inputSchema": {"type": OBJ}},
+    {"name": "echo", "description": "A second tool named echo.", "inputSchema": {"type": OBJ}},
 ]
 # the blocks the middleware adds to the result of `odd_blocks`: a type from the future, and a
 # text block whose text is not a string
