@@ -464,7 +464,11 @@ class Catalog:
         # a tool listed as it was keeps its declaration (and version) without being declared
         # again: re-listing 100,000 unchanged tools took 4.1 s when each was declared and signed
         # to be compared, about 0.5 s now (bench/bench_catalog.py)
-        order = sorted(n for n, tool in seen.items() if not _listed_as(slot, tool, slot.tools.get(n)))
+        # named in the order of their ids, those whose id is their name first: of two OpenAPI
+        # operations given one operationId, the one it routes to keeps the clean name (the
+        # other, whose id is its method and path, gets a suffix)
+        order = sorted((n for n, tool in seen.items() if not _listed_as(slot, tool, slot.tools.get(n))),
+                       key=lambda n: (seen[n].name != n, n))
         fresh = [self._declare(slot, seen[n]) for n in order]
         try:
             signed = sign(fresh)

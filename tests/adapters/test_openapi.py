@@ -445,6 +445,8 @@ async def test_operation_id_spelled_like_another_operations_method_and_path(api,
             method, path = native_id.split(" ") if " " in native_id else ("PUT", "/dup")
             assert (result.structured_content["method"], result.structured_content["raw_path"].split("?")[0]) == (method, "/v1" + path)
         assert decls["GET /other"].external_mappings[0]["operation_id"] is None and decls["GET /other"].tags == []
+        # the operationId itself names the operation it routes to (PUT), not the other (PATCH)
+        assert (decls["same"].name, decls["PATCH /dup"].name.startswith("svc__same_")) == ("svc__same", True)
 
 
 async def test_summary_opening_the_description_is_said_once_and_a_long_one_is_no_hint(tmp_path):
