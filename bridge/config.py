@@ -206,7 +206,18 @@ def _interpolate(value: Any, path: str, problems: list[tuple[str, str, str]], ta
             problems.append((path, f"environment variable {var} is not set", f"export {var}=... or write ${{{var}:-default}}"))
             return ""
 
-        return _ENV.sub(sub, value)
+        if "$" not in value:
+            return value
+        parts = value.split("$${")  # `$${` writes a literal `${`
+        done = [_ENV.sub(sub, part) for part in parts]
+        for part in parts:
+            left = _ENV.sub("", part)  # what no reference matched (a value read may hold `${` itself)
+            if "${" in left:
+                at = left[left.index("${"):][:40]
+                problems.append((path, f"holds {at!r}, which is no ${{NAME}} or ${{NAME:-default}} (a NAME is letters, "
+                                 "digits and _, not first a digit)", "write ${NAME} or ${NAME:-default}, or $${ for a literal ${"))
+                break
+        return "${".join(done)
     if isinstance(value, dict):
         return {k: _interpolate(v, _join(path, k), problems, taken) for k, v in value.items()}
     if isinstance(value, list):

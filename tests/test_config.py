@@ -192,3 +192,13 @@ def test_legacy_sse_transport_is_refused_with_a_fix():
         parse_config({"mcpServers": {"old": {"type": "sse", "url": "http://127.0.0.1:1/sse"}}})
     what, fix = problems(err.value)["mcpServers.old.type"]
     assert "not supported" in what and "type: http" in fix
+
+
+def test_a_reference_that_is_no_reference_is_named_and_a_literal_is_written_twice(monkeypatch):
+    monkeypatch.setenv("X_A", "${not a reference}")  # a value read is taken as it is
+    assert parse_config({"server": {"public_url": "${X_A}/a$${X_A}"}}).server.public_url == "${not a reference}/a${X_A}"
+    for written in ("${UNSET_P", "${1BAD}", "${A-B}"):
+        with pytest.raises(ConfigError) as err:
+            parse_config({"server": {"public_url": f"https://x/{written}"}})
+        what, fix = problems(err.value)["server.public_url"]
+        assert f"holds {written!r}" in what and "$${ for a literal ${" in fix
