@@ -150,6 +150,9 @@ async def cmd_call(args: argparse.Namespace, config: BridgeConfig) -> int:
     except BridgeError as exc:
         print(f"bridge call: --args: {exc.message}", file=sys.stderr)
         return 2
+    if not isinstance(arguments, dict):
+        print(f"bridge call: --args is JSON of a {type(arguments).__name__}, not an object: write '{{\"name\": value}}'", file=sys.stderr)
+        return 2
     bridge = await _started(config)
     try:
         result = await bridge.invoker.invoke(args.name, arguments, version=args.version, surface=args.surface)

@@ -56,6 +56,11 @@ def test_call_with_bad_json_args(tmp_path, capsys):
     assert "not valid JSON" in capsys.readouterr().err
     assert main(["call", "svc__echo", "--args", '{"text": NaN}', "-c", config(tmp_path)]) == 2  # Python's reader takes it
     assert "NaN or Infinity" in capsys.readouterr().err
+    # JSON that is no object is refused before any upstream starts, as the rest is
+    assert main(["call", "svc__echo", "--args", "[1, 2]", "-c", config(tmp_path)]) == 2
+    assert "--args is JSON of a list, not an object" in capsys.readouterr().err
+    assert main(["call", "svc__echo", "--args", '{"d": ' + "[" * 80 + "]" * 80 + "}", "-c", config(tmp_path)]) == 2
+    assert "deeper than 64 levels" in capsys.readouterr().err
 
 
 def test_startup_failure_is_one_clear_line(tmp_path, capsys):
