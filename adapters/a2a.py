@@ -177,9 +177,11 @@ class A2AUpstream(Upstream):
         try:
             client = factory.create(card)
         except ValueError:
-            offered = ", ".join(f"{i.protocol_binding} at {i.url}" for i in card.supported_interfaces) or "none"
+            offered = ", ".join(f"{i.protocol_binding} at {i.url}" for i in card.supported_interfaces)
+            said = (f"offers no transport the bridge speaks ({', '.join(TRANSPORTS)}); offered: {offered}" if offered else
+                    "names no address to call: its card has no `url` (protocol 0.3) or `supportedInterfaces` (1.0)")
             raise BridgeError(
-                f"agent {card.name!r} offers no transport the bridge speaks ({', '.join(TRANSPORTS)}); offered: {offered}",
+                f"agent {card.name!r} {said}",
                 error_class="capability_gap",
                 recoverability="setup",
                 details={"reachable": True},

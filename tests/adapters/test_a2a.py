@@ -469,6 +469,19 @@ async def test_an_answer_in_no_a2a_shape_is_an_execution_failure_saying_what_is_
     assert "Traceback" not in caplog.text
 
 
+async def test_a_card_naming_no_address_says_so():
+    async def card(request: web.Request) -> web.Response:
+        return web.json_response({"protocolVersion": "0.3.0", "name": "Nowhere", "description": "no url", "version": "1",
+                                  "capabilities": {}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+                                  "skills": [{"id": "work", "name": "Work", "description": "Do work", "tags": []}]})
+
+    app = web.Application()
+    app.router.add_get("/.well-known/agent-card.json", card)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/")) as b:
+        reason = b.catalog.slot("peer").health.reason or ""
+    assert "names no address to call: its card has no `url`" in reason, reason
+
+
 # ---------------------------------------------------------------------------- mapping details
 
 
