@@ -165,6 +165,21 @@ async def _terminate(process: asyncio.subprocess.Process, pgid: int, grace: floa
     _signal_group(pgid, signal.SIGKILL)
 
 
+async def _exited(process: asyncio.subprocess.Process) -> None:
+    """The process's own exit. `Process.wait()` also waits for its pipes to close, which a
+    background child still holding them (`tool --agent` starting a daemon) delays for as long
+    as that child lives: the exit is also looked for every few milliseconds."""
+    waiting = asyncio.ensure_future(process.wait())
+    try:
+        delay = 0.005
+        while process.returncode is None and not waiting.done():
+            await asyncio.wait([waiting], timeout=delay)
+            delay = min(delay * 2, 0.05)
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+
+
 async def run_process(
     argv: list[str],
     *,
@@ -206,7 +221,7 @@ async def run_process(
     try:
         try:
             async with asyncio.timeout(timeout):
-                await process.wait()
+                await _exited(process)
         except TimeoutError:
             timed_out = True
             await _terminate(process, pgid, kill_grace)

@@ -525,3 +525,22 @@ def test_scan_cli_probes_path_with_a_skip_list(home):
     registry = json.loads((home["data"] / "agent-tools" / "registry.json").read_text())
     assert set(registry["tools"]) == {"legacy", "cloud"}
     assert registry["tools"]["cloud"]["source"] == "scan"
+
+
+async def test_a_program_leaving_a_child_on_its_output_is_done_at_its_own_exit(tmp_path):
+    # `tool --agent` that starts a daemon still holding stdout: Process.wait() waits for the pipe
+    # to close, so the answer was "did not answer within 2s" although the tool had exited 0
+    from adapters.atip_exec import run_process
+
+    pid_file = tmp_path / "child.pid"
+    code = ("import json, subprocess, sys\n"
+            f"child = subprocess.Popen(['sleep', '60'])\nopen({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+            "print(json.dumps({'atip': '0.6'}))\n")
+    began = time.perf_counter()
+    outcome = await run_process([sys.executable, "-c", code], env=dict(os.environ), cwd=None, timeout=10)
+    assert not outcome.timed_out and outcome.returncode == 0 and json.loads(outcome.stdout) == {"atip": "0.6"}
+    assert time.perf_counter() - began < 5
+    child = int(pid_file.read_text())
+    async with asyncio.timeout(5):  # the child, in the program's process group, is killed with it
+        while os.path.exists(f"/proc/{child}") and "Z" not in open(f"/proc/{child}/stat").read().split()[2]:
+            await asyncio.sleep(0.01)
