@@ -253,6 +253,10 @@ class _Mapper:
         where = f"{path_at}.{method}"
         params = {(x[0]["name"], x[0]["in"]): x for x in self.parameters(item.get("parameters"), doc_base, f"{path_at}.parameters")}
         params.update({(x[0]["name"], x[0]["in"]): x for x in self.parameters(op.get("parameters"), doc_base, f"{where}.parameters")})
+        templated = set(re.findall(r"\{([^{}]+)\}", path))
+        undeclared = sorted(templated - {name for name, location in params if location == "path"})
+        if undeclared:  # the URL would be sent with `{x}` in it (a validated document never gets here)
+            raise SpecError(f"the path template's {{{undeclared[0]}}} has no `in: path` parameter; declare it", where)
         properties: dict[str, Any] = {}
         required: list[str] = []
         needs: set[str] = set()

@@ -409,18 +409,22 @@ async def test_an_operation_that_cannot_be_mapped_is_left_out_and_named_in_healt
         "/bad": {"post": {"operationId": "bad", "responses": _OK, "parameters": [{"name": "p", "in": ["query"]}]}},
         "/loop": {"get": {"operationId": "loop", "responses": _OK, "parameters": [
             {"name": "q", "in": "query", "schema": {"$ref": "#/components/schemas/A"}}]}},
+        # a path template whose {y} no parameter declares would be sent as written
+        "/e/{x}/{y}": {"get": {"operationId": "templated", "responses": _OK, "parameters": [
+            {"name": "x", "in": "path", "required": True, "schema": {"type": "string"}}]}},
     }, components={"schemas": {"A": {"$ref": "#/components/schemas/B"}, "B": {"$ref": "#/components/schemas/A"}}})
     spec = _write(tmp_path, doc)
     async with bridge_for(spec, base_url=base + "/v1", validate_spec="off") as bridge:
         assert [d.native_id for d in bridge.catalog.declarations()] == ["echo"]
         assert not (await call(bridge, "echo", {})).is_error
         details = await bridge.catalog.slot("svc").upstream.health()
-        assert details["skipped_operation_count"] == 2
+        assert details["skipped_operation_count"] == 3
         skipped = details["skipped_operations"]
+        assert skipped["$.paths['/e/{x}/{y}'].get"] == "the path template's {y} has no `in: path` parameter; declare it"
         assert "`in` must be path, query, header or cookie" in skipped["$.paths['/bad'].post.parameters[0]"]
         (loop,) = [where for where in skipped if where.startswith("$.paths['/loop'].get.parameters[0].schema")]
         assert "never reaches a concrete schema" in skipped[loop]
-    assert sum("operation left out" in r.getMessage() for r in caplog.records) == 2
+    assert sum("operation left out" in r.getMessage() for r in caplog.records) == 3
     error = await _load_error(spec, validate_spec="off", bad_operations="fail")  # the whole upstream, as asked
     assert "`in` must be path, query, header or cookie" in error.message
 
