@@ -30,9 +30,17 @@ __all__ = ["records_routes", "MAX_SEARCH_LIMIT"]
 MAX_SEARCH_LIMIT = 100
 
 
+_INVOKE_KEYS = frozenset({"tool", "arguments", "version"})
+
+
 def _invoke_request(body: Any) -> tuple[str, dict[str, Any], int | None]:
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_arguments", "the request body must be a JSON object {tool, arguments, version?}", pointer="")
+    # a misspelt key (`argumnets`) would otherwise run the tool with no arguments
+    unknown = next((key for key in body if key not in _INVOKE_KEYS), None)
+    if unknown is not None:
+        raise ApiError(400, "invalid_arguments", f"unknown key {quoted(unknown)}; the body takes tool, arguments and version",
+                       pointer="/" + unknown.replace("~", "~0").replace("/", "~1")[:60])
     tool = body.get("tool")
     if not isinstance(tool, str) or not tool:
         raise ApiError(400, "invalid_arguments", "`tool` must name a tool (exposed name, alias or tool_id)", pointer="/tool")

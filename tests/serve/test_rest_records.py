@@ -106,7 +106,9 @@ async def test_invoke_record_answers_the_envelope_with_the_status_of_its_error_c
         assert hidden[0] == missing[0] == 404
         assert hidden[1]["error"]["message"].replace("secret_keys", "no_such") == missing[1]["error"]["message"]
         assert set(hidden[1]) == set(missing[1])
-        for body, pointer in (({"arguments": {}}, "/tool"), ({"tool": "x", "arguments": []}, "/arguments"), ({"tool": "x", "version": 0}, "/version")):
+        # a misspelt key would run the tool with no arguments: refused, naming it
+        for body, pointer in (({"arguments": {}}, "/tool"), ({"tool": "x", "arguments": []}, "/arguments"), ({"tool": "x", "version": 0}, "/version"),
+                              ({"tool": "docs__search_documents", "argumnets": {"text": "q"}}, "/argumnets")):
             status, answer, _ = await served.post("/invoke", body, token=TOKEN_ALL)
             assert status == 400 and answer["error"]["details"]["pointer"] == pointer
 
