@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator, model_validator
 
 from bridge.upstream import ConfigValueError, UpstreamConfig, known_kinds, upstream_class
 
@@ -383,22 +383,29 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
         names[cfg.name] = path
         upstreams.append(cfg)
 
-    rest = {k: v for k, v in data.items() if k not in ("upstreams", "mcpServers")}
+    rest = {k: v for k, v in data.items() if k not in ("upstreams", "mcpServers", "source", "base_dir")}
+    for key in ("source", "base_dir"):  # the bridge's own fields, set from the file read
+        if key in data:
+            problems.append((key, f"unknown key `{key}`", "remove it; the bridge sets it from the file it reads"))
     try:
         config = BridgeConfig.model_validate(rest)
     except ValidationError as exc:
         problems.extend(_problems_of(exc, "", BridgeConfig, taken))
         config = None
-    if config is not None:
-        known = config.surface_names()
+    # the checks across sections run on every section that is valid on its own: one problem
+    # elsewhere (a port out of range) does not hide these
+    surfaces = config.surfaces if config is not None else _valid_alone(_SURFACES, rest.get("surfaces", []))
+    server = config.server if config is not None else _valid_alone(ServerConfig, rest.get("server", {}))
+    if surfaces is not None:
         first: dict[str, int] = {}
-        for i, surface in enumerate(config.surfaces):
+        for i, surface in enumerate(surfaces):
             if surface.name in first:
                 problems.append((f"surfaces[{i}].name", f"surface {surface.name!r} is already defined at surfaces[{first[surface.name]}]",
                                  "give each surface its own name, or merge the two definitions"))
             first.setdefault(surface.name, i)
+    if server is not None:
         seen: dict[str, int] = {}
-        for i, token in enumerate(config.server.tokens):
+        for i, token in enumerate(server.tokens):
             if token.token != token.token.strip() or any(c.isspace() for c in token.token):
                 problems.append((f"server.tokens[{i}].token", "holds white space (a `|` block adds a line end), so no "
                                  "Authorization header can match it", "write the token on one line, without spaces"))
@@ -406,8 +413,15 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
                 problems.append((f"server.tokens[{i}].token", f"is the same token as server.tokens[{seen[token.token]}], which "
                                  "it would never win against", "give each token its own value"))
             seen.setdefault(token.token, i)
-        named = [("server.default_surface", config.server.default_surface)]
-        named += [(f"server.tokens[{i}].surface", token.surface) for i, token in enumerate(config.server.tokens)]
+    if surfaces is not None:
+        known = sorted({s.name for s in surfaces} | {"default"})
+        if server is not None:
+            named = [("server.default_surface", server.default_surface)]
+            named += [(f"server.tokens[{i}].surface", token.surface) for i, token in enumerate(server.tokens)]
+        else:  # the server section has a problem of its own: its surface name as written
+            raw = rest.get("server")
+            written = raw.get("default_surface") if isinstance(raw, dict) else None
+            named = [("server.default_surface", written)] if isinstance(written, str) else []
         for where, name in named:
             if name not in known:
                 problems.append((where, f"no surface named {name!r}", f"define it under `surfaces:` or use one of {known}"))
@@ -419,6 +433,18 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
     config.source = source
     config.base_dir = base_dir
     return config
+
+
+_SURFACES: TypeAdapter[list[SurfaceConfig]] = TypeAdapter(list[SurfaceConfig])
+
+
+def _valid_alone(model: Any, value: Any) -> Any:
+    """`value` validated as `model` (a model class or a TypeAdapter), or None when it is not
+    (its problems are already reported)."""
+    try:
+        return model.validate_python(value) if isinstance(model, TypeAdapter) else model.model_validate(value)
+    except ValidationError:
+        return None
 
 
 class _DuplicateKey(ValueError):

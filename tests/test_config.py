@@ -202,3 +202,10 @@ def test_a_reference_that_is_no_reference_is_named_and_a_literal_is_written_twic
             parse_config({"server": {"public_url": f"https://x/{written}"}})
         what, fix = problems(err.value)["server.public_url"]
         assert f"holds {written!r}" in what and "$${ for a literal ${" in fix
+
+
+def test_a_problem_in_one_section_does_not_hide_the_checks_across_sections():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"server": {"port": 99999, "default_surface": "ops"}, "surfaces": [{"name": "a"}, {"name": "a"}],
+                      "base_dir": "/elsewhere"})
+    assert {"server.port", "server.default_surface", "surfaces[1].name", "base_dir"} <= set(problems(err.value))
