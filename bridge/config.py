@@ -308,7 +308,8 @@ def _mcp_servers_to_upstreams(servers: Any, problems: list[tuple[str, str, str]]
             continue
         entry = dict(entry)
         given = {key: entry.pop(key) for key in ("type", "transport") if key in entry}
-        if len(set(map(str, given.values()))) > 1:
+        _http = {"http": "http", "streamable-http": "http", "streamableHttp": "http"}  # three spellings of one transport
+        if len({_http.get(str(v), str(v)) for v in given.values()}) > 1:
             problems.append((f"{path}.transport", f"`type` says {given['type']!r} and `transport` says {given['transport']!r}", "keep one of them"))
             continue
         key, transport = next(iter(given.items()), ("type", None))
@@ -362,7 +363,7 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
             continue
         kind = entry.get("kind")
         if kind not in known_kinds():
-            close = difflib.get_close_matches(str(kind), known_kinds(), n=1)
+            close = difflib.get_close_matches(str(kind).lower(), known_kinds(), n=1)  # `MCP`: mcp
             fix = f"did you mean `{close[0]}`?" if close else f"use one of: {', '.join(known_kinds())}"
             problems.append((_join(path, "kind"), f"unknown upstream kind {kind!r}" if kind else "is required", fix))
             continue

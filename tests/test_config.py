@@ -209,3 +209,11 @@ def test_a_problem_in_one_section_does_not_hide_the_checks_across_sections():
         parse_config({"server": {"port": 99999, "default_surface": "ops"}, "surfaces": [{"name": "a"}, {"name": "a"}],
                       "base_dir": "/elsewhere"})
     assert {"server.port", "server.default_surface", "surfaces[1].name", "base_dir"} <= set(problems(err.value))
+
+
+def test_the_three_spellings_of_streamable_http_agree_and_a_kind_in_capitals_is_suggested():
+    cfg = parse_config({"mcpServers": {"a": {"type": "http", "transport": "streamableHttp", "url": "http://127.0.0.1:1/mcp"}}})
+    assert cfg.upstreams[0].kind == "mcp"
+    with pytest.raises(ConfigError) as err:
+        parse_config({"upstreams": [{"name": "a", "kind": "MCP", "command": "x"}]})
+    assert problems(err.value)["upstreams[0].kind"][1] == "did you mean `mcp`?"
