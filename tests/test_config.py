@@ -217,3 +217,12 @@ def test_the_three_spellings_of_streamable_http_agree_and_a_kind_in_capitals_is_
     with pytest.raises(ConfigError) as err:
         parse_config({"upstreams": [{"name": "a", "kind": "MCP", "command": "x"}]})
     assert problems(err.value)["upstreams[0].kind"][1] == "did you mean `mcp`?"
+
+
+def test_aliases_of_aliases_expanding_past_a_million_values_are_refused_at_once(tmp_path):
+    lines = ['a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for prev, name in zip("abcdefg", "bcdefgh", strict=True):  # 10 ** 8 values from eight lines
+        lines.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 10) + "]")
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "\n".join(lines) + "\n"))
+    assert "expands to more than 1,000,000 values" in problems(err.value)[""][0]
