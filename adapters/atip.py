@@ -175,7 +175,7 @@ class ATIPUpstream(Upstream):
             extra_flags=answer.flags if answer else None,
             option_style=self.config.option_style,
         )
-        timeout = self._timeout_for(command, ctx.timeout)
+        timeout = ctx.timeout if ctx.timeout_fixed else self._timeout_for(command, ctx.timeout)
         outcome = await run_process(
             argv,
             env=self._run_env,

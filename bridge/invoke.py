@@ -403,7 +403,8 @@ class Invoker:
     ) -> UpstreamResult:
         slot = self.catalog.require_ready(decl)
         timeout = self.config.default_timeout or decl.timeout or slot.upstream.config.timeout
-        ctx = CallContext(invocation_id=invocation_id, timeout=timeout, progress_sink=progress, version=decl.version, meta=meta)
+        ctx = CallContext(invocation_id=invocation_id, timeout=timeout, progress_sink=progress, version=decl.version, meta=meta,
+                          timeout_fixed=self.config.default_timeout is not None)
         assert slot.semaphore is not None
         try:
             async with asyncio.timeout(timeout):

@@ -117,6 +117,9 @@ class CallContext:
     progress_sink: ProgressSink | None = None
     version: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # the timeout is the operator's invoke.default_timeout, which overrides an adapter's own
+    # per-command limits too (ATIP command_timeouts): the adapter then uses `timeout` as it is
+    timeout_fixed: bool = False
     _sequence: int = 0
 
     async def report_progress(

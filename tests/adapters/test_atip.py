@@ -421,6 +421,13 @@ async def test_configured_timeout_overrides_the_declared_one(home):
         with pytest.raises(BridgeError) as info:
             await upstream.invoke("legacy sleep", {"pid_file": str(pid_file), "seconds": 30}, ctx(timeout=0.4))
         assert "within 0.4s" in info.value.message
+        # invoke.default_timeout (a fixed timeout) overrides command_timeouts, longer or shorter
+        pid_file.unlink(missing_ok=True)
+        fixed = CallContext(invocation_id="inv_fixed", timeout=1.5, timeout_fixed=True)
+        began = time.monotonic()
+        with pytest.raises(BridgeError) as info:
+            await upstream.invoke("legacy sleep", {"pid_file": str(pid_file), "seconds": 30}, fixed)
+        assert "within 1.5s" in info.value.message and time.monotonic() - began >= 1.4
     finally:
         await upstream.close()
 
