@@ -125,7 +125,7 @@ def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
         version = _version_number(version_raw, decl) if version_raw is not None else None
         body = await ctx.read_json(request)
         arguments = ietf.parse_invocation(body, tool_names=(decl.name, *decl.aliases, decl.native_name))
-        result = await bridge.invoker.invoke(decl.tool_id, arguments, version=version, surface=surface)
+        result = await ctx.invoke(request, decl.tool_id, arguments, version=version, surface=surface)
         if result.is_error:
             return result_error_response(result)
         output_schema = decl.output_schema

@@ -165,7 +165,7 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
             raise ApiError(400, "invalid_arguments", "the request body must be a JSON object of tool arguments", pointer="")
         if set(body) == {"body"} and isinstance(body["body"], dict) and "body" not in (decl.input_schema.get("properties") or {}):
             body = body["body"]  # the `{"body": {...}}` form some a2t clients send
-        result: ToolResult = await bridge.invoker.invoke(decl.tool_id, body, surface=surface)
+        result: ToolResult = await ctx.invoke(request, decl.tool_id, body, surface=surface)
         return JSONBody(a2t.render_execute(result, refresh_meta(request, surface)), headers=generation_headers())
 
     def refresh_meta(request: Request, surface: Surface) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ classes to HTTP statuses, and the one structured error body no route ever answer
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -161,6 +162,24 @@ class ServeContext:
         if surface is None:
             raise ApiError(403, "policy_blocked", f"the token's surface {auth.surface!r} is not configured")
         return surface
+
+    async def invoke(self, request: Request, ref: str, arguments: Any, *, surface: Surface, version: int | None = None) -> ToolResult:
+        """The pipeline's call for a request whose body was read, cancelled when the client
+        closes the connection: the upstream call stops (an MCP cancel, an A2A CancelTask, an
+        ATIP process group killed) and its concurrency slot is freed, as over MCP."""
+        call = asyncio.ensure_future(self.bridge.invoker.invoke(ref, arguments, version=version, surface=surface))
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait([call, gone], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not call.done():
+                call.cancel()
+            gone.cancel()
+        if not call.done() or call.cancelled():
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+            raise ApiError(400, "canceled", "the client closed the connection; the call was cancelled")
+        return call.result()
 
     def caller_key(self, request: Request) -> str:
         """A stable key for one caller: its token (hashed) and address."""
@@ -351,3 +370,10 @@ def query_bool(request: Request, name: str) -> bool | None:
     if raw.lower() in ("false", "0", "no"):
         return False
     raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be true or false", details={"parameter": name})
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has closed the connection (its body already read: the next ASGI
+    message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -125,7 +125,7 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
                 invocation_id=new_id("inv"),
             )
         else:
-            result = await bridge.invoker.invoke(decl.tool_id, arguments, version=version, surface=surface)
+            result = await ctx.invoke(request, decl.tool_id, arguments, version=version, surface=surface)
         if not result.is_error or result.error is None:
             return JSONBody(result.to_json())
         return JSONBody(result.to_json(), status_code=status_for(result.error), headers=retry_after_headers(result.error))

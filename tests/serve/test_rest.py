@@ -388,3 +388,29 @@ async def test_a_body_that_does_not_arrive_in_time_is_408_and_frees_the_connecti
             writer.close()
         status, _, _ = await served.post("/invoke", {"tool": "f__echo", "arguments": {"text": "x"}})
         assert status == 200
+
+
+async def test_a_client_closing_the_connection_cancels_its_call_on_every_invoke_route():
+    from tests.serve.mcp_support import CancelAwareUpstream
+
+    routes = [("/invoke", b'{"tool": "f__echo", "arguments": {"text": "x"}}'),
+              ("/tools/f__echo:invoke", b'{"input_parameters": [{"name": "text", "value": "x"}]}'),
+              ("/a2t/tools/f__echo", b'{"text": "x"}')]
+    for path, body in routes:
+        up = CancelAwareUpstream(name="f")
+        up.gate = asyncio.Event()  # the call waits until cancelled
+        async with serving(up) as served:
+            host, port = served.base.removeprefix("http://").rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            await writer.drain()
+            async with asyncio.timeout(10):
+                while not up.calls:  # the call reached the upstream
+                    await asyncio.sleep(0.01)
+            writer.close()
+            async with asyncio.timeout(10):
+                await up.canceled.wait()
+            up.gate.set()
+            status, _, _ = await served.post("/invoke", {"tool": "f__echo", "arguments": {"text": "y"}})
+            assert status == 200, path
