@@ -304,7 +304,7 @@ class Invoker:
             self._validate(decl, version, schema, arguments)
             check_permission(decl, surface_obj)
             result = await self._execute(decl, arguments, invocation_id, progress, meta or {})
-            envelope = self._map(decl, version, invocation_id, result)
+            envelope = self._map(decl, version, invocation_id, result, surface_obj.name)
         except BridgeError as exc:
             envelope = error_result(exc, invocation_id=invocation_id, decl=decl, version=version)
             if has_surrogates(exc.message):  # an upstream's text quoted in the message
@@ -333,9 +333,18 @@ class Invoker:
         )
         return envelope
 
-    def get_persisted(self, ref: str) -> tuple[str, bytes] | None:
-        """(media type, payload) of a persisted large result."""
-        return self.store.get_result(ref)
+    def get_persisted(self, ref: str, surface: str | Surface | None = None) -> tuple[str, bytes] | None:
+        """(media type, payload) of a persisted large result; with `surface`, only one a call
+        through that surface made (a result stored before surfaces were kept with it: any). A
+        token's caller never reads another surface's results, as it never sees its tools."""
+        found = self.store.get_result(ref)
+        if found is None:
+            return None
+        media_type, payload, made_by = found
+        name = surface.name if isinstance(surface, Surface) else surface
+        if name is not None and made_by is not None and made_by != name:
+            return None
+        return media_type, payload
 
     async def aclose(self) -> None:
         if self._flush_handle:
@@ -418,7 +427,7 @@ class Invoker:
                 status="timed_out",
             ) from None
 
-    def _map(self, decl: ToolDeclaration, version: int, invocation_id: str, result: UpstreamResult) -> ToolResult:
+    def _map(self, decl: ToolDeclaration, version: int, invocation_id: str, result: UpstreamResult, surface: str) -> ToolResult:
         size, suspect = _size_of(result)
         if suspect:
             result = without_surrogates(result)
@@ -463,16 +472,17 @@ class Invoker:
                 status="too_large",
             )
         if size > self.config.inline_result_limit:
-            self._persist(envelope, size)
+            self._persist(envelope, size, surface)
         return envelope
 
-    def _persist(self, envelope: ToolResult, size: int) -> None:
-        """Keep a preview inline; the whole payload goes to the store behind a ref."""
+    def _persist(self, envelope: ToolResult, size: int, surface: str) -> None:
+        """Keep a preview inline; the whole payload goes to the store behind a ref, readable
+        through the surface whose call made it (`get_persisted`)."""
         payload = json.dumps(
             {"content": envelope.content, "structured_content": envelope.structured_content}, default=str
         ).encode()
         ref = new_id("blob")
-        self.store.put_result(ref, envelope.invocation_id, "application/json", payload)
+        self.store.put_result(ref, envelope.invocation_id, "application/json", payload, surface, keep=self.config.results_keep)
         preview_source = _first_text_blocks(envelope.content) or json.dumps(envelope.structured_content, default=str)
         preview = preview_source[: self.config.preview_chars]
         decision = ResultPersistence(

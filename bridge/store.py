@@ -27,8 +27,10 @@ _UNSTORABLE = (sqlite3.InterfaceError, sqlite3.DataError, OverflowError, TypeErr
 # keys of versions and names: one upstream's rows are neighbours in their B-trees, so a listing
 # writes a few pages, where keys that start with the tool id (a hash) put every row on a page of
 # its own (a million versions of 1.2 KB, 64 to a listing: 88 s of writing instead of 16 s).
-# Layout 0, the first, is moved to layout 1 when the file is opened.
-LAYOUT = 1
+# Layout 0, the first, is moved to layout 1 when the file is opened. Layout 2 keeps with each
+# persisted result the surface whose call made it (`results.surface`); a result stored before has
+# none, and any surface may read it, as before.
+LAYOUT = 2
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS versions (
@@ -65,7 +67,8 @@ _TABLES = (
     media_type TEXT NOT NULL,
     size INTEGER NOT NULL,
     payload BLOB NOT NULL,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    surface TEXT
 )""",
 )
 
@@ -101,6 +104,7 @@ class Store:
             raise StoreError(f"{self.path}: its folder cannot be made ({exc.strerror or exc}); {fix}") from None
         self._lock = threading.Lock()
         self._logged: int | None = None  # rows in the invocation log, counted once then kept up to date
+        self._results: int | None = None  # persisted results, likewise
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             why = self._not_a_store()  # before anything is written: another application's file stays as it is
@@ -138,8 +142,12 @@ class Store:
                                  f"layouts up to {LAYOUT}); fix: run that newer bridge, or set store.path to another file")
             tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             steps = _FROM_LAYOUT_0 if layout == 0 and "versions" in tables else ()
-            for statement in (*steps, *_TABLES, f"PRAGMA user_version = {LAYOUT}"):
+            for statement in (*steps, *_TABLES):
                 self._db.execute(statement)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(results)")}
+            if "surface" not in columns:  # layouts 0 and 1
+                self._db.execute("ALTER TABLE results ADD COLUMN surface TEXT")
+            self._db.execute(f"PRAGMA user_version = {LAYOUT}")
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
@@ -295,15 +303,28 @@ class Store:
 
     # persisted results ------------------------------------------------------------------------
 
-    def put_result(self, ref: str, invocation_id: str, media_type: str, payload: bytes) -> None:
+    def put_result(self, ref: str, invocation_id: str, media_type: str, payload: bytes, surface: str | None = None,
+                   keep: int | None = None) -> None:
+        """Persist a result, made by a call through `surface`. With `keep`, about that many of the
+        latest results are kept: once there are a tenth more, the oldest go."""
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO results VALUES (?,?,?,?,?,?)",
-                (ref, invocation_id, media_type, len(payload), payload, now_iso()),
+                "INSERT OR REPLACE INTO results (ref, invocation_id, media_type, size, payload, created_at, surface) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (ref, invocation_id, media_type, len(payload), payload, now_iso(), surface),
             )
+            if keep is None:
+                return
+            if self._results is None:
+                self._results = self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+            else:
+                self._results += 1
+            if self._results > keep + max(keep // 10, 10):
+                self._db.execute("DELETE FROM results WHERE rowid <= (SELECT MAX(rowid) FROM results) - ?", (keep,))
+                self._results = self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
 
-    def get_result(self, ref: str) -> tuple[str, bytes] | None:
-        """(media type, payload) of a persisted result, or None."""
+    def get_result(self, ref: str) -> tuple[str, bytes, str | None] | None:
+        """(media type, payload, the surface whose call made it) of a persisted result, or None."""
         with self._lock:
-            row = self._db.execute("SELECT media_type, payload FROM results WHERE ref = ?", (ref,)).fetchone()
-        return (row[0], bytes(row[1])) if row else None
+            row = self._db.execute("SELECT media_type, payload, surface FROM results WHERE ref = ?", (ref,)).fetchone()
+        return (row[0], bytes(row[1]), row[2]) if row else None

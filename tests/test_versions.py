@@ -90,6 +90,7 @@ async def test_a_store_of_the_first_layout_keeps_its_versions_names_and_log(tmp_
     old.execute("INSERT INTO tool_names VALUES (?, 'v', 'v__kept_name', 't')", (tool_id,))
     old.execute("INSERT INTO invocations VALUES ('inv_1', ?, 'v__kept_name', 2, 'default', 'ok', NULL, '2026-01-01T00:00:00Z', 1.5)",
                 (tool_id,))
+    old.execute("INSERT INTO results VALUES ('blob_old', 'inv_1', 'application/json', 2, X'7B7D', '2026-01-01T00:00:00Z')")
     old.commit()
     old.close()
     new.close()
@@ -105,6 +106,8 @@ async def test_a_store_of_the_first_layout_keeps_its_versions_names_and_log(tmp_
     assert [(h.version, h.compatibility) for h in history] == [(2, "compatible"), (1, "initial")]
     assert history[1].signature["input_schema"]["properties"] == {"a": {"type": "string"}}
     assert [r["invocation_id"] for r in store.recent_invocations()] == ["inv_1"]
+    # a result stored before surfaces were kept with results: any surface reads it
+    assert store.get_result("blob_old") == ("application/json", b"{}", None)
     await catalog.close()
     moved = sqlite3.connect(tmp_path / "old.db")
     assert moved.execute("PRAGMA user_version").fetchone()[0] == LAYOUT

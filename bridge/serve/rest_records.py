@@ -132,9 +132,9 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
 
     @endpoint
     async def get_result(request: Request) -> Response:
-        ctx.caller(request)
+        surface = ctx.caller(request)
         ref = request.path_params["ref"]
-        found = bridge.invoker.get_persisted(ref)
+        found = bridge.invoker.get_persisted(ref, surface)  # another surface's result reads as none
         if found is None:
             raise ApiError(404, "invalid_arguments", f"no persisted result {quoted(ref)}", error_code="result_not_found")
         media_type, payload = found

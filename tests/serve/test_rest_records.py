@@ -126,6 +126,24 @@ async def test_large_results_are_persisted_and_served_back():
         assert status == 404 and body["error"]["error_code"] == "result_not_found"
 
 
+async def test_a_persisted_result_is_read_only_through_the_surface_that_made_it_and_the_oldest_go():
+    config = config_with(invoke={"inline_result_limit": 256, "preview_chars": 10, "results_keep": 10}, **narrow_surfaces())
+    async with serving(FakeUpstream(name="big"), config=config) as served:
+        refs = []
+        for i in range(25):
+            status, body, _ = await served.post("/invoke", {"tool": "big__echo", "arguments": {"text": f"{i}" * 5000}}, token=TOKEN_ALL)
+            assert status == 200
+            refs.append(body["persisted"]["persisted_ref"]["ref"])
+        status, payload, _ = await served.get(f"/results/{refs[-1]}", token=TOKEN_ALL)
+        assert status == 200 and payload["content"][0]["text"] == "24" * 5000
+        # another token's surface reads it as no result at all
+        status, body, _ = await served.get(f"/results/{refs[-1]}", token=TOKEN_NARROW)
+        assert status == 404 and body["error"]["error_code"] == "result_not_found"
+        # about results_keep of the latest are kept
+        kept = [ref for ref in refs if (await served.get(f"/results/{ref}", token=TOKEN_ALL))[0] == 200]
+        assert refs[-10:] == kept[-10:] and 10 <= len(kept) <= 20 and refs[0] not in kept
+
+
 async def test_health_and_readiness():
     broken = FakeUpstream(FakeConfig(name="down", fail_start="connection refused", retry_initial=30))
     async with serving(broken) as served:
