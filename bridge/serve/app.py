@@ -138,7 +138,8 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError:
         sock.close()
         raise
-    sock.set_inheritable(True)
+    # not inheritable: a process the bridge launches (under uvloop, which passes inheritable
+    # descriptors on) held the port after the bridge died, and a restart could not listen
     return sock
 
 

@@ -85,6 +85,9 @@ async def test_bridge_serve_starts_its_upstreams_serves_and_stops_on_sigterm(tmp
                 assert (await response.json())["output_parameters"] == [{"name": "result", "value": "5"}]
             async with http.post("/mcp", data=json.dumps(MCP_INITIALIZE), headers=MCP_HEADERS) as response:
                 assert response.status == 200
+        # the launched process holds no descriptor of the bridge's listening socket (it kept the
+        # port after a kill -9 of the bridge)
+        assert _socket_inodes(process.pid) and not _socket_inodes(process.pid) & _socket_inodes(*_children(process.pid))
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(15):
             assert await process.wait() == 0
@@ -149,3 +152,27 @@ def test_only_loopback_addresses_and_localhost_count_as_loopback():
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"))
     # a name that starts like one resolves wherever its DNS says
     assert not any(is_loopback(h) for h in ("127.0.0.1.nip.io", "127.example", "0.0.0.0", "::", "10.0.0.1", ""))
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+    return found
+
+
+def _socket_inodes(*pids: int) -> set[str]:
+    """The inodes of the sockets the processes hold."""
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("socket:"):
+                        inodes.add(target)
+    return inodes
