@@ -449,22 +449,31 @@ class ToolIndex:
         log_path = self._log_path(self._generation)
         owner: dict[str, str] = {}  # tool_id -> namespace, while replaying
         lines = 0
+        unreadable = 0  # lines no writer wrote: a torn last line (a crash or a full disk), bytes that are no text
         if self.opened_existing and log_path.exists():
-            with open(log_path, encoding="utf-8") as fh:
+            with open(log_path, encoding="utf-8", errors="replace") as fh:
                 for line in fh:
                     lines += 1
                     parts = line.rstrip("\n").split("\t")
                     if len(parts) == 3:
                         tool_id, namespace, digest = parts
+                        try:
+                            value = int(digest, 16)
+                        except ValueError:
+                            unreadable += 1
+                            continue
                         previous = owner.get(tool_id)
                         if previous is not None and previous != namespace:
                             self._digests[previous].pop(tool_id, None)
                         owner[tool_id] = namespace
-                        self._digests.setdefault(namespace, {})[tool_id] = int(digest, 16)
+                        self._digests.setdefault(namespace, {})[tool_id] = value
                     elif len(parts) == 2 and (namespace := owner.pop(parts[0], None)) is not None:
                         self._digests[namespace].pop(parts[0], None)
-        if self.opened_existing and self._index.searcher().num_docs != self.tool_count:
-            log.warning("search index and its digest log disagree; the index is written again")
+                    elif len(parts) != 2:
+                        unreadable += 1
+        if self.opened_existing and (unreadable or self._index.searcher().num_docs != self.tool_count):
+            log.warning("search index and its digest log disagree%s; the index is written again",
+                        f" ({unreadable} unreadable line{'s' if unreadable > 1 else ''} in {log_path})" if unreadable else "")
             self._writer.delete_all_documents()
             self._writer.commit()
             self._index.reload()

@@ -1858,3 +1858,27 @@ def test_a_compaction_steps_aside_while_a_search_runs(tmp_path, monkeypatch):
         assert hits(index, "report number t150")[:1] == ["t150"]
     finally:
         index.close()
+
+
+def test_a_torn_or_unreadable_digest_log_empties_the_index_which_is_written_again(tmp_path, caplog):
+    # a crash or a full disk in the middle of an append leaves a torn last line: every command
+    # once stopped on it (ValueError: invalid literal for int()), at every restart
+    import bridge.search_index as si
+
+    for damage in (b"abc\tns\t", b"abc\tns\tnot-hex\n", b"\xff\xfe\x00garbage\n"):
+        path = str(tmp_path / f"torn{len(damage)}.index")
+        index = si.ToolIndex(path)
+        try:
+            index.submit([indexed("a", "alpha report"), indexed("b", "beta report")])
+            assert index.flush()
+        finally:
+            index.close()
+        log_path = next(Path(path).glob("g*/digests.log"))
+        with open(log_path, "ab") as fh:
+            fh.write(damage)
+        reopened = si.ToolIndex(path)
+        try:
+            assert not reopened.opened_existing and reopened.num_docs == reopened.tool_count == 0, damage
+        finally:
+            reopened.close()
+    assert caplog.text.count("unreadable line") == 3
