@@ -172,10 +172,15 @@ class SemanticStage:
         record = _KEY_BYTES + 2 * self.encoder.dim
         if file.exists():
             raw = file.read_bytes()
-            if raw.startswith(header):
-                body = memoryview(raw)[len(header):]
-                n = len(body) // record  # a torn last record (a crash mid-append) is dropped
-                data = np.frombuffer(body[:n * record], dtype=np.uint8).reshape(n, record)
+            body = memoryview(raw)[len(header):]
+            n = len(body) // record  # a torn last record (a crash mid-append) is dropped
+            data = np.frombuffer(body[:n * record], dtype=np.uint8).reshape(n, record)
+            damaged = _damaged(data[:, _KEY_BYTES:].copy().view(np.float16)) if raw.startswith(header) else 0
+            if damaged:
+                log.warning("semantic vectors at %s hold %d damaged record(s) (not unit length, or not numbers); "
+                            "they are all computed again", file, damaged)
+                file.unlink()
+            elif raw.startswith(header):
                 self._grow(n)
                 for i in range(n):
                     self._rows.setdefault(bytes(data[i, :_KEY_BYTES]), i)
@@ -474,3 +479,15 @@ class SemanticStage:
         weight = self.weight_for(query)
         mixed = (1.0 - weight) * keyword + weight * cosine
         return np.argsort(-mixed, kind="stable"), mixed
+
+
+def _damaged(vectors: np.ndarray) -> int:
+    """How many stored vectors no encoder writes: every one is of unit length (or zero, a text
+    of no known word); a flipped byte makes a number that is none, or another length."""
+    bad = 0
+    for start in range(0, len(vectors), 65_536):  # a million vectors widened at once would take a GB
+        wide = vectors[start:start + 65_536].astype(np.float32)
+        finite = np.isfinite(wide).all(axis=1)
+        norms = np.linalg.norm(np.where(finite[:, None], wide, 0.0), axis=1)
+        bad += int((~(finite & ((np.abs(norms - 1.0) < 0.02) | (norms < 1e-6)))).sum())
+    return bad

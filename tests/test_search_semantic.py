@@ -243,6 +243,30 @@ async def test_vectors_beside_the_index_are_reused_after_a_restart(tmp_path):
         await catalog.close()
 
 
+async def test_a_vector_file_with_damaged_records_is_computed_again(tmp_path, caplog):
+    # a flipped byte in a stored vector gave null scores, impossible cosines and wrong rankings,
+    # silently and at every restart (vectors are keyed by their text, never computed again)
+    path = str(tmp_path / "bridge.index")
+    catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())], path)
+    search.close()
+    await catalog.close()
+    file = Path(path + ".vectors")
+    raw = bytearray(file.read_bytes())
+    raw[-40:-38] = b"\xff\x7f"  # a float16 NaN in the last record's values
+    file.write_bytes(bytes(raw))
+
+    enc = WordsEncoder()
+    catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())], path, enc)
+    try:
+        assert stage.embedded == 3 and "1 damaged record(s)" in caplog.text  # all computed again
+        surface = Surface(SurfaceConfig(name="default"), catalog)
+        best = search.search("weather for a city", surface=surface).matches[0]
+        assert best.name == "a__forecast" and best.score is not None
+    finally:
+        search.close()
+        await catalog.close()
+
+
 def relisted(catalog: Catalog, number: int) -> list:
     """Upstream `a` lists 1,200 tools again, every description changed: their declarations."""
     catalog.apply_tools("a", [tool(f"t{i}", description=f"Tool {i} of edition {number} alpha{number}") for i in range(1200)])
