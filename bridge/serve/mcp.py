@@ -294,6 +294,12 @@ class MCPFrontend:
 
         # The client's cancellation cancels this handler, and with it the pipeline and the upstream call.
         result = await self.bridge.invoker.invoke(ref, arguments, surface=surface, progress=forward_progress)
+        if output_schema is not None and result.persisted is not None and result.structured_content is None:
+            # a tool listed with an outputSchema must answer structured content (clients check):
+            # a result kept in the store sends its structured content whole, its text as the preview
+            stored = self.bridge.invoker.get_persisted(str(result.persisted.persisted_ref.get("ref")), surface)
+            if stored is not None:
+                result = result.model_copy(update={"structured_content": json.loads(stored[1]).get("structured_content")})
         return render_result(result, ctx.protocol_version, output_schema)
 
     async def _search(

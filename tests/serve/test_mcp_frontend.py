@@ -426,3 +426,14 @@ async def test_handshake_sessions_are_capped_by_the_config():
     async with served_bridge(config, [upstream()]) as srv, httpx2.AsyncClient(timeout=10) as http:
         statuses = [(await http.post(f"{srv.url}/mcp", json=body, headers=headers)).status_code for _ in range(3)]
     assert statuses == [200, 200, 503]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_stored_result_of_a_tool_with_an_output_schema_answers_its_structured_content(era):
+    # the SDK's client refuses a result without structured content from a tool listed with an
+    # outputSchema ("has an output schema but did not return structured content")
+    config = {**SURFACE, "invoke": {"inline_result_limit": 256, "preview_chars": 20}}
+    async with served_bridge(config, [upstream()]) as srv, http_client(srv.url, era) as client:
+        result = await client.call("svc__echo", {"text": "E" * 5000})
+        assert not result.is_error and result.structured_content == {"echo": {"text": "E" * 5000}}
+        assert "the full result is stored at bridge://results/" in text_of(result)
