@@ -11,10 +11,13 @@ and the SDK's Host/Origin checks guard against DNS rebinding.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
+import os
 import re
+import signal
 import sys
 from typing import Any
 from urllib.parse import urlsplit
@@ -414,16 +417,40 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
     if name not in known:
         print(f"bridge serve --stdio: no surface named {name!r}; configured: {', '.join(sorted(known))}", file=sys.stderr)
         return 2
-    async with stdio_server() as (read, write):
-        bridge = Bridge(config)
-        try:
-            await bridge.start(wait=True)
-            frontend = MCPFrontend(bridge, default_surface=name)
-            settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
+    # SIGTERM (what supervisors and clients send) or SIGINT: the bridge closes (its launched
+    # processes and ATIP commands stopped), then the process ends; the SDK's thread reading stdin
+    # would otherwise hold it until stdin closes
+    loop = asyncio.get_running_loop()
+    serving = asyncio.current_task()
+    signalled: list[int] = []
+
+    def on_signal(sig: int) -> None:
+        if not signalled and serving is not None:
+            serving.cancel()
+        signalled.append(sig)
+
+    handled = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_signal, sig)
+            handled.append(sig)
+    try:
+        async with stdio_server() as (read, write):
+            bridge = Bridge(config)
             try:
-                await frontend.server.run(read, write, frontend.server.create_initialization_options())
+                await bridge.start(wait=True)
+                frontend = MCPFrontend(bridge, default_surface=name)
+                settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
+                try:
+                    await frontend.server.run(read, write, frontend.server.create_initialization_options())
+                finally:
+                    await frontend.aclose()
             finally:
-                await frontend.aclose()
-        finally:
-            await bridge.close()
+                await bridge.close()
+                if signalled:  # leaving stdio_server would wait for its stdin reader, until stdin closes
+                    sys.stderr.flush()
+                    os._exit(0)  # stopped as asked, everything closed: as `bridge serve` over HTTP, 0
+    finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
     return 0

@@ -128,3 +128,43 @@ async def test_stdio_refuses_an_unknown_surface_before_serving(tmp_path, capsys)
     captured = capsys.readouterr()
     assert captured.out == ""  # stdout carries protocol only
     assert "no surface named 'nope'" in captured.err
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+async def test_a_signal_stops_the_stdio_bridge_and_what_it_launched(sig, tmp_path):
+    # SIGTERM once killed it at once, its launched processes left running on their ports; SIGINT
+    # stopped them but the process hung until stdin closed
+    import os
+    import signal
+
+    import yaml
+
+    from tests.servers import free_port
+
+    port = free_port()
+    config = {"store": {"path": str(tmp_path / "bridge.db")},
+              "upstreams": [{"name": "a2t_demo", "kind": "a2t", "url": f"http://127.0.0.1:{port}", "start_timeout": 15,
+                             "launch": {"command": "python", "args": ["-m", "demo.a2t_server", "--port", str(port)], "cwd": str(ROOT)}}]}
+    (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.yaml"), cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        process.stdin.write(json.dumps(initialize).encode() + b"\n")
+        await process.stdin.drain()
+        async with asyncio.timeout(30):
+            assert json.loads(await process.stdout.readline())["id"] == 1  # serving: its upstream listed
+        os.kill(process.pid, getattr(signal, sig))
+        async with asyncio.timeout(15):
+            assert await process.wait() == 0, (await process.stderr.read()).decode()[-2000:]
+        stderr = (await process.stderr.read()).decode()
+        assert "Traceback" not in stderr, stderr
+        with pytest.raises(OSError):  # the launched a2t server was stopped with it
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
