@@ -287,11 +287,12 @@ class Catalog:
                     await slot.events.get()
 
     def _launch_exited(self, slot: UpstreamSlot, reason: str) -> None:
-        """The process launched for an upstream ended on its own: a ready upstream is marked
-        unavailable with the exit's reason at once (not at its next failed call) and reconnects,
-        which launches it again. While connecting, the attempt reads the exit itself."""
+        """The process launched for an upstream ended on its own, while the upstream was ready:
+        the supervisor connects again at once (not at the next failed call); an upstream that no
+        longer answers is marked unavailable with the exit's reason and reconnects, which
+        launches the process again. While connecting, the attempt reads the exit itself."""
         if slot.events is not None and not self._closed and slot.health.state == "ready":
-            slot.events.put_nowait(UpstreamEvent("unavailable", reason=reason))
+            slot.events.put_nowait(UpstreamEvent("launch_exited", reason=reason))
 
     async def _supervise(self, slot: UpstreamSlot) -> None:
         assert slot.events is not None
@@ -310,6 +311,14 @@ class Catalog:
                     except Exception:  # noqa: BLE001 - the supervisor outlives a bad notice
                         log.exception("upstream %s: tools it added could not be taken in", slot.name)
                     continue
+                if event.kind == "launch_exited":
+                    if await self._still_answers(slot):
+                        # another process serves the address (a second bridge on the same config,
+                        # or one left from before): launching again would only fail, once a second
+                        log.warning("upstream %s: %s, but the upstream still answers (another process serves it); "
+                                    "it is launched again once it stops answering", slot.name, event.reason)
+                        continue
+                    event = UpstreamEvent("unavailable", reason=event.reason)
                 if event.kind == "unavailable":
                     self._mark(slot, "unavailable", event.reason or "connection lost")
                     with contextlib.suppress(Exception):
@@ -333,6 +342,21 @@ class Catalog:
                     with contextlib.suppress(Exception):
                         await up.close()
                     break
+
+    async def _still_answers(self, slot: UpstreamSlot) -> bool:
+        """Whether the upstream answers a new connection (its start: a health probe, a card, the
+        capabilities document) within its start_timeout."""
+        up = slot.upstream
+        try:
+            with contextlib.suppress(Exception):
+                await up.close()
+            async with asyncio.timeout(up.config.start_timeout):
+                await up.start()
+            return True
+        except asyncio.CancelledError:
+            raise
+        except BaseException:  # noqa: BLE001 - any failure is an answer of no
+            return False
 
     def _mark(self, slot: UpstreamSlot, state: str, reason: str, next_retry: float | None = None) -> None:
         """An upstream went down: its tools stay listed, marked with the reason."""

@@ -97,9 +97,11 @@ class UpstreamEvent:
     - `unavailable`: the connection is gone (process exited, server away); the catalog marks the
       tools unavailable with `reason` and reconnects with backoff.
     - `tools_added`: `tools` are new and can be merged without a full re-list.
+    - `launch_exited` (the catalog's own): the process launched for the upstream ended; the
+      catalog connects again, and marks the upstream unavailable only if it no longer answers.
     """
 
-    kind: Literal["tools_changed", "unavailable", "tools_added"]
+    kind: Literal["tools_changed", "unavailable", "tools_added", "launch_exited"]
     reason: str | None = None
     tools: tuple[UpstreamTool, ...] = ()
 

@@ -465,3 +465,27 @@ async def test_an_answer_nesting_past_the_json_reader_is_an_error_result_not_a_t
         finally:
             await up.close()
     assert "RecursionError" not in caplog.text
+
+
+async def test_a_launched_process_that_exits_while_another_serves_the_address_is_not_launched_over_and_over(tmp_path, caplog):
+    # a second bridge on the same config (or a CLI command beside `bridge serve`): its launch
+    # fails on a port in use, while the first bridge's process answers there
+    import time
+
+    from bridge.config import parse_config
+    from bridge.runtime import Bridge
+
+    launches = tmp_path / "launches"
+    async with TestServer(demo_app(), host="127.0.0.1") as http:
+        config = parse_config({"store": {"path": ":memory:"}, "search": {"persist": False}, "upstreams": [
+            {"name": "demo", "kind": "a2t", "url": str(http.make_url("")).rstrip("/"), "retry_initial": 0.05, "retry_max": 0.1,
+             "launch": {"command": "python", "args": ["-c", f"open({str(launches)!r}, 'a').write('x')"]}}]})
+        async with Bridge(config) as bridge:
+            slot = bridge.catalog.slot("demo")
+            await until(lambda: launches.exists() and slot.health.state == "ready" and not slot.sidecar.running, timeout=10)
+            ends = time.monotonic() + 1.5  # once a second it was launched again, and marked unavailable
+            while time.monotonic() < ends:
+                assert slot.health.state == "ready", slot.health.reason
+                await asyncio.sleep(0.05)
+            assert launches.read_text() == "x"
+            assert (await bridge.invoker.invoke("demo__add", {"a": 2, "b": 3})).status == "succeeded"
