@@ -590,9 +590,12 @@ class Catalog:
         return self._by_id.get(tool_id)
 
     def resolve(self, ref: str) -> ToolDeclaration | None:
-        """By exposed name, alias or tool_id."""
+        """By exposed name, alias or tool_id (a UUID, in either case: `A1B2…` is `a1b2…`)."""
         tool_id = self._by_name.get(ref, ref)
-        return self._by_id.get(tool_id)
+        found = self._by_id.get(tool_id)
+        if found is None and len(ref) == 36 and not ref.islower():
+            found = self._by_id.get(ref.lower())
+        return found
 
     def declarations(self) -> Iterable[ToolDeclaration]:
         return self._by_id.values()

@@ -67,6 +67,12 @@ async def test_ids_and_names_stable_across_builds_and_restarts(tmp_path):
     # the id is a UUIDv5 of (namespace, native id), so any replica computes the same
     from bridge.model import tool_uuid
     assert {r[0] for r in results[0]} == {tool_uuid("one", "alpha"), tool_uuid("one", "beta")}
+    # a UUID is one in either case
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="one", tools=[tool("alpha")]))
+    await catalog.start()
+    assert catalog.resolve(tool_uuid("one", "alpha").upper()).name == "one__alpha"
+    await catalog.close()
 
 
 async def test_failing_upstream_leaves_others_serving():
