@@ -59,6 +59,9 @@ __all__ = ["MCPFrontend", "MCPAuthGate", "run_stdio", "transport_security_for", 
 
 log = logging.getLogger("bridge.serve.mcp")
 
+RESULTS_URI = "bridge://results/"
+RESOURCE_NOT_FOUND = -32002  # MCP's code for a resource that does not exist
+
 # Longest a search waits for catalog changes still being indexed, in seconds.
 SEARCH_INDEX_WAIT = 2.0
 # Where the auth gate leaves the caller's surface in the ASGI scope of an /mcp request.
@@ -141,6 +144,8 @@ class MCPFrontend:
             get_tool_input_schema=self._input_schema_of,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
             on_subscriptions_listen=self._subscriptions_listen,
         )
 
@@ -328,6 +333,25 @@ class MCPFrontend:
             content=[types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
             structured_content=payload,
         )
+
+    # ------------------------------------------------------------------ stored results
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        """None listed: a stored result is reached by the `resource_link` its call answered."""
+        return types.ListResourcesResult(resources=[])
+
+    async def _read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        """`bridge://results/<ref>`: a result too large to answer inline, read through the surface
+        whose call made it (as REST's `/results/<ref>`)."""
+        uri = str(params.uri)
+        ref = uri.removeprefix(RESULTS_URI)
+        found = self.bridge.invoker.get_persisted(ref, self._surface(ctx)) if uri.startswith(RESULTS_URI) and ref else None
+        if found is None:
+            raise MCPError(RESOURCE_NOT_FOUND, f"no stored result at {uri[:100]!r}; a result's link is bridge://results/<ref>")
+        media_type, payload = found
+        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type=media_type, text=payload.decode())])
 
     # ------------------------------------------------------------------ subscriptions/listen (2026-07-28)
 

@@ -88,6 +88,9 @@ class EraClient:
     async def names(self) -> set[str]:
         return {t.name for t in await self.tools()}
 
+    async def read(self, uri: str) -> types.ReadResourceResult:
+        raise NotImplementedError
+
     async def search(self, query: str, **options: Any) -> dict[str, Any]:
         result = await self.call("search_tools", {"query": query, **options})
         assert not result.is_error, result.content
@@ -107,6 +110,9 @@ class HandshakeClient(EraClient):
     async def call(self, name: str, arguments: dict[str, Any], progress: Any = None) -> types.CallToolResult:
         return await self.session.call_tool(name, arguments, progress_callback=progress)
 
+    async def read(self, uri: str) -> types.ReadResourceResult:
+        return await self.session.read_resource(uri)
+
 
 class ModernClient(EraClient):
     era = MODERN
@@ -119,6 +125,9 @@ class ModernClient(EraClient):
 
     async def call(self, name: str, arguments: dict[str, Any], progress: Any = None) -> types.CallToolResult:
         return await self.client.call_tool(name, arguments, progress_callback=progress)
+
+    async def read(self, uri: str) -> types.ReadResourceResult:
+        return await self.client.read_resource(uri)
 
 
 @contextlib.asynccontextmanager

@@ -437,3 +437,9 @@ async def test_a_stored_result_of_a_tool_with_an_output_schema_answers_its_struc
         result = await client.call("svc__echo", {"text": "E" * 5000})
         assert not result.is_error and result.structured_content == {"echo": {"text": "E" * 5000}}
         assert "the full result is stored at bridge://results/" in text_of(result)
+        # its link is read over MCP too: resources/read
+        link = next(b for b in result.content if isinstance(b, types.ResourceLink))
+        stored = await client.read(str(link.uri))
+        assert json.loads(stored.contents[0].text)["content"][0]["text"] == "E" * 5000
+        with pytest.raises(MCPError, match="no stored result"):
+            await client.read("bridge://results/blob_nothing")
