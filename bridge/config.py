@@ -49,6 +49,17 @@ class ConfigError(Exception):
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_flag_for_a_number(cls, data: Any) -> Any:
+        """`port: true` is no port (pydantic would read it as 1): a flag where a number goes is refused."""
+        if isinstance(data, dict):
+            for name, field_info in cls.model_fields.items():
+                value = data.get(field_info.alias or name)
+                if isinstance(value, bool) and field_info.annotation in (int, float, int | None, float | None):
+                    raise ConfigValueError(f"{name} is {str(value).lower()}, a flag where a number goes", f"write a number for `{name}`")
+        return data
+
 
 class Rule(_Strict):
     """Matches tools; every given field must match (AND). A bare string in a rule list is a

@@ -226,3 +226,9 @@ def test_aliases_of_aliases_expanding_past_a_million_values_are_refused_at_once(
     with pytest.raises(ConfigError) as err:
         load_config(write(tmp_path, "\n".join(lines) + "\n"))
     assert "expands to more than 1,000,000 values" in problems(err.value)[""][0]
+
+
+def test_a_flag_where_a_number_goes_is_refused():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"server": {"port": True}})  # pydantic alone reads it as port 1
+    assert "port is true, a flag where a number goes" in problems(err.value)["server"][0]
