@@ -397,6 +397,10 @@ class ToolIndex:
                         if other.is_dir() and other.name != current.name:
                             shutil.rmtree(other, ignore_errors=True)
                     return index
+                if found != self._format():  # written by another version of the bridge: expected once
+                    log.info("search index at %s is of another format; rebuilding it", folder)
+                else:
+                    log.warning("search index at %s names no index it holds (generation %r); rebuilding it", folder, generation)
             except (ValueError, OSError) as exc:
                 log.warning("search index at %s cannot be reopened (%s); rebuilding it", folder, exc)
         if folder.exists():

@@ -1882,3 +1882,22 @@ def test_a_torn_or_unreadable_digest_log_empties_the_index_which_is_written_agai
         finally:
             reopened.close()
     assert caplog.text.count("unreadable line") == 3
+
+
+def test_an_index_whose_current_generation_is_gone_is_rebuilt_saying_so(tmp_path, caplog):
+    import bridge.search_index as si
+
+    path = str(tmp_path / "gone.index")
+    index = si.ToolIndex(path)
+    try:
+        index.submit([indexed("a", "alpha report")])
+        assert index.flush()
+    finally:
+        index.close()
+    (Path(path) / "g1" / "meta.json").unlink()
+    reopened = si.ToolIndex(path)
+    try:
+        assert not reopened.opened_existing and reopened.num_docs == 0
+    finally:
+        reopened.close()
+    assert "names no index it holds (generation 1); rebuilding it" in caplog.text
