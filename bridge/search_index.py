@@ -12,6 +12,7 @@ import math
 import os
 import queue
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -292,7 +293,22 @@ def _take_lock(path: str) -> Any:
     except OSError:
         handle.close()
         return None
+    with contextlib.suppress(OSError):  # who holds it, for the warning of a process that cannot
+        handle.seek(0)
+        handle.truncate()
+        command = " ".join([os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:]])
+        handle.write(f"{os.getpid()} {command}"[:300].encode())
+        handle.flush()
     return handle
+
+
+def _lock_holder(path: str) -> str:
+    """What the lock file says of the process holding it: `pid command`, or nothing."""
+    with contextlib.suppress(OSError):
+        text = Path(path).with_name(Path(path).name + ".lock").read_text(errors="replace").strip()
+        if text:
+            return f"process {text.split(' ', 1)[0]} (`{text.split(' ', 1)[1].strip()}`)" if " " in text else f"process {text}"
+    return "another process"
 
 
 class Foreground:
@@ -343,8 +359,9 @@ class ToolIndex:
                  threads: int = 1, foreground: Foreground | None = None) -> None:
         self._lock_file = _take_lock(path) if path is not None else None
         if path is not None and self._lock_file is None:
-            log.warning("search index %s is in use by another process (a running `bridge serve` on the same "
-                        "store?); this process keeps its own index in memory", path)
+            log.warning("search index %s is in use by %s; this process keeps its own index in memory "
+                        "(start `bridge serve` when no other command on the same store is running, and it keeps "
+                        "the index on disk)", path, _lock_holder(path))
             path = None
         self.path = path
         self.schema = _schema()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from bridge.cli import main
 from bridge.upstream import register_kind
@@ -111,7 +112,7 @@ def test_commands_work_while_another_process_holds_the_search_index(tmp_path, ca
     held = ToolIndex(str(tmp_path / "b.index"))  # as a running `bridge serve` on this config holds it
     try:
         assert main(["search", "echo", "-c", cfg]) == 0
-        assert "svc__echo" in capsys.readouterr().out and "in use by another process" in caplog.text
+        assert "svc__echo" in capsys.readouterr().out and f"in use by process {os.getpid()} (" in caplog.text
         assert main(["check", "-c", cfg]) == 0
     finally:
         held.close()
