@@ -102,7 +102,8 @@ class SchemaValidators:
         except (jsonschema.exceptions.UnknownType, referencing.exceptions.Unresolvable, TypeError, ValueError,
                 LookupError, RecursionError, AttributeError, re.error) as exc:
             # an upstream schema jsonschema cannot apply ({"type": "bogus"}, `required` holding
-            # objects, a dangling $ref, `properties` a list, a `pattern` that is no regular expression): the bridge cannot judge the arguments, the upstream will
+            # objects, a dangling $ref, `properties` a list, a `pattern` that is no regular
+            # expression): the bridge cannot judge the arguments, the upstream will
             if key not in self._unusable:
                 self._unusable.add(key)
                 log.warning("tool %s v%d: its input schema cannot be applied (%s: %s); arguments go to the upstream "
