@@ -612,6 +612,19 @@ def indexed(tool_id: str, text: str, namespace: str = "ns"):
     return si.IndexedTool(tool_id=tool_id, namespace=namespace, name=text, exact_names=[tool_id])
 
 
+def written_index(path: str, *tools) -> None:
+    """An index at `path` holding `tools` (IndexedTools), committed and closed, as a process
+    leaves it when it ends."""
+    import bridge.search_index as si
+
+    index = si.ToolIndex(path)
+    try:
+        index.submit(list(tools))
+        assert index.flush()
+    finally:
+        index.close()
+
+
 def hits(index, words: str, limit: int = 1) -> list[str]:
     """The ids of an index's first `limit` hits for `words`, best first."""
     return [t for t, _ in index.search(index.query(analyze_query(words)), limit=limit)]
@@ -943,12 +956,7 @@ def test_a_reopened_index_drops_the_folder_of_a_compaction_left_off_by_a_crash(t
     import bridge.search_index as si
 
     path = str(tmp_path / "crash.index")
-    index = si.ToolIndex(path)
-    try:
-        index.submit([indexed("a", "alpha report")])
-        assert index.flush()
-    finally:
-        index.close()
+    written_index(path, indexed("a", "alpha report"))
     (Path(path) / "g2").mkdir()  # a compaction's new index, written when the process ended
     (Path(path) / "g2" / "meta.json").write_text("{}")
     reopened = si.ToolIndex(path)
@@ -1867,12 +1875,7 @@ def test_a_torn_or_unreadable_digest_log_empties_the_index_which_is_written_agai
 
     for damage in (b"abc\tns\t", b"abc\tns\tnot-hex\n", b"\xff\xfe\x00garbage\n"):
         path = str(tmp_path / f"torn{len(damage)}.index")
-        index = si.ToolIndex(path)
-        try:
-            index.submit([indexed("a", "alpha report"), indexed("b", "beta report")])
-            assert index.flush()
-        finally:
-            index.close()
+        written_index(path, indexed("a", "alpha report"), indexed("b", "beta report"))
         log_path = next(Path(path).glob("g*/digests.log"))
         with open(log_path, "ab") as fh:
             fh.write(damage)
@@ -1888,12 +1891,7 @@ def test_an_index_whose_current_generation_is_gone_is_rebuilt_saying_so(tmp_path
     import bridge.search_index as si
 
     path = str(tmp_path / "gone.index")
-    index = si.ToolIndex(path)
-    try:
-        index.submit([indexed("a", "alpha report")])
-        assert index.flush()
-    finally:
-        index.close()
+    written_index(path, indexed("a", "alpha report"))
     (Path(path) / "g1" / "meta.json").unlink()
     reopened = si.ToolIndex(path)
     try:
