@@ -277,4 +277,6 @@ def parse_execute(body: Any) -> tuple[UpstreamResult, Meta | None]:
         )
         return UpstreamResult(is_error=True, error=error, content=[{"type": "text", "text": message}]), meta
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return UpstreamResult(content=[{"type": "text", "text": text}], structured_content=value if isinstance(value, dict) else None), meta
+    # a result of any JSON type but text keeps its type (`{"result": 5}` is the number 5, not "5")
+    structured = value if value is not None and not isinstance(value, str) else None
+    return UpstreamResult(content=[{"type": "text", "text": text}], structured_content=structured), meta

@@ -82,7 +82,7 @@ async def test_bridge_serve_starts_its_upstreams_serves_and_stops_on_sigterm(tmp
                 names = [i["name"] for i in (await response.json())["items"]]
                 assert "a2t_demo__add" in names
             async with http.post("/tools/a2t_demo__add:invoke", json={"input_parameters": [{"name": "a", "value": 2}, {"name": "b", "value": 3}]}) as response:
-                assert (await response.json())["output_parameters"] == [{"name": "result", "value": "5"}]
+                assert (await response.json())["output_parameters"] == [{"name": "result", "value": 5}]  # a number, as the upstream said
             async with http.post("/mcp", data=json.dumps(MCP_INITIALIZE), headers=MCP_HEADERS) as response:
                 assert response.status == 200
         # the launched process holds no descriptor of the bridge's listening socket (it kept the

@@ -56,6 +56,12 @@ def test_execute_with_error_object_is_an_error_result():
     assert meta is None
     result, _ = parse_execute({"result": {"celsius": 4}})
     assert result.structured_content == {"celsius": 4} and result.content[0]["text"] == '{"celsius": 4}'
+    # a result of any JSON type keeps its type (the number 5 was passed on as the text "5"); text is text
+    for value in (5, 2.5, True, [1, 2]):
+        result, _ = parse_execute({"result": value})
+        assert result.structured_content == value and type(result.structured_content) is type(value)
+    assert parse_execute({"result": "five"})[0].structured_content is None
+    assert parse_execute({"result": None})[0].structured_content is None
 
 
 def test_error_codes_both_ways():
