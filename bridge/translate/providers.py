@@ -108,17 +108,23 @@ def describe(decl: ToolDeclaration, limit: int | None = None) -> str:
 def _provider_names(decls: list[ToolDeclaration], provider: str) -> list[str]:
     """Names each provider accepts; a name changed by cleaning that collides gets `_2`, `_3`."""
     pattern, limit, _allowed = _NAME_RULES[provider]
-    seen: set[str] = set()
-    out = []
+    cleaned = []
     for decl in decls:
         name = pattern.sub("_", decl.name)[:limit] or "tool"
         if provider == "gemini" and not re.match(r"[A-Za-z_]", name):
             name = ("_" + name)[:limit]
+        cleaned.append(name)
+    # a name the provider takes as it is keeps it: a model's call of `a_b` must reach `a_b`, not
+    # the `a.b` cleaned into it
+    seen = {name for name, decl in zip(cleaned, decls, strict=True) if name == decl.name}
+    out = []
+    for name, decl in zip(cleaned, decls, strict=True):
         candidate, n = name, 1
-        while candidate in seen:
-            n += 1
-            candidate = f"{name[: limit - len(str(n)) - 1]}_{n}"
-        seen.add(candidate)
+        if name != decl.name:
+            while candidate in seen:
+                n += 1
+                candidate = f"{name[: limit - len(str(n)) - 1]}_{n}"
+            seen.add(candidate)
         out.append(candidate)
     return out
 
@@ -131,11 +137,26 @@ def _root(schema: dict[str, Any] | None) -> dict[str, Any]:
     schema = copy.deepcopy(schema) if isinstance(schema, dict) else {}
     schema.pop("$schema", None)
     schema.pop("$id", None)
-    if schema.get("type") in (None, "object") and not any(k in schema for k in ("anyOf", "oneOf", "allOf")):
+    if schema.get("type") == "object" or (schema.get("type") is None and not any(k in schema for k in ("anyOf", "oneOf", "allOf"))):
+        # an object root stays as it is, its `anyOf`/`allOf` and `$ref` too (a call is checked
+        # against the tool's own schema: arguments put under `value` would fail it)
         schema["type"] = "object"
-        schema.setdefault("properties", {})
+        if "$ref" not in schema:  # the target's properties are the root's
+            schema.setdefault("properties", {})
         return schema
     return {"type": "object", "properties": {"value": schema}, "required": ["value"]}
+
+
+def _merged(node: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+    """`node` with an `allOf` part merged in: the properties and `required` of both, and the
+    part's other keywords where the node has none of its own."""
+    merged = {**part, **node}
+    if isinstance(part.get("properties"), dict) or isinstance(node.get("properties"), dict):
+        merged["properties"] = {**(node.get("properties") or {}),
+                                **{k: v for k, v in (part.get("properties") or {}).items() if k not in (node.get("properties") or {})}}
+    if part.get("required") or node.get("required"):
+        merged["required"] = list(dict.fromkeys([*(node.get("required") or []), *(part.get("required") or [])]))
+    return merged
 
 
 def _with_note(node: dict[str, Any], note: str) -> None:
@@ -168,7 +189,7 @@ def strict_schema(schema: dict[str, Any] | None, omitted: list[str] | None = Non
     left out when `omitted` is given, which then lists why; a required one, or anything else
     strict mode cannot express (`allOf`, `not`, ...), raises StrictSchemaError."""
     root = _root(schema)
-    if not root.get("properties") and "additionalProperties" not in root:
+    if not root.get("properties") and "additionalProperties" not in root and "$ref" not in root:
         root["additionalProperties"] = False  # a bare object at the top means "no arguments"
     out = _strict(root, "", omitted)
     for key in ("$defs", "definitions"):
@@ -184,9 +205,13 @@ def _strict(node: Any, pointer: str, omitted: list[str] | None = None) -> dict[s
     if refused and not (refused == ["allOf"] and len(node["allOf"]) == 1):
         raise StrictSchemaError(pointer, f"uses {', '.join(refused)}")
     node = dict(node)
-    if "allOf" in node:  # one-element allOf: the element itself
-        inner = node.pop("allOf")[0]
-        node = {**inner, **node}
+    if "allOf" in node:  # one-element allOf: the element merged in, checked as the node is
+        node = _merged(node, node.pop("allOf")[0])
+        refused = sorted(k for k in node if k in _STRICT_REFUSE)
+        if refused:
+            raise StrictSchemaError(pointer, f"uses {', '.join(refused)}")
+    if not pointer and "anyOf" in node or not pointer and "oneOf" in node:
+        raise StrictSchemaError(pointer or "/", "is one of several shapes (strict mode takes one object at the top)")
     if "oneOf" in node:
         node["anyOf"] = node.pop("oneOf")
     if node.pop("nullable", False) is True:
@@ -251,13 +276,8 @@ def _gemini(node: Any, defs: dict[str, Any], depth: int) -> dict[str, Any]:
     if "oneOf" in node:
         node["anyOf"] = node.pop("oneOf")
     if "allOf" in node:
-        merged: dict[str, Any] = {}
         for part in node.pop("allOf"):
-            part = _gemini(part, defs, depth)
-            merged["properties"] = {**merged.get("properties", {}), **part.pop("properties", {})}
-            merged["required"] = [*merged.get("required", []), *part.pop("required", [])]
-            merged.update(part)
-        node = {**merged, **node}
+            node = _merged(node, _gemini(part, defs, depth))
     if "const" in node:
         node["enum"] = [node.pop("const")]
     kind = node.get("type")

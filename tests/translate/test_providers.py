@@ -25,6 +25,7 @@ from bridge.translate.providers import (
     FLAG_NOT_REVERSIBLE,
     FLAG_READ_ONLY,
     OPENAI_DESCRIPTION_LIMIT,
+    StrictSchemaError,
     compile_tools,
     describe,
     gemini_schema,
@@ -216,9 +217,10 @@ def test_gemini_and_anthropic_shapes():
     assert anthropic["name"] == "files_read"  # Anthropic names allow no dots
     assert anthropic["input_schema"]["additionalProperties"] is False
     openai = compile_tools([tool, decl("files_read")], "openai")
-    assert [t["function"]["name"] for t in openai.tools] == ["files_read", "files_read_2"]
+    # the name the provider takes as it is keeps it; the one cleaned into it gets the suffix
+    assert [t["function"]["name"] for t in openai.tools] == ["files_read_2", "files_read"]
     assert "strict" not in openai.tools[0]["function"]
-    assert any("sent as 'files_read'" in n for n in openai.notes)
+    assert any("sent as 'files_read_2'" in n for n in openai.notes)
 
 
 def test_translate_command_prints_a_json_array(tmp_path):
@@ -301,3 +303,26 @@ def test_a_malformed_input_schema_leaves_its_tool_out_with_a_note(provider):
     compiled = compile_tools(tools, provider)
     names = [t.get("name") or t.get("function", {}).get("name") for t in compiled.tools]
     assert "good" in names and len(names) + sum("left out, its input schema is malformed" in n for n in compiled.notes) == 3
+
+
+def test_object_roots_with_combinators_or_a_ref_and_allof_parts_keep_what_they_say():
+    """An object root with `allOf`/`anyOf` was wrapped under `value` (and then failed every call,
+    checked against the tool's own schema); a one-element `allOf`'s properties were overwritten
+    by the node's; a root `$ref` lost its target's properties; two valid names were renamed."""
+    merge = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"],
+             "allOf": [{"properties": {"b": {"type": "integer"}}, "required": ["b"]}]}
+    strict = strict_schema(merge)
+    assert set(strict["properties"]) == {"a", "b"} and strict["required"] == ["a", "b"]
+    gemini = gemini_schema(merge)
+    assert set(gemini["properties"]) == {"a", "b"} and sorted(gemini["required"]) == ["a", "b"]
+    either = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+              "anyOf": [{"required": ["a"]}, {"required": ["b"]}]}
+    assert gemini_schema(either)["properties"].keys() == {"a", "b"}  # not under `value`
+    with pytest.raises(StrictSchemaError):  # strict mode takes one object at the top
+        strict_schema(either)
+    ref = {"type": "object", "$ref": "#/$defs/R", "$defs": {"R": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
+    assert gemini_schema(ref)["properties"] == {"q": {"type": "string"}}
+    with pytest.raises(StrictSchemaError):  # not an object closed against its own `$ref`
+        strict_schema(ref)
+    with pytest.raises(StrictSchemaError, match="not"):  # inside a one-element allOf too
+        strict_schema({"type": "object", "properties": {"p": {"allOf": [{"type": "string", "not": {"enum": ["x"]}}]}}, "required": ["p"]})
