@@ -378,7 +378,7 @@ class Invoker:
         if record is None:
             raise BridgeError(
                 f"tool {decl.name!r} has no version {version} (current is {decl.version})",
-                error_class="invalid_arguments",
+                error_class="unknown_tool",  # as REST's GET of that version says it
                 error_code="unknown_version",
                 recoverability="change_arguments",
             )

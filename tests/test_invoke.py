@@ -154,7 +154,7 @@ async def test_pinned_version_validates_against_its_schema(world):
     current = await invoker.invoke("svc__echo", {"message": "a"})
     assert not current.is_error and current.version == 3
     missing = await invoker.invoke("svc__echo", {"message": "a"}, version=9)
-    assert missing.error.error_class == "invalid_arguments" and missing.error.error_code == "unknown_version"
+    assert missing.error.error_class == "unknown_tool" and missing.error.error_code == "unknown_version"  # as REST's GET says
 
 
 async def test_cancellation_propagates_and_is_logged(world):

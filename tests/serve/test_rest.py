@@ -161,6 +161,7 @@ async def test_versions_newest_first_paginated_and_pinned_invocation():
             assert status == 404 and body["error"]["error_code"] == "unknown_version", missing
             status, body, _ = await served.post(f"/tools/{tool_id}/versions/{missing}:invoke", {"input_parameters": []})
             assert status == 404 and body["error"]["error_code"] == "unknown_version", missing
+            assert body["error"]["error_class"] == "unknown_tool", missing  # as the GET of the version says
         status, body, _ = await served.post("/invoke", {"tool": "v__greet", "arguments": {"name": "x"}, "version": 2**70})
         assert status == 404 and body["error"]["error_code"] == "unknown_version"
 
