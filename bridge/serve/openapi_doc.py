@@ -157,12 +157,13 @@ def _schemas() -> dict[str, Any]:
 _DESCRIPTIONS = {
     200: "OK", 400: "malformed request (the error's details carry a pointer)", 401: "missing or unknown bearer token",
     403: "the call is not permitted on the caller's surface", 404: "no such tool, version or record on the caller's surface",
+    408: "the request body did not arrive within server.body_timeout",
     409: "a pinned version can no longer be served by the upstream", 413: "request body over server.max_body_bytes",
     422: "the tool ran and failed, or its result was refused", 429: "rate limited (Retry-After)",
     503: "an upstream is unavailable (Retry-After when known)", 504: "the upstream did not answer in time",
     500: "the bridge failed to answer (structured body, safe to retry)",
 }
-_INVOKE_ERRORS = (400, 401, 403, 404, 409, 413, 422, 429, 500, 503, 504)
+_INVOKE_ERRORS = (400, 401, 403, 404, 408, 409, 413, 422, 429, 500, 503, 504)
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -213,13 +214,20 @@ def _op(op_id: str, summary: str, responses: dict[str, Any], *, params: list[dic
     return op
 
 
+# the a2t execute routes answer a tool's outcome, errors and unknown tools included, as 200
+# (404: an empty tool name in the path, which names no route)
+_EXECUTE_ERRORS = (400, 401, 404, 408, 413, 500)
+_GENERATION_PARAM = _param(GENERATION_HEADER, "header", {"type": "string", "pattern": "^[0-9]+$"}, "the generation of the caller's last listing")
+
+
 def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
     """The OpenAPI 3.1 description of every REST route of the bridge."""
     read = (400, 401, 500)
     one = (400, 401, 404, 500)
     paths: dict[str, Any] = {
         "/tools": {"get": _op("listTools", "Enumerate the current version of every tool (IETF A2T)", _responses("ToolSignaturePage", read),
-                              params=[*PAGE, _param("tags", "query", STR, "extension: comma-separated tags a tool must all carry")], tag="a2t-draft")},
+                              params=[*PAGE, _param("tags", "query", STR, "extension: comma-separated tags a tool must all carry"),
+                                      _param("tag", "query", STR, "extension: one tag a tool must carry (repeatable)")], tag="a2t-draft")},
         "/tools/{toolId}": {"get": _op("getTool", "The current version of one tool", _responses("ToolSignature", one), params=[TOOL_ID], tag="a2t-draft")},
         "/tools/{toolId}/versions": {"get": _op("listToolVersions", "Every version of a tool, newest first", _responses("ToolSignaturePage", one),
                                                 params=[TOOL_ID, *PAGE], tag="a2t-draft")},
@@ -234,8 +242,8 @@ def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
         TOOLS_PATH: {"get": _op("a2tListTools", "a2t: list tools", _responses("ToolsResponse", read, ok_headers=GENERATION), params=A2T_PAGE, tag="a2t")},
         TOOLS_PATH + "/{name}": {"post": _op(
             "a2tExecute", "a2t: execute a tool (tool outcomes, errors included, are HTTP 200)",
-            _responses("ExecuteResponse", (400, 401, 404, 413, 500), ok_headers=GENERATION),
-            params=[_param("name", "path", STR, "tool name"), _param(GENERATION_HEADER, "header", {"type": "string", "pattern": "^[0-9]+$"}, "the generation of the caller's last listing")],
+            _responses("ExecuteResponse", _EXECUTE_ERRORS, ok_headers=GENERATION),
+            params=[_param("name", "path", STR, "tool name"), _GENERATION_PARAM],
             body={"type": "object", "description": "the tool's arguments"}, tag="a2t")},
         GROUPS_PATH: {"get": _op("a2tListGroups", "a2t: list groups (one per upstream)", _responses("GroupsResponse", read, ok_headers=GENERATION), params=[
             _param("q", "query", STR, "substring of the group id or description"),
@@ -246,8 +254,8 @@ def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
         GROUPS_PATH + "/{groupId}/tools": {"get": _op("a2tListGroupTools", "a2t: list one group's tools", _responses("ToolsResponse", one, ok_headers=GENERATION),
                                                       params=[_param("groupId", "path", STR, "group id (upstream name)"), *A2T_PAGE], tag="a2t")},
         GROUPS_PATH + "/{groupId}/tools/{name}": {"post": _op(
-            "a2tExecuteInGroup", "a2t: execute a tool of a group", _responses("ExecuteResponse", (400, 401, 404, 413, 500), ok_headers=GENERATION),
-            params=[_param("groupId", "path", STR, "group id"), _param("name", "path", STR, "tool name")],
+            "a2tExecuteInGroup", "a2t: execute a tool of a group", _responses("ExecuteResponse", _EXECUTE_ERRORS, ok_headers=GENERATION),
+            params=[_param("groupId", "path", STR, "group id"), _param("name", "path", STR, "tool name"), _GENERATION_PARAM],
             body={"type": "object", "description": "the tool's arguments"}, tag="a2t")},
         "/search": {"get": _op("searchTools", "Tool search: keywords or select:a,b", _responses("ToolSearchResult", read), params=[
             _param("q", "query", {"type": "string", "maxLength": MAX_QUERY_CHARS},

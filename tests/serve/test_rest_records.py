@@ -190,3 +190,8 @@ async def test_an_empty_path_segment_answers_a_documented_404():
             status, body, _ = await served.post(path, {})
             assert status == 404 and "error" in body, (path, status, body)
             assert "404" in document["paths"][template]["post"]["responses"], template
+            # every body route may answer 408 (server.body_timeout); both a2t execute routes take the generation header
+            assert "408" in document["paths"][template]["post"]["responses"], template
+            if template.startswith("/a2t/"):
+                assert "A2T-Catalog-Generation" in [p["name"] for p in document["paths"][template]["post"]["parameters"]], template
+        assert "tag" in [p["name"] for p in document["paths"]["/tools"]["get"]["parameters"]]
