@@ -151,9 +151,9 @@ def _merged(node: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
     """`node` with an `allOf` part merged in: the properties and `required` of both, and the
     part's other keywords where the node has none of its own."""
     merged = {**part, **node}
-    if isinstance(part.get("properties"), dict) or isinstance(node.get("properties"), dict):
-        merged["properties"] = {**(node.get("properties") or {}),
-                                **{k: v for k, v in (part.get("properties") or {}).items() if k not in (node.get("properties") or {})}}
+    own, more = node.get("properties") or {}, part.get("properties") or {}
+    if own or more:
+        merged["properties"] = {**own, **{k: v for k, v in more.items() if k not in own}}  # the node's first
     if part.get("required") or node.get("required"):
         merged["required"] = list(dict.fromkeys([*(node.get("required") or []), *(part.get("required") or [])]))
     return merged
@@ -210,7 +210,7 @@ def _strict(node: Any, pointer: str, omitted: list[str] | None = None) -> dict[s
         refused = sorted(k for k in node if k in _STRICT_REFUSE)
         if refused:
             raise StrictSchemaError(pointer, f"uses {', '.join(refused)}")
-    if not pointer and "anyOf" in node or not pointer and "oneOf" in node:
+    if not pointer and ("anyOf" in node or "oneOf" in node):
         raise StrictSchemaError(pointer or "/", "is one of several shapes (strict mode takes one object at the top)")
     if "oneOf" in node:
         node["anyOf"] = node.pop("oneOf")
