@@ -157,7 +157,7 @@ async def main(scale: float) -> int:
             async def bridged(session: aiohttp.ClientSession) -> None:
                 async with session.post(bridged_url, data=bridged_body, headers=headers) as response:
                     body = await response.read()
-                    assert response.status == 200 and b'"value":"5"' in body, body
+                    assert response.status == 200 and b'"value":5}' in body, body
 
             rows = []
             for concurrency, count in REQUESTS.items():
