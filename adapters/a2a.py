@@ -45,7 +45,7 @@ from adapters.a2a_mapping import (
     result_from_tracker,
     tools_from_card,
 )
-from bridge.model import BridgeError, UpstreamResult, UpstreamTool
+from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
 
 __all__ = ["A2AConfig", "A2AUpstream", "A2AAuth"]
@@ -410,9 +410,6 @@ class A2AUpstream(Upstream):
 def _first_fault(exc: Exception) -> str:
     """One line of what was wrong with an answer, its first fault (never the value)."""
     if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        more = exc.error_count() - 1
-        return f"{where or 'the answer'}: {first['msg']}" + (f" (and {more} more)" if more else "")
+        return validation_line(exc)
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:300]

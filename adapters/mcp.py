@@ -36,7 +36,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError, model_validator
 
 from adapters.mcp_stdio import MAX_LINE, UNREADABLE, StdioChild, redact
-from bridge.model import BridgeError, UpstreamResult, UpstreamTool
+from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.translate.mcp import progress_from_mcp, result_from_mcp, tool_from_mcp
 from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent, off_loop_when
 
@@ -428,12 +428,12 @@ class MCPUpstream(Upstream):
             try:
                 _check_result("tools/list", version, {**head, "tools": [entry]})
             except ValidationError as exc:
-                skipped[label] = _why(exc, skip=2)  # the path starts tools.0
+                skipped[label] = validation_line(exc, skip=2)  # the path starts tools.0
                 continue
             try:
                 tools.append(types.Tool.model_validate(entry, by_name=False))
             except ValidationError as exc:
-                skipped[label] = _why(exc)
+                skipped[label] = validation_line(exc)
         return tools, cursor if isinstance(cursor, str) else None
 
     async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
@@ -508,7 +508,7 @@ class MCPUpstream(Upstream):
         try:
             return model.model_validate(block, by_name=False).model_dump(by_alias=True, exclude_none=True, mode="json")
         except ValidationError as exc:
-            log.warning("mcp upstream %s: %s returned a %s block the SDK rejects (%s); kept as it came", self.name, tool, kind, _why(exc))
+            log.warning("mcp upstream %s: %s returned a %s block the SDK rejects (%s); kept as it came", self.name, tool, kind, validation_line(exc))
             return block
 
     def _call_error(self, exc: BaseException, what: str) -> BridgeError:
@@ -542,7 +542,7 @@ class MCPUpstream(Upstream):
         if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, httpx2.TransportError)) or self._client is None:
             return self._unavailable(f"{what} failed: {type(exc).__name__}")
         if isinstance(exc, ValidationError):
-            return BridgeError(f"{what}: the server's result is not valid MCP {self.protocol_version}: {redact(_why(exc), secrets)}",
+            return BridgeError(f"{what}: the server's result is not valid MCP {self.protocol_version}: {redact(validation_line(exc), secrets)}",
                                error_class="execution_failed")
         # The SDK raises RuntimeError for results it rejects (structured content not matching
         # the declared outputSchema).
@@ -629,17 +629,6 @@ def _check_result(method: str, version: str, data: dict[str, Any]) -> None:
         mcp_methods.validate_server_result(method, version, data)
     except KeyError:
         pass  # the SDK has no table for it at this version: nothing to check against
-
-
-def _why(exc: ValidationError, skip: int = 0) -> str:
-    """A ValidationError in one line: where (less `skip` leading path parts) and what."""
-    errors = exc.errors()
-    first = errors[0]
-    where = ".".join(str(part) for part in first["loc"][skip:])
-    text = f"{where}: {first['msg']}" if where else first["msg"]
-    if len(errors) > 1:
-        text += f" (and {len(errors) - 1} more)"
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _named_once(tools: list[types.Tool], skipped: dict[str, str]) -> list[types.Tool]:

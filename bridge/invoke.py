@@ -22,6 +22,7 @@ from cachetools import LRUCache
 from bridge.catalog import Catalog
 from bridge.config import InvokeConfig
 from bridge.model import (
+    QUOTED_CHARS,
     BridgeError,
     ResultPersistence,
     ToolDeclaration,
@@ -118,16 +119,15 @@ def schema_errors(validator: jsonschema.protocols.Validator, arguments: Any, lim
     return [{"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": _error_message(e)} for e in found[:limit]]
 
 
-_SHOWN_VALUE = 60
 
 
 def _error_message(error: jsonschema.ValidationError) -> str:
     """The validator's message with the offending value shown by its beginning: a 1 MB string
     that is too long is not sent back in full (twice: in the message and in the details)."""
     message, shown = error.message, repr(error.instance)
-    if len(shown) > _SHOWN_VALUE and shown in message:
+    if len(shown) > QUOTED_CHARS and shown in message:
         size = f"{len(error.instance)} characters" if isinstance(error.instance, str) else f"{len(shown)} characters as written"
-        message = message.replace(shown, f"{shown[:_SHOWN_VALUE]}… ({size})")
+        message = message.replace(shown, f"{shown[:QUOTED_CHARS]}… ({size})")
     return message
 
 
@@ -166,6 +166,11 @@ def refuse_unsendable(arguments: Any) -> None:
             raise _unsendable(f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels; send flatter arguments", pointer)
 
 
+def pointer_token(key: Any) -> str:
+    """An object key as one step of a JSON pointer (RFC 6901: `~` and `/` escaped)."""
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
 def _first_at(value: Any, found: Callable[[Any, int], bool]) -> str | None:
     """The JSON pointer of the first value, or object key, in `value` (depth first, in order) for
     which `found(it, depth)` holds, the arguments object at depth 1; None if none. A pointer may
@@ -178,7 +183,7 @@ def _first_at(value: Any, found: Callable[[Any, int], bool]) -> str | None:
         if isinstance(item, dict):
             children = []
             for key, child in item.items():
-                step = f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}"
+                step = f"{pointer}/{pointer_token(key)}"
                 if found(key, depth + 1):
                     return step
                 children.append((child, step, depth + 1))

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -49,6 +49,7 @@ __all__ = [
     "has_surrogates",
     "QUOTED_CHARS",
     "quoted",
+    "validation_line",
     "object_shaped",
     "takes_objects",
     "without_surrogates",
@@ -133,6 +134,18 @@ def object_shaped(schema: dict[str, Any]) -> bool:
     props, required = schema.get("properties"), schema.get("required")
     return ((props is None or (isinstance(props, dict) and all(isinstance(p, dict | bool) for p in props.values())))
             and (required is None or (isinstance(required, list) and all(isinstance(r, str) for r in required))))
+
+
+def validation_line(exc: ValidationError, skip: int = 0) -> str:
+    """A ValidationError in one line, never the value: where its first fault is (less `skip`
+    leading path parts), what it is, and how many more there are."""
+    errors = exc.errors()
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"][skip:])
+    text = f"{where}: {first['msg']}" if where else first["msg"]
+    if len(errors) > 1:
+        text += f" (and {len(errors) - 1} more)"
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 QUOTED_CHARS = 60

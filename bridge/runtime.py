@@ -4,10 +4,7 @@ config and owns their lifecycle. Frontends and the CLI hold a Bridge, nothing el
 from __future__ import annotations
 
 import contextlib
-import difflib
-import fnmatch
 import gc
-import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,8 +16,6 @@ from bridge.search import ToolSearch
 from bridge.store import Store, StoreError
 from bridge.surface import Surfaces
 from bridge.upstream import Upstream, upstream_class
-
-log = logging.getLogger("bridge.runtime")
 
 __all__ = ["Bridge", "GC_YOUNG_THRESHOLD", "collector_held", "settle_gc"]
 
@@ -47,7 +42,6 @@ class Bridge:
         for upstream in extra_upstreams or []:
             self.catalog.add_upstream(upstream)
         self.surfaces = Surfaces(config.surfaces, self.catalog)
-        _warn_unmatched_upstreams(config, list(self.catalog.slots))
         self.search = ToolSearch(self.catalog, index_path, semantic=config.search.semantic,
                                  fold_alternatives=config.search.fold_alternatives)
         self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke)
@@ -113,15 +107,3 @@ def _index_folder(path: str) -> None:
     except OSError as exc:
         raise StoreError(f"{path}: the search index's folder cannot be made ({exc.strerror or exc}); {fix}") from None
 
-
-def _warn_unmatched_upstreams(config: BridgeConfig, names: list[str]) -> None:
-    """A surface rule whose `upstream` matches no upstream (`demo-mcp` for `demo_mcp`) would
-    block, load or allow nothing, silently: said once at start."""
-    for surface in config.surfaces:
-        for kind in ("load", "defer", "block", "allow"):
-            for i, rule in enumerate(getattr(surface, kind)):
-                pattern = getattr(rule, "upstream", None)
-                if pattern and not any(fnmatch.fnmatchcase(name, pattern) for name in names):
-                    close = difflib.get_close_matches(pattern, names, n=1)
-                    log.warning("surface %s: %s rule %d names upstream %r, which matches no upstream%s; it matches no tool",
-                                surface.name, kind, i, pattern, f" (did you mean {close[0]!r}?)" if close else "")

@@ -3,7 +3,9 @@ deferred (found through search) or blocked (invisible and uncallable, with a mac
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import logging
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -12,6 +14,8 @@ from typing import Literal
 from bridge.catalog import Catalog
 from bridge.config import Rule, RuleSpec, SurfaceConfig
 from bridge.model import BlockedTool, DeferredToolRef, ToolDeclaration, ToolSurface
+
+log = logging.getLogger("bridge.surface")
 
 __all__ = ["Placement", "Surface", "Surfaces", "rule_matches", "deferred_ref"]
 
@@ -254,6 +258,7 @@ class Surfaces:
         self._by_name = {c.name: Surface(c, catalog) for c in configs}
         if "default" not in self._by_name:
             self._by_name["default"] = Surface(SurfaceConfig(name="default"), catalog)
+        _say_unmatched_upstreams(configs, list(catalog.slots))
 
     def get(self, name: str | None) -> Surface | None:
         return self._by_name.get(name or "default")
@@ -267,3 +272,16 @@ class Surfaces:
 
     def names(self) -> list[str]:
         return sorted(self._by_name)
+
+
+def _say_unmatched_upstreams(configs: list[SurfaceConfig], names: list[str]) -> None:
+    """A rule whose `upstream` matches no upstream (`demo-mcp` for `demo_mcp`) would block, load
+    or allow nothing, silently: said once, when the surfaces are made."""
+    for surface in configs:
+        for kind in ("load", "defer", "block", "allow"):
+            for i, rule in enumerate(getattr(surface, kind)):
+                pattern = getattr(rule, "upstream", None)
+                if pattern and not any(_glob(pattern).match(name) for name in names):
+                    close = difflib.get_close_matches(pattern, names, n=1)
+                    log.warning("surface %s: %s rule %d names upstream %r, which matches no upstream%s; it matches no tool",
+                                surface.name, kind, i, pattern, f" (did you mean {close[0]!r}?)" if close else "")

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from bridge.invoke import error_result
+from bridge.invoke import error_result, pointer_token
 from bridge.model import BridgeError, new_id, quoted
 from bridge.serve.auth import authenticate
 from bridge.serve.rest_http import (
@@ -40,7 +40,7 @@ def _invoke_request(body: Any) -> tuple[str, dict[str, Any], int | None]:
     unknown = next((key for key in body if key not in _INVOKE_KEYS), None)
     if unknown is not None:
         raise ApiError(400, "invalid_arguments", f"unknown key {quoted(unknown)}; the body takes tool, arguments and version",
-                       pointer="/" + unknown.replace("~", "~0").replace("/", "~1")[:60])
+                       pointer="/" + pointer_token(unknown)[:60])
     tool = body.get("tool")
     if not isinstance(tool, str) or not tool:
         raise ApiError(400, "invalid_arguments", "`tool` must name a tool (exposed name, alias or tool_id)", pointer="/tool")
