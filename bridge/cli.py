@@ -48,6 +48,17 @@ async def _started(config: BridgeConfig) -> Bridge:
     return bridge
 
 
+def _say_not_serving(command: str, bridge: Bridge) -> int:
+    """Name on stderr each upstream that did not start (its tools are missing from what the
+    command prints); 1 when no enabled upstream serves at all, so a script does not take an
+    empty answer for an empty catalog, 0 otherwise."""
+    enabled = [h for h in bridge.catalog.health() if h.state != "disabled"]
+    down = [h for h in enabled if h.state in ("connecting", "failed", "unavailable")]
+    for h in down:
+        print(f"bridge {command}: upstream {h.name} is {h.state}" + (f": {h.reason}" if h.reason else ""), file=sys.stderr)
+    return 1 if enabled and len(down) == len(enabled) else 0
+
+
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=False)).rstrip()]
@@ -83,7 +94,7 @@ async def cmd_tools(args: argparse.Namespace, config: BridgeConfig) -> int:
         else:
             rows = [[d.name, d.upstream, d.tool_kind, d.lifecycle if d.loading_state == "loaded" else d.loading_state, str(d.version)] for d in decls]
             print(_table(rows, ["NAME", "UPSTREAM", "KIND", "LIFECYCLE", "VERSION"]))
-        return 0
+        return _say_not_serving("tools", bridge)
     finally:
         await bridge.close()
 
@@ -202,7 +213,7 @@ async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
                 print(result.hint)
             if result.suggestions:
                 print(_table(_match_rows(result.suggestions), ["COSINE", "SUGGESTION", "HINT"]))
-        return 0
+        return _say_not_serving("search", bridge)
     finally:
         await bridge.close()
 
@@ -237,7 +248,7 @@ async def cmd_translate(args: argparse.Namespace, config: BridgeConfig) -> int:
         for note in compiled.notes:
             print(f"bridge translate: {note}", file=sys.stderr)
         _print_json(compiled.tools)
-        return 0
+        return _say_not_serving("translate", bridge)
     finally:
         await bridge.close()
 

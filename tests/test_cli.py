@@ -44,6 +44,24 @@ def test_check_fails_when_an_upstream_fails(tmp_path, capsys):
     assert "broken" in out and "failed" in out and "refused" in out
 
 
+def test_tools_search_and_translate_name_the_upstreams_that_did_not_start(tmp_path, capsys):
+    broken = "  - {name: broken, kind: fake, fail_start: 'refused', retry_initial: 30}\n"
+    cfg = config(tmp_path, broken)  # one of two failed: what the other gives, the failure on stderr, 0
+    for argv in (["tools"], ["search", "echo"], ["translate", "--to", "openai"]):
+        assert main([*argv, "-c", cfg]) == 0
+        captured = capsys.readouterr()
+        assert "svc__echo" in captured.out
+        assert f"bridge {argv[0]}: upstream broken is failed: refused" in captured.err
+
+    alone = tmp_path / "alone.yaml"  # every upstream failed: an empty answer is no empty catalog, 1
+    alone.write_text(f"store: {{path: {tmp_path / 'a.db'}}}\nupstreams:\n{broken}")
+    for argv in (["tools", "--json"], ["search", "echo", "--json"], ["translate", "--to", "openai"]):
+        assert main([*argv, "-c", str(alone)]) == 1
+        captured = capsys.readouterr()
+        json.loads(captured.out)  # stdout stays the machine-readable answer
+        assert "upstream broken is failed: refused" in captured.err
+
+
 def test_config_error_exit_code_and_message(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
     path.write_text("upstreams:\n  - {name: a, kind: fake, timout: 1}\n")
