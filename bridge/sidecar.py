@@ -1,12 +1,19 @@
 """Local processes the bridge starts for an upstream (`launch:` in its config): spawned with an
-argv list (no shell), output logged, stopped (terminate, then kill) when the upstream closes."""
+argv list (no shell) in a process group of their own, output logged, stopped with that group
+(terminate, then kill) when the upstream closes. On Linux each is started through util-linux's
+`setpriv --pdeathsig TERM`, so it is told to end when the bridge dies without closing (a kill -9)
+instead of holding its port for ever; setting the signal in the child ourselves would take a
+`preexec_fn`, which is unsafe in a process with threads."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
+import shutil
+import signal
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -20,6 +27,56 @@ log = logging.getLogger("bridge.sidecar")
 
 READ_BYTES = 65_536
 LINE_CHARS = 2_000  # of a line of output, kept and logged
+
+
+_death_guard: list[str] | None = None  # the setpriv prefix, once found to work
+
+
+async def death_guard() -> list[str]:
+    """`[setpriv, --pdeathsig, TERM, --]` where setpriv is on PATH and takes the option (util-linux
+    2.33 and later), else nothing: a launched process then outlives a bridge that is killed."""
+    global _death_guard
+    if _death_guard is None:
+        setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+        guard = [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
+        if guard:
+            try:
+                probe = await asyncio.create_subprocess_exec(*guard, setpriv, "--version", stdin=asyncio.subprocess.DEVNULL,
+                                                             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+                guard = guard if await probe.wait() == 0 else []
+            except OSError:
+                guard = []
+        _death_guard = guard
+    return _death_guard
+
+
+def _runnable(command: str, cwd: str, path: str | None) -> str:
+    """The file `command` runs, found as exec would (by PATH, or from `cwd` when it names a
+    folder), so a missing or non-executable command is said before anything starts (setpriv
+    would only print it and exit 127)."""
+    if os.sep not in command:
+        found = shutil.which(command, path=path)
+        if found is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+        return found
+    file = command if os.path.isabs(command) else os.path.join(cwd, command)
+    if not os.path.exists(file):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), file)
+    if os.path.isdir(file) or not os.access(file, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), file)
+    return file
+
+
+def _signal_group(process: asyncio.subprocess.Process, sig: int) -> None:
+    """Signal the process's group (it leads one of its own): the processes it started go too,
+    where a shell or a runner between would leave them holding the port."""
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:  # the group is gone and its id taken: the process alone
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(sig)
 
 
 class Sidecar:
@@ -53,8 +110,10 @@ class Sidecar:
         cwd = str(Path(self.base_dir) / self.config.cwd) if self.config.cwd else self.base_dir
         env = {**os.environ, **self.config.env}
         try:
+            guard = await death_guard()
             self.process = await asyncio.create_subprocess_exec(
-                command,
+                *guard,
+                _runnable(command, cwd, env.get("PATH", os.defpath)) if guard else command,
                 *self.config.args,
                 cwd=cwd,
                 env=env,
@@ -99,14 +158,12 @@ class Sidecar:
         if process is None:
             return
         if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.terminate()
+            _signal_group(process, signal.SIGTERM)
             try:
                 async with asyncio.timeout(3):
-                    await process.wait()
+                    await process.wait()  # what it started was told at once, and ends on its own
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
+                _signal_group(process, signal.SIGKILL)
                 await process.wait()
         if self._drain is not None:
             with contextlib.suppress(BaseException):

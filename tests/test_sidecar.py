@@ -1,14 +1,21 @@
-"""A launched process (`launch:`): its output read whatever its lines, and a command that
-cannot start said as such."""
+"""A launched process (`launch:`): its output read whatever its lines, a command that cannot
+start said as such, and no process of its left running once it is stopped or the bridge killed."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
 
 import pytest
 
 from bridge.sidecar import LINE_CHARS, Sidecar
 from bridge.upstream import LaunchConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # a 200 KB line, then 4 MB more than a pipe holds, then the last line: a reader that stops
 # reading leaves the process blocked on a full pipe
@@ -33,3 +40,76 @@ async def test_output_with_a_line_longer_than_the_reader_takes_is_read_to_the_en
 async def test_a_command_that_cannot_start_says_which_and_why() -> None:
     with pytest.raises(ConnectionError, match="cannot start 'no-such-command-here': No such file"):
         await Sidecar("gone", LaunchConfig(command="no-such-command-here")).start()
+
+
+def _running(pid: int) -> bool:
+    """The process is there and no zombie (a zombie still answers kill 0)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def _ended(pid: int, within: float = 10.0) -> bool:
+    """Whether the process ended within `within` seconds; killed if it did not."""
+    deadline = asyncio.get_running_loop().time() + within
+    while _running(pid) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+    if _running(pid):
+        os.kill(pid, signal.SIGKILL)
+        return False
+    return True
+
+
+# starts a child of its own, says its pid and waits on it: the way a shell or a runner starts a service
+RUNNER = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+          "print(p.pid, flush=True); p.wait()")
+
+
+async def _first_line(sidecar: Sidecar) -> str:
+    async with asyncio.timeout(10):
+        while not sidecar.tail:
+            await asyncio.sleep(0.01)
+    return sidecar.tail[0]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+async def test_stop_ends_the_processes_the_launched_one_started() -> None:
+    sidecar = Sidecar("runner", LaunchConfig(command="python", args=["-c", RUNNER]))
+    await sidecar.start()
+    try:
+        child = int(await _first_line(sidecar))
+        assert _running(child)
+    finally:
+        await sidecar.stop()
+    assert await _ended(child)
+
+
+# a bridge in miniature: launches a process, says its pid, then waits to be killed
+PARENT = """
+import asyncio
+from bridge.sidecar import Sidecar
+from bridge.upstream import LaunchConfig
+
+async def main():
+    sidecar = Sidecar("held", LaunchConfig(command="python", args=["-c", "import time; time.sleep(60)"]))
+    await sidecar.start()
+    print(sidecar.process.pid, flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("setpriv") is None, reason="setpriv --pdeathsig is Linux's")
+async def test_a_launched_process_ends_when_the_bridge_is_killed() -> None:
+    parent = await asyncio.create_subprocess_exec(sys.executable, "-c", PARENT, stdout=asyncio.subprocess.PIPE, cwd=ROOT)
+    try:
+        async with asyncio.timeout(20):
+            launched = int(await parent.stdout.readline())
+        assert _running(launched)
+    finally:
+        parent.kill()  # no close, no stop: as a kill -9 of the bridge
+        await parent.wait()
+    assert await _ended(launched)
