@@ -46,7 +46,7 @@ from adapters.a2a_mapping import (
     tools_from_card,
 )
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
-from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
+from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent
 
 __all__ = ["A2AConfig", "A2AUpstream", "A2AAuth"]
 
@@ -75,7 +75,9 @@ class A2AConfig(UpstreamConfig):
     @model_validator(mode="after")
     def _one_location(self) -> A2AConfig:
         if bool(self.card_url) == bool(self.base_url):
-            raise ValueError("give exactly one of card_url (the agent card's URL) or base_url (the agent's root URL)")
+            raise ConfigValueError("give exactly one of card_url (the agent card's URL) or base_url (the agent's root URL)",
+                                   "keep one of the two" if self.card_url else "add `base_url: http://...` (the card is looked up under "
+                                   "/.well-known/) or `card_url`")
         return self
 
 

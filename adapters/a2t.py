@@ -18,7 +18,7 @@ from bridge.model import BridgeError, UpstreamResult, UpstreamTool
 from bridge.translate import a2t as a2t_wire
 from bridge.translate import ietf
 from bridge.translate.wire import WireFormatError
-from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent, off_loop_when
+from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent, off_loop_when
 
 __all__ = ["A2TConfig", "A2TUpstream", "GENERATION_HEADER"]
 
@@ -76,7 +76,8 @@ class A2TConfig(UpstreamConfig):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
-            raise ValueError(f"`url` must start with http:// or https:// (got {value!r})")
+            raise ConfigValueError(f"`url` must start with http:// or https:// (got {value!r})",
+                                   "write the server's root URL, e.g. http://127.0.0.1:9103")
         return value
 
 

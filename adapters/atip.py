@@ -28,7 +28,7 @@ from adapters.atip_discovery import (
 )
 from adapters.atip_exec import build_argv, result_of, run_process
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool
-from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
+from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent
 
 __all__ = ["AnswerRule", "ATIPConfig", "ATIPUpstream", "DEFAULT_ENV_ALLOW"]
 
@@ -51,9 +51,9 @@ class AnswerRule(BaseModel):
     @model_validator(mode="after")
     def _something(self) -> AnswerRule:
         if self.stdin is None and not self.flags:
-            raise ValueError("an answer needs `stdin` or `flags`")
+            raise ConfigValueError("an answer needs `stdin` or `flags`", "add `stdin: ...` (text written to the command) or `flags: [--yes]`")
         if any(not f.startswith("-") for f in self.flags):
-            raise ValueError("answer flags must start with '-'")
+            raise ConfigValueError("answer flags must start with '-'", "write each flag as it is typed, e.g. --yes")
         return self
 
 
@@ -91,14 +91,14 @@ class ATIPConfig(UpstreamConfig):
     @classmethod
     def _not_empty(cls, value: str | list[str]) -> str | list[str]:
         if not value or (isinstance(value, list) and not all(value)):
-            raise ValueError("command must name an executable")
+            raise ConfigValueError("command must name an executable", "write the program's name or path, or an argv list such as [python, -m, tool]")
         return value
 
     @field_validator("command_timeouts")
     @classmethod
     def _positive(cls, value: dict[str, float]) -> dict[str, float]:
         if any(not 0 < v < math.inf for v in value.values()):
-            raise ValueError("timeouts must be positive, finite numbers of seconds")
+            raise ConfigValueError("timeouts must be positive, finite numbers of seconds", "give each command a number of seconds above 0")
         return value
 
     def dirs(self) -> AgentToolsDirs:

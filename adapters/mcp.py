@@ -38,7 +38,7 @@ from pydantic import Field, ValidationError, model_validator
 from adapters.mcp_stdio import MAX_LINE, UNREADABLE, StdioChild, redact
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.translate.mcp import progress_from_mcp, result_from_mcp, tool_from_mcp
-from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent, off_loop_when
+from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent, off_loop_when
 
 __all__ = ["MCPConfig", "MCPUpstream", "ProtocolMode"]
 
@@ -83,14 +83,18 @@ class MCPConfig(UpstreamConfig):
     @model_validator(mode="after")
     def _one_transport(self) -> MCPConfig:
         if bool(self.command) == bool(self.url):
-            raise ValueError("give exactly one of `command` (a stdio server) or `url` (a streamable HTTP server)")
+            raise ConfigValueError("give exactly one of `command` (a stdio server) or `url` (a streamable HTTP server)",
+                                   "keep one of the two" if self.command else "add `command: ...` to run the server, or `url: http://...` to reach it")
         if self.url:
             if self.args or self.env or self.cwd:
-                raise ValueError("`args`, `env` and `cwd` apply to stdio servers (`command`), not to `url`")
+                raise ConfigValueError("`args`, `env` and `cwd` apply to stdio servers (`command`), not to `url`",
+                                       "remove them, or run the server with `command` instead of `url`")
             if urllib.parse.urlsplit(self.url).scheme not in ("http", "https"):
-                raise ValueError(f"`url` must start with http:// or https:// (got {self.url!r})")
+                raise ConfigValueError(f"`url` must start with http:// or https:// (got {self.url!r})",
+                                       "write the server's streamable HTTP endpoint, e.g. http://127.0.0.1:9001/mcp")
         if self.command and self.headers:
-            raise ValueError("`headers` apply to HTTP servers (`url`), not to `command`")
+            raise ConfigValueError("`headers` apply to HTTP servers (`url`), not to `command`",
+                                   "remove `headers` (a stdio server takes `env`), or reach the server with `url`")
         return self
 
     @property

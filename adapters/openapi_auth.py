@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from adapters.openapi_params import RequestParts
 from bridge.model import BridgeError
+from bridge.upstream import ConfigValueError
 
 __all__ = ["AuthConfig", "Credentials", "Redactor", "OAuth2Token"]
 
@@ -59,7 +60,8 @@ class AuthConfig(BaseModel):
         }[self.type]
         missing = [f for f in needed if getattr(self, f) in (None, "")]
         if missing:
-            raise ValueError(f"auth of type {self.type} needs {', '.join(missing)}")
+            raise ConfigValueError(f"auth of type {self.type} needs {', '.join(missing)}",
+                                   f"add {', '.join(f'`{m}:`' for m in missing)} (a secret as ${{VAR}})")
         return self
 
     @property

@@ -280,7 +280,10 @@ def _shown_input(loc: tuple[Any, ...], value: Any, hidden: set[str]) -> str:
     return f" (got {value!r})"
 
 
-def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel], hidden: set[str]) -> list[tuple[str, str, str]]:
+def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel], hidden: set[str],
+                 doc: str = "docs/config.md") -> list[tuple[str, str, str]]:
+    """Each validation error as (path, what, fix); `doc` is the page a fix points to when the
+    error itself names none (an upstream's keys are on its kind's page)."""
     problems = []
     errors = exc.errors()
     locs = [tuple(p for p in e["loc"] if not (isinstance(p, str) and p in ("str", "Rule", "function-after"))) for e in errors]
@@ -292,6 +295,8 @@ def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel], hidd
         if kind == "extra_forbidden":
             key = str(loc[-1])
             known = [k for k in _fields_of(model, loc) if k not in ("source", "base_dir")]
+            if prefix.startswith("mcpServers.") and len(loc) == 1:  # an entry's key names it, and it is always mcp
+                known = [k for k in known if k not in ("name", "kind")]
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
             fix = f"did you mean `{close[0]}`?" if close else f"remove it; known keys: {', '.join(known)}"
             problems.append((path, f"unknown key `{key}`", fix))
@@ -302,8 +307,10 @@ def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel], hidd
             problems.append((path, refusal.what, refusal.fix))
         else:
             expected = err.get("ctx", {}).get("expected") or err.get("ctx", {}).get("pattern")
-            fix = f"expected {expected}" if expected else "see docs/config.md"
-            problems.append((path, f"{err['msg']}{_shown_input(loc, err.get('input'), hidden)}", fix))
+            common = loc and loc[0] in UpstreamConfig.model_fields  # a key every upstream has: on config.md
+            fix = f"expected {expected}" if expected else f"see {'docs/config.md' if common else doc}"
+            what = err["msg"].removeprefix("Value error, ")
+            problems.append((path, f"{what}{_shown_input(loc, err.get('input'), hidden)}", fix))
     return problems
 
 
@@ -388,7 +395,7 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
         try:
             cfg = model.model_validate(entry)
         except ValidationError as exc:
-            problems.extend(_problems_of(exc, path, model, taken))
+            problems.extend(_problems_of(exc, path, model, taken, doc=f"docs/upstreams/{kind}.md"))
             continue
         if cfg.name in names:
             problems.append((_join(path, "name"), f"name {cfg.name!r} is already used by {names[cfg.name]}", "give each upstream its own name"))

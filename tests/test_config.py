@@ -232,3 +232,30 @@ def test_a_flag_where_a_number_goes_is_refused():
     with pytest.raises(ConfigError) as err:
         parse_config({"server": {"port": True}})  # pydantic alone reads it as port 1
     assert "port is true, a flag where a number goes" in problems(err.value)["server"][0]
+
+
+def test_each_kinds_own_refusals_say_the_fix_and_other_errors_point_to_the_kinds_page():
+    entries = [
+        ("upstreams[0]", {"name": "a", "kind": "a2a"}, "base_url"),
+        ("upstreams[1].url", {"name": "b", "kind": "a2t", "url": "localhost:9103"}, "http://127.0.0.1:9103"),
+        ("upstreams[2].command", {"name": "c", "kind": "atip", "command": []}, "argv list"),
+        ("upstreams[3].answers[0]", {"name": "d", "kind": "atip", "command": "x", "answers": [{"commands": ["x"]}]}, "flags: [--yes]"),
+        ("upstreams[4].auth[0]", {"name": "e", "kind": "openapi", "spec": "x.yaml", "auth": {"type": "bearer"}}, "`token:`"),
+        ("upstreams[5]", {"name": "f", "kind": "mcp"}, "`command: ...`"),
+        ("upstreams[6]", {"name": "g", "kind": "mcp", "command": "x", "headers": {"A": "b"}}, "remove `headers`"),
+        ("upstreams[7].ping_timeout", {"name": "h", "kind": "mcp", "command": "x", "ping_timeout": 0}, "see docs/upstreams/mcp.md"),
+        ("upstreams[8].timeout", {"name": "i", "kind": "mcp", "command": "x", "timeout": 0}, "see docs/config.md"),
+    ]
+    with pytest.raises(ConfigError) as err:
+        parse_config({"upstreams": [entry for _, entry, _ in entries]})
+    found = problems(err.value)
+    for path, _, needle in entries:
+        what, fix = found[path]
+        assert needle in fix and not what.startswith("Value error"), (path, what, fix)
+
+
+def test_an_unknown_key_of_an_mcp_servers_entry_lists_the_keys_it_may_take():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"mcpServers": {"files": {"command": "x", "zzz": 1}}})
+    fix = problems(err.value)["mcpServers.files.zzz"][1]
+    assert "command" in fix and "name," not in fix and "kind," not in fix
