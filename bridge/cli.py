@@ -304,41 +304,41 @@ COMMANDS: dict[str, Command] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bridge", description="Tool federation bridge")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-c", "--config", default=os.environ.get("BRIDGE_CONFIG", DEFAULT_CONFIG), help=f"config file (default {DEFAULT_CONFIG})")
-    common.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    common.add_argument("-c", "--config", default=os.environ.get("BRIDGE_CONFIG", DEFAULT_CONFIG), help=f"config file (default $BRIDGE_CONFIG, else {DEFAULT_CONFIG})")
+    common.add_argument("-v", "--verbose", action="store_true", help="log INFO too (stderr; warnings always)")
     unconfigured = argparse.ArgumentParser(add_help=False)  # for commands that read no config file
-    unconfigured.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    unconfigured.add_argument("-v", "--verbose", action="store_true", help="log INFO too (stderr; warnings always)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("check", parents=[common], help="validate the config and start every upstream")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print each upstream's health as JSON")
 
     p = sub.add_parser("tools", parents=[common], help="list the federated catalog")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print each declaration as JSON")
 
     p = sub.add_parser("call", parents=[common], help="call a tool through the full pipeline")
     p.add_argument("name", help="exposed name, alias or tool_id")
     p.add_argument("--args", default="{}", help="arguments as a JSON object")
     p.add_argument("--version", type=int, default=None, help="pin a version")
-    p.add_argument("--surface", default="default")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--surface", default="default", help="surface the call goes through (default: default)")
+    p.add_argument("--json", action="store_true", help="print the whole result record as JSON")
 
     p = sub.add_parser("search", parents=[common], help="search the catalog")
     p.add_argument("query", type=_query, help="free text, or select:a,b")
     p.add_argument("--limit", type=_limit, default=10, help=f"most matches printed (1 to {MAX_LIMIT})")
-    p.add_argument("--surface", default="default")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--surface", default="default", help="surface searched (default: default)")
+    p.add_argument("--json", action="store_true", help="print the whole search result as JSON")
 
     p = sub.add_parser("serve", parents=[common], help="serve A2T REST and MCP")
-    p.add_argument("--host", default=None)
-    p.add_argument("--port", type=_port, default=None, help="0 to 65535 (0: any free port)")
+    p.add_argument("--host", default=None, help="address to bind (default: server.host)")
+    p.add_argument("--port", type=_port, default=None, help="0 to 65535 (0: any free port; default: server.port)")
     p.add_argument("--stdio", action="store_true", help="serve MCP over stdio instead of HTTP")
-    p.add_argument("--surface", default=None, help="surface served over stdio")
+    p.add_argument("--surface", default=None, help="surface served over stdio (default: server.default_surface)")
     p.add_argument("--insecure", action="store_true", help="allow a non-loopback bind without tokens")
 
     p = sub.add_parser("translate", parents=[common], help="print the surface's tools in a provider's function format")
     p.add_argument("--to", required=True, choices=["openai", "openai-strict", "gemini", "anthropic"])
-    p.add_argument("--surface", default="default")
+    p.add_argument("--surface", default="default", help="surface whose tools are printed (default: default)")
 
     p = sub.add_parser("atip", help="ATIP command-line tools")
     atip = p.add_subparsers(dest="atip_command", required=True)
@@ -351,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="list the executables that would be probed, run nothing")
     p.add_argument("--no-write", action="store_true", help="do not update registry.json")
     p.add_argument("--all", action="store_true", help="also list executables that did not answer")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
     return parser
 
 

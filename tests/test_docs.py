@@ -1,0 +1,129 @@
+"""The documentation names what the code takes: every config key in the reference and on its
+kind's page, every key those pages' tables list is one the code takes, and every option of the
+`bridge` command is in the README (those of `atip scan` on the ATIP page)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import typing
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from bridge import config as bridge_config
+from bridge.cli import build_parser
+from bridge.upstream import LaunchConfig, UpstreamConfig, known_kinds, upstream_class
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+README = DOCS.parent / "README.md"
+LOADER_FIELDS = {"base_dir", "source"}  # set by the loader from the file read, never written
+
+
+def keys(model: type[BaseModel]) -> set[str]:
+    return {field.alias or name for name, field in model.model_fields.items() if name not in LOADER_FIELDS}
+
+
+def nested(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """The key of each field that holds a mapping of its own (auth, retries, launch)."""
+    out = {}
+    for name, field in model.model_fields.items():
+        for arg in (field.annotation, *typing.get_args(field.annotation)):
+            for inner in (arg, *typing.get_args(arg)):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    out[field.alias or name] = inner
+    return out
+
+
+def named(text: str) -> set[str]:
+    """Every word written in code style in a page (`key`, `{key: value}`, `key: false`)."""
+    spans = [m.group(2) for m in re.finditer(r"(`+)(.+?)\1", text, re.S)]
+    return {word for span in spans for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", span)}
+
+
+def table_keys(text: str, heading: str) -> set[str]:
+    """The keys of the first column of the first table under `heading` (each `key` of the cell)."""
+    section = text.split(heading, 1)[1]
+    table = re.search(r"^\| key \|.*?\n\| -+ \|.*?\n((?:\|.*\n)+)", section, re.M)
+    assert table, f"no key table under {heading!r}"
+    return {key for row in table.group(1).splitlines() for key in re.findall(r"`([^`]+)`", row.split("|")[1])}
+
+
+def config_page() -> str:
+    return (DOCS / "config.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("heading", "model"),
+    [
+        ("## Top level", bridge_config.BridgeConfig),
+        ("### `server`", bridge_config.ServerConfig),
+        ("### `invoke`", bridge_config.InvokeConfig),
+        ("## Upstreams", UpstreamConfig),
+    ],
+)
+def test_each_key_table_of_the_config_reference_is_the_models_keys(heading, model):
+    assert table_keys(config_page(), heading) == keys(model)
+
+
+def test_the_config_reference_names_the_other_sections_keys():
+    text = named(config_page())
+    for model in (bridge_config.StoreConfig, bridge_config.SearchConfig, bridge_config.SurfaceConfig, LaunchConfig,
+                  bridge_config.AuthToken):
+        assert keys(model) <= text, (model.__name__, keys(model) - text)
+
+
+def test_the_surfaces_page_names_every_surface_key_and_rule_field():
+    text = (DOCS / "surfaces.md").read_text(encoding="utf-8")
+    assert table_keys(text, "## Keys") == keys(bridge_config.SurfaceConfig)
+    assert keys(bridge_config.Rule) <= named(text)
+
+
+def shipped_kinds() -> list[str]:
+    """The kinds the bridge ships (adapters/), not those other tests register."""
+    return [kind for kind in known_kinds() if upstream_class(kind).__module__.startswith("adapters.")]
+
+
+@pytest.mark.parametrize("kind", shipped_kinds())
+def test_each_kinds_page_lists_the_keys_of_its_kind(kind):
+    model = upstream_class(kind).config_model
+    own = keys(model) - keys(UpstreamConfig)
+    text = (DOCS / "upstreams" / f"{kind}.md").read_text(encoding="utf-8")
+    heading = next(h for h in ("## Settings", "## Configuration") if h in text)
+    listed = table_keys(text, heading)
+    expected = set()
+    for key in own:
+        inner = nested(model).get(key)
+        # a mapping of its own is listed as `key` or key by key (`retries.count`); OpenAPI's
+        # auth and include/exclude have tables of their own
+        if inner is not None and key not in listed:
+            expected |= {f"{key}.{sub}" for sub in keys(inner)}
+        else:
+            expected.add(key)
+    assert listed == expected
+
+
+def options(parser: argparse.ArgumentParser) -> dict[str, list[tuple[str, ...]]]:
+    """Each command (`atip scan` for nested ones) and the option strings of each of its options,
+    help aside."""
+    out: dict[str, list[tuple[str, ...]]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                for inner, opts in options(sub).items():
+                    out[f"{name} {inner}".strip()] = opts
+    own = [tuple(a.option_strings) for a in parser._actions if a.option_strings and "--help" not in a.option_strings]
+    if own or not out:
+        out[""] = own
+    return out
+
+
+def test_the_readme_names_every_option_of_every_command():
+    readme = README.read_text(encoding="utf-8")
+    atip = (DOCS / "upstreams" / "atip.md").read_text(encoding="utf-8")
+    for command, opts in options(build_parser()).items():
+        page = atip + readme if command.startswith("atip") else readme
+        assert command.split()[0] in readme
+        missing = [o for o in opts if not any(re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", page) for s in o)]
+        assert not missing, (command, missing)
