@@ -34,7 +34,7 @@ class Bridge:
             index_path = config.resolve_path(config.search.path) if config.search.path else str(
                 Path(config.resolve_path(store_path)).with_suffix(".index")
             )
-            _index_folder(index_path)  # before the store is made: a bad path leaves nothing behind
+            _index_folder(index_path, beside_store=not config.search.path)  # before the store is made: a bad path leaves nothing behind
         self.store = Store(store_path if store_path == ":memory:" else config.resolve_path(store_path))
         self.catalog = Catalog(self.store)
         for upstream_config in config.upstreams:
@@ -96,10 +96,15 @@ def settle_gc(collected: bool = False) -> None:
     gc.set_threshold(max(gen0, GC_YOUNG_THRESHOLD), gen1, gen2)
 
 
-def _index_folder(path: str) -> None:
+def _index_folder(path: str, beside_store: bool = False) -> None:
     """The folder the search index's folder goes in, made when missing; a path that names a
-    file, or a folder that cannot be made, stops the bridge naming it and the fix."""
-    fix = "fix: set search.path to a folder (it is created), or leave it out to keep the index beside the store"
+    file, or a folder that cannot be made, stops the bridge naming it and the fix. `beside_store`:
+    the path is the store's with `.index` (no search.path), so the fix is the store's path."""
+    if beside_store:
+        fix = ("fix: set store.path to a file in a folder that can be made (the index goes beside it), "
+               "or set search.path to a folder of its own")
+    else:
+        fix = "fix: set search.path to a folder (it is created), or leave it out to keep the index beside the store"
     if os.path.exists(path) and not os.path.isdir(path):
         raise StoreError(f"{path}: the search index's folder is a file; {fix}")
     try:

@@ -198,6 +198,16 @@ def test_a_search_path_naming_a_file_is_said_before_anything_is_made(tmp_path, c
     assert not (tmp_path / "data").exists() and (tmp_path / "notes.txt").read_text() == "mine\n"
 
 
+def test_a_store_path_whose_folder_cannot_be_made_names_store_path_as_the_fix(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine\n")
+    cfg = tmp_path / "bridge.yaml"
+    cfg.write_text("store: {path: notes.txt/bridge.db}\n")  # no search.path: the index would go beside the store
+    assert main(["check", "-c", str(cfg)]) == 1
+    err = capsys.readouterr().err
+    assert "the search index's folder cannot be made" in err and "fix: set store.path" in err and "Traceback" not in err
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
 def test_ctrl_c_while_the_command_loads_ends_it_quietly():
     import subprocess
     import sys
