@@ -192,8 +192,10 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
             print("bridge serve: the server did not start", file=sys.stderr)
             return 1
         bound_port = sock.getsockname()[1]
-        base = (config.server.public_url or f"http://{host if ':' not in host else f'[{host.strip(chr(91) + chr(93))}]'}:{bound_port}").rstrip("/")
-        print(f"bridge: serving {len(bridge.catalog)} tools from {len(bridge.catalog.slots)} upstreams on {base}", file=sys.stderr)
+        bound = f"http://{host if ':' not in host else f'[{host.strip(chr(91) + chr(93))}]'}:{bound_port}"
+        base = (config.server.public_url or bound).rstrip("/")
+        public = f" (public URL {base})" if config.server.public_url else ""
+        print(f"bridge: serving {len(bridge.catalog)} tools from {len(bridge.catalog.slots)} upstreams on {bound}{public}", file=sys.stderr)
         for label, url in served_urls(base):
             print(f"  {label + ':':<24}{url}", file=sys.stderr)
         await task

@@ -439,7 +439,7 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
     name = surface or config.server.default_surface
     known = {s.name for s in config.surfaces} | {"default"}
     if name not in known:
-        print(f"bridge serve --stdio: no surface named {name!r}; configured: {', '.join(sorted(known))}", file=sys.stderr)
+        print(f"bridge serve --stdio: no surface named {name!r} (the config defines: {', '.join(sorted(known))})", file=sys.stderr)
         return 2
     # SIGTERM (what supervisors and clients send) or SIGINT: the bridge closes (its launched
     # processes and ATIP commands stopped), then the process ends; the SDK's thread reading stdin

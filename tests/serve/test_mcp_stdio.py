@@ -127,7 +127,7 @@ async def test_stdio_refuses_an_unknown_surface_before_serving(tmp_path, capsys)
     assert await run_stdio(config, surface="nope") == 2
     captured = capsys.readouterr()
     assert captured.out == ""  # stdout carries protocol only
-    assert "no surface named 'nope'" in captured.err
+    assert "no surface named 'nope' (the config defines: " in captured.err
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
