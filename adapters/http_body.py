@@ -12,12 +12,14 @@ __all__ = ["read_body"]
 
 
 async def read_body(response: aiohttp.ClientResponse, limit: int, what: str | Callable[[], str]) -> bytes:
-    """The whole body, refused with `result_too_large` once it passes `limit` bytes (`what`, or
-    what it returns, names the request in the message). An answer that declares a length within
-    the limit is read in one call; one without a length (or with too large a one) is counted as
-    it arrives."""
+    """The whole body, refused with `result_too_large` once it passes `limit` bytes as the caller
+    gets them (decompressed); `what`, or what it returns, names the request in the message. An
+    answer that declares a length within the limit is read in one call; one without a length, with
+    too large a one, or compressed (its length is the compressed size: a small gzip body can
+    inflate a thousandfold) is counted as it arrives."""
     declared = response.content_length
-    if declared is not None and declared <= limit:
+    encoded = response.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity")
+    if declared is not None and declared <= limit and not encoded:
         return await response.read()
     chunks: list[bytes] = []
     size = 0

@@ -9,6 +9,7 @@ import base64
 import contextlib
 import json
 import logging
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -737,6 +738,24 @@ async def test_answers_nesting_past_the_json_reader_are_said_not_tracebacks(tmp_
         problem = await call(bridge, "deep_problem")
         assert problem.error.details["http_status"] == 500 and problem.error.details["problem"].startswith("[[[")  # kept as text
     assert "Traceback" not in caplog.text and "RecursionError" not in caplog.text
+
+
+async def test_a_compressed_answer_is_limited_by_its_decompressed_size(tmp_path):
+    # 32 KB of gzip that inflates to 32 MB: its Content-Length is far under the limit
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = packer.compress(b"0" * (32 << 20)) + packer.flush()
+    assert len(bomb) < 1 << 20
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(body=bomb, headers={"Content-Encoding": "gzip", "Content-Type": "text/plain"})
+
+    app = web.Application()
+    app.router.add_get("/bomb", answer)
+    doc = _document({"/bomb": {"get": {"operationId": "bomb", "responses": _OK}}})
+    async with TestServer(app, host="127.0.0.1") as http, bridge_for(_write(tmp_path, doc), base_url=str(http.make_url("")).rstrip("/"),
+                                                                       max_response_bytes=1 << 20) as bridge:
+        result = await call(bridge, "bomb")
+    assert result.error.error_class == "result_too_large" and "max_response_bytes=1048576" in result.error.message
 
 
 async def test_get_retried_on_503_with_retry_after(api):
