@@ -230,6 +230,16 @@ def _body(body: BodySpec, value: Any) -> tuple[Any, str | None]:
     return _b64(value, "the body"), body.media_type
 
 
+def _check_segments(template: str, path: str) -> None:
+    """Refuse a path whose values made a whole segment `.` or `..`: servers and proxies resolve
+    dot segments (RFC 3986), so the request would reach another route. (A value never holds a
+    `/`: it is percent-encoded.)"""
+    made = [segment for segment in path.split("/") if segment in (".", "..")]
+    if len(made) > len([segment for segment in template.split("/") if segment in (".", "..")]):
+        raise _invalid(f"the path parameters of {template} made a path segment '{made[-1]}', which a server reads as a "
+                       "step in the path: a path value cannot be '.' or '..'")
+
+
 def build_request(op: Operation, arguments: dict[str, Any]) -> RequestParts:
     """The request for one call of `op` with validated arguments (no credentials yet)."""
     path = op.path
@@ -248,6 +258,7 @@ def build_request(op: Operation, arguments: dict[str, Any]) -> RequestParts:
             parts.headers[spec.name] = serialize_header(spec, value)
         else:
             parts.cookies.extend(serialize_cookie(spec, value))
+    _check_segments(op.path, path)
     parts.url = op.server_url + path
     body = op.body
     if body is not None:

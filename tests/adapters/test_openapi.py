@@ -582,6 +582,31 @@ async def test_path_and_query_styles(api, op, args, raw):
         assert result.structured_content["raw_path"] == raw
 
 
+async def test_path_values_cannot_step_out_of_their_segment(api, tmp_path):
+    state, base = api
+    string = {"type": "string"}
+    doc = _document({
+        "/users/{id}/{part}": {"get": {"operationId": "userPart", "responses": _OK, "parameters": [
+            {"name": "id", "in": "path", "required": True, "schema": string},
+            {"name": "part", "in": "path", "required": True, "schema": string}]}},
+        "/pair/{a}{b}": {"get": {"operationId": "pair", "responses": _OK, "parameters": [
+            {"name": "a", "in": "path", "required": True, "schema": string},
+            {"name": "b", "in": "path", "required": True, "schema": string}]}},
+    })
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        # a whole segment `..` or `.` is a step in the path to a server or proxy resolving dot
+        # segments: /v1/users/../profile is /v1/profile, another route
+        for name, args in (("userPart", {"id": "..", "part": "profile"}), ("userPart", {"id": "1", "part": "."}),
+                           ("pair", {"a": ".", "b": "."})):
+            result = await call(bridge, name, args)
+            assert result.is_error and result.error.error_class == "invalid_arguments", (args, result.content)
+            assert "segment" in result.error.message
+        assert not state.peers  # nothing was sent
+        sent = await call(bridge, "userPart", {"id": "../admin", "part": "a..b"})
+        assert sent.structured_content["raw_path"] == "/v1/users/..%2Fadmin/a..b"
+        assert (await call(bridge, "pair", {"a": "..", "b": "."})).structured_content["raw_path"] == "/v1/pair/..."
+
+
 async def test_header_and_cookie_styles(api):
     _, base = api
     async with bridge_for("styles_30.yaml", base_url=base + "/v1", include=["header*", "cookie*"]) as bridge:
