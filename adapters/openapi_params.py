@@ -172,8 +172,8 @@ def serialize_cookie(spec: ParamSpec, value: Any) -> list[str]:
             return [f"{name}={_enc(v)}" for v in value]
         return [f"{name}=" + ",".join(_enc(v) for v in value)]
     if isinstance(value, dict):
-        if spec.explode:
-            return [f"{k}={_enc(v)}" for k, v in _pairs(value)]
+        if spec.explode:  # the keys are cookie names: a `;` in one must not start another cookie
+            return [f"{_enc(k)}={_enc(v)}" for k, v in _pairs(value)]
         return [f"{name}=" + ",".join(f"{_enc(k)},{_enc(v)}" for k, v in _pairs(value))]
     return [f"{name}={_enc(value)}"]
 

@@ -620,6 +620,15 @@ async def test_header_and_cookie_styles(api):
         assert cookie == "a=3; a=4; R=1"
 
 
+async def test_cookie_object_keys_cannot_add_cookies(api):
+    _, base = api
+    async with bridge_for("styles_30.yaml", base_url=base + "/v1", include=["cookieFormExplode"]) as bridge:
+        # an exploded object's keys are cookie names: `;` and `=` in them are encoded like values
+        result = await call(bridge, "cookieFormExplode", {"o": {"R; session_key=forged": 1, "G\r\nX-Forged: 1": 2}})
+        assert not result.is_error, result.content
+        assert result.structured_content["headers"]["Cookie"] == "R%3B%20session_key%3Dforged=1; G%0D%0AX-Forged%3A%201=2"
+
+
 # ---------------------------------------------------------------------------- bodies
 
 
