@@ -110,7 +110,9 @@ class OpenAPIUpstream(Upstream):
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=cfg.timeout, connect=cfg.connect_timeout),
-                headers={"User-Agent": USER_AGENT, "Accept": "application/json, */*;q=0.8", **cfg.headers},
+                # `headers` are the API's, added to each call by `_send`: as session defaults they
+                # would also reach the document's host and any origin a redirect leads to
+                headers={"User-Agent": USER_AGENT, "Accept": "application/json, */*;q=0.8"},
                 cookie_jar=aiohttp.DummyCookieJar(),  # calls stay independent: no server cookies kept
             )
         try:
@@ -323,10 +325,13 @@ class OpenAPIUpstream(Upstream):
                     timeout: float) -> tuple[int, str, Mapping[str, str], bytes, str | None]:
         """Send one request, following redirects here rather than in aiohttp: the credentials
         (the `secret` headers, cookies, Authorization) go only to the origin they were
-        configured for. A redirect to another origin (a download on a CDN, say) is followed
-        without them; a 303, or a 301/302 answering a POST, continues as a GET without the body."""
+        configured for, and so do the configured `headers`. A redirect to another origin (a
+        download on a CDN, say) is followed without them; a 303, or a 301/302 answering a POST,
+        continues as a GET without the body."""
         cfg = self.config
-        method, url, headers, data = op.method, URL(parts.full_url(), encoded=True), parts.header_items(), parts.data
+        method, url, data = op.method, URL(parts.full_url(), encoded=True), parts.data
+        headers = {**cfg.headers, **parts.header_items()}
+        secret = secret | {k.lower() for k in cfg.headers}
         origin = url.origin()
         for _ in range(MAX_REDIRECTS + 1):
             async with session.request(

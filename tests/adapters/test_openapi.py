@@ -914,13 +914,21 @@ paths:
 """
 
 
-async def test_credentials_never_follow_a_redirect_to_another_origin(tmp_path):
+async def test_credentials_never_follow_a_redirect_to_another_origin():
     async def seen(request: web.Request) -> web.Response:
         return web.json_response({"method": request.method, "key": request.headers.get("X-API-Key"),
-                                  "auth": request.headers.get("Authorization"), "host": request.host})
+                                  "auth": request.headers.get("Authorization"), "vendor": request.headers.get("X-Vendor-Token"),
+                                  "host": request.host})
+
+    document_fetches: list[dict[str, str]] = []
+
+    async def document(request: web.Request) -> web.Response:
+        document_fetches.append(dict(request.headers))
+        return web.Response(text=REDIRECTS_SPEC, content_type="application/yaml")
 
     other = web.Application()
     other.router.add_get("/landing", seen)
+    other.router.add_get("/redirects.yaml", document)
     async with TestServer(other, host="127.0.0.1") as elsewhere:
         landing = str(elsewhere.make_url("/landing"))
 
@@ -935,18 +943,21 @@ async def test_credentials_never_follow_a_redirect_to_another_origin(tmp_path):
         app.router.add_get("/hop/away", to(landing, 302))
         app.router.add_post("/hop/post", to(landing, 303))
         async with TestServer(app, host="127.0.0.1") as origin:
-            (tmp_path / "redirects.yaml").write_text(REDIRECTS_SPEC)
             auth = [{"type": "apiKey", "scheme": "header_key", "value": SECRETS["api"]},
                     {"type": "bearer", "scheme": "bearer", "token": SECRETS["bearer"]}]
-            async with bridge_for(str(tmp_path / "redirects.yaml"), base_url=str(origin.make_url("")).rstrip("/"), auth=auth) as bridge:
+            # the configured headers are the API's too: a vendor token there stays on its origin
+            async with bridge_for(str(elsewhere.make_url("/redirects.yaml")), base_url=str(origin.make_url("")).rstrip("/"),
+                                  auth=auth, headers={"X-Vendor-Token": "vendor-token-1"}) as bridge:
                 same = (await call(bridge, "hopSame")).structured_content
                 # same origin: both credentials arrived (and the server's echo of them is redacted)
-                assert (same["key"], same["auth"]) == ("***", "Bearer ***")
+                assert (same["key"], same["auth"], same["vendor"]) == ("***", "Bearer ***", "vendor-token-1")
                 away = await call(bridge, "hopAway")
                 assert not away.is_error and away.structured_content["host"] == elsewhere.make_url("").raw_authority
-                assert (away.structured_content["key"], away.structured_content["auth"]) == (None, None)
+                assert (away.structured_content["key"], away.structured_content["auth"], away.structured_content["vendor"]) == (None, None, None)
                 posted = (await call(bridge, "hopPost", {"body": {"a": 1}})).structured_content
-                assert posted["method"] == "GET" and (posted["key"], posted["auth"]) == (None, None)
+                assert posted["method"] == "GET" and (posted["key"], posted["auth"], posted["vendor"]) == (None, None, None)
+    # the document, on another origin than the API, was fetched without them
+    assert document_fetches and all("X-Vendor-Token" not in headers for headers in document_fetches)
 
 
 # ---------------------------------------------------------------------------- launched service, reloads
