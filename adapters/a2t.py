@@ -81,6 +81,18 @@ class A2TConfig(UpstreamConfig):
         return value
 
 
+def _same_origin(document: str, endpoint: str, key: str) -> str:
+    """An endpoint of the capabilities document, resolved against it, on the document's origin:
+    the upstream's `headers` and `bearer_token` go with every request, as they would with a
+    redirect, which is not followed either."""
+    here, there = URL(document), URL(document).join(URL(endpoint))
+    if (there.scheme, there.host, there.port) != (here.scheme, here.host, here.port):
+        raise BridgeError(f"the capabilities document at {safe_url(document)} names `endpoints.{key}` on another origin "
+                          f"({safe_url(there)}); the upstream's headers and bearer_token go only to the origin of `url`: "
+                          "configure that server as its own upstream", error_class="setup_required", recoverability="setup")
+    return str(there)
+
+
 class A2TUpstream(Upstream):
     kind = "a2t"
     config_model = A2TConfig
@@ -139,8 +151,8 @@ class A2TUpstream(Upstream):
             if found is not None:
                 caps, where = found
                 self.dialect, self.capabilities = "a2t", caps
-                self._tools_url = str(URL(where).join(URL(caps.tools)))
-                self._groups_url = str(URL(where).join(URL(caps.groups))) if caps.groups else None
+                self._tools_url = _same_origin(where, caps.tools, "tools")
+                self._groups_url = _same_origin(where, caps.groups, "groups") if caps.groups else None
                 return
             if cfg.dialect == "a2t":
                 raise BridgeError(f"{safe_url(self.base)} has no a2t capabilities document at {a2t_wire.CAPABILITIES_PATH}",

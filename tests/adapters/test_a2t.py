@@ -401,6 +401,34 @@ async def test_a_redirect_is_reported_not_followed_with_the_upstreams_headers():
                 await up.close()
 
 
+async def test_capabilities_naming_endpoints_on_another_origin_fail_the_start_without_sending_the_token():
+    received: list[str | None] = []
+
+    async def listing(request: web.Request) -> web.Response:
+        received.append(request.headers.get("Authorization"))
+        return web.json_response([])
+
+    other = web.Application()
+    other.router.add_get("/a2t/tools", listing)
+    async with TestServer(other, host="127.0.0.1") as elsewhere:
+        async def capabilities(request: web.Request) -> web.Response:
+            return web.json_response({"version": "1.0", "endpoints": {"tools": str(elsewhere.make_url("/a2t/tools"))}})
+
+        app = web.Application()
+        app.router.add_get("/.well-known/a2t-capabilities.json", capabilities)
+        async with TestServer(app, host="127.0.0.1") as http:
+            up = upstream(str(http.make_url("")).rstrip("/"), bearer_token="a2t-Secret-2")
+            try:
+                await up.start()
+                raise AssertionError("start should fail")
+            except BridgeError as exc:
+                assert exc.error_class == "setup_required" and "another origin" in exc.message
+                assert str(elsewhere.make_url("/a2t/tools")) in exc.message
+            finally:
+                await up.close()
+    assert received == []  # the other origin never saw the bearer token
+
+
 async def test_a_listing_whose_pages_never_end_stops_and_keeps_what_it_read(caplog):
     """Pages that go on listing the same tools (a fresh cursor each time, or a total never
     reached) once read max_pages of them: gigabytes, then "no answer within start_timeout"."""
