@@ -62,6 +62,10 @@ class _CachedHandler:
         return self.cache[uri]
 
 
+def _no_local_files(uri: str) -> Any:
+    raise PermissionError("a document read from a URL cannot refer to local files")
+
+
 @dataclass
 class Document:
     """A parsed OpenAPI 3.x document and the resolver for its `$ref`s."""
@@ -79,7 +83,10 @@ class Document:
     def __post_init__(self) -> None:
         timeout = max(1, int(self.fetch_timeout))
         web = _CachedHandler(UrllibHandler("http", "https", timeout=timeout))
-        self._handlers = {"file": _CachedHandler(FilePathHandler("file")), "http": web, "https": web}
+        # a document read from a URL is someone else's: its `$ref`s must not read this host's files
+        # into the tools' schemas (an unknown scheme would go to urlopen, which reads files too)
+        files = _no_local_files if is_url(self.uri) else _CachedHandler(FilePathHandler("file"))
+        self._handlers = {"file": files, "http": web, "https": web}
         root = SchemaPath.from_dict(self.data, base_uri=self.uri, handlers=self._handlers)
         with root.resolve() as resolved:
             self._resolver = resolved.resolver

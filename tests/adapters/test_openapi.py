@@ -239,6 +239,27 @@ async def test_openapi_31_document_loaded_from_a_url(api):
         assert text.content == [{"type": "text", "text": "# Read me\nplain text"}] and text.structured_content is None
 
 
+async def test_a_document_read_from_a_url_cannot_refer_to_local_files(tmp_path):
+    local = tmp_path / "local.json"
+    local.write_text(json.dumps({"registry": {"auth": "local-Secret-1"}}))
+    leaky = {"name": "q", "in": "query", "schema": {"type": "object", "properties": {"r": {"$ref": local.as_uri() + "#/registry"}}}}
+    doc = _document({"/leak": {"get": {"operationId": "leak", "parameters": [leaky], "responses": _OK}},
+                     "/fine": {"get": {"operationId": "fine", "responses": _OK}}})
+
+    async def document(request: web.Request) -> web.Response:
+        return web.json_response(doc)
+
+    app = web.Application()
+    app.router.add_get("/openapi.json", document)
+    async with TestServer(app, host="127.0.0.1") as http, bridge_for(str(http.make_url("/openapi.json")),
+                                                                       base_url=str(http.make_url("")).rstrip("/")) as bridge:
+        assert [d.native_name for d in bridge.catalog.declarations()] == ["fine"]
+        skipped = (await upstream_of(bridge).health())["skipped_operations"]
+        assert "local files" in json.dumps(skipped)
+        dumped = json.dumps([d.to_json() for d in bridge.catalog.declarations()]) + json.dumps(skipped)
+    assert "local-Secret-1" not in dumped
+
+
 async def test_recursive_and_cross_file_refs_resolve_without_hanging(api):
     _, base = api
     async with asyncio.timeout(10), bridge_for("recursive_31.yaml", base_url=base) as bridge:
