@@ -21,7 +21,7 @@ from yarl import URL
 
 from adapters.http_body import read_body
 from adapters.openapi_auth import AuthConfig, Credentials
-from adapters.openapi_operations import Operation, Selector, map_operations
+from adapters.openapi_operations import Operation, Selector, map_operations, shown_url
 from adapters.openapi_params import RequestParts, build_request
 from adapters.openapi_response import error_result, success_result
 from adapters.openapi_spec import Document, SpecError, is_url, parse_document, read_source
@@ -151,7 +151,7 @@ class OpenAPIUpstream(Upstream):
                 await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             await self.close()
-            raise BridgeError(f"{self.name}: server {base} does not answer ({type(exc).__name__})",
+            raise BridgeError(f"{self.name}: server {shown_url(base)} does not answer ({type(exc).__name__})",
                               error_class="dependency_unavailable", recoverability="retry_later") from None
 
     async def list_tools(self) -> list[UpstreamTool]:
@@ -188,7 +188,7 @@ class OpenAPIUpstream(Upstream):
             "spec": self.config.spec,
             "openapi": loaded.document.data.get("openapi"),
             "operations": len(loaded.operations),
-            "servers": sorted({op.server_url for op in loaded.operations.values()}),
+            "servers": sorted({shown_url(op.server_url) for op in loaded.operations.values()}),
             **({"skipped_operations": {exc.location: exc.problem for exc in loaded.skipped[:_HEALTH_SKIPPED]},
                 "skipped_operation_count": len(loaded.skipped)} if loaded.skipped else {}),
             **({"oauth2_token_fetches": sum(t.fetches for t in tokens)} if tokens else {}),

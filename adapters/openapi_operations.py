@@ -9,7 +9,7 @@ import itertools
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -17,7 +17,7 @@ from adapters.openapi_schema import SchemaInliner, SpecError
 from adapters.openapi_spec import HTTP_METHODS, Document
 from bridge.model import SafetyHints, UpstreamTool
 
-__all__ = ["Selector", "ParamSpec", "BodySpec", "Operation", "map_operations", "body_kind"]
+__all__ = ["Selector", "ParamSpec", "BodySpec", "Operation", "map_operations", "body_kind", "shown_url"]
 
 Location = Literal["path", "query", "header", "cookie"]
 BodyKind = Literal["json", "form", "multipart", "text", "binary"]
@@ -165,6 +165,15 @@ def _describe(summary: str, description: str, limit: int) -> str:
     stop = max(cut.rfind(". "), cut.rfind("\n"))
     cut = cut[: stop + 1] if stop > limit // 2 else cut.rsplit(" ", 1)[0]
     return cut.rstrip() + "…"
+
+
+def shown_url(url: str) -> str:
+    """A server URL as callers and health see it: without a user and password (`base_url:
+    https://ann:secret@host` sends them as Basic credentials; they are not shown)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _server_url(servers: Any, doc: Document, variables: dict[str, str], where: str) -> str:
@@ -323,7 +332,7 @@ class _Mapper:
             search_hint=summary.strip() if 0 < len(summary.split()) <= 10 else None,
             external_mapping={
                 "source": "openapi", "operation_id": operation_id, "method": method.upper(), "path": path,
-                "server_url": server_url, "security_scheme_refs": scheme_refs,
+                "server_url": shown_url(server_url), "security_scheme_refs": scheme_refs,
             },
             annotations={"openapi": {k: v for k, v in annotations.items() if v is not None}},
             lifecycle="deprecated" if op.get("deprecated") is True else "available",

@@ -225,6 +225,17 @@ async def test_server_variables_used_without_base_url(api):
         assert result.structured_content["raw_path"] == "/v1/query/form?p=1"
 
 
+async def test_a_password_in_base_url_is_sent_but_never_shown(api):
+    _, base = api
+    with_password = base.replace("http://", "http://ann:url-Secret-1@")
+    async with bridge_for("service_31.yaml", base_url=with_password, include=["numbers"]) as bridge:
+        decl = bridge.catalog.resolve("svc__numbers")
+        assert decl.external_mappings[0]["server_url"] == base  # every caller sees the mappings
+        assert (await upstream_of(bridge).health())["servers"] == [base]
+        result = await call(bridge, "numbers")
+        assert result.structured_content == {"result": [1, 2, 3]}
+
+
 async def test_openapi_31_document_loaded_from_a_url(api):
     _, base = api
     async with bridge_for(base + "/openapi.yaml", include=["numbers", "readme"]) as bridge:
