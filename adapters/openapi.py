@@ -11,6 +11,7 @@ import hashlib
 import logging
 import os
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,6 +34,9 @@ __all__ = ["OpenAPIConfig", "RetryConfig", "OpenAPIUpstream"]
 
 log = logging.getLogger("adapters.openapi")
 
+# configured `headers` whose names say they carry a credential: their values are masked in what
+# calls return, as `auth` values are (`X-GitHub-Api-Version: 2022-11-28` is left as it is)
+SECRET_HEADER = re.compile(r"auth|token|key|secret|passw|session|cookie|credential", re.IGNORECASE)
 USER_AGENT = "a2t-bridge (openapi upstream)"
 _HEALTH_SKIPPED = 50  # skipped operations named in health (all are counted)
 
@@ -138,6 +142,9 @@ class OpenAPIUpstream(Upstream):
             self._credentials = Credentials(self.config.auth, schemes if isinstance(schemes, dict) else {}, self._server_url())
         except ValueError as exc:  # a credential that does not fit the document
             raise BridgeError(str(exc), error_class="setup_required", recoverability="setup") from None
+        for header, value in self.config.headers.items():  # `X-Api-Token: ...` is a credential too
+            if SECRET_HEADER.search(header):
+                self._credentials.redactor.add(value)
 
     async def _probe(self, path: str) -> None:
         """Readiness: any HTTP answer from the server counts (a launched service may still be starting)."""

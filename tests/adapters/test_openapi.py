@@ -824,6 +824,21 @@ async def test_a_compressed_answer_is_limited_by_its_decompressed_size(tmp_path)
     assert result.error.error_class == "result_too_large" and "max_response_bytes=1048576" in result.error.message
 
 
+async def test_configured_headers_that_carry_a_credential_are_masked_in_what_calls_return(tmp_path):
+    async def echo(request: web.Request) -> web.Response:  # a server that echoes what it was sent
+        return web.json_response({"sent": {k: v for k, v in request.headers.items() if k.startswith("X-")}})
+
+    app = web.Application()
+    app.router.add_get("/echo", echo)
+    doc = _document({"/echo": {"get": {"operationId": "echo", "responses": _OK}}})
+    headers = {"X-Api-Token": "hdr-secret-123", "X-GitHub-Api-Version": "2022-11-28"}
+    async with TestServer(app, host="127.0.0.1") as http, bridge_for(_write(tmp_path, doc), base_url=str(http.make_url("")).rstrip("/"),
+                                                                       headers=headers) as bridge:
+        result = await call(bridge, "echo")
+    assert result.structured_content["sent"] == {"X-Api-Token": "***", "X-GitHub-Api-Version": "2022-11-28"}
+    assert "hdr-secret-123" not in json.dumps(result.to_json())
+
+
 async def test_get_retried_on_503_with_retry_after(api):
     state, base = api
     async with bridge_for("service_31.yaml", base_url=base, include=["flaky*"]) as bridge:
