@@ -20,7 +20,10 @@ from bridge.model import BridgeError
 
 __all__ = ["RequestParts", "build_request", "serialize_path", "serialize_query", "serialize_header", "serialize_cookie"]
 
-_RESERVED = ":/?#[]@!$&'()*+,;="
+# what `allowReserved` lets through unencoded: RFC 3986's reserved characters, less those a query
+# cannot hold as they are (`#` would end it, `[` `]`) or that split or change it as a form (`&`
+# would start another parameter, `+` reads as a space), which OpenAPI 3.1.1 leaves encoded
+_RESERVED = ":/?@!$'()*,;="
 
 
 @dataclass

@@ -599,6 +599,8 @@ COLOR = {"R": 100, "G": 200, "B": 150}
      "/v1/path/matrix/;p=5;a=3,4,5;ae=3;ae=4;ae=5;o=R,100,G,200,B,150;R=100;G=200;B=150"),
     ("queryForm", {"p": 5, "a": [3, 4], "o": COLOR, "s": "a b&c/d", "r": "x/y?z"},
      "/v1/query/form?p=5&a=3&a=4&R=100&G=200&B=150&s=a%20b%26c%2Fd&r=x/y?z"),
+    # allowReserved still encodes what would end the query (#), start another parameter (&), read as a space (+), or [ ]
+    ("queryForm", {"p": 5, "r": "x/y?z#f&api_key=h+i[0]"}, "/v1/query/form?p=5&r=x/y?z%23f%26api_key=h%2Bi%5B0%5D"),
     ("queryFormNoExplode", {"p": 5, "a": [3, 4, 5], "o": COLOR},
      "/v1/query/form-flat?p=5&a=3,4,5&o=R,100,G,200,B,150"),
     ("queryDelimited", {"sa": [3, 4], "so": COLOR, "pa": [3, 4], "po": COLOR, "px": [1, 2]},
