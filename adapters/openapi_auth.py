@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 from collections import deque
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from urllib.parse import quote, urljoin
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from adapters.http_body import read_body
 from adapters.openapi_params import RequestParts
 from bridge.model import BridgeError
 from bridge.upstream import ConfigValueError
@@ -67,6 +69,9 @@ class AuthConfig(BaseModel):
     @property
     def kind(self) -> str:
         return "apiKey" if self.type == "api_key" else self.type
+
+
+TOKEN_BYTES = 1 << 20  # of a token endpoint's answer, read at most
 
 
 class Redactor:
@@ -161,11 +166,16 @@ class OAuth2Token:
             form["client_secret"] = cfg.client_secret.get_secret_value()
         self.fetches += 1
         try:
-            async with session.post(self.token_url, data=form, headers=headers,
+            # not redirected: the client secret goes to the configured token_url alone (a 307 or
+            # 308 would send the form again wherever it points)
+            async with session.post(self.token_url, data=form, headers=headers, allow_redirects=False,
                                     timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+                if 300 <= response.status < 400:
+                    raise _setup_error(f"the OAuth2 token endpoint {self.token_url} answered HTTP {response.status}, a redirect, "
+                                       "which is not followed with the client credentials: set token_url to where it leads")
                 try:
-                    payload = await response.json(content_type=None)
-                except ValueError:
+                    payload = json.loads(await read_body(response, TOKEN_BYTES, "the OAuth2 token endpoint's answer"))
+                except (ValueError, RecursionError):
                     payload = None
                 if response.status != 200 or not isinstance(payload, dict) or not isinstance(payload.get("access_token"), str):
                     code = payload.get("error") if isinstance(payload, dict) else None
