@@ -22,6 +22,7 @@ from jsonschema_path.loaders import JsonschemaSafeLoader
 from referencing.exceptions import Unresolvable
 
 from adapters.openapi_schema import RefCycleError, SchemaInliner, SpecError
+from bridge.config import expanded_size
 
 __all__ = ["Document", "SpecError", "read_source", "parse_document", "is_url", "HTTP_METHODS"]
 
@@ -30,6 +31,9 @@ HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "tra
 # document, 13 MB, takes about a minute); above this size "auto" keeps to the checks the mapper
 # makes anyway, each naming the location of the problem it meets.
 AUTO_VALIDATE_MAX_BYTES = 256 * 1024
+# The largest public API documents hold a few hundred thousand values; YAML aliases of aliases
+# (`&b [*a, *a, ...]`) let a dozen lines expand to billions (38 s and 4 GB before failing).
+MAX_DOCUMENT_VALUES = 10_000_000
 
 
 def is_url(source: str) -> bool:
@@ -225,6 +229,8 @@ def parse_document(text: str, uri: str, source: str, fetch_timeout: float = 10.0
             data = json.loads(text)
         else:
             data = yaml.load(text, JsonschemaSafeLoader)  # noqa: S506 - a safe loader
+            if expanded_size(data, {}) > MAX_DOCUMENT_VALUES:  # before anything walks it value by value
+                raise SpecError(f"expands to more than {MAX_DOCUMENT_VALUES:,} values (YAML aliases repeating aliases?)", source)
             data = json.loads(json.dumps(data, default=str))  # YAML's integer keys (200:) become strings
     except json.JSONDecodeError as exc:
         raise SpecError(f"not valid JSON: {exc.msg}", f"{source} line {exc.lineno}, column {exc.colno}") from None

@@ -525,7 +525,7 @@ def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else f"line {getattr(exc, 'lineno', '?')}"
         fix = "keep one of the two" if isinstance(exc, _DuplicateYamlKey) else "fix the syntax there"
         raise ConfigError(str(file), [("", f"not valid {'JSON' if file.suffix == '.json' else 'YAML'} at {where}: {getattr(exc, 'problem', None) or exc}", fix)]) from None
-    if _expanded_size(data, {}) > MAX_CONFIG_VALUES:
+    if expanded_size(data, {}) > MAX_CONFIG_VALUES:
         raise ConfigError(str(file), [("", f"expands to more than {MAX_CONFIG_VALUES:,} values (YAML aliases repeating "
                                        "aliases?)", "write the config without nested aliases")])
     return parse_config(data, source=str(file), base_dir=str(file.parent.resolve()))
@@ -536,7 +536,7 @@ def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
 MAX_CONFIG_VALUES = 1_000_000
 
 
-def _expanded_size(value: Any, sizes: dict[int, int]) -> int:
+def expanded_size(value: Any, sizes: dict[int, int]) -> int:
     """How many values `value` holds once its shared parts (YAML aliases) are counted at each
     place they appear: each distinct list or mapping is measured once (`sizes`, by id)."""
     if not isinstance(value, dict | list):
@@ -545,5 +545,5 @@ def _expanded_size(value: Any, sizes: dict[int, int]) -> int:
     if known is None:
         sizes[id(value)] = 1  # a cycle (which safe YAML cannot build) counts once
         children = value.values() if isinstance(value, dict) else value
-        known = sizes[id(value)] = 1 + sum(_expanded_size(child, sizes) for child in children)
+        known = sizes[id(value)] = 1 + sum(expanded_size(child, sizes) for child in children)
     return known
