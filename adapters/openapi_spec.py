@@ -21,8 +21,10 @@ from jsonschema_path.handlers.urllib import UrllibHandler
 from jsonschema_path.loaders import JsonschemaSafeLoader
 from referencing.exceptions import Unresolvable
 
+from adapters.http_body import read_body
 from adapters.openapi_schema import RefCycleError, SchemaInliner, SpecError
 from bridge.config import expanded_size
+from bridge.model import BridgeError
 
 __all__ = ["Document", "SpecError", "read_source", "parse_document", "is_url", "HTTP_METHODS"]
 
@@ -34,6 +36,7 @@ AUTO_VALIDATE_MAX_BYTES = 256 * 1024
 # The largest public API documents hold a few hundred thousand values; YAML aliases of aliases
 # (`&b [*a, *a, ...]`) let a dozen lines expand to billions (38 s and 4 GB before failing).
 MAX_DOCUMENT_VALUES = 10_000_000
+MAX_DOCUMENT_BYTES = 256 << 20  # of a document fetched from a URL (GitHub's, among the largest: 13 MB)
 
 
 def is_url(source: str) -> bool:
@@ -204,7 +207,14 @@ async def read_source(source: str, base_dir: Callable[[str], str], session: aioh
             async with session.get(source, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 if response.status != 200:
                     raise SpecError(f"GET answered HTTP {response.status} {response.reason or ''}".rstrip(), source)
-                return await response.text(), str(response.url)
+                try:
+                    body = await read_body(response, MAX_DOCUMENT_BYTES, "the document")
+                except BridgeError:
+                    raise SpecError(f"is larger than {MAX_DOCUMENT_BYTES >> 20} MiB; no API document is this large", source) from None
+                try:
+                    return body.decode(response.charset or "utf-8", errors="replace"), str(response.url)
+                except LookupError:  # a charset Python does not know
+                    return body.decode("utf-8", errors="replace"), str(response.url)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise SpecError(f"cannot be fetched: {type(exc).__name__}: {exc}" if str(exc) else
                             f"cannot be fetched: {type(exc).__name__}", source) from None

@@ -362,6 +362,26 @@ async def _load_error(spec: str, **config: Any) -> BridgeError:
 _OK = {"200": {"description": "ok"}}
 
 
+async def test_a_document_fetched_from_a_url_is_read_up_to_its_limit(monkeypatch):
+    import adapters.openapi_spec
+
+    monkeypatch.setattr(adapters.openapi_spec, "MAX_DOCUMENT_BYTES", 1 << 20)
+
+    async def endless(request: web.Request) -> web.StreamResponse:  # no length: counted as it arrives
+        response = web.StreamResponse(headers={"Content-Type": "application/yaml"})
+        await response.prepare(request)
+        await response.write(b"openapi: 3.1.0\nx-pad: '")
+        for _ in range(64):
+            await response.write(b"x" * 65_536)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/spec.yaml", endless)
+    async with TestServer(app, host="127.0.0.1") as http:
+        error = await _load_error(str(http.make_url("/spec.yaml")))
+    assert "is larger than 1 MiB" in error.message
+
+
 async def test_a_document_whose_yaml_aliases_expand_past_reason_is_refused_at_once(tmp_path):
     # nine levels of aliases of aliases: 13 lines that expand to 387 million values (they once
     # took 38 s and 4 GB before failing)
