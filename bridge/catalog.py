@@ -156,8 +156,14 @@ class Catalog:
     # ---------------------------------------------------------------- upstream management
 
     def add_upstream(self, upstream: Upstream) -> UpstreamSlot:
+        """Take an upstream in; `start` starts it (on a started catalog too: it starts the
+        upstreams not started yet)."""
         if upstream.name in self.slots:
             raise ValueError(f"two upstreams are named {upstream.name!r}")
+        return self._slot_for(upstream)
+
+    def _slot_for(self, upstream: Upstream) -> UpstreamSlot:
+        """A new slot for `upstream`, in the place of the slot of its name if there is one."""
         slot = UpstreamSlot(
             upstream=upstream,
             health=UpstreamHealth(name=upstream.name, kind=upstream.kind or type(upstream).__name__),
@@ -171,6 +177,56 @@ class Catalog:
         slot.health._on_state = self._state_moved
         upstream.subscribe(lambda event, slot=slot: self._on_event(slot, event))
         return slot
+
+    async def remove_upstream(self, name: str) -> None:
+        """Stop an upstream (its supervisor, its connection, its launched process) and take its
+        tools out of the catalog, announced as removed. Their versions and names stay in the
+        store: the upstream added again gets them back."""
+        slot = await self._stop(name)
+        self._drop_tools(slot)
+        del self.slots[name]
+
+    async def replace_upstream(self, upstream: Upstream) -> UpstreamSlot:
+        """Restart an upstream with new settings: the one of its name is stopped and `upstream`
+        takes its place (`start` starts it). Meanwhile its tools stay in the catalog, unavailable
+        as during a reconnect; listed again unchanged, each keeps its id, name and version. An
+        upstream no longer enabled keeps none."""
+        old = await self._stop(upstream.name)
+        slot = self._slot_for(upstream)
+        slot.tools = old.tools
+        if not upstream.config.enabled:
+            self._drop_tools(slot)
+        elif slot.tools:
+            slot.health.tool_count = len(slot.tools)
+            self._mark(slot, "connecting", "restarting with new settings")
+        return slot
+
+    async def _stop(self, name: str) -> UpstreamSlot:
+        """Stop one upstream's supervisor, connection and launched process; its slot is left
+        in place, and no longer counted among the pending ones."""
+        slot = self.slots[name]
+        if slot.task is not None:
+            slot.task.cancel()
+            with contextlib.suppress(BaseException):
+                await slot.task
+        if self._off_loop_jobs:  # a listing it was declaring reads its tools until it ends
+            await asyncio.gather(*self._off_loop_jobs, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await slot.upstream.close()
+        if slot.sidecar is not None:
+            await slot.sidecar.stop()
+        slot.health._on_state = None
+        self._state_moved(slot.health.state, "disabled")
+        self._pending = ((-1, -1), [])
+        return slot
+
+    def _drop_tools(self, slot: UpstreamSlot) -> None:
+        removed = list(slot.tools.values())
+        slot.tools = {}
+        slot.health.tool_count = 0
+        for decl in removed:
+            self._forget(decl)
+        self._emit(CatalogChange(upstream=slot.name, removed=removed, state_changed=True))
 
     async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None) -> None:
         """Start every upstream concurrently. With `wait`, return once each has either listed its

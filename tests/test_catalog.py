@@ -417,3 +417,76 @@ async def test_the_catalog_knows_the_kinds_of_its_tools_through_changes():
     catalog.apply_tools("ops", [])  # an upstream's tools gone
     assert catalog.kinds() == ["function"]
     await catalog.close()
+
+
+async def test_an_upstream_removed_is_stopped_and_its_tools_leave_announced_others_untouched():
+    stays, goes = FakeUpstream(name="stays", tools=[tool("a")]), FakeUpstream(name="goes", tools=[tool("a"), tool("b")])
+    broken = FakeUpstream(FakeConfig(name="broken", fail_start="refused", retry_initial=30))
+    catalog = Catalog(Store())
+    for up in (stays, goes, broken):
+        catalog.add_upstream(up)
+    await catalog.start()
+    changes = []
+    catalog.subscribe(changes.append)
+    try:
+        task = catalog.slot("goes").task
+        generation = catalog.generation
+        await catalog.remove_upstream("goes")
+        assert task.done() and goes.closed == 1
+        assert "goes" not in catalog.slots and catalog.resolve("goes__a") is None and catalog.resolve("goes__b") is None
+        assert sorted(d.name for d in changes[-1].removed) == ["goes__a", "goes__b"] and changes[-1].upstream == "goes"
+        assert catalog.changed_since(generation) == {d.tool_id for d in changes[-1].removed}  # surfaces place them again
+        await catalog.remove_upstream("broken")  # one still failing: its retries end, nothing pending is left
+        assert catalog.pending_providers() == [] and not catalog.has_pending()
+        assert (stays.started, stays.closed) == (1, 0) and catalog.resolve("stays__a").loading_state == "loaded"
+    finally:
+        await catalog.close()
+    assert goes.closed == 1  # closing the catalog does not close it again
+
+
+async def test_an_upstream_restarted_with_new_settings_keeps_its_tools_ids_and_versions(tmp_path):
+    store = Store(tmp_path / "b.db")
+    old = FakeUpstream(name="svc", tools=[tool("same"), tool("edited")])
+    catalog = Catalog(store)
+    catalog.add_upstream(old)
+    await catalog.start()
+    try:
+        before = {d.native_id: (d.tool_id, d.name, d.version) for d in catalog.declarations()}
+        new = FakeUpstream(FakeConfig(name="svc", tags=["moved"], timeout=5),
+                           tools=[tool("same"), tool("edited", description="Edited: it says more now.")])
+        new.start_gate = asyncio.Event()  # it connects when the test says
+        await catalog.replace_upstream(new)
+        await catalog.start(wait=False)
+        assert old.closed == 1 and catalog.slot("svc").upstream is new
+        # meanwhile its tools stay known, unavailable as during a reconnect
+        await until(lambda: new.started == 1)
+        same = catalog.resolve("svc__same")
+        assert same.loading_state == "unavailable" and same.loading_reason == "restarting with new settings"
+        assert catalog.slot("svc").health.state == "connecting" and catalog.pending_providers() == ["svc"]
+        new.start_gate.set()
+        await until(lambda: catalog.slot("svc").health.state == "ready")
+        after = {d.native_id: d for d in catalog.declarations()}
+        same, edited = after["same"], after["edited"]
+        assert (same.tool_id, same.name, same.version) == before["same"] and same.loading_state == "loaded"
+        assert same.tags == ["moved"]  # the new settings hold
+        assert [v.version for v in catalog.versions.history(same)] == [1]  # no version bump
+        assert (edited.tool_id, edited.name) == before["edited"][:2] and edited.version == 2
+        assert [v.version for v in catalog.versions.history(edited)] == [2, 1]  # newest first, the first kept
+    finally:
+        await catalog.close()
+    assert new.closed == 1
+
+
+async def test_an_upstream_restarted_disabled_keeps_no_tools():
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="svc", tools=[tool("a")]))
+    await catalog.start()
+    changes = []
+    catalog.subscribe(changes.append)
+    try:
+        await catalog.replace_upstream(FakeUpstream(FakeConfig(name="svc", enabled=False)))
+        await catalog.start(wait=False)
+        assert catalog.resolve("svc__a") is None and [d.name for d in changes[-1].removed] == ["svc__a"]
+        assert catalog.slot("svc").health.state == "disabled" and catalog.slot("svc").task is None
+    finally:
+        await catalog.close()

@@ -72,7 +72,8 @@ class CatalogViews:
             for decl in decls:
                 if surface.place(decl).state != "blocked":
                     groups.add(decl.namespace)
-            if not decls and upstream and any(surface.visible(d) for d in self.catalog.slot(upstream).tools.values()):
+            slot = self.catalog.slots.get(upstream) if upstream and not decls else None  # None: gone since
+            if slot is not None and any(surface.visible(d) for d in slot.tools.values()):
                 groups.add(upstream)
         return sorted(groups)
 

@@ -162,3 +162,27 @@ async def until_gone(served, name: str) -> None:
     from tests.serve.rest_env import until
 
     await until(lambda: served.bridge.catalog.resolve(name) is None)
+
+
+async def test_group_refresh_notices_survive_an_upstream_removed():
+    from bridge.catalog import Catalog
+    from bridge.config import SurfaceConfig
+    from bridge.serve.rest_a2t import CatalogViews
+    from bridge.store import Store
+    from bridge.surface import Surface
+
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="math", tools=[tool("add")]))
+    empty = FakeUpstream(name="empty")
+    empty.tools = []
+    catalog.add_upstream(empty)
+    await catalog.start()
+    views = CatalogViews(catalog)
+    try:
+        since = catalog.generation
+        await catalog.remove_upstream("empty")  # a change of no tool, naming an upstream gone
+        await catalog.remove_upstream("math")
+        assert views.changed_groups(since, Surface(SurfaceConfig(name="default"), catalog)) == ["math"]
+    finally:
+        views.close()
+        await catalog.close()
