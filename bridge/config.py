@@ -45,6 +45,11 @@ class ConfigError(Exception):
             lines.append(f"  {where}: {what}" + (f"\n    fix: {fix}" if fix else ""))
         super().__init__("\n".join(lines))
 
+    def one_line(self) -> str:
+        """The same on one line (for a log)."""
+        return f"{self.file}: " + "; ".join(f"{path or '(top level)'}: {what}" + (f" (fix: {fix})" if fix else "")
+                                            for path, what, fix in self.problems)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")

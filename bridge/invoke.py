@@ -301,6 +301,7 @@ class Invoker:
         created_at = now_iso()
         decl: ToolDeclaration | None = None
         surface_obj = surface if isinstance(surface, Surface) else self.surfaces.get(surface)
+        config = self.config  # a call ends with the settings it began with (a reload swaps them)
         try:
             if surface_obj is None:
                 raise BridgeError(f"no surface named {surface!r}", error_class="policy_blocked", status="denied")
@@ -309,8 +310,8 @@ class Invoker:
             refuse_unsendable(arguments)
             self._validate(decl, version, schema, arguments)
             check_permission(decl, surface_obj)
-            result = await self._execute(decl, arguments, invocation_id, progress, meta or {})
-            envelope = self._map(decl, version, invocation_id, result, surface_obj.name)
+            result = await self._execute(decl, arguments, invocation_id, progress, meta or {}, config)
+            envelope = self._map(decl, version, invocation_id, result, surface_obj.name, config)
         except BridgeError as exc:
             envelope = error_result(exc, invocation_id=invocation_id, decl=decl, version=version)
             if has_surrogates(exc.message):  # an upstream's text quoted in the message
@@ -415,11 +416,12 @@ class Invoker:
         invocation_id: str,
         progress: ProgressSink | None,
         meta: dict[str, Any],
+        config: InvokeConfig,
     ) -> UpstreamResult:
         slot = self.catalog.require_ready(decl)
-        timeout = self.config.default_timeout or decl.timeout or slot.upstream.config.timeout
+        timeout = config.default_timeout or decl.timeout or slot.upstream.config.timeout
         ctx = CallContext(invocation_id=invocation_id, timeout=timeout, progress_sink=progress, version=decl.version, meta=meta,
-                          timeout_fixed=self.config.default_timeout is not None)
+                          timeout_fixed=config.default_timeout is not None)
         assert slot.semaphore is not None
         try:
             async with asyncio.timeout(timeout):
@@ -433,7 +435,8 @@ class Invoker:
                 status="timed_out",
             ) from None
 
-    def _map(self, decl: ToolDeclaration, version: int, invocation_id: str, result: UpstreamResult, surface: str) -> ToolResult:
+    def _map(self, decl: ToolDeclaration, version: int, invocation_id: str, result: UpstreamResult, surface: str,
+             config: InvokeConfig) -> ToolResult:
         size, suspect = _size_of(result)
         if suspect:
             result = without_surrogates(result)
@@ -470,32 +473,32 @@ class Invoker:
                 native_ref=result.native_ref,
                 meta=result.meta,
             )
-        if size > self.config.max_result_chars:
+        if size > config.max_result_chars:
             raise BridgeError(
-                f"the result of {decl.name!r} has {size} characters, over max_result_chars={self.config.max_result_chars}",
+                f"the result of {decl.name!r} has {size} characters, over max_result_chars={config.max_result_chars}",
                 error_class="result_too_large",
                 recoverability="change_arguments",
                 status="too_large",
             )
-        if size > self.config.inline_result_limit:
-            self._persist(envelope, size, surface)
+        if size > config.inline_result_limit:
+            self._persist(envelope, size, surface, config)
         return envelope
 
-    def _persist(self, envelope: ToolResult, size: int, surface: str) -> None:
+    def _persist(self, envelope: ToolResult, size: int, surface: str, config: InvokeConfig) -> None:
         """Keep a preview inline; the whole payload goes to the store behind a ref, readable
         through the surface whose call made it (`get_persisted`)."""
         payload = json.dumps(
             {"content": envelope.content, "structured_content": envelope.structured_content}, default=str
         ).encode()
         ref = new_id("blob")
-        self.store.put_result(ref, envelope.invocation_id, "application/json", payload, surface, keep=self.config.results_keep)
+        self.store.put_result(ref, envelope.invocation_id, "application/json", payload, surface, keep=config.results_keep)
         preview_source = _first_text_blocks(envelope.content) or json.dumps(envelope.structured_content, default=str)
-        preview = preview_source[: self.config.preview_chars]
+        preview = preview_source[: config.preview_chars]
         decision = ResultPersistence(
             decision_id=new_id("persist"),
             invocation_id=envelope.invocation_id,
             result_id=envelope.result_id,
-            threshold={"max_inline_chars": self.config.inline_result_limit},
+            threshold={"max_inline_chars": config.inline_result_limit},
             original_size_bytes=len(payload),
             preview_size_bytes=len(preview.encode()),
             persisted_ref={"uri": f"bridge://results/{ref}", "ref": ref, "media_type": "application/json"},
@@ -503,7 +506,7 @@ class Invoker:
         envelope.content = [
             {
                 "type": "text",
-                "text": f"Result of {size} characters exceeds the inline limit of {self.config.inline_result_limit}; "
+                "text": f"Result of {size} characters exceeds the inline limit of {config.inline_result_limit}; "
                 f"the full result is stored at bridge://results/{ref}. Preview:\n{preview}",
             },
             {"type": "resource_link", "uri": f"bridge://results/{ref}", "name": ref, "mimeType": "application/json", "size": len(payload)},

@@ -3,26 +3,35 @@ config and owns their lifecycle. Frontends and the CLI hold a Bridge, nothing el
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
+import logging
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from bridge.catalog import Catalog, UpstreamSlot
-from bridge.config import BridgeConfig
+from bridge.config import BridgeConfig, ConfigError, load_config
 from bridge.invoke import Invoker
 from bridge.search import ToolSearch
 from bridge.store import Store, StoreError
 from bridge.surface import Surfaces
 from bridge.upstream import Upstream, upstream_class
 
-__all__ = ["Bridge", "GC_YOUNG_THRESHOLD", "collector_held", "settle_gc"]
+__all__ = ["Bridge", "GC_YOUNG_THRESHOLD", "LIVE_SERVER_KEYS", "collector_held", "reload_on_hangup", "settle_gc"]
+
+log = logging.getLogger("bridge.runtime")
 
 # Allocations between collections of the youngest generation (Python's default is 700): a served
 # call allocates a few hundred short-lived objects, nearly all freed by reference counting,
 # so collecting every 700 allocations only walks the call's live objects again and again.
 GC_YOUNG_THRESHOLD = 20_000
+
+# The `server` keys a reload applies: read at each request. The others built the listener, as
+# `store` and `search` opened the store and the index: a running bridge keeps them until restarted.
+LIVE_SERVER_KEYS = ("tokens", "default_surface")
 
 
 class Bridge:
@@ -45,6 +54,8 @@ class Bridge:
         self.search = ToolSearch(self.catalog, index_path, semantic=config.search.semantic,
                                  fold_alternatives=config.search.fold_alternatives)
         self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke)
+        self._reloading = asyncio.Lock()
+        self._reload_listeners: list[Callable[[], None]] = []
 
     async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None) -> None:
         """Start every upstream; with `wait`, until each has listed or failed its first attempt.
@@ -54,6 +65,56 @@ class Bridge:
         (100,000 tools: three times, 2.7 s in all; held, once, 1.1 s)."""
         with collector_held() if wait else contextlib.nullcontext():
             await self.catalog.start(wait=wait, on_progress=on_progress)
+
+    async def reload(self, config: BridgeConfig) -> str:
+        """Apply a new config to the running bridge, and return (and log) one line saying what
+        changed. Upstreams are matched by name: one added is started (not waited for), one removed
+        stopped and its tools taken out, one whose settings changed restarted with them (its tools
+        kept meanwhile, with their ids and versions), one unchanged left alone. Surfaces, tokens,
+        `default_surface` and `invoke` hold from the next request on; every other key of
+        `server`, `store` and `search` keeps its running value, with a warning that it needs a
+        restart. Reloads run one at a time. A ConfigError (an upstream name the bridge already
+        serves from elsewhere) changes nothing."""
+        async with self._reloading:
+            old = self.config
+            before = {u.name: u for u in old.upstreams}
+            after = {u.name: u for u in config.upstreams}
+            clash = [(i, u.name) for i, u in enumerate(config.upstreams) if u.name not in before and u.name in self.catalog.slots]
+            if clash:
+                raise ConfigError(config.source, [(f"upstreams[{i}].name", f"the bridge already serves an upstream named {name!r} "
+                                                   "that is not in its config", "give this upstream another name") for i, name in clash])
+            restart = _restart_keys(old, config)
+            for key in restart:
+                log.warning("config reload: %s changed; it takes effect when the bridge restarts (the running value is kept)", key)
+            server = old.server.model_copy(update={key: getattr(config.server, key) for key in LIVE_SERVER_KEYS})
+            config = config.model_copy(update={"server": server, "store": old.store, "search": old.search})
+            changed = [name for name in after if name in before and after[name] != before[name]]
+            made = {name: upstream_class(after[name].kind)(after[name]) for name in after if name not in before or name in changed}
+            removed = [name for name in before if name not in after]
+            for name in removed:
+                await self.catalog.remove_upstream(name)
+            for name, upstream in made.items():
+                if name in changed:
+                    await self.catalog.replace_upstream(upstream)
+                else:
+                    self.catalog.add_upstream(upstream)
+            await self.catalog.start(wait=False)
+            surfaces = self.surfaces.update(config.surfaces)
+            self.invoker.config = config.invoke
+            self.config = config
+            for listener in list(self._reload_listeners):
+                listener()
+            said = {"added": [n for n in made if n not in changed], "removed": removed, "restarted": changed, "surfaces changed": surfaces,
+                    "needs a restart": restart}
+            summary = "; ".join(f"{what}: {', '.join(names)}" for what, names in said.items() if names) or "nothing changed"
+            log.warning("config reloaded from %s: %s", config.source, summary)
+            return summary
+
+    def on_reload(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener` at the end of each reload (frontends that keep something per surface
+        look again); returns the function that stops it."""
+        self._reload_listeners.append(listener)
+        return lambda: self._reload_listeners.remove(listener)
 
     async def close(self) -> None:
         await self.catalog.close()
@@ -94,6 +155,50 @@ def settle_gc(collected: bool = False) -> None:
     gc.freeze()
     gen0, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(max(gen0, GC_YOUNG_THRESHOLD), gen1, gen2)
+
+
+def reload_on_hangup(bridge: Bridge, path: str) -> Callable[[], None]:
+    """On SIGHUP, read the config file at `path` again and apply it (`Bridge.reload`). A SIGHUP
+    during a reload is applied after it (several make one more reload). A config that does not
+    load changes nothing: its error is logged on one line. Returns the function that stops
+    listening (and a reload under way)."""
+    loop = asyncio.get_running_loop()
+    asked = asyncio.Event()
+
+    async def reload_when_asked() -> None:
+        while True:
+            await asked.wait()
+            asked.clear()
+            try:
+                await bridge.reload(await asyncio.to_thread(load_config, path))
+            except ConfigError as exc:
+                log.error("config reload: %s; nothing changed", exc.one_line())
+            except Exception:  # a bug must not end the reloads, nor the server
+                log.exception("config reload failed")
+
+    task = loop.create_task(reload_when_asked(), name="config reload")
+    try:
+        loop.add_signal_handler(signal.SIGHUP, asked.set)
+    except (NotImplementedError, RuntimeError, AttributeError):  # no SIGHUP here (Windows)
+        task.cancel()
+        return lambda: None
+
+    def stop() -> None:
+        loop.remove_signal_handler(signal.SIGHUP)
+        task.cancel()
+
+    return stop
+
+
+def _restart_keys(old: BridgeConfig, new: BridgeConfig) -> list[str]:
+    """The keys of `server`, `store` and `search` a new config changes that a running bridge
+    cannot take (all but LIVE_SERVER_KEYS), as `section.key`."""
+    keys = []
+    for section in ("server", "store", "search"):
+        before, after = getattr(old, section), getattr(new, section)
+        keys += [f"{section}.{key}" for key in type(before).model_fields
+                 if getattr(before, key) != getattr(after, key) and not (section == "server" and key in LIVE_SERVER_KEYS)]
+    return keys
 
 
 def _index_folder(path: str, beside_store: bool = False) -> None:

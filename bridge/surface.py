@@ -255,10 +255,20 @@ class Surfaces:
 
     def __init__(self, configs: list[SurfaceConfig], catalog: Catalog) -> None:
         self.catalog = catalog
-        self._by_name = {c.name: Surface(c, catalog) for c in configs}
-        if "default" not in self._by_name:
-            self._by_name["default"] = Surface(SurfaceConfig(name="default"), catalog)
-        _say_unmatched_upstreams(configs, list(catalog.slots))
+        self._by_name: dict[str, Surface] = {}
+        self.update(configs)
+
+    def update(self, configs: list[SurfaceConfig]) -> list[str]:
+        """Take the surfaces of a new config: one whose config is unchanged stays as it is (its
+        placements kept), the others are made anew; a caller holding a surface from before
+        (a request in flight) keeps it to its end. Returns the names of the surfaces added,
+        changed or removed."""
+        configs = [*configs, *([] if any(c.name == "default" for c in configs) else [SurfaceConfig(name="default")])]
+        before = self._by_name
+        self._by_name = {c.name: before[c.name] if c.name in before and before[c.name].config == c else Surface(c, self.catalog)
+                         for c in configs}
+        _say_unmatched_upstreams(configs, list(self.catalog.slots))
+        return sorted(name for name in {*before, *self._by_name} if before.get(name) is not self._by_name.get(name))
 
     def get(self, name: str | None) -> Surface | None:
         return self._by_name.get(name or "default")

@@ -46,6 +46,7 @@ class FakeUpstream(Upstream):
         self.result: UpstreamResult | None = None
         self.raise_error: BaseException | None = None
         self.start_gate: asyncio.Event | None = None
+        self.close_gate: asyncio.Event | None = None  # when set, closing waits for it
 
     async def start(self) -> None:
         self.started += 1
@@ -73,6 +74,8 @@ class FakeUpstream(Upstream):
 
     async def close(self) -> None:
         self.closed += 1
+        if self.close_gate is not None:
+            await self.close_gate.wait()
 
     def change_tools(self, tools: list[UpstreamTool]) -> None:
         self.tools = tools

@@ -1,0 +1,209 @@
+"""Bridge.reload and SIGHUP: a new config applied to a running bridge, upstream by upstream,
+surfaces and settings from the next request on, the rest kept until a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+import pytest
+import yaml
+
+from bridge.config import ConfigError, load_config, parse_config
+from bridge.runtime import Bridge, reload_on_hangup
+from bridge.upstream import register_kind
+from tests.fakes import FakeUpstream
+
+register_kind("fake", FakeUpstream)
+
+
+async def until(predicate, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+def config(*names: str, **sections) -> dict:
+    return {"store": {"path": ":memory:"}, "upstreams": [{"name": n, "kind": "fake"} for n in names], **sections}
+
+
+async def searched(bridge: Bridge, query: str = "echo") -> list[str]:
+    await bridge.search.wait_indexed()
+    found = bridge.search.search(query, surface=bridge.surfaces.require(None), limit=50, fold_alternatives=False)
+    return sorted(m.name for m in found.matches)
+
+
+async def test_upstreams_added_removed_and_restarted_by_name_the_others_untouched():
+    bridge = Bridge(parse_config(config("keep", "gone", "moved")))
+    await bridge.start()
+    try:
+        keep, gone, moved = (bridge.catalog.slot(n).upstream for n in ("keep", "gone", "moved"))
+        moved_echo = bridge.catalog.resolve("moved__echo")
+        assert await searched(bridge) == ["gone__echo", "keep__echo", "moved__echo"]
+        keep.gate = asyncio.Event()  # a call in flight to the upstream left alone
+        call = asyncio.create_task(bridge.invoker.invoke("keep__echo", {"text": "still here"}))
+        await until(lambda: keep.calls)
+
+        new = config("keep", "moved", "added")
+        new["upstreams"][1]["timeout"] = 5
+        new["upstreams"][2]["start_delay"] = 0.2  # not waited for: it shows as connecting
+        summary = await bridge.reload(parse_config(new))
+        assert summary == "added: added; removed: gone; restarted: moved"
+
+        assert "gone" not in bridge.catalog.slots and gone.closed == 1 and bridge.catalog.resolve("gone__echo") is None
+        assert bridge.catalog.slot("added").health.state == "connecting"
+        assert moved.closed == 1 and bridge.catalog.slot("moved").upstream.config.timeout == 5
+        assert bridge.catalog.slot("keep").upstream is keep and (keep.started, keep.closed) == (1, 0)
+        await until(lambda: bridge.catalog.resolve("added__echo") is not None and
+                    bridge.catalog.slot("moved").health.state == "ready")
+        again = bridge.catalog.resolve("moved__echo")
+        assert (again.tool_id, again.version) == (moved_echo.tool_id, moved_echo.version)
+        assert await searched(bridge) == ["added__echo", "keep__echo", "moved__echo"]
+
+        keep.gate.set()
+        result = await call
+        assert result.status == "succeeded" and result.content[0]["text"] == "still here"
+    finally:
+        await bridge.close()
+
+
+async def test_keys_that_need_a_restart_keep_their_running_values_with_a_warning_each(caplog):
+    bridge = Bridge(parse_config(config("svc")))
+    await bridge.start()
+    try:
+        new = config("svc", server={"port": 9999, "body_timeout": 5, "tokens": [{"token": "a-new-token"}]},
+                     search={"semantic": "off"})
+        new["store"] = {"path": "elsewhere.db"}
+        with caplog.at_level(logging.WARNING, logger="bridge.runtime"):
+            summary = await bridge.reload(parse_config(new))
+        warned = [r.getMessage() for r in caplog.records if "takes effect when the bridge restarts" in r.getMessage()]
+        assert [w.split(" changed")[0] for w in warned] == ["config reload: server.port", "config reload: server.body_timeout",
+                                                           "config reload: store.path", "config reload: search.semantic"]
+        assert summary == "needs a restart: server.port, server.body_timeout, store.path, search.semantic"
+        running = bridge.config
+        assert (running.server.port, running.server.body_timeout, running.store.path, running.search.semantic) == (8080, 30, ":memory:", "auto")
+        assert [t.token for t in running.server.tokens] == ["a-new-token"]  # live: the next request reads it
+    finally:
+        await bridge.close()
+
+
+async def test_surfaces_and_invoke_settings_hold_from_the_next_request_a_call_in_flight_ends_as_it_began():
+    surfaces = [{"name": "default", "block": ["svc__echo"]}, {"name": "open"}]
+    bridge = Bridge(parse_config(config("svc", surfaces=surfaces)))
+    await bridge.start()
+    try:
+        up = bridge.catalog.slot("svc").upstream
+        up.gate = asyncio.Event()
+        big = "x" * 1000
+        call = asyncio.create_task(bridge.invoker.invoke("svc__echo", {"text": big}, surface="open"))
+        await until(lambda: up.calls)
+
+        new = config("svc", surfaces=[{"name": "default"}, {"name": "narrow", "read_only": True}],
+                     invoke={"inline_result_limit": 256})
+        summary = await bridge.reload(parse_config(new))
+        assert summary == "surfaces changed: default, narrow, open"
+        assert bridge.surfaces.get("open") is None and bridge.surfaces.get("narrow") is not None
+        assert bridge.surfaces.require("default").place(bridge.catalog.resolve("svc__echo")).state != "blocked"
+
+        up.gate.set()
+        in_flight = await call  # began under the old limit: answered inline, through its surface
+        assert in_flight.status == "succeeded" and in_flight.content[0]["text"] == big and in_flight.persisted is None
+        up.gate = None
+        after = await bridge.invoker.invoke("svc__echo", {"text": big})
+        assert after.persisted is not None  # the next call: the new limit
+        unknown = await bridge.invoker.invoke("svc__echo", {"text": "hi"}, surface="open")
+        assert unknown.error.error_class == "policy_blocked"  # a surface removed is gone for the next request
+
+        same = bridge.surfaces.require("narrow")
+        assert await bridge.reload(parse_config(new)) == "nothing changed"
+        assert bridge.surfaces.require("narrow") is same  # unchanged: kept, placements and all
+    finally:
+        await bridge.close()
+
+
+async def test_reloads_run_one_after_the_other():
+    bridge = Bridge(parse_config(config("slow", "other")))
+    await bridge.start()
+    try:
+        slow = bridge.catalog.slot("slow").upstream
+        slow.close_gate = asyncio.Event()  # the first reload waits while it closes
+        first = asyncio.create_task(bridge.reload(parse_config(config("other"))))
+        await until(lambda: slow.closed)
+        second = asyncio.create_task(bridge.reload(parse_config(config("other", "added"))))
+        await asyncio.sleep(0)  # the second has run up to where it waits for the first
+        assert "added" not in bridge.catalog.slots and not first.done()
+        slow.close_gate.set()
+        assert await first == "removed: slow"
+        assert await second == "added: added"
+    finally:
+        await bridge.close()
+
+
+async def test_an_upstream_name_served_from_elsewhere_is_refused_and_nothing_changes():
+    bridge = Bridge(parse_config(config("svc")), extra_upstreams=[FakeUpstream(name="extra")])
+    await bridge.start()
+    try:
+        with pytest.raises(ConfigError) as refused:
+            await bridge.reload(parse_config(config("extra")))
+        assert "upstreams[0].name" in str(refused.value)
+        assert bridge.catalog.resolve("svc__echo") is not None and bridge.catalog.slot("extra").upstream.closed == 0
+        assert await bridge.reload(parse_config(config())) == "removed: svc"  # one not from the config stays
+        assert list(bridge.catalog.slots) == ["extra"]
+    finally:
+        await bridge.close()
+
+
+async def test_sighup_reads_the_file_again_a_bad_one_changes_nothing_and_is_said_on_one_line(tmp_path, caplog):
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(config("first")))
+    bridge = Bridge(load_config(path))
+    await bridge.start()
+    stop = reload_on_hangup(bridge, str(path))
+    try:
+        with caplog.at_level(logging.WARNING, logger="bridge.runtime"):
+            path.write_text(yaml.safe_dump(config("first", "second")))
+            os.kill(os.getpid(), signal.SIGHUP)
+            await until(lambda: bridge.catalog.resolve("second__echo") is not None)
+
+            path.write_text("upstreams:\n  - {name: second, kind: fake, timout: 1}\n")
+            os.kill(os.getpid(), signal.SIGHUP)
+            await until(lambda: any(r.levelno == logging.ERROR for r in caplog.records))
+        error = next(r for r in caplog.records if r.levelno == logging.ERROR)
+        assert error.exc_info is None and "\n" not in error.getMessage()
+        assert error.getMessage() == (f"config reload: {path}: upstreams[0].timout: unknown key `timout` "
+                                      "(fix: did you mean `timeout`?); nothing changed")
+        assert sorted(bridge.catalog.slots) == ["first", "second"] and bridge.catalog.resolve("second__echo") is not None
+        assert bridge.config.upstreams[1].name == "second"
+    finally:
+        stop()
+        await bridge.close()
+
+
+async def test_sighups_during_a_reload_make_one_more_reload_after_it(tmp_path, caplog):
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(config("slow")))
+    bridge = Bridge(load_config(path))
+    await bridge.start()
+    stop = reload_on_hangup(bridge, str(path))
+    try:
+        slow = bridge.catalog.slot("slow").upstream
+        slow.close_gate = asyncio.Event()
+        with caplog.at_level(logging.WARNING, logger="bridge.runtime"):
+            path.write_text(yaml.safe_dump(config("b")))
+            os.kill(os.getpid(), signal.SIGHUP)
+            await until(lambda: slow.closed)  # the first reload is under way
+            path.write_text(yaml.safe_dump(config("b", "c")))
+            for _ in range(3):
+                os.kill(os.getpid(), signal.SIGHUP)
+            await asyncio.sleep(0)
+            slow.close_gate.set()
+            await until(lambda: "c" in bridge.catalog.slots)
+            await until(lambda: len([r for r in caplog.records if r.getMessage().startswith("config reloaded")]) >= 2)
+            stop()  # no third reload can start now
+        said = [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.getMessage().startswith("config reloaded")]
+        assert said == ["added: b; removed: slow", "added: c"]
+    finally:
+        stop()
+        await bridge.close()
