@@ -1,5 +1,6 @@
 """The HTTP server: one Starlette app on one port (MCP at `/mcp` when the MCP frontend is present,
-the A2T REST routes beside it), served by uvicorn with clean shutdown on SIGINT and SIGTERM."""
+the A2T REST routes beside it), served by uvicorn with clean shutdown on SIGINT and SIGTERM, and
+the config file applied again on SIGHUP."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.config import BridgeConfig
-from bridge.runtime import Bridge, settle_gc
+from bridge.runtime import Bridge, reload_on_hangup, settle_gc
 from bridge.serve.auth import is_loopback
 from bridge.serve.http_protocol import CorkedHttpToolsProtocol
 from bridge.serve.mcp import MCPFrontend
@@ -173,6 +174,7 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
             loop.add_signal_handler(sig, on_signal)
             handled.append(sig)
     bridge = Bridge(config)
+    stop_reloading = reload_on_hangup(bridge, config.source)  # SIGHUP: the config file read again and applied
     app: Starlette | None = None
     try:
         await bridge.start(wait=True)
@@ -203,6 +205,7 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
+        stop_reloading()
         if app is not None:
             await close_app(app)
         await bridge.close()

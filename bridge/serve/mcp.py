@@ -38,10 +38,10 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import __version__
-from bridge.config import BridgeConfig, ServerConfig
+from bridge.config import BridgeConfig
 from bridge.invoke import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
-from bridge.runtime import Bridge, settle_gc
+from bridge.runtime import Bridge, reload_on_hangup, settle_gc
 from bridge.serve.auth import authenticate, is_loopback
 from bridge.serve.mcp_meta import (
     CALL_TOOL,
@@ -130,7 +130,7 @@ class MCPFrontend:
         session_load_limit: int = 256,
     ) -> None:
         self.bridge = bridge
-        self.default_surface = default_surface or bridge.config.server.default_surface
+        self._surface_asked = default_surface
         self.page_size = page_size
         self.notifier = ChangeNotifier(bridge, debounce=debounce, session_load_limit=session_load_limit)
         self._rendered: dict[tuple[str, bool], types.Tool] = {}
@@ -174,12 +174,17 @@ class MCPFrontend:
         )
         for index, route in enumerate(app.router.routes):
             if isinstance(route, Route) and route.path == path:
-                app.router.routes[index] = Route(path, endpoint=MCPAuthGate(route.endpoint, server_config))
+                app.router.routes[index] = Route(path, endpoint=MCPAuthGate(route.endpoint, self.bridge))
                 break
         return app
 
     async def aclose(self) -> None:
         await self.notifier.aclose()
+
+    @property
+    def default_surface(self) -> str:
+        """The surface asked for, else the config's `server.default_surface` (a reload may change it)."""
+        return self._surface_asked or self.bridge.config.server.default_surface
 
     # ------------------------------------------------------------------ per-request facts
 
@@ -369,16 +374,17 @@ class MCPAuthGate:
     as the SDK's authenticated user, a principal derived from the token, so a handshake-era
     session stays bound to the token that opened it."""
 
-    def __init__(self, app: ASGIApp, server: ServerConfig) -> None:
+    def __init__(self, app: ASGIApp, bridge: Bridge) -> None:
         self.app = app
-        self.server = server
+        self.bridge = bridge
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         header = Headers(scope=scope).get("authorization")
-        auth = authenticate(self.server, header)
+        server = self.bridge.config.server  # read at each request: a reload may change the tokens
+        auth = authenticate(server, header)
         if not auth.ok:
             description = auth.error or "unauthorized"
             body = json.dumps({"error": "invalid_token", "error_description": description}).encode()
@@ -397,7 +403,7 @@ class MCPAuthGate:
             await send({"type": "http.response.body", "body": body})
             return
         scope[SURFACE_SCOPE_KEY] = auth.surface
-        if self.server.tokens and header:
+        if server.tokens and header:
             # only a digest of the token travels on; the token itself stays in the header
             principal = hashlib.sha256(header.partition(" ")[2].strip().encode()).hexdigest()[:24]
             scope["user"] = AuthenticatedUser(
@@ -461,15 +467,17 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
     try:
         async with stdio_server() as (read, write):
             bridge = Bridge(config)
+            stop_reloading = reload_on_hangup(bridge, config.source)
             try:
                 await bridge.start(wait=True)
-                frontend = MCPFrontend(bridge, default_surface=name)
+                frontend = MCPFrontend(bridge, default_surface=surface)
                 settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
                 try:
                     await frontend.server.run(read, write, frontend.server.create_initialization_options())
                 finally:
                     await frontend.aclose()
             finally:
+                stop_reloading()
                 await bridge.close()
                 if signalled:  # leaving stdio_server would wait for its stdin reader, until stdin closes
                     sys.stderr.flush()

@@ -94,16 +94,33 @@ class ChangeNotifier:
         self._buses: dict[str, InMemorySubscriptionBus] = {}
         self._listen: dict[str, ListenHandler] = {}
         self._surface_prints: dict[str, str] = {}
-        for name in bridge.surfaces.names():
-            self._buses[name] = bus = InMemorySubscriptionBus()
-            self._listen[name] = ListenHandler(bus)
-            surface = bridge.surfaces.get(name)
-            assert surface is not None
-            self._surface_prints[name] = listing_for(surface, None).fingerprint
+        self._follow_surfaces()
         self._handle: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._unsubscribe = bridge.catalog.subscribe(self._on_change)
+        self._unsubscribe_reload = bridge.on_reload(self._on_reload)
+
+    def _follow_surfaces(self) -> None:
+        """A bus for each surface the bridge has; those of surfaces gone are closed (their
+        listen streams end)."""
+        names = self.bridge.surfaces.names()
+        for name in [n for n in self._buses if n not in names]:
+            self._listen.pop(name).close()
+            del self._buses[name]
+            self._surface_prints.pop(name, None)
+        for name in [n for n in names if n not in self._buses]:
+            self._buses[name] = bus = InMemorySubscriptionBus()
+            self._listen[name] = ListenHandler(bus)
+            surface = self.bridge.surfaces.get(name)
+            assert surface is not None
+            self._surface_prints[name] = listing_for(surface, None).fingerprint
+
+    def _on_reload(self) -> None:
+        """A reload may have changed surfaces: every listing is looked at again, as after a
+        catalog change, and the callers whose listing changed are told."""
+        self._follow_surfaces()
+        self._on_change(None)
 
     # ------------------------------------------------------------------ sessions
 
@@ -153,7 +170,7 @@ class ChangeNotifier:
 
     # ------------------------------------------------------------------ catalog changes
 
-    def _on_change(self, change: CatalogChange) -> None:
+    def _on_change(self, change: CatalogChange | None) -> None:
         # the first change of a burst schedules one recompute; later ones ride along with it
         if self._closed or self._handle is not None:
             return
@@ -199,6 +216,7 @@ class ChangeNotifier:
     async def aclose(self) -> None:
         self._closed = True
         self._unsubscribe()
+        self._unsubscribe_reload()
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None

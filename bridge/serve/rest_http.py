@@ -18,6 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from bridge.config import ServerConfig
 from bridge.model import ToolDeclaration, ToolError, ToolResult, quoted
 from bridge.runtime import Bridge
 from bridge.search_rank import MAX_QUERY_CHARS
@@ -146,12 +147,16 @@ def not_found(ref: str) -> ApiError:
 
 class ServeContext:
     """What the REST routes share: the bridge, the caller's surface, the sorted listing of each
-    surface (rebuilt only when the catalog changes)."""
+    surface (rebuilt only when the catalog or the surface changes)."""
 
     def __init__(self, bridge: Bridge) -> None:
         self.bridge = bridge
-        self.server = bridge.config.server
-        self._listings: dict[str, tuple[int, list[ToolDeclaration], list[str]]] = {}
+        self._listings: dict[str, tuple[int, Surface, list[ToolDeclaration], list[str]]] = {}
+
+    @property
+    def server(self) -> ServerConfig:
+        """The server settings now (a reload may change its tokens and default surface)."""
+        return self.bridge.config.server
 
     def caller(self, request: Request) -> Surface:
         auth = authenticate(self.server, request.headers.get("authorization"))
@@ -197,11 +202,11 @@ class ServeContext:
         """Every tool the surface can see (loaded and deferred) sorted by name, and the names."""
         generation = self.bridge.catalog.generation
         cached = self._listings.get(surface.name)
-        if cached is not None and cached[0] == generation:
-            return cached[1], cached[2]
+        if cached is not None and cached[0] == generation and cached[1] is surface:
+            return cached[2], cached[3]
         tools = sorted((d for d in self.bridge.catalog.declarations() if surface.visible(d)), key=lambda d: d.name)
         names = [d.name for d in tools]
-        self._listings[surface.name] = (generation, tools, names)
+        self._listings[surface.name] = (generation, surface, tools, names)
         return tools, names
 
     async def read_json(self, request: Request) -> Any:

@@ -168,3 +168,53 @@ async def test_a_signal_stops_the_stdio_bridge_and_what_it_launched(sig, tmp_pat
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path):
+    import os
+    import signal
+
+    path = bridge_config(tmp_path)
+    config = json.loads(path.read_text())
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(path), cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+    async def send(message: dict) -> None:
+        process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        await process.stdin.drain()
+
+    async def answer(request_id: int) -> dict:
+        while True:
+            message = json.loads(await process.stdout.readline())
+            if message.get("id") == request_id:
+                return message["result"]
+
+    try:
+        async with asyncio.timeout(45):
+            await send({"id": 1, "method": "initialize", "params": {"protocolVersion": HANDSHAKE, "capabilities": {},
+                                                                    "clientInfo": {"name": "t", "version": "0"}}})
+            await answer(1)
+            await send({"method": "notifications/initialized"})
+            await send({"id": 2, "method": "tools/list"})
+            assert "fx__echo" in {t["name"] for t in (await answer(2))["tools"]}
+
+            config["upstreams"].append({**config["upstreams"][0], "name": "gx"})
+            path.write_text(json.dumps(config))
+            os.kill(process.pid, signal.SIGHUP)
+            while json.loads(await process.stdout.readline()).get("method") != "notifications/tools/list_changed":
+                pass
+            names: set[str] = set()
+            request_id = 3
+            while "gx__echo" not in names:  # told once the surface changed; its tools follow as gx lists them
+                await send({"id": request_id, "method": "tools/list"})
+                names = {t["name"] for t in (await answer(request_id))["tools"]}
+                request_id += 1
+            assert "fx__echo" in names
+        os.kill(process.pid, signal.SIGTERM)
+        async with asyncio.timeout(15):
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
