@@ -444,6 +444,28 @@ async def test_an_upstream_removed_is_stopped_and_its_tools_leave_announced_othe
     assert goes.closed == 1  # closing the catalog does not close it again
 
 
+async def test_an_upstream_removed_or_restarted_stops_the_process_launched_for_it():
+    import sys
+
+    from bridge.upstream import LaunchConfig
+
+    launch = LaunchConfig(command=sys.executable, args=["-c", "import time; time.sleep(60)"])
+    catalog = Catalog(Store())
+    for name in ("goes", "moves"):
+        catalog.add_upstream(FakeUpstream(FakeConfig(name=name, launch=launch)))
+    await catalog.start()
+    try:
+        processes = [catalog.slot(name).sidecar.process for name in ("goes", "moves")]
+        assert all(p is not None and p.returncode is None for p in processes)
+        await catalog.remove_upstream("goes")
+        await catalog.replace_upstream(FakeUpstream(FakeConfig(name="moves", launch=launch, timeout=5)))
+        assert all(p.returncode is not None for p in processes)  # stopped, and waited for
+        await catalog.start()
+        assert catalog.slot("moves").sidecar.running  # launched again with the new settings
+    finally:
+        await catalog.close()
+
+
 async def test_an_upstream_restarted_with_new_settings_keeps_its_tools_ids_and_versions(tmp_path):
     store = Store(tmp_path / "b.db")
     old = FakeUpstream(name="svc", tools=[tool("same"), tool("edited")])
