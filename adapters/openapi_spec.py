@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 from collections import deque
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urldefrag, urljoin, urlsplit
+from urllib.parse import urldefrag, urljoin, urlsplit, urlunsplit
 
 import aiohttp
 import yaml
 from jsonschema_path import SchemaPath
-from jsonschema_path.handlers.file import FilePathHandler
+from jsonschema_path.handlers.file import FileHandler, FilePathHandler
 from jsonschema_path.handlers.urllib import UrllibHandler
 from jsonschema_path.loaders import JsonschemaSafeLoader
 from referencing.exceptions import Unresolvable
@@ -73,6 +75,58 @@ def _no_local_files(uri: str) -> Any:
     raise PermissionError("a document read from a URL cannot refer to local files")
 
 
+def _shown(url: str) -> str:
+    """A URL as an error message shows it: no user, password or query (a key may be there)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2], query=""))
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+
+
+class _Referenced(FileHandler):
+    """A document a `$ref` names, read as the main one is: up to MAX_DOCUMENT_BYTES, and refused
+    when its YAML aliases expand past MAX_DOCUMENT_VALUES."""
+
+    def __call__(self, stream: Any) -> Any:
+        text = stream.read(MAX_DOCUMENT_BYTES + 1)
+        if len(text) > MAX_DOCUMENT_BYTES:
+            raise ValueError(f"a referenced document is larger than {MAX_DOCUMENT_BYTES >> 20} MiB")
+        data = yaml.load(text, self.loader)  # noqa: S506 - a safe loader
+        if expanded_size(data, {}) > MAX_DOCUMENT_VALUES:
+            raise ValueError(f"a referenced document expands to more than {MAX_DOCUMENT_VALUES:,} values")
+        return json.loads(json.dumps(data, default=str))
+
+
+class _RedirectsWithin(urllib.request.HTTPRedirectHandler):
+    def __init__(self, origin: tuple[str, str, int | None] | None) -> None:
+        self.origin = origin
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+        if self.origin is not None and _origin(newurl) != self.origin:
+            raise PermissionError(f"a referenced document redirects to another origin ({_shown(newurl)})")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+class _Remote(UrllibHandler):
+    """Documents a `$ref` names by URL. Those of a document read from a URL must be on its origin
+    (redirects too): someone else's document must not make this host read its network (a cloud
+    metadata address, an internal service) into the tools' schemas. A local document's refs go
+    where its author wrote."""
+
+    def __init__(self, origin: tuple[str, str, int | None] | None, timeout: int) -> None:
+        super().__init__("http", "https", file_handler=_Referenced(), timeout=timeout)
+        self.origin = origin
+        self.opener = urllib.request.build_opener(_RedirectsWithin(origin))
+
+    def _open(self, uri: str) -> Any:
+        if self.origin is not None and _origin(uri) != self.origin:
+            raise PermissionError(f"a document read from a URL can refer only to documents on its own origin, not {_shown(uri)}")
+        return closing(self.opener.open(uri, timeout=self.timeout))
+
+
 @dataclass
 class Document:
     """A parsed OpenAPI 3.x document and the resolver for its `$ref`s."""
@@ -89,10 +143,11 @@ class Document:
 
     def __post_init__(self) -> None:
         timeout = max(1, int(self.fetch_timeout))
-        web = _CachedHandler(UrllibHandler("http", "https", timeout=timeout))
+        remote = is_url(self.uri)
+        web = _CachedHandler(_Remote(_origin(self.uri) if remote else None, timeout))
         # a document read from a URL is someone else's: its `$ref`s must not read this host's files
         # into the tools' schemas (an unknown scheme would go to urlopen, which reads files too)
-        files = _no_local_files if is_url(self.uri) else _CachedHandler(FilePathHandler("file"))
+        files = _no_local_files if remote else _CachedHandler(FilePathHandler("file", file_handler=_Referenced()))
         self._handlers = {"file": files, "http": web, "https": web}
         root = SchemaPath.from_dict(self.data, base_uri=self.uri, handlers=self._handlers)
         with root.resolve() as resolved:

@@ -271,6 +271,50 @@ async def test_a_document_read_from_a_url_cannot_refer_to_local_files(tmp_path):
     assert "local-Secret-1" not in dumped
 
 
+async def test_a_document_read_from_a_url_refers_only_to_documents_on_its_origin(tmp_path):
+    inside: list[str] = []
+
+    async def internal(request: web.Request) -> web.Response:  # a service only this host can reach
+        inside.append(request.path)
+        return web.json_response({"creds": {"type": "string", "default": "internal-Secret-1"}})
+
+    other = web.Application()
+    other.router.add_get("/meta.json", internal)
+    async with TestServer(other, host="127.0.0.1") as elsewhere:
+        def param(name: str, ref: str) -> dict[str, Any]:
+            return {"name": name, "in": "query", "schema": {"$ref": ref}}
+
+        doc = _document({
+            "/far": {"get": {"operationId": "far", "parameters": [param("c", str(elsewhere.make_url("/meta.json")) + "#/creds")],
+                             "responses": _OK}},
+            "/hop": {"get": {"operationId": "hop", "parameters": [param("c", "/hop.json#/creds")], "responses": _OK}},
+            "/near": {"get": {"operationId": "near", "parameters": [param("n", "/shared.json#/name")], "responses": _OK}},
+        })
+
+        async def document(request: web.Request) -> web.Response:
+            return web.json_response(doc)
+
+        async def shared(request: web.Request) -> web.Response:
+            return web.json_response({"name": {"type": "string", "maxLength": 9}})
+
+        async def hop(request: web.Request) -> web.Response:  # same origin, then a redirect away
+            raise web.HTTPFound(str(elsewhere.make_url("/meta.json")))
+
+        app = web.Application()
+        app.router.add_get("/openapi.json", document)
+        app.router.add_get("/shared.json", shared)
+        app.router.add_get("/hop.json", hop)
+        async with TestServer(app, host="127.0.0.1") as http, bridge_for(str(http.make_url("/openapi.json")),
+                                                                           base_url=str(http.make_url("")).rstrip("/")) as bridge:
+            near = bridge.catalog.resolve("svc__near")
+            assert near is not None and near.input_schema["properties"]["n"]["maxLength"] == 9  # its own origin: read
+            assert sorted(d.native_name for d in bridge.catalog.declarations()) == ["near"]
+            skipped = json.dumps((await upstream_of(bridge).health())["skipped_operations"])
+            assert "only to documents on its own origin" in skipped and "redirects to another origin" in skipped
+            dumped = json.dumps([d.to_json() for d in bridge.catalog.declarations()])
+    assert inside == [] and "internal-Secret-1" not in dumped + skipped
+
+
 async def test_recursive_and_cross_file_refs_resolve_without_hanging(api):
     _, base = api
     async with asyncio.timeout(10), bridge_for("recursive_31.yaml", base_url=base) as bridge:
