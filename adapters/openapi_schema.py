@@ -98,8 +98,8 @@ class SchemaInliner:
             return self._lookup(uri)
         except Unresolvable as exc:
             cause = exc.__cause__ or exc.__context__
-            if cause is not None and isinstance(cause.__cause__, PermissionError):
-                cause = cause.__cause__  # a read refused (a local file named by a document from a URL) says why
+            if cause is not None and isinstance(cause.__cause__, PermissionError | ValueError):
+                cause = cause.__cause__  # a read refused (a document it may not read, or past the limits) says why
             why = f" ({type(cause).__name__}: {str(cause)[:160]})" if cause and not isinstance(cause, KeyError) else ""
             if "does not exist within" in why:  # referencing quotes the whole document; keep it short
                 why = ""

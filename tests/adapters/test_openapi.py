@@ -406,6 +406,18 @@ async def _load_error(spec: str, **config: Any) -> BridgeError:
 _OK = {"200": {"description": "ok"}}
 
 
+async def test_a_referenced_document_whose_aliases_expand_past_reason_leaves_its_operation_out(tmp_path):
+    lines = ["x-a: &a [" + ", ".join(["lol"] * 9) + "]"]
+    lines += [f"x-{b}: &{b} [" + ", ".join([f"*{a}"] * 9) + "]" for a, b in zip("abcdefgh", "bcdefghi", strict=True)]
+    (tmp_path / "bomb.yaml").write_text("\n".join(lines) + "\nname: {type: string}\n")
+    doc = _document({"/far": {"get": {"operationId": "far", "responses": _OK, "parameters": [
+                         {"name": "n", "in": "query", "schema": {"$ref": "bomb.yaml#/name"}}]}},
+                     "/fine": {"get": {"operationId": "fine", "responses": _OK}}})
+    async with asyncio.timeout(10), bridge_for(_write(tmp_path, doc), base_url="http://127.0.0.1:1") as bridge:
+        assert [d.native_name for d in bridge.catalog.declarations()] == ["fine"]
+        assert "expands to more than 10,000,000 values" in json.dumps((await upstream_of(bridge).health())["skipped_operations"])
+
+
 async def test_a_document_fetched_from_a_url_is_read_up_to_its_limit(monkeypatch):
     import adapters.openapi_spec
 
