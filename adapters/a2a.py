@@ -57,6 +57,46 @@ TRANSPORTS = ("JSONRPC", "HTTP+JSON")
 _CONNECTION_LOST = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
+class AnswerTooLarge(httpx.TransportError):
+    """An answer (a card, a reply, a stream of events) past `max_response_bytes`."""
+
+
+class _BoundedStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, limit: int, url: httpx.URL) -> None:
+        self.inner, self.limit, self.url = inner, limit, url
+
+    async def __aiter__(self) -> Any:
+        seen = 0
+        async for chunk in self.inner:
+            seen += len(chunk)
+            if seen > self.limit:
+                raise AnswerTooLarge(f"{self.url.copy_with(query=None)} answered more than max_response_bytes={self.limit}")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _BoundedTransport(httpx.AsyncBaseTransport):
+    """Every answer read as it arrives and refused past `limit` bytes: the SDK reads a reply
+    whole, and an agent's answer (or a card) could otherwise fill the bridge's memory. Answers
+    are asked for uncompressed (`Accept-Encoding: identity`), so the bytes counted are the bytes
+    read."""
+
+    def __init__(self, limit: int) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.limit = limit
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _BoundedStream(response.stream, self.limit, request.url)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 class A2AConfig(UpstreamConfig):
     """An A2A agent, named by its card URL or its base URL."""
 
@@ -71,6 +111,7 @@ class A2AConfig(UpstreamConfig):
         default="auto", description="auto follows the card's order of interfaces"
     )
     cancel_timeout: float = Field(default=5.0, gt=0, description="seconds a cancel request to the agent may take")
+    max_response_bytes: int = Field(default=16 << 20, ge=1024, description="larger answers (a card, a reply, one call's event stream) are refused")
 
     @model_validator(mode="after")
     def _one_location(self) -> A2AConfig:
@@ -130,7 +171,8 @@ class A2AUpstream(Upstream):
         cfg = self.config
         connect = min(10.0, cfg.start_timeout)
         self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False, headers={"User-Agent": "a2t-bridge"}
+            timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False,
+            headers={"User-Agent": "a2t-bridge", "Accept-Encoding": "identity"}, transport=_BoundedTransport(cfg.max_response_bytes),
         )
         secrets = cfg.auth.secrets()
         if secrets:
@@ -387,6 +429,10 @@ class A2AUpstream(Upstream):
                 return BridgeError(
                     f"the agent answered HTTP {code}", error_class="dependency_unavailable", recoverability="retry_later", native_error_ref=ref,
                 )
+        large = next((e for e in chain if isinstance(e, AnswerTooLarge)), None)
+        if large is not None:
+            return BridgeError(f"the agent's answer is too large: {self._redact(str(large))}", error_class="result_too_large",
+                               recoverability="change_arguments", status="too_large", native_error_ref=ref)
         lost = next((e for e in chain if isinstance(e, _CONNECTION_LOST)), None)
         if lost is not None:
             reason = f"the agent stopped answering: {type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}"

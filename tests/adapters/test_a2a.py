@@ -117,6 +117,18 @@ def test_config_needs_exactly_one_location():
 # ---------------------------------------------------------------------------- calls
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_an_answer_past_max_response_bytes_is_refused_as_it_arrives(streaming):
+    async with agent() as (base, control), bridge(base_url=base, streaming=streaming, max_response_bytes=64 << 10) as b:
+        small = await b.invoker.invoke("peer__echo", {"message": "hi"})
+        assert small.status == "succeeded"
+        large = await b.invoker.invoke("peer__echo", {"message": "x" * (200 << 10)})  # echoed back: past 64 KiB
+        assert large.is_error and large.error.error_class == "result_too_large", large.error
+        assert "max_response_bytes=65536" in large.error.message
+        assert b.catalog.slot("peer").health.state == "ready"  # a large answer is no lost agent
+        assert (await b.invoker.invoke("peer__echo", {"message": "again"})).status == "succeeded"
+
+
 async def test_non_streaming_reply_with_ids_in_native_ref():
     async with agent() as (base, control), bridge(base_url=base, streaming=False) as b:
         result = await b.invoker.invoke("peer__echo", {"message": "hi", "data": {"n": 4}})
