@@ -204,7 +204,9 @@ class WordPiece:
         out = [self.cls]
         # no token is shorter than a character: a huge text is read no further than needed
         for word in self._words(text[:max_tokens * 64]):
-            out.extend(self._word(word))
+            # a word too long for pieces is [UNK] without being kept: each request's own (a hash,
+            # a blob) stayed in the cache, up to 8 KB a word
+            out.extend(self._word(word) if len(word) <= self.max_word_chars else (self.unk,))
             if len(out) >= max_tokens - 1:
                 break
         return [*out[:max_tokens - 1], self.sep]

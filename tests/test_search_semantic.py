@@ -596,6 +596,29 @@ async def test_static_stage_reranks_by_meaning_at_once(tmp_path):
         await catalog.close()
 
 
+async def test_searches_with_long_words_keep_none_of_them(static):
+    """A word longer than any word piece (a hash or a blob pasted into a request) reads as one
+    unknown token and is not kept: every search's own long word stayed in the tokenizer's cache
+    of 65,536 words, up to 8 KB each (half a gigabyte for a server answering such searches)."""
+    catalog = one_upstream(tools())
+    await catalog.start()
+    surface = Surface(SurfaceConfig(name="default"), catalog)
+    search = ToolSearch(catalog, semantic="static")
+    try:
+        assert await search.wait_indexed()
+        search.search("read the file", surface=surface)
+        kept = static.tokenizer._word.cache_info().currsize
+        for n in range(200):
+            found = search.search(f"read the file {n:03d}{'f' * 4000}", surface=surface)
+            assert found.matches[0].name == "a__read_file"
+        assert static.tokenizer._word.cache_info().currsize == kept
+        unknown = static.tokenizer.vocab["[UNK]"]
+        assert static.tokenizer.ids("read " + "f" * 4000, 128) == [101, 3191, unknown, 102]
+    finally:
+        search.close()
+        await catalog.close()
+
+
 async def test_a_search_no_tool_matches_suggests_the_tools_nearest_in_meaning(monkeypatch):
     """A request sharing no word with any tool gets no match, and the tools nearest to it in
     meaning as `suggestions`: only tools the surface shows and the filters pass, alternatives
