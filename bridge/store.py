@@ -15,7 +15,7 @@ from bridge.model import VersionRecord, now_iso
 
 log = logging.getLogger("bridge.store")
 
-__all__ = ["LAYOUT", "Store", "StoreError"]
+__all__ = ["LAYOUT", "WAL_KEPT_BYTES", "Store", "StoreError"]
 
 # Parameters one statement may bind, on every SQLite (3.32 and later allow 32,766).
 _MAX_VARIABLES = 999
@@ -72,6 +72,13 @@ _TABLES = (
 )""",
 )
 
+# The size the write-ahead log is cut back to once checkpointed (four times what SQLite's automatic
+# checkpoint keeps it at). SQLite keeps the file as large as it ever grew; with SQLite built to
+# overwrite what is deleted (Debian's and others' `SECURE_DELETE`), dropping the oldest tenth of the
+# persisted results writes all of them again as zeros in one transaction, and the log then stayed
+# that large for good (250 MB after 1,100 results of 230 KB; 64 MB results could make it 64 GB).
+WAL_KEPT_BYTES = 16 * 1024 * 1024
+
 # Layout 0 to 1: the rows are copied with their namespace first. A version whose tool has no
 # name row (a crash between the two writes of a listing) gets the namespace "": it still counts
 # as its tool's latest version, and the tool's next version is classified without it.
@@ -113,6 +120,7 @@ class Store:
                 raise StoreError(f"{self.path}: is no bridge store: {why}; {fix}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(f"PRAGMA journal_size_limit={WAL_KEPT_BYTES}")
         except sqlite3.DatabaseError as exc:  # not an SQLite file, or one this process may not write
             raise StoreError(f"{self.path}: cannot be opened as the bridge's store ({exc}); {fix}") from None
         self._lay_out()

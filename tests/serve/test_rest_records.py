@@ -8,8 +8,10 @@ import re
 from openapi_spec_validator import validate
 from starlette.routing import Route
 
+from bridge.model import UpstreamResult
 from bridge.serve.app import rest_routes
 from bridge.serve.openapi_doc import openapi_document
+from bridge.store import WAL_KEPT_BYTES
 from tests.fakes import FakeConfig, FakeUpstream, tool
 from tests.serve.rest_env import TOKEN_ALL, TOKEN_NARROW, config_with, narrow_surfaces, serving
 
@@ -142,6 +144,24 @@ async def test_a_persisted_result_is_read_only_through_the_surface_that_made_it_
         # about results_keep of the latest are kept
         kept = [ref for ref in refs if (await served.get(f"/results/{ref}", token=TOKEN_ALL))[0] == 200]
         assert refs[-10:] == kept[-10:] and 10 <= len(kept) <= 20 and refs[0] not in kept
+
+
+async def test_dropping_the_oldest_results_leaves_the_store_its_size(tmp_path):
+    """The oldest persisted results go in one transaction, which SQLite built to overwrite what is
+    deleted writes to the write-ahead log whole; the log is then cut back, not kept that large."""
+    store = tmp_path / "bridge.db"
+    config = config_with(store={"path": str(store)}, search={"persist": False},
+                         invoke={"inline_result_limit": 256, "preview_chars": 10, "results_keep": 10})
+    big = FakeUpstream(name="big")
+    big.result = UpstreamResult(content=[{"type": "text", "text": "y" * 4_000_000}])
+    async with serving(big, config=config) as served:
+        for _ in range(25):  # the 21st drops 11 results, 44 MB
+            status, body, _ = await served.post("/invoke", {"tool": "big__echo"})
+            assert status == 200 and body["persisted"] is not None
+        wal = store.with_name(store.name + "-wal")
+        assert wal.stat().st_size <= WAL_KEPT_BYTES
+        status, payload, _ = await served.get(f"/results/{body['persisted']['persisted_ref']['ref']}")
+        assert status == 200 and payload["content"][0]["text"] == "y" * 4_000_000
 
 
 async def test_health_and_readiness():
