@@ -131,7 +131,9 @@ class A2THttp:
 
     async def _once(self, method: str, url: str, *, body: Any, params: dict[str, Any] | None,
                     headers: dict[str, str] | None, timeout: float) -> HTTPAnswer:
-        assert self._session is not None, "the upstream is not started"
+        if self._session is None:  # closed: not started yet, or reconnecting while this call waited to retry
+            raise BridgeError(f"{method} {safe_url(url)}: the upstream is not connected (it is reconnecting)",
+                              error_class="dependency_unavailable", recoverability="retry_later", retry_after=1.0)
         data = json.dumps(body, ensure_ascii=False).encode() if body is not None else None
         request_headers = {"Content-Type": "application/json", **(headers or {})} if data is not None else headers
         async with self._session.request(method, url, data=data, params=params, headers=request_headers, allow_redirects=False,

@@ -174,6 +174,29 @@ async def test_ietf_retries_5xx_then_reports_dependency_unavailable():
             await up.close()
 
 
+async def test_a_call_the_upstream_closes_under_is_dependency_unavailable():
+    """A call waiting to retry when its upstream is closed (the catalog reconnects it: its
+    launched process exited) ends as `dependency_unavailable`, not as a bridge fault."""
+    server = IETFServer(count=1)
+    async with TestServer(server.app(), host="127.0.0.1") as http:
+        up = upstream(str(http.make_url("")).rstrip("/"), retries={"count": 3, "backoff": 0.5})
+        await up.start()
+        try:
+            tool_id = (await up.list_tools())[0].native_id
+            server.failures = [503, 503, 503, 503]
+            call = asyncio.create_task(up.invoke(tool_id, {"City": "Oslo"}, ctx()))
+            await until(lambda: len(server.invocations) == 1)
+            await up.close()
+            try:
+                await call
+                raise AssertionError("the call should fail")
+            except BridgeError as exc:
+                assert exc.error_class == "dependency_unavailable" and "not connected" in exc.message
+            assert len(server.invocations) == 1
+        finally:
+            await up.close()
+
+
 async def test_a_server_that_went_away_marks_the_upstream_unavailable():
     server = IETFServer(count=1)
     http = TestServer(server.app(), host="127.0.0.1")
