@@ -284,6 +284,9 @@ class OpenAPIUpstream(Upstream):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise _timeout(op, ctx.timeout)
+            if session.closed:  # closed while this call waited to retry: the upstream is reconnecting
+                raise BridgeError(f"upstream {self.name!r} is not connected (it is reconnecting)", error_class="dependency_unavailable",
+                                  recoverability="retry_later", retry_after=1.0)
             parts = build_request(op, arguments)
             plain = parts.header_items()
             used = await credentials.apply(parts, bound, session, remaining)

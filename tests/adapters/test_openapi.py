@@ -972,6 +972,20 @@ async def test_get_retried_on_503_with_retry_after(api):
         assert state.hits["GET c"] == 1
 
 
+async def test_a_call_the_upstream_is_closed_under_is_dependency_unavailable(api, caplog):
+    """A call waiting to retry when its upstream is closed (the catalog reconnects it: its
+    launched process exited) ends as `dependency_unavailable`, not as a bridge fault."""
+    state, base = api
+    async with bridge_for("service_31.yaml", base_url=base, include=["flaky*"], retries={"count": 3, "backoff": 0.5}) as bridge:
+        running = asyncio.create_task(call(bridge, "flakyRead", {"key": "z", "fail": 9}))
+        await until(lambda: state.hits.get("GET z") == 1)
+        await upstream_of(bridge).close()
+        result = await running
+        assert result.error.error_class == "dependency_unavailable" and "not connected" in result.error.message
+        assert state.hits["GET z"] == 1
+    assert "Traceback" not in caplog.text
+
+
 async def test_post_never_retried(api):
     state, base = api
     async with bridge_for("service_31.yaml", base_url=base, include=["flaky*"]) as bridge:
