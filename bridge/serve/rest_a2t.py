@@ -20,7 +20,7 @@ from bridge.serve.rest_http import ApiError, JSONBody, ServeContext, decimal, en
 from bridge.surface import Surface
 from bridge.translate import a2t
 
-__all__ = ["a2t_routes", "CatalogViews", "GENERATION_HEADER", "TOOLS_PATH", "GROUPS_PATH", "MAX_TOOLS", "MAX_GROUPS"]
+__all__ = ["a2t_routes", "CatalogViews", "GENERATION_HEADER", "HISTORY_DECLARATIONS", "TOOLS_PATH", "GROUPS_PATH", "MAX_TOOLS", "MAX_GROUPS"]
 
 TOOLS_PATH = "/a2t/tools"
 GROUPS_PATH = "/a2t/groups"
@@ -32,20 +32,34 @@ DEFAULT_GROUPS = 50
 # Sent on every listing and execute response; a client that echoes it on execute gets exact
 # group_refresh notices even when it shares its address and token with other clients.
 GENERATION_HEADER = "A2T-Catalog-Generation"
+# Declarations the change history holds in all, besides its 2048 changes: each change keeps the
+# declarations it made, and those replaced since live on only there (an upstream of many tools
+# declared again at each reconnect kept 2048 listings of them). Older changes go first.
+HISTORY_DECLARATIONS = 10_000
 
 
 class CatalogViews:
     """Which catalog generation each caller last listed, and which declarations changed at each
     generation, so an execute response can name the groups the caller should re-list."""
 
-    def __init__(self, catalog: Catalog, history: int = 2048, callers: int = 10_000) -> None:
+    def __init__(self, catalog: Catalog, history: int = 2048, callers: int = 10_000,
+                 declarations: int = HISTORY_DECLARATIONS) -> None:
         self.catalog = catalog
-        self._changes: deque[tuple[int, list[ToolDeclaration], str | None]] = deque(maxlen=history)
+        self.history = history
+        self.declarations = declarations
+        self._changes: deque[tuple[int, list[ToolDeclaration], str | None]] = deque()
+        self._held = 0  # declarations in `_changes`
         self._seen: LRUCache[str, int] = LRUCache(maxsize=callers)
         self._unsubscribe = catalog.subscribe(self._on_change)
 
     def _on_change(self, change: CatalogChange) -> None:
-        self._changes.append((self.catalog.generation, [*change.added, *change.updated, *change.removed], change.upstream))
+        decls = [*change.added, *change.updated, *change.removed]
+        if len(decls) > self.declarations:
+            decls = []  # kept as a change of its whole upstream
+        self._changes.append((self.catalog.generation, decls, change.upstream))
+        self._held += len(decls)
+        while len(self._changes) > self.history or self._held > self.declarations:
+            self._held -= len(self._changes.popleft()[1])
 
     def close(self) -> None:
         self._unsubscribe()

@@ -3,10 +3,12 @@ execution with HTTP 200 error objects, and group_refresh notices."""
 
 from __future__ import annotations
 
-from bridge.model import ToolError, UpstreamResult
-from bridge.serve.rest_a2t import GENERATION_HEADER, SEARCH_MATCHES
+import gc
+
+from bridge.model import ToolDeclaration, ToolError, UpstreamResult
+from bridge.serve.rest_a2t import GENERATION_HEADER, HISTORY_DECLARATIONS, SEARCH_MATCHES
 from tests.fakes import FakeUpstream, tool
-from tests.serve.rest_env import TOKEN_ALL, TOKEN_NARROW, config_with, narrow_surfaces, serving
+from tests.serve.rest_env import TOKEN_ALL, TOKEN_NARROW, config_with, indexed, narrow_surfaces, serving
 from tests.servers import raw_exchange
 
 
@@ -150,6 +152,30 @@ async def test_group_refresh_hides_groups_the_caller_cannot_see():
         await until_name(served, "weather__secret_sonar")
         _, body, _ = await served.post("/a2t/tools/math__add", {}, token=TOKEN_NARROW)
         assert "meta" not in body
+
+
+async def test_the_change_history_holds_a_bounded_number_of_declarations():
+    """An upstream whose tools are all declared again at each change (a reconnect marks them
+    unavailable, then lists them anew) leaves no more than HISTORY_DECLARATIONS replaced
+    declarations behind; a caller whose view is older than the history hears of every group."""
+    weather, math = two_upstreams()
+    async with serving(weather, math, config=config_with(search={"semantic": "off"})) as served:
+        _, _, response = await served.get("/a2t/tools")
+        first_view = response.headers[GENERATION_HEADER]
+        catalog = served.bridge.catalog
+        for n in range(250):  # 12,500 declarations
+            catalog.apply_tools("weather", [tool(f"t{i}", description=f"Tool {i}, listing {n}.") for i in range(50)])
+        _, _, response = await served.get("/a2t/tools")
+        recent_view = response.headers[GENERATION_HEADER]
+        catalog.apply_tools("math", [tool("add", description="Add two numbers")])
+        await indexed(served.bridge)  # the index's writer lets go of the changes it committed before
+        gc.collect()
+        alive = sum(isinstance(o, ToolDeclaration) for o in gc.get_objects())
+        assert alive <= len(catalog) + HISTORY_DECLARATIONS
+        _, body, _ = await served.post("/a2t/tools/math__add", {}, headers={GENERATION_HEADER: recent_view})
+        assert body["meta"]["data"]["group_ids"] == ["math"]
+        _, body, _ = await served.post("/a2t/tools/math__add", {}, headers={GENERATION_HEADER: first_view})
+        assert body["meta"]["data"]["group_ids"] == ["math", "weather"]
 
 
 async def until_name(served, name: str) -> None:
