@@ -64,6 +64,7 @@ COMPACT_MIN_TOOLS = 20_000
 PAUSE_MOST = 0.05
 _FORMAT_FILE = "bridge-search.json"  # the format, and which generation of the index is the current one
 _DIGEST_LOG = "digests.log"  # in the generation's folder
+LOG_SLACK = 10_000  # lines a digest log may hold past twice its tools' before it is written anew
 
 
 def _generation(number: int) -> str:
@@ -379,6 +380,7 @@ class ToolIndex:
         self._index = self._ready(self._open(path))
         self._writer = self._index.writer(heap_size=heap_size, num_threads=threads)
         self._log_file: Any = None
+        self._log_lines = 0  # lines in the digest log, rewritten whole once they outgrow the tools (`_append_log`)
         if path is not None:
             self._load_digests()
         self._queue: queue.Queue[_Batch | None] = queue.Queue()
@@ -503,12 +505,37 @@ class ToolIndex:
         for tools in self._digests.values():
             for tool_id in tools:
                 self._known(tool_id, tool_key(tool_id))
-        if lines > 2 * self.tool_count + 10_000 or not log_path.exists():
-            tmp = log_path.with_suffix(".tmp")
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.writelines(_digest_lines(self._digests))
-            os.replace(tmp, log_path)
+        self._log_lines = lines
+        if self._log_outgrown() or not log_path.exists():
+            self._rewrite_log(log_path)
         self._log_file = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for appends
+
+    def _log_outgrown(self) -> bool:
+        return self._log_lines > 2 * self.tool_count + LOG_SLACK
+
+    def _rewrite_log(self, log_path: Path) -> None:
+        """The digest log written anew from the digests held (a line a tool), in place of the old
+        one at once: a crash leaves either whole."""
+        tmp = log_path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(_digest_lines(self._digests))
+        os.replace(tmp, log_path)
+        self._log_lines = self.tool_count
+
+    def _append_log(self, lines: list[str]) -> None:
+        """Log the lines of a commit (writer thread). A long-running bridge whose tools keep
+        changing added a line a change for its whole life; once the log holds more than twice its
+        tools' lines (and 10,000 more), it is written anew."""
+        if self._log_file is None:
+            return
+        self._log_file.writelines(lines)
+        self._log_file.flush()
+        self._log_lines += len(lines)
+        if self._log_outgrown():
+            self._log_file.close()
+            path = Path(self._log_file.name)
+            self._rewrite_log(path)
+            self._log_file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for appends
 
     def _known(self, tool_id: str, key: int) -> None:
         """Map the tool's key to its id (before its document is searchable; a deleted tool's key
@@ -774,6 +801,7 @@ class ToolIndex:
                 gone.extend(tool_id for tool_id in tools.keys() - held.keys() if tool_id not in c.owner)
         old = self._generation
         self._index, self._writer, self._digests, self._log_file = c.index, c.writer, c.digests, c.log_file
+        self._log_lines = self.tool_count  # the new log: the digests whole, and the lines since (about as many)
         self._generation = generation
         c.index = c.writer = c.log_file = None
         for tool_id in gone:
@@ -863,9 +891,7 @@ class ToolIndex:
             committing = True
             writer.commit()
             self._index.reload()
-            if self._log_file is not None:
-                self._log_file.writelines(lines)
-                self._log_file.flush()
+            self._append_log(lines)
             self.documents_written += written
             self.commits += 1
             return True
@@ -934,9 +960,7 @@ class ToolIndex:
         self._index.reload()
         self.documents_written += count
         self.commits += 1
-        if self._log_file is not None:
-            self._log_file.writelines(lines)
-            self._log_file.flush()
+        self._append_log(lines)
         return count
 
     def close(self) -> None:

@@ -1887,6 +1887,27 @@ def test_a_torn_or_unreadable_digest_log_empties_the_index_which_is_written_agai
     assert caplog.text.count("unreadable line") == 3
 
 
+def test_the_digest_log_of_a_running_index_is_written_anew_once_it_outgrows_its_tools(tmp_path, monkeypatch):
+    # a line a change, for the process's whole life: a bridge whose tools kept changing grew it
+    # without end (it was rewritten only at the next start)
+    import bridge.search_index as si
+
+    monkeypatch.setattr(si, "LOG_SLACK", 10)
+    path = str(tmp_path / "log.index")
+    index = si.ToolIndex(path)
+    try:
+        for round_ in range(12):  # 3 tools, changed 12 times: 36 lines without the rewrite
+            index.submit([indexed(t, f"{t} report version {round_}") for t in ("a", "b", "c")])
+            assert index.flush()
+        log_path = next(Path(path).glob("g*/digests.log"))
+        assert len(log_path.read_text().splitlines()) <= 2 * 3 + 10 + 3
+        assert hits(index, "version 11", limit=3) and index.tool_count == 3
+        digests = {ns: dict(tools) for ns, tools in index._digests.items()}
+    finally:
+        index.close()
+    assert_reopens_as(path, digests, 3)  # the log written anew agrees with the index
+
+
 def test_an_index_whose_current_generation_is_gone_is_rebuilt_saying_so(tmp_path, caplog):
     import bridge.search_index as si
 
