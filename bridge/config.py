@@ -146,6 +146,7 @@ class InvokeConfig(_Strict):
     default_timeout: float | None = Field(default=None, gt=0, description="overrides upstream timeouts")
     log_keep: int = Field(default=1_000_000, ge=1000, description="invocation log rows kept; the oldest are dropped")
     results_keep: int = Field(default=10_000, ge=10, description="persisted large results kept; the oldest are dropped")
+    results_keep_mb: int = Field(default=1024, ge=1, description="megabytes of persisted large results kept; the oldest are dropped")
 
 
 class SearchConfig(_Strict):

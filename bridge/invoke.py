@@ -311,7 +311,9 @@ class Invoker:
             self._validate(decl, version, schema, arguments)
             check_permission(decl, surface_obj)
             result = await self._execute(decl, arguments, invocation_id, progress, meta or {}, config)
-            envelope = self._map(decl, version, invocation_id, result, surface_obj.name, config)
+            envelope, size = self._map(decl, version, invocation_id, result, config)
+            if size > config.inline_result_limit:
+                await self._persist(envelope, size, surface_obj.name, config)
         except BridgeError as exc:
             envelope = error_result(exc, invocation_id=invocation_id, decl=decl, version=version)
             if has_surrogates(exc.message):  # an upstream's text quoted in the message
@@ -435,8 +437,9 @@ class Invoker:
                 status="timed_out",
             ) from None
 
-    def _map(self, decl: ToolDeclaration, version: int, invocation_id: str, result: UpstreamResult, surface: str,
-             config: InvokeConfig) -> ToolResult:
+    def _map(self, decl: ToolDeclaration, version: int, invocation_id: str, result: UpstreamResult,
+             config: InvokeConfig) -> tuple[ToolResult, int]:
+        """The result envelope of an upstream's answer, and the answer's size in characters."""
         size, suspect = _size_of(result)
         if suspect:
             result = without_surrogates(result)
@@ -480,18 +483,22 @@ class Invoker:
                 recoverability="change_arguments",
                 status="too_large",
             )
-        if size > config.inline_result_limit:
-            self._persist(envelope, size, surface, config)
-        return envelope
+        return envelope, size
 
-    def _persist(self, envelope: ToolResult, size: int, surface: str, config: InvokeConfig) -> None:
+    async def _persist(self, envelope: ToolResult, size: int, surface: str, config: InvokeConfig) -> None:
         """Keep a preview inline; the whole payload goes to the store behind a ref, readable
-        through the surface whose call made it (`get_persisted`)."""
-        payload = json.dumps(
-            {"content": envelope.content, "structured_content": envelope.structured_content}, default=str
-        ).encode()
+        through the surface whose call made it (`get_persisted`). The payload is made and
+        written on a worker thread: a large one (and the oldest results dropped with it, a
+        transaction of many megabytes) stalled every call on the event loop meanwhile."""
         ref = new_id("blob")
-        self.store.put_result(ref, envelope.invocation_id, "application/json", payload, surface, keep=config.results_keep)
+
+        def write() -> int:
+            payload = json.dumps({"content": envelope.content, "structured_content": envelope.structured_content}, default=str).encode()
+            self.store.put_result(ref, envelope.invocation_id, "application/json", payload, surface, keep=config.results_keep,
+                                  keep_bytes=config.results_keep_mb << 20)
+            return len(payload)
+
+        stored = await asyncio.to_thread(write)
         preview_source = _first_text_blocks(envelope.content) or json.dumps(envelope.structured_content, default=str)
         preview = preview_source[: config.preview_chars]
         decision = ResultPersistence(
@@ -499,7 +506,7 @@ class Invoker:
             invocation_id=envelope.invocation_id,
             result_id=envelope.result_id,
             threshold={"max_inline_chars": config.inline_result_limit},
-            original_size_bytes=len(payload),
+            original_size_bytes=stored,
             preview_size_bytes=len(preview.encode()),
             persisted_ref={"uri": f"bridge://results/{ref}", "ref": ref, "media_type": "application/json"},
         )
@@ -509,7 +516,7 @@ class Invoker:
                 "text": f"Result of {size} characters exceeds the inline limit of {config.inline_result_limit}; "
                 f"the full result is stored at bridge://results/{ref}. Preview:\n{preview}",
             },
-            {"type": "resource_link", "uri": f"bridge://results/{ref}", "name": ref, "mimeType": "application/json", "size": len(payload)},
+            {"type": "resource_link", "uri": f"bridge://results/{ref}", "name": ref, "mimeType": "application/json", "size": stored},
         ]
         envelope.structured_content = None
         envelope.persisted = decision

@@ -112,6 +112,7 @@ class Store:
         self._lock = threading.Lock()
         self._logged: int | None = None  # rows in the invocation log, counted once then kept up to date
         self._results: int | None = None  # persisted results, likewise
+        self._result_bytes = 0  # their payloads' bytes, once counted
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             why = self._not_a_store()  # before anything is written: another application's file stays as it is
@@ -312,24 +313,35 @@ class Store:
     # persisted results ------------------------------------------------------------------------
 
     def put_result(self, ref: str, invocation_id: str, media_type: str, payload: bytes, surface: str | None = None,
-                   keep: int | None = None) -> None:
+                   keep: int | None = None, keep_bytes: int | None = None) -> None:
         """Persist a result, made by a call through `surface`. With `keep`, about that many of the
-        latest results are kept: once there are a tenth more, the oldest go."""
+        latest results are kept: once there are a tenth more, the oldest go. With `keep_bytes`,
+        the latest results whose payloads add up to about that many bytes: once they pass it by a
+        tenth, the oldest go until they are within it (the newest result is always kept)."""
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO results (ref, invocation_id, media_type, size, payload, created_at, surface) "
                 "VALUES (?,?,?,?,?,?,?)",
                 (ref, invocation_id, media_type, len(payload), payload, now_iso(), surface),
             )
-            if keep is None:
+            if keep is None and keep_bytes is None:
                 return
             if self._results is None:
-                self._results = self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+                self._results, self._result_bytes = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM results").fetchone()
             else:
                 self._results += 1
-            if self._results > keep + max(keep // 10, 10):
+                self._result_bytes += len(payload)
+            over_count = keep is not None and self._results > keep + max(keep // 10, 10)
+            over_bytes = keep_bytes is not None and self._result_bytes > keep_bytes + keep_bytes // 10
+            if over_count:
                 self._db.execute("DELETE FROM results WHERE rowid <= (SELECT MAX(rowid) FROM results) - ?", (keep,))
-                self._results = self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+            if over_bytes:  # the oldest whose newer results (and they) pass keep_bytes
+                self._db.execute(
+                    "DELETE FROM results WHERE rowid <= (SELECT rowid FROM (SELECT rowid, SUM(size) OVER (ORDER BY rowid DESC) "
+                    "AS newer FROM results) WHERE newer > ? AND rowid < (SELECT MAX(rowid) FROM results) ORDER BY rowid DESC LIMIT 1)",
+                    (keep_bytes,))
+            if over_count or over_bytes:
+                self._results, self._result_bytes = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM results").fetchone()
 
     def get_result(self, ref: str) -> tuple[str, bytes, str | None] | None:
         """(media type, payload, the surface whose call made it) of a persisted result, or None."""

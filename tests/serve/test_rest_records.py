@@ -4,6 +4,7 @@ probes, and the OpenAPI document that describes every route."""
 from __future__ import annotations
 
 import re
+import threading
 
 from openapi_spec_validator import validate
 from starlette.routing import Route
@@ -162,6 +163,35 @@ async def test_dropping_the_oldest_results_leaves_the_store_its_size(tmp_path):
         assert wal.stat().st_size <= WAL_KEPT_BYTES
         status, payload, _ = await served.get(f"/results/{body['persisted']['persisted_ref']['ref']}")
         assert status == 200 and payload["content"][0]["text"] == "y" * 4_000_000
+
+
+async def test_persisted_results_are_kept_within_results_keep_mb_written_off_the_event_loop():
+    config = config_with(invoke={"inline_result_limit": 256, "preview_chars": 10, "results_keep_mb": 1})
+    big = FakeUpstream(name="big")
+    async with serving(big, config=config) as served:
+        store = served.bridge.store
+        writers: list[int] = []
+        put = store.put_result
+
+        def recorded(*args, **kwargs):
+            writers.append(threading.get_ident())
+            return put(*args, **kwargs)
+
+        store.put_result = recorded
+        refs = []
+        for i in range(15):  # 15 results of 200 KB: 3 MB, past 1 MB
+            status, body, _ = await served.post("/invoke", {"tool": "big__echo", "arguments": {"text": f"{i % 10}" * 200_000}})
+            assert status == 200
+            refs.append(body["persisted"]["persisted_ref"]["ref"])
+        kept = [ref for ref in refs if (await served.get(f"/results/{ref}"))[0] == 200]
+        sizes = dict(store._db.execute("SELECT ref, size FROM results").fetchall())
+        assert kept == refs[-len(kept):] and 2 <= len(kept) < 15  # the latest, about 1 MB of them
+        assert (1 << 20) - sizes[kept[0]] < sum(sizes.values()) <= (1 << 20) * 11 // 10
+        big.result = UpstreamResult(content=[{"type": "text", "text": "z" * 3_000_000}])  # one result past the cap itself
+        status, body, _ = await served.post("/invoke", {"tool": "big__echo"})
+        status, payload, _ = await served.get(f"/results/{body['persisted']['persisted_ref']['ref']}")
+        assert status == 200 and payload["content"][0]["text"] == "z" * 3_000_000  # the newest is always kept
+        assert writers and threading.get_ident() not in writers  # written on a worker thread, not the loop's
 
 
 async def test_health_and_readiness():
