@@ -261,11 +261,18 @@ class Catalog:
                 await task
         if self._off_loop_jobs:  # what a cancelled task left on a worker thread ends first
             await asyncio.gather(*self._off_loop_jobs, return_exceptions=True)
-        for slot in self.slots.values():
+
+        async def stop(slot: UpstreamSlot) -> None:
             with contextlib.suppress(Exception):
                 await slot.upstream.close()
             if slot.sidecar is not None:
                 await slot.sidecar.stop()
+
+        # all at once: a stdio server may take its shutdown_timeout (2 s) to exit, and 300 of
+        # them closed one after another held a SIGTERM'd bridge for 10 minutes
+        failures = [r for r in await asyncio.gather(*(stop(s) for s in self.slots.values()), return_exceptions=True) if r is not None]
+        if failures:
+            raise failures[0]
 
     async def __aenter__(self) -> Catalog:
         await self.start()

@@ -381,6 +381,22 @@ async def test_closing_waits_for_the_names_a_large_listing_is_writing(tmp_path, 
     assert len(store.assigned_names()) == OFF_LOOP_TOOLS
 
 
+async def test_closing_closes_every_upstream_at_once():
+    # a stdio server may take its shutdown_timeout to exit: closed one after another, 300 of
+    # them held a stopping bridge for minutes
+    ups = [FakeUpstream(name=f"u{i}") for i in range(50)]
+    catalog = Catalog(Store())
+    for up in ups:
+        up.close_gate = asyncio.Event()
+        catalog.add_upstream(up)
+    await catalog.start()
+    closing = asyncio.create_task(catalog.close())
+    await until(lambda: all(up.closed == 1 for up in ups))  # every close begun while none has ended
+    for up in ups:
+        up.close_gate.set()
+    await closing
+
+
 async def test_has_pending_follows_every_upstream_state_without_looking_at_each():
     catalog = Catalog(Store())
     fine = FakeUpstream(name="fine")
