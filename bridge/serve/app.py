@@ -177,9 +177,18 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
     stop_reloading = reload_on_hangup(bridge, config.source)  # SIGHUP: the config file read again and applied
     app: Starlette | None = None
     try:
-        await bridge.start(wait=True)
+        # a signal while the upstreams first connect stops the bridge then, not once the slowest
+        # has had its start_timeout (which a supervisor's grace period may not cover)
+        starting = asyncio.ensure_future(bridge.start(wait=True))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
         if stop.is_set():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
             return 0
+        starting.result()
         app = build_app(bridge, host=host)
         settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
         uv_config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, log_level="warning", access_log=False, lifespan="on",
