@@ -211,7 +211,9 @@ class MCPUpstream(Upstream):
         finally:
             self._client = None
         if not ready.done():
-            ready.set_exception(ConnectionError(self._failure_text(failure, connecting=True)))
+            error = ConnectionError(self._failure_text(failure, connecting=True))
+            error.__cause__ = _leaf(failure) if failure is not None else None  # what the catalog looks at (EMFILE, say)
+            ready.set_exception(error)
             return
         if not self._closing:
             reason = self._lost_reason or self._failure_text(failure, connecting=False)

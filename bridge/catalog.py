@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import hashlib
 import logging
+import os
 import random
 import re
+import resource
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -317,6 +320,8 @@ class Catalog:
                 raise
             except BaseException as exc:  # noqa: BLE001 - every failure is reported, none escapes
                 reason = _reason(exc, f"no answer within start_timeout={cfg.start_timeout}s")
+                if note := _out_of_files(exc):
+                    reason = f"{reason} ({note})"
                 with contextlib.suppress(Exception):
                     await up.close()
                 exited = slot.sidecar.describe_exit() if slot.sidecar else None
@@ -811,3 +816,26 @@ def _reason(exc: BaseException, timeout_text: str) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) < 500 else text[:497] + "..."
 
+
+
+def _out_of_files(exc: BaseException) -> str | None:
+    """What to do when an attempt failed as the process ran out of file descriptors: said by
+    EMFILE, or, as uvloop answers the spawns after the first EMFILE with `[Errno -1] Unknown
+    error -1`, by an OSError while four fifths of the limit or more are open (when the failure is
+    handled, the attempts that failed with it may have given some back)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    try:
+        in_use = len(os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"))
+    except OSError as listing:  # the listing takes a descriptor too
+        in_use = soft if listing.errno == errno.EMFILE else 0
+    seen: set[int] = set()
+    emfile = oserror = False
+    while exc is not None and id(exc) not in seen and not emfile:
+        seen.add(id(exc))
+        oserror = oserror or isinstance(exc, OSError)
+        emfile = isinstance(exc, OSError) and exc.errno == errno.EMFILE
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    if not emfile and (not oserror or soft == resource.RLIM_INFINITY or in_use < soft * 0.8):
+        return None
+    return (f"the bridge is out of file descriptors: {in_use} open, its limit (ulimit -n) is {soft}; "
+            "raise the limit where it is started (`ulimit -n 65536`, LimitNOFILE= in a systemd unit), or serve fewer upstreams")

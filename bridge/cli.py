@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import os
+import resource
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -372,8 +374,21 @@ def _loop_factory(command: str, config: BridgeConfig | None) -> Callable[[], asy
     return uvloop.new_event_loop
 
 
+def _open_files_limit_raised() -> None:
+    """The soft limit of open file descriptors raised to the hard one: a stdio upstream holds
+    three, so a bridge of 300 MCP servers under the soft limit shells and systemd give (1,024,
+    while the hard one is far higher) ran out as they started."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:  # macOS: the kernel takes no more than its own maximum
+        hard = max(soft, 65536) if soft != resource.RLIM_INFINITY else soft
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _open_files_limit_raised()
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         stream=sys.stderr,

@@ -1,7 +1,8 @@
 """MCP upstreams when things go wrong: a server that exits or is killed, one that cannot come
 back for a while, one that hangs, an HTTP server that goes away; reconnects, the reasons
 reported, calls during the outage, and no process left behind. And servers that answer badly:
-tools the SDK rejects, answers that cannot be read or are too long, a storm of change notices."""
+tools the SDK rejects, answers that cannot be read or are too long, a storm of change notices.
+And more servers than the process may open descriptors for."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +30,7 @@ from tests.servers import free_port, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")
+TINY = str(Path(__file__).parent / "mcp_fixtures" / "tiny_server.py")
 FAST_RETRY = {"retry_initial": 0.05, "retry_max": 0.2, "shutdown_timeout": 0.2}
 
 
@@ -362,3 +367,31 @@ async def test_arguments_json_cannot_carry_are_refused_before_the_upstream_and_i
         assert (await bridge.invoker.invoke("srv__echo", nested(MAX_ARGUMENT_DEPTH))).content[0]["text"] == "deep"
         assert await pid_of(bridge, "srv") == pid
         assert [e for e in (await bridge.invoker.invoke("srv__events", {})).content[0]["text"].split("\n") if "echo" in e]
+
+
+def check_with_open_files_limit(tmp_path: Path, servers: int, soft: int, hard: int) -> subprocess.CompletedProcess[str]:
+    """`bridge check --json` on `servers` stdio servers, run under the given limits of open files."""
+    config = {"store": {"path": ":memory:"}, "search": {"semantic": "off"},
+              "upstreams": [{"name": f"s{i}", "kind": "mcp", "command": "python", "args": [TINY], "retry_initial": 30} for i in range(servers)]}
+    (tmp_path / "bridge.json").write_text(json.dumps(config))
+    return subprocess.run([sys.executable, "-m", "bridge.cli", "check", "--json", "-c", str(tmp_path / "bridge.json")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+
+
+def test_many_stdio_servers_start_under_a_low_soft_limit_of_open_files(tmp_path):
+    # each server holds three descriptors: 40 of them past a soft limit of 64 failed, though
+    # the hard limit let the bridge raise it
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip(f"the hard limit of open files is {hard}")
+    done = check_with_open_files_limit(tmp_path, 40, 64, hard)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [u["state"] for u in json.loads(done.stdout)] == ["ready"] * 40
+
+
+def test_stdio_servers_past_the_hard_limit_of_open_files_fail_naming_the_limit_and_its_fix(tmp_path):
+    done = check_with_open_files_limit(tmp_path, 40, 64, 64)
+    assert done.returncode == 1
+    failed = [u for u in json.loads(done.stdout) if u["state"] == "failed"]
+    assert failed and all("out of file descriptors" in u["reason"] and "ulimit -n) is 64" in u["reason"] for u in failed), failed

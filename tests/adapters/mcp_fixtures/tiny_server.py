@@ -1,0 +1,37 @@
+"""An MCP stdio server on the standard library alone, for tests that start many: it starts in a
+few milliseconds (the SDK's import costs a second of CPU). It answers `initialize`, `ping` and
+`tools/call`, and lists one `echo` tool.
+
+    python tests/adapters/mcp_fixtures/tiny_server.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+ECHO = {"name": "echo", "description": "Echo the given text.", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}
+
+
+def answer(message: dict) -> dict:
+    method, params = message.get("method"), message.get("params") or {}
+    if method == "initialize":
+        return {"protocolVersion": params.get("protocolVersion", "2025-11-25"), "capabilities": {"tools": {}},
+                "serverInfo": {"name": "tiny", "version": "1"}}
+    if method == "tools/list":
+        return {"tools": [ECHO]}
+    if method == "tools/call":
+        return {"content": [{"type": "text", "text": str((params.get("arguments") or {}).get("text", ""))}]}
+    return {}
+
+
+def main() -> None:
+    for line in sys.stdin:
+        message = json.loads(line)
+        if "id" in message and "method" in message:
+            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": answer(message)}) + "\n")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
