@@ -124,6 +124,7 @@ class UpstreamSlot:
     sidecar: Sidecar | None = None
     unicode_warned: set[str] = field(default_factory=set)  # native ids whose bad text was reported
     long_warned: set[str] = field(default_factory=set)  # native ids whose cut description was reported
+    failure_warned: str | None = None  # the reason of the failed attempts warned about since the last success
 
     @property
     def name(self) -> str:
@@ -337,10 +338,16 @@ class Catalog:
                 slot.retry_at = loop.time() + delay
                 self._mark(slot, "failed" if not slot.tools else "unavailable", reason, next_retry=delay)
                 slot.first_attempt.set()
-                log.warning("upstream %s failed: %s (retry in %.1fs)", slot.name, reason, delay)
+                # a reason warned once; its repeats at INFO: 60 broken upstreams otherwise wrote
+                # 130 warnings a minute, for as long as they stayed broken
+                repeated = reason == slot.failure_warned
+                slot.failure_warned = reason
+                log.log(logging.INFO if repeated else logging.WARNING, "upstream %s failed: %s (retry in %.1fs%s)", slot.name, reason, delay,
+                        "" if repeated else "; the same failure again is logged at INFO")
                 await self._wait_or_event(slot, delay)
                 continue
             slot.retry_at = None
+            slot.failure_warned = None
             slot.first_attempt.set()
             return
 

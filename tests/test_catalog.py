@@ -92,6 +92,32 @@ async def test_failing_upstream_leaves_others_serving():
         await catalog.close()
 
 
+async def test_a_failure_that_repeats_is_warned_once_until_its_reason_changes_or_the_upstream_recovers(caplog):
+    # every retry of a broken upstream was a warning: 60 of them wrote 130 a minute, for good
+    caplog.set_level("INFO", logger="bridge.catalog")
+    up = FakeUpstream(FakeConfig(name="bad", fail_start="refused", retry_initial=0.001, retry_max=0.001))
+    catalog = Catalog(Store())
+    catalog.add_upstream(up)
+    await catalog.start(wait=False)
+
+    def said(level: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelname == level and r.getMessage().startswith("upstream bad failed")]
+
+    try:
+        await until(lambda: up.started >= 5)
+        assert len(said("WARNING")) == 1 and "refused" in said("WARNING")[0] and len(said("INFO")) >= 3
+        up.config.fail_start = "reset by peer"
+        await until(lambda: len(said("WARNING")) == 2)
+        assert "reset by peer" in said("WARNING")[1]
+        up.config.fail_start = None
+        await until(lambda: catalog.slot("bad").health.state == "ready")
+        up.config.fail_start = "reset by peer"  # after a recovery, the same reason is news again
+        up.drop("gone")
+        await until(lambda: len(said("WARNING")) == 3)
+    finally:
+        await catalog.close()
+
+
 async def test_pending_providers_follow_every_change_of_state():
     # the list is kept between searches: each change of an upstream's state, however made, and
     # each upstream added must show in the next answer
