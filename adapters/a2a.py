@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import ssl
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -84,7 +86,7 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
     read."""
 
     def __init__(self, limit: int) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
+        self.inner = httpx.AsyncHTTPTransport(verify=_tls_context())
         self.limit = limit
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -147,6 +149,14 @@ def _chosen_interface(card: AgentCard, bindings: list[str], client_preference: b
         binding = next((i.protocol_binding for i in interfaces if i.protocol_binding in bindings), None)
     candidates = [i for i in interfaces if i.protocol_binding == binding]
     return next((i for i in candidates if i.protocol_version.startswith("1.0")), candidates[0] if candidates else None)
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The TLS context of every A2A client, made once (httpx's default: certifi's CA bundle, or
+    SSL_CERT_FILE): making one reads the bundle, 30 ms of CPU on the event loop, which each start
+    did, so every retry of an agent that cannot be reached."""
+    return httpx.create_ssl_context()
 
 
 class A2AUpstream(Upstream):

@@ -14,7 +14,9 @@ a content block of a type the SDK does not know is kept as it came, the known on
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import ssl
 import sys
 import urllib.parse
 from contextlib import AsyncExitStack
@@ -28,7 +30,7 @@ from mcp import Client
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import methods as mcp_methods
@@ -119,6 +121,14 @@ class MCPConfig(UpstreamConfig):
         host = parts.hostname or ""
         port = f":{parts.port}" if parts.port else ""
         return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The TLS context of every HTTP session, made once (httpx's default: certifi's CA bundle, or
+    SSL_CERT_FILE): making one reads the bundle, 30 ms of CPU on the event loop, which each
+    connection did, so every retry of a server that cannot be reached."""
+    return httpx2.create_ssl_context()
 
 
 class MCPUpstream(Upstream):
@@ -236,9 +246,9 @@ class MCPUpstream(Upstream):
             )
             return self._child.connect()
         read_timeout = max(MCP_DEFAULT_SSE_READ_TIMEOUT, cfg.timeout * 2)
-        http = create_mcp_http_client(
-            headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout)
-        )
+        # the SDK's create_mcp_http_client, with the TLS context made once
+        http = httpx2.AsyncClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
+                                  verify=_tls_context())
         await stack.enter_async_context(http)
         assert cfg.url is not None
         return streamable_http_client(cfg.url, http_client=http)

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -395,3 +396,16 @@ def test_stdio_servers_past_the_hard_limit_of_open_files_fail_naming_the_limit_a
     assert done.returncode == 1
     failed = [u for u in json.loads(done.stdout) if u["state"] == "failed"]
     assert failed and all("out of file descriptors" in u["reason"] and "ulimit -n) is 64" in u["reason"] for u in failed), failed
+
+
+async def test_an_http_server_that_cannot_be_reached_costs_little_cpu_to_try_again():
+    # each connection made a TLS context, reading the CA bundle: 30 ms of CPU on the event loop
+    # at every retry of each server that could not be reached
+    config = parse_config({"upstreams": [{"name": "gone", "kind": "mcp", "url": f"http://127.0.0.1:{free_port()}/mcp"}]}, source="test")
+    up = MCPUpstream(config.upstreams[0])
+    begun = time.process_time()
+    for _ in range(30):
+        with pytest.raises(ConnectionError, match="HTTP connection to http://127.0.0.1:.* failed"):
+            await up.start()
+    await up.close()
+    assert time.process_time() - begun < 0.6
