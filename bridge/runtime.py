@@ -91,12 +91,15 @@ class Bridge:
             changed = [name for name in after if name in before and after[name] != before[name]]
             made = {name: upstream_class(after[name].kind)(after[name]) for name in after if name not in before or name in changed}
             removed = [name for name in before if name not in after]
-            for name in removed:
-                await self.catalog.remove_upstream(name)
+            # stopped all at once: a stdio server may take its shutdown_timeout (2 s) to exit, and
+            # 300 of them stopped one after another held the reload (and the next) for 10 minutes
+            stopping = [self.catalog.remove_upstream(name) for name in removed]
+            stopping += [self.catalog.replace_upstream(upstream) for name, upstream in made.items() if name in changed]
+            failures = [r for r in await asyncio.gather(*stopping, return_exceptions=True) if r is not None and not isinstance(r, UpstreamSlot)]
+            if failures:
+                raise failures[0]
             for name, upstream in made.items():
-                if name in changed:
-                    await self.catalog.replace_upstream(upstream)
-                else:
+                if name not in changed:
                     self.catalog.add_upstream(upstream)
             await self.catalog.start(wait=False)
             surfaces = self.surfaces.update(config.surfaces)

@@ -69,6 +69,32 @@ async def test_upstreams_added_removed_and_restarted_by_name_the_others_untouche
         await bridge.close()
 
 
+async def test_upstreams_removed_or_restarted_by_a_reload_are_stopped_at_once():
+    # a stdio server may take its shutdown_timeout to exit: stopped one after another, 300 of
+    # them held the reload for minutes
+    names = [f"u{i}" for i in range(40)]
+    bridge = Bridge(parse_config(config(*names)))
+    await bridge.start()
+    ups = [bridge.catalog.slot(name).upstream for name in names]
+    for up in ups:
+        up.close_gate = asyncio.Event()
+    try:
+        kept = config(*names[:20])
+        for entry in kept["upstreams"]:
+            entry["tags"] = ["moved"]  # restarted with new settings; the other 20 removed
+        reloading = asyncio.create_task(bridge.reload(parse_config(kept)))
+        await until(lambda: all(up.closed == 1 for up in ups))  # every stop begun while none has ended
+        for up in ups:
+            up.close_gate.set()
+        assert await reloading == f"removed: {', '.join(names[20:])}; restarted: {', '.join(names[:20])}"
+        await until(lambda: all(bridge.catalog.slot(name).health.state == "ready" for name in names[:20]))
+        assert sorted(bridge.catalog.slots) == sorted(names[:20])
+    finally:
+        for up in ups:
+            up.close_gate.set()
+        await bridge.close()
+
+
 async def test_keys_that_need_a_restart_keep_their_running_values_with_a_warning_each(caplog):
     bridge = Bridge(parse_config(config("svc")))
     await bridge.start()
