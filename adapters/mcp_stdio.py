@@ -31,6 +31,8 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from bridge.sidecar import death_guard, runnable
+
 __all__ = ["MAX_LINE", "UNREADABLE", "StdioChild", "redact"]
 
 log = logging.getLogger("bridge.adapters.mcp")
@@ -122,8 +124,12 @@ class StdioChild:
     async def connect(self) -> AsyncIterator[TransportStreams]:
         if not os.path.isdir(self.cwd):
             raise FileNotFoundError(f"cwd {self.cwd!r} is not a folder")
+        # started as `launch:` processes are: through setpriv --pdeathsig where it works, so a
+        # server that ignores the end of its stdin still ends when the bridge is killed
+        guard = await death_guard()
+        argv = [*guard, runnable(self.argv[0], self.cwd, (self.env or os.environ).get("PATH", os.defpath)), *self.argv[1:]] if guard else self.argv
         self.process = process = await anyio.open_process(
-            self.argv,
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bridge.upstream import LaunchConfig
 
-__all__ = ["Sidecar"]
+__all__ = ["Sidecar", "death_guard", "runnable"]
 
 log = logging.getLogger("bridge.sidecar")
 
@@ -50,7 +50,7 @@ async def death_guard() -> list[str]:
     return _death_guard
 
 
-def _runnable(command: str, cwd: str, path: str | None) -> str:
+def runnable(command: str, cwd: str, path: str | None) -> str:
     """The file `command` runs, found as exec would (by PATH, or from `cwd` when it names a
     folder), so a missing or non-executable command is said before anything starts (setpriv
     would only print it and exit 127)."""
@@ -113,7 +113,7 @@ class Sidecar:
             guard = await death_guard()
             self.process = await asyncio.create_subprocess_exec(
                 *guard,
-                _runnable(command, cwd, env.get("PATH", os.defpath)) if guard else command,
+                runnable(command, cwd, env.get("PATH", os.defpath)) if guard else command,
                 *self.config.args,
                 cwd=cwd,
                 env=env,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -60,3 +62,23 @@ async def raw_exchange(base: str, request: bytes) -> bytes:
         return await reader.read()
     finally:
         writer.close()
+
+
+def process_running(pid: int) -> bool:
+    """The process is there and no zombie (a zombie still answers kill 0)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def process_ended(pid: int, within: float = 10.0) -> bool:
+    """Whether the process ended within `within` seconds; killed if it did not."""
+    deadline = asyncio.get_running_loop().time() + within
+    while process_running(pid) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+    if process_running(pid):
+        os.kill(pid, signal.SIGKILL)
+        return False
+    return True

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from bridge.sidecar import LINE_CHARS, Sidecar
 from bridge.upstream import LaunchConfig
+from tests.servers import process_ended, process_running
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,26 +42,6 @@ async def test_a_command_that_cannot_start_says_which_and_why() -> None:
         await Sidecar("gone", LaunchConfig(command="no-such-command-here")).start()
 
 
-def _running(pid: int) -> bool:
-    """The process is there and no zombie (a zombie still answers kill 0)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-async def _ended(pid: int, within: float = 10.0) -> bool:
-    """Whether the process ended within `within` seconds; killed if it did not."""
-    deadline = asyncio.get_running_loop().time() + within
-    while _running(pid) and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.02)
-    if _running(pid):
-        os.kill(pid, signal.SIGKILL)
-        return False
-    return True
-
-
 # starts a child of its own, says its pid and waits on it: the way a shell or a runner starts a service
 RUNNER = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
           "print(p.pid, flush=True); p.wait()")
@@ -80,10 +60,10 @@ async def test_stop_ends_the_processes_the_launched_one_started() -> None:
     await sidecar.start()
     try:
         child = int(await _first_line(sidecar))
-        assert _running(child)
+        assert process_running(child)
     finally:
         await sidecar.stop()
-    assert await _ended(child)
+    assert await process_ended(child)
 
 
 # a bridge in miniature: launches a process, says its pid, then waits to be killed
@@ -108,8 +88,8 @@ async def test_a_launched_process_ends_when_the_bridge_is_killed() -> None:
     try:
         async with asyncio.timeout(20):
             launched = int(await parent.stdout.readline())
-        assert _running(launched)
+        assert process_running(launched)
     finally:
         parent.kill()  # no close, no stop: as a kill -9 of the bridge
         await parent.wait()
-    assert await _ended(launched)
+    assert await process_ended(launched)

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from bridge.catalog import CatalogChange
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from tests.adapters.mcp_fixtures.server import BAD_TOOLS, base_tools, build_server
-from tests.servers import free_port, serve_asgi
+from tests.servers import free_port, process_ended, process_running, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")
@@ -409,3 +410,32 @@ async def test_an_http_server_that_cannot_be_reached_costs_little_cpu_to_try_aga
             await up.start()
     await up.close()
     assert time.process_time() - begun < 0.6
+
+
+# a bridge in miniature: starts a stdio server that never reads its stdin (so never sees it
+# end), says its pid, then waits to be killed
+ORPHAN_PARENT = """
+import asyncio, sys
+from adapters.mcp_stdio import StdioChild
+
+async def main():
+    child = StdioChild("deaf", [sys.executable, "-c", "import time; time.sleep(60)"], env=None, cwd=".", shutdown_timeout=1)
+    async with child.connect():
+        print(child.pid, flush=True)
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("setpriv") is None, reason="setpriv --pdeathsig is Linux's")
+async def test_a_stdio_server_that_ignores_its_stdin_ends_when_the_bridge_is_killed():
+    parent = await asyncio.create_subprocess_exec(sys.executable, "-c", ORPHAN_PARENT, stdout=asyncio.subprocess.PIPE, cwd=ROOT)
+    try:
+        async with asyncio.timeout(20):
+            server = int(await parent.stdout.readline())
+        assert process_running(server)
+    finally:
+        parent.kill()  # no close: as a kill -9 of the bridge
+        await parent.wait()
+    assert await process_ended(server)
