@@ -191,7 +191,10 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         starting.result()
         app = build_app(bridge, host=host)
         settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
-        uv_config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, log_level="warning", access_log=False, lifespan="on",
+        # ws="none": no route takes a WebSocket, and uvicorn would import its WebSocket module
+        # here, after the upstreams have started (one that had used up the file descriptors ended
+        # the server on that import)
+        uv_config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, ws="none", log_level="warning", access_log=False, lifespan="on",
                                    timeout_graceful_shutdown=5)
         server = uvicorn.Server(uv_config)
         server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # ours are installed above
