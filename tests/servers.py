@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -82,3 +83,30 @@ async def process_ended(pid: int, within: float = 10.0) -> bool:
         os.kill(pid, signal.SIGKILL)
         return False
     return True
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+    return found
+
+
+async def left_by_a_killed_parent(script: str, cwd: Any) -> int:
+    """Run the Python `script`, which starts a process, prints its pid and waits; kill the script
+    without letting it close anything (as a kill -9 of the bridge), and return that pid, running
+    when its parent was killed."""
+    parent = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE, cwd=cwd)
+    try:
+        async with asyncio.timeout(20):
+            assert parent.stdout is not None
+            pid = int(await parent.stdout.readline())
+        assert process_running(pid)
+    finally:
+        parent.kill()
+        await parent.wait()
+    return pid

@@ -13,7 +13,7 @@ import pytest
 
 from bridge.sidecar import LINE_CHARS, Sidecar
 from bridge.upstream import LaunchConfig
-from tests.servers import process_ended, process_running
+from tests.servers import left_by_a_killed_parent, process_ended, process_running
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,12 +84,4 @@ asyncio.run(main())
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("setpriv") is None, reason="setpriv --pdeathsig is Linux's")
 async def test_a_launched_process_ends_when_the_bridge_is_killed() -> None:
-    parent = await asyncio.create_subprocess_exec(sys.executable, "-c", PARENT, stdout=asyncio.subprocess.PIPE, cwd=ROOT)
-    try:
-        async with asyncio.timeout(20):
-            launched = int(await parent.stdout.readline())
-        assert process_running(launched)
-    finally:
-        parent.kill()  # no close, no stop: as a kill -9 of the bridge
-        await parent.wait()
-    assert await process_ended(launched)
+    assert await process_ended(await left_by_a_killed_parent(PARENT, ROOT))

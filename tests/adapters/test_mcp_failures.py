@@ -28,7 +28,7 @@ from bridge.catalog import CatalogChange
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from tests.adapters.mcp_fixtures.server import BAD_TOOLS, base_tools, build_server
-from tests.servers import free_port, process_ended, process_running, serve_asgi
+from tests.servers import free_port, left_by_a_killed_parent, process_ended, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")
@@ -430,12 +430,4 @@ asyncio.run(main())
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("setpriv") is None, reason="setpriv --pdeathsig is Linux's")
 async def test_a_stdio_server_that_ignores_its_stdin_ends_when_the_bridge_is_killed():
-    parent = await asyncio.create_subprocess_exec(sys.executable, "-c", ORPHAN_PARENT, stdout=asyncio.subprocess.PIPE, cwd=ROOT)
-    try:
-        async with asyncio.timeout(20):
-            server = int(await parent.stdout.readline())
-        assert process_running(server)
-    finally:
-        parent.kill()  # no close: as a kill -9 of the bridge
-        await parent.wait()
-    assert await process_ended(server)
+    assert await process_ended(await left_by_a_killed_parent(ORPHAN_PARENT, ROOT))

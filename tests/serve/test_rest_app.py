@@ -18,7 +18,7 @@ from bridge.config import parse_config
 from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app, run_http
 from tests.fakes import FakeUpstream
-from tests.servers import free_port, serve_asgi
+from tests.servers import child_pids, free_port, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -87,7 +87,7 @@ async def test_bridge_serve_starts_its_upstreams_serves_and_stops_on_sigterm(tmp
                 assert response.status == 200
         # the launched process holds no descriptor of the bridge's listening socket (it kept the
         # port after a kill -9 of the bridge)
-        assert _socket_inodes(process.pid) and not _socket_inodes(process.pid) & _socket_inodes(*_children(process.pid))
+        assert _socket_inodes(process.pid) and not _socket_inodes(process.pid) & _socket_inodes(*child_pids(process.pid))
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(15):
             assert await process.wait() == 0
@@ -119,7 +119,7 @@ async def test_bridge_serve_stops_on_sigterm_while_an_upstream_is_still_connecti
     children: list[int] = []
     try:
         async with asyncio.timeout(20):
-            while not (children := _children(process.pid)):  # the upstream's server runs: the bridge is starting
+            while not (children := child_pids(process.pid)):  # the upstream's server runs: the bridge is starting
                 await asyncio.sleep(0.05)
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(10):
@@ -184,17 +184,6 @@ def test_only_loopback_addresses_and_localhost_count_as_loopback():
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"))
     # a name that starts like one resolves wherever its DNS says
     assert not any(is_loopback(h) for h in ("127.0.0.1.nip.io", "127.example", "0.0.0.0", "::", "10.0.0.1", ""))
-
-
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is `pid`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as stat:
-                if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry))
-    return found
 
 
 def _socket_inodes(*pids: int) -> set[str]:

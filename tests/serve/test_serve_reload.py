@@ -4,11 +4,9 @@ config leaves it serving, and the frontends take new surfaces and tokens at the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app
 from tests.fakes import FakeUpstream, tool
 from tests.serve.mcp_support import HANDSHAKE, http_client, served_bridge
-from tests.servers import serve_asgi
+from tests.servers import child_pids, free_port, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -36,35 +34,15 @@ async def until(check, timeout: float = 20.0, what: str = "the condition"):
     return found
 
 
-def _port() -> int:
-    """A free loopback port in 24000-24999."""
-    for port in range(24000 + os.getpid() % 1000, 25000):
-        with socket.socket() as s:
-            with contextlib.suppress(OSError):
-                s.bind(("127.0.0.1", port))
-                return port
-    raise RuntimeError("no free port in 24000-24999")
-
-
 def _mcp_upstream(name: str) -> dict:
     return {"name": name, "kind": "mcp", "command": "python", "args": ["-m", "demo.mcp_server"], "cwd": str(ROOT)}
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as stat:
-                if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry))
-    return found
 
 
 async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):
     path = tmp_path / "bridge.yaml"
     base_config = {"store": {"path": str(tmp_path / "bridge.db")}, "surfaces": [{"name": "default", "defer": ["*"]}]}
     path.write_text(yaml.safe_dump({**base_config, "upstreams": [_mcp_upstream("alpha")]}))
-    port = _port()
+    port = free_port()
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bridge.cli", "serve", "-c", str(path), "--port", str(port),
         cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
@@ -96,7 +74,7 @@ async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):
 
             assert "alpha__echo" in await names()
             assert await until(lambda: found("echo")) == ["alpha__echo"]
-            launched = set(_children(process.pid))  # alpha's server process
+            launched = set(child_pids(process.pid))  # alpha's server process
             assert launched
 
             # alpha removed, beta added
@@ -118,7 +96,7 @@ async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):
             await until(searched_beta)
 
             async def alpha_stopped() -> bool:
-                return not launched & set(_children(process.pid))
+                return not launched & set(child_pids(process.pid))
 
             await until(alpha_stopped)
 
