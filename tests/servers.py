@@ -9,12 +9,19 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import uvicorn
 
 from bridge.serve.http_protocol import CorkedHttpToolsProtocol
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 5.0) -> None:
+    """Wait until `predicate()` holds, driven by the tasks under test (no fixed sleeps)."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)
 
 
 def free_port() -> int:

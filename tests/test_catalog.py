@@ -15,15 +15,9 @@ from bridge.model import SafetyHints, UpstreamTool
 from bridge.store import Store
 from bridge.upstream import UpstreamEvent
 from tests.fakes import FakeConfig, FakeUpstream, tool
+from tests.servers import until
 
 NAME_RULE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-async def until(predicate, timeout: float = 5.0) -> None:
-    """Wait on a condition driven by the catalog's own tasks (no fixed sleeps)."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 def test_exposed_name_cleaning_and_64_rule():

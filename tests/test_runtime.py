@@ -4,9 +4,11 @@ surfaces and settings from the next request on, the rest kept until a restart.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import yaml
@@ -15,14 +17,9 @@ from bridge.config import ConfigError, load_config, parse_config
 from bridge.runtime import Bridge, reload_on_hangup
 from bridge.upstream import register_kind
 from tests.fakes import FakeUpstream
+from tests.servers import until
 
 register_kind("fake", FakeUpstream)
-
-
-async def until(predicate, timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 def config(*names: str, **sections) -> dict:
@@ -181,13 +178,24 @@ async def test_an_upstream_name_served_from_elsewhere_is_refused_and_nothing_cha
         await bridge.close()
 
 
-async def test_sighup_reads_the_file_again_a_bad_one_changes_nothing_and_is_said_on_one_line(tmp_path, caplog):
-    path = tmp_path / "bridge.yaml"
-    path.write_text(yaml.safe_dump(config("first")))
+@contextlib.asynccontextmanager
+async def reloading(path, *names: str) -> AsyncIterator[tuple[Bridge, Callable[[], None]]]:
+    """A started bridge on a config file of upstreams `names` at `path`, applying it again on
+    SIGHUP, and the function that stops that."""
+    path.write_text(yaml.safe_dump(config(*names)))
     bridge = Bridge(load_config(path))
     await bridge.start()
     stop = reload_on_hangup(bridge, str(path))
     try:
+        yield bridge, stop
+    finally:
+        stop()
+        await bridge.close()
+
+
+async def test_sighup_reads_the_file_again_a_bad_one_changes_nothing_and_is_said_on_one_line(tmp_path, caplog):
+    path = tmp_path / "bridge.yaml"
+    async with reloading(path, "first") as (bridge, _):
         with caplog.at_level(logging.WARNING, logger="bridge.runtime"):
             path.write_text(yaml.safe_dump(config("first", "second")))
             os.kill(os.getpid(), signal.SIGHUP)
@@ -202,18 +210,11 @@ async def test_sighup_reads_the_file_again_a_bad_one_changes_nothing_and_is_said
                                       "(fix: did you mean `timeout`?); nothing changed")
         assert sorted(bridge.catalog.slots) == ["first", "second"] and bridge.catalog.resolve("second__echo") is not None
         assert bridge.config.upstreams[1].name == "second"
-    finally:
-        stop()
-        await bridge.close()
 
 
 async def test_sighups_during_a_reload_make_one_more_reload_after_it(tmp_path, caplog):
     path = tmp_path / "bridge.yaml"
-    path.write_text(yaml.safe_dump(config("slow")))
-    bridge = Bridge(load_config(path))
-    await bridge.start()
-    stop = reload_on_hangup(bridge, str(path))
-    try:
+    async with reloading(path, "slow") as (bridge, stop):
         slow = bridge.catalog.slot("slow").upstream
         slow.close_gate = asyncio.Event()
         with caplog.at_level(logging.WARNING, logger="bridge.runtime"):
@@ -230,6 +231,3 @@ async def test_sighups_during_a_reload_make_one_more_reload_after_it(tmp_path, c
             stop()  # no third reload can start now
         said = [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.getMessage().startswith("config reloaded")]
         assert said == ["added: b; removed: slow", "added: c"]
-    finally:
-        stop()
-        await bridge.close()

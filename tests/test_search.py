@@ -21,6 +21,7 @@ from bridge.store import Store
 from bridge.surface import Surface
 from tests.conftest import ROOT
 from tests.fakes import FakeConfig, FakeUpstream, tool
+from tests.servers import until
 
 DEFERRED_SCHEMA = json.loads((ROOT / "specs/agenttool/agenttool-deferred-tool.schema.json").read_text())
 # The tool_search_result shape (the Agent Tool spec defines it in prose; no JSON Schema ships).
@@ -50,12 +51,6 @@ def tools_a():
         tool("delete_user", description="Delete a user account for good.", destructive=True, tags=["users", "admin"]),
         tool("send_invoice", description="Email an invoice to a customer.", props={"customerEmail": {"type": "string", "description": "where the invoice goes"}}),
     ]
-
-
-async def until(predicate, timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 class Env:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -22,12 +22,6 @@ from tests.servers import serve_asgi
 HANDSHAKE = "2025-11-25"
 MODERN = "2026-07-28"
 ERAS = [HANDSHAKE, MODERN]
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 class CancelAwareUpstream(FakeUpstream):

@@ -3,9 +3,8 @@ whole app, MCP included, on one loopback port) with an aiohttp client pointed at
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +93,3 @@ def narrow_surfaces() -> dict[str, Any]:
     }
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)

@@ -179,13 +179,13 @@ async def test_the_change_history_holds_a_bounded_number_of_declarations():
 
 
 async def until_name(served, name: str) -> None:
-    from tests.serve.rest_env import until
+    from tests.servers import until
 
     await until(lambda: served.bridge.catalog.resolve(name) is not None)
 
 
 async def until_gone(served, name: str) -> None:
-    from tests.serve.rest_env import until
+    from tests.servers import until
 
     await until(lambda: served.bridge.catalog.resolve(name) is None)
 

@@ -26,7 +26,7 @@ MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
-async def until(check, timeout: float = 20.0, what: str = "the condition"):
+async def until(check, timeout: float = 20.0):
     """Poll `check` (async, returning a true value when done) until the deadline."""
     async with asyncio.timeout(timeout):
         while not (found := await check()):
