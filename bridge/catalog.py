@@ -125,6 +125,24 @@ class UpstreamSlot:
     unicode_warned: set[str] = field(default_factory=set)  # native ids whose bad text was reported
     long_warned: set[str] = field(default_factory=set)  # native ids whose cut description was reported
     failure_warned: str | None = None  # the reason of the failed attempts warned about since the last success
+    stopping: str | None = None  # why new calls are refused while the calls in flight end (`Catalog._stop`)
+    calls: int = 0  # calls in flight (`calling`)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while no call is in flight
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """Count a call in flight, so that stopping the upstream can let it end first."""
+        self.calls += 1
+        self.idle.clear()
+        try:
+            yield
+        finally:
+            self.calls -= 1
+            if not self.calls:
+                self.idle.set()
 
     @property
     def name(self) -> str:
@@ -182,20 +200,31 @@ class Catalog:
         upstream.subscribe(lambda event, slot=slot: self._on_event(slot, event))
         return slot
 
-    async def remove_upstream(self, name: str) -> None:
+    async def remove_upstream(self, name: str, drain: float = 0.0) -> None:
         """Stop an upstream (its supervisor, its connection, its launched process) and take its
         tools out of the catalog, announced as removed. Their versions and names stay in the
-        store: the upstream added again gets them back."""
-        slot = await self._stop(name)
-        self._drop_tools(slot)
+        store: the upstream added again gets them back. With `drain`, the tools leave at once and
+        new calls are refused, while the calls in flight get up to `drain` seconds to end."""
+        slot = self.slots[name]
+        if drain > 0:
+            slot.stopping = "removed from the config"
+            self._drop_tools(slot)
+        await self._stop(name, drain)
+        if slot.tools:
+            self._drop_tools(slot)
         del self.slots[name]
 
-    async def replace_upstream(self, upstream: Upstream) -> UpstreamSlot:
+    async def replace_upstream(self, upstream: Upstream, drain: float = 0.0) -> UpstreamSlot:
         """Restart an upstream with new settings: the one of its name is stopped and `upstream`
         takes its place (`start` starts it). Meanwhile its tools stay in the catalog, unavailable
         as during a reconnect; listed again unchanged, each keeps its id, name and version. An
-        upstream no longer enabled keeps none."""
-        old = await self._stop(upstream.name)
+        upstream no longer enabled keeps none. With `drain`, new calls are refused at once, while
+        the calls in flight get up to `drain` seconds to end before the old one stops."""
+        current = self.slots[upstream.name]
+        if drain > 0 and current.tools:
+            current.stopping = "restarting with new settings"
+            self._mark(current, "connecting", current.stopping)
+        old = await self._stop(upstream.name, drain)
         slot = self._slot_for(upstream)
         slot.tools = old.tools
         if not upstream.config.enabled:
@@ -205,10 +234,19 @@ class Catalog:
             self._mark(slot, "connecting", "restarting with new settings")
         return slot
 
-    async def _stop(self, name: str) -> UpstreamSlot:
-        """Stop one upstream's supervisor, connection and launched process; its slot is left
-        in place, and no longer counted among the pending ones."""
+    async def _stop(self, name: str, drain: float = 0.0) -> UpstreamSlot:
+        """Stop one upstream's supervisor, connection and launched process, after the calls in
+        flight have ended or `drain` seconds have passed (those still running then end with the
+        connection); its slot is left in place, and no longer counted among the pending ones."""
         slot = self.slots[name]
+        slot.stopping = slot.stopping or "stopping"
+        if drain > 0 and slot.calls:
+            log.info("upstream %s: waiting up to %gs for %d call(s) in flight", name, drain, slot.calls)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(drain):
+                    await slot.idle.wait()
+            if slot.calls:
+                log.warning("upstream %s: %d call(s) still in flight after %gs are ended", name, slot.calls, drain)
         if slot.task is not None:
             slot.task.cancel()
             with contextlib.suppress(BaseException):
@@ -729,6 +767,13 @@ class Catalog:
         slot = self.slots.get(decl.upstream)
         if slot is None:
             raise BridgeError(f"upstream {decl.upstream!r} is not configured", error_class="unknown_tool")
+        if slot.stopping is not None:
+            raise BridgeError(
+                f"upstream {slot.name!r} is {slot.stopping}",
+                error_class="dependency_unavailable",
+                recoverability="retry_later",
+                retry_after=1.0,
+            )
         if slot.health.state != "ready":
             raise BridgeError(
                 f"upstream {slot.name!r} is {slot.health.state}: {slot.health.reason or 'starting'}",

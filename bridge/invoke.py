@@ -428,7 +428,8 @@ class Invoker:
         try:
             async with asyncio.timeout(timeout):
                 async with slot.semaphore:
-                    return await slot.upstream.invoke(decl.native_id, arguments, ctx)
+                    with slot.calling():
+                        return await slot.upstream.invoke(decl.native_id, arguments, ctx)
         except TimeoutError:
             raise BridgeError(
                 f"{decl.name!r} did not answer within {timeout:g}s",

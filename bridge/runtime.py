@@ -70,7 +70,9 @@ class Bridge:
         """Apply a new config to the running bridge, and return (and log) one line saying what
         changed. Upstreams are matched by name: one added is started (not waited for), one removed
         stopped and its tools taken out, one whose settings changed restarted with them (its tools
-        kept meanwhile, with their ids and versions), one unchanged left alone. Surfaces, tokens,
+        kept meanwhile, with their ids and versions), one unchanged left alone. An upstream
+        stopped refuses new calls at once and lets those in flight end first, for at most its old
+        `timeout`; the rest of the config applies meanwhile. Surfaces, tokens,
         `default_surface` and `invoke` hold from the next request on; every other key of
         `server`, `store` and `search` keeps its running value, with a warning that it needs a
         restart. Reloads run one at a time. A ConfigError (an upstream name the bridge already
@@ -92,12 +94,13 @@ class Bridge:
             made = {name: upstream_class(after[name].kind)(after[name]) for name in after if name not in before or name in changed}
             removed = [name for name in before if name not in after]
             # stopped all at once: a stdio server may take its shutdown_timeout (2 s) to exit, and
-            # 300 of them stopped one after another held the reload (and the next) for 10 minutes
-            stopping = [self.catalog.remove_upstream(name) for name in removed]
-            stopping += [self.catalog.replace_upstream(upstream) for name, upstream in made.items() if name in changed]
-            failures = [r for r in await asyncio.gather(*stopping, return_exceptions=True) if r is not None and not isinstance(r, UpstreamSlot)]
-            if failures:
-                raise failures[0]
+            # 300 of them stopped one after another held the reload (and the next) for 10 minutes.
+            # Each refuses new calls at once and lets those in flight end first, for at most its
+            # `timeout` (a call's own limit); meanwhile the rest of the config applies.
+            stopping = [self.catalog.remove_upstream(name, drain=before[name].timeout) for name in removed]
+            stopping += [self.catalog.replace_upstream(upstream, drain=before[name].timeout) for name, upstream in made.items() if name in changed]
+            stopped = asyncio.gather(*stopping, return_exceptions=True)
+            await asyncio.sleep(0)  # each has refused new calls before anything else changes
             for name, upstream in made.items():
                 if name not in changed:
                     self.catalog.add_upstream(upstream)
@@ -107,6 +110,10 @@ class Bridge:
             self.config = config
             for listener in list(self._reload_listeners):
                 listener()
+            failures = [r for r in await stopped if r is not None and not isinstance(r, UpstreamSlot)]
+            if failures:
+                raise failures[0]
+            await self.catalog.start(wait=False)
             said = {"added": [n for n in made if n not in changed], "removed": removed, "restarted": changed, "surfaces changed": surfaces,
                     "needs a restart": restart}
             summary = "; ".join(f"{what}: {', '.join(names)}" for what, names in said.items() if names) or "nothing changed"

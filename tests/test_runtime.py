@@ -66,6 +66,62 @@ async def test_upstreams_added_removed_and_restarted_by_name_the_others_untouche
         await bridge.close()
 
 
+async def test_calls_in_flight_to_an_upstream_removed_or_restarted_end_first_new_ones_are_refused():
+    bridge = Bridge(parse_config(config("gone", "moved", "slow", "other", surfaces=[{"name": "default"}])))
+    await bridge.start()
+    try:
+        gone, moved, slow = (bridge.catalog.slot(n).upstream for n in ("gone", "moved", "slow"))
+        for up in (gone, moved, slow):
+            up.gate = asyncio.Event()
+        calls = {up.name: asyncio.create_task(bridge.invoker.invoke(f"{up.name}__echo", {"text": up.name})) for up in (gone, moved, slow)}
+        await until(lambda: gone.calls and moved.calls and slow.calls)
+
+        new = config("moved", "slow", "other", surfaces=[{"name": "default"}, {"name": "added"}])
+        new["upstreams"][0]["timeout"] = 5
+        new["upstreams"][1]["timeout"] = 6
+        reload = asyncio.create_task(bridge.reload(parse_config(new)))
+        await until(lambda: bridge.surfaces.get("added") is not None)  # the rest applies while they end
+        assert not reload.done() and (gone.closed, moved.closed, slow.closed) == (0, 0, 0)
+        assert bridge.catalog.resolve("gone__echo") is None  # a removed upstream's tools leave at once
+        refused = await bridge.invoker.invoke("moved__echo", {"text": "new"})
+        assert refused.error.error_class == "dependency_unavailable" and "restarting with new settings" in refused.error.message
+        assert (await bridge.invoker.invoke("other__echo", {"text": "hi"})).status == "succeeded"
+
+        gone.gate.set()
+        moved.gate.set()
+        for name in ("gone", "moved"):
+            result = await calls[name]
+            assert result.status == "succeeded" and result.content[0]["text"] == name
+        await until(lambda: gone.closed and moved.closed)
+        assert not reload.done() and slow.closed == 0  # the slow one is still waited for
+
+        slow.gate.set()
+        assert (await calls["slow"]).status == "succeeded"
+        assert await reload == "removed: gone; restarted: moved, slow; surfaces changed: added"
+        await until(lambda: bridge.catalog.slot("moved").health.state == "ready")
+        assert (await bridge.invoker.invoke("moved__echo", {"text": "again"})).status == "succeeded"
+    finally:
+        await bridge.close()
+
+
+async def test_a_restart_waits_for_calls_in_flight_no_longer_than_the_upstreams_timeout():
+    bridge = Bridge(parse_config({**config("svc"), "upstreams": [{"name": "svc", "kind": "fake", "timeout": 0.3}]}))
+    await bridge.start()
+    try:
+        up = bridge.catalog.slot("svc").upstream
+        up.gate = asyncio.Event()
+        bridge.catalog.resolve("svc__echo").timeout = 60  # the tool's own limit is longer than the drain
+        call = asyncio.create_task(bridge.invoker.invoke("svc__echo", {"text": "x"}))
+        await until(lambda: up.calls)
+        new = config("svc")
+        assert await asyncio.wait_for(bridge.reload(parse_config(new)), 10) == "restarted: svc"
+        assert up.closed == 1 and not call.done()  # the old connection is closed under it
+        up.gate.set()
+        await call
+    finally:
+        await bridge.close()
+
+
 async def test_upstreams_removed_or_restarted_by_a_reload_are_stopped_at_once():
     # a stdio server may take its shutdown_timeout to exit: stopped one after another, 300 of
     # them held the reload for minutes
