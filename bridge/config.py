@@ -133,6 +133,8 @@ class ServerConfig(_Strict):
     mcp_session_idle_timeout: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
     # `bridge serve`'s event loop: uvloop when it is installed ("auto"), or asyncio's own
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    # seconds the requests in flight get to finish once SIGTERM or SIGINT has stopped `bridge serve` listening
+    shutdown_timeout: float = Field(default=5.0, ge=0, allow_inf_nan=False)
 
 
 class StoreConfig(_Strict):

@@ -104,6 +104,7 @@ def build_app(bridge: Bridge, *, host: str = "127.0.0.1") -> Starlette:
     app.add_middleware(ContentLengthLimit, limit=bridge.config.server.max_body_bytes)
     app.state.bridge = bridge
     app.state.closers = closers
+    app.state.end_streams = frontend.end_streams
     return app
 
 
@@ -144,6 +145,12 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _cut_at_shutdown(record: logging.LogRecord) -> bool:
+    """uvicorn logs each request it cancels once `shutdown_timeout` has passed as an exception of
+    the app, with a traceback, after its own line saying it cancels them: that line is kept."""
+    return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
 async def run_http(config: BridgeConfig, host: str | None, port: int | None, insecure: bool) -> int:
     """`bridge serve`: start the bridge and serve it over HTTP until SIGINT or SIGTERM."""
     host = host or config.server.host
@@ -167,7 +174,12 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         stop.set()
         if server is not None:
             server.should_exit = True
+        if app is not None:
+            # streams that only wait for notices would hold the graceful stop for its whole 5 s
+            app.state.end_streams()
 
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    uvicorn_log.addFilter(_cut_at_shutdown)
     handled = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -195,7 +207,7 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         # here, after the upstreams have started (one that had used up the file descriptors ended
         # the server on that import)
         uv_config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, ws="none", log_level="warning", access_log=False, lifespan="on",
-                                   timeout_graceful_shutdown=5)
+                                   timeout_graceful_shutdown=config.server.shutdown_timeout)
         server = uvicorn.Server(uv_config)
         server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # ours are installed above
         task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -217,6 +229,7 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
+        uvicorn_log.removeFilter(_cut_at_shutdown)
         stop_reloading()
         if app is not None:
             await close_app(app)

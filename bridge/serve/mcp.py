@@ -178,6 +178,15 @@ class MCPFrontend:
                 break
         return app
 
+    def end_streams(self) -> None:
+        """The bridge is stopping: end the streams that only wait for notices (each session's
+        GET stream, each listen stream), so that stopping waits only for requests in flight.
+        A client reconnects, to this bridge once it is back or to another replica."""
+        self.notifier.end_listening()
+        manager = self.server.session_manager if self.server._session_manager is not None else None
+        for transport in list(getattr(manager, "_server_instances", {}).values()):
+            transport.close_standalone_sse_stream()
+
     async def aclose(self) -> None:
         await self.notifier.aclose()
 

@@ -213,6 +213,11 @@ class ChangeNotifier:
             except Exception as exc:  # noqa: BLE001 - a notice is advisory; a closed stream drops it
                 log.debug("list_changed notice not delivered: %s", exc)
 
+    def end_listening(self) -> None:
+        """End every open listen stream (2026-07-28 era) gracefully: the bridge is stopping."""
+        for handler in self._listen.values():
+            handler.close()
+
     async def aclose(self) -> None:
         self._closed = True
         self._unsubscribe()

@@ -291,6 +291,16 @@ async def test_modern_listen_stream_hears_catalog_changes():
             assert "svc__slow" in await client.names()
 
 
+async def test_end_streams_closes_listen_streams_so_a_stopping_server_need_not_wait_for_them():
+    up = upstream()
+    async with served_bridge(SURFACE, [up]) as srv, http_client(srv.url, MODERN) as client:
+        async with client.client.listen(tools_list_changed=True) as events:
+            srv.frontend.end_streams()
+            async with asyncio.timeout(5):
+                async for _ in events:
+                    pass  # the stream ends: the loop ends
+
+
 async def test_upstream_outage_takes_its_tools_off_the_list_and_back():
     up = upstream()
     other = FakeUpstream(name="other", tools=[tool("ping")])

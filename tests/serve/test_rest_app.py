@@ -197,3 +197,76 @@ def _socket_inodes(*pids: int) -> set[str]:
                     if target.startswith("socket:"):
                         inodes.add(target)
     return inodes
+
+
+async def _serving(tmp_path: Path, server: dict | None = None) -> tuple[asyncio.subprocess.Process, str, list[str]]:
+    """`bridge serve` over the MCP test server, its stderr lines gathered as they come."""
+    fixture = ROOT / "tests" / "adapters" / "mcp_fixtures" / "server.py"
+    config = {"store": {"path": ":memory:"}, "server": server or {},
+              "upstreams": [{"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(fixture)]}]}
+    (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bridge.cli", "serve", "-c", str(tmp_path / "bridge.yaml"), "--port", "0",
+        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    lines: list[str] = []
+    async with asyncio.timeout(30):
+        while not (lines and lines[-1].startswith("bridge: serving")):
+            raw = await process.stderr.readline()
+            assert raw, "bridge serve exited early:\n" + "".join(lines)
+            lines.append(raw.decode())
+    return process, lines[-1].rsplit(" on ", 1)[1].strip(), lines
+
+
+async def _mcp_session(http: aiohttp.ClientSession) -> dict[str, str]:
+    async with http.post("/mcp", data=json.dumps(MCP_INITIALIZE), headers=MCP_HEADERS) as response:
+        headers = {**MCP_HEADERS, "Mcp-Session-Id": response.headers["Mcp-Session-Id"], "MCP-Protocol-Version": "2025-11-25"}
+    async with http.post("/mcp", data=json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}), headers=headers) as response:
+        assert response.status == 202
+    return headers
+
+
+async def test_sigterm_does_not_wait_for_open_mcp_sessions_streams_of_notices(tmp_path):
+    # an MCP session's GET stream, open as long as the session, held the stop for its whole 5 s
+    # grace, after which uvicorn cancelled it with a traceback
+    process, base, _ = await _serving(tmp_path)
+    try:
+        async with aiohttp.ClientSession(base_url=base) as http:
+            headers = await _mcp_session(http)
+            async with http.get("/mcp", headers={**headers, "Accept": "text/event-stream"}) as stream:
+                assert stream.status == 200
+                loop = asyncio.get_running_loop()
+                began = loop.time()
+                process.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(15):
+                    assert await process.wait() == 0
+                    rest = (await process.stderr.read()).decode()
+                assert loop.time() - began < 3, rest
+                assert "Traceback" not in rest and "ERROR" not in rest, rest
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def test_a_call_still_running_after_shutdown_timeout_is_cancelled_on_one_line(tmp_path):
+    process, base, _ = await _serving(tmp_path, {"shutdown_timeout": 0.5})
+    try:
+        async with aiohttp.ClientSession(base_url=base) as http:
+            headers = await _mcp_session(http)
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "fx__slow", "arguments": {"steps": 300, "delay": 0.1}}}
+            async with http.post("/mcp", data=json.dumps(call), headers=headers) as response:
+                assert response.status == 200
+                loop = asyncio.get_running_loop()
+                began = loop.time()
+                process.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(15):
+                    assert await process.wait() == 0
+                    rest = (await process.stderr.read()).decode()
+                assert loop.time() - began < 5, rest  # the call would run 30 s
+        assert "timeout graceful shutdown exceeded" in rest and "Traceback" not in rest, rest
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
