@@ -79,6 +79,10 @@ _TABLES = (
 # that large for good (250 MB after 1,100 results of 230 KB; 64 MB results could make it 64 GB).
 WAL_KEPT_BYTES = 16 * 1024 * 1024
 
+# Free pages a store file keeps after a prune, for the next writes (4 MB of 4 KB pages); the rest
+# go back to the file system.
+GIVE_BACK_KEPT_PAGES = 1024
+
 # Layout 0 to 1: the rows are copied with their namespace first. A version whose tool has no
 # name row (a crash between the two writes of a listing) gets the namespace "": it still counts
 # as its tool's latest version, and the tool's next version is classified without it.
@@ -119,6 +123,10 @@ class Store:
             if why:
                 self._db.close()
                 raise StoreError(f"{self.path}: is no bridge store: {why}; {fix}")
+            if not self._db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
+                # a new file gives back the pages of what is pruned (`_give_back`); SQLite takes
+                # this only before the first table, and before the file is put in WAL mode
+                self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(f"PRAGMA journal_size_limit={WAL_KEPT_BYTES}")
@@ -262,6 +270,7 @@ class Store:
             if self._logged > keep + max(keep // 10, 100):
                 self._db.execute("DELETE FROM invocations WHERE rowid <= (SELECT MAX(rowid) FROM invocations) - ?", (keep,))
                 self._logged = self._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
+                self._give_back()
 
     def _write_many(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
         """`statement` (an INSERT ending in one `VALUES (?,...)`) for every row in one
@@ -342,6 +351,18 @@ class Store:
                     (keep_bytes,))
             if over_count or over_bytes:
                 self._results, self._result_bytes = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM results").fetchone()
+                self._give_back()
+
+    def _give_back(self) -> None:
+        """After a prune, the file's free pages beyond GIVE_BACK_KEPT_PAGES go back to the file
+        system (the file shrinks at the next checkpoint): a burst of large results otherwise
+        left the file at its largest for good. Only in files made with incremental auto-vacuum
+        (every store made since); in older ones SQLite reuses the pages, and the file keeps its
+        size. Called with the lock held."""
+        free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
+        if free > GIVE_BACK_KEPT_PAGES and self._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+            # through sqlite3_exec: stepped by `execute`, the pragma frees one page
+            self._db.executescript(f"PRAGMA incremental_vacuum({free - GIVE_BACK_KEPT_PAGES})")
 
     def get_result(self, ref: str) -> tuple[str, bytes, str | None] | None:
         """(media type, payload, the surface whose call made it) of a persisted result, or None."""

@@ -235,6 +235,29 @@ def test_the_invocation_log_keeps_its_latest_rows():
     assert unbounded._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0] == 3000
 
 
+def test_a_store_file_shrinks_once_large_results_are_pruned(tmp_path):
+    # SQLite reused the pages of pruned rows but never gave them back: a burst of large results
+    # left the file at its largest for good
+    path = tmp_path / "bridge.db"
+    store = Store(path)
+    for i in range(40):
+        store.put_result(f"big{i}", f"inv{i}", "text/plain", b"x" * (1 << 20), keep=1000)
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert path.stat().st_size > 40 << 20
+    for i in range(30):  # the limit by count drops the large ones
+        store.put_result(f"small{i}", f"inv{i}", "text/plain", b"y" * 100, keep=10)
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert path.stat().st_size < 6 << 20  # what is left, and the 4 MB of free pages kept for the next writes
+    store.close()
+    # the log's prune gives its pages back too
+    store = Store(path)
+    store.log_invocations([(f"inv_{i}", "t", "n" * 2000, 1, "s", "succeeded", None, now_iso(), 1.0) for i in range(20000)])
+    store.log_invocations([("last", "t", "n", 1, "s", "succeeded", None, now_iso(), 1.0)], keep=1000)
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert path.stat().st_size < 10 << 20
+    store.close()
+
+
 async def test_a_wild_version_is_unknown_and_costs_no_log_row(world, caplog):
     _, invoker, _, store = world
     before = await invoker.invoke("svc__echo", {"text": "a"})
