@@ -49,6 +49,9 @@ _GEMINI_KEEP = {
     "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "example", "anyOf", "default", "items",
     "minimum", "maximum", "propertyOrdering",
 }
+# `$ref`s inlined for Gemini, which takes no `$defs`: at most 8 nested on one path, 200 in a schema
+_GEMINI_REF_DEPTH = 8
+_GEMINI_REF_BUDGET = 200
 _GEMINI_FORMATS = {"string": {"enum", "date-time"}, "number": {"float", "double"}, "integer": {"int32", "int64"}}
 _NAME_RULES = {
     "openai": (re.compile(r"[^A-Za-z0-9_-]"), 64, "[A-Za-z0-9_-]"),
@@ -259,25 +262,31 @@ def gemini_schema(schema: dict[str, Any] | None) -> dict[str, Any]:
     the description."""
     root = _root(schema)
     defs = {**(root.get("definitions") or {}), **(root.get("$defs") or {})}
-    return _gemini(root, defs, 0)
+    return _gemini(root, defs, (), [_GEMINI_REF_BUDGET])
 
 
-def _gemini(node: Any, defs: dict[str, Any], depth: int) -> dict[str, Any]:
+def _gemini(node: Any, defs: dict[str, Any], chain: tuple[str, ...], budget: list[int]) -> dict[str, Any]:
+    """`chain` holds the `$ref`s being inlined around `node`; `budget` the inlinings left for the
+    whole schema (one list shared by every call)."""
     if not isinstance(node, dict):
         return {}
     node = dict(node)
     ref = node.pop("$ref", None)
     if isinstance(ref, str):
         target = defs.get(ref.rsplit("/", 1)[-1])
-        if target is None or depth > 8:
+        # a schema is written out once on each path: its reference back to itself stops there
+        # (inlining a recursive schema to a fixed depth repeats it as often as it branches: an
+        # expression of `And`, `Or` and `Not` expressions, eight levels deep, is 3^8 copies)
+        if target is None or ref in chain or len(chain) >= _GEMINI_REF_DEPTH or budget[0] <= 0:
             return {"type": "object", "description": node.get("description") or f"see {ref}"}
+        budget[0] -= 1
         node = {**target, **node}
-        depth += 1
+        chain = (*chain, ref)
     if "oneOf" in node:
         node["anyOf"] = node.pop("oneOf")
     if "allOf" in node:
         for part in node.pop("allOf"):
-            node = _merged(node, _gemini(part, defs, depth))
+            node = _merged(node, _gemini(part, defs, chain, budget))
     if "const" in node:
         node["enum"] = [node.pop("const")]
     kind = node.get("type")
@@ -304,13 +313,13 @@ def _gemini(node: Any, defs: dict[str, Any], depth: int) -> dict[str, Any]:
             out["enum"] = values
             out.setdefault("type", "string")
     if isinstance(out.get("properties"), dict):
-        out["properties"] = {k: _gemini(v, defs, depth) for k, v in out["properties"].items()}
+        out["properties"] = {k: _gemini(v, defs, chain, budget) for k, v in out["properties"].items()}
         if "required" in out:
             out["required"] = [r for r in out["required"] if r in out["properties"]]
     if "items" in out:
-        out["items"] = _gemini(out["items"], defs, depth)
+        out["items"] = _gemini(out["items"], defs, chain, budget)
     if "anyOf" in out:
-        out["anyOf"] = [_gemini(s, defs, depth) for s in out["anyOf"]]
+        out["anyOf"] = [_gemini(s, defs, chain, budget) for s in out["anyOf"]]
     return out
 
 

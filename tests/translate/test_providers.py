@@ -326,3 +326,29 @@ def test_object_roots_with_combinators_or_a_ref_and_allof_parts_keep_what_they_s
         strict_schema(ref)
     with pytest.raises(StrictSchemaError, match="not"):  # inside a one-element allOf too
         strict_schema({"type": "object", "properties": {"p": {"allOf": [{"type": "string", "not": {"enum": ["x"]}}]}}, "required": ["p"]})
+
+
+def test_gemini_writes_a_recursive_schema_out_once_per_path():
+    """Inlining `$ref`s to a fixed depth repeated a recursive schema as often as it branches: a
+    cost filter of `And`, `Or` and `Not` filters (AWS Cost Explorer's `Expression`) took minutes
+    and gigabytes to write out eight levels deep."""
+    expression = {
+        "type": "object",
+        "properties": {
+            "And": {"type": "array", "items": {"$ref": "#/$defs/Expression"}},
+            "Or": {"type": "array", "items": {"$ref": "#/$defs/Expression"}},
+            "Not": {"$ref": "#/$defs/Expression"},
+            "Dimensions": {"type": "object", "properties": {"Key": {"type": "string"}, "Values": {"type": "array", "items": {"type": "string"}}}},
+        },
+    }
+    schema = {"type": "object", "properties": {"Filter": {"$ref": "#/$defs/Expression"}}, "$defs": {"Expression": expression}}
+    params = gemini_schema(schema)
+    written = params["properties"]["Filter"]
+    assert set(written["properties"]) == {"And", "Or", "Not", "Dimensions"}
+    assert written["properties"]["Not"] == {"type": "object", "description": "see #/$defs/Expression"}
+    assert written["properties"]["And"]["items"] == {"type": "object", "description": "see #/$defs/Expression"}
+    assert len(json.dumps(params)) < 2000
+    # schemas that refer to each other: at most 200 inlined in all, however they branch
+    many = {f"S{i}": {"type": "object", "properties": {f"p{j}": {"$ref": f"#/$defs/S{j}"} for j in range(12) if j != i}} for i in range(12)}
+    params = gemini_schema({"type": "object", "properties": {"s": {"$ref": "#/$defs/S0"}}, "$defs": many})
+    assert json.dumps(params).count('"p1"') <= 200
