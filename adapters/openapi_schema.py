@@ -13,6 +13,7 @@ SpecError naming the cycle. OpenAPI 3.0 dialect (`nullable`, boolean `exclusiveM
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any, Literal
@@ -60,6 +61,18 @@ class RefCycleError(SpecError):
 
 def _is_dict(node: Any) -> bool:
     return isinstance(node, dict)
+
+
+@functools.lru_cache(maxsize=4096)
+def python_reads(pattern: str) -> bool:
+    """Whether Python's `re` (which every JSON Schema validator here uses) compiles an ECMA-262
+    `pattern`: not `\\p{L}` (Unicode properties), `[\\w-.]` (a class escape opening a range) or a
+    flag group `(?i)` after the start."""
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return False
+    return True
 
 
 class SchemaInliner:
@@ -247,6 +260,7 @@ class SchemaInliner:
 
     def _convert(self, node: dict[str, Any], base: str, where: str, direction: Direction, needs: set[str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        unread: str | None = None
         for key, value in node.items():
             if key in _DROP or key.startswith("x-"):
                 continue
@@ -268,10 +282,17 @@ class SchemaInliner:
                     if not _is_dict(value):
                         raise SpecError(f"`{key}` must be an object of schemas", where)
                     out[key] = {k: self._expand(v, base, f"{where}.{key}.{k}", direction, needs) for k, v in value.items()}
+                elif key == "pattern" and isinstance(value, str) and not python_reads(value):
+                    # a pattern no validator here can apply would make the whole schema unusable
+                    # (every argument then goes unchecked): it is said in the description instead
+                    unread = value
                 else:
                     out[key] = value
             finally:
                 self._descent -= descends
+        if unread is not None:
+            note = f"pattern (ECMA-262, not checked by the bridge): {unread}"
+            out["description"] = f"{out['description']} ({note})" if isinstance(out.get("description"), str) and out["description"] else note
         self._drop_one_way(out, "readOnly" if direction == "input" else "writeOnly")
         if self.openapi_30:
             self._from_openapi_30(node, out)

@@ -177,6 +177,8 @@ class Document:
 
         def collect(errors: Any) -> None:
             for err in errors:
+                if err.validator == "format" and err.validator_value == "regex":
+                    continue  # an ECMA-262 pattern Python cannot compile: the mapper leaves it out of the schema
                 where = _location(list(err.absolute_path)) if err.absolute_path else "$"
                 message = err.message if len(err.message) < 300 else err.message[:297] + "..."
                 problems.append(f"{where}: {message}")

@@ -521,6 +521,31 @@ async def test_other_malformed_values_name_the_operation(tmp_path):
     assert "`servers[0].variables` must be an object" in error.message and "$.paths['/a'].get" in error.message
 
 
+async def test_ecma_patterns_python_cannot_compile_are_left_to_the_server(api, tmp_path):
+    """AWS documents write `pattern: '^[\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*$'` (ECMA-262 Unicode
+    properties): the validator refused the whole document, and in a larger one (not validated)
+    the schema was no valid JSON Schema and every argument of the tool went unchecked."""
+    _, base = api
+    tag = {"type": "string", "pattern": r"^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$", "description": "A tag key."}
+    doc = _document({"/v1/tags": {"post": {"operationId": "tag", "responses": _OK, "parameters": [
+        {"name": "key", "in": "query", "required": True, "schema": tag},
+        {"name": "email", "in": "query", "schema": {"type": "string", "pattern": r"^[\w-.+]+@[\w-.+]+$"}},
+        {"name": "code", "in": "query", "schema": {"type": "string", "pattern": "^[A-Z]{3}$"}}]}}})
+    for validate in ("full", "off"):
+        async with bridge_for(_write(tmp_path, doc), base_url=base, validate_spec=validate) as bridge:
+            decl = bridge.catalog.resolve("svc__tag")
+            assert decl is not None, bridge.catalog.slot("svc").health.reason
+            props = decl.input_schema["properties"]
+            jsonschema.Draft202012Validator.check_schema(decl.input_schema)
+            assert props["key"] == {"type": "string", "description": (
+                r"A tag key. (pattern (ECMA-262, not checked by the bridge): ^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$)")}
+            assert "pattern" not in props["email"] and props["code"]["pattern"] == "^[A-Z]{3}$"
+            result = await call(bridge, "tag", {"key": "Größe", "code": "ABC"})
+            assert not result.is_error and result.structured_content["raw_path"].startswith("/v1/tags?key=Gr")
+            refused = await call(bridge, "tag", {"key": "k", "code": "abc"})  # the arguments are still checked
+            assert refused.is_error and refused.error.error_class == "invalid_arguments"
+
+
 async def test_an_operation_that_cannot_be_mapped_is_left_out_and_named_in_health(api, tmp_path, caplog):
     _, base = api
     doc = _document({
