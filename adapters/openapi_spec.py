@@ -5,6 +5,7 @@ operation mapper (`adapters.openapi_operations`)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import urllib.request
 from collections import deque
@@ -171,7 +172,7 @@ class Document:
             return
         from openapi_spec_validator.validation import OpenAPIV30SpecValidator, OpenAPIV31SpecValidator
 
-        cls = OpenAPIV30SpecValidator if self.openapi_30 else OpenAPIV31SpecValidator
+        cls = _located(OpenAPIV30SpecValidator if self.openapi_30 else OpenAPIV31SpecValidator)
         root = SchemaPath.from_dict(self.data, base_uri=self.uri, handlers=self._handlers)
         problems: list[str] = []
 
@@ -204,8 +205,11 @@ class Document:
             if not problems:
                 collect(cls.schema_validator.iter_errors(self.data))
         if problems:
-            raise SpecError("; ".join(problems) + (" (first 5 shown)" if len(problems) >= 5 else ""),
-                            "not a valid OpenAPI " + self.version + " document")
+            text = "; ".join(problems) + (" (first 5 shown)" if len(problems) >= 5 else "")
+            if "validate_spec: off" not in text:
+                text += ("; fix the document, or set `validate_spec: off` to read it with the mapper's checks only "
+                         "(an operation they find unreadable is left out)")
+            raise SpecError(text, "not a valid OpenAPI " + self.version + " document")
 
     def _raise_ref_cycle(self) -> None:
         """Raise a SpecError naming a `$ref` cycle the validator cannot get out of: a chain of
@@ -252,6 +256,26 @@ class Document:
             except Unresolvable:
                 return None
         return None
+
+
+@functools.cache
+def _located(spec_validator: type) -> type:
+    """`spec_validator` whose errors about a schema, or about its `default`, start their path at
+    that schema's place in the document: openapi-spec-validator checks each schema on its own,
+    so its errors give only the place inside it (`$: '100' is not of type 'integer'`)."""
+    keywords = spec_validator.keyword_validators
+
+    def placing(keyword_cls: type, tail: tuple[str, ...]) -> type:
+        def __call__(self: Any, schema: Any, *args: Any, **kwargs: Any) -> Any:
+            for err in keyword_cls.__call__(self, schema, *args, **kwargs):
+                if not getattr(err, "bridge_placed", False):  # the innermost schema says where
+                    err.path.extendleft(reversed((*schema.parts, *tail)))
+                    err.bridge_placed = True
+                yield err
+        return type(keyword_cls.__name__, (keyword_cls,), {"__call__": __call__})
+
+    placed = {**keywords, "schema": placing(keywords["schema"], ()), "default": placing(keywords["default"], ("default",))}
+    return type(spec_validator.__name__, (spec_validator,), {"keyword_validators": placed})
 
 
 async def read_source(source: str, base_dir: Callable[[str], str], session: aiohttp.ClientSession | None,

@@ -546,6 +546,17 @@ async def test_ecma_patterns_python_cannot_compile_are_left_to_the_server(api, t
             assert refused.is_error and refused.error.error_class == "invalid_arguments"
 
 
+async def test_a_default_of_the_wrong_type_is_named_where_it_is(tmp_path):
+    """openapi-spec-validator checks each schema on its own: its message said only `$: '100' is not of type 'integer'`."""
+    doc = _document({"/m": {"get": {"operationId": "m", "responses": _OK, "parameters": [
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "default": "100"}}]}}},
+        components={"schemas": {"Flag": {"type": "object", "properties": {"on": {"type": "boolean", "default": "false"}}}}})
+    error = await _load_error(_write(tmp_path, doc))
+    assert "$.paths['/m'].get.parameters[0].schema.default: '100' is not of type 'integer'" in error.message, error.message
+    assert "$.components.schemas.Flag.properties.on.default: 'false' is not of type 'boolean'" in error.message
+    assert "`validate_spec: off`" in error.message
+
+
 async def test_an_operation_that_cannot_be_mapped_is_left_out_and_named_in_health(api, tmp_path, caplog):
     _, base = api
     doc = _document({
