@@ -438,6 +438,8 @@ def map_operations(
     excludes = [_as_selector(s) for s in exclude or []]
     selected: list[tuple[str, str, dict[str, Any], dict[str, Any], str, str, str | None]] = []
     for path, item in (doc.data.get("paths") or {}).items():
+        if path.startswith("x-"):  # an extension of the Paths Object, not a path
+            continue
         at = f"$.paths[{path!r}]"
         item_base = doc.uri
         if isinstance(item, dict) and "$ref" in item:

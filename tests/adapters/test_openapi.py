@@ -557,6 +557,18 @@ async def test_a_default_of_the_wrong_type_is_named_where_it_is(tmp_path):
     assert "`validate_spec: off`" in error.message
 
 
+@pytest.mark.parametrize("validate", ["full", "off"])
+async def test_extensions_of_the_paths_object_are_no_paths(api, tmp_path, validate):
+    """Apicurio's registry document has `paths: {x-codegen-contextRoot: /apis/registry/v2, ...}`:
+    read as a path item, it failed the whole document (`a path item must be an object`)."""
+    _, base = api
+    doc = _document({"x-codegen-contextRoot": "/apis/registry/v2", "x-owner": {"team": "a"},
+                     "/items": {"get": {"operationId": "listItems", "responses": _OK}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1", validate_spec=validate) as bridge:
+        assert [d.native_id for d in bridge.catalog.declarations()] == ["listItems"]
+        assert "skipped_operations" not in await upstream_of(bridge).health()
+
+
 async def test_an_operation_that_cannot_be_mapped_is_left_out_and_named_in_health(api, tmp_path, caplog):
     _, base = api
     doc = _document({
