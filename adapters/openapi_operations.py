@@ -204,6 +204,16 @@ def _tags(op: dict[str, Any]) -> list[str]:
     return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
 
 
+def _free(prop: str, properties: dict[str, Any]) -> str:
+    """`prop`, or `prop_2`, `prop_3` ... when taken: Twilio's `StartTime<` and `StartTime>` both
+    clean to `query_StartTime`, and one property would have been sent as both parameters."""
+    candidate, n = prop, 1
+    while candidate in properties:
+        n += 1
+        candidate = f"{prop[: 64 - len(str(n)) - 1]}_{n}"
+    return candidate
+
+
 def _body_prop(properties: dict[str, Any]) -> str:
     """The input property for a whole body: `body`, else `request_body`, `_body`, then `body_2`,
     `body_3` ... (parameters may hold any of these names)."""
@@ -289,7 +299,10 @@ class _Mapper:
                 schema["description"] = param["description"]
             if param.get("deprecated"):
                 schema["deprecated"] = True
-            prop = name if _NAME_RULE.match(name) and name not in properties else _clean(f"{location}_{name}")[:64]
+            prop = name if _NAME_RULE.match(name) and name not in properties else _free(_clean(f"{location}_{name}")[:64], properties)
+            if prop != name:  # the model still learns which parameter it fills (`query_StartTime_2`: `StartTime>`)
+                note = f"the {location} parameter {name}"
+                schema["description"] = f"{schema['description']} ({note})" if isinstance(schema.get("description"), str) and schema["description"] else note
             properties[prop] = schema
             if param.get("required") or location == "path":
                 required.append(prop)

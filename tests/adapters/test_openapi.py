@@ -569,6 +569,25 @@ async def test_extensions_of_the_paths_object_are_no_paths(api, tmp_path, valida
         assert "skipped_operations" not in await upstream_of(bridge).health()
 
 
+async def test_parameters_that_clean_to_one_name_keep_a_property_each(api, tmp_path):
+    """Twilio filters by `StartTime`, `StartTime<` and `StartTime>`: the last two both cleaned to
+    `query_StartTime`, so one property held both and its value was sent as each."""
+    _, base = api
+    date = {"type": "string", "format": "date-time"}
+    doc = _document({"/calls": {"get": {"operationId": "listCalls", "responses": _OK, "parameters": [
+        {"name": "StartTime", "in": "query", "schema": date, "description": "Calls started on this date."},
+        {"name": "StartTime<", "in": "query", "schema": date, "description": "Calls started on or before this date."},
+        {"name": "StartTime>", "in": "query", "schema": date},
+        {"name": "query_StartTime_3", "in": "query", "schema": {"type": "string"}}]}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        props = bridge.catalog.resolve("svc__listCalls").input_schema["properties"]
+        assert list(props) == ["StartTime", "query_StartTime", "query_StartTime_2", "query_StartTime_3"]
+        assert props["query_StartTime"]["description"] == "Calls started on or before this date. (the query parameter StartTime<)"
+        assert props["query_StartTime_2"]["description"] == "the query parameter StartTime>"
+        result = await call(bridge, "listCalls", {"StartTime": "a", "query_StartTime": "b", "query_StartTime_2": "c"})
+        assert result.structured_content["raw_path"] == "/v1/calls?StartTime=a&StartTime%3C=b&StartTime%3E=c"
+
+
 async def test_an_operation_that_cannot_be_mapped_is_left_out_and_named_in_health(api, tmp_path, caplog):
     _, base = api
     doc = _document({
