@@ -75,6 +75,30 @@ def python_reads(pattern: str) -> bool:
     return True
 
 
+_COMBINED = ("$ref", "allOf", "anyOf", "oneOf", "not", "if")
+
+
+def _or_null(schema: Any) -> Any:
+    """`schema` also accepting null (OpenAPI 3.0 `nullable: true`): `null` added to its type and
+    enum, or, when a `$ref` or combinator decides the type, `{anyOf: [schema, {type: null}]}`.
+    A new object: expanded schemas are shared."""
+    if not _is_dict(schema):
+        return schema
+    kind = schema.get("type")
+    if not any(k in schema for k in _COMBINED) and isinstance(kind, str | list):
+        out = dict(schema)
+        kinds = [kind] if isinstance(kind, str) else kind
+        out["type"] = kinds if "null" in kinds else [*kinds, "null"]
+        if isinstance(out.get("enum"), list) and None not in out["enum"]:
+            out["enum"] = [*out["enum"], None]
+        return out
+    if not any(k in schema for k in _COMBINED):  # no type at all: null is already accepted
+        return schema
+    rest = {k: v for k, v in schema.items() if k != "description"}
+    described = {"description": schema["description"]} if "description" in schema else {}
+    return {**described, "anyOf": [rest, {"type": "null"}]}
+
+
 class SchemaInliner:
     """Expands schemas of one document. Results are shared between tools (never mutate them)."""
 
@@ -186,7 +210,11 @@ class SchemaInliner:
             if siblings and _is_dict(target):
                 # OpenAPI 3.1 lets a $ref carry annotations (description, default ...); they win.
                 extra = self._expand({**siblings}, base, where, direction, needs)
-                return {**target, **extra} if "$ref" not in target else {**extra, **target}
+                target = {**target, **extra} if "$ref" not in target else {**extra, **target}
+            if self.openapi_30 and node.get("nullable") is True:
+                # `{$ref: Pet, nullable: true}`: how 3.0 documents say "a Pet or null" (a schema
+                # without it would refuse the null answers of the API it describes)
+                return _or_null(target)
             return target
         return self._convert(node, base, where, direction, needs)
 
@@ -296,6 +324,8 @@ class SchemaInliner:
         self._drop_one_way(out, "readOnly" if direction == "input" else "writeOnly")
         if self.openapi_30:
             self._from_openapi_30(node, out)
+            if node.get("nullable") is True:
+                return _or_null(out)
         return out
 
     @staticmethod
@@ -313,14 +343,6 @@ class SchemaInliner:
 
     @staticmethod
     def _from_openapi_30(source: dict[str, Any], out: dict[str, Any]) -> None:
-        if source.get("nullable") is True:
-            kind = out.get("type")
-            if isinstance(kind, str):
-                out["type"] = [kind, "null"]
-            elif isinstance(kind, list) and "null" not in kind:
-                out["type"] = [*kind, "null"]
-            if isinstance(out.get("enum"), list) and None not in out["enum"]:
-                out["enum"] = [*out["enum"], None]
         for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
             flag = out.get(bound)
             if isinstance(flag, bool):

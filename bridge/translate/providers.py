@@ -319,7 +319,14 @@ def _gemini(node: Any, defs: dict[str, Any], chain: tuple[str, ...], budget: lis
     if "items" in out:
         out["items"] = _gemini(out["items"], defs, chain, budget)
     if "anyOf" in out:
-        out["anyOf"] = [_gemini(s, defs, chain, budget) for s in out["anyOf"]]
+        branches = [_gemini(s, defs, chain, budget) for s in out.pop("anyOf")]
+        real = [b for b in branches if b.get("type") != "null"]
+        if len(real) < len(branches):  # `{anyOf: [X, {type: null}]}`: X, nullable
+            out["nullable"] = True
+        if len(real) == 1 and not set(real[0]) & (set(out) - {"description"}):
+            out = {**real[0], **out}
+        elif real:
+            out["anyOf"] = real
     return out
 
 

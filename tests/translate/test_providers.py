@@ -352,3 +352,14 @@ def test_gemini_writes_a_recursive_schema_out_once_per_path():
     many = {f"S{i}": {"type": "object", "properties": {f"p{j}": {"$ref": f"#/$defs/S{j}"} for j in range(12) if j != i}} for i in range(12)}
     params = gemini_schema({"type": "object", "properties": {"s": {"$ref": "#/$defs/S0"}}, "$defs": many})
     assert json.dumps(params).count('"p1"') <= 200
+
+
+def test_gemini_reads_a_null_branch_as_nullable():
+    """Gemini has no `null` type: `{anyOf: [X, {type: null}]}` (an OpenAPI 3.0 `$ref` beside
+    `nullable: true`) is X with `nullable: true`."""
+    schema = {"type": "object", "properties": {
+        "status": {"description": "The status.", "anyOf": [{"allOf": [{"type": "string", "enum": ["a", "b"]}]}, {"type": "null"}]},
+        "either": {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}}}
+    props = gemini_schema(schema)["properties"]
+    assert props["status"] == {"type": "string", "enum": ["a", "b"], "description": "The status.", "nullable": True}
+    assert props["either"] == {"anyOf": [{"type": "string"}, {"type": "integer"}], "nullable": True}
