@@ -83,6 +83,7 @@ class BodySpec:
     required: bool = False
     encoding: tuple[tuple[str, dict[str, Any]], ...] = ()
     binary_fields: frozenset[str] = frozenset()
+    file_part: str | None = None  # a multipart body that is one file: the name of its part
 
 
 @dataclass
@@ -380,6 +381,19 @@ class _Mapper:
             schema = {"type": "string", "contentEncoding": "base64", "description": f"the {media_type} body, base64-encoded"}
         elif kind == "text" and not schema:
             schema = {"type": "string"}
+        file_part = None
+        if kind in ("form", "multipart") and not _is_object_schema(schema) and not (
+                isinstance(schema, dict) and any(k in schema for k in ("allOf", "anyOf", "oneOf", "$ref"))):
+            # a form names its fields: a body described as one string, an array or anything
+            # (`{}`) is sent as the adapter can send it, and described so
+            about = schema.get("description") if isinstance(schema, dict) and isinstance(schema.get("description"), str) else ""
+            if kind == "multipart" and isinstance(schema, dict) and schema.get("type") == "string" and (
+                    schema.get("format") in ("binary", "byte") or "contentMediaType" in schema):
+                file_part = "file"  # Jira's attachments: one file, in the part every such API names `file`
+                schema = {"type": "string", "contentEncoding": "base64",
+                          "description": f"{about or 'the file'} (base64-encoded; sent as the multipart part `file`)"}
+            else:
+                schema = {"type": "object", "description": f"{about} (the form's fields, by name)" if about else "the form's fields, by name"}
         binary_fields: set[str] = set()
         if kind == "multipart" and _is_object_schema(schema):
             props = dict(schema.get("properties") or {})
@@ -405,7 +419,7 @@ class _Mapper:
         if is_required:
             required.append(prop)
         return BodySpec(media_type=media_type, kind=kind, prop=prop, required=is_required, encoding=enc,
-                        binary_fields=frozenset(binary_fields))
+                        binary_fields=frozenset(binary_fields), file_part=file_part)
 
     def response_schema(self, raw: Any, doc_base: str, where: str) -> tuple[dict[str, Any] | None, bool]:
         """The JSON schema of the first success response that has content (`2XX` last), when that

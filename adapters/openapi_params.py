@@ -211,6 +211,12 @@ def _body(body: BodySpec, value: Any) -> tuple[Any, str | None]:
             raise _invalid("a form body must be an object")
         items = [i for k, v in _pairs(value) for i in _form_items(k, v, encodings.get(k, {}))]
         return "&".join(items).encode(), body.media_type
+    if body.kind == "multipart" and body.file_part is not None:
+        form = aiohttp.FormData(quote_fields=True)
+        content_type = encodings.get(body.file_part, {}).get("contentType")
+        form.add_field(body.file_part, _b64(value, "the body"), filename=body.file_part,
+                       content_type=content_type or "application/octet-stream")
+        return form, None
     if body.kind == "multipart":
         if not isinstance(value, dict):
             raise _invalid("a multipart body must be an object")

@@ -616,6 +616,36 @@ async def test_nullable_beside_a_ref_or_a_combinator_accepts_null(tmp_path):
         assert jsonschema.Draft202012Validator(decl.input_schema).is_valid({"status": None})
 
 
+async def test_form_bodies_described_as_no_object_are_sent_as_the_schema_says(api, tmp_path):
+    """Jira's attachments are a multipart body given as one binary string, LibreTranslate's forms
+    as a string, Codat's as `{}`: the tools accepted a string, and every call was then refused
+    (`a multipart body must be an object`). 27 operations of 10 documents in APIs.guru's directory."""
+    _, base = api
+
+    def body(media_type: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {"required": True, "content": {media_type: {"schema": schema}}}
+
+    doc = _document({
+        "/attach": {"post": {"operationId": "attach", "responses": _OK,
+                             "requestBody": body("multipart/form-data", {"type": "string", "format": "binary"})}},
+        "/detect": {"post": {"operationId": "detect", "responses": _OK,
+                             "requestBody": body("application/x-www-form-urlencoded", {"type": "string", "example": "es"})}},
+        "/upload": {"post": {"operationId": "upload", "responses": _OK, "requestBody": body("multipart/form-data", {})}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        schema = bridge.catalog.resolve("svc__attach").input_schema["properties"]["body"]
+        assert schema == {"type": "string", "contentEncoding": "base64",
+                          "description": "the file (base64-encoded; sent as the multipart part `file`)"}
+        sent = (await call(bridge, "attach", {"body": base64.b64encode(b"hello").decode()})).structured_content
+        assert sent["body"] == {"file": [{"filename": "file", "content_type": "application/octet-stream", "text": None,
+                                          "b64": base64.b64encode(b"hello").decode()}]}
+        assert bridge.catalog.resolve("svc__detect").input_schema["properties"]["body"]["type"] == "object"
+        assert (await call(bridge, "detect", {"body": {"q": "hola mundo"}})).structured_content["body"] == "q=hola%20mundo"
+        assert bridge.catalog.resolve("svc__upload").input_schema["properties"]["body"] == {
+            "type": "object", "description": "the form's fields, by name", "properties": {}}
+        sent = (await call(bridge, "upload", {"body": {"note": "x"}})).structured_content
+        assert sent["body"]["note"][0]["text"] == "x"
+
+
 async def test_an_operation_that_cannot_be_mapped_is_left_out_and_named_in_health(api, tmp_path, caplog):
     _, base = api
     doc = _document({
