@@ -75,6 +75,17 @@ def python_reads(pattern: str) -> bool:
     return True
 
 
+_JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object", "null"})
+
+
+def _json_type(kind: Any) -> bool:
+    """Whether `kind` is a JSON Schema `type`: one of its seven names, or a list of them."""
+    if isinstance(kind, str):
+        return kind in _JSON_TYPES
+    return (isinstance(kind, list) and bool(kind) and all(isinstance(k, str) and k in _JSON_TYPES for k in kind)
+            and len(set(kind)) == len(kind))
+
+
 _COMBINED = ("$ref", "allOf", "anyOf", "oneOf", "not", "if")
 
 
@@ -318,6 +329,10 @@ class SchemaInliner:
                     out[key] = value
             finally:
                 self._descent -= descends
+        if "type" in out and not _json_type(out["type"]):
+            # `type: application/json` (Cloudmersive), a schema under `type` (Codat): no validator
+            # or provider takes the schema; without it, the value is left to the server
+            del out["type"]
         if unread is not None:
             note = f"pattern (ECMA-262, not checked by the bridge): {unread}"
             out["description"] = f"{out['description']} ({note})" if isinstance(out.get("description"), str) and out["description"] else note

@@ -646,6 +646,25 @@ async def test_form_bodies_described_as_no_object_are_sent_as_the_schema_says(ap
         assert sent["body"]["note"][0]["text"] == "x"
 
 
+async def test_a_type_json_schema_does_not_know_is_left_out(tmp_path):
+    """Cloudmersive wrote `{$ref: FormDefinitionTemplate, type: application/json}`, Codat a schema
+    under `type`: copied into the tool, they made its schema invalid (no provider takes it, and the
+    bridge could check none of its arguments)."""
+    doc = {"openapi": "3.0.1", "info": {"title": "t", "version": "1"}, "paths": {"/ocr": {"post": {
+        "operationId": "recognize", "responses": _OK, "parameters": [
+            {"name": "template", "in": "header", "schema": {"$ref": "#/components/schemas/Template", "type": "application/json"}},
+            {"name": "kind", "in": "query", "schema": {"type": {"type": "string", "enum": ["a", "b"]}}},
+            {"name": "count", "in": "query", "required": True, "schema": {"type": ["integer", "null"]}}]}}},
+        "components": {"schemas": {"Template": {"type": "object", "properties": {"name": {"type": "string"}}}}}}
+    async with bridge_for(_write(tmp_path, doc), base_url="http://127.0.0.1:1", validate_spec="off") as bridge:
+        schema = bridge.catalog.resolve("svc__recognize").input_schema
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert schema["properties"]["template"] == {"type": "object", "properties": {"name": {"type": "string"}}}
+        assert schema["properties"]["kind"] == {} and schema["properties"]["count"] == {"type": ["integer", "null"]}
+        refused = await call(bridge, "recognize", {"count": "many"})  # the arguments are checked
+        assert refused.is_error and refused.error.error_class == "invalid_arguments"
+
+
 async def test_an_operation_that_cannot_be_mapped_is_left_out_and_named_in_health(api, tmp_path, caplog):
     _, base = api
     doc = _document({
