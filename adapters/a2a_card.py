@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import urllib.parse
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 
@@ -75,8 +76,13 @@ class CardSource:
     def __init__(self, http: httpx.AsyncClient, *, card_url: str | None, base_url: str | None, timeout: float) -> None:
         self.http = http
         self.timeout = timeout
+        self.fix = ""  # said after a failure that a mistaken card_url explains
         if card_url:
             self.candidates = [card_url]
+            path = urllib.parse.urlsplit(card_url).path
+            if "/.well-known/" not in path and not path.endswith(".json"):
+                self.fix = (f"; fix: card_url is the card's own URL; for the agent's root, set base_url: {card_url} instead "
+                            f"(the card is then looked up at {card_url.rstrip('/')}{CARD_PATH})")
             if card_url.rstrip("/").endswith(CARD_PATH):
                 self.candidates.append(card_url.rstrip("/")[: -len(CARD_PATH)] + LEGACY_CARD_PATH)
         else:
@@ -116,14 +122,14 @@ class CardSource:
                 continue
             if response.status_code >= 400:
                 raise BridgeError(
-                    f"the agent card at {url} answered HTTP {response.status_code}",
+                    f"the agent card at {url} answered HTTP {response.status_code}{self.fix}",
                     error_class="dependency_unavailable",
                     recoverability="retry_later",
                     details={"reachable": True, "http_status": response.status_code},
                 )
             return self._parse(url, response)
         raise BridgeError(
-            f"no agent card found (HTTP 404 at {' and '.join(tried)})",
+            f"no agent card found (HTTP 404 at {' and '.join(tried)}){self.fix}",
             error_class="dependency_unavailable",
             recoverability="setup",
             details={"reachable": True, "http_status": 404},
@@ -135,7 +141,7 @@ class CardSource:
             card = parse_agent_card(raw)
         except (ValueError, ParseError) as exc:
             raise BridgeError(
-                f"the document at {url} is not an A2A agent card: {exc}",
+                f"the document at {url} is not an A2A agent card: {exc}{self.fix}",
                 error_class="dependency_unavailable",
                 recoverability="setup",
                 details={"reachable": True},

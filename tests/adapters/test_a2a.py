@@ -108,6 +108,16 @@ async def test_skills_without_an_id_are_left_out_with_a_warning(caplog):
         assert result.status == "succeeded" and result.content[0]["text"] == "echo: hi"
 
 
+async def test_an_agents_root_given_as_card_url_fails_with_the_fix():
+    # the agent answered 405 at its root, and nothing said that card_url is the card itself
+    async with agent(skills=[], name="Solo Helper") as (base, _), bridge(card_url=base, start_timeout=2, retry_initial=30) as b:
+        reason = b.catalog.slot("peer").health.reason
+        assert "answered HTTP" in reason and f"set base_url: {base} instead" in reason
+        assert f"{base}/.well-known/agent-card.json" in reason
+    async with agent(skills=[], name="Solo Helper") as (base, _), bridge(base_url=base) as b:  # the fix works
+        assert [d.name for d in b.catalog.declarations()] == ["peer__solo_helper"]
+
+
 def test_config_needs_exactly_one_location():
     with pytest.raises(ConfigError, match="exactly one of card_url"):
         parse_config({"upstreams": [{"name": "p", "kind": "a2a"}]})
