@@ -63,20 +63,41 @@ class AnswerTooLarge(httpx.TransportError):
     """An answer (a card, a reply, a stream of events) past `max_response_bytes`."""
 
 
+# What is read of an answer the SDK stopped reading, for its connection to be used again: the end
+# of an event stream (the SDK stops at a task's last event, before the few bytes that end the
+# stream, and a connection with an answer not read to its end is closed: a new one, with its
+# TLS handshake, for every streamed call). More, or later, and the connection is closed.
+DRAIN_BYTES = 64 * 1024
+DRAIN_SECONDS = 0.05
+
+
 class _BoundedStream(httpx.AsyncByteStream):
     def __init__(self, inner: httpx.AsyncByteStream, limit: int, url: httpx.URL) -> None:
         self.inner, self.limit, self.url = inner, limit, url
+        self.started = self.ended = False
 
     async def __aiter__(self) -> Any:
+        self.started = True
         seen = 0
         async for chunk in self.inner:
             seen += len(chunk)
             if seen > self.limit:
                 raise AnswerTooLarge(f"{self.url.copy_with(query=None)} answered more than max_response_bytes={self.limit}")
             yield chunk
+        self.ended = True
 
     async def aclose(self) -> None:
-        await self.inner.aclose()
+        try:
+            if self.started and not self.ended:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(DRAIN_SECONDS):
+                        drained = 0
+                        async for chunk in self.inner:
+                            drained += len(chunk)
+                            if drained > DRAIN_BYTES:
+                                break
+        finally:
+            await self.inner.aclose()
 
 
 class _BoundedTransport(httpx.AsyncBaseTransport):

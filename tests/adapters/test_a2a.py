@@ -140,6 +140,18 @@ async def test_an_answer_past_max_response_bytes_is_refused_as_it_arrives(stream
         assert (await b.invoker.invoke("peer__echo", {"message": "again"})).status == "succeeded"
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_calls_reuse_their_connections(streaming):
+    # the SDK stops reading an event stream at the task's last event, and the connection, its
+    # answer not read to the end, was closed: a new connection (and TLS handshake) every call
+    async with agent() as (base, control), bridge(base_url=base, streaming=streaming) as b:
+        for i in range(20):
+            assert (await b.invoker.invoke("peer__echo", {"message": f"hi {i}"})).status == "succeeded"
+        calls = [entry for entry in control.requests if not entry["path"].startswith("/.well-known")]
+        connections = len({entry["client"] for entry in calls})
+        assert len(calls) >= 20 and connections <= 5, connections
+
+
 async def test_non_streaming_reply_with_ids_in_native_ref():
     async with agent() as (base, control), bridge(base_url=base, streaming=False) as b:
         result = await b.invoker.invoke("peer__echo", {"message": "hi", "data": {"n": 4}})

@@ -231,7 +231,8 @@ class _Recorder:
             await self.app(scope, receive, send)
             return
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        entry: dict[str, Any] = {"path": scope["path"], "method": scope["method"], "headers": headers, "body": b""}
+        entry: dict[str, Any] = {"path": scope["path"], "method": scope["method"], "headers": headers, "body": b"",
+                                 "client": tuple(scope.get("client") or ())}  # (host, port): the connection it came on
         self.control.requests.append(entry)
         if not scope["path"].startswith("/.well-known"):
             denied = self.control.required_bearer is not None and headers.get("authorization") != f"Bearer {self.control.required_bearer}"
