@@ -346,6 +346,8 @@ class OpenAPIUpstream(Upstream):
         for _ in range(MAX_REDIRECTS + 1):
             async with session.request(
                 method, url, headers=headers, data=data, allow_redirects=False,
+                # without it aiohttp labels a POST, PUT or PATCH that has no body application/octet-stream
+                skip_auto_headers=("Content-Type",) if data is None else None,
                 timeout=aiohttp.ClientTimeout(total=timeout, connect=min(cfg.connect_timeout, timeout)),
             ) as response:
                 location = response.headers.get("Location")

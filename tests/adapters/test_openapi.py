@@ -925,6 +925,27 @@ async def test_request_body_kinds(api):
         assert bad.is_error and bad.error.error_class == "invalid_arguments"
 
 
+async def test_a_call_without_a_body_sends_no_content_type(api, tmp_path):
+    """aiohttp labels a POST, PUT or PATCH without data `application/octet-stream`; a server that
+    checks the content type against the document would refuse a body the call never had."""
+    _, base = api
+    note = {"type": "object", "properties": {"title": {"type": "string"}}}
+    doc = _document({
+        "/revoke": {"post": {"operationId": "revoke", "responses": _OK}},
+        "/notes": {"put": {"operationId": "putNote", "responses": _OK, "parameters": [
+            {"name": "q", "in": "query", "schema": {"type": "string"}}],
+            "requestBody": {"content": {"application/json": {"schema": note}}}}},
+    })
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        for name, args in (("revoke", {}), ("putNote", {"q": "x"})):
+            result = await call(bridge, name, args)
+            assert not result.is_error, result.content
+            assert "Content-Type" not in result.structured_content["headers"], (name, result.structured_content)
+            assert result.structured_content["body"] is None
+        sent = (await call(bridge, "putNote", {"title": "t"})).structured_content
+        assert sent["headers"]["Content-Type"] == "application/json" and sent["body"] == {"title": "t"}
+
+
 # ---------------------------------------------------------------------------- credentials
 
 
