@@ -81,6 +81,8 @@ class BodySpec:
     prop: str | None  # the input property holding the whole body, or None when inlined
     fields: tuple[str, ...] = ()  # inlined body properties
     required: bool = False
+    # the inlined body's own required properties: an optional body given any field needs them
+    fields_required: tuple[str, ...] = ()
     encoding: tuple[tuple[str, dict[str, Any]], ...] = ()
     binary_fields: frozenset[str] = frozenset()
     file_part: str | None = None  # a multipart body that is one file: the name of its part
@@ -412,8 +414,9 @@ class _Mapper:
             properties.update(schema["properties"])
             if is_required:
                 required.extend(r for r in schema.get("required") or [] if r in schema["properties"])
+            fields_required = tuple(r for r in schema.get("required") or [] if r in schema["properties"])
             return BodySpec(media_type=media_type, kind=kind, prop=None, fields=fields, required=is_required,
-                            encoding=enc, binary_fields=frozenset(binary_fields))
+                            fields_required=fields_required, encoding=enc, binary_fields=frozenset(binary_fields))
         prop = _body_prop(properties)
         properties[prop] = schema if isinstance(schema, dict) else {}
         if is_required:

@@ -277,6 +277,10 @@ def build_request(op: Operation, arguments: dict[str, Any]) -> RequestParts:
         else:
             value = {k: arguments[k] for k in body.fields if k in arguments}
             present = bool(value) or body.required
+            missing = [k for k in body.fields_required if k not in value]
+            if value and missing:  # the input schema cannot say it: an optional body is all or nothing
+                raise _invalid(f"the request body of {op.method} {op.path} is optional, but once any of its fields is "
+                               f"given it needs {', '.join(repr(k) for k in missing)} too (give none of its fields to send no body)")
         if present:
             parts.data, content_type = _body(body, value)
             if content_type:

@@ -946,6 +946,26 @@ async def test_a_call_without_a_body_sends_no_content_type(api, tmp_path):
         assert sent["headers"]["Content-Type"] == "application/json" and sent["body"] == {"title": "t"}
 
 
+async def test_an_optional_body_given_some_fields_needs_its_required_ones(api, tmp_path):
+    """A requestBody without `required: true` may be left out, but a body that is sent must be
+    valid: its own required properties are asked for once any of its fields is given."""
+    state, base = api
+    order = {"type": "object", "required": ["account", "amount"],
+             "properties": {"account": {"type": "string"}, "amount": {"type": "integer"}, "note": {"type": "string"}}}
+    doc = _document({"/orders": {"post": {"operationId": "order", "responses": _OK,
+                                          "parameters": [{"name": "dry", "in": "query", "schema": {"type": "boolean"}}],
+                                          "requestBody": {"content": {"application/json": {"schema": order}}}}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        assert "required" not in bridge.catalog.resolve("svc__order").input_schema  # the body may be left out
+        result = await call(bridge, "order", {"note": "n", "amount": 3})
+        assert result.is_error and result.error.error_class == "invalid_arguments", result.content
+        assert "'account'" in result.error.message and "'amount'" not in result.error.message
+        assert not state.peers  # nothing was sent
+        assert (await call(bridge, "order", {"dry": True})).structured_content["body"] is None
+        sent = (await call(bridge, "order", {"account": "a", "amount": 3})).structured_content
+        assert sent["body"] == {"account": "a", "amount": 3}
+
+
 # ---------------------------------------------------------------------------- credentials
 
 
