@@ -119,6 +119,18 @@ def body_kind(media_type: str) -> BodyKind:
 _BODY_PREFERENCE = {"json": 0, "form": 1, "multipart": 2, "text": 3, "binary": 4}
 
 
+def _concrete(media_type: str, kind: BodyKind) -> str:
+    """The Content-Type to send for a request body's media type: a range such as `*/*`,
+    `application/*+json` or `text/*` names no type a request can carry, so the usual type of its
+    kind stands in for it."""
+    if "*" not in media_type.split(";")[0]:
+        return media_type
+    if kind == "text":
+        return "application/xml" if media_type.split(";")[0].strip().endswith("+xml") else "text/plain"
+    return {"json": "application/json", "form": "application/x-www-form-urlencoded",
+            "multipart": "multipart/form-data"}.get(kind, "application/octet-stream")
+
+
 def _safety(method: str, op: dict[str, Any]) -> SafetyHints:
     """HTTP semantics (inferred), overridden by `x-safety: {...}` or `x-read-only` / `x-destructive`
     / `x-idempotent` / `x-open-world` extensions (declared)."""
@@ -368,14 +380,16 @@ class _Mapper:
         content = body.get("content") if isinstance(body, dict) else None
         if not isinstance(content, dict) or not content:
             return None
-        media_type = min(content, key=lambda mt: _BODY_PREFERENCE[body_kind(mt)])
-        kind = body_kind(media_type)
-        media = content[media_type]
+        # of the preferred kind, a media type before a range (`application/json` before `application/*+json`)
+        key = min(content, key=lambda mt: (_BODY_PREFERENCE[body_kind(mt)], "*" in mt))
+        kind = body_kind(key)
+        media = content[key]
+        media_type = _concrete(key, kind)
         if not isinstance(media, dict | None):
             raise SpecError(f"a media type object (with a `schema`) is expected, got {type(media).__name__}",
-                            f"{where}.content[{media_type!r}]")
+                            f"{where}.content[{key!r}]")
         media = media or {}
-        at = f"{where}.content[{media_type!r}].schema"
+        at = f"{where}.content[{key!r}].schema"
         schema = self.inliner.unwrap(self.inliner.expand(media.get("schema", {}), base, at, "input", needs), "input")
         is_required = bool(body.get("required"))
         encoding = media.get("encoding") if isinstance(media.get("encoding"), dict) else {}

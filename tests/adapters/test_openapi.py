@@ -966,6 +966,32 @@ async def test_an_optional_body_given_some_fields_needs_its_required_ones(api, t
         assert sent["body"] == {"account": "a", "amount": 3}
 
 
+async def test_a_media_range_is_never_sent_as_the_content_type(api, tmp_path):
+    """`*/*`, `application/*+json` or `text/*` name no type a body can carry: a listed media type
+    is sent in their place (ASP.NET documents list `application/*+json` before `application/json`),
+    else the usual type of the body's kind."""
+    _, base = api
+    note = {"type": "object", "properties": {"title": {"type": "string"}}}
+
+    def body_op(name: str, *types: str, schema: dict[str, Any] = note) -> dict[str, Any]:
+        return {"post": {"operationId": name, "responses": _OK,
+                         "requestBody": {"required": True, "content": {t: {"schema": schema} for t in types}}}}
+
+    doc = _document({
+        "/any": body_op("any", "*/*"),
+        "/aspnet": body_op("aspnet", "application/*+json", "application/json", "text/json"),
+        "/suffix": body_op("suffix", "application/*+json"),
+        "/text": body_op("text", "text/*", schema={"type": "string"}),
+    })
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        for name, args, content_type in (("any", {"title": "t"}, "application/json"), ("aspnet", {"title": "t"}, "application/json"),
+                                         ("suffix", {"title": "t"}, "application/json"), ("text", {"body": "hi"}, "text/plain")):
+            sent = (await call(bridge, name, args)).structured_content
+            assert sent["headers"]["Content-Type"] == content_type, (name, sent)
+            assert bridge.catalog.resolve(f"svc__{name}").annotations["openapi"]["request_media_type"] == content_type
+        assert (await call(bridge, "aspnet", {"title": "t"})).structured_content["body"] == {"title": "t"}
+
+
 # ---------------------------------------------------------------------------- credentials
 
 
