@@ -117,7 +117,7 @@ def serialize_query(spec: ParamSpec, value: Any) -> list[str]:
         return _enc(v, reserved)
 
     if style == "deepObject":
-        if not isinstance(value, dict):
+        if not isinstance(value, (dict, list)):
             return [f"{name}={enc(value)}"]
         return _deep(name, value, enc)
     if style in ("spaceDelimited", "pipeDelimited") and not explode:
@@ -140,14 +140,16 @@ def serialize_query(spec: ParamSpec, value: Any) -> list[str]:
     return [f"{name}={enc(value)}"]
 
 
-def _deep(prefix: str, value: dict[str, Any], enc: Any) -> list[str]:
+def _deep(prefix: str, value: dict[str, Any] | list[Any], enc: Any) -> list[str]:
+    """deepObject items: `o[k]=v` for an object's keys, `a[0]=v` for an array's items, nested
+    (`items[0][price]=p`). OpenAPI leaves arrays undefined here; indexes are what Stripe, whose
+    document uses deepObject arrays throughout, and the `qs` convention read."""
     out: list[str] = []
-    for key, item in _pairs(value):
+    pairs = ((str(i), v) for i, v in enumerate(value) if v is not None) if isinstance(value, list) else _pairs(value)
+    for key, item in pairs:
         inner = f"{prefix}[{quote(key, safe='')}]"
-        if isinstance(item, dict):
+        if isinstance(item, (dict, list)):
             out.extend(_deep(inner, item, enc))
-        elif isinstance(item, list):
-            out.extend(f"{inner}={enc(v)}" for v in item)
         else:
             out.append(f"{inner}={enc(item)}")
     return out

@@ -871,6 +871,31 @@ async def test_path_values_cannot_step_out_of_their_segment(api, tmp_path):
         assert (await call(bridge, "pair", {"a": "..", "b": "."})).structured_content["raw_path"] == "/v1/pair/..."
 
 
+async def test_deep_object_arrays_are_indexed(api, tmp_path):
+    """OpenAPI leaves a deepObject array undefined; Stripe's document uses it (`expand`, and the
+    form fields of its bodies) and reads `expand[0]=a&expand[1]=b`, `items[0][price]=p`, as its
+    own libraries send them."""
+    _, base = api
+    strings = {"type": "array", "items": {"type": "string"}}
+    items = {"type": "array", "items": {"type": "object", "properties": {
+        "price": {"type": "string"}, "tax_rates": strings}}}
+    doc = _document({"/subscriptions": {"post": {
+        "operationId": "subscribe", "responses": _OK,
+        "parameters": [{"name": "expand", "in": "query", "style": "deepObject", "explode": True, "schema": strings}],
+        "requestBody": {"content": {"application/x-www-form-urlencoded": {
+            "schema": {"type": "object", "properties": {"items": items, "metadata": {"type": "object"}}},
+            "encoding": {"items": {"style": "deepObject", "explode": True},
+                         "metadata": {"style": "deepObject", "explode": True}}}}}}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        args = {"expand": ["customer", "latest invoice"],
+                "items": [{"price": "p_1", "tax_rates": ["t_1", "t&2"]}, {"price": "p_2"}],
+                "metadata": {"order": "7", "tags": ["a", "b"]}}
+        sent = (await call(bridge, "subscribe", args)).structured_content
+        assert sent["raw_path"] == "/v1/subscriptions?expand[0]=customer&expand[1]=latest%20invoice"
+        assert sent["body"] == ("items[0][price]=p_1&items[0][tax_rates][0]=t_1&items[0][tax_rates][1]=t%262&items[1][price]=p_2"
+                                "&metadata[order]=7&metadata[tags][0]=a&metadata[tags][1]=b")
+
+
 async def test_header_and_cookie_styles(api):
     _, base = api
     async with bridge_for("styles_30.yaml", base_url=base + "/v1", include=["header*", "cookie*"]) as bridge:
