@@ -111,7 +111,7 @@ def body_kind(media_type: str) -> BodyKind:
         return "form"
     if mt.startswith("multipart/"):
         return "multipart"
-    if mt.startswith("text/") or mt.endswith("+xml") or mt in ("application/xml", "application/yaml"):
+    if mt.startswith("text/") or mt.endswith(("+xml", "+yaml")) or mt in ("application/xml", "application/yaml", "application/x-yaml"):
         return "text"
     return "binary"
 

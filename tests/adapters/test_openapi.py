@@ -1017,6 +1017,19 @@ async def test_a_media_range_is_never_sent_as_the_content_type(api, tmp_path):
         assert (await call(bridge, "aspnet", {"title": "t"})).structured_content["body"] == {"title": "t"}
 
 
+async def test_a_yaml_body_is_text_not_base64(api, tmp_path):
+    """`application/x-yaml` (Open Policy Agent's document) is YAML as `application/yaml` is: an
+    object body is taken as an object and sent as JSON, which is YAML, not asked for as base64."""
+    _, base = api
+    doc = _document({"/data": {"post": {"operationId": "put", "responses": _OK, "requestBody": {
+        "required": True, "content": {"application/x-yaml": {"schema": {"type": "object"}}}}}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        assert bridge.catalog.resolve("svc__put").input_schema["properties"]["body"] == {"type": "object"}
+        sent = (await call(bridge, "put", {"body": {"a": [1, "b"]}})).structured_content
+        assert sent["headers"]["Content-Type"] == "application/x-yaml"
+        assert base64.b64decode(sent["body"]["b64"]) == b'{"a":[1,"b"]}'
+
+
 # ---------------------------------------------------------------------------- credentials
 
 
