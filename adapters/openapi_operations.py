@@ -119,6 +119,17 @@ def body_kind(media_type: str) -> BodyKind:
 _BODY_PREFERENCE = {"json": 0, "form": 1, "multipart": 2, "text": 3, "binary": 4}
 
 
+def _is_xml(media_type: str) -> bool:
+    mt = media_type.split(";")[0].strip().lower()
+    return mt.endswith(("/xml", "+xml"))
+
+
+def _described(schema: Any) -> str:
+    """What an object schema's description says, for the string that stands in for it."""
+    text = schema.get("description") if isinstance(schema, dict) else None
+    return f" ({text})" if isinstance(text, str) and text.strip() else ""
+
+
 def _concrete(media_type: str, kind: BodyKind) -> str:
     """The Content-Type to send for a request body's media type: a range such as `*/*`,
     `application/*+json` or `text/*` names no type a request can carry, so the usual type of its
@@ -395,6 +406,11 @@ class _Mapper:
         encoding = media.get("encoding") if isinstance(media.get("encoding"), dict) else {}
         if kind == "binary":
             schema = {"type": "string", "contentEncoding": "base64", "description": f"the {media_type} body, base64-encoded"}
+        elif kind == "text" and _is_xml(media_type) and not (isinstance(schema, dict) and schema.get("type") == "string"):
+            # an object has no one XML form (element or attribute, names, wrapping, namespaces):
+            # the caller writes the document, rather than JSON being sent labelled as XML
+            schema = {"type": "string", "contentMediaType": media_type,
+                      "description": f"the {media_type} body: an XML document" + _described(schema)}
         elif kind == "text" and not schema:
             schema = {"type": "string"}
         file_part = None

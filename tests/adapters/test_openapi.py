@@ -1030,6 +1030,26 @@ async def test_a_yaml_body_is_text_not_base64(api, tmp_path):
         assert base64.b64decode(sent["body"]["b64"]) == b'{"a":[1,"b"]}'
 
 
+async def test_an_xml_body_is_an_xml_document_not_json(api, tmp_path):
+    """An object schema under `application/xml` (openSUSE's build service, AWS's XML APIs) has no
+    one XML form: the tool takes the document as a string and sends it as it is, never JSON
+    labelled as XML."""
+    _, base = api
+    tracker = {"type": "object", "description": "An issue tracker.", "properties": {"name": {"type": "string"}}}
+    doc = _document({"/trackers": {"post": {"operationId": "add", "responses": _OK, "requestBody": {
+        "required": True, "content": {"application/xml; charset=utf-8": {"schema": tracker}}}}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        body = bridge.catalog.resolve("svc__add").input_schema["properties"]["body"]
+        assert body["type"] == "string" and body["contentMediaType"] == "application/xml; charset=utf-8"
+        assert body["description"] == "the application/xml; charset=utf-8 body: an XML document (An issue tracker.)"
+        refused = await call(bridge, "add", {"body": {"name": "gh"}})
+        assert refused.is_error and refused.error.error_class == "invalid_arguments"
+        xml = '<issue-tracker name="gh">é</issue-tracker>'
+        sent = (await call(bridge, "add", {"body": xml})).structured_content
+        assert sent["headers"]["Content-Type"] == "application/xml; charset=utf-8"
+        assert base64.b64decode(sent["body"]["b64"]).decode() == xml
+
+
 # ---------------------------------------------------------------------------- credentials
 
 
