@@ -404,6 +404,8 @@ class _Mapper:
         schema = self.inliner.unwrap(self.inliner.expand(media.get("schema", {}), base, at, "input", needs), "input")
         is_required = bool(body.get("required"))
         encoding = media.get("encoding") if isinstance(media.get("encoding"), dict) else {}
+        if "*" in key and isinstance(schema, dict) and schema.get("type") == "string" and schema.get("format") == "binary":
+            kind, media_type = "binary", "application/octet-stream"  # `*/*` of bytes: a file, not a JSON string
         if kind == "binary":
             schema = {"type": "string", "contentEncoding": "base64", "description": f"the {media_type} body, base64-encoded"}
         elif kind == "text" and _is_xml(media_type) and not (isinstance(schema, dict) and schema.get("type") == "string"):

@@ -1007,6 +1007,7 @@ async def test_a_media_range_is_never_sent_as_the_content_type(api, tmp_path):
         "/aspnet": body_op("aspnet", "application/*+json", "application/json", "text/json"),
         "/suffix": body_op("suffix", "application/*+json"),
         "/text": body_op("text", "text/*", schema={"type": "string"}),
+        "/upload": body_op("upload", "*/*", schema={"type": "string", "format": "binary"}),
     })
     async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
         for name, args, content_type in (("any", {"title": "t"}, "application/json"), ("aspnet", {"title": "t"}, "application/json"),
@@ -1015,6 +1016,11 @@ async def test_a_media_range_is_never_sent_as_the_content_type(api, tmp_path):
             assert sent["headers"]["Content-Type"] == content_type, (name, sent)
             assert bridge.catalog.resolve(f"svc__{name}").annotations["openapi"]["request_media_type"] == content_type
         assert (await call(bridge, "aspnet", {"title": "t"})).structured_content["body"] == {"title": "t"}
+        # bytes under `*/*` are a file: base64 in, the bytes themselves out, not a JSON string
+        assert bridge.catalog.resolve("svc__upload").input_schema["properties"]["body"]["contentEncoding"] == "base64"
+        sent = (await call(bridge, "upload", {"body": base64.b64encode(PNG).decode()})).structured_content
+        assert sent["headers"]["Content-Type"] == "application/octet-stream"
+        assert base64.b64decode(sent["body"]["b64"]) == PNG
 
 
 async def test_a_yaml_body_is_text_not_base64(api, tmp_path):
