@@ -462,9 +462,13 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
     loop = asyncio.get_running_loop()
     serving = asyncio.current_task()
     signalled: list[int] = []
+    closing = False
 
     def on_signal(sig: int) -> None:
-        if not signalled and serving is not None:
+        # A signal while the bridge already closes lets the close finish: clients close stdin,
+        # then send SIGTERM (the mcp SDK's 2 s later), and cancelling the close then left an
+        # upstream still busy running, with a traceback and exit status 1.
+        if not signalled and not closing and serving is not None:
             serving.cancel()
         signalled.append(sig)
 
@@ -484,8 +488,10 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
                 try:
                     await frontend.server.run(read, write, frontend.server.create_initialization_options())
                 finally:
+                    closing = True
                     await frontend.aclose()
             finally:
+                closing = True
                 stop_reloading()
                 await bridge.close()
                 if signalled:  # leaving stdio_server would wait for its stdin reader, until stdin closes

@@ -170,6 +170,47 @@ async def test_a_signal_stops_the_stdio_bridge_and_what_it_launched(sig, tmp_pat
             await process.wait()
 
 
+async def test_sigterm_while_closing_after_stdin_closed_lets_the_close_finish(tmp_path):
+    # what the mcp SDK's stdio client does on leaving: close stdin, then SIGTERM 2 s later. An
+    # upstream still busy (it ignores its own stdin closing) held the close up past that, and the
+    # SIGTERM cancelled the close: a traceback, exit status 1, the upstream left running
+    import os
+    import signal
+
+    from tests.servers import child_pids, process_running
+
+    tiny = ROOT / "tests" / "adapters" / "mcp_fixtures" / "tiny_server.py"
+    config = {"store": {"path": str(tmp_path / "bridge.db")},
+              "upstreams": [{"name": "busy", "kind": "mcp", "command": sys.executable, "args": [str(tiny), "--linger", "30"],
+                             "shutdown_timeout": 1}]}
+    (tmp_path / "bridge.json").write_text(json.dumps(config))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.json"), cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        process.stdin.write(json.dumps(initialize).encode() + b"\n")
+        await process.stdin.drain()
+        async with asyncio.timeout(30):
+            assert json.loads(await process.stdout.readline())["id"] == 1
+        upstreams = child_pids(process.pid)
+        assert upstreams
+        process.stdin.close()
+        await asyncio.sleep(0.3)  # closing: the upstream gets shutdown_timeout=1 s to leave
+        os.kill(process.pid, signal.SIGTERM)
+        async with asyncio.timeout(15):
+            status = await process.wait()
+        stderr = (await process.stderr.read()).decode()
+        assert status == 0, stderr[-2000:]
+        assert "Traceback" not in stderr, stderr
+        assert not any(process_running(pid) for pid in upstreams)  # stopped by the close, not left lingering
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
 async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path):
     import os
     import signal

@@ -1,14 +1,16 @@
 """An MCP stdio server on the standard library alone, for tests that start many: it starts in a
 few milliseconds (the SDK's import costs a second of CPU). It answers `initialize`, `ping` and
-`tools/call`, and lists one `echo` tool.
+`tools/call`, and lists one `echo` tool. `--linger N` keeps it running N seconds after its stdin
+closes, as a server with work still under way does (a Node server with a timer pending).
 
-    python tests/adapters/mcp_fixtures/tiny_server.py
+    python tests/adapters/mcp_fixtures/tiny_server.py [--linger N]
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 
 ECHO = {"name": "echo", "description": "Echo the given text.", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}
 
@@ -31,6 +33,8 @@ def main() -> None:
         if "id" in message and "method" in message:
             sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": answer(message)}) + "\n")
             sys.stdout.flush()
+    if "--linger" in sys.argv:
+        time.sleep(float(sys.argv[sys.argv.index("--linger") + 1]))
 
 
 if __name__ == "__main__":
