@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import ssl
 import sys
@@ -37,7 +38,7 @@ from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError, model_validator
 
-from adapters.mcp_stdio import MAX_LINE, UNREADABLE, StdioChild, redact
+from adapters.mcp_stdio import LINE_LIMIT, MAX_LINE, UNREADABLE, StdioChild, redact
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.translate.mcp import progress_from_mcp, result_from_mcp, tool_from_mcp
 from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent, off_loop_when
@@ -199,6 +200,7 @@ class MCPUpstream(Upstream):
                     mode=self.config.protocol,
                     cache=None,  # a federating bridge always wants the server's current answer
                     message_handler=self._on_message,
+                    logging_callback=self._on_log,
                     client_info=_client_info(),
                 )
                 await stack.enter_async_context(client)
@@ -295,6 +297,16 @@ class MCPUpstream(Upstream):
             self._tools_changed("notifications/tools/list_changed")
         elif isinstance(message, Exception):
             log.warning("mcp upstream %s: transport error: %s", self.name, redact(str(message), self.config.secrets()))
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        """A log message of the server (`notifications/message`), logged as its stderr lines are:
+        at INFO, `debug` ones at DEBUG; an object as its JSON, cut to LINE_LIMIT characters."""
+        data = params.data if isinstance(params.data, str) else json.dumps(params.data, ensure_ascii=False, default=str)
+        if len(data) > LINE_LIMIT:
+            data = data[: LINE_LIMIT - 3] + "..."
+        where = f" {params.logger}" if params.logger else ""
+        log.log(logging.DEBUG if params.level == "debug" else logging.INFO, "mcp upstream %s: log %s%s: %s",
+                self.name, params.level, where, redact(data, self.config.secrets()))
 
     def _tools_changed(self, reason: str) -> None:
         """Ask the catalog to re-list, coalesced: while a request is out and no listing has begun

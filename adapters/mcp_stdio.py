@@ -33,12 +33,12 @@ from pydantic import ValidationError
 
 from bridge.sidecar import death_guard, runnable
 
-__all__ = ["MAX_LINE", "UNREADABLE", "StdioChild", "redact"]
+__all__ = ["LINE_LIMIT", "MAX_LINE", "UNREADABLE", "StdioChild", "redact"]
 
 log = logging.getLogger("bridge.adapters.mcp")
 
 TAIL_LINES = 50
-LINE_LIMIT = 1000  # characters kept of one stderr line
+LINE_LIMIT = 1000  # characters kept of one stderr line (or log message of the server)
 REASON_LINES = 5  # stderr lines quoted in an exit reason
 MAX_LINE = 64 * 1024 * 1024  # bytes: the longest stdout line (one message) read by default
 # The `data` key of the errors this transport makes up for answers it could not read; its value

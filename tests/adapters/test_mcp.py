@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ module_loop = pytest.mark.asyncio(loop_scope="module")
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")
 FILLER, PAGE = 9, 4
-TOOL_COUNT = 16 + FILLER  # base tools + fillers: seven pages of four
+TOOL_COUNT = 17 + FILLER  # base tools + fillers: seven pages of four
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 # upstream name -> negotiated protocol version expected
 UPSTREAMS = {"stdio_legacy": LEGACY, "stdio_modern": MODERN, "http_legacy": LEGACY, "http_modern": MODERN}
@@ -224,6 +225,27 @@ async def test_structured_output_and_is_error(bridge: Bridge, up: str) -> None:
     assert failed.is_error and failed.status == "failed"
     assert failed.error.error_class == "execution_failed" and failed.error.error_code == "mcp_tool_error"
     assert failed.content == [{"type": "text", "text": "the input was not acceptable"}]
+
+
+@each_upstream
+@module_loop
+async def test_server_log_messages_are_logged(bridge: Bridge, up: str, caplog: pytest.LogCaptureFixture) -> None:
+    # notifications/message were dropped unseen; on 2026-07-28 a server sends them only to a
+    # request that opts in, which the bridge's do not
+    caplog.set_level(logging.DEBUG, logger="bridge.adapters.mcp")
+    text = f"disk almost full {up}"
+
+    def logged() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "bridge.adapters.mcp" and text in r.getMessage()]
+
+    result = await call(bridge, f"{up}__log", {"levels": ["debug", "warning"], "text": text})
+    assert result.status == "succeeded"
+    if UPSTREAMS[up] == MODERN:
+        assert logged() == []
+        return
+    await until(lambda: len(logged()) == 2)
+    assert [r.levelno for r in logged()] == [logging.DEBUG, logging.INFO]
+    assert logged()[1].getMessage() == f'mcp upstream {up}: log warning fixture: {{"text": "{text}", "level": "warning"}}'
 
 
 @each_upstream

@@ -36,6 +36,7 @@ if __name__ == "__main__":
 import argparse  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
+import warnings  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -43,7 +44,12 @@ import anyio  # noqa: E402
 import mcp.types as types  # noqa: E402
 from mcp.server.lowlevel import NotificationOptions, Server  # noqa: E402
 from mcp.server.stdio import stdio_server  # noqa: E402
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged  # noqa: E402
+from mcp.server.subscriptions import (  # noqa: E402
+    InMemorySubscriptionBus,
+    ListenHandler,
+    ToolsListChanged,
+)
+from mcp.shared.exceptions import MCPDeprecationWarning  # noqa: E402
 
 MODERN = "2026-07-28"
 # 1x1 transparent PNG and a 44-byte empty WAV, base64.
@@ -113,6 +119,11 @@ def base_tools() -> list[types.Tool]:
             input_schema=_schema({"code": {"type": "integer"}, "message": {"type": "string"}}),
         ),
         types.Tool(name="events", description="What the server saw.", input_schema=_schema()),
+        types.Tool(
+            name="log",
+            description="Sends a log message (notifications/message) at each level given.",
+            input_schema=_schema({"levels": {"type": "array", "items": {"type": "string"}}, "text": {"type": "string"}}),
+        ),
         types.Tool(
             name="set_extra",
             description="Replace the extra tools; optionally announce the change.",
@@ -280,6 +291,12 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
             os._exit(int(args.get("code", 3)))
         if name == "events":
             return types.CallToolResult(content=_text(json.dumps(state.events)))
+        if name == "log":
+            for level in args.get("levels") or ["info"]:
+                data = {"text": args.get("text", "a line"), "level": level}
+                with warnings.catch_warnings(category=MCPDeprecationWarning, action="ignore"):  # deprecated in 2026-07-28 only
+                    await ctx.session.send_log_message(level, data, logger="fixture", related_request_id=ctx.request_id)
+            return types.CallToolResult(content=_text("logged"))
         if name == "route":
             return types.CallToolResult(content=_text(f"{args.get('region')}/{args.get('zone')}"))
         if name == "odd_blocks":
