@@ -32,7 +32,7 @@ module_loop = pytest.mark.asyncio(loop_scope="module")
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")
 FILLER, PAGE = 9, 4
-TOOL_COUNT = 17 + FILLER  # base tools + fillers: seven pages of four
+TOOL_COUNT = 18 + FILLER  # base tools + fillers: seven pages of four
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 # upstream name -> negotiated protocol version expected
 UPSTREAMS = {"stdio_legacy": LEGACY, "stdio_modern": MODERN, "http_legacy": LEGACY, "http_modern": MODERN}
@@ -225,6 +225,29 @@ async def test_structured_output_and_is_error(bridge: Bridge, up: str) -> None:
     assert failed.is_error and failed.status == "failed"
     assert failed.error.error_class == "execution_failed" and failed.error.error_code == "mcp_tool_error"
     assert failed.content == [{"type": "text", "text": "the input was not acceptable"}]
+
+
+@each_upstream
+@module_loop
+@pytest.mark.parametrize(("what", "method", "refusal"), [
+    ("sampling", "sampling/createMessage", "Sampling not supported"),
+    ("elicitation", "elicitation/create", "Elicitation not supported"),
+    ("url_elicitation", "elicitation/create", "Elicitation not supported"),
+    ("roots", "roots/list", "List roots not supported"),
+])
+async def test_requests_for_sampling_elicitation_and_roots_are_refused_at_once(
+    bridge: Bridge, up: str, what: str, method: str, refusal: str
+) -> None:
+    # the bridge declares none of these client capabilities; a server that asks anyway is told
+    # no at once (handshake era), and a 2026-07-28 result asking for input fails the call
+    async with asyncio.timeout(5):
+        result = await call(bridge, f"{up}__ask", {"what": what})
+    if UPSTREAMS[up] == MODERN:
+        assert result.status == "failed" and result.error.error_class == "execution_failed"
+        assert result.error.message == f"ask: the server asked for input the bridge cannot give ({method})"
+    else:
+        assert result.status == "succeeded"
+        assert result.content[0]["text"] == f"refused: -32600 {refusal}"
 
 
 @each_upstream

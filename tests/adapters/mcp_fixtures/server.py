@@ -49,7 +49,7 @@ from mcp.server.subscriptions import (  # noqa: E402
     ListenHandler,
     ToolsListChanged,
 )
-from mcp.shared.exceptions import MCPDeprecationWarning  # noqa: E402
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError  # noqa: E402
 
 MODERN = "2026-07-28"
 # 1x1 transparent PNG and a 44-byte empty WAV, base64.
@@ -69,6 +69,18 @@ BAD_TOOLS: list[Any] = [
 # the blocks the middleware adds to the result of `odd_blocks`: a type from the future, and a
 # text block whose text is not a string
 ODD_BLOCKS: list[Any] = [{"type": "hologram", "uri": "x://1", "_meta": {"k": 1}}, {"type": "text", "text": 5}]
+
+
+# what the `ask` tool asks its client: a request of each kind a server may send a client
+ASKS: dict[str, types.InputRequest] = {
+    "sampling": types.CreateMessageRequest(params=types.CreateMessageRequestParams(
+        messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text="Summarize the report."))], max_tokens=50)),
+    "elicitation": types.ElicitRequest(params=types.ElicitRequestFormParams(
+        message="Which account?", requested_schema={"type": "object", "properties": {"account": {"type": "string"}}})),
+    "url_elicitation": types.ElicitRequest(params=types.ElicitRequestURLParams(
+        message="Sign in first.", url="https://example.invalid/login", elicitation_id="e1")),
+    "roots": types.ListRootsRequest(),
+}
 
 
 def _schema(props: dict[str, Any] | None = None, required: list[str] | None = None) -> dict[str, Any]:
@@ -119,6 +131,11 @@ def base_tools() -> list[types.Tool]:
             input_schema=_schema({"code": {"type": "integer"}, "message": {"type": "string"}}),
         ),
         types.Tool(name="events", description="What the server saw.", input_schema=_schema()),
+        types.Tool(
+            name="ask",
+            description="Asks the client for sampling, elicitation (form or url) or roots; says how the client answered.",
+            input_schema=_schema({"what": {"type": "string", "enum": list(ASKS)}}, ["what"]),
+        ),
         types.Tool(
             name="log",
             description="Sends a log message (notifications/message) at each level given.",
@@ -291,6 +308,15 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
             os._exit(int(args.get("code", 3)))
         if name == "events":
             return types.CallToolResult(content=_text(json.dumps(state.events)))
+        if name == "ask":
+            request = ASKS[str(args.get("what"))]
+            if ctx.protocol_version == MODERN:  # no requests to the client: the result asks for input
+                return types.InputRequiredResult(input_requests={"q": request}, request_state="asked")
+            try:
+                answer = await ctx.session.send_request(request, types.EmptyResult, request_read_timeout_seconds=5)
+            except MCPError as exc:
+                return types.CallToolResult(content=_text(f"refused: {exc.code} {exc.message}"))
+            return types.CallToolResult(content=_text(f"answered: {answer.model_dump_json()}"))
         if name == "log":
             for level in args.get("levels") or ["info"]:
                 data = {"text": args.get("text", "a line"), "level": level}
