@@ -218,6 +218,7 @@ SEARCH_TOOLS = "search_tools"
 CALL_TOOL = "call_tool"
 
 _CONTENT_BLOCK: _TypeAdapter[Any] = _TypeAdapter(_types.ContentBlock)
+_ICON: _TypeAdapter[_types.Icon] = _TypeAdapter(_types.Icon)
 _HINT_FIELDS = (
     ("read_only", "read_only_hint"),
     ("destructive", "destructive_hint"),
@@ -268,8 +269,23 @@ def render_output_schema(decl: _ToolDeclaration, protocol_version: str | None) -
     return None
 
 
+def _icons(decl: _ToolDeclaration) -> list[_types.Icon] | None:
+    """The icons an MCP upstream listed the tool with (kept under `annotations.mcp`), each one
+    MCP's Icon type accepts; None when there are none."""
+    kept = decl.annotations.get(MCP_SOURCE)
+    listed = kept.get("icons") if isinstance(kept, Mapping) else None
+    icons = []
+    for icon in listed if isinstance(listed, list) else ():
+        try:
+            icons.append(_ICON.validate_python(icon, by_name=False))
+        except _ValidationError:
+            continue
+    return icons or None
+
+
 def render_tool(decl: _ToolDeclaration, protocol_version: str | None = None) -> _types.Tool:
-    """One catalog tool as an MCP `Tool`; its id, version, upstream and kind ride in `_meta`."""
+    """One catalog tool as an MCP `Tool`; its id, version, upstream and kind ride in `_meta`, and
+    an MCP upstream's icons come along."""
     meta: dict[str, Any] = {
         "tool_id": decl.tool_id,
         "version": decl.version,
@@ -285,6 +301,7 @@ def render_tool(decl: _ToolDeclaration, protocol_version: str | None = None) -> 
         input_schema=_object_schema(decl.input_schema),
         output_schema=render_output_schema(decl, protocol_version),
         annotations=render_annotations(decl),
+        icons=_icons(decl),
         meta={TOOL_META_KEY: meta},
     )
 

@@ -65,6 +65,10 @@ async def exercise(client: EraClient, tmp_path: Path) -> None:
     assert set(tools) == {"search_tools", "call_tool", "fx__echo", "fx__slow", "fx__grow"}
     assert tools["fx__echo"].annotations.read_only_hint is True
     assert tools["fx__echo"].output_schema["required"] == ["text"]
+    # the upstream's icons reach the client as it listed them
+    (icon,) = tools["fx__echo"].icons or []
+    assert (icon.src, icon.mime_type, icon.sizes, icon.theme) == ("data:image/png;base64,iVBORw0KGgo=", "image/png", ["16x16"], "light")
+    assert tools["fx__slow"].icons is None
     echo = await client.call("fx__echo", {"text": "hi"})
     assert not echo.is_error and echo.structured_content == {"text": "hi"}
 
