@@ -143,6 +143,7 @@ class MCPUpstream(Upstream):
         self._owner: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
         self._wake = asyncio.Event()
+        self._probe_now = asyncio.Event()  # a liveness probe is wanted before ping_interval is up
         self._closing = False
         self._lost_reason: str | None = None
         self._child: StdioChild | None = None
@@ -161,6 +162,7 @@ class MCPUpstream(Upstream):
         self._closing = False
         self._lost_reason = None
         self._wake = asyncio.Event()
+        self._probe_now = asyncio.Event()
         self._cancel_relist()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if start() gave up
@@ -211,7 +213,7 @@ class MCPUpstream(Upstream):
                 async with anyio.create_task_group() as tasks:
                     if self.protocol_version in MODERN_PROTOCOL_VERSIONS and _lists_change(client):
                         tasks.start_soon(self._listen, client)
-                    if self.config.ping_interval:
+                    if self.config.ping_interval or self.config.transport == "http":
                         tasks.start_soon(self._keepalive, client)
                     self._client = client
                     ready.set_result(None)
@@ -250,7 +252,7 @@ class MCPUpstream(Upstream):
         read_timeout = max(MCP_DEFAULT_SSE_READ_TIMEOUT, cfg.timeout * 2)
         # the SDK's create_mcp_http_client, with the TLS context made once
         http = httpx2.AsyncClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
-                                  verify=_tls_context())
+                                  verify=_tls_context(), event_hooks={"response": [self._on_http_response]})
         await stack.enter_async_context(http)
         assert cfg.url is not None
         return streamable_http_client(cfg.url, http_client=http)
@@ -264,6 +266,21 @@ class MCPUpstream(Upstream):
             client.session.adopt(types.DiscoverResult.model_validate(raw))
         except (MCPError, TimeoutError, ValueError, RuntimeError) as exc:
             log.info("mcp upstream %s: server/discover not answered (%s); keeping %s", self.name, exc, self.config.protocol)
+
+    async def _on_http_response(self, response: httpx2.Response) -> None:
+        """A server that restarted, or ended the session, answers the session's requests with 404,
+        after which MCP has the client open a new session: the session is over at once (its
+        request was not run), and the upstream connects again. Servers built on the TypeScript
+        SDK's example answer 400 instead; that only asks for a liveness probe now, which such a
+        server fails too. Until the next `ping_interval` every call failed."""
+        if self._closing or response.status_code not in (400, 404) or "mcp-session-id" not in response.request.headers:
+            return
+        if response.status_code == 400:
+            self._probe_now.set()
+            return
+        if not self._wake.is_set():
+            self._lost_reason = f"{self.config.display_url()} answered HTTP 404 for the session: the server ended it or restarted"
+            self._wake.set()
 
     def _on_child_lost(self, reason: str) -> None:
         self._lost_reason = reason
@@ -359,10 +376,12 @@ class MCPUpstream(Upstream):
             self._tools_changed("listen stream re-opened")
 
     async def _keepalive(self, client: Client) -> None:
-        """A server that stops answering is reported like one that went away."""
-        assert self.config.ping_interval is not None
+        """A server that stops answering is reported like one that went away. It is probed every
+        `ping_interval` seconds (if any), and at once when an HTTP answer asks for it."""
         while True:
-            await anyio.sleep(self.config.ping_interval)
+            with anyio.move_on_after(self.config.ping_interval):
+                await self._probe_now.wait()
+            self._probe_now.clear()
             try:
                 with anyio.fail_after(self.config.ping_timeout):
                     if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
@@ -547,7 +566,7 @@ class MCPUpstream(Upstream):
         if isinstance(exc, MCPError):
             ref = {"source": "mcp", "code": exc.code, "message": redact(exc.message, secrets)}
             text = redact(exc.message, secrets)
-            if exc.code == types.CONNECTION_CLOSED or self._client is None:
+            if exc.code == types.CONNECTION_CLOSED or self._client is None or self._wake.is_set():
                 return self._unavailable(f"the connection closed during {what}")
             if isinstance(exc.data, dict) and UNREADABLE in exc.data:
                 # made up by the stdio transport for an answer it could not read: the call may

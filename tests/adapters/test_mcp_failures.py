@@ -184,6 +184,60 @@ async def test_http_server_going_away_is_reported_and_reconnected(protocol: str)
         await bridge.close()
 
 
+def forgets_sessions_with_400(app: Any) -> Any:
+    """`app` behind the check servers built on the TypeScript SDK's example make: a request for a
+    session this instance did not open gets 400 and a JSON-RPC error without an id (MCP's answer
+    is 404)."""
+    opened: set[str] = set()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        session = dict(scope.get("headers") or []).get(b"mcp-session-id") if scope["type"] == "http" else None
+        if session is not None and session.decode() not in opened:
+            body = json.dumps({"jsonrpc": "2.0", "error": {"code": -32000, "message": "Bad Request: No valid session ID provided"}}).encode()
+            await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+
+        async def remember(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                opened.update(v.decode() for k, v in message.get("headers", []) if k.lower() == b"mcp-session-id")
+            await send(message)
+
+        await app(scope, receive, remember)
+
+    return guarded
+
+
+@pytest.mark.parametrize("answer", [404, 400])
+async def test_an_http_server_restarted_under_the_session_is_connected_again_at_once(answer: int) -> None:
+    # a restarted server knows none of the old sessions: MCP has it answer 404, and the client
+    # MUST open a new session; servers built on the TypeScript SDK's example answer 400. Every
+    # call failed with execution_failed until the next liveness probe, ping_interval (30 s) later
+    port = free_port()
+    upstream = {"name": "remote", "kind": "mcp", "url": f"http://127.0.0.1:{port}/mcp", "protocol": "legacy", **FAST_RETRY}
+    bridge = make_bridge(upstream)
+    first, _ = build_server()
+    async with serve_asgi(first.streamable_http_app(), port=port):
+        await bridge.start()
+        assert (await bridge.invoker.invoke("remote__echo", {"text": "before"})).status == "succeeded"
+    try:
+        second, _ = build_server()
+        app = second.streamable_http_app()
+        async with serve_asgi(app if answer == 404 else forgets_sessions_with_400(app), port=port):
+            results = []
+            async with asyncio.timeout(10):
+                while not results or results[-1].status != "succeeded":
+                    results.append(await bridge.invoker.invoke("remote__echo", {"text": "after"}))
+                    await asyncio.sleep(0.05)
+            assert results[-1].content[0]["text"] == "after"
+            failed = [r.error for r in results if r.error is not None]
+            if answer == 404:  # the old session's requests were not run: retry, as for a server gone
+                assert {e.error_class for e in failed} <= {"dependency_unavailable"}
+                assert any("HTTP 404" in e.message for e in failed) or not failed
+    finally:
+        await bridge.close()
+
+
 async def test_unstartable_command_fails_with_a_clear_reason() -> None:
     bridge = make_bridge({"name": "ghost", "kind": "mcp", "command": "no-such-mcp-server-binary", "retry_initial": 30})
     async with bridge:
