@@ -372,6 +372,10 @@ def _single_json_text(blocks: list[dict[str, Any]]) -> Any:
 
 
 def _result_meta(result: _ToolResult) -> dict[str, Any]:
+    """The bridge's own `_meta` entry, after the `_meta` an MCP upstream gave the result (other
+    kinds' `meta`, HTTP headers say, is not MCP's to carry)."""
+    native = result.native_ref or {}
+    upstream = dict(result.meta) if native.get("source") == MCP_SOURCE and isinstance(result.meta, Mapping) else {}
     meta: dict[str, Any] = {
         "invocation_id": result.invocation_id,
         "result_id": result.result_id,
@@ -383,7 +387,7 @@ def _result_meta(result: _ToolResult) -> dict[str, Any]:
             meta[key] = value
     if result.persisted is not None:
         meta["persisted_ref"] = result.persisted.persisted_ref
-    return {RESULT_META_KEY: meta}
+    return {**upstream, RESULT_META_KEY: meta}
 
 
 def render_result(

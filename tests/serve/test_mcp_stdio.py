@@ -71,6 +71,8 @@ async def exercise(client: EraClient, tmp_path: Path) -> None:
     assert tools["fx__slow"].icons is None
     echo = await client.call("fx__echo", {"text": "hi"})
     assert not echo.is_error and echo.structured_content == {"text": "hi"}
+    # the upstream result's _meta comes along, beside the bridge's own
+    assert echo.meta["example.invalid/trace"] == "t-1" and echo.meta["a2t-bridge/result"]["status"] == "succeeded"
 
     # a deferred tool called by its own name before it was loaded: refused, not run
     early = await client.call("fx__weather", {"city": "Oslo"})
