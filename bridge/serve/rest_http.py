@@ -176,6 +176,13 @@ class ServeContext:
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait([call, gone], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # the server stops and its grace for open requests is over: the call is cancelled
+            # (upstream too) and the caller told so, not sent a plain-text 500 with a traceback logged
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+            raise ApiError(503, "dependency_unavailable", "the bridge is stopping; the call was cancelled before it ended") from None
         finally:
             if not call.done():
                 call.cancel()

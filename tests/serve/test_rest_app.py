@@ -102,6 +102,42 @@ async def test_bridge_serve_starts_its_upstreams_serves_and_stops_on_sigterm(tmp
             await process.wait()
 
 
+async def test_a_call_still_running_when_sigterm_grace_ends_is_answered_and_cancelled(tmp_path):
+    # open requests get 5 s to finish; one still running then was cancelled by the HTTP server:
+    # a plain-text 500 and a logged traceback, where a JSON error envelope is promised
+    server = ROOT / "tests" / "adapters" / "mcp_fixtures" / "server.py"
+    config = {"store": {"path": ":memory:"},
+              "upstreams": [{"name": "fx", "kind": "mcp", "command": "python", "args": [str(server)], "shutdown_timeout": 0.1}]}
+    (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bridge.cli", "serve", "-c", str(tmp_path / "bridge.yaml"), "--port", "0",
+        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        async with asyncio.timeout(30):
+            while not (raw := await process.stderr.readline()).startswith(b"bridge: serving"):
+                assert raw, "bridge serve exited early"
+        base = raw.decode().rsplit(" on ", 1)[1].strip()
+        async with aiohttp.ClientSession(base_url=base) as http:
+            call = asyncio.ensure_future(http.post("/invoke", json={"tool": "fx__hang"}))
+            await asyncio.sleep(0.5)  # running upstream
+            process.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(20):
+                response = await call
+                body = await response.json()
+        assert response.status == 503
+        assert body["error"]["error_class"] == "dependency_unavailable" and "stopping" in body["error"]["message"]
+        async with asyncio.timeout(15):
+            assert await process.wait() == 0
+        stderr = (await process.stderr.read()).decode()
+        assert "Traceback" not in stderr, stderr
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
 async def test_bridge_serve_stops_on_sigterm_while_an_upstream_is_still_connecting(tmp_path):
     # it waited for the upstream's start_timeout (a minute here) before it looked at the signal
     server = ROOT / "tests" / "adapters" / "mcp_fixtures" / "server.py"
