@@ -104,7 +104,7 @@ def build_app(bridge: Bridge, *, host: str = "127.0.0.1") -> Starlette:
     app.add_middleware(ContentLengthLimit, limit=bridge.config.server.max_body_bytes)
     app.state.bridge = bridge
     app.state.closers = closers
-    app.state.end_streams = frontend.end_streams
+    app.state.mcp_frontend = frontend
     return app
 
 
@@ -145,12 +145,6 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _cut_at_shutdown(record: logging.LogRecord) -> bool:
-    """uvicorn logs each request it cancels once `shutdown_timeout` has passed as an exception of
-    the app, with a traceback, after its own line saying it cancels them: that line is kept."""
-    return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
-
-
 async def run_http(config: BridgeConfig, host: str | None, port: int | None, insecure: bool) -> int:
     """`bridge serve`: start the bridge and serve it over HTTP until SIGINT or SIGTERM."""
     host = host or config.server.host
@@ -175,11 +169,10 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         if server is not None:
             server.should_exit = True
         if app is not None:
-            # streams that only wait for notices would hold the graceful stop for its whole 5 s
-            app.state.end_streams()
+            # streams that only wait for notices would hold the graceful stop for its whole grace;
+            # MCP calls still running near its end are answered
+            app.state.mcp_frontend.stopping(config.server.shutdown_timeout)
 
-    uvicorn_log = logging.getLogger("uvicorn.error")
-    uvicorn_log.addFilter(_cut_at_shutdown)
     handled = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -229,7 +222,6 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
-        uvicorn_log.removeFilter(_cut_at_shutdown)
         stop_reloading()
         if app is not None:
             await close_app(app)

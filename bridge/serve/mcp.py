@@ -64,6 +64,9 @@ RESOURCE_NOT_FOUND = -32002  # MCP's code for a resource that does not exist
 
 # Longest a search waits for catalog changes still being indexed, in seconds.
 SEARCH_INDEX_WAIT = 2.0
+# Seconds before a stopping HTTP server's grace ends at which calls still running are cancelled
+# and answered, so that each request has finished when the grace is over.
+STOP_MARGIN = 0.5
 # Where the auth gate leaves the caller's surface in the ASGI scope of an /mcp request.
 SURFACE_SCOPE_KEY = "a2t_bridge.surface"
 
@@ -133,6 +136,8 @@ class MCPFrontend:
         self._surface_asked = default_surface
         self.page_size = page_size
         self.notifier = ChangeNotifier(bridge, debounce=debounce, session_load_limit=session_load_limit)
+        self._running: set[asyncio.Task[Any]] = set()  # handlers of tools/call running the pipeline
+        self._stop_cancelled: set[asyncio.Task[Any]] = set()  # those cancelled because the server stops
         self._rendered: dict[tuple[str, bool], types.Tool] = {}
         self._rendered_generation = -1
         self._meta_schemas = {tool.name: tool.input_schema for tool in meta_tools()}
@@ -179,16 +184,34 @@ class MCPFrontend:
         return app
 
     def end_streams(self) -> None:
-        """The bridge is stopping: end the streams that only wait for notices (each session's
-        GET stream, each listen stream), so that stopping waits only for requests in flight.
-        A client reconnects, to this bridge once it is back or to another replica."""
+        """The bridge is stopping: end the streams that only wait for notices (each
+        handshake-era session's GET stream, each listen stream), so that stopping waits only for
+        requests in flight; they held it for its whole grace. A client reconnects, to this bridge
+        once it is back or to another replica. The SDK's session manager keeps the sessions in a
+        private table."""
         self.notifier.end_listening()
-        manager = self.server.session_manager if self.server._session_manager is not None else None
+        try:
+            manager = self.server.session_manager
+        except RuntimeError:  # no HTTP app built: nothing is served over HTTP
+            return
         for transport in list(getattr(manager, "_server_instances", {}).values()):
             transport.close_standalone_sse_stream()
 
     async def aclose(self) -> None:
         await self.notifier.aclose()
+
+    def stopping(self, grace: float) -> None:
+        """The HTTP server stops and gives open requests `grace` seconds to finish: the notice
+        streams end now, and calls still running `STOP_MARGIN` before the grace is over are
+        cancelled (upstream too) and answered `dependency_unavailable`. The server cancelled
+        them at the end of the grace, unanswered and with a traceback logged."""
+        self.end_streams()
+        asyncio.get_running_loop().call_later(max(0.0, grace - STOP_MARGIN), self._cancel_running)
+
+    def _cancel_running(self) -> None:
+        for handler in list(self._running):
+            self._stop_cancelled.add(handler)
+            handler.cancel()
 
     @property
     def default_surface(self) -> str:
@@ -314,8 +337,23 @@ class MCPFrontend:
             except Exception as exc:  # noqa: BLE001 - progress is advisory; the call goes on
                 log.debug("progress notice not delivered: %s", exc)
 
-        # The client's cancellation cancels this handler, and with it the pipeline and the upstream call.
-        result = await self.bridge.invoker.invoke(ref, arguments, surface=surface, progress=forward_progress)
+        # The client's cancellation cancels this handler, and with it the pipeline and the upstream
+        # call; so does the end of a stopping server's grace (`stopping`), which is answered.
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._running.add(handler)
+        try:
+            result = await self.bridge.invoker.invoke(ref, arguments, surface=surface, progress=forward_progress)
+        except asyncio.CancelledError:
+            if handler not in self._stop_cancelled:
+                raise
+            handler.uncancel()
+            stopping = BridgeError("the bridge is stopping; the call was cancelled before it ended",
+                                   error_class="dependency_unavailable", recoverability="retry_later")
+            return render_result(error_result(stopping, invocation_id=new_id("inv")), ctx.protocol_version)
+        finally:
+            self._running.discard(handler)
+            self._stop_cancelled.discard(handler)
         if output_schema is not None and result.persisted is not None and result.structured_content is None:
             # a tool listed with an outputSchema must answer structured content (clients check):
             # a result kept in the store sends its structured content whole, its text as the preview

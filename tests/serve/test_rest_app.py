@@ -9,10 +9,14 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
+import httpx2
 import yaml
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 
 from bridge.config import parse_config
 from bridge.runtime import Bridge
@@ -24,6 +28,34 @@ ROOT = Path(__file__).resolve().parents[2]
 MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+async def _serving(tmp_path: Path, server: dict | None = None) -> tuple[asyncio.subprocess.Process, str, list[str]]:
+    """`bridge serve` over the MCP test server, its stderr lines gathered as they come."""
+    fixture = ROOT / "tests" / "adapters" / "mcp_fixtures" / "server.py"
+    config = {"store": {"path": ":memory:"}, "server": server or {},
+              "upstreams": [{"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(fixture)]}]}
+    (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bridge.cli", "serve", "-c", str(tmp_path / "bridge.yaml"), "--port", "0",
+        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    lines: list[str] = []
+    async with asyncio.timeout(30):
+        while not (lines and lines[-1].startswith("bridge: serving")):
+            raw = await process.stderr.readline()
+            assert raw, "bridge serve exited early:\n" + "".join(lines)
+            lines.append(raw.decode())
+    return process, lines[-1].rsplit(" on ", 1)[1].strip(), lines
+
+
+async def _mcp_session(http: aiohttp.ClientSession) -> dict[str, str]:
+    async with http.post("/mcp", data=json.dumps(MCP_INITIALIZE), headers=MCP_HEADERS) as response:
+        headers = {**MCP_HEADERS, "Mcp-Session-Id": response.headers["Mcp-Session-Id"], "MCP-Protocol-Version": "2025-11-25"}
+    async with http.post("/mcp", data=json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}), headers=headers) as response:
+        assert response.status == 202
+    return headers
 
 
 async def test_refuses_a_public_bind_without_tokens(capsys):
@@ -103,35 +135,54 @@ async def test_bridge_serve_starts_its_upstreams_serves_and_stops_on_sigterm(tmp
 
 
 async def test_a_call_still_running_when_sigterm_grace_ends_is_answered_and_cancelled(tmp_path):
-    # open requests get 5 s to finish; one still running then was cancelled by the HTTP server:
-    # a plain-text 500 and a logged traceback, where a JSON error envelope is promised
-    server = ROOT / "tests" / "adapters" / "mcp_fixtures" / "server.py"
-    config = {"store": {"path": ":memory:"},
-              "upstreams": [{"name": "fx", "kind": "mcp", "command": "python", "args": [str(server)], "shutdown_timeout": 0.1}]}
-    (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "-c", str(tmp_path / "bridge.yaml"), "--port", "0",
-        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    # open requests get `server.shutdown_timeout` to finish; one still running then was cancelled
+    # by the HTTP server: a plain-text 500 and a logged traceback, where a JSON error envelope is
+    # promised
+    process, base, _ = await _serving(tmp_path, {"shutdown_timeout": 0.5})
     try:
-        async with asyncio.timeout(30):
-            while not (raw := await process.stderr.readline()).startswith(b"bridge: serving"):
-                assert raw, "bridge serve exited early"
-        base = raw.decode().rsplit(" on ", 1)[1].strip()
         async with aiohttp.ClientSession(base_url=base) as http:
             call = asyncio.ensure_future(http.post("/invoke", json={"tool": "fx__hang"}))
             await asyncio.sleep(0.5)  # running upstream
+            loop = asyncio.get_running_loop()
+            began = loop.time()
             process.send_signal(signal.SIGTERM)
             async with asyncio.timeout(20):
                 response = await call
                 body = await response.json()
+            assert loop.time() - began < 3  # the grace set, not the default 5 s
         assert response.status == 503
         assert body["error"]["error_class"] == "dependency_unavailable" and "stopping" in body["error"]["message"]
         async with asyncio.timeout(15):
             assert await process.wait() == 0
         stderr = (await process.stderr.read()).decode()
         assert "Traceback" not in stderr, stderr
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def test_an_mcp_call_still_running_when_sigterm_grace_ends_is_answered(tmp_path):
+    # the call's POST stream was cancelled when the grace ended: no answer, a traceback logged
+    process, base, _ = await _serving(tmp_path, {"shutdown_timeout": 1})
+    try:
+        async with asyncio.timeout(20):
+            async with httpx2.AsyncClient(timeout=30) as http, streamable_http_client(f"{base}/mcp", http_client=http) as (read, write), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                call = asyncio.ensure_future(session.call_tool("fx__hang", {}))
+                await asyncio.sleep(0.5)  # running upstream
+                began = time.monotonic()
+                process.send_signal(signal.SIGTERM)
+                result = await call
+                assert time.monotonic() - began < 3
+        assert result.is_error
+        assert result.structured_content["error"]["error_class"] == "dependency_unavailable"
+        assert "the bridge is stopping" in result.content[0].text
+        async with asyncio.timeout(15):
+            assert await process.wait() == 0
+        stderr = (await process.stderr.read()).decode()
+        assert "Traceback" not in stderr and "graceful shutdown exceeded" not in stderr, stderr
     finally:
         if process.returncode is None:
             process.kill()
@@ -235,34 +286,6 @@ def _socket_inodes(*pids: int) -> set[str]:
     return inodes
 
 
-async def _serving(tmp_path: Path, server: dict | None = None) -> tuple[asyncio.subprocess.Process, str, list[str]]:
-    """`bridge serve` over the MCP test server, its stderr lines gathered as they come."""
-    fixture = ROOT / "tests" / "adapters" / "mcp_fixtures" / "server.py"
-    config = {"store": {"path": ":memory:"}, "server": server or {},
-              "upstreams": [{"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(fixture)]}]}
-    (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "-c", str(tmp_path / "bridge.yaml"), "--port", "0",
-        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    lines: list[str] = []
-    async with asyncio.timeout(30):
-        while not (lines and lines[-1].startswith("bridge: serving")):
-            raw = await process.stderr.readline()
-            assert raw, "bridge serve exited early:\n" + "".join(lines)
-            lines.append(raw.decode())
-    return process, lines[-1].rsplit(" on ", 1)[1].strip(), lines
-
-
-async def _mcp_session(http: aiohttp.ClientSession) -> dict[str, str]:
-    async with http.post("/mcp", data=json.dumps(MCP_INITIALIZE), headers=MCP_HEADERS) as response:
-        headers = {**MCP_HEADERS, "Mcp-Session-Id": response.headers["Mcp-Session-Id"], "MCP-Protocol-Version": "2025-11-25"}
-    async with http.post("/mcp", data=json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}), headers=headers) as response:
-        assert response.status == 202
-    return headers
-
-
 async def test_sigterm_does_not_wait_for_open_mcp_sessions_streams_of_notices(tmp_path):
     # an MCP session's GET stream, open as long as the session, held the stop for its whole 5 s
     # grace, after which uvicorn cancelled it with a traceback
@@ -280,28 +303,6 @@ async def test_sigterm_does_not_wait_for_open_mcp_sessions_streams_of_notices(tm
                     rest = (await process.stderr.read()).decode()
                 assert loop.time() - began < 3, rest
                 assert "Traceback" not in rest and "ERROR" not in rest, rest
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-
-
-async def test_a_call_still_running_after_shutdown_timeout_is_cancelled_on_one_line(tmp_path):
-    process, base, _ = await _serving(tmp_path, {"shutdown_timeout": 0.5})
-    try:
-        async with aiohttp.ClientSession(base_url=base) as http:
-            headers = await _mcp_session(http)
-            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "fx__slow", "arguments": {"steps": 300, "delay": 0.1}}}
-            async with http.post("/mcp", data=json.dumps(call), headers=headers) as response:
-                assert response.status == 200
-                loop = asyncio.get_running_loop()
-                began = loop.time()
-                process.send_signal(signal.SIGTERM)
-                async with asyncio.timeout(15):
-                    assert await process.wait() == 0
-                    rest = (await process.stderr.read()).decode()
-                assert loop.time() - began < 5, rest  # the call would run 30 s
-        assert "timeout graceful shutdown exceeded" in rest and "Traceback" not in rest, rest
     finally:
         if process.returncode is None:
             process.kill()
