@@ -5,8 +5,12 @@ that the bridge runs as its own child over stdio."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,7 @@ from mcp.client.stdio import stdio_client
 from bridge.config import load_config
 from bridge.serve.mcp import run_stdio
 from tests.serve.mcp_support import ERAS, HANDSHAKE, EraClient, connect, error_class, text_of
+from tests.servers import child_pids, free_port, process_running
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "mcp_tools_server.py"
@@ -136,32 +141,38 @@ async def test_stdio_refuses_an_unknown_surface_before_serving(tmp_path, capsys)
     assert "no surface named 'nope' (the config defines: " in captured.err
 
 
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
-async def test_a_signal_stops_the_stdio_bridge_and_what_it_launched(sig, tmp_path):
-    # SIGTERM once killed it at once, its launched processes left running on their ports; SIGINT
-    # stopped them but the process hung until stdin closed
-    import os
-    import signal
-
-    import yaml
-
-    from tests.servers import free_port
-
-    port = free_port()
-    config = {"store": {"path": str(tmp_path / "bridge.db")},
-              "upstreams": [{"name": "a2t_demo", "kind": "a2t", "url": f"http://127.0.0.1:{port}", "start_timeout": 15,
-                             "launch": {"command": "python", "args": ["-m", "demo.a2t_server", "--port", str(port)], "cwd": str(ROOT)}}]}
-    (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
+@contextlib.asynccontextmanager
+async def stdio_bridge(config: dict, tmp_path: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`bridge serve --stdio` on `config`, initialized (its upstreams have listed); killed if
+    still running at the end."""
+    (tmp_path / "bridge.json").write_text(json.dumps(config))
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.yaml"), cwd=ROOT,
+        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.json"), cwd=ROOT,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
     try:
         initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                       "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
         process.stdin.write(json.dumps(initialize).encode() + b"\n")
         await process.stdin.drain()
         async with asyncio.timeout(30):
-            assert json.loads(await process.stdout.readline())["id"] == 1  # serving: its upstream listed
+            assert json.loads(await process.stdout.readline())["id"] == 1  # serving: its upstreams listed
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+async def test_a_signal_stops_the_stdio_bridge_and_what_it_launched(sig, tmp_path):
+    # SIGTERM once killed it at once, its launched processes left running on their ports; SIGINT
+    # stopped them but the process hung until stdin closed
+    port = free_port()
+    config = {"store": {"path": str(tmp_path / "bridge.db")},
+              "upstreams": [{"name": "a2t_demo", "kind": "a2t", "url": f"http://127.0.0.1:{port}", "start_timeout": 15,
+                             "launch": {"command": "python", "args": ["-m", "demo.a2t_server", "--port", str(port)], "cwd": str(ROOT)}}]}
+    async with stdio_bridge(config, tmp_path) as process:
         os.kill(process.pid, getattr(signal, sig))
         async with asyncio.timeout(15):
             assert await process.wait() == 0, (await process.stderr.read()).decode()[-2000:]
@@ -170,36 +181,17 @@ async def test_a_signal_stops_the_stdio_bridge_and_what_it_launched(sig, tmp_pat
         with pytest.raises(OSError):  # the launched a2t server was stopped with it
             _, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.close()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 async def test_sigterm_while_closing_after_stdin_closed_lets_the_close_finish(tmp_path):
     # what the mcp SDK's stdio client does on leaving: close stdin, then SIGTERM 2 s later. An
     # upstream still busy (it ignores its own stdin closing) held the close up past that, and the
     # SIGTERM cancelled the close: a traceback, exit status 1, the upstream left running
-    import os
-    import signal
-
-    from tests.servers import child_pids, process_running
-
     tiny = ROOT / "tests" / "adapters" / "mcp_fixtures" / "tiny_server.py"
     config = {"store": {"path": str(tmp_path / "bridge.db")},
               "upstreams": [{"name": "busy", "kind": "mcp", "command": sys.executable, "args": [str(tiny), "--linger", "30"],
                              "shutdown_timeout": 1}]}
-    (tmp_path / "bridge.json").write_text(json.dumps(config))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.json"), cwd=ROOT,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    try:
-        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                      "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
-        process.stdin.write(json.dumps(initialize).encode() + b"\n")
-        await process.stdin.drain()
-        async with asyncio.timeout(30):
-            assert json.loads(await process.stdout.readline())["id"] == 1
+    async with stdio_bridge(config, tmp_path) as process:
         upstreams = child_pids(process.pid)
         assert upstreams
         process.stdin.close()
@@ -211,16 +203,9 @@ async def test_sigterm_while_closing_after_stdin_closed_lets_the_close_finish(tm
         assert status == 0, stderr[-2000:]
         assert "Traceback" not in stderr, stderr
         assert not any(process_running(pid) for pid in upstreams)  # stopped by the close, not left lingering
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path):
-    import os
-    import signal
-
     path = bridge_config(tmp_path)
     config = json.loads(path.read_text())
     process = await asyncio.create_subprocess_exec(

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -30,8 +31,10 @@ MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
-async def _serving(tmp_path: Path, server: dict | None = None) -> tuple[asyncio.subprocess.Process, str, list[str]]:
-    """`bridge serve` over the MCP test server, its stderr lines gathered as they come."""
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path, server: dict | None = None) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """`bridge serve` over the MCP test server, and its base URL once it serves; killed if still
+    running at the end."""
     fixture = ROOT / "tests" / "adapters" / "mcp_fixtures" / "server.py"
     config = {"store": {"path": ":memory:"}, "server": server or {},
               "upstreams": [{"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(fixture)]}]}
@@ -41,13 +44,19 @@ async def _serving(tmp_path: Path, server: dict | None = None) -> tuple[asyncio.
         cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    lines: list[str] = []
-    async with asyncio.timeout(30):
-        while not (lines and lines[-1].startswith("bridge: serving")):
-            raw = await process.stderr.readline()
-            assert raw, "bridge serve exited early:\n" + "".join(lines)
-            lines.append(raw.decode())
-    return process, lines[-1].rsplit(" on ", 1)[1].strip(), lines
+    assert process.stderr is not None
+    try:
+        lines: list[str] = []
+        async with asyncio.timeout(30):
+            while not (lines and lines[-1].startswith("bridge: serving")):
+                raw = await process.stderr.readline()
+                assert raw, "bridge serve exited early:\n" + "".join(lines)
+                lines.append(raw.decode())
+        yield process, lines[-1].rsplit(" on ", 1)[1].strip()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
 
 
 async def _mcp_session(http: aiohttp.ClientSession) -> dict[str, str]:
@@ -138,8 +147,7 @@ async def test_a_call_still_running_when_sigterm_grace_ends_is_answered_and_canc
     # open requests get `server.shutdown_timeout` to finish; one still running then was cancelled
     # by the HTTP server: a plain-text 500 and a logged traceback, where a JSON error envelope is
     # promised
-    process, base, _ = await _serving(tmp_path, {"shutdown_timeout": 0.5})
-    try:
+    async with serving(tmp_path, {"shutdown_timeout": 0.5}) as (process, base):
         async with aiohttp.ClientSession(base_url=base) as http:
             call = asyncio.ensure_future(http.post("/invoke", json={"tool": "fx__hang"}))
             await asyncio.sleep(0.5)  # running upstream
@@ -156,16 +164,11 @@ async def test_a_call_still_running_when_sigterm_grace_ends_is_answered_and_canc
             assert await process.wait() == 0
         stderr = (await process.stderr.read()).decode()
         assert "Traceback" not in stderr, stderr
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 async def test_an_mcp_call_still_running_when_sigterm_grace_ends_is_answered(tmp_path):
     # the call's POST stream was cancelled when the grace ended: no answer, a traceback logged
-    process, base, _ = await _serving(tmp_path, {"shutdown_timeout": 1})
-    try:
+    async with serving(tmp_path, {"shutdown_timeout": 1}) as (process, base):
         async with asyncio.timeout(20):
             async with httpx2.AsyncClient(timeout=30) as http, streamable_http_client(f"{base}/mcp", http_client=http) as (read, write), \
                     ClientSession(read, write) as session:
@@ -183,10 +186,6 @@ async def test_an_mcp_call_still_running_when_sigterm_grace_ends_is_answered(tmp
             assert await process.wait() == 0
         stderr = (await process.stderr.read()).decode()
         assert "Traceback" not in stderr and "graceful shutdown exceeded" not in stderr, stderr
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 async def test_bridge_serve_stops_on_sigterm_while_an_upstream_is_still_connecting(tmp_path):
@@ -289,8 +288,7 @@ def _socket_inodes(*pids: int) -> set[str]:
 async def test_sigterm_does_not_wait_for_open_mcp_sessions_streams_of_notices(tmp_path):
     # an MCP session's GET stream, open as long as the session, held the stop for its whole 5 s
     # grace, after which uvicorn cancelled it with a traceback
-    process, base, _ = await _serving(tmp_path)
-    try:
+    async with serving(tmp_path) as (process, base):
         async with aiohttp.ClientSession(base_url=base) as http:
             headers = await _mcp_session(http)
             async with http.get("/mcp", headers={**headers, "Accept": "text/event-stream"}) as stream:
@@ -303,7 +301,3 @@ async def test_sigterm_does_not_wait_for_open_mcp_sessions_streams_of_notices(tm
                     rest = (await process.stderr.read()).decode()
                 assert loop.time() - began < 3, rest
                 assert "Traceback" not in rest and "ERROR" not in rest, rest
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
