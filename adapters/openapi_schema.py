@@ -38,6 +38,31 @@ _DROP = frozenset({"example", "examples", "xml", "externalDocs", "discriminator"
 _DEF_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+def _pinned(discriminator: Any, raw: list[Any], branches: list[Any]) -> list[Any]:
+    """OpenAPI's `discriminator` names the branch of a `oneOf` / `anyOf` a value takes by one of
+    its properties; JSON Schema has no such keyword, and without it a value can match another
+    branch than the one its server reads it as. Each branch its `mapping` names by `$ref` gets
+    the property's value(s) as a constant (implicit schema names are not used: a document whose
+    names differ from the values it sends would have every call refused)."""
+    if not _is_dict(discriminator) or not isinstance(discriminator.get("propertyName"), str):
+        return branches
+    mapping = discriminator.get("mapping")
+    if not _is_dict(mapping):
+        return branches
+    prop = discriminator["propertyName"]
+    out = []
+    for raw_branch, branch in zip(raw, branches, strict=True):
+        ref = raw_branch.get("$ref") if _is_dict(raw_branch) else None
+        values = [value for value, target in mapping.items() if isinstance(ref, str) and isinstance(target, str)
+                  and (target == ref or (not target.startswith(("#", ".", "/")) and ref.endswith("/" + target)))]
+        if not values:
+            out.append(branch)
+            continue
+        pin = {"const": values[0]} if len(values) == 1 else {"enum": values}
+        out.append({"allOf": [branch, {"properties": {prop: pin}, "required": [prop]}]})
+    return out
+
+
 class SpecError(Exception):
     """A problem in an OpenAPI document: `location` says where (a JSON path), `problem` what."""
 
@@ -317,6 +342,8 @@ class SchemaInliner:
                     if not isinstance(value, list):
                         raise SpecError(f"`{key}` must be a list of schemas", where)
                     out[key] = [self._expand(v, base, f"{where}.{key}[{i}]", direction, needs) for i, v in enumerate(value)]
+                    if key in ("oneOf", "anyOf"):
+                        out[key] = _pinned(node.get("discriminator"), value, out[key])
                 elif key in _MAP:
                     if not _is_dict(value):
                         raise SpecError(f"`{key}` must be an object of schemas", where)

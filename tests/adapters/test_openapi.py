@@ -1056,6 +1056,29 @@ async def test_an_xml_body_is_an_xml_document_not_json(api, tmp_path):
         assert base64.b64decode(sent["body"]["b64"]).decode() == xml
 
 
+async def test_a_discriminator_pins_each_branch_to_its_value(api, tmp_path):
+    """Without its discriminator a `oneOf` lets `{type: pagerduty}` match the Slack branch, which
+    needs no routing key: the server, reading the type, would refuse it. Each mapped branch gets
+    its value as a constant, so the bridge asks for what the server needs."""
+    state, base = api
+    kind = {"type": "string", "enum": ["slack", "pagerduty"]}
+    doc = _document({"/endpoints": {"post": {"operationId": "create", "responses": _OK, "requestBody": {
+        "required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Endpoint"}}}}}}},
+        components={"schemas": {
+            "Endpoint": {"oneOf": [{"$ref": "#/components/schemas/Slack"}, {"$ref": "#/components/schemas/PagerDuty"}],
+                         "discriminator": {"propertyName": "type",
+                                           "mapping": {"slack": "#/components/schemas/Slack", "pagerduty": "PagerDuty"}}},
+            "Slack": {"type": "object", "required": ["type"], "properties": {"type": kind, "url": {"type": "string"}}},
+            "PagerDuty": {"type": "object", "required": ["type", "routingKey"],
+                          "properties": {"type": kind, "routingKey": {"type": "string"}}}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        refused = await call(bridge, "create", {"body": {"type": "pagerduty"}})
+        assert refused.is_error and refused.error.error_class == "invalid_arguments", refused.content
+        assert not state.peers
+        for body in ({"type": "pagerduty", "routingKey": "k"}, {"type": "slack"}):
+            assert (await call(bridge, "create", {"body": body})).structured_content["body"] == body
+
+
 # ---------------------------------------------------------------------------- credentials
 
 
