@@ -21,7 +21,7 @@ from urllib.parse import unquote, urldefrag, urljoin
 
 from referencing.exceptions import Unresolvable
 
-__all__ = ["SchemaInliner", "SpecError", "RefCycleError", "Direction"]
+__all__ = ["SchemaInliner", "SpecError", "RefCycleError", "Direction", "INLINE_MAX_VALUES"]
 
 Direction = Literal["input", "output"]
 
@@ -35,6 +35,9 @@ _IN_PLACE = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "
 # OpenAPI-only or bulky annotation keywords that a tool contract does not need.
 _DROP = frozenset({"example", "examples", "xml", "externalDocs", "discriminator", "nullable", "$schema", "$id",
                    "$anchor", "$dynamicAnchor", "$comment", "definitions", "$defs"})
+# A referenced schema holding more values than this, written out, is kept once under `$defs`
+# rather than inlined at each use.
+INLINE_MAX_VALUES = 500
 _DEF_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -152,6 +155,7 @@ class SchemaInliner:
         self._names: dict[str, str] = {}
         self._uris: dict[str, str] = {}
         self._taken: set[str] = set()
+        self._sizes: dict[int, tuple[Any, int]] = {}  # id -> (node, values it holds written out)
 
     # ------------------------------------------------------------------ references
 
@@ -278,7 +282,9 @@ class SchemaInliner:
         finally:
             self._stack.pop()
             self._levels.pop()
-        if key in self._recursive:
+        if key in self._recursive or self._written_size(body) > INLINE_MAX_VALUES:
+            # a recursive schema, or one so large that inlining each use would multiply it:
+            # DocuSign's envelope schemas, inlined wherever used, wrote out 60 MB for one tool
             inner.discard(uri)
             self._defs[key] = (body, frozenset(inner))
             needs.add(uri)
@@ -289,6 +295,19 @@ class SchemaInliner:
         needs.update(inner)
         self._cache[key] = (body, frozenset(inner))
         return body
+
+    def _written_size(self, node: Any) -> int:
+        """The values `node` holds once written out as JSON: expanded schemas share their parts,
+        so a part used ten times counts ten times (each part is measured once)."""
+        if not isinstance(node, dict | list):
+            return 1
+        known = self._sizes.get(id(node))
+        if known is not None and known[0] is node:
+            return known[1]
+        children = node.values() if isinstance(node, dict) else node
+        size = 1 + sum(self._written_size(child) for child in children)
+        self._sizes[id(node)] = (node, size)  # the node is kept: its id is not reused meanwhile
+        return size
 
     def _link(self, source: str, target: str, where: str) -> None:
         """Record that `source` reaches `target` without descending; fail when that closes a cycle."""

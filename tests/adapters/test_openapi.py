@@ -665,6 +665,29 @@ async def test_a_type_json_schema_does_not_know_is_left_out(tmp_path):
         assert refused.is_error and refused.error.error_class == "invalid_arguments"
 
 
+async def test_a_large_schema_used_many_times_is_written_once(api, tmp_path):
+    """DocuSign's envelope schemas use each large tab schema dozens of times: inlined at every
+    use, one tool's input schema was 60 MB written out, and the upstream did not start within
+    its start_timeout."""
+    _, base = api
+    tab = {"type": "object", "properties": {f"field{i}": {"type": "string", "description": f"Field {i}."} for i in range(200)}}
+    tabs = {"type": "object", "properties": {f"kind{i}": {"type": "array", "items": {"$ref": "#/components/schemas/Tab"}} for i in range(30)}}
+    doc = _document({"/tabs": {"post": {"operationId": "putTabs", "responses": _OK, "requestBody": {"content": {
+        "application/json": {"schema": {"type": "object", "properties": {
+            "tabs": {"$ref": "#/components/schemas/Tabs"}, "note": {"$ref": "#/components/schemas/Note"}}}}}}}}},
+        components={"schemas": {"Tab": tab, "Tabs": tabs, "Note": {"type": "string", "maxLength": 10}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        schema = bridge.catalog.resolve("svc__putTabs").input_schema
+        assert len(json.dumps(schema)) < 2 * len(json.dumps(tab))
+        assert schema["$defs"] == {"Tab": tab}
+        assert schema["properties"]["tabs"]["properties"]["kind3"] == {"type": "array", "items": {"$ref": "#/$defs/Tab"}}
+        assert schema["properties"]["note"] == {"type": "string", "maxLength": 10}  # a small one is inlined
+        sent = await call(bridge, "putTabs", {"tabs": {"kind0": [{"field1": "a"}]}, "note": "n"})
+        assert sent.structured_content["body"] == {"tabs": {"kind0": [{"field1": "a"}]}, "note": "n"}
+        refused = await call(bridge, "putTabs", {"tabs": {"kind0": [{"field1": 5}]}})
+        assert refused.is_error and refused.error.error_class == "invalid_arguments"
+
+
 async def test_an_operation_that_cannot_be_mapped_is_left_out_and_named_in_health(api, tmp_path, caplog):
     _, base = api
     doc = _document({
