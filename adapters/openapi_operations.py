@@ -13,6 +13,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from adapters.openapi_bounds import bounded_output_schema
 from adapters.openapi_schema import SchemaInliner, SpecError
 from adapters.openapi_spec import HTTP_METHODS, Document
 from bridge.model import SafetyHints, UpstreamTool
@@ -474,10 +475,10 @@ class _Mapper:
                     needs: set[str] = set()
                     schema = self.inliner.unwrap(self.inliner.expand(media["schema"], base, at, "output", needs), "output")
                     if _is_object_schema(schema):
-                        return self.inliner.with_defs(dict(schema), needs, "output"), False
+                        return bounded_output_schema(self.inliner.with_defs(dict(schema), needs, "output")), False
                     wrapped = {"type": "object", "properties": {"result": schema if isinstance(schema, dict) else {}},
                                "required": ["result"]}
-                    return self.inliner.with_defs(wrapped, needs, "output"), True
+                    return bounded_output_schema(self.inliner.with_defs(wrapped, needs, "output")), True
             return None, False
         return None, False
 
