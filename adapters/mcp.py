@@ -14,6 +14,7 @@ a content block of a type the SDK does not know is kept as it came, the known on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -144,6 +145,7 @@ class MCPUpstream(Upstream):
         self._ready: asyncio.Future[None] | None = None
         self._wake = asyncio.Event()
         self._probe_now = asyncio.Event()  # a liveness probe is wanted before ping_interval is up
+        self._doubt: asyncio.Future[None] | None = None  # a probe asked by an HTTP 400, until it ends
         self._closing = False
         self._lost_reason: str | None = None
         self._child: StdioChild | None = None
@@ -163,6 +165,7 @@ class MCPUpstream(Upstream):
         self._lost_reason = None
         self._wake = asyncio.Event()
         self._probe_now = asyncio.Event()
+        self._doubt = None
         self._cancel_relist()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if start() gave up
@@ -271,16 +274,28 @@ class MCPUpstream(Upstream):
         """A server that restarted, or ended the session, answers the session's requests with 404,
         after which MCP has the client open a new session: the session is over at once (its
         request was not run), and the upstream connects again. Servers built on the TypeScript
-        SDK's example answer 400 instead; that only asks for a liveness probe now, which such a
-        server fails too. Until the next `ping_interval` every call failed."""
+        SDK's example answer 400 instead, which a request the server found wrong gets too: a
+        liveness probe is sent now, and the request that got the 400 waits for its verdict
+        (`_settled`), so that it fails as `dependency_unavailable` when the session is gone."""
         if self._closing or response.status_code not in (400, 404) or "mcp-session-id" not in response.request.headers:
             return
         if response.status_code == 400:
+            if self._doubt is None:
+                self._doubt = asyncio.get_running_loop().create_future()
             self._probe_now.set()
             return
         if not self._wake.is_set():
             self._lost_reason = f"{self.config.display_url()} answered HTTP 404 for the session: the server ended it or restarted"
             self._wake.set()
+
+    async def _settled(self, exc: BaseException, what: str) -> BridgeError:
+        """`exc` as a BridgeError, once a liveness probe an HTTP 400 asked for has ended (at most
+        `ping_timeout`): a session the server no longer knows makes it `dependency_unavailable`."""
+        doubt = self._doubt
+        if doubt is not None and isinstance(exc, MCPError):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(doubt), self.config.ping_timeout + 1)
+        return self._call_error(exc, what)
 
     def _on_child_lost(self, reason: str) -> None:
         self._lost_reason = reason
@@ -378,28 +393,46 @@ class MCPUpstream(Upstream):
     async def _keepalive(self, client: Client) -> None:
         """A server that stops answering is reported like one that went away. It is probed every
         `ping_interval` seconds (if any), and at once when an HTTP answer asks for it."""
-        while True:
-            with anyio.move_on_after(self.config.ping_interval):
-                await self._probe_now.wait()
-            self._probe_now.clear()
-            try:
-                with anyio.fail_after(self.config.ping_timeout):
-                    if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                        await client.session.send_discover(self.protocol_version)  # ping is gone in this era
-                    else:
-                        await client.session.send_ping()
-            except MCPError as exc:
-                if exc.code == types.METHOD_NOT_FOUND:
-                    continue  # answered, just not this method: alive
-                self._lost_reason = self._failure_text(exc, connecting=False)
-            except TimeoutError:
-                self._lost_reason = f"no answer to a liveness probe within {self.config.ping_timeout:g}s"
-            except Exception as exc:  # noqa: BLE001
-                self._lost_reason = self._failure_text(exc, connecting=False)
-            else:
-                continue
-            self._wake.set()
+        try:
+            while True:
+                with anyio.move_on_after(self.config.ping_interval):
+                    await self._probe_now.wait()
+                self._probe_now.clear()
+                doubt = self._doubt
+                try:
+                    with anyio.fail_after(self.config.ping_timeout):
+                        if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                            await client.session.send_discover(self.protocol_version)  # ping is gone in this era
+                        else:
+                            await client.session.send_ping()
+                except MCPError as exc:
+                    if exc.code == types.METHOD_NOT_FOUND:
+                        self._clear_doubt(doubt)
+                        continue  # answered, just not this method: alive
+                    self._lost_reason = self._failure_text(exc, connecting=False)
+                    if doubt is not None:
+                        self._lost_reason = (f"{self.config.display_url()} answered HTTP 400 for the session, and a liveness "
+                                             f"probe failed: the server ended it or restarted ({self._lost_reason})")
+                except TimeoutError:
+                    self._lost_reason = f"no answer to a liveness probe within {self.config.ping_timeout:g}s"
+                except Exception as exc:  # noqa: BLE001
+                    self._lost_reason = self._failure_text(exc, connecting=False)
+                else:
+                    self._clear_doubt(doubt)
+                    continue
+                self._wake.set()
+                return
+        finally:
+            self._clear_doubt(self._doubt)
+
+    def _clear_doubt(self, doubt: asyncio.Future[None] | None) -> None:
+        """The probe `doubt` waited for has ended (the session lost, if it was)."""
+        if doubt is None:
             return
+        if self._doubt is doubt:
+            self._doubt = None
+        if not doubt.done():
+            doubt.set_result(None)
 
     # ------------------------------------------------------------------ listing and calls
 
@@ -431,7 +464,7 @@ class MCPUpstream(Upstream):
                 listing = types.ListToolsResult(tools=page, next_cursor=cursor)
                 page = client.session._absorb_tool_listing(listing, complete=number == 0 and not cursor).tools
             except Exception as exc:
-                raise self._call_error(exc, "tools/list") from None
+                raise await self._settled(exc, "tools/list") from None
             tools.extend(page)
             if not cursor:
                 break
@@ -506,7 +539,7 @@ class MCPUpstream(Upstream):
                 raw = await _send_raw(client, request, progress)
             result = await self._call_result(client, native_id, raw)
         except Exception as exc:
-            raise self._call_error(exc, native_id) from None
+            raise await self._settled(exc, native_id) from None
         native_ref = {
             "source": "mcp",
             "server_id": self.name,

@@ -231,11 +231,59 @@ async def test_an_http_server_restarted_under_the_session_is_connected_again_at_
                     await asyncio.sleep(0.05)
             assert results[-1].content[0]["text"] == "after"
             failed = [r.error for r in results if r.error is not None]
-            if answer == 404:  # the old session's requests were not run: retry, as for a server gone
-                assert {e.error_class for e in failed} <= {"dependency_unavailable"}
-                assert any("HTTP 404" in e.message for e in failed) or not failed
+            # the old session's requests were not run: retry, as for a server gone (after a 400,
+            # once the liveness probe it asks for has failed too)
+            assert {e.error_class for e in failed} <= {"dependency_unavailable"}, failed
+            assert any(f"HTTP {answer}" in e.message for e in failed) or not failed
+            if answer == 400:
+                assert failed and all(e.recoverability == "retry_later" for e in failed)
     finally:
         await bridge.close()
+
+
+def refuses_a_call_with_400(app: Any, text: str) -> Any:
+    """`app` answering a tools/call whose arguments hold `text` with 400 and a JSON-RPC error of
+    its own (a request the server finds wrong), the session still alive."""
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        request = json.loads(body)
+        if request.get("method") == "tools/call" and text in json.dumps(request.get("params")):
+            error = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32602, "message": f"{text} is not accepted here"}}
+            await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": json.dumps(error).encode()})
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
+
+    return guarded
+
+
+async def test_a_request_the_server_answers_with_400_keeps_its_error_and_the_session() -> None:
+    # a 400 asks for a liveness probe: the session is alive, so the call's own error stands
+    server, _ = build_server()
+    async with serve_asgi(refuses_a_call_with_400(server.streamable_http_app(), "forbidden-word")) as base:
+        bridge = make_bridge({"name": "remote", "kind": "mcp", "url": f"{base}/mcp", "protocol": "legacy", **FAST_RETRY})
+        async with bridge:
+            refused = await bridge.invoker.invoke("remote__echo", {"text": "forbidden-word"})
+            assert refused.error is not None and refused.error.error_class == "invalid_arguments", refused.error
+            assert "forbidden-word is not accepted here" in refused.error.message
+            assert bridge.catalog.slot("remote").health.state == "ready"
+            assert (await bridge.invoker.invoke("remote__echo", {"text": "fine"})).content[0]["text"] == "fine"
 
 
 async def test_unstartable_command_fails_with_a_clear_reason() -> None:
