@@ -51,6 +51,7 @@ log = logging.getLogger("bridge.adapters.mcp")
 ProtocolMode = Literal["auto", "legacy", "2026-07-28"]
 _PYTHON_NAMES = ("python", "python3")
 _LISTEN_RETRY = (0.5, 30.0)  # first and longest pause before re-opening a dropped listen stream
+_RESOURCE_NOT_FOUND = -32002  # resources/read of an unknown URI, before 2026-07-28
 _RELIST_GAP = 1.0  # seconds: change notices re-list at most this often (a burst or a loop costs one listing)
 # A tools/list page of this many tools or more is checked, and a listing of as many converted, on a
 # worker thread: both cost about 80 µs a tool, and done on the event loop, a listing of 20,000 tools
@@ -136,6 +137,7 @@ def _tls_context() -> ssl.SSLContext:
 class MCPUpstream(Upstream):
     kind: ClassVar[str] = "mcp"
     config_model: ClassVar[type[UpstreamConfig]] = MCPConfig
+    reads_resources: ClassVar[bool] = True
 
     def __init__(self, config: UpstreamConfig) -> None:
         super().__init__(config)
@@ -548,6 +550,25 @@ class MCPUpstream(Upstream):
             "mcp_protocol_version": self.protocol_version,
         }
         return result_from_mcp(result, native_ref=native_ref)
+
+    async def read_resource(self, uri: str) -> list[dict[str, Any]]:
+        """`resources/read` of `uri` on the session: the contents as the server gave them. A
+        server that knows no such resource (`-32002`, or `-32602` as 2026-07-28 has it) is
+        `resource_not_found`."""
+        client = self._session()
+        what = f"resources/read {uri[:200]}"
+        try:
+            result = await client.read_resource(uri)
+        except MCPError as exc:
+            if exc.code in (_RESOURCE_NOT_FOUND, types.INVALID_PARAMS) and not self._wake.is_set():
+                text = redact(exc.message, self.config.secrets())
+                raise BridgeError(f"{what}: {text}", error_class="invalid_arguments", error_code="resource_not_found",
+                                  recoverability="change_arguments",
+                                  native_error_ref={"source": "mcp", "code": exc.code, "message": text}) from None
+            raise await self._settled(exc, what) from None
+        except Exception as exc:
+            raise await self._settled(exc, what) from None
+        return [content.model_dump(by_alias=True, exclude_none=True, mode="json") for content in result.contents]
 
     async def _call_result(self, client: Client, name: str, raw: dict[str, Any]) -> dict[str, Any]:
         """A tools/call result checked piece by piece with the SDK's types: the result without

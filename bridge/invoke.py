@@ -36,6 +36,7 @@ from bridge.model import (
     without_surrogates,
 )
 from bridge.policy import blocked_error, check_permission
+from bridge.resource_links import ResourceLinks
 from bridge.schema_check import QuickCheck, compile_quick_check
 from bridge.store import Store
 from bridge.surface import Surface, Surfaces
@@ -279,6 +280,7 @@ class Invoker:
         self.store = store
         self.config = config or InvokeConfig()
         self.validators = SchemaValidators()
+        self.resource_links = ResourceLinks(catalog)  # the links results gave, read back through their upstream
         self._log_rows: list[tuple[Any, ...]] = []
         self._flush_handle: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Future[None]] = set()
@@ -311,6 +313,7 @@ class Invoker:
             self._validate(decl, version, schema, arguments)
             check_permission(decl, surface_obj)
             result = await self._execute(decl, arguments, invocation_id, progress, meta or {}, config)
+            self.resource_links.remember(surface_obj.name, decl.upstream, result.content)
             envelope, size = self._map(decl, version, invocation_id, result, config)
             if size > config.inline_result_limit:
                 await self._persist(envelope, size, surface_obj.name, config)

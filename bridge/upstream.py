@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bridge.model import ToolProgress, UpstreamResult, UpstreamTool
+from bridge.model import BridgeError, ToolProgress, UpstreamResult, UpstreamTool
 
 __all__ = [
     "UpstreamConfig",
@@ -162,6 +162,8 @@ class Upstream(abc.ABC):
 
     kind: ClassVar[str] = ""
     config_model: ClassVar[type[UpstreamConfig]] = UpstreamConfig
+    # whether `read_resource` reads what the links in this kind's results name
+    reads_resources: ClassVar[bool] = False
 
     def __init__(self, config: UpstreamConfig) -> None:
         self.config = config
@@ -183,6 +185,12 @@ class Upstream(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Release connections, processes and tasks. Safe to call twice."""
+
+    async def read_resource(self, uri: str) -> list[dict[str, Any]]:
+        """The contents of the resource at `uri`, which a result of this upstream linked: each
+        `{uri, mimeType?, text}` or `{uri, mimeType?, blob}` (base64), as MCP's `resources/read`
+        answers. Only kinds with `reads_resources` implement it."""
+        raise BridgeError(f"upstream {self.name!r} ({self.kind}) serves no resources", error_class="capability_gap")
 
     async def health(self) -> dict[str, Any]:
         """Kind-specific details for health reports (negotiated version, pid, ...)."""

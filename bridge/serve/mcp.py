@@ -31,7 +31,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.routing import BaseRoute, Route
@@ -391,19 +391,42 @@ class MCPFrontend:
     async def _list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        """None listed: a stored result is reached by the `resource_link` its call answered."""
+        """None listed: a stored result, or a resource an upstream linked, is reached by the
+        `resource_link` a call answered."""
         return types.ListResourcesResult(resources=[])
 
     async def _read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         """`bridge://results/<ref>`: a result too large to answer inline, read through the surface
-        whose call made it (as REST's `/results/<ref>`)."""
+        whose call made it (as REST's `/results/<ref>`). Any other URI: a resource an upstream
+        linked in a result on this surface, read from that upstream (`ResourceLinks`)."""
         uri = str(params.uri)
+        surface = self._surface(ctx)
+        if not uri.startswith(RESULTS_URI):
+            return await self._read_linked(uri, surface)
         ref = uri.removeprefix(RESULTS_URI)
-        found = self.bridge.invoker.get_persisted(ref, self._surface(ctx)) if uri.startswith(RESULTS_URI) and ref else None
+        found = self.bridge.invoker.get_persisted(ref, surface) if ref else None
         if found is None:
             raise MCPError(RESOURCE_NOT_FOUND, f"no stored result at {uri[:100]!r}; a result's link is bridge://results/<ref>")
         media_type, payload = found
         return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type=media_type, text=payload.decode())])
+
+    async def _read_linked(self, uri: str, surface: Surface) -> types.ReadResourceResult:
+        """A linked resource's contents, or an MCP error: -32002 for one no result on this surface
+        linked (or that its upstream no longer has), -32603 with the error class, and
+        `retryAfter` when known, for any other failure (the upstream down, say)."""
+        try:
+            contents = await self.bridge.invoker.resource_links.read(uri, surface)
+        except BridgeError as exc:
+            data: dict[str, Any] = {"uri": uri[:200], "error_class": exc.error_class, "recoverability": exc.recoverability}
+            if exc.retry_after is not None:
+                data["retryAfter"] = exc.retry_after
+            code = RESOURCE_NOT_FOUND if exc.error_code == "resource_not_found" else INTERNAL_ERROR
+            raise MCPError(code, exc.message, data) from None
+        try:
+            return types.ReadResourceResult.model_validate({"contents": contents}, by_name=False)
+        except ValueError as exc:
+            log.warning("resources/read %s: the upstream's contents are not valid MCP: %s", uri[:200], exc)
+            raise MCPError(INTERNAL_ERROR, f"the upstream's contents of {uri[:100]!r} are not valid MCP resource contents") from None
 
     # ------------------------------------------------------------------ subscriptions/listen (2026-07-28)
 

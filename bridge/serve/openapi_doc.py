@@ -272,6 +272,10 @@ def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
         "/invoke": {"post": _op("invokeRecord", "Invoke by name; the body is the result envelope", _responses("ToolResult", _INVOKE_ERRORS, error_schema="AnyError"),
                                 body="InvokeRecordRequest", tag="records")},
         "/results/{ref}": {"get": _op("getPersistedResult", "A persisted large result", _responses(OBJ, one), params=[_param("ref", "path", STR, "result ref")], tag="records")},
+        "/resources": {"get": _op("readLinkedResource", "A resource an upstream linked in a result on the caller's surface, read from that upstream",
+                                  _responses(OBJ, (400, 401, 404, 422, 500, 503, 504)),
+                                  params=[_param("uri", "query", STR, "the URI of a resource link (or embedded resource) in a result", required=True)],
+                                  tag="records")},
         "/healthz": {"get": _op("healthz", "The process is alive", _responses("Health", ()), tag="probes", open_=True)},
         "/readyz": {"get": _op("readyz", "Per-upstream states; 503 while none is ready", {
             "200": {"description": "ready", "content": _json(_ref("Ready"))}, "503": {"description": "no upstream ready", "content": _json(_ref("Ready"))},

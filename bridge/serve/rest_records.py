@@ -141,6 +141,24 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         return Response(payload, media_type=media_type)
 
     @endpoint
+    async def read_resource(request: Request) -> Response:
+        """A resource an upstream linked in a result through the caller's surface, read from that
+        upstream (the MCP frontend's `resources/read`): `{contents: [{uri, mimeType?, text|blob}]}`."""
+        surface = ctx.caller(request)
+        uri = request.query_params.get("uri")
+        if not uri:
+            raise ApiError(400, "invalid_arguments", "query parameter 'uri' is required: the URI of a resource link in a result",
+                           details={"parameter": "uri"})
+        try:
+            contents = await bridge.invoker.resource_links.read(uri, surface)
+        except BridgeError as exc:
+            error = exc.to_error()
+            if exc.error_code == "resource_not_found":
+                raise ApiError(404, error.error_class, exc.message, error_code="resource_not_found") from None
+            raise ApiError(status_for(error), error.error_class, exc.message, headers=retry_after_headers(error)) from None
+        return JSONBody({"contents": contents})
+
+    @endpoint
     async def healthz(request: Request) -> Response:
         return JSONBody({"status": "ok"})
 
@@ -163,6 +181,7 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         Route("/declarations/{tool_id}", get_declaration, methods=["GET"]),
         Route("/invoke", invoke, methods=["POST"]),
         Route("/results/{ref}", get_result, methods=["GET"]),
+        Route("/resources", read_resource, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
     ]

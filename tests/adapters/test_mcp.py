@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from adapters.mcp import MCPConfig, MCPUpstream
 from bridge.catalog import Catalog
 from bridge.config import ConfigError, parse_config
-from bridge.model import ToolProgress
+from bridge.model import BridgeError, ToolProgress
 from bridge.runtime import Bridge
 from bridge.store import Store
 from bridge.translate.mcp import progress_from_mcp, safety_from_mcp
@@ -32,7 +32,7 @@ module_loop = pytest.mark.asyncio(loop_scope="module")
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")
 FILLER, PAGE = 9, 4
-TOOL_COUNT = 18 + FILLER  # base tools + fillers: seven pages of four
+TOOL_COUNT = 19 + FILLER  # base tools + fillers: seven pages of four
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 # upstream name -> negotiated protocol version expected
 UPSTREAMS = {"stdio_legacy": LEGACY, "stdio_modern": MODERN, "http_legacy": LEGACY, "http_modern": MODERN}
@@ -200,6 +200,20 @@ async def test_every_content_type_and_meta_are_kept(bridge: Bridge, up: str) -> 
     assert result.structured_content == {"blocks": 6}
     assert result.meta["example.invalid/trace"] == "abc"
     assert result.native_ref["mcp_protocol_version"] == UPSTREAMS[up]
+
+
+@each_upstream
+@module_loop
+async def test_resources_a_result_linked_are_read_from_the_server_on_its_session(bridge: Bridge, up: str) -> None:
+    result = await call(bridge, f"{up}__linked", surface="default")
+    assert [b["type"] for b in result.content] == ["resource_link", "resource", "resource_link"]
+    links, surface = bridge.invoker.resource_links, bridge.surfaces.require("default")
+    assert await links.read("fixture://notes/1", surface) == [{"uri": "fixture://notes/1", "mimeType": "text/plain", "text": "note one"}]
+    assert await links.read("fixture://notes/2", surface) == [
+        {"uri": "fixture://notes/2", "mimeType": "application/octet-stream", "blob": "AAEC"}]
+    with pytest.raises(BridgeError) as gone:  # linked, unknown to the server: its -32002, as not found
+        await links.read("fixture://notes/gone", surface)
+    assert gone.value.error_code == "resource_not_found" and gone.value.native_error_ref["code"] == -32002
 
 
 @each_upstream

@@ -158,6 +158,7 @@ def base_tools() -> list[types.Tool]:
             description="Announces a tool list change every `every` seconds for `seconds`.",
             input_schema=_schema({"seconds": {"type": "number"}, "every": {"type": "number"}}),
         ),
+        types.Tool(name="linked", description="Links resources the server serves (resources/read).", input_schema=_schema()),
         types.Tool(
             name="raw_answer",
             description="stdio: writes its own answer line (surrogate, deep, very_deep, shape, big, big_id_last) and waits.",
@@ -191,6 +192,14 @@ class FixtureState:
             for i in range(self.filler)
         ]
         return tools
+
+
+# what resources/read serves: `linked` links the first two, never the last
+RESOURCES: dict[str, types.TextResourceContents | types.BlobResourceContents] = {
+    "fixture://notes/1": types.TextResourceContents(uri="fixture://notes/1", mime_type="text/plain", text="note one"),
+    "fixture://notes/2": types.BlobResourceContents(uri="fixture://notes/2", mime_type="application/octet-stream", blob="AAEC"),
+    "fixture://notes/secret": types.TextResourceContents(uri="fixture://notes/secret", mime_type="text/plain", text="never linked"),
+}
 
 
 def _text(text: str) -> list[types.ContentBlock]:
@@ -281,6 +290,12 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
                 structured_content={"blocks": 6},
                 _meta={"example.invalid/trace": "abc"},
             )
+        if name == "linked":
+            return types.CallToolResult(content=[
+                types.ResourceLink(type="resource_link", uri="fixture://notes/1", name="note 1", mime_type="text/plain"),
+                types.EmbeddedResource(type="resource", resource=RESOURCES["fixture://notes/2"]),
+                types.ResourceLink(type="resource_link", uri="fixture://notes/gone", name="a link to nothing"),
+            ])
         if name == "fail":
             return types.CallToolResult(content=_text("the input was not acceptable"), is_error=True)
         if name == "slow":
@@ -354,11 +369,19 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
             return types.CallToolResult(content=_text("ok"))
         return types.CallToolResult(content=_text(f"unknown tool {name}"), is_error=True)
 
+    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        state.events.append(f"read {uri}")
+        if uri not in RESOURCES:
+            raise MCPError(-32002, f"no resource {uri}")
+        return types.ReadResourceResult(contents=[RESOURCES[uri]])
+
     server: Server[Any] = Server(
         "fixture",
         version="1.0",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_read_resource=read_resource,
         on_subscriptions_listen=ListenHandler(state.bus),
     )
     server.middleware.append(_odd_shapes(state))
