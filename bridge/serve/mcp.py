@@ -141,6 +141,7 @@ class MCPFrontend:
         self._rendered: dict[tuple[str, bool], types.Tool] = {}
         self._rendered_generation = -1
         self._meta_schemas = {tool.name: tool.input_schema for tool in meta_tools()}
+        self._meta_output_schemas = {tool.name: tool.output_schema for tool in meta_tools() if tool.output_schema}
         self.server = _BridgeServer(
             "a2t-bridge",
             version=__version__,
@@ -285,6 +286,9 @@ class MCPFrontend:
         surface = self._surface(ctx)
         name, arguments = params.name, params.arguments or {}
         decl: ToolDeclaration | None = None
+        # the output schema the client was listed for `name`: an error result must not carry
+        # structured content that fails it
+        output_schema = self._meta_output_schemas.get(name)
         try:
             if name == SEARCH_TOOLS:
                 return await self._search(ctx, surface, arguments)
@@ -300,6 +304,7 @@ class MCPFrontend:
                     )
                 return await self._invoke(ctx, surface, target, target_arguments, None)
             decl = self.bridge.catalog.resolve(name)
+            output_schema = render_output_schema(decl, ctx.protocol_version) if decl is not None else None
             if decl is not None and surface.place(decl).state == "deferred":
                 state = self._state(ctx, surface)
                 if state is None or decl.tool_id not in state.loaded:
@@ -310,17 +315,16 @@ class MCPFrontend:
                         recoverability="load_schema_then_call",
                         status="rejected",
                     )
-            output_schema = render_output_schema(decl, ctx.protocol_version) if decl is not None else None
             return await self._invoke(ctx, surface, name, arguments, output_schema)
         except BridgeError as exc:
             envelope = error_result(exc, invocation_id=new_id("inv"), decl=decl)
-            return render_result(envelope, ctx.protocol_version)
+            return render_result(envelope, ctx.protocol_version, output_schema)
         except (MCPError, asyncio.CancelledError):
             raise
         except Exception:  # noqa: BLE001 - a bridge fault is a result that says so, never a traceback
             log.exception("tools/call %s failed", name)
             fault = BridgeError("the bridge failed to handle this call; it was logged", error_class="execution_failed")
-            return render_result(error_result(fault, invocation_id=new_id("inv"), decl=decl), ctx.protocol_version)
+            return render_result(error_result(fault, invocation_id=new_id("inv"), decl=decl), ctx.protocol_version, output_schema)
 
     async def _invoke(
         self,
@@ -350,7 +354,7 @@ class MCPFrontend:
             handler.uncancel()
             stopping = BridgeError("the bridge is stopping; the call was cancelled before it ended",
                                    error_class="dependency_unavailable", recoverability="retry_later")
-            return render_result(error_result(stopping, invocation_id=new_id("inv")), ctx.protocol_version)
+            return render_result(error_result(stopping, invocation_id=new_id("inv")), ctx.protocol_version, output_schema)
         finally:
             self._running.discard(handler)
             self._stop_cancelled.discard(handler)

@@ -401,7 +401,9 @@ def render_result(
     error record in `structuredContent`. Successes keep their content blocks and structured content;
     before 2026-07-28 structured content must be an object, so other values travel as text only.
     `output_schema` is the schema the tool was listed with: a result that lacks structured content
-    but carries exactly one JSON text block gets that JSON as structured content.
+    but carries exactly one JSON text block gets that JSON as structured content, and an error
+    carries its record in the bridge's `_meta` entry instead (clients check `structuredContent`
+    against the output schema, error results too: the TypeScript SDK refused them).
     """
     modern = is_modern(protocol_version)
     if result.is_error:
@@ -411,14 +413,18 @@ def render_result(
             headline = f"{error.error_class}: {error.message}"
             text = f"{headline}\n{text}" if text else headline
         others = [b for b in result.content if b.get("type") != "text"]
+        record = {"error": error.to_json(), "status": result.status}
+        meta = _result_meta(result)
+        if output_schema is not None:
+            meta[RESULT_META_KEY]["error"] = record["error"]
         return _types.CallToolResult(
             content=[
                 _types.TextContent(type="text", text=f"{text}\n{error_guidance(error, result.tool_name)}"),
                 *_content_blocks(others),
             ],
-            structured_content={"error": error.to_json(), "status": result.status},
+            structured_content=record if output_schema is None else None,
             is_error=True,
-            meta=_result_meta(result),
+            meta=meta,
         )
     structured = result.structured_content
     if structured is None and output_schema is not None:

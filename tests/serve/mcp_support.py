@@ -168,7 +168,9 @@ async def served_bridge(config: dict[str, Any], upstreams: list[FakeUpstream], *
 
 def error_class(result: types.CallToolResult) -> str | None:
     assert result.is_error, result.content
-    return (result.structured_content or {}).get("error", {}).get("error_class")
+    # the record is in the bridge's `_meta` entry when the tool was listed with an output schema
+    record = result.structured_content or (result.meta or {}).get("a2t-bridge/result", {})
+    return record.get("error", {}).get("error_class")
 
 
 def text_of(result: types.CallToolResult) -> str:

@@ -96,6 +96,30 @@ async def test_search_returns_matches_with_full_schemas(era):
 
 
 @pytest.mark.parametrize("era", ERAS)
+async def test_an_error_of_a_tool_listed_with_an_output_schema_keeps_to_that_schema(era):
+    """A client checks structuredContent against the tool's outputSchema, error results too (the
+    TypeScript SDK refuses the result): the error record then travels in the bridge's `_meta` entry."""
+    svc = upstream()
+    async with served_bridge(SURFACE, [svc]) as srv, http_client(srv.url, era) as client:
+        schemas = {t.name: t.output_schema for t in await client.tools()}
+        assert schemas["svc__echo"] and schemas["search_tools"] and not schemas["svc__slow"]
+        refused = [
+            await client.call("svc__echo", {"text": 5}),  # invalid_arguments, before anything runs
+            await client.call("search_tools", {"query": ""}),  # invalid_arguments
+        ]
+        svc.raise_error = BridgeError("the service is down", error_class="dependency_unavailable")
+        refused.append(await client.call("svc__echo", {"text": "hi"}))
+        for result, name, expected in zip(refused, ("svc__echo", "search_tools", "svc__echo"),
+                                          ("invalid_arguments", "invalid_arguments", "dependency_unavailable"), strict=True):
+            assert result.structured_content is None, name
+            assert result.meta["a2t-bridge/result"]["error"]["error_class"] == expected
+            assert expected in text_of(result)
+        # a tool listed without an output schema keeps the record in structuredContent
+        plain = await client.call("svc__slow", {"text": 5})
+        assert plain.structured_content["error"]["error_class"] == "invalid_arguments"
+
+
+@pytest.mark.parametrize("era", ERAS)
 async def test_search_refuses_an_empty_or_overlong_query_as_rest_does(era):
     from bridge.search_rank import MAX_QUERY_CHARS
 
