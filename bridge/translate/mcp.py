@@ -371,11 +371,24 @@ def _single_json_text(blocks: list[dict[str, Any]]) -> Any:
         return None
 
 
+def _reserved_meta_key(key: str) -> bool:
+    """A `_meta` key MCP reserves for itself: its prefix has a `modelcontextprotocol` or `mcp`
+    label (`io.modelcontextprotocol/serverInfo`)."""
+    prefix, slash, _ = key.partition("/")
+    return bool(slash) and any(label in ("modelcontextprotocol", "mcp") for label in prefix.split("."))
+
+
 def _result_meta(result: _ToolResult) -> dict[str, Any]:
     """The bridge's own `_meta` entry, after the `_meta` an MCP upstream gave the result (other
-    kinds' `meta`, HTTP headers say, is not MCP's to carry)."""
+    kinds' `meta`, HTTP headers say, is not MCP's to carry). Keys MCP reserves describe the
+    upstream's own exchange (its `serverInfo` stamp named the upstream as the server that
+    answered the client) and are left out."""
     native = result.native_ref or {}
-    upstream = dict(result.meta) if native.get("source") == MCP_SOURCE and isinstance(result.meta, Mapping) else {}
+    upstream = (
+        {key: value for key, value in result.meta.items() if not _reserved_meta_key(str(key))}
+        if native.get("source") == MCP_SOURCE and isinstance(result.meta, Mapping)
+        else {}
+    )
     meta: dict[str, Any] = {
         "invocation_id": result.invocation_id,
         "result_id": result.result_id,

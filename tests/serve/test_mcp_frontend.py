@@ -363,6 +363,25 @@ async def test_notices_go_only_to_surfaces_whose_listing_changed():
         assert heard == {"default": 0, "wide": 1}
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_mcp_upstreams_result_meta_comes_through_without_the_keys_mcp_reserves(era):
+    """An MCP upstream's `_meta` is passed on, except keys MCP reserves: a 2026-07-28 upstream
+    stamps its `serverInfo` on each result, which named it, not the bridge, as the server."""
+    up = FakeUpstream(name="svc", tools=[tool("echo")])
+    up.result = UpstreamResult(
+        content=[{"type": "text", "text": "hi"}], native_ref={"source": "mcp"},
+        meta={"io.modelcontextprotocol/serverInfo": {"name": "upstream-server", "version": "1"},
+              "tools.mcp.com/x": 1, "example.com/trace": "t-1", "plain": True},
+    )
+    async with served_bridge({}, [up]) as srv, http_client(srv.url, era) as client:
+        result = await client.call("svc__echo", {"text": "hi"})
+        assert result.meta["example.com/trace"] == "t-1" and result.meta["plain"] is True
+        assert "tools.mcp.com/x" not in result.meta
+        assert result.meta.get("io.modelcontextprotocol/serverInfo", {}).get("name") != "upstream-server"
+        if era == MODERN:  # the SDK stamps the bridge's own
+            assert result.meta["io.modelcontextprotocol/serverInfo"]["name"] == "a2t-bridge"
+
+
 async def test_listing_rendering_per_era_for_non_object_output_schema():
     up = FakeUpstream(name="svc", tools=[tool("count", output_schema={"type": "integer"})])
     up.result = UpstreamResult(content=[{"type": "text", "text": "3"}], structured_content=3)
