@@ -151,6 +151,7 @@ class MCPFrontend:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_resource_templates,
             on_read_resource=self._read_resource,
             on_subscriptions_listen=self._subscriptions_listen,
         )
@@ -398,6 +399,13 @@ class MCPFrontend:
         """None listed: a stored result, or a resource an upstream linked, is reached by the
         `resource_link` a call answered."""
         return types.ListResourcesResult(resources=[])
+
+    async def _list_resource_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        """None: clients ask for templates once `resources` is advertised, and a method not
+        found made them report a failure."""
+        return types.ListResourceTemplatesResult(resource_templates=[])
 
     async def _read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         """`bridge://results/<ref>`: a result too large to answer inline, read through the surface

@@ -382,6 +382,16 @@ async def test_an_mcp_upstreams_result_meta_comes_through_without_the_keys_mcp_r
             assert result.meta["io.modelcontextprotocol/serverInfo"]["name"] == "a2t-bridge"
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_resources_and_resource_templates_are_listed_empty(era):
+    # `resources` is advertised (stored results are read through it): clients then list templates
+    # too, which answered "method not found"
+    async with served_bridge(SURFACE, [upstream()]) as srv, http_client(srv.url, era) as client:
+        session = client.session if era == HANDSHAKE else client.client.session
+        assert (await session.list_resource_templates()).resource_templates == []
+        assert (await session.list_resources()).resources == []
+
+
 async def test_listing_rendering_per_era_for_non_object_output_schema():
     up = FakeUpstream(name="svc", tools=[tool("count", output_schema={"type": "integer"})])
     up.result = UpstreamResult(content=[{"type": "text", "text": "3"}], structured_content=3)
