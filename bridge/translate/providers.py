@@ -290,6 +290,8 @@ def _gemini(node: Any, defs: dict[str, Any], chain: tuple[str, ...], budget: lis
     if "const" in node:
         node["enum"] = [node.pop("const")]
     kind = node.get("type")
+    if kind == "null":  # Vercel's `{ssoUserId: {type: null}}`: as a type list of "null" alone
+        kind = ["null"]
     if isinstance(kind, list):
         real = [k for k in kind if k != "null"]
         if "null" in kind:
@@ -298,7 +300,8 @@ def _gemini(node: Any, defs: dict[str, Any], chain: tuple[str, ...], budget: lis
             node["type"] = real[0]
         else:
             node.pop("type")
-            node["anyOf"] = [{"type": k} for k in real]
+            if real:
+                node["anyOf"] = [{"type": k} for k in real]
     out: dict[str, Any] = {k: v for k, v in node.items() if k in _GEMINI_KEEP}
     fmt = out.get("format")
     if fmt is not None and fmt not in _GEMINI_FORMATS.get(str(out.get("type")), set()):
@@ -319,8 +322,8 @@ def _gemini(node: Any, defs: dict[str, Any], chain: tuple[str, ...], budget: lis
     if "items" in out:
         out["items"] = _gemini(out["items"], defs, chain, budget)
     if "anyOf" in out:
-        branches = [_gemini(s, defs, chain, budget) for s in out.pop("anyOf")]
-        real = [b for b in branches if b.get("type") != "null"]
+        branches = [s for s in out.pop("anyOf") if isinstance(s, dict)]
+        real = [_gemini(s, defs, chain, budget) for s in branches if s.get("type") not in ("null", ["null"])]
         if len(real) < len(branches):  # `{anyOf: [X, {type: null}]}`: X, nullable
             out["nullable"] = True
         if len(real) == 1 and not set(real[0]) & (set(out) - {"description"}):

@@ -363,3 +363,5 @@ def test_gemini_reads_a_null_branch_as_nullable():
     props = gemini_schema(schema)["properties"]
     assert props["status"] == {"type": "string", "enum": ["a", "b"], "description": "The status.", "nullable": True}
     assert props["either"] == {"anyOf": [{"type": "string"}, {"type": "integer"}], "nullable": True}
+    only_null = gemini_schema({"type": "object", "properties": {"sso": {"type": "null", "description": "Unused."}}})
+    assert only_null["properties"]["sso"] == {"description": "Unused.", "nullable": True}
