@@ -122,10 +122,31 @@ def schema_errors(validator: jsonschema.protocols.Validator, arguments: Any, lim
 
 
 
+def _as_written(value: Any) -> str:
+    """`value` as jsonschema's messages write it (Python's repr), but with JSON's words for
+    what Python spells otherwise: `null`, `true`, `false`."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_as_written(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_as_written(k)}: {_as_written(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
 def _error_message(error: jsonschema.ValidationError) -> str:
     """The validator's message with the offending value shown by its beginning: a 1 MB string
-    that is too long is not sent back in full (twice: in the message and in the details)."""
+    that is too long is not sent back in full (twice: in the message and in the details). A
+    value holding null, true or false is written so (a caller sent JSON, not Python: `None is
+    not of type 'number'` puzzled them)."""
     message, shown = error.message, repr(error.instance)
+    for value, python in ((error.instance, shown), (error.validator_value, None)):
+        if value is None or isinstance(value, bool | list | dict):
+            python = python or repr(value)
+            if len(python) <= QUOTED_CHARS and python in message and python != (written := _as_written(value)):
+                message = message.replace(python, written)
     if len(shown) > QUOTED_CHARS and shown in message:
         size = f"{len(error.instance)} characters" if isinstance(error.instance, str) else f"{len(shown)} characters as written"
         message = message.replace(shown, f"{shown[:QUOTED_CHARS]}… ({size})")

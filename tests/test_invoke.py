@@ -310,3 +310,16 @@ def test_a_schema_error_shows_a_long_value_by_its_beginning():
     assert errors[1] == {"path": "/s", "message": "'too long' is too long"}  # a short value is shown whole
     nested = schema_errors(validator, {"n": {"k": "v" * 500}})[0]["message"]
     assert nested.endswith("characters as written) is not of type 'integer'") and len(nested) < 200
+
+
+def test_a_schema_error_writes_null_true_and_false_as_json_does():
+    # the caller sent JSON; `None is not of type 'number'` spoke Python to them
+    import jsonschema
+
+    from bridge.invoke import schema_errors
+
+    validator = jsonschema.Draft202012Validator({"type": "object", "properties": {
+        "n": {"type": "number"}, "flag": {"enum": [True, None]}, "o": {"type": "array"}, "s": {"const": "None"}}})
+    errors = {e["path"]: e["message"] for e in schema_errors(validator, {"n": None, "flag": False, "o": {"a": [True, None]}, "s": "x"})}
+    assert errors == {"/n": "null is not of type 'number'", "/flag": "false is not one of [true, null]",
+                      "/o": "{'a': [true, null]} is not of type 'array'", "/s": "'None' was expected"}
