@@ -206,10 +206,11 @@ class Document:
                 collect(cls.schema_validator.iter_errors(self.data))
         if problems:
             text = "; ".join(problems) + (" (first 5 shown)" if len(problems) >= 5 else "")
-            if "validate_spec: off" not in text:
-                text += ("; fix the document, or set `validate_spec: off` to read it with the mapper's checks only "
-                         "(an operation they find unreadable is left out)")
-            raise SpecError(text, "not a valid OpenAPI " + self.version + " document")
+            # the fix comes before the problems: a reason is shown up to 500 characters
+            fix = "" if "validate_spec: off" in text else (
+                " (fix it, or set `validate_spec: off` to read it with the mapper's checks only: an operation they "
+                "find unreadable is left out)")
+            raise SpecError(text, "not a valid OpenAPI " + self.version + " document" + fix)
 
     def _raise_ref_cycle(self) -> None:
         """Raise a SpecError naming a `$ref` cycle the validator cannot get out of: a chain of
