@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import re
 import ssl
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -172,6 +173,26 @@ def _chosen_interface(card: AgentCard, bindings: list[str], client_preference: b
     return next((i for i in candidates if i.protocol_version.startswith("1.0")), candidates[0] if candidates else None)
 
 
+def _spoken_card(card: AgentCard) -> AgentCard:
+    """The card as the client factory is given it: an interface of protocol 0.2 (the cards of
+    a2a-sdk 0.2.x agents say `protocolVersion: 0.2.x`) is spoken to as 0.3, whose method and
+    field names it shares (`message/send`, `tasks/get`, `kind` parts); the factory itself takes
+    no interface below 0.3 and the agent would be refused as offering no transport."""
+    if not any(_below_0_3(i.protocol_version) for i in card.supported_interfaces):
+        return card
+    spoken = AgentCard()
+    spoken.CopyFrom(card)
+    for interface in spoken.supported_interfaces:
+        if _below_0_3(interface.protocol_version):
+            interface.protocol_version = "0.3"
+    return spoken
+
+
+def _below_0_3(version: str) -> bool:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return match is not None and (int(match[1]), int(match[2])) < (0, 3)
+
+
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
     """The TLS context of every A2A client, made once (httpx's default: certifi's CA bundle, or
@@ -250,7 +271,7 @@ class A2AUpstream(Upstream):
             )
         )
         try:
-            client = factory.create(card)
+            client = factory.create(_spoken_card(card))
         except ValueError:
             offered = ", ".join(f"{i.protocol_binding} at {i.url}" for i in card.supported_interfaces)
             said = (f"offers no transport the bridge speaks ({', '.join(TRANSPORTS)}); offered: {offered}" if offered else

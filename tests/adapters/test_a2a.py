@@ -23,6 +23,7 @@ from bridge.config import ConfigError, parse_config
 from bridge.model import BridgeError, ToolProgress
 from bridge.runtime import Bridge
 from tests.adapters.a2a_fixtures.agent import AgentControl, build_agent
+from tests.adapters.a2a_fixtures.old_sdk import REQUESTS, old_agent_app
 from tests.servers import free_port, serve_asgi
 
 
@@ -580,3 +581,19 @@ def test_input_schema_reflects_input_modes():
     assert json_only["required"] == ["data"] and json_only["x-a2a-input-modes"] == ["application/json"]
     text_only = input_schema_for(["text/plain"])
     assert text_only["required"] == ["message"] and "does not list a JSON input mode" in text_only["properties"]["data"]["description"]
+
+
+async def test_an_agent_on_a2a_sdk_0_2_is_spoken_to_as_0_3():
+    # a2a-sdk 0.2.x cards say protocolVersion 0.2.x; its JSON-RPC has 0.3's method and field names
+    async def rpc(method: str, params: dict[str, Any]) -> Any:
+        sent = params["message"]
+        text = sent["parts"][0]["text"]
+        return {"kind": "task", "id": "t1", "contextId": "c1", "status": {"state": "completed"},
+                "artifacts": [{"artifactId": "a1", "parts": [{"kind": "text", "text": f"echo: {text}"}]}], "history": [sent]}
+
+    app = old_agent_app("0.2.6", rpc)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/")) as b:
+        assert b.catalog.slot("peer").health.state == "ready", b.catalog.slot("peer").health.reason
+        result = await b.invoker.invoke("peer__echo", {"message": "hi"})
+    assert result.status == "succeeded" and result.content == [{"type": "text", "text": "echo: hi"}], result
+    assert app[REQUESTS][0]["method"] == "message/send"
