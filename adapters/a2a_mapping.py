@@ -246,8 +246,21 @@ class TaskTracker:
 
     @property
     def settled(self) -> bool:
-        """A reply to give back: a message, a terminal task, or a task waiting for input."""
-        return self.message is not None or self.state in TERMINAL_STATES or self.state in INTERRUPTED_STATES
+        """A reply to give back: a message, a terminal task, or a task waiting for input (other
+        than the input this call sends)."""
+        if self.message is not None or self.state in TERMINAL_STATES:
+            return True
+        return self.state in INTERRUPTED_STATES and not self._still_asking_what_was_answered()
+
+    def _still_asking_what_was_answered(self) -> bool:
+        """The task as it stood when the answer sent by this call arrived: its question moved to
+        the history, no status message, and the answer last in the history. An a2a-sdk 0.3 agent
+        answers a non-blocking send with this snapshot when the agent's first event is no status
+        change (an artifact, say); the task is followed until its state moves on."""
+        assert self.task is not None
+        history = self.task.history
+        return (bool(self.sent_message_id) and not self.task.status.HasField("message")
+                and len(history) > 0 and history[-1].message_id == self.sent_message_id)
 
     def _ensure(self, task_id: str, context_id: str) -> Task:
         if self.task is None:

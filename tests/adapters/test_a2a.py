@@ -23,7 +23,7 @@ from bridge.config import ConfigError, parse_config
 from bridge.model import BridgeError, ToolProgress
 from bridge.runtime import Bridge
 from tests.adapters.a2a_fixtures.agent import AgentControl, build_agent
-from tests.adapters.a2a_fixtures.old_sdk import REQUESTS, old_agent_app
+from tests.adapters.a2a_fixtures.old_sdk import REQUESTS, old_agent_app, text_message
 from tests.servers import free_port, serve_asgi
 
 
@@ -597,3 +597,37 @@ async def test_an_agent_on_a2a_sdk_0_2_is_spoken_to_as_0_3():
         result = await b.invoker.invoke("peer__echo", {"message": "hi"})
     assert result.status == "succeeded" and result.content == [{"type": "text", "text": "echo: hi"}], result
     assert app[REQUESTS][0]["method"] == "message/send"
+
+
+async def test_a_0_3_agent_still_showing_the_answered_question_is_followed_until_it_moves_on():
+    # a2a-sdk 0.3.x answers a non-blocking message/send after the agent's first event: when that is
+    # an artifact, the task comes back still input-required, the question moved into the history
+    tasks: dict[str, dict[str, Any]] = {}
+    polls: list[str] = []
+
+    async def rpc(method: str, params: dict[str, Any]) -> Any:
+        if method == "tasks/get":
+            polls.append(params["id"])
+            return tasks[params["id"]]
+        sent = params["message"]
+        if "taskId" not in sent:
+            question = text_message("What is your name?", "agent", "t1", "c1")
+            tasks["t1"] = {"kind": "task", "id": "t1", "contextId": "c1", "history": [sent],
+                           "status": {"state": "input-required", "message": question, "timestamp": "2025-01-01T00:00:00Z"}}
+            return tasks["t1"]
+        task = tasks["t1"]
+        asked = task["status"].pop("message")
+        task["history"] += [asked, sent]
+        task["artifacts"] = [{"artifactId": "a1", "parts": [{"kind": "text", "text": f"hello {sent['parts'][0]['text']}"}]}]
+        stale = json.loads(json.dumps(task))
+        task["status"] = {"state": "completed", "timestamp": "2025-01-01T00:00:01Z"}
+        return stale
+
+    app = old_agent_app("0.3.0", rpc, skills=("ask",))
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), poll_interval=0.01) as b:
+        asked = await b.invoker.invoke("peer__ask", {"message": "hello"})
+        assert asked.status == "needs_input" and asked.structured_content["question"] == "What is your name?"
+        ids = {k: asked.structured_content[k] for k in ("task_id", "context_id")}
+        done = await b.invoker.invoke("peer__ask", {"message": "Ada", **ids})
+    assert done.status == "succeeded" and done.content == [{"type": "text", "text": "hello Ada"}], done
+    assert polls == ["t1"] and app[REQUESTS][1]["params"]["configuration"]["blocking"] is False
