@@ -383,8 +383,10 @@ class SchemaInliner:
             note = f"pattern (ECMA-262, not checked by the bridge): {unread}"
             out["description"] = f"{out['description']} ({note})" if isinstance(out.get("description"), str) and out["description"] else note
         self._drop_one_way(out, "readOnly" if direction == "input" else "writeOnly")
+        # draft 4's boolean bounds: OpenAPI 3.0's, and a 3.1 schema's written in that draft
+        # (`jsonSchemaDialect`, or its own `$schema`); 2020-12 reads only numbers there
+        self._numeric_bounds(out)
         if self.openapi_30:
-            self._from_openapi_30(node, out)
             if node.get("nullable") is True:
                 return _or_null(out)
         return out
@@ -403,7 +405,7 @@ class SchemaInliner:
             schema["required"] = [r for r in schema["required"] if r not in hidden]
 
     @staticmethod
-    def _from_openapi_30(source: dict[str, Any], out: dict[str, Any]) -> None:
+    def _numeric_bounds(out: dict[str, Any]) -> None:
         for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
             flag = out.get(bound)
             if isinstance(flag, bool):

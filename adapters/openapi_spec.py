@@ -180,6 +180,8 @@ class Document:
             for err in errors:
                 if err.validator == "format" and err.validator_value == "regex":
                     continue  # an ECMA-262 pattern Python cannot compile: the mapper leaves it out of the schema
+                if not self.openapi_30 and _older_dialect(err):
+                    continue  # a 3.1 schema written in draft 4 to 7: the mapper reads it (see _older_dialect)
                 where = _location(list(err.absolute_path)) if err.absolute_path else "$"
                 message = err.message if len(err.message) < 300 else err.message[:297] + "..."
                 problems.append(f"{where}: {message}")
@@ -257,6 +259,19 @@ class Document:
             except Unresolvable:
                 return None
         return None
+
+
+def _older_dialect(err: Any) -> bool:
+    """Whether a 3.1 validation error only says a schema is written in an older JSON Schema
+    draft (by `jsonSchemaDialect` or its own `$schema`), which the validator judges as 2020-12
+    or does not know: a boolean `exclusiveMinimum`/`exclusiveMaximum` (draft 4; the mapper
+    turns it into a number, as for 3.0) or the `$schema` of draft 5, 6 or 7."""
+    if str(err.message).startswith("Unknown JSON Schema dialect"):
+        return True
+    if err.validator in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(err.validator_value, bool):
+        return True
+    path = list(err.absolute_path)
+    return bool(path) and path[-1] in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(err.instance, bool)
 
 
 @functools.cache

@@ -487,6 +487,28 @@ async def test_ref_cycles_without_a_schema_are_located_load_errors(tmp_path, doc
     assert "recursion" not in error.message
 
 
+@pytest.mark.parametrize("validate", ["auto", "off"])
+async def test_31_schemas_written_in_an_older_draft_are_read(api, tmp_path, validate):
+    _, base = api
+    draft4 = {"type": "number", "minimum": 10, "maximum": 20, "exclusiveMinimum": True, "exclusiveMaximum": True, "default": 12}
+    own = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "integer", "minimum": 0, "exclusiveMaximum": False,
+           "maximum": 5}
+    doc = _document({"/v1/n": {"get": {"operationId": "n", "parameters": [
+        {"name": "a", "in": "query", "required": True, "schema": draft4},
+        {"name": "b", "in": "query", "schema": own}], "responses": _OK}}},
+        jsonSchemaDialect="http://json-schema.org/draft-04/schema#")
+    async with bridge_for(_write(tmp_path, doc), base_url=base, validate_spec=validate) as bridge:
+        schema = bridge.catalog.resolve("svc__n").input_schema
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert schema["properties"]["a"] == {"type": "number", "exclusiveMinimum": 10, "exclusiveMaximum": 20, "default": 12}
+        assert schema["properties"]["b"] == {"type": "integer", "minimum": 0, "maximum": 5}
+        refused = await call(bridge, "n", {"a": 20})
+        assert refused.is_error and refused.to_json()["error"]["error_class"] == "invalid_arguments"
+        result = await call(bridge, "n", {"a": 12, "b": 5})
+        assert not result.is_error, result.content
+        assert result.structured_content["raw_path"] == "/v1/n?a=12&b=5"
+
+
 async def test_recursion_too_deep_for_the_validator_is_reported_with_its_fix(tmp_path):
     deep: dict[str, Any] = {"type": "string"}
     for _ in range(400):
