@@ -235,6 +235,8 @@ def _body(body: BodySpec, value: Any) -> tuple[Any, str | None]:
                 form.add_field(key, _text(item), content_type=content_type or "application/json")
             else:
                 form.add_field(key, _text(item), content_type=content_type or "text/plain")
+        if not value:  # aiohttp sends a form without fields as application/x-www-form-urlencoded
+            return aiohttp.MultipartWriter("form-data"), None
         return form, None
     if body.kind == "text":
         return _text(value).encode(), body.media_type

@@ -989,6 +989,10 @@ async def test_request_body_kinds(api):
         assert parts["description"] == [{"filename": None, "content_type": "text/plain", "text": "a pic", "b64": None}]
         assert parts["file"][0]["content_type"] == "image/png" and base64.b64decode(parts["file"][0]["b64"]) == PNG
         assert json.loads(parts["meta"][0]["text"]) == {"size": 3} and parts["meta"][0]["content_type"] == "application/json"
+        # a required multipart body given none of its optional fields is still multipart, not an empty urlencoded form
+        r = await call(bridge, "bodyMultipart", {})
+        assert r.structured_content["headers"]["Content-Type"].startswith("multipart/form-data; boundary=")
+        assert r.structured_content["body"] == {}
         r = await call(bridge, "bodyRaw", {"body": base64.b64encode(b"\x00\x01raw").decode()})
         assert r.structured_content["body"] == {"size": 5, "b64": base64.b64encode(b"\x00\x01raw").decode()}
         assert r.structured_content["headers"]["Content-Type"] == "application/octet-stream"
