@@ -333,6 +333,11 @@ class _Mapper:
             properties[prop] = schema
             if param.get("required") or location == "path":
                 required.append(prop)
+                if media_type is None and schema.get("type") == "array" and not (
+                        isinstance(schema.get("minItems"), int) and schema["minItems"] >= 1):
+                    # an empty list is sent as no parameter at all (RFC 6570 leaves it undefined),
+                    # which the server reads as the required parameter missing
+                    schema["minItems"] = 1
             style = param.get("style") or _DEFAULT_STYLE[location]
             specs.append(ParamSpec(prop=prop, name=name, location=location, style=style,
                                    explode=param.get("explode", style == "form"),
