@@ -221,12 +221,17 @@ class Credentials:
                 self._by_scheme[scheme_name] = self._bind(cfg, schemes[scheme_name], server_url, i)
 
     @staticmethod
-    def _matches(cfg: AuthConfig, scheme: Any) -> bool:
+    def _matches(cfg: AuthConfig, scheme: Any, named: bool = False) -> bool:
+        """Whether `cfg` satisfies `scheme`. A bearer token is what an OpenID Connect scheme
+        asks for (an access token got from its provider), and, when the credential names it, an
+        OAuth2 scheme whose flows the bridge does not run itself (authorization code, say)."""
         if not isinstance(scheme, dict):
             return False
         kind, http = scheme.get("type"), str(scheme.get("scheme", "")).lower()
         if cfg.kind == "apiKey":
             return kind == "apiKey" and (cfg.name is None or cfg.name == scheme.get("name"))
+        if cfg.kind == "bearer" and (kind == "openIdConnect" or (named and kind == "oauth2")):
+            return True
         if cfg.kind in ("bearer", "basic"):
             return kind == "http" and http == cfg.kind
         return kind == "oauth2"
@@ -236,7 +241,7 @@ class Credentials:
             if cfg.scheme not in schemes:
                 known = ", ".join(sorted(schemes)) or "none"
                 raise ValueError(f"auth[{index}].scheme {cfg.scheme!r} is not a security scheme of the document (known: {known})")
-            if not self._matches(cfg, schemes[cfg.scheme]):
+            if not self._matches(cfg, schemes[cfg.scheme], named=True):
                 raise ValueError(f"auth[{index}] is of type {cfg.type} but security scheme {cfg.scheme!r} is of type "
                                  f"{schemes[cfg.scheme].get('type') if isinstance(schemes[cfg.scheme], dict) else '?'}")
             return [cfg.scheme]

@@ -1188,6 +1188,24 @@ async def test_oauth2_token_cached_refreshed_on_expiry_and_on_401(api):
         assert not result.is_error and result.structured_content["who"] == "token 3"
 
 
+async def test_a_bearer_token_satisfies_openid_connect_and_a_named_oauth2_scheme(api, tmp_path):
+    """OpenID Connect schemes, and OAuth2 flows the bridge does not run (authorization code),
+    take an access token got elsewhere: a `bearer` credential is what they need."""
+    _, base = api
+    flows = {"authorizationCode": {"authorizationUrl": "https://id.test/auth", "tokenUrl": "https://id.test/token", "scopes": {}}}
+    doc = _document({"/auth/bearer": {"get": {"operationId": "oidc", "security": [{"oidc": []}], "responses": _OK}},
+                     "/auth/either": {"get": {"operationId": "code", "security": [{"code": []}], "responses": _OK}}},
+                    components={"securitySchemes": {"oidc": {"type": "openIdConnect", "openIdConnectUrl": "https://id.test/.well-known"},
+                                                    "code": {"type": "oauth2", "flows": flows}}})
+    token = {"type": "bearer", "token": SECRETS["bearer"]}
+    async with bridge_for(_write(tmp_path, doc), base_url=base, auth=[token]) as bridge:
+        assert (await call(bridge, "oidc")).structured_content == {"ok": True, "who": "bearer"}
+        missing = await call(bridge, "code")  # an OAuth2 scheme is bound only when the credential names it
+        assert missing.is_error and missing.error.error_class == "credential_missing"
+    async with bridge_for(_write(tmp_path, doc), base_url=base, auth=[{**token, "scheme": "code"}]) as bridge:
+        assert (await call(bridge, "code")).structured_content == {"ok": True, "who": "either"}
+
+
 async def test_missing_credentials_fail_before_the_request(api):
     state, base = api
     async with bridge_for("service_31.yaml", base_url=base, include=["authBearer"]) as bridge:
