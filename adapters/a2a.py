@@ -477,6 +477,17 @@ class A2AUpstream(Upstream):
                     "the agent is rate limiting calls (HTTP 429)", error_class="rate_limited", recoverability="retry_later",
                     retry_after=float(after) if after.replace(".", "", 1).isdigit() else None, native_error_ref=ref,
                 )
+            said = _rest_0_3_error(status_error.response)
+            if said is not None and code in _REST_0_3_ERRORS:
+                if code == 404:
+                    return BridgeError(f"the agent does not know that task ({self._redact(said)}); start over without task_id",
+                                       error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref)
+                error_class = _REST_0_3_ERRORS[code]
+                return BridgeError(
+                    f"the agent {'refused the message' if error_class == 'invalid_arguments' else 'cannot serve this call'}: {self._redact(said)}",
+                    error_class=error_class, recoverability="change_arguments" if error_class == "invalid_arguments" else None,
+                    native_error_ref=ref,
+                )
             if code >= 500:
                 return BridgeError(
                     f"the agent answered HTTP {code}", error_class="dependency_unavailable", recoverability="retry_later", native_error_ref=ref,
@@ -505,6 +516,25 @@ class A2AUpstream(Upstream):
         if isinstance(exc, (UnsupportedOperationError, MethodNotFoundError, VersionNotSupportedError, ExtensionSupportRequiredError)):
             return BridgeError(f"the agent cannot serve this call: {text}", error_class="capability_gap", native_error_ref=ref)
         return BridgeError(f"the agent call failed: {text}", error_class="execution_failed", native_error_ref=ref)
+
+
+# The HTTP+JSON errors of a2a-sdk 0.3 agents: a status per A2A error and `{"message": ...}`, with
+# no error `type` for the client to read the A2A error from. 404 is a task the agent does not know
+# (a route it lacks answers FastAPI's `{"detail": "Not Found"}`), 400/415/422 invalid requests,
+# parameters or content types, 501 an unsupported operation.
+_REST_0_3_ERRORS = {400: "invalid_arguments", 404: "invalid_arguments", 415: "invalid_arguments", 422: "invalid_arguments",
+                    501: "capability_gap"}
+
+
+def _rest_0_3_error(response: httpx.Response) -> str | None:
+    """The `message` of a 0.3 HTTP+JSON error answer, or None for any other answer."""
+    try:
+        body = response.json()
+    except (ValueError, httpx.ResponseNotRead):
+        return None
+    if isinstance(body, dict) and isinstance(body.get("message"), str) and "type" not in body:
+        return str(body["message"])[:500]
+    return None
 
 
 def _first_fault(exc: Exception) -> str:

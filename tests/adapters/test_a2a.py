@@ -631,3 +631,21 @@ async def test_a_0_3_agent_still_showing_the_answered_question_is_followed_until
         done = await b.invoker.invoke("peer__ask", {"message": "Ada", **ids})
     assert done.status == "succeeded" and done.content == [{"type": "text", "text": "hello Ada"}], done
     assert polls == ["t1"] and app[REQUESTS][1]["params"]["configuration"]["blocking"] is False
+
+
+@pytest.mark.parametrize(("status", "error_class", "said"), [
+    (404, "invalid_arguments", "the agent does not know that task (Task nope was specified but does not exist)"),
+    (422, "invalid_arguments", "the agent refused the message: Task nope was specified but does not exist"),
+    (501, "capability_gap", "the agent cannot serve this call: Task nope was specified but does not exist"),
+])
+async def test_http_json_errors_of_a_0_3_agent_keep_their_meaning(status, error_class, said):
+    # a2a-sdk 0.3.x answers an A2A error over HTTP+JSON with its status and {"message": ...} only
+    async def send(request: web.Request) -> web.Response:
+        return web.json_response({"message": "Task nope was specified but does not exist"}, status=status)
+
+    app = old_agent_app("0.3.0", preferred_transport="HTTP+JSON")
+    app.router.add_post("/v1/message:send", send)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/")) as b:
+        result = await b.invoker.invoke("peer__echo", {"message": "x", "task_id": "nope"})
+        assert b.catalog.slot("peer").health.state == "ready"
+    assert result.error.error_class == error_class and result.error.message.startswith(said), result.error

@@ -13,10 +13,12 @@ Rpc = Callable[[str, dict[str, Any]], Awaitable[Any]]
 REQUESTS = web.AppKey("requests", list)
 
 
-def old_agent_app(protocol_version: str, rpc: Rpc, *, streaming: bool = False, skills: tuple[str, ...] = ("echo",)) -> web.Application:
+def old_agent_app(protocol_version: str, rpc: Rpc | None = None, *, streaming: bool = False, skills: tuple[str, ...] = ("echo",),
+                  preferred_transport: str = "JSONRPC") -> web.Application:
     """The card as a2a-sdk 0.2.x/0.3.x serves it (top-level `url`; 0.2.x names no
     `preferredTransport` and serves it only at /.well-known/agent.json), and JSON-RPC at `/`
-    answered by `rpc(method, params)`; every request is kept in `app[REQUESTS]`."""
+    answered by `rpc(method, params)`; every request is kept in `app[REQUESTS]`. With
+    `preferred_transport="HTTP+JSON"` the card names that binding and the caller adds its routes."""
     requests: list[dict[str, Any]] = []
 
     async def card(request: web.Request) -> web.Response:
@@ -25,12 +27,13 @@ def old_agent_app(protocol_version: str, rpc: Rpc, *, streaming: bool = False, s
                                 "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
                                 "skills": [{"id": s, "name": s.title(), "description": f"The {s} skill", "tags": [s]} for s in skills]}
         if not protocol_version.startswith("0.2"):
-            body["preferredTransport"] = "JSONRPC"
+            body["preferredTransport"] = preferred_transport
         return web.json_response(body)
 
     async def answer(request: web.Request) -> web.Response:
         body = await request.json()
         requests.append(body)
+        assert rpc is not None
         result = await rpc(body["method"], body.get("params") or {})
         return web.json_response({"jsonrpc": "2.0", "id": body.get("id"), "result": result})
 
