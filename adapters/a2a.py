@@ -406,6 +406,10 @@ class A2AUpstream(Upstream):
                 await self._cancel_task(agent, tracker.task_id)
             raise
         except (A2AError, httpx.HTTPError) as exc:
+            if agent.streaming and message.task_id and tracker.task is None and _dropped(exc):
+                unknown = await self._unknown_task(agent, message.task_id, call)
+                if unknown is not None:
+                    raise unknown from None
             raise self._call_error(exc, tracker) from None
         except (ValidationError, ParseError, DecodeError) as exc:  # read by the SDK into no A2A shape
             raise BridgeError(f"agent {self.name!r} answered in a shape A2A does not have: {_first_fault(exc)}",
@@ -421,6 +425,17 @@ class A2AUpstream(Upstream):
             raise BridgeError("the agent ended the exchange without a task or a reply", error_class="execution_failed")
         task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
         await self._progress(ctx, tracker, tracker.replace(task))
+
+    async def _unknown_task(self, agent: _Agent, task_id: str, call: ClientCallContext) -> BridgeError | None:
+        """The error for a `task_id` the agent does not know, asked with `GetTask`: an a2a-sdk 0.3
+        agent refuses it on an HTTP+JSON stream by closing the stream it has begun, which reads
+        as the agent gone."""
+        try:
+            await agent.client.get_task(GetTaskRequest(id=task_id), context=call)
+        except (A2AError, httpx.HTTPError) as exc:
+            error = self._call_error(exc, TaskTracker())
+            return error if error.error_class == "invalid_arguments" else None
+        return None
 
     async def _cancel_task(self, agent: _Agent, task_id: str) -> None:
         """Tell the agent to cancel; wait for it (bounded) even though this call is being cancelled."""
@@ -516,6 +531,15 @@ class A2AUpstream(Upstream):
         if isinstance(exc, (UnsupportedOperationError, MethodNotFoundError, VersionNotSupportedError, ExtensionSupportRequiredError)):
             return BridgeError(f"the agent cannot serve this call: {text}", error_class="capability_gap", native_error_ref=ref)
         return BridgeError(f"the agent call failed: {text}", error_class="execution_failed", native_error_ref=ref)
+
+
+def _dropped(exc: BaseException) -> bool:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return any(isinstance(e, httpx.RemoteProtocolError) for e in seen)
 
 
 # The HTTP+JSON errors of a2a-sdk 0.3 agents: a status per A2A error and `{"message": ...}`, with

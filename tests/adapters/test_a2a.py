@@ -649,3 +649,25 @@ async def test_http_json_errors_of_a_0_3_agent_keep_their_meaning(status, error_
         result = await b.invoker.invoke("peer__echo", {"message": "x", "task_id": "nope"})
         assert b.catalog.slot("peer").health.state == "ready"
     assert result.error.error_class == error_class and result.error.message.startswith(said), result.error
+
+
+async def test_an_unknown_task_id_on_a_0_3_http_json_stream_is_invalid_arguments_not_the_agent_gone():
+    # a2a-sdk 0.3.x begins the event stream, then closes it unfinished when the task is unknown
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    async def get_task(request: web.Request) -> web.Response:
+        return web.json_response({"message": "Task not found"}, status=404)
+
+    app = old_agent_app("0.3.0", preferred_transport="HTTP+JSON", streaming=True)
+    app.router.add_post("/v1/message:stream", stream)
+    app.router.add_get("/v1/tasks/{task}", get_task)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/")) as b:
+        result = await b.invoker.invoke("peer__echo", {"message": "x", "task_id": "nope"})
+        assert b.catalog.slot("peer").health.state == "ready"
+    assert result.error.error_class == "invalid_arguments" and "does not know that task (Task not found)" in result.error.message, result.error
