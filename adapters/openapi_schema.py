@@ -66,6 +66,11 @@ def _pinned(discriminator: Any, raw: list[Any], branches: list[Any]) -> list[Any
     return out
 
 
+def _discriminates(node: dict[str, Any]) -> bool:
+    discriminator = node.get("discriminator")
+    return _is_dict(discriminator) and isinstance(discriminator.get("propertyName"), str)
+
+
 class SpecError(Exception):
     """A problem in an OpenAPI document: `location` says where (a JSON path), `problem` what."""
 
@@ -363,6 +368,11 @@ class SchemaInliner:
                     out[key] = [self._expand(v, base, f"{where}.{key}[{i}]", direction, needs) for i, v in enumerate(value)]
                     if key in ("oneOf", "anyOf"):
                         out[key] = _pinned(node.get("discriminator"), value, out[key])
+                    if key == "oneOf" and _discriminates(node) and "anyOf" not in node:
+                        # the discriminator, not the branches' exclusivity, picks the branch: branches
+                        # that share the base schema's properties matched every value twice, and a
+                        # oneOf refused it
+                        out["anyOf"] = out.pop("oneOf")
                 elif key in _MAP:
                     if not _is_dict(value):
                         raise SpecError(f"`{key}` must be an object of schemas", where)

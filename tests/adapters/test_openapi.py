@@ -1123,6 +1123,31 @@ async def test_an_xml_body_is_an_xml_document_not_json(api, tmp_path):
         assert base64.b64decode(sent["body"]["b64"]).decode() == xml
 
 
+async def test_a_discriminated_one_of_whose_branches_overlap_takes_a_value_of_either(api, tmp_path):
+    """Branches that extend one base schema (`allOf: [Pet, {...}]`) match a value of each other
+    too; with a discriminator that picks the branch, a `oneOf` refused every value as matching
+    both (the petstore's `PATCH /pets` with a Cat)."""
+    _, base = api
+    pet = {"type": "object", "required": ["pet_type"], "properties": {"pet_type": {"type": "string"}}}
+    doc = _document({"/v1/pets": {"patch": {"operationId": "update", "responses": _OK, "requestBody": {
+        "required": True, "content": {"application/json": {"schema": {
+            "oneOf": [{"$ref": "#/components/schemas/Cat"}, {"$ref": "#/components/schemas/Dog"}],
+            "discriminator": {"propertyName": "pet_type"}}}}}}}},
+        components={"schemas": {
+            "Pet": pet,
+            "Cat": {"allOf": [{"$ref": "#/components/schemas/Pet"}, {"type": "object", "properties": {"hunts": {"type": "boolean"}}}]},
+            "Dog": {"allOf": [{"$ref": "#/components/schemas/Pet"}, {"type": "object", "properties": {"bark": {"type": "boolean"}}}]}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base) as bridge:
+        body = bridge.catalog.resolve("svc__update").input_schema["properties"]["body"]
+        assert "oneOf" not in body and len(body["anyOf"]) == 2
+        cat = {"pet_type": "Cat", "hunts": True}
+        result = await call(bridge, "update", {"body": cat})
+        assert not result.is_error, result.content
+        assert result.structured_content["body"] == cat
+        refused = await call(bridge, "update", {"body": {"hunts": True}})
+        assert refused.is_error and refused.error.error_class == "invalid_arguments"
+
+
 async def test_a_discriminator_pins_each_branch_to_its_value(api, tmp_path):
     """Without its discriminator a `oneOf` lets `{type: pagerduty}` match the Slack branch, which
     needs no routing key: the server, reading the type, would refuse it. Each mapped branch gets
