@@ -231,6 +231,18 @@ def _tags(op: dict[str, Any]) -> list[str]:
     return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
 
 
+
+def _needs_a_value(schema: dict[str, Any]) -> None:
+    """A required parameter's list gets `minItems: 1`, and its object, when it requires no
+    property, `minProperties: 1`: an empty one is sent as no parameter at all (RFC 6570 leaves
+    it undefined; a path gets an empty segment), which the server reads as the parameter missing."""
+    if schema.get("type") == "array" and not (isinstance(schema.get("minItems"), int) and schema["minItems"] >= 1):
+        schema["minItems"] = 1
+    elif schema.get("type") == "object" and not schema.get("required") and (schema.get("properties") or schema.get(
+            "additionalProperties") is not False) and not (isinstance(schema.get("minProperties"), int) and schema["minProperties"] >= 1):
+        schema["minProperties"] = 1
+
+
 def _free(prop: str, properties: dict[str, Any]) -> str:
     """`prop`, or `prop_2`, `prop_3` ... when taken: Twilio's `StartTime<` and `StartTime>` both
     clean to `query_StartTime`, and one property would have been sent as both parameters."""
@@ -333,11 +345,8 @@ class _Mapper:
             properties[prop] = schema
             if param.get("required") or location == "path":
                 required.append(prop)
-                if media_type is None and schema.get("type") == "array" and not (
-                        isinstance(schema.get("minItems"), int) and schema["minItems"] >= 1):
-                    # an empty list is sent as no parameter at all (RFC 6570 leaves it undefined),
-                    # which the server reads as the required parameter missing
-                    schema["minItems"] = 1
+                if media_type is None:
+                    _needs_a_value(schema)
             style = param.get("style") or _DEFAULT_STYLE[location]
             specs.append(ParamSpec(prop=prop, name=name, location=location, style=style,
                                    explode=param.get("explode", style == "form"),

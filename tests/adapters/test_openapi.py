@@ -1001,20 +1001,24 @@ async def test_request_body_kinds(api):
         assert bad.is_error and bad.error.error_class == "invalid_arguments"
 
 
-async def test_a_required_array_parameter_needs_an_item(api, tmp_path):
-    """An empty list expands to nothing in every style, so the request would go without the
-    parameter (the petstore's findPetsByStatus: `GET /pet/findByStatus`, refused as missing status)."""
+async def test_a_required_list_or_object_parameter_needs_an_item(api, tmp_path):
+    """An empty list or object expands to nothing in every style, so the request would go without
+    the parameter (the petstore's findPetsByStatus: `GET /pet/findByStatus`, refused as missing
+    status), or with an empty path segment."""
     _, base = api
-    doc = _document({"/v1/pets": {"get": {"operationId": "find", "responses": _OK, "parameters": [
+    point = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}
+    doc = _document({"/v1/pets/{at}": {"get": {"operationId": "find", "responses": _OK, "parameters": [
+        {"name": "at", "in": "path", "required": True, "schema": point},
         {"name": "status", "in": "query", "required": True, "schema": {"type": "array", "items": {"type": "string"}}},
         {"name": "tags", "in": "query", "schema": {"type": "array", "items": {"type": "string"}}}]}}})
     async with bridge_for(_write(tmp_path, doc), base_url=base) as bridge:
         props = bridge.catalog.resolve("svc__find").input_schema["properties"]
-        assert props["status"]["minItems"] == 1 and "minItems" not in props["tags"]
-        refused = await call(bridge, "find", {"status": []})
-        assert refused.is_error and refused.error.error_class == "invalid_arguments"
-        result = await call(bridge, "find", {"status": ["sold"], "tags": []})
-        assert result.structured_content["raw_path"] == "/v1/pets?status=sold"
+        assert props["status"]["minItems"] == 1 and "minItems" not in props["tags"] and props["at"]["minProperties"] == 1
+        for refused in ({"at": {"x": 1}, "status": []}, {"at": {}, "status": ["sold"]}):
+            result = await call(bridge, "find", refused)
+            assert result.is_error and result.error.error_class == "invalid_arguments", refused
+        result = await call(bridge, "find", {"at": {"x": 1}, "status": ["sold"], "tags": []})
+        assert result.structured_content["raw_path"] == "/v1/pets/x,1?status=sold"
 
 
 async def test_a_call_without_a_body_sends_no_content_type(api, tmp_path):
