@@ -509,6 +509,20 @@ async def test_31_schemas_written_in_an_older_draft_are_read(api, tmp_path, vali
         assert result.structured_content["raw_path"] == "/v1/n?a=12&b=5"
 
 
+async def test_30_operations_without_responses_are_read(api, tmp_path):
+    """OpenAPI 3.0 asks each operation for at least one response (3.1 does not); a call needs
+    none, and the validator refused the whole document."""
+    _, base = api
+    doc = _document({"/v1/a": {"post": {"operationId": "empty", "responses": {}}, "get": {"operationId": "none"}}},
+                    openapi="3.0.3")
+    async with bridge_for(_write(tmp_path, doc), base_url=base) as bridge:
+        assert bridge.catalog.slot("svc").health.state == "ready", bridge.catalog.slot("svc").health.reason
+        for name in ("empty", "none"):
+            result = await call(bridge, name)
+            assert not result.is_error, result.content
+            assert bridge.catalog.resolve(f"svc__{name}").output_schema is None
+
+
 async def test_recursion_too_deep_for_the_validator_is_reported_with_its_fix(tmp_path):
     deep: dict[str, Any] = {"type": "string"}
     for _ in range(400):
