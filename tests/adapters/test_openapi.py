@@ -1663,3 +1663,14 @@ async def test_an_output_schema_of_objects_naming_one_another_is_cut_to_its_top_
         assert not list(jsonschema.Draft202012Validator(cut).iter_errors(good))
         small = bridge.catalog.resolve("svc__getSmall").output_schema  # a small one is whole
         assert small["properties"] == {"n": {"type": "integer"}}
+
+
+def test_a_pattern_python_warns_about_is_read_without_the_warning():
+    # `[[` made Python print "FutureWarning: Possible nested set" on reading the document
+    import warnings
+
+    from adapters.openapi_schema import python_reads
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert python_reads("^[[a-z]+$") and not python_reads("^\\p{L}+$")
