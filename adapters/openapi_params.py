@@ -264,7 +264,10 @@ def build_request(op: Operation, arguments: dict[str, Any]) -> RequestParts:
             continue
         value = arguments[spec.prop]
         if spec.location == "path":
-            path = path.replace("{" + spec.name + "}", serialize_path(spec, value))
+            written = serialize_path(spec, value)
+            if not written:  # `/users/{id}/keys` with id "" is `/users//keys`: another route, or none
+                raise _invalid(f"path parameter {spec.prop!r} is empty: a path value needs at least one character")
+            path = path.replace("{" + spec.name + "}", written)
         elif spec.location == "query":
             parts.query.extend(serialize_query(spec, value))
         elif spec.location == "header":

@@ -926,6 +926,9 @@ async def test_path_values_cannot_step_out_of_their_segment(api, tmp_path):
             result = await call(bridge, name, args)
             assert result.is_error and result.error.error_class == "invalid_arguments", (args, result.content)
             assert "segment" in result.error.message
+        # an empty value made `/v1/users//profile`: another route, or none
+        empty = await call(bridge, "userPart", {"id": "", "part": "profile"})
+        assert empty.is_error and empty.error.error_class == "invalid_arguments" and "'id' is empty" in empty.error.message
         assert not state.peers  # nothing was sent
         sent = await call(bridge, "userPart", {"id": "../admin", "part": "a..b"})
         assert sent.structured_content["raw_path"] == "/v1/users/..%2Fadmin/a..b"
