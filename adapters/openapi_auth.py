@@ -206,6 +206,7 @@ class Credentials:
         self._by_scheme: dict[str, _Bound] = {}
         self._always: list[_Bound] = []
         self._tokens: list[OAuth2Token] = []
+        self._declared = frozenset(schemes)
         for i, cfg in enumerate(configs):
             for secret in (cfg.value, cfg.token, cfg.password, cfg.client_secret):
                 if secret is not None:
@@ -288,8 +289,13 @@ class Credentials:
         if anonymous or self._always:
             return chosen
         wanted = " or ".join("+".join(alt) for alt in requirements if isinstance(alt, dict))
-        raise _setup_error(f"{operation} needs credentials for security scheme {wanted}; "
-                           "add a matching entry under `auth:` in the upstream's config")
+        undeclared = sorted({name for alt in requirements if isinstance(alt, dict) for name in alt} - self._declared)
+        fix = "add a matching entry under `auth:` in the upstream's config"
+        if undeclared:  # `scheme:` cannot name what the document does not declare
+            fix += (f" (the document names {', '.join(repr(n) for n in undeclared)} without declaring it in "
+                    "components.securitySchemes: give the entry no `scheme:`, and for an apiKey its `name` and `in`; "
+                    "it is then sent with every call)")
+        raise _setup_error(f"{operation} needs credentials for security scheme {wanted}; {fix}")
 
     async def apply(self, parts: RequestParts, bound: list[_Bound], session: aiohttp.ClientSession,
                     timeout: float) -> list[tuple[OAuth2Token, str]]:

@@ -1252,6 +1252,21 @@ async def test_a_bearer_token_satisfies_openid_connect_and_a_named_oauth2_scheme
         assert (await call(bridge, "code")).structured_content == {"ok": True, "who": "either"}
 
 
+async def test_a_scheme_the_document_names_but_does_not_declare_is_answered_with_the_entry_that_works(api, tmp_path):
+    # the fix said "add a matching entry under auth:", and `scheme: api_key` was then refused
+    # as no security scheme of the document
+    _, base = api
+    doc = _document({"/auth/header": {"get": {"operationId": "keyed", "security": [{"api_key": []}], "responses": _OK}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base) as bridge:
+        result = await call(bridge, "keyed")
+        assert result.error.error_class == "credential_missing" and "without declaring it" in result.error.message
+        assert "no `scheme:`" in result.error.message and "`name` and `in`" in result.error.message
+    entry = {"type": "apiKey", "name": "X-API-Key", "in": "header", "value": SECRETS["api"]}
+    async with bridge_for(_write(tmp_path, doc), base_url=base, auth=[entry]) as bridge:  # the entry it names works
+        result = await call(bridge, "keyed")
+        assert not result.is_error, result.content
+
+
 async def test_missing_credentials_fail_before_the_request(api):
     state, base = api
     async with bridge_for("service_31.yaml", base_url=base, include=["authBearer"]) as bridge:
