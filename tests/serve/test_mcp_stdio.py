@@ -208,25 +208,19 @@ async def test_sigterm_while_closing_after_stdin_closed_lets_the_close_finish(tm
 async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path):
     path = bridge_config(tmp_path)
     config = json.loads(path.read_text())
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(path), cwd=ROOT,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    async with stdio_bridge(config, tmp_path) as process:
 
-    async def send(message: dict) -> None:
-        process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
-        await process.stdin.drain()
+        async def send(message: dict) -> None:
+            process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+            await process.stdin.drain()
 
-    async def answer(request_id: int) -> dict:
-        while True:
-            message = json.loads(await process.stdout.readline())
-            if message.get("id") == request_id:
-                return message["result"]
+        async def answer(request_id: int) -> dict:
+            while True:
+                message = json.loads(await process.stdout.readline())
+                if message.get("id") == request_id:
+                    return message["result"]
 
-    try:
         async with asyncio.timeout(45):
-            await send({"id": 1, "method": "initialize", "params": {"protocolVersion": HANDSHAKE, "capabilities": {},
-                                                                    "clientInfo": {"name": "t", "version": "0"}}})
-            await answer(1)
             await send({"method": "notifications/initialized"})
             await send({"id": 2, "method": "tools/list"})
             assert "fx__echo" in {t["name"] for t in (await answer(2))["tools"]}
@@ -246,7 +240,3 @@ async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path)
         os.kill(process.pid, signal.SIGTERM)
         async with asyncio.timeout(15):
             assert await process.wait() == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
