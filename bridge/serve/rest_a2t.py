@@ -169,7 +169,7 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
         surface = ctx.caller(request)
         name = request.path_params["name"]
         decl = bridge.catalog.resolve(name)
-        if decl is not None and (not surface.visible(decl) or (group is not None and decl.namespace != group)):
+        if decl is not None and group is not None and decl.namespace != group:
             decl = None
         body = await ctx.read_json(request)
         if decl is None:

@@ -205,6 +205,15 @@ class ServeContext:
             raise not_found(ref)
         return decl
 
+    def callable(self, ref: str) -> ToolDeclaration:
+        """The tool a call names, blocked or not: the pipeline refuses a tool blocked on the
+        caller's surface with the block's reason (`policy_blocked`, `credential_missing`, ...),
+        as over MCP; only a name the catalog does not hold is a 404 here."""
+        decl = self.bridge.catalog.resolve(ref)
+        if decl is None:
+            raise not_found(ref)
+        return decl
+
     def listing(self, surface: Surface) -> tuple[list[ToolDeclaration], list[str]]:
         """Every tool the surface can see (loaded and deferred) sorted by name, and the names."""
         generation = self.bridge.catalog.generation

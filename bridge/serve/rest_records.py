@@ -118,8 +118,9 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         surface = ctx.caller(request)
         tool, arguments, version = _invoke_request(await ctx.read_json(request))
         decl = bridge.catalog.resolve(tool)
-        if decl is None or not surface.visible(decl):
-            # the same envelope the pipeline gives for a missing tool, whatever the reason
+        if decl is None:
+            # the envelope the pipeline gives for a missing tool (a blocked one is refused by the
+            # pipeline with the block's reason)
             result = error_result(
                 BridgeError(f"no tool named {quoted(tool)}; search the catalog for the right name", error_class="unknown_tool"),
                 invocation_id=new_id("inv"),
