@@ -42,17 +42,17 @@ INLINE_MAX_VALUES = 500
 _DEF_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def _pinned(discriminator: Any, raw: list[Any], branches: list[Any]) -> list[Any]:
+def _pinned(discriminator: Any, raw: list[Any], branches: list[Any],
+            implicit: Callable[[Any, str], str | None]) -> list[Any]:
     """OpenAPI's `discriminator` names the branch of a `oneOf` / `anyOf` a value takes by one of
     its properties; JSON Schema has no such keyword, and without it a value can match another
-    branch than the one its server reads it as. Each branch its `mapping` names by `$ref` gets
-    the property's value(s) as a constant (implicit schema names are not used: a document whose
-    names differ from the values it sends would have every call refused)."""
+    branch than the one its server reads it as. Each branch gets the property's value(s) as a
+    constant: those its `mapping` names it by (`$ref` or schema name), else its implicit value,
+    the name of the schema component it refers to (`#/components/schemas/Cat` is `Cat`), which
+    `implicit(raw branch, property)` gives unless the branch's own schema allows other values only."""
     if not _is_dict(discriminator) or not isinstance(discriminator.get("propertyName"), str):
         return branches
-    mapping = discriminator.get("mapping")
-    if not _is_dict(mapping):
-        return branches
+    mapping = discriminator.get("mapping") if _is_dict(discriminator.get("mapping")) else {}
     prop = discriminator["propertyName"]
     out = []
     for raw_branch, branch in zip(raw, branches, strict=True):
@@ -60,11 +60,17 @@ def _pinned(discriminator: Any, raw: list[Any], branches: list[Any]) -> list[Any
         values = [value for value, target in mapping.items() if isinstance(ref, str) and isinstance(target, str)
                   and (target == ref or (not target.startswith(("#", ".", "/")) and ref.endswith("/" + target)))]
         if not values:
+            name = implicit(raw_branch, prop)
+            values = [name] if name is not None and name not in mapping else []
+        if not values:
             out.append(branch)
             continue
         pin = {"const": values[0]} if len(values) == 1 else {"enum": values}
         out.append({"allOf": [branch, {"properties": {prop: pin}, "required": [prop]}]})
     return out
+
+
+_COMPONENT_SCHEMA = re.compile(r"^/components/schemas/([^/]+)$")
 
 
 def _discriminates(node: dict[str, Any]) -> bool:
@@ -351,6 +357,58 @@ class SchemaInliner:
         doc, fragment = urldefrag(uri)
         return f"#{fragment}" if doc == self.base_uri else uri
 
+    # ------------------------------------------------------------------ discriminators
+
+    def _raw(self, node: Any, base: str, depth: int = 8) -> tuple[Any, str]:
+        """`node` with its `$ref` chain followed in the document as written (None when a `$ref`
+        cannot be resolved or the chain is long): for reading a discriminator, not for expanding."""
+        while _is_dict(node) and isinstance(node.get("$ref"), str):
+            if depth == 0:
+                return None, base
+            uri = urljoin(base, node["$ref"])
+            try:
+                node, base, depth = self._lookup(uri), urldefrag(uri).url, depth - 1
+            except Unresolvable:
+                return None, base
+        return node, base
+
+    def _discriminator_of(self, node: dict[str, Any], branches: Any, base: str) -> dict[str, Any] | None:
+        """The discriminator that picks a branch of `node`'s `oneOf` / `anyOf`."""
+        return node["discriminator"] if _discriminates(node) else None
+
+    def _implicit_value(self, branch: Any, prop: str, base: str) -> str | None:
+        """The implicit discriminator value of a branch: the name of the schema component its
+        `$ref` names. None for an inline branch, or when the branch's own schema gives the
+        property a `const` or `enum` without that name (the document sends other values)."""
+        ref = branch.get("$ref") if _is_dict(branch) else None
+        if not isinstance(ref, str):
+            return None
+        match = _COMPONENT_SCHEMA.match(urldefrag(ref).fragment)
+        if match is None:
+            return None
+        name = unquote(match.group(1)).replace("~1", "/").replace("~0", "~")
+        allowed = self._declared_values(branch, prop, base, 4)
+        return None if allowed is not None and name not in allowed else name
+
+    def _declared_values(self, schema: Any, prop: str, base: str, depth: int) -> list[Any] | None:
+        """The values a schema's `const` or `enum` allows for property `prop` (through `allOf`), or None."""
+        schema, base = self._raw(schema, base)
+        if depth == 0 or not _is_dict(schema):
+            return None
+        props = schema.get("properties")
+        if _is_dict(props) and prop in props:
+            declared, _ = self._raw(props[prop], base)
+            if _is_dict(declared) and "const" in declared:
+                return [declared["const"]]
+            if _is_dict(declared) and isinstance(declared.get("enum"), list):
+                return declared["enum"]
+        parts = schema.get("allOf")
+        for part in parts if isinstance(parts, list) else ():
+            values = self._declared_values(part, prop, base, depth - 1)
+            if values is not None:
+                return values
+        return None
+
     def _convert(self, node: dict[str, Any], base: str, where: str, direction: Direction, needs: set[str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         unread: str | None = None
@@ -371,9 +429,10 @@ class SchemaInliner:
                     if not isinstance(value, list):
                         raise SpecError(f"`{key}` must be a list of schemas", where)
                     out[key] = [self._expand(v, base, f"{where}.{key}[{i}]", direction, needs) for i, v in enumerate(value)]
-                    if key in ("oneOf", "anyOf"):
-                        out[key] = _pinned(node.get("discriminator"), value, out[key])
-                    if key == "oneOf" and _discriminates(node) and "anyOf" not in node:
+                    discriminator = self._discriminator_of(node, value, base) if key in ("oneOf", "anyOf") else None
+                    if discriminator is not None:
+                        out[key] = _pinned(discriminator, value, out[key], functools.partial(self._implicit_value, base=base))
+                    if key == "oneOf" and discriminator is not None and "anyOf" not in node:
                         # the discriminator, not the branches' exclusivity, picks the branch: branches
                         # that share the base schema's properties matched every value twice, and a
                         # oneOf refused it

@@ -1192,6 +1192,35 @@ async def test_a_discriminator_pins_each_branch_to_its_value(api, tmp_path):
             assert (await call(bridge, "create", {"body": body})).structured_content["body"] == body
 
 
+def _pets(discriminated: dict[str, Any], **schemas: Any) -> dict[str, Any]:
+    """A document whose PATCH /pets takes `discriminated` as its body, with `schemas` as components."""
+    return _document({"/pets": {"patch": {"operationId": "update", "responses": _OK, "requestBody": {
+        "required": True, "content": {"application/json": {"schema": discriminated}}}}}}, components={"schemas": schemas})
+
+
+async def test_a_discriminator_without_a_mapping_pins_each_branch_to_its_schema_name(api, tmp_path):
+    """OpenAPI's implicit mapping: the value naming `#/components/schemas/Dog` is `Dog`. Unpinned,
+    `{pet_type: Dog}` without `bark` matched the Cat branch and reached a server that reads it as a Dog."""
+    state, base = api
+    pet_type = {"type": "string"}
+    doc = _pets({"oneOf": [{"$ref": "#/components/schemas/Cat"}, {"$ref": "#/components/schemas/Dog"}],
+                 "discriminator": {"propertyName": "pet_type"}},
+                Cat={"type": "object", "required": ["pet_type"], "properties": {"pet_type": pet_type, "hunts": {"type": "boolean"}}},
+                Dog={"type": "object", "required": ["pet_type", "bark"], "properties": {"pet_type": pet_type, "bark": {"type": "boolean"}}})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        for body in ({"pet_type": "Dog"}, {"pet_type": "Bird"}):
+            refused = await call(bridge, "update", {"body": body})
+            assert refused.is_error and refused.error.error_class == "invalid_arguments", (body, refused.content)
+        assert not state.peers
+        for body in ({"pet_type": "Dog", "bark": True}, {"pet_type": "Cat", "hunts": False}):
+            assert (await call(bridge, "update", {"body": body})).structured_content["body"] == body
+    # a branch whose own schema allows other values only: the document sends those, not the name
+    doc["components"]["schemas"]["Cat"]["properties"]["pet_type"] = {"type": "string", "enum": ["cat"]}
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        body = {"pet_type": "cat", "hunts": True}
+        assert (await call(bridge, "update", {"body": body})).structured_content["body"] == body
+
+
 # ---------------------------------------------------------------------------- credentials
 
 
