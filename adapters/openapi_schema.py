@@ -373,8 +373,35 @@ class SchemaInliner:
         return node, base
 
     def _discriminator_of(self, node: dict[str, Any], branches: Any, base: str) -> dict[str, Any] | None:
-        """The discriminator that picks a branch of `node`'s `oneOf` / `anyOf`."""
-        return node["discriminator"] if _discriminates(node) else None
+        """The discriminator that picks a branch of `node`'s `oneOf` / `anyOf`: its own, or, when
+        it has none, the one each branch inherits through `allOf` from a base schema (`Cat` is
+        `allOf: [Pet, {...}]` and `Pet` holds the discriminator), when all branches inherit one
+        on the same property."""
+        if _discriminates(node):
+            return node["discriminator"]
+        if not isinstance(branches, list) or not branches:
+            return None
+        found: dict[str, Any] | None = None
+        for branch in branches:
+            inherited = self._inherited_discriminator(branch, base, 3)
+            if inherited is None or (found is not None and inherited["propertyName"] != found["propertyName"]):
+                return None
+            found = found or inherited
+        return found
+
+    def _inherited_discriminator(self, branch: Any, base: str, depth: int) -> dict[str, Any] | None:
+        branch, base = self._raw(branch, base)
+        parts = branch.get("allOf") if _is_dict(branch) else None
+        if depth == 0 or not isinstance(parts, list):
+            return None
+        for part in parts:
+            schema, part_base = self._raw(part, base)
+            if _is_dict(schema) and _discriminates(schema):
+                return schema["discriminator"]
+            inherited = self._inherited_discriminator(part, base, depth - 1)
+            if inherited is not None:
+                return inherited
+        return None
 
     def _implicit_value(self, branch: Any, prop: str, base: str) -> str | None:
         """The implicit discriminator value of a branch: the name of the schema component its

@@ -1221,6 +1221,27 @@ async def test_a_discriminator_without_a_mapping_pins_each_branch_to_its_schema_
         assert (await call(bridge, "update", {"body": body})).structured_content["body"] == body
 
 
+async def test_a_one_of_whose_branches_inherit_the_discriminator_through_all_of_picks_by_it(api, tmp_path):
+    """`oneOf: [Cat, Dog]` without a discriminator of its own, each branch `allOf: [Pet, {...}]`
+    and `Pet` holding it: every value matched both branches, and the oneOf refused them all."""
+    _, base = api
+    doc = _pets({"oneOf": [{"$ref": "#/components/schemas/Cat"}, {"$ref": "#/components/schemas/Dog"}]},
+                Pet={"type": "object", "required": ["pet_type"], "properties": {"pet_type": {"type": "string"}},
+                     "discriminator": {"propertyName": "pet_type", "mapping": {"dog": "#/components/schemas/Dog"}}},
+                Cat={"allOf": [{"$ref": "#/components/schemas/Pet"}, {"type": "object", "properties": {"hunts": {"type": "boolean"}}}]},
+                Dog={"allOf": [{"$ref": "#/components/schemas/Pet"}, {"type": "object", "properties": {"bark": {"type": "boolean"}}}]})
+    async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1") as bridge:
+        schema = bridge.catalog.resolve("svc__update").input_schema["properties"]["body"]
+        assert "oneOf" not in schema and len(schema["anyOf"]) == 2
+        for body in ({"pet_type": "Cat", "hunts": True}, {"pet_type": "dog", "bark": True}):
+            result = await call(bridge, "update", {"body": body})
+            assert not result.is_error, (body, result.content)
+            assert result.structured_content["body"] == body
+        for body in ({"pet_type": "Dog"}, {"pet_type": "cat"}, {"hunts": True}):
+            refused = await call(bridge, "update", {"body": body})
+            assert refused.is_error and refused.error.error_class == "invalid_arguments", body
+
+
 # ---------------------------------------------------------------------------- credentials
 
 
