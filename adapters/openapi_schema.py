@@ -154,6 +154,29 @@ def _or_null(schema: Any) -> Any:
     return {**described, "anyOf": [rest, {"type": "null"}]}
 
 
+# Keywords that describe a value without constraining it: beside a `$ref` they are kept in
+# OpenAPI 3.0 too, which ignores everything else there (`type: object` beside a `$ref` to a
+# string schema would leave no value valid).
+_ANNOTATIONS = frozenset({"title", "description", "default", "deprecated", "readOnly", "writeOnly"})
+# Keywords whose meaning depends on others beside them: a schema holding one is not merged into another.
+_ENTANGLED = frozenset({"additionalProperties", "unevaluatedProperties", "additionalItems", "unevaluatedItems",
+                        "items", "prefixItems", "if", "then", "else", "contains", "minContains", "maxContains"})
+
+
+def _beside_ref(target: dict[str, Any], siblings: dict[str, Any]) -> dict[str, Any]:
+    """The referenced schema `target` with the (expanded) keywords written beside its `$ref`:
+    annotations replace the target's; constraints apply as well as the target's (2020-12), merged
+    into it when no keyword meets one of its own, else as `allOf: [target, constraints]`."""
+    notes = {k: v for k, v in siblings.items() if k in _ANNOTATIONS}
+    rest = {k: v for k, v in siblings.items() if k not in _ANNOTATIONS}
+    if not rest or "$ref" in target:  # `{$ref: '#/$defs/X'}` takes keywords beside it as they are
+        return {**target, **siblings}
+    keys = set(target) - _ANNOTATIONS
+    if not keys & set(rest) and not (keys | set(rest)) & _ENTANGLED:
+        return {**target, **rest, **notes}
+    return {**notes, "allOf": [target, rest]}
+
+
 class SchemaInliner:
     """Expands schemas of one document. Results are shared between tools (never mutate them)."""
 
@@ -262,11 +285,10 @@ class SchemaInliner:
         ref = node.get("$ref")
         if isinstance(ref, str):
             target = self._expand_ref(urljoin(base, ref), ref, where, direction, needs)
-            siblings = {k: v for k, v in node.items() if k != "$ref" and k not in _DROP and not k.startswith("x-")}
+            siblings = {k: v for k, v in node.items() if k != "$ref" and k not in _DROP and not k.startswith("x-")
+                        and (k in _ANNOTATIONS or not self.openapi_30)}
             if siblings and _is_dict(target):
-                # OpenAPI 3.1 lets a $ref carry annotations (description, default ...); they win.
-                extra = self._expand({**siblings}, base, where, direction, needs)
-                target = {**target, **extra} if "$ref" not in target else {**extra, **target}
+                target = _beside_ref(target, self._expand(siblings, base, where, direction, needs))
             if self.openapi_30 and node.get("nullable") is True:
                 # `{$ref: Pet, nullable: true}`: how 3.0 documents say "a Pet or null" (a schema
                 # without it would refuse the null answers of the API it describes)
