@@ -89,6 +89,7 @@ class _Loaded:
     operations: dict[str, Operation]
     tools: list[UpstreamTool]
     skipped: list[SpecError]  # operations left out (`bad_operations: skip`)
+    tolerated: list[str]  # validation problems `validate_spec: auto` loads the document with
 
 
 class OpenAPIUpstream(Upstream):
@@ -198,6 +199,8 @@ class OpenAPIUpstream(Upstream):
             "servers": sorted({shown_url(op.server_url) for op in loaded.operations.values()}),
             **({"skipped_operations": {exc.location: exc.problem for exc in loaded.skipped[:_HEALTH_SKIPPED]},
                 "skipped_operation_count": len(loaded.skipped)} if loaded.skipped else {}),
+            **({"spec_problems_tolerated": loaded.tolerated[:_HEALTH_SKIPPED],
+                "spec_problem_count": len(loaded.tolerated)} if loaded.tolerated else {}),
             **({"oauth2_token_fetches": sum(t.fetches for t in tokens)} if tokens else {}),
             **({"document_kept_over": self._kept_over} if self._kept_over else {}),
         }
@@ -239,7 +242,7 @@ class OpenAPIUpstream(Upstream):
         cfg = self.config
         try:
             document = parse_document(text, uri, cfg.spec, fetch_timeout=cfg.start_timeout)
-            document.validate(cfg.validate_spec)
+            tolerated = document.validate(cfg.validate_spec)
             skipped: list[SpecError] | None = [] if cfg.bad_operations == "skip" else None
             operations, tools = map_operations(
                 document,
@@ -260,7 +263,10 @@ class OpenAPIUpstream(Upstream):
             raise RuntimeError(f"mapping the document stopped early: StopIteration {exc}") from None
         for exc in skipped or ():
             log.warning("%s: operation left out: OpenAPI document %s %s: %s", self.name, cfg.spec, exc.location, exc.problem)
-        return _Loaded(signature, document, operations, tools, skipped or [])
+        if tolerated:
+            log.warning("%s: OpenAPI document %s is read despite %d validation problem(s) that leave it usable: %s%s",
+                        self.name, cfg.spec, len(tolerated), "; ".join(tolerated[:5]), " ..." if len(tolerated) > 5 else "")
+        return _Loaded(signature, document, operations, tools, skipped or [], tolerated)
 
     # ------------------------------------------------------------------ calls
 

@@ -165,11 +165,14 @@ class Document:
             found = self._lookups[uri] = self._resolver.lookup(uri).contents
         return found
 
-    def validate(self, mode: Literal["auto", "full", "off"]) -> None:
+    def validate(self, mode: Literal["auto", "full", "off"]) -> list[str]:
         """Check the document against the OpenAPI specification (openapi-spec-validator, as used
-        by openapi-core). Raises SpecError listing the first problems with their locations."""
+        by openapi-core). Raises SpecError listing the first problems with their locations. Under
+        `auto`, problems the mapper reads past (see `_tolerable`) do not refuse the document: they
+        are returned, located, for the upstream to warn about."""
+        tolerated: list[str] = []
         if mode == "off" or (mode == "auto" and self.size > AUTO_VALIDATE_MAX_BYTES):
-            return
+            return tolerated
         from openapi_spec_validator.validation import OpenAPIV30SpecValidator, OpenAPIV31SpecValidator
 
         cls = _located(OpenAPIV30SpecValidator if self.openapi_30 else OpenAPIV31SpecValidator)
@@ -186,6 +189,9 @@ class Document:
                     continue  # 3.0 asks every operation for a response; a call needs none (3.1 dropped the rule)
                 where = _location(list(err.absolute_path)) if err.absolute_path else "$"
                 message = err.message if len(err.message) < 300 else err.message[:297] + "..."
+                if mode == "auto" and _tolerable(err):
+                    tolerated.append(f"{where}: {message}")
+                    continue
                 problems.append(f"{where}: {message}")
                 if len(problems) >= 5:
                     break
@@ -195,7 +201,7 @@ class Document:
         except Unresolvable as exc:
             # the mapper finds the same reference and names where it is used
             if not problems:
-                return
+                return tolerated
             problems.append(f"$ref {getattr(exc, 'ref', '?')!r} cannot be resolved")
         except RecursionError:
             # the validator follows `$ref`s without end: find the cycle so the message can name it
@@ -215,6 +221,7 @@ class Document:
                 " (fix it, or set `validate_spec: off` to read it with the mapper's checks only: an operation they "
                 "find unreadable is left out)")
             raise SpecError(text, "not a valid OpenAPI " + self.version + " document" + fix)
+        return tolerated
 
     def _raise_ref_cycle(self) -> None:
         """Raise a SpecError naming a `$ref` cycle the validator cannot get out of: a chain of
@@ -263,6 +270,19 @@ class Document:
         return None
 
 
+def _tolerable(err: Any) -> bool:
+    """Whether a validation error leaves the document readable as it is: a schema's `default` that
+    its schema refuses (an annotation: nothing sends it), duplicate `enum` values (3.0 asks them
+    unique; JSON Schema 2020-12, which the tools' schemas are, does not), or a `required` naming a
+    property the schema does not define (a value must still have it, as the tool's schema says)."""
+    if getattr(err, "bridge_default", False):
+        return True
+    path = list(err.absolute_path)
+    if err.validator == "uniqueItems" and path[-1:] == ["enum"]:
+        return True
+    return type(err).__name__ == "ExtraParametersError"
+
+
 def _no_responses(err: Any) -> bool:
     """Whether a validation error only says an operation has no `responses` or an empty one."""
     path = list(err.absolute_path)
@@ -289,14 +309,19 @@ def _located(spec_validator: type) -> type:
     """`spec_validator` whose errors about a schema, or about its `default`, start their path at
     that schema's place in the document: openapi-spec-validator checks each schema on its own,
     so its errors give only the place inside it (`$: '100' is not of type 'integer'`)."""
+    from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
+
     keywords = spec_validator.keyword_validators
 
     def placing(keyword_cls: type, tail: tuple[str, ...]) -> type:
         def __call__(self: Any, schema: Any, *args: Any, **kwargs: Any) -> Any:
             for err in keyword_cls.__call__(self, schema, *args, **kwargs):
+                if not isinstance(err, OpenAPIValidationError):  # wrapped here, so the marks below stay on it
+                    err = OpenAPIValidationError.create_from(err)
                 if not getattr(err, "bridge_placed", False):  # the innermost schema says where
                     err.path.extendleft(reversed((*schema.parts, *tail)))
                     err.bridge_placed = True
+                    err.bridge_default = tail == ("default",)
                 yield err
         return type(keyword_cls.__name__, (keyword_cls,), {"__call__": __call__})
 

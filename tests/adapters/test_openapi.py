@@ -587,12 +587,42 @@ async def test_a_default_of_the_wrong_type_is_named_where_it_is(tmp_path):
     doc = _document({"/m": {"get": {"operationId": "m", "responses": _OK, "parameters": [
         {"name": "limit", "in": "query", "schema": {"type": "integer", "default": "100"}}]}}},
         components={"schemas": {"Flag": {"type": "object", "properties": {"on": {"type": "boolean", "default": "false"}}}}})
-    error = await _load_error(_write(tmp_path, doc))
+    error = await _load_error(_write(tmp_path, doc), validate_spec="full")
     assert "$.paths['/m'].get.parameters[0].schema.default: '100' is not of type 'integer'" in error.message, error.message
     assert "$.components.schemas.Flag.properties.on.default: 'false' is not of type 'boolean'" in error.message
     assert "`validate_spec: off`" in error.message
     # the fix before the problems: the catalog shows a reason up to 500 characters
     assert error.message.index("validate_spec: off") < error.message.index("$.paths")
+
+
+async def test_auto_validation_loads_a_document_with_problems_it_can_read_past(api, tmp_path, caplog):
+    """`validate_spec: auto` validated documents up to 256 KB and refused one for a wrong `default`
+    that a larger document was loaded with. A wrong default, duplicate enum values and a `required`
+    naming an undefined property are warned about; a document they make unusable is still refused."""
+    state, base = api
+    doc = _document({"/items": {"get": {"operationId": "list", "responses": _OK, "parameters": [
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "default": "100"}},
+        {"name": "color", "in": "query", "schema": {"type": "string", "enum": ["red", "red", "blue"]}},
+        {"name": "filter", "in": "query", "style": "deepObject",
+         "schema": {"type": "object", "required": ["on"], "allOf": [{"type": "object"}]}}]}}})
+    doc["openapi"] = "3.0.3"
+    spec = _write(tmp_path, doc)
+    with caplog.at_level(logging.WARNING, logger="adapters.openapi"):
+        async with bridge_for(spec, base_url=base + "/v1") as bridge:
+            health = await upstream_of(bridge).health()
+            assert health["spec_problem_count"] == 3
+            assert health["spec_problems_tolerated"] == [
+                "$.paths['/items'].get.parameters[0].schema.default: '100' is not of type 'integer'",
+                "$.paths['/items'].get.parameters[1].schema.enum: ['red', 'red', 'blue'] has non-unique elements",
+                "$.paths['/items'].get.parameters[2].schema: Required list has not defined properties: ['on']"]
+            result = await call(bridge, "list", {"limit": 5, "color": "red", "filter": {"on": "x"}})
+            assert result.structured_content["raw_path"] == "/v1/items?limit=5&color=red&filter[on]=x", result.content
+    assert "is read despite 3 validation problem(s)" in caplog.text and "parameters[0].schema.default" in caplog.text
+    error = await _load_error(spec, validate_spec="full")  # `full` refuses them as before
+    assert "not a valid OpenAPI 3.0 document" in error.message and "has non-unique elements" in error.message
+    doc["paths"]["/items"]["get"]["parameters"].append({"name": "page", "in": "query"})  # no schema: unusable
+    error = await _load_error(_write(tmp_path, doc))
+    assert "parameters[3]" in error.message and "default" not in error.message, error.message
 
 
 @pytest.mark.parametrize("validate", ["full", "off"])
