@@ -104,6 +104,7 @@ class OpenAPIUpstream(Upstream):
         self._credentials: Credentials | None = None
         self._listed_since_start = False
         self._kept_over: str | None = None  # why the document read before is kept (a later read failed)
+        self._clashes: list[str] = []  # security requirements putting two credentials in one place
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -146,6 +147,10 @@ class OpenAPIUpstream(Upstream):
         for header, value in self.config.headers.items():  # `X-Api-Token: ...` is a credential too
             if SECRET_HEADER.search(header):
                 self._credentials.redactor.add(value)
+        self._clashes = self._credentials.clashes(
+            [(f"{op.method} {op.path}", op.security) for op in self._loaded.operations.values()])
+        for clash in self._clashes:
+            log.warning("%s: %s", self.name, clash)
 
     async def _probe(self, path: str) -> None:
         """Readiness: any HTTP answer from the server counts (a launched service may still be starting)."""
@@ -202,6 +207,7 @@ class OpenAPIUpstream(Upstream):
             **({"spec_problems_tolerated": loaded.tolerated[:_HEALTH_SKIPPED],
                 "spec_problem_count": len(loaded.tolerated)} if loaded.tolerated else {}),
             **({"oauth2_token_fetches": sum(t.fetches for t in tokens)} if tokens else {}),
+            **({"security_clashes": self._clashes} if self._clashes else {}),
             **({"document_kept_over": self._kept_over} if self._kept_over else {}),
         }
 

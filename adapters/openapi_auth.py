@@ -207,6 +207,7 @@ class Credentials:
         self._always: list[_Bound] = []
         self._tokens: list[OAuth2Token] = []
         self._declared = frozenset(schemes)
+        self._schemes = schemes
         for i, cfg in enumerate(configs):
             for secret in (cfg.value, cfg.token, cfg.password, cfg.client_secret):
                 if secret is not None:
@@ -284,8 +285,9 @@ class Credentials:
             if not isinstance(alternative, dict) or not alternative:
                 anonymous = True
                 continue
-            if all(name in self._by_scheme for name in alternative):
-                return chosen + [self._by_scheme[name] for name in alternative]
+            met = self._meet(alternative)
+            if met is not None:
+                return chosen + met
         if anonymous or self._always:
             return chosen
         wanted = " or ".join("+".join(alt) for alt in requirements if isinstance(alt, dict))
@@ -296,6 +298,68 @@ class Credentials:
                     "components.securitySchemes: give the entry no `scheme:`, and for an apiKey its `name` and `in`; "
                     "it is then sent with every call)")
         raise _setup_error(f"{operation} needs credentials for security scheme {wanted}; {fix}")
+
+    def _place(self, name: str) -> tuple[str, str]:
+        """Where the credential of scheme `name` goes in a request: (`header`, lower-cased name),
+        (`query`, name) or (`cookie`, name); a scheme of no known place is a place of its own."""
+        bound, scheme = self._by_scheme.get(name), self._schemes.get(name)
+        if bound is not None and bound.location is not None and bound.name:
+            location, key = bound.location, bound.name
+        elif isinstance(scheme, dict) and scheme.get("type") == "apiKey" and isinstance(scheme.get("name"), str):
+            location, key = str(scheme.get("in")), scheme["name"]
+        elif isinstance(scheme, dict) and scheme.get("type") in ("http", "oauth2", "openIdConnect"):
+            location, key = "header", "Authorization"
+        else:
+            return ("scheme", name)
+        return (location, key.lower() if location == "header" else key)
+
+    def _groups(self, alternative: dict[str, Any]) -> dict[tuple[str, str], list[str]]:
+        groups: dict[tuple[str, str], list[str]] = {}
+        for name in alternative:
+            groups.setdefault(self._place(name), []).append(name)
+        return groups
+
+    def _meet(self, alternative: dict[str, Any]) -> list[_Bound] | None:
+        """The credentials meeting one alternative of a security requirement, or None. Schemes of
+        one alternative that use one place (two of them in the Authorization header) cannot all
+        be sent: one request carries one value there, so the credential of the first of them
+        that has one meets them all (`clashes` says so at start)."""
+        met: list[_Bound] = []
+        for names in self._groups(alternative).values():
+            bound = next((self._by_scheme[n] for n in names if n in self._by_scheme), None)
+            if bound is None:
+                return None
+            met.append(bound)
+        return met
+
+    def clashes(self, requirements: list[tuple[str, list[dict[str, list[str]]] | None]]) -> list[str]:
+        """A warning for each alternative of the operations' security requirements that puts two
+        schemes in one place of a request: which credential is sent there, and which is not."""
+        found: dict[tuple[str, ...], list[str]] = {}
+        for operation, alternatives in requirements:
+            for alternative in alternatives or ():
+                if isinstance(alternative, dict) and any(len(n) > 1 for n in self._groups(alternative).values()):
+                    found.setdefault(tuple(alternative), []).append(operation)
+        messages = []
+        for names, operations in found.items():
+            shown = ", ".join(operations[:3]) + (", ..." if len(operations) > 3 else "")
+            for (location, key), clashing in self._groups(dict.fromkeys(names)).items():
+                if len(clashing) < 2:
+                    continue
+                have = [n for n in clashing if n in self._by_scheme]
+                if len({id(self._by_scheme[n].config) for n in have}) > 1:
+                    sent = f"{have[0]}'s credential is sent, not {' or '.join(have[1:])}'s (the first the requirement names)"
+                elif have:
+                    sent = f"{have[0]}'s credential is sent and meets the requirement"
+                else:
+                    sent = "a credential for any one of them meets the requirement"
+                where = {"header": f"the {'Authorization' if key == 'authorization' else key} header",
+                         "query": f"the query parameter {key}", "cookie": f"the cookie {key}"}.get(location, location)
+                messages.append(
+                    f"security requirement {' + '.join(names)} of {len(operations)} operation(s) ({shown}) puts "
+                    f"{' and '.join(clashing)} in one place, {where}, which a request carries once: {sent} "
+                    "(a document meaning either lists them as separate alternatives)")
+        return messages
 
     async def apply(self, parts: RequestParts, bound: list[_Bound], session: aiohttp.ClientSession,
                     timeout: float) -> list[tuple[OAuth2Token, str]]:

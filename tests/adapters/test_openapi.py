@@ -1382,6 +1382,62 @@ async def test_a_scheme_the_document_names_but_does_not_declare_is_answered_with
         assert not result.is_error, result.content
 
 
+@contextlib.asynccontextmanager
+async def recording_server() -> AsyncIterator[tuple[list[web.Request], str]]:
+    """A server that answers `{}` to anything and keeps each request, headers and all: what
+    calls return is scrubbed of credentials, so what was sent is read here."""
+    seen: list[web.Request] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(request)
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield seen, str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
+
+
+async def test_schemes_of_one_requirement_that_use_one_place_send_one_credential_and_say_so(tmp_path, caplog):
+    """conjur's document requires an apiKey scheme named `Authorization` together with HTTP basic:
+    the second credential overwrote the first without a word. Two apiKey schemes of one query
+    name were both sent (`?key=a&key=b`), and a server reads one."""
+    schemes = {"token": {"type": "apiKey", "in": "header", "name": "Authorization"}, "basic": {"type": "http", "scheme": "basic"},
+               "k1": {"type": "apiKey", "in": "query", "name": "key"}, "k2": {"type": "apiKey", "in": "query", "name": "key"}}
+    doc = _document({"/secrets": {"get": {"operationId": "secrets", "security": [{"token": [], "basic": []}], "responses": _OK}},
+                     "/search": {"get": {"operationId": "search", "security": [{"k1": [], "k2": []}], "responses": _OK}}},
+                    components={"securitySchemes": schemes})
+    spec = _write(tmp_path, doc)
+    token = {"type": "apiKey", "scheme": "token", "value": 'Token token="abc"'}
+    basic = {"type": "basic", "username": "ann", "password": SECRETS["password"]}
+    keys = [{"type": "apiKey", "scheme": "k1", "value": "first"}, {"type": "apiKey", "scheme": "k2", "value": "second"}]
+    async with recording_server() as (seen, base):
+        with caplog.at_level(logging.WARNING, logger="adapters.openapi"):
+            async with bridge_for(spec, base_url=base, auth=[token, basic, *keys]) as bridge:
+                clashes = (await upstream_of(bridge).health())["security_clashes"]
+                assert not (await call(bridge, "secrets")).is_error
+                assert not (await call(bridge, "search")).is_error
+        assert clashes == [
+            "security requirement token + basic of 1 operation(s) (GET /secrets) puts token and basic in one place, the "
+            "Authorization header, which a request carries once: token's credential is sent, not basic's (the first the "
+            "requirement names) (a document meaning either lists them as separate alternatives)",
+            "security requirement k1 + k2 of 1 operation(s) (GET /search) puts k1 and k2 in one place, the query parameter "
+            "key, which a request carries once: k1's credential is sent, not k2's (the first the requirement names) (a "
+            "document meaning either lists them as separate alternatives)"]
+        assert clashes[0] in caplog.text
+        assert seen[0].headers.getall("Authorization") == ['Token token="abc"']
+        assert seen[1].query.getall("key") == ["first"]
+        # a credential for one of them meets the requirement: the other could not be sent anyway
+        async with bridge_for(spec, base_url=base, auth=[basic]) as bridge:
+            assert not (await call(bridge, "secrets")).is_error
+            assert "basic's credential is sent and meets the requirement" in (await upstream_of(bridge).health())["security_clashes"][0]
+        assert seen[2].headers.getall("Authorization") == ["Basic " + base64.b64encode(f"ann:{SECRETS['password']}".encode()).decode()]
+
+
 async def test_missing_credentials_fail_before_the_request(api):
     state, base = api
     async with bridge_for("service_31.yaml", base_url=base, include=["authBearer"]) as bridge:
