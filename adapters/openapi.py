@@ -141,7 +141,8 @@ class OpenAPIUpstream(Upstream):
         assert self._loaded is not None
         schemes = (self._loaded.document.data.get("components") or {}).get("securitySchemes") or {}
         try:
-            self._credentials = Credentials(self.config.auth, schemes if isinstance(schemes, dict) else {}, self._server_url())
+            self._credentials = Credentials(self.config.auth, schemes if isinstance(schemes, dict) else {}, self._server_url(),
+                                            self.config.resolve_path, self.config.verify_tls)
         except ValueError as exc:  # a credential that does not fit the document
             raise BridgeError(str(exc), error_class="setup_required", recoverability="setup") from None
         for header, value in self.config.headers.items():  # `X-Api-Token: ...` is a credential too
@@ -159,8 +160,10 @@ class OpenAPIUpstream(Upstream):
         if base is None:
             return
         url = base.rstrip("/") + "/" + path.lstrip("/")
+        tls = self._credentials.probe_tls if self._credentials else None
         try:
-            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=self.config.connect_timeout)) as response:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=self.config.connect_timeout),
+                                         ssl=tls if tls is not None else True) as response:
                 await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             await self.close()
@@ -356,8 +359,10 @@ class OpenAPIUpstream(Upstream):
         secret = secret | {k.lower() for k in cfg.headers}
         origin = url.origin()
         for _ in range(MAX_REDIRECTS + 1):
+            # a client certificate, like the other credentials, is presented to the API's origin alone
+            tls = parts.tls if parts.tls is not None and url.origin() == origin else True
             async with session.request(
-                method, url, headers=headers, data=data, allow_redirects=False,
+                method, url, headers=headers, data=data, allow_redirects=False, ssl=tls,
                 # without it aiohttp labels a POST, PUT or PATCH that has no body application/octet-stream
                 skip_auto_headers=("Content-Type",) if data is None else None,
                 timeout=aiohttp.ClientTimeout(total=timeout, connect=min(cfg.connect_timeout, timeout)),

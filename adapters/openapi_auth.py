@@ -1,5 +1,6 @@
 """Credentials of an OpenAPI upstream: API keys (header, query, cookie), HTTP bearer and basic,
-OAuth2 client credentials (token fetched, cached until shortly before it expires, refreshed);
+OAuth2 client credentials (token fetched, cached until shortly before it expires, refreshed),
+TLS client certificates (mutualTLS);
 which credential an operation gets follows the document's security requirements. Secret values
 are held as SecretStr and scrubbed from anything the adapter returns."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -24,7 +26,7 @@ from bridge.upstream import ConfigValueError
 
 __all__ = ["AuthConfig", "Credentials", "Redactor", "OAuth2Token"]
 
-AuthType = Literal["apiKey", "api_key", "bearer", "basic", "oauth2"]
+AuthType = Literal["apiKey", "api_key", "bearer", "basic", "oauth2", "mtls"]
 
 
 class AuthConfig(BaseModel):
@@ -44,7 +46,11 @@ class AuthConfig(BaseModel):
     token: SecretStr | None = None
     # http basic
     username: str | None = None
-    password: SecretStr | None = None
+    password: SecretStr | None = Field(default=None, description="basic: the password; mtls: the private key's")
+    # mtls: a TLS client certificate
+    cert_file: str | None = Field(default=None, description="mtls: PEM certificate (chain), relative to the config")
+    key_file: str | None = Field(default=None, description="mtls: PEM private key (default: in cert_file)")
+    ca_file: str | None = Field(default=None, description="mtls: PEM CA certificates the server is checked against")
     # oauth2 client credentials
     token_url: str | None = None
     client_id: str | None = None
@@ -58,7 +64,7 @@ class AuthConfig(BaseModel):
     def _complete(self) -> AuthConfig:
         needed = {
             "apiKey": ("value",), "api_key": ("value",), "bearer": ("token",),
-            "basic": ("username", "password"), "oauth2": ("client_id", "client_secret"),
+            "basic": ("username", "password"), "oauth2": ("client_id", "client_secret"), "mtls": ("cert_file",),
         }[self.type]
         missing = [f for f in needed if getattr(self, f) in (None, "")]
         if missing:
@@ -191,17 +197,45 @@ class OAuth2Token:
 
 
 class _Bound:
-    def __init__(self, config: AuthConfig, name: str | None, location: str | None, token: OAuth2Token | None) -> None:
+    def __init__(self, config: AuthConfig, name: str | None, location: str | None, token: OAuth2Token | None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.config = config
         self.name = name
         self.location = location
         self.token = token
+        self.tls = tls  # mtls: the TLS context presenting the client certificate
+
+
+def client_tls(cfg: AuthConfig, resolve_path: Callable[[str], str], verify: bool, index: int) -> ssl.SSLContext:
+    """The TLS context of an `mtls` credential: its client certificate, and the server checked
+    against `ca_file` (else the system's CAs) unless `verify_tls` is off."""
+    assert cfg.cert_file is not None
+    context = ssl.create_default_context()
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    files = {"cert_file": cfg.cert_file, "key_file": cfg.key_file, "ca_file": cfg.ca_file}
+    paths = {key: resolve_path(value) for key, value in files.items() if value}
+    try:
+        if "ca_file" in paths and verify:
+            context.load_verify_locations(cafile=paths["ca_file"])
+        context.load_cert_chain(paths["cert_file"], paths.get("key_file"),
+                                password=cfg.password.get_secret_value() if cfg.password else None)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        shown = ", ".join(f"{key} {path}" for key, path in paths.items())
+        why = "file not found" if isinstance(exc, FileNotFoundError) else (getattr(exc, "reason", None) or str(exc) or type(exc).__name__)
+        raise ValueError(f"auth[{index}] (mtls): the client certificate cannot be loaded from {shown}: {why} "
+                         "(PEM files; a key encrypted with a password needs `password:`)") from None
+    return context
 
 
 class Credentials:
     """Binds configured credentials to the document's security schemes and adds them to requests."""
 
-    def __init__(self, configs: list[AuthConfig], schemes: dict[str, Any], server_url: str | None) -> None:
+    def __init__(self, configs: list[AuthConfig], schemes: dict[str, Any], server_url: str | None,
+                 resolve_path: Callable[[str], str] = str, verify_tls: bool = True) -> None:
+        self._resolve_path = resolve_path
+        self._verify_tls = verify_tls
         self.redactor = Redactor(lambda: [value for t in self._tokens for value in t.recent])
         self._by_scheme: dict[str, _Bound] = {}
         self._always: list[_Bound] = []
@@ -234,6 +268,8 @@ class Credentials:
             return kind == "apiKey" and (cfg.name is None or cfg.name == scheme.get("name"))
         if cfg.kind == "bearer" and (kind == "openIdConnect" or (named and kind == "oauth2")):
             return True
+        if cfg.kind == "mtls" or kind == "mutualTLS":
+            return cfg.kind == "mtls" and kind == "mutualTLS"
         if cfg.kind in ("bearer", "basic"):
             return kind == "http" and http == cfg.kind
         return kind == "oauth2"
@@ -268,11 +304,23 @@ class Credentials:
             token = OAuth2Token(cfg, token_url)
             self._tokens.append(token)
             return _Bound(cfg, None, None, token)
+        if cfg.kind == "mtls":
+            return _Bound(cfg, None, None, None, client_tls(cfg, self._resolve_path, self._verify_tls, index))
         return _Bound(cfg, None, None, None)
 
     @property
     def tokens(self) -> list[OAuth2Token]:
         return list(self._tokens)
+
+    @property
+    def probe_tls(self) -> ssl.SSLContext | None:
+        """The client certificate a request that needs none presents (the readiness probe): one
+        sent with every request, else the first configured (a server that asks for a client
+        certificate in its handshake refuses any connection without one)."""
+        for bound in [*self._always, *self._by_scheme.values()]:
+            if bound.tls is not None:
+                return bound.tls
+        return None
 
     def choose(self, requirements: list[dict[str, list[str]]] | None, operation: str) -> list[_Bound]:
         """The credentials one call carries: the unbound ones, plus the first alternative of the
@@ -297,6 +345,10 @@ class Credentials:
             fix += (f" (the document names {', '.join(repr(n) for n in undeclared)} without declaring it in "
                     "components.securitySchemes: give the entry no `scheme:`, and for an apiKey its `name` and `in`; "
                     "it is then sent with every call)")
+        if any(isinstance(self._schemes.get(n), dict) and self._schemes[n].get("type") == "mutualTLS"
+               for alt in requirements if isinstance(alt, dict) for n in alt):
+            fix += (" (a mutualTLS scheme takes a TLS client certificate: "
+                    "`{type: mtls, cert_file: client.pem, key_file: client.key}`)")
         raise _setup_error(f"{operation} needs credentials for security scheme {wanted}; {fix}")
 
     def _place(self, name: str) -> tuple[str, str]:
@@ -309,6 +361,8 @@ class Credentials:
             location, key = str(scheme.get("in")), scheme["name"]
         elif isinstance(scheme, dict) and scheme.get("type") in ("http", "oauth2", "openIdConnect"):
             location, key = "header", "Authorization"
+        elif isinstance(scheme, dict) and scheme.get("type") == "mutualTLS":
+            return ("tls", "client certificate")
         else:
             return ("scheme", name)
         return (location, key.lower() if location == "header" else key)
@@ -354,7 +408,8 @@ class Credentials:
                 else:
                     sent = "a credential for any one of them meets the requirement"
                 where = {"header": f"the {'Authorization' if key == 'authorization' else key} header",
-                         "query": f"the query parameter {key}", "cookie": f"the cookie {key}"}.get(location, location)
+                         "query": f"the query parameter {key}", "cookie": f"the cookie {key}",
+                         "tls": "the TLS client certificate"}.get(location, location)
                 messages.append(
                     f"security requirement {' + '.join(names)} of {len(operations)} operation(s) ({shown}) puts "
                     f"{' and '.join(clashing)} in one place, {where}, which a request carries once: {sent} "
@@ -383,6 +438,8 @@ class Credentials:
                 assert cfg.password is not None
                 raw = f"{cfg.username}:{cfg.password.get_secret_value()}".encode()
                 parts.headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
+            elif b.tls is not None:
+                parts.tls = b.tls
             elif b.token is not None:
                 token = await b.token.get(session, timeout)
                 parts.headers["Authorization"] = f"Bearer {token}"

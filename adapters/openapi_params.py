@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,7 @@ class RequestParts:
     headers: dict[str, str] = field(default_factory=dict)
     cookies: list[str] = field(default_factory=list)  # `name=value` items
     data: Any = None  # bytes, str or aiohttp.FormData
+    tls: ssl.SSLContext | None = None  # a client certificate's TLS context, presented on the API's origin only
 
     def full_url(self) -> str:
         return self.url + ("?" + "&".join(self.query) if self.query else "")

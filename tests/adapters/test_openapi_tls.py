@@ -1,0 +1,127 @@
+"""OpenAPI upstream against a real TLS server on loopback that asks for a client certificate:
+`mutualTLS` security schemes and the `mtls` credential (certificates made for each test)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import ipaddress
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from tests.adapters.test_openapi import _OK, _document, _load_error, _write, bridge_for, call, upstream_of
+
+x509 = pytest.importorskip("cryptography.x509")
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.x509.oid import NameOID  # noqa: E402
+
+KEY_PASSWORD = "key-Secret-321"
+
+
+def _issue(name: str, issuer: tuple[Any, Any] | None, *, ca: bool = False, ip: str | None = None) -> tuple[Any, Any]:
+    """A certificate for `name` with a fresh key, signed by `issuer` (certificate, key), or self-signed."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (x509.CertificateBuilder().subject_name(subject)
+               .issuer_name(issuer[0].subject if issuer else subject)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if ip is not None:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]), critical=False)
+    return builder.sign(issuer[1] if issuer else key, hashes.SHA256()), key
+
+
+def _pem(cert: Any) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _key_pem(key: Any, password: str | None = None) -> bytes:
+    encryption = (serialization.BestAvailableEncryption(password.encode()) if password
+                  else serialization.NoEncryption())
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> dict[str, str]:
+    """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate (its key
+    encrypted with KEY_PASSWORD), written as PEM files."""
+    ca = _issue("test CA", None, ca=True)
+    server = _issue("127.0.0.1", ca, ip="127.0.0.1")
+    client = _issue("client-ann", ca)
+    files = {"ca": _pem(ca[0]), "server_cert": _pem(server[0]), "server_key": _key_pem(server[1]),
+             "client_cert": _pem(client[0]), "client_key": _key_pem(client[1], KEY_PASSWORD)}
+    out = {}
+    for name, data in files.items():
+        (tmp_path / f"{name}.pem").write_bytes(data)
+        out[name] = str(tmp_path / f"{name}.pem")
+    return out
+
+
+@contextlib.asynccontextmanager
+async def tls_server(pki: dict[str, str]) -> AsyncIterator[tuple[list[str], str]]:
+    """An HTTPS server that refuses any handshake without a client certificate its CA signed,
+    and answers with that certificate's common name (each request's is also kept)."""
+    seen: list[str] = []
+
+    async def whoami(request: web.Request) -> web.Response:
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        name = dict(item[0] for item in peer["subject"])["commonName"] if peer else ""
+        seen.append(name)
+        return web.json_response({"client": name})
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pki["server_cert"], pki["server_key"])
+    context.load_verify_locations(cafile=pki["ca"])
+    context.verify_mode = ssl.CERT_REQUIRED
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", whoami)
+    server = TestServer(app, host="127.0.0.1", scheme="https")
+    await server.start_server(ssl=context)
+    try:
+        yield seen, f"https://127.0.0.1:{server.port}"
+    finally:
+        await server.close()
+
+
+def _mutual_tls_document() -> dict[str, Any]:
+    return _document({"/whoami": {"get": {"operationId": "whoami", "security": [{"clientCert": []}], "responses": _OK}}},
+                     components={"securitySchemes": {"clientCert": {"type": "mutualTLS"}}})
+
+
+async def test_a_mutual_tls_scheme_is_met_by_a_client_certificate(pki, tmp_path):
+    mtls = {"type": "mtls", "cert_file": pki["client_cert"], "key_file": pki["client_key"],
+            "password": KEY_PASSWORD, "ca_file": pki["ca"]}
+    spec = _write(tmp_path, _mutual_tls_document())
+    async with tls_server(pki) as (seen, base):
+        # the readiness probe needs the certificate too: the server refuses a handshake without one
+        async with bridge_for(spec, base_url=base, auth=mtls, health_path="/") as bridge:
+            result = await call(bridge, "whoami")
+            assert not result.is_error, result.content
+            assert result.structured_content == {"client": "client-ann"}
+            assert KEY_PASSWORD not in repr(upstream_of(bridge).config)
+        assert seen == ["client-ann", "client-ann"]
+        # none configured: the call fails before any request, saying which entry to add
+        async with bridge_for(spec, base_url=base) as bridge:
+            result = await call(bridge, "whoami")
+        assert result.error.error_class == "credential_missing" and result.error.recoverability == "setup"
+        assert "clientCert" in result.error.message and "`{type: mtls, cert_file: client.pem, key_file: client.key}`" in result.error.message
+        assert len(seen) == 2
+
+
+async def test_a_client_certificate_that_cannot_be_loaded_fails_the_start_naming_its_files(pki, tmp_path):
+    spec = _write(tmp_path, _mutual_tls_document())
+    wrong = {"type": "mtls", "cert_file": pki["client_cert"], "key_file": pki["client_key"], "password": "not-it"}
+    error = await _load_error(spec, auth=[wrong])
+    assert "auth[0] (mtls): the client certificate cannot be loaded from cert_file " + pki["client_cert"] in error.message
+    assert "not-it" not in error.message
+    error = await _load_error(spec, auth=[{"type": "mtls", "cert_file": str(tmp_path / "missing.pem")}])
+    assert "file not found" in error.message
