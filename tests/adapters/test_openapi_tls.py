@@ -98,6 +98,7 @@ def _mutual_tls_document() -> dict[str, Any]:
 
 
 async def test_a_mutual_tls_scheme_is_met_by_a_client_certificate(pki, tmp_path):
+    (tmp_path / "plain").mkdir()
     mtls = {"type": "mtls", "cert_file": pki["client_cert"], "key_file": pki["client_key"],
             "password": KEY_PASSWORD, "ca_file": pki["ca"]}
     spec = _write(tmp_path, _mutual_tls_document())
@@ -109,12 +110,19 @@ async def test_a_mutual_tls_scheme_is_met_by_a_client_certificate(pki, tmp_path)
             assert result.structured_content == {"client": "client-ann"}
             assert KEY_PASSWORD not in repr(upstream_of(bridge).config)
         assert seen == ["client-ann", "client-ann"]
+        # a document that declares no mutualTLS scheme: the certificate goes with every request
+        plain = _write(tmp_path / "plain", _document({"/whoami": {"get": {"operationId": "whoami", "responses": _OK}}}))
+        async with bridge_for(plain, base_url=base, auth=mtls) as bridge:
+            assert (await call(bridge, "whoami")).structured_content == {"client": "client-ann"}
+        async with bridge_for(plain, base_url=base) as bridge:  # the server refuses a handshake without it
+            assert (await call(bridge, "whoami")).error.error_class == "dependency_unavailable"
+        assert len(seen) == 3
         # none configured: the call fails before any request, saying which entry to add
         async with bridge_for(spec, base_url=base) as bridge:
             result = await call(bridge, "whoami")
         assert result.error.error_class == "credential_missing" and result.error.recoverability == "setup"
         assert "clientCert" in result.error.message and "`{type: mtls, cert_file: client.pem, key_file: client.key}`" in result.error.message
-        assert len(seen) == 2
+        assert len(seen) == 3
 
 
 async def test_a_client_certificate_that_cannot_be_loaded_fails_the_start_naming_its_files(pki, tmp_path):
