@@ -14,6 +14,7 @@ SpecError naming the cycle. OpenAPI 3.0 dialect (`nullable`, boolean `exclusiveM
 from __future__ import annotations
 
 import functools
+import json
 import re
 import warnings
 from collections.abc import Callable
@@ -128,6 +129,19 @@ def _json_type(kind: Any) -> bool:
         return kind in _JSON_TYPES
     return (isinstance(kind, list) and bool(kind) and all(isinstance(k, str) and k in _JSON_TYPES for k in kind)
             and len(set(kind)) == len(kind))
+
+
+def _distinct(values: list[Any]) -> list[Any]:
+    """`values` without repeats, in order (`enum: [red, red, blue]`: JSON Schema asks an enum's
+    values to be unique, and `validate_spec: auto` loads a document that repeats them)."""
+    seen: set[str] = set()
+    out = []
+    for value in values:
+        key = json.dumps(value, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(value)
+    return out if len(out) < len(values) else values
 
 
 _COMBINED = ("$ref", "allOf", "anyOf", "oneOf", "not", "if")
@@ -490,6 +504,8 @@ class SchemaInliner:
                     if not _is_dict(value):
                         raise SpecError(f"`{key}` must be an object of schemas", where)
                     out[key] = {k: self._expand(v, base, f"{where}.{key}.{k}", direction, needs) for k, v in value.items()}
+                elif key == "enum" and isinstance(value, list):
+                    out[key] = _distinct(value)
                 elif key == "pattern" and isinstance(value, str) and not python_reads(value):
                     # a pattern no validator here can apply would make the whole schema unusable
                     # (every argument then goes unchecked): it is said in the description instead

@@ -616,6 +616,8 @@ async def test_auto_validation_loads_a_document_with_problems_it_can_read_past(a
                 "$.paths['/items'].get.parameters[0].schema.default: '100' is not of type 'integer'",
                 "$.paths['/items'].get.parameters[1].schema.enum: ['red', 'red', 'blue'] has non-unique elements",
                 "$.paths['/items'].get.parameters[2].schema: Required list has not defined properties: ['on']"]
+            props = bridge.catalog.resolve("svc__list").input_schema["properties"]
+            assert props["color"]["enum"] == ["red", "blue"]
             result = await call(bridge, "list", {"limit": 5, "color": "red", "filter": {"on": "x"}})
             assert result.structured_content["raw_path"] == "/v1/items?limit=5&color=red&filter[on]=x", result.content
     assert "is read despite 3 validation problem(s)" in caplog.text and "parameters[0].schema.default" in caplog.text
