@@ -29,6 +29,7 @@ import anyio
 import httpx2
 import mcp.types as types
 from mcp import Client
+from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
@@ -66,6 +67,26 @@ def _client_info() -> types.Implementation:
     except metadata.PackageNotFoundError:
         version = "0"
     return types.Implementation(name="a2t-bridge", version=version)
+
+
+class _BridgeClient(Client):
+    """The SDK's client, but a server asking for `roots/list` is answered -32601 (method not
+    found), as the MCP spec has a client without the roots capability answer; the SDK's default
+    answer is -32600 (invalid request). The bridge declares no roots (a federated tool's caller is
+    not the bridge's to ask), and the SDK would declare them for any callback given, so the
+    session's dispatch answers the request before the callback table is looked at."""
+
+    async def _build_session(self, exit_stack: AsyncExitStack) -> ClientSession:
+        session = await super()._build_session(exit_stack)
+        dispatch = session.dispatch_input_request
+
+        async def without_roots(ctx: ClientRequestContext, request: types.InputRequest) -> types.InputResponse | types.ErrorData:
+            if isinstance(request, types.ListRootsRequest):
+                return types.ErrorData(code=types.METHOD_NOT_FOUND, message="List roots not supported", data="roots/list")
+            return await dispatch(ctx, request)
+
+        session.dispatch_input_request = without_roots  # type: ignore[method-assign]
+        return session
 
 
 class MCPConfig(UpstreamConfig):
@@ -202,7 +223,7 @@ class MCPUpstream(Upstream):
         failure: BaseException | None = None
         try:
             async with AsyncExitStack() as stack:
-                client = Client(
+                client = _BridgeClient(
                     await self._transport(stack),
                     mode=self.config.protocol,
                     cache=None,  # a federating bridge always wants the server's current answer

@@ -244,10 +244,11 @@ async def test_structured_output_and_is_error(bridge: Bridge, up: str) -> None:
 @each_upstream
 @module_loop
 @pytest.mark.parametrize(("what", "method", "refusal"), [
-    ("sampling", "sampling/createMessage", "Sampling not supported"),
-    ("elicitation", "elicitation/create", "Elicitation not supported"),
-    ("url_elicitation", "elicitation/create", "Elicitation not supported"),
-    ("roots", "roots/list", "List roots not supported"),
+    ("sampling", "sampling/createMessage", "-32600 Sampling not supported"),
+    ("elicitation", "elicitation/create", "-32600 Elicitation not supported"),
+    ("url_elicitation", "elicitation/create", "-32600 Elicitation not supported"),
+    # the MCP spec: a client without the roots capability answers -32601 (the SDK's default: -32600)
+    ("roots", "roots/list", "-32601 List roots not supported"),
 ])
 async def test_requests_for_sampling_elicitation_and_roots_are_refused_at_once(
     bridge: Bridge, up: str, what: str, method: str, refusal: str
@@ -261,7 +262,8 @@ async def test_requests_for_sampling_elicitation_and_roots_are_refused_at_once(
         assert result.error.message == f"ask: the server asked for input the bridge cannot give ({method})"
     else:
         assert result.status == "succeeded"
-        assert result.content[0]["text"] == f"refused: -32600 {refusal}"
+        assert result.content[0]["text"] == f"refused: {refusal}"
+    assert f"ask {what}: client declares []" in await server_events(bridge, up)
 
 
 @each_upstream
