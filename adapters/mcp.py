@@ -169,6 +169,8 @@ class MCPUpstream(Upstream):
         self._wake = asyncio.Event()
         self._probe_now = asyncio.Event()  # a liveness probe is wanted before ping_interval is up
         self._doubt: asyncio.Future[None] | None = None  # a probe asked by an HTTP 400, until it ends
+        self._http_session: dict[str, str] = {}  # the headers naming the HTTP session (id, protocol version)
+        self._session_forgotten = False  # the server said it no longer knows the HTTP session
         self._closing = False
         self._lost_reason: str | None = None
         self._child: StdioChild | None = None
@@ -189,6 +191,8 @@ class MCPUpstream(Upstream):
         self._wake = asyncio.Event()
         self._probe_now = asyncio.Event()
         self._doubt = None
+        self._http_session = {}
+        self._session_forgotten = False
         self._cancel_relist()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if start() gave up
@@ -280,8 +284,9 @@ class MCPUpstream(Upstream):
         http = httpx2.AsyncClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
                                   verify=_tls_context(), event_hooks={"response": [self._on_http_response]})
         await stack.enter_async_context(http)
+        stack.push_async_callback(self._end_http_session, http)  # once the session has closed, before the client
         assert cfg.url is not None
-        return streamable_http_client(cfg.url, http_client=http)
+        return streamable_http_client(cfg.url, http_client=http, terminate_on_close=False)
 
     async def _discover(self, client: Client) -> None:
         """A pinned modern version skips the probe; ask the server for its real capabilities
@@ -300,16 +305,42 @@ class MCPUpstream(Upstream):
         SDK's example answer 400 instead, which a request the server found wrong gets too: a
         liveness probe is sent now, and the request that got the 400 waits for its verdict
         (`_settled`), so that it fails as `dependency_unavailable` when the session is gone."""
-        if self._closing or response.status_code not in (400, 404) or "mcp-session-id" not in response.request.headers:
+        request = response.request
+        if request.method == "DELETE" or "mcp-session-id" not in request.headers:
+            return
+        self._http_session = {name: request.headers[name] for name in _SESSION_HEADERS if name in request.headers}
+        if self._closing or response.status_code not in (400, 404):
             return
         if response.status_code == 400:
             if self._doubt is None:
                 self._doubt = asyncio.get_running_loop().create_future()
             self._probe_now.set()
             return
+        self._session_forgotten = True
         if not self._wake.is_set():
             self._lost_reason = f"{self.config.display_url()} answered HTTP 404 for the session: the server ended it or restarted"
             self._wake.set()
+
+    async def _end_http_session(self, http: httpx2.AsyncClient) -> None:
+        """End the HTTP session with a DELETE, as MCP asks of a client that no longer needs it,
+        within `ping_timeout`; not when the server already said it does not know the session (a
+        404, or a 400 and a failed liveness probe), which the SDK's own DELETE did at every such
+        reconnect, logging `Session termination failed: 404` for an expected event."""
+        headers, self._http_session = self._http_session, {}
+        if "mcp-session-id" not in headers or self._session_forgotten:
+            return
+        assert self.config.url is not None
+        try:
+            with anyio.fail_after(self.config.ping_timeout):
+                response = await http.delete(self.config.url, headers={"accept": "application/json, text/event-stream", **headers})
+        except Exception as exc:  # noqa: BLE001 - the session is over either way
+            failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            log.warning("mcp upstream %s: ending the HTTP session failed: %s", self.name, redact(failure, self.config.secrets()))
+            return
+        if response.status_code == 404:
+            log.info("mcp upstream %s: the server no longer knew the HTTP session it was asked to end", self.name)
+        elif response.status_code not in (200, 202, 204, 405):  # 405: the server does not let clients end sessions
+            log.warning("mcp upstream %s: ending the HTTP session failed: HTTP %d", self.name, response.status_code)
 
     async def _settled(self, exc: BaseException, what: str) -> BridgeError:
         """`exc` as a BridgeError, once a liveness probe an HTTP 400 asked for has ended (at most
@@ -434,6 +465,7 @@ class MCPUpstream(Upstream):
                         continue  # answered, just not this method: alive
                     self._lost_reason = self._failure_text(exc, connecting=False)
                     if doubt is not None:
+                        self._session_forgotten = True
                         self._lost_reason = (f"{self.config.display_url()} answered HTTP 400 for the session, and a liveness "
                                              f"probe failed: the server ended it or restarted ({self._lost_reason})")
                 except TimeoutError:
@@ -702,6 +734,9 @@ def _leaf(exc: BaseException) -> BaseException:
         inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
         exc = (inner or list(exc.exceptions))[0]
     return exc
+
+
+_SESSION_HEADERS = ("mcp-session-id", "mcp-protocol-version")  # what names an HTTP session to its server
 
 
 _CONTENT_MODELS: dict[str, type[Any]] = {
