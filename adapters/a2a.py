@@ -15,6 +15,8 @@ import functools
 import logging
 import re
 import ssl
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -41,6 +43,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from adapters.a2a_card import A2AAuth, AgentCredentials, CardFetch, CardSource, RedactingFilter, bind_credentials, redact
 from adapters.a2a_mapping import (
+    INTERRUPTED_STATES,
     TERMINAL_STATES,
     TaskTracker,
     agent_tool_id,
@@ -56,6 +59,7 @@ __all__ = ["A2AConfig", "A2AUpstream", "A2AAuth"]
 log = logging.getLogger("adapters.a2a")
 
 TRANSPORTS = ("JSONRPC", "HTTP+JSON")
+QUESTIONS_KEPT = 4096  # tasks whose question (needs_input) is remembered, to tell an answer's stale snapshot from a new ask
 # Transport failures that mean the agent is gone, not that one request went wrong.
 _CONNECTION_LOST = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
@@ -215,6 +219,7 @@ class A2AUpstream(Upstream):
         self._cancels: set[asyncio.Task[None]] = set()
         self._log_filter: RedactingFilter | None = None
         self._lost = False
+        self._questions: OrderedDict[str, int] = OrderedDict()  # task id -> status timestamp (ns) of its question given back
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -384,7 +389,7 @@ class A2AUpstream(Upstream):
             raise BridgeError(agent.credentials.missing, error_class="credential_missing", recoverability="setup", status="denied")
         request = build_request(arguments, skill_id)
         message = request.message
-        tracker = TaskTracker(sent_message_id=message.message_id)
+        tracker = TaskTracker(sent_message_id=message.message_id, question_at=self._questions.get(message.task_id), sent_at=time.time_ns())
         ref = {"source": "a2a", "agent_card_url": agent.card_url, "agent_skill_id": skill_id, "message_id": message.message_id}
         call = ClientCallContext(timeout=ctx.timeout)
         try:
@@ -414,7 +419,20 @@ class A2AUpstream(Upstream):
         except (ValidationError, ParseError, DecodeError) as exc:  # read by the SDK into no A2A shape
             raise BridgeError(f"agent {self.name!r} answered in a shape A2A does not have: {_first_fault(exc)}",
                               error_class="execution_failed", details={"task_id": tracker.task_id} if tracker.task_id else None) from None
+        self._remember_question(tracker)
         return result_from_tracker(tracker, ref)
+
+    def _remember_question(self, tracker: TaskTracker) -> None:
+        """The status timestamp of a question given back (`needs_input`), by task id: the snapshot
+        an answer to it may be met with is told from a question asked again by it (the last
+        QUESTIONS_KEPT)."""
+        task = tracker.task
+        if tracker.message is not None or task is None or tracker.state not in INTERRUPTED_STATES or not task.status.HasField("timestamp"):
+            return
+        self._questions[task.id] = task.status.timestamp.ToNanoseconds()
+        self._questions.move_to_end(task.id)
+        while len(self._questions) > QUESTIONS_KEPT:
+            self._questions.popitem(last=False)
 
     async def _progress(self, ctx: CallContext, tracker: TaskTracker, lines: list[str]) -> None:
         for line in lines:

@@ -234,6 +234,10 @@ class TaskTracker:
     task: Task | None = None
     message: Message | None = None
     sent_message_id: str = ""
+    # when the message sent answers a question: the status timestamp of that question, when the
+    # bridge gave it (ns since the epoch), and the bridge's clock when the message was sent
+    question_at: int | None = None
+    sent_at: int = 0
     _last_status: tuple[int, str] | None = field(default=None, repr=False)
 
     @property
@@ -254,13 +258,21 @@ class TaskTracker:
 
     def _still_asking_what_was_answered(self) -> bool:
         """The task as it stood when the answer sent by this call arrived: its question moved to
-        the history, no status message, and the answer last in the history. An a2a-sdk 0.3 agent
-        answers a non-blocking send with this snapshot when the agent's first event is no status
-        change (an artifact, say); the task is followed until its state moves on."""
+        the history, no status message, the answer last in the history, and the status as old as
+        the question. An a2a-sdk 0.3 agent answers a non-blocking send with this snapshot when the
+        agent's first event is no status change (an artifact, say); the task is followed until its
+        state moves on. An agent asking again without a new status message leaves the same
+        snapshot but for the status timestamp, which is then newer: the question it gave (when the
+        bridge gave it), else the moment the answer was sent."""
         assert self.task is not None
-        history = self.task.history
-        return (bool(self.sent_message_id) and not self.task.status.HasField("message")
-                and len(history) > 0 and history[-1].message_id == self.sent_message_id)
+        status, history = self.task.status, self.task.history
+        if not (self.sent_message_id and not status.HasField("message")
+                and len(history) > 0 and history[-1].message_id == self.sent_message_id):
+            return False
+        if not status.HasField("timestamp"):
+            return True  # nothing tells the question asked again from the one answered
+        at = status.timestamp.ToNanoseconds()
+        return at <= (self.question_at if self.question_at is not None else self.sent_at)
 
     def _ensure(self, task_id: str, context_id: str) -> Task:
         if self.task is None:

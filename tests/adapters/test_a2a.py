@@ -72,7 +72,7 @@ async def test_each_skill_becomes_a_peer_agent_tool():
     async with agent() as (base, _), bridge(base_url=base) as b:
         assert b.catalog.slot("peer").health.state == "ready"
         names = sorted(d.name for d in b.catalog.declarations())
-        assert names == ["peer__ask", "peer__echo", "peer__fail", "peer__files", "peer__reject", "peer__reply", "peer__slow", "peer__wait"]
+        assert names == ["peer__ask", "peer__echo", "peer__fail", "peer__files", "peer__reask", "peer__reject", "peer__reply", "peer__slow", "peer__wait"]
         echo = b.catalog.resolve("peer__echo")
         assert echo.tool_kind == TOOL_KIND
         assert echo.title == "Echo"
@@ -573,6 +573,36 @@ def test_artifact_chunks_are_appended_or_replaced():
     assert [p.text for p in tracker.task.artifacts[0].parts] == ["fresh"] and len(tracker.task.artifacts) == 1
 
 
+def test_an_answered_question_is_told_from_one_asked_again_by_its_status_timestamp():
+    from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    from adapters.a2a_mapping import TaskTracker
+
+    sent_at, second = 1_700_000_000 * 10**9, 10**9
+
+    def snapshot(at: int | None) -> Task:
+        status = TaskStatus(state=TaskState.TASK_STATE_INPUT_REQUIRED)
+        if at is not None:
+            status.timestamp.CopyFrom(Timestamp(seconds=at // 10**9))
+        history = [Message(message_id="q", role=Role.ROLE_AGENT, parts=[Part(text="Which city?")]),
+                   Message(message_id="sent", role=Role.ROLE_USER, parts=[Part(text="Paris")])]
+        return Task(id="t", context_id="c", status=status, history=history)
+
+    def settled(at: int | None, question_at: int | None) -> bool:
+        tracker = TaskTracker(sent_message_id="sent", question_at=question_at, sent_at=sent_at)
+        tracker.replace(snapshot(at))
+        return tracker.settled
+
+    # the question the bridge gave decides, whatever the agent's clock says of the moment of sending
+    assert not settled(sent_at + 5 * second, question_at=sent_at + 5 * second)
+    assert settled(sent_at - 5 * second, question_at=sent_at - 9 * second)
+    # else the moment the answer was sent
+    assert not settled(sent_at - second, question_at=None) and settled(sent_at + second, question_at=None)
+    # and with no timestamp, the task is followed until it moves on
+    assert not settled(None, question_at=None)
+
+
 def test_input_schema_reflects_input_modes():
     from adapters.a2a_mapping import input_schema_for
 
@@ -631,6 +661,25 @@ async def test_a_0_3_agent_still_showing_the_answered_question_is_followed_until
         done = await b.invoker.invoke("peer__ask", {"message": "Ada", **ids})
     assert done.status == "succeeded" and done.content == [{"type": "text", "text": "hello Ada"}], done
     assert polls == ["t1"] and app[REQUESTS][1]["params"]["configuration"]["blocking"] is False
+
+
+@pytest.mark.parametrize(("version", "streaming"), [("1.0", False), ("0.3", False), ("1.0", True)])
+async def test_an_agent_asking_again_without_a_new_question_is_answered_needs_input_at_once(version, streaming):
+    # a2a-sdk's requires_input() with no message leaves the task as the stale 0.3 snapshot above
+    # but for its status timestamp: a polled call waited for its timeout
+    async with agent(version=version) as (base, control), bridge(base_url=base, streaming=streaming, timeout=10) as b:
+        asked = await b.invoker.invoke("peer__reask", {"message": "hello"})
+        assert asked.status == "needs_input" and asked.structured_content["question"] == "Which city?"
+        ids = {k: asked.structured_content[k] for k in ("task_id", "context_id")}
+        async with asyncio.timeout(2):
+            again = await b.invoker.invoke("peer__reask", {"message": "Paris", **ids})
+        assert again.status == "needs_input" and again.structured_content["task_id"] == ids["task_id"], again
+        # a bridge that did not give the question goes by the moment it sent the answer
+        async with bridge(base_url=base, streaming=streaming, timeout=10) as other, asyncio.timeout(2):
+            still = await other.invoker.invoke("peer__reask", {"message": "Oslo", **ids})
+        assert still.status == "needs_input", still
+        done = await b.invoker.invoke("peer__reask", {"message": "Lisbon", **ids})
+        assert done.status == "succeeded" and done.content == [{"type": "text", "text": "booked Lisbon"}], done
 
 
 @pytest.mark.parametrize(("status", "error_class", "said"), [

@@ -44,6 +44,8 @@ SKILLS = [
                input_modes=["text/plain", "application/json"], output_modes=["text/plain", "application/json"]),
     AgentSkill(id="slow", name="Slow", description="A long task reporting each step.", tags=["long"]),
     AgentSkill(id="ask", name="Booking", description="Books a trip; asks which city.", tags=["travel"]),
+    AgentSkill(id="reask", name="Insist", description="Asks which city; asks again, with no new question, until told Lisbon.",
+               tags=["travel"]),
     AgentSkill(id="fail", name="Fail", description="Always fails.", tags=["broken"]),
     AgentSkill(id="reject", name="Reject", description="Always rejects.", tags=["broken"]),
     AgentSkill(id="wait", name="Wait", description="Works until canceled.", tags=["long"]),
@@ -121,6 +123,15 @@ class ScriptedExecutor(AgentExecutor):
                 await up.complete()
             else:
                 await up.requires_input(_agent_message("Which city?", task.id, task.context_id))
+        elif skill == "reask":
+            current = context.current_task
+            if current is None:
+                await up.requires_input(_agent_message("Which city?", task.id, task.context_id))
+            elif text == "Lisbon":
+                await up.add_artifact([new_text_part("booked Lisbon")], name="booking")
+                await up.complete()
+            else:
+                await up.requires_input()  # the same question stands: no new status message
         elif skill == "fail":
             await up.start_work()
             await up.failed(_agent_message("the oven is on fire", task.id, task.context_id))
