@@ -59,6 +59,7 @@ __all__ = ["A2AConfig", "A2AUpstream", "A2AAuth"]
 log = logging.getLogger("adapters.a2a")
 
 TRANSPORTS = ("JSONRPC", "HTTP+JSON")
+CARD_CHECK_SECONDS = 5.0  # longest wait for the card when asking whether an agent whose stream broke is still there
 QUESTIONS_KEPT = 4096  # tasks whose question (needs_input) is remembered, to tell an answer's stale snapshot from a new ask
 # Transport failures that mean the agent is gone, not that one request went wrong.
 _CONNECTION_LOST = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
@@ -411,10 +412,14 @@ class A2AUpstream(Upstream):
                 await self._cancel_task(agent, tracker.task_id)
             raise
         except (A2AError, httpx.HTTPError) as exc:
-            if agent.streaming and message.task_id and tracker.task is None and _dropped(exc):
-                unknown = await self._unknown_task(agent, message.task_id, call)
-                if unknown is not None:
-                    raise unknown from None
+            if agent.streaming and tracker.task is None and _dropped(exc):
+                if message.task_id:
+                    unknown = await self._unknown_task(agent, message.task_id, call)
+                    if unknown is not None:
+                        raise unknown from None
+                broken = await self._stream_broken(exc)
+                if broken is not None:
+                    raise broken from None
             raise self._call_error(exc, tracker) from None
         except (ValidationError, ParseError, DecodeError) as exc:  # read by the SDK into no A2A shape
             raise BridgeError(f"agent {self.name!r} answered in a shape A2A does not have: {_first_fault(exc)}",
@@ -455,6 +460,20 @@ class A2AUpstream(Upstream):
             return error if error.error_class == "invalid_arguments" else None
         return None
 
+    async def _stream_broken(self, exc: BaseException) -> BridgeError | None:
+        """The error for a stream the agent began and broke off before its first event (its
+        process died, say), when its card still answers: this call failed, the agent is there.
+        None when the card does not answer either: the agent is gone."""
+        assert self._source is not None
+        if not await self._source.answers(timeout=min(CARD_CHECK_SECONDS, self.config.start_timeout)):
+            return None
+        lost = next((e for e in _chain(exc) if isinstance(e, httpx.RemoteProtocolError)), exc)
+        return BridgeError(
+            f"the agent's stream broke before its first event ({type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}); "
+            "its card still answers", error_class="dependency_unavailable", recoverability="retry_later",
+            retry_after=self.config.retry_initial, native_error_ref={"a2a_error": type(exc).__name__},
+        )
+
     async def _cancel_task(self, agent: _Agent, task_id: str) -> None:
         """Tell the agent to cancel; wait for it (bounded) even though this call is being cancelled."""
 
@@ -484,11 +503,7 @@ class A2AUpstream(Upstream):
             self.emit(UpstreamEvent("unavailable", reason=reason))
 
     def _call_error(self, exc: BaseException, tracker: TaskTracker) -> BridgeError:
-        chain: list[BaseException] = []
-        current: BaseException | None = exc
-        while current is not None and current not in chain:
-            chain.append(current)
-            current = current.__cause__ or current.__context__
+        chain = _chain(exc)
         text = self._redact(str(exc) or type(exc).__name__)
         ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
         if type(exc) in JSON_RPC_ERROR_CODE_MAP:
@@ -551,13 +566,19 @@ class A2AUpstream(Upstream):
         return BridgeError(f"the agent call failed: {text}", error_class="execution_failed", native_error_ref=ref)
 
 
-def _dropped(exc: BaseException) -> bool:
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and the exceptions it was raised from or during."""
     seen: list[BaseException] = []
     current: BaseException | None = exc
     while current is not None and current not in seen:
         seen.append(current)
         current = current.__cause__ or current.__context__
-    return any(isinstance(e, httpx.RemoteProtocolError) for e in seen)
+    return seen
+
+
+def _dropped(exc: BaseException) -> bool:
+    """A connection the agent answered on, then closed before its answer ended."""
+    return any(isinstance(e, httpx.RemoteProtocolError) for e in _chain(exc))
 
 
 # The HTTP+JSON errors of a2a-sdk 0.3 agents: a status per A2A error and `{"message": ...}`, with

@@ -135,6 +135,17 @@ class CardSource:
             details={"reachable": True, "http_status": 404},
         )
 
+    async def answers(self, timeout: float) -> bool:
+        """Whether the card that answered last still does (a 200, or a 304 to its ETag), within
+        `timeout`: the agent is there, though one of its answers broke off. Nothing is kept of
+        the answer: the card refresh reads changes."""
+        headers = {"Accept": "application/json"} | ({"If-None-Match": self.etag} if self.etag else {})
+        try:
+            response = await self.http.get(self.url, headers=headers, timeout=timeout, follow_redirects=True, extensions={CARD_REQUEST: True})
+        except httpx.HTTPError:
+            return False
+        return response.status_code in (200, 304)
+
     def _parse(self, url: str, response: httpx.Response) -> CardFetch | None:
         try:
             raw = response.json()

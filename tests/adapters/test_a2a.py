@@ -720,3 +720,45 @@ async def test_an_unknown_task_id_on_a_0_3_http_json_stream_is_invalid_arguments
         result = await b.invoker.invoke("peer__echo", {"message": "x", "task_id": "nope"})
         assert b.catalog.slot("peer").health.state == "ready"
     assert result.error.error_class == "invalid_arguments" and "does not know that task (Task not found)" in result.error.message, result.error
+
+
+async def test_a_stream_broken_before_its_first_event_fails_the_call_and_the_agent_stays_ready():
+    # the agent answered 200, then its process died before the first event: the card still
+    # answering, the call fails (retry later) and the agent stays ready
+    streams: list[str] = []
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        streams.append(request.path)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    dead = False
+
+    @web.middleware
+    async def dying(request: web.Request, handler: Any) -> web.StreamResponse:
+        if dead:  # the whole agent gone: every connection dropped, the card's too
+            assert request.transport is not None
+            request.transport.close()
+        return await handler(request)
+
+    app = old_agent_app("0.3.0", preferred_transport="HTTP+JSON", streaming=True)
+    app.middlewares.append(dying)
+    app.router.add_post("/v1/message:stream", stream)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
+        changes: list[str] = []
+        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        results = [await b.invoker.invoke("peer__echo", {"message": "x"}) for _ in range(2)]
+        await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
+        assert b.catalog.slot("peer").health.state == "ready" and changes == [], (b.catalog.slot("peer").health, changes)
+        assert len(streams) == 2  # the second call went to the agent too
+        dead = True
+        gone = await b.invoker.invoke("peer__echo", {"message": "x"})
+        await until(lambda: "unavailable" in changes)
+    for result in results:
+        assert result.error.error_class == "dependency_unavailable" and result.error.recoverability == "retry_later", result.error
+        assert result.error.message.startswith("the agent's stream broke before its first event"), result.error
+    assert gone.error.error_class == "dependency_unavailable" and gone.error.message.startswith("the agent stopped answering"), gone.error
