@@ -352,6 +352,19 @@ async def test_unstartable_command_fails_with_a_clear_reason() -> None:
         assert "cannot start `no-such-mcp-server-binary`" in health.reason
 
 
+async def test_a_listing_whose_cursor_repeats_fails_with_the_reason_and_an_endless_one_stops_at_max_pages(caplog: pytest.LogCaptureFixture) -> None:
+    bridge = make_bridge(
+        {"name": "same", "kind": "mcp", "command": "python", "args": [TINY, "--cursors", "same"], "retry_initial": 30, "retry_max": 30},
+        {"name": "endless", "kind": "mcp", "command": "python", "args": [TINY, "--cursors", "endless"], "max_pages": 5},
+    )
+    async with asyncio.timeout(10), bridge:
+        same = bridge.catalog.slot("same").health
+        assert same.state == "failed" and same.reason == "MCP upstream 'same' repeated the tools/list cursor '1'", same
+        assert bridge.catalog.slot("endless").health.state == "ready"
+        assert sorted(d.name for d in bridge.catalog.declarations()) == [f"endless__echo_{page}" for page in range(5)]
+    assert "mcp upstream endless: tools/list still had pages after max_pages=5" in caplog.text
+
+
 # ------------------------------------------------------------------------------ answers the SDK rejects
 
 

@@ -2,8 +2,9 @@
 few milliseconds (the SDK's import costs a second of CPU). It answers `initialize`, `ping` and
 `tools/call`, and lists one `echo` tool. `--linger N` keeps it running N seconds after its stdin
 closes, as a server with work still under way does (a Node server with a timer pending).
+`--cursors same` gives every tools/list page the same `nextCursor`, `--cursors endless` a new one.
 
-    python tests/adapters/mcp_fixtures/tiny_server.py [--linger N]
+    python tests/adapters/mcp_fixtures/tiny_server.py [--linger N] [--cursors same|endless]
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ def answer(message: dict) -> dict:
         return {"protocolVersion": params.get("protocolVersion", "2025-11-25"), "capabilities": {"tools": {}},
                 "serverInfo": {"name": "tiny", "version": "1"}}
     if method == "tools/list":
-        return {"tools": [ECHO]}
+        if "--cursors" not in sys.argv:
+            return {"tools": [ECHO]}
+        page = int(params.get("cursor") or "0")
+        cursor = "1" if sys.argv[sys.argv.index("--cursors") + 1] == "same" else str(page + 1)
+        return {"tools": [{**ECHO, "name": f"echo_{page}"}], "nextCursor": cursor}
     if method == "tools/call":
         return {"content": [{"type": "text", "text": str((params.get("arguments") or {}).get("text", ""))}]}
     return {}
