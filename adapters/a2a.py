@@ -396,11 +396,18 @@ class A2AUpstream(Upstream):
         try:
             if not agent.streaming:
                 request.configuration.return_immediately = True  # follow the task by polling
-            async with contextlib.aclosing(agent.client.send_message(request, context=call)) as events:
-                async for event in events:
-                    await self._progress(ctx, tracker, tracker.apply(event))
-                    if tracker.settled:
-                        break
+            try:
+                async with contextlib.aclosing(agent.client.send_message(request, context=call)) as events:
+                    async for event in events:
+                        await self._progress(ctx, tracker, tracker.apply(event))
+                        if tracker.settled:
+                            break
+            except (A2AError, httpx.HTTPError) as exc:
+                if not (agent.streaming and tracker.task_id and _dropped(exc)):
+                    raise
+                # the agent named its task, then the stream broke off (a proxy cutting a long
+                # stream, say): the task goes on at the agent, and is polled from here
+                log.info("agent %s: the stream of task %s broke off (%s); polling the task", self.name, tracker.task_id, type(exc).__name__)
             polls = 0
             while not tracker.settled:
                 # quick tasks are picked up quickly; long ones are polled every poll_interval

@@ -762,3 +762,34 @@ async def test_a_stream_broken_before_its_first_event_fails_the_call_and_the_age
         assert result.error.error_class == "dependency_unavailable" and result.error.recoverability == "retry_later", result.error
         assert result.error.message.startswith("the agent's stream broke before its first event"), result.error
     assert gone.error.error_class == "dependency_unavailable" and gone.error.message.startswith("the agent stopped answering"), gone.error
+
+
+async def test_a_stream_broken_after_its_first_event_is_followed_by_polling_the_task():
+    # a proxy cutting a long event stream, say: the task goes on at the agent, and was lost to
+    # the call (and the agent marked unavailable)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    app, control = build_agent(base)
+
+    async def cutting(scope: Any, receive: Any, send: Any) -> None:
+        events = 0
+
+        async def cut(message: Any) -> None:
+            nonlocal events
+            if message["type"] == "http.response.start":
+                events = -1 if dict(message["headers"]).get(b"content-type", b"").startswith(b"text/event-stream") else 0
+            elif message["type"] == "http.response.body" and message.get("body") and events < 0:
+                events -= 1
+                if events < -2:  # one event went through
+                    raise ConnectionAbortedError("cut by a proxy")
+            await send(message)
+
+        await app(scope, receive, cut)
+
+    async with serve_asgi(cutting, port=port), bridge(base_url=base, poll_interval=0.01) as b:
+        changes: list[str] = []
+        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        result = await b.invoker.invoke("peer__slow", {"message": "go", "data": {"steps": 3}})
+        assert result.status == "succeeded" and result.content == [{"type": "text", "text": "done after 3 steps"}], result.error
+        assert control.methods()[0] == "SendStreamingMessage" and "GetTask" in control.methods()
+        assert changes == [] and b.catalog.slot("peer").health.state == "ready"
