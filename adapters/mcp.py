@@ -325,22 +325,25 @@ class MCPUpstream(Upstream):
         """End the HTTP session with a DELETE, as MCP asks of a client that no longer needs it,
         within `ping_timeout`; not when the server already said it does not know the session (a
         404, or a 400 and a failed liveness probe), which the SDK's own DELETE did at every such
-        reconnect, logging `Session termination failed: 404` for an expected event."""
+        reconnect, logging `Session termination failed: 404` for an expected event. A DELETE that
+        fails is a warning when the bridge closes the session; when the session was lost, whose
+        reason is logged as a warning already (the server gone, say), it is logged at INFO."""
         headers, self._http_session = self._http_session, {}
         if "mcp-session-id" not in headers or self._session_forgotten:
             return
         assert self.config.url is not None
+        level = logging.WARNING if self._closing else logging.INFO
         try:
             with anyio.fail_after(self.config.ping_timeout):
                 response = await http.delete(self.config.url, headers={"accept": "application/json, text/event-stream", **headers})
         except Exception as exc:  # noqa: BLE001 - the session is over either way
             failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            log.warning("mcp upstream %s: ending the HTTP session failed: %s", self.name, redact(failure, self.config.secrets()))
+            log.log(level, "mcp upstream %s: ending the HTTP session failed: %s", self.name, redact(failure, self.config.secrets()))
             return
         if response.status_code == 404:
             log.info("mcp upstream %s: the server no longer knew the HTTP session it was asked to end", self.name)
         elif response.status_code not in (200, 202, 204, 405):  # 405: the server does not let clients end sessions
-            log.warning("mcp upstream %s: ending the HTTP session failed: HTTP %d", self.name, response.status_code)
+            log.log(level, "mcp upstream %s: ending the HTTP session failed: HTTP %d", self.name, response.status_code)
 
     async def _settled(self, exc: BaseException, what: str) -> BridgeError:
         """`exc` as a BridgeError, once a liveness probe an HTTP 400 asked for has ended (at most

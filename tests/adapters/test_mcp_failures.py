@@ -159,7 +159,7 @@ async def test_hung_servers_time_out_without_blocking_other_upstreams() -> None:
 
 
 @pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
-async def test_http_server_going_away_is_reported_and_reconnected(protocol: str) -> None:
+async def test_http_server_going_away_is_reported_and_reconnected(protocol: str, caplog: pytest.LogCaptureFixture) -> None:
     server, _ = build_server()
     port = free_port()
     upstream = {"name": "remote", "kind": "mcp", "url": f"http://127.0.0.1:{port}/mcp", "protocol": protocol,
@@ -182,6 +182,26 @@ async def test_http_server_going_away_is_reported_and_reconnected(protocol: str)
             assert bridge.catalog.resolve("remote__echo").loading_state == "loaded"
     finally:
         await bridge.close()
+    # the lost session's DELETE could not reach the server either: said once, as the loss's reason
+    assert not [r for r in caplog.records if "ending the HTTP session" in r.message and r.levelno >= logging.WARNING]
+
+
+async def test_a_session_end_the_server_refuses_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    server, _ = build_server()
+    app = server.streamable_http_app()
+
+    async def refusing_delete(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "DELETE":
+            await send({"type": "http.response.start", "status": 500, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await app(scope, receive, send)
+
+    async with serve_asgi(refusing_delete) as base:
+        async with make_bridge({"name": "remote", "kind": "mcp", "url": f"{base}/mcp", "protocol": "legacy"}) as bridge:
+            assert bridge.catalog.slot("remote").health.state == "ready"
+    [record] = [r for r in caplog.records if "ending the HTTP session" in r.message]
+    assert record.levelno == logging.WARNING and record.message == "mcp upstream remote: ending the HTTP session failed: HTTP 500"
 
 
 def forgets_sessions_with_400(app: Any) -> Any:
