@@ -132,11 +132,23 @@ def _seconds(text: str) -> float:
 
 
 def _query(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("the query is empty: give keywords, or select:name1,name2")
     if len(text) > MAX_QUERY_CHARS:
         raise argparse.ArgumentTypeError(f"the query is {len(text)} characters long; at most {MAX_QUERY_CHARS} are taken")
     return text
+
+
+def _yes_no(text: str) -> bool:
+    """A `--read-only` value, read as REST reads its `read_only` parameter."""
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r}: use true or false")
+
+
+def _search_filters(args: argparse.Namespace) -> dict[str, Any]:
+    """The filters of `bridge search`, as `ToolSearch.search` takes them."""
+    return {"namespace": args.namespace or None, "tags": args.tag or None, "kind": args.kind or None, "read_only": args.read_only}
 
 
 def _unknown_surface(command: str, name: str, config: BridgeConfig) -> bool:
@@ -203,7 +215,7 @@ async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
     try:
         surface = bridge.surfaces.require(args.surface)
         await bridge.search.wait_indexed()  # the first listing is indexed in the background
-        result = bridge.search.search(args.query, surface=surface, limit=args.limit)
+        result = bridge.search.search(args.query, surface=surface, limit=args.limit, **_search_filters(args))
         if args.json:
             _print_json(result.to_json())
         else:
@@ -326,8 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the whole result record as JSON")
 
     p = sub.add_parser("search", parents=[common], help="search the catalog")
-    p.add_argument("query", type=_query, help="free text, or select:a,b")
+    p.add_argument("query", type=_query, help="free text, or select:a,b (empty with a filter: the tools passing it)")
     p.add_argument("--limit", type=_limit, default=10, help=f"most matches printed (1 to {MAX_LIMIT})")
+    p.add_argument("--namespace", default=None, help="only tools of this upstream")
+    p.add_argument("--tag", action="append", default=[], help="only tools carrying this tag (repeatable: every one)")
+    p.add_argument("--kind", default=None, help="only tools of this tool_kind (mcp_tool, openapi_operation, ...)")
+    p.add_argument("--read-only", type=_yes_no, default=None, help="true: only read-only tools; false: only tools that change things")
     p.add_argument("--surface", default="default", help="surface searched (default: default)")
     p.add_argument("--json", action="store_true", help="print the whole search result as JSON")
 
@@ -387,7 +403,11 @@ def _open_files_limit_raised() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "search" and not args.query.strip() and not any(v is not None for v in _search_filters(args).values()):
+        parser.error("the query is empty: give keywords, select:name1,name2, or a filter (--namespace, --tag, --kind, --read-only) "
+                     "that lists tools by itself")
     _open_files_limit_raised()
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -366,7 +366,7 @@ class ToolSearch:
         # an empty namespace or kind filters nothing, as an empty REST parameter does
         filters = dict(namespace=namespace or None, tags=tags or None, kind=kind or None, read_only=read_only)
         if query.lower().startswith(SELECT_PREFIX):
-            return self._select(query, surface, include_schema, total_deferred, pending)
+            return self._select(query, surface, filters, include_schema, total_deferred, pending)
         analyzed = analyze_query(query) if query else None
         if analyzed is not None and analyzed.empty:  # "***": nothing to rank by, and not a listing
             return ToolSearchResult(query=query, query_type="keyword", matches=[], total_deferred_tools=total_deferred,
@@ -472,16 +472,26 @@ class ToolSearch:
             return [(decl, score, []) for decl, score in ranked[:limit]]
         return self._fold(ranked, tools[order], stage.encoder.same_tool_cosine)[:limit]
 
-    def _select(self, query: str, surface: Surface, include_schema: bool, total_deferred: int,
+    def _select(self, query: str, surface: Surface, filters: dict[str, Any], include_schema: bool, total_deferred: int,
                 pending: list[str]) -> ToolSearchResult:
+        """The named tools, each once, in the order asked. A name unknown or blocked on the surface
+        is missing, and so is a tool the filters exclude (the filters narrow a selection as they
+        narrow a ranking: an A2T group's `q=select:` names only the group's tools); the hint tells
+        the two apart, naming the filters each excluded tool fails, and never reveals a blocked one."""
         names = list(dict.fromkeys(n.strip() for n in query[len(SELECT_PREFIX):].split(",") if n.strip()))
         matches: list[DeferredToolRef] = []
         missing: list[str] = []
+        unknown: list[str] = []
+        excluded: list[str] = []  # `name (the filters it fails)`
         seen: set[str] = set()
         for name in names:
             decl = self.catalog.resolve(name)
             if decl is None or not surface.visible(decl):
                 missing.append(name)  # a blocked tool is as absent as an unknown one
+                unknown.append(name)
+            elif failed := self._failed_filters(decl, filters):
+                missing.append(name)
+                excluded.append(f"{name} ({', '.join(failed)})")
             elif decl.tool_id not in seen:
                 seen.add(decl.tool_id)
                 matches.append(self._ref(decl, surface, 1.0, include_schema))
@@ -491,12 +501,32 @@ class ToolSearch:
             result.next_action = "refine_query"
             result.hint = "select: needs tool names, aliases or ids separated by commas"
         elif missing:
-            named = ", ".join(missing[:HINT_NAMES])
-            more = f" and {len(missing) - HINT_NAMES} more (all in missing_names)" if len(missing) > HINT_NAMES else ""
-            result.hint = f"not found on this surface: {named}{more}"
+            said = []
+            if unknown:
+                more = f" and {len(unknown) - HINT_NAMES} more (all in missing_names)" if len(unknown) > HINT_NAMES else ""
+                said.append(f"not found on this surface: {', '.join(unknown[:HINT_NAMES])}{more}")
+            if excluded:
+                more = f" and {len(excluded) - HINT_NAMES} more (all in missing_names)" if len(excluded) > HINT_NAMES else ""
+                said.append(f"left out by the filters: {', '.join(excluded[:HINT_NAMES])}{more}; "
+                            "ask again without those filters to have them")
+            result.hint = "; ".join(said)
             if not matches:
                 result.next_action = "refine_query"
         return result
+
+    @staticmethod
+    def _failed_filters(decl: ToolDeclaration, filters: dict[str, Any]) -> list[str]:
+        """The filters (`namespace`, `tags`, `kind`, `read_only`) a declaration does not pass."""
+        failed = []
+        if filters["namespace"] is not None and decl.namespace != filters["namespace"]:
+            failed.append("namespace")
+        if any(t not in decl.tags for t in filters["tags"] or ()):
+            failed.append("tags")
+        if filters["kind"] is not None and decl.tool_kind != filters["kind"]:
+            failed.append("kind")
+        if filters["read_only"] is not None and decl.safety.read_only != filters["read_only"]:
+            failed.append("read_only")
+        return failed
 
     def _ranked(self, analyzed: AnalyzedQuery | None, surface: Surface, limit: int,
                 filters: dict[str, Any], fold: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:

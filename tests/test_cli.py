@@ -163,6 +163,29 @@ def test_bad_ports_surfaces_and_options_are_one_clear_line(tmp_path, capsys):
         assert "no surface named 'nope'" in err and "default" in err, command
 
 
+def test_search_takes_the_filters_and_a_selection_keeps_them(tmp_path, capsys):
+    cfg = config(tmp_path, "  - {name: svc2, kind: fake}\n")
+    # as over REST and MCP (tests/serve/test_search_select.py): a named tool a filter leaves out is said, not returned
+    assert main(["search", "select:svc__echo,svc2__echo,nope", "-c", cfg, "--namespace", "svc", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in result["matches"]] == ["svc__echo"] and result["missing_names"] == ["svc2__echo", "nope"]
+    assert result["hint"] == ("not found on this surface: nope; left out by the filters: svc2__echo (namespace); "
+                              "ask again without those filters to have them")
+    assert main(["search", "select:svc__echo", "-c", cfg, "--read-only", "yes", "--tag", "x"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "missing: svc__echo", "left out by the filters: svc__echo (tags, read_only); ask again without those filters to have them"]
+    # an empty query with a filter lists the tools passing it
+    assert main(["search", "", "-c", cfg, "--namespace", "svc2", "--kind", "function", "--json"]) == 0
+    assert [m["name"] for m in json.loads(capsys.readouterr().out)["matches"]] == ["svc2__echo"]
+    for argv, said in ((["--read-only", "maybe"], "use true or false"), ([], "the query is empty")):
+        try:
+            main(["search", "", "-c", cfg, *argv])
+            raise AssertionError(f"argparse should have refused {argv}")
+        except SystemExit as exc:
+            assert exc.code == 2
+        assert said in capsys.readouterr().err
+
+
 def test_search_shows_how_many_alternatives_other_upstreams_list(tmp_path, capsys):
     cfg = config(tmp_path, "  - {name: svc2, kind: fake}\n  - {name: svc3, kind: fake}\n")  # three upstreams, one echo
     assert main(["search", "echo", "-c", cfg]) == 0

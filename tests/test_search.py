@@ -297,6 +297,25 @@ async def test_blocked_tools_never_appear(env):
     assert "api__send_invoice" not in env.names("invoice", surface=read_only)
 
 
+async def test_select_keeps_the_filters_and_says_which_one_left_a_named_tool_out(env):
+    # the filters narrow a selection as they narrow a ranking; a tool they leave out is reported, not returned
+    result = env.search.search("select:api__delete_user,api__getUserById,billing__refund,nope", surface=env.surface, read_only=True)
+    assert [m.name for m in result.matches] == ["api__getUserById"]
+    assert result.missing_names == ["api__delete_user", "billing__refund", "nope"]
+    assert result.hint == ("not found on this surface: nope; left out by the filters: api__delete_user (read_only), "
+                           "billing__refund (read_only); ask again without those filters to have them")
+    result = env.search.search("select:billing__refund,api__delete_user", surface=env.surface, namespace="api", tags=["admin"],
+                               kind="openapi_operation")
+    assert result.matches == [] and result.next_action == "refine_query"
+    assert "billing__refund (namespace, tags)" in result.hint and "api__delete_user (kind)" in result.hint
+    assert [m.name for m in env.search.search("select:api__delete_user", surface=env.surface, namespace="api",
+                                              tags=["admin"]).matches] == ["api__delete_user"]
+    # a blocked tool stays unknown, whatever the filters: it is never revealed
+    blocking = Surface(SurfaceConfig(name="safe", block=["api__delete*"]), env.catalog)
+    result = env.search.search("select:api__delete_user", surface=blocking, read_only=True)
+    assert result.missing_names == ["api__delete_user"] and result.hint == "not found on this surface: api__delete_user"
+
+
 async def test_a_filter_no_tool_on_the_surface_passes_is_named_and_a_blocked_one_is_not_revealed(env):
     def hint(query: str = "invoice", surface: Surface | None = None, **filters) -> str:
         result = env.search.search(query, surface=surface or env.surface, **filters)
