@@ -210,7 +210,8 @@ class ToolSearch:
         self._titles_kept: LRUCache[str, tuple[ToolDeclaration, int, frozenset[str]]] = LRUCache(OWN_KEPT)
         # a compaction and the semantic stages step aside for searches (`Foreground`)
         self.foreground = Foreground()
-        self.index = ToolIndex(path, convert=self._indexed, foreground=self.foreground)
+        self._settled = False  # every upstream has listed since the start (`_settle_when_listed`)
+        self.index = ToolIndex(path, convert=self._indexed, foreground=self.foreground, listing=self._listed_when_settled)
         self.field_weights = field_weights
         related_words()  # the query expansion's table (20 ms), read now rather than by the first search
         spelled_words()  # the words never read as typing errors (20 ms), likewise
@@ -221,7 +222,6 @@ class ToolSearch:
         # embedded its candidates (the first hour of a large catalog)
         self.fallback = (SemanticStage.open(path, "static", after=self._index_first)
                          if kind == "auto" and self.semantic is not None and not self.semantic.encoder.cheap else None)
-        self._settled = False
         self._reconciled: set[str] = set()
         self._unsubscribe = catalog.subscribe(self._on_change)
         # tools of upstreams no longer configured go; the others are compared with their listing
@@ -296,8 +296,14 @@ class ToolSearch:
                           prepare=functools.partial(self._refresh_shared, namespace, listing, False))
 
     def _listed(self) -> list[ToolDeclaration]:
-        """Every tool the catalog's upstreams list now."""
-        return [d for slot in self.catalog.slots.values() for d in slot.tools.values()]
+        """Every tool the catalog's upstreams list now (from any thread: each `list` of a dict is
+        one step the catalog's thread cannot change it in the middle of)."""
+        return [d for slot in list(self.catalog.slots.values()) for d in list(slot.tools.values())]
+
+    def _listed_when_settled(self) -> list[ToolDeclaration] | None:
+        """For the index's compactions (`ToolIndex.listing`): every tool, once every upstream has
+        listed since the start (before, a compaction would drop the tools of one not back yet)."""
+        return self._listed() if self._settled else None
 
     def _listing(self, namespace: str) -> list[ToolDeclaration]:
         slot = self.catalog.slots.get(namespace)

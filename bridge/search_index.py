@@ -59,6 +59,15 @@ RETRY_LAST = 30.0
 # is searched in its place.
 COMPACT_SEGMENTS = 6
 COMPACT_MIN_TOOLS = 20_000
+# A deleted or replaced tool's document stays in its segment until Tantivy merges that segment,
+# and BM25 still counts it: in the word frequencies and the average length every score is read
+# against. An index filled once is never merged whole (Tantivy merges segments of about the same
+# size), so the documents of tools re-listed with changes pile up: the same request over the same
+# tools is then scored differently from a fresh build (docs/search.md, *Segments and compaction*).
+# Once deleted documents are COMPACT_DELETED or more of the documents a search reads, the writer
+# thread compacts the index (every tool written again into a new one, none deleted): about 4
+# documents written for each one deleted, an index never more than a quarter larger than its tools.
+COMPACT_DELETED = 0.2
 # the longest a unit of background work (64 tools of a compaction, a batch of embeddings) waits
 # for the searches running to end (`Foreground.pause`)
 PAUSE_MOST = 0.05
@@ -265,6 +274,7 @@ class _Compaction:
 
     batch: _Batch
     segments: int = -1  # of the index searched, when it began (-1: not begun)
+    deleted: int = 0  # documents of deleted tools in the index searched, when it began
     started: float = 0.0
     index: Any = None  # the new index (the next generation)
     writer: Any = None
@@ -357,7 +367,8 @@ class ToolIndex:
     """
 
     def __init__(self, path: str | None = None, *, convert: Converter | None = None, heap_size: int = 64_000_000,
-                 threads: int = 1, foreground: Foreground | None = None) -> None:
+                 threads: int = 1, foreground: Foreground | None = None,
+                 listing: Callable[[], Sequence[Any] | None] | None = None) -> None:
         self._lock_file = _take_lock(path) if path is not None else None
         if path is not None and self._lock_file is None:
             log.warning("search index %s is in use by %s; this process keeps its own index in memory "
@@ -368,6 +379,10 @@ class ToolIndex:
         self.schema = _schema()
         self.convert = convert
         self.foreground = foreground  # a compaction steps aside for its searches
+        # every tool the index is to hold, as `compact` takes them (None: not known yet), read on the
+        # writer thread when deleted documents are COMPACT_DELETED of the index; None: never compacted for that
+        self.listing = listing
+        self._compact_retry_at = 0.0  # after a compaction failed, none is begun for deleted documents before then
         self._heap_size, self._threads = heap_size, threads
         self._generation = 0  # the folder of the index searched (`_generation`), on disk
         self.opened_existing = False  # an on-disk index was reopened as it was
@@ -659,6 +674,7 @@ class ToolIndex:
                 going = self._gather(batches, delay)
                 delay = min(2 * delay, self.retry_last)
             self.failing = False
+            self._compact_when_deleted()  # before the commit is told: `flush` then `compacted` waits for it
             with self._cond:
                 self._committed = max(self._committed, batches[-1].seq)
                 self._cond.notify_all()
@@ -697,8 +713,8 @@ class ToolIndex:
         try:
             if self._closing:
                 raise _Abandoned
-            c.segments, c.started = self.segments, time.monotonic()
-            if c.segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS:
+            c.segments, c.deleted, c.started = self.segments, self.deleted, time.monotonic()
+            if (c.segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS) and self.deleted_share < COMPACT_DELETED:
                 self._end_compaction()
                 return
             c.index = self._ready(self._new_index(self._generation + 1))
@@ -707,6 +723,42 @@ class ToolIndex:
             c.thread.start()
         except Exception as exc:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
             self._leave_compaction(c, exc)
+
+    @property
+    def deleted(self) -> int:
+        """Documents of deleted or replaced tools that the segments searched still hold (and BM25
+        still counts) until Tantivy merges them away: every document has one `f_ro` term, and a
+        term's document frequency counts the deleted ones too."""
+        searcher = self._index.searcher()
+        return searcher.doc_freq("f_ro", "0") + searcher.doc_freq("f_ro", "1") - searcher.num_docs
+
+    @property
+    def deleted_share(self) -> float:
+        """`deleted` among every document the segments hold (0 for an empty index)."""
+        searcher = self._index.searcher()
+        held = searcher.doc_freq("f_ro", "0") + searcher.doc_freq("f_ro", "1")
+        return (held - searcher.num_docs) / held if held else 0.0
+
+    def _compact_when_deleted(self) -> None:
+        """On the writer thread, after a commit: begin a compaction (of `listing`) when deleted
+        documents are COMPACT_DELETED or more of the index and none is under way."""
+        if (self.listing is None or self._compacting is not None or self._closing or time.monotonic() < self._compact_retry_at
+                or self.deleted_share < COMPACT_DELETED):
+            return
+        with self._cond:
+            seq = self._submitted  # the changes submitted after have the last word on their tools
+        try:
+            tools = self.listing()  # read after `seq`: it holds every change up to it
+        except Exception:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
+            log.exception("search index: the tools to compact could not be listed")
+            return
+        if tools is None:
+            return
+        with self._cond:
+            if self._closing:
+                return
+            self._compactions += 1
+        self._begin_compaction(_Batch(upserts=list(tools), compact=True, seq=seq))
 
     def _compact_run(self, c: _Compaction) -> None:
         """On the compaction's thread: write its tools into the new index (stepping aside for
@@ -752,8 +804,8 @@ class ToolIndex:
             self._leave_compaction(c, exc)
             return
         log.info("search index compacted: %d tools written again in %.1f s; %d segments before, %d after "
-                 "(Tantivy merges them further in the background)", len(c.owner),
-                 time.monotonic() - c.started, c.segments, self.segments)
+                 "(Tantivy merges them further in the background); %d deleted documents before, %d after", len(c.owner),
+                 time.monotonic() - c.started, c.segments, self.segments, c.deleted, self.deleted)
         self._end_compaction()
 
     def _compact_touched(self, c: _Compaction, commit: bool = False) -> None:
@@ -827,6 +879,7 @@ class ToolIndex:
                 shutil.rmtree(Path(self.path) / _generation(self._generation + 1), ignore_errors=True)
         if exc is not None and not isinstance(exc, _Abandoned):
             log.error("search index compaction left off (%s); the index is kept as it was", exc, exc_info=exc)
+            self._compact_retry_at = time.monotonic() + self.retry_last
         self._end_compaction()
 
     def _tool(self, item: Any) -> IndexedTool:

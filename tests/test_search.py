@@ -981,6 +981,39 @@ def test_a_reopened_index_drops_the_folder_of_a_compaction_left_off_by_a_crash(t
         reopened.close()
 
 
+async def test_tools_removed_and_listed_again_score_as_in_a_fresh_index():
+    """A deleted tool's document stays in its segment, and BM25 counts it, until Tantivy merges the
+    segment: once deleted documents are COMPACT_DELETED of the index, it is compacted, and the same
+    requests over the same tools score as in an index that never lost one."""
+    from bridge.search_index import COMPACT_DELETED
+
+    words = ["invoice", "customer", "refund", "payment", "report", "weather", "forecast", "city", "user", "account",
+             "file", "folder", "message", "channel", "ticket", "flight"]
+    listing = [tool(f"tool_{i}", description=f"{words[i % 16].title()} the {words[(i * 7) % 16]} of a {words[(i * 3 + 1) % 16]} "
+                    f"and its {words[(i * 5 + 2) % 16]}.") for i in range(48)]
+    fresh = await start_env([FakeUpstream(name="ops", tools=listing)])
+    churned = await start_env([FakeUpstream(name="ops", tools=listing)])
+    try:
+        for third in range(2):  # a third of the tools gone from a listing, then back in the next
+            churned.catalog.apply_tools("ops", [t for i, t in enumerate(listing) if i % 3 != third])
+            assert await churned.search.wait_indexed()
+            churned.catalog.apply_tools("ops", listing)
+            assert await churned.search.wait_indexed()
+        index = churned.search.index
+        assert index.compacted() and index.deleted_share < COMPACT_DELETED and index.num_docs == 48
+        for request in ["refund a customer payment", "weather forecast for a city", "user account", "file in a folder", "ticket"]:
+            analyzed = analyze_query(request)
+            want = fresh.search.index.search(fresh.search.index.query(analyzed), 20)
+            got = index.search(index.query(analyzed), 20)
+            # the same statistics: the same scores, whatever the segments (float sums aside)
+            assert [tool_id for tool_id, _ in got] == [tool_id for tool_id, _ in want], request
+            assert [score for _, score in got] == pytest.approx([score for _, score in want], rel=1e-6), request
+            assert fresh.names(request) == churned.names(request)
+    finally:
+        await fresh.close()
+        await churned.close()
+
+
 async def test_the_index_is_compacted_once_every_upstream_has_listed(tmp_path, monkeypatch):
     import bridge.search_index as si
 
