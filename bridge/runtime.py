@@ -16,11 +16,13 @@ from bridge.catalog import Catalog, UpstreamSlot
 from bridge.config import BridgeConfig, ConfigError, load_config
 from bridge.invoke import Invoker
 from bridge.search import ToolSearch
+from bridge.search_index import index_released
 from bridge.store import Store, StoreError
 from bridge.surface import Surfaces
 from bridge.upstream import Upstream, upstream_class
 
-__all__ = ["Bridge", "GC_YOUNG_THRESHOLD", "LIVE_SERVER_KEYS", "collector_held", "reload_on_hangup", "settle_gc"]
+__all__ = ["Bridge", "GC_YOUNG_THRESHOLD", "LIVE_SERVER_KEYS", "collector_held", "reload_on_hangup", "search_index_path", "search_index_released",
+           "settle_gc"]
 
 log = logging.getLogger("bridge.runtime")
 
@@ -38,11 +40,8 @@ class Bridge:
     def __init__(self, config: BridgeConfig, *, extra_upstreams: list[Upstream] | None = None) -> None:
         self.config = config
         store_path = config.store.path
-        index_path = None
-        if config.search.persist and store_path != ":memory:":
-            index_path = config.resolve_path(config.search.path) if config.search.path else str(
-                Path(config.resolve_path(store_path)).with_suffix(".index")
-            )
+        index_path = search_index_path(config)
+        if index_path is not None:
             _index_folder(index_path, beside_store=not config.search.path)  # before the store is made: a bad path leaves nothing behind
         self.store = Store(store_path if store_path == ":memory:" else config.resolve_path(store_path))
         self.catalog = Catalog(self.store)
@@ -209,6 +208,26 @@ def _restart_keys(old: BridgeConfig, new: BridgeConfig) -> list[str]:
         keys += [f"{section}.{key}" for key in type(before).model_fields
                  if getattr(before, key) != getattr(after, key) and not (section == "server" and key in LIVE_SERVER_KEYS)]
     return keys
+
+
+def search_index_path(config: BridgeConfig) -> str | None:
+    """The folder of the config's on-disk search index; None when the index is kept in memory."""
+    if not config.search.persist or config.store.path == ":memory:":
+        return None
+    if config.search.path:
+        return config.resolve_path(config.search.path)
+    return str(Path(config.resolve_path(config.store.path)).with_suffix(".index"))
+
+
+async def search_index_released(config: BridgeConfig) -> bool:
+    """For `bridge serve` (HTTP or stdio), before its Bridge is made: wait up to
+    `search.lock_wait` seconds while another process (a `bridge search`, say) holds the on-disk
+    search index, so that the server keeps it on disk rather than in memory for its whole life.
+    True when the index is free now (or kept in memory anyway)."""
+    path = search_index_path(config)
+    if path is None or config.search.lock_wait <= 0:
+        return True
+    return await index_released(path, config.search.lock_wait)
 
 
 def _index_folder(path: str, beside_store: bool = False) -> None:

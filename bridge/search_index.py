@@ -4,6 +4,7 @@ so that an unchanged tool is never written again and a restart reopens instead o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -32,7 +33,8 @@ else:
 
 from bridge.search_rank import ANALYZER_NAME, AnalyzedQuery, analyzer, cjk_pairs, name_words, split_identifiers
 
-__all__ = ["Foreground", "IndexedTool", "IndexQuery", "ToolIndex", "FIELD_WEIGHTS", "INDEX_FORMAT", "COMMIT_WINDOW", "exact_names", "name_text"]
+__all__ = ["Foreground", "IndexedTool", "IndexQuery", "ToolIndex", "FIELD_WEIGHTS", "INDEX_FORMAT", "COMMIT_WINDOW", "exact_names", "name_text",
+           "index_released"]
 
 log = logging.getLogger("bridge.search")
 
@@ -288,10 +290,11 @@ class _Compaction:
     log_file: Any = None
 
 
-def _take_lock(path: str) -> Any:
+def _take_lock(path: str, note: bool = True) -> Any:
     """An exclusive lock on `<index>.lock` beside the index folder, held by the open file this
     returns (None when another process holds it). One process writes an index; Tantivy would
-    refuse a second writer anyway, but only after this one had touched the folder."""
+    refuse a second writer anyway, but only after this one had touched the folder. With `note`,
+    the file then names this process, for the warning of one that cannot take it."""
     lock_path = Path(path).with_name(Path(path).name + ".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(lock_path, "a+b")  # noqa: SIM115 - held open as the lock
@@ -304,6 +307,8 @@ def _take_lock(path: str) -> Any:
     except OSError:
         handle.close()
         return None
+    if not note:
+        return handle
     with contextlib.suppress(OSError):  # who holds it, for the warning of a process that cannot
         handle.seek(0)
         handle.truncate()
@@ -311,6 +316,34 @@ def _take_lock(path: str) -> Any:
         handle.write(f"{os.getpid()} {command}"[:300].encode())
         handle.flush()
     return handle
+
+
+async def index_released(path: str, timeout: float, poll: float = 0.1) -> bool:
+    """Wait, without blocking the event loop, until no other process holds the on-disk index's
+    lock (`<index>.lock`), at most `timeout` seconds; True when none holds it now. `bridge serve`
+    waits so before it opens the index: a `bridge search` (or `tools`, `check`, `call`) holding
+    the lock for the few seconds it runs would otherwise leave the server's index in memory for
+    its whole life, built again at each start. Said with a warning when it has to wait."""
+    started = time.monotonic()
+    waiting = False
+    while True:
+        try:
+            handle = _take_lock(path, note=False)
+        except OSError:  # a folder that cannot be made: said by the index's opening, not here
+            return True
+        if handle is not None:
+            handle.close()  # taken again by the index (`ToolIndex`) right after
+            if waiting:
+                log.warning("search index %s is free after %.1f s; it is kept on disk", path, time.monotonic() - started)
+            return True
+        if time.monotonic() - started >= timeout:
+            log.warning("search index %s is still in use by %s after %.0f s (search.lock_wait)", path, _lock_holder(path), timeout)
+            return False
+        if not waiting:
+            waiting = True
+            log.warning("search index %s is in use by %s; waiting up to %.0f s for it (search.lock_wait)", path,
+                        _lock_holder(path), timeout)
+        await asyncio.sleep(poll)
 
 
 def _lock_holder(path: str) -> str:

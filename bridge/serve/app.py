@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.config import BridgeConfig
-from bridge.runtime import Bridge, reload_on_hangup, settle_gc
+from bridge.runtime import Bridge, reload_on_hangup, search_index_released, settle_gc
 from bridge.serve.auth import is_loopback
 from bridge.serve.http_protocol import CorkedHttpToolsProtocol
 from bridge.serve.mcp import MCPFrontend
@@ -178,9 +178,21 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, on_signal)
             handled.append(sig)
+    app: Starlette | None = None
+    # a `bridge search` holding the on-disk index as the server starts: wait for it (a signal
+    # meanwhile stops the server at once), rather than keep the index in memory for good
+    waiting = asyncio.ensure_future(search_index_released(config))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if stop.is_set():
+        waiting.cancel()
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+        sock.close()
+        return 0
     bridge = Bridge(config)
     stop_reloading = reload_on_hangup(bridge, config.source)  # SIGHUP: the config file read again and applied
-    app: Starlette | None = None
     try:
         # a signal while the upstreams first connect stops the bridge then, not once the slowest
         # has had its start_timeout (which a supervisor's grace period may not cover)

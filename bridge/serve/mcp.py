@@ -41,7 +41,7 @@ from bridge import __version__
 from bridge.config import BridgeConfig
 from bridge.invoke import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
-from bridge.runtime import Bridge, reload_on_hangup, settle_gc
+from bridge.runtime import Bridge, reload_on_hangup, search_index_released, settle_gc
 from bridge.serve.auth import authenticate, is_loopback
 from bridge.serve.mcp_meta import (
     CALL_TOOL,
@@ -552,6 +552,13 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
             handled.append(sig)
     try:
         async with stdio_server() as (read, write):
+            try:  # a `bridge search` holding the on-disk index: wait for it rather than keep the index in memory for good
+                await search_index_released(config)
+            except asyncio.CancelledError:
+                if signalled:  # stopped while waiting: as below, without waiting for stdin to close
+                    sys.stderr.flush()
+                    os._exit(0)
+                raise
             bridge = Bridge(config)
             stop_reloading = reload_on_hangup(bridge, config.source)
             try:
