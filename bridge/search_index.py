@@ -424,7 +424,8 @@ class ToolIndex:
         self._digests: dict[str, dict[str, int]] = {}  # namespace -> tool_id -> digest
         # tool_key -> tool_id of every tool written (`_known`); a key two ids share maps to None
         self._by_key: dict[int, str | None] = {}
-        self._weights: tuple[int, dict[str, float]] = (-1, {})  # (tools counted, term -> `term_weights`)
+        # (what the index held when they were read: `_held`, term -> `term_weights`)
+        self._weights: tuple[tuple[int, int, int], dict[str, float]] = ((-1, -1, -1), {})
         self._index = self._ready(self._open(path))
         self._writer = self._index.writer(heap_size=heap_size, num_threads=threads)
         self._log_file: Any = None
@@ -757,6 +758,11 @@ class ToolIndex:
         except Exception as exc:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
             self._leave_compaction(c, exc)
 
+    def _held(self, searcher: tantivy.Searcher) -> tuple[int, int, int]:
+        """What tells one state of the index from another for what is read of it: its tools, the
+        documents its segments hold (deleted ones too: fewer after a merge), and our commits."""
+        return searcher.num_docs, searcher.doc_freq("f_ro", "0") + searcher.doc_freq("f_ro", "1"), self.commits
+
     @property
     def deleted(self) -> int:
         """Documents of deleted or replaced tools that the segments searched still hold (and BM25
@@ -1077,14 +1083,17 @@ class ToolIndex:
 
     def term_weights(self, terms: Iterable[str]) -> dict[str, float]:
         """Each term's inverse document frequency over the tools' text, `log(1 + N / (df + 1))`:
-        how much a word tells a tool from the others. Kept until the index's count of tools
-        changes (up to WEIGHTS_KEPT terms): the same titles' words are asked again and again."""
+        how much a word tells a tool from the others. Kept until the index changes (up to
+        WEIGHTS_KEPT terms): the same titles' words are asked again and again. Kept by the count
+        of tools alone, they outlived a change of a tool's words, a merge of segments or a
+        compaction, none of which changes it."""
         searcher = self._index.searcher()
         count = searcher.num_docs
-        kept_count, kept = self._weights
-        if kept_count != count or len(kept) > WEIGHTS_KEPT:
+        held = self._held(searcher)
+        kept_held, kept = self._weights
+        if kept_held != held or len(kept) > WEIGHTS_KEPT:
             kept = {}
-            self._weights = (count, kept)  # a search in another thread may fill the old one meanwhile
+            self._weights = (held, kept)  # a search in another thread may fill the old one meanwhile
         out = {}
         for term in terms:
             weight = kept.get(term)

@@ -981,6 +981,25 @@ def test_a_reopened_index_drops_the_folder_of_a_compaction_left_off_by_a_crash(t
         reopened.close()
 
 
+def test_term_weights_follow_a_change_of_a_tools_words():
+    """The weights of words (how few tools have them) were kept until the count of tools changed:
+    a tool changing its words, which keeps the count, left them as they were."""
+    import math
+
+    import bridge.search_index as si
+
+    index = si.ToolIndex()
+    try:
+        index.submit([indexed("a", "alpha beta"), indexed("b", "alpha gamma")])
+        assert index.flush()
+        assert index.term_weights(["beta"]) == {"beta": math.log(1 + 2 / 2)}
+        index.submit([indexed("b", "beta delta")])  # two tools still, and beta in both
+        assert index.flush()
+        assert index.term_weights(["beta", "delta"]) == {"beta": math.log(1 + 2 / 3), "delta": math.log(1 + 2 / 2)}
+    finally:
+        index.close()
+
+
 async def test_tools_removed_and_listed_again_score_as_in_a_fresh_index():
     """A deleted tool's document stays in its segment, and BM25 counts it, until Tantivy merges the
     segment: once deleted documents are COMPACT_DELETED of the index, it is compacted, and the same
