@@ -91,7 +91,7 @@ async def test_bridge_serve_waits_for_a_command_holding_the_index_and_keeps_it_o
         await holder.stop()
 
 
-async def test_bridge_serve_keeps_its_index_in_memory_when_the_lock_is_held_past_its_wait(tmp_path):
+async def test_bridge_serve_keeps_its_index_in_memory_when_the_lock_is_held_past_its_wait_and_a_signal_meanwhile_ends_it(tmp_path):
     index = tmp_path / "bridge.index"
     holder = await hold(index)
     serve = await start("-m", "bridge.cli", "serve", "-c", config(tmp_path, 0.5), "--port", "0")
@@ -102,7 +102,14 @@ async def test_bridge_serve_keeps_its_index_in_memory_when_the_lock_is_held_past
         assert not index.exists()
     finally:
         assert await serve.stop() == 0
+    # stopped while it waits: at once, status 0, nothing opened
+    serve = await start("-m", "bridge.cli", "serve", "-c", config(tmp_path, 30), "--port", "0")
+    try:
+        await serve.said("waiting up to 30 s")
+    finally:
+        assert await serve.stop() == 0
         await holder.stop()
+    assert "bridge: serving" not in serve.stderr and not index.exists()
 
 
 async def test_bridge_serve_over_stdio_waits_too_and_a_signal_while_it_waits_ends_it(tmp_path):
