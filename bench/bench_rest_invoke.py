@@ -130,7 +130,7 @@ async def main(scale: float) -> int:
             }
             (Path(tmp) / "bench.yaml").write_text(yaml.safe_dump(config))
             bridge = await start([sys.executable, "-m", "bridge.cli", "serve", "-c", str(Path(tmp) / "bench.yaml"),
-                                  "--port", str(bridge_port)], b"bridge: serving", "stderr")
+                                  "--port", str(bridge_port)], b"bridge: upstreams started", "stderr")
             base = f"http://127.0.0.1:{bridge_port}"
             async with aiohttp.ClientSession() as session, session.get(f"{base}/tools/demo__add") as response:
                 tool_id = (await response.json())["toolId"]

@@ -258,6 +258,7 @@ class Catalog:
         if slot.sidecar is not None:
             await slot.sidecar.stop()
         slot.health._on_state = None
+        slot.first_attempt.set()  # a start waiting for it goes on without it
         self._state_moved(slot.health.state, "disabled")
         self._pending = ((-1, -1), [])
         return slot
@@ -291,7 +292,18 @@ class Catalog:
             if on_progress:
                 on_progress(slot)
 
-        await asyncio.gather(*(wait_first(s) for s in self.slots.values()))
+        # the upstreams a reload adds or restarts meanwhile are waited for too; one it removes
+        # or restarts is no longer waited for (`_stop` ends its first attempt)
+        waited: set[int] = set()
+        while fresh := [s for s in self.slots.values() if id(s) not in waited]:
+            waited.update(id(s) for s in fresh)
+            await asyncio.gather(*(wait_first(s) for s in fresh))
+
+    def starting(self) -> list[str]:
+        """The enabled upstreams whose first attempt (connect and list) has not ended yet, in the
+        order they were added."""
+        return [s.name for s in self.slots.values()
+                if s.upstream.config.enabled and s.stopping is None and not s.first_attempt.is_set()]
 
     async def close(self) -> None:
         self._closed = True

@@ -55,15 +55,32 @@ class Bridge:
         self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke)
         self._reloading = asyncio.Lock()
         self._reload_listeners: list[Callable[[], None]] = []
+        self._started = asyncio.Event()
 
     async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None) -> None:
-        """Start every upstream; with `wait`, until each has listed or failed its first attempt.
+        """Start every upstream; with `wait`, until each has listed or failed its first attempt
+        (those a reload adds or restarts meanwhile too), after which `started` is true.
         Meanwhile the cyclic garbage collector is held, and it runs once at the end: the catalog's
         records are nearly all the objects a large bridge has, and a full collection walks every
         one of them, so as a million tools were listed it ran three times, 10 to 12 s each
         (100,000 tools: three times, 2.7 s in all; held, once, 1.1 s)."""
         with collector_held() if wait else contextlib.nullcontext():
             await self.catalog.start(wait=wait, on_progress=on_progress)
+        if wait:
+            self._started.set()
+
+    @property
+    def started(self) -> bool:
+        """Whether a `start(wait=True)` has ended: every upstream has listed or failed once."""
+        return self._started.is_set()
+
+    async def wait_started(self) -> None:
+        await self._started.wait()
+
+    def starting(self) -> list[str]:
+        """The upstreams the start still waits for (none once `started`: an upstream a later
+        reload adds shows as `connecting`, and holds nothing)."""
+        return [] if self.started else self.catalog.starting()
 
     async def reload(self, config: BridgeConfig) -> str:
         """Apply a new config to the running bridge, and return (and log) one line saying what
@@ -75,7 +92,9 @@ class Bridge:
         `default_surface` and `invoke` hold from the next request on; every other key of
         `server`, `store` and `search` keeps its running value, with a warning that it needs a
         restart. Reloads run one at a time. A ConfigError (an upstream name the bridge already
-        serves from elsewhere) changes nothing."""
+        serves from elsewhere) changes nothing. A reload while the bridge starts applies at once:
+        `start` then also waits for the upstreams it adds or restarts, and no longer for those it
+        removes."""
         async with self._reloading:
             old = self.config
             before = {u.name: u for u in old.upstreams}
@@ -84,6 +103,9 @@ class Bridge:
             if clash:
                 raise ConfigError(config.source, [(f"upstreams[{i}].name", f"the bridge already serves an upstream named {name!r} "
                                                    "that is not in its config", "give this upstream another name") for i, name in clash])
+            if starting := self.starting():
+                log.warning("config reload while %d upstream(s) still start (%s): applied now; the start waits for the "
+                            "upstreams it adds or restarts, and no longer for those it removes", len(starting), ", ".join(starting))
             restart = _restart_keys(old, config)
             for key in restart:
                 log.warning("config reload: %s changed; it takes effect when the bridge restarts (the running value is kept)", key)

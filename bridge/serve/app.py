@@ -33,7 +33,7 @@ from bridge.serve.rest_a2t import CatalogViews, a2t_routes
 from bridge.serve.rest_http import ApiError, ServeContext, error_response, not_found, too_large
 from bridge.serve.rest_records import records_routes
 
-__all__ = ["build_app", "close_app", "rest_routes", "run_http", "served_urls"]
+__all__ = ["build_app", "close_app", "rest_routes", "run_http", "served_urls", "started_line"]
 
 log = logging.getLogger("bridge.serve")
 
@@ -129,6 +129,14 @@ def served_urls(base: str) -> list[tuple[str, str]]:
     ]
 
 
+def started_line(bridge: Bridge) -> str:
+    """What the bridge says once every upstream has listed or failed its first attempt."""
+    slots = bridge.catalog.slots.values()
+    down = [f"{s.name} ({s.health.state})" for s in slots if s.health.state not in ("ready", "disabled")]
+    said = f"; not ready: {', '.join(down)}" if down else ""
+    return f"upstreams started: serving {len(bridge.catalog)} tools from {len(bridge.catalog.slots)} upstreams{said}"
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
@@ -159,19 +167,19 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         print(f"bridge serve: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
     server: uvicorn.Server | None = None
+    stop = asyncio.Event()  # a signal before the server runs (while a command holds the search index)
 
     def on_signal() -> None:
-        if stop.is_set() and server is not None:
-            server.force_exit = True
         stop.set()
-        if server is not None:
-            server.should_exit = True
-        if app is not None:
-            # streams that only wait for notices would hold the graceful stop for its whole grace;
-            # MCP calls still running near its end are answered
-            app.state.mcp_frontend.stopping(config.server.shutdown_timeout)
+        if server is None:
+            return
+        if server.should_exit:
+            server.force_exit = True
+        server.should_exit = True
+        # streams that only wait for notices would hold the graceful stop for its whole grace;
+        # MCP calls still running near its end are answered
+        app.state.mcp_frontend.stopping(config.server.shutdown_timeout)
 
     handled = []
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -181,62 +189,67 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
     app: Starlette | None = None
     # a `bridge search` holding the on-disk index as the server starts: wait for it (a signal
     # meanwhile stops the server at once), rather than keep the index in memory for good
-    waiting = asyncio.ensure_future(search_index_released(config))
+    released = asyncio.ensure_future(search_index_released(config))
     stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({released, stopping}, return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()
     if stop.is_set():
-        waiting.cancel()
+        released.cancel()
         for sig in handled:
             loop.remove_signal_handler(sig)
         sock.close()
         return 0
     bridge = Bridge(config)
     stop_reloading = reload_on_hangup(bridge, config.source)  # SIGHUP: the config file read again and applied
+    app = build_app(bridge, host=host)
+    starting: asyncio.Task[None] | None = None
     try:
-        # a signal while the upstreams first connect stops the bridge then, not once the slowest
-        # has had its start_timeout (which a supervisor's grace period may not cover)
-        starting = asyncio.ensure_future(bridge.start(wait=True))
-        stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if stop.is_set():
-            starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await starting
-            return 0
-        starting.result()
-        app = build_app(bridge, host=host)
-        settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
         # ws="none": no route takes a WebSocket, and uvicorn would import its WebSocket module
-        # here, after the upstreams have started (one that had used up the file descriptors ended
-        # the server on that import)
+        # here, while the upstreams start (one that had used up the file descriptors ended the
+        # server on that import)
         uv_config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, ws="none", log_level="warning", access_log=False, lifespan="on",
                                    timeout_graceful_shutdown=config.server.shutdown_timeout)
         server = uvicorn.Server(uv_config)
         server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # ours are installed above
         task = asyncio.create_task(server.serve(sockets=[sock]))
+        # the upstreams start while the listener serves: /healthz answers at once, /readyz says
+        # which upstreams are still starting, and the catalog grows as each lists. A signal
+        # meanwhile stops the server, and the start with it, without waiting for their start_timeout.
+        starting = asyncio.create_task(bridge.start(wait=True), name="bridge start")
         while not server.started and not task.done():
             await asyncio.wait([task], timeout=0.05)
         if task.done() and not server.started:
             task.result()
+            if server.should_exit:  # a signal before it listened
+                return 0
             print("bridge serve: the server did not start", file=sys.stderr)
             return 1
         bound_port = sock.getsockname()[1]
         bound = f"http://{host if ':' not in host else f'[{host.strip(chr(91) + chr(93))}]'}:{bound_port}"
         base = (config.server.public_url or bound).rstrip("/")
         public = f" (public URL {base})" if config.server.public_url else ""
-        print(f"bridge: serving {len(bridge.catalog)} tools from {len(bridge.catalog.slots)} upstreams on {bound}{public}", file=sys.stderr)
+        waiting = bridge.starting()
+        still = f" ({len(waiting)} still starting)" if waiting else ""
+        print(f"bridge: serving {len(bridge.catalog)} tools from {len(bridge.catalog.slots)} upstreams{still} on {bound}{public}",
+              file=sys.stderr)
         for label, url in served_urls(base):
             print(f"  {label + ':':<24}{url}", file=sys.stderr)
+        await asyncio.wait([task, starting], return_when=asyncio.FIRST_COMPLETED)
+        if starting.done() and not task.done():
+            starting.result()
+            settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
+            print(f"bridge: {started_line(bridge)}", file=sys.stderr)
         await task
         return 0
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
         stop_reloading()
-        if app is not None:
-            await close_app(app)
+        if starting is not None and not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+        await close_app(app)
         await bridge.close()
         sock.close()
 

@@ -173,8 +173,12 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
                 entry["reason"] = health.reason
             upstreams.append(entry)
         enabled = [u for u in upstreams if u["state"] != "disabled"]
-        ready = not enabled or any(u["state"] == "ready" for u in enabled)
-        return JSONBody({"ready": ready, "tools": len(bridge.catalog), "upstreams": upstreams}, status_code=200 if ready else 503)
+        # not ready while the start waits for an upstream's first attempt (the listener serves
+        # from the first moment, with the tools listed so far)
+        starting = bridge.starting()
+        ready = not starting and (not enabled or any(u["state"] == "ready" for u in enabled))
+        return JSONBody({"ready": ready, "starting": starting, "tools": len(bridge.catalog), "upstreams": upstreams},
+                        status_code=200 if ready else 503)
 
     return [
         Route("/search", search, methods=["GET"]),

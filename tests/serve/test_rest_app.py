@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -33,8 +34,8 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": 
 
 @contextlib.asynccontextmanager
 async def serving(tmp_path: Path, server: dict | None = None) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    """`bridge serve` over the MCP test server, and its base URL once it serves; killed if still
-    running at the end."""
+    """`bridge serve` over the MCP test server, and its base URL once its upstream has started;
+    killed if still running at the end."""
     fixture = ROOT / "tests" / "adapters" / "mcp_fixtures" / "server.py"
     config = {"store": {"path": ":memory:"}, "server": server or {},
               "upstreams": [{"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(fixture)]}]}
@@ -48,11 +49,12 @@ async def serving(tmp_path: Path, server: dict | None = None) -> AsyncIterator[t
     try:
         lines: list[str] = []
         async with asyncio.timeout(30):
-            while not (lines and lines[-1].startswith("bridge: serving")):
+            while not (lines and lines[-1].startswith("bridge: upstreams started")):
                 raw = await process.stderr.readline()
                 assert raw, "bridge serve exited early:\n" + "".join(lines)
                 lines.append(raw.decode())
-        yield process, lines[-1].rsplit(" on ", 1)[1].strip()
+        (banner,) = [line for line in lines if line.startswith("bridge: serving")]
+        yield process, banner.rsplit(" on ", 1)[1].strip()
     finally:
         if process.returncode is None:
             process.kill()
@@ -117,7 +119,10 @@ async def test_bridge_serve_starts_its_upstreams_serves_and_stops_on_sigterm(tmp
             base = lines[-1].rsplit(" on ", 1)[1].strip()
             for _ in range(6):  # the URL lines
                 lines.append((await process.stderr.readline()).decode())
+            while not lines[-1].startswith("bridge: upstreams started"):  # printed once a2t_demo has listed
+                lines.append((await process.stderr.readline()).decode())
         assert any("/mcp" in line for line in lines) and any(f"{base}/openapi.json" in line for line in lines)
+        assert re.fullmatch(r"bridge: upstreams started: serving [1-9][0-9]* tools from 1 upstreams\n", lines[-1]), lines[-1]
         async with aiohttp.ClientSession(base_url=base) as http:
             async with http.get("/tools") as response:
                 names = [i["name"] for i in (await response.json())["items"]]

@@ -60,7 +60,7 @@ async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):
         return len([line for line in lines if start in line]) >= count
 
     try:
-        await until(lambda: said("bridge: serving"), 30)
+        await until(lambda: said("bridge: upstreams started"), 30)
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
             async def get(route: str, **params) -> dict:
                 async with http.get(route, params=params) as response:

@@ -3,8 +3,10 @@ few milliseconds (the SDK's import costs a second of CPU). It answers `initializ
 `tools/call`, and lists one `echo` tool. `--linger N` keeps it running N seconds after its stdin
 closes, as a server with work still under way does (a Node server with a timer pending).
 `--cursors same` gives every tools/list page the same `nextCursor`, `--cursors endless` a new one.
+`--hold FIFO` reads nothing until a writer has opened and closed the named pipe FIFO: a server
+slow to start, for as long as the test wants.
 
-    python tests/adapters/mcp_fixtures/tiny_server.py [--linger N] [--cursors same|endless]
+    python tests/adapters/mcp_fixtures/tiny_server.py [--linger N] [--cursors same|endless] [--hold FIFO]
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def answer(message: dict) -> dict:
 
 
 def main() -> None:
+    if "--hold" in sys.argv:
+        with open(sys.argv[sys.argv.index("--hold") + 1]) as held:  # blocks until a writer opens it
+            held.read()
     for line in sys.stdin:
         message = json.loads(line)
         if "id" in message and "method" in message:
