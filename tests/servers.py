@@ -10,11 +10,34 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from bridge.serve.http_protocol import CorkedHttpToolsProtocol
+
+TINY_MCP_SERVER = Path(__file__).resolve().parent / "adapters" / "mcp_fixtures" / "tiny_server.py"
+
+
+def held_upstream(name: str, fifo: Path) -> dict[str, Any]:
+    """The config of an MCP upstream (the tiny server) that answers nothing until `release(fifo)`;
+    its start_timeout (60 s) outlasts any test."""
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    return {"name": name, "kind": "mcp", "command": sys.executable, "args": [str(TINY_MCP_SERVER), "--hold", str(fifo)],
+            "start_timeout": 60, "shutdown_timeout": 0.5}
+
+
+async def release(fifo: Path) -> None:
+    """Let the upstream held on `fifo` answer (opening the pipe waits for its reader)."""
+    await asyncio.to_thread(lambda: open(fifo, "w").close())
+
+
+def unblock(fifo: Path) -> None:
+    """Release a held upstream if one is waiting, so that no test leaves one behind."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
 
 async def until(predicate: Callable[[], Any], timeout: float = 5.0) -> None:

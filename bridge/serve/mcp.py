@@ -131,9 +131,11 @@ class MCPFrontend:
         page_size: int = 100,
         debounce: float = 0.1,
         session_load_limit: int = 256,
+        listing_waits_for_start: bool = False,
     ) -> None:
         self.bridge = bridge
         self._surface_asked = default_surface
+        self._listing_waits_for_start = listing_waits_for_start
         self.page_size = page_size
         self.notifier = ChangeNotifier(bridge, debounce=debounce, session_load_limit=session_load_limit)
         self._running: set[asyncio.Task[Any]] = set()  # handlers of tools/call running the pipeline
@@ -265,6 +267,10 @@ class MCPFrontend:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        if self._listing_waits_for_start:
+            # over stdio the first listing is the whole catalog: a client that does not re-list
+            # on list_changed would otherwise miss the upstreams slower than its first request
+            await self.bridge.wait_started()
         surface = self._surface(ctx)
         state = self._state(ctx, surface)
         listing = listing_for(surface, state)
@@ -520,6 +526,13 @@ def transport_security_for(host: str, public_url: str | None = None) -> Transpor
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
 
 
+async def _start_then_settle(bridge: Bridge) -> None:
+    await bridge.start(wait=True)
+    settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
+    if not_ready := [s.name for s in bridge.catalog.slots.values() if s.health.state not in ("ready", "disabled")]:
+        log.info("upstreams started; not ready: %s", ", ".join(not_ready))
+
+
 async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
     """`bridge serve --stdio`: serve one surface over MCP on stdin/stdout until stdin closes.
     Stdout carries protocol only (while serving, the SDK points fd 1 at stderr for everything
@@ -561,10 +574,11 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
                 raise
             bridge = Bridge(config)
             stop_reloading = reload_on_hangup(bridge, config.source)
+            # `initialize` is answered at once, while the upstreams start (a client's connect
+            # timeout may be shorter than their start_timeout); tools/list waits for the start
+            starting = asyncio.create_task(_start_then_settle(bridge), name="bridge start")
             try:
-                await bridge.start(wait=True)
-                frontend = MCPFrontend(bridge, default_surface=surface)
-                settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
+                frontend = MCPFrontend(bridge, default_surface=surface, listing_waits_for_start=True)
                 try:
                     await frontend.server.run(read, write, frontend.server.create_initialization_options())
                 finally:
@@ -572,6 +586,10 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
                     await frontend.aclose()
             finally:
                 closing = True
+                if not starting.done():
+                    starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
                 stop_reloading()
                 await bridge.close()
                 if signalled:  # leaving stdio_server would wait for its stdin reader, until stdin closes

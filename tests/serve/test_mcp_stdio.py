@@ -20,7 +20,7 @@ from mcp.client.stdio import stdio_client
 from bridge.config import load_config
 from bridge.serve.mcp import run_stdio
 from tests.serve.mcp_support import ERAS, HANDSHAKE, EraClient, connect, error_class, text_of
-from tests.servers import child_pids, free_port, process_running
+from tests.servers import TINY_MCP_SERVER, child_pids, free_port, held_upstream, process_running, release, unblock
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "mcp_tools_server.py"
@@ -143,8 +143,8 @@ async def test_stdio_refuses_an_unknown_surface_before_serving(tmp_path, capsys)
 
 @contextlib.asynccontextmanager
 async def stdio_bridge(config: dict, tmp_path: Path) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`bridge serve --stdio` on `config`, initialized (its upstreams have listed); killed if
-    still running at the end."""
+    """`bridge serve --stdio` on `config`, initialized, once its upstreams have started (its
+    first `tools/list`, which waits for them, answered); killed if still running at the end."""
     (tmp_path / "bridge.json").write_text(json.dumps(config))
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.json"), cwd=ROOT,
@@ -156,7 +156,11 @@ async def stdio_bridge(config: dict, tmp_path: Path) -> AsyncIterator[asyncio.su
         process.stdin.write(json.dumps(initialize).encode() + b"\n")
         await process.stdin.drain()
         async with asyncio.timeout(30):
-            assert json.loads(await process.stdout.readline())["id"] == 1  # serving: its upstreams listed
+            assert json.loads(await process.stdout.readline())["id"] == 1
+            for message in ({"method": "notifications/initialized"}, {"id": "started", "method": "tools/list"}):
+                process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+            await process.stdin.drain()
+            assert json.loads(await process.stdout.readline())["id"] == "started"  # its upstreams have listed
         yield process
     finally:
         if process.returncode is None:
@@ -221,7 +225,6 @@ async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path)
                     return message["result"]
 
         async with asyncio.timeout(45):
-            await send({"method": "notifications/initialized"})
             await send({"id": 2, "method": "tools/list"})
             assert "fx__echo" in {t["name"] for t in (await answer(2))["tools"]}
 
@@ -240,3 +243,68 @@ async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path)
         os.kill(process.pid, signal.SIGTERM)
         async with asyncio.timeout(15):
             assert await process.wait() == 0
+
+
+async def test_the_stdio_bridge_answers_initialize_at_once_and_its_first_listing_waits_for_the_start(tmp_path):
+    # a client's connect timeout (10 to 30 s) was shorter than a slow upstream's start_timeout,
+    # and initialize waited for every upstream's first attempt
+    fifo = tmp_path / "slow.fifo"
+    config = {"store": {"path": ":memory:"},
+              "upstreams": [{"name": "fast", "kind": "mcp", "command": sys.executable, "args": [str(TINY_MCP_SERVER)]},
+                            held_upstream("slow", fifo)]}
+    (tmp_path / "bridge.json").write_text(json.dumps(config))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.json"), cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
+
+    async def send(message: dict) -> None:
+        process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        await process.stdin.drain()
+
+    try:
+        async with asyncio.timeout(30):
+            await send({"id": 1, "method": "initialize",
+                        "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
+            assert json.loads(await process.stdout.readline())["id"] == 1  # slow is still held
+            await send({"method": "notifications/initialized"})
+            await send({"id": 2, "method": "tools/list"})
+            await send({"id": 3, "method": "ping"})
+            assert json.loads(await process.stdout.readline()) == {"jsonrpc": "2.0", "id": 3, "result": {}}  # the listing waits
+            await release(fifo)
+            listing = json.loads(await process.stdout.readline())
+            assert listing["id"] == 2 and {t["name"] for t in listing["result"]["tools"]} == {"fast__echo", "slow__echo"}
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(15):
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        unblock(fifo)
+
+
+async def test_sigterm_while_an_upstream_starts_stops_the_stdio_bridge_at_once(tmp_path):
+    fifo = tmp_path / "slow.fifo"
+    config = {"store": {"path": ":memory:"}, "upstreams": [held_upstream("slow", fifo)]}
+    (tmp_path / "bridge.json").write_text(json.dumps(config))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.json"), cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        process.stdin.write(json.dumps(initialize).encode() + b"\n")
+        await process.stdin.drain()
+        async with asyncio.timeout(30):
+            assert json.loads(await process.stdout.readline())["id"] == 1
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(15):  # the upstream's start_timeout is 60 s
+            assert await process.wait() == 0
+        assert "Traceback" not in (await process.stderr.read()).decode()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        unblock(fifo)

@@ -16,27 +16,9 @@ from pathlib import Path
 import aiohttp
 
 from tests.serve.mcp_support import HANDSHAKE, http_client
+from tests.servers import held_upstream, release, unblock
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "tests" / "adapters" / "mcp_fixtures" / "tiny_server.py"
-
-
-def held_upstream(name: str, fifo: Path) -> dict:
-    """An MCP upstream that answers nothing until `release(fifo)`."""
-    if not fifo.exists():
-        os.mkfifo(fifo)
-    return {"name": name, "kind": "mcp", "command": sys.executable, "args": [str(TINY), "--hold", str(fifo)], "start_timeout": 60, "shutdown_timeout": 0.5}
-
-
-async def release(fifo: Path) -> None:
-    """Let the upstream held on `fifo` answer (opening the pipe waits for its reader)."""
-    await asyncio.to_thread(lambda: open(fifo, "w").close())
-
-
-def unblock(fifo: Path) -> None:
-    """Release a held upstream if it is waiting, so that no test leaves one behind."""
-    with contextlib.suppress(OSError):
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
 
 class Serving:
