@@ -56,6 +56,7 @@ class Bridge:
         self._reloading = asyncio.Lock()
         self._reload_listeners: list[Callable[[], None]] = []
         self._started = asyncio.Event()
+        self._kept_surfaces: dict[str, str] = {}  # surface -> who serves it (`keep_surface`)
 
     async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None) -> None:
         """Start every upstream; with `wait`, until each has listed or failed its first attempt
@@ -92,13 +93,18 @@ class Bridge:
         `default_surface` and `invoke` hold from the next request on; every other key of
         `server`, `store` and `search` keeps its running value, with a warning that it needs a
         restart. Reloads run one at a time. A ConfigError (an upstream name the bridge already
-        serves from elsewhere) changes nothing. A reload while the bridge starts applies at once:
-        `start` then also waits for the upstreams it adds or restarts, and no longer for those it
-        removes."""
+        serves from elsewhere, a surface `keep_surface` named missing) changes nothing. A reload
+        while the bridge starts applies at once: `start` then also waits for the upstreams it
+        adds or restarts, and no longer for those it removes."""
         async with self._reloading:
             old = self.config
             before = {u.name: u for u in old.upstreams}
             after = {u.name: u for u in config.upstreams}
+            gone = [(name, why) for name, why in self._kept_surfaces.items() if name not in config.surface_names()]
+            if gone:
+                raise ConfigError(config.source, [("surfaces", f"no surface named {name!r}, which {why}",
+                                                   f"define surface {name!r} again, or restart the bridge with another surface")
+                                                  for name, why in gone])
             clash = [(i, u.name) for i, u in enumerate(config.upstreams) if u.name not in before and u.name in self.catalog.slots]
             if clash:
                 raise ConfigError(config.source, [(f"upstreams[{i}].name", f"the bridge already serves an upstream named {name!r} "
@@ -140,6 +146,11 @@ class Bridge:
             summary = "; ".join(f"{what}: {', '.join(names)}" for what, names in said.items() if names) or "nothing changed"
             log.warning("config reloaded from %s: %s", config.source, summary)
             return summary
+
+    def keep_surface(self, name: str, why: str) -> None:
+        """A reload whose config no longer defines surface `name` is refused as a config error
+        (nothing changes), saying `why` the bridge needs it."""
+        self._kept_surfaces[name] = why
 
     def on_reload(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call `listener` at the end of each reload (frontends that keep something per surface

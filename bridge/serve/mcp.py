@@ -573,6 +573,9 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
                     os._exit(0)
                 raise
             bridge = Bridge(config)
+            if surface is not None:
+                # a reload that removed it left every request of the session refused
+                bridge.keep_surface(surface, f"this stdio session serves (--surface {surface})")
             stop_reloading = reload_on_hangup(bridge, config.source)
             # `initialize` is answered at once, while the upstreams start (a client's connect
             # timeout may be shorter than their start_timeout); tools/list waits for the start

@@ -142,12 +142,12 @@ async def test_stdio_refuses_an_unknown_surface_before_serving(tmp_path, capsys)
 
 
 @contextlib.asynccontextmanager
-async def stdio_bridge(config: dict, tmp_path: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+async def stdio_bridge(config: dict, tmp_path: Path, *args: str) -> AsyncIterator[asyncio.subprocess.Process]:
     """`bridge serve --stdio` on `config`, initialized, once its upstreams have started (its
     first `tools/list`, which waits for them, answered); killed if still running at the end."""
     (tmp_path / "bridge.json").write_text(json.dumps(config))
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.json"), cwd=ROOT,
+        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.json"), *args, cwd=ROOT,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert process.stdin is not None and process.stdout is not None
     try:
@@ -241,6 +241,39 @@ async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path)
                 request_id += 1
             assert "fx__echo" in names
         os.kill(process.pid, signal.SIGTERM)
+        async with asyncio.timeout(15):
+            assert await process.wait() == 0
+
+
+async def test_a_reload_that_removes_the_stdio_sessions_surface_is_refused(tmp_path):
+    # it applied, and every request of the session answered -32600 "no surface named 'agents'
+    # is configured", without a notice nor a line in the log saying why
+    path = bridge_config(tmp_path)
+    config = json.loads(path.read_text())
+    async with stdio_bridge(config, tmp_path, "--surface", "agents") as process:
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+
+        async def listed(request_id: int) -> set[str]:
+            process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}).encode() + b"\n")
+            await process.stdin.drain()
+            answer = json.loads(await process.stdout.readline())
+            assert answer["id"] == request_id, answer
+            return {t["name"] for t in answer["result"]["tools"]}
+
+        async with asyncio.timeout(30):
+            assert "fx__echo" in await listed(2)
+            config["surfaces"] = [s for s in config["surfaces"] if s["name"] != "agents"]
+            config["upstreams"].append({**config["upstreams"][0], "name": "gx"})
+            path.write_text(json.dumps(config))
+            os.kill(process.pid, signal.SIGHUP)
+            while "config reload" not in (line := (await process.stderr.readline()).decode()):
+                pass
+            assert "ERROR bridge.runtime: config reload: " in line, line
+            assert ("surfaces: no surface named 'agents', which this stdio session serves (--surface agents) "
+                    "(fix: define surface 'agents' again, or restart the bridge with another surface); nothing changed") in line, line
+            assert not any(n.startswith("gx__") for n in await listed(3))  # nothing else of the config applied
+            assert "fx__echo" in await listed(4)
+        process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(15):
             assert await process.wait() == 0
 
