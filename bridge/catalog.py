@@ -305,6 +305,20 @@ class Catalog:
         return [s.name for s in self.slots.values()
                 if s.upstream.config.enabled and s.stopping is None and not s.first_attempt.is_set()]
 
+    def still_starting(self, ref: str) -> str:
+        """What the answer for a name the catalog does not have adds while upstreams are on
+        their first attempt ("" when none is): the one whose namespace the name starts with,
+        else every one (the first 5). Told by the name alone, so that a tool hidden from the
+        caller is answered as a missing one."""
+        starting = self.starting()
+        if not starting:
+            return ""
+        named = [name for name in starting if ref.startswith(name + NAME_SEPARATOR)]
+        if named:
+            return f"; upstream {max(named, key=len)!r} is still starting, and has not listed its tools yet"
+        more = f" and {len(starting) - 5} more" if len(starting) > 5 else ""
+        return f"; still starting, their tools not listed yet: {', '.join(starting[:5])}{more}"
+
     async def close(self) -> None:
         self._closed = True
         tasks = [s.task for s in self.slots.values() if s.task]

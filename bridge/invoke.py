@@ -396,7 +396,8 @@ class Invoker:
     def _resolve(self, ref: str, surface: Surface) -> ToolDeclaration:
         decl = self.catalog.resolve(ref)
         if decl is None:
-            raise BridgeError(f"no tool named {quoted(ref)}; search the catalog for the right name", error_class="unknown_tool")
+            raise BridgeError(f"no tool named {quoted(ref)}; search the catalog for the right name{self.catalog.still_starting(ref)}",
+                              error_class="unknown_tool")
         placement = surface.place(decl)
         if placement.state == "blocked":
             raise blocked_error(decl, placement.reason or "policy_blocked")

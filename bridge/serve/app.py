@@ -65,7 +65,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         path = request.url.path
         error = (ApiError(404, "unknown_tool", f"{path} names no version; use /tools/{{toolId}}/versions/{{n}}:invoke",
                           error_code="unknown_version") if "/versions/" in path
-                 else not_found(path.removeprefix("/tools/").removesuffix(":invoke")))
+                 else not_found(path.removeprefix("/tools/").removesuffix(":invoke"), request.app.state.bridge.catalog))
     elif exc.status_code == 405:
         error = ApiError(405, "invalid_arguments", f"{request.method} is not allowed on {request.url.path}",
                          error_code="method_not_allowed", headers=dict(exc.headers or {}))

@@ -174,7 +174,8 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
         body = await ctx.read_json(request)
         if decl is None:
             # the reference's answer for an unknown tool: HTTP 200 with error code tool_not_found
-            result = error_result(BridgeError(f"Tool not found: {name if len(name) <= QUOTED_CHARS else quoted(name)}", error_class="unknown_tool"), invocation_id=new_id("inv"))
+            message = f"Tool not found: {name if len(name) <= QUOTED_CHARS else quoted(name)}{bridge.catalog.still_starting(name)}"
+            result = error_result(BridgeError(message, error_class="unknown_tool"), invocation_id=new_id("inv"))
             return JSONBody(a2t.render_execute(result, refresh_meta(request, surface)), headers=generation_headers())
         if not isinstance(body, dict):
             raise ApiError(400, "invalid_arguments", "the request body must be a JSON object of tool arguments", pointer="")

@@ -18,6 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from bridge.catalog import Catalog
 from bridge.config import ServerConfig
 from bridge.model import ToolDeclaration, ToolError, ToolResult, quoted
 from bridge.runtime import Bridge
@@ -140,9 +141,10 @@ def result_error_response(result: ToolResult, extra: dict[str, Any] | None = Non
     return JSONBody(body, status_code=status, headers=retry_after_headers(result.error))
 
 
-def not_found(ref: str) -> ApiError:
-    """The one answer for a tool that is missing or outside the caller's surface."""
-    return ApiError(404, "unknown_tool", f"no tool {quoted(ref)}; search the catalog for the right name")
+def not_found(ref: str, catalog: Catalog) -> ApiError:
+    """The one answer for a tool that is missing or outside the caller's surface (naming the
+    upstreams still starting, `Catalog.still_starting`)."""
+    return ApiError(404, "unknown_tool", f"no tool {quoted(ref)}; search the catalog for the right name{catalog.still_starting(ref)}")
 
 
 class ServeContext:
@@ -202,7 +204,7 @@ class ServeContext:
     def visible(self, ref: str, surface: Surface) -> ToolDeclaration:
         decl = self.bridge.catalog.resolve(ref)
         if decl is None or not surface.visible(decl):
-            raise not_found(ref)
+            raise not_found(ref, self.bridge.catalog)
         return decl
 
     def callable(self, ref: str) -> ToolDeclaration:
@@ -211,7 +213,7 @@ class ServeContext:
         as over MCP; only a name the catalog does not hold is a 404 here."""
         decl = self.bridge.catalog.resolve(ref)
         if decl is None:
-            raise not_found(ref)
+            raise not_found(ref, self.bridge.catalog)
         return decl
 
     def listing(self, surface: Surface) -> tuple[list[ToolDeclaration], list[str]]:

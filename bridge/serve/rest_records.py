@@ -122,7 +122,8 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
             # the envelope the pipeline gives for a missing tool (a blocked one is refused by the
             # pipeline with the block's reason)
             result = error_result(
-                BridgeError(f"no tool named {quoted(tool)}; search the catalog for the right name", error_class="unknown_tool"),
+                BridgeError(f"no tool named {quoted(tool)}; search the catalog for the right name{bridge.catalog.still_starting(tool)}",
+                            error_class="unknown_tool"),
                 invocation_id=new_id("inv"),
             )
         else:

@@ -105,8 +105,17 @@ async def test_bridge_serve_listens_while_an_upstream_starts(tmp_path):
                 assert [m["name"] for m in found["matches"]] == ["fast__echo"] and found["pending_providers"] == ["slow"]
                 status, result = await invoke("fast__echo")
                 assert status == 200 and result["content"][0]["text"] == "hi"
+                # a tool of an upstream that has not listed yet: unknown_tool, naming it, over REST and MCP alike
+                said = "no tool named 'slow__echo'; search the catalog for the right name; upstream 'slow' is still starting, " \
+                       "and has not listed its tools yet"
                 status, result = await invoke("slow__echo")
-                assert status == 404 and result["error"]["error_class"] == "unknown_tool"
+                assert status == 404 and result["error"]["error_class"] == "unknown_tool" and result["error"]["message"] == said
+                async with http.post("/tools/slow__echo:invoke", json={"input_parameters": []}) as response:
+                    assert response.status == 404 and (await response.json())["error"]["message"].endswith(said.partition("right name")[2])
+                called = await mcp.call("slow__echo", {"text": "hi"})
+                assert called.is_error and said in called.content[0].text
+                status, result = await invoke("other")
+                assert status == 404 and result["error"]["message"].endswith("; still starting, their tools not listed yet: slow")
 
                 await release(slow)
                 started = await served.line("bridge: upstreams started")
