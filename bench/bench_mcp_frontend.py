@@ -104,6 +104,13 @@ async def wait_listening(port: int, proc: asyncio.subprocess.Process, timeout: f
                 await asyncio.sleep(0.05)
 
 
+async def wait_ready(base: str, timeout: float = 60) -> None:
+    """Until the bridge's /readyz answers 200: it listens before its upstreams have listed."""
+    async with asyncio.timeout(timeout), httpx2.AsyncClient() as http:
+        while (await http.get(f"{base}/readyz")).status_code != 200:
+            await asyncio.sleep(0.05)
+
+
 @contextlib.asynccontextmanager
 async def session(url: str) -> AsyncIterator[ClientSession]:
     async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120)) as http:
@@ -164,6 +171,7 @@ async def bench_calls(calls: int, work: Path) -> list[list[str]]:
         await wait_listening(up_port, upstream)
         async with process(PY, "-m", "bridge.cli", "serve", "-c", str(work / "bridge.json")) as bridge:
             await wait_listening(bridge_port, bridge)
+            await wait_ready(f"http://127.0.0.1:{bridge_port}")
             direct_url, bridge_url = f"http://127.0.0.1:{up_port}/mcp", f"http://127.0.0.1:{bridge_port}/mcp"
             async with session(bridge_url) as s:
                 names = [t.name for t in (await s.list_tools()).tools]
