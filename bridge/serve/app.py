@@ -212,10 +212,6 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         server = uvicorn.Server(uv_config)
         server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # ours are installed above
         task = asyncio.create_task(server.serve(sockets=[sock]))
-        # the upstreams start while the listener serves: /healthz answers at once, /readyz says
-        # which upstreams are still starting, and the catalog grows as each lists. A signal
-        # meanwhile stops the server, and the start with it, without waiting for their start_timeout.
-        starting = asyncio.create_task(bridge.start(wait=True), name="bridge start")
         while not server.started and not task.done():
             await asyncio.wait([task], timeout=0.05)
         if task.done() and not server.started:
@@ -224,6 +220,11 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
                 return 0
             print("bridge serve: the server did not start", file=sys.stderr)
             return 1
+        # the upstreams start once the server listens, and while it serves: /healthz answers at
+        # once, /readyz says which upstreams are still starting, and the catalog grows as each
+        # lists. A signal meanwhile stops the server, and the start with it, without waiting for
+        # their start_timeout.
+        starting = asyncio.create_task(bridge.start(wait=True), name="bridge start")
         bound_port = sock.getsockname()[1]
         bound = f"http://{host if ':' not in host else f'[{host.strip(chr(91) + chr(93))}]'}:{bound_port}"
         base = (config.server.public_url or bound).rstrip("/")
