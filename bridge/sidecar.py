@@ -30,24 +30,37 @@ LINE_CHARS = 2_000  # of a line of output, kept and logged
 
 
 _death_guard: list[str] | None = None  # the setpriv prefix, once found to work
+_death_guard_probe: tuple[asyncio.AbstractEventLoop, asyncio.Task[list[str]]] | None = None  # the probe under way
 
 
 async def death_guard() -> list[str]:
     """`[setpriv, --pdeathsig, TERM, --]` where setpriv is on PATH and takes the option (util-linux
-    2.33 and later), else nothing: a launched process then outlives a bridge that is killed."""
+    2.33 and later), else nothing: a launched process then outlives a bridge that is killed.
+    Probed once: the stdio upstreams of a start ask all at once, and each ran a probe of its own
+    (a spawn holds the event loop 10 to 20 ms, in which the server, already listening, answers
+    nothing)."""
+    global _death_guard_probe
+    if _death_guard is not None:
+        return _death_guard
+    loop = asyncio.get_running_loop()
+    if _death_guard_probe is None or _death_guard_probe[0] is not loop:
+        _death_guard_probe = (loop, loop.create_task(_probe_death_guard()))
+    return await asyncio.shield(_death_guard_probe[1])  # a caller cancelled leaves the probe to the others
+
+
+async def _probe_death_guard() -> list[str]:
     global _death_guard
-    if _death_guard is None:
-        setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
-        guard = [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
-        if guard:
-            try:
-                probe = await asyncio.create_subprocess_exec(*guard, setpriv, "--version", stdin=asyncio.subprocess.DEVNULL,
-                                                             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-                guard = guard if await probe.wait() == 0 else []
-            except OSError:
-                guard = []
-        _death_guard = guard
-    return _death_guard
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    guard = [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
+    if guard:
+        try:
+            probe = await asyncio.create_subprocess_exec(*guard, setpriv, "--version", stdin=asyncio.subprocess.DEVNULL,
+                                                         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+            guard = guard if await probe.wait() == 0 else []
+        except OSError:
+            guard = []
+    _death_guard = guard
+    return guard
 
 
 def runnable(command: str, cwd: str, path: str | None) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge import sidecar
 from bridge.sidecar import LINE_CHARS, Sidecar
 from bridge.upstream import LaunchConfig
 from tests.servers import left_by_a_killed_parent, process_ended, process_running
@@ -85,3 +86,17 @@ asyncio.run(main())
 @pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("setpriv") is None, reason="setpriv --pdeathsig is Linux's")
 async def test_a_launched_process_ends_when_the_bridge_is_killed() -> None:
     assert await process_ended(await left_by_a_killed_parent(PARENT, ROOT))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="setpriv is used on Linux only")
+async def test_setpriv_is_probed_once_when_many_upstreams_start_at_once(tmp_path, monkeypatch) -> None:
+    # each stdio upstream of a start probed it: one spawn each, holding the event loop meanwhile
+    fake = tmp_path / "setpriv"
+    fake.write_text(f"#!/bin/sh\necho probe >> {tmp_path / 'probes'}\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(sidecar, "_death_guard", None)
+    monkeypatch.setattr(sidecar, "_death_guard_probe", None, raising=False)
+    guards = await asyncio.gather(*(sidecar.death_guard() for _ in range(20)))
+    assert guards == [[str(fake), "--pdeathsig", "TERM", "--"]] * 20
+    assert (tmp_path / "probes").read_text() == "probe\n"
