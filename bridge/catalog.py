@@ -294,9 +294,9 @@ class Catalog:
 
         # the upstreams a reload adds or restarts meanwhile are waited for too; one it removes
         # or restarts is no longer waited for (`_stop` ends its first attempt)
-        waited: set[int] = set()
+        waited: dict[int, UpstreamSlot] = {}  # by id, each held so that no new slot takes its id
         while fresh := [s for s in self.slots.values() if id(s) not in waited]:
-            waited.update(id(s) for s in fresh)
+            waited.update((id(s), s) for s in fresh)
             await asyncio.gather(*(wait_first(s) for s in fresh))
 
     def starting(self) -> list[str]:
