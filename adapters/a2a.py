@@ -16,6 +16,7 @@ import logging
 import re
 import ssl
 import time
+import urllib.parse
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -39,7 +40,7 @@ from a2a.utils.errors import (
 )
 from google.protobuf.json_format import ParseError
 from google.protobuf.message import DecodeError
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from adapters.a2a_card import A2AAuth, AgentCredentials, CardFetch, CardSource, RedactingFilter, bind_credentials, redact
 from adapters.a2a_mapping import (
@@ -141,6 +142,28 @@ class A2AConfig(UpstreamConfig):
     )
     cancel_timeout: float = Field(default=5.0, gt=0, description="seconds a cancel request to the agent may take")
     max_response_bytes: int = Field(default=16 << 20, ge=1024, description="larger answers (a card, a reply, one call's event stream) are refused")
+    credential_origins: list[str] = Field(
+        default_factory=list, description="origins (scheme://host:port) besides that of base_url/card_url that get the credentials"
+    )
+
+    @field_validator("credential_origins")
+    @classmethod
+    def _origins_only(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            try:
+                parts = urllib.parse.urlsplit(origin)
+                parts.port  # noqa: B018 - raises for a port that is no number
+            except ValueError:
+                parts = None
+            if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/")
+                    or parts.query or parts.fragment or parts.username is not None):
+                raise ConfigValueError(f"{origin!r} is not an http(s) origin",
+                                       "write the scheme, host and port only, e.g. https://agent.example.com or http://127.0.0.1:9102")
+        return origins
+
+    def configured_origins(self) -> list[str]:
+        """Where credentials may go: the origin of base_url or card_url, and credential_origins."""
+        return [self.base_url or self.card_url or "", *self.credential_origins]
 
     @model_validator(mode="after")
     def _one_location(self) -> A2AConfig:
@@ -257,8 +280,8 @@ class A2AUpstream(Upstream):
             agent.interface.url if agent.interface else "?",
             ", streaming" if agent.streaming else "",
         )
-        if agent.credentials.missing:
-            log.warning("agent %s: %s", agent.card.name, agent.credentials.missing)
+        if agent.credentials.blocked:
+            log.warning("agent %s: %s", agent.card.name, agent.credentials.blocked)
         if cfg.card_refresh_interval:
             self._refresher = asyncio.create_task(self._refresh_card(cfg.card_refresh_interval), name=f"a2a-card:{self.name}")
 
@@ -288,11 +311,15 @@ class A2AUpstream(Upstream):
                 recoverability="setup",
                 details={"reachable": True},
             ) from None
-        credentials = bind_credentials(card, cfg.auth, [i.url for i in card.supported_interfaces])
+        interface = _chosen_interface(card, bindings, cfg.transport != "auto")
+        credentials = bind_credentials(card, cfg.auth, cfg.configured_origins())
+        if interface is not None:
+            credentials.check_interface(interface.url, interface.protocol_binding)
         self._http.auth = credentials
         tools = tools_from_card(card, fetched.url)
-        if credentials.missing:
-            # surfaces block these (reason credential_missing) until the config gives the values
+        if credentials.blocked:
+            # surfaces block these (reason credential_missing) until the config gives the values,
+            # or lets them go to the card's interface
             for tool in tools:
                 tool.blocked_reason = "credential_missing"
         return _Agent(
@@ -304,7 +331,7 @@ class A2AUpstream(Upstream):
             # the agent as a whole when no skill can be named (none, or none with an id), as listed
             whole_agent_tool=None if any(s.id for s in card.skills) else agent_tool_id(card),
             streaming=streaming,
-            interface=_chosen_interface(card, bindings, cfg.transport != "auto"),
+            interface=interface,
             credentials=credentials,
         )
 
@@ -372,6 +399,8 @@ class A2AUpstream(Upstream):
             "skills": len(agent.card.skills),
             "auth_schemes": list(agent.credentials.schemes),
             "credentials_missing": agent.credentials.missing,
+            "credential_origins": agent.credentials.receiving_origins(),
+            "credentials_withheld": agent.credentials.withheld,
         }
 
     # ------------------------------------------------------------------ calls
@@ -386,8 +415,8 @@ class A2AUpstream(Upstream):
             skill_id = None
         else:
             raise BridgeError(f"agent {agent.card.name!r} no longer offers the skill {native_id!r}", error_class="unknown_tool")
-        if agent.credentials.missing:
-            raise BridgeError(agent.credentials.missing, error_class="credential_missing", recoverability="setup", status="denied")
+        if agent.credentials.blocked:
+            raise BridgeError(agent.credentials.blocked, error_class="credential_missing", recoverability="setup", status="denied")
         request = build_request(arguments, skill_id)
         message = request.message
         tracker = TaskTracker(sent_message_id=message.message_id, question_at=self._questions.get(message.task_id), sent_at=time.time_ns())

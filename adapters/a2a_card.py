@@ -32,6 +32,7 @@ __all__ = [
     "CardSource",
     "AgentCredentials",
     "bind_credentials",
+    "origin_text",
     "redact",
     "RedactingFilter",
 ]
@@ -176,9 +177,11 @@ def _describe(exc: BaseException) -> str:
 
 @dataclass
 class AgentCredentials(httpx.Auth):
-    """Credentials added to calls bound for the agent's own interfaces: never to another host,
-    never to card fetches (which follow redirects; calls do not). `missing` says what the card
-    asks for that the config does not give; `schemes` names the schemes in use (names only)."""
+    """Credentials added to calls bound for `origins`: the origin the operator configured (of
+    `base_url` or `card_url`) and those listed in `credential_origins`; never to another origin,
+    whatever the card says, and never to card fetches (which follow redirects; calls do not).
+    `missing` says what the card asks for that the config does not give; `withheld` says why
+    the chosen interface gets none of them; `schemes` names the schemes in use (names only)."""
 
     headers: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
@@ -186,6 +189,7 @@ class AgentCredentials(httpx.Auth):
     origins: set[tuple[str, str, int | None]] = field(default_factory=set)
     schemes: list[str] = field(default_factory=list)
     missing: str | None = None
+    withheld: str | None = None
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         if not request.extensions.get(CARD_REQUEST) and (request.url.scheme, request.url.host, request.url.port) in self.origins:
@@ -199,10 +203,47 @@ class AgentCredentials(httpx.Auth):
                 request.headers["Cookie"] = f"{existing}; {pairs}" if existing else pairs
         yield request
 
+    @property
+    def sends_any(self) -> bool:
+        return bool(self.headers or self.params or self.cookies)
+
+    @property
+    def blocked(self) -> str | None:
+        """Why calls cannot go with the credentials they need, or None."""
+        return self.missing or self.withheld
+
+    def receiving_origins(self) -> list[str]:
+        """The origins that get the credentials, as text (none when there is nothing to send)."""
+        return sorted(origin_text(o) for o in self.origins) if self.sends_any else []
+
+    def check_interface(self, url: str, binding: str) -> None:
+        """Set `withheld` when the interface at `url`, which calls will go to, is on an origin
+        that may not get the credentials: a call would go without them, and fail as refused."""
+        if not self.sends_any or not url:
+            return
+        try:
+            origin = _origin(url)
+        except httpx.InvalidURL:
+            self.withheld = f"the agent card puts its {binding} interface at {url[:200]!r}, which is no URL credentials can be sent to"
+            return
+        if origin in self.origins:
+            return
+        allowed = " and ".join(sorted(origin_text(o) for o in self.origins))
+        where = origin_text(origin)
+        self.withheld = (f"the agent card puts its {binding} interface on {where}, and credentials go only to {allowed} "
+                         f"(the origin of base_url or card_url, and credential_origins): they are not sent there. "
+                         f"If that origin is the agent's, add it to the upstream's credential_origins: [\"{where}\"]")
+
 
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = httpx.URL(url)
     return parts.scheme, parts.host, parts.port
+
+
+def origin_text(origin: tuple[str, str, int | None]) -> str:
+    scheme, host, port = origin
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}" + (f":{port}" if port is not None else "")
 
 
 def _value_for(name: str, scheme: SecurityScheme, auth: A2AAuth) -> str | None:
@@ -252,13 +293,14 @@ def _scheme_label(name: str, scheme: SecurityScheme) -> str:
     return f"{name} ({kind or 'unknown scheme'}, not supported)"
 
 
-def bind_credentials(card: AgentCard, auth: A2AAuth, interface_urls: Iterable[str]) -> AgentCredentials:
-    """Bind configured values to the card's security schemes.
+def bind_credentials(card: AgentCard, auth: A2AAuth, origins: Iterable[str]) -> AgentCredentials:
+    """Bind configured values to the card's security schemes, for calls to `origins` (URLs;
+    their scheme, host and port count).
 
     The first of the card's security requirements whose every scheme has a value is used. A card
     that declares schemes but no requirement gets every scheme that has a value. A card that
     declares no schemes gets `bearer_token`, when set, as `Authorization: Bearer`."""
-    creds = AgentCredentials(origins={_origin(u) for u in interface_urls if u})
+    creds = AgentCredentials(origins={_origin(u) for u in origins if u})
     schemes = dict(card.security_schemes)
     requirements = [list(req.schemes) for req in card.security_requirements]
     if not schemes:

@@ -22,6 +22,7 @@ from adapters.a2a_mapping import TOOL_KIND
 from bridge.config import ConfigError, parse_config
 from bridge.model import BridgeError, ToolProgress
 from bridge.runtime import Bridge
+from bridge.upstream import CallContext
 from tests.adapters.a2a_fixtures.agent import AgentControl, build_agent
 from tests.adapters.a2a_fixtures.old_sdk import REQUESTS, old_agent_app, text_message
 from tests.servers import free_port, serve_asgi
@@ -397,25 +398,97 @@ async def test_api_key_goes_where_the_card_says():
             assert "k-12345678" not in repr(cfg) and "k-12345678" not in str(cfg.model_dump())
 
 
-async def test_credentials_stay_with_the_agent_host():
-    """A card served from another host than the agent's interface never receives credentials."""
+@contextlib.asynccontextmanager
+async def card_host(card_doc: dict[str, Any], seen: list[dict[str, str]]) -> AsyncIterator[str]:
+    """Another origin serving `card_doc` at both well-known paths and recording every request's
+    headers (and query, as `?`)."""
+
+    async def card_app(scope: Any, receive: Any, send: Any) -> None:
+        from starlette.responses import JSONResponse
+
+        seen.append({k.decode(): v.decode() for k, v in scope["headers"]} | {"?": scope["query_string"].decode()})
+        await JSONResponse(card_doc)(scope, receive, send)
+
+    async with serve_asgi(card_app, lifespan="off") as base:
+        yield base
+
+
+async def test_a_card_served_from_another_host_gets_no_credentials():
+    """The card is public: its fetch never carries credentials, wherever it is."""
     async with agent(bearer="t-abcdefgh") as (agent_base, control):
-        card_doc = json.loads(json.dumps(_card_json(control)))
-
-        async def card_app(scope: Any, receive: Any, send: Any) -> None:
-            headers = {k.decode(): v.decode() for k, v in scope["headers"]}
-            seen.append(headers)
-            from starlette.responses import JSONResponse
-
-            await JSONResponse(card_doc)(scope, receive, send)
-
         seen: list[dict[str, str]] = []
-        async with serve_asgi(card_app, lifespan="off") as card_host:
-            card_url = card_host.replace("127.0.0.1", "localhost") + "/card.json"
-            async with bridge(card_url=card_url, auth={"bearer_token": "t-abcdefgh"}) as b:
+        async with card_host(_card_json(control), seen) as home:
+            card_url = home.replace("127.0.0.1", "localhost") + "/card.json"
+            async with bridge(card_url=card_url, auth={"bearer_token": "t-abcdefgh"}, credential_origins=[agent_base]) as b:
                 result = await b.invoker.invoke("peer__echo", {"message": "x"})
                 assert result.status == "succeeded"
         assert seen and all("authorization" not in h for h in seen)
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "api_key_header", "api_key_query"])
+async def test_credentials_go_only_to_the_configured_origin_and_credential_origins(scheme):
+    """A card on the configured origin naming its interfaces on another origin: that origin gets
+    no credentials, whatever the card says (the tools are blocked, saying which origin and the
+    key that lets them go there), until credential_origins lists it."""
+    secret = "s3cret-value-1234"
+    if scheme == "bearer":
+        options: dict[str, Any] = {"bearer": secret}
+        auth = {"bearer_token": secret}
+    else:
+        options = {"api_key": ("X-Agent-Key", secret)}
+        auth = {"api_key": secret}
+    async with agent(**options) as (elsewhere, control):
+        card_doc = _card_json(control)
+        if scheme == "api_key_query":  # the agent does not check a query key; what is sent is what counts
+            card_doc["securitySchemes"]["key"]["apiKeySecurityScheme"].update({"location": "query", "name": "key"})
+            control.required_api_key = None
+        seen: list[dict[str, str]] = []
+        async with card_host(card_doc, seen) as home:
+            async with bridge(base_url=home, auth=auth) as b:
+                assert b.catalog.resolve("peer__echo").blocked_reason == "credential_missing"
+                refused = await b.invoker.invoke("peer__echo", {"message": "x"})
+                assert refused.error.error_class == "credential_missing" and refused.status == "denied"
+                upstream = b.catalog.slot("peer").upstream
+                with pytest.raises(BridgeError) as raised:
+                    await upstream.invoke("echo", {"message": "x"}, CallContext(invocation_id="inv_test", timeout=5))
+                said = raised.value.message
+                assert raised.value.error_class == "credential_missing" and f'credential_origins: ["{elsewhere}"]' in said
+                assert f"interface on {elsewhere}" in said and f"go only to {home}" in said
+                details = await upstream.health()
+                assert details["credentials_withheld"] == said and details["credential_origins"] == [home]
+            assert not [r for r in control.requests if not r["path"].startswith("/.well-known")]  # nothing sent there
+            assert all(secret not in json.dumps(h) for h in seen)  # nor to the card's origin: only cards were asked for
+
+            async with bridge(base_url=home, auth=auth, credential_origins=[elsewhere + "/"]) as b:
+                result = await b.invoker.invoke("peer__echo", {"message": "x"})
+                assert result.status == "succeeded", result.error
+                assert (await b.catalog.slot("peer").upstream.health())["credential_origins"] == sorted([home, elsewhere])
+            calls = [r for r in control.requests if not r["path"].startswith("/.well-known")]
+            assert calls
+            if scheme == "bearer":
+                assert all(r["headers"]["authorization"] == f"Bearer {secret}" for r in calls)
+            elif scheme == "api_key_header":
+                assert all(r["headers"]["x-agent-key"] == secret for r in calls)
+        assert all(secret not in json.dumps(h) for h in seen)
+
+
+async def test_a_card_on_the_configured_origin_with_its_interfaces_there_is_unchanged():
+    async with agent(bearer="t-abcdefgh") as (base, control):
+        async with bridge(base_url=base, auth={"bearer_token": "t-abcdefgh"}) as b:
+            assert (await b.invoker.invoke("peer__echo", {"message": "x"})).status == "succeeded"
+            details = await b.catalog.slot("peer").upstream.health()
+            assert details["credential_origins"] == [base] and details["credentials_withheld"] is None
+        async with bridge(base_url=base) as b:  # nothing to send: no origin receives anything
+            assert (await b.catalog.slot("peer").upstream.health())["credential_origins"] == []
+
+
+@pytest.mark.parametrize("origin", ["agent.example.com", "https://agent.example.com/v1", "ftp://agent.example.com",
+                                    "https://agent.example.com?x=1", "https://user@agent.example.com", "http://h:port"])
+def test_credential_origins_are_http_origins(origin):
+    with pytest.raises(ConfigError) as raised:
+        parse_config({"upstreams": [{"name": "p", "kind": "a2a", "base_url": "http://127.0.0.1:9", "credential_origins": [origin]}]})
+    text = str(raised.value)
+    assert "upstreams[0].credential_origins" in text and "is not an http(s) origin" in text and "scheme, host and port only" in text
 
 
 def _card_json(control: AgentControl) -> dict[str, Any]:
