@@ -40,6 +40,7 @@ from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError, model_validator
 
+from adapters.mcp_http import answer_too_large, bound_answer, quiet_sdk_refusals
 from adapters.mcp_stdio import LINE_LIMIT, MAX_LINE, UNREADABLE, StdioChild, redact
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.translate.mcp import progress_from_mcp, result_from_mcp, tool_from_mcp
@@ -105,6 +106,8 @@ class MCPConfig(UpstreamConfig):
     shutdown_timeout: float = Field(default=2.0, ge=0, description="stdio: seconds to exit after stdin closes")
     max_pages: int = Field(default=1000, ge=1, description="most tools/list pages read in one listing")
     max_line_bytes: int = Field(default=MAX_LINE, ge=1024, description="stdio: longest message (one line) read from the server, bytes")
+    max_response_bytes: int = Field(default=16 << 20, ge=1024,
+                                     description="HTTP: largest answer read (a JSON body, one POST's event stream, one event of a session-long stream)")
 
     @model_validator(mode="after")
     def _one_transport(self) -> MCPConfig:
@@ -280,13 +283,14 @@ class MCPUpstream(Upstream):
             )
             return self._child.connect()
         read_timeout = max(MCP_DEFAULT_SSE_READ_TIMEOUT, cfg.timeout * 2)
+        quiet_sdk_refusals()
         # the SDK's create_mcp_http_client, with the TLS context made once
         http = httpx2.AsyncClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
                                   verify=_tls_context(), event_hooks={"response": [self._on_http_response]})
         await stack.enter_async_context(http)
         stack.push_async_callback(self._end_http_session, http)  # once the session has closed, before the client
         assert cfg.url is not None
-        return streamable_http_client(cfg.url, http_client=http, terminate_on_close=False)
+        return streamable_http_client(cfg.url, http_client=http, terminate_on_close=False, max_sse_event_size=cfg.max_response_bytes)
 
     async def _discover(self, client: Client) -> None:
         """A pinned modern version skips the probe; ask the server for its real capabilities
@@ -304,7 +308,10 @@ class MCPUpstream(Upstream):
         request was not run), and the upstream connects again. Servers built on the TypeScript
         SDK's example answer 400 instead, which a request the server found wrong gets too: a
         liveness probe is sent now, and the request that got the 400 waits for its verdict
-        (`_settled`), so that it fails as `dependency_unavailable` when the session is gone."""
+        (`_settled`), so that it fails as `dependency_unavailable` when the session is gone.
+
+        Every answer is first bounded to `max_response_bytes` (adapters/mcp_http.py)."""
+        bound_answer(response, self.config.max_response_bytes, self.config.display_url())
         request = response.request
         if request.method == "DELETE" or "mcp-session-id" not in request.headers:
             return
@@ -676,6 +683,10 @@ class MCPUpstream(Upstream):
         if isinstance(exc, MCPError):
             ref = {"source": "mcp", "code": exc.code, "message": redact(exc.message, secrets)}
             text = redact(exc.message, secrets)
+            if exc.code in (types.PARSE_ERROR, types.CONNECTION_CLOSED) and answer_too_large(exc.message, self.config.max_response_bytes):
+                # made up by the SDK for an answer refused past max_response_bytes; the session goes on
+                return BridgeError(f"{what}: {self.config.display_url()} answered more than max_response_bytes={self.config.max_response_bytes}",
+                                   error_class="result_too_large", recoverability="change_arguments", status="too_large", native_error_ref=ref)
             if exc.code == types.CONNECTION_CLOSED or self._client is None or self._wake.is_set():
                 return self._unavailable(f"the connection closed during {what}")
             if isinstance(exc.data, dict) and UNREADABLE in exc.data:

@@ -1,0 +1,96 @@
+"""How much of an MCP server's HTTP answer the bridge reads: `max_response_bytes` of one answer.
+
+A JSON answer and the event stream answering one POST are counted whole, as their bytes arrive
+(decoded, when the server compressed them), and refused past the bound: nothing more is read
+and the connection is closed. A stream that lasts as long as the session (the GET stream of
+server messages, a 2026-07-28 `subscriptions/listen` stream) is bounded per event instead, by
+the SDK's `max_sse_event_size`. The SDK answers the request whose answer was refused with an
+error carrying `TOO_LARGE`, which the adapter reads as `result_too_large`; the session goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx2
+
+__all__ = ["TOO_LARGE", "bound_answer", "answer_too_large", "quiet_sdk_refusals"]
+
+TOO_LARGE = "answered more than max_response_bytes="
+_LISTEN = "subscriptions/listen"
+
+
+class _SSEAnswerTooLarge(httpx2.SSEError):
+    """An event stream past the bound (the SDK fails the request it answers, and goes on)."""
+
+
+class _JSONAnswerTooLarge(httpx2.StreamError):
+    """A JSON answer past the bound (the SDK fails the request it answers, and goes on)."""
+
+
+class _BoundedStream(httpx2.AsyncByteStream):
+    def __init__(self, chunks: AsyncIterator[bytes], close: Callable[[], Awaitable[None]], limit: int, declared: int | None,
+                 error: type[Exception], what: str) -> None:
+        self.chunks, self.close, self.limit, self.declared, self.error, self.what = chunks, close, limit, declared, error, what
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self.declared is not None and self.declared > self.limit:  # refused before a byte is read
+            raise self.error(f"{self.what} {TOO_LARGE}{self.limit}")
+        seen = 0
+        async for chunk in self.chunks:
+            seen += len(chunk)
+            if seen > self.limit:
+                raise self.error(f"{self.what} {TOO_LARGE}{self.limit}")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.close()
+
+
+def bound_answer(response: httpx2.Response, limit: int, what: str) -> None:
+    """Make `response` (not yet read) refuse its body past `limit` bytes, unless it is a stream
+    of session length, whose events the SDK bounds one by one. `what` names the server."""
+    request = response.request
+    kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    events = kind == "text/event-stream"
+    if events and (request.method == "GET" or request.headers.get("mcp-method") == _LISTEN):
+        return
+    inner = response.stream
+    assert isinstance(inner, httpx2.AsyncByteStream)
+    encoded = [v.strip().lower() for v in response.headers.get_list("content-encoding", split_commas=True)]
+    if any(v and v != "identity" for v in encoded):
+        # counted as the SDK would get them: decoded (a few kilobytes of gzip can inflate a
+        # thousandfold), by a response of the same headers; the SDK then reads them as they are
+        raw = httpx2.Response(response.status_code, headers=response.headers, stream=inner, request=request)
+        chunks, close, declared = raw.aiter_bytes(), raw.aclose, None
+        del response.headers["content-encoding"]
+        if "content-length" in response.headers:
+            del response.headers["content-length"]
+    else:
+        chunks, close = inner.__aiter__(), inner.aclose
+        length = response.headers.get("content-length", "")
+        declared = int(length) if length.isdigit() else None
+    error = _SSEAnswerTooLarge if events else _JSONAnswerTooLarge
+    response.stream = _BoundedStream(chunks, close, limit, declared, error, what)
+
+
+def answer_too_large(message: str, limit: int) -> bool:
+    """Whether an error the SDK made up for a request says its answer was past the bound: ours,
+    or the SDK's own for one event (`Server-sent event exceeded the N byte limit.`)."""
+    return f"{TOO_LARGE}{limit}" in message or f"exceeded the {limit} byte limit" in message
+
+
+class _QuietRefusals(logging.Filter):
+    """Drops the SDK's error log, with its traceback, of a JSON answer refused past the bound:
+    the call's result says what happened, once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], _JSONAnswerTooLarge))
+
+
+def quiet_sdk_refusals() -> None:
+    """Install the filter on the SDK's streamable HTTP logger (once per process)."""
+    logger = logging.getLogger("mcp.client.streamable_http")
+    if not any(isinstance(f, _QuietRefusals) for f in logger.filters):
+        logger.addFilter(_QuietRefusals())

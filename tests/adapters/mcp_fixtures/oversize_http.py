@@ -1,0 +1,151 @@
+"""An MCP server over streamable HTTP (protocol 2025-06-18, just enough of it) whose tools answer
+as much as they are asked to, made as it is sent: a JSON body of any size (with or without a
+Content-Length, or gzip-compressed), one event of any size, or an endless stream of small
+events. Its GET stream of server messages sends small log events, `GET_LOG_BYTES` in all,
+then a tools/list_changed notice, and stays open.
+
+`build_app(json_answers)`: small answers as JSON bodies, or as event streams."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import zlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+CHUNK = 1 << 16
+GET_LOG_BYTES = 3 << 20
+TOOLS = ["echo", "big_json", "big_json_declared", "big_gzip", "big_event", "endless_events", "sized"]
+
+
+@dataclass
+class ServerLog:
+    sessions: int = 0  # initialize requests
+    listings: int = 0
+    calls: list[str] = field(default_factory=list)
+    sent: dict[str, int] = field(default_factory=dict)  # bytes each oversize answer got out before it was stopped
+
+
+def _head(request_id: Any) -> str:
+    return '{"jsonrpc": "2.0", "id": ' + json.dumps(request_id) + ', "result": {"content": [{"type": "text", "text": "'
+
+
+def _tail() -> str:
+    return '"}], "isError": false}}'
+
+
+async def _text_body(request_id: Any, size: int, log: ServerLog, name: str) -> AsyncIterator[bytes]:
+    yield _head(request_id).encode()
+    sent = 0
+    try:
+        while sent < size:
+            piece = min(CHUNK, size - sent)
+            yield b"x" * piece
+            sent += piece
+            await asyncio.sleep(0)  # a client gone is seen (uvicorn drops what is sent after it, at once)
+    finally:
+        log.sent[name] = sent
+    yield _tail().encode()
+
+
+async def _gzipped(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    packer = zlib.compressobj(6, zlib.DEFLATED, 31)
+    async for chunk in body:
+        packed = packer.compress(chunk)
+        if packed:
+            yield packed
+    yield packer.flush()
+
+
+async def _one_event(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield b"event: message\ndata: "
+    async for chunk in body:
+        yield chunk
+    yield b"\n\n"
+
+
+async def _endless_events(log: ServerLog) -> AsyncIterator[bytes]:
+    event = ('event: message\ndata: {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "debug", "data": "'
+             + "y" * 900 + '"}}\n\n').encode()
+    sent = 0
+    try:
+        while True:
+            yield event
+            sent += len(event)
+            await asyncio.sleep(0)
+    finally:
+        log.sent["endless_events"] = sent
+
+
+async def _server_messages() -> AsyncIterator[bytes]:
+    event = ('event: message\ndata: {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "debug", "data": "'
+             + "z" * 900 + '"}}\n\n').encode()
+    for _ in range(GET_LOG_BYTES // len(event) + 1):
+        yield event
+        await asyncio.sleep(0)
+    yield b'event: message\ndata: {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}\n\n'
+    await asyncio.Event().wait()  # open until the client goes
+
+
+def build_app(json_answers: bool = True) -> tuple[Any, ServerLog]:
+    log = ServerLog()
+
+    def small(request_id: Any, result: dict[str, Any]) -> Response:
+        message = {"jsonrpc": "2.0", "id": request_id, "result": result}
+        if json_answers:
+            return JSONResponse(message, headers={"mcp-session-id": "s1"})
+        return Response(f"event: message\ndata: {json.dumps(message)}\n\n", media_type="text/event-stream", headers={"mcp-session-id": "s1"})
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        if request.method == "GET":
+            response: Response = StreamingResponse(_server_messages(), media_type="text/event-stream")
+        elif request.method == "DELETE":
+            response = Response(status_code=200)
+        else:
+            response = await answer(await request.json())
+        await response(scope, receive, send)
+
+    async def answer(message: dict[str, Any]) -> Response:
+        if "id" not in message:
+            return Response(status_code=202)
+        method, request_id, params = message["method"], message["id"], message.get("params") or {}
+        if method == "initialize":
+            log.sessions += 1
+            return small(request_id, {"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": True}},
+                                      "serverInfo": {"name": "oversize", "version": "1"}})
+        if method == "tools/list":
+            log.listings += 1
+            schema = {"type": "object", "properties": {"size": {"type": "integer"}, "text": {"type": "string"}}}
+            return small(request_id, {"tools": [{"name": n, "inputSchema": schema} for n in TOOLS]})
+        if method != "tools/call":
+            return small(request_id, {})
+        name, args = params["name"], params.get("arguments") or {}
+        log.calls.append(name)
+        size = int(args.get("size", 0))
+        if name == "echo":
+            return small(request_id, {"content": [{"type": "text", "text": args.get("text", "")}]})
+        body = _text_body(request_id, size, log, name)
+        if name == "big_json":
+            return StreamingResponse(body, media_type="application/json")
+        if name == "big_json_declared":
+            length = len(_head(request_id)) + size + len(_tail())
+            return StreamingResponse(body, media_type="application/json", headers={"content-length": str(length)})
+        if name == "big_gzip":
+            return StreamingResponse(_gzipped(body), media_type="application/json", headers={"content-encoding": "gzip"})
+        if name in ("big_event", "sized"):
+            if name == "sized" and json_answers:
+                return StreamingResponse(body, media_type="application/json")
+            return StreamingResponse(_one_event(body), media_type="text/event-stream")
+        if name == "endless_events":
+            return StreamingResponse(_endless_events(log), media_type="text/event-stream")
+        return small(request_id, {"content": [], "isError": True})
+
+    return app, log

@@ -1,0 +1,132 @@
+"""MCP upstreams over streamable HTTP that answer too much: a JSON body, one event, or a POST's
+stream of events past max_response_bytes fails its call with `result_too_large`, having read
+no more than the bound, and the session goes on; the session-long GET stream is bounded per
+event, not in all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.config import parse_config
+from bridge.runtime import Bridge
+from tests.adapters.mcp_fixtures.oversize_http import GET_LOG_BYTES, build_app
+from tests.servers import serve_asgi
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMIT = 1 << 20
+BIG = 50 << 20
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+def make_bridge(base: str, **settings: Any) -> Bridge:
+    upstream = {"name": "big", "kind": "mcp", "url": f"{base}/mcp", "protocol": "legacy", "ping_interval": None,
+                "max_response_bytes": LIMIT, "timeout": 20, **settings}
+    return Bridge(parse_config({"store": {"path": ":memory:"}, "upstreams": [upstream]}, source="test"))
+
+
+@pytest.mark.parametrize("json_answers", [True, False], ids=["json", "sse"])
+async def test_an_answer_past_max_response_bytes_fails_its_call_and_the_session_goes_on(json_answers: bool) -> None:
+    app, server = build_app(json_answers)
+    async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
+        loop = asyncio.get_running_loop()
+        for tool in ("big_json", "big_json_declared", "big_gzip", "big_event", "endless_events"):
+            begun = loop.time()
+            result = await bridge.invoker.invoke(f"big__{tool}", {"size": BIG})
+            assert loop.time() - begun < 5, tool
+            assert result.status == "too_large" and result.error.error_class == "result_too_large", (tool, result.error)
+            assert f"answered more than max_response_bytes={LIMIT}" in result.error.message
+            assert bridge.catalog.slot("big").health.state == "ready"
+            echoed = await bridge.invoker.invoke("big__echo", {"text": f"after {tool}"})
+            assert echoed.content[0]["text"] == f"after {tool}"  # the same session, right after
+        # the server got out little more than the bound, for each (socket buffers hold the rest)
+        assert all(sent < 20 * LIMIT for sent in server.sent.values()), server.sent
+        assert server.sessions == 1  # never connected again
+
+    # an answer within the bound is read whole, one larger than the SDK's own bound of one event
+    # (1 MiB) too: an answer of 2 MiB with max_response_bytes 4 MiB
+    async with serve_asgi(app, lifespan="off") as base:
+        for limit, size in ((LIMIT, LIMIT - 1000), (4 * LIMIT, 2 * LIMIT)):
+            async with make_bridge(base, max_response_bytes=limit) as bridge:
+                within = await bridge.invoker.invoke("big__sized", {"size": size})
+                assert within.status == "succeeded", within.error
+                assert f"Result of {size} characters" in within.content[0]["text"]  # stored whole, as large results are
+
+
+async def test_the_get_stream_of_server_messages_is_bounded_per_event_not_in_all() -> None:
+    app, server = build_app(json_answers=False)
+    async with serve_asgi(app, lifespan="off") as base, make_bridge(base):
+        # GET_LOG_BYTES (3 MiB) of small log events past a 1 MiB bound, then the change notice
+        assert GET_LOG_BYTES > 2 * LIMIT
+        await until(lambda: server.listings >= 2)
+
+
+RSS_SCRIPT = """
+import asyncio, json, resource, sys
+sys.path.insert(0, sys.argv[1])
+from bridge.config import parse_config
+from bridge.runtime import Bridge
+from tests.adapters.mcp_fixtures.oversize_http import build_app
+from tests.servers import serve_asgi
+
+def peak():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+async def main():
+    app, _ = build_app(json_answers=sys.argv[2] == "json")
+    async with serve_asgi(app, lifespan="off") as base:
+        upstream = {"name": "big", "kind": "mcp", "url": base + "/mcp", "protocol": "legacy", "ping_interval": None,
+                    "max_response_bytes": 1 << 20, "timeout": 20}
+        async with Bridge(parse_config({"store": {"path": ":memory:"}, "upstreams": [upstream]}, source="t")) as bridge:
+            for _ in range(3):
+                await bridge.invoker.invoke("big__echo", {"text": "warm"})
+            before = peak()
+            classes = []
+            for tool in ("big_json", "big_gzip", "big_event"):
+                result = await bridge.invoker.invoke("big__" + tool, {"size": 50 << 20})
+                classes.append(result.error.error_class if result.error else result.status)
+            print(json.dumps({"before": before, "after": peak(), "classes": classes}))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("answers", ["json", "sse"])
+def test_an_oversize_answer_does_not_grow_the_bridges_memory_by_its_size(answers: str) -> None:
+    """Three answers of 50 MiB each (a JSON body, a gzip one, one event) past a 1 MiB bound, in a
+    process of its own: its peak resident memory grows by a few MiB, not by 50."""
+    done = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(ROOT), answers], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["classes"] == ["result_too_large"] * 3
+    assert seen["after"] - seen["before"] < 16 << 20, seen
+
+
+@pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
+@pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
+async def test_the_sdks_server_answering_too_much_in_either_era(protocol: str, json_response: bool) -> None:
+    """The mcp SDK's own server, over both eras: an echo of 300 KB past a 100 KB bound fails
+    with result_too_large, and the session serves the next call."""
+    from tests.adapters.mcp_fixtures.server import build_server
+
+    server, _ = build_server()
+    async with serve_asgi(server.streamable_http_app(json_response=json_response)) as base:
+        async with make_bridge(base, protocol=protocol, max_response_bytes=100_000) as bridge:
+            refused = await bridge.invoker.invoke("big__echo", {"text": "x" * 300_000})
+            assert refused.error is not None and refused.error.error_class == "result_too_large", refused.error
+            assert "answered more than max_response_bytes=100000" in refused.error.message
+            assert (await bridge.invoker.invoke("big__echo", {"text": "fine"})).content[0]["text"] == "fine"
+            assert (await bridge.invoker.invoke("big__echo", {"text": "y" * 90_000})).status == "succeeded"
+            assert bridge.catalog.slot("big").health.state == "ready"
