@@ -346,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--read-only", type=_yes_no, default=None, help="true: only read-only tools; false: only tools that change things")
     p.add_argument("--surface", default="default", help="surface searched (default: default)")
     p.add_argument("--json", action="store_true", help="print the whole search result as JSON")
+    p.set_defaults(usage_of=p)  # an empty query is refused with this command's usage line
 
     p = sub.add_parser("serve", parents=[common], help="serve A2T REST and MCP")
     p.add_argument("--host", default=None, help="address to bind (default: server.host)")
@@ -406,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "search" and not args.query.strip() and not any(v is not None for v in _search_filters(args).values()):
-        parser.error("the query is empty: give keywords, select:name1,name2, or a filter (--namespace, --tag, --kind, --read-only) "
+        args.usage_of.error("the query is empty: give keywords, select:name1,name2, or a filter (--namespace, --tag, --kind, --read-only) "
                      "that lists tools by itself")
     _open_files_limit_raised()
     logging.basicConfig(
