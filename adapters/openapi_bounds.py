@@ -1,4 +1,4 @@
-"""Output schemas of a size a tool list can carry. An API whose objects refer to one another
+"""Input and output schemas of a size a tool list can carry. An API whose objects refer to one another
 (Stripe's: a checkout session names its customer, invoice, payment intent, each of which names
 more) describes one answer in a schema of megabytes, and every tool lists its own: 452 tools of
 Stripe's document held 317 MB of output schemas, which every `tools/list` would send and every
@@ -6,22 +6,40 @@ version had to hash. Past `OUTPUT_MAX_VALUES`, an output schema keeps its top le
 property keeps its own schema only when that is small and refers to nothing; the others keep
 their type and description. The schema cut so accepts every answer the whole one accepts (it
 only ever drops constraints), so a client checking structured content against it never refuses
-a good answer."""
+a good answer.
+
+Input schemas are bounded the same way past `INPUT_MAX_VALUES`: an operation whose body names
+objects that name more (Microsoft Graph's `PATCH /security` takes the security object, whose
+collections hold alerts, cases, users ...) listed a megabyte of `$defs` for one tool. The top
+level keeps every property, `required` and `additionalProperties`; properties are kept whole,
+smallest first, while they fit and refer to no `$defs`; the others keep their type and
+description. Only constraints below the top level are dropped, and only whole property schemas
+(never a branch of a `oneOf`, `not` or `if`, whose loosening could refuse a value), so every
+argument the whole schema accepts is still accepted; the server judges what was left out."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["OUTPUT_MAX_VALUES", "bounded_output_schema"]
+__all__ = ["INPUT_MAX_VALUES", "OUTPUT_MAX_VALUES", "bounded_input_schema", "bounded_output_schema"]
 
 # Values (objects, arrays and scalars, counted as written out) an output schema may hold whole.
 OUTPUT_MAX_VALUES = 5_000
+# Values (likewise) an input schema may hold whole.
+INPUT_MAX_VALUES = 5_000
 # Values a property's schema may hold and still be kept whole in a schema that is cut.
 PROPERTY_MAX_VALUES = 100
+# Values a property cut to its type, title and description holds at most, written out.
+_CUT_VALUES = 6
 # Keywords whose subschemas decide the type where they stand: a property carrying one of them
 # keeps no `type` of its own when cut (its branches may allow others).
 _COMBINED = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "then", "else")
+# Counts the values a schema node holds written out (at least up to the bound it is compared with).
+Sizer = Callable[[Any], int]
 _NOTE = "nested schemas left out as too large; see the API's documentation"
+_INPUT_NOTE = "nested schemas left out as too large; the API checks them; see its documentation"
+_PROPERTY_NOTE = "its schema is left out as too large"
 
 
 def _over(node: Any, budget: int) -> int:
@@ -54,12 +72,19 @@ def _described(node: Any, text: str) -> str:
     return f"{own} ({text})" if isinstance(own, str) and own else text
 
 
-def _cut_property(schema: Any) -> dict[str, Any]:
+def _cut_property(schema: Any, keep: bool | None = None) -> Any:
+    """`schema` when `keep` (by default: when small and referring to nothing), else its title,
+    description and, where no combinator decides it, its `type`: a schema that accepts every
+    value the whole one does. A boolean schema is kept as it is."""
+    if isinstance(schema, bool):
+        return schema
     if not isinstance(schema, dict):
         return {}
-    if _over(schema, PROPERTY_MAX_VALUES) >= 0 and not _refers(schema):
+    if keep is None:
+        keep = _over(schema, PROPERTY_MAX_VALUES) >= 0 and not _refers(schema)
+    if keep:
         return schema
-    out: dict[str, Any] = {"description": _described(schema, "its schema is left out as too large")}
+    out: dict[str, Any] = {"description": _described(schema, _PROPERTY_NOTE)}
     if "title" in schema:
         out["title"] = schema["title"]
     if isinstance(schema.get("type"), str | list) and not any(k in schema for k in _COMBINED):
@@ -67,12 +92,17 @@ def _cut_property(schema: Any) -> dict[str, Any]:
     return out
 
 
-def bounded_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def _counted(limit: int) -> Sizer:
+    """A Sizer that walks each node anew, counting up to `limit + 1` values at most."""
+    return lambda node: limit - _over(node, limit)
+
+
+def bounded_output_schema(schema: dict[str, Any], size: Sizer | None = None) -> dict[str, Any]:
     """`schema` when it holds at most OUTPUT_MAX_VALUES values; else its top level with the
     large or referring properties reduced to their type and description, without `$defs`
     (an object with only a description when the top level itself is too large or combines
-    schemas)."""
-    if _over(schema, OUTPUT_MAX_VALUES) >= 0:
+    schemas). `size` counts a node's values (the mapper's counts each shared part once)."""
+    if (size or _counted(OUTPUT_MAX_VALUES))(schema) <= OUTPUT_MAX_VALUES:
         return schema
     properties = schema.get("properties")
     if isinstance(properties, dict) and not any(k in schema for k in _COMBINED):
@@ -81,6 +111,39 @@ def bounded_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
         if _over(cut, OUTPUT_MAX_VALUES) >= 0:
             return cut
     out: dict[str, Any] = {"type": "object", "description": _described(schema, _NOTE)}
+    if "title" in schema:
+        out["title"] = schema["title"]
+    return out
+
+
+def bounded_input_schema(schema: dict[str, Any], size: Sizer | None = None) -> dict[str, Any]:
+    """`schema` when it holds at most INPUT_MAX_VALUES values; else without `$defs`, its
+    top-level keys kept, and each property whole while the properties kept so far, smallest
+    first, fit in INPUT_MAX_VALUES and it refers to nothing; the others reduced to their type,
+    title and description (as are all of them when even that is too large, or when the top
+    level combines schemas: then it is an object with a description only). `size` counts a
+    node's values, as for `bounded_output_schema`."""
+    size = size or _counted(INPUT_MAX_VALUES)
+    if size(schema) <= INPUT_MAX_VALUES:
+        return schema
+    properties = schema.get("properties")
+    if isinstance(properties, dict) and not any(k in schema for k in _COMBINED):
+        top = {k: v for k, v in schema.items() if k not in ("$defs", "properties", "description")}
+        # each property cut holds a few values (its type, title and description): set aside first
+        budget = INPUT_MAX_VALUES - size(top) - 10 - _CUT_VALUES * len(properties)
+        sizes = {name: size(sub) for name, sub in properties.items()}
+        kept: set[str] = set()
+        for name in sorted(properties, key=lambda n: (sizes[n], n)):
+            if sizes[name] - _CUT_VALUES > budget:
+                break
+            if not _refers(properties[name]):
+                kept.add(name)
+                budget -= sizes[name] - _CUT_VALUES
+        cut = {**top, "description": _described(schema, _INPUT_NOTE),
+               "properties": {name: _cut_property(sub, name in kept) for name, sub in properties.items()}}
+        if _over(cut, INPUT_MAX_VALUES) >= 0 and not _refers(top):
+            return cut
+    out: dict[str, Any] = {"type": "object", "description": _described(schema, _INPUT_NOTE)}
     if "title" in schema:
         out["title"] = schema["title"]
     return out

@@ -13,7 +13,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from adapters.openapi_bounds import bounded_output_schema
+from adapters.openapi_bounds import bounded_input_schema, bounded_output_schema
 from adapters.openapi_schema import SchemaInliner, SpecError
 from adapters.openapi_spec import HTTP_METHODS, Document
 from bridge.model import SafetyHints, UpstreamTool
@@ -355,7 +355,7 @@ class _Mapper:
         input_schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
         if required:
             input_schema["required"] = required
-        input_schema = self.inliner.with_defs(input_schema, needs, "input")
+        input_schema = bounded_input_schema(self.inliner.with_defs(input_schema, needs, "input"), self.inliner.written_size)
         output_schema, wrap = self.response_schema(op.get("responses"), doc_base, f"{where}.responses")
         security = op.get("security", self.doc.data.get("security"))
         security = security if isinstance(security, list) else None
@@ -489,10 +489,10 @@ class _Mapper:
                     needs: set[str] = set()
                     schema = self.inliner.unwrap(self.inliner.expand(media["schema"], base, at, "output", needs), "output")
                     if _is_object_schema(schema):
-                        return bounded_output_schema(self.inliner.with_defs(dict(schema), needs, "output")), False
+                        return bounded_output_schema(self.inliner.with_defs(dict(schema), needs, "output"), self.inliner.written_size), False
                     wrapped = {"type": "object", "properties": {"result": schema if isinstance(schema, dict) else {}},
                                "required": ["result"]}
-                    return bounded_output_schema(self.inliner.with_defs(wrapped, needs, "output")), True
+                    return bounded_output_schema(self.inliner.with_defs(wrapped, needs, "output"), self.inliner.written_size), True
             return None, False
         return None, False
 
