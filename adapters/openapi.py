@@ -229,6 +229,7 @@ class OpenAPIUpstream(Upstream):
             if self._loaded is not None and signature and self._loaded.signature == signature:
                 return
         try:
+            self.phase = "reading the document"
             text, uri = await read_source(source, cfg.resolve_path, self._session, cfg.start_timeout)
             if is_url(source):
                 signature = hashlib.sha256(text.encode()).hexdigest()
@@ -246,11 +247,15 @@ class OpenAPIUpstream(Upstream):
             if reason != self._kept_over:
                 log.warning("%s: %s; the document read before is kept until this one can be read", self.name, reason)
             self._kept_over = reason
+        finally:
+            self.phase = None
 
     def _map(self, text: str, uri: str, signature: str) -> _Loaded:
         cfg = self.config
         try:
+            self.phase = f"parsing the document ({len(text) / 1e6:.1f} MB)"
             document = parse_document(text, uri, cfg.spec, fetch_timeout=cfg.start_timeout)
+            self.phase = "validating the document"  # when validate_spec says so; else a moment
             tolerated = document.validate(cfg.validate_spec)
             skipped: list[SpecError] | None = [] if cfg.bad_operations == "skip" else None
             operations, tools = map_operations(
@@ -261,6 +266,7 @@ class OpenAPIUpstream(Upstream):
                 exclude=list(cfg.exclude),
                 description_max=cfg.description_max,
                 skipped=skipped,
+                on_phase=self._on_phase,
             )
         except RecursionError:
             # the located checks (validation, `$ref` cycles) come first; this is what is left
@@ -276,6 +282,9 @@ class OpenAPIUpstream(Upstream):
             log.warning("%s: OpenAPI document %s is read despite %d validation problem(s) that leave it usable: %s%s",
                         self.name, cfg.spec, len(tolerated), "; ".join(tolerated[:5]), " ..." if len(tolerated) > 5 else "")
         return _Loaded(signature, document, operations, tools, skipped or [], tolerated)
+
+    def _on_phase(self, phase: str) -> None:
+        self.phase = phase
 
     # ------------------------------------------------------------------ calls
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urljoin, urlsplit, urlunsplit
@@ -506,10 +507,12 @@ def map_operations(
     exclude: list[SelectorSpec] | None = None,
     description_max: int = 600,
     skipped: list[SpecError] | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Operation], list[UpstreamTool]]:
     """Every selected operation as (Operation by native id, tools). Raises SpecError. With a
     `skipped` list, an operation that cannot be mapped is left out and its error appended there,
-    unless no operation can be (then the first error is raised)."""
+    unless no operation can be (then the first error is raised). `on_phase` is told what the
+    mapping does (`mapping 11,422 operations`) once the operations are selected."""
     mapper = _Mapper(doc, base_url, server_variables or {}, description_max)
     includes = [_as_selector(s) for s in include or []]
     excludes = [_as_selector(s) for s in exclude or []]
@@ -537,6 +540,8 @@ def map_operations(
             if any(s.matches(method, path, operation_id, tags) for s in excludes):
                 continue
             selected.append((path, method, item, op, at, item_base, operation_id))
+    if on_phase is not None:
+        on_phase(f"mapping {len(selected):,} operation{'' if len(selected) == 1 else 's'}")
     operations: dict[str, Operation] = {}
     tools: list[UpstreamTool] = []
     for (path, method, item, op, at, item_base, _), native_id in zip(selected, _native_ids(selected), strict=True):

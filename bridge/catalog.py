@@ -128,6 +128,7 @@ class UpstreamSlot:
     stopping: str | None = None  # why new calls are refused while the calls in flight end (`Catalog._stop`)
     calls: int = 0  # calls in flight (`calling`)
     idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while no call is in flight
+    phase: str | None = None  # what the catalog does with a large listing it takes (`_take`)
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -597,7 +598,11 @@ class Catalog:
         if size < OFF_LOOP_TOOLS:
             return self._apply(slot, tools, ready=True, added=added)
         with _collector_paused(size):
-            prepared = await self._off_loop(self._prepare, slot, tools, added)
+            slot.phase = f"declaring and versioning {size:,} tools"
+            try:
+                prepared = await self._off_loop(self._prepare, slot, tools, added)
+            finally:
+                slot.phase = None
             change, names = self._commit(slot, *prepared, ready=True)
         if names:  # kept for the next start; meanwhile the catalog has them
             await self._off_loop(self.store.save_names, names)
@@ -768,6 +773,13 @@ class Catalog:
         return self.slots[upstream]
 
     def health(self) -> list[UpstreamHealth]:
+        """Each upstream's health; one still connecting gives what its start is doing as the
+        reason when that takes a while (`mapping 22,361 operations`, then `declaring and
+        versioning 22,361 tools`), so a start of a minute is not taken for a hang."""
+        for slot in self.slots.values():
+            phase = slot.phase or slot.upstream.phase
+            if phase is not None and slot.health.state == "connecting":
+                slot.health.reason = phase
         return [s.health for s in self.slots.values()]
 
     def _state_moved(self, old: str | None, new: str) -> None:

@@ -169,6 +169,9 @@ class Upstream(abc.ABC):
         self.config = config
         self.name = config.name
         self._listeners: list[Callable[[UpstreamEvent], None]] = []
+        # what a start that takes a while is doing now (`mapping 22,361 operations`), or None:
+        # the catalog gives it as the reason of an upstream still connecting
+        self.phase: str | None = None
 
     @abc.abstractmethod
     async def start(self) -> None:

@@ -548,3 +548,39 @@ async def test_an_upstream_restarted_disabled_keeps_no_tools():
         assert catalog.slot("svc").health.state == "disabled" and catalog.slot("svc").task is None
     finally:
         await catalog.close()
+
+
+async def test_an_upstream_still_connecting_says_what_its_start_is_doing(monkeypatch):
+    # a start of a minute (Microsoft Graph's beta document: mapping, then declaring 22,361 tools)
+    # said only `connecting`, with no reason, and was taken for a hang
+    tools = [tool(f"t{i:03d}") for i in range(OFF_LOOP_TOOLS + 5)]
+    up = FakeUpstream(name="big", tools=tools)
+    up.start_gate = asyncio.Event()
+    declaring = threading.Event()
+    release = threading.Event()
+    prepare = Catalog._prepare
+
+    def held(self, slot, listed, added=None):
+        declaring.set()
+        release.wait(10)
+        return prepare(self, slot, listed, added)
+
+    monkeypatch.setattr(Catalog, "_prepare", held)
+    catalog = Catalog(Store())
+    catalog.add_upstream(up)
+    await catalog.start(wait=False)
+    try:
+        await until(lambda: up.started == 1)
+        assert [(h.state, h.reason) for h in catalog.health()] == [("connecting", None)]  # no phase: nothing said
+        up.phase = "mapping 205 operations"
+        assert [(h.state, h.reason) for h in catalog.health()] == [("connecting", "mapping 205 operations")]
+        up.phase = None
+        up.start_gate.set()
+        await until(declaring.is_set)
+        assert [(h.state, h.reason) for h in catalog.health()] == [("connecting", f"declaring and versioning {len(tools)} tools")]
+        release.set()
+        await until(lambda: catalog.health()[0].state == "ready")
+        assert catalog.health()[0].reason is None and len(catalog) == len(tools)
+    finally:
+        release.set()
+        await catalog.close()

@@ -1884,3 +1884,32 @@ def test_a_pattern_python_warns_about_is_read_without_the_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert python_reads("^[[a-z]+$") and not python_reads("^\\p{L}+$")
+
+
+async def test_a_start_says_what_it_is_doing_while_it_maps_the_document(monkeypatch):
+    # the catalog gives an upstream's phase as the reason it is still connecting
+    from adapters import openapi as adapter
+
+    seen: list[str | None] = []
+    mapping = adapter.map_operations
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        kwargs["on_phase"]("mapping 3 operations")
+        seen.append(upstream.phase)
+        return mapping(*args, **kwargs)
+
+    monkeypatch.setattr(adapter, "map_operations", recorded)
+    upstream = OpenAPIUpstream(OpenAPIConfig(name="svc", spec=str(FIXTURES / "service_31.yaml"), base_url="http://127.0.0.1:1"))
+    async with upstream:
+        assert seen == ["mapping 3 operations"] and upstream.phase is None  # said while mapping, not after
+
+
+def test_mapping_tells_how_many_operations_it_maps():
+    from adapters.openapi_operations import map_operations
+    from adapters.openapi_spec import parse_document
+
+    path = FIXTURES / "service_31.yaml"
+    doc = parse_document(path.read_text(), path.as_uri(), str(path))
+    phases: list[str] = []
+    _, tools = map_operations(doc, base_url="http://127.0.0.1:1", include=["numbers"], on_phase=phases.append)
+    assert phases == ["mapping 1 operation"] and len(tools) == 1
