@@ -149,3 +149,42 @@ def test_another_applications_database_is_refused_and_left_as_it_was(tmp_path):
         assert path.read_bytes() == before  # no table, layout or journal mode written
     with pytest.raises(StoreError, match="its folder cannot be made .*fix: "):
         Store(foreign / "inside" / "bridge.db")  # a file where the folder would be
+
+
+def test_signatures_sharing_parts_are_written_as_the_json_module_writes_them(monkeypatch):
+    # the parts many tools share (a large schema under `$defs`, an answer's properties) are written
+    # once a batch; every signature's text, and so its digest, is what it was
+    import json
+
+    from bridge import versions
+    from bridge.model import UpstreamTool
+
+    big = {"type": "object", "properties": {f"f{k}": {"type": "string", "description": f"champ {k} é ✓"} for k in range(50)}}
+    answer = {"items": {"type": "array", "items": big}, "n": {"type": "number", "default": 1.5, "enum": [1.0, 2, None]}}
+    odd = {1: "int key", 10: "ten", 2: [True, None, {"z": 1, "a": [2]}]}  # keys the json module converts
+    tools = [UpstreamTool(native_id=f"t{i}", name=f"t{i}", description=f"Tool {i}.",
+                          input_schema={"type": "object", "properties": {"spec": {"$ref": "#/$defs/Big"}, "i": {"const": i}},
+                                        "$defs": {"Big": big}, "x-odd": odd},
+                          output_schema={"type": "object", "properties": answer}) for i in range(10)]
+    catalog = Catalog()
+    catalog.add_upstream(FakeUpstream(name="s", tools=tools))
+    encoded: list[str] = []
+    encode = versions._Shared.encode
+
+    def recorded(self, node, depth=versions.SHARED_DEPTH):
+        text = encode(self, node, depth)
+        if depth == versions.SHARED_DEPTH:
+            encoded.append(text)
+        return text
+
+    monkeypatch.setattr(versions._Shared, "encode", recorded)
+    written: list[int] = []
+    dump = versions._ENCODE
+    monkeypatch.setattr(versions, "_ENCODE", lambda node: written.append(len(text := dump(node))) or text)
+    catalog.apply_tools("s", tools)
+    decls = sorted(catalog.declarations(), key=lambda d: d.native_id)
+    expected = [json.dumps(versions.signature_of(d), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str) for d in decls]
+    assert encoded == expected and len(set(encoded)) == 10
+    # the shared parts written twice (seen, then seen again), and then kept: not ten times
+    assert sum(written) < 0.3 * sum(map(len, expected))
+    assert [d.signature_digest for d in decls] == [versions.digest_of({}, blob) for blob in expected]
