@@ -25,7 +25,7 @@ from adapters.openapi_auth import AuthConfig, Credentials
 from adapters.openapi_operations import Operation, Selector, map_operations, shown_url
 from adapters.openapi_params import RequestParts, build_request
 from adapters.openapi_response import error_result, success_result
-from adapters.openapi_spec import Document, SpecError, is_url, parse_document, read_source
+from adapters.openapi_spec import SpecError, is_url, parse_document, read_source
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool
 from bridge.translate.http import retry_after_seconds
 from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
@@ -84,8 +84,12 @@ class OpenAPIConfig(UpstreamConfig):
 
 @dataclass
 class _Loaded:
+    """What is kept of a document once mapped: not the document itself, whose parsed form is
+    several times its text (Microsoft Graph beta's 47 MB took 170 MB), for as long as it serves."""
+
     signature: str
-    document: Document
+    openapi: Any  # the document's `openapi` version
+    security_schemes: dict[str, Any]  # `components.securitySchemes`
     operations: dict[str, Operation]
     tools: list[UpstreamTool]
     skipped: list[SpecError]  # operations left out (`bad_operations: skip`)
@@ -139,9 +143,8 @@ class OpenAPIUpstream(Upstream):
     def _bind_credentials(self) -> None:
         """Match the configured credentials to the document's security schemes."""
         assert self._loaded is not None
-        schemes = (self._loaded.document.data.get("components") or {}).get("securitySchemes") or {}
         try:
-            self._credentials = Credentials(self.config.auth, schemes if isinstance(schemes, dict) else {}, self._server_url(),
+            self._credentials = Credentials(self.config.auth, self._loaded.security_schemes, self._server_url(),
                                             self.config.resolve_path, self.config.verify_tls)
         except ValueError as exc:  # a credential that does not fit the document
             raise BridgeError(str(exc), error_class="setup_required", recoverability="setup") from None
@@ -202,7 +205,7 @@ class OpenAPIUpstream(Upstream):
         tokens = self._credentials.tokens if self._credentials else []
         return {
             "spec": self.config.spec,
-            "openapi": loaded.document.data.get("openapi"),
+            "openapi": loaded.openapi,
             "operations": len(loaded.operations),
             "servers": sorted({shown_url(op.server_url) for op in loaded.operations.values()}),
             **({"skipped_operations": {exc.location: exc.problem for exc in loaded.skipped[:_HEALTH_SKIPPED]},
@@ -281,7 +284,10 @@ class OpenAPIUpstream(Upstream):
         if tolerated:
             log.warning("%s: OpenAPI document %s is read despite %d validation problem(s) that leave it usable: %s%s",
                         self.name, cfg.spec, len(tolerated), "; ".join(tolerated[:5]), " ..." if len(tolerated) > 5 else "")
-        return _Loaded(signature, document, operations, tools, skipped or [], tolerated)
+        components = document.data.get("components")
+        schemes = components.get("securitySchemes") if isinstance(components, dict) else None
+        return _Loaded(signature, document.data.get("openapi"), schemes if isinstance(schemes, dict) else {}, operations, tools,
+                       skipped or [], tolerated)
 
     def _on_phase(self, phase: str) -> None:
         self.phase = phase

@@ -1913,3 +1913,29 @@ def test_mapping_tells_how_many_operations_it_maps():
     phases: list[str] = []
     _, tools = map_operations(doc, base_url="http://127.0.0.1:1", include=["numbers"], on_phase=phases.append)
     assert phases == ["mapping 1 operation"] and len(tools) == 1
+
+
+async def test_the_parsed_document_is_let_go_once_mapped(monkeypatch):
+    # its parsed form is several times its text (Microsoft Graph beta's 47 MB), and the tools,
+    # operations, security schemes and version are all a started upstream needs of it
+    import gc
+    import weakref
+
+    from adapters import openapi as adapter
+
+    parsed: list[weakref.ref[Any]] = []
+    parse = adapter.parse_document
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        document = parse(*args, **kwargs)
+        parsed.append(weakref.ref(document))
+        return document
+
+    monkeypatch.setattr(adapter, "parse_document", recorded)
+    upstream = OpenAPIUpstream(OpenAPIConfig(name="svc", spec=str(FIXTURES / "service_31.yaml"), base_url="http://127.0.0.1:1",
+                                             auth={"type": "apiKey", "value": "k"}))
+    async with upstream:
+        gc.collect()
+        assert len(parsed) == 1 and parsed[0]() is None
+        assert (await upstream.health())["openapi"].startswith("3.1") and upstream.credentials is not None
+        assert len(await upstream.list_tools()) > 1
