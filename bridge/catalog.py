@@ -37,7 +37,7 @@ from bridge.model import (
 from bridge.sidecar import Sidecar
 from bridge.store import Store
 from bridge.upstream import Upstream, UpstreamEvent
-from bridge.versions import Signed, UnencodableText, VersionRegistry, sign
+from bridge.versions import SharedParts, Signed, UnencodableText, VersionRegistry, sign
 
 __all__ = ["Catalog", "CatalogChange", "UpstreamSlot", "exposed_name", "NAME_SEPARATOR", "MAX_NAME", "UNSUPPORTED_INPUT"]
 
@@ -58,6 +58,8 @@ _INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
 # A listing of this many tools or more is declared on a worker thread (`Catalog._take`): about
 # 40 µs a tool, so a smaller one holds the event loop under 10 ms.
 OFF_LOOP_TOOLS = 200
+# Tools of a listing declared, signed and versioned together (`Catalog._prepare`).
+SIGN_BATCH = 1000
 # The states of an upstream that is not pending (`Catalog.pending_providers`).
 _SETTLED = frozenset({"ready", "disabled"})
 # Debounce of change notices: a burst of list_changed notices costs one re-list.
@@ -637,13 +639,25 @@ class Catalog:
         # other, whose id is its method and path, gets a suffix)
         order = sorted((n for n, tool in seen.items() if not _listed_as(slot, tool, slot.tools.get(n))),
                        key=lambda n: (seen[n].name != n, n))
+        # declared, signed and versioned a batch at a time: the canonical text of every signature
+        # of a listing, held at once, was Microsoft Graph beta's 217 MB (and the process kept it)
+        changed: list[ToolDeclaration] = []
+        parts = SharedParts()
+        for start in range(0, len(order), SIGN_BATCH):
+            changed.extend(self._versioned(slot, seen, order[start:start + SIGN_BATCH], parts))
+        return listed, changed
+
+    def _versioned(self, slot: UpstreamSlot, seen: dict[str, UpstreamTool], order: list[str],
+                   parts: SharedParts) -> list[ToolDeclaration]:
+        """The declarations of the tools `order` names that are new or changed, their versions
+        written to the store."""
         fresh = [self._declare(slot, seen[n]) for n in order]
         try:
-            signed = sign(fresh)
+            signed = sign(fresh, parts)
         except UnencodableText as exc:
             for i in exc.indices:
                 fresh[i] = self._declare(slot, _cleaned(slot, seen[order[i]]))
-            signed = sign(fresh)
+            signed = sign(fresh, parts)
         # a declaration equal to the one the tool has (its text cleaned as before) changes nothing;
         # those made again are let go here, one at a time (100,000 let go at once, as the lists
         # died, held the event loop 0.2 s)
@@ -661,7 +675,7 @@ class Catalog:
         # their versions, in the store before the catalog shows them (only this upstream's
         # listings change its tools' versions, and they are taken one after the other)
         self.versions.assign(changed, changed_signed)
-        return listed, changed
+        return changed
 
     def _commit(self, slot: UpstreamSlot, seen: set[str], changed: list[ToolDeclaration],
                 ready: bool) -> tuple[CatalogChange, list[tuple[str, str, str, str]]]:

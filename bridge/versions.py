@@ -10,7 +10,7 @@ from typing import Any, Literal
 from bridge.model import ToolDeclaration, VersionRecord, now_iso
 from bridge.store import Store
 
-__all__ = ["signature_of", "digest_of", "classify_change", "sign", "Signed", "UnencodableText", "VersionRegistry"]
+__all__ = ["signature_of", "digest_of", "classify_change", "sign", "SharedParts", "Signed", "UnencodableText", "VersionRegistry"]
 
 
 def signature_of(decl: ToolDeclaration) -> dict[str, Any]:
@@ -32,7 +32,7 @@ def signature_of(decl: ToolDeclaration) -> dict[str, Any]:
 
 _ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode
 # Levels of a signature written out part by part, so that a part shared by many tools (a large
-# schema under `$defs`, an answer's properties) is written once a batch (`_Shared`); deeper
+# schema under `$defs`, an answer's properties) is written once a batch (`SharedParts`); deeper
 # ones are written whole by the json module.
 SHARED_DEPTH = 4
 
@@ -41,7 +41,7 @@ def canonical_json(signature: dict[str, Any]) -> str:
     return _ENCODE(signature)
 
 
-class _Shared:
+class SharedParts:
     """The canonical JSON of the parts of the signatures of one batch, a part seen twice (the same
     object) written once more and then kept: the tools of an OpenAPI document share their
     referenced schemas, and Microsoft Graph's 7,444 output schemas hold 922 different ones.
@@ -64,6 +64,8 @@ class _Shared:
             text = "{" + ",".join(_ENCODE(k) + ":" + self.encode(node[k], depth - 1) for k in sorted(node)) + "}"
         else:
             text = "[" + ",".join(self.encode(item, depth - 1) for item in node) + "]"
+        if depth == SHARED_DEPTH:  # a signature itself, made for this one declaration
+            return text
         if self._seen.get(key) is node:
             self._text[key] = text
         else:
@@ -125,12 +127,13 @@ class UnencodableText(ValueError):
 Signed = tuple[dict[str, Any], str, str]
 
 
-def sign(decls: list[ToolDeclaration]) -> list[Signed]:
+def sign(decls: list[ToolDeclaration], shared: SharedParts | None = None) -> list[Signed]:
     """Every declaration's signature, first, so that one whose text cannot be encoded changes
-    nothing: raises UnencodableText naming them all."""
+    nothing: raises UnencodableText naming them all. `shared` writes the parts shared with
+    signatures signed before (by the same SharedParts) once."""
     signed: list[Signed] = []
     unencodable: list[int] = []
-    shared = _Shared()
+    shared = shared or SharedParts()
     for i, decl in enumerate(decls):
         signature = signature_of(decl)
         blob = shared.encode(signature)

@@ -584,3 +584,31 @@ async def test_an_upstream_still_connecting_says_what_its_start_is_doing(monkeyp
     finally:
         release.set()
         await catalog.close()
+
+
+async def test_a_large_listing_is_declared_signed_and_versioned_a_batch_at_a_time(tmp_path, monkeypatch):
+    # the canonical text of every signature of a listing, held at once, was Microsoft Graph
+    # beta's 217 MB; a batch's at a time, the bridge serving it peaks at 629 MB instead of 878 MB
+    from bridge import catalog as catalog_module
+    from bridge import versions
+
+    monkeypatch.setattr(catalog_module, "SIGN_BATCH", 50)
+    batches: list[int] = []
+    sign = versions.sign
+
+    def recorded(decls, shared=None):
+        batches.append(len(decls))
+        return sign(decls, shared)
+
+    monkeypatch.setattr(catalog_module, "sign", recorded)
+    tools = [tool(f"t{i:03d}") for i in range(120)]
+    tools[70] = tool("t070", description="bad \ud800 text")  # cleaned in its batch, the others kept
+    catalog = Catalog(Store(tmp_path / "b.db"))
+    catalog.add_upstream(FakeUpstream(name="big", tools=tools))
+    await catalog.start()
+    try:
+        assert batches == [50, 50, 50, 20]  # the second batch signed again, cleaned
+        assert len(catalog) == 120 and catalog.resolve("big__t070").description == "bad \ufffd text"
+        assert all(len(catalog.versions.history(d)) == 1 for d in catalog.declarations())
+    finally:
+        await catalog.close()

@@ -169,7 +169,7 @@ def test_signatures_sharing_parts_are_written_as_the_json_module_writes_them(mon
     catalog = Catalog()
     catalog.add_upstream(FakeUpstream(name="s", tools=tools))
     encoded: list[str] = []
-    encode = versions._Shared.encode
+    encode = versions.SharedParts.encode
 
     def recorded(self, node, depth=versions.SHARED_DEPTH):
         text = encode(self, node, depth)
@@ -177,7 +177,7 @@ def test_signatures_sharing_parts_are_written_as_the_json_module_writes_them(mon
             encoded.append(text)
         return text
 
-    monkeypatch.setattr(versions._Shared, "encode", recorded)
+    monkeypatch.setattr(versions.SharedParts, "encode", recorded)
     written: list[int] = []
     dump = versions._ENCODE
     monkeypatch.setattr(versions, "_ENCODE", lambda node: written.append(len(text := dump(node))) or text)
