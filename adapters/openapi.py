@@ -109,6 +109,7 @@ class OpenAPIUpstream(Upstream):
         self._listed_since_start = False
         self._kept_over: str | None = None  # why the document read before is kept (a later read failed)
         self._clashes: list[str] = []  # security requirements putting two credentials in one place
+        self._mapping: tuple[str, asyncio.Future[_Loaded]] | None = None  # (signature, its mapping), while it runs
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -231,6 +232,7 @@ class OpenAPIUpstream(Upstream):
                 signature = ""
             if self._loaded is not None and signature and self._loaded.signature == signature:
                 return
+        cancelled = False
         try:
             self.phase = "reading the document"
             text, uri = await read_source(source, cfg.resolve_path, self._session, cfg.start_timeout)
@@ -238,8 +240,11 @@ class OpenAPIUpstream(Upstream):
                 signature = hashlib.sha256(text.encode()).hexdigest()
                 if self._loaded is not None and self._loaded.signature == signature:
                     return
-            self._loaded = await asyncio.to_thread(self._map, text, uri, signature)
+            self._loaded = await self._mapped(text, uri, signature)
             self._kept_over = None
+        except asyncio.CancelledError:
+            cancelled = True  # (start_timeout): the phase stays, for the catalog to name in the reason
+            raise
         except SpecError as exc:
             where = exc.location if exc.location.startswith((source, "/", "http")) else f"{source} {exc.location}".strip()
             reason = f"OpenAPI document {where}: {exc.problem}"
@@ -251,7 +256,24 @@ class OpenAPIUpstream(Upstream):
                 log.warning("%s: %s; the document read before is kept until this one can be read", self.name, reason)
             self._kept_over = reason
         finally:
-            self.phase = None
+            if not cancelled:
+                self.phase = None
+
+    async def _mapped(self, text: str, uri: str, signature: str) -> _Loaded:
+        """The document mapped on a worker thread. A start cut short by start_timeout leaves
+        the thread mapping (a thread cannot be stopped): the next start waits for that mapping of
+        the same document, rather than starting another beside it that, sharing the CPU with
+        it, might not end in time either."""
+        running = self._mapping
+        if running is None or running[0] != signature:
+            job = asyncio.ensure_future(asyncio.to_thread(self._map, text, uri, signature))
+            job.add_done_callback(lambda done: done.cancelled() or done.exception())  # read, even when no start waits
+            running = self._mapping = (signature, job)
+        try:
+            return await asyncio.shield(running[1])
+        finally:
+            if running[1].done() and self._mapping is running:
+                self._mapping = None
 
     def _map(self, text: str, uri: str, signature: str) -> _Loaded:
         cfg = self.config

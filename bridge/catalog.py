@@ -387,7 +387,9 @@ class Catalog:
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # noqa: BLE001 - every failure is reported, none escapes
-                reason = _reason(exc, f"no answer within start_timeout={cfg.start_timeout}s")
+                # a start still busy names what it was doing (`mapping 22,361 operations`)
+                busy = f" (still {up.phase})" if up.phase else ""
+                reason = _reason(exc, f"no answer within start_timeout={cfg.start_timeout}s{busy}")
                 if note := _out_of_files(exc):
                     reason = f"{reason} ({note})"
                 with contextlib.suppress(Exception):

@@ -1939,3 +1939,29 @@ async def test_the_parsed_document_is_let_go_once_mapped(monkeypatch):
         assert len(parsed) == 1 and parsed[0]() is None
         assert (await upstream.health())["openapi"].startswith("3.1") and upstream.credentials is not None
         assert len(await upstream.list_tools()) > 1
+
+
+async def test_a_start_past_start_timeout_leaves_its_mapping_to_the_next_start(monkeypatch):
+    # a document that takes longer to map than start_timeout (Microsoft Graph's beta on a busy
+    # host): each attempt started a mapping of its own beside the one still running, which then
+    # took longer still, and the upstream never came up
+    import time as clock
+
+    from adapters import openapi as adapter
+
+    mapped: list[float] = []
+    mapping = adapter.map_operations
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        kwargs["on_phase"]("mapping 3 operations")
+        mapped.append(clock.monotonic())
+        clock.sleep(1.5)
+        return mapping(*args, **kwargs)
+
+    monkeypatch.setattr(adapter, "map_operations", slow)
+    async with bridge_for("service_31.yaml", base_url="http://127.0.0.1:1", start_timeout=1.0, retry_initial=0.1,
+                          retry_max=0.2) as bridge:
+        slot = bridge.catalog.slot("svc")
+        assert slot.health.state == "failed" and "no answer within start_timeout=1.0s (still mapping 3 operations)" in slot.health.reason
+        await until(lambda: slot.health.state == "ready", timeout=10)
+        assert len(mapped) == 1 and len(bridge.catalog) > 1  # the attempts after the first waited for its mapping
