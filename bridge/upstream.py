@@ -164,14 +164,14 @@ class Upstream(abc.ABC):
     config_model: ClassVar[type[UpstreamConfig]] = UpstreamConfig
     # whether `read_resource` reads what the links in this kind's results name
     reads_resources: ClassVar[bool] = False
+    # what a start that takes a while is doing now (`mapping 22,361 operations`), or None: the
+    # catalog gives it as the reason of an upstream still connecting, and of a start_timeout
+    phase: str | None = None
 
     def __init__(self, config: UpstreamConfig) -> None:
         self.config = config
         self.name = config.name
         self._listeners: list[Callable[[UpstreamEvent], None]] = []
-        # what a start that takes a while is doing now (`mapping 22,361 operations`), or None:
-        # the catalog gives it as the reason of an upstream still connecting
-        self.phase: str | None = None
 
     @abc.abstractmethod
     async def start(self) -> None:
