@@ -37,7 +37,7 @@ from bridge.model import (
 from bridge.sidecar import Sidecar
 from bridge.store import Store
 from bridge.upstream import Upstream, UpstreamEvent
-from bridge.versions import SharedParts, Signed, UnencodableText, VersionRegistry, sign
+from bridge.versions import Signed, UnencodableText, VersionRegistry, sign
 
 __all__ = ["Catalog", "CatalogChange", "UpstreamSlot", "exposed_name", "NAME_SEPARATOR", "MAX_NAME", "UNSUPPORTED_INPUT"]
 
@@ -644,22 +644,20 @@ class Catalog:
         # declared, signed and versioned a batch at a time: the canonical text of every signature
         # of a listing, held at once, was Microsoft Graph beta's 217 MB (and the process kept it)
         changed: list[ToolDeclaration] = []
-        parts = SharedParts()
         for start in range(0, len(order), SIGN_BATCH):
-            changed.extend(self._versioned(slot, seen, order[start:start + SIGN_BATCH], parts))
+            changed.extend(self._versioned(slot, seen, order[start:start + SIGN_BATCH]))
         return listed, changed
 
-    def _versioned(self, slot: UpstreamSlot, seen: dict[str, UpstreamTool], order: list[str],
-                   parts: SharedParts) -> list[ToolDeclaration]:
+    def _versioned(self, slot: UpstreamSlot, seen: dict[str, UpstreamTool], order: list[str]) -> list[ToolDeclaration]:
         """The declarations of the tools `order` names that are new or changed, their versions
         written to the store."""
         fresh = [self._declare(slot, seen[n]) for n in order]
         try:
-            signed = sign(fresh, parts)
+            signed = sign(fresh)
         except UnencodableText as exc:
             for i in exc.indices:
                 fresh[i] = self._declare(slot, _cleaned(slot, seen[order[i]]))
-            signed = sign(fresh, parts)
+            signed = sign(fresh)
         # a declaration equal to the one the tool has (its text cleaned as before) changes nothing;
         # those made again are let go here, one at a time (100,000 let go at once, as the lists
         # died, held the event loop 0.2 s)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from bridge.model import ToolDeclaration, VersionRecord, now_iso
 from bridge.store import Store
 
-__all__ = ["signature_of", "digest_of", "classify_change", "sign", "SharedParts", "Signed", "UnencodableText", "VersionRegistry"]
+__all__ = ["signature_of", "digest_of", "classify_change", "sign", "Signed", "UnencodableText", "VersionRegistry"]
 
 
 def signature_of(decl: ToolDeclaration) -> dict[str, Any]:
@@ -30,47 +30,8 @@ def signature_of(decl: ToolDeclaration) -> dict[str, Any]:
     }
 
 
-_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode
-# Levels of a signature written out part by part, so that a part shared by many tools (a large
-# schema under `$defs`, an answer's properties) is written once a batch (`SharedParts`); deeper
-# ones are written whole by the json module.
-SHARED_DEPTH = 4
-
-
 def canonical_json(signature: dict[str, Any]) -> str:
-    return _ENCODE(signature)
-
-
-class SharedParts:
-    """The canonical JSON of the parts of the signatures of one batch, a part seen twice (the same
-    object) written once more and then kept: the tools of an OpenAPI document share their
-    referenced schemas, and Microsoft Graph's 7,444 output schemas hold 922 different ones.
-    Gives the same text as `canonical_json`."""
-
-    def __init__(self) -> None:
-        self._seen: dict[int, Any] = {}  # id -> the part (kept, so the id is not reused meanwhile)
-        self._text: dict[int, str] = {}
-
-    def encode(self, node: Any, depth: int = SHARED_DEPTH) -> str:
-        if not isinstance(node, dict | list):
-            return _ENCODE(node)
-        key = id(node)
-        text = self._text.get(key)
-        if text is not None:
-            return text
-        if depth == 0 or (isinstance(node, dict) and not all(isinstance(k, str) for k in node)):
-            text = _ENCODE(node)  # (keys of other types the json module converts, and sorts as it does)
-        elif isinstance(node, dict):
-            text = "{" + ",".join(_ENCODE(k) + ":" + self.encode(node[k], depth - 1) for k in sorted(node)) + "}"
-        else:
-            text = "[" + ",".join(self.encode(item, depth - 1) for item in node) + "]"
-        if depth == SHARED_DEPTH:  # a signature itself, made for this one declaration
-            return text
-        if self._seen.get(key) is node:
-            self._text[key] = text
-        else:
-            self._seen[key] = node
-        return text
+    return json.dumps(signature, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def digest_of(signature: dict[str, Any], blob: str | None = None) -> str:
@@ -127,16 +88,14 @@ class UnencodableText(ValueError):
 Signed = tuple[dict[str, Any], str, str]
 
 
-def sign(decls: list[ToolDeclaration], shared: SharedParts | None = None) -> list[Signed]:
+def sign(decls: list[ToolDeclaration]) -> list[Signed]:
     """Every declaration's signature, first, so that one whose text cannot be encoded changes
-    nothing: raises UnencodableText naming them all. `shared` writes the parts shared with
-    signatures signed before (by the same SharedParts) once."""
+    nothing: raises UnencodableText naming them all."""
     signed: list[Signed] = []
     unencodable: list[int] = []
-    shared = shared or SharedParts()
     for i, decl in enumerate(decls):
         signature = signature_of(decl)
-        blob = shared.encode(signature)
+        blob = canonical_json(signature)
         try:
             signed.append((signature, blob, digest_of(signature, blob)))
         except UnicodeEncodeError:

@@ -596,9 +596,9 @@ async def test_a_large_listing_is_declared_signed_and_versioned_a_batch_at_a_tim
     batches: list[int] = []
     sign = versions.sign
 
-    def recorded(decls, shared=None):
+    def recorded(decls):
         batches.append(len(decls))
-        return sign(decls, shared)
+        return sign(decls)
 
     monkeypatch.setattr(catalog_module, "sign", recorded)
     tools = [tool(f"t{i:03d}") for i in range(120)]
