@@ -8,6 +8,7 @@ import json
 import logging
 import sqlite3
 import threading
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,13 @@ _UNSTORABLE = (sqlite3.InterfaceError, sqlite3.DataError, OverflowError, TypeErr
 # its own (a million versions of 1.2 KB, 64 to a listing: 88 s of writing instead of 16 s).
 # Layout 0, the first, is moved to layout 1 when the file is opened. Layout 2 keeps with each
 # persisted result the surface whose call made it (`results.surface`); a result stored before has
-# none, and any surface may read it, as before.
-LAYOUT = 2
+# none, and any surface may read it, as before. Layout 3 keeps a signature longer than
+# SIGNATURE_PACKED_CHARS compressed (zlib, as a blob); the text ones written before are read as
+# they are.
+LAYOUT = 3
+# Characters of a signature's JSON past which the store keeps it compressed: an OpenAPI
+# document's schemas repeat themselves (Microsoft Graph beta's 22,361 signatures: 217 MB of text)
+SIGNATURE_PACKED_CHARS = 2048
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS versions (
@@ -96,6 +102,14 @@ _FROM_LAYOUT_0 = (
     "DROP TABLE versions_layout0",
     "DROP TABLE tool_names_layout0",
 )
+
+
+def _packed(signature: str) -> str | bytes:
+    """A signature's JSON as the store keeps it: compressed when long (level 1: the fastest,
+    and schemas that repeat themselves shrink about tenfold at it)."""
+    if len(signature) <= SIGNATURE_PACKED_CHARS:
+        return signature
+    return zlib.compress(signature.encode(), 1)
 
 
 class StoreError(Exception):
@@ -199,7 +213,8 @@ class Store:
         created_at, signature JSON), in one transaction."""
         if not rows:
             return
-        self._write_many("INSERT OR REPLACE INTO versions VALUES (?,?,?,?,?,?,?)", rows)
+        packed = [(*row[:6], _packed(row[6])) for row in rows]
+        self._write_many("INSERT OR REPLACE INTO versions VALUES (?,?,?,?,?,?,?)", packed)
 
     def get_version(self, namespace: str, tool_id: str, version: int) -> VersionRecord | None:
         with self._lock:
@@ -229,7 +244,7 @@ class Store:
             digest=digest,
             compatibility=compatibility,
             created_at=created_at,
-            signature=json.loads(signature),
+            signature=json.loads(zlib.decompress(signature) if isinstance(signature, bytes) else signature),
         )
 
     # assigned names -------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 
@@ -150,3 +151,42 @@ def test_another_applications_database_is_refused_and_left_as_it_was(tmp_path):
     with pytest.raises(StoreError, match="its folder cannot be made .*fix: "):
         Store(foreign / "inside" / "bridge.db")  # a file where the folder would be
 
+
+
+async def test_a_long_signature_is_kept_compressed_and_read_back_whole(tmp_path):
+    # Microsoft Graph beta's 22,361 signatures wrote 628 MB of text into the store (234 MB once
+    # its schemas were bounded)
+    from bridge.store import SIGNATURE_PACKED_CHARS
+
+    props = {f"field_{i}": {"type": "string", "description": f"The field number {i} of the record."} for i in range(200)}
+    big = tool("big", props=props)
+    catalog = Catalog(Store(tmp_path / "v.db"))
+    catalog.add_upstream(FakeUpstream(name="v", tools=[big, tool("small")]))
+    await catalog.start()
+    try:
+        history = catalog.versions.history(catalog.resolve("v__big"))
+        assert history[0].signature["input_schema"]["properties"] == props
+        assert catalog.versions.history(catalog.resolve("v__small"))[0].signature["native_name"] == "small"
+    finally:
+        await catalog.close()
+    with sqlite3.connect(tmp_path / "v.db") as db:
+        kept = dict(db.execute("SELECT n.name, typeof(v.signature) || ':' || length(v.signature) FROM versions v "
+                               "JOIN tool_names n ON n.tool_id = v.tool_id"))
+    kind, size = kept["v__big"].split(":")
+    assert kind == "blob" and int(size) < SIGNATURE_PACKED_CHARS  # about 14 KB of text
+    assert kept["v__small"].startswith("text:")
+
+
+def test_a_store_of_layout_2_reads_its_signatures_written_as_text(tmp_path):
+    path = tmp_path / "v.db"
+    Store(path).close()
+    long = json.dumps({"input_schema": {"properties": {f"p{i}": {"type": "string"} for i in range(300)}}, "native_name": "t"})
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO versions VALUES ('v', 'id-1', 1, 'sha256:x', 'initial', '2026-01-01T00:00:00Z', ?)", (long,))
+        db.execute("PRAGMA user_version = 2")
+    store = Store(path)
+    try:
+        assert store.get_version("v", "id-1", 1).signature == json.loads(long)
+        assert store._layout() == LAYOUT == 3
+    finally:
+        store.close()
