@@ -116,13 +116,58 @@ def bounded_output_schema(schema: dict[str, Any], size: Sizer | None = None) -> 
     return out
 
 
+def _shape(schema: Any, defs: dict[str, Any], seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str], bool] | None:
+    """The properties, the required names and whether `type: object` holds, of an object schema
+    seen through its `$ref`s into `defs` and its `allOf` parts: each of them holds for every
+    value the schema accepts, so a schema made of them accepts all of those too. None when no
+    properties are found (or a `$ref` leads back to one being read)."""
+    if not isinstance(schema, dict):
+        return None
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        name = ref[len("#/$defs/"):] if ref.startswith("#/$defs/") else None
+        if name is None or name in seen or name not in defs:
+            return None
+        return _shape(defs[name], defs, (*seen, name))
+    props: dict[str, Any] = dict(schema["properties"]) if isinstance(schema.get("properties"), dict) else {}
+    required = [r for r in schema.get("required") or [] if isinstance(r, str)] if isinstance(schema.get("required"), list) else []
+    is_object = schema.get("type") == "object"
+    for part in schema.get("allOf") if isinstance(schema.get("allOf"), list) else ():
+        inner = _shape(part, defs, seen)
+        if inner is not None:  # a part without properties: its constraints are left out
+            for key, sub in inner[0].items():
+                props.setdefault(key, sub)
+            required += inner[1]
+            is_object = is_object or inner[2]
+    return (props, list(dict.fromkeys(required)), is_object) if props else None
+
+
+def _opened(schema: Any, defs: dict[str, Any]) -> dict[str, Any] | None:
+    """A large property's schema as an object of its own properties, each kept whole when small
+    and referring to nothing, else cut to its type and description; its `required` names kept,
+    and nothing else (combinators, `additionalProperties`): it accepts every value the whole
+    one does. None when it is no object with properties."""
+    shape = _shape(schema, defs)
+    if shape is None:
+        return None
+    props, required, is_object = shape
+    out: dict[str, Any] = {"description": _described(schema, "its nested schemas are left out as too large")}
+    if is_object:
+        out["type"] = "object"
+    out["properties"] = {key: _cut_property(sub) for key, sub in props.items()}
+    if required:
+        out["required"] = required
+    return out
+
+
 def bounded_input_schema(schema: dict[str, Any], size: Sizer | None = None) -> dict[str, Any]:
     """`schema` when it holds at most INPUT_MAX_VALUES values; else without `$defs`, its
     top-level keys kept, and each property whole while the properties kept so far, smallest
-    first, fit in INPUT_MAX_VALUES and it refers to nothing; the others reduced to their type,
-    title and description (as are all of them when even that is too large, or when the top
-    level combines schemas: then it is an object with a description only). `size` counts a
-    node's values, as for `bounded_output_schema`."""
+    first, fit in INPUT_MAX_VALUES and it refers to nothing; the others, while they fit, as an
+    object of their own properties (`_opened`), else reduced to their type, title and
+    description (as are all of them when even that is too large, or when the top level
+    combines schemas: then it is an object with a description only). `size` counts a node's
+    values, as for `bounded_output_schema`."""
     size = size or _counted(INPUT_MAX_VALUES)
     if size(schema) <= INPUT_MAX_VALUES:
         return schema
@@ -139,8 +184,17 @@ def bounded_input_schema(schema: dict[str, Any], size: Sizer | None = None) -> d
             if not _refers(properties[name]):
                 kept.add(name)
                 budget -= sizes[name] - _CUT_VALUES
+        # the others, while they fit, keep their own properties (an object body: the fields of
+        # Microsoft Graph's user for `PATCH /users/{id}`), each cut in turn
+        defs = schema.get("$defs") if isinstance(schema.get("$defs"), dict) else {}
+        opened: dict[str, dict[str, Any]] = {}
+        for name in sorted((n for n in properties if n not in kept), key=lambda n: (sizes[n], n)):
+            fields = _opened(properties[name], defs)
+            if fields is not None and (grown := size(fields) - _CUT_VALUES) <= budget:
+                opened[name] = fields
+                budget -= grown
         cut = {**top, "description": _described(schema, _INPUT_NOTE),
-               "properties": {name: _cut_property(sub, name in kept) for name, sub in properties.items()}}
+               "properties": {name: opened.get(name) or _cut_property(sub, name in kept) for name, sub in properties.items()}}
         if _over(cut, INPUT_MAX_VALUES) >= 0 and not _refers(top):
             return cut
     out: dict[str, Any] = {"type": "object", "description": _described(schema, _INPUT_NOTE)}

@@ -103,7 +103,11 @@ def test_an_input_schema_of_objects_naming_one_another_is_cut_to_its_top_level(t
     assert "left out as too large" in cut["description"]
     for small in ("id", "query__select", "name", "mode", "tags", "spread"):  # whole: they fit and refer to nothing
         assert cut["properties"][small] == full["properties"][small], small
-    assert cut["properties"]["data"] == {"description": "its schema is left out as too large"}
+    # a large object keeps its own properties, each cut in turn; a oneOf is cut whole
+    data = cut["properties"]["data"]
+    assert data["type"] == "object" and "additionalProperties" not in data and "left out as too large" in data["description"]
+    assert data["properties"]["field_1"] == {"type": "string", "maxLength": 40}
+    assert data["properties"]["link_1"] == {"description": "its schema is left out as too large"}
     assert cut["properties"]["either"] == {"description": "its schema is left out as too large"}
 
     whole, bounded = jsonschema.Draft202012Validator(full), jsonschema.Draft202012Validator(cut)
@@ -126,8 +130,9 @@ def test_an_input_schema_of_objects_naming_one_another_is_cut_to_its_top_level(t
     ]
     for args in refused_by_both:
         assert not whole.is_valid(args) and not bounded.is_valid(args), args
+    assert not whole.is_valid({"id": "1", "name": "n", "data": {"field_1": 5}}) and not bounded.is_valid({"id": "1", "name": "n", "data": {"field_1": 5}})
     # a value refused only below a cut property goes to the server, which judges it
-    nested = {"id": "1", "name": "n", "data": {"field_1": 5}}
+    nested = {"id": "1", "name": "n", "data": {"link_1": {"field_2": 5}}}
     assert not whole.is_valid(nested) and bounded.is_valid(nested)
 
 
@@ -155,6 +160,38 @@ async def test_a_cut_input_schema_still_checks_its_top_level_through_the_bridge(
         refused = await call(bridge, "updateThing", {"id": "1", "name": "n", "unknown": 1})
         assert refused.error is not None and refused.error.error_class == "invalid_arguments"
         # arguments only the cut part would refuse are sent (here to a closed port): the API judges them
-        sent = await call(bridge, "updateThing", {"id": "1", "name": "n", "data": {"field_1": 5}})
+        sent = await call(bridge, "updateThing", {"id": "1", "name": "n", "data": {"link_1": {"field_2": 5}}})
         assert sent.error is not None and sent.error.error_class == "dependency_unavailable"
         assert (await upstream_of(bridge).health())["operations"] == 1
+
+
+def test_a_large_body_named_as_one_property_keeps_its_fields(tmp_path, monkeypatch):
+    # Microsoft Graph's `PATCH /users/{id}` takes the user, `allOf: [entity, {...its fields}]`,
+    # as one `body` property: cut whole, it told nothing of the user's fields
+    user = {"allOf": [
+        {"$ref": "#/components/schemas/Entity"},
+        {"type": "object", "required": ["name"], "properties": {
+            "name": {"type": "string", "maxLength": 5},
+            "manager": {"$ref": "#/components/schemas/Obj0"},
+            **{f"field_{k}": {"type": "string", "description": f"field {k}"} for k in range(150)}}},
+    ]}
+    schemas = {**_linked(40), "Entity": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}, "User": user}
+    doc = _document({"/users/{id}": {"patch": {
+        "operationId": "updateUser", "requestBody": _body({"$ref": "#/components/schemas/User"}),
+        "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}]}}},
+        components={"schemas": schemas})
+    full, cut = _full_and_cut(tmp_path, monkeypatch, doc, "updateUser")
+    assert _values(cut) <= INPUT_MAX_VALUES and '"$ref"' not in json.dumps(cut)
+    body = cut["properties"]["body"]
+    assert body["type"] == "object" and body["required"] == ["id", "name"] and "additionalProperties" not in body
+    assert set(body["properties"]) == {"id", "name", "manager", *(f"field_{k}" for k in range(150))}
+    assert body["properties"]["name"] == {"type": "string", "maxLength": 5}  # small: whole
+    assert body["properties"]["manager"] == {"description": "its schema is left out as too large"}
+    whole, bounded = jsonschema.Draft202012Validator(full), jsonschema.Draft202012Validator(cut)
+    for args in ({"id": "1", "body": {"id": "u", "name": "ann"}},
+                 {"id": "1", "body": {"id": "u", "name": "ann", "field_3": "x", "manager": {"id": "m", "link_1": None}}}):
+        assert whole.is_valid(args) and bounded.is_valid(args), args
+    for args in ({"id": "1", "body": {"name": "ann"}}, {"id": "1", "body": {"id": "u", "name": "toolong"}}, {"id": "1"}):
+        assert not whole.is_valid(args) and not bounded.is_valid(args), args
+    nested = {"id": "1", "body": {"id": "u", "name": "ann", "manager": {"field_1": 5}}}
+    assert not whole.is_valid(nested) and bounded.is_valid(nested)  # left to the API
