@@ -47,10 +47,37 @@ def _props(schema: dict[str, Any] | None) -> tuple[dict[str, Any], set[str]]:
     return (props if isinstance(props, dict) else {}), required
 
 
+# Keywords of a schema's root that `classify_change` reads itself, or that only annotate it.
+_ROOT_READ = frozenset({"properties", "required", "additionalProperties", "title", "description", "examples", "$comment"})
+_ROOT_DEFS = ("$defs", "definitions")
+
+
+def _root_kept(old: Any, new: Any) -> bool:
+    """Whether every other keyword of the old schema's root holds as it was in the new one: the
+    schemas its properties refer to (`$defs`, `definitions`: an entry may be added, none changed
+    or removed) and any combinator or constraint of the root (none added, changed or removed)."""
+    old = old if isinstance(old, dict) else {}
+    new = new if isinstance(new, dict) else {}
+    for key in (old.keys() | new.keys()) - _ROOT_READ:
+        if key in _ROOT_DEFS:
+            old_defs, new_defs = old.get(key) or {}, new.get(key) or {}
+            if not isinstance(old_defs, dict) or not isinstance(new_defs, dict):
+                if old_defs != new_defs:
+                    return False
+            elif any(name not in new_defs or new_defs[name] != body for name, body in old_defs.items()):
+                return False
+        elif old.get(key) != new.get(key):
+            return False
+    return True
+
+
 def classify_change(old: dict[str, Any], new: dict[str, Any]) -> Literal["compatible", "breaking"]:
     """`compatible` when a caller of the old signature is served by the new one: every old input
     is still accepted with the same schema, no new input is required, and every old output is
-    still produced. Anything else is `breaking`."""
+    still produced. Anything else is `breaking`. The schemas properties refer to under `$defs`
+    count as part of them: a change there (a field of a referenced object) is breaking too."""
+    if not _root_kept(old.get("input_schema"), new.get("input_schema")) or not _root_kept(old.get("output_schema"), new.get("output_schema")):
+        return "breaking"
     old_in, old_req = _props(old.get("input_schema"))
     new_in, new_req = _props(new.get("input_schema"))
     for name, schema in old_in.items():

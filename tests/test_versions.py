@@ -62,6 +62,33 @@ def test_classify_rules():
     assert classify_change(base, removed_in) == "breaking"
 
 
+def test_a_change_inside_the_schemas_properties_refer_to_is_breaking():
+    """A property written `{$ref: "#/$defs/Address"}` is the same text whatever Address holds:
+    a change of Address (a field retyped or gone) is a change of the property."""
+    def sig(address: dict, **root: object) -> dict:
+        return {"input_schema": {"type": "object", "properties": {"to": {"$ref": "#/$defs/Address"}}, "required": ["to"],
+                                 "$defs": {"Address": address}, **root},
+                "output_schema": {"type": "object", "properties": {"sent": {"$ref": "#/$defs/Receipt"}},
+                                  "$defs": {"Receipt": {"type": "object", "properties": {"id": {"type": "string"}}}}}}
+
+    address = {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}}}
+    base = sig(address)
+    retyped = sig({**address, "properties": {**address["properties"], "zip": {"type": "integer"}}})
+    assert classify_change(base, retyped) == "breaking"
+    gone = sig(address)
+    gone["input_schema"]["$defs"] = {}
+    assert classify_change(base, gone) == "breaking"
+    receipt_changed = sig(address)
+    receipt_changed["output_schema"]["$defs"]["Receipt"] = {"type": "object", "properties": {}}
+    assert classify_change(base, receipt_changed) == "breaking"
+    assert classify_change(base, sig(address, anyOf=[{"required": ["to"]}])) == "breaking"  # a root constraint added
+    # a schema added beside them, or a new description, serves the old callers as before
+    added = sig(address, description="Send a parcel.")
+    added["input_schema"]["$defs"]["Parcel"] = {"type": "object"}
+    assert classify_change(base, added) == "compatible"
+    assert classify_change(base, sig(address)) == "compatible"
+
+
 # The first layout of the store (layout 0): keys that start with the tool id.
 LAYOUT_0 = """
 CREATE TABLE versions (tool_id TEXT NOT NULL, version INTEGER NOT NULL, digest TEXT NOT NULL, compatibility TEXT NOT NULL,
