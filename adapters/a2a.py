@@ -321,7 +321,7 @@ class A2AUpstream(Upstream):
             # surfaces block these (reason credential_missing) until the config gives the values,
             # or lets them go to the card's interface
             for tool in tools:
-                tool.blocked_reason = "credential_missing"
+                tool.blocked_reason, tool.blocked_detail = "credential_missing", credentials.blocked
         return _Agent(
             card=card,
             card_url=fetched.url,

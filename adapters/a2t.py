@@ -268,6 +268,7 @@ class A2TUpstream(Upstream):
             reason = f"GET {safe_url(base)}/versions/{pin} answered HTTP {answer.status}"
         log.warning("upstream %s: tool %s is pinned to version %d, which cannot be used: %s", self.name, current.name, pin, reason)
         current.blocked_reason = "setup_required"
+        current.blocked_detail = f"pinned to version {pin}, which the server cannot give: {reason}"
         current.description = f"{current.description}\n\n(Pinned to version {pin}, which the server cannot give: {reason}.)".strip()
         return current
 

@@ -226,12 +226,20 @@ def flatten(metadata: dict[str, Any]) -> list[ATIPCommand]:
 
 def needs_interaction(effects: dict[str, Any]) -> bool:
     """A command that waits for stdin, a password, a prompt answer or a terminal."""
+    return bool(interaction_needs(effects))
+
+
+def interaction_needs(effects: dict[str, Any]) -> list[str]:
+    """What a command waits for from a user, as its metadata says (empty when nothing)."""
     interactive = effects.get("interactive") or {}
-    return (
-        interactive.get("stdin") in ("required", "password")
-        or interactive.get("prompts") is True
-        or interactive.get("tty") is True
-    )
+    needs = []
+    if interactive.get("stdin") in ("required", "password"):
+        needs.append("a password on stdin" if interactive["stdin"] == "password" else "input on stdin")
+    if interactive.get("prompts") is True:
+        needs.append("answers to prompts")
+    if interactive.get("tty") is True:
+        needs.append("a terminal")
+    return needs
 
 
 def safety_of(effects: dict[str, Any]) -> SafetyHints:
@@ -342,13 +350,16 @@ def to_upstream_tool(
     """The catalog record of one command. A command that needs a user at a terminal is blocked
     with `requires_user_interaction` unless the config answers it."""
     hints = safety_of(command.effects)
-    blocked = None
+    blocked = detail = None
+    line = " ".join((command.tool, *command.path))
     if hints.requires_user_interaction:
         if interaction_answered:
             hints.requires_user_interaction = False
             hints.sources["requires_user_interaction"] = "declared"
         else:
             blocked = "requires_user_interaction"
+            detail = (f"`{line}` waits for {' and '.join(interaction_needs(command.effects)) or 'a user'}, and the bridge has no user "
+                      f"to ask; an `answers:` entry of the upstream matching it (stdin or flags) lets it run")
     annotations: dict[str, Any] = {
         "permission_profile": permission_profile(command, hints, metadata.get("authentication")),
         "atip": {
@@ -358,7 +369,6 @@ def to_upstream_tool(
             **({"interaction_answered": True} if interaction_answered else {}),
         },
     }
-    line = " ".join((command.tool, *command.path))
     return UpstreamTool(
         native_id=command.native_id,
         name=command.native_name,
@@ -378,4 +388,5 @@ def to_upstream_tool(
         },
         annotations=annotations,
         blocked_reason=blocked,
+        blocked_detail=detail,
     )

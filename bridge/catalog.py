@@ -561,6 +561,7 @@ class Catalog:
             loading_state="loaded",
             loading_reason=None,
             blocked_reason=_blocked_reason(tool),
+            blocked_detail=tool.blocked_detail,
             timeout=tool.timeout,
         )
         object.__setattr__(decl, "__pydantic_fields_set__", _DECLARED_FIELDS)
@@ -868,7 +869,7 @@ def _declared_facts(decl: ToolDeclaration) -> tuple[Any, ...]:
     same declaration but for the names, versions and loading state the catalog gives it."""
     return (decl.native_name, decl.description, decl.title, decl.tool_kind, decl.input_schema, decl.output_schema,
             decl.safety, decl.tags, decl.search_hint, decl.external_mappings, decl.annotations, decl.lifecycle,
-            decl.blocked_reason, decl.timeout)
+            decl.blocked_reason, decl.blocked_detail, decl.timeout)
 
 
 def _listed_as(slot: UpstreamSlot, tool: UpstreamTool, decl: ToolDeclaration | None) -> bool:
@@ -880,7 +881,7 @@ def _listed_as(slot: UpstreamSlot, tool: UpstreamTool, decl: ToolDeclaration | N
     return _declared_facts(decl) == (
         tool.name, _cut(tool.description), tool.title, tool.tool_kind, tool.input_schema, tool.output_schema or None,
         tool.safety, _tags(slot, tool), tool.search_hint, [_mapping(slot, tool)], tool.annotations, tool.lifecycle,
-        _blocked_reason(tool), tool.timeout)
+        _blocked_reason(tool), tool.blocked_detail, tool.timeout)
 
 
 def _tags(slot: UpstreamSlot, tool: UpstreamTool) -> list[str]:

@@ -273,6 +273,7 @@ class UpstreamTool(_Record):
     annotations: dict[str, Any] = Field(default_factory=dict)
     lifecycle: Lifecycle = "available"
     blocked_reason: str | None = None
+    blocked_detail: str | None = None  # what the reason stands for and how to lift it (no secret values)
     timeout: float | None = None  # seconds; overrides the upstream's call timeout for this tool
 
 
@@ -307,6 +308,7 @@ class ToolDeclaration(_Record):
     loading_state: LoadingState = "loaded"
     loading_reason: str | None = None
     blocked_reason: str | None = None
+    blocked_detail: str | None = None
     timeout: float | None = None
 
     @property

@@ -15,8 +15,11 @@ _BLOCK_CLASSES = {"credential_missing": "credential_missing", "setup_required": 
 
 
 def blocked_error(decl: ToolDeclaration, reason: str) -> BridgeError:
+    """The refusal of a call of a blocked tool; when the block is the upstream's own reason, its
+    detail (what is missing and how to give it; adapters put no secret values in it) follows."""
+    detail = f": {decl.blocked_detail}" if decl.blocked_detail and reason == decl.blocked_reason else ""
     return BridgeError(
-        f"tool {decl.name!r} is blocked on this surface ({reason})",
+        f"tool {decl.name!r} is blocked on this surface ({reason}){detail}",
         error_class=_BLOCK_CLASSES.get(reason, "policy_blocked"),  # type: ignore[arg-type]
         error_code=reason,
         recoverability="setup" if reason in _BLOCK_CLASSES else "change_arguments_or_policy",

@@ -348,6 +348,7 @@ CHANGED_FACTS = {
     "annotations": ({"audience": "ops"}, lambda d: d.annotations),
     "lifecycle": ("deprecated", lambda d: d.lifecycle),
     "blocked_reason": ("withdrawn by its vendor", lambda d: d.blocked_reason),
+    "blocked_detail": ("ask the vendor", lambda d: d.blocked_detail),
     "timeout": (5.0, lambda d: d.timeout),
 }
 

@@ -26,6 +26,8 @@ async def world():
         tool("wipe", destructive=True),
         tool("drop_inferred", native_id="drop_inferred"),
         tool("secret", blocked_reason="credential_missing"),
+        tool("keyed", blocked_reason="credential_missing", blocked_detail="the agent requires credentials the config does not give: "
+             "bearer (http Bearer: set auth.bearer_token or auth.schemes.bearer)"),
     ])
     # inferred destructive: a fact the bridge guessed never denies on its own
     up.tools[2].safety.destructive = True
@@ -71,6 +73,19 @@ async def test_refusals_are_envelopes(world, ref, args, surface, error_class, st
     assert result.is_error and result.error.error_class == error_class and result.status == status
     assert result.content and result.content[0]["type"] == "text"
     assert up.calls == []  # nothing ran
+
+
+async def test_a_blocked_call_says_what_its_upstream_said_of_the_block(world):
+    """The upstream's detail of its reason follows the reason in the refusal; a block the
+    surface made for another reason says only that reason."""
+    catalog, invoker, up, _ = world
+    refused = await invoker.invoke("svc__keyed", {})
+    assert refused.error.error_class == "credential_missing" and refused.status == "denied"
+    assert refused.error.message == ("tool 'svc__keyed' is blocked on this surface (credential_missing): the agent requires credentials "
+                                     "the config does not give: bearer (http Bearer: set auth.bearer_token or auth.schemes.bearer)")
+    assert catalog.resolve("svc__keyed").blocked_detail.startswith("the agent requires")
+    assert (await invoker.invoke("svc__secret", {})).error.message == "tool 'svc__secret' is blocked on this surface (credential_missing)"
+    assert up.calls == []
 
 
 async def test_destructive_allowed_by_surface_and_inferred_never_denies(world):

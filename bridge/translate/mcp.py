@@ -121,6 +121,8 @@ def tool_from_mcp(
         },
         annotations={"mcp": kept} if kept else {},
         blocked_reason=TASK_REQUIRED_REASON if execution.get("taskSupport") == "required" else None,
+        blocked_detail=("the server runs it only as a task (execution.taskSupport: required), and the bridge calls tools directly"
+                        if execution.get("taskSupport") == "required" else None),
     )
 
 

@@ -379,6 +379,7 @@ async def test_bearer_token_bound_to_the_card_scheme_and_never_leaked(caplog):
             assert b.catalog.resolve("peer__echo").blocked_reason == "credential_missing"
             missing = await b.invoker.invoke("peer__echo", {"message": "x"})
             assert missing.error.error_class == "credential_missing" and missing.status == "denied"
+            assert "set auth.bearer_token or auth.schemes." in missing.error.message  # the keys to set
             details = await b.catalog.slot("peer").upstream.health()
             assert "auth.bearer_token" in details["credentials_missing"]
     # the bridge's side (adapter, a2a client, HTTP client) never logs the values; the test
@@ -448,6 +449,7 @@ async def test_credentials_go_only_to_the_configured_origin_and_credential_origi
                 assert b.catalog.resolve("peer__echo").blocked_reason == "credential_missing"
                 refused = await b.invoker.invoke("peer__echo", {"message": "x"})
                 assert refused.error.error_class == "credential_missing" and refused.status == "denied"
+                assert f'credential_origins: ["{elsewhere}"]' in refused.error.message and secret not in json.dumps(refused.to_json())
                 upstream = b.catalog.slot("peer").upstream
                 with pytest.raises(BridgeError) as raised:
                     await upstream.invoke("echo", {"message": "x"}, CallContext(invocation_id="inv_test", timeout=5))

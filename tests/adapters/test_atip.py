@@ -481,6 +481,7 @@ async def test_interactive_command_blocked_with_reason_unless_answered(home):
         result = await bridge.invoker.invoke("legacy__legacy_ask", {})
         assert result.is_error and result.status == "denied"
         assert result.error.error_class == "policy_blocked" and result.error.error_code == "requires_user_interaction"
+        assert "`legacy ask` waits for input on stdin and answers to prompts" in result.error.message and "`answers:`" in result.error.message
     answered = {"name": "legacy", "command": "legacy", "answers": [{"commands": ["ask"], "stdin": "yes\n", "flags": ["--assume-yes"]}]}
     async with bridge_for(home, answered) as bridge:
         result = await bridge.invoker.invoke("legacy__legacy_ask", {})
