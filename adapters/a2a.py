@@ -40,6 +40,7 @@ from a2a.utils.errors import (
 )
 from google.protobuf.json_format import ParseError
 from google.protobuf.message import DecodeError
+from httpx._utils import get_environment_proxies  # httpx's own reading of the proxy variables
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from adapters.a2a_card import A2AAuth, AgentCredentials, CardFetch, CardSource, RedactingFilter, bind_credentials, redact
@@ -111,10 +112,10 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
     """Every answer read as it arrives and refused past `limit` bytes: the SDK reads a reply
     whole, and an agent's answer (or a card) could otherwise fill the bridge's memory. Answers
     are asked for uncompressed (`Accept-Encoding: identity`), so the bytes counted are the bytes
-    read."""
+    read. With `proxy`, requests go through that proxy."""
 
-    def __init__(self, limit: int) -> None:
-        self.inner = httpx.AsyncHTTPTransport(verify=_tls_context())
+    def __init__(self, limit: int, proxy: str | None = None) -> None:
+        self.inner = httpx.AsyncHTTPTransport(verify=_tls_context(), proxy=proxy)
         self.limit = limit
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -125,6 +126,29 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def _proxy_mounts(limit: int) -> dict[str, httpx.AsyncBaseTransport | None]:
+    """The client's transports for the proxies the environment names (HTTP_PROXY, HTTPS_PROXY,
+    ALL_PROXY and NO_PROXY, as httpx reads them for a client of its own transport): a bounded
+    transport through each proxy, None (the client's own, direct and bounded) where NO_PROXY
+    says so. httpx reads the environment only for a client given no transport, and the client
+    here has one, for the bound."""
+    mounts: dict[str, httpx.AsyncBaseTransport | None] = {}
+    for pattern, proxy in get_environment_proxies().items():
+        if proxy is None:
+            mounts[pattern] = None
+            continue
+        try:
+            mounts[pattern] = _BoundedTransport(limit, proxy=proxy)
+        except (ImportError, ValueError):  # a socks5 proxy without socksio, or a scheme httpx has no transport for
+            scheme = urllib.parse.urlsplit(proxy).scheme
+            raise BridgeError(
+                f"the environment's proxy for {pattern} is a {scheme}:// proxy, which the bridge's HTTP client does not speak",
+                error_class="dependency_unavailable", recoverability="setup",
+                details={"fix": "use an http:// proxy in HTTP_PROXY/HTTPS_PROXY/ALL_PROXY, or list the agent's host in NO_PROXY"},
+            ) from None
+    return mounts
 
 
 class A2AConfig(UpstreamConfig):
@@ -254,6 +278,7 @@ class A2AUpstream(Upstream):
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False,
             headers={"User-Agent": "a2t-bridge", "Accept-Encoding": "identity"}, transport=_BoundedTransport(cfg.max_response_bytes),
+            mounts=_proxy_mounts(cfg.max_response_bytes),
         )
         secrets = cfg.auth.secrets()
         if secrets:

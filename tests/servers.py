@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -140,3 +141,57 @@ async def left_by_a_killed_parent(script: str, cwd: Any) -> int:
         parent.kill()
         await parent.wait()
     return pid
+
+
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+def clear_proxy_environment(monkeypatch: Any) -> None:
+    """No proxy variable of the machine's (either case) reaches the test."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
+@contextlib.asynccontextmanager
+async def forward_proxy() -> AsyncIterator[tuple[str, list[str]]]:
+    """A plain-HTTP forward proxy on loopback: yields its URL and the request lines it forwarded
+    (`GET http://host:port/path`). Each connection carries one request (sent on with
+    `Connection: close`), so that every request is seen."""
+    seen: list[str] = []
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while chunk := await reader.read(65536):
+                writer.write(chunk)
+                await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+
+    async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await client_reader.readuntil(b"\r\n\r\n")
+            line, *fields = head.decode("latin-1").split("\r\n")
+            method, target, version = line.split(" ")
+            url = urllib.parse.urlsplit(target)
+            seen.append(f"{method} {target}")
+            kept = [f for f in fields if f and f.split(":", 1)[0].lower() not in ("connection", "proxy-connection", "keep-alive")]
+            path = url.path + (f"?{url.query}" if url.query else "")
+            upstream_reader, upstream_writer = await asyncio.open_connection(url.hostname, url.port or 80)
+            upstream_writer.write("\r\n".join([f"{method} {path} {version}", *kept, "Connection: close", "", ""]).encode("latin-1"))
+            sending = asyncio.create_task(pipe(client_reader, upstream_writer))
+            await pipe(upstream_reader, client_writer)  # the answer, to its end (the agent closes)
+            sending.cancel()
+            upstream_writer.close()
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            client_writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        server.close()
+        await server.wait_closed()

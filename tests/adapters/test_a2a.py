@@ -25,7 +25,7 @@ from bridge.runtime import Bridge
 from bridge.upstream import CallContext
 from tests.adapters.a2a_fixtures.agent import AgentControl, build_agent
 from tests.adapters.a2a_fixtures.old_sdk import REQUESTS, old_agent_app, text_message
-from tests.servers import free_port, serve_asgi
+from tests.servers import clear_proxy_environment, forward_proxy, free_port, serve_asgi
 
 
 async def until(predicate: Any, timeout: float = 5.0) -> None:
@@ -140,6 +140,41 @@ async def test_an_answer_past_max_response_bytes_is_refused_as_it_arrives(stream
         assert "max_response_bytes=65536" in large.error.message
         assert b.catalog.slot("peer").health.state == "ready"  # a large answer is no lost agent
         assert (await b.invoker.invoke("peer__echo", {"message": "again"})).status == "succeeded"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_agents_are_reached_through_the_environment_proxy_unless_no_proxy_names_them(streaming, monkeypatch):
+    """HTTP_PROXY/ALL_PROXY/NO_PROXY count as for any httpx client, and max_response_bytes still
+    bounds an answer that comes through the proxy."""
+    clear_proxy_environment(monkeypatch)
+    async with agent() as (base, control), forward_proxy() as (proxy, seen):
+        for variable in ("HTTP_PROXY", "ALL_PROXY"):
+            clear_proxy_environment(monkeypatch)
+            monkeypatch.setenv(variable, proxy)
+            seen.clear()
+            async with bridge(base_url=base, streaming=streaming, max_response_bytes=64 << 10) as b:
+                assert (await b.invoker.invoke("peer__echo", {"message": "via proxy"})).status == "succeeded"
+                large = await b.invoker.invoke("peer__echo", {"message": "x" * (200 << 10)})
+                assert large.error.error_class == "result_too_large" and "max_response_bytes=65536" in large.error.message
+            assert f"GET {base}/.well-known/agent-card.json" in seen, seen
+            assert sum(line.startswith("POST " + base) for line in seen) >= 2, seen  # both calls went through it
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        seen.clear()
+        async with bridge(base_url=base, streaming=streaming) as b:
+            assert (await b.invoker.invoke("peer__echo", {"message": "direct"})).status == "succeeded"
+        assert seen == []
+
+
+async def test_a_proxy_the_client_cannot_speak_fails_the_start_saying_so(monkeypatch):
+    clear_proxy_environment(monkeypatch)
+    monkeypatch.setenv("ALL_PROXY", "socks5://user:pw-1234@127.0.0.1:1080")
+    config = parse_config({"store": {"path": ":memory:"}, "upstreams": [
+        {"name": "peer", "kind": "a2a", "base_url": f"http://127.0.0.1:{free_port()}"}]})
+    up = A2AUpstream(config.upstreams[0])
+    with pytest.raises(BridgeError, match="is a socks5:// proxy") as raised:
+        await up.start()
+    assert raised.value.recoverability == "setup" and "pw-1234" not in raised.value.message
+    await up.close()
 
 
 @pytest.mark.parametrize("streaming", [False, True])
