@@ -18,7 +18,7 @@ import pytest
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from tests.adapters.mcp_fixtures.oversize_http import GET_LOG_BYTES, build_app
-from tests.servers import serve_asgi
+from tests.servers import clear_proxy_environment, forward_proxy, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 1 << 20
@@ -130,3 +130,20 @@ async def test_the_sdks_server_answering_too_much_in_either_era(protocol: str, j
             assert (await bridge.invoker.invoke("big__echo", {"text": "fine"})).content[0]["text"] == "fine"
             assert (await bridge.invoker.invoke("big__echo", {"text": "y" * 90_000})).status == "succeeded"
             assert bridge.catalog.slot("big").health.state == "ready"
+
+
+async def test_the_server_is_reached_through_the_environment_proxy_unless_no_proxy_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY and NO_PROXY count as for any httpx client, for the POSTs and the GET stream."""
+    clear_proxy_environment(monkeypatch)
+    app, _ = build_app(json_answers=True)
+    async with serve_asgi(app, lifespan="off") as base, forward_proxy() as (proxy, seen):
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        async with make_bridge(base) as bridge:
+            assert (await bridge.invoker.invoke("big__echo", {"text": "via proxy"})).content[0]["text"] == "via proxy"
+            await until(lambda: f"GET {base}/mcp" in seen)
+        assert f"POST {base}/mcp" in seen
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        seen.clear()
+        async with make_bridge(base) as bridge:
+            assert (await bridge.invoker.invoke("big__echo", {"text": "direct"})).content[0]["text"] == "direct"
+        assert seen == []
