@@ -31,7 +31,7 @@ import mcp.types as types
 from mcp import Client
 from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.client.stdio import get_default_environment
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import MAX_RECONNECTION_ATTEMPTS, streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
@@ -40,6 +40,7 @@ from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError, model_validator
 
+from adapters.mcp_get_stream import GetStreamWatch, WatchedClient
 from adapters.mcp_http import answer_too_large, bound_answer, quiet_sdk_refusals
 from adapters.mcp_stdio import LINE_LIMIT, MAX_LINE, UNREADABLE, StdioChild, redact
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
@@ -55,6 +56,10 @@ _PYTHON_NAMES = ("python", "python3")
 _LISTEN_RETRY = (0.5, 30.0)  # first and longest pause before re-opening a dropped listen stream
 _RESOURCE_NOT_FOUND = -32002  # resources/read of an unknown URI, before 2026-07-28
 _RELIST_GAP = 1.0  # seconds: change notices re-list at most this often (a burst or a loop costs one listing)
+# A session whose GET stream of server messages the SDK gave up on is replaced: at once the first
+# time, then after pauses doubling from the first to the longest, while the streams of the
+# sessions that follow are given up on within the longest pause of their start.
+_RENEW_RETRY = (5.0, 300.0)
 # A tools/list page of this many tools or more is checked, and a listing of as many converted, on a
 # worker thread: both cost about 80 µs a tool, and done on the event loop, a listing of 20,000 tools
 # held every call the bridge serves for 1.4 s at a time (bench/bench_mcp_upstream.py, listing table).
@@ -183,6 +188,9 @@ class MCPUpstream(Upstream):
         self._relist_asked = False  # a tools_changed event is out (or timed) and no listing has begun since
         self._relist_timer: asyncio.TimerHandle | None = None
         self._listed_at = float("-inf")
+        self._connected_at = float("-inf")
+        self._stream_renewals = 0  # sessions replaced in a row because their GET stream was given up on
+        self._renew_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -197,6 +205,7 @@ class MCPUpstream(Upstream):
         self._http_session = {}
         self._session_forgotten = False
         self._cancel_relist()
+        self._cancel_renewal()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if start() gave up
         self._ready = ready
@@ -210,6 +219,7 @@ class MCPUpstream(Upstream):
     async def close(self) -> None:
         self._closing = True
         self._cancel_relist()
+        self._cancel_renewal()
         owner, self._owner = self._owner, None
         self._client = None
         if owner is None:
@@ -249,6 +259,7 @@ class MCPUpstream(Upstream):
                     if self.config.ping_interval or self.config.transport == "http":
                         tasks.start_soon(self._keepalive, client)
                     self._client = client
+                    self._connected_at = asyncio.get_running_loop().time()
                     ready.set_result(None)
                     log.info("mcp upstream %s: connected (protocol %s)", self.name, self.protocol_version)
                     await self._wake.wait()
@@ -285,8 +296,9 @@ class MCPUpstream(Upstream):
         read_timeout = max(MCP_DEFAULT_SSE_READ_TIMEOUT, cfg.timeout * 2)
         quiet_sdk_refusals()
         # the SDK's create_mcp_http_client, with the TLS context made once
-        http = httpx2.AsyncClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
-                                  verify=_tls_context(), event_hooks={"response": [self._on_http_response]})
+        http = WatchedClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
+                             verify=_tls_context(), event_hooks={"response": [self._on_http_response]},
+                             watch=GetStreamWatch(self._get_stream_given_up))
         await stack.enter_async_context(http)
         stack.push_async_callback(self._end_http_session, http)  # once the session has closed, before the client
         assert cfg.url is not None
@@ -327,6 +339,39 @@ class MCPUpstream(Upstream):
         if not self._wake.is_set():
             self._lost_reason = f"{self.config.display_url()} answered HTTP 404 for the session: the server ended it or restarted"
             self._wake.set()
+
+    def _get_stream_given_up(self, why: str) -> None:
+        """The SDK stopped re-opening the session's GET stream, on which the server's change
+        notices come: the session is replaced by a new one (whose listing catches what was
+        missed), at once the first time; when the streams of the sessions that follow fail as
+        soon, after a pause (the tools re-listed meanwhile), lest a server whose every stream fails
+        be connected to again and again."""
+        if self._closing or self._wake.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._connected_at > _RENEW_RETRY[1]:
+            self._stream_renewals = 0  # a stream that held this long is no loop
+        pause = 0.0 if self._stream_renewals == 0 else min(_RENEW_RETRY[0] * 2 ** (self._stream_renewals - 1), _RENEW_RETRY[1])
+        self._stream_renewals += 1
+        reason = (f"{self.config.display_url()}: the stream of server messages (GET) failed {MAX_RECONNECTION_ATTEMPTS} times in a row "
+                  f"(last: {redact(why, self.config.secrets())}) and is no longer re-opened, so change notices would be lost")
+        log.warning("mcp upstream %s: %s; connecting a new session%s", self.name, reason, f" in {pause:g}s" if pause else "")
+        if not pause:
+            self._renew_session(reason)
+            return
+        self._tools_changed("GET stream given up")
+        self._renew_timer = loop.call_later(pause, self._renew_session, reason)
+
+    def _renew_session(self, reason: str) -> None:
+        self._renew_timer = None
+        if not self._closing and not self._wake.is_set():
+            self._lost_reason = reason
+            self._wake.set()
+
+    def _cancel_renewal(self) -> None:
+        if self._renew_timer is not None:
+            self._renew_timer.cancel()
+            self._renew_timer = None
 
     async def _end_http_session(self, http: httpx2.AsyncClient) -> None:
         """End the HTTP session with a DELETE, as MCP asks of a client that no longer needs it,

@@ -147,3 +147,42 @@ async def test_the_server_is_reached_through_the_environment_proxy_unless_no_pro
         async with make_bridge(base) as bridge:
             assert (await bridge.invoker.invoke("big__echo", {"text": "direct"})).content[0]["text"] == "direct"
         assert seen == []
+
+
+@pytest.mark.parametrize("failure", ["oversize", "cut"])
+async def test_a_get_stream_the_sdk_gives_up_on_is_noticed_and_the_session_replaced(failure: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The SDK stops re-opening the GET stream of server messages after two failures in a row
+    (an event past max_response_bytes, a connection cut): the bridge connects a new session,
+    whose stream brings the server's change notices again."""
+    app, server = build_app(get_failures=2, get_failure=failure)
+    async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
+        await until(lambda: server.sessions == 2 and server.listings >= 3)  # listed again, then the notice on the new stream
+        await until(lambda: bridge.catalog.slot("big").health.state == "ready")
+        assert (await bridge.invoker.invoke("big__echo", {"text": "after"})).content[0]["text"] == "after"
+        assert server.gets == 3
+    said = [r.getMessage() for r in caplog.records if "connecting a new session" in r.getMessage()]
+    assert len(said) == 1 and "(GET) failed 2 times in a row" in said[0] and "no longer re-opened" in said[0], said
+
+
+async def test_sessions_whose_streams_keep_failing_are_replaced_after_growing_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from adapters import mcp as mcp_adapter
+
+    monkeypatch.setattr(mcp_adapter, "_RENEW_RETRY", (0.5, 300.0))
+    app, server = build_app(get_failures=4, get_failure="cut")
+    async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
+        await until(lambda: server.gets == 4)
+        listings, begun = server.listings, asyncio.get_running_loop().time()
+        await until(lambda: server.listings > listings)  # the second give-up: re-listed at once, replaced after the pause
+        assert server.sessions == 2
+        await until(lambda: server.sessions == 3)
+        assert asyncio.get_running_loop().time() - begun >= 0.4
+        await until(lambda: bridge.catalog.slot("big").health.state == "ready")
+
+
+async def test_a_server_that_offers_no_get_stream_keeps_its_session() -> None:
+    app, server = build_app(get_failures=100, get_failure="405")
+    async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
+        await until(lambda: server.gets == 2)
+        await asyncio.sleep(1.5)  # the SDK has given up (it waits 1 s between tries); nothing follows
+        assert server.sessions == 1 and server.gets == 2
+        assert bridge.catalog.slot("big").health.state == "ready"

@@ -4,7 +4,10 @@ Content-Length, or gzip-compressed), one event of any size, or an endless stream
 events. Its GET stream of server messages sends small log events, `GET_LOG_BYTES` in all,
 then a tools/list_changed notice, and stays open.
 
-`build_app(json_answers)`: small answers as JSON bodies, or as event streams."""
+`build_app(json_answers, get_failures, get_failure)`: small answers as JSON bodies, or as event
+streams; the first `get_failures` GET streams fail (`oversize`: one event of 2 MiB; `cut`: the
+connection closed in the middle of an event; `405`: not offered), those after send a tools/list_changed notice at
+once and stay open."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ TOOLS = ["echo", "big_json", "big_json_declared", "big_gzip", "big_event", "endl
 class ServerLog:
     sessions: int = 0  # initialize requests
     listings: int = 0
+    gets: int = 0  # GET streams asked for
     calls: list[str] = field(default_factory=list)
     sent: dict[str, int] = field(default_factory=dict)  # bytes each oversize answer got out before it was stopped
 
@@ -92,7 +96,28 @@ async def _server_messages() -> AsyncIterator[bytes]:
     await asyncio.Event().wait()  # open until the client goes
 
 
-def build_app(json_answers: bool = True) -> tuple[Any, ServerLog]:
+class _Cut(Exception):
+    """Ends a stream in the middle of an event: uvicorn closes the connection."""
+
+
+async def _failing_messages(how: str) -> AsyncIterator[bytes]:
+    if how == "oversize":
+        yield b'event: message\ndata: {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "debug", "data": "'
+        for _ in range((2 << 20) // CHUNK):
+            yield b"w" * CHUNK
+            await asyncio.sleep(0)
+        yield b'"}}\n\n'
+        await asyncio.Event().wait()
+    yield b'event: message\ndata: {"jsonrpc": "2.0", "method": "notifi'
+    raise _Cut("the connection is closed in the middle of an event")
+
+
+async def _changes_at_once() -> AsyncIterator[bytes]:
+    yield b'event: message\ndata: {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}\n\n'
+    await asyncio.Event().wait()
+
+
+def build_app(json_answers: bool = True, get_failures: int = 0, get_failure: str = "oversize") -> tuple[Any, ServerLog]:
     log = ServerLog()
 
     def small(request_id: Any, result: dict[str, Any]) -> Response:
@@ -106,7 +131,14 @@ def build_app(json_answers: bool = True) -> tuple[Any, ServerLog]:
             return
         request = Request(scope, receive)
         if request.method == "GET":
-            response: Response = StreamingResponse(_server_messages(), media_type="text/event-stream")
+            log.gets += 1
+            if not get_failures:
+                stream = _server_messages()
+            else:
+                stream = _failing_messages(get_failure) if log.gets <= get_failures else _changes_at_once()
+            response: Response = StreamingResponse(stream, media_type="text/event-stream")
+            if get_failure == "405" and log.gets <= get_failures:  # no stream of server messages offered
+                response = Response(status_code=405)
         elif request.method == "DELETE":
             response = Response(status_code=200)
         else:
