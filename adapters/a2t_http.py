@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from yarl import URL
 
 from adapters.http_body import read_body
+from adapters.http_proxy import proxied_session
 from bridge.model import BridgeError, ErrorClass, ToolError, UpstreamResult
 from bridge.translate.http import retry_after_seconds
 from bridge.translate.wire import TOOL_RESULT_KEY, result_from_envelope, tool_error_from_body
@@ -121,8 +122,7 @@ class A2THttp:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self.connection_limit, keepalive_timeout=15,
                                              ssl=None if self.verify_tls else False)
-            self._session = aiohttp.ClientSession(connector=connector, headers=self.headers,
-                                                  cookie_jar=aiohttp.DummyCookieJar())
+            self._session = proxied_session(connector=connector, headers=self.headers, cookie_jar=aiohttp.DummyCookieJar())
 
     async def close(self) -> None:
         session, self._session = self._session, None

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from yarl import URL
 
 from adapters.http_body import read_body
+from adapters.http_proxy import proxied_session
 from adapters.openapi_auth import AuthConfig, Credentials
 from adapters.openapi_operations import Operation, Selector, map_operations, shown_url
 from adapters.openapi_params import RequestParts, build_request
@@ -118,7 +119,7 @@ class OpenAPIUpstream(Upstream):
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=cfg.connection_limit, keepalive_timeout=cfg.keepalive_timeout,
                                              ssl=None if cfg.verify_tls else False)
-            self._session = aiohttp.ClientSession(
+            self._session = proxied_session(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=cfg.timeout, connect=cfg.connect_timeout),
                 # `headers` are the API's, added to each call by `_send`: as session defaults they

@@ -25,6 +25,7 @@ from jsonschema_path.loaders import JsonschemaSafeLoader
 from referencing.exceptions import Unresolvable
 
 from adapters.http_body import read_body
+from adapters.http_proxy import proxied_session
 from adapters.openapi_schema import RefCycleError, SchemaInliner, SpecError
 from bridge.config import expanded_size
 from bridge.model import BridgeError
@@ -334,7 +335,7 @@ async def read_source(source: str, base_dir: Callable[[str], str], session: aioh
     """(text, base URI) of a document given as a URL or a path relative to the config."""
     if is_url(source):
         owned = session is None
-        session = session or aiohttp.ClientSession()
+        session = session or proxied_session()
         try:
             async with session.get(source, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 if response.status != 200:

@@ -18,6 +18,7 @@ from bridge.model import BridgeError
 from bridge.store import Store
 from bridge.upstream import CallContext
 from demo.a2t_server import create_app as demo_app
+from tests.servers import clear_proxy_environment, forward_proxy
 
 
 async def until(predicate, timeout: float = 5.0) -> None:
@@ -129,6 +130,24 @@ async def test_ietf_pages_until_no_next_and_maps_signatures():
             assert body == {"name": "lookup_1", "input_parameters": [{"name": "City", "value": "Omaha"}]}
         finally:
             await up.close()
+
+
+async def test_the_server_is_reached_through_the_environment_proxy_unless_no_proxy_names_it(monkeypatch):
+    clear_proxy_environment(monkeypatch)
+    server = IETFServer(count=1)
+    async with TestServer(server.app(), host="127.0.0.1") as http, forward_proxy() as (proxy, seen):
+        base = str(http.make_url("")).rstrip("/")
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        for bypass in ("", "127.0.0.1"):
+            monkeypatch.setenv("NO_PROXY", bypass)
+            seen.clear()
+            up = upstream(base)
+            await up.start()
+            try:
+                assert [t.name for t in await up.list_tools()] == ["lookup_0"]
+            finally:
+                await up.close()
+            assert bool(seen) == (not bypass) and all(line.split(" ")[1].startswith(base) for line in seen), seen
 
 
 async def test_ietf_version_pins_use_the_tested_version():

@@ -25,6 +25,7 @@ from bridge.config import parse_config
 from bridge.model import BridgeError
 from bridge.runtime import Bridge
 from bridge.upstream import CallContext
+from tests.servers import clear_proxy_environment, forward_proxy
 
 FIXTURES = Path(__file__).parent / "openapi_fixtures"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
@@ -249,6 +250,28 @@ async def test_openapi_31_document_loaded_from_a_url(api):
         assert result.structured_content == {"result": [1, 2, 3]}
         text = await call(bridge, "readme")
         assert text.content == [{"type": "text", "text": "# Read me\nplain text"}] and text.structured_content is None
+
+
+async def test_the_document_and_the_calls_go_through_the_environment_proxy_unless_no_proxy_names_the_host(api, monkeypatch):
+    _, base = api
+    clear_proxy_environment(monkeypatch)
+    async with forward_proxy() as (proxy, seen):
+        monkeypatch.setenv("http_proxy", f"{proxy.replace('http://', 'http://user:pw-5678@')}")  # either case counts
+        async with bridge_for(base + "/openapi.yaml", include=["numbers"]) as bridge:
+            assert (await call(bridge, "numbers")).structured_content == {"result": [1, 2, 3]}
+        assert seen == [f"GET {base}/openapi.yaml", f"GET {base}/numbers"]
+        monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+        seen.clear()
+        async with bridge_for(base + "/openapi.yaml", include=["numbers"]) as bridge:
+            assert (await call(bridge, "numbers")).structured_content == {"result": [1, 2, 3]}
+        assert seen == []
+    monkeypatch.delenv("NO_PROXY")
+    monkeypatch.setenv("ALL_PROXY", "socks5://127.0.0.1:1080")
+    monkeypatch.delenv("http_proxy")
+    up = OpenAPIUpstream(OpenAPIConfig(name="svc", spec=base + "/openapi.yaml"))
+    with pytest.raises(BridgeError, match="is a socks5:// proxy"):
+        await up.start()
+    await up.close()
 
 
 async def test_a_document_read_from_a_url_cannot_refer_to_local_files(tmp_path):
