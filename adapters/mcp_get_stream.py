@@ -26,8 +26,8 @@ _GET_STREAM_TASK = "StreamableHTTPTransport.handle_get_stream"
 
 class GetStreamWatch:
     """The failures in a row of one session's GET stream; `on_given_up(reason)` is called once,
-    when they reach the SDK's limit. A server that answers 405 offers no such stream: nothing
-    to watch."""
+    when they reach the SDK's limit. A server that refuses the GET (405: it offers no such
+    stream) has nothing to watch."""
 
     def __init__(self, on_given_up: Callable[[str], None]) -> None:
         self.on_given_up = on_given_up
@@ -100,10 +100,12 @@ class WatchedClient(httpx2.AsyncClient):
             if not _cancelling():
                 self.watch.failed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             raise
-        if response.status_code == 405:
-            self.watch.not_offered()
-        elif response.is_redirect:
+        if response.is_redirect:
             pass  # followed within the origin, or not followed at all (the SDK says so): not a failure it retries
+        elif 400 <= response.status_code < 500 and response.status_code not in (408, 429):
+            # 405: the server offers no such stream; another refusal of the GET itself would be
+            # the same for a new session (a 404, the session forgotten, reconnects on its own)
+            self.watch.not_offered()
         elif response.status_code >= 400:
             self.watch.failed(f"HTTP {response.status_code}")
         else:

@@ -149,7 +149,7 @@ async def test_the_server_is_reached_through_the_environment_proxy_unless_no_pro
         assert seen == []
 
 
-@pytest.mark.parametrize("failure", ["oversize", "cut"])
+@pytest.mark.parametrize("failure", ["oversize", "cut", "502"])
 async def test_a_get_stream_the_sdk_gives_up_on_is_noticed_and_the_session_replaced(failure: str, caplog: pytest.LogCaptureFixture) -> None:
     """The SDK stops re-opening the GET stream of server messages after two failures in a row
     (an event past max_response_bytes, a connection cut): the bridge connects a new session,
@@ -179,8 +179,9 @@ async def test_sessions_whose_streams_keep_failing_are_replaced_after_growing_pa
         await until(lambda: bridge.catalog.slot("big").health.state == "ready")
 
 
-async def test_a_server_that_offers_no_get_stream_keeps_its_session() -> None:
-    app, server = build_app(get_failures=100, get_failure="405")
+@pytest.mark.parametrize("status", ["405", "403"])
+async def test_a_server_that_offers_no_get_stream_keeps_its_session(status: str) -> None:
+    app, server = build_app(get_failures=100, get_failure=status)
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
         await until(lambda: server.gets == 2)
         await asyncio.sleep(1.5)  # the SDK has given up (it waits 1 s between tries); nothing follows

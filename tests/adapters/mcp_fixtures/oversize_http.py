@@ -6,7 +6,7 @@ then a tools/list_changed notice, and stays open.
 
 `build_app(json_answers, get_failures, get_failure)`: small answers as JSON bodies, or as event
 streams; the first `get_failures` GET streams fail (`oversize`: one event of 2 MiB; `cut`: the
-connection closed in the middle of an event; `405`: not offered), those after send a tools/list_changed notice at
+connection closed in the middle of an event; an HTTP status such as `405`, not offered), those after send a tools/list_changed notice at
 once and stay open."""
 
 from __future__ import annotations
@@ -137,8 +137,8 @@ def build_app(json_answers: bool = True, get_failures: int = 0, get_failure: str
             else:
                 stream = _failing_messages(get_failure) if log.gets <= get_failures else _changes_at_once()
             response: Response = StreamingResponse(stream, media_type="text/event-stream")
-            if get_failure == "405" and log.gets <= get_failures:  # no stream of server messages offered
-                response = Response(status_code=405)
+            if get_failure.isdigit() and log.gets <= get_failures:  # an HTTP status: 405, no stream offered
+                response = Response(status_code=int(get_failure))
         elif request.method == "DELETE":
             response = Response(status_code=200)
         else:
