@@ -53,6 +53,7 @@ from adapters.a2a_mapping import (
     result_from_tracker,
     tools_from_card,
 )
+from adapters.http_proxy import loopback_direct
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent
 
@@ -278,7 +279,7 @@ class A2AUpstream(Upstream):
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False,
             headers={"User-Agent": "a2t-bridge", "Accept-Encoding": "identity"}, transport=_BoundedTransport(cfg.max_response_bytes),
-            mounts=_proxy_mounts(cfg.max_response_bytes),
+            mounts=loopback_direct(_proxy_mounts(cfg.max_response_bytes)),
         )
         secrets = cfg.auth.secrets()
         if secrets:

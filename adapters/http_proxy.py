@@ -4,7 +4,11 @@ aiohttp reads HTTP_PROXY and the others only with `trust_env=True`, which also s
 `~/.netrc` password to any host it names and looks the proxy up on a worker thread at every
 request. Here the variables are read once, when a session is made, and every request the
 session makes goes through the proxy its URL's scheme gets (`HTTP_PROXY`, `HTTPS_PROXY`, else
-`ALL_PROXY`; either case), unless `NO_PROXY` names its host.
+`ALL_PROXY`; either case), unless `NO_PROXY` names its host or the host is a loopback one.
+
+A loopback host (`localhost`, 127.0.0.0/8, `::1`) is always reached directly, by every upstream
+kind: a proxy set for the whole machine cannot reach the bridge's own loopback services (the
+`launch:` sidecars, the demo upstreams), and `NO_PROXY` often does not name them.
 """
 
 from __future__ import annotations
@@ -16,8 +20,31 @@ import aiohttp
 from yarl import URL
 
 from bridge.model import BridgeError
+from bridge.serve.auth import is_loopback
 
-__all__ = ["EnvironmentProxies", "proxied_session"]
+__all__ = ["EnvironmentProxies", "proxied_session", "loopback_direct", "loopback_mounts", "LOOPBACK_DIRECT"]
+
+LOOPBACK_DIRECT = True  # loopback hosts skip the proxies (the tests of proxying turn it off)
+# httpx's mounts for the loopback hosts, to the client's own direct transport (None)
+_LOOPBACK_PATTERNS = ("all://localhost", "all://127.0.0.1", "all://[::1]")
+
+
+def loopback_mounts() -> dict[str, None]:
+    """For an httpx client that reads the environment's proxies itself (given no transport): its
+    `mounts`, the loopback hosts to its own direct transport, when the environment names a proxy."""
+    found = urllib.request.getproxies_environment()
+    if not LOOPBACK_DIRECT or not any(found.get(k) for k in ("http", "https", "all")):
+        return {}
+    return dict.fromkeys(_LOOPBACK_PATTERNS)
+
+
+def loopback_direct(mounts: dict[str, object]) -> dict[str, object]:
+    """An httpx client's `mounts` (from the environment's proxies), with the loopback hosts
+    reached directly when there is any proxy to skip; httpx picks a host's own pattern over a
+    scheme's, so these win over `http://` and `all://`."""
+    if not LOOPBACK_DIRECT or not any(v is not None for v in mounts.values()):
+        return mounts
+    return {**mounts, **dict.fromkeys(_LOOPBACK_PATTERNS)}
 
 _SPOKEN = ("http", "https")  # proxy schemes aiohttp connects through
 
@@ -46,7 +73,7 @@ class EnvironmentProxies:
     def route(self, url: URL) -> tuple[URL | None, aiohttp.BasicAuth | None]:
         """The proxy (and its credentials) a request to `url` goes through; (None, None) for none."""
         chosen = self.proxies.get(url.scheme)
-        if chosen is None or not url.host:
+        if chosen is None or not url.host or (LOOPBACK_DIRECT and is_loopback(url.host)):
             return None, None
         host = f"{url.host}:{url.explicit_port}" if url.explicit_port else url.host
         if self.no_proxy and urllib.request.proxy_bypass_environment(host, self.no_proxy):

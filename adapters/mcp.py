@@ -40,6 +40,7 @@ from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError, model_validator
 
+from adapters.http_proxy import loopback_mounts
 from adapters.mcp_get_stream import GetStreamWatch, WatchedClient
 from adapters.mcp_http import answer_too_large, bound_answer, quiet_sdk_refusals
 from adapters.mcp_stdio import LINE_LIMIT, MAX_LINE, UNREADABLE, StdioChild, redact
@@ -298,7 +299,7 @@ class MCPUpstream(Upstream):
         # the SDK's create_mcp_http_client, with the TLS context made once
         http = WatchedClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
                              verify=_tls_context(), event_hooks={"response": [self._on_http_response]},
-                             watch=GetStreamWatch(self._get_stream_given_up))
+                             mounts=loopback_mounts(), watch=GetStreamWatch(self._get_stream_given_up))
         await stack.enter_async_context(http)
         stack.push_async_callback(self._end_http_session, http)  # once the session has closed, before the client
         assert cfg.url is not None

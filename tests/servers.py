@@ -153,6 +153,14 @@ def clear_proxy_environment(monkeypatch: Any) -> None:
         monkeypatch.delenv(name.lower(), raising=False)
 
 
+def proxy_loopback_too(monkeypatch: Any) -> None:
+    """Loopback hosts go through the environment's proxy as any other (the bridge reaches them
+    directly), so that a test's loopback upstream can stand for a remote one behind it."""
+    from adapters import http_proxy
+
+    monkeypatch.setattr(http_proxy, "LOOPBACK_DIRECT", False)
+
+
 @contextlib.asynccontextmanager
 async def forward_proxy() -> AsyncIterator[tuple[str, list[str]]]:
     """A plain-HTTP forward proxy on loopback: yields its URL and the request lines it forwarded

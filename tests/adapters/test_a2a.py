@@ -25,7 +25,7 @@ from bridge.runtime import Bridge
 from bridge.upstream import CallContext
 from tests.adapters.a2a_fixtures.agent import AgentControl, build_agent
 from tests.adapters.a2a_fixtures.old_sdk import REQUESTS, old_agent_app, text_message
-from tests.servers import clear_proxy_environment, forward_proxy, free_port, serve_asgi
+from tests.servers import clear_proxy_environment, forward_proxy, free_port, proxy_loopback_too, serve_asgi
 
 
 async def until(predicate: Any, timeout: float = 5.0) -> None:
@@ -148,6 +148,11 @@ async def test_agents_are_reached_through_the_environment_proxy_unless_no_proxy_
     bounds an answer that comes through the proxy."""
     clear_proxy_environment(monkeypatch)
     async with agent() as (base, control), forward_proxy() as (proxy, seen):
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        async with bridge(base_url=base, streaming=streaming) as b:
+            assert (await b.invoker.invoke("peer__echo", {"message": "loopback"})).status == "succeeded"
+        assert seen == []  # a loopback host is reached directly, whatever the proxies
+        proxy_loopback_too(monkeypatch)
         for variable in ("HTTP_PROXY", "ALL_PROXY"):
             clear_proxy_environment(monkeypatch)
             monkeypatch.setenv(variable, proxy)

@@ -18,7 +18,7 @@ from bridge.model import BridgeError
 from bridge.store import Store
 from bridge.upstream import CallContext
 from demo.a2t_server import create_app as demo_app
-from tests.servers import clear_proxy_environment, forward_proxy
+from tests.servers import clear_proxy_environment, forward_proxy, proxy_loopback_too
 
 
 async def until(predicate, timeout: float = 5.0) -> None:
@@ -138,6 +138,7 @@ async def test_the_server_is_reached_through_the_environment_proxy_unless_no_pro
     async with TestServer(server.app(), host="127.0.0.1") as http, forward_proxy() as (proxy, seen):
         base = str(http.make_url("")).rstrip("/")
         monkeypatch.setenv("HTTP_PROXY", proxy)
+        proxy_loopback_too(monkeypatch)  # the loopback server stands for a remote one
         for bypass in ("", "127.0.0.1"):
             monkeypatch.setenv("NO_PROXY", bypass)
             seen.clear()

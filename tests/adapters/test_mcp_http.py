@@ -18,7 +18,7 @@ import pytest
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from tests.adapters.mcp_fixtures.oversize_http import GET_LOG_BYTES, build_app
-from tests.servers import clear_proxy_environment, forward_proxy, serve_asgi
+from tests.servers import clear_proxy_environment, forward_proxy, proxy_loopback_too, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 1 << 20
@@ -138,6 +138,10 @@ async def test_the_server_is_reached_through_the_environment_proxy_unless_no_pro
     app, _ = build_app(json_answers=True)
     async with serve_asgi(app, lifespan="off") as base, forward_proxy() as (proxy, seen):
         monkeypatch.setenv("HTTP_PROXY", proxy)
+        async with make_bridge(base) as bridge:
+            assert (await bridge.invoker.invoke("big__echo", {"text": "loopback"})).content[0]["text"] == "loopback"
+        assert seen == []  # a loopback host is reached directly, whatever the proxies
+        proxy_loopback_too(monkeypatch)
         async with make_bridge(base) as bridge:
             assert (await bridge.invoker.invoke("big__echo", {"text": "via proxy"})).content[0]["text"] == "via proxy"
             await until(lambda: f"GET {base}/mcp" in seen)

@@ -25,7 +25,7 @@ from bridge.config import parse_config
 from bridge.model import BridgeError
 from bridge.runtime import Bridge
 from bridge.upstream import CallContext
-from tests.servers import clear_proxy_environment, forward_proxy
+from tests.servers import clear_proxy_environment, forward_proxy, proxy_loopback_too
 
 FIXTURES = Path(__file__).parent / "openapi_fixtures"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
@@ -257,6 +257,10 @@ async def test_the_document_and_the_calls_go_through_the_environment_proxy_unles
     clear_proxy_environment(monkeypatch)
     async with forward_proxy() as (proxy, seen):
         monkeypatch.setenv("http_proxy", f"{proxy.replace('http://', 'http://user:pw-5678@')}")  # either case counts
+        async with bridge_for(base + "/openapi.yaml", include=["numbers"]) as bridge:
+            assert (await call(bridge, "numbers")).structured_content == {"result": [1, 2, 3]}
+        assert seen == []  # a loopback host is reached directly, whatever the proxies
+        proxy_loopback_too(monkeypatch)
         async with bridge_for(base + "/openapi.yaml", include=["numbers"]) as bridge:
             assert (await call(bridge, "numbers")).structured_content == {"result": [1, 2, 3]}
         assert seen == [f"GET {base}/openapi.yaml", f"GET {base}/numbers"]
