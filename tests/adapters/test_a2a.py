@@ -815,21 +815,23 @@ async def test_http_json_errors_of_a_0_3_agent_keep_their_meaning(status, error_
     assert result.error.error_class == error_class and result.error.message.startswith(said), result.error
 
 
+async def cut_stream(request: web.Request) -> web.StreamResponse:
+    """An event stream begun (200, headers sent) and cut before its first event."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    assert request.transport is not None
+    request.transport.close()
+    return response
+
+
 async def test_an_unknown_task_id_on_a_0_3_http_json_stream_is_invalid_arguments_not_the_agent_gone():
     # a2a-sdk 0.3.x begins the event stream, then closes it unfinished when the task is unknown
-    async def stream(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        assert request.transport is not None
-        request.transport.close()
-        return response
-
     async def get_task(request: web.Request) -> web.Response:
         return web.json_response({"message": "Task not found"}, status=404)
 
     app = old_agent_app("0.3.0", preferred_transport="HTTP+JSON", streaming=True)
-    app.router.add_post("/v1/message:stream", stream)
+    app.router.add_post("/v1/message:stream", cut_stream)
     app.router.add_get("/v1/tasks/{task}", get_task)
     async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/")) as b:
         result = await b.invoker.invoke("peer__echo", {"message": "x", "task_id": "nope"})
@@ -844,12 +846,7 @@ async def test_a_stream_broken_before_its_first_event_fails_the_call_and_the_age
 
     async def stream(request: web.Request) -> web.StreamResponse:
         streams.append(request.path)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        assert request.transport is not None
-        request.transport.close()
-        return response
+        return await cut_stream(request)
 
     dead = False
 

@@ -142,9 +142,10 @@ async def test_stdio_refuses_an_unknown_surface_before_serving(tmp_path, capsys)
 
 
 @contextlib.asynccontextmanager
-async def stdio_bridge(config: dict, tmp_path: Path, *args: str) -> AsyncIterator[asyncio.subprocess.Process]:
+async def stdio_bridge(config: dict, tmp_path: Path, *args: str, started: bool = True) -> AsyncIterator[asyncio.subprocess.Process]:
     """`bridge serve --stdio` on `config`, initialized, once its upstreams have started (its
-    first `tools/list`, which waits for them, answered); killed if still running at the end."""
+    first `tools/list`, which waits for them, answered; with `started=False`, at once); killed
+    if still running at the end."""
     (tmp_path / "bridge.json").write_text(json.dumps(config))
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.json"), *args, cwd=ROOT,
@@ -157,10 +158,11 @@ async def stdio_bridge(config: dict, tmp_path: Path, *args: str) -> AsyncIterato
         await process.stdin.drain()
         async with asyncio.timeout(30):
             assert json.loads(await process.stdout.readline())["id"] == 1
-            for message in ({"method": "notifications/initialized"}, {"id": "started", "method": "tools/list"}):
-                process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
-            await process.stdin.drain()
-            assert json.loads(await process.stdout.readline())["id"] == "started"  # its upstreams have listed
+            if started:
+                for message in ({"method": "notifications/initialized"}, {"id": "started", "method": "tools/list"}):
+                    process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+                await process.stdin.drain()
+                assert json.loads(await process.stdout.readline())["id"] == "started"  # its upstreams have listed
         yield process
     finally:
         if process.returncode is None:
@@ -285,59 +287,37 @@ async def test_the_stdio_bridge_answers_initialize_at_once_and_its_first_listing
     config = {"store": {"path": ":memory:"},
               "upstreams": [{"name": "fast", "kind": "mcp", "command": sys.executable, "args": [str(TINY_MCP_SERVER)]},
                             held_upstream("slow", fifo)]}
-    (tmp_path / "bridge.json").write_text(json.dumps(config))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.json"), cwd=ROOT,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    assert process.stdin is not None and process.stdout is not None
-
-    async def send(message: dict) -> None:
-        process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
-        await process.stdin.drain()
-
     try:
-        async with asyncio.timeout(30):
-            await send({"id": 1, "method": "initialize",
-                        "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
-            assert json.loads(await process.stdout.readline())["id"] == 1  # slow is still held
-            await send({"method": "notifications/initialized"})
-            await send({"id": 2, "method": "tools/list"})
-            await send({"id": 3, "method": "ping"})
-            assert json.loads(await process.stdout.readline()) == {"jsonrpc": "2.0", "id": 3, "result": {}}  # the listing waits
-            await release(fifo)
-            listing = json.loads(await process.stdout.readline())
-            assert listing["id"] == 2 and {t["name"] for t in listing["result"]["tools"]} == {"fast__echo", "slow__echo"}
-        process.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(15):
-            assert await process.wait() == 0
+        async with stdio_bridge(config, tmp_path, started=False) as process:  # initialized while slow is held
+            assert process.stdin is not None and process.stdout is not None
+
+            async def send(message: dict) -> None:
+                process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+                await process.stdin.drain()
+
+            async with asyncio.timeout(30):
+                await send({"method": "notifications/initialized"})
+                await send({"id": 2, "method": "tools/list"})
+                await send({"id": 3, "method": "ping"})
+                assert json.loads(await process.stdout.readline()) == {"jsonrpc": "2.0", "id": 3, "result": {}}  # the listing waits
+                await release(fifo)
+                listing = json.loads(await process.stdout.readline())
+                assert listing["id"] == 2 and {t["name"] for t in listing["result"]["tools"]} == {"fast__echo", "slow__echo"}
+            process.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(15):
+                assert await process.wait() == 0
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
         unblock(fifo)
 
 
 async def test_sigterm_while_an_upstream_starts_stops_the_stdio_bridge_at_once(tmp_path):
     fifo = tmp_path / "slow.fifo"
     config = {"store": {"path": ":memory:"}, "upstreams": [held_upstream("slow", fifo)]}
-    (tmp_path / "bridge.json").write_text(json.dumps(config))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.json"), cwd=ROOT,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    assert process.stdin is not None and process.stdout is not None
     try:
-        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                      "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
-        process.stdin.write(json.dumps(initialize).encode() + b"\n")
-        await process.stdin.drain()
-        async with asyncio.timeout(30):
-            assert json.loads(await process.stdout.readline())["id"] == 1
-        process.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(15):  # the upstream's start_timeout is 60 s
-            assert await process.wait() == 0
-        assert "Traceback" not in (await process.stderr.read()).decode()
+        async with stdio_bridge(config, tmp_path, started=False) as process:  # initialized while slow is held
+            process.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(15):  # the upstream's start_timeout is 60 s
+                assert await process.wait() == 0
+            assert process.stderr is not None and "Traceback" not in (await process.stderr.read()).decode()
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
         unblock(fifo)
