@@ -25,6 +25,7 @@ from adapters.http_proxy import proxied_session
 from adapters.openapi_auth import AuthConfig, Credentials
 from adapters.openapi_operations import Operation, Selector, map_operations, shown_url
 from adapters.openapi_params import RequestParts, build_request
+from adapters.openapi_places import place_overrides
 from adapters.openapi_response import error_result, success_result
 from adapters.openapi_spec import SpecError, is_url, parse_document, read_source
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool
@@ -110,6 +111,7 @@ class OpenAPIUpstream(Upstream):
         self._listed_since_start = False
         self._kept_over: str | None = None  # why the document read before is kept (a later read failed)
         self._clashes: list[str] = []  # security requirements putting two credentials in one place
+        self._overrides: list[str] = []  # credentials and configured headers claiming one place, and which is sent
         self._mapping: tuple[str, asyncio.Future[_Loaded]] | None = None  # (signature, its mapping), while it runs
 
     # ------------------------------------------------------------------ lifecycle
@@ -155,7 +157,8 @@ class OpenAPIUpstream(Upstream):
                 self._credentials.redactor.add(value)
         self._clashes = self._credentials.clashes(
             [(f"{op.method} {op.path}", op.security) for op in self._loaded.operations.values()])
-        for clash in self._clashes:
+        self._overrides = place_overrides(self._credentials, self._loaded.operations.values(), self.config.headers)
+        for clash in [*self._clashes, *self._overrides]:
             log.warning("%s: %s", self.name, clash)
 
     async def _probe(self, path: str) -> None:
@@ -216,6 +219,7 @@ class OpenAPIUpstream(Upstream):
                 "spec_problem_count": len(loaded.tolerated)} if loaded.tolerated else {}),
             **({"oauth2_token_fetches": sum(t.fetches for t in tokens)} if tokens else {}),
             **({"security_clashes": self._clashes} if self._clashes else {}),
+            **({"credential_overrides": self._overrides} if self._overrides else {}),
             **({"document_kept_over": self._kept_over} if self._kept_over else {}),
         }
 
@@ -341,6 +345,7 @@ class OpenAPIUpstream(Upstream):
                 raise BridgeError(f"upstream {self.name!r} is not connected (it is reconnecting)", error_class="dependency_unavailable",
                                   recoverability="retry_later", retry_after=1.0)
             parts = build_request(op, arguments)
+            parts.default_headers(cfg.headers)
             plain = parts.header_items()
             used = await credentials.apply(parts, bound, session, remaining)
             secret = {k.lower() for k, v in parts.header_items().items() if plain.get(k) != v}
@@ -393,7 +398,7 @@ class OpenAPIUpstream(Upstream):
         continues as a GET without the body."""
         cfg = self.config
         method, url, data = op.method, URL(parts.full_url(), encoded=True), parts.data
-        headers = {**cfg.headers, **parts.header_items()}
+        headers = parts.header_items()  # the configured `headers` among them
         secret = secret | {k.lower() for k in cfg.headers}
         origin = url.origin()
         for _ in range(MAX_REDIRECTS + 1):

@@ -24,7 +24,7 @@ from adapters.openapi_params import RequestParts
 from bridge.model import BridgeError
 from bridge.upstream import ConfigValueError
 
-__all__ = ["AuthConfig", "Credentials", "Redactor", "OAuth2Token"]
+__all__ = ["AuthConfig", "Credentials", "Redactor", "OAuth2Token", "shown_place"]
 
 AuthType = Literal["apiKey", "api_key", "bearer", "basic", "oauth2", "mtls"]
 
@@ -198,12 +198,33 @@ class OAuth2Token:
 
 class _Bound:
     def __init__(self, config: AuthConfig, name: str | None, location: str | None, token: OAuth2Token | None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, index: int = 0, scheme: str | None = None) -> None:
         self.config = config
         self.name = name
         self.location = location
         self.token = token
         self.tls = tls  # mtls: the TLS context presenting the client certificate
+        self.index = index  # of the entry under `auth:`
+        self.scheme = scheme  # the security scheme it meets; None: sent with every call
+
+    @property
+    def place(self) -> tuple[str, str]:
+        """Where the credential goes in a request: (`header`, lower-cased name), (`query`, name),
+        (`cookie`, name) or (`tls`, `client certificate`)."""
+        if self.location is not None and self.name:
+            return (self.location, self.name.lower() if self.location == "header" else self.name)
+        if self.config.kind == "mtls":
+            return ("tls", "client certificate")
+        return ("header", "authorization")  # bearer, basic, oauth2
+
+
+def shown_place(place: tuple[str, str], spelled: str | None = None) -> str:
+    """A place of a request in words: `the X-Key header` (`spelled` gives the name's case)."""
+    location, key = place
+    if location == "header":
+        return f"the {'Authorization' if key == 'authorization' else spelled or key} header"
+    return {"query": f"the query parameter {key}", "cookie": f"the cookie {key}",
+            "tls": "the TLS client certificate"}.get(location, location)
 
 
 def client_tls(cfg: AuthConfig, resolve_path: Callable[[str], str], verify: bool, index: int) -> ssl.SSLContext:
@@ -254,7 +275,18 @@ class Credentials:
             if not targets:
                 self._always.append(self._bind(cfg, None, server_url, i))
             for scheme_name in targets:
-                self._by_scheme[scheme_name] = self._bind(cfg, schemes[scheme_name], server_url, i)
+                self._by_scheme[scheme_name] = self._bind(cfg, schemes[scheme_name], server_url, i, scheme_name)
+        # credentials sent with every call in one place: a request carries one, the first configured
+        self.overrides: list[str] = []
+        first: dict[tuple[str, str], _Bound] = {}
+        for bound in self._always:
+            kept = first.setdefault(bound.place, bound)
+            if kept is not bound:
+                self.overrides.append(
+                    f"auth[{kept.index}] and auth[{bound.index}] (both sent with every call) put their credentials in one place, "
+                    f"{shown_place(bound.place, kept.name)}, which a request carries once: auth[{kept.index}]'s is sent "
+                    f"(the first configured), never auth[{bound.index}]'s")
+        self._always = list(first.values())
 
     @staticmethod
     def _matches(cfg: AuthConfig, scheme: Any, named: bool = False) -> bool:
@@ -285,7 +317,12 @@ class Credentials:
             return [cfg.scheme]
         return [name for name, scheme in schemes.items() if self._matches(cfg, scheme)]
 
-    def _bind(self, cfg: AuthConfig, scheme: Any, server_url: str | None, index: int) -> _Bound:
+    def _bind(self, cfg: AuthConfig, scheme: Any, server_url: str | None, index: int, scheme_name: str | None = None) -> _Bound:
+        bound = self._bind_one(cfg, scheme, server_url, index)
+        bound.index, bound.scheme = index, scheme_name
+        return bound
+
+    def _bind_one(self, cfg: AuthConfig, scheme: Any, server_url: str | None, index: int) -> _Bound:
         scheme = scheme if isinstance(scheme, dict) else {}
         if cfg.kind == "apiKey":
             name, location = cfg.name or scheme.get("name"), cfg.in_ or scheme.get("in")
@@ -313,6 +350,12 @@ class Credentials:
         return list(self._tokens)
 
     @property
+    def always(self) -> list[_Bound]:
+        """The credentials bound to no scheme, sent with every call (but where one that meets
+        the operation's security requirement goes)."""
+        return list(self._always)
+
+    @property
     def probe_tls(self) -> ssl.SSLContext | None:
         """The client certificate a request that needs none presents (the readiness probe): one
         sent with every request, else the first configured (a server that asks for a client
@@ -323,8 +366,9 @@ class Credentials:
         return None
 
     def choose(self, requirements: list[dict[str, list[str]]] | None, operation: str) -> list[_Bound]:
-        """The credentials one call carries: the unbound ones, plus the first alternative of the
-        operation's security requirements that every needed scheme has a credential for."""
+        """The credentials one call carries: the first alternative of the operation's security
+        requirements that every needed scheme has a credential for, and the unbound ones but
+        those in a place the alternative's take (a request carries one value there)."""
         chosen = list(self._always)
         if not requirements:
             return chosen
@@ -335,7 +379,8 @@ class Credentials:
                 continue
             met = self._meet(alternative)
             if met is not None:
-                return chosen + met
+                taken = {bound.place for bound in met}
+                return [bound for bound in chosen if bound.place not in taken] + met
         if anonymous or self._always:
             return chosen
         wanted = " or ".join("+".join(alt) for alt in requirements if isinstance(alt, dict))
@@ -355,9 +400,9 @@ class Credentials:
         """Where the credential of scheme `name` goes in a request: (`header`, lower-cased name),
         (`query`, name) or (`cookie`, name); a scheme of no known place is a place of its own."""
         bound, scheme = self._by_scheme.get(name), self._schemes.get(name)
-        if bound is not None and bound.location is not None and bound.name:
-            location, key = bound.location, bound.name
-        elif isinstance(scheme, dict) and scheme.get("type") == "apiKey" and isinstance(scheme.get("name"), str):
+        if bound is not None:
+            return bound.place
+        if isinstance(scheme, dict) and scheme.get("type") == "apiKey" and isinstance(scheme.get("name"), str):
             location, key = str(scheme.get("in")), scheme["name"]
         elif isinstance(scheme, dict) and scheme.get("type") in ("http", "oauth2", "openIdConnect"):
             location, key = "header", "Authorization"
@@ -407,9 +452,7 @@ class Credentials:
                     sent = f"{have[0]}'s credential is sent and meets the requirement"
                 else:
                     sent = "a credential for any one of them meets the requirement"
-                where = {"header": f"the {'Authorization' if key == 'authorization' else key} header",
-                         "query": f"the query parameter {key}", "cookie": f"the cookie {key}",
-                         "tls": "the TLS client certificate"}.get(location, location)
+                where = shown_place((location, key))
                 messages.append(
                     f"security requirement {' + '.join(names)} of {len(operations)} operation(s) ({shown}) puts "
                     f"{' and '.join(clashing)} in one place, {where}, which a request carries once: {sent} "
@@ -425,23 +468,24 @@ class Credentials:
             if cfg.kind == "apiKey":
                 assert cfg.value is not None and b.name is not None
                 secret = cfg.value.get_secret_value()
+                # in place of a parameter of the same name (compared without case for a header)
                 if b.location == "header":
-                    parts.headers[b.name] = secret
+                    parts.set_header(b.name, secret)
                 elif b.location == "query":
-                    parts.query.append(f"{quote(b.name, safe='')}={quote(secret, safe='')}")
+                    parts.set_query(b.name, f"{quote(b.name, safe='')}={quote(secret, safe='')}")
                 else:
-                    parts.cookies.append(f"{b.name}={quote(secret, safe='')}")
+                    parts.set_cookie(b.name, f"{b.name}={quote(secret, safe='')}")
             elif cfg.kind == "bearer":
                 assert cfg.token is not None
-                parts.headers["Authorization"] = f"Bearer {cfg.token.get_secret_value()}"
+                parts.set_header("Authorization", f"Bearer {cfg.token.get_secret_value()}")
             elif cfg.kind == "basic":
                 assert cfg.password is not None
                 raw = f"{cfg.username}:{cfg.password.get_secret_value()}".encode()
-                parts.headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
+                parts.set_header("Authorization", "Basic " + base64.b64encode(raw).decode())
             elif b.tls is not None:
                 parts.tls = b.tls
             elif b.token is not None:
                 token = await b.token.get(session, timeout)
-                parts.headers["Authorization"] = f"Bearer {token}"
+                parts.set_header("Authorization", f"Bearer {token}")
                 used.append((b.token, token))
         return used

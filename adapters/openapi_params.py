@@ -12,7 +12,7 @@ import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import aiohttp
 
@@ -43,10 +43,42 @@ class RequestParts:
         return self.url + ("?" + "&".join(self.query) if self.query else "")
 
     def header_items(self) -> dict[str, str]:
+        """The headers to send, the cookies as one `Cookie` header: after the cookies of a
+        `Cookie` header given otherwise (a configured one), but those of the same names."""
         headers = dict(self.headers)
         if self.cookies:
-            headers["Cookie"] = "; ".join(self.cookies)
+            names = {_name(item) for item in self.cookies}
+            given = [headers.pop(key) for key in [k for k in headers if k.lower() == "cookie"]]
+            kept = [item for value in given for part in value.split(";") if (item := part.strip()) and _name(item) not in names]
+            headers["Cookie"] = "; ".join([*kept, *self.cookies])
         return headers
+
+    def set_header(self, name: str, value: str) -> None:
+        """Set header `name`, in place of one of the same name in another case (a request
+        carries a header once: aiohttp, given `X-Key` and `x-key`, sends the one given last)."""
+        lower = name.lower()
+        for key in [k for k in self.headers if k.lower() == lower]:
+            del self.headers[key]
+        self.headers[name] = value
+
+    def default_headers(self, headers: dict[str, str]) -> None:
+        """Add `headers` the request does not already carry (compared without case)."""
+        taken = {k.lower() for k in self.headers}
+        for name, value in headers.items():
+            if name.lower() not in taken:
+                self.headers[name] = value
+
+    def set_query(self, name: str, item: str) -> None:
+        """Put one encoded `name=value` item in place of any other of that name."""
+        self.query = [i for i in self.query if _name(i) != name] + [item]
+
+    def set_cookie(self, name: str, item: str) -> None:
+        self.cookies = [i for i in self.cookies if _name(i) != name] + [item]
+
+
+def _name(item: str) -> str:
+    """The name of an encoded `name=value` item of a query or a Cookie header."""
+    return unquote(item.partition("=")[0])
 
 
 def _invalid(message: str) -> BridgeError:
@@ -273,7 +305,7 @@ def build_request(op: Operation, arguments: dict[str, Any]) -> RequestParts:
         elif spec.location == "query":
             parts.query.extend(serialize_query(spec, value))
         elif spec.location == "header":
-            parts.headers[spec.name] = serialize_header(spec, value)
+            parts.set_header(spec.name, serialize_header(spec, value))
         else:
             parts.cookies.extend(serialize_cookie(spec, value))
     _check_segments(op.path, path)
@@ -293,5 +325,5 @@ def build_request(op: Operation, arguments: dict[str, Any]) -> RequestParts:
         if present:
             parts.data, content_type = _body(body, value)
             if content_type:
-                parts.headers["Content-Type"] = content_type
+                parts.set_header("Content-Type", content_type)
     return parts
