@@ -25,7 +25,7 @@ from adapters.http_proxy import proxied_session
 from adapters.openapi_auth import AuthConfig, Credentials
 from adapters.openapi_operations import Operation, Selector, map_operations, shown_url
 from adapters.openapi_params import RequestParts, build_request
-from adapters.openapi_places import place_overrides
+from adapters.openapi_places import claimed_places, served
 from adapters.openapi_response import error_result, success_result
 from adapters.openapi_spec import SpecError, is_url, parse_document, read_source
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool
@@ -111,7 +111,10 @@ class OpenAPIUpstream(Upstream):
         self._listed_since_start = False
         self._kept_over: str | None = None  # why the document read before is kept (a later read failed)
         self._clashes: list[str] = []  # security requirements putting two credentials in one place
-        self._overrides: list[str] = []  # credentials and configured headers claiming one place, and which is sent
+        self._overrides: list[str] = []  # credentials, configured headers and parameters claiming one place
+        # what is served: the mapped tools and operations without the parameters the configuration fills
+        self._tools: list[UpstreamTool] = []
+        self._operations: dict[str, Operation] = {}
         self._mapping: tuple[str, asyncio.Future[_Loaded]] | None = None  # (signature, its mapping), while it runs
 
     # ------------------------------------------------------------------ lifecycle
@@ -157,7 +160,9 @@ class OpenAPIUpstream(Upstream):
                 self._credentials.redactor.add(value)
         self._clashes = self._credentials.clashes(
             [(f"{op.method} {op.path}", op.security) for op in self._loaded.operations.values()])
-        self._overrides = place_overrides(self._credentials, self._loaded.operations.values(), self.config.headers)
+        claims = claimed_places(self._credentials, self._loaded.operations.values(), self.config.headers)
+        self._overrides = claims.messages
+        self._tools, self._operations = served(self._loaded.tools, self._loaded.operations, claims.covered)
         for clash in [*self._clashes, *self._overrides]:
             log.warning("%s: %s", self.name, clash)
 
@@ -187,7 +192,7 @@ class OpenAPIUpstream(Upstream):
                 self._bind_credentials()
         self._listed_since_start = True
         assert self._loaded is not None
-        return list(self._loaded.tools)
+        return list(self._tools)
 
     async def close(self) -> None:
         session, self._session = self._session, None
@@ -196,7 +201,7 @@ class OpenAPIUpstream(Upstream):
 
     def operation(self, native_id: str) -> Operation | None:
         """The HTTP operation behind a tool (None when unknown or not loaded)."""
-        return self._loaded.operations.get(native_id) if self._loaded else None
+        return self._operations.get(native_id) if self._loaded else None
 
     @property
     def credentials(self) -> Credentials | None:
@@ -326,7 +331,7 @@ class OpenAPIUpstream(Upstream):
         if session is None or loaded is None or credentials is None:
             raise BridgeError(f"upstream {self.name!r} is not started", error_class="dependency_unavailable",
                               recoverability="retry_later")
-        op = loaded.operations.get(native_id)
+        op = self._operations.get(native_id)
         if op is None:
             raise BridgeError(f"upstream {self.name!r} has no operation {native_id!r}", error_class="unknown_tool",
                               recoverability="change_arguments")

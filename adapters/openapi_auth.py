@@ -350,6 +350,11 @@ class Credentials:
         return list(self._tokens)
 
     @property
+    def binds_schemes(self) -> bool:
+        """Whether any credential is bound to a security scheme of the document."""
+        return bool(self._by_scheme)
+
+    @property
     def always(self) -> list[_Bound]:
         """The credentials bound to no scheme, sent with every call (but where one that meets
         the operation's security requirement goes)."""

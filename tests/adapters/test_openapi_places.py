@@ -6,9 +6,11 @@ in two cases shows."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from aiohttp import web
 
+from bridge.upstream import CallContext
 from tests.adapters.test_openapi import _OK, SECRETS, _document, _write, bridge_for, call, recording_server, upstream_of
 
 
@@ -63,6 +65,58 @@ async def test_two_credentials_sent_with_every_call_in_one_place_send_the_first(
         "which a request carries once: auth[2]'s is sent (the first configured), never auth[3]'s"]
 
 
+def _keyed_document() -> dict[str, Any]:
+    """Parameters named as the credentials' places, in a case of their own for the header: a
+    document that declares its key as a parameter too."""
+    params = [{"name": "x-api-key", "in": "header", "required": True, "schema": {"type": "string"}},
+              {"name": "api_key", "in": "query", "schema": {"type": "string"}},
+              {"name": "session_key", "in": "cookie", "schema": {"type": "string"}},
+              {"name": "other", "in": "query", "schema": {"type": "string"}}]
+    schemes = {"key": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+               "q": {"type": "apiKey", "in": "query", "name": "api_key"},
+               "c": {"type": "apiKey", "in": "cookie", "name": "session_key"}}
+    return _document({"/items": {"get": {"operationId": "items", "parameters": params, "security": [{"key": [], "q": [], "c": []}],
+                                         "responses": _OK}},
+                      "/open": {"get": {"operationId": "open", "parameters": params, "security": [], "responses": _OK}}},
+                     components={"securitySchemes": schemes})
+
+
+async def test_a_parameter_in_a_credentials_place_is_left_out_of_the_input_and_the_credential_sent_once(tmp_path, caplog):
+    """The credential overwrote the caller's header argument (both were sent when the cases
+    differed), and a query or cookie key went out twice."""
+    auth = [{"type": "apiKey", "scheme": s, "value": SECRETS["api"]} for s in ("key", "q", "c")]
+    async with recording_server() as (seen, base):
+        with caplog.at_level(logging.WARNING, logger="adapters.openapi"):
+            async with bridge_for(_write(tmp_path, _keyed_document()), base_url=base, auth=auth) as bridge:
+                keyed = bridge.catalog.resolve("svc__items").input_schema
+                assert set(keyed["properties"]) == {"other"} and "required" not in keyed
+                assert set(bridge.catalog.resolve("svc__open").input_schema["properties"]) == {"x-api-key", "api_key", "session_key", "other"}
+                refused = await call(bridge, "items", {"x-api-key": "caller", "other": "1"})
+                assert refused.error.error_class == "invalid_arguments"
+                assert not (await call(bridge, "items", {"other": "1"})).is_error
+                assert not (await call(bridge, "open", {"x-api-key": "caller", "api_key": "qa", "session_key": "sa"})).is_error
+                overrides = (await upstream_of(bridge).health()).get("credential_overrides")
+                # a caller reaching the adapter past the input schema is not sent either
+                upstream = upstream_of(bridge)
+                tool = next(t for t in await upstream.list_tools() if t.name == "items")
+                arguments = {"x-api-key": "caller", "api_key": "qa", "session_key": "sa"}
+                assert not (await upstream.invoke(tool.native_id, arguments, CallContext(invocation_id="inv_1", timeout=5))).is_error
+    for request in (seen[0], seen[2]):
+        assert sent(request, "X-API-Key") == [SECRETS["api"]]
+        assert request.query.getall("api_key") == [SECRETS["api"]]
+        assert [c for c in cookies(request) if c.startswith("session_key=")] == [f"session_key={SECRETS['api']}"]
+    assert sent(seen[1], "X-API-Key") == ["caller"] and seen[1].query.getall("api_key") == ["qa"]
+    assert cookies(seen[1]) == ["session_key=sa"]
+    assert overrides == [
+        "the header parameter x-api-key of 1 operation(s) (GET /items) is where auth[0]'s credential goes: the credential is "
+        "sent, and the parameter is left out of those tools' inputs",
+        "the query parameter api_key of 1 operation(s) (GET /items) is where auth[1]'s credential goes: the credential is "
+        "sent, and the parameter is left out of those tools' inputs",
+        "the cookie parameter session_key of 1 operation(s) (GET /items) is where auth[2]'s credential goes: the credential is "
+        "sent, and the parameter is left out of those tools' inputs"]
+    assert overrides[0] in caplog.text
+
+
 async def test_configured_headers_give_way_to_credentials_compared_without_case(tmp_path, caplog):
     """A configured `authorization` and the bearer token both went out (`headers` were merged
     with the request's own by the exact name), and a configured `Cookie` was replaced by the
@@ -87,3 +141,19 @@ async def test_configured_headers_give_way_to_credentials_compared_without_case(
         "the configured header authorization is where auth[0]'s credential goes: the credential is sent in the 1 "
         "operation(s) that carry it (GET /private), the configured header in the others"]
     assert overrides[0] in caplog.text
+
+
+async def test_a_parameter_a_configured_header_fills_is_left_out_of_the_input(tmp_path):
+    """A document declaring the version header `headers:` pins: the caller's value went out
+    beside the configured one when the cases differed, and replaced it otherwise."""
+    version = {"name": "x-version", "in": "header", "required": True, "schema": {"type": "string"}}
+    doc = _document({"/items": {"get": {"operationId": "items", "parameters": [version], "responses": _OK}}})
+    async with recording_server() as (seen, base):
+        async with bridge_for(_write(tmp_path, doc), base_url=base, headers={"X-Version": "2022-11-28"}) as bridge:
+            assert bridge.catalog.resolve("svc__items").input_schema["properties"] == {}
+            assert not (await call(bridge, "items")).is_error
+            overrides = (await upstream_of(bridge).health()).get("credential_overrides")
+    assert sent(seen[0], "X-Version") == ["2022-11-28"]
+    assert overrides == [
+        "the header parameter x-version of 1 operation(s) (GET /items) is filled by the configured header X-Version: "
+        "the configured value is sent, and the parameter is left out of those tools' inputs"]
