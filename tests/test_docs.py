@@ -1,5 +1,6 @@
 """The documentation names what the code takes: every config key in the reference and on its
-kind's page, every key those pages' tables list is one the code takes, and every option of the
+kind's page, every key those pages' tables list is one the code takes, each default those tables
+write as a value is the code's and each bound past 0 and 1 is said, and every option of the
 `bridge` command is in the README (those of `atip scan` on the ATIP page)."""
 
 from __future__ import annotations
@@ -127,3 +128,64 @@ def test_the_readme_names_every_option_of_every_command():
         assert command.split()[0] in readme
         missing = [o for o in opts if not any(re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", page) for s in o)]
         assert not missing, (command, missing)
+
+
+def key_rows(text: str) -> dict[str, tuple[str, str]]:
+    """Each `key` of every key table of a page: (its default cell, its meaning cell)."""
+    rows: dict[str, tuple[str, str]] = {}
+    for table in re.finditer(r"^\| key \| default \|.*\n\| -+ \|.*\n((?:\|.*\n)+)", text, re.M):
+        for row in table.group(1).splitlines():
+            cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+            for key in re.findall(r"`([^`]+)`", cells[0]):
+                rows[key] = (cells[1], cells[2] if len(cells) > 2 else "")
+    return rows
+
+
+def documented_models() -> list[tuple[str, type[BaseModel], str]]:
+    """(page, model, prefix of its keys in the page's tables) for every config model with a key table."""
+    out = [("config.md", model, "") for model in (bridge_config.BridgeConfig, bridge_config.ServerConfig,
+                                                  bridge_config.InvokeConfig, UpstreamConfig)]
+    out.append(("surfaces.md", bridge_config.SurfaceConfig, ""))
+    for kind in shipped_kinds():
+        model = upstream_class(kind).config_model
+        out.append((f"upstreams/{kind}.md", model, ""))
+        for key, inner in nested(model).items():
+            out.append((f"upstreams/{kind}.md", inner, f"{key}."))
+    return out
+
+
+def default_of(model: type[BaseModel], name: str):
+    field = model.model_fields[name]
+    return field.default_factory() if field.default_factory is not None else field.default
+
+
+@pytest.mark.parametrize(("page", "model", "prefix"), documented_models(), ids=lambda v: getattr(v, "__name__", v))
+def test_each_default_a_key_table_writes_as_a_value_is_the_models(page, model, prefix):
+    """A default cell holding one value in code style (`30`, `auto`, `[]`) is the field's default, and
+    a field bounded by a number other than 0 and 1 says so in its row (`at least 1024`)."""
+    import yaml
+
+    rows = key_rows((DOCS / page).read_text(encoding="utf-8"))
+    wrong = []
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        row = rows.get(prefix + key) or (rows.get(key) if prefix else None)
+        if row is None or (prefix == "" and model is not UpstreamConfig and key in keys(UpstreamConfig) and page != "config.md"):
+            continue
+        default_cell, meaning = row
+        value = re.fullmatch(r"`([^`]+)`(?: \([^)]*\))?(?: \(all\))?", default_cell)
+        if value and value.group(1) not in keys(model):  # not `max_concurrency`: another key's value
+            written = yaml.safe_load(value.group(1))
+            actual = default_of(model, name)
+            if isinstance(actual, BaseModel):  # a section's default written as the keys it sets
+                actual = {k: v for k, v in actual.model_dump().items() if k in written}
+            if written != actual:
+                wrong.append((prefix + key, f"written {default_cell}, the default is {actual!r}"))
+        for bound in field.metadata:
+            for attr in ("ge", "gt", "le", "lt"):
+                number = getattr(bound, attr, None)
+                if number is not None and number not in (0, 1):
+                    spelled = {f"{number:g}", f"{number:,g}"}
+                    if not any(re.search(rf"(?<![\d,.]){re.escape(s)}(?![\d,])", meaning) for s in spelled):
+                        wrong.append((prefix + key, f"{attr} {number:g} not said in its row"))
+    assert not wrong, (page, wrong)
