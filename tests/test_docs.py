@@ -189,3 +189,33 @@ def test_each_default_a_key_table_writes_as_a_value_is_the_models(page, model, p
                     if not any(re.search(rf"(?<![\d,.]){re.escape(s)}(?![\d,])", meaning) for s in spelled):
                         wrong.append((prefix + key, f"{attr} {number:g} not said in its row"))
     assert not wrong, (page, wrong)
+
+
+def route_key(method: str, path: str) -> tuple[str, str]:
+    """`GET /tools/{toolId}/versions/{n}` and the route `/tools/{tool_id}/versions/{version}` alike."""
+    return method, re.sub(r"\{[^}]*\}", "{}", path.split("?", 1)[0])
+
+
+def test_the_rest_page_lists_every_route_and_no_other():
+    from starlette.routing import Route
+
+    from bridge.runtime import Bridge
+    from bridge.serve.app import rest_routes
+
+    routes, _ = rest_routes(Bridge(bridge_config.parse_config({"store": {"path": ":memory:"}})))
+    served = {route_key(method, route.path) for route in routes if isinstance(route, Route) for method in route.methods - {"HEAD"}}
+    text = (DOCS / "frontends" / "rest.md").read_text(encoding="utf-8")
+    named = {route_key(*m.groups()) for m in re.finditer(r"`(GET|POST|PUT|PATCH|DELETE) (/[^`\s]*)", text)}
+    listed = {route_key(*m.groups()) for m in re.finditer(r"^\| `(GET|POST|PUT|PATCH|DELETE) (/[^`\s]*)", text, re.M)}
+    assert served - named == set()
+    assert listed - served == set()
+
+
+def test_the_rest_pages_status_table_gives_each_error_class_its_status():
+    from bridge.serve.rest_http import STATUS_BY_CLASS
+
+    text = (DOCS / "frontends" / "rest.md").read_text(encoding="utf-8")
+    rows = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| (\d{3}) \| (.*)$", text, re.M)}
+    wrong = [(error_class, status) for error_class, status in STATUS_BY_CLASS.items() if f"`{error_class}`" not in rows.get(status, "")]
+    assert not wrong
+
