@@ -219,3 +219,13 @@ def test_the_rest_pages_status_table_gives_each_error_class_its_status():
     wrong = [(error_class, status) for error_class, status in STATUS_BY_CLASS.items() if f"`{error_class}`" not in rows.get(status, "")]
     assert not wrong
 
+
+def test_the_mcp_page_names_every_method_the_frontend_answers():
+    from bridge.runtime import Bridge
+    from bridge.serve.mcp import MCPFrontend
+
+    frontend = MCPFrontend(Bridge(bridge_config.parse_config({"store": {"path": ":memory:"}})))
+    text = (DOCS / "frontends" / "mcp.md").read_text(encoding="utf-8")
+    methods = set(frontend.server._request_handlers)
+    assert {"tools/list", "tools/call"} <= methods
+    assert {method for method in methods if f"`{method}`" not in text} == set()
