@@ -6,9 +6,11 @@ request. Here the variables are read once, when a session is made, and every req
 session makes goes through the proxy its URL's scheme gets (`HTTP_PROXY`, `HTTPS_PROXY`, else
 `ALL_PROXY`; either case), unless `NO_PROXY` names its host or the host is a loopback one.
 
-A loopback host (`localhost`, 127.0.0.0/8, `::1`) is always reached directly, by every upstream
-kind: a proxy set for the whole machine cannot reach the bridge's own loopback services (the
-`launch:` sidecars, the demo upstreams), and `NO_PROXY` often does not name them.
+A loopback host is always reached directly, by every upstream kind (`localhost`, 127.0.0.0/8 and
+`::1` for these sessions; `localhost`, 127.0.0.1 and `::1` for the httpx clients of the MCP and
+A2A upstreams, whose mounts name hosts, not ranges): a proxy set for the whole machine cannot
+reach the bridge's own loopback services (the `launch:` sidecars, the demo upstreams), and
+`NO_PROXY` often does not name them.
 """
 
 from __future__ import annotations
