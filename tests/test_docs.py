@@ -229,3 +229,15 @@ def test_the_mcp_page_names_every_method_the_frontend_answers():
     methods = set(frontend.server._request_handlers)
     assert {"tools/list", "tools/call"} <= methods
     assert {method for method in methods if f"`{method}`" not in text} == set()
+
+
+def test_the_openapi_selectors_and_atip_answers_are_documented_field_by_field():
+    from adapters.atip import AnswerRule
+    from adapters.openapi_operations import Selector
+
+    openapi = (DOCS / "upstreams" / "openapi.md").read_text(encoding="utf-8")
+    section = openapi.split("### Selectors", 1)[1]
+    table = re.search(r"^\| field \|.*\n\| -+ \|.*\n((?:\|.*\n)+)", section, re.M)
+    assert table
+    assert {key for row in table.group(1).splitlines() for key in re.findall(r"`([^`]+)`", row.split("|")[1])} == keys(Selector)
+    assert keys(AnswerRule) <= named((DOCS / "upstreams" / "atip.md").read_text(encoding="utf-8"))
