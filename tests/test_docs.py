@@ -241,3 +241,30 @@ def test_the_openapi_selectors_and_atip_answers_are_documented_field_by_field():
     assert table
     assert {key for row in table.group(1).splitlines() for key in re.findall(r"`([^`]+)`", row.split("|")[1])} == keys(Selector)
     assert keys(AnswerRule) <= named((DOCS / "upstreams" / "atip.md").read_text(encoding="utf-8"))
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces to
+    hyphens, `-1`, `-2` after a repeated one."""
+    out: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def test_every_link_between_the_pages_resolves_anchor_included():
+    broken = []
+    for page in (README, *sorted(DOCS.rglob("*.md"))):
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in anchors(dest.read_text(encoding="utf-8"))):
+                broken.append((page.name, target))
+    assert not broken
