@@ -279,7 +279,7 @@ class A2AUpstream(Upstream):
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False,
             headers={"User-Agent": "a2t-bridge", "Accept-Encoding": "identity"}, transport=_BoundedTransport(cfg.max_response_bytes),
-            mounts=loopback_direct(_proxy_mounts(cfg.max_response_bytes)),
+            mounts=loopback_direct(_proxy_mounts(cfg.max_response_bytes), cfg.base_url or cfg.card_url),
         )
         secrets = cfg.auth.secrets()
         if secrets:

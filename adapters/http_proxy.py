@@ -7,14 +7,15 @@ session makes goes through the proxy its URL's scheme gets (`HTTP_PROXY`, `HTTPS
 `ALL_PROXY`; either case), unless `NO_PROXY` names its host or the host is a loopback one.
 
 A loopback host is always reached directly, by every upstream kind (`localhost`, 127.0.0.0/8 and
-`::1` for these sessions; `localhost`, 127.0.0.1 and `::1` for the httpx clients of the MCP and
-A2A upstreams, whose mounts name hosts, not ranges): a proxy set for the whole machine cannot
-reach the bridge's own loopback services (the `launch:` sidecars, the demo upstreams), and
-`NO_PROXY` often does not name them.
+`::1` for these sessions; for the httpx clients of the MCP and A2A upstreams, whose mounts name
+hosts, not ranges, `localhost`, 127.0.0.1, `::1` and the upstream's own host when it is another
+loopback address): a proxy set for the whole machine cannot reach the bridge's own loopback
+services (the `launch:` sidecars, the demo upstreams), and `NO_PROXY` often does not name them.
 """
 
 from __future__ import annotations
 
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -31,22 +32,33 @@ LOOPBACK_DIRECT = True  # loopback hosts skip the proxies (the tests of proxying
 _LOOPBACK_PATTERNS = ("all://localhost", "all://127.0.0.1", "all://[::1]")
 
 
-def loopback_mounts() -> dict[str, None]:
+def _loopback_patterns(url: str | None) -> tuple[str, ...]:
+    """The loopback hosts' mount patterns, and that of `url`'s host when it is another loopback
+    address (127.0.0.2): httpx's patterns name hosts, not the range 127.0.0.0/8."""
+    host = urllib.parse.urlsplit(url).hostname if url else None
+    if not host or not is_loopback(host):
+        return _LOOPBACK_PATTERNS
+    own = f"all://[{host}]" if ":" in host else f"all://{host}"
+    return _LOOPBACK_PATTERNS if own in _LOOPBACK_PATTERNS else (*_LOOPBACK_PATTERNS, own)
+
+
+def loopback_mounts(url: str | None = None) -> dict[str, None]:
     """For an httpx client that reads the environment's proxies itself (given no transport): its
-    `mounts`, the loopback hosts to its own direct transport, when the environment names a proxy."""
+    `mounts`, the loopback hosts (and `url`'s, when it is one) to its own direct transport, when
+    the environment names a proxy."""
     found = urllib.request.getproxies_environment()
     if not LOOPBACK_DIRECT or not any(found.get(k) for k in ("http", "https", "all")):
         return {}
-    return dict.fromkeys(_LOOPBACK_PATTERNS)
+    return dict.fromkeys(_loopback_patterns(url))
 
 
-def loopback_direct(mounts: dict[str, object]) -> dict[str, object]:
-    """An httpx client's `mounts` (from the environment's proxies), with the loopback hosts
-    reached directly when there is any proxy to skip; httpx picks a host's own pattern over a
-    scheme's, so these win over `http://` and `all://`."""
+def loopback_direct(mounts: dict[str, object], url: str | None = None) -> dict[str, object]:
+    """An httpx client's `mounts` (from the environment's proxies), with the loopback hosts (and
+    `url`'s, when it is one) reached directly when there is any proxy to skip; httpx picks a
+    host's own pattern over a scheme's, so these win over `http://` and `all://`."""
     if not LOOPBACK_DIRECT or not any(v is not None for v in mounts.values()):
         return mounts
-    return {**mounts, **dict.fromkeys(_LOOPBACK_PATTERNS)}
+    return {**mounts, **dict.fromkeys(_loopback_patterns(url))}
 
 _SPOKEN = ("http", "https")  # proxy schemes aiohttp connects through
 

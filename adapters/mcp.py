@@ -299,7 +299,7 @@ class MCPUpstream(Upstream):
         # the SDK's create_mcp_http_client, with the TLS context made once
         http = WatchedClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
                              verify=_tls_context(), event_hooks={"response": [self._on_http_response]},
-                             mounts=loopback_mounts(), watch=GetStreamWatch(self._get_stream_given_up))
+                             mounts=loopback_mounts(cfg.url), watch=GetStreamWatch(self._get_stream_given_up))
         await stack.enter_async_context(http)
         stack.push_async_callback(self._end_http_session, http)  # once the session has closed, before the client
         assert cfg.url is not None

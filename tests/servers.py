@@ -55,13 +55,13 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def serve_asgi(app: Any, port: int | None = None, lifespan: str = "on") -> AsyncIterator[str]:
-    """Run `app` on uvicorn at 127.0.0.1, with the HTTP protocol `bridge serve` uses (corked
-    writes); yields the base URL (no trailing slash)."""
+async def serve_asgi(app: Any, port: int | None = None, lifespan: str = "on", host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Run `app` on uvicorn at `host` (127.0.0.1), with the HTTP protocol `bridge serve` uses
+    (corked writes); yields the base URL (no trailing slash)."""
     # an explicit IPPROTO_TCP socket lets asyncio set TCP_NODELAY (else ~40 ms stalls per request)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port or 0))
+    sock.bind((host, port or 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
@@ -73,7 +73,7 @@ async def serve_asgi(app: Any, port: int | None = None, lifespan: str = "on") ->
                 if task.done():
                     task.result()
                 await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://{host}:{port}"
     finally:
         server.should_exit = True
         with contextlib.suppress(BaseException):

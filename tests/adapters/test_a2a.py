@@ -37,9 +37,10 @@ async def until(predicate: Any, timeout: float = 5.0) -> None:
 @contextlib.asynccontextmanager
 async def agent(**options: Any) -> AsyncIterator[tuple[str, AgentControl]]:
     port = options.pop("port", None) or free_port()
-    base = f"http://127.0.0.1:{port}"
+    host = options.pop("host", "127.0.0.1")
+    base = f"http://{host}:{port}"
     app, control = build_agent(base, **options)
-    async with serve_asgi(app, port=port):
+    async with serve_asgi(app, port=port, host=host):
         yield base, control
 
 
@@ -140,6 +141,16 @@ async def test_an_answer_past_max_response_bytes_is_refused_as_it_arrives(stream
         assert "max_response_bytes=65536" in large.error.message
         assert b.catalog.slot("peer").health.state == "ready"  # a large answer is no lost agent
         assert (await b.invoker.invoke("peer__echo", {"message": "again"})).status == "succeeded"
+
+
+async def test_an_agent_on_another_loopback_address_is_reached_directly_whatever_the_proxies(monkeypatch):
+    """httpx's mounts name hosts, not 127.0.0.0/8: the agent's own loopback host is named too."""
+    clear_proxy_environment(monkeypatch)
+    async with agent(host="127.0.0.2") as (base, control), forward_proxy() as (proxy, seen):
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        async with bridge(base_url=base) as b:
+            assert (await b.invoker.invoke("peer__echo", {"message": "direct"})).status == "succeeded"
+        assert seen == []
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -153,6 +153,17 @@ async def test_the_server_is_reached_through_the_environment_proxy_unless_no_pro
         assert seen == []
 
 
+async def test_a_server_on_another_loopback_address_is_reached_directly_whatever_the_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpx's mounts name hosts, not 127.0.0.0/8: the upstream's own loopback host is named too."""
+    clear_proxy_environment(monkeypatch)
+    app, _ = build_app(json_answers=True)
+    async with serve_asgi(app, lifespan="off", host="127.0.0.2") as base, forward_proxy() as (proxy, seen):
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        async with make_bridge(base) as bridge:
+            assert (await bridge.invoker.invoke("big__echo", {"text": "direct"})).content[0]["text"] == "direct"
+        assert seen == []
+
+
 @pytest.mark.parametrize("failure", ["oversize", "cut", "502"])
 async def test_a_get_stream_the_sdk_gives_up_on_is_noticed_and_the_session_replaced(failure: str, caplog: pytest.LogCaptureFixture) -> None:
     """The SDK stops re-opening the GET stream of server messages after two failures in a row
