@@ -68,6 +68,11 @@ def test_each_key_table_of_the_config_reference_is_the_models_keys(heading, mode
     assert table_keys(config_page(), heading) == keys(model)
 
 
+def test_the_rest_pages_server_table_is_the_server_sections_keys():
+    text = (DOCS / "frontends" / "rest.md").read_text(encoding="utf-8")
+    assert table_keys(text, "## Configuration (`server:`)") == keys(bridge_config.ServerConfig)
+
+
 def test_the_config_reference_names_the_other_sections_keys():
     text = named(config_page())
     for model in (bridge_config.StoreConfig, bridge_config.SearchConfig, bridge_config.SurfaceConfig, LaunchConfig,
@@ -146,6 +151,7 @@ def documented_models() -> list[tuple[str, type[BaseModel], str]]:
     out = [("config.md", model, "") for model in (bridge_config.BridgeConfig, bridge_config.ServerConfig,
                                                   bridge_config.InvokeConfig, UpstreamConfig)]
     out.append(("surfaces.md", bridge_config.SurfaceConfig, ""))
+    out.append(("frontends/rest.md", bridge_config.ServerConfig, ""))
     for kind in shipped_kinds():
         model = upstream_class(kind).config_model
         out.append((f"upstreams/{kind}.md", model, ""))
