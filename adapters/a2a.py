@@ -109,18 +109,70 @@ class _BoundedStream(httpx.AsyncByteStream):
             await self.inner.aclose()
 
 
+class ReusedConnectionDropped(httpx.RemoteProtocolError):
+    """A request sent on a kept-alive connection that the agent's side closed before any of the
+    answer arrived: most often the agent's server closing the idle connection (uvicorn after 5 s)
+    just as it was reused, or the agent restarting. The request may or may not have reached it."""
+
+
+# Requests the transport sends again, once, when a kept-alive connection drops under them.
+_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_DROPPED_UNANSWERED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+class _ConnectionTrace:
+    """Whether a request opened a connection of its own, as httpcore's trace reports it (an
+    opened connection names `connection.connect_tcp`; a reused one does not); the request's own
+    trace, if any, still hears every event."""
+
+    def __init__(self, request: httpx.Request) -> None:
+        self.outer = request.extensions.get("trace")
+        self.opened = False
+
+    def install(self, request: httpx.Request) -> None:
+        self.opened = False
+        request.extensions["trace"] = self
+
+    async def __call__(self, name: str, info: dict[str, Any]) -> None:
+        if name.startswith(("connection.connect_tcp.", "connection.connect_unix_socket.")):
+            self.opened = True
+        if self.outer is not None:
+            await self.outer(name, info)
+
+
 class _BoundedTransport(httpx.AsyncBaseTransport):
     """Every answer read as it arrives and refused past `limit` bytes: the SDK reads a reply
     whole, and an agent's answer (or a card) could otherwise fill the bridge's memory. Answers
     are asked for uncompressed (`Accept-Encoding: identity`), so the bytes counted are the bytes
-    read. With `proxy`, requests go through that proxy."""
+    read. With `proxy`, requests go through that proxy.
+
+    A request whose reused connection dropped before any of its answer arrived is sent once
+    more when its method is idempotent (a card, an HTTP+JSON `GetTask`), and otherwise raised as
+    `ReusedConnectionDropped`, for the caller to decide whether sending it again is safe."""
 
     def __init__(self, limit: int, proxy: str | None = None) -> None:
         self.inner = httpx.AsyncHTTPTransport(verify=_tls_context(), proxy=proxy)
         self.limit = limit
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self.inner.handle_async_request(request)
+        trace = _ConnectionTrace(request)
+        trace.install(request)
+        try:
+            response = await self.inner.handle_async_request(request)
+        except _DROPPED_UNANSWERED as exc:
+            if trace.opened:
+                raise
+            if request.method not in _IDEMPOTENT_METHODS:
+                raise ReusedConnectionDropped(f"{type(exc).__name__}: {exc or 'connection lost'}", request=request) from exc
+            log.debug("%s %s: a kept-alive connection dropped before the answer (%s); sent again", request.method,
+                      request.url.copy_with(query=None), type(exc).__name__)
+            trace.install(request)
+            response = await self.inner.handle_async_request(request)
+        finally:
+            if trace.outer is None:
+                request.extensions.pop("trace", None)
+            else:
+                request.extensions["trace"] = trace.outer
         assert isinstance(response.stream, httpx.AsyncByteStream)
         response.stream = _BoundedStream(response.stream, self.limit, request.url)
         return response
@@ -482,6 +534,10 @@ class A2AUpstream(Upstream):
                 broken = await self._stream_broken(exc)
                 if broken is not None:
                     raise broken from None
+            elif _cut_off(exc):
+                cut = await self._answer_cut_off(exc, tracker)
+                if cut is not None:
+                    raise cut from None
             raise self._call_error(exc, tracker) from None
         except (ValidationError, ParseError, DecodeError) as exc:  # read by the SDK into no A2A shape
             raise BridgeError(f"agent {self.name!r} answered in a shape A2A does not have: {_first_fault(exc)}",
@@ -508,7 +564,14 @@ class A2AUpstream(Upstream):
     async def _poll_once(self, agent: _Agent, tracker: TaskTracker, ctx: CallContext, call: ClientCallContext) -> None:
         if tracker.task_id is None:
             raise BridgeError("the agent ended the exchange without a task or a reply", error_class="execution_failed")
-        task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
+        try:
+            task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
+        except (A2AError, httpx.HTTPError) as exc:
+            if not _reused_dropped(exc):
+                raise
+            # a JSON-RPC `GetTask` is a POST, not sent again by the transport; reading a task is safe to repeat
+            log.info("agent %s: a kept-alive connection dropped under the poll of task %s; asking again", self.name, tracker.task_id)
+            task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
         await self._progress(ctx, tracker, tracker.replace(task))
 
     async def _unknown_task(self, agent: _Agent, task_id: str, call: ClientCallContext) -> BridgeError | None:
@@ -535,6 +598,29 @@ class A2AUpstream(Upstream):
             "its card still answers", error_class="dependency_unavailable", recoverability="retry_later",
             retry_after=self.config.retry_initial, native_error_ref={"a2a_error": type(exc).__name__},
         )
+
+    async def _answer_cut_off(self, exc: BaseException, tracker: TaskTracker) -> BridgeError | None:
+        """The error for a request (a message not streamed, a poll) whose connection dropped
+        before its answer, when the card still answers: a kept-alive connection the agent's
+        server closed as it was reused, or the agent restarting; this call failed, the agent is
+        there. The message is never sent again: it may have reached the agent. None when the
+        card does not answer either: the agent is gone."""
+        assert self._source is not None
+        if not await self._source.answers(timeout=min(CARD_CHECK_SECONDS, self.config.start_timeout)):
+            return None
+        lost = next(e for e in _chain(exc) if isinstance(e, _DROPPED_UNANSWERED))
+        if isinstance(lost, ReusedConnectionDropped):
+            said = self._redact(str(lost))  # names the error under it
+            what = (f"the agent closed a kept-alive connection as the poll of task {tracker.task_id} was sent on it, twice ({said})" if tracker.task_id
+                    else f"the agent closed a kept-alive connection as the message was sent on it, before answering ({said}); "
+                    "the message may or may not have reached the agent, and is not sent again")
+        else:
+            what = f"the agent's connection dropped before its answer ({type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'})"
+        ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
+        if tracker.task_id:
+            ref["task_id"] = tracker.task_id
+        return BridgeError(f"{what}; its card still answers", error_class="dependency_unavailable", recoverability="retry_later",
+                           retry_after=self.config.retry_initial, native_error_ref=ref)
 
     async def _cancel_task(self, agent: _Agent, task_id: str) -> None:
         """Tell the agent to cancel; wait for it (bounded) even though this call is being cancelled."""
@@ -636,6 +722,18 @@ def _chain(exc: BaseException) -> list[BaseException]:
         seen.append(current)
         current = current.__cause__ or current.__context__
     return seen
+
+
+def _reused_dropped(exc: BaseException) -> bool:
+    """A request whose kept-alive connection dropped before any of its answer arrived."""
+    return any(isinstance(e, ReusedConnectionDropped) for e in _chain(exc))
+
+
+def _cut_off(exc: BaseException) -> bool:
+    """A connection that was open, then closed or reset before the answer ended (not one that
+    could not be opened: the agent is not there)."""
+    chain = _chain(exc)
+    return any(isinstance(e, _DROPPED_UNANSWERED) for e in chain) and not any(isinstance(e, httpx.ConnectError) for e in chain)
 
 
 def _dropped(exc: BaseException) -> bool:

@@ -916,3 +916,148 @@ async def test_a_stream_broken_after_its_first_event_is_followed_by_polling_the_
         assert result.status == "succeeded" and result.content == [{"type": "text", "text": "done after 3 steps"}], result.error
         assert control.methods()[0] == "SendStreamingMessage" and "GetTask" in control.methods()
         assert changes == [] and b.catalog.slot("peer").health.state == "ready"
+
+
+# ---------------------------------------------------------------------------- kept-alive connections the agent closes
+
+
+class KeepAliveClosingProxy:
+    """A TCP proxy on loopback in front of an agent that, armed, closes the next connection
+    reused for a request as that request arrives, unforwarded: the agent's server closing an
+    idle kept-alive connection just as the client sends on it (uvicorn closes one idle for
+    5 s). `refuse()` stops taking new connections: the agent gone."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.armed = 0
+        self.dropped: list[bytes] = []  # the first line of each request dropped
+        self.server: asyncio.Server | None = None
+
+    async def handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        answered = False  # the agent sent bytes since the client's last: the next bytes are a new request
+
+        async def back() -> None:
+            nonlocal answered
+            with contextlib.suppress(ConnectionError):
+                while chunk := await upstream_reader.read(65536):
+                    answered = True
+                    client_writer.write(chunk)
+                    await client_writer.drain()
+            client_writer.close()
+
+        answers = asyncio.create_task(back())
+        try:
+            while chunk := await client_reader.read(65536):
+                if answered and self.armed:
+                    self.armed -= 1
+                    self.dropped.append(chunk.split(b"\r\n", 1)[0])
+                    break
+                answered = False
+                upstream_writer.write(chunk)
+                await upstream_writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            client_writer.close()
+            upstream_writer.close()
+            answers.cancel()
+
+    def refuse(self) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+@contextlib.asynccontextmanager
+async def agent_behind_proxy(**options: Any) -> AsyncIterator[tuple[str, AgentControl, KeepAliveClosingProxy]]:
+    port = free_port()
+    proxy = KeepAliveClosingProxy(port)
+    proxy.server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{proxy.server.sockets[0].getsockname()[1]}"
+    app, control = build_agent(base, **options)
+    try:
+        async with serve_asgi(app, port=port):
+            yield base, control, proxy
+    finally:
+        proxy.server.close()
+
+
+@pytest.mark.parametrize("transport", ["JSONRPC", "HTTP+JSON"])
+async def test_a_poll_on_a_kept_alive_connection_the_agent_closed_is_sent_again(transport):
+    # GetTask only reads the task: sent again on a new connection, the call goes on, and the
+    # agent stays ready (it was marked unavailable, its every tool failing until it was back)
+    async with agent_behind_proxy(streaming=False) as (base, control, proxy), bridge(base_url=base, transport=transport, retry_initial=5) as b:
+        changes: list[str] = []
+        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+
+        async def arm_at_first_progress(record: ToolProgress) -> None:
+            if not proxy.dropped and not proxy.armed:
+                proxy.armed = 1  # the first poll, on the connection the message went on
+
+        result = await b.invoker.invoke("peer__slow", {"message": "go", "data": {"steps": 2}}, progress=arm_at_first_progress)
+        assert result.status == "succeeded" and result.content[0]["text"] == "done after 2 steps", result.error
+        [dropped] = proxy.dropped
+        assert dropped.startswith(b"POST / " if transport == "JSONRPC" else b"GET /rest/tasks/"), dropped
+        assert len(control.methods()) >= 2  # the message, then the poll sent again (and any more)
+        await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
+        assert changes == [] and b.catalog.slot("peer").health.state == "ready"
+
+
+@pytest.mark.parametrize("transport", ["JSONRPC", "HTTP+JSON"])
+async def test_a_message_on_a_kept_alive_connection_the_agent_closed_fails_only_its_call(transport):
+    # the message may have reached the agent: it is not sent again, the call fails (retry
+    # later), and the agent, its card still answering, stays ready; gone, it is unavailable
+    async with agent_behind_proxy(streaming=False) as (base, control, proxy), bridge(base_url=base, transport=transport, retry_initial=5) as b:
+        changes: list[str] = []
+        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        assert (await b.invoker.invoke("peer__echo", {"message": "warm"})).status == "succeeded"
+        sent = len(control.methods())
+        proxy.armed = 1
+        cut = await b.invoker.invoke("peer__echo", {"message": "x"})
+        assert len(proxy.dropped) == 1 and len(control.methods()) == sent  # dropped unanswered, and not sent again
+        assert cut.error.error_class == "dependency_unavailable" and cut.error.recoverability == "retry_later", cut.error
+        assert cut.error.message.startswith("the agent closed a kept-alive connection as the message was sent on it"), cut.error
+        assert cut.error.message.endswith("is not sent again; its card still answers"), cut.error
+        after = await b.invoker.invoke("peer__echo", {"message": "y"})
+        assert after.status == "succeeded" and after.content[0]["text"] == "echo: y"
+        await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
+        assert changes == [] and b.catalog.slot("peer").health.state == "ready"
+        # the agent gone: its kept-alive connection closed, and no new one taken (the card's either)
+        proxy.armed = 1
+        proxy.refuse()
+        gone = await b.invoker.invoke("peer__echo", {"message": "z"})
+        await until(lambda: "unavailable" in changes)
+    assert gone.error.error_class == "dependency_unavailable" and gone.error.message.startswith("the agent stopped answering"), gone.error
+
+
+async def test_a_message_whose_new_connection_the_agent_cut_fails_only_its_call():
+    # an agent restarting: the connection opened for the message (it closes every connection
+    # after one answer) is closed before the answer; its card answering, only the call fails
+    cutting = True
+
+    async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return text_message("echo: " + params["message"]["parts"][0]["text"], "agent", "t1", "c1")
+
+    @web.middleware
+    async def one_answer_a_connection(request: web.Request, handler: Any) -> web.StreamResponse:
+        if cutting and request.method == "POST":
+            assert request.transport is not None
+            request.transport.close()
+        response = await handler(request)
+        response.force_close()
+        return response
+
+    app = old_agent_app("0.3.0", rpc)
+    app.middlewares.append(one_answer_a_connection)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
+        changes: list[str] = []
+        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        cut = await b.invoker.invoke("peer__echo", {"message": "x"})
+        assert cut.error.error_class == "dependency_unavailable" and cut.error.recoverability == "retry_later", cut.error
+        assert cut.error.message.startswith("the agent's connection dropped before its answer ("), cut.error
+        assert cut.error.message.endswith("; its card still answers"), cut.error
+        cutting = False
+        after = await b.invoker.invoke("peer__echo", {"message": "y"})
+        assert after.status == "succeeded" and after.content[0]["text"] == "echo: y", after.error
+        await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
+        assert changes == [] and b.catalog.slot("peer").health.state == "ready"
