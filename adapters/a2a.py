@@ -78,6 +78,10 @@ class AnswerTooLarge(httpx.TransportError):
 # TLS handshake, for every streamed call). More, or later, and the connection is closed.
 DRAIN_BYTES = 64 * 1024
 DRAIN_SECONDS = 0.05
+# How long an idle connection is kept for the next request: less than the 5 s after which the
+# servers A2A agents commonly run on (uvicorn, hypercorn, Node) close one, so that a connection
+# is not reused just as the agent's side closes it (httpx keeps one 5 s, as long).
+KEEPALIVE_SECONDS = 4.0
 
 
 class _BoundedStream(httpx.AsyncByteStream):
@@ -151,7 +155,8 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
     `ReusedConnectionDropped`, for the caller to decide whether sending it again is safe."""
 
     def __init__(self, limit: int, proxy: str | None = None) -> None:
-        self.inner = httpx.AsyncHTTPTransport(verify=_tls_context(), proxy=proxy)
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_SECONDS)  # httpx's, but the expiry
+        self.inner = httpx.AsyncHTTPTransport(verify=_tls_context(), proxy=proxy, limits=limits)
         self.limit = limit
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

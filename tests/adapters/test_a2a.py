@@ -17,6 +17,7 @@ from a2a.types import AgentSkill
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from adapters import a2a
 from adapters.a2a import A2AUpstream
 from adapters.a2a_mapping import TOOL_KIND
 from bridge.config import ConfigError, parse_config
@@ -1061,3 +1062,18 @@ async def test_a_message_whose_new_connection_the_agent_cut_fails_only_its_call(
         assert after.status == "succeeded" and after.content[0]["text"] == "echo: y", after.error
         await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
         assert changes == [] and b.catalog.slot("peer").health.state == "ready"
+
+
+async def test_a_connection_idle_for_keepalive_seconds_is_not_reused(monkeypatch):
+    # kept 5 s by httpx, as long as uvicorn keeps it: reused just as the agent closed it
+    assert a2a.KEEPALIVE_SECONDS < 5
+    monkeypatch.setattr(a2a, "KEEPALIVE_SECONDS", 0.2)
+    async with agent() as (base, control), bridge(base_url=base, streaming=False) as b:
+        assert (await b.invoker.invoke("peer__echo", {"message": "one"})).status == "succeeded"
+        first = {entry["client"] for entry in control.requests}
+        assert (await b.invoker.invoke("peer__echo", {"message": "two"})).status == "succeeded"
+        assert {entry["client"] for entry in control.requests} == first  # reused at once
+        await asyncio.sleep(0.3)  # idle past KEEPALIVE_SECONDS
+        seen = len(control.requests)
+        assert (await b.invoker.invoke("peer__echo", {"message": "three"})).status == "succeeded"
+        assert not {entry["client"] for entry in control.requests[seen:]} & first
