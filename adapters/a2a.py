@@ -586,6 +586,8 @@ class A2AUpstream(Upstream):
         try:
             await agent.client.get_task(GetTaskRequest(id=task_id), context=call)
         except (A2AError, httpx.HTTPError) as exc:
+            if _cut_off(exc):  # not an answer: the card tells whether the agent is there
+                return None
             error = self._call_error(exc, TaskTracker())
             return error if error.error_class == "invalid_arguments" else None
         return None
@@ -613,7 +615,7 @@ class A2AUpstream(Upstream):
         assert self._source is not None
         if not await self._source.answers(timeout=min(CARD_CHECK_SECONDS, self.config.start_timeout)):
             return None
-        lost = next(e for e in _chain(exc) if isinstance(e, _DROPPED_UNANSWERED))
+        lost = next(e for e in _causes(exc) if isinstance(e, _DROPPED_UNANSWERED))
         if isinstance(lost, ReusedConnectionDropped):
             said = self._redact(str(lost))  # names the error under it
             what = (f"the agent closed a kept-alive connection as the poll of task {tracker.task_id} was sent on it, twice ({said})" if tracker.task_id
@@ -729,15 +731,26 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    """`exc` and what it was raised from (`raise ... from`), without the exceptions that were
+    being handled when it was raised (a stream's break, for the `GetTask` that followed it)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__
+    return seen
+
+
 def _reused_dropped(exc: BaseException) -> bool:
     """A request whose kept-alive connection dropped before any of its answer arrived."""
-    return any(isinstance(e, ReusedConnectionDropped) for e in _chain(exc))
+    return any(isinstance(e, ReusedConnectionDropped) for e in _causes(exc))
 
 
 def _cut_off(exc: BaseException) -> bool:
     """A connection that was open, then closed or reset before the answer ended (not one that
     could not be opened: the agent is not there)."""
-    chain = _chain(exc)
+    chain = _causes(exc)
     return any(isinstance(e, _DROPPED_UNANSWERED) for e in chain) and not any(isinstance(e, httpx.ConnectError) for e in chain)
 
 

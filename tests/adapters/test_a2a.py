@@ -1077,3 +1077,31 @@ async def test_a_connection_idle_for_keepalive_seconds_is_not_reused(monkeypatch
         seen = len(control.requests)
         assert (await b.invoker.invoke("peer__echo", {"message": "three"})).status == "succeeded"
         assert not {entry["client"] for entry in control.requests[seen:]} & first
+
+
+async def test_a_stream_and_its_task_lookup_both_cut_leave_the_agent_ready_while_its_card_answers():
+    # a call with task_id whose stream broke before its first event asks for the task; that
+    # request dropped too (the agent restarting), the card answering: only the call fails
+    posts: list[str] = []
+
+    @web.middleware
+    async def restarting(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method == "POST":
+            posts.append((await request.json())["method"])
+            assert request.transport is not None
+            request.transport.close()
+        return await handler(request)
+
+    async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return text_message("unused", "agent", "t1", "c1")
+
+    app = old_agent_app("0.3.0", rpc, streaming=True)
+    app.middlewares.append(restarting)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
+        changes: list[str] = []
+        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        result = await b.invoker.invoke("peer__echo", {"message": "x", "task_id": "t1"})
+        await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
+        assert posts == ["message/stream", "tasks/get"]
+        assert changes == [] and b.catalog.slot("peer").health.state == "ready", (b.catalog.slot("peer").health, changes)
+    assert result.error.error_class == "dependency_unavailable" and result.error.message.startswith("the agent's stream broke before its first event"), result.error
