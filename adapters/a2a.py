@@ -531,7 +531,7 @@ class A2AUpstream(Upstream):
                 await self._cancel_task(agent, tracker.task_id)
             raise
         except (A2AError, httpx.HTTPError) as exc:
-            if agent.streaming and tracker.task is None and _dropped(exc):
+            if agent.streaming and tracker.task is None and _dropped(exc) and not _reused_dropped(exc):
                 if message.task_id:
                     unknown = await self._unknown_task(agent, message.task_id, call)
                     if unknown is not None:
