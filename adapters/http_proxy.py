@@ -1,4 +1,5 @@
-"""The proxies the environment names, for the aiohttp sessions of the OpenAPI and a2t upstreams.
+"""The proxies the environment names, for the aiohttp sessions of the OpenAPI and a2t upstreams
+(and the urllib reads of the documents an OpenAPI document's `$ref`s name: `adapters.openapi_spec`).
 
 aiohttp reads HTTP_PROXY and the others only with `trust_env=True`, which also sends a
 `~/.netrc` password to any host it names and looks the proxy up on a worker thread at every

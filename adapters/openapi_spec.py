@@ -23,9 +23,10 @@ from jsonschema_path.handlers.file import FileHandler, FilePathHandler
 from jsonschema_path.handlers.urllib import UrllibHandler
 from jsonschema_path.loaders import JsonschemaSafeLoader
 from referencing.exceptions import Unresolvable
+from yarl import URL
 
 from adapters.http_body import read_body
-from adapters.http_proxy import proxied_session
+from adapters.http_proxy import EnvironmentProxies, proxied_session
 from adapters.openapi_schema import RefCycleError, SchemaInliner, SpecError
 from bridge.config import expanded_size
 from bridge.model import BridgeError
@@ -112,6 +113,38 @@ class _RedirectsWithin(urllib.request.HTTPRedirectHandler):
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
+class _Proxied(urllib.request.ProxyHandler):
+    """The proxy of each referenced document's URL, chosen as the upstream's session chooses it
+    (`adapters.http_proxy`): a loopback host or one `NO_PROXY` names directly, `ALL_PROXY` for
+    a scheme with no proxy of its own. urllib's own choice skips `ALL_PROXY` and sends loopback
+    hosts through the proxy. Being a ProxyHandler, it takes the place of urllib's."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self._routes: EnvironmentProxies | None = None
+
+    def _through(self, req: urllib.request.Request) -> Any:
+        if req.has_proxy():  # an http URL handed on to the https handler below
+            return None
+        if self._routes is None:  # read at the first referenced URL, as a session reads it when made
+            self._routes = EnvironmentProxies()
+        proxy, auth = self._routes.route(URL(req.full_url))
+        if proxy is None:
+            return None
+        if auth is not None:  # not carried on by a redirect, whose host may get no proxy
+            req.add_unredirected_header("Proxy-Authorization", auth.encode())
+        scheme = req.type
+        if scheme == "https" and proxy.scheme == "https":  # urllib would send the CONNECT (and the proxy's credentials) unencrypted
+            raise PermissionError(f"an https:// document cannot be fetched through the https:// proxy {proxy} "
+                                  "(urllib speaks plain HTTP to a proxy it tunnels through); give an http:// one")
+        req.set_proxy(proxy.raw_authority, proxy.scheme)
+        if scheme == proxy.scheme or scheme == "https":  # an https URL is tunnelled (CONNECT)
+            return None
+        return self.parent.open(req, timeout=req.timeout)  # an http URL through an https proxy
+
+    http_open = https_open = _through
+
+
 class _Remote(UrllibHandler):
     """Documents a `$ref` names by URL. Those of a document read from a URL must be on its origin
     (redirects too): someone else's document must not make this host read its network (a cloud
@@ -121,7 +154,7 @@ class _Remote(UrllibHandler):
     def __init__(self, origin: tuple[str, str, int | None] | None, timeout: int) -> None:
         super().__init__("http", "https", file_handler=_Referenced(), timeout=timeout)
         self.origin = origin
-        self.opener = urllib.request.build_opener(_RedirectsWithin(origin))
+        self.opener = urllib.request.build_opener(_Proxied(), _RedirectsWithin(origin))
 
     def _open(self, uri: str) -> Any:
         if self.origin is not None and _origin(uri) != self.origin:

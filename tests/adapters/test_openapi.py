@@ -343,6 +343,64 @@ async def test_a_document_read_from_a_url_refers_only_to_documents_on_its_origin
     assert inside == [] and "internal-Secret-1" not in dumped + skipped
 
 
+async def test_referenced_documents_go_through_the_proxy_the_calls_do(monkeypatch):
+    # a `$ref` to another document of the API's origin is fetched as the document itself is:
+    # a loopback host directly, ALL_PROXY for a scheme without its own, NO_PROXY honoured
+    seen_auth: list[str | None] = []
+    doc = _document({"/near": {"get": {"operationId": "near", "responses": _OK, "parameters": [
+        {"name": "n", "in": "query", "schema": {"$ref": "/hop.json#/name"}}]}}})
+
+    async def document(request: web.Request) -> web.Response:
+        return web.json_response(doc)
+
+    async def hop(request: web.Request) -> web.Response:  # a redirect within the origin
+        raise web.HTTPFound("/shared.json")
+
+    async def shared(request: web.Request) -> web.Response:
+        seen_auth.append(request.headers.get("Proxy-Authorization"))
+        return web.json_response({"name": {"type": "string", "maxLength": 9}})
+
+    app = web.Application()
+    app.router.add_get("/openapi.json", document)
+    app.router.add_get("/hop.json", hop)
+    app.router.add_get("/shared.json", shared)
+    clear_proxy_environment(monkeypatch)
+
+    async def loaded(http: TestServer) -> None:
+        async with bridge_for(str(http.make_url("/openapi.json")), base_url=str(http.make_url("")).rstrip("/")) as bridge:
+            near = bridge.catalog.resolve("svc__near")
+            assert near is not None and near.input_schema["properties"]["n"]["maxLength"] == 9
+
+    async with TestServer(app, host="127.0.0.1") as http, forward_proxy() as (proxy, seen):
+        base = str(http.make_url("")).rstrip("/")
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        await loaded(http)
+        assert seen == []  # a loopback host is reached directly, whatever the proxies
+        proxy_loopback_too(monkeypatch)
+        monkeypatch.delenv("HTTP_PROXY")
+        monkeypatch.setenv("ALL_PROXY", proxy.replace("http://", "http://user:pw-5678@"))
+        await loaded(http)
+        assert seen == [f"GET {base}/openapi.json", f"GET {base}/hop.json", f"GET {base}/shared.json"]
+        assert seen_auth[-1] == "Basic " + base64.b64encode(b"user:pw-5678").decode()  # the proxy's own credentials
+        seen.clear()
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        await loaded(http)
+        assert seen == []
+
+
+async def test_a_referenced_https_document_is_not_tunnelled_unencrypted_through_an_https_proxy(tmp_path, monkeypatch):
+    clear_proxy_environment(monkeypatch)
+    proxy_loopback_too(monkeypatch)
+    monkeypatch.setenv("HTTPS_PROXY", "https://user:pw-5678@127.0.0.1:9")
+    doc = _document({"/far": {"get": {"operationId": "far", "responses": _OK, "parameters": [
+                         {"name": "n", "in": "query", "schema": {"$ref": "https://127.0.0.1:9/shared.json#/name"}}]}},
+                     "/fine": {"get": {"operationId": "fine", "responses": _OK}}})
+    async with bridge_for(_write(tmp_path, doc), base_url="http://127.0.0.1:1") as bridge:
+        assert [d.native_name for d in bridge.catalog.declarations()] == ["fine"]
+        skipped = json.dumps((await upstream_of(bridge).health())["skipped_operations"])
+    assert "cannot be fetched through the https:// proxy https://127.0.0.1:9 " in skipped and "pw-5678" not in skipped
+
+
 async def test_recursive_and_cross_file_refs_resolve_without_hanging(api):
     _, base = api
     async with asyncio.timeout(10), bridge_for("recursive_31.yaml", base_url=base) as bridge:
