@@ -13,7 +13,7 @@ objects that name more (Microsoft Graph's `PATCH /security` takes the security o
 collections hold alerts, cases, users ...) listed a megabyte of `$defs` for one tool. The top
 level keeps every property, `required` and `additionalProperties`; properties are kept whole,
 smallest first, while they fit and refer to no `$defs`; the others keep their type and
-description. Only constraints below the top level are dropped, and only whole property schemas
+description (and their `minItems` and `minProperties`). Only constraints below the top level are dropped, and only whole property schemas
 (never a branch of a `oneOf`, `not` or `if`, whose loosening could refuse a value), so every
 argument the whole schema accepts is still accepted; the server judges what was left out."""
 
@@ -90,6 +90,16 @@ def _cut_property(schema: Any, keep: bool | None = None) -> Any:
     if isinstance(schema.get("type"), str | list) and not any(k in schema for k in _COMBINED):
         out["type"] = schema["type"]
     return out
+
+
+def _keeping_minimums(cut: Any, whole: Any) -> Any:
+    """`cut` with the `minItems` and `minProperties` of `whole`, the property's schema it stands
+    for: a required list or object parameter gets one from the mapper (an empty one is sent as
+    no parameter at all), and a cut property that lost it would let `[]` through."""
+    if not isinstance(cut, dict) or cut is whole or not isinstance(whole, dict):
+        return cut
+    kept = {key: whole[key] for key in ("minItems", "minProperties") if type(whole.get(key)) is int and key not in cut}
+    return {**cut, **kept} if kept else cut
 
 
 def _counted(limit: int) -> Sizer:
@@ -194,7 +204,8 @@ def bounded_input_schema(schema: dict[str, Any], size: Sizer | None = None) -> d
                 opened[name] = fields
                 budget -= grown
         cut = {**top, "description": _described(schema, _INPUT_NOTE),
-               "properties": {name: opened.get(name) or _cut_property(sub, name in kept) for name, sub in properties.items()}}
+               "properties": {name: _keeping_minimums(opened.get(name) or _cut_property(sub, name in kept), sub)
+                              for name, sub in properties.items()}}
         if _over(cut, INPUT_MAX_VALUES) >= 0 and not _refers(top):
             return cut
     out: dict[str, Any] = {"type": "object", "description": _described(schema, _INPUT_NOTE)}

@@ -195,3 +195,26 @@ def test_a_large_body_named_as_one_property_keeps_its_fields(tmp_path, monkeypat
         assert not whole.is_valid(args) and not bounded.is_valid(args), args
     nested = {"id": "1", "body": {"id": "u", "name": "ann", "manager": {"field_1": 5}}}
     assert not whole.is_valid(nested) and bounded.is_valid(nested)  # left to the API
+
+
+def test_a_required_list_or_object_cut_to_its_top_level_still_needs_a_value(tmp_path, monkeypatch):
+    # a required array or object parameter gets minItems / minProperties 1 (an empty one is sent
+    # as no parameter at all); cut, it kept only its type, and `[]` was sent as nothing
+    doc = _document({"/things/{id}": {"patch": {
+        "operationId": "updateThing", "requestBody": _body(BODY), "parameters": [
+            {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
+            {"name": "ids", "in": "query", "required": True,
+             "schema": {"type": "array", "items": {"$ref": "#/components/schemas/Obj1"}}},
+            {"name": "filter", "in": "query", "style": "deepObject", "required": True,
+             "schema": {"type": "object", "properties": {"o": {"$ref": "#/components/schemas/Obj2"}}}}]}}},
+        components={"schemas": _linked(40)})
+    full, cut = _full_and_cut(tmp_path, monkeypatch, doc, "updateThing")
+    assert full["properties"]["ids"]["minItems"] == 1 and full["properties"]["filter"]["minProperties"] == 1
+    ids, filters = cut["properties"]["ids"], cut["properties"]["filter"]
+    assert ids == {"description": "its schema is left out as too large", "type": "array", "minItems": 1}
+    assert filters["minProperties"] == 1 and filters["properties"]["o"]["description"] == "its schema is left out as too large"
+    whole, bounded = jsonschema.Draft202012Validator(full), jsonschema.Draft202012Validator(cut)
+    good = {"id": "1", "name": "n", "ids": [{"id": "a"}], "filter": {"o": {"id": "b"}}}
+    assert whole.is_valid(good) and bounded.is_valid(good)
+    for empty in ({"ids": []}, {"filter": {}}):
+        assert not whole.is_valid({**good, **empty}) and not bounded.is_valid({**good, **empty}), empty
