@@ -27,22 +27,37 @@ def _listed(operations: list[str], which: str = "") -> str:
     return f"{len(operations)} operation(s) {which}{' ' if which else ''}({', '.join(operations[:3])}{', ...' if len(operations) > 3 else ''})"
 
 
+def _configured_cookies(headers: dict[str, str]) -> list[str]:
+    """The names of the cookies of a configured `Cookie` header (its name in any case)."""
+    items = (part.strip() for key, value in headers.items() if key.lower() == "cookie" for part in value.split(";"))
+    return list(dict.fromkeys(item.split("=", 1)[0].strip() for item in items if item))
+
+
+def _the_others(carried: int, calls: int, configured: str) -> str:
+    """What the configured value is sent in, beside the credential sent in `carried` of `calls` operations."""
+    return f"{configured} in the others" if carried < calls else f"never {configured}"
+
+
 def claimed_places(credentials: Credentials, operations: Iterable[Operation], headers: dict[str, str]) -> Claims:
     """For the calls of `operations`: each place two credentials, a credential and a configured
     header, or either and a parameter claim (which is sent, in a warning), and the parameters
     a credential or a configured header fills, which callers are not offered."""
     unbound: dict[tuple[int, int, str | None], tuple[str, list[str]]] = {}  # (set aside, sent, its scheme): (place, operations)
     configured: dict[tuple[str, int], list[str]] = {}  # (header, credential sent in its stead): operations
+    cookies: dict[tuple[str, int], list[str]] = {}  # (cookie of the configured Cookie header, credential sent in its stead): operations
     filled: dict[tuple[str, str, str], list[str]] = {}  # (location, parameter, what fills it): operations
     claims = Claims()
     always = credentials.always
     header_places = {("header", name.lower()): name for name in headers}
+    cookie_places = {("cookie", name): name for name in _configured_cookies(headers)}
+    calls = 0  # operations whose calls are sent
     if always or header_places or credentials.binds_schemes:
         for op in operations:
             try:
                 chosen = credentials.choose(op.security, "")
             except BridgeError:  # such a call fails before any request
                 continue
+            calls += 1
             places = {bound.place: bound for bound in chosen}
             shown = f"{op.method} {op.path}"
             for bound in always:
@@ -53,6 +68,9 @@ def claimed_places(credentials: Credentials, operations: Iterable[Operation], he
             for place, name in header_places.items():
                 if place in places:
                     configured.setdefault((name, places[place].index), []).append(shown)
+            for place, name in cookie_places.items():  # the request's own cookie replaces the configured one
+                if place in places:
+                    cookies.setdefault((name, places[place].index), []).append(shown)
             covered = set()
             for spec in op.params:
                 place = (spec.location, spec.name.lower() if spec.location == "header" else spec.name)
@@ -76,7 +94,11 @@ def claimed_places(credentials: Credentials, operations: Iterable[Operation], he
     for (name, sent), ops in configured.items():
         claims.messages.append(
             f"the configured header {name} is where auth[{sent}]'s credential goes: the credential is sent in the "
-            f"{_listed(ops, 'that carry it')}, the configured header in the others")
+            f"{_listed(ops, 'that carry it')}, {_the_others(len(ops), calls, 'the configured header')}")
+    for (name, sent), ops in cookies.items():
+        claims.messages.append(
+            f"the cookie {name} of the configured Cookie header is where auth[{sent}]'s credential goes: the credential is "
+            f"sent in the {_listed(ops, 'that carry it')}, {_the_others(len(ops), calls, 'the configured cookie')}")
     for (location, name, by), ops in filled.items():
         claims.messages.append(f"the {location} parameter {name} of {_listed(ops)} {by}, and the parameter is left out of "
                                "those tools' inputs")
