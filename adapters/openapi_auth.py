@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal
-from urllib.parse import quote, urljoin
+from urllib.parse import quote, urljoin, urlsplit
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
@@ -140,6 +140,7 @@ class OAuth2Token:
         self._token: str | None = None
         self._expires_at = 0.0
         self._lock = asyncio.Lock()
+        self.tls: ssl.SSLContext | None = None  # `ca_file`'s, when the endpoint is on the API's origin
 
     def invalidate(self, token: str | None = None) -> None:
         if token is None or token == self._token:
@@ -175,6 +176,7 @@ class OAuth2Token:
             # not redirected: the client secret goes to the configured token_url alone (a 307 or
             # 308 would send the form again wherever it points)
             async with session.post(self.token_url, data=form, headers=headers, allow_redirects=False,
+                                    ssl=self.tls if self.tls is not None else True,
                                     timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 if 300 <= response.status < 400:
                     raise _setup_error(f"the OAuth2 token endpoint {self.token_url} answered HTTP {response.status}, a redirect, "
@@ -229,7 +231,7 @@ def shown_place(place: tuple[str, str], spelled: str | None = None) -> str:
 
 def client_tls(cfg: AuthConfig, resolve_path: Callable[[str], str], verify: bool, index: int) -> ssl.SSLContext:
     """The TLS context of an `mtls` credential: its client certificate, and the server checked
-    against `ca_file` (else the system's CAs) unless `verify_tls` is off."""
+    against the system's CAs and `ca_file` unless `verify_tls` is off."""
     assert cfg.cert_file is not None
     context = ssl.create_default_context()
     if not verify:
@@ -248,6 +250,22 @@ def client_tls(cfg: AuthConfig, resolve_path: Callable[[str], str], verify: bool
         raise ValueError(f"auth[{index}] (mtls): the client certificate cannot be loaded from {shown}: {why} "
                          "(PEM files; a key encrypted with a password needs `password:`)") from None
     return context
+
+
+def server_tls(ca_files: list[str]) -> ssl.SSLContext:
+    """The TLS context of a request to the API's origin that presents no client certificate:
+    the server checked against the system's CAs and those of every `ca_file`."""
+    context = ssl.create_default_context()
+    for path in ca_files:
+        context.load_verify_locations(cafile=path)
+    return context
+
+
+def _origin(url: str | None) -> tuple[str, str, int | None] | None:
+    if not url:
+        return None
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(parts.scheme)
 
 
 class Credentials:
@@ -287,6 +305,13 @@ class Credentials:
                     f"{shown_place(bound.place, kept.name)}, which a request carries once: auth[{kept.index}]'s is sent "
                     f"(the first configured), never auth[{bound.index}]'s")
         self._always = list(first.values())
+        # `ca_file` checks every request to the API's origin, not only those presenting the certificate
+        # (loaded by client_tls above, which says so when it cannot be)
+        ca_files = [resolve_path(cfg.ca_file) for cfg in configs if cfg.kind == "mtls" and cfg.ca_file]
+        self.server_tls = server_tls(ca_files) if ca_files and verify_tls else None
+        for token in self._tokens:
+            if _origin(token.token_url) == _origin(server_url):
+                token.tls = self.server_tls
 
     @staticmethod
     def _matches(cfg: AuthConfig, scheme: Any, named: bool = False) -> bool:
@@ -468,6 +493,7 @@ class Credentials:
                     timeout: float) -> list[tuple[OAuth2Token, str]]:
         """Add the chosen credentials to the request; returns the OAuth2 tokens it used."""
         used: list[tuple[OAuth2Token, str]] = []
+        parts.tls = self.server_tls  # a client certificate's context takes its place below
         for b in bound:
             cfg = b.config
             if cfg.kind == "apiKey":

@@ -37,7 +37,7 @@ class RequestParts:
     headers: dict[str, str] = field(default_factory=dict)
     cookies: list[str] = field(default_factory=list)  # `name=value` items
     data: Any = None  # bytes, str or aiohttp.FormData
-    tls: ssl.SSLContext | None = None  # a client certificate's TLS context, presented on the API's origin only
+    tls: ssl.SSLContext | None = None  # of the API's origin only: a client certificate's, or `ca_file`'s
 
     def full_url(self) -> str:
         return self.url + ("?" + "&".join(self.query) if self.query else "")

@@ -67,9 +67,10 @@ def pki(tmp_path: Path) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def tls_server(pki: dict[str, str]) -> AsyncIterator[tuple[list[str], str]]:
-    """An HTTPS server that refuses any handshake without a client certificate its CA signed,
-    and answers with that certificate's common name (each request's is also kept)."""
+async def tls_server(pki: dict[str, str], optional: bool = False) -> AsyncIterator[tuple[list[str], str]]:
+    """An HTTPS server that refuses any handshake without a client certificate its CA signed
+    (`optional`: that takes one without), and answers with that certificate's common name (each
+    request's is also kept; "" without one)."""
     seen: list[str] = []
 
     async def whoami(request: web.Request) -> web.Response:
@@ -81,9 +82,13 @@ async def tls_server(pki: dict[str, str]) -> AsyncIterator[tuple[list[str], str]
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(pki["server_cert"], pki["server_key"])
     context.load_verify_locations(cafile=pki["ca"])
-    context.verify_mode = ssl.CERT_REQUIRED
+    context.verify_mode = ssl.CERT_OPTIONAL if optional else ssl.CERT_REQUIRED
+    async def token(request: web.Request) -> web.Response:  # an OAuth2 token endpoint of the API's origin
+        return web.json_response({"access_token": "tok-1", "token_type": "bearer", "expires_in": 3600})
+
     app = web.Application()
     app.router.add_get("/{tail:.*}", whoami)
+    app.router.add_post("/oauth/token", token)
     server = TestServer(app, host="127.0.0.1", scheme="https")
     await server.start_server(ssl=context)
     try:
@@ -133,3 +138,30 @@ async def test_a_client_certificate_that_cannot_be_loaded_fails_the_start_naming
     assert "not-it" not in error.message
     error = await _load_error(spec, auth=[{"type": "mtls", "cert_file": str(tmp_path / "missing.pem")}])
     assert "file not found" in error.message
+
+
+async def test_ca_file_verifies_the_calls_that_present_no_certificate_too(pki, tmp_path):
+    # a server of a private CA asking some operations for a client certificate: the calls of
+    # the others were checked against the system's CAs and failed verification
+    flows = {"clientCredentials": {"tokenUrl": "/oauth/token", "scopes": {}}}
+    doc = _document({"/whoami": {"get": {"operationId": "whoami", "security": [{"clientCert": []}], "responses": _OK}},
+                     "/open": {"get": {"operationId": "open", "security": [], "responses": _OK}},
+                     "/token": {"get": {"operationId": "token", "security": [{"oauth": []}], "responses": _OK}}},
+                    components={"securitySchemes": {"clientCert": {"type": "mutualTLS"},
+                                                    "oauth": {"type": "oauth2", "flows": flows}}})
+    mtls = {"type": "mtls", "cert_file": pki["client_cert"], "key_file": pki["client_key"],
+            "password": KEY_PASSWORD, "ca_file": pki["ca"]}
+    oauth = {"type": "oauth2", "client_id": "cid", "client_secret": "client-Secret-1"}
+    async with tls_server(pki, optional=True) as (seen, base):
+        async with bridge_for(_write(tmp_path, doc), base_url=base, auth=[mtls, oauth]) as bridge:
+            opened = await call(bridge, "open")
+            assert not opened.is_error, opened.content
+            assert opened.structured_content == {"client": ""}  # the certificate is not presented
+            assert (await call(bridge, "whoami")).structured_content == {"client": "client-ann"}
+            assert (await call(bridge, "open")).structured_content == {"client": ""}
+            tokened = await call(bridge, "token")  # the token request too (relative: on the API's origin)
+            assert not tokened.is_error, tokened.content
+        assert seen == ["", "client-ann", "", ""]
+        # no ca_file: the system's CAs, which do not know the test CA
+        async with bridge_for(_write(tmp_path, doc), base_url=base, auth={**mtls, "ca_file": None}) as bridge:
+            assert (await call(bridge, "open")).error.error_class == "dependency_unavailable"
