@@ -21,6 +21,7 @@ import logging
 import ssl
 import sys
 import urllib.parse
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from importlib import metadata
 from typing import Any, ClassVar, Literal
@@ -76,23 +77,42 @@ def _client_info() -> types.Implementation:
     return types.Implementation(name="a2t-bridge", version=version)
 
 
+# What the bridge answers a server that asks it, as a client, for what it does not declare. The MCP
+# spec has a client without the roots capability answer -32601 (method not found), and one sent an
+# elicitation/create of a mode it did not declare answer -32602 (invalid params); it names no code
+# for sampling, so -32601, JSON-RPC's answer for a method not offered. The SDK's default is -32600
+# (invalid request) for all three.
+_REFUSALS: dict[type[Any], tuple[int, str]] = {
+    types.CreateMessageRequest: (types.METHOD_NOT_FOUND, "Sampling not supported"),
+    types.ElicitRequest: (types.INVALID_PARAMS, "Elicitation not supported"),
+    types.ListRootsRequest: (types.METHOD_NOT_FOUND, "List roots not supported"),
+}
+
+
 class _BridgeClient(Client):
-    """The SDK's client, but a server asking for `roots/list` is answered -32601 (method not
-    found), as the MCP spec has a client without the roots capability answer; the SDK's default
-    answer is -32600 (invalid request). The bridge declares no roots (a federated tool's caller is
-    not the bridge's to ask), and the SDK would declare them for any callback given, so the
+    """The SDK's client, but a server asking for `sampling/createMessage`, `elicitation/create` or
+    `roots/list` gets the error the MCP spec asks of a client without the capability (`_REFUSALS`),
+    and `on_refused(method)` is called. The bridge declares none of them (a federated tool's caller
+    is not the bridge's to ask), and the SDK would declare each one a callback is given for, so the
     session's dispatch answers the request before the callback table is looked at."""
+
+    def __init__(self, *args: Any, on_refused: Callable[[str], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.on_refused = on_refused
 
     async def _build_session(self, exit_stack: AsyncExitStack) -> ClientSession:
         session = await super()._build_session(exit_stack)
         dispatch = session.dispatch_input_request
 
-        async def without_roots(ctx: ClientRequestContext, request: types.InputRequest) -> types.InputResponse | types.ErrorData:
-            if isinstance(request, types.ListRootsRequest):
-                return types.ErrorData(code=types.METHOD_NOT_FOUND, message="List roots not supported", data="roots/list")
-            return await dispatch(ctx, request)
+        async def refused(ctx: ClientRequestContext, request: types.InputRequest) -> types.InputResponse | types.ErrorData:
+            refusal = _REFUSALS.get(type(request))
+            if refusal is None:
+                return await dispatch(ctx, request)
+            code, message = refusal
+            self.on_refused(request.method)
+            return types.ErrorData(code=code, message=message, data=request.method)
 
-        session.dispatch_input_request = without_roots  # type: ignore[method-assign]
+        session.dispatch_input_request = refused  # type: ignore[method-assign]
         return session
 
 
@@ -192,6 +212,7 @@ class MCPUpstream(Upstream):
         self._connected_at = float("-inf")
         self._stream_renewals = 0  # sessions replaced in a row because their GET stream was given up on
         self._renew_timer: asyncio.TimerHandle | None = None
+        self._refused_methods: set[str] = set()  # requests of the server refused so far (each logged once)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -248,6 +269,7 @@ class MCPUpstream(Upstream):
                     message_handler=self._on_message,
                     logging_callback=self._on_log,
                     client_info=_client_info(),
+                    on_refused=self._on_refused,
                 )
                 await stack.enter_async_context(client)
                 if self.config.protocol in MODERN_PROTOCOL_VERSIONS:
@@ -439,6 +461,13 @@ class MCPUpstream(Upstream):
             self._tools_changed("notifications/tools/list_changed")
         elif isinstance(message, Exception):
             log.warning("mcp upstream %s: transport error: %s", self.name, redact(str(message), self.config.secrets()))
+
+    def _on_refused(self, method: str) -> None:
+        """A server asked for what the bridge does not declare (it should not have): said once per
+        method, not at every call of a tool that asks."""
+        if method not in self._refused_methods:
+            self._refused_methods.add(method)
+            log.warning("mcp upstream %s: the server sent %s, which the bridge does not declare; refused", self.name, method)
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         """A log message of the server (`notifications/message`), logged as its stderr lines are:

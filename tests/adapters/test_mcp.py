@@ -244,10 +244,12 @@ async def test_structured_output_and_is_error(bridge: Bridge, up: str) -> None:
 @each_upstream
 @module_loop
 @pytest.mark.parametrize(("what", "method", "refusal"), [
-    ("sampling", "sampling/createMessage", "-32600 Sampling not supported"),
-    ("elicitation", "elicitation/create", "-32600 Elicitation not supported"),
-    ("url_elicitation", "elicitation/create", "-32600 Elicitation not supported"),
-    # the MCP spec: a client without the roots capability answers -32601 (the SDK's default: -32600)
+    # what the MCP spec asks of a client without the capability (the SDK's default: -32600 for
+    # all): roots -32601, an elicitation of a mode not declared -32602; for sampling it names no
+    # code, so JSON-RPC's -32601 for a method not offered
+    ("sampling", "sampling/createMessage", "-32601 Sampling not supported"),
+    ("elicitation", "elicitation/create", "-32602 Elicitation not supported"),
+    ("url_elicitation", "elicitation/create", "-32602 Elicitation not supported"),
     ("roots", "roots/list", "-32601 List roots not supported"),
 ])
 async def test_requests_for_sampling_elicitation_and_roots_are_refused_at_once(
@@ -264,6 +266,24 @@ async def test_requests_for_sampling_elicitation_and_roots_are_refused_at_once(
         assert result.status == "succeeded"
         assert result.content[0]["text"] == f"refused: {refusal}"
     assert f"ask {what}: client declares []" in await server_events(bridge, up)
+
+
+@module_loop
+async def test_a_refused_request_of_the_server_is_logged_once_per_method(caplog: pytest.LogCaptureFixture) -> None:
+    # a server that asks for what the bridge does not declare is told no at every ask, and the
+    # warning naming the method is said once per upstream, not at every call of the tool
+    caplog.set_level(logging.WARNING, logger="bridge.adapters.mcp")
+    upstream = MCPUpstream(MCPConfig.model_validate(stdio_entry("asker", "legacy")))
+    await upstream.start()
+    try:
+        for what in ("sampling", "sampling", "elicitation", "url_elicitation", "roots"):
+            result = await upstream.invoke("ask", {"what": what}, CallContext(invocation_id=f"ask-{what}", timeout=10.0))
+            assert result.content[0]["text"].startswith("refused: -3260"), result.content
+    finally:
+        await upstream.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "bridge.adapters.mcp" and "does not declare" in r.getMessage()]
+    assert said == [f"mcp upstream asker: the server sent {method}, which the bridge does not declare; refused"
+                    for method in ("sampling/createMessage", "elicitation/create", "roots/list")]
 
 
 @each_upstream
