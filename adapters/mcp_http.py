@@ -2,16 +2,21 @@
 
 A JSON answer and the event stream answering one POST are counted whole, as their bytes arrive
 (decoded, when the server compressed them), and refused past the bound: nothing more is read
-and the connection is closed. A stream that lasts as long as the session (the GET stream of
-server messages, a 2026-07-28 `subscriptions/listen` stream) is bounded per event instead, by
-the SDK's `max_sse_event_size`. The SDK answers the request whose answer was refused with an
+and the connection is closed. A POST's stream that ends without the answer, having given an
+event id, is resumed by the SDK with GETs naming it (`Last-Event-ID`), made in the POST's own
+task; what they bring counts toward the POST's bound. A stream that lasts as long as the session
+(the GET stream of server messages, a 2026-07-28 `subscriptions/listen` stream) is bounded per
+event instead, by the SDK's `max_sse_event_size`. The SDK answers the request whose answer was refused with an
 error carrying `TOO_LARGE`, which the adapter reads as `result_too_large`; the session goes on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import httpx2
 
@@ -19,6 +24,19 @@ __all__ = ["TOO_LARGE", "bound_answer", "answer_too_large", "quiet_sdk_refusals"
 
 TOO_LARGE = "answered more than max_response_bytes="
 _LISTEN = "subscriptions/listen"
+
+
+class _Count:
+    """Bytes of one request's answer read so far, over its POST's stream and the GETs resuming it."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+
+# The task of each request whose POST was answered with an event stream -> the count of its answer.
+# The SDK resumes that stream, when it ends without the answer, in the same task; the GET stream of
+# server messages has a task of its own, which never POSTs.
+_ANSWERS: weakref.WeakKeyDictionary[asyncio.Task[Any], _Count] = weakref.WeakKeyDictionary()
 
 
 class _SSEAnswerTooLarge(httpx2.SSEError):
@@ -31,16 +49,17 @@ class _JSONAnswerTooLarge(httpx2.StreamError):
 
 class _BoundedStream(httpx2.AsyncByteStream):
     def __init__(self, chunks: AsyncIterator[bytes], close: Callable[[], Awaitable[None]], limit: int, declared: int | None,
-                 error: type[Exception], what: str) -> None:
+                 error: type[Exception], what: str, count: _Count) -> None:
         self.chunks, self.close, self.limit, self.declared, self.error, self.what = chunks, close, limit, declared, error, what
+        self.count = count
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        if self.declared is not None and self.declared > self.limit:  # refused before a byte is read
+        count = self.count
+        if self.declared is not None and count.seen + self.declared > self.limit:  # refused before a byte is read
             raise self.error(f"{self.what} {TOO_LARGE}{self.limit}")
-        seen = 0
         async for chunk in self.chunks:
-            seen += len(chunk)
-            if seen > self.limit:
+            count.seen += len(chunk)
+            if count.seen > self.limit:
                 raise self.error(f"{self.what} {TOO_LARGE}{self.limit}")
             yield chunk
 
@@ -50,12 +69,22 @@ class _BoundedStream(httpx2.AsyncByteStream):
 
 def bound_answer(response: httpx2.Response, limit: int, what: str) -> None:
     """Make `response` (not yet read) refuse its body past `limit` bytes, unless it is a stream
-    of session length, whose events the SDK bounds one by one. `what` names the server."""
+    of session length, whose events the SDK bounds one by one. A GET resuming a POST's event
+    stream shares that POST's count. `what` names the server."""
     request = response.request
     kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
     events = kind == "text/event-stream"
-    if events and (request.method == "GET" or request.headers.get("mcp-method") == _LISTEN):
+    task = asyncio.current_task()
+    count = _Count()
+    if events and request.headers.get("mcp-method") == _LISTEN:
         return
+    if events and request.method == "GET":
+        resumed = _ANSWERS.get(task) if task is not None else None
+        if resumed is None:  # the GET stream of server messages, or a resumed listen stream
+            return
+        count = resumed
+    elif events and task is not None:
+        _ANSWERS[task] = count
     inner = response.stream
     assert isinstance(inner, httpx2.AsyncByteStream)
     encoded = [v.strip().lower() for v in response.headers.get_list("content-encoding", split_commas=True)]
@@ -72,7 +101,7 @@ def bound_answer(response: httpx2.Response, limit: int, what: str) -> None:
         length = response.headers.get("content-length", "")
         declared = int(length) if length.isdigit() else None
     error = _SSEAnswerTooLarge if events else _JSONAnswerTooLarge
-    response.stream = _BoundedStream(chunks, close, limit, declared, error, what)
+    response.stream = _BoundedStream(chunks, close, limit, declared, error, what, count)
 
 
 def answer_too_large(message: str, limit: int) -> bool:

@@ -65,6 +65,26 @@ async def test_an_answer_past_max_response_bytes_fails_its_call_and_the_session_
                 assert f"Result of {size} characters" in within.content[0]["text"]  # stored whole, as large results are
 
 
+@pytest.mark.parametrize("resumed", [{"endless": True}, {"size": 300_000}], ids=["endless", "ends_again"])
+async def test_a_resumed_answer_is_bounded_whole_like_the_post_stream_it_resumes(resumed: dict[str, Any]) -> None:
+    """A POST's event stream that ends without the answer, having given an event id, is resumed
+    by the SDK with a GET naming it (Last-Event-ID), in the POST's own task. The resumed stream
+    counts toward the same bound as the POST's: an endless one is cut at max_response_bytes, and
+    one that ends again without the answer at every resumption (the SDK resumes it again and
+    again) is cut once the resumptions sent that much in all."""
+    app, server = build_app(json_answers=False)
+    async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
+        begun = asyncio.get_running_loop().time()
+        result = await bridge.invoker.invoke("big__resumed", resumed)
+        assert asyncio.get_running_loop().time() - begun < 5
+        assert result.status == "too_large" and result.error.error_class == "result_too_large", result.error
+        assert f"answered more than max_response_bytes={LIMIT}" in result.error.message
+        assert server.resumptions == (1 if "endless" in resumed else LIMIT // resumed["size"] + 1)
+        assert server.sent["resumed"] < 20 * LIMIT, server.sent
+        assert (await bridge.invoker.invoke("big__echo", {"text": "after"})).content[0]["text"] == "after"
+        assert bridge.catalog.slot("big").health.state == "ready" and server.sessions == 1
+
+
 async def test_the_get_stream_of_server_messages_is_bounded_per_event_not_in_all() -> None:
     app, server = build_app(json_answers=False)
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base):

@@ -2,7 +2,10 @@
 as much as they are asked to, made as it is sent: a JSON body of any size (with or without a
 Content-Length, or gzip-compressed), one event of any size, or an endless stream of small
 events. Its GET stream of server messages sends small log events, `GET_LOG_BYTES` in all,
-then a tools/list_changed notice, and stays open.
+then a tools/list_changed notice, and stays open. `resumed` answers a POST with one event
+bearing an id and ends the stream without the answer, so that the client resumes it with a GET
+naming that id (`Last-Event-ID`): the resumed stream is endless (`endless: true`), or sends
+`size` bytes of small events and ends again without the answer, at every resumption.
 
 `build_app(json_answers, get_failures, get_failure)`: small answers as JSON bodies, or as event
 streams; the first `get_failures` GET streams fail (`oversize`: one event of 2 MiB; `cut`: the
@@ -23,7 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 CHUNK = 1 << 16
 GET_LOG_BYTES = 3 << 20
-TOOLS = ["echo", "big_json", "big_json_declared", "big_gzip", "big_event", "endless_events", "sized"]
+TOOLS = ["echo", "big_json", "big_json_declared", "big_gzip", "big_event", "endless_events", "sized", "resumed"]
 
 
 @dataclass
@@ -33,6 +36,8 @@ class ServerLog:
     gets: int = 0  # GET streams asked for
     calls: list[str] = field(default_factory=list)
     sent: dict[str, int] = field(default_factory=dict)  # bytes each oversize answer got out before it was stopped
+    resumptions: int = 0  # GETs resuming a POST's stream (with Last-Event-ID)
+    resumed: dict[str, Any] = field(default_factory=dict)  # what the `resumed` call asked for
 
 
 def _head(request_id: Any) -> str:
@@ -86,6 +91,31 @@ async def _endless_events(log: ServerLog) -> AsyncIterator[bytes]:
         log.sent["endless_events"] = sent
 
 
+_LOG_EVENT = ('id: r{n}\nevent: message\ndata: {{"jsonrpc": "2.0", "method": "notifications/message", "params": {{"level": "debug", '
+              '"data": "' + "v" * 900 + '"}}}}\n\n')
+
+
+async def _resumption_begun() -> AsyncIterator[bytes]:
+    """A POST's stream that ends without the answer, having said where it was: `retry` asks for
+    the resumption at once."""
+    yield b"retry: 0\n" + _LOG_EVENT.format(n=0).encode()
+
+
+async def _resumed_events(log: ServerLog) -> AsyncIterator[bytes]:
+    """The rest of a resumed stream: endless, or `size` bytes then the end (no answer again)."""
+    endless, size = bool(log.resumed.get("endless")), int(log.resumed.get("size", 0))
+    sent, n = 0, 0
+    try:
+        while endless or sent < size:
+            n += 1
+            event = _LOG_EVENT.format(n=n).encode()
+            yield event
+            sent += len(event)
+            await asyncio.sleep(0)
+    finally:
+        log.sent["resumed"] = log.sent.get("resumed", 0) + sent
+
+
 async def _server_messages() -> AsyncIterator[bytes]:
     event = ('event: message\ndata: {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "debug", "data": "'
              + "z" * 900 + '"}}\n\n').encode()
@@ -130,13 +160,16 @@ def build_app(json_answers: bool = True, get_failures: int = 0, get_failure: str
         if scope["type"] != "http":
             return
         request = Request(scope, receive)
-        if request.method == "GET":
+        if request.method == "GET" and "last-event-id" in request.headers:
+            log.resumptions += 1
+            response: Response = StreamingResponse(_resumed_events(log), media_type="text/event-stream")
+        elif request.method == "GET":
             log.gets += 1
             if not get_failures:
                 stream = _server_messages()
             else:
                 stream = _failing_messages(get_failure) if log.gets <= get_failures else _changes_at_once()
-            response: Response = StreamingResponse(stream, media_type="text/event-stream")
+            response = StreamingResponse(stream, media_type="text/event-stream")
             if get_failure.isdigit() and log.gets <= get_failures:  # an HTTP status: 405, no stream offered
                 response = Response(status_code=int(get_failure))
         elif request.method == "DELETE":
@@ -176,6 +209,9 @@ def build_app(json_answers: bool = True, get_failures: int = 0, get_failure: str
             if name == "sized" and json_answers:
                 return StreamingResponse(body, media_type="application/json")
             return StreamingResponse(_one_event(body), media_type="text/event-stream")
+        if name == "resumed":
+            log.resumed = args
+            return StreamingResponse(_resumption_begun(), media_type="text/event-stream")
         if name == "endless_events":
             return StreamingResponse(_endless_events(log), media_type="text/event-stream")
         return small(request_id, {"content": [], "isError": True})
