@@ -345,10 +345,18 @@ class MCPUpstream(Upstream):
         liveness probe is sent now, and the request that got the 400 waits for its verdict
         (`_settled`), so that it fails as `dependency_unavailable` when the session is gone.
 
-        Every answer is first bounded to `max_response_bytes` (adapters/mcp_http.py)."""
+        Every answer is first bounded to `max_response_bytes` (adapters/mcp_http.py). The session
+        is known from the `initialize` answer that opens it, so that a start failing right after
+        it (a protocol version or a result the SDK refuses) still ends it (`_end_http_session`)."""
         bound_answer(response, self.config.max_response_bytes, self.config.display_url())
         request = response.request
-        if request.method == "DELETE" or "mcp-session-id" not in request.headers:
+        if request.method == "DELETE":
+            return
+        if "mcp-session-id" not in request.headers:
+            # the initialize request is the one POST that names neither a session nor a protocol version
+            opened = response.headers.get("mcp-session-id")
+            if opened and request.method == "POST" and "mcp-protocol-version" not in request.headers and response.is_success:
+                self._http_session = {"mcp-session-id": opened}
             return
         self._http_session = {name: request.headers[name] for name in _SESSION_HEADERS if name in request.headers}
         if self._closing or response.status_code not in (400, 404):

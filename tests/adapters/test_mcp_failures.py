@@ -364,6 +364,60 @@ async def test_a_request_the_server_answers_with_400_keeps_its_error_and_the_ses
             assert (await bridge.invoker.invoke("remote__echo", {"text": "fine"})).content[0]["text"] == "fine"
 
 
+def failing_after_initialize(failure: str, seen: list[tuple[str, str | None]]) -> Any:
+    """A streamable HTTP server that opens a session at `initialize` (id `s1`) and fails the start
+    right after it: `version`, an initialize answer of a protocol version the client does not
+    speak; `invalid`, one the SDK's types reject; `listing`, a tools/list answered with an error;
+    `listing_hangs`, one never answered. Notes each request's method and session id in `seen`."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        session = dict(scope["headers"]).get(b"mcp-session-id")
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        request = json.loads(body) if body else {}
+        seen.append((scope["method"], session.decode() if session else None))
+        answer: dict[str, Any] | None = None
+        if request.get("method") == "initialize":
+            version = {"version": "1999-01-01"}.get(failure, "2025-06-18")
+            result: dict[str, Any] = {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}
+            if failure == "invalid":
+                result["capabilities"] = "none"
+            answer = {"jsonrpc": "2.0", "id": request["id"], "result": result}
+        elif request.get("method") == "tools/list":
+            if failure == "listing_hangs":
+                await asyncio.Event().wait()
+            answer = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32603, "message": "the listing broke"}}
+        elif "id" in request:
+            answer = {"jsonrpc": "2.0", "id": request["id"], "result": {}}
+        status = 200 if answer is not None or scope["method"] == "DELETE" else 202 if scope["method"] == "POST" else 405
+        headers = [(b"mcp-session-id", b"s1")] + ([(b"content-type", b"application/json")] if answer is not None else [])
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": json.dumps(answer).encode() if answer is not None else b""})
+
+    return app
+
+
+@pytest.mark.parametrize("failure", ["version", "invalid", "listing", "listing_hangs"])
+async def test_a_start_that_fails_after_initialize_ends_the_session_it_opened(failure: str) -> None:
+    # the server opened a session when it answered initialize; a start that fails after it
+    # ends that session with a DELETE, as a session the bridge leaves is ended. One whose
+    # initialize answer was refused sent no other request naming the session, and was left open
+    seen: list[tuple[str, str | None]] = []
+    async with serve_asgi(failing_after_initialize(failure, seen), lifespan="off") as base:
+        upstream = {"name": "remote", "kind": "mcp", "url": f"{base}/mcp", "protocol": "legacy", "start_timeout": 1, "ping_timeout": 1,
+                    "retry_initial": 30, "retry_max": 30}
+        async with make_bridge(upstream) as bridge:
+            assert bridge.catalog.slot("remote").health.state == "failed"
+            await until(lambda: ("DELETE", "s1") in seen, timeout=5)
+    assert seen.count(("DELETE", "s1")) == 1 and seen[0] == ("POST", None), seen
+
+
 async def test_unstartable_command_fails_with_a_clear_reason() -> None:
     bridge = make_bridge({"name": "ghost", "kind": "mcp", "command": "no-such-mcp-server-binary", "retry_initial": 30})
     async with bridge:
