@@ -43,7 +43,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from adapters.http_proxy import loopback_mounts
 from adapters.mcp_get_stream import GetStreamWatch, WatchedClient
-from adapters.mcp_http import answer_too_large, bound_answer, quiet_sdk_refusals
+from adapters.mcp_http import RESUMED_TOO_OFTEN, answer_too_large, bound_answer, quiet_sdk_refusals
 from adapters.mcp_stdio import LINE_LIMIT, MAX_LINE, UNREADABLE, StdioChild, redact
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.translate.mcp import progress_from_mcp, result_from_mcp, tool_from_mcp
@@ -770,6 +770,9 @@ class MCPUpstream(Upstream):
                 # made up by the SDK for an answer refused past max_response_bytes; the session goes on
                 return BridgeError(f"{what}: {self.config.display_url()} answered more than max_response_bytes={self.config.max_response_bytes}",
                                    error_class="result_too_large", recoverability="change_arguments", status="too_large", native_error_ref=ref)
+            if exc.code == types.CONNECTION_CLOSED and RESUMED_TOO_OFTEN in exc.message:
+                # made up by the SDK for an answer whose stream the server kept ending; the session goes on
+                return BridgeError(f"{what}: {text.removeprefix('SSE stream failed: ')}", error_class="execution_failed", native_error_ref=ref)
             if exc.code == types.CONNECTION_CLOSED or self._client is None or self._wake.is_set():
                 return self._unavailable(f"the connection closed during {what}")
             if isinstance(exc.data, dict) and UNREADABLE in exc.data:

@@ -8,6 +8,11 @@ task; what they bring counts toward the POST's bound. A stream that lasts as lon
 (the GET stream of server messages, a 2026-07-28 `subscriptions/listen` stream) is bounded per
 event instead, by the SDK's `max_sse_event_size`. The SDK answers the request whose answer was refused with an
 error carrying `TOO_LARGE`, which the adapter reads as `result_too_large`; the session goes on.
+
+The SDK resumes a stream as often as the server ends it, at the pace the server asks (`retry:`,
+which may be 0), even once the call is over, and each resumption nests a call deeper: about 950
+of them failed the whole session. An answer is resumed at most `MAX_RESUMPTIONS` times; the
+next resumption fails its request with an error carrying `RESUMED_TOO_OFTEN`.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from typing import Any
 
 import httpx2
 
-__all__ = ["TOO_LARGE", "bound_answer", "answer_too_large", "quiet_sdk_refusals"]
+__all__ = ["MAX_RESUMPTIONS", "RESUMED_TOO_OFTEN", "TOO_LARGE", "bound_answer", "answer_too_large", "quiet_sdk_refusals"]
 
 TOO_LARGE = "answered more than max_response_bytes="
+RESUMED_TOO_OFTEN = "times without the answer"
+MAX_RESUMPTIONS = 100
 _LISTEN = "subscriptions/listen"
 
 
@@ -31,6 +38,7 @@ class _Count:
 
     def __init__(self) -> None:
         self.seen = 0
+        self.resumptions = 0
 
 
 # The task of each request whose POST was answered with an event stream -> the count of its answer.
@@ -41,6 +49,24 @@ _ANSWERS: weakref.WeakKeyDictionary[asyncio.Task[Any], _Count] = weakref.WeakKey
 
 class _SSEAnswerTooLarge(httpx2.SSEError):
     """An event stream past the bound (the SDK fails the request it answers, and goes on)."""
+
+
+class _SSEResumedTooOften(httpx2.SSEError):
+    """A stream resumed more than MAX_RESUMPTIONS times (the SDK fails the request, and goes on)."""
+
+
+class _Refused(httpx2.AsyncByteStream):
+    """A body refused before a byte of it is read."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, error: Exception) -> None:
+        self.inner, self.error = inner, error
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        raise self.error
+        yield b""  # an async generator, as httpx reads it
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 class _JSONAnswerTooLarge(httpx2.StreamError):
@@ -83,6 +109,13 @@ def bound_answer(response: httpx2.Response, limit: int, what: str) -> None:
         if resumed is None:  # the GET stream of server messages, or a resumed listen stream
             return
         count = resumed
+        count.resumptions += 1
+        if count.resumptions > MAX_RESUMPTIONS:
+            inner = response.stream
+            assert isinstance(inner, httpx2.AsyncByteStream)
+            response.stream = _Refused(inner, _SSEResumedTooOften(
+                f"{what} ended the event stream of one answer {MAX_RESUMPTIONS} {RESUMED_TOO_OFTEN}; it is not resumed again"))
+            return
     elif events and task is not None:
         _ANSWERS[task] = count
     inner = response.stream

@@ -85,6 +85,28 @@ async def test_a_resumed_answer_is_bounded_whole_like_the_post_stream_it_resumes
         assert bridge.catalog.slot("big").health.state == "ready" and server.sessions == 1
 
 
+async def test_an_answer_whose_stream_the_server_keeps_ending_is_resumed_a_bounded_number_of_times() -> None:
+    """A server that ends every resumed stream at once, without an event, asking for the next
+    resumption at once (`retry: 0`): the SDK resumed it some 280 times a second, also after the
+    call had timed out, until about 950 nested resumptions failed the whole session. The answer
+    is resumed MAX_RESUMPTIONS times, then its call fails, and the session goes on."""
+    from adapters.mcp_http import MAX_RESUMPTIONS
+
+    app, server = build_app(json_answers=False)
+    async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
+        begun = asyncio.get_running_loop().time()
+        result = await bridge.invoker.invoke("big__resumed", {"size": 0})
+        assert asyncio.get_running_loop().time() - begun < 5
+        assert result.status == "failed" and result.error.error_class == "execution_failed", result.error
+        assert result.error.message == (f"resumed: {base}/mcp ended the event stream of one answer {MAX_RESUMPTIONS} times "
+                                        "without the answer; it is not resumed again")
+        assert server.resumptions == MAX_RESUMPTIONS + 1
+        await asyncio.sleep(0.3)
+        assert server.resumptions == MAX_RESUMPTIONS + 1  # not resumed after its call
+        assert (await bridge.invoker.invoke("big__echo", {"text": "after"})).content[0]["text"] == "after"
+        assert bridge.catalog.slot("big").health.state == "ready" and server.sessions == 1
+
+
 async def test_the_get_stream_of_server_messages_is_bounded_per_event_not_in_all() -> None:
     app, server = build_app(json_answers=False)
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base):
