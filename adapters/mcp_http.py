@@ -23,6 +23,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio
 import httpx2
 
 __all__ = ["MAX_RESUMPTIONS", "RESUMED_TOO_OFTEN", "TOO_LARGE", "bound_answer", "answer_too_large", "quiet_sdk_refusals"]
@@ -144,11 +145,15 @@ def answer_too_large(message: str, limit: int) -> bool:
 
 
 class _QuietRefusals(logging.Filter):
-    """Drops the SDK's error log, with its traceback, of a JSON answer refused past the bound:
-    the call's result says what happened, once."""
+    """Drops the SDK's error logs, with their tracebacks, of a JSON answer refused past the bound
+    (the call's result says what happened, once), and of an event that came as the session
+    closed (`Error parsing SSE message` for the session's reader gone: nothing failed to parse)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], _JSONAnswerTooLarge))
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, _JSONAnswerTooLarge):
+            return False
+        return not (isinstance(error, (anyio.BrokenResourceError, anyio.ClosedResourceError)) and record.msg == "Error parsing SSE message")
 
 
 def quiet_sdk_refusals() -> None:

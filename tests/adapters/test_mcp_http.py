@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Callable
@@ -113,6 +114,16 @@ async def test_the_get_stream_of_server_messages_is_bounded_per_event_not_in_all
         # GET_LOG_BYTES (3 MiB) of small log events past a 1 MiB bound, then the change notice
         assert GET_LOG_BYTES > 2 * LIMIT
         await until(lambda: server.listings >= 2)
+
+
+async def test_a_session_closed_while_server_messages_arrive_logs_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    """The SDK logged `Error parsing SSE message` with a traceback (an ERROR) for an event of
+    the GET stream that arrived as the session closed, its reader gone: no parse failed."""
+    app, server = build_app(json_answers=False)
+    async with serve_asgi(app, lifespan="off") as base:
+        async with make_bridge(base):
+            await until(lambda: server.gets >= 1)
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("mcp.") and r.levelno >= logging.ERROR]
 
 
 RSS_SCRIPT = """
