@@ -22,7 +22,7 @@ from yarl import URL
 
 from adapters.http_body import read_body
 from adapters.http_proxy import proxied_session
-from adapters.openapi_auth import AuthConfig, Credentials
+from adapters.openapi_auth import AuthConfig, Credentials, certificate_failure
 from adapters.openapi_operations import Operation, Selector, map_operations, shown_url
 from adapters.openapi_params import RequestParts, build_request
 from adapters.openapi_places import claimed_places, served
@@ -180,6 +180,9 @@ class OpenAPIUpstream(Upstream):
                 await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             await self.close()
+            if (failure := certificate_failure(exc)) is not None:
+                raise BridgeError(f"{self.name}: server {shown_url(base)}: {failure}", error_class="dependency_unavailable",
+                                  recoverability="setup") from None
             raise BridgeError(f"{self.name}: server {shown_url(base)} does not answer ({type(exc).__name__})",
                               error_class="dependency_unavailable", recoverability="retry_later") from None
 
@@ -359,6 +362,10 @@ class OpenAPIUpstream(Upstream):
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
                 if isinstance(exc, aiohttp.ServerTimeoutError):
                     raise _timeout(op, ctx.timeout) from None
+                if (failure := certificate_failure(exc)) is not None:
+                    # a setup problem, not an outage: not retried, the upstream not marked unavailable
+                    raise BridgeError(f"{op.method} {op.path}: {failure}", error_class="dependency_unavailable",
+                                      recoverability="setup") from None
                 delay = self._retry_delay(op, attempt, None, deadline - loop.time())
                 what = redactor.text(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
                 if delay is not None:

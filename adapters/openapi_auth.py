@@ -24,7 +24,7 @@ from adapters.openapi_params import RequestParts
 from bridge.model import BridgeError
 from bridge.upstream import ConfigValueError
 
-__all__ = ["AuthConfig", "Credentials", "Redactor", "OAuth2Token", "shown_place"]
+__all__ = ["AuthConfig", "Credentials", "Redactor", "OAuth2Token", "certificate_failure", "shown_place"]
 
 AuthType = Literal["apiKey", "api_key", "bearer", "basic", "oauth2", "mtls"]
 
@@ -191,6 +191,9 @@ class OAuth2Token:
                         f"the OAuth2 token endpoint {self.token_url} refused the client credentials: "
                         f"HTTP {response.status}" + (f" {code}" if isinstance(code, str) else ""))
         except (aiohttp.ClientError, TimeoutError) as exc:
+            if (failure := certificate_failure(exc)) is not None:
+                raise BridgeError(f"the OAuth2 token endpoint {self.token_url}: {failure}", error_class="dependency_unavailable",
+                                  recoverability="setup") from None
             raise BridgeError(f"the OAuth2 token endpoint {self.token_url} cannot be reached ({type(exc).__name__})",
                               error_class="dependency_unavailable", recoverability="retry_later") from None
         expires_in = payload.get("expires_in")
@@ -259,6 +262,23 @@ def server_tls(ca_files: list[str]) -> ssl.SSLContext:
     for path in ca_files:
         context.load_verify_locations(cafile=path)
     return context
+
+
+_HOSTNAME_MISMATCH = 62  # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH
+
+
+def certificate_failure(exc: BaseException) -> str | None:
+    """What a failed check of a server's certificate says, with its fix; None for any other
+    error. Unlike a refused or dropped connection, it fails again on every attempt."""
+    if not isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return None
+    error = exc.certificate_error
+    why = getattr(error, "verify_message", None) or str(error) or type(error).__name__
+    if getattr(error, "verify_code", None) == _HOSTNAME_MISMATCH:
+        fix = "call the server by a name its certificate holds (`base_url`), or set `verify_tls: false`"
+    else:
+        fix = "give the CA that signed it as `ca_file` of an `mtls` entry, or set `verify_tls: false`"
+    return f"the certificate of {exc.host}:{exc.port} cannot be verified ({why}): {fix}"
 
 
 def _origin(url: str | None) -> tuple[str, str, int | None] | None:

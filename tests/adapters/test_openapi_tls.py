@@ -15,6 +15,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from bridge.model import BridgeError
+from bridge.upstream import CallContext
 from tests.adapters.test_openapi import _OK, _document, _load_error, _write, bridge_for, call, upstream_of
 
 x509 = pytest.importorskip("cryptography.x509")
@@ -165,3 +167,65 @@ async def test_ca_file_verifies_the_calls_that_present_no_certificate_too(pki, t
         # no ca_file: the system's CAs, which do not know the test CA
         async with bridge_for(_write(tmp_path, doc), base_url=base, auth={**mtls, "ca_file": None}) as bridge:
             assert (await call(bridge, "open")).error.error_class == "dependency_unavailable"
+
+
+async def test_a_certificate_that_fails_its_check_fails_the_call_at_once_saying_the_fix(pki, tmp_path, monkeypatch):
+    # a server of a private CA, trusted at start (ca_file), later presenting a certificate no
+    # configured CA signed: retrying cannot help, and the server is not down
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pki["server_cert"], pki["server_key"])
+
+    async def answer(request: web.Request) -> web.Response:  # each request on a new connection, a new handshake
+        return web.json_response({"ok": True}, headers={"Connection": "close"})
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", answer)
+    server = TestServer(app, host="127.0.0.1", scheme="https")
+    await server.start_server(ssl=context)
+    base = f"https://127.0.0.1:{server.port}"
+    doc = _write(tmp_path, _document({"/open": {"get": {"operationId": "open", "responses": _OK}}}))
+    mtls = {"type": "mtls", "cert_file": pki["client_cert"], "key_file": pki["client_key"],
+            "password": KEY_PASSWORD, "ca_file": pki["ca"]}
+    try:
+        async with bridge_for(doc, base_url=base, auth=mtls, health_path="/") as bridge:
+            upstream = upstream_of(bridge)
+            assert not (await call(bridge, "open")).is_error
+            events: list[Any] = []
+            monkeypatch.setattr(upstream, "emit", events.append)
+            stranger = _issue("127.0.0.1", None, ip="127.0.0.1")  # self-signed
+            (tmp_path / "stranger.pem").write_bytes(_pem(stranger[0]) + _key_pem(stranger[1]))
+            context.load_cert_chain(str(tmp_path / "stranger.pem"))
+            progress: list[Any] = []
+
+            async def sink(record: Any) -> None:
+                progress.append(record.message)
+
+            tool = next(iter(upstream._tools))
+            with pytest.raises(BridgeError) as info:
+                await upstream.invoke(tool.native_id, {}, CallContext(invocation_id="inv_1", timeout=5, progress_sink=sink))
+            error = info.value
+            assert error.error_class == "dependency_unavailable" and error.recoverability == "setup"
+            assert error.message.startswith(f"GET /open: the certificate of 127.0.0.1:{server.port} cannot be verified (")
+            assert "`ca_file` of an `mtls` entry, or set `verify_tls: false`" in error.message
+            assert progress == [] and events == []  # not retried; the upstream not marked unavailable
+        # the readiness probe says the same at start
+        async with bridge_for(doc, base_url=base, health_path="/") as bridge:
+            health = bridge.catalog.slot("svc").health
+            assert health.state == "failed" and "cannot be verified" in (health.reason or ""), health
+        # called by a name the certificate does not hold
+        context.load_cert_chain(pki["server_cert"], pki["server_key"])
+        async with bridge_for(doc, base_url=base.replace("127.0.0.1", "localhost"), auth=mtls) as bridge:
+            result = await call(bridge, "open")
+        assert "Hostname mismatch" in result.error.message and "(`base_url`)" in result.error.message
+        # an OAuth2 token endpoint of a CA the system does not know
+        flows = {"clientCredentials": {"tokenUrl": base + "/oauth/token", "scopes": {}}}
+        oauth_doc = _write(tmp_path, _document({"/open": {"get": {"operationId": "open", "responses": _OK}}},
+                                               security=[{"oauth": []}],
+                                               components={"securitySchemes": {"oauth": {"type": "oauth2", "flows": flows}}}))
+        oauth = {"type": "oauth2", "client_id": "cid", "client_secret": "client-Secret-1"}
+        async with bridge_for(oauth_doc, base_url="http://127.0.0.1:1", auth=oauth) as bridge:
+            result = await call(bridge, "open")
+        assert result.error.recoverability == "setup", result.error
+        assert result.error.message.startswith(f"the OAuth2 token endpoint {base}/oauth/token: the certificate of 127.0.0.1:")
+    finally:
+        await server.close()
