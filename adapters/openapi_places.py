@@ -41,7 +41,8 @@ def _the_others(carried: int, calls: int, configured: str) -> str:
 def claimed_places(credentials: Credentials, operations: Iterable[Operation], headers: dict[str, str]) -> Claims:
     """For the calls of `operations`: each place two credentials, a credential and a configured
     header, or either and a parameter claim (which is sent, in a warning), and the parameters
-    a credential or a configured header fills, which callers are not offered."""
+    a credential, a configured header or a cookie of a configured `Cookie` header fills, which
+    callers are not offered."""
     unbound: dict[tuple[int, int, str | None], tuple[str, list[str]]] = {}  # (set aside, sent, its scheme): (place, operations)
     configured: dict[tuple[str, int], list[str]] = {}  # (header, credential sent in its stead): operations
     cookies: dict[tuple[str, int], list[str]] = {}  # (cookie of the configured Cookie header, credential sent in its stead): operations
@@ -68,7 +69,7 @@ def claimed_places(credentials: Credentials, operations: Iterable[Operation], he
             for place, name in header_places.items():
                 if place in places:
                     configured.setdefault((name, places[place].index), []).append(shown)
-            for place, name in cookie_places.items():  # the request's own cookie replaces the configured one
+            for place, name in cookie_places.items():  # a credential's cookie replaces the configured one
                 if place in places:
                     cookies.setdefault((name, places[place].index), []).append(shown)
             covered = set()
@@ -78,6 +79,8 @@ def claimed_places(credentials: Credentials, operations: Iterable[Operation], he
                     by = f"is where auth[{places[place].index}]'s credential goes: the credential is sent"
                 elif place in header_places:
                     by = f"is filled by the configured header {header_places[place]}: the configured value is sent"
+                elif place in cookie_places:
+                    by = f"is filled by the cookie {cookie_places[place]} of the configured Cookie header: the configured value is sent"
                 else:
                     continue
                 covered.add(spec.prop)

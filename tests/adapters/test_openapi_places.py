@@ -160,3 +160,26 @@ async def test_a_parameter_a_configured_header_fills_is_left_out_of_the_input(tm
     assert overrides == [
         "the header parameter x-version of 1 operation(s) (GET /items) is filled by the configured header X-Version: "
         "the configured value is sent, and the parameter is left out of those tools' inputs"]
+
+
+async def test_a_cookie_parameter_a_configured_cookie_fills_is_left_out_of_the_input(tmp_path):
+    """As a header parameter is: the caller's cookie replaced the configured one of its name,
+    which was not said anywhere."""
+    params = [{"name": "session", "in": "cookie", "required": True, "schema": {"type": "string"}},
+              {"name": "theme", "in": "cookie", "schema": {"type": "string"}}]
+    doc = _document({"/items": {"get": {"operationId": "items", "parameters": params, "responses": _OK}}})
+    async with recording_server() as (seen, base):
+        async with bridge_for(_write(tmp_path, doc), base_url=base, headers={"Cookie": "session=conf-Secret; lang=en"}) as bridge:
+            schema = bridge.catalog.resolve("svc__items").input_schema
+            assert set(schema["properties"]) == {"theme"} and "required" not in schema
+            assert not (await call(bridge, "items", {"theme": "dark"})).is_error
+            upstream = upstream_of(bridge)
+            tool = next(t for t in await upstream.list_tools() if t.name == "items")
+            arguments = {"session": "caller", "theme": "light"}  # past the input schema: not sent either
+            assert not (await upstream.invoke(tool.native_id, arguments, CallContext(invocation_id="inv_1", timeout=5))).is_error
+            overrides = (await upstream.health()).get("credential_overrides")
+    assert sent(seen[0], "Cookie") == ["session=conf-Secret; lang=en; theme=dark"]
+    assert sent(seen[1], "Cookie") == ["session=conf-Secret; lang=en; theme=light"]
+    assert overrides == [
+        "the cookie parameter session of 1 operation(s) (GET /items) is filled by the cookie session of the configured "
+        "Cookie header: the configured value is sent, and the parameter is left out of those tools' inputs"]
