@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,7 +23,7 @@ from yarl import URL
 
 from adapters.http_body import read_body
 from adapters.http_proxy import proxied_session
-from adapters.openapi_auth import AuthConfig, Credentials, certificate_failure
+from adapters.openapi_auth import AuthConfig, Credentials, certificate_failure, document_tls
 from adapters.openapi_operations import Operation, Selector, map_operations, shown_url
 from adapters.openapi_params import RequestParts, build_request
 from adapters.openapi_places import claimed_places, served
@@ -108,6 +109,7 @@ class OpenAPIUpstream(Upstream):
         self._session: aiohttp.ClientSession | None = None
         self._loaded: _Loaded | None = None
         self._credentials: Credentials | None = None
+        self._document_tls: ssl.SSLContext | None = None  # of a document given as a URL on the API's origin
         self._listed_since_start = False
         self._kept_over: str | None = None  # why the document read before is kept (a later read failed)
         self._clashes: list[str] = []  # security requirements putting two credentials in one place
@@ -133,6 +135,11 @@ class OpenAPIUpstream(Upstream):
                 cookie_jar=aiohttp.DummyCookieJar(),  # calls stay independent: no server cookies kept
             )
         try:
+            if is_url(cfg.spec):  # a document on the API's origin is checked with its `ca_file`s too
+                try:
+                    self._document_tls = document_tls(cfg.auth, cfg.spec, cfg.base_url, cfg.resolve_path, cfg.verify_tls)
+                except ValueError as exc:
+                    raise BridgeError(str(exc), error_class="setup_required", recoverability="setup") from None
             await self._load()
             self._bind_credentials()
         except BaseException:
@@ -248,7 +255,7 @@ class OpenAPIUpstream(Upstream):
         cancelled = False
         try:
             self.phase = "reading the document"
-            text, uri = await read_source(source, cfg.resolve_path, self._session, cfg.start_timeout)
+            text, uri = await read_source(source, cfg.resolve_path, self._session, cfg.start_timeout, self._document_tls)
             if is_url(source):
                 signature = hashlib.sha256(text.encode()).hexdigest()
                 if self._loaded is not None and self._loaded.signature == signature:
@@ -292,7 +299,7 @@ class OpenAPIUpstream(Upstream):
         cfg = self.config
         try:
             self.phase = f"parsing the document ({len(text) / 1e6:.1f} MB)"
-            document = parse_document(text, uri, cfg.spec, fetch_timeout=cfg.start_timeout)
+            document = parse_document(text, uri, cfg.spec, fetch_timeout=cfg.start_timeout, tls=self._document_tls)
             self.phase = "validating the document"  # when validate_spec says so; else a moment
             tolerated = document.validate(cfg.validate_spec)
             skipped: list[SpecError] | None = [] if cfg.bad_operations == "skip" else None

@@ -20,11 +20,12 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from adapters.http_body import read_body
+from adapters.http_tls import certificate_failure as _certificate_failure
 from adapters.openapi_params import RequestParts
 from bridge.model import BridgeError
 from bridge.upstream import ConfigValueError
 
-__all__ = ["AuthConfig", "Credentials", "Redactor", "OAuth2Token", "certificate_failure", "shown_place"]
+__all__ = ["AuthConfig", "Credentials", "Redactor", "OAuth2Token", "certificate_failure", "document_tls", "shown_place"]
 
 AuthType = Literal["apiKey", "api_key", "bearer", "basic", "oauth2", "mtls"]
 
@@ -264,21 +265,26 @@ def server_tls(ca_files: list[str]) -> ssl.SSLContext:
     return context
 
 
-_HOSTNAME_MISMATCH = 62  # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH
+def document_tls(configs: list[AuthConfig], document_url: str, api_url: str | None, resolve_path: Callable[[str], str],
+                 verify_tls: bool = True) -> ssl.SSLContext | None:
+    """The TLS context of the fetch of a document served on the API's origin (`base_url`'s):
+    the server checked against the system's CAs and those of every `ca_file`, no client
+    certificate presented. None for a document elsewhere, or with no `ca_file`."""
+    ca_files = [(i, cfg.ca_file) for i, cfg in enumerate(configs) if cfg.kind == "mtls" and cfg.ca_file]
+    if not ca_files or not verify_tls or api_url is None or _origin(document_url) != _origin(api_url):
+        return None
+    try:
+        return server_tls([resolve_path(path) for _, path in ca_files])
+    except (OSError, ssl.SSLError) as exc:  # said as client_tls says it, before the document is read
+        shown = ", ".join(f"auth[{i}] (mtls) ca_file {resolve_path(path)}" for i, path in ca_files)
+        why = "file not found" if isinstance(exc, FileNotFoundError) else (getattr(exc, "reason", None) or str(exc) or type(exc).__name__)
+        raise ValueError(f"{shown}: the CA certificates cannot be loaded: {why} (a PEM file)") from None
 
 
 def certificate_failure(exc: BaseException) -> str | None:
-    """What a failed check of a server's certificate says, with its fix; None for any other
-    error. Unlike a refused or dropped connection, it fails again on every attempt."""
-    if not isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        return None
-    error = exc.certificate_error
-    why = getattr(error, "verify_message", None) or str(error) or type(error).__name__
-    if getattr(error, "verify_code", None) == _HOSTNAME_MISMATCH:
-        fix = "call the server by a name its certificate holds (`base_url`), or set `verify_tls: false`"
-    else:
-        fix = "give the CA that signed it as `ca_file` of an `mtls` entry, or set `verify_tls: false`"
-    return f"the certificate of {exc.host}:{exc.port} cannot be verified ({why}): {fix}"
+    """What a failed check of the certificate of a server of the API says, with its fix; None
+    for any other error."""
+    return _certificate_failure(exc, trust="give the CA that signed it as `ca_file` of an `mtls` entry", address="base_url")
 
 
 def _origin(url: str | None) -> tuple[str, str, int | None] | None:

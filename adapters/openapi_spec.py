@@ -5,11 +5,13 @@ operation mapper (`adapters.openapi_operations`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
+import ssl
 import urllib.request
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from yarl import URL
 
 from adapters.http_body import read_body
 from adapters.http_proxy import EnvironmentProxies, proxied_session
+from adapters.http_tls import certificate_failure
 from adapters.openapi_schema import RefCycleError, SchemaInliner, SpecError
 from bridge.config import expanded_size
 from bridge.model import BridgeError
@@ -151,10 +154,11 @@ class _Remote(UrllibHandler):
     metadata address, an internal service) into the tools' schemas. A local document's refs go
     where its author wrote."""
 
-    def __init__(self, origin: tuple[str, str, int | None] | None, timeout: int) -> None:
+    def __init__(self, origin: tuple[str, str, int | None] | None, timeout: int, tls: ssl.SSLContext | None = None) -> None:
         super().__init__("http", "https", file_handler=_Referenced(), timeout=timeout)
         self.origin = origin
-        self.opener = urllib.request.build_opener(_Proxied(), _RedirectsWithin(origin))
+        checked = [urllib.request.HTTPSHandler(context=tls)] if tls is not None else []
+        self.opener = urllib.request.build_opener(_Proxied(), _RedirectsWithin(origin), *checked)
 
     def _open(self, uri: str) -> Any:
         if self.origin is not None and _origin(uri) != self.origin:
@@ -172,6 +176,7 @@ class Document:
     version: Literal["3.0", "3.1"]
     fetch_timeout: float = 10.0
     size: int = 0  # characters of the document text
+    tls: ssl.SSLContext | None = field(default=None, repr=False)  # checks the server of `source`'s origin
     _resolver: Any = field(default=None, repr=False)
     _lookups: dict[str, Any] = field(default_factory=dict, repr=False)
     _handlers: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -179,7 +184,9 @@ class Document:
     def __post_init__(self) -> None:
         timeout = max(1, int(self.fetch_timeout))
         remote = is_url(self.uri)
-        web = _CachedHandler(_Remote(_origin(self.uri) if remote else None, timeout))
+        # `tls` checks the documents of the origin `source` names; its refs are all there (redirects too)
+        tls = self.tls if remote and is_url(self.source) and _origin(self.uri) == _origin(self.source) else None
+        web = _CachedHandler(_Remote(_origin(self.uri) if remote else None, timeout, tls))
         # a document read from a URL is someone else's: its `$ref`s must not read this host's files
         # into the tools' schemas (an unknown scheme would go to urlopen, which reads files too)
         files = _no_local_files if remote else _CachedHandler(FilePathHandler("file", file_handler=_Referenced()))
@@ -364,13 +371,14 @@ def _located(spec_validator: type) -> type:
 
 
 async def read_source(source: str, base_dir: Callable[[str], str], session: aiohttp.ClientSession | None,
-                      timeout: float) -> tuple[str, str]:
-    """(text, base URI) of a document given as a URL or a path relative to the config."""
+                      timeout: float, tls: ssl.SSLContext | None = None) -> tuple[str, str]:
+    """(text, base URI) of a document given as a URL or a path relative to the config. `tls`
+    checks the server of the URL's origin (a redirect elsewhere gets the session's default)."""
     if is_url(source):
         owned = session is None
         session = session or proxied_session()
         try:
-            async with session.get(source, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+            async with _get(session, URL(source), timeout, tls) as response:
                 if response.status != 200:
                     raise SpecError(f"GET answered HTTP {response.status} {response.reason or ''}".rstrip(), source)
                 try:
@@ -382,6 +390,9 @@ async def read_source(source: str, base_dir: Callable[[str], str], session: aioh
                 except LookupError:  # a charset Python does not know
                     return body.decode("utf-8", errors="replace"), str(response.url)
         except (aiohttp.ClientError, TimeoutError) as exc:
+            trust = "give the CA that signed it as `ca_file` of an `mtls` entry (which checks a document on the origin of `base_url`)"
+            if (failure := certificate_failure(exc, trust=trust, address="spec")) is not None:
+                raise SpecError(f"cannot be fetched: {failure}", source) from None
             raise SpecError(f"cannot be fetched: {type(exc).__name__}: {exc}" if str(exc) else
                             f"cannot be fetched: {type(exc).__name__}", source) from None
         finally:
@@ -397,7 +408,33 @@ async def read_source(source: str, base_dir: Callable[[str], str], session: aioh
     return text, path.as_uri()
 
 
-def parse_document(text: str, uri: str, source: str, fetch_timeout: float = 10.0) -> Document:
+@contextlib.asynccontextmanager
+async def _get(session: aiohttp.ClientSession, url: URL, timeout: float,
+               tls: ssl.SSLContext | None) -> AsyncIterator[aiohttp.ClientResponse]:
+    """GET `url`, redirects followed (at most 10) in one `timeout`; with `tls`, followed here, so
+    that it checks the server of `url`'s origin alone."""
+    if tls is None:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+            yield response
+        return
+    origin = url.origin()
+    deadline = asyncio.get_running_loop().time() + timeout
+    for _ in range(_MAX_REDIRECTS + 1):
+        left = max(deadline - asyncio.get_running_loop().time(), 0.001)
+        async with session.get(url, allow_redirects=False, ssl=tls if url.origin() == origin else True,
+                               timeout=aiohttp.ClientTimeout(total=left)) as response:
+            location = response.headers.get("Location")
+            if response.status not in (301, 302, 303, 307, 308) or not location:
+                yield response
+                return
+        url = url.join(URL(location))
+    raise aiohttp.TooManyRedirects(response.request_info, response.history)
+
+
+_MAX_REDIRECTS = 10  # aiohttp's default, as a redirect it follows itself
+
+
+def parse_document(text: str, uri: str, source: str, fetch_timeout: float = 10.0, tls: ssl.SSLContext | None = None) -> Document:
     """Parse YAML or JSON and check it is OpenAPI 3.0.x or 3.1.x. Runs off the event loop."""
     stripped = text.lstrip()
     try:
@@ -431,4 +468,4 @@ def parse_document(text: str, uri: str, source: str, fetch_timeout: float = 10.0
         raise SpecError(f"OpenAPI {version} is not supported (supported: 3.0.x and 3.1.x)", f"{source} $.openapi")
     if not isinstance(data.get("paths", {}), dict):
         raise SpecError("`paths` must be an object", f"{source} $.paths")
-    return Document(data=data, uri=uri, source=source, version=kind, fetch_timeout=fetch_timeout, size=len(text))
+    return Document(data=data, uri=uri, source=source, version=kind, fetch_timeout=fetch_timeout, size=len(text), tls=tls)

@@ -229,3 +229,60 @@ async def test_a_certificate_that_fails_its_check_fails_the_call_at_once_saying_
         assert result.error.message.startswith(f"the OAuth2 token endpoint {base}/oauth/token: the certificate of 127.0.0.1:")
     finally:
         await server.close()
+
+
+@contextlib.asynccontextmanager
+async def document_server(pki: dict[str, str], documents: dict[str, Any]) -> AsyncIterator[tuple[list[str], str]]:
+    """An HTTPS server of the test CA taking a client certificate without asking for one,
+    serving `documents` by path and answering any other GET with the client's common name;
+    each request's path and common name ("" without a certificate) are kept."""
+    seen: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        seen.append(f"{request.path} {dict(item[0] for item in peer['subject'])['commonName'] if peer else ''}".rstrip())
+        if request.path in documents:
+            return web.json_response(documents[request.path])
+        if request.path == "/moved.json":
+            raise web.HTTPFound("/api.json")
+        return web.json_response({"client": seen[-1].partition(" ")[2]})
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pki["server_cert"], pki["server_key"])
+    context.load_verify_locations(cafile=pki["ca"])
+    context.verify_mode = ssl.CERT_OPTIONAL
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", answer)
+    server = TestServer(app, host="127.0.0.1", scheme="https")
+    await server.start_server(ssl=context)
+    try:
+        yield seen, f"https://127.0.0.1:{server.port}"
+    finally:
+        await server.close()
+
+
+async def test_ca_file_verifies_a_document_on_the_apis_origin(pki, tmp_path):
+    # a document served by the API itself, behind a private CA: it was read before the
+    # credentials were bound, against the system's CAs alone, and failed verification
+    doc = _document({"/whoami": {"get": {"operationId": "whoami", "responses": {
+        "200": {"description": "ok", "content": {"application/json": {"schema": {"$ref": "/parts.json#/Who"}}}}}}}})
+    parts = {"Who": {"type": "object", "properties": {"client": {"type": "string"}}}}
+    mtls = {"type": "mtls", "cert_file": pki["client_cert"], "key_file": pki["client_key"],
+            "password": KEY_PASSWORD, "ca_file": pki["ca"]}
+    async with document_server(pki, {"/api.json": doc, "/parts.json": parts}) as (seen, base):
+        for spec in (f"{base}/api.json", f"{base}/moved.json"):  # a redirect within the origin too
+            async with bridge_for(spec, base_url=base, auth=mtls) as bridge:
+                health = bridge.catalog.slot("svc").health
+                assert health.state == "ready", health
+                tool = bridge.catalog.resolve("svc__whoami")
+                assert tool.output_schema["properties"] == {"client": {"type": "string"}}
+                assert (await call(bridge, "whoami")).structured_content == {"client": "client-ann"}
+        # the client certificate is presented to the API's calls alone
+        assert seen == ["/api.json", "/parts.json", "/whoami client-ann", "/moved.json", "/api.json", "/parts.json",
+                        "/whoami client-ann"]
+        # without base_url the API's origin is not known before the document is read: the
+        # system's CAs check it, and the message says so
+        async with bridge_for(f"{base}/api.json", auth=mtls) as bridge:
+            health = bridge.catalog.slot("svc").health
+        assert health.state == "failed" and "cannot be verified" in (health.reason or ""), health
+        assert "(which checks a document on the origin of `base_url`)" in health.reason
