@@ -267,11 +267,18 @@ def server_tls(ca_files: list[str]) -> ssl.SSLContext:
 
 def document_tls(configs: list[AuthConfig], document_url: str, api_url: str | None, resolve_path: Callable[[str], str],
                  verify_tls: bool = True) -> ssl.SSLContext | None:
-    """The TLS context of the fetch of a document served on the API's origin (`base_url`'s):
-    the server checked against the system's CAs and those of every `ca_file`, no client
-    certificate presented. None for a document elsewhere, or with no `ca_file`."""
+    """The TLS context of the fetch of a document given as a URL, and of those its `$ref`s name:
+    with `verify_tls: false` no check (the session checks none either, but the `$ref`s are
+    read by urllib); on the API's origin (`base_url`'s), the server checked against the
+    system's CAs and those of every `ca_file`, no client certificate presented. None for a
+    document elsewhere, or with no `ca_file`."""
+    if not verify_tls:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
     ca_files = [(i, cfg.ca_file) for i, cfg in enumerate(configs) if cfg.kind == "mtls" and cfg.ca_file]
-    if not ca_files or not verify_tls or api_url is None or _origin(document_url) != _origin(api_url):
+    if not ca_files or api_url is None or _origin(document_url) != _origin(api_url):
         return None
     try:
         return server_tls([resolve_path(path) for _, path in ca_files])

@@ -286,3 +286,17 @@ async def test_ca_file_verifies_a_document_on_the_apis_origin(pki, tmp_path):
             health = bridge.catalog.slot("svc").health
         assert health.state == "failed" and "cannot be verified" in (health.reason or ""), health
         assert "(which checks a document on the origin of `base_url`)" in health.reason
+
+
+async def test_verify_tls_off_reaches_the_documents_a_ref_names(pki, tmp_path):
+    # the document was read unchecked, and the one its $ref names checked by urllib's defaults:
+    # its only operation could not be mapped, and the upstream failed
+    doc = _document({"/whoami": {"get": {"operationId": "whoami", "responses": {
+        "200": {"description": "ok", "content": {"application/json": {"schema": {"$ref": "/parts.json#/Who"}}}}}}}})
+    parts = {"Who": {"type": "object", "properties": {"client": {"type": "string"}}}}
+    async with document_server(pki, {"/api.json": doc, "/parts.json": parts}) as (seen, base):
+        async with bridge_for(f"{base}/api.json", base_url=base, verify_tls=False) as bridge:
+            assert bridge.catalog.slot("svc").health.state == "ready", bridge.catalog.slot("svc").health
+            assert bridge.catalog.resolve("svc__whoami").output_schema["properties"] == {"client": {"type": "string"}}
+            assert (await call(bridge, "whoami")).structured_content == {"client": ""}
+    assert seen == ["/api.json", "/parts.json", "/whoami"]
