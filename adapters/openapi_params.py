@@ -62,11 +62,17 @@ class RequestParts:
         self.headers[name] = value
 
     def default_headers(self, headers: dict[str, str]) -> None:
-        """Add `headers` the request does not already carry (compared without case)."""
+        """Add `headers` the request does not already carry (compared without case). A
+        configured `Cookie`'s cookies take the place of the request's own of their names (an
+        exploded object parameter's keys), as a configured header does a header parameter's;
+        a credential's cookie, set after, takes theirs."""
         taken = {k.lower() for k in self.headers}
         for name, value in headers.items():
             if name.lower() not in taken:
                 self.headers[name] = value
+            if name.lower() == "cookie":
+                configured = {_name(item) for part in value.split(";") if (item := part.strip())}
+                self.cookies = [item for item in self.cookies if _name(item) not in configured]
 
     def set_query(self, name: str, item: str) -> None:
         """Put one encoded `name=value` item in place of any other of that name."""

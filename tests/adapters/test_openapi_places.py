@@ -183,3 +183,16 @@ async def test_a_cookie_parameter_a_configured_cookie_fills_is_left_out_of_the_i
     assert overrides == [
         "the cookie parameter session of 1 operation(s) (GET /items) is filled by the cookie session of the configured "
         "Cookie header: the configured value is sent, and the parameter is left out of those tools' inputs"]
+
+
+async def test_a_cookie_an_exploded_object_parameter_names_gives_way_to_the_configured_one(tmp_path):
+    """Its keys are cookie names the caller chooses: one naming a cookie of the configured
+    `Cookie` header replaced the configured value; a credential's cookie still takes its place."""
+    prefs = {"name": "prefs", "in": "cookie", "explode": True, "schema": {"type": "object", "additionalProperties": {"type": "string"}}}
+    doc = _document({"/items": {"get": {"operationId": "items", "parameters": [prefs], "responses": _OK}}})
+    headers = {"Cookie": "session=conf-Secret; lang=en"}
+    auth = {"type": "apiKey", "name": "lang", "in": "cookie", "value": "key-Secret"}
+    async with recording_server() as (seen, base):
+        async with bridge_for(_write(tmp_path, doc), base_url=base, headers=headers, auth=auth) as bridge:
+            assert not (await call(bridge, "items", {"prefs": {"session": "caller", "lang": "fr", "theme": "dark"}})).is_error
+    assert sent(seen[0], "Cookie") == ["session=conf-Secret; theme=dark; lang=key-Secret"]
