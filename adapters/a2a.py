@@ -599,7 +599,7 @@ class A2AUpstream(Upstream):
         assert self._source is not None
         if not await self._source.answers(timeout=min(CARD_CHECK_SECONDS, self.config.start_timeout)):
             return None
-        lost = next((e for e in _chain(exc) if isinstance(e, httpx.RemoteProtocolError)), exc)
+        lost = next((e for e in _causes(exc) if isinstance(e, httpx.RemoteProtocolError)), exc)
         return BridgeError(
             f"the agent's stream broke before its first event ({type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}); "
             "its card still answers", error_class="dependency_unavailable", recoverability="retry_later",
@@ -658,7 +658,7 @@ class A2AUpstream(Upstream):
             self.emit(UpstreamEvent("unavailable", reason=reason))
 
     def _call_error(self, exc: BaseException, tracker: TaskTracker) -> BridgeError:
-        chain = _chain(exc)
+        chain = _causes(exc)
         text = self._redact(str(exc) or type(exc).__name__)
         ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
         if type(exc) in JSON_RPC_ERROR_CODE_MAP:
@@ -721,19 +721,12 @@ class A2AUpstream(Upstream):
         return BridgeError(f"the agent call failed: {text}", error_class="execution_failed", native_error_ref=ref)
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    """`exc` and the exceptions it was raised from or during."""
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return seen
-
-
 def _causes(exc: BaseException) -> list[BaseException]:
-    """`exc` and what it was raised from (`raise ... from`), without the exceptions that were
-    being handled when it was raised (a stream's break, for the `GetTask` that followed it)."""
+    """`exc` and what it was raised from (`raise ... from`, as httpx and a2a-sdk raise their
+    errors), without the exceptions that were being handled when it was raised: the stream's
+    break, for the `GetTask` that followed it, or the dropped poll, for the poll sent again.
+    Every error is read through this: an error handled earlier in the same coroutine says
+    nothing about the failure at hand."""
     seen: list[BaseException] = []
     current: BaseException | None = exc
     while current is not None and current not in seen:
@@ -756,7 +749,7 @@ def _cut_off(exc: BaseException) -> bool:
 
 def _dropped(exc: BaseException) -> bool:
     """A connection the agent answered on, then closed before its answer ended."""
-    return any(isinstance(e, httpx.RemoteProtocolError) for e in _chain(exc))
+    return any(isinstance(e, httpx.RemoteProtocolError) for e in _causes(exc))
 
 
 # The HTTP+JSON errors of a2a-sdk 0.3 agents: a status per A2A error and `{"message": ...}`, with

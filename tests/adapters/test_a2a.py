@@ -1118,3 +1118,81 @@ async def test_a_stream_and_its_task_lookup_both_cut_leave_the_agent_ready_while
         assert posts == ["message/stream", "tasks/get"]
         assert changes == [] and b.catalog.slot("peer").health.state == "ready", (b.catalog.slot("peer").health, changes)
     assert result.error.error_class == "dependency_unavailable" and result.error.message.startswith("the agent's stream broke before its first event"), result.error
+
+
+# ---------------------------------------------------------------------------- an error read for what it is
+
+
+def task_not_found(body: dict[str, Any]) -> web.Response:
+    """A JSON-RPC agent's answer for a task it does not know (a2a-sdk's TaskNotFoundError)."""
+    return web.json_response({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32001, "message": "Task not found"}})
+
+
+async def test_an_unknown_task_id_on_a_json_rpc_stream_is_invalid_arguments_not_the_agent_gone():
+    # the stream closed unfinished, the task asked for answers TaskNotFound: the GetTask's error,
+    # raised while the stream's break was handled, was read with that break and taken for the
+    # agent gone (marked unavailable), the call failing as a broken stream
+    posts: list[str] = []
+
+    @web.middleware
+    async def unknown_task(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method != "POST":
+            return await handler(request)
+        body = await request.json()
+        posts.append(body["method"])
+        if body["method"] == "message/stream":
+            return await cut_stream(request)
+        return task_not_found(body)
+
+    app = old_agent_app("0.3.0", streaming=True)
+    app.middlewares.append(unknown_task)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
+        changes: list[str] = []
+        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        result = await b.invoker.invoke("peer__echo", {"message": "x", "task_id": "nope"})
+        await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
+        assert posts == ["message/stream", "tasks/get"]
+        assert changes == [] and b.catalog.slot("peer").health.state == "ready", (b.catalog.slot("peer").health, changes)
+    assert result.error.error_class == "invalid_arguments" and "does not know that task (Task not found)" in result.error.message, result.error
+
+
+async def test_a_poll_sent_again_that_the_agent_answers_with_an_error_fails_with_that_error():
+    # the poll on a kept-alive connection the agent closed (restarting) is sent again, and the
+    # agent, back without its tasks, answers TaskNotFound: read with the dropped poll handled
+    # before it, that answer was "the agent stopped answering", and the agent marked unavailable
+    posts: list[str] = []
+
+    async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return {"kind": "task", "id": "t1", "contextId": "c1", "status": {"state": "working"}}
+
+    @web.middleware
+    async def forgot_its_tasks(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method == "POST":
+            body = await request.json()
+            posts.append(body["method"])
+            if body["method"] == "tasks/get":
+                return task_not_found(body)
+        return await handler(request)
+
+    app = old_agent_app("0.3.0", rpc)
+    app.middlewares.append(forgot_its_tasks)
+    async with TestServer(app, host="127.0.0.1") as http:
+        proxy = KeepAliveClosingProxy(http.port)
+        proxy.server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{proxy.server.sockets[0].getsockname()[1]}"
+        try:
+            async with bridge(base_url=base, retry_initial=5) as b:
+                changes: list[str] = []
+                b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+
+                async def arm_at_first_progress(record: ToolProgress) -> None:
+                    if not proxy.dropped and not proxy.armed:
+                        proxy.armed = 1  # the first poll, on the connection the message went on
+
+                result = await b.invoker.invoke("peer__echo", {"message": "x"}, progress=arm_at_first_progress)
+                await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
+                assert proxy.dropped == [b"POST / HTTP/1.1"] and posts == ["message/send", "tasks/get"]
+                assert changes == [] and b.catalog.slot("peer").health.state == "ready", (b.catalog.slot("peer").health, changes)
+        finally:
+            proxy.server.close()
+    assert result.error.error_class == "invalid_arguments" and "does not know that task (Task not found)" in result.error.message, result.error
