@@ -62,9 +62,9 @@ __all__ = ["A2AConfig", "A2AUpstream", "A2AAuth"]
 log = logging.getLogger("adapters.a2a")
 
 TRANSPORTS = ("JSONRPC", "HTTP+JSON")
-CARD_CHECK_SECONDS = 5.0  # longest wait for the card when asking whether an agent whose stream broke is still there
+CARD_CHECK_SECONDS = 5.0  # longest wait for the card when asking whether an agent that gave a call no answer is still there
 QUESTIONS_KEPT = 4096  # tasks whose question (needs_input) is remembered, to tell an answer's stale snapshot from a new ask
-# Transport failures that mean the agent is gone, not that one request went wrong.
+# Transport failures after which no answer came: the agent may be gone, which its card then tells.
 _CONNECTION_LOST = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
@@ -531,19 +531,12 @@ class A2AUpstream(Upstream):
                 await self._cancel_task(agent, tracker.task_id)
             raise
         except (A2AError, httpx.HTTPError) as exc:
-            if agent.streaming and tracker.task is None and _dropped(exc) and not _reused_dropped(exc):
-                if message.task_id:
-                    unknown = await self._unknown_task(agent, message.task_id, call)
-                    if unknown is not None:
-                        raise unknown from None
-                broken = await self._stream_broken(exc)
-                if broken is not None:
-                    raise broken from None
-            elif _cut_off(exc):
-                cut = await self._answer_cut_off(exc, tracker)
-                if cut is not None:
-                    raise cut from None
-            raise self._call_error(exc, tracker) from None
+            stream_unbegun = agent.streaming and tracker.task is None and _dropped(exc) and not _reused_dropped(exc)
+            if stream_unbegun and message.task_id:
+                unknown = await self._unknown_task(agent, message.task_id, call)
+                if unknown is not None:
+                    raise unknown from None
+            raise await self._call_failed(agent, exc, tracker, stream_unbegun=stream_unbegun) from None
         except (ValidationError, ParseError, DecodeError) as exc:  # read by the SDK into no A2A shape
             raise BridgeError(f"agent {self.name!r} answered in a shape A2A does not have: {_first_fault(exc)}",
                               error_class="execution_failed", details={"task_id": tracker.task_id} if tracker.task_id else None) from None
@@ -592,37 +585,45 @@ class A2AUpstream(Upstream):
             return error if error.error_class == "invalid_arguments" else None
         return None
 
-    async def _stream_broken(self, exc: BaseException) -> BridgeError | None:
-        """The error for a stream the agent began and broke off before its first event (its
-        process died, say), when its card still answers: this call failed, the agent is there.
-        None when the card does not answer either: the agent is gone."""
+    async def _call_failed(self, agent: _Agent, exc: BaseException, tracker: TaskTracker, *, stream_unbegun: bool) -> BridgeError:
+        """The error a failed call answers with, and the one place a call decides that the agent
+        is gone: when no answer came (no connection was made, or it dropped before the answer
+        ended) and the card, fetched once more, does not answer either. An answer of the agent's
+        (an A2A error, an HTTP status, an answer too large) or a timeout never marks it."""
+        error = self._call_error(exc, tracker)
+        if _lost_connection(exc) is None:
+            return error
         assert self._source is not None
-        if not await self._source.answers(timeout=min(CARD_CHECK_SECONDS, self.config.start_timeout)):
-            return None
-        lost = next((e for e in _causes(exc) if isinstance(e, httpx.RemoteProtocolError)), exc)
-        return BridgeError(
-            f"the agent's stream broke before its first event ({type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}); "
-            "its card still answers", error_class="dependency_unavailable", recoverability="retry_later",
-            retry_after=self.config.retry_initial, native_error_ref={"a2a_error": type(exc).__name__},
-        )
+        if await self._source.answers(timeout=min(CARD_CHECK_SECONDS, self.config.start_timeout)):
+            return self._agent_still_there(agent, exc, tracker, stream_unbegun)
+        self._connection_lost(error.message)
+        return error
 
-    async def _answer_cut_off(self, exc: BaseException, tracker: TaskTracker) -> BridgeError | None:
-        """The error for a request (a message not streamed, a poll) whose connection dropped
-        before its answer, when the card still answers: a kept-alive connection the agent's
-        server closed as it was reused, or the agent restarting; this call failed, the agent is
-        there. The message is never sent again: it may have reached the agent. None when the
-        card does not answer either: the agent is gone."""
-        assert self._source is not None
-        if not await self._source.answers(timeout=min(CARD_CHECK_SECONDS, self.config.start_timeout)):
-            return None
-        lost = next(e for e in _causes(exc) if isinstance(e, _DROPPED_UNANSWERED))
-        if isinstance(lost, ReusedConnectionDropped):
+    def _agent_still_there(self, agent: _Agent, exc: BaseException, tracker: TaskTracker, stream_unbegun: bool) -> BridgeError:
+        """The error for a call that got no answer while the agent's card still answers: this call
+        failed, the agent is there. A stream the agent began and broke off before its first event
+        (its process died, say); a request (a message not streamed, a poll) whose connection
+        dropped before its answer (a kept-alive connection the agent's server closed as it was
+        reused, or the agent restarting: the message is never sent again, it may have reached
+        the agent); or a connection the agent's interface did not take (it is on another origin
+        than the card, down)."""
+        lost = _lost_connection(exc)
+        assert lost is not None
+        said = f"{type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}"
+        if stream_unbegun:
+            dropped = next((e for e in _causes(exc) if isinstance(e, httpx.RemoteProtocolError)), lost)
+            what = f"the agent's stream broke before its first event ({type(dropped).__name__}: {self._redact(str(dropped)) or 'connection lost'})"
+        elif isinstance(lost, ReusedConnectionDropped):
             said = self._redact(str(lost))  # names the error under it
             what = (f"the agent closed a kept-alive connection as the poll of task {tracker.task_id} was sent on it, twice ({said})" if tracker.task_id
                     else f"the agent closed a kept-alive connection as the message was sent on it, before answering ({said}); "
                     "the message may or may not have reached the agent, and is not sent again")
+        elif _cut_off(exc):
+            cut = next(e for e in _causes(exc) if isinstance(e, _DROPPED_UNANSWERED))
+            what = f"the agent's connection dropped before its answer ({type(cut).__name__}: {self._redact(str(cut)) or 'connection lost'})"
         else:
-            what = f"the agent's connection dropped before its answer ({type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'})"
+            where = agent.interface.url if agent.interface else "its interface"
+            what = f"the agent's interface at {where} took no connection ({said})"
         ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
         if tracker.task_id:
             ref["task_id"] = tracker.task_id
@@ -658,6 +659,8 @@ class A2AUpstream(Upstream):
             self.emit(UpstreamEvent("unavailable", reason=reason))
 
     def _call_error(self, exc: BaseException, tracker: TaskTracker) -> BridgeError:
+        """What a failed call's error is, read from the error and what it was raised from. Only
+        classifies: whether the agent is gone is decided by `_call_failed`, after its card."""
         chain = _causes(exc)
         text = self._redact(str(exc) or type(exc).__name__)
         ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
@@ -699,12 +702,11 @@ class A2AUpstream(Upstream):
         if large is not None:
             return BridgeError(f"the agent's answer is too large: {self._redact(str(large))}", error_class="result_too_large",
                                recoverability="change_arguments", status="too_large", native_error_ref=ref)
-        lost = next((e for e in chain if isinstance(e, _CONNECTION_LOST)), None)
+        lost = _lost_connection(exc)
         if lost is not None:
-            reason = f"the agent stopped answering: {type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}"
-            self._connection_lost(reason)
             return BridgeError(
-                reason, error_class="dependency_unavailable", recoverability="retry_later",
+                f"the agent stopped answering: {type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}",
+                error_class="dependency_unavailable", recoverability="retry_later",
                 retry_after=self.config.retry_initial, native_error_ref=ref,
             )
         if any(isinstance(e, (A2AClientTimeoutError, httpx.TimeoutException)) for e in chain):
@@ -733,6 +735,12 @@ def _causes(exc: BaseException) -> list[BaseException]:
         seen.append(current)
         current = current.__cause__
     return seen
+
+
+def _lost_connection(exc: BaseException) -> BaseException | None:
+    """The transport error under `exc` when no answer came: no connection was made, or it dropped
+    before the answer ended; None when the agent answered (an error, a status) or timed out."""
+    return next((e for e in _causes(exc) if isinstance(e, _CONNECTION_LOST)), None)
 
 
 def _reused_dropped(exc: BaseException) -> bool:

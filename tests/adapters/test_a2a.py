@@ -1196,3 +1196,36 @@ async def test_a_poll_sent_again_that_the_agent_answers_with_an_error_fails_with
         finally:
             proxy.server.close()
     assert result.error.error_class == "invalid_arguments" and "does not know that task (Task not found)" in result.error.message, result.error
+
+
+async def test_an_interface_refusing_connections_fails_only_its_call_while_the_card_answers():
+    # the card on one origin, the interface it names on another that is down: classifying the
+    # refused connection marked the agent unavailable, and the reconnect (its card answering)
+    # made it ready again, at every call; gone with its card, it is unavailable
+    interface = f"http://127.0.0.1:{free_port()}/"  # nothing listens there
+
+    async def card(request: web.Request) -> web.Response:
+        return web.json_response({"protocolVersion": "0.3.0", "name": "Split Agent", "description": "d", "url": interface, "version": "1",
+                                  "preferredTransport": "JSONRPC", "capabilities": {}, "defaultInputModes": ["text/plain"],
+                                  "defaultOutputModes": ["text/plain"], "skills": [{"id": "echo", "name": "Echo", "description": "e", "tags": []}]})
+
+    app = web.Application()
+    app.router.add_get("/.well-known/agent-card.json", card)
+    http = TestServer(app, host="127.0.0.1")
+    await http.start_server()
+    try:
+        async with bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
+            changes: list[str] = []
+            b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+            refused = await b.invoker.invoke("peer__echo", {"message": "x"})
+            await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
+            assert changes == [] and b.catalog.slot("peer").health.state == "ready", (b.catalog.slot("peer").health, changes)
+            await http.close()  # the card gone too
+            gone = await b.invoker.invoke("peer__echo", {"message": "y"})
+            await until(lambda: "unavailable" in changes)
+    finally:
+        await http.close()
+    assert refused.error.error_class == "dependency_unavailable" and refused.error.recoverability == "retry_later", refused.error
+    assert refused.error.message.startswith(f"the agent's interface at {interface} took no connection (ConnectError: "), refused.error
+    assert refused.error.message.endswith("; its card still answers"), refused.error
+    assert gone.error.error_class == "dependency_unavailable" and gone.error.message.startswith("the agent stopped answering: ConnectError"), gone.error
