@@ -151,12 +151,16 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
     read. With `proxy`, requests go through that proxy.
 
     A request whose reused connection dropped before any of its answer arrived is sent once
-    more when its method is idempotent (a card, an HTTP+JSON `GetTask`), and otherwise raised as
-    `ReusedConnectionDropped`, for the caller to decide whether sending it again is safe."""
+    more when its method is idempotent (a card, an HTTP+JSON `GetTask`), on a connection opened
+    for it, and otherwise raised as `ReusedConnectionDropped`, for the caller to decide whether
+    sending it again is safe."""
 
     def __init__(self, limit: int, proxy: str | None = None) -> None:
         limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_SECONDS)  # httpx's, but the expiry
         self.inner = httpx.AsyncHTTPTransport(verify=_tls_context(), proxy=proxy, limits=limits)
+        # where a request is sent again: a connection of its own, closed after it. Another kept one
+        # could be closing too (a server closes the connections idle since one burst of calls at once)
+        self.fresh = httpx.AsyncHTTPTransport(verify=_tls_context(), proxy=proxy, limits=httpx.Limits(max_keepalive_connections=0))
         self.limit = limit
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -169,10 +173,9 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
                 raise
             if request.method not in _IDEMPOTENT_METHODS:
                 raise ReusedConnectionDropped(f"{type(exc).__name__}: {exc or 'connection lost'}", request=request) from exc
-            log.debug("%s %s: a kept-alive connection dropped before the answer (%s); sent again", request.method,
+            log.debug("%s %s: a kept-alive connection dropped before the answer (%s); sent again on a new one", request.method,
                       request.url.copy_with(query=None), type(exc).__name__)
-            trace.install(request)
-            response = await self.inner.handle_async_request(request)
+            response = await self.fresh.handle_async_request(request)
         finally:
             if trace.outer is None:
                 request.extensions.pop("trace", None)
@@ -184,6 +187,7 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+        await self.fresh.aclose()
 
 
 def _proxy_mounts(limit: int) -> dict[str, httpx.AsyncBaseTransport | None]:

@@ -1120,6 +1120,27 @@ async def test_a_stream_and_its_task_lookup_both_cut_leave_the_agent_ready_while
     assert result.error.error_class == "dependency_unavailable" and result.error.message.startswith("the agent's stream broke before its first event"), result.error
 
 
+async def test_a_card_refresh_on_kept_alive_connections_the_agent_closed_is_sent_again_on_a_new_one():
+    # a server closes the connections idle since one burst of calls together: the refresh sent
+    # again went on another kept one, closing too, and the agent was marked unavailable
+    async with agent_behind_proxy(streaming=False) as (base, control, proxy), bridge(base_url=base, retry_initial=5, card_refresh_interval=0.3) as b:
+        changes: list[str] = []
+        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        calls = await asyncio.gather(*(b.invoker.invoke("peer__echo", {"message": str(i)}) for i in range(3)))
+        assert all(call.status == "succeeded" for call in calls)
+        kept = {entry["client"] for entry in control.requests}
+        assert len(kept) >= 2  # the burst left more than one connection kept
+        seen = len(control.requests)
+        proxy.armed = len(kept)  # each kept connection closed as it is reused
+        await until(lambda: any(r["path"] == "/.well-known/agent-card.json" for r in control.requests[seen:]))
+        proxy.armed = 0
+        assert proxy.dropped[0] == b"GET /.well-known/agent-card.json HTTP/1.1"
+        refresh = next(r for r in control.requests[seen:] if r["path"] == "/.well-known/agent-card.json")
+        assert refresh["client"] not in kept  # sent again on a connection opened for it
+        await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
+        assert changes == [] and b.catalog.slot("peer").health.state == "ready", (b.catalog.slot("peer").health, changes)
+
+
 # ---------------------------------------------------------------------------- an error read for what it is
 
 
