@@ -369,6 +369,8 @@ class A2AUpstream(Upstream):
         )
         if agent.credentials.blocked:
             log.warning("agent %s: %s", agent.card.name, agent.credentials.blocked)
+        for override in agent.credentials.overrides:
+            log.warning("agent %s: %s", agent.card.name, override)
         if cfg.card_refresh_interval:
             self._refresher = asyncio.create_task(self._refresh_card(cfg.card_refresh_interval), name=f"a2a-card:{self.name}")
 
@@ -399,7 +401,7 @@ class A2AUpstream(Upstream):
                 details={"reachable": True},
             ) from None
         interface = _chosen_interface(card, bindings, cfg.transport != "auto")
-        credentials = bind_credentials(card, cfg.auth, cfg.configured_origins())
+        credentials = bind_credentials(card, cfg.auth, cfg.configured_origins(), fetched.order)
         if interface is not None:
             credentials.check_interface(interface.url, interface.protocol_binding)
         self._http.auth = credentials
@@ -488,6 +490,7 @@ class A2AUpstream(Upstream):
             "credentials_missing": agent.credentials.missing,
             "credential_origins": agent.credentials.receiving_origins(),
             "credentials_withheld": agent.credentials.withheld,
+            "credential_overrides": list(agent.credentials.overrides),
         }
 
     # ------------------------------------------------------------------ calls

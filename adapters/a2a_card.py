@@ -15,6 +15,7 @@ import logging
 import urllib.parse
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 from a2a.client.card_resolver import parse_agent_card
@@ -29,6 +30,7 @@ __all__ = [
     "LEGACY_CARD_PATH",
     "A2AAuth",
     "CardFetch",
+    "WrittenOrder",
     "CardSource",
     "AgentCredentials",
     "bind_credentials",
@@ -64,11 +66,33 @@ class A2AAuth(BaseModel):
 
 
 @dataclass
+class WrittenOrder:
+    """The order the card's document writes its security scheme names in: the parsed card keeps
+    them in protobuf maps, whose order changes from one process to the next."""
+
+    schemes: list[str] = field(default_factory=list)
+    requirements: list[list[str]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, parsed: dict[str, Any]) -> WrittenOrder:
+        """Of a card document as a2a-sdk's parser leaves it (a 0.3 `security` list turned into
+        1.0 `securityRequirements`, in place, in its order)."""
+        schemes = parsed.get("securitySchemes")
+        requirements = parsed.get("securityRequirements")
+        return cls(
+            schemes=list(schemes) if isinstance(schemes, dict) else [],
+            requirements=[list(r["schemes"]) if isinstance(r, dict) and isinstance(r.get("schemes"), dict) else []
+                          for r in requirements] if isinstance(requirements, list) else [],
+        )
+
+
+@dataclass
 class CardFetch:
     card: AgentCard
     url: str
     etag: str | None
     digest: str
+    order: WrittenOrder = field(default_factory=WrittenOrder)
 
 
 class CardSource:
@@ -161,7 +185,7 @@ class CardSource:
         digest = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
         unchanged = self.digest == digest and self.url == url
         self.url, self.etag, self.digest = url, response.headers.get("etag"), digest
-        return None if unchanged else CardFetch(card=card, url=url, etag=self.etag, digest=digest)
+        return None if unchanged else CardFetch(card=card, url=url, etag=self.etag, digest=digest, order=WrittenOrder.of(raw))
 
 
 def _describe(exc: BaseException) -> str:
@@ -181,7 +205,8 @@ class AgentCredentials(httpx.Auth):
     `base_url` or `card_url`) and those listed in `credential_origins`; never to another origin,
     whatever the card says, and never to card fetches (which follow redirects; calls do not).
     `missing` says what the card asks for that the config does not give; `withheld` says why
-    the chosen interface gets none of them; `schemes` names the schemes in use (names only)."""
+    the chosen interface gets none of them; `schemes` names the schemes in use (names only);
+    `overrides` says which credential is sent where two schemes put theirs in one place."""
 
     headers: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
@@ -190,6 +215,8 @@ class AgentCredentials(httpx.Auth):
     schemes: list[str] = field(default_factory=list)
     missing: str | None = None
     withheld: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    placed: dict[tuple[str, str], str] = field(default_factory=dict)  # (header/query/cookie, name; a header's lower case) -> its scheme
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         if not request.extensions.get(CARD_REQUEST) and (request.url.scheme, request.url.host, request.url.port) in self.origins:
@@ -260,24 +287,39 @@ def _value_for(name: str, scheme: SecurityScheme, auth: A2AAuth) -> str | None:
     return None
 
 
-def _apply(creds: AgentCredentials, name: str, scheme: SecurityScheme, value: str) -> bool:
+def _apply(creds: AgentCredentials, name: str, scheme: SecurityScheme, value: str, requirement: list[str] | None) -> bool:
+    """Add the credential of scheme `name` (of `requirement`, or of a card with none); False for
+    a scheme the bridge cannot send. A header another scheme's credential already takes (names
+    compared without case: a request carries one) keeps that one, the first, and the override
+    is said."""
     kind = scheme.WhichOneof("scheme")
     if kind == "api_key_security_scheme":
         key = scheme.api_key_security_scheme
         location = key.location.lower()
-        if location == "query":
-            creds.params[key.name] = value
-        elif location == "cookie":
-            creds.cookies[key.name] = value
-        else:
-            creds.headers[key.name] = value
-    elif kind == "http_auth_security_scheme" and scheme.http_auth_security_scheme.scheme.lower() != "bearer":
+        where = location if location in ("query", "cookie") else "header"
+        return _place(creds, name, where, key.name, value, requirement)
+    if kind == "http_auth_security_scheme" and scheme.http_auth_security_scheme.scheme.lower() != "bearer":
         return False  # basic and other HTTP schemes are not supported
-    elif kind in ("http_auth_security_scheme", "oauth2_security_scheme", "open_id_connect_security_scheme"):
-        creds.headers["Authorization"] = f"Bearer {value}"
+    if kind in ("http_auth_security_scheme", "oauth2_security_scheme", "open_id_connect_security_scheme"):
+        return _place(creds, name, "header", "Authorization", f"Bearer {value}", requirement)
+    return False  # mutual TLS is configured on the connection, not per request
+
+
+def _place(creds: AgentCredentials, name: str, where: str, key: str, value: str, requirement: list[str] | None) -> bool:
+    values = {"header": creds.headers, "query": creds.params, "cookie": creds.cookies}[where]
+    taken = creds.placed.get((where, key.lower() if where == "header" else key))
+    if taken is None:
+        creds.placed[(where, key.lower() if where == "header" else key)] = name
+        values[key] = value
+        creds.schemes.append(name)
+        return True
+    place = next(k for k in values if (k.lower() == key.lower() if where == "header" else k == key))
+    place = f"the {place} header" if where == "header" else f"the {where} parameter {place}"
+    if requirement is not None:
+        said, first = f"security requirement {' + '.join(requirement)} puts {taken} and {name} in one place", "the first the requirement names"
     else:
-        return False  # mutual TLS is configured on the connection, not per request
-    creds.schemes.append(name)
+        said, first = f"schemes {taken} and {name} put their credentials in one place", "the first the card declares"
+    creds.overrides.append(f"{said}, {place}, which a request carries once: {taken}'s credential is sent, not {name}'s ({first})")
     return True
 
 
@@ -293,16 +335,25 @@ def _scheme_label(name: str, scheme: SecurityScheme) -> str:
     return f"{name} ({kind or 'unknown scheme'}, not supported)"
 
 
-def bind_credentials(card: AgentCard, auth: A2AAuth, origins: Iterable[str]) -> AgentCredentials:
+def _in_order(names: Iterable[str], written: list[str]) -> list[str]:
+    """`names` in the order the card writes them (any it does not, after, by name)."""
+    return sorted(names, key=lambda n: (written.index(n), "") if n in written else (len(written), n))
+
+
+def bind_credentials(card: AgentCard, auth: A2AAuth, origins: Iterable[str], order: WrittenOrder | None = None) -> AgentCredentials:
     """Bind configured values to the card's security schemes, for calls to `origins` (URLs;
-    their scheme, host and port count).
+    their scheme, host and port count), in the order the card writes them (`order`).
 
     The first of the card's security requirements whose every scheme has a value is used. A card
     that declares schemes but no requirement gets every scheme that has a value. A card that
-    declares no schemes gets `bearer_token`, when set, as `Authorization: Bearer`."""
+    declares no schemes gets `bearer_token`, when set, as `Authorization: Bearer`. Two schemes
+    whose credentials go in one header send the first's: the first the requirement names, or
+    the first the card declares."""
+    order = order or WrittenOrder()
     creds = AgentCredentials(origins={_origin(u) for u in origins if u})
-    schemes = dict(card.security_schemes)
-    requirements = [list(req.schemes) for req in card.security_requirements]
+    schemes = {n: card.security_schemes[n] for n in _in_order(card.security_schemes, order.schemes)}
+    requirements = [_in_order(req.schemes, order.requirements[i] if i < len(order.requirements) else [])
+                    for i, req in enumerate(card.security_requirements)]
     if not schemes:
         if auth.bearer_token is not None:
             creds.headers["Authorization"] = f"Bearer {auth.bearer_token.get_secret_value()}"
@@ -314,14 +365,14 @@ def bind_credentials(card: AgentCard, auth: A2AAuth, origins: Iterable[str]) -> 
         for name, scheme in schemes.items():
             value = _value_for(name, scheme, auth)
             if value:
-                _apply(creds, name, scheme, value)
+                _apply(creds, name, scheme, value, None)
         return creds
     for names in requirements:
         if all(n in schemes for n in names):
             values = {n: _value_for(n, schemes[n], auth) for n in names}
             if all(values.values()):
                 trial = AgentCredentials(origins=creds.origins)
-                if all(_apply(trial, n, schemes[n], values[n] or "") for n in names):
+                if all(_apply(trial, n, schemes[n], values[n] or "", names) for n in names):
                     return trial
     options = [" and ".join(_scheme_label(n, schemes[n]) if n in schemes else f"{n} (undeclared)" for n in names) for names in requirements]
     creds.missing = "the agent requires credentials the config does not give: " + " or ".join(options)

@@ -536,6 +536,54 @@ async def test_a_card_on_the_configured_origin_with_its_interfaces_there_is_unch
             assert (await b.catalog.slot("peer").upstream.health())["credential_origins"] == []
 
 
+@pytest.mark.parametrize(("schemes", "security", "sent", "why"), [
+    (["key", "bearer"], [["key", "bearer"]], "k-secret-1", "security requirement key + bearer puts key and bearer in one place"),
+    (["key", "bearer"], [["bearer", "key"]], "Bearer t-secret-1", "security requirement bearer + key puts bearer and key in one place"),
+    (["key", "bearer"], None, "k-secret-1", "schemes key and bearer put their credentials in one place"),
+    (["bearer", "key"], None, "Bearer t-secret-1", "schemes bearer and key put their credentials in one place"),
+])
+async def test_two_schemes_in_one_header_send_the_first_the_card_writes_and_say_so(schemes, security, sent, why, caplog):
+    # an apiKey named authorization beside a bearer scheme: the credential applied last was
+    # sent, in an order (protobuf's map order) that changed from one process to the next
+    caplog.set_level(logging.WARNING)
+    declared = {"key": {"type": "apiKey", "in": "header", "name": "authorization"}, "bearer": {"type": "http", "scheme": "bearer"}}
+    received: list[str | None] = []
+
+    async def card(request: web.Request) -> web.Response:
+        body: dict[str, Any] = {"protocolVersion": "0.3.0", "name": "Keyed Agent", "description": "d", "url": f"http://{request.host}/",
+                                "version": "1", "preferredTransport": "JSONRPC", "capabilities": {}, "defaultInputModes": ["text/plain"],
+                                "defaultOutputModes": ["text/plain"], "skills": [{"id": "echo", "name": "Echo", "description": "e", "tags": []}],
+                                "securitySchemes": {name: declared[name] for name in schemes}}
+        if security is not None:
+            body["security"] = [{name: [] for name in names} for names in security]
+        return web.json_response(body)
+
+    @web.middleware
+    async def record(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method == "POST":
+            received.extend(request.headers.getall("Authorization", [None]))
+        return await handler(request)
+
+    async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return text_message("echo", "agent", "t1", "c1")
+
+    app = old_agent_app("0.3.0", rpc)
+    app.router.add_get("/.well-known/agent-card.json", card)
+    app.middlewares.append(record)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"),
+                                                                 auth={"bearer_token": "t-secret-1", "api_key": "k-secret-1"}) as b:
+        assert (await b.invoker.invoke("peer__echo", {"message": "x"})).status == "succeeded"
+        details = await b.catalog.slot("peer").upstream.health()
+    assert received == [sent]
+    winner, loser = ("key", "bearer") if sent.startswith("k-") else ("bearer", "key")
+    place = "authorization" if winner == "key" else "Authorization"
+    [override] = details["credential_overrides"]
+    assert override == (f"{why}, the {place} header, which a request carries once: {winner}'s credential is sent, not {loser}'s "
+                        f"(the first the {'requirement names' if security else 'card declares'})"), override
+    assert details["auth_schemes"] == [winner]
+    assert override in caplog.text and "secret" not in override
+
+
 @pytest.mark.parametrize("origin", ["agent.example.com", "https://agent.example.com/v1", "ftp://agent.example.com",
                                     "https://agent.example.com?x=1", "https://user@agent.example.com", "http://h:port"])
 def test_credential_origins_are_http_origins(origin):
