@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import re
@@ -119,6 +120,10 @@ class ReusedConnectionDropped(httpx.RemoteProtocolError):
     just as it was reused, or the agent restarting. The request may or may not have reached it."""
 
 
+# Set while the bridge sends a request again itself (a JSON-RPC `GetTask`, a POST the transport
+# does not repeat): the transport puts it on a connection opened for it, as the GETs it repeats.
+_ON_NEW_CONNECTION: contextvars.ContextVar[bool] = contextvars.ContextVar("a2a_on_new_connection", default=False)
+
 # Requests the transport sends again, once, when a kept-alive connection drops under them.
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _DROPPED_UNANSWERED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
@@ -153,7 +158,8 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
     A request whose reused connection dropped before any of its answer arrived is sent once
     more when its method is idempotent (a card, an HTTP+JSON `GetTask`), on a connection opened
     for it, and otherwise raised as `ReusedConnectionDropped`, for the caller to decide whether
-    sending it again is safe."""
+    sending it again is safe; a request the caller sends again goes on a connection opened for
+    it too (`_ON_NEW_CONNECTION`)."""
 
     def __init__(self, limit: int, proxy: str | None = None) -> None:
         limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_SECONDS)  # httpx's, but the expiry
@@ -164,6 +170,12 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
         self.limit = limit
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await (self.fresh.handle_async_request(request) if _ON_NEW_CONNECTION.get() else self._send_kept(request))
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _BoundedStream(response.stream, self.limit, request.url)
+        return response
+
+    async def _send_kept(self, request: httpx.Request) -> httpx.Response:
         trace = _ConnectionTrace(request)
         trace.install(request)
         try:
@@ -181,8 +193,6 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
                 request.extensions.pop("trace", None)
             else:
                 request.extensions["trace"] = trace.outer
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        response.stream = _BoundedStream(response.stream, self.limit, request.url)
         return response
 
     async def aclose(self) -> None:
@@ -574,9 +584,14 @@ class A2AUpstream(Upstream):
         except (A2AError, httpx.HTTPError) as exc:
             if not _reused_dropped(exc):
                 raise
-            # a JSON-RPC `GetTask` is a POST, not sent again by the transport; reading a task is safe to repeat
+            # a JSON-RPC `GetTask` is a POST, not sent again by the transport; reading a task is safe
+            # to repeat, on a new connection: another kept one may be closing too
             log.info("agent %s: a kept-alive connection dropped under the poll of task %s; asking again", self.name, tracker.task_id)
-            task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
+            on_new_connection = _ON_NEW_CONNECTION.set(True)
+            try:
+                task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
+            finally:
+                _ON_NEW_CONNECTION.reset(on_new_connection)
         await self._progress(ctx, tracker, tracker.replace(task))
 
     async def _unknown_task(self, agent: _Agent, task_id: str, call: ClientCallContext) -> BridgeError | None:
@@ -620,10 +635,8 @@ class A2AUpstream(Upstream):
         if stream_unbegun:
             dropped = next((e for e in _causes(exc) if isinstance(e, httpx.RemoteProtocolError)), lost)
             what = f"the agent's stream broke before its first event ({type(dropped).__name__}: {self._redact(str(dropped)) or 'connection lost'})"
-        elif isinstance(lost, ReusedConnectionDropped):
-            said = self._redact(str(lost))  # names the error under it
-            what = (f"the agent closed a kept-alive connection as the poll of task {tracker.task_id} was sent on it, twice ({said})" if tracker.task_id
-                    else f"the agent closed a kept-alive connection as the message was sent on it, before answering ({said}); "
+        elif isinstance(lost, ReusedConnectionDropped):  # a message: a poll is sent again, on a new connection
+            what = (f"the agent closed a kept-alive connection as the message was sent on it, before answering ({self._redact(str(lost))}); "
                     "the message may or may not have reached the agent, and is not sent again")
         elif _cut_off(exc):
             cut = next(e for e in _causes(exc) if isinstance(e, _DROPPED_UNANSWERED))

@@ -1055,6 +1055,27 @@ async def test_a_poll_on_a_kept_alive_connection_the_agent_closed_is_sent_again(
         assert changes == [] and b.catalog.slot("peer").health.state == "ready"
 
 
+@pytest.mark.parametrize("transport", ["JSONRPC", "HTTP+JSON"])
+async def test_a_poll_sent_again_goes_on_a_new_connection_when_every_kept_one_is_closing(transport):
+    # a server closes the connections idle since one burst of calls together: the JSON-RPC poll
+    # sent again went on another kept one, closing too, and the call failed
+    async with agent_behind_proxy(streaming=False) as (base, control, proxy), bridge(base_url=base, transport=transport, retry_initial=5) as b:
+        calls = await asyncio.gather(*(b.invoker.invoke("peer__echo", {"message": str(i)}) for i in range(3)))
+        assert all(call.status == "succeeded" for call in calls)
+        kept = {entry["client"] for entry in control.requests}
+        assert len(kept) >= 2  # the burst left more than one connection kept
+
+        async def arm_at_first_progress(record: ToolProgress) -> None:
+            if not proxy.dropped and not proxy.armed:
+                proxy.armed = len(kept)  # each kept connection closed as it is reused, from the first poll on
+
+        result = await b.invoker.invoke("peer__slow", {"message": "go", "data": {"steps": 2}}, progress=arm_at_first_progress)
+        proxy.armed = 0
+        assert result.status == "succeeded" and result.content[0]["text"] == "done after 2 steps", result.error
+        assert proxy.dropped and proxy.dropped[0].startswith(b"POST / " if transport == "JSONRPC" else b"GET /rest/tasks/"), proxy.dropped
+        assert b.catalog.slot("peer").health.state == "ready"
+
+
 @pytest.mark.parametrize("streaming", [False, True])
 @pytest.mark.parametrize("transport", ["JSONRPC", "HTTP+JSON"])
 async def test_a_message_on_a_kept_alive_connection_the_agent_closed_fails_only_its_call(transport, streaming):
@@ -1177,14 +1198,14 @@ async def test_a_card_refresh_on_kept_alive_connections_the_agent_closed_is_sent
         calls = await asyncio.gather(*(b.invoker.invoke("peer__echo", {"message": str(i)}) for i in range(3)))
         assert all(call.status == "succeeded" for call in calls)
         kept = {entry["client"] for entry in control.requests}
-        assert len(kept) >= 2  # the burst left more than one connection kept
+        assert len(kept) >= 2, kept  # the burst left more than one connection kept
         seen = len(control.requests)
         proxy.armed = len(kept)  # each kept connection closed as it is reused
         await until(lambda: any(r["path"] == "/.well-known/agent-card.json" for r in control.requests[seen:]))
         proxy.armed = 0
-        assert proxy.dropped[0] == b"GET /.well-known/agent-card.json HTTP/1.1"
+        assert proxy.dropped[:1] == [b"GET /.well-known/agent-card.json HTTP/1.1"], (proxy.dropped, control.requests[seen:])
         refresh = next(r for r in control.requests[seen:] if r["path"] == "/.well-known/agent-card.json")
-        assert refresh["client"] not in kept  # sent again on a connection opened for it
+        assert refresh["client"] not in kept, (refresh, kept)  # sent again on a connection opened for it
         await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
         assert changes == [] and b.catalog.slot("peer").health.state == "ready", (b.catalog.slot("peer").health, changes)
 
