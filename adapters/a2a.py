@@ -532,7 +532,7 @@ class A2AUpstream(Upstream):
                         if tracker.settled:
                             break
             except (A2AError, httpx.HTTPError) as exc:
-                if not (agent.streaming and tracker.task_id and _dropped(exc)):
+                if not (agent.streaming and tracker.task_id and _cut_off(exc)):
                     raise
                 # the agent named its task, then the stream broke off (a proxy cutting a long
                 # stream, say): the task goes on at the agent, and is polled from here
@@ -548,7 +548,7 @@ class A2AUpstream(Upstream):
                 await self._cancel_task(agent, tracker.task_id)
             raise
         except (A2AError, httpx.HTTPError) as exc:
-            stream_unbegun = agent.streaming and tracker.task is None and _dropped(exc) and not _reused_dropped(exc)
+            stream_unbegun = agent.streaming and tracker.task is None and _cut_off(exc) and not _reused_dropped(exc)
             if stream_unbegun and message.task_id:
                 unknown = await self._unknown_task(agent, message.task_id, call)
                 if unknown is not None:
@@ -775,9 +775,6 @@ def _cut_off(exc: BaseException) -> bool:
     return any(isinstance(e, _DROPPED_UNANSWERED) for e in chain) and not any(isinstance(e, httpx.ConnectError) for e in chain)
 
 
-def _dropped(exc: BaseException) -> bool:
-    """A connection the agent answered on, then closed before its answer ended."""
-    return any(isinstance(e, httpx.RemoteProtocolError) for e in _causes(exc))
 
 
 # The HTTP+JSON errors of a2a-sdk 0.3 agents: a status per A2A error and `{"message": ...}`, with

@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
+import struct
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -965,6 +967,39 @@ async def test_a_stream_broken_after_its_first_event_is_followed_by_polling_the_
         assert result.status == "succeeded" and result.content == [{"type": "text", "text": "done after 3 steps"}], result.error
         assert control.methods()[0] == "SendStreamingMessage" and "GetTask" in control.methods()
         assert changes == [] and b.catalog.slot("peer").health.state == "ready"
+
+
+async def test_a_stream_reset_after_its_first_event_is_followed_by_polling_the_task():
+    # a connection reset (RST, a ReadError) rather than closed: the call failed, though the task
+    # the agent had named went on
+    posts: list[str] = []
+
+    @web.middleware
+    async def resetting(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method != "POST":
+            return await handler(request)
+        body = await request.json()
+        posts.append(body["method"])
+        if body["method"] == "message/stream":
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            named = {"kind": "task", "id": "t1", "contextId": "c1", "status": {"state": "working"}}
+            await response.write(f"data: {json.dumps({'jsonrpc': '2.0', 'id': body['id'], 'result': named})}\n\n".encode())
+            assert request.transport is not None
+            request.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            request.transport.abort()  # closed with linger 0: a reset
+            return response
+        done = {"kind": "task", "id": "t1", "contextId": "c1", "status": {"state": "completed"},
+                "artifacts": [{"artifactId": "a1", "parts": [{"kind": "text", "text": "done"}]}]}
+        return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": done})
+
+    app = old_agent_app("0.3.0", streaming=True)
+    app.middlewares.append(resetting)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), poll_interval=0.01) as b:
+        result = await b.invoker.invoke("peer__echo", {"message": "x"})
+        assert b.catalog.slot("peer").health.state == "ready"
+    assert result.status == "succeeded" and result.content == [{"type": "text", "text": "done"}], result.error
+    assert posts[0] == "message/stream" and posts[1:] == ["tasks/get"] * (len(posts) - 1)
 
 
 # ---------------------------------------------------------------------------- kept-alive connections the agent closes
