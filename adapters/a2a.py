@@ -19,6 +19,7 @@ import ssl
 import time
 import urllib.parse
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -123,6 +124,15 @@ class ReusedConnectionDropped(httpx.RemoteProtocolError):
 # Set while the bridge sends a request again itself (a JSON-RPC `GetTask`, a POST the transport
 # does not repeat): the transport puts it on a connection opened for it, as the GETs it repeats.
 _ON_NEW_CONNECTION: contextvars.ContextVar[bool] = contextvars.ContextVar("a2a_on_new_connection", default=False)
+
+
+@contextlib.contextmanager
+def _on_new_connection() -> Iterator[None]:
+    token = _ON_NEW_CONNECTION.set(True)
+    try:
+        yield
+    finally:
+        _ON_NEW_CONNECTION.reset(token)
 
 # Requests the transport sends again, once, when a kept-alive connection drops under them.
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -587,11 +597,8 @@ class A2AUpstream(Upstream):
             # a JSON-RPC `GetTask` is a POST, not sent again by the transport; reading a task is safe
             # to repeat, on a new connection: another kept one may be closing too
             log.info("agent %s: a kept-alive connection dropped under the poll of task %s; asking again", self.name, tracker.task_id)
-            on_new_connection = _ON_NEW_CONNECTION.set(True)
-            try:
+            with _on_new_connection():
                 task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
-            finally:
-                _ON_NEW_CONNECTION.reset(on_new_connection)
         await self._progress(ctx, tracker, tracker.replace(task))
 
     async def _unknown_task(self, agent: _Agent, task_id: str, call: ClientCallContext) -> BridgeError | None:
@@ -654,8 +661,17 @@ class A2AUpstream(Upstream):
         """Tell the agent to cancel; wait for it (bounded) even though this call is being cancelled."""
 
         async def send() -> None:
+            request, context = CancelTaskRequest(id=task_id), ClientCallContext(timeout=self.config.cancel_timeout)
             try:
-                await agent.client.cancel_task(CancelTaskRequest(id=task_id), context=ClientCallContext(timeout=self.config.cancel_timeout))
+                try:
+                    await agent.client.cancel_task(request, context=context)
+                except (A2AError, httpx.HTTPError) as exc:
+                    if not _reused_dropped(exc):
+                        raise
+                    # a kept-alive connection the agent closed as the cancel was sent on it: asking
+                    # twice to cancel a task is harmless, and the task would otherwise run on
+                    with _on_new_connection():
+                        await agent.client.cancel_task(request, context=context)
                 log.info("agent %s: canceled task %s", self.name, task_id)
             except Exception as exc:  # noqa: BLE001 - the call is over either way; the agent may have finished
                 log.info("agent %s: cancel of task %s failed: %s", self.name, task_id, self._redact(str(exc) or type(exc).__name__))

@@ -1015,6 +1015,7 @@ class KeepAliveClosingProxy:
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.armed = 0
+        self.only = b""  # armed, drop only requests whose first line holds this
         self.gone = False
         self.dropped: list[bytes] = []  # the first line of each request dropped
         self.server: asyncio.Server | None = None
@@ -1035,7 +1036,7 @@ class KeepAliveClosingProxy:
         answers = asyncio.create_task(back())
         try:
             while chunk := await client_reader.read(65536):
-                if answered and (self.armed or self.gone):
+                if answered and ((self.armed and self.only in chunk.split(b"\r\n", 1)[0]) or self.gone):
                     self.armed = max(0, self.armed - 1)
                     self.dropped.append(chunk.split(b"\r\n", 1)[0])
                     break
@@ -1109,6 +1110,21 @@ async def test_a_poll_sent_again_goes_on_a_new_connection_when_every_kept_one_is
         assert result.status == "succeeded" and result.content[0]["text"] == "done after 2 steps", result.error
         assert proxy.dropped and proxy.dropped[0].startswith(b"POST / " if transport == "JSONRPC" else b"GET /rest/tasks/"), proxy.dropped
         assert b.catalog.slot("peer").health.state == "ready"
+
+
+async def test_a_cancel_on_a_kept_alive_connection_the_agent_closed_is_sent_again():
+    # the cancel of a timed-out call's task was lost with the connection, and the task ran on
+    async with agent_behind_proxy(streaming=False) as (base, control, proxy), bridge(
+            base_url=base, transport="HTTP+JSON", timeout=0.5, poll_interval=0.02) as b:
+        # kept connections to spare: the one the polls use is closed when the timeout cuts a poll short
+        assert all(r.status == "succeeded" for r in await asyncio.gather(*(b.invoker.invoke("peer__echo", {"message": "x"}) for _ in range(3))))
+        proxy.armed, proxy.only = 1, b":cancel"
+        result = await b.invoker.invoke("peer__wait", {"message": "hold"})
+        assert result.is_error and result.error.error_class == "timeout"
+        async with asyncio.timeout(5):
+            await control.cancel_seen.wait()
+        [dropped] = proxy.dropped
+        assert dropped.startswith(b"POST /rest/tasks/") and b":cancel " in dropped, dropped
 
 
 @pytest.mark.parametrize("streaming", [False, True])
