@@ -70,6 +70,13 @@ COMPACT_MIN_TOOLS = 20_000
 # thread compacts the index (every tool written again into a new one, none deleted): about 4
 # documents written for each one deleted, an index never more than a quarter larger than its tools.
 COMPACT_DELETED = 0.2
+# ...and at least COMPACT_DELETED_MIN of them: a catalog of 5 tools reached 20% at each removal, and
+# wrote a new generation on every one (14 to 100 ms and a folder each). Below 32 tools the floor
+# decides: there, one deleted document already changed the first match of 2 to 4% of the
+# development requests against a fresh build, and 8 of them 4 to 5% (docs/search.md, *Segments and
+# compaction*), so compacting sooner bought nothing measurable. Tantivy's own merges of small
+# segments drop deleted documents too: 50 removals and re-listings in a row left at most 4 to 8.
+COMPACT_DELETED_MIN = 8
 # the longest a unit of background work (64 tools of a compaction, a batch of embeddings) waits
 # for the searches running to end (`Foreground.pause`)
 PAUSE_MOST = 0.05
@@ -748,7 +755,7 @@ class ToolIndex:
             if self._closing:
                 raise _Abandoned
             c.segments, c.deleted, c.started = self.segments, self.deleted, time.monotonic()
-            if (c.segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS) and self.deleted_share < COMPACT_DELETED:
+            if (c.segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS) and not self._deleted_enough():
                 self._end_compaction()
                 return
             c.index = self._ready(self._new_index(self._generation + 1))
@@ -778,11 +785,18 @@ class ToolIndex:
         held = searcher.doc_freq("f_ro", "0") + searcher.doc_freq("f_ro", "1")
         return (held - searcher.num_docs) / held if held else 0.0
 
+    def _deleted_enough(self) -> bool:
+        """Deleted documents are COMPACT_DELETED or more of the index, and COMPACT_DELETED_MIN or more."""
+        searcher = self._index.searcher()
+        held = searcher.doc_freq("f_ro", "0") + searcher.doc_freq("f_ro", "1")
+        deleted = held - searcher.num_docs
+        return deleted >= COMPACT_DELETED_MIN and deleted / held >= COMPACT_DELETED
+
     def _compact_when_deleted(self) -> None:
         """On the writer thread, after a commit: begin a compaction (of `listing`) when deleted
-        documents are COMPACT_DELETED or more of the index and none is under way."""
+        documents are COMPACT_DELETED or more of the index (and COMPACT_DELETED_MIN or more) and none is under way."""
         if (self.listing is None or self._compacting is not None or self._closing or time.monotonic() < self._compact_retry_at
-                or self.deleted_share < COMPACT_DELETED):
+                or not self._deleted_enough()):
             return
         with self._cond:
             seq = self._submitted  # the changes submitted after have the last word on their tools

@@ -1033,6 +1033,44 @@ async def test_tools_removed_and_listed_again_score_as_in_a_fresh_index():
         await churned.close()
 
 
+async def test_a_small_catalog_losing_and_listing_again_its_tools_does_not_write_a_generation_each_time(tmp_path, monkeypatch):
+    """Five tools, one gone from a listing and back in the next, 50 times: each removal was 20% of
+    the index's documents (COMPACT_DELETED), and wrote a new generation of it; the index now waits
+    for COMPACT_DELETED_MIN deleted documents, and never holds more than two generations on disk."""
+    import bridge.search_index as si
+
+    monkeypatch.setattr(si, "COMMIT_WINDOW", 0.005)
+    listing = [tool(f"tool_{i}", description=f"Report the {word} of the ledger.")
+               for i, word in enumerate(["invoice", "weather", "ticket", "flight", "folder"])]
+    path = tmp_path / "bridge.index"
+
+    def folders() -> list[str]:
+        return sorted(p.name for p in path.iterdir() if p.is_dir())
+
+    env = await start_env([FakeUpstream(name="ops", tools=listing)], path=str(path))
+    most = 0  # generation folders on disk at once
+    try:
+        for round_ in range(50):
+            env.catalog.apply_tools("ops", [t for i, t in enumerate(listing) if i != round_ % 5])
+            assert await env.search.wait_indexed() and env.search.index.compacted()
+            most = max(most, len(folders()))
+            env.catalog.apply_tools("ops", listing)
+            assert await env.search.wait_indexed() and env.search.index.compacted()
+            most = max(most, len(folders()))
+        generation = env.search.index._generation
+        assert generation <= 1 + 100 // 8  # a compaction for every 8 deleted documents (COMPACT_DELETED_MIN) at most, not 50
+        assert env.names("flight ledger")[:1] == ["ops__tool_3"]
+    finally:
+        await env.close()
+    assert most <= 2 and folders() == [f"g{generation}"]
+    env = await start_env([FakeUpstream(name="ops", tools=listing)], path=str(path))  # a restart reopens it, and leaves no other
+    try:
+        assert env.search.index.opened_existing and env.search.index.num_docs == 5
+        assert folders() == [f"g{generation}"]
+    finally:
+        await env.close()
+
+
 async def test_the_index_is_compacted_once_every_upstream_has_listed(tmp_path, monkeypatch):
     import bridge.search_index as si
 
