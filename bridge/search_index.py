@@ -264,6 +264,7 @@ class _Batch:
     # of that namespace with those items
     prepare: Callable[[], tuple[str, Sequence[Any]] | None] | None = None
     seq: int = 0
+    submitted: float = 0.0  # time.monotonic() when it was submitted: its commit begins COMMIT_MAX after at the latest
     compact: bool = False  # `upserts` are every tool the index holds (`ToolIndex.compact`)
 
 
@@ -617,7 +618,7 @@ class ToolIndex:
         of `upserts`."""
         batch = _Batch(upserts=list(upserts), deletes=list(deletes), reconcile=reconcile,
                        keep_namespaces=frozenset(keep_namespaces) if keep_namespaces is not None else None,
-                       prepare=prepare)
+                       prepare=prepare, submitted=time.monotonic())
         with self._cond:
             if self._closed:
                 raise RuntimeError("search index is closed")
@@ -659,12 +660,14 @@ class ToolIndex:
             return self._cond.wait_for(lambda: not self._compactions or self._closed, timeout)
 
     def _gather(self, batches: list[_Batch], window: float) -> bool:
-        """Add to `batches` what is submitted within `window` seconds (a compaction is set going
-        instead); False when the index is closing (nothing more comes)."""
+        """Add to `batches` what is submitted within `window` seconds, and what was submitted
+        before and is still queued (a compaction is set going instead); False when the index is
+        closing (nothing more comes)."""
         deadline = time.monotonic() + window
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                more = self._queue.get(timeout=remaining)
+        while True:
+            remaining = deadline - time.monotonic()
+            try:  # past the window, what is queued already is taken without waiting
+                more = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
             except queue.Empty:
                 return True
             if more is None:
@@ -673,7 +676,6 @@ class ToolIndex:
                 self._begin_compaction(more)
             elif more is not _WAKE:
                 batches.append(more)
-        return True
 
     def _run(self) -> None:
         while True:
@@ -699,8 +701,11 @@ class ToolIndex:
                 self._begin_compaction(batch)
                 continue
             batches = [batch]
-            first = time.monotonic()
-            going = self._gather(batches, COMMIT_WINDOW)
+            # COMMIT_MAX counts from the submission of the first change waiting, not from when this
+            # thread came to it: changes submitted while a commit of hundreds was written waited for
+            # it, then for a whole COMMIT_MAX more (over 1 s in a burst of 500 changes)
+            first = batch.submitted
+            going = self._gather(batches, min(COMMIT_WINDOW, first + COMMIT_MAX - time.monotonic()))
             while going and len(batches) > 1 and time.monotonic() - first < COMMIT_MAX:
                 gathered = len(batches)
                 going = self._gather(batches, min(COMMIT_WINDOW, first + COMMIT_MAX - time.monotonic()))

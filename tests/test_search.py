@@ -725,6 +725,44 @@ def test_tools_scoring_alike_stand_in_one_order_whatever_order_they_came_in():
             index.close()
 
 
+def test_a_change_submitted_while_a_long_commit_is_written_is_committed_within_commit_max_of_its_submission():
+    """In a burst of changes, those submitted while the writer thread wrote a commit of hundreds
+    waited for it, then for a whole COMMIT_MAX of gathering more from when the thread came to
+    them: over 1 s after the catalog took them. COMMIT_MAX now counts from a change's submission."""
+    import threading
+
+    import bridge.search_index as si
+
+    written = threading.Event()
+    ended: list[float] = []
+
+    def convert(tool_id: str):
+        if tool_id == "slow":  # a long commit (hundreds of changes, a busy machine)
+            written.set()
+            time.sleep(0.8)
+            ended.append(time.monotonic())
+        return indexed(tool_id, f"report {tool_id}")
+
+    index = si.ToolIndex(convert=convert)
+    try:
+        index.submit(["slow"])
+        assert written.wait(10)
+        ticket = index.submit(["waiting"])  # submitted while the long commit is written
+        stream_until = time.monotonic() + 2.0
+        found = None
+        while time.monotonic() < stream_until:  # the burst goes on, a change every 20 ms
+            index.submit([f"burst{int(time.monotonic() * 1000)}"])
+            if found is None and index.flush(0, ticket=ticket):
+                found = time.monotonic()
+            time.sleep(0.02)
+        assert found is not None and ended
+        # its COMMIT_MAX (0.5 s) had passed when the long commit ended: committed at once, with what was queued
+        assert found - ended[0] < 0.45, found - ended[0]  # before, it waited a whole COMMIT_MAX more
+        assert index.flush() and hits(index, "waiting") == ["waiting"]
+    finally:
+        index.close()
+
+
 def test_segments_merged_after_the_last_commit_are_searched_without_another_commit(tmp_path):
     import tantivy
 
