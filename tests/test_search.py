@@ -1770,6 +1770,47 @@ async def test_shared_text_is_looked_at_on_the_index_thread_not_the_event_loop()
         await e.close()
 
 
+async def test_changes_of_one_upstream_committed_together_look_at_its_shared_text_once():
+    """Each change of an upstream looks at its listing's shared text again (a pass over the whole
+    listing); of changes committed together, the last looks, at the newest listing, and the
+    upstream is written again if its shared text changed since the last look."""
+    import threading
+
+    up = FakeUpstream(name="fs", tools=fs_tools(("cd", "ls")))
+    e = await start_env([up])
+    looked: list[str] = []
+    refresh = e.search.shared.refresh
+
+    def recording(namespace, tools):
+        looked.append(namespace)
+        return refresh(namespace, tools)
+
+    e.search.shared.refresh = recording  # type: ignore[method-assign]
+    held, holding = threading.Event(), threading.Event()
+
+    def hold():  # the writer thread is busy: the changes below queue up meanwhile
+        holding.set()
+        held.wait(10)
+
+    try:
+        e.search.index.submit(prepare=hold)
+        assert holding.wait(10)
+        e.catalog.apply_tools("fs", fs_tools(("cd", "ls", "rm")))  # the third tool makes the blurb shared
+        e.catalog.apply_tools("fs", fs_tools(("cd", "ls", "rm", "mkdir")))
+        e.catalog.apply_tools("fs", fs_tools(("cd", "ls", "mkdir")))
+        held.set()
+        assert await e.search.wait_indexed()
+        assert looked == ["fs"]
+        hints = {m.name: m.search_hint for m in e.search.search("directory", surface=e.surface, limit=5).matches}
+        assert hints == {"fs__cd": "Change the current working directory to the specified folder",
+                         "fs__ls": "List the contents of the current directory",
+                         "fs__mkdir": "Create a new directory in the current directory"}
+        assert e.search.index.num_docs == e.search.index.tool_count == 3
+    finally:
+        held.set()
+        await e.close()
+
+
 async def test_a_file_named_in_a_request_is_searched_as_a_file():
     # the request names the file (draft.txt, data.csv), the tools say *file*
     assert "file" in analyze_query("Show me what report.md says").terms
