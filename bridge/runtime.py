@@ -255,7 +255,7 @@ def search_index_path(config: BridgeConfig) -> str | None:
 async def search_index_released(config: BridgeConfig) -> bool:
     """For `bridge serve` (HTTP or stdio), before its Bridge is made: wait up to
     `search.lock_wait` seconds while another process (a `bridge search`, say) holds the on-disk
-    search index, so that the server keeps it on disk rather than in memory for its whole life.
+    search index, so that the server opens it on disk rather than build one in memory first.
     True when the index is free now (or kept in memory anyway)."""
     path = search_index_path(config)
     if path is None or config.search.lock_wait <= 0:

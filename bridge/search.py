@@ -211,7 +211,8 @@ class ToolSearch:
         # a compaction and the semantic stages step aside for searches (`Foreground`)
         self.foreground = Foreground()
         self._settled = False  # every upstream has listed since the start (`_settle_when_listed`)
-        self.index = ToolIndex(path, convert=self._indexed, foreground=self.foreground, listing=self._listed_when_settled)
+        self.index = ToolIndex(path, convert=self._indexed, foreground=self.foreground, listing=self._listed_when_settled,
+                               moved=self._moved)
         self.field_weights = field_weights
         related_words()  # the query expansion's table (20 ms), read now rather than by the first search
         spelled_words()  # the words never read as typing errors (20 ms), likewise
@@ -293,6 +294,13 @@ class ToolSearch:
         self._reconciled.add(namespace)
         listing = self._listing(namespace)
         self.index.submit(listing, reconcile=namespace, prepare=self._refresh(namespace, listing, False))
+
+    def _moved(self, path: str) -> None:
+        """The index, kept in memory while another process held the on-disk one, has moved to
+        disk (`ToolIndex.moved`): the semantic vectors are kept in their file beside it too."""
+        self.path = path
+        for stage in self._stages:
+            stage.keep_on_disk(path)
 
     def _listed(self) -> list[ToolDeclaration]:
         """Every tool the catalog's upstreams list now (from any thread: each `list` of a dict is

@@ -77,6 +77,11 @@ COMPACT_DELETED = 0.2
 # compaction*), so compacting sooner bought nothing measurable. Tantivy's own merges of small
 # segments drop deleted documents too: 50 removals and re-listings in a row left at most 4 to 8.
 COMPACT_DELETED_MIN = 8
+# An index kept in memory because another process held the on-disk one's lock looks whether the
+# lock is free at most every DISK_RETRY seconds (an attempt to take it: a few microseconds), and
+# once it is, writes its tools into the on-disk index as a compaction does, and keeps it from then on.
+DISK_RETRY = 10.0
+DISK_RETRY_FAILED = 300.0  # after a move that failed (a full disk): each try writes every tool
 # the longest a unit of background work (64 tools of a compaction, a batch of embeddings) waits
 # for the searches running to end (`Foreground.pause`)
 PAUSE_MOST = 0.05
@@ -266,6 +271,7 @@ class _Batch:
     seq: int = 0
     submitted: float = 0.0  # time.monotonic() when it was submitted: its commit begins COMMIT_MAX after at the latest
     compact: bool = False  # `upserts` are every tool the index holds (`ToolIndex.compact`)
+    move: bool = False  # with `compact`: written into the on-disk index whose lock was free (`_try_disk`)
 
 
 class _Abandoned(Exception):
@@ -283,6 +289,9 @@ class _Compaction:
     the tool, or None when deleted) has the last word in the new index."""
 
     batch: _Batch
+    path: str | None = None  # of the new index's folder (None: in memory)
+    generation: int = 0  # the new index's
+    lock_file: Any = None  # held for the on-disk index a move writes (`_try_disk`), until it is searched
     segments: int = -1  # of the index searched, when it began (-1: not begun)
     deleted: int = 0  # documents of deleted tools in the index searched, when it began
     started: float = 0.0
@@ -330,8 +339,8 @@ async def index_released(path: str, timeout: float, poll: float = 0.1) -> bool:
     """Wait, without blocking the event loop, until no other process holds the on-disk index's
     lock (`<index>.lock`), at most `timeout` seconds; True when none holds it now. `bridge serve`
     waits so before it opens the index: a `bridge search` (or `tools`, `check`, `call`) holding
-    the lock for the few seconds it runs would otherwise leave the server's index in memory for
-    its whole life, built again at each start. Said with a warning when it has to wait."""
+    the lock for the few seconds it runs would otherwise leave the server's index in memory,
+    built again, until the server moves it to disk (`DISK_RETRY`). Said with a warning when it has to wait."""
     started = time.monotonic()
     waiting = False
     while True:
@@ -409,13 +418,17 @@ class ToolIndex:
 
     def __init__(self, path: str | None = None, *, convert: Converter | None = None, heap_size: int = 64_000_000,
                  threads: int = 1, foreground: Foreground | None = None,
-                 listing: Callable[[], Sequence[Any] | None] | None = None) -> None:
+                 listing: Callable[[], Sequence[Any] | None] | None = None,
+                 moved: Callable[[str], None] | None = None) -> None:
+        self.moved = moved  # told the path, on the writer thread, once an index kept in memory moved to disk
         self._lock_file = _take_lock(path) if path is not None else None
+        # the on-disk index this one, kept in memory, moves to once no other process holds its lock
+        self.wanted_path: str | None = None
+        self._disk_retry_at = time.monotonic() + DISK_RETRY
         if path is not None and self._lock_file is None:
-            log.warning("search index %s is in use by %s; this process keeps its own index in memory "
-                        "(start `bridge serve` when no other command on the same store is running, and it keeps "
-                        "the index on disk)", path, _lock_holder(path))
-            path = None
+            log.warning("search index %s is in use by %s; this process keeps its own index in memory, and moves it "
+                        "to disk once the other process has ended (looking every %.0f s)", path, _lock_holder(path), DISK_RETRY)
+            self.wanted_path, path = path, None
         self.path = path
         self.schema = _schema()
         self.convert = convert
@@ -493,18 +506,23 @@ class ToolIndex:
 
     def _new_index(self, generation: int) -> tantivy.Index:
         """An empty index: in memory, or in the folder of that generation."""
-        if self.path is None:
+        return self._new_index_at(self.path, generation)
+
+    def _new_index_at(self, path: str | None, generation: int) -> tantivy.Index:
+        """An empty index: in memory (no `path`), or in the folder of that generation in `path`."""
+        if path is None:
             return tantivy.Index(self.schema)
-        folder = Path(self.path) / _generation(generation)
+        folder = Path(path) / _generation(generation)
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         return tantivy.Index(self.schema, path=str(folder), reuse=False)
 
-    def _mark(self, generation: int) -> None:
+    def _mark(self, generation: int, path: str | None = None) -> None:
         """Record the format and the current generation: a reopening opens that one."""
-        assert self.path is not None
-        marker = Path(self.path) / _FORMAT_FILE
+        path = path or self.path
+        assert path is not None
+        marker = Path(path) / _FORMAT_FILE
         tmp = marker.with_suffix(".tmp")
         tmp.write_text(json.dumps({**self._format(), "generation": generation}))
         os.replace(tmp, marker)
@@ -677,6 +695,68 @@ class ToolIndex:
             elif more is not _WAKE:
                 batches.append(more)
 
+    def _next_batch(self) -> _Batch | None:
+        """The next batch queued. While the index is kept in memory in place of an on-disk one
+        (`wanted_path`), it looks whether that one's lock is free at most every DISK_RETRY
+        seconds, between batches or while none comes; _WAKE when it begins to move there."""
+        while self.wanted_path is not None and self._compacting is None and not self._closing:
+            wait = self._disk_retry_at - time.monotonic()
+            if wait <= 0:
+                if self._try_disk():
+                    return _WAKE
+                continue
+            try:
+                return self._queue.get(timeout=wait)
+            except queue.Empty:
+                continue
+        return self._queue.get()
+
+    def _try_disk(self) -> bool:
+        """On the writer thread, while the index is kept in memory: when no other process holds
+        the on-disk index's lock any more, take it and begin writing every tool (`listing`) into
+        that index as a compaction does (`_compact_begin`); it is searched in place of this one
+        once written, and the changes arriving meanwhile are written into both. True when begun."""
+        self._disk_retry_at = time.monotonic() + DISK_RETRY
+        if self.listing is None or self.wanted_path is None:
+            return False
+        try:
+            handle = _take_lock(self.wanted_path)
+        except OSError:
+            return False
+        if handle is None:
+            return False
+        with self._cond:
+            seq = self._submitted  # the changes submitted after have the last word on their tools
+        try:
+            tools = self.listing()  # read after `seq`: it holds every change up to it
+        except Exception:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
+            log.exception("search index: the tools to write to disk could not be listed")
+            tools = None
+        with self._cond:
+            going = tools is not None and not self._closing
+            if going:
+                self._compactions += 1
+        if not going:  # not every upstream has listed yet: looked at again later
+            handle.close()
+            return False
+        self._compacting = _Compaction(_Batch(upserts=list(tools), compact=True, move=True, seq=seq), lock_file=handle)
+        return True
+
+    def _disk_generation(self, path: str) -> int:
+        """The generation a move to the on-disk index at `path` writes: the one after the
+        generation its marker names, when the index there is of this format (that one stays
+        whole until the marker names the new one); else 1, in a folder emptied for it."""
+        folder = Path(path)
+        with contextlib.suppress(ValueError, OSError):
+            found = json.loads((folder / _FORMAT_FILE).read_text())
+            generation = found.pop("generation", None) if isinstance(found, dict) else None
+            if found == self._format() and isinstance(generation, int) and (folder / _generation(generation)).is_dir():
+                return generation + 1
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        return 1
+
     def _run(self) -> None:
         while True:
             c = self._compacting
@@ -684,7 +764,7 @@ class ToolIndex:
                 self._compact_end(c)
                 continue
             if c is None or c.thread is not None:
-                batch = self._queue.get()  # a compaction's thread queues _WAKE when it is done
+                batch = self._next_batch()  # a compaction's thread queues _WAKE when it is done
             else:
                 try:
                     batch = self._queue.get_nowait()
@@ -760,10 +840,16 @@ class ToolIndex:
             if self._closing:
                 raise _Abandoned
             c.segments, c.deleted, c.started = self.segments, self.deleted, time.monotonic()
-            if (c.segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS) and not self._deleted_enough():
+            if c.batch.move:
+                c.path = self.wanted_path
+                c.generation = self._disk_generation(c.path)
+                c.index = self._ready(self._new_index_at(c.path, c.generation))
+            elif (c.segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS) and not self._deleted_enough():
                 self._end_compaction()
                 return
-            c.index = self._ready(self._new_index(self._generation + 1))
+            else:
+                c.path, c.generation = self.path, self._generation + 1
+                c.index = self._ready(self._new_index(c.generation))
             c.writer = c.index.writer(heap_size=self._heap_size, num_threads=self._threads)
             c.thread = threading.Thread(target=self._compact_run, args=(c,), name="search-index-compaction", daemon=True)
             c.thread.start()
@@ -839,8 +925,8 @@ class ToolIndex:
                 raise _Abandoned
             c.writer.commit()
             c.index.reload()
-            if self.path is not None:
-                c.log_file = open(self._log_path(self._generation + 1), "w", encoding="utf-8")  # noqa: SIM115 - kept open for appends
+            if c.path is not None:
+                c.log_file = open(Path(c.path) / _generation(c.generation) / _DIGEST_LOG, "w", encoding="utf-8")  # noqa: SIM115 - kept open for appends
                 c.log_file.writelines(_digest_lines(c.digests))
                 c.log_file.flush()
         except BaseException as exc:  # noqa: BLE001 - handed to the writer thread, which leaves the compaction off
@@ -860,6 +946,16 @@ class ToolIndex:
             self._swap(c)
         except Exception as exc:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
             self._leave_compaction(c, exc)
+            return
+        if c.batch.move:
+            log.warning("search index %s is free now: the %d tools of the index kept in memory were written to it in %.1f s, "
+                        "and it is kept on disk from now on", self.path, len(c.owner), time.monotonic() - c.started)
+            if self.moved is not None and self.path is not None:
+                try:
+                    self.moved(self.path)
+                except Exception:  # noqa: BLE001 - the writer thread must survive
+                    log.exception("search index: what follows its move to disk failed")
+            self._end_compaction()
             return
         log.info("search index compacted: %d tools written again in %.1f s; %d segments before, %d after "
                  "(Tantivy merges them further in the background); %d deleted documents before, %d after", len(c.owner),
@@ -900,17 +996,20 @@ class ToolIndex:
         generation (a reopening before that opens the old one), and the old generation's folder
         is dropped."""
         c.index.reload()
-        generation = self._generation + 1
-        if self.path is not None:
-            self._mark(generation)
+        generation = c.generation
+        if c.path is not None:
+            self._mark(generation, c.path)
+        if self._log_file is not None:
             self._log_file.close()
         gone: list[str] = []  # the tools of the old index that the new one does not hold: usually none
         for namespace, tools in self._digests.items():  # namespace by namespace: small dicts, compared in C
             held = c.digests.get(namespace, {})
             if tools.keys() != held.keys():
                 gone.extend(tool_id for tool_id in tools.keys() - held.keys() if tool_id not in c.owner)
-        old = self._generation
+        old, old_path = self._generation, self.path
         self._index, self._writer, self._digests, self._log_file = c.index, c.writer, c.digests, c.log_file
+        if c.batch.move:  # kept on disk from now on, under the lock taken for it
+            self.path, self._lock_file, self.wanted_path, c.lock_file = c.path, c.lock_file, None, None
         self._log_lines = self.tool_count  # the new log: the digests whole, and the lines since (about as many)
         self._generation = generation
         c.index = c.writer = c.log_file = None
@@ -919,8 +1018,12 @@ class ToolIndex:
                 del self._by_key[key]
         self.documents_written += len(c.owner)
         self.commits += 1
-        if self.path is not None:  # searches under way keep reading the old files until they are done
-            shutil.rmtree(Path(self.path) / _generation(old), ignore_errors=True)
+        if old_path is not None:  # searches under way keep reading the old files until they are done
+            shutil.rmtree(Path(old_path) / _generation(old), ignore_errors=True)
+        elif c.path is not None:  # moved to disk: the generation another process left there
+            for other in Path(c.path).iterdir():
+                if other.is_dir() and other.name != _generation(generation):
+                    shutil.rmtree(other, ignore_errors=True)
 
     def _leave_compaction(self, c: _Compaction, exc: BaseException | None) -> None:
         """The compaction stops where it is; its new index is dropped, the one searched is as it was."""
@@ -933,8 +1036,13 @@ class ToolIndex:
             with contextlib.suppress(Exception):
                 c.writer.rollback()
             c.index = c.writer = None
-            if self.path is not None:
-                shutil.rmtree(Path(self.path) / _generation(self._generation + 1), ignore_errors=True)
+        if c.path is not None and c.generation:
+            shutil.rmtree(Path(c.path) / _generation(c.generation), ignore_errors=True)
+        if c.lock_file is not None:  # a move left off: the lock is let go, and taken again at the next try
+            c.lock_file.close()
+            c.lock_file = None
+            if exc is not None:
+                self._disk_retry_at = time.monotonic() + DISK_RETRY_FAILED
         if exc is not None and not isinstance(exc, _Abandoned):
             log.error("search index compaction left off (%s); the index is kept as it was", exc, exc_info=exc)
             self._compact_retry_at = time.monotonic() + self.retry_last

@@ -17,6 +17,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,13 @@ QUERY_TOKENS = 128
 _BATCH = 32
 _AHEAD = 1024
 _SETTLED = object()  # queued by `settle()`
+
+
+@dataclass(frozen=True)
+class _ToDisk:
+    """Queued by `keep_on_disk`: the vector file the stage writes from then on."""
+
+    path: str
 _PARAM_TEXT_CHARS = 160
 _MAGIC = b"BRIDGE-VEC1\n"
 _KEY_BYTES = 16
@@ -252,6 +260,37 @@ class SemanticStage:
             self._submitted += 1
         self._queue.put(_SETTLED)
 
+    def keep_on_disk(self, index_path: str) -> None:
+        """A stage kept in memory (its index was: another process held the on-disk one) keeps
+        its vectors in the file beside `index_path` from now on: every vector it has is written
+        there (in place of what another process left), and those it embeds later are added."""
+        with self._cond:
+            if self._closed or self.path is not None:
+                return
+            self._submitted += 1
+        self._queue.put(_ToDisk(vector_path(index_path, static=self.encoder.cheap)))
+
+    def _write_file(self, path: str) -> None:
+        """On the stage's thread: the vector file written anew with every vector held, then
+        kept open for the vectors to come."""
+        by_row = sorted(self._rows.items(), key=lambda item: item[1])
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(_MAGIC + self._model_key + self.encoder.dim.to_bytes(4, "little"))
+                fh.write(b"".join(key + self._vectors[row].tobytes() for key, row in by_row))
+            os.replace(tmp, path)
+            file = open(path, "ab")  # noqa: SIM115 - kept open for appends
+        except OSError as exc:
+            log.warning("semantic vectors cannot be written to %s (%s); kept in memory", path, exc)
+            return
+        if [row for _, row in by_row] != list(range(self._count)):  # rows no key has (never in memory alone): renumbered
+            with self._lock:
+                self._rows = {key: i for i, (key, _) in enumerate(by_row)}
+                self._vectors[:len(by_row)] = self._vectors[[row for _, row in by_row]]
+                self._count = len(by_row)
+        self.path, self._file = path, file
+
     def submit(self, upserts: Iterable[ToolDeclaration] = (), deletes: Iterable[str] = ()) -> None:
         """Queue tools added or changed, and tool ids removed."""
         batch = (list(upserts), list(deletes))
@@ -285,6 +324,12 @@ class SemanticStage:
                 if item is None:
                     return
                 self._index_first()
+                if isinstance(item, _ToDisk):
+                    self._write_file(item.path)
+                    with self._cond:
+                        self._done += 1
+                        self._cond.notify_all()
+                    continue
                 if item is _SETTLED:
                     with self._lock:
                         self._settled = True

@@ -188,7 +188,7 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
             handled.append(sig)
     app: Starlette | None = None
     # a `bridge search` holding the on-disk index as the server starts: wait for it (a signal
-    # meanwhile stops the server at once), rather than keep the index in memory for good
+    # meanwhile stops the server at once), rather than build the index in memory and move it later
     released = asyncio.ensure_future(search_index_released(config))
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({released, stopping}, return_when=asyncio.FIRST_COMPLETED)

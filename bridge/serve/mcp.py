@@ -565,7 +565,7 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
             handled.append(sig)
     try:
         async with stdio_server() as (read, write):
-            try:  # a `bridge search` holding the on-disk index: wait for it rather than keep the index in memory for good
+            try:  # a `bridge search` holding the on-disk index: wait for it rather than build the index in memory first
                 await search_index_released(config)
             except asyncio.CancelledError:
                 if signalled:  # stopped while waiting: as below, without waiting for stdin to close
