@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from adapters.openapi_bounds import bounded_input_schema, bounded_output_schema
 from adapters.openapi_schema import SchemaInliner, SpecError
+from adapters.openapi_shared import SharedSchemas
 from adapters.openapi_spec import HTTP_METHODS, Document
 from bridge.model import SafetyHints, UpstreamTool
 
@@ -276,6 +277,7 @@ class _Mapper:
     def __init__(self, doc: Document, base_url: str | None, variables: dict[str, str], description_max: int) -> None:
         self.doc = doc
         self.inliner = SchemaInliner(doc.lookup, doc.uri, doc.openapi_30)
+        self.shared = SharedSchemas()  # the tools' schemas, each distinct one held once
         self.base_url = base_url.rstrip("/") if base_url else None
         self.variables = variables
         self.description_max = description_max
@@ -378,8 +380,8 @@ class _Mapper:
             title=summary.strip() or None,
             description=_describe(summary, description, self.description_max) or f"{method.upper()} {path}",
             tool_kind="openapi_operation",
-            input_schema=input_schema,
-            output_schema=output_schema,
+            input_schema=self.shared.intern(input_schema),
+            output_schema=self.shared.intern(output_schema),
             safety=safety,
             tags=tags,
             # a summary of a few words is the capability phrase a hint is; a longer one is not,

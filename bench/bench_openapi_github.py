@@ -119,6 +119,10 @@ async def run(name: str, path: Path, sample: int, full_validation: bool) -> list
     outputs = [len(json.dumps(t.output_schema)) / 1e6 for t in tools if t.output_schema]
     rows.append(("tool schemas written out", f"{inputs + sum(outputs):.1f} MB",
                  f"input {inputs:.1f} MB, output {sum(outputs):.1f} MB (largest {max(outputs, default=0):.2f} MB)"))
+    # equal schemas are one object, which the tools share (adapters/openapi_shared.py)
+    held_outputs = len({id(t.output_schema) for t in tools if t.output_schema})
+    rows.append(("tool schemas held", f"{held_outputs + len({id(t.input_schema) for t in tools}):,} objects",
+                 f"output {held_outputs:,} for {len(outputs):,} tools, input {len({id(t.input_schema) for t in tools}):,} for {len(tools):,}"))
 
     catalog = Catalog(Store())
     catalog.add_upstream(upstream)

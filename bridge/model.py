@@ -13,9 +13,9 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidatorFunctionWrapHandler, WrapValidator, field_validator, model_validator
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -24,6 +24,7 @@ __all__ = [
     "Recoverability",
     "LoadingState",
     "Lifecycle",
+    "Schema",
     "SafetyHints",
     "InputContract",
     "OutputContract",
@@ -196,6 +197,20 @@ def tool_uuid(namespace: str, native_id: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+def _held(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A schema given as a dict of string keys is held as that very object, not copied (pydantic
+    copies a `dict` field's top level): tools that answer one schema then share it, and so do
+    their declarations (Microsoft Graph v1.0's 7,444 output schemas are 922 distinct ones)."""
+    if type(value) is dict and all(type(key) is str for key in value):
+        return value
+    return handler(value)
+
+
+# A JSON Schema in a record. It may be shared by many records (and its parts by many schemas):
+# it is never changed in place once given to one; whoever needs it altered alters a copy.
+Schema = Annotated[dict[str, Any], WrapValidator(_held)]
+
+
 class _Record(BaseModel):
     """Records keep unknown fields (the Agent Tool schemas are open) and serialize without Nones."""
 
@@ -227,7 +242,7 @@ class InputContract(_Record):
     """Input contract. Agent Tool examples use both `schema` and `model_input_schema`; both are
     read, only `model_input_schema` is written."""
 
-    model_input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    model_input_schema: Schema = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None
 
     @model_validator(mode="before")
@@ -240,7 +255,7 @@ class InputContract(_Record):
 
 
 class OutputContract(_Record):
-    output_schema: dict[str, Any] | None = None
+    output_schema: Schema | None = None
     content_types: list[str] | None = None
 
     @model_validator(mode="before")
@@ -264,8 +279,8 @@ class UpstreamTool(_Record):
     description: str = ""
     title: str | None = None
     tool_kind: str = "function"
-    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-    output_schema: dict[str, Any] | None = None
+    input_schema: Schema = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    output_schema: Schema | None = None
     safety: SafetyHints = Field(default_factory=SafetyHints)
     tags: list[str] = Field(default_factory=list)
     search_hint: str | None = None
@@ -341,7 +356,7 @@ class DeferredToolRef(_Record):
     # (tool_id, name, namespace), the first 20; `alternatives_total` counts them when more
     alternatives: list[dict[str, Any]] | None = None
     alternatives_total: int | None = None
-    input_schema: dict[str, Any] | None = None
+    input_schema: Schema | None = None
 
 
 class BlockedTool(_Record):
