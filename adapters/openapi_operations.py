@@ -559,6 +559,8 @@ def map_operations(
             operations[native_id] = operation
             tools.append(tool)
             continue
+        finally:
+            mapper.inliner.forget_own()  # the tool holds its schemas' distinct parts; the others go
         if skipped is None:
             raise error
         skipped.append(error)

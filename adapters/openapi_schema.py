@@ -208,7 +208,10 @@ class SchemaInliner:
         self._names: dict[str, str] = {}
         self._uris: dict[str, str] = {}
         self._taken: set[str] = set()
-        self._sizes: dict[int, tuple[Any, int]] = {}  # id -> (node, values it holds written out)
+        # id -> (node, values it holds written out): of the referenced schemas' parts, kept while
+        # this inliner lives; of the parts an operation's schemas have of their own, until `forget_own`
+        self._sizes: dict[int, tuple[Any, int]] = {}
+        self._own_sizes: dict[int, tuple[Any, int]] = {}
 
     # ------------------------------------------------------------------ references
 
@@ -334,7 +337,8 @@ class SchemaInliner:
         finally:
             self._stack.pop()
             self._levels.pop()
-        if key in self._recursive or self.written_size(body) > INLINE_MAX_VALUES:
+        size = self._measured(body, self._sizes)  # a recursive one too: every tool's `$defs` lists it
+        if key in self._recursive or size > INLINE_MAX_VALUES:
             # a recursive schema, or one so large that inlining each use would multiply it:
             # DocuSign's envelope schemas, inlined wherever used, wrote out 60 MB for one tool
             inner.discard(uri)
@@ -350,16 +354,26 @@ class SchemaInliner:
 
     def written_size(self, node: Any) -> int:
         """The values `node` holds once written out as JSON: expanded schemas share their parts,
-        so a part used ten times counts ten times (each part is measured once, while this
-        inliner lives: Microsoft Graph's tools counted anew took 8 s of mapping its document)."""
+        so a part used ten times counts ten times (each part of a referenced schema is measured
+        once, while this inliner lives: Microsoft Graph's tools counted anew took 8 s of mapping
+        its document; the parts an operation's schemas have of their own, until `forget_own`)."""
+        return self._measured(node, self._own_sizes)
+
+    def forget_own(self) -> None:
+        """Let go of the sizes of the parts the last operation's schemas had of their own: kept,
+        they kept those parts (every operation's top level, `$defs` and parameters) alive until
+        the whole document was mapped, where the tools hold each distinct one once."""
+        self._own_sizes.clear()
+
+    def _measured(self, node: Any, memo: dict[int, tuple[Any, int]]) -> int:
         if not isinstance(node, dict | list):
             return 1
-        known = self._sizes.get(id(node))
+        known = self._sizes.get(id(node)) or self._own_sizes.get(id(node))
         if known is not None and known[0] is node:
             return known[1]
         children = node.values() if isinstance(node, dict) else node
-        size = 1 + sum(self.written_size(child) for child in children)
-        self._sizes[id(node)] = (node, size)  # the node is kept: its id is not reused meanwhile
+        size = 1 + sum(self._measured(child, memo) for child in children)
+        memo[id(node)] = (node, size)  # the node is kept: its id is not reused meanwhile
         return size
 
     def _link(self, source: str, target: str, where: str) -> None:
