@@ -205,6 +205,7 @@ class SchemaInliner:
         self._in_place: dict[str, set[str]] = {}  # uri -> uris it reaches without descending
         self._recursive: set[tuple[str, Direction]] = set()
         self._defs: dict[tuple[str, Direction], tuple[Any, frozenset[str]]] = {}
+        self._gathered: dict[tuple[frozenset[str], Direction], dict[str, Any]] = {}  # needs -> their `$defs`
         self._names: dict[str, str] = {}
         self._uris: dict[str, str] = {}
         self._taken: set[str] = set()
@@ -280,6 +281,17 @@ class SchemaInliner:
     def with_defs(self, schema: dict[str, Any], needs: set[str], direction: Direction) -> dict[str, Any]:
         if not needs:
             return schema
+        # operations that use the same referenced schemas need the same `$defs`: gathered once
+        # (each definition's own needs are walked for each it reaches: Microsoft Graph's
+        # entities reach one another, and gathering them anew for each operation was most of
+        # the mapping of a document made to its pattern)
+        key = (frozenset(needs), direction)
+        defs = self._gathered.get(key)
+        if defs is None:
+            defs = self._gathered[key] = self._gather(needs, direction)
+        return {**schema, "$defs": defs}
+
+    def _gather(self, needs: set[str], direction: Direction) -> dict[str, Any]:
         defs: dict[str, Any] = {}
         todo = list(needs)
         while todo:
@@ -290,7 +302,7 @@ class SchemaInliner:
             body, more = self._defs[(uri, direction)]
             defs[name] = body
             todo.extend(m for m in more if self._def_name(m) not in defs)
-        return {**schema, "$defs": defs}
+        return defs
 
     # ------------------------------------------------------------------ expansion
 

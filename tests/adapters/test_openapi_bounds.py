@@ -218,3 +218,16 @@ def test_a_required_list_or_object_cut_to_its_top_level_still_needs_a_value(tmp_
     assert whole.is_valid(good) and bounded.is_valid(good)
     for empty in ({"ids": []}, {"filter": {}}):
         assert not whole.is_valid({**good, **empty}) and not bounded.is_valid({**good, **empty}), empty
+
+
+def test_operations_using_the_same_referenced_schemas_get_their_defs_gathered_once(tmp_path, monkeypatch):
+    # 40 operations answering one of 8 objects that name one another: each needs the same
+    # `$defs`, gathered once for all (not walked anew for each), even before equal schemas are
+    # looked up (adapters/openapi_shared.py)
+    monkeypatch.setattr(operations.SharedSchemas, "intern", lambda self, value: value)
+    answer = {"200": {"description": "ok", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Obj0"}}}}}
+    paths = {f"/things{i}": {"get": {"operationId": f"get{i}", "responses": answer}} for i in range(40)}
+    _, tools = map_operations(_parse(tmp_path, _document(paths, components={"schemas": _linked(8)})), base_url="http://127.0.0.1:1")
+    defs = [tool.output_schema["$defs"] for tool in tools]
+    assert len(defs) == 40 and all(d is defs[0] for d in defs)
+    assert defs[0] and all(name.startswith("Obj") for name in defs[0])
