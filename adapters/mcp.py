@@ -42,8 +42,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError, model_validator
 
 from adapters.http_proxy import loopback_mounts
-from adapters.mcp_get_stream import GetStreamWatch, WatchedClient
+from adapters.mcp_get_stream import GetStreamWatch
 from adapters.mcp_http import RESUMED_TOO_OFTEN, answer_too_large, bound_answer, quiet_sdk_refusals
+from adapters.mcp_notices import NoticeClient, NoticePosts
 from adapters.mcp_stdio import LINE_LIMIT, MAX_LINE, UNREADABLE, StdioChild, redact
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.translate.mcp import progress_from_mcp, result_from_mcp, tool_from_mcp
@@ -213,6 +214,9 @@ class MCPUpstream(Upstream):
         self._stream_renewals = 0  # sessions replaced in a row because their GET stream was given up on
         self._renew_timer: asyncio.TimerHandle | None = None
         self._refused_methods: set[str] = set()  # requests of the server refused so far (each logged once)
+        self._notices: NoticePosts | None = None  # the HTTP session's POSTs that carry no request
+        self.lost_notifications: dict[str, int] = {}  # method -> POSTs of it the server never answered
+        self._session_listed = False  # the session's first listing is done (its start is over)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -226,6 +230,8 @@ class MCPUpstream(Upstream):
         self._doubt = None
         self._http_session = {}
         self._session_forgotten = False
+        self._notices = None
+        self._session_listed = False
         self._cancel_relist()
         self._cancel_renewal()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -318,10 +324,12 @@ class MCPUpstream(Upstream):
             return self._child.connect()
         read_timeout = max(MCP_DEFAULT_SSE_READ_TIMEOUT, cfg.timeout * 2)
         quiet_sdk_refusals()
+        # until the first listing, half of start_timeout at most, so that the listing has the other half
+        self._notices = NoticePosts(min(cfg.ping_timeout, cfg.start_timeout / 2), self._notice_lost)
         # the SDK's create_mcp_http_client, with the TLS context made once
-        http = WatchedClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
-                             verify=_tls_context(), event_hooks={"response": [self._on_http_response]},
-                             mounts=loopback_mounts(cfg.url), watch=GetStreamWatch(self._get_stream_given_up))
+        http = NoticeClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
+                            verify=_tls_context(), event_hooks={"response": [self._on_http_response]},
+                            mounts=loopback_mounts(cfg.url), watch=GetStreamWatch(self._get_stream_given_up), notices=self._notices)
         await stack.enter_async_context(http)
         stack.push_async_callback(self._end_http_session, http)  # once the session has closed, before the client
         assert cfg.url is not None
@@ -370,6 +378,32 @@ class MCPUpstream(Upstream):
         if not self._wake.is_set():
             self._lost_reason = f"{self.config.display_url()} answered HTTP 404 for the session: the server ended it or restarted"
             self._wake.set()
+
+    def _notice_lost(self, method: str, bound: float) -> None:
+        """The server did not answer, within `bound` seconds, the POST of a notification (or of
+        an answer to its own request); the session went on without it. Said once per method at
+        WARNING, again at INFO, and counted in `health()`."""
+        seen = self.lost_notifications.get(method, 0)
+        self.lost_notifications[method] = seen + 1
+        level = logging.INFO if seen else logging.WARNING
+        log.log(level, "mcp upstream %s: %s did not answer the POST of %s within %gs; it was abandoned (counted lost) "
+                "and the session goes on%s", self.name, self.config.display_url(), method, bound,
+                "" if seen else f"; more of {method} lost are logged at INFO")
+
+    @property  # type: ignore[override]
+    def phase(self) -> str | None:
+        """What a start over HTTP that takes a while waits for: the answer to a notification's
+        POST (`notifications/initialized`), or, that one lost, the listing. The catalog gives it as
+        the reason of an upstream still connecting, and of a start_timeout."""
+        notices = self._notices
+        if notices is None or self._session_listed:
+            return None
+        waiting = sorted(set(notices.waiting.values()))
+        if waiting:
+            return f"waiting for {self.config.display_url()} to answer the POST of {', '.join(waiting)}"
+        if notices.lost:
+            return f"listing the tools; {self.config.display_url()} did not answer the POST of {', '.join(sorted(notices.lost))}"
+        return None
 
     def _get_stream_given_up(self, why: str) -> None:
         """The SDK stopped re-opening the session's GET stream, on which the server's change
@@ -626,6 +660,9 @@ class MCPUpstream(Upstream):
             for name, why in skipped.items():
                 log.warning("mcp upstream %s: skipped tool %r: %s", self.name, name, why)
         self.skipped_tools = skipped
+        self._session_listed = True
+        if self._notices is not None:
+            self._notices.bound = self.config.ping_timeout
         return await off_loop_when(len(tools) >= OFF_LOOP_TOOLS, self._converted, tools)
 
     def _converted(self, tools: list[types.Tool]) -> list[UpstreamTool]:
@@ -820,6 +857,8 @@ class MCPUpstream(Upstream):
             details["stderr_tail"] = list(self._child.stderr_tail)[-5:]
         if self.skipped_tools:
             details["skipped_tools"] = dict(self.skipped_tools)
+        if self.lost_notifications:
+            details["lost_notifications"] = dict(self.lost_notifications)
         return details
 
 

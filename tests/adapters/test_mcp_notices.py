@@ -1,0 +1,147 @@
+"""MCP upstreams over streamable HTTP whose server never answers the POST of a notification: the
+POST is abandoned after its bound (`ping_timeout`; at most half of `start_timeout` until the
+first listing), counted lost and logged, and the session goes on. The SDK sent such a POST in
+the one task that writes every message of the session, so every later request waited behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx2
+import pytest
+
+from adapters.mcp_notices import ANSWER, notice_method
+from bridge.config import parse_config
+from bridge.runtime import Bridge
+from tests.adapters.mcp_fixtures.server import build_server
+from tests.servers import serve_asgi
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+def make_bridge(base: str, **settings: Any) -> Bridge:
+    upstream = {"name": "remote", "kind": "mcp", "url": f"{base}/mcp", "protocol": "legacy", "ping_interval": None,
+                "retry_initial": 30, "retry_max": 30, **settings}
+    return Bridge(parse_config({"store": {"path": ":memory:"}, "upstreams": [upstream]}, source="test"))
+
+
+@contextlib.asynccontextmanager
+async def hanging(method: str) -> AsyncIterator[tuple[str, list[str]]]:
+    """The SDK's fixture server over streamable HTTP, behind a wrapper that reads the POST of each
+    message and never answers those of `method` (`all`: every POST after `initialize`); yields the
+    base URL and the methods of the POSTs it got (`response` for an answer)."""
+    server, _ = build_server()
+    app, seen, release = server.streamable_http_app(), [], asyncio.Event()
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        got = json.loads(body).get("method", "response")
+        seen.append(got)
+        if got == method or (method == "all" and got != "initialize"):
+            await release.wait()  # read, never answered
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
+
+    try:
+        async with serve_asgi(wrapped) as base:
+            try:
+                yield base, seen
+            finally:
+                release.set()
+    finally:
+        release.set()
+
+
+def test_a_post_is_told_from_its_body() -> None:
+    def post(message: Any) -> httpx2.Request:
+        return httpx2.Request("POST", "http://127.0.0.1:1/mcp", json=message)
+
+    assert notice_method(post({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}})) == "notifications/cancelled"
+    assert notice_method(post({"jsonrpc": "2.0", "id": 7, "result": {}})) == ANSWER
+    assert notice_method(post({"jsonrpc": "2.0", "id": 7, "error": {"code": -32601, "message": "no"}})) == ANSWER
+    assert notice_method(post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}})) is None
+    # a large body is taken for a request unread: the SDK's notifications and answers are small
+    assert notice_method(post({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"x": "y" * 100_000}})) is None
+    assert notice_method(httpx2.Request("GET", "http://127.0.0.1:1/mcp")) is None
+
+
+async def test_a_start_whose_initialized_notification_is_never_answered_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    """The POST of notifications/initialized gets half of start_timeout (ping_timeout once
+    listed); then the listing is sent and the start goes on. It held the listing back until the
+    start failed (`no answer within start_timeout`), 5 s after it: the SDK's cancellation of the
+    listing waited behind it too."""
+    async with hanging("notifications/initialized") as (base, seen):
+        bridge = make_bridge(base, start_timeout=3, ping_timeout=30)
+        loop = asyncio.get_running_loop()
+        begun = loop.time()
+        async with bridge:
+            assert loop.time() - begun < 2.9
+            slot = bridge.catalog.slot("remote")
+            assert slot.health.state == "ready", slot.health
+            assert (await bridge.invoker.invoke("remote__echo", {"text": "listed"})).content[0]["text"] == "listed"
+            assert (await slot.upstream.health())["lost_notifications"] == {"notifications/initialized": 1}
+        assert seen[:3] == ["initialize", "notifications/initialized", "tools/list"]
+    said = [r for r in caplog.records if "did not answer the POST of notifications/initialized" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING], said
+    assert "within 1.5s; it was abandoned (counted lost) and the session goes on" in said[0].getMessage()
+
+
+async def test_a_start_whose_server_answers_nothing_after_initialize_fails_at_start_timeout_saying_so() -> None:
+    async with hanging("all") as (base, _):
+        bridge = make_bridge(base, start_timeout=1, ping_timeout=30)
+        loop = asyncio.get_running_loop()
+        begun = loop.time()
+        async with bridge:
+            assert loop.time() - begun < 2.5
+            slot = bridge.catalog.slot("remote")
+            assert slot.health.state == "failed"
+            assert slot.health.reason == (f"no answer within start_timeout=1.0s (still listing the tools; {base}/mcp did not answer "
+                                          "the POST of notifications/initialized)")
+
+
+async def test_a_cancelled_notification_never_answered_holds_the_session_only_for_ping_timeout(caplog: pytest.LogCaptureFixture) -> None:
+    """A call whose caller goes away is cancelled upstream with notifications/cancelled, whose POST
+    the server never answers: the next call waits for it at most ping_timeout, then runs. It
+    waited for the HTTP read timeout (300 s), and the call after it timed out."""
+    caplog.set_level(logging.INFO, logger="bridge.adapters.mcp")
+    async with hanging("notifications/cancelled") as (base, seen):
+        async with make_bridge(base, ping_timeout=0.5, timeout=10) as bridge:
+            loop = asyncio.get_running_loop()
+            for attempt in range(2):
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(bridge.invoker.invoke("remote__hang", {}), 0.3)  # the caller goes away
+                begun = loop.time()
+                echoed = await bridge.invoker.invoke("remote__echo", {"text": f"after {attempt}"})
+                assert echoed.status == "succeeded" and echoed.content[0]["text"] == f"after {attempt}", echoed.error
+                assert loop.time() - begun < 2
+            slot = bridge.catalog.slot("remote")
+            assert slot.health.state == "ready"
+            assert (await slot.upstream.health())["lost_notifications"] == {"notifications/cancelled": 2}
+        assert seen.count("notifications/cancelled") == 2
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "did not answer the POST of notifications/cancelled" in r.getMessage()]
+    assert [level for level, _ in said] == [logging.WARNING, logging.INFO], said
+    assert "within 0.5s" in said[0][1]
