@@ -379,16 +379,20 @@ class MCPUpstream(Upstream):
             self._lost_reason = f"{self.config.display_url()} answered HTTP 404 for the session: the server ended it or restarted"
             self._wake.set()
 
-    def _notice_lost(self, method: str, bound: float) -> None:
+    def _notice_lost(self, method: str, bound: float, error: Exception | None) -> None:
         """The server did not answer, within `bound` seconds, the POST of a notification (or of
-        an answer to its own request); the session went on without it. Said once per method at
-        WARNING, again at INFO, and counted in `health()`."""
+        an answer to its own request), or the POST failed (`error`); the session went on without
+        it. Said once per method at WARNING, again at INFO, and counted in `health()`."""
         seen = self.lost_notifications.get(method, 0)
         self.lost_notifications[method] = seen + 1
-        level = logging.INFO if seen else logging.WARNING
-        log.log(level, "mcp upstream %s: %s did not answer the POST of %s within %gs; it was abandoned (counted lost) "
-                "and the session goes on%s", self.name, self.config.display_url(), method, bound,
-                "" if seen else f"; more of {method} lost are logged at INFO")
+        url = self.config.display_url()
+        if error is None:
+            what = f"{url} did not answer the POST of {method} within {bound:g}s"
+        else:
+            failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            what = f"the POST of {method} to {url} failed ({redact(failure, self.config.secrets())})"
+        log.log(logging.INFO if seen else logging.WARNING, "mcp upstream %s: %s; it was abandoned (counted lost) and the session goes on%s",
+                self.name, what, "" if seen else f"; more of {method} lost are logged at INFO")
 
     @property  # type: ignore[override]
     def phase(self) -> str | None:

@@ -5,8 +5,11 @@ Over streamable HTTP the SDK sends a notification (`notifications/initialized`,
 writes every message of the session, and waits there for the HTTP answer (`202 Accepted`): a
 server that never answered such a POST held every later message of the session behind it, until
 the HTTP read timeout (300 s). Such a POST is given `bound` seconds; past them, it is abandoned
-(its connection closed), counted lost, and the SDK is told `202`, so the session goes on. A
-request keeps the HTTP client's timeouts and its call's own `timeout`.
+(its connection closed), counted lost, and the SDK is told `202`, so the session goes on. So is
+one that fails (a connection the server or a proxy closed without an answer): the SDK's writer
+ended on it, and every later call of the session failed until a liveness probe noticed. A
+request keeps the HTTP client's timeouts and its call's own `timeout`, and a request that cannot
+be sent still ends the session.
 """
 
 from __future__ import annotations
@@ -53,26 +56,31 @@ def notice_method(request: httpx2.Request) -> str | None:
 
 class NoticePosts:
     """The POSTs of one session that carry no request: each is waited for at most `bound`
-    seconds; `on_lost(method, bound)` is called for each one abandoned at its bound."""
+    seconds; `on_lost(method, bound, error)` is called for each one abandoned at its bound (error
+    None) or failed."""
 
-    def __init__(self, bound: float, on_lost: Callable[[str, float], None]) -> None:
+    def __init__(self, bound: float, on_lost: Callable[[str, float, Exception | None], None]) -> None:
         self.bound = bound
         self.on_lost = on_lost
         self.waiting: dict[anyio.CancelScope, str] = {}  # the POSTs waiting for their answer -> what they carry
-        self.lost: set[str] = set()  # what the POSTs abandoned at their bound carried
+        self.lost: set[str] = set()  # what the POSTs abandoned carried
 
     async def post(self, method: str, request: httpx2.Request, send: Callable[[], Any]) -> httpx2.Response:
-        """`send()` the POST, waiting at most `bound` for its answer; past it, a `202` made up."""
+        """`send()` the POST, waiting at most `bound` for its answer; past it, or when it fails,
+        a `202` made up."""
         bound = self.bound
+        error: Exception | None = None
         with anyio.CancelScope(deadline=anyio.current_time() + bound) as scope:
             self.waiting[scope] = method
             try:
                 return await send()
+            except httpx2.TransportError as exc:
+                error = exc
             finally:
                 del self.waiting[scope]
-        # its deadline passed
+        # its deadline passed, or it failed
         self.lost.add(method)
-        self.on_lost(method, bound)
+        self.on_lost(method, bound, error)
         return httpx2.Response(202, request=request)  # what the SDK expects of a notification
 
 

@@ -1,7 +1,8 @@
-"""MCP upstreams over streamable HTTP whose server never answers the POST of a notification: the
-POST is abandoned after its bound (`ping_timeout`; at most half of `start_timeout` until the
-first listing), counted lost and logged, and the session goes on. The SDK sent such a POST in
-the one task that writes every message of the session, so every later request waited behind it."""
+"""MCP upstreams over streamable HTTP whose server never answers the POST of a notification, or
+closes its connection unanswered: the POST is abandoned after its bound (`ping_timeout`; at most
+half of `start_timeout` until the first listing) or its failure, counted lost and logged, and the
+session goes on. The SDK sent such a POST in the one task that writes every message of the
+session, so every later request waited behind it, or failed once that task had ended on it."""
 
 from __future__ import annotations
 
@@ -145,3 +146,48 @@ async def test_a_cancelled_notification_never_answered_holds_the_session_only_fo
     said = [(r.levelno, r.getMessage()) for r in caplog.records if "did not answer the POST of notifications/cancelled" in r.getMessage()]
     assert [level for level, _ in said] == [logging.WARNING, logging.INFO], said
     assert "within 0.5s" in said[0][1]
+
+
+@contextlib.asynccontextmanager
+async def dropping(base: str, marker: bytes) -> AsyncIterator[str]:
+    """A TCP relay to the server at `base` that closes the connection, unanswered, of a request
+    whose bytes hold `marker`; yields its own base URL."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cut: asyncio.StreamWriter | None) -> None:
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                if cut is not None and marker in data:
+                    cut.transport.abort()
+                    writer.transport.abort()
+                    return
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def relay(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        server_reader, server_writer = await asyncio.open_connection(host, int(port))
+        await asyncio.gather(pipe(client_reader, server_writer, client_writer), pipe(server_reader, client_writer, None))
+
+    relay_server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{relay_server.sockets[0].getsockname()[1]}"
+    finally:
+        relay_server.close()
+
+
+async def test_a_notification_whose_connection_is_closed_unanswered_is_lost_and_the_session_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    """The SDK's writer of the session's messages ended on the failed POST of a notification, and
+    every later call failed (`the connection closed during echo`) while the upstream stayed ready."""
+    server, _ = build_server()
+    async with serve_asgi(server.streamable_http_app()) as base, dropping(base, b'"notifications/cancelled"') as relayed:
+        async with make_bridge(relayed, timeout=10) as bridge:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(bridge.invoker.invoke("remote__hang", {}), 0.3)
+            for attempt in range(2):
+                echoed = await bridge.invoker.invoke("remote__echo", {"text": f"after {attempt}"})
+                assert echoed.status == "succeeded" and echoed.content[0]["text"] == f"after {attempt}", echoed.error
+            assert (await bridge.catalog.slot("remote").upstream.health())["lost_notifications"] == {"notifications/cancelled": 1}
+    said = [r.getMessage() for r in caplog.records if "the POST of notifications/cancelled to" in r.getMessage()]
+    assert len(said) == 1 and f"to {relayed}/mcp failed (RemoteProtocolError: " in said[0], said
+
