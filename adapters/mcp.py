@@ -392,7 +392,7 @@ class MCPUpstream(Upstream):
             failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
             what = f"the POST of {method} to {url} failed ({redact(failure, self.config.secrets())})"
         log.log(logging.INFO if seen else logging.WARNING, "mcp upstream %s: %s; it was abandoned (counted lost) and the session goes on%s",
-                self.name, what, "" if seen else f"; more of {method} lost are logged at INFO")
+                self.name, what, "" if seen else "; the next ones lost are logged at INFO")
 
     @property  # type: ignore[override]
     def phase(self) -> str | None:
