@@ -332,6 +332,10 @@ def error_guidance(error: ToolError, tool_name: str | None) -> str:
         return "The bridge has no credentials for this tool's upstream; an operator must configure them. Use another tool meanwhile."
     if cls == "setup_required":
         return "The tool's upstream needs setup by an operator before it can be used. Use another tool meanwhile."
+    if error.recoverability == "setup":
+        # a certificate the bridge cannot verify, a proxy it cannot use: every retry fails the same way
+        return ("The tool's upstream cannot be reached until an operator fixes the bridge's configuration, as the message above says; "
+                "do not retry. Use another tool meanwhile.")
     if cls == "timeout":
         return "The call took too long; retry it, perhaps with a smaller request."
     if cls in ("rate_limited", "dependency_unavailable"):

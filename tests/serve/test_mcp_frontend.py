@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 
 import httpx2
 import mcp.types as types
@@ -497,3 +498,38 @@ async def test_a_stored_result_of_a_tool_with_an_output_schema_answers_its_struc
         assert json.loads(stored.contents[0].text)["content"][0]["text"] == "E" * 5000
         with pytest.raises(MCPError, match="no stored result"):
             await client.read("bridge://results/blob_nothing")
+
+
+async def test_a_setup_failure_is_not_answered_with_retry_later(tmp_path):
+    """A server certificate the bridge cannot verify fails every attempt alike: the guidance says
+    an operator must fix the configuration, not to retry."""
+    pytest.importorskip("cryptography.x509")
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from tests.adapters.test_openapi_tls import _issue, _key_pem, _pem
+
+    cert, key = _issue("127.0.0.1", None, ip="127.0.0.1")  # self-signed: no CA the bridge knows
+    (tmp_path / "server.pem").write_bytes(_pem(cert) + _key_pem(key))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(tmp_path / "server.pem"))
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/open", answer)
+    doc = {"openapi": "3.1.0", "info": {"title": "t", "version": "1"},
+           "paths": {"/open": {"get": {"operationId": "open", "responses": {"200": {"description": "ok"}}}}}}
+    (tmp_path / "api.json").write_text(json.dumps(doc))
+    server = TestServer(app, host="127.0.0.1", scheme="https")
+    await server.start_server(ssl=context)
+    config = {"upstreams": [{"name": "svc", "kind": "openapi", "spec": str(tmp_path / "api.json"),
+                             "base_url": f"https://127.0.0.1:{server.port}"}]}
+    try:
+        async with served_bridge(config, []) as srv, http_client(srv.url, MODERN) as client:
+            failed = await client.call("svc__open", {})
+    finally:
+        await server.close()
+    assert error_class(failed) == "dependency_unavailable"
+    text = text_of(failed)
+    assert "cannot be verified" in text and "do not retry" in text and "retry later" not in text, text
