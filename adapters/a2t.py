@@ -392,7 +392,7 @@ class A2TUpstream(Upstream):
         try:
             return await self._http.request("POST", url, body=body, headers=headers, timeout=ctx.timeout, retry_statuses=_RETRY_INVOKE)
         except BridgeError as exc:
-            if exc.error_class == "dependency_unavailable":  # no answer at all: the server is gone
+            if exc.error_class == "dependency_unavailable" and exc.recoverability != "setup":  # no answer at all: the server is gone
                 self.emit(UpstreamEvent("unavailable", reason=exc.message))
             raise
 

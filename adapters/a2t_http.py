@@ -1,7 +1,7 @@
 """The HTTP side of an `a2t` upstream: one pooled aiohttp session, JSON requests with a response
 size cap, retries of 5xx answers and connection failures with backoff (honouring Retry-After
-within the call's time budget), and the error class of an HTTP failure. URLs in messages never
-carry credentials."""
+within the call's time budget; a server certificate that fails its check is not retried), and
+the error class of an HTTP failure. URLs in messages never carry credentials."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from yarl import URL
 
 from adapters.http_body import read_body
 from adapters.http_proxy import proxied_session
+from adapters.http_tls import certificate_failure
 from bridge.model import BridgeError, ErrorClass, ToolError, UpstreamResult
 from bridge.translate.http import retry_after_seconds
 from bridge.translate.wire import TOOL_RESULT_KEY, result_from_envelope, tool_error_from_body
@@ -25,6 +26,8 @@ from bridge.translate.wire import TOOL_RESULT_KEY, result_from_envelope, tool_er
 __all__ = ["RetryConfig", "HTTPAnswer", "A2THttp", "safe_url", "class_of_status", "error_result_of"]
 
 USER_AGENT = "a2t-bridge (a2t upstream)"
+# how to make a server certificate of a private CA pass: the session checks against the system's CAs
+TRUST = "add the CA that signed it to the system's CAs (or start the bridge with SSL_CERT_FILE naming a bundle that holds it)"
 
 
 class RetryConfig(BaseModel):
@@ -153,7 +156,8 @@ class A2THttp:
                       headers: dict[str, str] | None = None, timeout: float, retry_statuses: frozenset[int]) -> HTTPAnswer:
         """Send one request, retrying `retry_statuses` answers and connection failures while the
         time budget `timeout` allows. Raises BridgeError (`dependency_unavailable` or `timeout`)
-        when no answer came; returns the last answer otherwise."""
+        when no answer came, at once (recoverability `setup`) for a server certificate that fails
+        its check; returns the last answer otherwise."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         attempt = 0
@@ -169,6 +173,10 @@ class A2THttp:
                 raise BridgeError(f"{method} {safe_url(url)} did not answer within {timeout:g}s", error_class="timeout",
                                   recoverability="retry") from None
             except aiohttp.ClientConnectionError as exc:
+                if (refused := certificate_failure(exc, trust=TRUST, address="url")) is not None:
+                    # a setup problem, not an outage: every attempt fails alike, and the server is not down
+                    raise BridgeError(f"{method} {safe_url(url)}: {refused}", error_class="dependency_unavailable",
+                                      recoverability="setup") from None
                 failure = BridgeError(f"{safe_url(url)} is unreachable: {type(exc).__name__}: {exc}",
                                       error_class="dependency_unavailable", recoverability="retry_later", retry_after=1.0)
             except aiohttp.ClientError as exc:
