@@ -18,7 +18,7 @@ from yarl import URL
 
 from adapters.http_body import read_body
 from adapters.http_proxy import proxied_session
-from adapters.http_tls import certificate_failure
+from adapters.http_tls import SYSTEM_TRUST, certificate_failure
 from bridge.model import BridgeError, ErrorClass, ToolError, UpstreamResult
 from bridge.translate.http import retry_after_seconds
 from bridge.translate.wire import TOOL_RESULT_KEY, result_from_envelope, tool_error_from_body
@@ -26,8 +26,6 @@ from bridge.translate.wire import TOOL_RESULT_KEY, result_from_envelope, tool_er
 __all__ = ["RetryConfig", "HTTPAnswer", "A2THttp", "safe_url", "class_of_status", "error_result_of"]
 
 USER_AGENT = "a2t-bridge (a2t upstream)"
-# how to make a server certificate of a private CA pass: the session checks against the system's CAs
-TRUST = "add the CA that signed it to the system's CAs (or start the bridge with SSL_CERT_FILE naming a bundle that holds it)"
 
 
 class RetryConfig(BaseModel):
@@ -173,7 +171,7 @@ class A2THttp:
                 raise BridgeError(f"{method} {safe_url(url)} did not answer within {timeout:g}s", error_class="timeout",
                                   recoverability="retry") from None
             except aiohttp.ClientConnectionError as exc:
-                if (refused := certificate_failure(exc, trust=TRUST, address="url")) is not None:
+                if (refused := certificate_failure(exc, trust=SYSTEM_TRUST, address="url")) is not None:
                     # a setup problem, not an outage: every attempt fails alike, and the server is not down
                     raise BridgeError(f"{method} {safe_url(url)}: {refused}", error_class="dependency_unavailable",
                                       recoverability="setup") from None

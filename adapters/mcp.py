@@ -42,6 +42,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError, model_validator
 
 from adapters.http_proxy import loopback_mounts
+from adapters.http_tls import SYSTEM_TRUST, certificate_failure
 from adapters.mcp_get_stream import GetStreamWatch
 from adapters.mcp_http import RESUMED_TOO_OFTEN, answer_too_large, bound_answer, quiet_sdk_refusals
 from adapters.mcp_notices import NoticeClient, NoticePosts
@@ -179,8 +180,8 @@ class MCPConfig(UpstreamConfig):
 
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
-    """The TLS context of every HTTP session, made once (httpx's default: certifi's CA bundle, or
-    SSL_CERT_FILE): making one reads the bundle, 30 ms of CPU on the event loop, which each
+    """The TLS context of every HTTP session, made once (httpx's default: the system's CAs, or
+    SSL_CERT_FILE or SSL_CERT_DIR): making one reads the bundle, 30 ms of CPU on the event loop, which each
     connection did, so every retry of a server that cannot be reached."""
     return httpx2.create_ssl_context()
 
@@ -217,6 +218,7 @@ class MCPUpstream(Upstream):
         self._notices: NoticePosts | None = None  # the HTTP session's POSTs that carry no request
         self.lost_notifications: dict[str, int] = {}  # method -> POSTs of it the server never answered
         self._session_listed = False  # the session's first listing is done (its start is over)
+        self._certificate: str | None = None  # a server certificate that failed its check, since start
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -232,6 +234,7 @@ class MCPUpstream(Upstream):
         self._session_forgotten = False
         self._notices = None
         self._session_listed = False
+        self._certificate = None
         self._cancel_relist()
         self._cancel_renewal()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -329,7 +332,8 @@ class MCPUpstream(Upstream):
         # the SDK's create_mcp_http_client, with the TLS context made once
         http = NoticeClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
                             verify=_tls_context(), event_hooks={"response": [self._on_http_response]},
-                            mounts=loopback_mounts(cfg.url), watch=GetStreamWatch(self._get_stream_given_up), notices=self._notices)
+                            mounts=loopback_mounts(cfg.url), watch=GetStreamWatch(self._get_stream_given_up), notices=self._notices,
+                            on_error=self._on_http_error)
         await stack.enter_async_context(http)
         stack.push_async_callback(self._end_http_session, http)  # once the session has closed, before the client
         assert cfg.url is not None
@@ -408,6 +412,19 @@ class MCPUpstream(Upstream):
         if notices.lost:
             return f"listing the tools; {self.config.display_url()} did not answer the POST of {', '.join(sorted(notices.lost))}"
         return None
+
+    def _on_http_error(self, exc: Exception) -> None:
+        """A request without an answer: a server certificate that fails its check is kept, so that
+        the calls the lost session fails say so (the SDK fails them as a closed connection)."""
+        if (failure := self._certificate_failure(exc)) is not None:
+            self._certificate = failure
+
+    def _certificate_failure(self, exc: BaseException) -> str | None:
+        """`<url>: the certificate of host:port cannot be verified (...): <fix>`, or None."""
+        parts = urllib.parse.urlsplit(self.config.url or "")
+        server = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+        failure = certificate_failure(exc, trust=SYSTEM_TRUST, address="url", server=server, verify_tls=False)
+        return f"{self.config.display_url()}: {failure}" if failure is not None else None
 
     def _get_stream_given_up(self, why: str) -> None:
         """The SDK stopped re-opening the session's GET stream, on which the server's change
@@ -489,7 +506,7 @@ class MCPUpstream(Upstream):
         if isinstance(leaf, FileNotFoundError) and self.config.transport == "stdio":
             detail = f"cannot start {where}: {leaf.strerror or leaf}" + (f" ({leaf.filename})" if leaf.filename else "")
         elif isinstance(leaf, httpx2.TransportError):
-            detail = f"HTTP connection to {where} failed: {type(leaf).__name__}: {leaf or 'no answer'}"
+            detail = self._certificate_failure(leaf) or f"HTTP connection to {where} failed: {type(leaf).__name__}: {leaf or 'no answer'}"
         elif isinstance(leaf, MCPError):
             detail = f"{where} answered with MCP error {leaf.code}: {leaf.message}"
         elif isinstance(leaf, (TimeoutError, asyncio.CancelledError)):
@@ -625,6 +642,8 @@ class MCPUpstream(Upstream):
     def _session(self) -> Client:
         client = self._client
         if client is None:
+            if self._certificate is not None:
+                raise self._unavailable("not connected")
             raise BridgeError(
                 f"MCP upstream {self.name!r} is not connected: {self._lost_reason or 'starting'}",
                 error_class="dependency_unavailable",
@@ -844,6 +863,10 @@ class MCPUpstream(Upstream):
         return BridgeError(f"{what}: {redact(str(exc), secrets) or type(exc).__name__}", error_class="execution_failed")
 
     def _unavailable(self, what: str) -> BridgeError:
+        if self._certificate is not None:
+            # a setup problem, not an outage: every attempt fails alike until the CA is trusted
+            return BridgeError(f"MCP upstream {self.name!r}: {what}: {self._certificate}", error_class="dependency_unavailable",
+                               recoverability="setup")
         reason = self._lost_reason or (self._child.lost_reason if self._child else None)
         return BridgeError(
             f"MCP upstream {self.name!r} is unavailable: {reason or what}",

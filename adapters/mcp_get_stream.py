@@ -84,13 +84,24 @@ def _cancelling() -> bool:
 
 
 class WatchedClient(httpx2.AsyncClient):
-    """An `httpx2.AsyncClient` that reports each attempt of the SDK's GET stream to `watch`."""
+    """An `httpx2.AsyncClient` that reports each attempt of the SDK's GET stream to `watch`, and
+    each request that gets no answer to `on_error` (the SDK ends the session over a failed POST
+    without saying why to the request that made it)."""
 
-    def __init__(self, *args: Any, watch: GetStreamWatch, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, watch: GetStreamWatch, on_error: Callable[[Exception], None] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.watch = watch
+        self.on_error = on_error
 
     async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+        try:
+            return await self._send_watched(request, **kwargs)
+        except httpx2.TransportError as exc:
+            if self.on_error is not None:
+                self.on_error(exc)
+            raise
+
+    async def _send_watched(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
         task = asyncio.current_task()
         if request.method != "GET" or task is None or not task.get_name().endswith(_GET_STREAM_TASK):
             return await super().send(request, **kwargs)

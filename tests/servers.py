@@ -55,15 +55,18 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def serve_asgi(app: Any, port: int | None = None, lifespan: str = "on", host: str = "127.0.0.1") -> AsyncIterator[str]:
+async def serve_asgi(app: Any, port: int | None = None, lifespan: str = "on", host: str = "127.0.0.1",
+                     ssl_certfile: str | None = None) -> AsyncIterator[str]:
     """Run `app` on uvicorn at `host` (127.0.0.1), with the HTTP protocol `bridge serve` uses
-    (corked writes); yields the base URL (no trailing slash)."""
+    (corked writes), over TLS with `ssl_certfile` (a PEM file of the certificate and its key);
+    yields the base URL (no trailing slash)."""
     # an explicit IPPROTO_TCP socket lets asyncio set TCP_NODELAY (else ~40 ms stalls per request)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port or 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1)
+    config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1,
+                            ssl_certfile=ssl_certfile)
     server = uvicorn.Server(config)
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # the test owns signals
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -73,7 +76,7 @@ async def serve_asgi(app: Any, port: int | None = None, lifespan: str = "on", ho
                 if task.done():
                     task.result()
                 await asyncio.sleep(0.01)
-        yield f"http://{host}:{port}"
+        yield f"{'https' if ssl_certfile else 'http'}://{host}:{port}"
     finally:
         server.should_exit = True
         with contextlib.suppress(BaseException):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,7 +20,7 @@ import pytest
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from tests.adapters.mcp_fixtures.oversize_http import GET_LOG_BYTES, build_app
-from tests.servers import clear_proxy_environment, forward_proxy, proxy_loopback_too, serve_asgi
+from tests.servers import clear_proxy_environment, forward_proxy, free_port, proxy_loopback_too, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 1 << 20
@@ -255,3 +256,50 @@ async def test_a_server_that_offers_no_get_stream_keeps_its_session(status: str)
         await asyncio.sleep(1.5)  # the SDK has given up (it waits 1 s between tries); nothing follows
         assert server.sessions == 1 and server.gets == 2
         assert bridge.catalog.slot("big").health.state == "ready"
+
+
+async def test_a_server_certificate_that_fails_its_check_is_a_setup_problem_at_start_and_in_calls(tmp_path: Path,
+                                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A certificate no known CA signed fails every attempt alike: the start says so, with the
+    fix, as the upstream's reason (not an unreachable server), and a call of a session whose
+    server took such a certificate fails with recoverability `setup`, not `retry_later`."""
+    pytest.importorskip("cryptography.x509")
+    from adapters import mcp as mcp_adapter
+    from tests.adapters.test_openapi_tls import _issue, _key_pem, _pem
+
+    ca = _issue("test CA", None, ca=True)
+    (tmp_path / "ca.pem").write_bytes(_pem(ca[0]))
+    for name, issuer in (("server.pem", ca), ("stranger.pem", None)):  # the stranger's is self-signed
+        cert, key = _issue("127.0.0.1", issuer, ip="127.0.0.1")
+        (tmp_path / name).write_bytes(_pem(cert) + _key_pem(key))
+    # the system's CAs, as the sessions see them, with the test CA added
+    trusted = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    monkeypatch.setattr(mcp_adapter, "_tls_context", lambda: trusted)
+    app, server = build_app(json_answers=True, get_failures=100, get_failure="405")
+    port = free_port()
+    base = f"https://127.0.0.1:{port}"
+    first = serve_asgi(app, port=port, lifespan="off", ssl_certfile=str(tmp_path / "server.pem"))
+    await first.__aenter__()
+    try:
+        async with make_bridge(base, retry_initial=30) as bridge:
+            assert (await bridge.invoker.invoke("big__echo", {"text": "trusted"})).content[0]["text"] == "trusted"
+            await first.__aexit__(None, None, None)
+            first = serve_asgi(app, port=port, lifespan="off", ssl_certfile=str(tmp_path / "stranger.pem"))
+            await first.__aenter__()
+            begun = asyncio.get_running_loop().time()
+            failed = await bridge.invoker.invoke("big__echo", {"text": "stranger"})
+            assert asyncio.get_running_loop().time() - begun < 1
+            assert failed.error is not None and failed.error.error_class == "dependency_unavailable", failed.error
+            assert failed.error.recoverability == "setup" and failed.error.retry_after is None
+            said = f"{base}/mcp: the certificate of 127.0.0.1:{port} cannot be verified (self-signed certificate): add the CA that signed it"
+            assert said in failed.error.message and "verify_tls" not in failed.error.message  # an MCP upstream has no such key
+            slot = bridge.catalog.slot("big")
+            await until(lambda: slot.health.state != "ready")
+            assert said in (slot.health.reason or ""), slot.health
+        async with make_bridge(base, retry_initial=30) as bridge:
+            slot = bridge.catalog.slot("big")
+            await until(lambda: slot.health.state == "failed")
+            assert (slot.health.reason or "").startswith(said) and "unreachable" not in slot.health.reason
+        assert server.calls == ["echo"]
+    finally:
+        await first.__aexit__(None, None, None)
