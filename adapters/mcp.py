@@ -301,7 +301,10 @@ class MCPUpstream(Upstream):
         finally:
             self._client = None
         if not ready.done():
-            error = ConnectionError(self._failure_text(failure, connecting=True))
+            text = self._failure_text(failure, connecting=True)
+            certificate = self._certificate or (self._certificate_failure(_leaf(failure)) if failure is not None else None)
+            error: Exception = (BridgeError(text, error_class="dependency_unavailable", recoverability="setup") if certificate
+                                else ConnectionError(text))
             error.__cause__ = _leaf(failure) if failure is not None else None  # what the catalog looks at (EMFILE, say)
             ready.set_exception(error)
             return

@@ -127,6 +127,7 @@ class UpstreamSlot:
     unicode_warned: set[str] = field(default_factory=set)  # native ids whose bad text was reported
     long_warned: set[str] = field(default_factory=set)  # native ids whose cut description was reported
     failure_warned: str | None = None  # the reason of the failed attempts warned about since the last success
+    needs_setup: bool = False  # the last attempt failed as no retry can cure (recoverability setup: a certificate, a proxy)
     stopping: str | None = None  # why new calls are refused while the calls in flight end (`Catalog._stop`)
     calls: int = 0  # calls in flight (`calling`)
     idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while no call is in flight
@@ -405,6 +406,7 @@ class Catalog:
                 delay = self._backoff(slot, attempt)
                 attempt += 1
                 slot.retry_at = loop.time() + delay
+                slot.needs_setup = _needs_setup(exc)
                 self._mark(slot, "failed" if not slot.tools else "unavailable", reason, next_retry=delay)
                 slot.first_attempt.set()
                 # a reason warned once; its repeats at INFO: 60 broken upstreams otherwise wrote
@@ -417,6 +419,7 @@ class Catalog:
                 continue
             slot.retry_at = None
             slot.failure_warned = None
+            slot.needs_setup = False
             slot.first_attempt.set()
             return
 
@@ -827,6 +830,10 @@ class Catalog:
                 recoverability="retry_later",
                 retry_after=1.0,
             )
+        if slot.health.state != "ready" and slot.needs_setup:
+            # the catalog still tries again (the configuration may be fixed meanwhile), the caller should not
+            raise BridgeError(f"upstream {slot.name!r} is {slot.health.state}: {slot.health.reason}",
+                              error_class="dependency_unavailable", recoverability="setup")
         if slot.health.state != "ready":
             raise BridgeError(
                 f"upstream {slot.name!r} is {slot.health.state}: {slot.health.reason or 'starting'}",
@@ -921,6 +928,13 @@ def _reason(exc: BaseException, timeout_text: str) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) < 500 else text[:497] + "..."
 
+
+
+def _needs_setup(exc: BaseException) -> bool:
+    """Whether a failed attempt said only a change of configuration cures it."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return isinstance(exc, BridgeError) and exc.recoverability == "setup"
 
 
 def _out_of_files(exc: BaseException) -> str | None:

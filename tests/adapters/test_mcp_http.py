@@ -294,8 +294,12 @@ async def test_a_server_certificate_that_fails_its_check_is_a_setup_problem_at_s
             said = f"{base}/mcp: the certificate of 127.0.0.1:{port} cannot be verified (self-signed certificate): add the CA that signed it"
             assert said in failed.error.message and "verify_tls" not in failed.error.message  # an MCP upstream has no such key
             slot = bridge.catalog.slot("big")
-            await until(lambda: slot.health.state != "ready")
-            assert said in (slot.health.reason or ""), slot.health
+            await until(lambda: slot.health.next_retry_in is not None)  # lost, and a reconnect failed the same way
+            assert slot.health.state == "unavailable" and said in (slot.health.reason or ""), slot.health
+            # its tools answer so while it is down: an operator must act, waiting will not help
+            down = await bridge.invoker.invoke("big__echo", {"text": "meanwhile"})
+            assert down.error is not None and down.error.recoverability == "setup" and down.error.retry_after is None, down.error
+            assert said in down.error.message
         async with make_bridge(base, retry_initial=30) as bridge:
             slot = bridge.catalog.slot("big")
             await until(lambda: slot.health.state == "failed")
