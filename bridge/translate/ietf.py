@@ -224,7 +224,10 @@ def _output_type(schema: Any) -> str:
         return "json"
     if _string_enum(schema) is not None:
         return "enum"
-    return {"string": "string", "integer": "int"}.get(schema.get("type"), "json")  # type: ignore[arg-type]
+    declared = schema.get("type")
+    if isinstance(declared, list):  # ["string"] is a string; ["string", "null"] may be null, which only json says
+        declared = declared[0] if len(declared) == 1 else None
+    return {"string": "string", "integer": "int"}.get(declared, "json") if isinstance(declared, str) else "json"
 
 
 def output_parameters(output_schema: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from bridge.translate.ietf import (
     DRAFT_INT_MAX,
     INT_UNBOUNDED,
     flat_parameters,
+    output_parameters,
     parse_invocation,
     parse_invocation_response,
     parse_signature,
@@ -152,3 +153,11 @@ def test_outputs_and_envelope_round_trip():
     assert plain.structured_content == {"Temperature": 80}
     text = render_outputs(ToolResult(result_id="r", invocation_id="i", status="succeeded", content=[{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]), None)
     assert text["output_parameters"] == [{"name": "result", "value": "a\nb"}]
+
+
+def test_an_output_property_of_several_types_is_json():
+    # OpenAPI 3.0's `nullable` becomes ["string", "null"]; the type list was looked up as a dict
+    # key and every listing of such a tool answered 500
+    params = output_parameters({"type": "object", "properties": {
+        "a": {"type": ["string", "null"]}, "b": {"type": ["integer"]}, "c": {"type": ["string", "integer"]}, "d": {"type": "string"}}})
+    assert [p["type"] for p in params] == ["json", "int", "json", "string"]
