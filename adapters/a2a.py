@@ -357,10 +357,11 @@ class A2AUpstream(Upstream):
         await self.close()
         cfg = self.config
         connect = min(10.0, cfg.start_timeout)
+        direct = _BoundedTransport(cfg.max_response_bytes)
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False,
-            headers={"User-Agent": "a2t-bridge", "Accept-Encoding": "identity"}, transport=_BoundedTransport(cfg.max_response_bytes),
-            mounts=loopback_direct(_proxy_mounts(cfg.max_response_bytes), cfg.base_url or cfg.card_url),
+            headers={"User-Agent": "a2t-bridge", "Accept-Encoding": "identity"}, transport=direct,
+            mounts=loopback_direct(_proxy_mounts(cfg.max_response_bytes), direct),
         )
         secrets = cfg.auth.secrets()
         if secrets:

@@ -7,11 +7,12 @@ request. Here the variables are read once, when a session is made, and every req
 session makes goes through the proxy its URL's scheme gets (`HTTP_PROXY`, `HTTPS_PROXY`, else
 `ALL_PROXY`; either case), unless `NO_PROXY` names its host or the host is a loopback one.
 
-A loopback host is always reached directly, by every upstream kind (`localhost`, 127.0.0.0/8 and
-`::1` for these sessions; for the httpx clients of the MCP and A2A upstreams, whose mounts name
-hosts, not ranges, `localhost`, 127.0.0.1, `::1` and the upstream's own host when it is another
-loopback address): a proxy set for the whole machine cannot reach the bridge's own loopback
+A loopback host (`localhost`, `localhost.`, 127.0.0.0/8, `::1`) is always reached directly, by
+every upstream kind: a proxy set for the whole machine cannot reach the bridge's own loopback
 services (the `launch:` sidecars, the demo upstreams), and `NO_PROXY` often does not name them.
+httpx's mounts name hosts, not ranges: the A2A client's proxy transports send a loopback host's
+requests to its direct one (`LoopbackDirect`), and the MCP client, which only ever asks its one
+URL, mounts `localhost`, 127.0.0.1, `::1` and that URL's host when it is another loopback one.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ import urllib.request
 from typing import Any
 
 import aiohttp
+import httpx
 from yarl import URL
 
 from bridge.model import BridgeError
 from bridge.serve.auth import is_loopback
 
-__all__ = ["EnvironmentProxies", "proxied_session", "loopback_direct", "loopback_mounts", "LOOPBACK_DIRECT"]
+__all__ = ["EnvironmentProxies", "LoopbackDirect", "proxied_session", "loopback_direct", "loopback_mounts", "LOOPBACK_DIRECT"]
 
 LOOPBACK_DIRECT = True  # loopback hosts skip the proxies (the tests of proxying turn it off)
 # httpx's mounts for the loopback hosts, to the client's own direct transport (None)
@@ -53,13 +55,31 @@ def loopback_mounts(url: str | None = None) -> dict[str, None]:
     return dict.fromkeys(_loopback_patterns(url))
 
 
-def loopback_direct(mounts: dict[str, object], url: str | None = None) -> dict[str, object]:
-    """An httpx client's `mounts` (from the environment's proxies), with the loopback hosts (and
-    `url`'s, when it is one) reached directly when there is any proxy to skip; httpx picks a
-    host's own pattern over a scheme's, so these win over `http://` and `all://`."""
-    if not LOOPBACK_DIRECT or not any(v is not None for v in mounts.values()):
+class LoopbackDirect(httpx.AsyncBaseTransport):
+    """A proxy's transport that sends the requests for a loopback host to the client's direct
+    transport instead, whatever its address in 127.0.0.0/8 (a card may name any)."""
+
+    def __init__(self, proxied: httpx.AsyncBaseTransport, direct: httpx.AsyncBaseTransport) -> None:
+        self.proxied = proxied
+        self.direct = direct
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        chosen = self.direct if is_loopback(request.url.host) else self.proxied
+        return await chosen.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.proxied.aclose()  # the direct transport is the client's own, closed with it
+
+
+def loopback_direct(
+    mounts: dict[str, httpx.AsyncBaseTransport | None], direct: httpx.AsyncBaseTransport
+) -> dict[str, httpx.AsyncBaseTransport | None]:
+    """An httpx client's `mounts` (from the environment's proxies), each proxy's transport sending
+    a loopback host's requests to `direct`, the client's own transport."""
+    if not LOOPBACK_DIRECT:
         return mounts
-    return {**mounts, **dict.fromkeys(_loopback_patterns(url))}
+    return {pattern: None if t is None else LoopbackDirect(t, direct) for pattern, t in mounts.items()}
+
 
 _SPOKEN = ("http", "https")  # proxy schemes aiohttp connects through
 

@@ -37,9 +37,9 @@ def authenticate(server: ServerConfig, authorization: str | None) -> AuthResult:
 
 
 def is_loopback(host: str) -> bool:
-    """`localhost` or a loopback address (127.0.0.0/8, ::1); a name such as `127.0.0.1.example`
-    is none: it resolves wherever its DNS says."""
-    if host == "localhost":
+    """`localhost` (any case, `localhost.` too) or a loopback address (127.0.0.0/8, ::1); a name
+    such as `127.0.0.1.example` is none: it resolves wherever its DNS says."""
+    if host.lower().removesuffix(".") == "localhost":
         return True
     try:
         return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback

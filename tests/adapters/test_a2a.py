@@ -156,6 +156,23 @@ async def test_an_agent_on_another_loopback_address_is_reached_directly_whatever
         assert seen == []
 
 
+async def test_interfaces_a_card_names_on_other_loopback_addresses_are_reached_directly_whatever_the_proxies(monkeypatch):
+    """The card on 127.0.0.1 names the agent's interfaces on 127.0.0.3, a host no mount names:
+    every loopback address is reached directly, not only the card's."""
+    clear_proxy_environment(monkeypatch)
+    async with agent(host="127.0.0.3") as (elsewhere, control), forward_proxy() as (proxy, seen):
+        async with card_host(_card_json(control), []) as home:
+            monkeypatch.setenv("HTTP_PROXY", proxy)
+            async with bridge(base_url=home) as b:
+                assert (await b.invoker.invoke("peer__echo", {"message": "direct"})).status == "succeeded"
+            assert [r for r in control.requests if not r["path"].startswith("/.well-known")]  # the calls went there
+            assert seen == []
+            proxy_loopback_too(monkeypatch)
+            async with bridge(base_url=home) as b:
+                assert (await b.invoker.invoke("peer__echo", {"message": "proxied"})).status == "succeeded"
+            assert any(line.startswith(f"POST {elsewhere}") for line in seen), seen
+
+
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_agents_are_reached_through_the_environment_proxy_unless_no_proxy_names_them(streaming, monkeypatch):
     """HTTP_PROXY/ALL_PROXY/NO_PROXY count as for any httpx client, and max_response_bytes still

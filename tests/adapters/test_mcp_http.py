@@ -218,6 +218,18 @@ async def test_a_server_on_another_loopback_address_is_reached_directly_whatever
         assert seen == []
 
 
+def test_the_servers_own_loopback_host_is_mounted_direct_in_any_of_its_forms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`localhost.` (a fully qualified `localhost`) is loopback too; a name under another domain is not."""
+    from adapters.http_proxy import loopback_mounts
+
+    clear_proxy_environment(monkeypatch)
+    assert loopback_mounts("http://127.0.0.2:8/mcp") == {}  # no proxy to skip
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    assert "all://localhost." in loopback_mounts("https://localhost.:8/mcp")
+    assert "all://127.0.0.2" in loopback_mounts("http://127.0.0.2:8/mcp")
+    assert set(loopback_mounts("https://localhost.example/mcp")) == {"all://localhost", "all://127.0.0.1", "all://[::1]"}
+
+
 @pytest.mark.parametrize("failure", ["oversize", "cut", "502"])
 async def test_a_get_stream_the_sdk_gives_up_on_is_noticed_and_the_session_replaced(failure: str, caplog: pytest.LogCaptureFixture) -> None:
     """The SDK stops re-opening the GET stream of server messages after two failures in a row

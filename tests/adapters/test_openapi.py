@@ -252,6 +252,34 @@ async def test_openapi_31_document_loaded_from_a_url(api):
         assert text.content == [{"type": "text", "text": "# Read me\nplain text"}] and text.structured_content is None
 
 
+async def test_a_server_on_another_loopback_address_is_reached_directly_whatever_the_proxies(monkeypatch):
+    """All of 127.0.0.0/8 is loopback, and `localhost.` (the root's) is `localhost`."""
+    from yarl import URL
+
+    from adapters.http_proxy import EnvironmentProxies
+
+    clear_proxy_environment(monkeypatch)
+    server = TestServer(Api().app(), host="127.0.0.2")
+    await server.start_server()
+    base = str(server.make_url("")).rstrip("/")
+    try:
+        async with forward_proxy() as (proxy, seen):
+            monkeypatch.setenv("HTTP_PROXY", proxy)
+            async with bridge_for(base + "/openapi.yaml", include=["numbers"]) as bridge:
+                assert (await call(bridge, "numbers")).structured_content == {"result": [1, 2, 3]}
+            assert seen == []
+            routes = EnvironmentProxies()
+            direct = ("http://127.0.0.2:8/", "http://127.9.8.7/", "http://localhost./", "http://LocalHost:8/", "http://[::1]:8/")
+            assert [routes.route(URL(u))[0] for u in direct] == [None] * len(direct)
+            assert str(routes.route(URL("http://localhost.example/"))[0]) == proxy
+            proxy_loopback_too(monkeypatch)
+            async with bridge_for(base + "/openapi.yaml", include=["numbers"]) as bridge:
+                assert (await call(bridge, "numbers")).structured_content == {"result": [1, 2, 3]}
+            assert seen == [f"GET {base}/openapi.yaml", f"GET {base}/numbers"]
+    finally:
+        await server.close()
+
+
 async def test_the_document_and_the_calls_go_through_the_environment_proxy_unless_no_proxy_names_the_host(api, monkeypatch):
     _, base = api
     clear_proxy_environment(monkeypatch)

@@ -272,9 +272,9 @@ def test_a_started_server_settles_the_garbage_collector():
 def test_only_loopback_addresses_and_localhost_count_as_loopback():
     from bridge.serve.auth import is_loopback
 
-    assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"))
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "localhost.", "LOCALHOST", "::1", "[::1]"))
     # a name that starts like one resolves wherever its DNS says
-    assert not any(is_loopback(h) for h in ("127.0.0.1.nip.io", "127.example", "0.0.0.0", "::", "10.0.0.1", ""))
+    assert not any(is_loopback(h) for h in ("127.0.0.1.nip.io", "127.example", "localhost.example", "0.0.0.0", "::", "10.0.0.1", ""))
 
 
 def _socket_inodes(*pids: int) -> set[str]:
