@@ -42,7 +42,7 @@ from bridge.config import BridgeConfig
 from bridge.invoke import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
 from bridge.runtime import Bridge, reload_on_hangup, search_index_released, settle_gc
-from bridge.serve.auth import authenticate, is_loopback
+from bridge.serve.auth import authenticate
 from bridge.serve.mcp_meta import (
     CALL_TOOL,
     SEARCH_TOOLS,
@@ -509,8 +509,8 @@ def transport_security_for(host: str, public_url: str | None = None) -> Transpor
     the bound host when it is a name or a specific address, and the public URL's host."""
     hosts, origins = list(_LOOPBACK_HOSTS), list(_LOOPBACK_ORIGINS)
     wildcard = host in ("", "0.0.0.0", "::", "[::]")
-    if not wildcard and not is_loopback(host):
-        name = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    name = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    if not wildcard and f"{name}:*" not in hosts:  # another loopback address (127.0.0.2) too: clients name it
         hosts += [name, f"{name}:*"]
         origins += [f"http://{name}", f"https://{name}", f"http://{name}:*", f"https://{name}:*"]
     if public_url:

@@ -153,13 +153,14 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def served_bridge(config: dict[str, Any], upstreams: list[FakeUpstream], **frontend_options: Any) -> AsyncIterator[Served]:
-    """A started Bridge over FakeUpstreams, its MCP frontend on uvicorn at 127.0.0.1."""
+async def served_bridge(config: dict[str, Any], upstreams: list[FakeUpstream], host: str = "127.0.0.1",
+                        **frontend_options: Any) -> AsyncIterator[Served]:
+    """A started Bridge over FakeUpstreams, its MCP frontend on uvicorn at `host` (127.0.0.1)."""
     bridge = Bridge(parse_config({"store": {"path": ":memory:"}, **config}), extra_upstreams=list(upstreams))
     await bridge.start()
     frontend = MCPFrontend(bridge, **frontend_options)
     try:
-        async with serve_asgi(frontend.http_app([], host="127.0.0.1")) as url:
+        async with serve_asgi(frontend.http_app([], host=host), host=host) as url:
             yield Served(url, bridge, frontend)
     finally:
         await frontend.aclose()

@@ -89,6 +89,14 @@ async def test_dns_rebinding_protection_checks_host_and_origin():
         assert fine.status_code == 200
 
 
+async def test_a_bridge_bound_to_another_loopback_address_accepts_that_host():
+    """A bind to 127.0.0.2 is loopback (no token needed) and clients name it in their Host header."""
+    async with served_bridge({}, upstreams(), host="127.0.0.2") as srv:
+        assert (await post(srv.url, INITIALIZE, ACCEPT)).status_code == 200
+        assert (await post(srv.url, INITIALIZE, {**ACCEPT, "Host": "127.0.0.3"})).status_code == 421
+    assert "localhost.:*" in transport_security_for("localhost.").allowed_hosts
+
+
 def test_transport_security_for_names_and_public_url():
     loopback = transport_security_for("127.0.0.1")
     assert loopback.enable_dns_rebinding_protection and loopback.allowed_hosts == ["127.0.0.1:*", "localhost:*", "[::1]:*"]
