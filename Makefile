@@ -18,8 +18,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	@touch $(STAMP)
 
+# bridge serve's options, passed only when given on make's command line (`make serve PORT=9000`,
+# `make serve HOST=127.0.0.2 ARGS=-v`), not from the environment, where shells and hosting
+# platforms set HOST and PORT for their own uses
+given = $(if $(filter command line,$(origin $(1))),$($(1)))
+SERVE_OPTIONS = $(if $(call given,HOST), --host $(call given,HOST))$(if $(call given,PORT), --port $(call given,PORT))$(if $(call given,ARGS), $(call given,ARGS))
+
 serve: $(STAMP)
-	$(VENV)/bin/bridge serve -c $(CONFIG)
+	$(VENV)/bin/bridge serve -c $(CONFIG)$(SERVE_OPTIONS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q

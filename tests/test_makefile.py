@@ -1,0 +1,39 @@
+"""The Makefile's `serve` target: the command line it runs (`make -n`), with and without options."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+
+
+def serve_command(*assignments: str, **environment: str) -> str:
+    """The `bridge serve` line `make serve` would run, given `assignments` on make's command line."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "HOST", "PORT", "ARGS", "CONFIG")}
+    done = subprocess.run(["make", "-n", "-s", "serve", *assignments], cwd=ROOT, env=env | environment,
+                          capture_output=True, text=True, timeout=30, check=True)
+    return [line for line in done.stdout.splitlines() if "bridge serve" in line][-1]
+
+
+def test_make_serve_alone_runs_bridge_serve_on_the_demo_config():
+    assert serve_command() == ".venv/bin/bridge serve -c configs/demo.yaml"
+    assert serve_command("PORT=") == ".venv/bin/bridge serve -c configs/demo.yaml"
+
+
+def test_make_serve_passes_port_host_and_args_given_on_its_command_line():
+    assert serve_command("PORT=9999") == ".venv/bin/bridge serve -c configs/demo.yaml --port 9999"
+    assert serve_command("HOST=127.0.0.2", "PORT=0", "ARGS=-v --insecure", "CONFIG=my.yaml") == (
+        ".venv/bin/bridge serve -c my.yaml --host 127.0.0.2 --port 0 -v --insecure"
+    )
+
+
+def test_make_serve_ignores_host_and_port_in_the_environment():
+    """Shells and hosting platforms export HOST (the machine's name) and PORT for their own uses."""
+    assert serve_command(HOST="buildbox", PORT="5000", ARGS="--stdio") == ".venv/bin/bridge serve -c configs/demo.yaml"
