@@ -31,7 +31,7 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from bridge.sidecar import death_guard, runnable
+from bridge.sidecar import death_guard, runnable, spawn_turn
 
 __all__ = ["LINE_LIMIT", "MAX_LINE", "UNREADABLE", "StdioChild", "redact"]
 
@@ -128,15 +128,16 @@ class StdioChild:
         # server that ignores the end of its stdin still ends when the bridge is killed
         guard = await death_guard()
         argv = [*guard, runnable(self.argv[0], self.cwd, (self.env or os.environ).get("PATH", os.defpath)), *self.argv[1:]] if guard else self.argv
-        self.process = process = await anyio.open_process(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=self.env,
-            cwd=self.cwd,
-            start_new_session=True,  # its own process group: stopping it reaches every descendant
-        )
+        async with spawn_turn():  # released without a pause: nothing awaits between the spawn and the task group
+            self.process = process = await anyio.open_process(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,  # its own process group: stopping it reaches every descendant
+            )
         log.info("mcp upstream %s: started pid %s: %s", self.name, process.pid, " ".join(self.argv[:1]))
         # No await between the spawn and the task group, so a cancellation cannot leak the child.
         read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from bridge.catalog import Catalog
 from bridge.config import ConfigError, parse_config
 from bridge.model import BridgeError, ToolProgress
 from bridge.runtime import Bridge
+from bridge.sidecar import SPAWNS_AT_ONCE
 from bridge.store import Store
 from bridge.translate.mcp import progress_from_mcp, safety_from_mcp
 from bridge.upstream import CallContext
@@ -418,6 +421,47 @@ async def test_a_header_mismatch_relists_and_sends_the_call_again() -> None:
             await until(lambda: "x-mcp-header" in catalog.resolve("moved__route").input_schema["properties"]["zone"])
         finally:
             await catalog.close()
+
+
+# ------------------------------------------------------------------------------ spawning
+
+
+TINY = str(Path(__file__).parent / "mcp_fixtures" / "tiny_server.py")
+_spawn_ticks: list[int] | None = None  # while a test records: the ticker's count at each spawn of TINY
+_ticks = [0]
+
+
+def _on_audit(event: str, args: tuple[Any, ...]) -> None:
+    if event == "subprocess.Popen" and _spawn_ticks is not None and TINY in map(str, args[1]):
+        _spawn_ticks.append(_ticks[0])
+
+
+async def test_stdio_servers_starting_together_are_spawned_a_few_at_a_time_with_the_loop_free_between() -> None:
+    """A spawn holds the event loop (under uvloop a fork of the bridge's memory, 5 to 30 ms), and
+    the stdio servers of a start all spawn at once: at most SPAWNS_AT_ONCE in one iteration of the
+    loop, which runs other work between (a request to the server), rather than all in one."""
+    global _spawn_ticks
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(0)
+            _ticks[0] += 1
+
+    sys.addaudithook(_on_audit)  # for good: an audit hook cannot be removed; it records only while asked
+    config = parse_config({"store": {"path": ":memory:"}, "upstreams": [
+        {"name": f"tiny{i}", "kind": "mcp", "command": "python", "args": [TINY]} for i in range(12)]})
+    counting = asyncio.create_task(ticker())
+    _spawn_ticks = []
+    try:
+        async with Bridge(config) as bridge:
+            assert [s.health.state for s in bridge.catalog.slots.values()] == ["ready"] * 12
+        spawned = list(_spawn_ticks)
+    finally:
+        _spawn_ticks = None
+        counting.cancel()
+    assert len(spawned) == 12, spawned
+    per_iteration = Counter(spawned)
+    assert max(per_iteration.values()) <= SPAWNS_AT_ONCE and len(per_iteration) >= 12 // SPAWNS_AT_ONCE, spawned
 
 
 # ------------------------------------------------------------------------------ mcpServers
