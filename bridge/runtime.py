@@ -58,14 +58,17 @@ class Bridge:
         self._started = asyncio.Event()
         self._kept_surfaces: dict[str, str] = {}  # surface -> who serves it (`keep_surface`)
 
-    async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None) -> None:
+    async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None,
+                    freeze_first: bool = False) -> None:
         """Start every upstream; with `wait`, until each has listed or failed its first attempt
         (those a reload adds or restarts meanwhile too), after which `started` is true.
         Meanwhile the cyclic garbage collector is held, and it runs once at the end: the catalog's
         records are nearly all the objects a large bridge has, and a full collection walks every
         one of them, so as a million tools were listed it ran three times, 10 to 12 s each
-        (100,000 tools: three times, 2.7 s in all; held, once, 1.1 s)."""
-        with collector_held() if wait else contextlib.nullcontext():
+        (100,000 tools: three times, 2.7 s in all; held, once, 1.1 s). `freeze_first` (a server,
+        which keeps what it has built for its whole life): what exists before the start is moved
+        out of the collector's reach first, so that collection walks only what the start made."""
+        with collector_held(freeze_first) if wait else contextlib.nullcontext():
             await self.catalog.start(wait=wait, on_progress=on_progress)
         if wait:
             self._started.set()
@@ -173,8 +176,14 @@ class Bridge:
 
 
 @contextlib.contextmanager
-def collector_held() -> Iterator[None]:
-    """The cyclic garbage collector held for the block, then run once (when it was on)."""
+def collector_held(freeze_first: bool = False) -> Iterator[None]:
+    """The cyclic garbage collector held for the block, then run once (when it was on).
+    `freeze_first`: what exists before the block is frozen (`gc.freeze`, without a collection),
+    so that the run at the end walks only what the block made. In `bridge serve`, where requests
+    wait for it, that run walked 147,000 objects at 600 tools, 110 to 250 ms; the modules, app
+    and config frozen first, 36,000, 13 to 15 ms."""
+    if freeze_first:
+        gc.freeze()
     held = gc.isenabled()
     if held:
         gc.disable()

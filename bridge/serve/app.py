@@ -224,7 +224,7 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         # once, /readyz says which upstreams are still starting, and the catalog grows as each
         # lists. A signal meanwhile stops the server, and the start with it, without waiting for
         # their start_timeout.
-        starting = asyncio.create_task(bridge.start(wait=True), name="bridge start")
+        starting = asyncio.create_task(bridge.start(wait=True, freeze_first=True), name="bridge start")
         bound_port = sock.getsockname()[1]
         bound = f"http://{host if ':' not in host else f'[{host.strip(chr(91) + chr(93))}]'}:{bound_port}"
         base = (config.server.public_url or bound).rstrip("/")

@@ -253,6 +253,28 @@ async def test_the_collector_waits_while_the_upstreams_first_list_then_runs_once
         await bridge.close()
 
 
+async def test_a_servers_start_freezes_what_it_built_before_so_its_collection_walks_only_the_start():
+    """The collection a start ends with walked the modules, app and config too (110 to 250 ms at
+    600 tools, requests waiting); frozen first, it walks what the start made (13 to 15 ms)."""
+    import gc
+
+    frozen: list[int] = []
+
+    class Listing(FakeUpstream):
+        async def list_tools(self):
+            frozen.append(gc.get_freeze_count())
+            return await super().list_tools()
+
+    bridge = Bridge(parse_config({"store": {"path": ":memory:"}}), extra_upstreams=[Listing(name="f")])
+    gc.unfreeze()
+    try:
+        await bridge.start(freeze_first=True)
+        assert frozen and frozen[0] > 1000 and gc.isenabled()
+    finally:
+        gc.unfreeze()
+        await bridge.close()
+
+
 def test_a_started_server_settles_the_garbage_collector():
     import gc
 
