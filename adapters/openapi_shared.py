@@ -56,29 +56,15 @@ class SharedSchemas:
         if type(value) is dict:
             parts = {}
             for name, child in value.items():
-                kind = type(child)
-                if kind is str:
-                    part = token = child
-                elif kind is dict or kind is list:
-                    part = self._ids.get(id(child)) or self._intern(child, seen)
-                    unchanged = unchanged and part is child
-                    token = id(part)
-                else:
-                    part, token = child, _scalar_token(child)
+                part, token = self._part(child, seen)
+                unchanged = unchanged and part is child
                 parts[name] = part
                 key += (name, token) if type(name) is str else ((type(name), name), token)
         else:
             parts = []
             for child in value:
-                kind = type(child)
-                if kind is str:
-                    part = token = child
-                elif kind is dict or kind is list:
-                    part = self._ids.get(id(child)) or self._intern(child, seen)
-                    unchanged = unchanged and part is child
-                    token = id(part)
-                else:
-                    part, token = child, _scalar_token(child)
+                part, token = self._part(child, seen)
+                unchanged = unchanged and part is child
                 parts.append(part)
                 key.append(token)
         frozen = tuple(key)
@@ -88,3 +74,14 @@ class SharedSchemas:
             self._ids[id(held)] = held
         seen[id(value)] = held  # `value` outlives this call: the tool's schema holds it
         return held
+
+    def _part(self, child: Any, seen: dict[int, Any]) -> tuple[Any, Any]:
+        """A part of an object or array, as held, and its token in the key: a string as it is, an
+        object or array by the identity of the one held, another scalar by `_scalar_token`."""
+        kind = type(child)
+        if kind is str:
+            return child, child
+        if kind is dict or kind is list:
+            part = self._ids.get(id(child)) or self._intern(child, seen)
+            return part, id(part)
+        return child, _scalar_token(child)

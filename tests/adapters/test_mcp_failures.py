@@ -28,7 +28,7 @@ from bridge.catalog import CatalogChange
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from tests.adapters.mcp_fixtures.server import BAD_TOOLS, base_tools, build_server
-from tests.servers import free_port, left_by_a_killed_parent, process_ended, serve_asgi
+from tests.servers import free_port, left_by_a_killed_parent, process_ended, read_body, replaying, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")
@@ -327,26 +327,14 @@ def refuses_a_call_with_400(app: Any, text: str) -> Any:
         if scope["type"] != "http" or scope["method"] != "POST":
             await app(scope, receive, send)
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body, more = body + message.get("body", b""), message.get("more_body", False)
+        body = await read_body(receive)
         request = json.loads(body)
         if request.get("method") == "tools/call" and text in json.dumps(request.get("params")):
             error = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32602, "message": f"{text} is not accepted here"}}
             await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": json.dumps(error).encode()})
             return
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await app(scope, replay, send)
+        await app(scope, replaying(body, receive), send)
 
     return guarded
 
@@ -374,12 +362,7 @@ def failing_after_initialize(failure: str, seen: list[tuple[str, str | None]]) -
         if scope["type"] != "http":
             return
         session = dict(scope["headers"]).get(b"mcp-session-id")
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         request = json.loads(body) if body else {}
         seen.append((scope["method"], session.decode() if session else None))
         answer: dict[str, Any] | None = None

@@ -20,7 +20,7 @@ from adapters.mcp_notices import ANSWER, notice_method
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from tests.adapters.mcp_fixtures.server import build_server
-from tests.servers import serve_asgi
+from tests.servers import read_body, replaying, serve_asgi
 
 
 async def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
@@ -36,6 +36,16 @@ def make_bridge(base: str, **settings: Any) -> Bridge:
 
 
 @contextlib.asynccontextmanager
+async def started(base: str, **settings: Any) -> AsyncIterator[tuple[Bridge, float]]:
+    """A bridge of `make_bridge`, started; yields it and the seconds its start took."""
+    bridge = make_bridge(base, **settings)
+    loop = asyncio.get_running_loop()
+    begun = loop.time()
+    async with bridge:
+        yield bridge, loop.time() - begun
+
+
+@contextlib.asynccontextmanager
 async def hanging(method: str) -> AsyncIterator[tuple[str, list[str]]]:
     """The SDK's fixture server over streamable HTTP, behind a wrapper that reads the POST of each
     message and never answers those of `method` (`all`: every POST after `initialize`); yields the
@@ -47,25 +57,13 @@ async def hanging(method: str) -> AsyncIterator[tuple[str, list[str]]]:
         if scope["type"] != "http" or scope["method"] != "POST":
             await app(scope, receive, send)
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body, more = body + message.get("body", b""), message.get("more_body", False)
+        body = await read_body(receive)
         got = json.loads(body).get("method", "response")
         seen.append(got)
         if got == method or (method == "all" and got != "initialize"):
             await release.wait()  # read, never answered
             return
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await app(scope, replay, send)
+        await app(scope, replaying(body, receive), send)
 
     try:
         async with serve_asgi(wrapped) as base:
@@ -96,11 +94,8 @@ async def test_a_start_whose_initialized_notification_is_never_answered_goes_on(
     start failed (`no answer within start_timeout`), 5 s after it: the SDK's cancellation of the
     listing waited behind it too."""
     async with hanging("notifications/initialized") as (base, seen):
-        bridge = make_bridge(base, start_timeout=3, ping_timeout=30)
-        loop = asyncio.get_running_loop()
-        begun = loop.time()
-        async with bridge:
-            assert loop.time() - begun < 2.9
+        async with started(base, start_timeout=3, ping_timeout=30) as (bridge, took):
+            assert took < 2.9
             slot = bridge.catalog.slot("remote")
             assert slot.health.state == "ready", slot.health
             assert (await bridge.invoker.invoke("remote__echo", {"text": "listed"})).content[0]["text"] == "listed"
@@ -113,11 +108,8 @@ async def test_a_start_whose_initialized_notification_is_never_answered_goes_on(
 
 async def test_a_start_whose_server_answers_nothing_after_initialize_fails_at_start_timeout_saying_so() -> None:
     async with hanging("all") as (base, _):
-        bridge = make_bridge(base, start_timeout=1, ping_timeout=30)
-        loop = asyncio.get_running_loop()
-        begun = loop.time()
-        async with bridge:
-            assert loop.time() - begun < 2.5
+        async with started(base, start_timeout=1, ping_timeout=30) as (bridge, took):
+            assert took < 2.5
             slot = bridge.catalog.slot("remote")
             assert slot.health.state == "failed"
             assert slot.health.reason == (f"no answer within start_timeout=1.0s (still listing the tools; {base}/mcp did not answer "

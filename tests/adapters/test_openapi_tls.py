@@ -81,20 +81,28 @@ async def tls_server(pki: dict[str, str], optional: bool = False) -> AsyncIterat
         seen.append(name)
         return web.json_response({"client": name})
 
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(pki["server_cert"], pki["server_key"])
-    context.load_verify_locations(cafile=pki["ca"])
-    context.verify_mode = ssl.CERT_OPTIONAL if optional else ssl.CERT_REQUIRED
     async def token(request: web.Request) -> web.Response:  # an OAuth2 token endpoint of the API's origin
         return web.json_response({"access_token": "tok-1", "token_type": "bearer", "expires_in": 3600})
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", whoami)
     app.router.add_post("/oauth/token", token)
+    async with https_server(pki, app, ssl.CERT_OPTIONAL if optional else ssl.CERT_REQUIRED) as base:
+        yield seen, base
+
+
+@contextlib.asynccontextmanager
+async def https_server(pki: dict[str, str], app: web.Application, verify_mode: ssl.VerifyMode) -> AsyncIterator[str]:
+    """`app` served over HTTPS on loopback with the test CA's server certificate, taking client
+    certificates of that CA as `verify_mode` says; yields its base URL."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pki["server_cert"], pki["server_key"])
+    context.load_verify_locations(cafile=pki["ca"])
+    context.verify_mode = verify_mode
     server = TestServer(app, host="127.0.0.1", scheme="https")
     await server.start_server(ssl=context)
     try:
-        yield seen, f"https://127.0.0.1:{server.port}"
+        yield f"https://127.0.0.1:{server.port}"
     finally:
         await server.close()
 
@@ -247,18 +255,10 @@ async def document_server(pki: dict[str, str], documents: dict[str, Any]) -> Asy
             raise web.HTTPFound("/api.json")
         return web.json_response({"client": seen[-1].partition(" ")[2]})
 
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(pki["server_cert"], pki["server_key"])
-    context.load_verify_locations(cafile=pki["ca"])
-    context.verify_mode = ssl.CERT_OPTIONAL
     app = web.Application()
     app.router.add_get("/{tail:.*}", answer)
-    server = TestServer(app, host="127.0.0.1", scheme="https")
-    await server.start_server(ssl=context)
-    try:
-        yield seen, f"https://127.0.0.1:{server.port}"
-    finally:
-        await server.close()
+    async with https_server(pki, app, ssl.CERT_OPTIONAL) as base:
+        yield seen, base
 
 
 async def test_ca_file_verifies_a_document_on_the_apis_origin(pki, tmp_path):
