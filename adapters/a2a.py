@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import httpx
+import httpx2  # its TLS context: the system's CAs
 from a2a.client import ClientCallContext, ClientConfig, ClientFactory
 from a2a.client.client import Client
 from a2a.client.errors import A2AClientTimeoutError
@@ -329,10 +330,12 @@ def _below_0_3(version: str) -> bool:
 
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
-    """The TLS context of every A2A client, made once (httpx's default: certifi's CA bundle, or
-    SSL_CERT_FILE): making one reads the bundle, 30 ms of CPU on the event loop, which each start
-    did, so every retry of an agent that cannot be reached."""
-    return httpx.create_ssl_context()
+    """The TLS context of every A2A client, made once: the system's CAs, or SSL_CERT_FILE or
+    SSL_CERT_DIR, as the MCP upstream's (httpx2's default) and aiohttp's (A2T, OpenAPI) check a
+    server; httpx's own default is certifi's bundle, which a CA added to the system's lacks.
+    Making one reads the bundle, 30 ms of CPU on the event loop, which each start did, so every
+    retry of an agent that cannot be reached."""
+    return httpx2.create_ssl_context()
 
 
 class A2AUpstream(Upstream):
