@@ -46,7 +46,16 @@ from google.protobuf.message import DecodeError
 from httpx._utils import get_environment_proxies  # httpx's own reading of the proxy variables
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from adapters.a2a_card import A2AAuth, AgentCredentials, CardFetch, CardSource, RedactingFilter, bind_credentials, redact
+from adapters.a2a_card import (
+    A2AAuth,
+    AgentCredentials,
+    CardFetch,
+    CardSource,
+    RedactingFilter,
+    bind_credentials,
+    certificate_refused,
+    redact,
+)
 from adapters.a2a_mapping import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -623,6 +632,9 @@ class A2AUpstream(Upstream):
         is gone: when no answer came (no connection was made, or it dropped before the answer
         ended) and the card, fetched once more, does not answer either. An answer of the agent's
         (an A2A error, an HTTP status, an answer too large) or a timeout never marks it."""
+        refused = self._certificate_refused(agent, exc, tracker)
+        if refused is not None:
+            return refused
         error = self._call_error(exc, tracker)
         if _lost_connection(exc) is None:
             return error
@@ -631,6 +643,20 @@ class A2AUpstream(Upstream):
             return self._agent_still_there(agent, exc, tracker, stream_unbegun)
         self._connection_lost(error.message)
         return error
+
+    def _certificate_refused(self, agent: _Agent, exc: BaseException, tracker: TaskTracker) -> BridgeError | None:
+        """The error for a call whose server certificate failed its check, or None: a setup
+        problem, failed at once, which says nothing of the agent being gone (every attempt fails
+        alike until an operator acts)."""
+        url = _request_url(exc) or (agent.interface.url if agent.interface else agent.card_url)
+        assert self._source is not None
+        refused = certificate_refused(exc, url, self._source.address)
+        if refused is None:
+            return None
+        ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
+        if tracker.task_id:
+            ref["task_id"] = tracker.task_id
+        return BridgeError(f"{self._redact(url)}: {refused}", error_class="dependency_unavailable", recoverability="setup", native_error_ref=ref)
 
     def _agent_still_there(self, agent: _Agent, exc: BaseException, tracker: TaskTracker, stream_unbegun: bool) -> BridgeError:
         """The error for a call that got no answer while the agent's card still answers: this call
@@ -781,6 +807,15 @@ def _lost_connection(exc: BaseException) -> BaseException | None:
     """The transport error under `exc` when no answer came: no connection was made, or it dropped
     before the answer ended; None when the agent answered (an error, a status) or timed out."""
     return next((e for e in _causes(exc) if isinstance(e, _CONNECTION_LOST)), None)
+
+
+def _request_url(exc: BaseException) -> str | None:
+    """The URL (without its query, which may carry a credential) of the request `exc` failed."""
+    for error in _causes(exc):
+        if isinstance(error, httpx.RequestError):
+            with contextlib.suppress(RuntimeError):  # an error raised with no request
+                return str(error.request.url.copy_with(query=None))
+    return None
 
 
 def _reused_dropped(exc: BaseException) -> bool:

@@ -23,6 +23,7 @@ from a2a.types import AgentCard, SecurityScheme
 from google.protobuf.json_format import ParseError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from adapters.http_tls import SYSTEM_TRUST, certificate_failure
 from bridge.model import BridgeError
 
 __all__ = [
@@ -35,6 +36,8 @@ __all__ = [
     "AgentCredentials",
     "bind_credentials",
     "origin_text",
+    "server_of",
+    "certificate_refused",
     "redact",
     "RedactingFilter",
 ]
@@ -102,6 +105,7 @@ class CardSource:
         self.http = http
         self.timeout = timeout
         self.fix = ""  # said after a failure that a mistaken card_url explains
+        self.address = "card_url" if card_url else "base_url"  # the key naming the agent's server
         if card_url:
             self.candidates = [card_url]
             path = urllib.parse.urlsplit(card_url).path
@@ -134,6 +138,10 @@ class CardSource:
                     url, headers=headers, timeout=self.timeout, follow_redirects=True, extensions={CARD_REQUEST: True}
                 )
             except httpx.HTTPError as exc:
+                if (refused := certificate_refused(exc, url, self.address)) is not None:
+                    # a setup problem, not an outage: every attempt fails alike, and the agent is there
+                    raise BridgeError(f"cannot fetch the agent card at {url}: {refused}", error_class="dependency_unavailable",
+                                      recoverability="setup", details={"reachable": True}) from None
                 raise BridgeError(
                     f"cannot reach the agent card at {url}: {_describe(exc)}",
                     error_class="dependency_unavailable",
@@ -186,6 +194,25 @@ class CardSource:
         unchanged = self.digest == digest and self.url == url
         self.url, self.etag, self.digest = url, response.headers.get("etag"), digest
         return None if unchanged else CardFetch(card=card, url=url, etag=self.etag, digest=digest, order=WrittenOrder.of(raw))
+
+
+def server_of(url: str) -> str:
+    """`host:port` of `url`, the port its scheme's when it names none."""
+    parts = httpx.URL(url)
+    host = f"[{parts.host}]" if ":" in parts.host else parts.host
+    return f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+
+
+def certificate_refused(exc: BaseException, url: str, address: str) -> str | None:
+    """`the certificate of host:port cannot be verified (<OpenSSL's reason>): <fix>` when `exc`
+    (an error of a request to `url`) is a failed check of the server's certificate, else None.
+    `address` is the config key naming the agent (`base_url` or `card_url`). The check is made
+    against the system's CAs; an A2A upstream has no key turning it off."""
+    try:
+        server = server_of(url)
+    except httpx.InvalidURL:
+        return None
+    return certificate_failure(exc, trust=SYSTEM_TRUST, address=address, server=server, verify_tls=False)
 
 
 def _describe(exc: BaseException) -> str:

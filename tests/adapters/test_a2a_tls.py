@@ -1,16 +1,21 @@
 """`kind: a2a` against real a2a-sdk agents served over TLS on loopback (certificates made for
-each test): the CAs an agent's certificate is checked against."""
+each test): the CAs an agent's certificate is checked against, and a certificate that fails
+its check, a setup problem answered at once and never taken for an agent that went away."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from pathlib import Path
+from typing import Any
 
 import pytest
+import uvicorn.config
 
 from adapters import a2a
+from bridge.upstream import UpstreamEvent
 from tests.adapters.a2a_fixtures.agent import build_agent
-from tests.adapters.test_a2a import bridge
+from tests.adapters.test_a2a import bridge, until
 from tests.servers import free_port, serve_asgi
 
 pytest.importorskip("cryptography.x509")
@@ -47,3 +52,53 @@ async def test_an_agents_certificate_is_checked_against_the_systems_cas(tmp_path
             assert (await b.invoker.invoke("peer__echo", {"message": "hi"})).content[0]["text"] == "echo: hi"
     finally:
         a2a._tls_context.cache_clear()
+
+
+async def test_a_certificate_that_fails_its_check_fails_the_start_and_calls_at_once_as_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                                              caplog: pytest.LogCaptureFixture) -> None:
+    ca, signed, stranger = _pki(tmp_path)
+    trusted = ssl.create_default_context(cafile=ca)  # the system's CAs, as the clients see them, with the test CA
+    monkeypatch.setattr(a2a, "_tls_context", lambda: trusted)
+    port = free_port()
+    base = f"https://127.0.0.1:{port}"
+    app, control = build_agent(base, streaming=False)
+    said = f"the certificate of 127.0.0.1:{port} cannot be verified (self-signed certificate): add the CA that signed it to the system's CAs"
+    # a start: the card's certificate, not an unreachable agent
+    async with serve_asgi(app, port=port, lifespan="off", ssl_certfile=stranger), bridge(base_url=base, retry_initial=30) as b:
+        slot = b.catalog.slot("peer")
+        assert slot.health.state == "failed", slot.health
+        assert (slot.health.reason or "").startswith(f"cannot fetch the agent card at {base}/.well-known/agent-card.json: {said}"), slot.health
+        assert "verify_tls" not in slot.health.reason and "connection refused" not in slot.health.reason  # an A2A upstream has no such key
+        assert slot.needs_setup
+    # a call: failed at once, the agent left ready; a card refresh keeps the last card
+    contexts: list[ssl.SSLContext] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        contexts.append(made(*args, **kwargs))
+        return contexts[-1]
+
+    made = uvicorn.config.create_ssl_context
+    monkeypatch.setattr(uvicorn.config, "create_ssl_context", recorded)  # the server's context, to change its certificate
+    monkeypatch.setattr(a2a, "KEEPALIVE_SECONDS", 0)  # each request a new connection, a new handshake
+    async with serve_asgi(app, port=port, lifespan="off", ssl_certfile=signed), bridge(base_url=base, retry_initial=30, card_refresh_interval=0.3) as b:
+        slot = b.catalog.slot("peer")
+        assert (await b.invoker.invoke("peer__echo", {"message": "trusted"})).content[0]["text"] == "echo: trusted"
+        events: list[UpstreamEvent] = []
+        up: Any = slot.upstream
+        monkeypatch.setattr(up, "emit", events.append)
+        contexts[-1].load_cert_chain(stranger)
+        seen = len(control.requests)
+        begun = asyncio.get_running_loop().time()
+        failed = await b.invoker.invoke("peer__echo", {"message": "stranger"})
+        assert asyncio.get_running_loop().time() - begun < 1
+        assert failed.error is not None and failed.error.error_class == "dependency_unavailable", failed.error
+        assert failed.error.recoverability == "setup" and failed.error.retry_after is None, failed.error
+        assert failed.error.message.startswith(f"{base}/: {said}"), failed.error.message
+        assert events == [] and slot.health.state == "ready", (events, slot.health)
+        await until(lambda: "keeping the last card: cannot fetch the agent card" in caplog.text)
+        assert said in caplog.text and events == [] and slot.health.state == "ready", (events, slot.health)
+        assert control.requests[seen:] == []  # no handshake passed
+    # called by a name the certificate does not hold
+    async with serve_asgi(app, port=port, lifespan="off", ssl_certfile=signed), bridge(base_url=base.replace("127.0.0.1", "localhost"), retry_initial=30) as b:
+        reason = b.catalog.slot("peer").health.reason or ""
+        assert "Hostname mismatch" in reason and "call the server by a name its certificate holds (`base_url`)" in reason, reason
