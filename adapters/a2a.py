@@ -459,22 +459,31 @@ class A2AUpstream(Upstream):
 
     async def _refresh_card(self, interval: float) -> None:
         """Re-fetch the card on the interval; a changed skill list reaches the catalog as
-        `tools_changed`, an agent that stopped answering as `unavailable`."""
+        `tools_changed`, an agent that took no connection as `unavailable`. A card that answers
+        too late (past start_timeout), badly, or over a certificate that fails its check keeps
+        the last card, and the refresh is tried again at the next interval: the failure is
+        warned once, its repeats logged at INFO until a refresh succeeds."""
         assert self._source is not None
+        warned: str | None = None
         while True:
             await asyncio.sleep(interval)
             try:
                 fetched = await self._source.fetch(revalidate=True)
                 if fetched is None:
+                    warned = None
                     continue
                 previous = self._agent
                 agent = self._install(fetched)
             except BridgeError as exc:
+                reason = self._redact(exc.message)
                 if exc.details and exc.details.get("reachable") is False:
-                    self._connection_lost(self._redact(exc.message))
+                    self._connection_lost(reason)
                     return
-                log.warning("agent card refresh for %s failed, keeping the last card: %s", self.name, self._redact(exc.message))
+                repeated, warned = reason == warned, reason
+                log.log(logging.INFO if repeated else logging.WARNING, "agent card refresh for %s failed, keeping the last card: %s "
+                        "(refreshed again in %gs%s)", self.name, reason, interval, "" if repeated else "; the same failure again is logged at INFO")
                 continue
+            warned = None
             self._agent = agent
             if previous is None or [t.to_json() for t in previous.tools] != [t.to_json() for t in agent.tools]:
                 log.info("agent card of %s changed its skills", self.name)

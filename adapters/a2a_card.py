@@ -126,7 +126,9 @@ class CardSource:
         """The card, or None when revalidation says it has not changed.
 
         Raises BridgeError(dependency_unavailable) with `details.reachable` False when no
-        connection could be made, True when the agent answered with no usable card."""
+        connection could be made, True when the agent answered with no usable card, did not
+        answer within `timeout` on a connection it took (`details.timed_out`), or gave a server
+        certificate that fails its check (recoverability `setup`)."""
         order = [self.url] + [u for u in self.candidates if u != self.url]
         tried: list[str] = []
         for url in order:
@@ -142,6 +144,11 @@ class CardSource:
                     # a setup problem, not an outage: every attempt fails alike, and the agent is there
                     raise BridgeError(f"cannot fetch the agent card at {url}: {refused}", error_class="dependency_unavailable",
                                       recoverability="setup", details={"reachable": True}) from None
+                if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+                    # a connection was made (or all the client's are busy): the agent is there, slow
+                    raise BridgeError(f"the agent card at {url} did not answer within {self.timeout:g}s (start_timeout)",
+                                      error_class="dependency_unavailable", recoverability="retry_later",
+                                      details={"reachable": True, "timed_out": True}) from None
                 raise BridgeError(
                     f"cannot reach the agent card at {url}: {_describe(exc)}",
                     error_class="dependency_unavailable",
@@ -218,8 +225,8 @@ def certificate_refused(exc: BaseException, url: str, address: str) -> str | Non
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, httpx.ConnectError):
         return f"connection refused or host unreachable ({exc or type(exc).__name__})"
-    if isinstance(exc, httpx.TimeoutException):
-        return "no answer in time"
+    if isinstance(exc, httpx.ConnectTimeout):
+        return "no connection in time"
     return str(exc) or type(exc).__name__
 
 

@@ -427,6 +427,51 @@ async def test_card_refresh_adds_a_skill():
             assert any("if-none-match" in r["headers"] for r in card_fetches)  # revalidated with the ETag
 
 
+class SlowCard:
+    """ASGI middleware: the card answers `delay` seconds late (0: at once)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app, self.delay = app, 0.0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/.well-known") and self.delay:
+            await asyncio.sleep(self.delay)
+        await self.app(scope, receive, send)
+
+
+async def test_a_card_refresh_answered_late_keeps_the_agent_ready_and_says_so_once(caplog):
+    # a refresh took any failure to fetch the card, a read timeout too, for the agent gone: a card
+    # answering slower than start_timeout marked the agent unavailable at once
+    caplog.set_level(logging.INFO, logger="adapters.a2a")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    app, control = build_agent(base)
+    slow = SlowCard(app)
+    server = serve_asgi(slow, port=port)
+    await server.__aenter__()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_exit(server)  # stopped in the test; at the end if it fails first
+        b = await stack.enter_async_context(bridge(base_url=base, start_timeout=0.2, card_refresh_interval=0.05, retry_initial=30))
+        slot = b.catalog.slot("peer")
+        changes: list[str] = []
+        b.catalog.subscribe(lambda change: changes.append(slot.health.state) if change.state_changed else None)
+        slow.delay = 0.5
+        seen = len(control.requests)
+        await until(lambda: sum(r["path"] == "/.well-known/agent-card.json" for r in control.requests[seen:]) >= 3)
+        assert changes == [] and slot.health.state == "ready", (slot.health, changes)
+        assert (await b.invoker.invoke("peer__echo", {"message": "still"})).content[0]["text"] == "echo: still"
+        late = [r for r in caplog.records if "did not answer within 0.2s" in r.getMessage()]
+        assert [r.levelno for r in late][:1] == [logging.WARNING] and all(r.levelno == logging.INFO for r in late[1:]), late
+        assert len(late) >= 2 and "refreshed again in 0.05s" in late[0].getMessage(), late[0].getMessage()
+        slow.delay = 0
+        control.add_skill(AgentSkill(id="summarize", name="Summarize", description="Summarize text.", tags=["text"]))
+        await until(lambda: b.catalog.resolve("peer__summarize") is not None)  # the next refresh that answers reads the card
+        # a refused connection still marks it unavailable
+        await server.__aexit__(None, None, None)
+        await until(lambda: slot.health.state == "unavailable")
+        assert "cannot reach the agent card" in (slot.health.reason or ""), slot.health
+
+
 # ---------------------------------------------------------------------------- auth
 
 
