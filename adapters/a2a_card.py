@@ -197,10 +197,14 @@ class CardSource:
                 recoverability="setup",
                 details={"reachable": True},
             ) from None
-        digest = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
+        order = WrittenOrder.of(raw)
+        # keys sorted, so that a card written in another order is unchanged, but for the order
+        # of its security schemes, which decides the credential sent where two share a place
+        seen = [raw, order.schemes, order.requirements]
+        digest = hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()
         unchanged = self.digest == digest and self.url == url
         self.url, self.etag, self.digest = url, response.headers.get("etag"), digest
-        return None if unchanged else CardFetch(card=card, url=url, etag=self.etag, digest=digest, order=WrittenOrder.of(raw))
+        return None if unchanged else CardFetch(card=card, url=url, etag=self.etag, digest=digest, order=order)
 
 
 def server_of(url: str) -> str:

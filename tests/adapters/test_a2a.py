@@ -648,6 +648,68 @@ async def test_two_schemes_in_one_header_send_the_first_the_card_writes_and_say_
     assert override in caplog.text and "secret" not in override
 
 
+async def test_a_card_refresh_reordering_its_security_schemes_changes_the_credential_sent():
+    # the change check hashed the card with its keys sorted: a card whose only change was the
+    # order of its schemes, which decides the credential sent, counted as unchanged
+    declared = {"key": {"type": "apiKey", "in": "header", "name": "authorization"}, "bearer": {"type": "http", "scheme": "bearer"}}
+    served: dict[str, Any] = {"schemes": ["key", "bearer"], "security": None, "reversed": False}
+    received: list[str | None] = []
+    fetches: list[int] = []
+
+    async def card(request: web.Request) -> web.Response:
+        fetches.append(1)
+        body: dict[str, Any] = {"protocolVersion": "0.3.0", "name": "Keyed Agent", "description": "d", "url": f"http://{request.host}/",
+                                "version": "1", "preferredTransport": "JSONRPC", "capabilities": {}, "defaultInputModes": ["text/plain"],
+                                "defaultOutputModes": ["text/plain"], "skills": [{"id": "echo", "name": "Echo", "description": "e", "tags": []}],
+                                "securitySchemes": {name: declared[name] for name in served["schemes"]}}
+        if served["security"] is not None:
+            body["security"] = [{name: [] for name in names} for names in served["security"]]
+        if served["reversed"]:  # the same card, its other keys written in another order
+            body = dict(reversed(body.items()))
+            body["securitySchemes"] = {name: dict(reversed(scheme.items())) for name, scheme in body["securitySchemes"].items()}
+        return web.json_response(body)
+
+    @web.middleware
+    async def record(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method == "POST":
+            received.extend(request.headers.getall("Authorization", [None]))
+        return await handler(request)
+
+    async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return text_message("echo", "agent", "t1", "c1")
+
+    async def refreshed() -> None:
+        seen = len(fetches)
+        await until(lambda: len(fetches) >= seen + 2)  # one refresh whole, after the change
+
+    app = old_agent_app("0.3.0", rpc)
+    app.router.add_get("/.well-known/agent-card.json", card)
+    app.middlewares.append(record)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), card_refresh_interval=0.05,
+                                                                 auth={"bearer_token": "t-secret-1", "api_key": "k-secret-1"}) as b:
+        upstream: Any = b.catalog.slot("peer").upstream
+
+        async def sent() -> str | None:
+            assert (await b.invoker.invoke("peer__echo", {"message": "x"})).status == "succeeded"
+            return received[-1]
+
+        assert await sent() == "k-secret-1"
+        served["schemes"] = ["bearer", "key"]
+        await refreshed()
+        assert await sent() == "Bearer t-secret-1"
+        assert (await upstream.health())["auth_schemes"] == ["bearer"]
+        served["security"] = [["key", "bearer"]]
+        await refreshed()
+        assert await sent() == "k-secret-1"
+        served["security"] = [["bearer", "key"]]
+        await refreshed()
+        assert await sent() == "Bearer t-secret-1"
+        installed = upstream._agent
+        served["reversed"] = True  # keys whose order means nothing: the card is unchanged
+        await refreshed()
+        assert upstream._agent is installed and await sent() == "Bearer t-secret-1"
+
+
 @pytest.mark.parametrize("origin", ["agent.example.com", "https://agent.example.com/v1", "ftp://agent.example.com",
                                     "https://agent.example.com?x=1", "https://user@agent.example.com", "http://h:port"])
 def test_credential_origins_are_http_origins(origin):
