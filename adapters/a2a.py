@@ -54,6 +54,7 @@ from adapters.a2a_card import (
     RedactingFilter,
     bind_credentials,
     certificate_refused,
+    failed_url,
     redact,
 )
 from adapters.a2a_mapping import (
@@ -657,7 +658,7 @@ class A2AUpstream(Upstream):
         """The error for a call whose server certificate failed its check, or None: a setup
         problem, failed at once, which says nothing of the agent being gone (every attempt fails
         alike until an operator acts)."""
-        url = _request_url(exc) or (agent.interface.url if agent.interface else agent.card_url)
+        url = failed_url(exc) or (agent.interface.url if agent.interface else agent.card_url)
         assert self._source is not None
         refused = certificate_refused(exc, url, self._source.address)
         if refused is None:
@@ -816,15 +817,6 @@ def _lost_connection(exc: BaseException) -> BaseException | None:
     """The transport error under `exc` when no answer came: no connection was made, or it dropped
     before the answer ended; None when the agent answered (an error, a status) or timed out."""
     return next((e for e in _causes(exc) if isinstance(e, _CONNECTION_LOST)), None)
-
-
-def _request_url(exc: BaseException) -> str | None:
-    """The URL (without its query, which may carry a credential) of the request `exc` failed."""
-    for error in _causes(exc):
-        if isinstance(error, httpx.RequestError):
-            with contextlib.suppress(RuntimeError):  # an error raised with no request
-                return str(error.request.url.copy_with(query=None))
-    return None
 
 
 def _reused_dropped(exc: BaseException) -> bool:

@@ -9,6 +9,7 @@ card's ETag, so an unchanged card costs one 304.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -38,6 +39,7 @@ __all__ = [
     "origin_text",
     "server_of",
     "certificate_refused",
+    "failed_url",
     "redact",
     "RedactingFilter",
 ]
@@ -216,14 +218,29 @@ def server_of(url: str) -> str:
 
 def certificate_refused(exc: BaseException, url: str, address: str) -> str | None:
     """`the certificate of host:port cannot be verified (<OpenSSL's reason>): <fix>` when `exc`
-    (an error of a request to `url`) is a failed check of the server's certificate, else None.
-    `address` is the config key naming the agent (`base_url` or `card_url`). The check is made
-    against the system's CAs; an A2A upstream has no key turning it off."""
+    is a failed check of the server's certificate, else None: of the server of the request that
+    failed (a redirect's), or of `url`. `address` is the config key naming the agent (`base_url`
+    or `card_url`). The check is made against the system's CAs; an A2A upstream has no key
+    turning it off."""
     try:
-        server = server_of(url)
+        server = server_of(failed_url(exc) or url)
     except httpx.InvalidURL:
         return None
     return certificate_failure(exc, trust=SYSTEM_TRUST, address=address, server=server, verify_tls=False)
+
+
+def failed_url(exc: BaseException) -> str | None:
+    """The URL (without its query, which may carry a credential) of the request `exc` failed,
+    looked for in what `exc` was raised from too."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        if isinstance(current, httpx.RequestError):
+            with contextlib.suppress(RuntimeError):  # an error raised with no request
+                return str(current.request.url.copy_with(query=None))
+        seen.append(current)
+        current = current.__cause__
+    return None
 
 
 def _describe(exc: BaseException) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import uvicorn.config
+from starlette.responses import RedirectResponse
 
 from adapters import a2a
 from bridge.upstream import UpstreamEvent
@@ -102,3 +103,20 @@ async def test_a_certificate_that_fails_its_check_fails_the_start_and_calls_at_o
     async with serve_asgi(app, port=port, lifespan="off", ssl_certfile=signed), bridge(base_url=base.replace("127.0.0.1", "localhost"), retry_initial=30) as b:
         reason = b.catalog.slot("peer").health.reason or ""
         assert "Hostname mismatch" in reason and "call the server by a name its certificate holds (`base_url`)" in reason, reason
+
+
+async def test_a_card_redirected_to_a_server_whose_certificate_fails_names_that_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ca, _, stranger = _pki(tmp_path)
+    monkeypatch.setattr(a2a, "_tls_context", lambda: ssl.create_default_context(cafile=ca))
+    port = free_port()
+    target = f"https://127.0.0.1:{port}"
+    app, _ = build_agent(target)
+
+    async def moved(scope: Any, receive: Any, send: Any) -> None:
+        await RedirectResponse(f"{target}{scope['path']}", status_code=302)(scope, receive, send)
+
+    async with serve_asgi(app, port=port, lifespan="off", ssl_certfile=stranger), serve_asgi(moved, lifespan="off") as home:
+        async with bridge(card_url=f"{home}/.well-known/agent-card.json", retry_initial=30) as b:
+            reason = b.catalog.slot("peer").health.reason or ""
+    assert reason.startswith(f"cannot fetch the agent card at {home}/.well-known/agent-card.json: the certificate of 127.0.0.1:{port} "
+                             "cannot be verified (self-signed certificate)"), reason
