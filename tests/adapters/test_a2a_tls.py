@@ -55,14 +55,15 @@ async def test_an_agents_certificate_is_checked_against_the_systems_cas(tmp_path
         a2a._tls_context.cache_clear()
 
 
+@pytest.mark.parametrize("streaming", [False, True])
 async def test_a_certificate_that_fails_its_check_fails_the_start_and_calls_at_once_as_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                                              caplog: pytest.LogCaptureFixture) -> None:
+                                                                                              caplog: pytest.LogCaptureFixture, streaming: bool) -> None:
     ca, signed, stranger = _pki(tmp_path)
     trusted = ssl.create_default_context(cafile=ca)  # the system's CAs, as the clients see them, with the test CA
     monkeypatch.setattr(a2a, "_tls_context", lambda: trusted)
     port = free_port()
     base = f"https://127.0.0.1:{port}"
-    app, control = build_agent(base, streaming=False)
+    app, control = build_agent(base, streaming=streaming)
     said = f"the certificate of 127.0.0.1:{port} cannot be verified (self-signed certificate): add the CA that signed it to the system's CAs"
     # a start: the card's certificate, not an unreachable agent
     async with serve_asgi(app, port=port, lifespan="off", ssl_certfile=stranger), bridge(base_url=base, retry_initial=30) as b:
