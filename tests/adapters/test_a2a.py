@@ -10,7 +10,7 @@ import logging
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -1001,6 +1001,29 @@ async def test_http_json_errors_of_a_0_3_agent_keep_their_meaning(status, error_
     assert result.error.error_class == error_class and result.error.message.startswith(said), result.error
 
 
+def state_changes(b: Any) -> list[str]:
+    """The health states `peer` takes from now on, one at each change of its state."""
+    changes: list[str] = []
+    b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+    return changes
+
+
+def watching_posts(answer: Callable[[web.Request, dict[str, Any], Any], Awaitable[web.StreamResponse]]) -> tuple[list[str], Any]:
+    """An aiohttp middleware handing each POST to `answer` (the request, its JSON-RPC body, the
+    agent's own handler), and the list of the methods POSTed to it, in order."""
+    posts: list[str] = []
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method != "POST":
+            return await handler(request)
+        body = await request.json()
+        posts.append(body["method"])
+        return await answer(request, body, handler)
+
+    return posts, middleware
+
+
 async def cut_stream(request: web.Request) -> web.StreamResponse:
     """An event stream begun (200, headers sent) and cut before its first event."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -1047,8 +1070,7 @@ async def test_a_stream_broken_before_its_first_event_fails_the_call_and_the_age
     app.middlewares.append(dying)
     app.router.add_post("/v1/message:stream", stream)
     async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
-        changes: list[str] = []
-        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        changes = state_changes(b)
         results = [await b.invoker.invoke("peer__echo", {"message": "x"}) for _ in range(2)]
         await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
         assert b.catalog.slot("peer").health.state == "ready" and changes == [], (b.catalog.slot("peer").health, changes)
@@ -1085,8 +1107,7 @@ async def test_a_stream_broken_after_its_first_event_is_followed_by_polling_the_
         await app(scope, receive, cut)
 
     async with serve_asgi(cutting, port=port), bridge(base_url=base, poll_interval=0.01) as b:
-        changes: list[str] = []
-        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        changes = state_changes(b)
         result = await b.invoker.invoke("peer__slow", {"message": "go", "data": {"steps": 3}})
         assert result.status == "succeeded" and result.content == [{"type": "text", "text": "done after 3 steps"}], result.error
         assert control.methods()[0] == "SendStreamingMessage" and "GetTask" in control.methods()
@@ -1096,14 +1117,7 @@ async def test_a_stream_broken_after_its_first_event_is_followed_by_polling_the_
 async def test_a_stream_reset_after_its_first_event_is_followed_by_polling_the_task():
     # a connection reset (RST, a ReadError) rather than closed: the call failed, though the task
     # the agent had named went on
-    posts: list[str] = []
-
-    @web.middleware
-    async def resetting(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.method != "POST":
-            return await handler(request)
-        body = await request.json()
-        posts.append(body["method"])
+    async def resetting(request: web.Request, body: dict[str, Any], handler: Any) -> web.StreamResponse:
         if body["method"] == "message/stream":
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await response.prepare(request)
@@ -1118,7 +1132,8 @@ async def test_a_stream_reset_after_its_first_event_is_followed_by_polling_the_t
         return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": done})
 
     app = old_agent_app("0.3.0", streaming=True)
-    app.middlewares.append(resetting)
+    posts, middleware = watching_posts(resetting)
+    app.middlewares.append(middleware)
     async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), poll_interval=0.01) as b:
         result = await b.invoker.invoke("peer__echo", {"message": "x"})
         assert b.catalog.slot("peer").health.state == "ready"
@@ -1199,8 +1214,7 @@ async def test_a_poll_on_a_kept_alive_connection_the_agent_closed_is_sent_again(
     # GetTask only reads the task: sent again on a new connection, the call goes on, and the
     # agent stays ready (it was marked unavailable, its every tool failing until it was back)
     async with agent_behind_proxy(streaming=False) as (base, control, proxy), bridge(base_url=base, transport=transport, retry_initial=5) as b:
-        changes: list[str] = []
-        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        changes = state_changes(b)
 
         async def arm_at_first_progress(record: ToolProgress) -> None:
             if not proxy.dropped and not proxy.armed:
@@ -1257,8 +1271,7 @@ async def test_a_message_on_a_kept_alive_connection_the_agent_closed_fails_only_
     # the message may have reached the agent: it is not sent again, the call fails (retry
     # later), and the agent, its card still answering, stays ready; gone, it is unavailable
     async with agent_behind_proxy(streaming=streaming) as (base, control, proxy), bridge(base_url=base, transport=transport, retry_initial=5) as b:
-        changes: list[str] = []
-        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        changes = state_changes(b)
         assert (await b.invoker.invoke("peer__echo", {"message": "warm"})).status == "succeeded"
         proxy.armed = 1
         for _ in range(5):  # a call that opened a connection (the one a stream holds is still being read to its end) goes through
@@ -1301,8 +1314,7 @@ async def test_a_message_whose_new_connection_the_agent_cut_fails_only_its_call(
     app = old_agent_app("0.3.0", rpc)
     app.middlewares.append(one_answer_a_connection)
     async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
-        changes: list[str] = []
-        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        changes = state_changes(b)
         cut = await b.invoker.invoke("peer__echo", {"message": "x"})
         assert cut.error.error_class == "dependency_unavailable" and cut.error.recoverability == "retry_later", cut.error
         assert cut.error.message.startswith("the agent's connection dropped before its answer ("), cut.error
@@ -1332,13 +1344,7 @@ async def test_a_connection_idle_for_keepalive_seconds_is_not_reused(monkeypatch
 async def test_a_stream_and_its_task_lookup_both_cut_leave_the_agent_ready_while_its_card_answers():
     # a call with task_id whose stream broke before its first event asks for the task; that
     # request dropped too (the agent restarting), the card answering: only the call fails
-    posts: list[str] = []
-
-    @web.middleware
-    async def restarting(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.method != "POST":
-            return await handler(request)
-        posts.append((await request.json())["method"])
+    async def restarting(request: web.Request, body: dict[str, Any], handler: Any) -> web.StreamResponse:
         assert request.transport is not None
         if posts[-1] == "message/stream":  # the stream begun, then broken
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -1353,10 +1359,10 @@ async def test_a_stream_and_its_task_lookup_both_cut_leave_the_agent_ready_while
         return text_message("unused", "agent", "t1", "c1")
 
     app = old_agent_app("0.3.0", rpc, streaming=True)
-    app.middlewares.append(restarting)
+    posts, middleware = watching_posts(restarting)
+    app.middlewares.append(middleware)
     async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
-        changes: list[str] = []
-        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        changes = state_changes(b)
         result = await b.invoker.invoke("peer__echo", {"message": "x", "task_id": "t1"})
         await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
         assert posts == ["message/stream", "tasks/get"]
@@ -1368,8 +1374,7 @@ async def test_a_card_refresh_on_kept_alive_connections_the_agent_closed_is_sent
     # a server closes the connections idle since one burst of calls together: the refresh sent
     # again went on another kept one, closing too, and the agent was marked unavailable
     async with agent_behind_proxy(streaming=False) as (base, control, proxy), bridge(base_url=base, retry_initial=5, card_refresh_interval=0.3) as b:
-        changes: list[str] = []
-        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        changes = state_changes(b)
         calls = await asyncio.gather(*(b.invoker.invoke("peer__echo", {"message": str(i)}) for i in range(3)))
         assert all(call.status == "succeeded" for call in calls)
         kept = {entry["client"] for entry in control.requests}
@@ -1397,23 +1402,16 @@ async def test_an_unknown_task_id_on_a_json_rpc_stream_is_invalid_arguments_not_
     # the stream closed unfinished, the task asked for answers TaskNotFound: the GetTask's error,
     # raised while the stream's break was handled, was read with that break and taken for the
     # agent gone (marked unavailable), the call failing as a broken stream
-    posts: list[str] = []
-
-    @web.middleware
-    async def unknown_task(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.method != "POST":
-            return await handler(request)
-        body = await request.json()
-        posts.append(body["method"])
+    async def unknown_task(request: web.Request, body: dict[str, Any], handler: Any) -> web.StreamResponse:
         if body["method"] == "message/stream":
             return await cut_stream(request)
         return task_not_found(body)
 
     app = old_agent_app("0.3.0", streaming=True)
-    app.middlewares.append(unknown_task)
+    posts, middleware = watching_posts(unknown_task)
+    app.middlewares.append(middleware)
     async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
-        changes: list[str] = []
-        b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+        changes = state_changes(b)
         result = await b.invoker.invoke("peer__echo", {"message": "x", "task_id": "nope"})
         await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
         assert posts == ["message/stream", "tasks/get"]
@@ -1425,30 +1423,22 @@ async def test_a_poll_sent_again_that_the_agent_answers_with_an_error_fails_with
     # the poll on a kept-alive connection the agent closed (restarting) is sent again, and the
     # agent, back without its tasks, answers TaskNotFound: read with the dropped poll handled
     # before it, that answer was "the agent stopped answering", and the agent marked unavailable
-    posts: list[str] = []
-
     async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
         return {"kind": "task", "id": "t1", "contextId": "c1", "status": {"state": "working"}}
 
-    @web.middleware
-    async def forgot_its_tasks(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.method == "POST":
-            body = await request.json()
-            posts.append(body["method"])
-            if body["method"] == "tasks/get":
-                return task_not_found(body)
-        return await handler(request)
+    async def forgot_its_tasks(request: web.Request, body: dict[str, Any], handler: Any) -> web.StreamResponse:
+        return task_not_found(body) if body["method"] == "tasks/get" else await handler(request)
 
     app = old_agent_app("0.3.0", rpc)
-    app.middlewares.append(forgot_its_tasks)
+    posts, middleware = watching_posts(forgot_its_tasks)
+    app.middlewares.append(middleware)
     async with TestServer(app, host="127.0.0.1") as http:
         proxy = KeepAliveClosingProxy(http.port)
         proxy.server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
         base = f"http://127.0.0.1:{proxy.server.sockets[0].getsockname()[1]}"
         try:
             async with bridge(base_url=base, retry_initial=5) as b:
-                changes: list[str] = []
-                b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+                changes = state_changes(b)
 
                 async def arm_at_first_progress(record: ToolProgress) -> None:
                     if not proxy.dropped and not proxy.armed:
@@ -1480,8 +1470,7 @@ async def test_an_interface_refusing_connections_fails_only_its_call_while_the_c
     await http.start_server()
     try:
         async with bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
-            changes: list[str] = []
-            b.catalog.subscribe(lambda change: changes.append(b.catalog.slot("peer").health.state) if change.state_changed else None)
+            changes = state_changes(b)
             refused = await b.invoker.invoke("peer__echo", {"message": "x"})
             await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
             assert changes == [] and b.catalog.slot("peer").health.state == "ready", (b.catalog.slot("peer").health, changes)
