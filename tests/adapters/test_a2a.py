@@ -600,27 +600,24 @@ async def test_a_card_on_the_configured_origin_with_its_interfaces_there_is_unch
             assert (await b.catalog.slot("peer").upstream.health())["credential_origins"] == []
 
 
-@pytest.mark.parametrize(("schemes", "security", "sent", "why"), [
-    (["key", "bearer"], [["key", "bearer"]], "k-secret-1", "security requirement key + bearer puts key and bearer in one place"),
-    (["key", "bearer"], [["bearer", "key"]], "Bearer t-secret-1", "security requirement bearer + key puts bearer and key in one place"),
-    (["key", "bearer"], None, "k-secret-1", "schemes key and bearer put their credentials in one place"),
-    (["bearer", "key"], None, "Bearer t-secret-1", "schemes bearer and key put their credentials in one place"),
-])
-async def test_two_schemes_in_one_header_send_the_first_the_card_writes_and_say_so(schemes, security, sent, why, caplog):
-    # an apiKey named authorization beside a bearer scheme: the credential applied last was
-    # sent, in an order (protobuf's map order) that changed from one process to the next
-    caplog.set_level(logging.WARNING)
-    declared = {"key": {"type": "apiKey", "in": "header", "name": "authorization"}, "bearer": {"type": "http", "scheme": "bearer"}}
-    received: list[str | None] = []
+KEYED_SCHEMES = {"key": {"type": "apiKey", "in": "header", "name": "authorization"}, "bearer": {"type": "http", "scheme": "bearer"}}
 
-    async def card(request: web.Request) -> web.Response:
-        body: dict[str, Any] = {"protocolVersion": "0.3.0", "name": "Keyed Agent", "description": "d", "url": f"http://{request.host}/",
-                                "version": "1", "preferredTransport": "JSONRPC", "capabilities": {}, "defaultInputModes": ["text/plain"],
-                                "defaultOutputModes": ["text/plain"], "skills": [{"id": "echo", "name": "Echo", "description": "e", "tags": []}],
-                                "securitySchemes": {name: declared[name] for name in schemes}}
-        if security is not None:
-            body["security"] = [{name: [] for name in names} for names in security]
-        return web.json_response(body)
+
+def keyed_card(host: str, schemes: list[str], security: list[list[str]] | None) -> dict[str, Any]:
+    """A 0.3 card declaring `schemes` of KEYED_SCHEMES in that order, and `security` (requirements
+    naming schemes) when given."""
+    body: dict[str, Any] = {"protocolVersion": "0.3.0", "name": "Keyed Agent", "description": "d", "url": f"http://{host}/",
+                            "version": "1", "preferredTransport": "JSONRPC", "capabilities": {}, "defaultInputModes": ["text/plain"],
+                            "defaultOutputModes": ["text/plain"], "skills": [{"id": "echo", "name": "Echo", "description": "e", "tags": []}],
+                            "securitySchemes": {name: KEYED_SCHEMES[name] for name in schemes}}
+    if security is not None:
+        body["security"] = [{name: [] for name in names} for names in security]
+    return body
+
+
+def keyed_agent(card: Callable[[web.Request], Awaitable[web.Response]]) -> tuple[web.Application, list[str | None]]:
+    """An echoing 0.3 agent serving `card`, and the Authorization headers its POSTs carry."""
+    received: list[str | None] = []
 
     @web.middleware
     async def record(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -634,6 +631,24 @@ async def test_two_schemes_in_one_header_send_the_first_the_card_writes_and_say_
     app = old_agent_app("0.3.0", rpc)
     app.router.add_get("/.well-known/agent-card.json", card)
     app.middlewares.append(record)
+    return app, received
+
+
+@pytest.mark.parametrize(("schemes", "security", "sent", "why"), [
+    (["key", "bearer"], [["key", "bearer"]], "k-secret-1", "security requirement key + bearer puts key and bearer in one place"),
+    (["key", "bearer"], [["bearer", "key"]], "Bearer t-secret-1", "security requirement bearer + key puts bearer and key in one place"),
+    (["key", "bearer"], None, "k-secret-1", "schemes key and bearer put their credentials in one place"),
+    (["bearer", "key"], None, "Bearer t-secret-1", "schemes bearer and key put their credentials in one place"),
+])
+async def test_two_schemes_in_one_header_send_the_first_the_card_writes_and_say_so(schemes, security, sent, why, caplog):
+    # an apiKey named authorization beside a bearer scheme: the credential applied last was
+    # sent, in an order (protobuf's map order) that changed from one process to the next
+    caplog.set_level(logging.WARNING)
+
+    async def card(request: web.Request) -> web.Response:
+        return web.json_response(keyed_card(request.host, schemes, security))
+
+    app, received = keyed_agent(card)
     async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"),
                                                                  auth={"bearer_token": "t-secret-1", "api_key": "k-secret-1"}) as b:
         assert (await b.invoker.invoke("peer__echo", {"message": "x"})).status == "succeeded"
@@ -651,40 +666,22 @@ async def test_two_schemes_in_one_header_send_the_first_the_card_writes_and_say_
 async def test_a_card_refresh_reordering_its_security_schemes_changes_the_credential_sent():
     # the change check hashed the card with its keys sorted: a card whose only change was the
     # order of its schemes, which decides the credential sent, counted as unchanged
-    declared = {"key": {"type": "apiKey", "in": "header", "name": "authorization"}, "bearer": {"type": "http", "scheme": "bearer"}}
     served: dict[str, Any] = {"schemes": ["key", "bearer"], "security": None, "reversed": False}
-    received: list[str | None] = []
     fetches: list[int] = []
 
     async def card(request: web.Request) -> web.Response:
         fetches.append(1)
-        body: dict[str, Any] = {"protocolVersion": "0.3.0", "name": "Keyed Agent", "description": "d", "url": f"http://{request.host}/",
-                                "version": "1", "preferredTransport": "JSONRPC", "capabilities": {}, "defaultInputModes": ["text/plain"],
-                                "defaultOutputModes": ["text/plain"], "skills": [{"id": "echo", "name": "Echo", "description": "e", "tags": []}],
-                                "securitySchemes": {name: declared[name] for name in served["schemes"]}}
-        if served["security"] is not None:
-            body["security"] = [{name: [] for name in names} for names in served["security"]]
+        body = keyed_card(request.host, served["schemes"], served["security"])
         if served["reversed"]:  # the same card, its other keys written in another order
             body = dict(reversed(body.items()))
             body["securitySchemes"] = {name: dict(reversed(scheme.items())) for name, scheme in body["securitySchemes"].items()}
         return web.json_response(body)
 
-    @web.middleware
-    async def record(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.method == "POST":
-            received.extend(request.headers.getall("Authorization", [None]))
-        return await handler(request)
-
-    async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
-        return text_message("echo", "agent", "t1", "c1")
-
     async def refreshed() -> None:
         seen = len(fetches)
         await until(lambda: len(fetches) >= seen + 2)  # one refresh whole, after the change
 
-    app = old_agent_app("0.3.0", rpc)
-    app.router.add_get("/.well-known/agent-card.json", card)
-    app.middlewares.append(record)
+    app, received = keyed_agent(card)
     async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), card_refresh_interval=0.05,
                                                                  auth={"bearer_token": "t-secret-1", "api_key": "k-secret-1"}) as b:
         upstream: Any = b.catalog.slot("peer").upstream
