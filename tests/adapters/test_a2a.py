@@ -1021,6 +1021,20 @@ def watching_posts(answer: Callable[[web.Request, dict[str, Any], Any], Awaitabl
     return posts, middleware
 
 
+async def stream_then_task_lookup(app: web.Application, answer: Any, task_id: str) -> Any:
+    """Calls `peer__echo` with `task_id` on `app`, whose POSTs `answer` takes (`watching_posts`):
+    the agent gets the stream, then the lookup of the task, and stays ready; the call's result."""
+    posts, middleware = watching_posts(answer)
+    app.middlewares.append(middleware)
+    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
+        changes = state_changes(b)
+        result = await b.invoker.invoke("peer__echo", {"message": "x", "task_id": task_id})
+        await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
+        assert posts == ["message/stream", "tasks/get"]
+        assert changes == [] and b.catalog.slot("peer").health.state == "ready", (b.catalog.slot("peer").health, changes)
+    return result
+
+
 async def cut_stream(request: web.Request) -> web.StreamResponse:
     """An event stream begun (200, headers sent) and cut before its first event."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -1343,7 +1357,7 @@ async def test_a_stream_and_its_task_lookup_both_cut_leave_the_agent_ready_while
     # request dropped too (the agent restarting), the card answering: only the call fails
     async def restarting(request: web.Request, body: dict[str, Any], handler: Any) -> web.StreamResponse:
         assert request.transport is not None
-        if posts[-1] == "message/stream":  # the stream begun, then broken
+        if body["method"] == "message/stream":  # the stream begun, then broken
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             response.enable_chunked_encoding()
             await response.prepare(request)
@@ -1355,15 +1369,7 @@ async def test_a_stream_and_its_task_lookup_both_cut_leave_the_agent_ready_while
     async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
         return text_message("unused", "agent", "t1", "c1")
 
-    app = old_agent_app("0.3.0", rpc, streaming=True)
-    posts, middleware = watching_posts(restarting)
-    app.middlewares.append(middleware)
-    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
-        changes = state_changes(b)
-        result = await b.invoker.invoke("peer__echo", {"message": "x", "task_id": "t1"})
-        await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
-        assert posts == ["message/stream", "tasks/get"]
-        assert changes == [] and b.catalog.slot("peer").health.state == "ready", (b.catalog.slot("peer").health, changes)
+    result = await stream_then_task_lookup(old_agent_app("0.3.0", rpc, streaming=True), restarting, "t1")
     assert result.error.error_class == "dependency_unavailable" and result.error.message.startswith("the agent's stream broke before its first event"), result.error
 
 
@@ -1404,15 +1410,7 @@ async def test_an_unknown_task_id_on_a_json_rpc_stream_is_invalid_arguments_not_
             return await cut_stream(request)
         return task_not_found(body)
 
-    app = old_agent_app("0.3.0", streaming=True)
-    posts, middleware = watching_posts(unknown_task)
-    app.middlewares.append(middleware)
-    async with TestServer(app, host="127.0.0.1") as http, bridge(base_url=str(http.make_url("")).rstrip("/"), retry_initial=5) as b:
-        changes = state_changes(b)
-        result = await b.invoker.invoke("peer__echo", {"message": "x", "task_id": "nope"})
-        await asyncio.sleep(0.05)  # an unavailable event would have reached the catalog
-        assert posts == ["message/stream", "tasks/get"]
-        assert changes == [] and b.catalog.slot("peer").health.state == "ready", (b.catalog.slot("peer").health, changes)
+    result = await stream_then_task_lookup(old_agent_app("0.3.0", streaming=True), unknown_task, "nope")
     assert result.error.error_class == "invalid_arguments" and "does not know that task (Task not found)" in result.error.message, result.error
 
 
