@@ -307,6 +307,19 @@ class _Compaction:
     log_file: Any = None
 
 
+def _index_error(exc: BaseException) -> bool:
+    """Whether `exc` is what opening or writing an on-disk index raises when its files cannot be
+    used: an OSError, Tantivy's ValueError, or a panic of Tantivy's (pyo3's PanicException, which
+    is no Exception: a truncated segment file panics as the index is opened)."""
+    return isinstance(exc, (OSError, ValueError)) or type(exc).__name__ == "PanicException"
+
+
+def _error_text(exc: BaseException) -> str:
+    """One line of an opening's error, for a warning."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def _take_lock(path: str, note: bool = True) -> Any:
     """An exclusive lock on `<index>.lock` beside the index folder, held by the open file this
     returns (None when another process holds it). One process writes an index; Tantivy would
@@ -421,7 +434,15 @@ class ToolIndex:
                  listing: Callable[[], Sequence[Any] | None] | None = None,
                  moved: Callable[[str], None] | None = None) -> None:
         self.moved = moved  # told the path, on the writer thread, once an index kept in memory moved to disk
-        self._lock_file = _take_lock(path) if path is not None else None
+        # why the on-disk index at `path` cannot be used (kept in memory instead, for the process's life)
+        self.unusable: str | None = None
+        self._lock_file: Any = None
+        if path is not None:
+            try:
+                self._lock_file = _take_lock(path)
+            except OSError as exc:  # `<index>.lock` cannot be opened: a read-only or full disk, a folder in its place
+                self._kept_in_memory(path, exc)
+                path = None
         # the on-disk index this one, kept in memory, moves to once no other process holds its lock
         self.wanted_path: str | None = None
         self._disk_retry_at = time.monotonic() + DISK_RETRY
@@ -447,12 +468,9 @@ class ToolIndex:
         self._by_key: dict[int, str | None] = {}
         # (what the index held when they were read: `_held`, term -> `term_weights`)
         self._weights: tuple[tuple[int, int, int], dict[str, float]] = ((-1, -1, -1), {})
-        self._index = self._ready(self._open(path))
-        self._writer = self._index.writer(heap_size=heap_size, num_threads=threads)
         self._log_file: Any = None
         self._log_lines = 0  # lines in the digest log, rewritten whole once they outgrow the tools (`_append_log`)
-        if path is not None:
-            self._load_digests()
+        self._open_index(path)
         self._queue: queue.Queue[_Batch | None] = queue.Queue()
         self._cond = threading.Condition()
         self._submitted = 0
@@ -469,12 +487,61 @@ class ToolIndex:
 
     # ---------------------------------------------------------------- opening
 
-    def _open(self, path: str | None) -> tantivy.Index:
+    def _open_index(self, path: str | None) -> None:
+        """Open the index, its writer and (on disk) its digests. A generation reopened that then
+        cannot be read (its digest log, say) is rebuilt; an on-disk index that cannot be opened
+        or built at all (a read-only or full disk) is kept in memory instead (`_kept_in_memory`)."""
+        fresh = False
+        while True:
+            try:
+                self._index = self._ready(self._open(path, fresh))
+                self._writer = self._index.writer(heap_size=self._heap_size, num_threads=self._threads)
+                if path is not None:
+                    self._load_digests()
+                return
+            except BaseException as exc:
+                if path is None or not _index_error(exc):
+                    raise
+                reopened, generation = self.opened_existing, self._generation
+                self._opened_nothing()
+                if reopened and not fresh:  # that generation is damaged: the catalog writes it again
+                    log.warning("search index at %s cannot be reopened (%s); rebuilding it", Path(path) / _generation(generation),
+                                _error_text(exc))
+                    fresh = True
+                    continue
+                self._kept_in_memory(path, exc)
+                path = self.path = None
+
+    def _opened_nothing(self) -> None:
+        """Forget what an opening that failed had read, before another."""
+        if self._log_file is not None:
+            with contextlib.suppress(OSError):
+                self._log_file.close()
+        self._log_file, self._log_lines = None, 0
+        self._index = self._writer = None
+        self._digests, self._by_key = {}, {}
+        self.opened_existing, self._generation = False, 0
+
+    def _kept_in_memory(self, path: str, exc: BaseException) -> None:
+        """The on-disk index at `path` cannot be used: said once, with the fix, and this process
+        keeps its index in memory (as when another process holds it, but for its whole life)."""
+        self.unusable = _error_text(exc)
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+        log.warning("search index %s cannot be used (%s); this process keeps its index in memory, built again at each start. "
+                    "To keep it on disk, set search.path to a folder this process can create and write (left out, it is "
+                    "store.path with the suffix .index), or set search.persist: false to keep it in memory without this "
+                    "warning", path, self.unusable)
+
+    def _open(self, path: str | None, fresh: bool = False) -> tantivy.Index:
+        """The index at `path` (None: in memory): reopened when of this format and whole, else
+        (or with `fresh`) built anew in a folder emptied for it."""
         if path is None:
             return tantivy.Index(self.schema)
         folder = Path(path)
         marker = folder / _FORMAT_FILE
-        if marker.exists():
+        if marker.exists() and not fresh:
             try:
                 found = json.loads(marker.read_text())
                 generation = found.pop("generation", None) if isinstance(found, dict) else None
@@ -490,8 +557,11 @@ class ToolIndex:
                     log.info("search index at %s is of another format; rebuilding it", folder)
                 else:
                     log.warning("search index at %s names no index it holds (generation %r); rebuilding it", folder, generation)
-            except (ValueError, OSError) as exc:
-                log.warning("search index at %s cannot be reopened (%s); rebuilding it", folder, exc)
+            except BaseException as exc:
+                if not _index_error(exc):
+                    raise
+                self.opened_existing = False
+                log.warning("search index at %s cannot be reopened (%s); rebuilding it", folder, _error_text(exc))
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
