@@ -155,7 +155,13 @@ class SemanticStage:
         self._fresh: LRUCache[str, tuple[ToolDeclaration, np.ndarray]] = LRUCache(_FRESH_KEPT)
         self._closed = False
         if path is not None:
-            self._load()
+            try:
+                self._load()
+            except OSError as exc:  # a folder in the file's place, a read-only or full disk: the vectors stay in memory
+                log.warning("semantic vectors cannot be read from or written to %s (%s); kept in memory, and computed "
+                            "again at each start", path, exc)
+                self.path, self._file = None, None
+                self._rows, self._vectors, self._count = {}, np.zeros((0, encoder.dim), np.float16), 0
             self._dropped = self._count  # rows of the file no tool may have any more
             self._settled = not self._count  # the file's rows are kept until every tool is known
         self._thread = threading.Thread(target=self._run, name="search-semantic", daemon=True)

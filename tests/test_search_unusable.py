@@ -137,6 +137,19 @@ def test_an_index_that_cannot_be_built_on_disk_is_kept_in_memory_and_its_lock_le
         index.close()
 
 
+def test_a_vector_file_that_cannot_be_read_keeps_the_vectors_in_memory(tmp_path, caplog):
+    from bridge.search_semantic import SemanticStage, vector_path
+
+    index_path = str(tmp_path / "bridge.index")
+    Path(vector_path(index_path, static=True)).mkdir()  # a folder where the file goes
+    stage = SemanticStage.open(index_path, "static")
+    try:
+        assert stage is not None and stage.path is None
+        assert caplog.text.count("semantic vectors cannot be read from or written to") == 1
+    finally:
+        stage.close()
+
+
 # ---------------------------------------------------------------- real processes
 
 
