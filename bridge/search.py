@@ -437,7 +437,8 @@ class ToolSearch:
         namespace, kind, read_only = filters["namespace"], filters["kind"], filters["read_only"]
         if namespace is not None and namespace not in pending and not self._any_shown(surface, namespace=namespace):
             lowered = {slot.lower(): slot for slot in self.catalog.slots if slot != namespace}
-            like = (lowered[n] for n in difflib.get_close_matches(namespace.lower(), lowered, n=len(lowered), cutoff=0.6))
+            # no other upstream (difflib refuses n=0): none is written like it
+            like = (lowered[n] for n in difflib.get_close_matches(namespace.lower(), lowered, n=len(lowered), cutoff=0.6)) if lowered else ()
             near = list(itertools.islice((n for n in like if self._any_shown(surface, namespace=n)), FILTER_NEAR))
             said.append(f"no tool on this surface is in the namespace {namespace!r}" + (f" (namespaces like it: {', '.join(near)})" if near else ""))
         for tag in filters["tags"] or ():

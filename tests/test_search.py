@@ -339,6 +339,21 @@ async def test_a_filter_no_tool_on_the_surface_passes_is_named_and_a_blocked_one
     assert "no tool on this surface is of the kind 'openapi_operation' (kinds on it: function);" in hint(surface=blocking, kind="openapi_operation")
 
 
+async def test_a_namespace_filter_of_a_bridge_with_no_other_upstream_answers_no_match():
+    # the namespaces written like it were drawn from none: difflib refused n=0 with a ValueError,
+    # so `bridge search "" --namespace x` without upstreams, or GET /search?namespace=x, failed
+    for ups in ([], [FakeUpstream(name="api", tools=tools_a())]):
+        e = await start_env(ups)
+        try:
+            blocking = Surface(SurfaceConfig(name="safe", block=[Rule(upstream="api")]), e.catalog)
+            for namespace, surface in (("zzz", e.surface), ("api", blocking)):
+                for query in ("invoice", ""):
+                    result = e.search.search(query, surface=surface, namespace=namespace)
+                    assert result.matches == [] and f"no tool on this surface is in the namespace {namespace!r}" in result.hint
+        finally:
+            await e.close()
+
+
 async def test_the_namespace_of_an_upstream_still_connecting_is_not_said_to_have_no_tool():
     down = FakeUpstream(FakeConfig(name="slow", fail_start="connection refused on 127.0.0.1:9", retry_initial=30),
                         tools=[tool("get_forecast")])
