@@ -403,6 +403,15 @@ def _open_files_limit_raised() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
+def _cause(exc: BaseException) -> BaseException:
+    """The error a command failed with, out of the task groups that wrapped it: `bridge serve
+    --stdio` makes its bridge inside the MCP SDK's stdio server, whose task group raises an
+    ExceptionGroup, and the line said only *unhandled errors in a TaskGroup (1 sub-exception)*."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -429,8 +438,9 @@ def main(argv: list[str] | None = None) -> int:
             return runner.run(COMMANDS[args.command](args, config))  # type: ignore[arg-type]
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a clear line, never a traceback (unless -v asks for it)
+    except Exception as failed:  # a clear line, never a traceback (unless -v asks for it)
         logging.getLogger("bridge.cli").debug("bridge %s failed", args.command, exc_info=True)
+        exc = _cause(failed)
         print(f"bridge {args.command}: {type(exc).__name__}: {exc}" + ("" if args.verbose else " (run with -v for details)"), file=sys.stderr)
         return 1
 

@@ -222,6 +222,23 @@ def test_a_search_path_naming_a_file_is_said_before_anything_is_made(tmp_path, c
     assert not (tmp_path / "data").exists() and (tmp_path / "notes.txt").read_text() == "mine\n"
 
 
+def test_bridge_serve_over_stdio_names_the_error_its_bridge_failed_with_not_the_task_group():
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "notes.txt").write_text("mine\n")
+        cfg = Path(folder) / "bridge.yaml"
+        cfg.write_text("store: {path: data/bridge.db}\nsearch: {path: notes.txt}\n")
+        done = subprocess.run([sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(cfg)], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("bridge serve: StoreError: ") and "the search index's folder is a file; fix: set search.path" in done.stderr
+    assert "ExceptionGroup" not in done.stderr and "Traceback" not in done.stderr
+
+
 def test_a_store_path_whose_folder_cannot_be_made_names_store_path_as_the_fix(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine\n")
     cfg = tmp_path / "bridge.yaml"
