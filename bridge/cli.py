@@ -439,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as failed:  # a clear line, never a traceback (unless -v asks for it)
-        logging.getLogger("bridge.cli").debug("bridge %s failed", args.command, exc_info=True)
+        if args.verbose:  # the details the line below offers (logged at INFO, -v's level: a debug record was never shown)
+            logging.getLogger("bridge.cli").error("bridge %s failed", args.command, exc_info=True)
         exc = _cause(failed)
         print(f"bridge {args.command}: {type(exc).__name__}: {exc}" + ("" if args.verbose else " (run with -v for details)"), file=sys.stderr)
         return 1

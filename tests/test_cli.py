@@ -222,6 +222,28 @@ def test_a_search_path_naming_a_file_is_said_before_anything_is_made(tmp_path, c
     assert not (tmp_path / "data").exists() and (tmp_path / "notes.txt").read_text() == "mine\n"
 
 
+def test_a_command_that_fails_prints_one_line_and_with_v_the_traceback_it_offers(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cfg = tmp_path / "bridge.yaml"
+    cfg.write_text(f"store: {{path: {tmp_path / 'b.db'}}}\n")
+    code = ("import sys, bridge.cli as cli\n"
+            "def broken(config):\n    raise RuntimeError('the bridge broke')\n"
+            "cli.Bridge = broken\nsys.exit(cli.main(sys.argv[1:]))\n")
+
+    def run(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", code, "check", *flags, "-c", str(cfg)], capture_output=True, text=True,
+                              timeout=60, cwd=Path(__file__).resolve().parent.parent)
+
+    quiet = run()
+    assert quiet.returncode == 1 and quiet.stderr == "bridge check: RuntimeError: the bridge broke (run with -v for details)\n"
+    verbose = run("-v")
+    assert verbose.returncode == 1 and "Traceback (most recent call last)" in verbose.stderr and "in broken" in verbose.stderr
+    assert verbose.stderr.endswith("bridge check: RuntimeError: the bridge broke\n")
+
+
 def test_bridge_serve_over_stdio_names_the_error_its_bridge_failed_with_not_the_task_group():
     import subprocess
     import sys
