@@ -795,13 +795,7 @@ class ToolIndex:
             return False
         if handle is None:
             return False
-        with self._cond:
-            seq = self._submitted  # the changes submitted after have the last word on their tools
-        try:
-            tools = self.listing()  # read after `seq`: it holds every change up to it
-        except Exception:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
-            log.exception("search index: the tools to write to disk could not be listed")
-            tools = None
+        seq, tools = self._list_tools("write to disk")
         with self._cond:
             going = tools is not None and not self._closing
             if going:
@@ -953,19 +947,25 @@ class ToolIndex:
         deleted = held - searcher.num_docs
         return deleted >= COMPACT_DELETED_MIN and deleted / held >= COMPACT_DELETED
 
+    def _list_tools(self, purpose: str) -> tuple[int, Any]:
+        """On the writer thread: the last change submitted, and every tool (`listing`) as of at
+        least that change (None when not every upstream has listed yet, or the listing failed,
+        which is logged naming `purpose`)."""
+        with self._cond:
+            seq = self._submitted  # the changes submitted after have the last word on their tools
+        try:
+            return seq, self.listing()  # type: ignore[misc]  # read after `seq`: it holds every change up to it
+        except Exception:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
+            log.exception("search index: the tools to %s could not be listed", purpose)
+            return seq, None
+
     def _compact_when_deleted(self) -> None:
         """On the writer thread, after a commit: begin a compaction (of `listing`) when deleted
         documents are COMPACT_DELETED or more of the index (and COMPACT_DELETED_MIN or more) and none is under way."""
         if (self.listing is None or self._compacting is not None or self._closing or time.monotonic() < self._compact_retry_at
                 or not self._deleted_enough()):
             return
-        with self._cond:
-            seq = self._submitted  # the changes submitted after have the last word on their tools
-        try:
-            tools = self.listing()  # read after `seq`: it holds every change up to it
-        except Exception:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
-            log.exception("search index: the tools to compact could not be listed")
-            return
+        seq, tools = self._list_tools("compact")
         if tools is None:
             return
         with self._cond:

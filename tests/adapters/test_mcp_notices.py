@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -21,12 +21,6 @@ from bridge.config import parse_config
 from bridge.runtime import Bridge
 from tests.adapters.mcp_fixtures.server import build_server
 from tests.servers import read_body, replaying, serve_asgi
-
-
-async def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
 
 
 def make_bridge(base: str, **settings: Any) -> Bridge:
