@@ -44,7 +44,7 @@ from a2a.utils.errors import (
 from google.protobuf.json_format import ParseError
 from google.protobuf.message import DecodeError
 from httpx._utils import get_environment_proxies  # httpx's own reading of the proxy variables
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from adapters.a2a_card import (
     A2AAuth,
@@ -67,6 +67,7 @@ from adapters.a2a_mapping import (
     tools_from_card,
 )
 from adapters.http_proxy import loopback_direct
+from adapters.http_tls import added_cas, readable_ca_file
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent
 
@@ -182,12 +183,12 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
     sending it again is safe; a request the caller sends again goes on a connection opened for
     it too (`_ON_NEW_CONNECTION`)."""
 
-    def __init__(self, limit: int, proxy: str | None = None) -> None:
+    def __init__(self, limit: int, tls: ssl.SSLContext, proxy: str | None = None) -> None:
         limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_SECONDS)  # httpx's, but the expiry
-        self.inner = httpx.AsyncHTTPTransport(verify=_tls_context(), proxy=proxy, limits=limits)
+        self.inner = httpx.AsyncHTTPTransport(verify=tls, proxy=proxy, limits=limits)
         # where a request is sent again: a connection of its own, closed after it. Another kept one
         # could be closing too (a server closes the connections idle since one burst of calls at once)
-        self.fresh = httpx.AsyncHTTPTransport(verify=_tls_context(), proxy=proxy, limits=httpx.Limits(max_keepalive_connections=0))
+        self.fresh = httpx.AsyncHTTPTransport(verify=tls, proxy=proxy, limits=httpx.Limits(max_keepalive_connections=0))
         self.limit = limit
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -221,7 +222,7 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
         await self.fresh.aclose()
 
 
-def _proxy_mounts(limit: int) -> dict[str, httpx.AsyncBaseTransport | None]:
+def _proxy_mounts(limit: int, tls: ssl.SSLContext) -> dict[str, httpx.AsyncBaseTransport | None]:
     """The client's transports for the proxies the environment names (HTTP_PROXY, HTTPS_PROXY,
     ALL_PROXY and NO_PROXY, as httpx reads them for a client of its own transport): a bounded
     transport through each proxy, None (the client's own, direct and bounded) where NO_PROXY
@@ -233,7 +234,7 @@ def _proxy_mounts(limit: int) -> dict[str, httpx.AsyncBaseTransport | None]:
             mounts[pattern] = None
             continue
         try:
-            mounts[pattern] = _BoundedTransport(limit, proxy=proxy)
+            mounts[pattern] = _BoundedTransport(limit, tls, proxy=proxy)
         except (ImportError, ValueError):  # a socks5 proxy without socksio, or a scheme httpx has no transport for
             scheme = urllib.parse.urlsplit(proxy).scheme
             raise BridgeError(
@@ -262,6 +263,12 @@ class A2AConfig(UpstreamConfig):
     credential_origins: list[str] = Field(
         default_factory=list, description="origins (scheme://host:port) besides that of base_url/card_url that get the credentials"
     )
+    ca_file: str | None = Field(default=None, description="PEM file of CA certificates the agent's servers are checked against, beside the system's")
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_file_readable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return readable_ca_file(value, info.data.get("base_dir", "."))
 
     @field_validator("credential_origins")
     @classmethod
@@ -370,17 +377,18 @@ class A2AUpstream(Upstream):
         await self.close()
         cfg = self.config
         connect = min(10.0, cfg.start_timeout)
-        direct = _BoundedTransport(cfg.max_response_bytes)
+        tls = added_cas(cfg.resolve_path(cfg.ca_file)) if cfg.ca_file else _tls_context()  # the card's fetches and the calls
+        direct = _BoundedTransport(cfg.max_response_bytes, tls)
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False,
             headers={"User-Agent": "a2t-bridge", "Accept-Encoding": "identity"}, transport=direct,
-            mounts=loopback_direct(_proxy_mounts(cfg.max_response_bytes), direct),
+            mounts=loopback_direct(_proxy_mounts(cfg.max_response_bytes, tls), direct),
         )
         secrets = cfg.auth.secrets()
         if secrets:
             self._log_filter = RedactingFilter(secrets)
             logging.getLogger("httpx").addFilter(self._log_filter)
-        self._source = CardSource(self._http, card_url=cfg.card_url, base_url=cfg.base_url, timeout=cfg.start_timeout)
+        self._source = CardSource(self._http, card_url=cfg.card_url, base_url=cfg.base_url, timeout=cfg.start_timeout, ca_file=cfg.ca_file)
         try:
             fetched = await self._source.fetch()
             assert fetched is not None
@@ -660,7 +668,7 @@ class A2AUpstream(Upstream):
         alike until an operator acts)."""
         url = failed_url(exc) or (agent.interface.url if agent.interface else agent.card_url)
         assert self._source is not None
-        refused = certificate_refused(exc, url, self._source.address)
+        refused = certificate_refused(exc, url, self._source.address, self.config.ca_file)
         if refused is None:
             return None
         ref: dict[str, Any] = {"a2a_error": type(exc).__name__}

@@ -24,7 +24,7 @@ from a2a.types import AgentCard, SecurityScheme
 from google.protobuf.json_format import ParseError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from adapters.http_tls import SYSTEM_TRUST, certificate_failure
+from adapters.http_tls import ca_file_trust, certificate_failure
 from bridge.model import BridgeError
 
 __all__ = [
@@ -103,8 +103,10 @@ class CardFetch:
 class CardSource:
     """Where an agent's card lives and how to fetch it again."""
 
-    def __init__(self, http: httpx.AsyncClient, *, card_url: str | None, base_url: str | None, timeout: float) -> None:
+    def __init__(self, http: httpx.AsyncClient, *, card_url: str | None, base_url: str | None, timeout: float,
+                 ca_file: str | None = None) -> None:
         self.http = http
+        self.ca_file = ca_file  # as written, for the fix of a certificate that fails its check
         self.timeout = timeout
         self.fix = ""  # said after a failure that a mistaken card_url explains
         self.address = "card_url" if card_url else "base_url"  # the key naming the agent's server
@@ -142,7 +144,7 @@ class CardSource:
                     url, headers=headers, timeout=self.timeout, follow_redirects=True, extensions={CARD_REQUEST: True}
                 )
             except httpx.HTTPError as exc:
-                if (refused := certificate_refused(exc, url, self.address)) is not None:
+                if (refused := certificate_refused(exc, url, self.address, self.ca_file)) is not None:
                     # a setup problem, not an outage: every attempt fails alike, and the agent is there
                     raise BridgeError(f"cannot fetch the agent card at {url}: {refused}", error_class="dependency_unavailable",
                                       recoverability="setup", details={"reachable": True}) from None
@@ -216,17 +218,17 @@ def server_of(url: str) -> str:
     return f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
-def certificate_refused(exc: BaseException, url: str, address: str) -> str | None:
+def certificate_refused(exc: BaseException, url: str, address: str, ca_file: str | None = None) -> str | None:
     """`the certificate of host:port cannot be verified (<OpenSSL's reason>): <fix>` when `exc`
     is a failed check of the server's certificate, else None: of the server of the request that
     failed (a redirect's), or of `url`. `address` is the config key naming the agent (`base_url`
-    or `card_url`). The check is made against the system's CAs; an A2A upstream has no key
-    turning it off."""
+    or `card_url`). The check is made against the system's CAs and the upstream's `ca_file`; an
+    A2A upstream has no key turning it off."""
     try:
         server = server_of(failed_url(exc) or url)
     except httpx.InvalidURL:
         return None
-    return certificate_failure(exc, trust=SYSTEM_TRUST, address=address, server=server, verify_tls=False)
+    return certificate_failure(exc, trust=ca_file_trust(ca_file), address=address, server=server, verify_tls=False)
 
 
 def failed_url(exc: BaseException) -> str | None:

@@ -10,10 +10,11 @@ import logging
 from typing import Any, Literal
 from urllib.parse import quote
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from yarl import URL
 
 from adapters.a2t_http import A2THttp, HTTPAnswer, RetryConfig, error_result_of, safe_url
+from adapters.http_tls import readable_ca_file
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool
 from bridge.translate import a2t as a2t_wire
 from bridge.translate import ietf
@@ -69,8 +70,14 @@ class A2TConfig(UpstreamConfig):
     connect_timeout: float = Field(default=10.0, gt=0, description="seconds to open a connection")
     connection_limit: int | None = Field(default=None, ge=1, description="open connections at most (default: max_concurrency)")
     verify_tls: bool = True
+    ca_file: str | None = Field(default=None, description="PEM file of CA certificates the server's is checked against, beside the system's")
     retries: RetryConfig = Field(default_factory=RetryConfig)
     max_response_bytes: int = Field(default=16 << 20, ge=1024, description="larger answers are refused")
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_file_readable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return readable_ca_file(value, info.data.get("base_dir", "."))
 
     @field_validator("url")
     @classmethod
@@ -105,7 +112,8 @@ class A2TUpstream(Upstream):
             headers["Authorization"] = f"Bearer {config.bearer_token.get_secret_value()}"
         self._http = A2THttp(headers=headers, connect_timeout=config.connect_timeout,
                              connection_limit=config.connection_limit or config.max_concurrency, retries=config.retries,
-                             max_response_bytes=config.max_response_bytes, verify_tls=config.verify_tls)
+                             max_response_bytes=config.max_response_bytes, verify_tls=config.verify_tls, ca_file=config.ca_file,
+                             ca_path=config.resolve_path(config.ca_file) if config.ca_file else None)
         self.base = config.url.rstrip("/")
         self.dialect: Literal["ietf", "a2t"] | None = None
         self.capabilities: a2t_wire.Capabilities | None = None

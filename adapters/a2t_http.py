@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from yarl import URL
 
 from adapters.http_body import read_body
 from adapters.http_proxy import proxied_session
-from adapters.http_tls import SYSTEM_TRUST, certificate_failure
+from adapters.http_tls import added_cas, ca_file_trust, certificate_failure
 from bridge.model import BridgeError, ErrorClass, ToolError, UpstreamResult
 from bridge.translate.http import retry_after_seconds
 from bridge.translate.wire import TOOL_RESULT_KEY, result_from_envelope, tool_error_from_body
@@ -110,19 +111,23 @@ class A2THttp:
     """One pooled session to one server."""
 
     def __init__(self, *, headers: dict[str, str], connect_timeout: float, connection_limit: int,
-                 retries: RetryConfig, max_response_bytes: int, verify_tls: bool = True) -> None:
+                 retries: RetryConfig, max_response_bytes: int, verify_tls: bool = True, ca_file: str | None = None,
+                 ca_path: str | None = None) -> None:
         self.headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **headers}
         self.connect_timeout = connect_timeout
         self.connection_limit = connection_limit
         self.retries = retries
         self.max_response_bytes = max_response_bytes
         self.verify_tls = verify_tls
+        self.ca_file, self.ca_path = ca_file, ca_path  # as written (for messages), and resolved
         self._session: aiohttp.ClientSession | None = None
 
     def open(self) -> None:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self.connection_limit, keepalive_timeout=15,
-                                             ssl=None if self.verify_tls else False)
+            tls: ssl.SSLContext | bool | None = None if self.verify_tls else False
+            if self.verify_tls and self.ca_path:
+                tls = added_cas(self.ca_path)
+            connector = aiohttp.TCPConnector(limit=self.connection_limit, keepalive_timeout=15, ssl=tls)
             self._session = proxied_session(connector=connector, headers=self.headers, cookie_jar=aiohttp.DummyCookieJar())
 
     async def close(self) -> None:
@@ -171,7 +176,7 @@ class A2THttp:
                 raise BridgeError(f"{method} {safe_url(url)} did not answer within {timeout:g}s", error_class="timeout",
                                   recoverability="retry") from None
             except aiohttp.ClientConnectionError as exc:
-                if (refused := certificate_failure(exc, trust=SYSTEM_TRUST, address="url")) is not None:
+                if (refused := certificate_failure(exc, trust=ca_file_trust(self.ca_file), address="url")) is not None:
                     # a setup problem, not an outage: every attempt fails alike, and the server is not down
                     raise BridgeError(f"{method} {safe_url(url)}: {refused}", error_class="dependency_unavailable",
                                       recoverability="setup") from None

@@ -39,10 +39,10 @@ from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from adapters.http_proxy import loopback_mounts
-from adapters.http_tls import SYSTEM_TRUST, certificate_failure
+from adapters.http_tls import added_cas, ca_file_trust, certificate_failure, readable_ca_file
 from adapters.mcp_get_stream import GetStreamWatch
 from adapters.mcp_http import RESUMED_TOO_OFTEN, answer_too_large, bound_answer, quiet_sdk_refusals
 from adapters.mcp_notices import NoticeClient, NoticePosts
@@ -128,6 +128,7 @@ class MCPConfig(UpstreamConfig):
     cwd: str | None = Field(default=None, description="stdio: working folder, relative to the config file's folder")
     url: str | None = Field(default=None, description="streamable HTTP endpoint, e.g. http://127.0.0.1:9001/mcp")
     headers: dict[str, str] = Field(default_factory=dict, description="HTTP: headers sent with every request")
+    ca_file: str | None = Field(default=None, description="HTTP: PEM file of CA certificates the server's is checked against, beside the system's")
     protocol: ProtocolMode = Field(default="auto", description="auto | legacy (handshake era) | 2026-07-28")
     ping_interval: float | None = Field(default=30.0, gt=0, description="liveness probe every N seconds; null = off")
     ping_timeout: float = Field(default=10.0, gt=0, description="seconds a liveness probe may take")
@@ -136,6 +137,11 @@ class MCPConfig(UpstreamConfig):
     max_line_bytes: int = Field(default=MAX_LINE, ge=1024, description="stdio: longest message (one line) read from the server, bytes")
     max_response_bytes: int = Field(default=16 << 20, ge=1024,
                                      description="HTTP: largest answer read (a JSON body, one POST's event stream, one event of a session-long stream)")
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_file_readable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return readable_ca_file(value, info.data.get("base_dir", "."))
 
     @model_validator(mode="after")
     def _one_transport(self) -> MCPConfig:
@@ -152,6 +158,9 @@ class MCPConfig(UpstreamConfig):
         if self.command and self.headers:
             raise ConfigValueError("`headers` apply to HTTP servers (`url`), not to `command`",
                                    "remove `headers` (a stdio server takes `env`), or reach the server with `url`")
+        if self.command and self.ca_file:
+            raise ConfigValueError("`ca_file` applies to HTTPS servers (`url`), not to `command`",
+                                   "remove `ca_file`, or reach the server with `url`")
         return self
 
     @property
@@ -334,7 +343,7 @@ class MCPUpstream(Upstream):
         self._notices = NoticePosts(min(cfg.ping_timeout, cfg.start_timeout / 2), self._notice_lost)
         # the SDK's create_mcp_http_client, with the TLS context made once
         http = NoticeClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
-                            verify=_tls_context(), event_hooks={"response": [self._on_http_response]},
+                            verify=added_cas(cfg.resolve_path(cfg.ca_file)) if cfg.ca_file else _tls_context(), event_hooks={"response": [self._on_http_response]},
                             mounts=loopback_mounts(cfg.url), watch=GetStreamWatch(self._get_stream_given_up), notices=self._notices,
                             on_error=self._on_http_error)
         await stack.enter_async_context(http)
@@ -426,7 +435,7 @@ class MCPUpstream(Upstream):
         """`<url>: the certificate of host:port cannot be verified (...): <fix>`, or None."""
         parts = urllib.parse.urlsplit(self.config.url or "")
         server = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
-        failure = certificate_failure(exc, trust=SYSTEM_TRUST, address="url", server=server, verify_tls=False)
+        failure = certificate_failure(exc, trust=ca_file_trust(self.config.ca_file), address="url", server=server, verify_tls=False)
         return f"{self.config.display_url()}: {failure}" if failure is not None else None
 
     def _get_stream_given_up(self, why: str) -> None:

@@ -64,7 +64,7 @@ async def test_a_certificate_that_fails_its_check_fails_the_start_and_calls_at_o
     port = free_port()
     base = f"https://127.0.0.1:{port}"
     app, control = build_agent(base, streaming=streaming)
-    said = f"the certificate of 127.0.0.1:{port} cannot be verified (self-signed certificate): add the CA that signed it to the system's CAs"
+    said = f"the certificate of 127.0.0.1:{port} cannot be verified (self-signed certificate): give the CA that signed it as `ca_file`"
     # a start: the card's certificate, not an unreachable agent
     async with serve_asgi(app, port=port, lifespan="off", ssl_certfile=stranger), bridge(base_url=base, retry_initial=30) as b:
         slot = b.catalog.slot("peer")

@@ -65,7 +65,7 @@ async def test_a_certificate_that_fails_its_check_fails_at_once_and_does_not_mar
         assert loop.time() - begun < 0.2  # not retried (2 retries with backoff took 0.6 s)
         assert error.error_class == "dependency_unavailable" and error.recoverability == "setup"
         assert error.message.startswith(f"POST {base}/tools/{tool_id}:invoke: the certificate of 127.0.0.1:{http.port} cannot be verified (")
-        assert "add the CA that signed it to the system's CAs" in error.message and "`verify_tls: false`" in error.message
+        assert "give the CA that signed it as `ca_file`" in error.message and "`verify_tls: false`" in error.message
         assert events == [] and catalog.slot("remote").health.state == "ready"
         assert len(server.invocations) == 1
         # a start says the same, and the catalog shows it as the reason

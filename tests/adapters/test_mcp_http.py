@@ -303,7 +303,7 @@ async def test_a_server_certificate_that_fails_its_check_is_a_setup_problem_at_s
             assert asyncio.get_running_loop().time() - begun < 1
             assert failed.error is not None and failed.error.error_class == "dependency_unavailable", failed.error
             assert failed.error.recoverability == "setup" and failed.error.retry_after is None
-            said = f"{base}/mcp: the certificate of 127.0.0.1:{port} cannot be verified (self-signed certificate): add the CA that signed it"
+            said = f"{base}/mcp: the certificate of 127.0.0.1:{port} cannot be verified (self-signed certificate): give the CA that signed it as `ca_file`"
             assert said in failed.error.message and "verify_tls" not in failed.error.message  # an MCP upstream has no such key
             slot = bridge.catalog.slot("big")
             await until(lambda: slot.health.next_retry_in is not None)  # lost, and a reconnect failed the same way
