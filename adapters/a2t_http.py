@@ -160,7 +160,7 @@ class A2THttp:
         """Send one request, retrying `retry_statuses` answers and connection failures while the
         time budget `timeout` allows. Raises BridgeError (`dependency_unavailable` or `timeout`)
         when no answer came, at once (recoverability `setup`) for a server certificate that fails
-        its check; returns the last answer otherwise."""
+        its check or a server that speaks no TLS; returns the last answer otherwise."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         attempt = 0

@@ -1,7 +1,8 @@
 """The trust of an HTTP upstream's TLS connections (the system's CAs, with a `ca_file` added), and
-what a failed check of a server's certificate says, the same way for every HTTP upstream
-(aiohttp's or httpx's): a setup problem that fails again on every attempt, told apart from a
-refused or dropped connection, which may not."""
+what a failed check of a server's certificate, or a server that speaks no TLS where TLS was
+asked for, says, the same way for every HTTP upstream (aiohttp's or httpx's): a setup problem
+that fails again on every attempt, told apart from a refused or dropped connection, which may
+not."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import functools
 import os
 import ssl
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 import httpx2
@@ -17,6 +19,7 @@ from bridge.upstream import ConfigValueError
 
 __all__ = ["SYSTEM_TRUST", "added_cas", "ca_file_trust", "certificate_failure", "readable_ca_file"]
 
+_E = TypeVar("_E", bound=BaseException)
 _HOSTNAME_MISMATCH = 62  # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH
 # how to trust a private CA where the system's CAs check the certificate (read when the bridge starts)
 SYSTEM_TRUST = "add the CA that signed it to the system's CAs (or start the bridge with SSL_CERT_FILE naming a bundle that holds it)"
@@ -68,12 +71,18 @@ def certificate_failure(exc: BaseException, *, trust: str, address: str, server:
     for any other error. `exc` is aiohttp's certificate error, which names host:port, or any
     error caused by an `ssl.SSLCertVerificationError` (httpx's ConnectError), for `server`
     (host:port). `trust` says how to trust a CA the system does not know, `address` names the
-    key that gives the server's name; `verify_tls` offers turning the check off."""
+    key that gives the server's name; `verify_tls` offers turning the check off.
+
+    A server that answers TLS with something else, plain HTTP most often (an `https://` URL
+    naming an `http://` server), fails alike on every attempt too, and is said as such:
+    `host:port does not speak TLS (WRONG_VERSION_NUMBER, ...): <fix>`."""
+    if (plain := _plain_server(exc, address, server)) is not None:
+        return plain
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         error: BaseException = exc.certificate_error
         server = f"{exc.host}:{exc.port}"
     else:
-        found = _verification_error(exc)
+        found = _cause(exc, ssl.SSLCertVerificationError)
         if found is None or server is None:
             return None
         error = found
@@ -86,11 +95,27 @@ def certificate_failure(exc: BaseException, *, trust: str, address: str, server:
     return f"the certificate of {server} cannot be verified ({why}): {fix}"
 
 
-def _verification_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+def _plain_server(exc: BaseException, address: str, server: str | None) -> str | None:
+    """What a TLS handshake answered with no TLS says (OpenSSL's WRONG_VERSION_NUMBER: the
+    first bytes back were no TLS record), or None. Other TLS errors (an EOF in the handshake,
+    say) may not recur, and are left to the caller."""
+    if isinstance(exc, aiohttp.ClientConnectorSSLError):  # aiohttp's names host:port; its cause is the SSLError
+        server = f"{exc.host}:{exc.port}"
+        found = exc.os_error if isinstance(exc.os_error, ssl.SSLError) else _cause(exc, ssl.SSLError)
+    else:
+        found = _cause(exc, ssl.SSLError)
+    if found is None or getattr(found, "reason", None) != "WRONG_VERSION_NUMBER" or server is None:  # aiohttp's errors are SSLErrors, with no reason
+        return None
+    return (f"{server} does not speak TLS (WRONG_VERSION_NUMBER: it answered the handshake with no TLS, plain HTTP most often): "
+            f"write `{address}` with http:// if the server serves plain HTTP there, or with the port where it serves HTTPS")
+
+
+def _cause(exc: BaseException, kind: type[_E]) -> _E | None:
+    """`exc`, or the first error it was raised from (or during), that is a `kind`."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, ssl.SSLCertVerificationError):
+        if isinstance(current, kind):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__

@@ -1,9 +1,12 @@
 """`ca_file` of the MCP (HTTP), A2A and A2T upstreams, against real TLS servers on loopback
 whose certificates a throwaway CA signed: the CA trusted beside the system's, a file that
-cannot serve refused when the config loads, and the fix of a failed check naming the key."""
+cannot serve refused when the config loads, and the fix of a failed check naming the key. And
+an `https://` URL naming a plain HTTP server, for every HTTP upstream: a setup problem, not an
+outage."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator
@@ -11,13 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from adapters.a2t import A2TConfig, A2TUpstream
 from bridge.config import ConfigError, parse_config
+from bridge.model import BridgeError
 from bridge.runtime import Bridge
 from tests.adapters.a2a_fixtures.agent import build_agent
 from tests.adapters.mcp_fixtures.oversize_http import build_app
 from tests.adapters.test_a2t import IETFServer, ctx
+from tests.adapters.test_openapi import _OK, _document, _write, bridge_for, call
 from tests.servers import free_port, serve_asgi
 
 pytest.importorskip("cryptography.x509")
@@ -122,3 +129,83 @@ async def test_an_a2t_server_of_a_private_ca_is_trusted_through_ca_file(signed: 
             assert reason.endswith("or set `verify_tls: false`"), reason
     finally:
         await http.close()
+
+
+# ----------------------------------------------------------------------------- https:// to a plain HTTP server
+
+def speaks_no_tls(port: int, address: str) -> str:
+    return (f"127.0.0.1:{port} does not speak TLS (WRONG_VERSION_NUMBER: it answered the handshake with no TLS, plain HTTP most "
+            f"often): write `{address}` with http:// if the server serves plain HTTP there, or with the port where it serves HTTPS")
+
+
+@contextlib.asynccontextmanager
+async def plain(app: Any) -> AsyncIterator[int]:
+    """An aiohttp `app` served over plain HTTP on loopback; yields its port."""
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield server.port
+    finally:
+        await server.close()
+
+
+async def test_an_a2t_url_of_https_to_a_plain_http_server_is_a_setup_problem_not_retried(tmp_path: Path) -> None:
+    async with plain(IETFServer(count=1).app()) as port:
+        up = A2TUpstream(A2TConfig(name="up", url=f"https://127.0.0.1:{port}", retries={"count": 2, "backoff": 0.2}))
+        begun = asyncio.get_running_loop().time()
+        with pytest.raises(BridgeError) as info:
+            await up.start()
+        await up.close()
+    assert asyncio.get_running_loop().time() - begun < 0.2  # not retried (2 retries with backoff take 0.6 s)
+    assert info.value.error_class == "dependency_unavailable" and info.value.recoverability == "setup"
+    assert info.value.message.endswith(speaks_no_tls(port, "url")), info.value.message
+
+
+async def test_an_openapi_base_url_of_https_to_a_plain_http_server_fails_a_call_at_once_as_setup(tmp_path: Path) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", answer)
+    doc = _write(tmp_path, _document({"/open": {"get": {"operationId": "open", "responses": _OK}}}))
+    async with plain(app) as port, bridge_for(doc, base_url=f"https://127.0.0.1:{port}", retries={"count": 2}) as bridge:
+        begun = asyncio.get_running_loop().time()
+        result = await call(bridge, "open")
+        assert asyncio.get_running_loop().time() - begun < 0.2
+        assert result.error.error_class == "dependency_unavailable" and result.error.recoverability == "setup", result.error
+        assert result.error.message.endswith("GET /open: " + speaks_no_tls(port, "base_url")), result.error.message
+        assert bridge.catalog.slot("svc").health.state == "ready"
+    async with plain(app) as port, bridge_for(doc, base_url=f"https://127.0.0.1:{port}", health_path="/") as bridge:
+        slot = bridge.catalog.slot("svc")
+        assert slot.health.state == "failed" and slot.needs_setup and speaks_no_tls(port, "base_url") in (slot.health.reason or "")
+
+
+async def test_an_mcp_url_of_https_to_a_plain_http_server_fails_the_start_as_setup(tmp_path: Path) -> None:
+    app, _ = build_app(json_answers=True, get_failures=100, get_failure="405")
+    async with serve_asgi(app, lifespan="off") as base:
+        port = int(base.rsplit(":", 1)[1])
+        async with running(tmp_path, kind="mcp", url=f"https://127.0.0.1:{port}/mcp", protocol="legacy", ping_interval=None) as bridge:
+            slot = bridge.catalog.slot("up")
+            assert slot.health.state == "failed" and slot.needs_setup, slot.health
+            assert (slot.health.reason or "").startswith(f"https://127.0.0.1:{port}/mcp: " + speaks_no_tls(port, "url")), slot.health
+
+
+async def test_an_a2a_agent_of_https_to_a_plain_http_server_fails_its_card_and_its_calls_as_setup(signed: Path) -> None:
+    plain_port = free_port()
+    agent, _ = build_agent(f"http://127.0.0.1:{plain_port}")
+    async with serve_asgi(agent, port=plain_port, lifespan="off"):
+        async with running(signed, kind="a2a", base_url=f"https://127.0.0.1:{plain_port}") as bridge:
+            slot = bridge.catalog.slot("up")
+            assert slot.health.state == "failed" and slot.needs_setup, slot.health
+            assert speaks_no_tls(plain_port, "base_url") in (slot.health.reason or ""), slot.health
+        # a card served over TLS naming an interface of https:// where the agent serves plain HTTP
+        port = free_port()
+        card, _ = build_agent(f"https://127.0.0.1:{plain_port}")
+        async with (serve_asgi(card, port=port, lifespan="off", ssl_certfile=str(signed / "server.pem")),
+                    running(signed, kind="a2a", base_url=f"https://127.0.0.1:{port}", ca_file="ca.pem") as bridge):
+            begun = asyncio.get_running_loop().time()
+            result = await bridge.invoker.invoke("up__echo", {"message": "hi"})
+            assert asyncio.get_running_loop().time() - begun < 1
+            assert result.error.error_class == "dependency_unavailable" and result.error.recoverability == "setup", result.error
+            assert speaks_no_tls(plain_port, "base_url") in result.error.message, result.error.message
+            assert bridge.catalog.slot("up").health.state == "ready"
