@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from yarl import URL
 
 from adapters.http_body import read_body
 from adapters.http_proxy import proxied_session
+from adapters.http_tls import added_cas, readable_ca_file
 from adapters.openapi_auth import AuthConfig, Credentials, certificate_failure, document_tls
 from adapters.openapi_operations import Operation, Selector, map_operations, shown_url
 from adapters.openapi_params import RequestParts, build_request
@@ -70,6 +71,7 @@ class OpenAPIConfig(UpstreamConfig):
     connection_limit: int = Field(default=32, ge=1, description="open connections at most")
     keepalive_timeout: float = Field(default=15.0, ge=0, description="seconds an idle connection is kept")
     verify_tls: bool = True
+    ca_file: str | None = Field(default=None, description="PEM file of CA certificates every server is checked against, beside the system's")
     retries: RetryConfig = Field(default_factory=RetryConfig)
     max_response_bytes: int = Field(default=16 << 20, ge=1024, description="larger responses are refused")
     validate_spec: Literal["auto", "full", "off"] = Field(
@@ -78,6 +80,11 @@ class OpenAPIConfig(UpstreamConfig):
     health_path: str | None = Field(default=None, description="path probed on start; with `launch` default /")
     bad_operations: Literal["skip", "fail"] = Field(
         default="skip", description="an operation that cannot be mapped: left out with a warning, or the whole upstream fails")
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_file_readable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return readable_ca_file(value, info.data.get("base_dir", "."))
 
     @field_validator("auth", "include", "exclude", mode="before")
     @classmethod
@@ -109,7 +116,7 @@ class OpenAPIUpstream(Upstream):
         self._session: aiohttp.ClientSession | None = None
         self._loaded: _Loaded | None = None
         self._credentials: Credentials | None = None
-        self._document_tls: ssl.SSLContext | None = None  # of a document given as a URL on the API's origin
+        self._document_tls: ssl.SSLContext | None = None  # of the document given as a URL, or its $refs
         self._listed_since_start = False
         self._kept_over: str | None = None  # why the document read before is kept (a later read failed)
         self._clashes: list[str] = []  # security requirements putting two credentials in one place
@@ -124,8 +131,10 @@ class OpenAPIUpstream(Upstream):
     async def start(self) -> None:
         cfg = self.config
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=cfg.connection_limit, keepalive_timeout=cfg.keepalive_timeout,
-                                             ssl=None if cfg.verify_tls else False)
+            tls: ssl.SSLContext | bool | None = None if cfg.verify_tls else False
+            if cfg.verify_tls and cfg.ca_file:
+                tls = added_cas(cfg.resolve_path(cfg.ca_file))  # every request the session sends, unless one gives its own
+            connector = aiohttp.TCPConnector(limit=cfg.connection_limit, keepalive_timeout=cfg.keepalive_timeout, ssl=tls)
             self._session = proxied_session(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=cfg.timeout, connect=cfg.connect_timeout),
@@ -135,9 +144,11 @@ class OpenAPIUpstream(Upstream):
                 cookie_jar=aiohttp.DummyCookieJar(),  # calls stay independent: no server cookies kept
             )
         try:
-            if is_url(cfg.spec):  # a document on the API's origin is checked with its `ca_file`s too
+            # a document on the API's origin is checked with its `ca_file`s too, and the `$ref`s of
+            # a local one with the upstream's
+            if is_url(cfg.spec) or (cfg.ca_file and cfg.verify_tls):
                 try:
-                    self._document_tls = document_tls(cfg.auth, cfg.spec, cfg.base_url, cfg.resolve_path, cfg.verify_tls)
+                    self._document_tls = document_tls(cfg.auth, cfg.spec, cfg.base_url, cfg.resolve_path, cfg.verify_tls, cfg.ca_file)
                 except ValueError as exc:
                     raise BridgeError(str(exc), error_class="setup_required", recoverability="setup") from None
             await self._load()
@@ -159,7 +170,7 @@ class OpenAPIUpstream(Upstream):
         assert self._loaded is not None
         try:
             self._credentials = Credentials(self.config.auth, self._loaded.security_schemes, self._server_url(),
-                                            self.config.resolve_path, self.config.verify_tls)
+                                            self.config.resolve_path, self.config.verify_tls, self.config.ca_file)
         except ValueError as exc:  # a credential that does not fit the document
             raise BridgeError(str(exc), error_class="setup_required", recoverability="setup") from None
         for header, value in self.config.headers.items():  # `X-Api-Token: ...` is a credential too
@@ -187,7 +198,7 @@ class OpenAPIUpstream(Upstream):
                 await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             await self.close()
-            if (failure := certificate_failure(exc)) is not None:
+            if (failure := certificate_failure(exc, self.config.ca_file)) is not None:
                 raise BridgeError(f"{self.name}: server {shown_url(base)}: {failure}", error_class="dependency_unavailable",
                                   recoverability="setup") from None
             raise BridgeError(f"{self.name}: server {shown_url(base)} does not answer ({type(exc).__name__})",
@@ -255,7 +266,7 @@ class OpenAPIUpstream(Upstream):
         cancelled = False
         try:
             self.phase = "reading the document"
-            text, uri = await read_source(source, cfg.resolve_path, self._session, cfg.start_timeout, self._document_tls)
+            text, uri = await read_source(source, cfg.resolve_path, self._session, cfg.start_timeout, self._document_tls, cfg.ca_file)
             if is_url(source):
                 signature = hashlib.sha256(text.encode()).hexdigest()
                 if self._loaded is not None and self._loaded.signature == signature:
@@ -369,7 +380,7 @@ class OpenAPIUpstream(Upstream):
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
                 if isinstance(exc, aiohttp.ServerTimeoutError):
                     raise _timeout(op, ctx.timeout) from None
-                if (failure := certificate_failure(exc)) is not None:
+                if (failure := certificate_failure(exc, self.config.ca_file)) is not None:
                     # a setup problem, not an outage: not retried, the upstream not marked unavailable
                     raise BridgeError(f"{op.method} {op.path}: {failure}", error_class="dependency_unavailable",
                                       recoverability="setup") from None

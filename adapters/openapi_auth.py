@@ -20,6 +20,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from adapters.http_body import read_body
+from adapters.http_tls import ca_file_trust
 from adapters.http_tls import certificate_failure as _certificate_failure
 from adapters.openapi_params import RequestParts
 from bridge.model import BridgeError
@@ -142,6 +143,7 @@ class OAuth2Token:
         self._expires_at = 0.0
         self._lock = asyncio.Lock()
         self.tls: ssl.SSLContext | None = None  # `ca_file`'s, when the endpoint is on the API's origin
+        self.ca_file: str | None = None  # the upstream's, as written: named in the fix of a certificate that fails its check
 
     def invalidate(self, token: str | None = None) -> None:
         if token is None or token == self._token:
@@ -192,7 +194,7 @@ class OAuth2Token:
                         f"the OAuth2 token endpoint {self.token_url} refused the client credentials: "
                         f"HTTP {response.status}" + (f" {code}" if isinstance(code, str) else ""))
         except (aiohttp.ClientError, TimeoutError) as exc:
-            if (failure := certificate_failure(exc)) is not None:
+            if (failure := certificate_failure(exc, self.ca_file)) is not None:
                 raise BridgeError(f"the OAuth2 token endpoint {self.token_url}: {failure}", error_class="dependency_unavailable",
                                   recoverability="setup") from None
             raise BridgeError(f"the OAuth2 token endpoint {self.token_url} cannot be reached ({type(exc).__name__})",
@@ -233,9 +235,11 @@ def shown_place(place: tuple[str, str], spelled: str | None = None) -> str:
             "tls": "the TLS client certificate"}.get(location, location)
 
 
-def client_tls(cfg: AuthConfig, resolve_path: Callable[[str], str], verify: bool, index: int) -> ssl.SSLContext:
+def client_tls(cfg: AuthConfig, resolve_path: Callable[[str], str], verify: bool, index: int,
+               upstream_ca: str | None = None) -> ssl.SSLContext:
     """The TLS context of an `mtls` credential: its client certificate, and the server checked
-    against the system's CAs and `ca_file` unless `verify_tls` is off."""
+    against the system's CAs, its `ca_file` and the upstream's (`upstream_ca`, resolved) unless
+    `verify_tls` is off."""
     assert cfg.cert_file is not None
     context = ssl.create_default_context()
     if not verify:
@@ -246,6 +250,8 @@ def client_tls(cfg: AuthConfig, resolve_path: Callable[[str], str], verify: bool
     try:
         if "ca_file" in paths and verify:
             context.load_verify_locations(cafile=paths["ca_file"])
+        if upstream_ca and verify:
+            context.load_verify_locations(cafile=upstream_ca)
         context.load_cert_chain(paths["cert_file"], paths.get("key_file"),
                                 password=cfg.password.get_secret_value() if cfg.password else None)
     except (OSError, ssl.SSLError, ValueError) as exc:
@@ -266,32 +272,37 @@ def server_tls(ca_files: list[str]) -> ssl.SSLContext:
 
 
 def document_tls(configs: list[AuthConfig], document_url: str, api_url: str | None, resolve_path: Callable[[str], str],
-                 verify_tls: bool = True) -> ssl.SSLContext | None:
+                 verify_tls: bool = True, ca_file: str | None = None) -> ssl.SSLContext | None:
     """The TLS context of the fetch of a document given as a URL, and of those its `$ref`s name:
     with `verify_tls: false` no check (the session checks none either, but the `$ref`s are
     read by urllib); on the API's origin (`base_url`'s), the server checked against the
-    system's CAs and those of every `ca_file`, no client certificate presented. None for a
-    document elsewhere, or with no `ca_file`."""
+    system's CAs and those of every `ca_file`, no client certificate presented; elsewhere,
+    against the system's CAs and those of the upstream's `ca_file` (`ca_file`, as written). None
+    with no `ca_file` that applies."""
     if not verify_tls:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         return context
-    ca_files = [(i, cfg.ca_file) for i, cfg in enumerate(configs) if cfg.kind == "mtls" and cfg.ca_file]
-    if not ca_files or api_url is None or _origin(document_url) != _origin(api_url):
+    ca_files = [(f"auth[{i}] (mtls) ca_file", cfg.ca_file) for i, cfg in enumerate(configs) if cfg.kind == "mtls" and cfg.ca_file]
+    if api_url is None or _origin(document_url) != _origin(api_url):
+        ca_files = []
+    if ca_file:
+        ca_files.append(("ca_file", ca_file))
+    if not ca_files:
         return None
     try:
         return server_tls([resolve_path(path) for _, path in ca_files])
     except (OSError, ssl.SSLError) as exc:  # said as client_tls says it, before the document is read
-        shown = ", ".join(f"auth[{i}] (mtls) ca_file {resolve_path(path)}" for i, path in ca_files)
+        shown = ", ".join(f"{key} {resolve_path(path)}" for key, path in ca_files)
         why = "file not found" if isinstance(exc, FileNotFoundError) else (getattr(exc, "reason", None) or str(exc) or type(exc).__name__)
         raise ValueError(f"{shown}: the CA certificates cannot be loaded: {why} (a PEM file)") from None
 
 
-def certificate_failure(exc: BaseException) -> str | None:
-    """What a failed check of the certificate of a server of the API says, with its fix; None
-    for any other error."""
-    return _certificate_failure(exc, trust="give the CA that signed it as `ca_file` of an `mtls` entry", address="base_url")
+def certificate_failure(exc: BaseException, ca_file: str | None = None) -> str | None:
+    """What a failed check of the certificate of a server of the API says, with its fix (the
+    upstream's `ca_file`, as written, when it has one); None for any other error."""
+    return _certificate_failure(exc, trust=ca_file_trust(ca_file), address="base_url")
 
 
 def _origin(url: str | None) -> tuple[str, str, int | None] | None:
@@ -305,9 +316,10 @@ class Credentials:
     """Binds configured credentials to the document's security schemes and adds them to requests."""
 
     def __init__(self, configs: list[AuthConfig], schemes: dict[str, Any], server_url: str | None,
-                 resolve_path: Callable[[str], str] = str, verify_tls: bool = True) -> None:
+                 resolve_path: Callable[[str], str] = str, verify_tls: bool = True, ca_file: str | None = None) -> None:
         self._resolve_path = resolve_path
         self._verify_tls = verify_tls
+        self._ca_file = ca_file  # the upstream's, as written: added to every context made here
         self.redactor = Redactor(lambda: [value for t in self._tokens for value in t.recent])
         self._by_scheme: dict[str, _Bound] = {}
         self._always: list[_Bound] = []
@@ -340,9 +352,11 @@ class Credentials:
         self._always = list(first.values())
         # `ca_file` checks every request to the API's origin, not only those presenting the certificate
         # (loaded by client_tls above, which says so when it cannot be)
+        # (the upstream's `ca_file` is the session's already: only added where a context replaces it)
         ca_files = [resolve_path(cfg.ca_file) for cfg in configs if cfg.kind == "mtls" and cfg.ca_file]
-        self.server_tls = server_tls(ca_files) if ca_files and verify_tls else None
+        self.server_tls = server_tls(ca_files + ([resolve_path(ca_file)] if ca_file else [])) if ca_files and verify_tls else None
         for token in self._tokens:
+            token.ca_file = ca_file
             if _origin(token.token_url) == _origin(server_url):
                 token.tls = self.server_tls
 
@@ -400,7 +414,8 @@ class Credentials:
             self._tokens.append(token)
             return _Bound(cfg, None, None, token)
         if cfg.kind == "mtls":
-            return _Bound(cfg, None, None, None, client_tls(cfg, self._resolve_path, self._verify_tls, index))
+            upstream_ca = self._resolve_path(self._ca_file) if self._ca_file else None
+            return _Bound(cfg, None, None, None, client_tls(cfg, self._resolve_path, self._verify_tls, index, upstream_ca))
         return _Bound(cfg, None, None, None)
 
     @property

@@ -29,7 +29,7 @@ from yarl import URL
 
 from adapters.http_body import read_body
 from adapters.http_proxy import EnvironmentProxies, proxied_session
-from adapters.http_tls import certificate_failure
+from adapters.http_tls import ca_file_trust, certificate_failure
 from adapters.openapi_schema import RefCycleError, SchemaInliner, SpecError
 from bridge.config import expanded_size
 from bridge.model import BridgeError
@@ -176,7 +176,7 @@ class Document:
     version: Literal["3.0", "3.1"]
     fetch_timeout: float = 10.0
     size: int = 0  # characters of the document text
-    tls: ssl.SSLContext | None = field(default=None, repr=False)  # checks the server of `source`'s origin
+    tls: ssl.SSLContext | None = field(default=None, repr=False)  # checks the server of `source`'s origin (or any, of a local one)
     _resolver: Any = field(default=None, repr=False)
     _lookups: dict[str, Any] = field(default_factory=dict, repr=False)
     _handlers: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -184,8 +184,9 @@ class Document:
     def __post_init__(self) -> None:
         timeout = max(1, int(self.fetch_timeout))
         remote = is_url(self.uri)
-        # `tls` checks the documents of the origin `source` names; its refs are all there (redirects too)
-        tls = self.tls if remote and is_url(self.source) and _origin(self.uri) == _origin(self.source) else None
+        # `tls` checks the documents of the origin `source` names, whose refs are all there (redirects
+        # too), or those a local document's refs name (with the upstream's `ca_file`)
+        tls = self.tls if not remote or (is_url(self.source) and _origin(self.uri) == _origin(self.source)) else None
         web = _CachedHandler(_Remote(_origin(self.uri) if remote else None, timeout, tls))
         # a document read from a URL is someone else's: its `$ref`s must not read this host's files
         # into the tools' schemas (an unknown scheme would go to urlopen, which reads files too)
@@ -371,9 +372,10 @@ def _located(spec_validator: type) -> type:
 
 
 async def read_source(source: str, base_dir: Callable[[str], str], session: aiohttp.ClientSession | None,
-                      timeout: float, tls: ssl.SSLContext | None = None) -> tuple[str, str]:
+                      timeout: float, tls: ssl.SSLContext | None = None, ca_file: str | None = None) -> tuple[str, str]:
     """(text, base URI) of a document given as a URL or a path relative to the config. `tls`
-    checks the server of the URL's origin (a redirect elsewhere gets the session's default)."""
+    checks the server of the URL's origin (a redirect elsewhere gets the session's default);
+    `ca_file`, the upstream's as written, is named in the fix of a certificate that fails."""
     if is_url(source):
         owned = session is None
         session = session or proxied_session()
@@ -390,8 +392,7 @@ async def read_source(source: str, base_dir: Callable[[str], str], session: aioh
                 except LookupError:  # a charset Python does not know
                     return body.decode("utf-8", errors="replace"), str(response.url)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            trust = "give the CA that signed it as `ca_file` of an `mtls` entry (which checks a document on the origin of `base_url`)"
-            if (failure := certificate_failure(exc, trust=trust, address="spec")) is not None:
+            if (failure := certificate_failure(exc, trust=ca_file_trust(ca_file), address="spec")) is not None:
                 raise SpecError(f"cannot be fetched: {failure}", source) from None
             raise SpecError(f"cannot be fetched: {type(exc).__name__}: {exc}" if str(exc) else
                             f"cannot be fetched: {type(exc).__name__}", source) from None

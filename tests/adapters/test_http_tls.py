@@ -1,4 +1,4 @@
-"""`ca_file` of the MCP (HTTP), A2A and A2T upstreams, against real TLS servers on loopback
+"""`ca_file` of the MCP (HTTP), A2A, A2T and OpenAPI upstreams, against real TLS servers on loopback
 whose certificates a throwaway CA signed: the CA trusted beside the system's, a file that
 cannot serve refused when the config loads, and the fix of a failed check naming the key. And
 an `https://` URL naming a plain HTTP server, for every HTTP upstream: a setup problem, not an
@@ -59,7 +59,7 @@ def problems(folder: Path, **upstream: Any) -> str:
 
 
 KINDS = [{"kind": "mcp", "url": "https://127.0.0.1:9/mcp"}, {"kind": "a2a", "base_url": "https://127.0.0.1:9"},
-         {"kind": "a2t", "url": "https://127.0.0.1:9"}]
+         {"kind": "a2t", "url": "https://127.0.0.1:9"}, {"kind": "openapi", "spec": "api.yaml"}]
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k["kind"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import ipaddress
+import json
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -214,7 +215,8 @@ async def test_a_certificate_that_fails_its_check_fails_the_call_at_once_saying_
             error = info.value
             assert error.error_class == "dependency_unavailable" and error.recoverability == "setup"
             assert error.message.startswith(f"GET /open: the certificate of 127.0.0.1:{server.port} cannot be verified (")
-            assert "`ca_file` of an `mtls` entry, or set `verify_tls: false`" in error.message
+            assert "give the CA that signed it as `ca_file` (a PEM file, added to the system's CAs)" in error.message
+            assert error.message.endswith("), or set `verify_tls: false`")
             assert progress == [] and events == []  # not retried; the upstream not marked unavailable
         # the readiness probe says the same at start
         async with bridge_for(doc, base_url=base, health_path="/") as bridge:
@@ -285,7 +287,35 @@ async def test_ca_file_verifies_a_document_on_the_apis_origin(pki, tmp_path):
         async with bridge_for(f"{base}/api.json", auth=mtls) as bridge:
             health = bridge.catalog.slot("svc").health
         assert health.state == "failed" and "cannot be verified" in (health.reason or ""), health
-        assert "(which checks a document on the origin of `base_url`)" in health.reason
+        assert "give the CA that signed it as `ca_file`" in health.reason
+
+
+async def test_the_upstreams_ca_file_checks_every_server_and_adds_to_an_mtls_entrys_cas(pki, tmp_path):
+    # a private CA given once, for the upstream: the document and the one its $ref names, read
+    # with no base_url (the API's origin not known yet), the calls presenting no certificate and
+    # those presenting one; they were checked against the system's CAs and failed verification
+    doc = _document({"/whoami": {"get": {"operationId": "whoami", "responses": {
+        "200": {"description": "ok", "content": {"application/json": {"schema": {"$ref": "/parts.json#/Who"}}}}}}}})
+    parts = {"Who": {"type": "object", "properties": {"client": {"type": "string"}}}}
+    mtls = {"type": "mtls", "cert_file": pki["client_cert"], "key_file": pki["client_key"], "password": KEY_PASSWORD}
+    async with document_server(pki, {"/api.json": doc, "/parts.json": parts}) as (seen, base):
+        doc["servers"] = [{"url": base}]  # served as it is when asked for
+        async with bridge_for(f"{base}/api.json", ca_file=pki["ca"]) as bridge:
+            assert bridge.catalog.slot("svc").health.state == "ready", bridge.catalog.slot("svc").health
+            assert bridge.catalog.resolve("svc__whoami").output_schema["properties"] == {"client": {"type": "string"}}
+            assert (await call(bridge, "whoami")).structured_content == {"client": ""}
+        async with bridge_for(f"{base}/api.json", base_url=base, ca_file=pki["ca"], auth=mtls) as bridge:
+            assert (await call(bridge, "whoami")).structured_content == {"client": "client-ann"}
+        assert seen == ["/api.json", "/parts.json", "/whoami", "/api.json", "/parts.json", "/whoami client-ann"]
+        # a local document naming one on the server by its URL
+        local = json.loads(json.dumps(doc).replace('"/parts.json#/Who"', json.dumps(f"{base}/parts.json#/Who")))
+        async with bridge_for(_write(tmp_path, local), ca_file=pki["ca"]) as bridge:
+            assert bridge.catalog.resolve("svc__whoami").output_schema["properties"] == {"client": {"type": "string"}}
+        assert seen[-1] == "/parts.json"
+        plain = _write(tmp_path, _document({"/whoami": {"get": {"operationId": "whoami", "responses": _OK}}}))
+        async with bridge_for(plain, base_url=base, auth=mtls) as bridge:  # the mtls entry's CAs alone: the system's
+            result = await call(bridge, "whoami")
+        assert result.error.recoverability == "setup" and "give the CA that signed it as `ca_file` (a PEM file" in result.error.message
 
 
 async def test_verify_tls_off_reaches_the_documents_a_ref_names(pki, tmp_path):
