@@ -377,7 +377,7 @@ class A2AUpstream(Upstream):
         await self.close()
         cfg = self.config
         connect = min(10.0, cfg.start_timeout)
-        tls = added_cas(cfg.resolve_path(cfg.ca_file)) if cfg.ca_file else _tls_context()  # the card's fetches and the calls
+        tls = added_cas(cfg.resolve_path(cfg.ca_file), cfg.ca_file) if cfg.ca_file else _tls_context()  # the card's fetches and the calls
         direct = _BoundedTransport(cfg.max_response_bytes, tls)
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False,

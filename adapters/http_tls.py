@@ -15,6 +15,7 @@ from typing import TypeVar
 import aiohttp
 import httpx2
 
+from bridge.model import BridgeError
 from bridge.upstream import ConfigValueError
 
 __all__ = ["SYSTEM_TRUST", "added_cas", "ca_file_trust", "certificate_failure", "readable_ca_file"]
@@ -50,12 +51,19 @@ def readable_ca_file(written: str | None, base_dir: str) -> str | None:
     return written
 
 
-def added_cas(path: str) -> ssl.SSLContext:
+def added_cas(path: str, written: str) -> ssl.SSLContext:
     """A TLS context checking servers against the system's CAs (or SSL_CERT_FILE or
-    SSL_CERT_DIR) and those of the PEM file `path`. Made once per version of the file (its
-    path, size and time of change): making one reads the system's bundle, 30 ms of CPU."""
-    stat = os.stat(path)
-    return _added_cas(path, stat.st_mtime_ns, stat.st_size)
+    SSL_CERT_DIR) and those of the PEM file `path` (`ca_file`, `written` as the config gives
+    it). Made once per version of the file (its path, size and time of change): making one
+    reads the system's bundle, 30 ms of CPU. A file gone or changed since the config was read
+    fails the start as a setup problem, naming it."""
+    try:
+        stat = os.stat(path)
+        return _added_cas(path, stat.st_mtime_ns, stat.st_size)
+    except OSError as exc:  # an ssl.SSLError too
+        why = getattr(exc, "reason", None) or exc.strerror or str(exc) or type(exc).__name__
+        raise BridgeError(f"`ca_file` {written} cannot be loaded ({why}: {path}): give a PEM file of CA certificates",
+                          error_class="setup_required", recoverability="setup") from None
 
 
 @functools.lru_cache(maxsize=64)

@@ -228,6 +228,7 @@ class MCPUpstream(Upstream):
         self.lost_notifications: dict[str, int] = {}  # method -> POSTs of it the server never answered
         self._session_listed = False  # the session's first listing is done (its start is over)
         self._certificate: str | None = None  # a server certificate that failed its check, since start
+        self._tls: ssl.SSLContext | None = None  # with the CAs of `ca_file`, read at each start
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -244,6 +245,8 @@ class MCPUpstream(Upstream):
         self._notices = None
         self._session_listed = False
         self._certificate = None
+        cfg = self.config
+        self._tls = added_cas(cfg.resolve_path(cfg.ca_file), cfg.ca_file) if cfg.ca_file else None
         self._cancel_relist()
         self._cancel_renewal()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -343,7 +346,7 @@ class MCPUpstream(Upstream):
         self._notices = NoticePosts(min(cfg.ping_timeout, cfg.start_timeout / 2), self._notice_lost)
         # the SDK's create_mcp_http_client, with the TLS context made once
         http = NoticeClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
-                            verify=added_cas(cfg.resolve_path(cfg.ca_file)) if cfg.ca_file else _tls_context(), event_hooks={"response": [self._on_http_response]},
+                            verify=self._tls or _tls_context(), event_hooks={"response": [self._on_http_response]},
                             mounts=loopback_mounts(cfg.url), watch=GetStreamWatch(self._get_stream_given_up), notices=self._notices,
                             on_error=self._on_http_error)
         await stack.enter_async_context(http)

@@ -133,7 +133,7 @@ class OpenAPIUpstream(Upstream):
         if self._session is None or self._session.closed:
             tls: ssl.SSLContext | bool | None = None if cfg.verify_tls else False
             if cfg.verify_tls and cfg.ca_file:
-                tls = added_cas(cfg.resolve_path(cfg.ca_file))  # every request the session sends, unless one gives its own
+                tls = added_cas(cfg.resolve_path(cfg.ca_file), cfg.ca_file)  # every request the session sends, unless one gives its own
             connector = aiohttp.TCPConnector(limit=cfg.connection_limit, keepalive_timeout=cfg.keepalive_timeout, ssl=tls)
             self._session = proxied_session(
                 connector=connector,

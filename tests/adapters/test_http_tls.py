@@ -75,6 +75,18 @@ def test_a_ca_file_that_cannot_serve_is_a_config_error_naming_the_file_the_field
     assert "upstreams[0].ca_file: `notes.txt` holds no PEM CA certificate" in said and "-----BEGIN CERTIFICATE-----" in said
 
 
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k["kind"])
+async def test_a_ca_file_gone_after_the_config_was_read_fails_the_start_as_setup_naming_it(signed: Path, kind: dict[str, Any]) -> None:
+    (signed / "api.yaml").write_text('{"openapi": "3.1.0", "info": {"title": "t", "version": "1"}, "paths": {}}')
+    config = parse_config({"store": {"path": ":memory:"}, "upstreams": [{"name": "up", "retry_initial": 30, **kind, "ca_file": "ca.pem"}]},
+                          base_dir=str(signed))
+    (signed / "ca.pem").unlink()
+    async with Bridge(config) as bridge:
+        slot = bridge.catalog.slot("up")
+        assert slot.health.state == "failed" and slot.needs_setup, slot.health
+        assert slot.health.reason == f"`ca_file` ca.pem cannot be loaded (No such file or directory: {signed / 'ca.pem'}): give a PEM file of CA certificates"
+
+
 def test_a_stdio_mcp_server_takes_no_ca_file(signed: Path) -> None:
     said = problems(signed, kind="mcp", command="python", ca_file="ca.pem")
     assert "`ca_file` applies to HTTPS servers (`url`), not to `command`" in said and "fix: remove `ca_file`" in said
