@@ -16,13 +16,18 @@ from bridge.model import VersionRecord, now_iso
 
 log = logging.getLogger("bridge.store")
 
-__all__ = ["LAYOUT", "WAL_KEPT_BYTES", "Store", "StoreError"]
+__all__ = ["LAYOUT", "WAL_KEPT_BYTES", "Store", "StoreError", "StoreFull"]
 
 # Parameters one statement may bind, on every SQLite (3.32 and later allow 32,766).
 _MAX_VARIABLES = 999
 # what SQLite's binding raises for a value it cannot store (an integer past 64 bits, a string no
 # UTF-8 encoder takes); the other rows of a batch are then written one by one
 _UNSTORABLE = (sqlite3.InterfaceError, sqlite3.DataError, OverflowError, TypeError, ValueError)
+
+# SQLite's primary result codes of a write the disk refused: SQLITE_FULL (no space left on it) and
+# SQLITE_IOERR (a write that failed: one past the process's file size limit is SQLITE_IOERR_WRITE)
+_DISK_REFUSED = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
+_DISK_FIX = "fix: free space on its disk, or set store.path to a file on a disk with space"
 
 # The layout of the file, kept in SQLite's `user_version`. Layout 1 puts the namespace first in the
 # keys of versions and names: one upstream's rows are neighbours in their B-trees, so a listing
@@ -116,6 +121,14 @@ class StoreError(Exception):
     """A store file this bridge cannot use; the message names the file and the fix."""
 
 
+class StoreFull(StoreError):
+    """A write the store's disk refused (full, or past the process's file size limit)."""
+
+
+def _disk_refused(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF in _DISK_REFUSED
+
+
 class Store:
     """One SQLite file (or `:memory:`), created on first use, safe across threads."""
 
@@ -145,6 +158,10 @@ class Store:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(f"PRAGMA journal_size_limit={WAL_KEPT_BYTES}")
         except sqlite3.DatabaseError as exc:  # not an SQLite file, or one this process may not write
+            if _disk_refused(exc):
+                self._db.close()
+                raise StoreFull(f"{self.path}: cannot be written ({exc}: its disk is full, or past this process's file size limit); "
+                                f"{_DISK_FIX}") from exc
             raise StoreError(f"{self.path}: cannot be opened as the bridge's store ({exc}); {fix}") from None
         self._lay_out()
 
@@ -180,12 +197,25 @@ class Store:
                 self._db.execute("ALTER TABLE results ADD COLUMN surface TEXT")
             self._db.execute(f"PRAGMA user_version = {LAYOUT}")
             self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
+        except BaseException as exc:
+            self._roll_back()
             self._db.close()
+            if _disk_refused(exc):
+                raise StoreFull(f"{self.path}: cannot be written ({exc}: its disk is full, or past this process's file size limit); "
+                                f"{_DISK_FIX}") from exc
             raise
         if steps:
             log.info("store %s: moved to layout %d", self.path, LAYOUT)
+
+    def _roll_back(self) -> None:
+        """End the transaction a statement failed in. SQLite has already rolled back one that a
+        full disk or an I/O error broke, and a ROLLBACK then raised "cannot rollback - no
+        transaction is active" in place of the error itself."""
+        if self._db.in_transaction:
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error as exc:  # the error that ended the transaction is the one to raise
+                log.debug("store %s: rollback failed (%s)", self.path, exc)
 
     def _layout(self) -> int:
         return self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -313,7 +343,7 @@ class Store:
                     insert(rows[start:start + per])
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._roll_back()
                 raise
 
     def _write_each(self, statement: str, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
