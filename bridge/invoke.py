@@ -38,7 +38,7 @@ from bridge.model import (
 from bridge.policy import blocked_error, check_permission
 from bridge.resource_links import ResourceLinks
 from bridge.schema_check import QuickCheck, compile_quick_check
-from bridge.store import Store
+from bridge.store import Store, StoreFull
 from bridge.surface import Surface, Surfaces
 from bridge.upstream import CallContext, ProgressSink
 
@@ -515,7 +515,8 @@ class Invoker:
         """Keep a preview inline; the whole payload goes to the store behind a ref, readable
         through the surface whose call made it (`get_persisted`). The payload is made and
         written on a worker thread: a large one (and the oldest results dropped with it, a
-        transaction of many megabytes) stalled every call on the event loop meanwhile."""
+        transaction of many megabytes) stalled every call on the event loop meanwhile. A store
+        whose disk refuses the payload leaves the result inline, whole: it is answered, not kept."""
         ref = new_id("blob")
 
         def write() -> int:
@@ -524,7 +525,10 @@ class Invoker:
                                   keep_bytes=config.results_keep_mb << 20)
             return len(payload)
 
-        stored = await asyncio.to_thread(write)
+        try:
+            stored = await asyncio.to_thread(write)
+        except StoreFull:  # a full disk (the store said so once): the caller gets the result whole, inline
+            return
         preview_source = _first_text_blocks(envelope.content) or json.dumps(envelope.structured_content, default=str)
         preview = preview_source[: config.preview_chars]
         decision = ResultPersistence(

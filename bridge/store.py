@@ -29,6 +29,14 @@ _UNSTORABLE = (sqlite3.InterfaceError, sqlite3.DataError, OverflowError, TypeErr
 _DISK_REFUSED = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
 _DISK_FIX = "fix: free space on its disk, or set store.path to a file on a disk with space"
 
+# Invocation log rows kept in memory while the disk refuses them (about 6 MB); past this, the
+# oldest are dropped, and counted in the line that says writes succeed again.
+PENDING_LOG_ROWS = 10_000
+
+_VERSIONS_INSERT = "INSERT OR REPLACE INTO versions VALUES (?,?,?,?,?,?,?)"
+_NAMES_INSERT = "INSERT OR REPLACE INTO tool_names VALUES (?,?,?,?)"
+_LOG_INSERT = "INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?)"
+
 # The layout of the file, kept in SQLite's `user_version`. Layout 1 puts the namespace first in the
 # keys of versions and names: one upstream's rows are neighbours in their B-trees, so a listing
 # writes a few pages, where keys that start with the tool id (a hash) put every row on a page of
@@ -144,6 +152,15 @@ class Store:
         self._logged: int | None = None  # rows in the invocation log, counted once then kept up to date
         self._results: int | None = None  # persisted results, likewise
         self._result_bytes = 0  # their payloads' bytes, once counted
+        # While the disk refuses writes (full): why, and since when (for health); the versions,
+        # names and log rows not yet written wait here, and go with the next write that succeeds
+        self.unwritable: str | None = None
+        self.unwritable_since: str | None = None
+        self._pending_versions: dict[tuple[str, str, int], tuple[Any, ...]] = {}
+        self._pending_names: dict[tuple[str, str], tuple[str, str, str, str]] = {}
+        self._pending_log: list[tuple[Any, ...]] = []
+        self._dropped_log = 0
+        self._said_refused = self._said_written = False  # each said once at WARNING, its repeats at INFO
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             why = self._not_a_store()  # before anything is written: another application's file stays as it is
@@ -222,7 +239,74 @@ class Store:
 
     def close(self) -> None:
         with self._lock:
+            if not self._write_pending():
+                log.warning("store %s: closed with %d versions, %d names and %d invocation log rows its disk refused; they are lost",
+                            self.path, len(self._pending_versions), len(self._pending_names), len(self._pending_log))
             self._db.close()
+
+    # a disk that refuses writes -------------------------------------------------------------
+
+    def _refused(self, exc: sqlite3.Error) -> None:
+        """A write the disk refused: said once until a write succeeds again, and at WARNING the first
+        time only: a nearly full disk takes a log row and refuses the next large result, and so on
+        (lock held)."""
+        if self.unwritable is not None:
+            return
+        self.unwritable, self.unwritable_since = str(exc), now_iso()
+        level, self._said_refused = logging.INFO if self._said_refused else logging.WARNING, True
+        log.log(level, "store %s: cannot be written (%s: its disk is full, or past this process's file size limit); calls are still "
+                    "answered, a result over invoke.inline_result_limit whole instead of stored, and the versions, names and log "
+                    "rows are kept in memory until a write succeeds; %s", self.path, exc, _DISK_FIX)
+
+    def _wrote(self) -> None:
+        """A write succeeded: said once after writes were refused (lock held)."""
+        if self.unwritable is None or self._pending_versions or self._pending_names or self._pending_log:
+            return
+        level, self._said_written = logging.INFO if self._said_written else logging.WARNING, True
+        log.log(level, "store %s: written again (refused since %s)%s", self.path, self.unwritable_since,
+                    f"; {self._dropped_log} invocation log rows past the {PENDING_LOG_ROWS:,} kept in memory were dropped"
+                    if self._dropped_log else "")
+        self.unwritable = self.unwritable_since = None
+        self._dropped_log = 0
+
+    def _write_pending(self) -> bool:
+        """Write the versions, names and log rows waiting in memory (lock held); False when the
+        disk refused them, which wait for the next write. Rows are written with INSERT OR REPLACE
+        on their keys: a batch written in part before the disk refused it is written again whole."""
+        try:
+            if self._pending_versions:
+                try:
+                    self._write_rows(_VERSIONS_INSERT, list(self._pending_versions.values()))
+                except Exception as exc:
+                    if not _disk_refused(exc):
+                        self._pending_versions.clear()
+                    raise
+                self._pending_versions.clear()
+            if self._pending_names:
+                try:
+                    self._write_rows(_NAMES_INSERT, list(self._pending_names.values()))
+                except Exception as exc:
+                    if not _disk_refused(exc):
+                        self._pending_names.clear()
+                    raise
+                self._pending_names.clear()
+            if self._pending_log:
+                rows = self._pending_log
+                try:
+                    self._write_rows(_LOG_INSERT, rows)
+                except _UNSTORABLE:
+                    # one unstorable row must not cost the batch its other rows: write them one by one
+                    rows = self._write_each(_LOG_INSERT, rows)
+                self._pending_log = []
+                if self._logged is not None:
+                    self._logged += len(rows)
+        except sqlite3.OperationalError as exc:
+            if not _disk_refused(exc):
+                raise
+            self._refused(exc)
+            return False
+        self._wrote()
+        return True
 
     # versions -------------------------------------------------------------------------------
 
@@ -231,6 +315,7 @@ class Store:
         with self._lock:
             # SQLite takes a bare column (digest) from the row whose MAX was chosen
             rows = self._db.execute("SELECT tool_id, MAX(version), digest FROM versions GROUP BY namespace, tool_id").fetchall()
+            rows += [(row[1], row[2], row[3]) for row in self._pending_versions.values()]
         latest: dict[str, tuple[int, str]] = {}
         for tool_id, version, digest in rows:
             known = latest.get(tool_id)  # twice only for a version moved from layout 0 without its namespace
@@ -243,12 +328,15 @@ class Store:
         created_at, signature JSON), in one transaction."""
         if not rows:
             return
-        packed = [(*row[:6], _packed(row[6])) for row in rows]
-        self._write_many("INSERT OR REPLACE INTO versions VALUES (?,?,?,?,?,?,?)", packed)
+        with self._lock:
+            # the rows wait in memory, read by get_version and list_versions, until the disk takes them
+            self._pending_versions.update(((row[0], row[1], row[2]), (*row[:6], _packed(row[6]))) for row in rows)
+            self._write_pending()
 
     def get_version(self, namespace: str, tool_id: str, version: int) -> VersionRecord | None:
         with self._lock:
-            row = self._db.execute(
+            pending = self._pending_versions.get((namespace, tool_id, version))
+            row = pending[1:] if pending else self._db.execute(
                 "SELECT tool_id, version, digest, compatibility, created_at, signature FROM versions "
                 "WHERE namespace = ? AND tool_id = ? AND version = ?",
                 (namespace, tool_id, version),
@@ -263,6 +351,9 @@ class Store:
                 "WHERE namespace = ? AND tool_id = ? ORDER BY version DESC",
                 (namespace, tool_id),
             ).fetchall()
+            pending = [row[1:] for key, row in self._pending_versions.items() if key[:2] == (namespace, tool_id)]
+        if pending:
+            rows = sorted({row[1]: row for row in (*rows, *pending)}.values(), key=lambda row: row[1], reverse=True)
         return [self._version_row(r) for r in rows]
 
     @staticmethod
@@ -282,13 +373,17 @@ class Store:
     def assigned_names(self) -> dict[str, str]:
         """tool_id -> exposed name given earlier, so a name, once given, stays with its tool."""
         with self._lock:
-            return dict(self._db.execute("SELECT tool_id, name FROM tool_names").fetchall())
+            names = dict(self._db.execute("SELECT tool_id, name FROM tool_names").fetchall())
+            names.update((row[1], row[2]) for row in self._pending_names.values())
+            return names
 
     def save_names(self, rows: list[tuple[str, str, str, str]]) -> None:
         """rows of (namespace, tool_id, name, native_id)."""
         if not rows:
             return
-        self._write_many("INSERT OR REPLACE INTO tool_names VALUES (?,?,?,?)", rows)
+        with self._lock:
+            self._pending_names.update(((row[0], row[1]), row) for row in rows)
+            self._write_pending()
 
     # invocation log ---------------------------------------------------------------------------
 
@@ -299,25 +394,26 @@ class Store:
         go (by insertion order, a range of rowids)."""
         if not rows:
             return
-        statement = "INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?)"
-        try:
-            self._write_many(statement, rows)
-        except _UNSTORABLE:
-            # one unstorable row must not cost the batch its other rows: write them one by one
-            rows = self._write_each(statement, rows)
-        if keep is None:
-            return
         with self._lock:
+            self._pending_log.extend(rows)
+            if len(self._pending_log) > PENDING_LOG_ROWS:
+                self._dropped_log += len(self._pending_log) - PENDING_LOG_ROWS
+                del self._pending_log[:-PENDING_LOG_ROWS]
+            if not self._write_pending() or keep is None:
+                return
             if self._logged is None:
                 self._logged = self._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
-            else:
-                self._logged += len(rows)
             if self._logged > keep + max(keep // 10, 100):
-                self._db.execute("DELETE FROM invocations WHERE rowid <= (SELECT MAX(rowid) FROM invocations) - ?", (keep,))
-                self._logged = self._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
-                self._give_back()
+                try:
+                    self._db.execute("DELETE FROM invocations WHERE rowid <= (SELECT MAX(rowid) FROM invocations) - ?", (keep,))
+                    self._logged = self._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
+                    self._give_back()
+                except sqlite3.OperationalError as exc:  # the prune is tried again with the next rows
+                    if not _disk_refused(exc):
+                        raise
+                    self._refused(exc)
 
-    def _write_many(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
+    def _write_rows(self, statement: str, rows: list[tuple[Any, ...]]) -> None:
         """`statement` (an INSERT ending in one `VALUES (?,...)`) for every row in one
         transaction: one commit, not one per row (the connection is in autocommit mode, where
         each row would pay its own locks and WAL writes). The rows go many to a statement (and
@@ -333,25 +429,26 @@ class Store:
         def insert(chunk: list[tuple[Any, ...]]) -> None:
             self._db.execute(head + ",".join([one] * len(chunk)), [value for row in chunk for value in row])
 
-        with self._lock:
-            if len(rows) <= per:  # one statement is a transaction of its own
-                insert(rows)
-                return
-            self._db.execute("BEGIN")
-            try:
-                for start in range(0, len(rows), per):
-                    insert(rows[start:start + per])
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._roll_back()
-                raise
+        # called with the lock held
+        if len(rows) <= per:  # one statement is a transaction of its own
+            insert(rows)
+            return
+        self._db.execute("BEGIN")
+        try:
+            for start in range(0, len(rows), per):
+                insert(rows[start:start + per])
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._roll_back()
+            raise
 
     def _write_each(self, statement: str, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        """The rows that could be written, each on its own; the others are logged and dropped."""
+        """The rows that could be written, each on its own; the others are logged and dropped
+        (lock held)."""
         written = []
         for row in rows:
             try:
-                self._write_many(statement, [row])
+                self._write_rows(statement, [row])
             except _UNSTORABLE as exc:
                 log.warning("invocation log: row %r cannot be stored (%s); dropped", row[0], exc)
             else:
@@ -371,32 +468,51 @@ class Store:
         """Persist a result, made by a call through `surface`. With `keep`, about that many of the
         latest results are kept: once there are a tenth more, the oldest go. With `keep_bytes`,
         the latest results whose payloads add up to about that many bytes: once they pass it by a
-        tenth, the oldest go until they are within it (the newest result is always kept)."""
+        tenth, the oldest go until they are within it (the newest result is always kept). A
+        disk that refuses the result raises StoreFull, said once (`_refused`)."""
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO results (ref, invocation_id, media_type, size, payload, created_at, surface) "
-                "VALUES (?,?,?,?,?,?,?)",
-                (ref, invocation_id, media_type, len(payload), payload, now_iso(), surface),
-            )
+            self._write_pending()
+            try:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO results (ref, invocation_id, media_type, size, payload, created_at, surface) "
+                    "VALUES (?,?,?,?,?,?,?)",
+                    (ref, invocation_id, media_type, len(payload), payload, now_iso(), surface),
+                )
+            except sqlite3.OperationalError as exc:
+                if not _disk_refused(exc):
+                    raise
+                self._refused(exc)
+                raise StoreFull(f"{self.path}: the result cannot be stored ({exc}); {_DISK_FIX}") from exc
+            self._wrote()
             if keep is None and keep_bytes is None:
                 return
-            if self._results is None:
-                self._results, self._result_bytes = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM results").fetchone()
-            else:
-                self._results += 1
-                self._result_bytes += len(payload)
-            over_count = keep is not None and self._results > keep + max(keep // 10, 10)
-            over_bytes = keep_bytes is not None and self._result_bytes > keep_bytes + keep_bytes // 10
-            if over_count:
-                self._db.execute("DELETE FROM results WHERE rowid <= (SELECT MAX(rowid) FROM results) - ?", (keep,))
-            if over_bytes:  # the oldest whose newer results (and they) pass keep_bytes
-                self._db.execute(
-                    "DELETE FROM results WHERE rowid <= (SELECT rowid FROM (SELECT rowid, SUM(size) OVER (ORDER BY rowid DESC) "
-                    "AS newer FROM results) WHERE newer > ? AND rowid < (SELECT MAX(rowid) FROM results) ORDER BY rowid DESC LIMIT 1)",
-                    (keep_bytes,))
-            if over_count or over_bytes:
-                self._results, self._result_bytes = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM results").fetchone()
-                self._give_back()
+            try:
+                self._prune_results(len(payload), keep, keep_bytes)
+            except sqlite3.OperationalError as exc:  # the result is stored; the prune is tried again with the next
+                if not _disk_refused(exc):
+                    raise
+                self._results = None  # counted again then
+                self._refused(exc)
+
+    def _prune_results(self, added: int, keep: int | None, keep_bytes: int | None) -> None:
+        """Drop the oldest results past `keep` and `keep_bytes` (lock held)."""
+        if self._results is None:
+            self._results, self._result_bytes = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM results").fetchone()
+        else:
+            self._results += 1
+            self._result_bytes += added
+        over_count = keep is not None and self._results > keep + max(keep // 10, 10)
+        over_bytes = keep_bytes is not None and self._result_bytes > keep_bytes + keep_bytes // 10
+        if over_count:
+            self._db.execute("DELETE FROM results WHERE rowid <= (SELECT MAX(rowid) FROM results) - ?", (keep,))
+        if over_bytes:  # the oldest whose newer results (and they) pass keep_bytes
+            self._db.execute(
+                "DELETE FROM results WHERE rowid <= (SELECT rowid FROM (SELECT rowid, SUM(size) OVER (ORDER BY rowid DESC) "
+                "AS newer FROM results) WHERE newer > ? AND rowid < (SELECT MAX(rowid) FROM results) ORDER BY rowid DESC LIMIT 1)",
+                (keep_bytes,))
+        if over_count or over_bytes:
+            self._results, self._result_bytes = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM results").fetchone()
+            self._give_back()
 
     def _give_back(self) -> None:
         """After a prune, the file's free pages beyond GIVE_BACK_KEPT_PAGES go back to the file

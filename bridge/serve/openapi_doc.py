@@ -145,7 +145,7 @@ def _schemas() -> dict[str, Any]:
             "lifecycle": STR, "tool_kind": STR, "input_contract": OBJ, "external_mappings": {"type": "array", "items": OBJ},
             "version": INT,
         }),
-        "Health": _obj(["status"], {"status": STR}),
+        "Health": _obj(["status"], {"status": STR, "store": _obj(["writable", "since"], {"writable": BOOL, "since": STR})}),
         "Ready": _obj(["ready", "upstreams"], {
             "ready": BOOL, "starting": NAME_LIST, "tools": INT,
             "upstreams": {"type": "array", "items": _obj(["name", "kind", "state", "tool_count"], {

@@ -162,7 +162,11 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
 
     @endpoint
     async def healthz(request: Request) -> Response:
-        return JSONBody({"status": "ok"})
+        store = bridge.store
+        if store.unwritable is None:
+            return JSONBody({"status": "ok"})
+        # still alive and answering calls; the store's disk refuses writes (its log line names the path and the fix)
+        return JSONBody({"status": "ok", "store": {"writable": False, "since": store.unwritable_since}})
 
     @endpoint
     async def readyz(request: Request) -> Response:
