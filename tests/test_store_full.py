@@ -47,10 +47,11 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (size + 8192, resource.RLIM_INFINITY))
 signature = json.dumps({"description": os.urandom(60000).hex()})  # past the limit, compressed or not
 row = ("svc", "t", 2, "d2", "breaking", "2026-01-01T00:00:00Z", signature)
 out = {}
-store.add_version_rows([row])
-store.save_names([("svc", "t", "svc__echo", "echo")])
+# first: 1,999 rows are a transaction of 18 statements, which SQLite rolls back when the disk refuses it
 store.log_invocations([(f"inv_{i}", "t", "svc__echo", 2, "default", "succeeded", None, "2026-01-01T00:00:01Z", 1.0)
                        for i in range(1, 2000)], keep=1000)
+store.add_version_rows([row])
+store.save_names([("svc", "t", "svc__echo", "echo")])
 try:
     store.put_result("blob_1", "inv_1", "application/json", os.urandom(60000))
 except StoreFull as exc:
