@@ -418,11 +418,24 @@ class SemanticStage:
             self._tidying = not todo
             self._cond.notify_all()
         if self._file is not None:
+            whole = self._file.tell()  # the file's size: every append is flushed
             try:
                 self._file.write(b"".join(k + v.tobytes() for k, v in zip(keys, vectors, strict=True)))
                 self._file.flush()
-            except OSError as exc:
-                log.warning("semantic vectors cannot be written to %s (%s); kept in memory", self.path, exc)
+            except OSError as exc:  # a full disk: said once, and the file is let go of
+                log.warning("semantic vectors cannot be written to %s (%s); kept in memory from now on (those not in the "
+                            "file are computed again at the next start)", self.path, exc)
+                self._let_go(whole)
+
+    def _let_go(self, whole: int) -> None:
+        """Stop writing the vector file, cut back to its `whole` bytes: an append the disk took
+        in part left a torn record in it, which the appends after it (one warning each) put in
+        the middle, every record past it then read at the wrong place at the next start."""
+        with contextlib.suppress(OSError):
+            self._file.close()  # its buffer holds the rest of the append: written now, or not
+        with contextlib.suppress(OSError):
+            os.truncate(self.path, whole)
+        self.path, self._file = None, None
 
     @property
     def missing(self) -> int:

@@ -821,3 +821,43 @@ async def test_titles_reorder_an_upstreams_own_candidates_only():
     finally:
         search.close()
         await catalog.close()
+
+
+VECTORS_ON_A_FULL_DISK = '''
+import logging, os, resource, sys
+from bridge.catalog import Catalog
+from bridge.search_semantic import SemanticStage
+from bridge.store import Store
+from tests.fakes import FakeUpstream
+from tests.test_search_semantic import WordsEncoder, relisted
+
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+path = sys.argv[1]
+catalog = Catalog(Store())
+catalog.add_upstream(FakeUpstream(name="a"))
+stage = SemanticStage(WordsEncoder(), path)
+resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, resource.RLIM_INFINITY))  # 1,200 records of 144 bytes pass it
+stage.submit(relisted(catalog, 1))
+assert stage.flush(30.0) and stage._count == 1200  # every vector, in memory
+stage.close()
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print(os.path.getsize(path))
+reopened = SemanticStage(WordsEncoder(), path)
+print(reopened._count)
+reopened.close()
+'''
+
+
+def test_vectors_a_full_disk_refuses_are_warned_once_and_leave_the_file_of_whole_records(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "x.vectors"
+    done = subprocess.run([sys.executable, "-c", VECTORS_ON_A_FULL_DISK, str(path)], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    size, reopened = (int(line) for line in done.stdout.split())
+    header = size - reopened * (16 + 2 * WordsEncoder.dim)
+    assert size <= 50_000 and 0 < header < 100 and 0 < reopened < 1200  # the records written whole, read back at their place
+    warnings = done.stderr.strip().splitlines()
+    assert len(warnings) == 1 and "semantic vectors cannot be written to" in warnings[0], done.stderr
