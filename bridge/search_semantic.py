@@ -246,13 +246,26 @@ class SemanticStage:
             self._rows, self._vectors, self._count = rows, vectors, len(keep)
         if self.path is not None and self._file is not None:
             tmp = self.path + ".tmp"
-            with open(tmp, "wb") as fh:
-                fh.write(_MAGIC + self._model_key + self.encoder.dim.to_bytes(4, "little"))
-                for key, row in self._rows.items():
-                    fh.write(key + self._vectors[row].tobytes())
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(_MAGIC + self._model_key + self.encoder.dim.to_bytes(4, "little"))
+                    for key, row in self._rows.items():
+                        fh.write(key + self._vectors[row].tobytes())
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                # a full disk (or a folder in the way): the file stays as it was, its records keyed,
+                # and takes the appends to come; the error ended the stage's thread, and every
+                # tool listed after it went without its vector
+                log.warning("semantic vectors at %s cannot be compacted (%s); the file is kept as it was", self.path, exc)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                return
             self._file.close()
-            os.replace(tmp, self.path)
-            self._file = open(self.path, "ab")  # noqa: SIM115
+            try:
+                self._file = open(self.path, "ab")  # noqa: SIM115
+            except OSError as exc:
+                log.warning("semantic vectors cannot be written to %s (%s); kept in memory from now on", self.path, exc)
+                self.path, self._file = None, None
 
     # ---------------------------------------------------------------- keeping in step
 

@@ -861,3 +861,32 @@ def test_vectors_a_full_disk_refuses_are_warned_once_and_leave_the_file_of_whole
     assert size <= 50_000 and 0 < header < 100 and 0 < reopened < 1200  # the records written whole, read back at their place
     warnings = done.stderr.strip().splitlines()
     assert len(warnings) == 1 and "semantic vectors cannot be written to" in warnings[0], done.stderr
+
+
+def test_a_compaction_the_disk_refuses_keeps_the_file_as_it_was_and_the_stage_embedding(tmp_path, caplog):
+    path = str(tmp_path / "x.vectors")
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="a"))
+    stage = SemanticStage(WordsEncoder(), path)
+    try:
+        for number in (1, 2):
+            stage.submit(relisted(catalog, number))
+            assert stage.flush(30.0)
+        (tmp_path / "x.vectors.tmp").mkdir()  # where the compacted file is written: refused, as a full disk would
+        stage.submit(relisted(catalog, 3))
+        assert stage.flush(30.0)
+        assert "cannot be compacted" in caplog.text
+        stage.submit(relisted(catalog, 4))  # still embedded (the error ended the stage's thread: flush timed out)
+        assert stage.flush(30.0) and stage.missing == 0
+    finally:
+        stage.close()
+    encoder = WordsEncoder()
+    reopened = SemanticStage(encoder, path)
+    try:
+        assert reopened._count == 4800  # every record appended, uncompacted, each read at its place
+        decls = list(catalog.slots["a"].tools.values())
+        reopened.submit(decls)
+        assert reopened.flush(30.0) and encoder.encoded == []  # the tools' vectors read, none computed again
+        assert np.allclose(reopened.vectors(decls), WordsEncoder().encode([tool_text(d) for d in decls]), atol=1e-2)
+    finally:
+        reopened.close()
