@@ -269,27 +269,26 @@ class Store:
         self.unwritable = self.unwritable_since = None
         self._dropped_log = 0
 
+    def _write_waiting(self, sql: str, waiting: dict[Any, Any]) -> None:
+        """Write the rows of `waiting` (lock held) and empty it; a disk that refuses them leaves
+        them waiting, any other failure drops them (they would fail again)."""
+        if not waiting:
+            return
+        try:
+            self._write_rows(sql, list(waiting.values()))
+        except Exception as exc:
+            if not _disk_refused(exc):
+                waiting.clear()
+            raise
+        waiting.clear()
+
     def _write_pending(self) -> bool:
         """Write the versions, names and log rows waiting in memory (lock held); False when the
         disk refused them, which wait for the next write. Rows are written with INSERT OR REPLACE
         on their keys: a batch written in part before the disk refused it is written again whole."""
         try:
-            if self._pending_versions:
-                try:
-                    self._write_rows(_VERSIONS_INSERT, list(self._pending_versions.values()))
-                except Exception as exc:
-                    if not _disk_refused(exc):
-                        self._pending_versions.clear()
-                    raise
-                self._pending_versions.clear()
-            if self._pending_names:
-                try:
-                    self._write_rows(_NAMES_INSERT, list(self._pending_names.values()))
-                except Exception as exc:
-                    if not _disk_refused(exc):
-                        self._pending_names.clear()
-                    raise
-                self._pending_names.clear()
+            self._write_waiting(_VERSIONS_INSERT, self._pending_versions)
+            self._write_waiting(_NAMES_INSERT, self._pending_names)
             if self._pending_log:
                 rows = self._pending_log
                 try:

@@ -273,18 +273,28 @@ def relisted(catalog: Catalog, number: int) -> list:
     return list(catalog.slots["a"].tools.values())
 
 
-def test_the_vector_file_is_compacted_once_most_of_its_rows_belong_to_no_tool(tmp_path):
-    # rows of texts no tool has any more (tools changed or removed) are dropped from memory and
-    # from the file once they outnumber the live rows by more than 1,000 over half
+def listed_twice(tmp_path: Path) -> tuple[str, Catalog, SemanticStage]:
+    """The path of a vector file in `tmp_path`, a catalog of one upstream of 1,200 tools, and a
+    stage keeping its vectors in that file, which has embedded two listings of every tool."""
     path = str(tmp_path / "x.vectors")
     catalog = Catalog(Store())
     catalog.add_upstream(FakeUpstream(name="a"))
-
     stage = SemanticStage(WordsEncoder(), path)
     try:
         for number in (1, 2):
             stage.submit(relisted(catalog, number))
             assert stage.flush(30.0)
+    except BaseException:
+        stage.close()
+        raise
+    return path, catalog, stage
+
+
+def test_the_vector_file_is_compacted_once_most_of_its_rows_belong_to_no_tool(tmp_path):
+    # rows of texts no tool has any more (tools changed or removed) are dropped from memory and
+    # from the file once they outnumber the live rows by more than 1,000 over half
+    path, catalog, stage = listed_twice(tmp_path)
+    try:
         assert stage._count == 2400  # 1,200 live rows and 1,200 dropped: not yet
         stage.submit(relisted(catalog, 3))
         assert stage.flush(30.0)
@@ -864,14 +874,8 @@ def test_vectors_a_full_disk_refuses_are_warned_once_and_leave_the_file_of_whole
 
 
 def test_a_compaction_the_disk_refuses_keeps_the_file_as_it_was_and_the_stage_embedding(tmp_path, caplog):
-    path = str(tmp_path / "x.vectors")
-    catalog = Catalog(Store())
-    catalog.add_upstream(FakeUpstream(name="a"))
-    stage = SemanticStage(WordsEncoder(), path)
+    path, catalog, stage = listed_twice(tmp_path)
     try:
-        for number in (1, 2):
-            stage.submit(relisted(catalog, number))
-            assert stage.flush(30.0)
         (tmp_path / "x.vectors.tmp").mkdir()  # where the compacted file is written: refused, as a full disk would
         stage.submit(relisted(catalog, 3))
         assert stage.flush(30.0)
