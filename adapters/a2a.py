@@ -44,7 +44,7 @@ from a2a.utils.errors import (
 from google.protobuf.json_format import ParseError
 from google.protobuf.message import DecodeError
 from httpx._utils import get_environment_proxies  # httpx's own reading of the proxy variables
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from adapters.a2a_card import (
     A2AAuth,
@@ -67,7 +67,7 @@ from adapters.a2a_mapping import (
     tools_from_card,
 )
 from adapters.http_proxy import loopback_direct
-from adapters.http_tls import added_cas, readable_ca_file
+from adapters.http_tls import added_cas, configured_ca_file
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent
 
@@ -265,10 +265,7 @@ class A2AConfig(UpstreamConfig):
     )
     ca_file: str | None = Field(default=None, description="PEM file of CA certificates the agent's servers are checked against, beside the system's")
 
-    @field_validator("ca_file")
-    @classmethod
-    def _ca_file_readable(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return readable_ca_file(value, info.data.get("base_dir", "."))
+    _ca_file_readable = field_validator("ca_file")(configured_ca_file)
 
     @field_validator("credential_origins")
     @classmethod

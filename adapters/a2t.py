@@ -10,11 +10,11 @@ import logging
 from typing import Any, Literal
 from urllib.parse import quote
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, field_validator
 from yarl import URL
 
 from adapters.a2t_http import A2THttp, HTTPAnswer, RetryConfig, error_result_of, safe_url
-from adapters.http_tls import readable_ca_file
+from adapters.http_tls import configured_ca_file
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool
 from bridge.translate import a2t as a2t_wire
 from bridge.translate import ietf
@@ -74,10 +74,7 @@ class A2TConfig(UpstreamConfig):
     retries: RetryConfig = Field(default_factory=RetryConfig)
     max_response_bytes: int = Field(default=16 << 20, ge=1024, description="larger answers are refused")
 
-    @field_validator("ca_file")
-    @classmethod
-    def _ca_file_readable(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return readable_ca_file(value, info.data.get("base_dir", "."))
+    _ca_file_readable = field_validator("ca_file")(configured_ca_file)
 
     @field_validator("url")
     @classmethod

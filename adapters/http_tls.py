@@ -14,11 +14,12 @@ from typing import TypeVar
 
 import aiohttp
 import httpx2
+from pydantic import ValidationInfo
 
 from bridge.model import BridgeError
 from bridge.upstream import ConfigValueError
 
-__all__ = ["SYSTEM_TRUST", "added_cas", "ca_file_trust", "certificate_failure", "readable_ca_file"]
+__all__ = ["SYSTEM_TRUST", "added_cas", "ca_file_trust", "certificate_failure", "configured_ca_file", "readable_ca_file"]
 
 _E = TypeVar("_E", bound=BaseException)
 _HOSTNAME_MISMATCH = 62  # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH
@@ -49,6 +50,12 @@ def readable_ca_file(written: str | None, base_dir: str) -> str | None:
         raise ConfigValueError(f"`{written}` cannot be read ({exc.strerror or exc}: {path})",
                                "give the path of a PEM file of the CA certificates that sign the server's, relative to the config file's folder") from None
     return written
+
+
+def configured_ca_file(value: str | None, info: ValidationInfo) -> str | None:
+    """The `ca_file` field validator of every HTTP upstream's config: `readable_ca_file`,
+    relative to the config file's folder (`base_dir`)."""
+    return readable_ca_file(value, info.data.get("base_dir", "."))
 
 
 def added_cas(path: str, written: str) -> ssl.SSLContext:

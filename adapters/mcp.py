@@ -39,10 +39,10 @@ from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from adapters.http_proxy import loopback_mounts
-from adapters.http_tls import added_cas, ca_file_trust, certificate_failure, readable_ca_file
+from adapters.http_tls import added_cas, ca_file_trust, certificate_failure, configured_ca_file
 from adapters.mcp_get_stream import GetStreamWatch
 from adapters.mcp_http import RESUMED_TOO_OFTEN, answer_too_large, bound_answer, quiet_sdk_refusals
 from adapters.mcp_notices import NoticeClient, NoticePosts
@@ -138,10 +138,7 @@ class MCPConfig(UpstreamConfig):
     max_response_bytes: int = Field(default=16 << 20, ge=1024,
                                      description="HTTP: largest answer read (a JSON body, one POST's event stream, one event of a session-long stream)")
 
-    @field_validator("ca_file")
-    @classmethod
-    def _ca_file_readable(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return readable_ca_file(value, info.data.get("base_dir", "."))
+    _ca_file_readable = field_validator("ca_file")(configured_ca_file)
 
     @model_validator(mode="after")
     def _one_transport(self) -> MCPConfig:

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from yarl import URL
 
 from adapters.http_body import read_body
 from adapters.http_proxy import proxied_session
-from adapters.http_tls import added_cas, readable_ca_file
+from adapters.http_tls import added_cas, configured_ca_file
 from adapters.openapi_auth import AuthConfig, Credentials, certificate_failure, document_tls
 from adapters.openapi_operations import Operation, Selector, map_operations, shown_url
 from adapters.openapi_params import RequestParts, build_request
@@ -81,10 +81,7 @@ class OpenAPIConfig(UpstreamConfig):
     bad_operations: Literal["skip", "fail"] = Field(
         default="skip", description="an operation that cannot be mapped: left out with a warning, or the whole upstream fails")
 
-    @field_validator("ca_file")
-    @classmethod
-    def _ca_file_readable(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return readable_ca_file(value, info.data.get("base_dir", "."))
+    _ca_file_readable = field_validator("ca_file")(configured_ca_file)
 
     @field_validator("auth", "include", "exclude", mode="before")
     @classmethod
