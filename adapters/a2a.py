@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
 import logging
 import re
 import ssl
@@ -24,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import httpx
-import httpx2  # its TLS context: the system's CAs
 from a2a.client import ClientCallContext, ClientConfig, ClientFactory
 from a2a.client.client import Client
 from a2a.client.errors import A2AClientTimeoutError
@@ -67,7 +65,7 @@ from adapters.a2a_mapping import (
     tools_from_card,
 )
 from adapters.http_proxy import loopback_direct
-from adapters.http_tls import added_cas, configured_ca_file
+from adapters.http_tls import added_cas, configured_ca_file, system_cas
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent
 
@@ -342,16 +340,6 @@ def _below_0_3(version: str) -> bool:
     return match is not None and (int(match[1]), int(match[2])) < (0, 3)
 
 
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """The TLS context of every A2A client, made once: the system's CAs, or SSL_CERT_FILE or
-    SSL_CERT_DIR, as the MCP upstream's (httpx2's default) and aiohttp's (A2T, OpenAPI) check a
-    server; httpx's own default is certifi's bundle, which a CA added to the system's lacks.
-    Making one reads the bundle, 30 ms of CPU on the event loop, which each start did, so every
-    retry of an agent that cannot be reached."""
-    return httpx2.create_ssl_context()
-
-
 class A2AUpstream(Upstream):
     kind: ClassVar[str] = "a2a"
     config_model: ClassVar[type[UpstreamConfig]] = A2AConfig
@@ -374,7 +362,7 @@ class A2AUpstream(Upstream):
         await self.close()
         cfg = self.config
         connect = min(10.0, cfg.start_timeout)
-        tls = added_cas(cfg.resolve_path(cfg.ca_file), cfg.ca_file) if cfg.ca_file else _tls_context()  # the card's fetches and the calls
+        tls = added_cas(cfg.resolve_path(cfg.ca_file), cfg.ca_file) if cfg.ca_file else system_cas()  # the card's fetches and the calls
         direct = _BoundedTransport(cfg.max_response_bytes, tls)
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False,

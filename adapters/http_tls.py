@@ -19,7 +19,7 @@ from pydantic import ValidationInfo
 from bridge.model import BridgeError
 from bridge.upstream import ConfigValueError
 
-__all__ = ["SYSTEM_TRUST", "added_cas", "ca_file_trust", "certificate_failure", "configured_ca_file", "readable_ca_file"]
+__all__ = ["SYSTEM_TRUST", "added_cas", "ca_file_trust", "certificate_failure", "configured_ca_file", "readable_ca_file", "system_cas"]
 
 _E = TypeVar("_E", bound=BaseException)
 _HOSTNAME_MISMATCH = 62  # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH
@@ -56,6 +56,16 @@ def configured_ca_file(value: str | None, info: ValidationInfo) -> str | None:
     """The `ca_file` field validator of every HTTP upstream's config: `readable_ca_file`,
     relative to the config file's folder (`base_dir`)."""
     return readable_ca_file(value, info.data.get("base_dir", "."))
+
+
+@functools.cache
+def system_cas() -> ssl.SSLContext:
+    """The TLS context of the httpx clients (MCP over HTTP, A2A) of an upstream without
+    `ca_file`, made once: the system's CAs, or SSL_CERT_FILE or SSL_CERT_DIR, as aiohttp's (A2T,
+    OpenAPI) check a server; httpx's own default is certifi's bundle, which a CA added to the
+    system's lacks. Making one reads the bundle, 30 ms of CPU on the event loop, which each start
+    did, so every retry of a server that cannot be reached."""
+    return httpx2.create_ssl_context()
 
 
 def added_cas(path: str, written: str) -> ssl.SSLContext:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import ssl
@@ -42,7 +41,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from adapters.http_proxy import loopback_mounts
-from adapters.http_tls import added_cas, ca_file_trust, certificate_failure, configured_ca_file
+from adapters.http_tls import added_cas, ca_file_trust, certificate_failure, configured_ca_file, system_cas
 from adapters.mcp_get_stream import GetStreamWatch
 from adapters.mcp_http import RESUMED_TOO_OFTEN, answer_too_large, bound_answer, quiet_sdk_refusals
 from adapters.mcp_notices import NoticeClient, NoticePosts
@@ -182,14 +181,6 @@ class MCPConfig(UpstreamConfig):
         host = parts.hostname or ""
         port = f":{parts.port}" if parts.port else ""
         return f"{parts.scheme}://{host}{port}{parts.path}"
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """The TLS context of every HTTP session, made once (httpx's default: the system's CAs, or
-    SSL_CERT_FILE or SSL_CERT_DIR): making one reads the bundle, 30 ms of CPU on the event loop, which each
-    connection did, so every retry of a server that cannot be reached."""
-    return httpx2.create_ssl_context()
 
 
 class MCPUpstream(Upstream):
@@ -343,7 +334,7 @@ class MCPUpstream(Upstream):
         self._notices = NoticePosts(min(cfg.ping_timeout, cfg.start_timeout / 2), self._notice_lost)
         # the SDK's create_mcp_http_client, with the TLS context made once
         http = NoticeClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
-                            verify=self._tls or _tls_context(), event_hooks={"response": [self._on_http_response]},
+                            verify=self._tls or system_cas(), event_hooks={"response": [self._on_http_response]},
                             mounts=loopback_mounts(cfg.url), watch=GetStreamWatch(self._get_stream_given_up), notices=self._notices,
                             on_error=self._on_http_error)
         await stack.enter_async_context(http)

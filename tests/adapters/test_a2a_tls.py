@@ -13,7 +13,7 @@ import pytest
 import uvicorn.config
 from starlette.responses import RedirectResponse
 
-from adapters import a2a
+from adapters import a2a, http_tls
 from bridge.upstream import UpstreamEvent
 from tests.adapters.a2a_fixtures.agent import build_agent
 from tests.adapters.test_a2a import bridge, until
@@ -42,7 +42,7 @@ async def test_an_agents_certificate_is_checked_against_the_systems_cas(tmp_path
     paths = ssl.get_default_verify_paths()
     system = ssl.DefaultVerifyPaths(ca, None, paths.openssl_cafile_env, ca, paths.openssl_capath_env, str(tmp_path / "none"))
     monkeypatch.setattr(ssl, "get_default_verify_paths", lambda: system)  # the system's CAs: the test CA alone
-    a2a._tls_context.cache_clear()
+    http_tls.system_cas.cache_clear()
     port = free_port()
     base = f"https://127.0.0.1:{port}"
     app, _ = build_agent(base)
@@ -52,7 +52,7 @@ async def test_an_agents_certificate_is_checked_against_the_systems_cas(tmp_path
             assert slot.health.state == "ready", slot.health
             assert (await b.invoker.invoke("peer__echo", {"message": "hi"})).content[0]["text"] == "echo: hi"
     finally:
-        a2a._tls_context.cache_clear()
+        http_tls.system_cas.cache_clear()
 
 
 @pytest.mark.parametrize("streaming", [False, True])
@@ -60,7 +60,7 @@ async def test_a_certificate_that_fails_its_check_fails_the_start_and_calls_at_o
                                                                                               caplog: pytest.LogCaptureFixture, streaming: bool) -> None:
     ca, signed, stranger = _pki(tmp_path)
     trusted = ssl.create_default_context(cafile=ca)  # the system's CAs, as the clients see them, with the test CA
-    monkeypatch.setattr(a2a, "_tls_context", lambda: trusted)
+    monkeypatch.setattr(a2a, "system_cas", lambda: trusted)
     port = free_port()
     base = f"https://127.0.0.1:{port}"
     app, control = build_agent(base, streaming=streaming)
@@ -108,7 +108,7 @@ async def test_a_certificate_that_fails_its_check_fails_the_start_and_calls_at_o
 
 async def test_a_card_redirected_to_a_server_whose_certificate_fails_names_that_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ca, _, stranger = _pki(tmp_path)
-    monkeypatch.setattr(a2a, "_tls_context", lambda: ssl.create_default_context(cafile=ca))
+    monkeypatch.setattr(a2a, "system_cas", lambda: ssl.create_default_context(cafile=ca))
     port = free_port()
     target = f"https://127.0.0.1:{port}"
     app, _ = build_agent(target)

@@ -286,7 +286,7 @@ async def test_a_server_certificate_that_fails_its_check_is_a_setup_problem_at_s
         (tmp_path / name).write_bytes(_pem(cert) + _key_pem(key))
     # the system's CAs, as the sessions see them, with the test CA added
     trusted = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
-    monkeypatch.setattr(mcp_adapter, "_tls_context", lambda: trusted)
+    monkeypatch.setattr(mcp_adapter, "system_cas", lambda: trusted)
     app, server = build_app(json_answers=True, get_failures=100, get_failure="405")
     port = free_port()
     base = f"https://127.0.0.1:{port}"
