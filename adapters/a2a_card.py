@@ -24,7 +24,7 @@ from a2a.types import AgentCard, SecurityScheme
 from google.protobuf.json_format import ParseError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from adapters.http_tls import ca_file_trust, certificate_failure
+from adapters.http_tls import ca_file_trust, certificate_failure, server_of
 from bridge.model import BridgeError
 
 __all__ = [
@@ -37,7 +37,6 @@ __all__ = [
     "AgentCredentials",
     "bind_credentials",
     "origin_text",
-    "server_of",
     "certificate_refused",
     "failed_url",
     "redact",
@@ -211,13 +210,6 @@ class CardSource:
         return None if unchanged else CardFetch(card=card, url=url, etag=self.etag, digest=digest, order=order)
 
 
-def server_of(url: str) -> str:
-    """`host:port` of `url`, the port its scheme's when it names none."""
-    parts = httpx.URL(url)
-    host = f"[{parts.host}]" if ":" in parts.host else parts.host
-    return f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
-
-
 def certificate_refused(exc: BaseException, url: str, address: str, ca_file: str | None = None) -> str | None:
     """`the certificate of host:port cannot be verified (<OpenSSL's reason>): <fix>` when `exc`
     is a failed check of the server's certificate, else None: of the server of the request that
@@ -226,7 +218,7 @@ def certificate_refused(exc: BaseException, url: str, address: str, ca_file: str
     A2A upstream has no key turning it off."""
     try:
         server = server_of(failed_url(exc) or url)
-    except httpx.InvalidURL:
+    except ValueError:
         return None
     return certificate_failure(exc, trust=ca_file_trust(ca_file), address=address, server=server, verify_tls=False)
 

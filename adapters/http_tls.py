@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import ssl
+import urllib.parse
 from pathlib import Path
 from typing import TypeVar
 
@@ -19,7 +20,7 @@ from pydantic import ValidationInfo
 from bridge.model import BridgeError
 from bridge.upstream import ConfigValueError
 
-__all__ = ["SYSTEM_TRUST", "added_cas", "ca_file_trust", "certificate_failure", "configured_ca_file", "readable_ca_file", "system_cas"]
+__all__ = ["SYSTEM_TRUST", "added_cas", "ca_file_trust", "certificate_failure", "configured_ca_file", "readable_ca_file", "server_of", "system_cas"]
 
 _E = TypeVar("_E", bound=BaseException)
 _HOSTNAME_MISMATCH = 62  # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH
@@ -88,6 +89,14 @@ def _added_cas(path: str, mtime_ns: int, size: int) -> ssl.SSLContext:
     context = httpx2.create_ssl_context()
     context.load_verify_locations(cafile=path)
     return context
+
+
+def server_of(url: str) -> str:
+    """`host:port` of `url` (an IPv6 host in brackets), the port its scheme's when it names
+    none: the server a certificate message names. ValueError for a port that is no number."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    return f"{f'[{host}]' if ':' in host else host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
 def certificate_failure(exc: BaseException, *, trust: str, address: str, server: str | None = None,

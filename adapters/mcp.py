@@ -41,7 +41,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from adapters.http_proxy import loopback_mounts
-from adapters.http_tls import added_cas, ca_file_trust, certificate_failure, configured_ca_file, system_cas
+from adapters.http_tls import added_cas, ca_file_trust, certificate_failure, configured_ca_file, server_of, system_cas
 from adapters.mcp_get_stream import GetStreamWatch
 from adapters.mcp_http import RESUMED_TOO_OFTEN, answer_too_large, bound_answer, quiet_sdk_refusals
 from adapters.mcp_notices import NoticeClient, NoticePosts
@@ -424,9 +424,8 @@ class MCPUpstream(Upstream):
 
     def _certificate_failure(self, exc: BaseException) -> str | None:
         """`<url>: the certificate of host:port cannot be verified (...): <fix>`, or None."""
-        parts = urllib.parse.urlsplit(self.config.url or "")
-        server = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
-        failure = certificate_failure(exc, trust=ca_file_trust(self.config.ca_file), address="url", server=server, verify_tls=False)
+        failure = certificate_failure(exc, trust=ca_file_trust(self.config.ca_file), address="url", server=server_of(self.config.url or ""),
+                                      verify_tls=False)
         return f"{self.config.display_url()}: {failure}" if failure is not None else None
 
     def _get_stream_given_up(self, why: str) -> None:
