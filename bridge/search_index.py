@@ -307,6 +307,13 @@ class _Compaction:
     log_file: Any = None
 
 
+def _emptied(folder: Path) -> None:
+    """`folder` made, empty: what it held is removed."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+
+
 def _index_error(exc: BaseException) -> bool:
     """Whether `exc` is what opening or writing an on-disk index raises when its files cannot be
     used: an OSError, Tantivy's ValueError, or a panic of Tantivy's (pyo3's PanicException, which
@@ -543,17 +550,16 @@ class ToolIndex:
         marker = folder / _FORMAT_FILE
         if marker.exists() and not fresh:
             try:
-                found = json.loads(marker.read_text())
-                generation = found.pop("generation", None) if isinstance(found, dict) else None
+                same, generation = self._marked(folder)
                 current = folder / _generation(generation) if isinstance(generation, int) else None
-                if found == self._format() and current is not None and tantivy.Index.exists(str(current)):
+                if same and current is not None and tantivy.Index.exists(str(current)):
                     index = tantivy.Index.open(str(current))
                     self.opened_existing, self._generation = True, generation
                     for other in folder.iterdir():  # a compaction's, left off or replaced by it
                         if other.is_dir() and other.name != current.name:
                             shutil.rmtree(other, ignore_errors=True)
                     return index
-                if found != self._format():  # written by another version of the bridge: expected once
+                if not same:  # written by another version of the bridge: expected once
                     log.info("search index at %s is of another format; rebuilding it", folder)
                 else:
                     log.warning("search index at %s names no index it holds (generation %r); rebuilding it", folder, generation)
@@ -562,9 +568,7 @@ class ToolIndex:
                     raise
                 self.opened_existing = False
                 log.warning("search index at %s cannot be reopened (%s); rebuilding it", folder, _error_text(exc))
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        _emptied(folder)
         self._generation = 1
         index = self._new_index(1)
         self._mark(1)
@@ -573,6 +577,13 @@ class ToolIndex:
     @staticmethod
     def _format() -> dict[str, Any]:
         return {"format": INDEX_FORMAT, "tantivy": tantivy.__version__}
+
+    def _marked(self, folder: Path) -> tuple[bool, Any]:
+        """Whether the marker of the index in `folder` names this format, and the generation it
+        names (an int, or whatever was written). ValueError or OSError when it cannot be read."""
+        found = json.loads((folder / _FORMAT_FILE).read_text())
+        generation = found.pop("generation", None) if isinstance(found, dict) else None
+        return found == self._format(), generation
 
     def _new_index(self, generation: int) -> tantivy.Index:
         """An empty index: in memory, or in the folder of that generation."""
@@ -583,9 +594,7 @@ class ToolIndex:
         if path is None:
             return tantivy.Index(self.schema)
         folder = Path(path) / _generation(generation)
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        _emptied(folder)
         return tantivy.Index(self.schema, path=str(folder), reuse=False)
 
     def _mark(self, generation: int, path: str | None = None) -> None:
@@ -812,13 +821,10 @@ class ToolIndex:
         whole until the marker names the new one); else 1, in a folder emptied for it."""
         folder = Path(path)
         with contextlib.suppress(ValueError, OSError):
-            found = json.loads((folder / _FORMAT_FILE).read_text())
-            generation = found.pop("generation", None) if isinstance(found, dict) else None
-            if found == self._format() and isinstance(generation, int) and (folder / _generation(generation)).is_dir():
+            same, generation = self._marked(folder)
+            if same and isinstance(generation, int) and (folder / _generation(generation)).is_dir():
                 return generation + 1
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        _emptied(folder)
         return 1
 
     def _run(self) -> None:
