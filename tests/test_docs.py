@@ -61,6 +61,8 @@ def config_page() -> str:
         ("## Top level", bridge_config.BridgeConfig),
         ("### `server`", bridge_config.ServerConfig),
         ("### `invoke`", bridge_config.InvokeConfig),
+        ("### `store`", bridge_config.StoreConfig),
+        ("### `search`", bridge_config.SearchConfig),
         ("## Upstreams", UpstreamConfig),
     ],
 )
@@ -75,8 +77,7 @@ def test_the_rest_pages_server_table_is_the_server_sections_keys():
 
 def test_the_config_reference_names_the_other_sections_keys():
     text = named(config_page())
-    for model in (bridge_config.StoreConfig, bridge_config.SearchConfig, bridge_config.SurfaceConfig, LaunchConfig,
-                  bridge_config.AuthToken):
+    for model in (bridge_config.SurfaceConfig, LaunchConfig, bridge_config.AuthToken):
         assert keys(model) <= text, (model.__name__, keys(model) - text)
 
 
@@ -146,10 +147,20 @@ def key_rows(text: str) -> dict[str, tuple[str, str]]:
     return rows
 
 
+def section(text: str, heading: str) -> str:
+    """The part of a page from `heading` to the next heading of its level or above."""
+    level = len(heading) - len(heading.lstrip("#"))
+    body = text.split(heading, 1)[1]
+    end = re.search(rf"^#{{1,{level}}} ", body, re.M)
+    return body[: end.start()] if end else body
+
+
 def documented_models() -> list[tuple[str, type[BaseModel], str]]:
-    """(page, model, prefix of its keys in the page's tables) for every config model with a key table."""
+    """(page, model, prefix of its keys in the page's tables) for every config model with a key table;
+    a page may be `page#heading`, the part of the page under that heading."""
     out = [("config.md", model, "") for model in (bridge_config.BridgeConfig, bridge_config.ServerConfig,
                                                   bridge_config.InvokeConfig, UpstreamConfig)]
+    out += [("config.md#### `store`", bridge_config.StoreConfig, ""), ("config.md#### `search`", bridge_config.SearchConfig, "")]
     out.append(("surfaces.md", bridge_config.SurfaceConfig, ""))
     out.append(("frontends/rest.md", bridge_config.ServerConfig, ""))
     for kind in shipped_kinds():
@@ -171,7 +182,9 @@ def test_each_default_a_key_table_writes_as_a_value_is_the_models(page, model, p
     a field bounded by a number other than 0 and 1 says so in its row (`at least 1024`)."""
     import yaml
 
-    rows = key_rows((DOCS / page).read_text(encoding="utf-8"))
+    page, _, heading = page.partition("#")
+    text = (DOCS / page).read_text(encoding="utf-8")
+    rows = key_rows(section(text, heading) if heading else text)
     wrong = []
     for name, field in model.model_fields.items():
         key = field.alias or name
