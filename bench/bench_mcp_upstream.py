@@ -7,7 +7,7 @@ A second table: how long a large listing holds the event loop, and with it every
 bridge serves. A stdio server (bench/_catalog_mcp_server.py) lists 20,000 tools (the development
 catalog's declarations, renamed) in one page; the adapter lists them while a task measures how
 late the loop wakes it, with the page's checks and the tools' conversion on the event loop and
-on a worker thread (adapters/mcp.py, OFF_LOOP_TOOLS)."""
+on a worker thread (adapters/mcp/upstream.py, OFF_LOOP_TOOLS)."""
 
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ sys.path.insert(0, str(ROOT))
 
 from mcp import Client, StdioServerParameters  # noqa: E402
 
-import adapters.mcp as mcp_adapter  # noqa: E402
+import adapters.mcp.upstream as mcp_adapter  # noqa: E402
 from bridge.config import parse_config  # noqa: E402
 from bridge.runtime import Bridge, settle_gc  # noqa: E402
 
-SERVER = [sys.executable, "-m", "demo.mcp_server"]
+SERVER = [sys.executable, "-m", "bridge.demo.mcp_server"]
 ARGS = {"text": "hello from the benchmark"}
 CATALOG = ROOT.parent / "shared" / "data" / "toolsearch" / "catalog.jsonl"
 LISTING_SERVER = ROOT / "bench" / "_catalog_mcp_server.py"

@@ -28,8 +28,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from adapters.openapi import OpenAPIConfig, OpenAPIUpstream  # noqa: E402
-from adapters.openapi_params import build_request  # noqa: E402
+from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream  # noqa: E402
+from adapters.openapi.params import build_request  # noqa: E402
 from bridge.catalog import Catalog  # noqa: E402
 from bridge.invoke import SchemaValidators  # noqa: E402
 from bridge.store import Store  # noqa: E402
@@ -119,7 +119,7 @@ async def run(name: str, path: Path, sample: int, full_validation: bool) -> list
     outputs = [len(json.dumps(t.output_schema)) / 1e6 for t in tools if t.output_schema]
     rows.append(("tool schemas written out", f"{inputs + sum(outputs):.1f} MB",
                  f"input {inputs:.1f} MB, output {sum(outputs):.1f} MB (largest {max(outputs, default=0):.2f} MB)"))
-    # equal schemas are one object, which the tools share (adapters/openapi_shared.py)
+    # equal schemas are one object, which the tools share (adapters/openapi/shared.py)
     held_outputs = len({id(t.output_schema) for t in tools if t.output_schema})
     rows.append(("tool schemas held", f"{held_outputs + len({id(t.input_schema) for t in tools}):,} objects",
                  f"output {held_outputs:,} for {len(outputs):,} tools, input {len({id(t.input_schema) for t in tools}):,} for {len(tools):,}"))

@@ -1,5 +1,5 @@
 """Throughput and latency of `POST /tools/{id}:invoke` (IETF A2T draft) through the bridge,
-served by `bridge serve` on loopback, to a local a2t-dialect upstream (demo/a2t_server.py on
+served by `bridge serve` on loopback, to a local a2t-dialect upstream (bridge/demo/a2t_server.py on
 aiohttp), compared in the same run with calling that upstream directly and through a bare
 proxy (bench/_bare_proxy.py: uvicorn and one aiohttp call, the floor of the bridge's HTTP
 stack), at 1, 16 and 64 concurrent clients. Each server and the client run as their own
@@ -116,7 +116,7 @@ def quantile(values: list[float], q: float) -> float:
 
 async def main(scale: float) -> int:
     upstream_port, bridge_port, floor_port = free_port(), free_port(), free_port()
-    upstream = await start([sys.executable, "-m", "demo.a2t_server", "--port", str(upstream_port)], b"a2t demo server listening", "stdout")
+    upstream = await start([sys.executable, "-m", "bridge.demo.a2t_server", "--port", str(upstream_port)], b"a2t demo server listening", "stdout")
     bridge = floor = None
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -84,8 +84,8 @@ import tantivy  # noqa: E402
 from bridge.catalog import Catalog  # noqa: E402
 from bridge.config import SurfaceConfig  # noqa: E402
 from bridge.model import UpstreamResult, UpstreamTool  # noqa: E402
-from bridge.search import TITLE_WEIGHT, ToolSearch  # noqa: E402
-from bridge.search_encoder import model_location  # noqa: E402
+from bridge.search.service import TITLE_WEIGHT, ToolSearch  # noqa: E402
+from bridge.search.encoder import model_location  # noqa: E402
 from bridge.store import Store  # noqa: E402
 from bridge.surface import Surface  # noqa: E402
 from bridge.upstream import CallContext, Upstream, UpstreamConfig  # noqa: E402
@@ -360,7 +360,7 @@ class VendorRanker:
     `namespace` filter), as an agent that knows the vendor does."""
 
     def __init__(self, documents: dict[str, Path], queries: Sequence[dict[str, Any]], **search_options: Any) -> None:
-        from adapters.openapi import OpenAPIConfig, OpenAPIUpstream
+        from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream
 
         self.catalog = Catalog(Store())
         for vendor, path in documents.items():  # the documents are checked by the bench's own runs, not here

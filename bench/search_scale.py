@@ -4,7 +4,7 @@ The catalogs are made from the development set's real names and descriptions, va
 vendors, verbs and nouns. Prints build time, index size on disk, RSS, query latency and live
 add/remove cost, and what the default semantic stage adds to a query, to memory and to indexing.
 
-The first table feeds the tools to the index (bridge.search_index) directly: a catalog of a
+The first table feeds the tools to the index (bridge.search.index) directly: a catalog of a
 million pydantic declarations would measure the catalog, not the index. Its queries run the
 search path after the catalog: query analysis, the index query and the candidates' ids.
 
@@ -40,12 +40,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bridge.model import UpstreamTool  # noqa: E402
-from bridge.search import _param_text, part_scores  # noqa: E402
-from bridge.search_index import IndexedTool, ToolIndex, exact_names, name_text  # noqa: E402
-from bridge.search_rank import analyze_query, name_tokens, query_parts  # noqa: E402
-from bridge.search_semantic import CANDIDATES as SEMANTIC_CANDIDATES  # noqa: E402
-from bridge.search_semantic import QUERY_TOKENS  # noqa: E402
-from bridge.search_static import load_static  # noqa: E402
+from bridge.search.service import _param_text, part_scores  # noqa: E402
+from bridge.search.index import IndexedTool, ToolIndex, exact_names, name_text  # noqa: E402
+from bridge.search.rank import analyze_query, name_tokens, query_parts  # noqa: E402
+from bridge.search.semantic import CANDIDATES as SEMANTIC_CANDIDATES  # noqa: E402
+from bridge.search.semantic import QUERY_TOKENS  # noqa: E402
+from bridge.search.static import load_static  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "toolsearch"
 VERBS = ["get", "list", "create", "update", "delete", "search", "find", "fetch", "set", "add", "remove", "check",
@@ -241,7 +241,7 @@ def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: s
     from bridge.catalog import Catalog
     from bridge.config import SurfaceConfig
     from bridge.runtime import collector_held, settle_gc
-    from bridge.search import ToolSearch
+    from bridge.search.service import ToolSearch
     from bridge.store import Store
     from bridge.surface import Surface
 
@@ -324,7 +324,7 @@ def no_match_search(sizes: list[int], synthetic: Synthetic) -> list[dict[str, An
 
     from bridge.catalog import Catalog
     from bridge.config import SurfaceConfig
-    from bridge.search import SUGGEST_POOL, ToolSearch
+    from bridge.search.service import SUGGEST_POOL, ToolSearch
     from bridge.store import Store
     from bridge.surface import Surface
 

@@ -7,19 +7,20 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import os
 import resource
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bridge import __version__
 from bridge.catalog import UpstreamSlot
 from bridge.config import DEFAULT_CONFIG, BridgeConfig, ConfigError, load_config
 from bridge.invoke import refuse_unsendable
 from bridge.model import BridgeError, DeferredToolRef
 from bridge.runtime import Bridge
 from bridge.search import MAX_LIMIT, MAX_QUERY_CHARS
+from bridge.upstream import KIND_COMMANDS, kind_commands
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -119,16 +120,6 @@ def _limit(text: str) -> int:
     if not 1 <= limit <= MAX_LIMIT:
         raise argparse.ArgumentTypeError(f"{limit} matches: use 1 to {MAX_LIMIT}")
     return limit
-
-
-def _seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise argparse.ArgumentTypeError(f"{text}: use a number of seconds above 0")
-    return seconds
 
 
 def _query(text: str) -> str:
@@ -267,46 +258,12 @@ async def cmd_translate(args: argparse.Namespace, config: BridgeConfig) -> int:
         await bridge.close()
 
 
-async def cmd_atip(args: argparse.Namespace, config: BridgeConfig) -> int:
-    """`bridge atip scan`: probe the executables on PATH with `--agent` (opt-in, with a skip list)
-    and record the ATIP tools found in the agent-tools registry."""
-    import dataclasses
-
-    from adapters.atip import DEFAULT_ENV_ALLOW
-    from adapters.atip_discovery import DEFAULT_SCAN_SKIP, AgentToolsDirs, scan_candidates, scan_path
-
-    dirs = AgentToolsDirs.resolve(args.data_home)
-    not_folders = [p for p in args.path if not os.path.isdir(p)]
-    if not_folders:
-        print(f"bridge atip scan: --path {not_folders[0]!r} is no folder", file=sys.stderr)
-        return 2
-    path_dirs = args.path or [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
-    skip = [*([] if args.no_default_skip else DEFAULT_SCAN_SKIP), *args.skip]
-    if args.dry_run:
-        for exe in scan_candidates(path_dirs, skip):
-            print(exe)
-        return 0
-    env = {k: os.environ[k] for k in DEFAULT_ENV_ALLOW if k in os.environ}
-    results = await scan_path(dirs, path_dirs=path_dirs, skip=skip, env=env, timeout=args.timeout, write=not args.no_write)
-    found = [r for r in results if r.name]
-    if args.json:
-        _print_json([dataclasses.asdict(r) for r in (results if args.all else found)])
-        return 0
-    shown = results if args.all else found
-    rows = [[r.executable, r.name or "", r.version or "", r.atip_version or "", str(r.commands) if r.name else "", (r.error or "")[:60]] for r in shown]
-    print(_table(rows, ["EXECUTABLE", "NAME", "VERSION", "ATIP", "COMMANDS", "ERROR"]))
-    where = "not recorded (--no-write)" if args.no_write else f"recorded in {dirs.registry_path}"
-    print(f"{len(found)} of {len(results)} executables answered with ATIP metadata; {where}")
-    return 0
-
-
 # commands that read no config file (a missing or broken default config must not stop them)
-NO_CONFIG = {"atip"}
+NO_CONFIG = set(KIND_COMMANDS)
 
 Command = Callable[[argparse.Namespace, BridgeConfig], Awaitable[int]]
 COMMANDS: dict[str, Command] = {
     "translate": cmd_translate,
-    "atip": cmd_atip,
     "check": cmd_check,
     "tools": cmd_tools,
     "call": cmd_call,
@@ -317,6 +274,7 @@ COMMANDS: dict[str, Command] = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bridge", description="Tool federation bridge")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-c", "--config", default=os.environ.get("BRIDGE_CONFIG", DEFAULT_CONFIG), help=f"config file (default $BRIDGE_CONFIG, else {DEFAULT_CONFIG})")
     common.add_argument("-v", "--verbose", action="store_true", help="log INFO too (stderr; warnings always)")
@@ -359,18 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, choices=["openai", "openai-strict", "gemini", "anthropic"])
     p.add_argument("--surface", default="default", help="surface whose tools are printed (default: default)")
 
-    p = sub.add_parser("atip", help="ATIP command-line tools")
-    atip = p.add_subparsers(dest="atip_command", required=True)
-    p = atip.add_parser("scan", parents=[unconfigured], help="probe PATH executables with --agent (opt-in)")
-    p.add_argument("--path", action="append", default=[], help="folder to scan instead of $PATH (repeatable)")
-    p.add_argument("--skip", action="append", default=[], help="glob of executable names never run (repeatable)")
-    p.add_argument("--no-default-skip", action="store_true", help="drop the built-in skip list")
-    p.add_argument("--timeout", type=_seconds, default=2.0, help="seconds per probe (above 0)")
-    p.add_argument("--data-home", default=None, help="instead of $XDG_DATA_HOME")
-    p.add_argument("--dry-run", action="store_true", help="list the executables that would be probed, run nothing")
-    p.add_argument("--no-write", action="store_true", help="do not update registry.json")
-    p.add_argument("--all", action="store_true", help="also list executables that did not answer")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    for kind, module in kind_commands().items():
+        p = sub.add_parser(kind, help=module.HELP)
+        module.add_commands(p, [unconfigured])
     return parser
 
 
@@ -435,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
             return 130
     try:
         with asyncio.Runner(loop_factory=_loop_factory(args.command, config)) as runner:
+            if args.command in KIND_COMMANDS:
+                return runner.run(kind_commands()[args.command].run(args))
             return runner.run(COMMANDS[args.command](args, config))  # type: ignore[arg-type]
     except KeyboardInterrupt:
         return 130

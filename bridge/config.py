@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator, model_validator
 
+from bridge.documents import expanded_size
 from bridge.upstream import ConfigValueError, UpstreamConfig, known_kinds, upstream_class
 
 __all__ = [
@@ -545,16 +546,3 @@ def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
 # A config is small; YAML aliases of aliases (`&a [*b, *b, ...]`) can make a few lines expand
 # to billions of values, which reading would walk one by one.
 MAX_CONFIG_VALUES = 1_000_000
-
-
-def expanded_size(value: Any, sizes: dict[int, int]) -> int:
-    """How many values `value` holds once its shared parts (YAML aliases) are counted at each
-    place they appear: each distinct list or mapping is measured once (`sizes`, by id)."""
-    if not isinstance(value, dict | list):
-        return 1
-    known = sizes.get(id(value))
-    if known is None:
-        sizes[id(value)] = 1  # a cycle (which safe YAML cannot build) counts once
-        children = value.values() if isinstance(value, dict) else value
-        known = sizes[id(value)] = 1 + sum(expanded_size(child, sizes) for child in children)
-    return known

@@ -15,8 +15,7 @@ from pathlib import Path
 from bridge.catalog import Catalog, UpstreamSlot
 from bridge.config import BridgeConfig, ConfigError, load_config
 from bridge.invoke import Invoker
-from bridge.search import ToolSearch
-from bridge.search_index import index_released
+from bridge.search import ToolSearch, index_released
 from bridge.store import Store, StoreError
 from bridge.surface import Surfaces
 from bridge.upstream import Upstream, upstream_class

@@ -24,6 +24,8 @@ __all__ = [
     "CallContext",
     "Upstream",
     "KINDS",
+    "KIND_COMMANDS",
+    "kind_commands",
     "register_kind",
     "upstream_class",
     "known_kinds",
@@ -216,11 +218,11 @@ class Upstream(abc.ABC):
 
 # kind -> "module:Class"; imported on first use so a kind's dependencies load only when configured.
 KINDS: dict[str, str | type[Upstream]] = {
-    "mcp": "adapters.mcp:MCPUpstream",
-    "openapi": "adapters.openapi:OpenAPIUpstream",
-    "a2a": "adapters.a2a:A2AUpstream",
-    "atip": "adapters.atip:ATIPUpstream",
-    "a2t": "adapters.a2t:A2TUpstream",
+    "mcp": "adapters.mcp.upstream:MCPUpstream",
+    "openapi": "adapters.openapi.upstream:OpenAPIUpstream",
+    "a2a": "adapters.a2a.upstream:A2AUpstream",
+    "atip": "adapters.atip.upstream:ATIPUpstream",
+    "a2t": "adapters.a2t.upstream:A2TUpstream",
 }
 
 
@@ -230,6 +232,17 @@ def register_kind(kind: str, target: str | type[Upstream]) -> None:
 
 def known_kinds() -> list[str]:
     return sorted(KINDS)
+
+
+# kind -> the module of its `bridge <kind> ...` commands. Such a module has
+# `add_commands(parser, parents)`, which adds its subcommands to `bridge <kind>`'s parser, and
+# `async run(args) -> int`; it reads no config file.
+KIND_COMMANDS: dict[str, str] = {"atip": "adapters.atip.cli"}
+
+
+def kind_commands() -> dict[str, Any]:
+    """The command module of each kind that has `bridge <kind>` commands, imported."""
+    return {kind: importlib.import_module(module) for kind, module in KIND_COMMANDS.items()}
 
 
 def upstream_class(kind: str) -> type[Upstream]:

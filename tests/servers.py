@@ -183,7 +183,7 @@ def clear_proxy_environment(monkeypatch: Any) -> None:
 def proxy_loopback_too(monkeypatch: Any) -> None:
     """Loopback hosts go through the environment's proxy as any other (the bridge reaches them
     directly), so that a test's loopback upstream can stand for a remote one behind it."""
-    from adapters import http_proxy
+    from adapters.http import proxy as http_proxy
 
     monkeypatch.setattr(http_proxy, "LOOPBACK_DIRECT", False)
 

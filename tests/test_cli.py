@@ -124,7 +124,7 @@ def test_serve_runs_on_uvloop_unless_told_otherwise(monkeypatch):
 
 
 def test_commands_work_while_another_process_holds_the_search_index(tmp_path, capsys, caplog):
-    from bridge.search_index import ToolIndex
+    from bridge.search.index import ToolIndex
 
     cfg = config(tmp_path)
     held = ToolIndex(str(tmp_path / "b.index"))  # as a running `bridge serve` on this config holds it

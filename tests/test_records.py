@@ -19,7 +19,7 @@ from bridge.model import (
     ToolProgress,
     UpstreamResult,
 )
-from bridge.search import ToolSearch
+from bridge.search.service import ToolSearch
 from bridge.store import Store
 from bridge.surface import Surfaces, deferred_ref
 from tests.fakes import FakeUpstream, tool

@@ -15,8 +15,8 @@ import pytest
 from bridge.catalog import Catalog
 from bridge.config import Rule, SurfaceConfig
 from bridge.model import InputContract, ToolDeclaration
-from bridge.search import LOOKUP_PLACES, ToolSearch, cover_order, derive_search_hint, name_tokens
-from bridge.search_rank import analyze_query, cjk_pairs, meaning_text, name_words, query_parts, spelled_words
+from bridge.search.service import LOOKUP_PLACES, ToolSearch, cover_order, derive_search_hint, name_tokens
+from bridge.search.rank import analyze_query, cjk_pairs, meaning_text, name_words, query_parts, spelled_words
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.conftest import ROOT
@@ -246,7 +246,7 @@ async def test_a_word_the_catalog_says_otherwise_finds_its_tools():
 
 
 def test_without_the_related_words_file_queries_are_not_expanded(monkeypatch, tmp_path, caplog):
-    import bridge.search_rank as rank
+    import bridge.search.rank as rank
 
     monkeypatch.setattr(rank, "RELATED_TABLE", tmp_path / "missing.npz")
     rank.related_words.cache_clear()
@@ -475,7 +475,7 @@ async def test_a_query_without_words_lists_nothing_and_a_number_alone_is_searche
 
 
 async def test_limits_empty_filters_and_many_missing_names_are_answered_plainly(env):
-    from bridge.search import HINT_NAMES, MAX_LIMIT
+    from bridge.search.service import HINT_NAMES, MAX_LIMIT
 
     # a limit the index cannot allocate (it panicked) is the most a search returns
     assert len(env.search.search("user", surface=env.surface, limit=2 ** 63).matches) <= MAX_LIMIT
@@ -497,7 +497,7 @@ def test_long_queries_are_read_in_time_linear_in_their_length():
     import sys
 
     script = (
-        "from bridge.search_rank import _FILE_NAME, MAX_QUERY_CHARS, _names, analyze_query, identifier_words, query_parts\n"
+        "from bridge.search.rank import _FILE_NAME, MAX_QUERY_CHARS, _names, analyze_query, identifier_words, query_parts\n"
         "n = 1_000_000\n"
         "for text in ('a' * n, 'ab1' * (n // 3), 'aB' * (n // 2), 'x' + ' ' * n + 'x', 'Aa' + ' ' * n + 'Bb', ', ' * n + 'also'):\n"
         "    identifier_words(text), _names(text), query_parts(text)\n"
@@ -636,7 +636,7 @@ async def test_restart_reopens_the_index_without_rewriting_it(tmp_path):
 
 def indexed(tool_id: str, text: str, namespace: str = "ns"):
     """An index document of a tool named `text`, for tests of the index alone."""
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     return si.IndexedTool(tool_id=tool_id, namespace=namespace, name=text, exact_names=[tool_id])
 
@@ -644,7 +644,7 @@ def indexed(tool_id: str, text: str, namespace: str = "ns"):
 def written_index(path: str, *tools) -> None:
     """An index at `path` holding `tools` (IndexedTools), committed and closed, as a process
     leaves it when it ends."""
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     index = si.ToolIndex(path)
     try:
@@ -661,7 +661,7 @@ def hits(index, words: str, limit: int = 1) -> list[str]:
 
 def assert_reopens_as(path: str, digests: dict, docs: int) -> None:
     """The index at `path` is reopened as it is: its digest log agrees with its documents."""
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     reopened = si.ToolIndex(path)
     try:
@@ -671,8 +671,8 @@ def assert_reopens_as(path: str, digests: dict, docs: int) -> None:
 
 
 def test_a_search_of_no_place_answers_nothing_rather_than_failing():
-    import bridge.search_index as si
-    from bridge.search import part_scores
+    import bridge.search.index as si
+    from bridge.search.service import part_scores
 
     index = si.ToolIndex()
     try:
@@ -686,7 +686,7 @@ def test_a_search_of_no_place_answers_nothing_rather_than_failing():
 
 
 def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id(tmp_path, monkeypatch):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     path = str(tmp_path / "keys.index")
     index = si.ToolIndex(path)
@@ -721,7 +721,7 @@ def test_tools_scoring_alike_stand_in_one_order_whatever_order_they_came_in():
     keys), whether they came into the index in one order, the other, or in two segments, and its
     pages follow on from one another; the order of arrival would cut the tie otherwise. (Forty:
     a tie running on past the TIE_MARGIN hits read after those asked for is cut among those.)"""
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     tools = [indexed(f"t{i:02}", f"report {chr(97 + i // 26)}{chr(97 + i % 26)}") for i in range(40)]
     by_key = [tool.tool_id for tool in sorted(tools, key=lambda tool: tool.key)]
@@ -746,7 +746,7 @@ def test_a_change_submitted_while_a_long_commit_is_written_is_committed_within_c
     them: over 1 s after the catalog took them. COMMIT_MAX now counts from a change's submission."""
     import threading
 
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     written = threading.Event()
     ended: list[float] = []
@@ -781,7 +781,7 @@ def test_a_change_submitted_while_a_long_commit_is_written_is_committed_within_c
 def test_segments_merged_after_the_last_commit_are_searched_without_another_commit(tmp_path):
     import tantivy
 
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     path = str(tmp_path / "merged.index")
     index = si.ToolIndex(path)
@@ -808,7 +808,7 @@ def test_segments_merged_after_the_last_commit_are_searched_without_another_comm
 
 
 def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_content(tmp_path, monkeypatch):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
     monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
@@ -850,7 +850,7 @@ def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_con
 def test_a_compaction_left_off_at_close_keeps_the_index_as_it_was(tmp_path, monkeypatch):
     import threading
 
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     monkeypatch.setattr(si, "COMPACT_SEGMENTS", 2)
     monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 10)
@@ -888,7 +888,7 @@ def test_a_compaction_left_off_at_close_keeps_the_index_as_it_was(tmp_path, monk
 
 
 def test_changes_arriving_during_a_compaction_are_searchable_before_it_ends_and_win_over_it(tmp_path, monkeypatch):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
     monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
@@ -933,7 +933,7 @@ def test_changes_arriving_during_a_compaction_are_searchable_before_it_ends_and_
 def test_a_change_whose_commit_fails_during_a_compaction_is_tried_again_and_kept_by_it(tmp_path, monkeypatch):
     import threading
 
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
     monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
@@ -993,7 +993,7 @@ class FailingIndex:
 
 
 def test_a_compaction_whose_commit_fails_leaves_the_index_as_it_was(tmp_path, monkeypatch, caplog):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
     monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
@@ -1020,7 +1020,7 @@ def test_a_compaction_whose_commit_fails_leaves_the_index_as_it_was(tmp_path, mo
 
 
 def test_a_reopened_index_drops_the_folder_of_a_compaction_left_off_by_a_crash(tmp_path):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     path = str(tmp_path / "crash.index")
     written_index(path, indexed("a", "alpha report"))
@@ -1039,7 +1039,7 @@ def test_term_weights_follow_a_change_of_a_tools_words():
     a tool changing its words, which keeps the count, left them as they were."""
     import math
 
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     index = si.ToolIndex()
     try:
@@ -1057,7 +1057,7 @@ async def test_tools_removed_and_listed_again_score_as_in_a_fresh_index():
     """A deleted tool's document stays in its segment, and BM25 counts it, until Tantivy merges the
     segment: once deleted documents are COMPACT_DELETED of the index, it is compacted, and the same
     requests over the same tools score as in an index that never lost one."""
-    from bridge.search_index import COMPACT_DELETED
+    from bridge.search.index import COMPACT_DELETED
 
     words = ["invoice", "customer", "refund", "payment", "report", "weather", "forecast", "city", "user", "account",
              "file", "folder", "message", "channel", "ticket", "flight"]
@@ -1090,7 +1090,7 @@ async def test_a_small_catalog_losing_and_listing_again_its_tools_does_not_write
     """Five tools, one gone from a listing and back in the next, 50 times: each removal was 20% of
     the index's documents (COMPACT_DELETED), and wrote a new generation of it; the index now waits
     for COMPACT_DELETED_MIN deleted documents, and never holds more than two generations on disk."""
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     monkeypatch.setattr(si, "COMMIT_WINDOW", 0.005)
     listing = [tool(f"tool_{i}", description=f"Report the {word} of the ledger.")
@@ -1125,7 +1125,7 @@ async def test_a_small_catalog_losing_and_listing_again_its_tools_does_not_write
 
 
 async def test_the_index_is_compacted_once_every_upstream_has_listed(tmp_path, monkeypatch):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
     monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
@@ -1166,7 +1166,7 @@ class FullDisk:
 
 
 def test_a_failed_commit_is_tried_again_and_loses_no_change(tmp_path, caplog):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     path = str(tmp_path / "retry.index")
     index = si.ToolIndex(path)
@@ -1198,7 +1198,7 @@ def test_a_failed_commit_is_tried_again_and_loses_no_change(tmp_path, caplog):
 
 
 def test_a_bulk_load_whose_commit_fails_keeps_nothing_and_can_be_run_again(tmp_path):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     path = str(tmp_path / "bulk.index")
     index = si.ToolIndex(path)
@@ -1275,7 +1275,7 @@ def others():
 
 
 def test_shared_runs_need_several_differently_named_tools():
-    from bridge.search_rank import SharedText
+    from bridge.search.rank import SharedText
 
     shared = SharedText()
     blurb = "Part of the Acme API. Tool description: "
@@ -1371,8 +1371,8 @@ async def test_a_searchs_first_matches_are_the_same_whatever_its_limit_over_many
 
 @pytest.mark.parametrize("semantic", ["off", "static"])
 async def test_a_tool_gains_from_the_best_match_among_its_apis_other_tools(semantic):
-    from bridge.search import SIBLING_WEIGHT
-    from bridge.search_rank import SharedText
+    from bridge.search.service import SIBLING_WEIGHT
+    from bridge.search.rank import SharedText
 
     # an API is the tools opening with one shared blurb, also those served by another upstream
     # (`part`: too few there to share it); another blurb is another API; a tool of none gains nothing
@@ -1415,7 +1415,7 @@ async def test_a_tool_gains_from_the_best_match_among_its_apis_other_tools(seman
 
 @pytest.mark.parametrize("semantic", ["off", "static"])
 async def test_an_apis_tools_trade_places_by_their_own_words(semantic):
-    from bridge.search import OWN_WEIGHT
+    from bridge.search.service import OWN_WEIGHT
 
     # every file tool's vector carries the blurb ("navigating directories, creating files and
     # directories"); their own words tell which of them a request is about
@@ -1443,7 +1443,7 @@ async def test_an_apis_tools_trade_places_by_their_own_words(semantic):
         assert e.names(queries[0], limit=3)[0] == "fs__mkdir"
         e.search.own_weight = OWN_WEIGHT
         # a title that is the blurb's first sentence (an OpenAPI summary) is not the tool's own words
-        from bridge.search_semantic import tool_text
+        from bridge.search.semantic import tool_text
 
         ls = e.catalog.resolve("fs__ls").model_copy(update={"title": FS_BLURB.split(". ")[0] + "."})
         assert tool_text(ls, FS_TOOLS["ls"]) == f"ls: {FS_TOOLS['ls']} Parameters: text"
@@ -1483,7 +1483,7 @@ def msg_tools():
 
 
 def test_a_lookup_is_a_reading_tool_asking_for_names_alone():
-    from bridge.search_rank import input_heads, looked_up
+    from bridge.search.rank import input_heads, looked_up
 
     def decl(name, /, **params):
         up = msg_tool(name, "Anything.", **params)
@@ -1547,11 +1547,11 @@ async def test_a_tool_brings_the_lookup_its_api_offers_for_what_it_needs(semanti
 
 
 async def test_a_lookup_is_found_among_many_other_vendors_lookups(monkeypatch):
-    import bridge.search_index
+    import bridge.search.index
 
     # more other vendors' lookups of a user id than a lookup query asks for: the match's own
     # upstream is asked first
-    monkeypatch.setattr(bridge.search_index, "LOOKUP_LIMIT", 2)
+    monkeypatch.setattr(bridge.search.index, "LOOKUP_LIMIT", 2)
     lookup = msg_tool("get_user_id", "Get user ID from user name.", user="User name of the user.")
     crowd = [FakeUpstream(name=f"v{i}", tools=[tool("get_user_id", description=f"Vendor {i}: find a user id.",
                                                      props={"name": {"type": "string", "description": "User name."}}, required=["name"])])
@@ -1580,7 +1580,7 @@ def place_fs_tools():
 
 
 def test_a_tool_says_the_current_place_it_acts_in_or_changes():
-    from bridge.search_rank import acts_in_current, changes_current, here_words, place_terms
+    from bridge.search.rank import acts_in_current, changes_current, here_words, place_terms
 
     def decl(up):
         return ToolDeclaration(tool_id=up.name, name=up.name, namespace="fs", native_name=up.name, description=up.description,
@@ -1667,7 +1667,7 @@ async def test_a_title_or_hint_that_repeats_the_description_counts_once():
         # a title that says what the description does not is the tool's own words
         assert e.names("outlook")[0] == "oas__forecast"
         # said word for word, case and punctuation aside; part of a word is not the word
-        from bridge.search_rank import unsaid
+        from bridge.search.rank import unsaid
         assert (unsaid("Get a pet", "GET a pet. More."), unsaid("Pet", "A petal store.")) == ("", "Pet")
     finally:
         await e.close()
@@ -1686,8 +1686,8 @@ async def test_a_title_or_hint_that_repeats_the_description_counts_once():
 
 
 async def test_a_peer_agents_skills_are_found_by_their_own_words_not_the_message_envelope():
-    from adapters.a2a_mapping import input_schema_for
-    from bridge.search_semantic import tool_text
+    from adapters.a2a.mapping import input_schema_for
+    from bridge.search.semantic import tool_text
 
     envelope = input_schema_for([])  # message, data, context_id, task_id: alike for every skill
     skills = [tool(name, description=desc, tool_kind="peer_agent_tool").model_copy(update={"input_schema": envelope})
@@ -1708,7 +1708,7 @@ async def test_a_peer_agents_skills_are_found_by_their_own_words_not_the_message
 
 
 async def test_tools_federated_from_another_bridge_are_known_by_their_origin_name():
-    from bridge.search_rank import function_name
+    from bridge.search.rank import function_name
 
     def relayed(origin: str, name: str, description: str, depth: int = 1):
         # as an A2T upstream maps a tool of another bridge: `<namespace>__<name>` there
@@ -1985,7 +1985,7 @@ async def test_two_words_of_a_request_are_matched_as_the_one_word_a_tool_writes(
 
 
 def test_a_joined_word_too_common_in_a_large_catalog_is_not_matched(monkeypatch):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     index = si.ToolIndex(None)
     try:
@@ -2008,7 +2008,7 @@ def test_a_search_running_holds_back_background_work_for_a_while_at_most():
     no longer than `most` seconds (a steady stream of searches slows that work, never stops it)."""
     import threading
 
-    from bridge.search_index import Foreground
+    from bridge.search.index import Foreground
 
     patient = Foreground(most=10.0)
     paused = threading.Event()
@@ -2035,7 +2035,7 @@ def test_a_compaction_steps_aside_while_a_search_runs(tmp_path, monkeypatch):
     search does) waits for the searches running to end."""
     import threading
 
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     monkeypatch.setattr(si, "COMPACT_SEGMENTS", 2)
     monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 10)
@@ -2069,7 +2069,7 @@ def test_a_compaction_steps_aside_while_a_search_runs(tmp_path, monkeypatch):
 def test_a_torn_or_unreadable_digest_log_empties_the_index_which_is_written_again(tmp_path, caplog):
     # a crash or a full disk in the middle of an append leaves a torn last line: every command
     # once stopped on it (ValueError: invalid literal for int()), at every restart
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     for damage in (b"abc\tns\t", b"abc\tns\tnot-hex\n", b"\xff\xfe\x00garbage\n"):
         path = str(tmp_path / f"torn{len(damage)}.index")
@@ -2088,7 +2088,7 @@ def test_a_torn_or_unreadable_digest_log_empties_the_index_which_is_written_agai
 def test_the_digest_log_of_a_running_index_is_written_anew_once_it_outgrows_its_tools(tmp_path, monkeypatch):
     # a line a change, for the process's whole life: a bridge whose tools kept changing grew it
     # without end (it was rewritten only at the next start)
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     monkeypatch.setattr(si, "LOG_SLACK", 10)
     path = str(tmp_path / "log.index")
@@ -2107,7 +2107,7 @@ def test_the_digest_log_of_a_running_index_is_written_anew_once_it_outgrows_its_
 
 
 def test_an_index_whose_current_generation_is_gone_is_rebuilt_saying_so(tmp_path, caplog):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     path = str(tmp_path / "gone.index")
     written_index(path, indexed("a", "alpha report"))

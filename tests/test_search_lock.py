@@ -15,7 +15,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 # holds the index's lock as a `bridge search` on the same config does, until a line comes on its stdin
-HOLDER = ("import sys; from bridge.search_index import _take_lock; held = _take_lock(sys.argv[1]); "
+HOLDER = ("import sys; from bridge.search.index import _take_lock; held = _take_lock(sys.argv[1]); "
           "print('held' if held else 'busy', flush=True); sys.stdin.readline()")
 
 
@@ -146,7 +146,7 @@ def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_c
     import threading
     import time
 
-    import bridge.search_index as si
+    import bridge.search.index as si
     from tests.test_search import assert_reopens_as, hits, indexed, written_index
 
     monkeypatch.setattr(si, "DISK_RETRY", 0.2)
@@ -210,8 +210,8 @@ def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_c
 
 
 async def test_a_bridge_whose_index_was_kept_in_memory_moves_it_and_its_vectors_to_disk_and_reopens_both(tmp_path, monkeypatch, caplog):
-    import bridge.search_index as si
-    from bridge.search_semantic import vector_path
+    import bridge.search.index as si
+    from bridge.search.semantic import vector_path
     from tests.fakes import FakeUpstream, tool
     from tests.servers import until
     from tests.test_search import start_env
@@ -246,7 +246,7 @@ async def test_a_bridge_whose_index_was_kept_in_memory_moves_it_and_its_vectors_
 def test_a_move_to_disk_that_fails_keeps_the_index_in_memory_lets_the_lock_go_and_leaves_the_disk_as_it_was(tmp_path, monkeypatch, caplog):
     import time
 
-    import bridge.search_index as si
+    import bridge.search.index as si
     from tests.test_search import FailingIndex, hits, indexed, written_index
 
     monkeypatch.setattr(si, "DISK_RETRY", 0.1)

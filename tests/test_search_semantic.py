@@ -19,14 +19,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from bridge import search_semantic as semantic_module
+from bridge.search import semantic as semantic_module
 from bridge.catalog import Catalog
 from bridge.config import BridgeConfig, SurfaceConfig
-from bridge.search import ToolSearch
-from bridge.search_encoder import Encoder, MiniLMEncoder, model_location
-from bridge.search_rank import analyze_query, title_terms
-from bridge.search_semantic import SemanticStage, choose_encoder, tool_text, vector_path
-from bridge.search_static import STATIC_TABLE, StaticEncoder, load_static
+from bridge.search.service import ToolSearch
+from bridge.search.encoder import Encoder, MiniLMEncoder, model_location
+from bridge.search.rank import analyze_query, title_terms
+from bridge.search.semantic import SemanticStage, choose_encoder, tool_text, vector_path
+from bridge.search.static import STATIC_TABLE, StaticEncoder, load_static
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.fakes import FakeUpstream, tool
@@ -634,7 +634,7 @@ async def test_a_search_no_tool_matches_suggests_the_tools_nearest_in_meaning(mo
     meaning as `suggestions`: only tools the surface shows and the filters pass, alternatives
     folded as in a ranking, none above the floor's cosine or in too large a pool, and none
     without the static table."""
-    import bridge.search as search_module
+    import bridge.search.service as search_module
 
     catalog = Catalog(Store())
     catalog.add_upstream(FakeUpstream(name="a", tools=[
@@ -790,7 +790,7 @@ async def test_a_title_tells_the_many_tools_of_one_api_apart(semantic):
     the words of *show the protection of the main branch* are in many and the meaning of each
     is near; the operation whose summary says it comes first, with the static table's rerank or
     by keywords alone."""
-    from adapters.openapi import OpenAPIConfig, OpenAPIUpstream
+    from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream
 
     catalog = Catalog(Store())
     catalog.add_upstream(OpenAPIUpstream(OpenAPIConfig(name="github", spec=str(GITHUB_BRANCHES))))
@@ -836,7 +836,7 @@ async def test_titles_reorder_an_upstreams_own_candidates_only():
 VECTORS_ON_A_FULL_DISK = '''
 import logging, os, resource, sys
 from bridge.catalog import Catalog
-from bridge.search_semantic import SemanticStage
+from bridge.search.semantic import SemanticStage
 from bridge.store import Store
 from tests.fakes import FakeUpstream
 from tests.test_search_semantic import WordsEncoder, relisted

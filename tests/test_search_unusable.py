@@ -59,7 +59,7 @@ def truncate_segments(generation: Path) -> None:
 
 
 def test_a_truncated_segment_is_rebuilt_with_one_warning_naming_the_folder(tmp_path, caplog):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     path = tmp_path / "bridge.index"
     written_index(str(path), indexed("t1", "weather forecast"))
@@ -80,7 +80,7 @@ def test_a_truncated_segment_is_rebuilt_with_one_warning_naming_the_folder(tmp_p
 
 
 def test_a_digest_log_that_cannot_be_read_has_its_generation_rebuilt(tmp_path, caplog):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     path = tmp_path / "bridge.index"
     written_index(str(path), indexed("t1", "weather forecast"))
@@ -98,7 +98,7 @@ def test_a_digest_log_that_cannot_be_read_has_its_generation_rebuilt(tmp_path, c
 
 
 def test_a_lock_file_that_cannot_be_opened_keeps_the_index_in_memory_with_one_warning_and_the_fix(tmp_path, caplog):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     path = tmp_path / "bridge.index"
     (tmp_path / "bridge.index.lock").mkdir()  # a folder where the lock file goes
@@ -115,7 +115,7 @@ def test_a_lock_file_that_cannot_be_opened_keeps_the_index_in_memory_with_one_wa
 
 
 def test_an_index_that_cannot_be_built_on_disk_is_kept_in_memory_and_its_lock_let_go(tmp_path, monkeypatch, caplog):
-    import bridge.search_index as si
+    import bridge.search.index as si
 
     def full_disk(self, path, generation):
         if path is not None:
@@ -138,7 +138,7 @@ def test_an_index_that_cannot_be_built_on_disk_is_kept_in_memory_and_its_lock_le
 
 
 def test_a_vector_file_that_cannot_be_read_keeps_the_vectors_in_memory(tmp_path, caplog):
-    from bridge.search_semantic import SemanticStage, vector_path
+    from bridge.search.semantic import SemanticStage, vector_path
 
     index_path = str(tmp_path / "bridge.index")
     Path(vector_path(index_path, static=True)).mkdir()  # a folder where the file goes

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge import sidecar
+from bridge import processes
 from bridge.sidecar import LINE_CHARS, Sidecar
 from bridge.upstream import LaunchConfig
 from tests.servers import left_by_a_killed_parent, process_ended, process_running
@@ -95,8 +95,8 @@ async def test_setpriv_is_probed_once_when_many_upstreams_start_at_once(tmp_path
     fake.write_text(f"#!/bin/sh\necho probe >> {tmp_path / 'probes'}\nexit 0\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(sidecar, "_death_guard", None)
-    monkeypatch.setattr(sidecar, "_death_guard_probe", None, raising=False)
-    guards = await asyncio.gather(*(sidecar.death_guard() for _ in range(20)))
+    monkeypatch.setattr(processes, "_death_guard", None)
+    monkeypatch.setattr(processes, "_death_guard_probe", None, raising=False)
+    guards = await asyncio.gather(*(processes.death_guard() for _ in range(20)))
     assert guards == [[str(fake), "--pdeathsig", "TERM", "--"]] * 20
     assert (tmp_path / "probes").read_text() == "probe\n"

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.config import BridgeConfig
 from bridge.runtime import Bridge, reload_on_hangup, search_index_released, settle_gc
-from bridge.serve.auth import is_loopback
+from bridge.net import is_loopback
 from bridge.serve.http_protocol import CorkedHttpToolsProtocol
 from bridge.serve.mcp import MCPFrontend
 from bridge.serve.openapi_doc import openapi_routes

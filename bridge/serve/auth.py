@@ -5,12 +5,11 @@ told `--insecure`)."""
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from dataclasses import dataclass
 
 from bridge.config import ServerConfig
 
-__all__ = ["AuthResult", "authenticate", "is_loopback"]
+__all__ = ["AuthResult", "authenticate"]
 
 
 @dataclass(frozen=True)
@@ -34,14 +33,3 @@ def authenticate(server: ServerConfig, authorization: str | None) -> AuthResult:
         if hmac.compare_digest(entry.token.encode(), token.strip().encode()):
             return AuthResult(True, entry.surface)
     return AuthResult(False, status=401, error="unknown bearer token")
-
-
-def is_loopback(host: str) -> bool:
-    """`localhost` (any case, `localhost.` too) or a loopback address (127.0.0.0/8, ::1); a name
-    such as `127.0.0.1.example` is none: it resolves wherever its DNS says."""
-    if host.lower().removesuffix(".") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
-    except ValueError:
-        return False

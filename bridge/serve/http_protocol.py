@@ -19,7 +19,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from bridge.search_rank import MAX_QUERY_CHARS
+from bridge.search import MAX_QUERY_CHARS
 from bridge.serve.rest_http import ApiError, error_response
 
 __all__ = ["CORK_LIMIT", "MAX_URL_BYTES", "CorkedHttpToolsProtocol", "CorkedTransport"]

@@ -14,7 +14,7 @@ import mcp.types as types
 
 from bridge.invoke import invalid_arguments, schema_errors
 from bridge.model import BridgeError, DeferredToolRef, ToolSearchResult
-from bridge.search_rank import MAX_QUERY_CHARS
+from bridge.search import MAX_QUERY_CHARS
 from bridge.translate.mcp import CALL_TOOL, SEARCH_TOOLS
 
 __all__ = [

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from bridge.model import ErrorClass, Recoverability
-from bridge.search_rank import MAX_QUERY_CHARS
+from bridge.search import MAX_QUERY_CHARS
 from bridge.serve.rest import MAX_PAGE_LIMIT
 from bridge.serve.rest_a2t import GENERATION_HEADER, GROUPS_PATH, MAX_GROUPS, MAX_TOOLS, TOOLS_PATH
 from bridge.serve.rest_http import JSONBody, ServeContext, endpoint

@@ -22,7 +22,7 @@ from bridge.catalog import Catalog
 from bridge.config import ServerConfig
 from bridge.model import ToolDeclaration, ToolError, ToolResult, quoted
 from bridge.runtime import Bridge
-from bridge.search_rank import MAX_QUERY_CHARS
+from bridge.search import MAX_QUERY_CHARS
 from bridge.serve.auth import authenticate
 from bridge.surface import Surface
 from bridge.translate.wire import TOOL_RESULT_KEY, WireFormatError, json_safe

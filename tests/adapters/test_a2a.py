@@ -19,9 +19,9 @@ from a2a.types import AgentSkill
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from adapters import a2a
-from adapters.a2a import A2AUpstream
-from adapters.a2a_mapping import TOOL_KIND
+from adapters.a2a import upstream as a2a
+from adapters.a2a.upstream import A2AUpstream
+from adapters.a2a.mapping import TOOL_KIND
 from bridge.config import ConfigError, parse_config
 from bridge.model import BridgeError, ToolProgress
 from bridge.runtime import Bridge
@@ -732,7 +732,7 @@ def test_upstream_kind_is_registered():
 
 
 async def test_demo_travel_desk_in_process():
-    from demo.a2a_agent import build_app
+    from bridge.demo.a2a_agent import build_app
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -761,7 +761,7 @@ async def test_demo_agent_started_by_launch():
                     "name": "travel",
                     "kind": "a2a",
                     "base_url": f"http://127.0.0.1:{port}",
-                    "launch": {"command": "python", "args": ["-m", "demo.a2a_agent", "--port", str(port)]},
+                    "launch": {"command": "python", "args": ["-m", "bridge.demo.a2a_agent", "--port", str(port)]},
                 }
             ],
         },
@@ -836,7 +836,7 @@ async def test_a_card_naming_no_address_says_so():
 def test_auth_required_and_agent_side_cancel_map_to_results():
     from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus
 
-    from adapters.a2a_mapping import TaskTracker, result_from_tracker
+    from adapters.a2a.mapping import TaskTracker, result_from_tracker
 
     ref = {"source": "a2a", "agent_card_url": "http://x/.well-known/agent-card.json", "agent_skill_id": "s", "message_id": "m"}
     question = Message(message_id="q", role=Role.ROLE_AGENT, parts=[Part(text="sign in first")])
@@ -856,7 +856,7 @@ def test_auth_required_and_agent_side_cancel_map_to_results():
 def test_artifact_chunks_are_appended_or_replaced():
     from a2a.types import Artifact, Part, StreamResponse, TaskArtifactUpdateEvent
 
-    from adapters.a2a_mapping import TaskTracker
+    from adapters.a2a.mapping import TaskTracker
 
     tracker = TaskTracker()
 
@@ -875,7 +875,7 @@ def test_an_answered_question_is_told_from_one_asked_again_by_its_status_timesta
     from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus
     from google.protobuf.timestamp_pb2 import Timestamp
 
-    from adapters.a2a_mapping import TaskTracker
+    from adapters.a2a.mapping import TaskTracker
 
     sent_at, second = 1_700_000_000 * 10**9, 10**9
 
@@ -902,7 +902,7 @@ def test_an_answered_question_is_told_from_one_asked_again_by_its_status_timesta
 
 
 def test_input_schema_reflects_input_modes():
-    from adapters.a2a_mapping import input_schema_for
+    from adapters.a2a.mapping import input_schema_for
 
     assert input_schema_for([])["required"] == ["message"] and "x-a2a-input-modes" not in input_schema_for([])
     json_only = input_schema_for(["application/json"])

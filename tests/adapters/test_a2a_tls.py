@@ -13,7 +13,8 @@ import pytest
 import uvicorn.config
 from starlette.responses import RedirectResponse
 
-from adapters import a2a, http_tls
+from adapters.a2a import upstream as a2a
+from adapters.http import tls as http_tls
 from bridge.upstream import UpstreamEvent
 from tests.adapters.a2a_fixtures.agent import build_agent
 from tests.adapters.test_a2a import bridge, until

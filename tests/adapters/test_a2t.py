@@ -12,12 +12,12 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from adapters.a2t import A2TConfig, A2TUpstream
+from adapters.a2t.upstream import A2TConfig, A2TUpstream
 from bridge.catalog import Catalog
 from bridge.model import BridgeError
 from bridge.store import Store
 from bridge.upstream import CallContext
-from demo.a2t_server import create_app as demo_app
+from bridge.demo.a2t_server import create_app as demo_app
 from tests.servers import clear_proxy_environment, forward_proxy, proxy_loopback_too
 
 
@@ -475,7 +475,7 @@ async def test_capabilities_naming_endpoints_on_another_origin_fail_the_start_wi
 async def test_a_listing_whose_pages_never_end_stops_and_keeps_what_it_read(caplog):
     """Pages that go on listing the same tools (a fresh cursor each time, or a total never
     reached) once read max_pages of them: gigabytes, then "no answer within start_timeout"."""
-    from adapters.a2t import STALE_PAGES
+    from adapters.a2t.upstream import STALE_PAGES
 
     requests: Counter[str] = Counter()
     same = [IETFServer.signature(i) for i in range(3)]

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from adapters.a2t import OFF_LOOP_TOOLS, A2TUpstream
+from adapters.a2t.upstream import OFF_LOOP_TOOLS, A2TUpstream
 from bridge.catalog import exposed_name
 from bridge.config import parse_config
 from bridge.model import BridgeError, ToolError, UpstreamResult
 from bridge.runtime import Bridge
-from bridge.search_rank import function_name
+from bridge.search.rank import function_name
 from bridge.serve.app import build_app, close_app
-from demo.openapi_service import build_app as notes_app
+from bridge.demo.openapi_service import build_app as notes_app
 from tests.fakes import FakeConfig, FakeUpstream, tool
 from tests.serve.rest_env import indexed
 from tests.servers import serve_asgi
@@ -43,7 +43,7 @@ async def start_a(notes_url: str) -> tuple[Bridge, FakeUpstream]:
     config = parse_config({
         "store": {"path": ":memory:"},
         "upstreams": [
-            {"name": "tools", "kind": "mcp", "command": "python", "args": ["-m", "demo.mcp_server"], "cwd": str(ROOT)},
+            {"name": "tools", "kind": "mcp", "command": "python", "args": ["-m", "bridge.demo.mcp_server"], "cwd": str(ROOT)},
             {"name": "notes", "kind": "openapi", "spec": str(ROOT / "demo" / "openapi_demo.yaml"), "base_url": notes_url,
              "auth": {"type": "apiKey", "value": "round-trip-key"}},
         ],

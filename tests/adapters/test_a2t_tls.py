@@ -12,7 +12,7 @@ import aiohttp.connector
 import pytest
 from aiohttp.test_utils import TestServer
 
-from adapters.a2t import A2TConfig, A2TUpstream
+from adapters.a2t.upstream import A2TConfig, A2TUpstream
 from bridge.catalog import Catalog
 from bridge.model import BridgeError
 from bridge.store import Store

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from adapters.atip import ATIPConfig, ATIPUpstream
-from adapters.atip_discovery import ATIPMetadataError
+from adapters.atip.upstream import ATIPConfig, ATIPUpstream
+from adapters.atip.discovery import ATIPMetadataError
 from bridge.catalog import Catalog
 from bridge.config import parse_config
 from bridge.model import BridgeError
@@ -538,7 +538,7 @@ def test_scan_cli_probes_path_with_a_skip_list(home):
 async def test_a_program_leaving_a_child_on_its_output_is_done_at_its_own_exit(tmp_path):
     # `tool --agent` that starts a daemon still holding stdout: Process.wait() waits for the pipe
     # to close, so the answer was "did not answer within 2s" although the tool had exited 0
-    from adapters.atip_exec import run_process
+    from adapters.atip.exec import run_process
 
     pid_file = tmp_path / "child.pid"
     code = ("import json, subprocess, sys\n"

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from adapters.a2t import A2TConfig, A2TUpstream
+from adapters.a2t.upstream import A2TConfig, A2TUpstream
 from bridge.config import ConfigError, parse_config
 from bridge.model import BridgeError
 from bridge.runtime import Bridge

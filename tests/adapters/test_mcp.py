@@ -17,12 +17,12 @@ import pytest
 import pytest_asyncio
 from pydantic import ValidationError
 
-from adapters.mcp import MCPConfig, MCPUpstream
+from adapters.mcp.upstream import MCPConfig, MCPUpstream
 from bridge.catalog import Catalog
 from bridge.config import ConfigError, parse_config
 from bridge.model import BridgeError, ToolProgress
 from bridge.runtime import Bridge
-from bridge.sidecar import SPAWNS_AT_ONCE
+from bridge.processes import SPAWNS_AT_ONCE
 from bridge.store import Store
 from bridge.translate.mcp import progress_from_mcp, safety_from_mcp
 from bridge.upstream import CallContext
@@ -121,8 +121,8 @@ def test_config_needs_exactly_one_transport(entry: dict[str, Any], needle: str) 
 def test_python_runs_in_the_bridge_interpreter_and_cwd_defaults_to_config_folder(tmp_path: Path) -> None:
     import sys
 
-    cfg = MCPConfig(name="x", kind="mcp", command="python3", args=["-m", "demo.mcp_server"], base_dir=str(tmp_path))
-    assert cfg.argv() == [sys.executable, "-m", "demo.mcp_server"]
+    cfg = MCPConfig(name="x", kind="mcp", command="python3", args=["-m", "bridge.demo.mcp_server"], base_dir=str(tmp_path))
+    assert cfg.argv() == [sys.executable, "-m", "bridge.demo.mcp_server"]
     assert Path(cfg.working_dir()) == tmp_path
     assert Path(MCPConfig(name="x", kind="mcp", command="srv", cwd="..", base_dir=str(tmp_path)).working_dir()).resolve() == tmp_path.parent
 
@@ -498,7 +498,7 @@ async def test_mcp_servers_block_loads_and_works(http_server: tuple[str, Fixture
 
 @module_loop
 async def test_demo_server_over_stdio_and_http() -> None:
-    from demo.mcp_server import build_server as build_demo
+    from bridge.demo.mcp_server import build_server as build_demo
 
     async with serve_asgi(build_demo().streamable_http_app()) as base:
         config = parse_config(
@@ -506,7 +506,7 @@ async def test_demo_server_over_stdio_and_http() -> None:
                 "store": {"path": ":memory:"},
                 "upstreams": [
                     # the configs/demo.yaml entry, with cwd resolved from the configs folder
-                    {"name": "demo_mcp", "kind": "mcp", "command": "python", "args": ["-m", "demo.mcp_server"], "cwd": ".."},
+                    {"name": "demo_mcp", "kind": "mcp", "command": "python", "args": ["-m", "bridge.demo.mcp_server"], "cwd": ".."},
                     {"name": "demo_http", "kind": "mcp", "url": f"{base}/mcp"},
                 ],
             },

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from adapters.mcp import OFF_LOOP_TOOLS, MCPUpstream
+from adapters.mcp.upstream import OFF_LOOP_TOOLS, MCPUpstream
 from bridge.catalog import CatalogChange
 from bridge.config import parse_config
 from bridge.runtime import Bridge
@@ -646,7 +646,7 @@ async def test_an_http_server_that_cannot_be_reached_costs_little_cpu_to_try_aga
 # end), says its pid, then waits to be killed
 ORPHAN_PARENT = """
 import asyncio, sys
-from adapters.mcp_stdio import StdioChild
+from adapters.mcp.stdio import StdioChild
 
 async def main():
     child = StdioChild("deaf", [sys.executable, "-c", "import time; time.sleep(60)"], env=None, cwd=".", shutdown_timeout=1)

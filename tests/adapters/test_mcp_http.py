@@ -92,7 +92,7 @@ async def test_an_answer_whose_stream_the_server_keeps_ending_is_resumed_a_bound
     resumption at once (`retry: 0`): the SDK resumed it some 280 times a second, also after the
     call had timed out, until about 950 nested resumptions failed the whole session. The answer
     is resumed MAX_RESUMPTIONS times, then its call fails, and the session goes on."""
-    from adapters.mcp_http import MAX_RESUMPTIONS
+    from adapters.mcp.http import MAX_RESUMPTIONS
 
     app, server = build_app(json_answers=False)
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
@@ -220,7 +220,7 @@ async def test_a_server_on_another_loopback_address_is_reached_directly_whatever
 
 def test_the_servers_own_loopback_host_is_mounted_direct_in_any_of_its_forms(monkeypatch: pytest.MonkeyPatch) -> None:
     """`localhost.` (a fully qualified `localhost`) is loopback too; a name under another domain is not."""
-    from adapters.http_proxy import loopback_mounts
+    from adapters.http.proxy import loopback_mounts
 
     clear_proxy_environment(monkeypatch)
     assert loopback_mounts("http://127.0.0.2:8/mcp") == {}  # no proxy to skip
@@ -246,7 +246,7 @@ async def test_a_get_stream_the_sdk_gives_up_on_is_noticed_and_the_session_repla
 
 
 async def test_sessions_whose_streams_keep_failing_are_replaced_after_growing_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
-    from adapters import mcp as mcp_adapter
+    from adapters.mcp import upstream as mcp_adapter
 
     monkeypatch.setattr(mcp_adapter, "_RENEW_RETRY", (0.5, 300.0))
     app, server = build_app(get_failures=4, get_failure="cut")
@@ -276,7 +276,7 @@ async def test_a_server_certificate_that_fails_its_check_is_a_setup_problem_at_s
     fix, as the upstream's reason (not an unreachable server), and a call of a session whose
     server took such a certificate fails with recoverability `setup`, not `retry_later`."""
     pytest.importorskip("cryptography.x509")
-    from adapters import mcp as mcp_adapter
+    from adapters.mcp import upstream as mcp_adapter
     from tests.adapters.test_openapi_tls import _issue, _key_pem, _pem
 
     ca = _issue("test CA", None, ca=True)

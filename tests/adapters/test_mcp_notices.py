@@ -16,7 +16,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from adapters.mcp_notices import ANSWER, notice_method
+from adapters.mcp.notices import ANSWER, notice_method
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from tests.adapters.mcp_fixtures.server import build_server

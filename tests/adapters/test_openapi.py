@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from adapters.openapi import OpenAPIConfig, OpenAPIUpstream
+from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream
 from bridge.config import parse_config
 from bridge.model import BridgeError
 from bridge.runtime import Bridge
@@ -256,7 +256,7 @@ async def test_a_server_on_another_loopback_address_is_reached_directly_whatever
     """All of 127.0.0.0/8 is loopback, and `localhost.` (the root's) is `localhost`."""
     from yarl import URL
 
-    from adapters.http_proxy import EnvironmentProxies
+    from adapters.http.proxy import EnvironmentProxies
 
     clear_proxy_environment(monkeypatch)
     server = TestServer(Api().app(), host="127.0.0.2")
@@ -533,9 +533,9 @@ async def test_a_referenced_document_whose_aliases_expand_past_reason_leaves_its
 
 
 async def test_a_document_fetched_from_a_url_is_read_up_to_its_limit(monkeypatch):
-    import adapters.openapi_spec
+    import adapters.openapi.spec
 
-    monkeypatch.setattr(adapters.openapi_spec, "MAX_DOCUMENT_BYTES", 1 << 20)
+    monkeypatch.setattr(adapters.openapi.spec, "MAX_DOCUMENT_BYTES", 1 << 20)
 
     async def endless(request: web.Request) -> web.StreamResponse:  # no length: counted as it arrives
         response = web.StreamResponse(headers={"Content-Type": "application/yaml"})
@@ -948,7 +948,7 @@ async def test_summary_opening_the_description_is_said_once_and_a_long_one_is_no
 
 
 async def test_a_description_cut_short_is_searched_whole(tmp_path):
-    from bridge.search_rank import FULL_DESCRIPTION_MAX, searched_description
+    from bridge.search.rank import FULL_DESCRIPTION_MAX, searched_description
 
     archive = ("Moves the project to the archive tier. Its jobs stop and its members keep read access. "
                "Retention: snapshots stay in cold storage for ninety days before deletion.")
@@ -1002,7 +1002,7 @@ async def test_a_mapping_that_stops_early_fails_at_once(api, tmp_path, monkeypat
     def stops(*args, **kwargs):
         raise StopIteration("no free name")
 
-    monkeypatch.setattr("adapters.openapi.map_operations", stops)
+    monkeypatch.setattr("adapters.openapi.upstream.map_operations", stops)
     _, base = api
     doc = _document({"/echo": {"post": {"operationId": "echo", "responses": _OK}}})
     async with bridge_for(_write(tmp_path, doc), base_url=base + "/v1", start_timeout=30) as bridge:
@@ -1906,7 +1906,7 @@ async def test_launched_demo_service_end_to_end_and_back_after_a_crash():
     async with bridge_for(
         str(root / "demo" / "openapi_demo.yaml"), base_url=f"http://127.0.0.1:{port}", retry_initial=0.05, retries={"count": 0},
         auth={"type": "apiKey", "value": "launch-Secret-1"},
-        launch={"command": "python", "args": ["-m", "demo.openapi_service", "--port", str(port)], "cwd": str(root),
+        launch={"command": "python", "args": ["-m", "bridge.demo.openapi_service", "--port", str(port)], "cwd": str(root),
                 "env": {"DEMO_API_KEY": "launch-Secret-1"}},
     ) as bridge:
         slot = bridge.catalog.slot("svc")
@@ -1992,7 +1992,7 @@ def test_a_pattern_python_warns_about_is_read_without_the_warning():
     # `[[` made Python print "FutureWarning: Possible nested set" on reading the document
     import warnings
 
-    from adapters.openapi_schema import python_reads
+    from adapters.openapi.schema import python_reads
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -2001,7 +2001,7 @@ def test_a_pattern_python_warns_about_is_read_without_the_warning():
 
 async def test_a_start_says_what_it_is_doing_while_it_maps_the_document(monkeypatch):
     # the catalog gives an upstream's phase as the reason it is still connecting
-    from adapters import openapi as adapter
+    from adapters.openapi import upstream as adapter
 
     seen: list[str | None] = []
     mapping = adapter.map_operations
@@ -2018,8 +2018,8 @@ async def test_a_start_says_what_it_is_doing_while_it_maps_the_document(monkeypa
 
 
 def test_mapping_tells_how_many_operations_it_maps():
-    from adapters.openapi_operations import map_operations
-    from adapters.openapi_spec import parse_document
+    from adapters.openapi.operations import map_operations
+    from adapters.openapi.spec import parse_document
 
     path = FIXTURES / "service_31.yaml"
     doc = parse_document(path.read_text(), path.as_uri(), str(path))
@@ -2034,7 +2034,7 @@ async def test_the_parsed_document_is_let_go_once_mapped(monkeypatch):
     import gc
     import weakref
 
-    from adapters import openapi as adapter
+    from adapters.openapi import upstream as adapter
 
     parsed: list[weakref.ref[Any]] = []
     parse = adapter.parse_document
@@ -2060,7 +2060,7 @@ async def test_a_start_past_start_timeout_leaves_its_mapping_to_the_next_start(m
     # took longer still, and the upstream never came up
     import time as clock
 
-    from adapters import openapi as adapter
+    from adapters.openapi import upstream as adapter
 
     mapped: list[float] = []
     mapping = adapter.map_operations

@@ -1,4 +1,4 @@
-"""Schema size bounds of OpenAPI tools (adapters/openapi_bounds.py): a large referenced schema is
+"""Schema size bounds of OpenAPI tools (adapters/openapi/bounds.py): a large referenced schema is
 held once for all the tools that use it, and an input schema past INPUT_MAX_VALUES is cut to its
 top level without refusing any argument the whole schema accepts."""
 
@@ -11,11 +11,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-import adapters.openapi_operations as operations
-from adapters.openapi import OpenAPIConfig, OpenAPIUpstream
-from adapters.openapi_bounds import INPUT_MAX_VALUES, bounded_input_schema
-from adapters.openapi_operations import map_operations
-from adapters.openapi_spec import parse_document
+import adapters.openapi.operations as operations
+from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream
+from adapters.openapi.bounds import INPUT_MAX_VALUES, bounded_input_schema
+from adapters.openapi.operations import map_operations
+from adapters.openapi.spec import parse_document
 from bridge.catalog import Catalog
 from bridge.store import Store
 from tests.adapters.test_openapi import _document, _values, _write, bridge_for, call, upstream_of
@@ -223,7 +223,7 @@ def test_a_required_list_or_object_cut_to_its_top_level_still_needs_a_value(tmp_
 def test_operations_using_the_same_referenced_schemas_get_their_defs_gathered_once(tmp_path, monkeypatch):
     # 40 operations answering one of 8 objects that name one another: each needs the same
     # `$defs`, gathered once for all (not walked anew for each), even before equal schemas are
-    # looked up (adapters/openapi_shared.py)
+    # looked up (adapters/openapi/shared.py)
     monkeypatch.setattr(operations.SharedSchemas, "intern", lambda self, value: value)
     answer = {"200": {"description": "ok", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Obj0"}}}}}
     paths = {f"/things{i}": {"get": {"operationId": f"get{i}", "responses": answer}} for i in range(40)}

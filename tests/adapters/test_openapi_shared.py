@@ -1,4 +1,4 @@
-"""Equal schemas of an OpenAPI document's tools held once (adapters/openapi_shared.py): the tools,
+"""Equal schemas of an OpenAPI document's tools held once (adapters/openapi/shared.py): the tools,
 and the catalog's declarations, share one object for each distinct schema; what the frontends
 and translators make of a schema is a copy of their own."""
 
@@ -8,11 +8,11 @@ import json
 import tracemalloc
 from typing import Any
 
-import adapters.openapi_operations as operations
-from adapters.openapi import OpenAPIConfig, OpenAPIUpstream
-from adapters.openapi_bounds import OUTPUT_MAX_VALUES
-from adapters.openapi_operations import map_operations
-from adapters.openapi_shared import SharedSchemas
+import adapters.openapi.operations as operations
+from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream
+from adapters.openapi.bounds import OUTPUT_MAX_VALUES
+from adapters.openapi.operations import map_operations
+from adapters.openapi.shared import SharedSchemas
 from bridge.catalog import Catalog
 from bridge.store import Store
 from bridge.translate import a2t, ietf, providers

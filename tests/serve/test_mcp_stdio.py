@@ -177,7 +177,7 @@ async def test_a_signal_stops_the_stdio_bridge_and_what_it_launched(sig, tmp_pat
     port = free_port()
     config = {"store": {"path": str(tmp_path / "bridge.db")},
               "upstreams": [{"name": "a2t_demo", "kind": "a2t", "url": f"http://127.0.0.1:{port}", "start_timeout": 15,
-                             "launch": {"command": "python", "args": ["-m", "demo.a2t_server", "--port", str(port)], "cwd": str(ROOT)}}]}
+                             "launch": {"command": "python", "args": ["-m", "bridge.demo.a2t_server", "--port", str(port)], "cwd": str(ROOT)}}]}
     async with stdio_bridge(config, tmp_path) as process:
         os.kill(process.pid, getattr(signal, sig))
         async with asyncio.timeout(15):

@@ -99,7 +99,7 @@ async def test_bridge_serve_starts_its_upstreams_serves_and_stops_on_sigterm(tmp
     config = {
         "store": {"path": str(tmp_path / "bridge.db")},
         "upstreams": [{"name": "a2t_demo", "kind": "a2t", "url": f"http://127.0.0.1:{a2t_port}", "start_timeout": 15,
-                       "launch": {"command": "python", "args": ["-m", "demo.a2t_server", "--port", str(a2t_port)], "cwd": str(ROOT)}}],
+                       "launch": {"command": "python", "args": ["-m", "bridge.demo.a2t_server", "--port", str(a2t_port)], "cwd": str(ROOT)}}],
     }
     (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
     process = await asyncio.create_subprocess_exec(
@@ -292,7 +292,7 @@ def test_a_started_server_settles_the_garbage_collector():
 
 
 def test_only_loopback_addresses_and_localhost_count_as_loopback():
-    from bridge.serve.auth import is_loopback
+    from bridge.net import is_loopback
 
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "localhost.", "LOCALHOST", "::1", "[::1]"))
     # a name that starts like one resolves wherever its DNS says

@@ -35,7 +35,7 @@ async def until(check, timeout: float = 20.0):
 
 
 def _mcp_upstream(name: str) -> dict:
-    return {"name": name, "kind": "mcp", "command": "python", "args": ["-m", "demo.mcp_server"], "cwd": str(ROOT)}
+    return {"name": name, "kind": "mcp", "command": "python", "args": ["-m", "bridge.demo.mcp_server"], "cwd": str(ROOT)}
 
 
 async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):
@@ -101,7 +101,7 @@ async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):
             await until(alpha_stopped)
 
             # a broken config: said on one line, nothing changes, the bridge keeps serving
-            path.write_text("upstreams:\n  - {name: beta, kind: mcp, command: python, args: [-m, demo.mcp_server\n")
+            path.write_text("upstreams:\n  - {name: beta, kind: mcp, command: python, args: [-m, bridge.demo.mcp_server\n")
             process.send_signal(signal.SIGHUP)
             await until(lambda: said("nothing changed"))
             (error,) = [line for line in lines if "nothing changed" in line]

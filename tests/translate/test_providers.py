@@ -233,7 +233,7 @@ def test_translate_command_prints_a_json_array(tmp_path):
                     {
                         "name": "notes_cli",
                         "kind": "atip",
-                        "command": ["python", "-m", "demo.atip_cli"],
+                        "command": ["python", "-m", "bridge.demo.atip_cli"],
                         "cwd": str(tmp_path),
                         "xdg_data_home": str(tmp_path / "data"),
                         "xdg_config_home": str(tmp_path / "config"),

@@ -1,0 +1,853 @@
+"""The A2A upstream: a peer agent, found through its agent card, whose every skill is a tool.
+
+A call sends one message to the agent over the card's preferred transport that a2a-sdk speaks
+(JSON-RPC or HTTP+JSON, protocol 1.0 or 0.3). A reply message is the result; a task is followed
+to a terminal state by streaming when the agent streams (status updates become progress) or by
+polling, within the call's timeout. A task that needs input comes back as a `needs_input`
+result carrying its task and context ids; a cancelled call cancels the agent's task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import re
+import ssl
+import time
+import urllib.parse
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import httpx
+from a2a.client import ClientCallContext, ClientConfig, ClientFactory
+from a2a.client.client import Client
+from a2a.client.errors import A2AClientTimeoutError
+from a2a.types import AgentCard, AgentInterface, CancelTaskRequest, GetTaskRequest
+from a2a.utils.errors import (
+    JSON_RPC_ERROR_CODE_MAP,
+    A2AError,
+    ContentTypeNotSupportedError,
+    ExtensionSupportRequiredError,
+    InvalidParamsError,
+    InvalidRequestError,
+    MethodNotFoundError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+    VersionNotSupportedError,
+)
+from google.protobuf.json_format import ParseError
+from google.protobuf.message import DecodeError
+from httpx._utils import get_environment_proxies  # httpx's own reading of the proxy variables
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from adapters.a2a.card import (
+    A2AAuth,
+    AgentCredentials,
+    CardFetch,
+    CardSource,
+    RedactingFilter,
+    bind_credentials,
+    certificate_refused,
+    failed_url,
+    redact,
+)
+from adapters.a2a.mapping import (
+    INTERRUPTED_STATES,
+    TERMINAL_STATES,
+    TaskTracker,
+    agent_tool_id,
+    build_request,
+    result_from_tracker,
+    tools_from_card,
+)
+from adapters.http.proxy import loopback_direct
+from adapters.http.tls import added_cas, configured_ca_file, system_cas
+from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
+from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent
+
+__all__ = ["A2AConfig", "A2AUpstream", "A2AAuth"]
+
+log = logging.getLogger("adapters.a2a")
+
+TRANSPORTS = ("JSONRPC", "HTTP+JSON")
+CARD_CHECK_SECONDS = 5.0  # longest wait for the card when asking whether an agent that gave a call no answer is still there
+QUESTIONS_KEPT = 4096  # tasks whose question (needs_input) is remembered, to tell an answer's stale snapshot from a new ask
+# Transport failures after which no answer came: the agent may be gone, which its card then tells.
+_CONNECTION_LOST = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+class AnswerTooLarge(httpx.TransportError):
+    """An answer (a card, a reply, a stream of events) past `max_response_bytes`."""
+
+
+# What is read of an answer the SDK stopped reading, for its connection to be used again: the end
+# of an event stream (the SDK stops at a task's last event, before the few bytes that end the
+# stream, and a connection with an answer not read to its end is closed: a new one, with its
+# TLS handshake, for every streamed call). More, or later, and the connection is closed.
+DRAIN_BYTES = 64 * 1024
+DRAIN_SECONDS = 0.05
+# How long an idle connection is kept for the next request: less than the 5 s after which the
+# servers A2A agents commonly run on (uvicorn, hypercorn, Node) close one, so that a connection
+# is not reused just as the agent's side closes it (httpx keeps one 5 s, as long).
+KEEPALIVE_SECONDS = 4.0
+
+
+class _BoundedStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, limit: int, url: httpx.URL) -> None:
+        self.inner, self.limit, self.url = inner, limit, url
+        self.started = self.ended = False
+
+    async def __aiter__(self) -> Any:
+        self.started = True
+        seen = 0
+        async for chunk in self.inner:
+            seen += len(chunk)
+            if seen > self.limit:
+                raise AnswerTooLarge(f"{self.url.copy_with(query=None)} answered more than max_response_bytes={self.limit}")
+            yield chunk
+        self.ended = True
+
+    async def aclose(self) -> None:
+        try:
+            if self.started and not self.ended:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(DRAIN_SECONDS):
+                        drained = 0
+                        async for chunk in self.inner:
+                            drained += len(chunk)
+                            if drained > DRAIN_BYTES:
+                                break
+        finally:
+            await self.inner.aclose()
+
+
+class ReusedConnectionDropped(httpx.RemoteProtocolError):
+    """A request sent on a kept-alive connection that the agent's side closed before any of the
+    answer arrived: most often the agent's server closing the idle connection (uvicorn after 5 s)
+    just as it was reused, or the agent restarting. The request may or may not have reached it."""
+
+
+# Set while the bridge sends a request again itself (a JSON-RPC `GetTask`, a POST the transport
+# does not repeat): the transport puts it on a connection opened for it, as the GETs it repeats.
+_ON_NEW_CONNECTION: contextvars.ContextVar[bool] = contextvars.ContextVar("a2a_on_new_connection", default=False)
+
+
+@contextlib.contextmanager
+def _on_new_connection() -> Iterator[None]:
+    token = _ON_NEW_CONNECTION.set(True)
+    try:
+        yield
+    finally:
+        _ON_NEW_CONNECTION.reset(token)
+
+# Requests the transport sends again, once, when a kept-alive connection drops under them.
+_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_DROPPED_UNANSWERED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+class _ConnectionTrace:
+    """Whether a request opened a connection of its own, as httpcore's trace reports it (an
+    opened connection names `connection.connect_tcp`; a reused one does not); the request's own
+    trace, if any, still hears every event."""
+
+    def __init__(self, request: httpx.Request) -> None:
+        self.outer = request.extensions.get("trace")
+        self.opened = False
+
+    def install(self, request: httpx.Request) -> None:
+        self.opened = False
+        request.extensions["trace"] = self
+
+    async def __call__(self, name: str, info: dict[str, Any]) -> None:
+        if name.startswith(("connection.connect_tcp.", "connection.connect_unix_socket.")):
+            self.opened = True
+        if self.outer is not None:
+            await self.outer(name, info)
+
+
+class _BoundedTransport(httpx.AsyncBaseTransport):
+    """Every answer read as it arrives and refused past `limit` bytes: the SDK reads a reply
+    whole, and an agent's answer (or a card) could otherwise fill the bridge's memory. Answers
+    are asked for uncompressed (`Accept-Encoding: identity`), so the bytes counted are the bytes
+    read. With `proxy`, requests go through that proxy.
+
+    A request whose reused connection dropped before any of its answer arrived is sent once
+    more when its method is idempotent (a card, an HTTP+JSON `GetTask`), on a connection opened
+    for it, and otherwise raised as `ReusedConnectionDropped`, for the caller to decide whether
+    sending it again is safe; a request the caller sends again goes on a connection opened for
+    it too (`_ON_NEW_CONNECTION`)."""
+
+    def __init__(self, limit: int, tls: ssl.SSLContext, proxy: str | None = None) -> None:
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_SECONDS)  # httpx's, but the expiry
+        self.inner = httpx.AsyncHTTPTransport(verify=tls, proxy=proxy, limits=limits)
+        # where a request is sent again: a connection of its own, closed after it. Another kept one
+        # could be closing too (a server closes the connections idle since one burst of calls at once)
+        self.fresh = httpx.AsyncHTTPTransport(verify=tls, proxy=proxy, limits=httpx.Limits(max_keepalive_connections=0))
+        self.limit = limit
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await (self.fresh.handle_async_request(request) if _ON_NEW_CONNECTION.get() else self._send_kept(request))
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _BoundedStream(response.stream, self.limit, request.url)
+        return response
+
+    async def _send_kept(self, request: httpx.Request) -> httpx.Response:
+        trace = _ConnectionTrace(request)
+        trace.install(request)
+        try:
+            response = await self.inner.handle_async_request(request)
+        except _DROPPED_UNANSWERED as exc:
+            if trace.opened:
+                raise
+            if request.method not in _IDEMPOTENT_METHODS:
+                raise ReusedConnectionDropped(f"{type(exc).__name__}: {exc or 'connection lost'}", request=request) from exc
+            log.debug("%s %s: a kept-alive connection dropped before the answer (%s); sent again on a new one", request.method,
+                      request.url.copy_with(query=None), type(exc).__name__)
+            response = await self.fresh.handle_async_request(request)
+        finally:
+            if trace.outer is None:
+                request.extensions.pop("trace", None)
+            else:
+                request.extensions["trace"] = trace.outer
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+        await self.fresh.aclose()
+
+
+def _proxy_mounts(limit: int, tls: ssl.SSLContext) -> dict[str, httpx.AsyncBaseTransport | None]:
+    """The client's transports for the proxies the environment names (HTTP_PROXY, HTTPS_PROXY,
+    ALL_PROXY and NO_PROXY, as httpx reads them for a client of its own transport): a bounded
+    transport through each proxy, None (the client's own, direct and bounded) where NO_PROXY
+    says so. httpx reads the environment only for a client given no transport, and the client
+    here has one, for the bound."""
+    mounts: dict[str, httpx.AsyncBaseTransport | None] = {}
+    for pattern, proxy in get_environment_proxies().items():
+        if proxy is None:
+            mounts[pattern] = None
+            continue
+        try:
+            mounts[pattern] = _BoundedTransport(limit, tls, proxy=proxy)
+        except (ImportError, ValueError):  # a socks5 proxy without socksio, or a scheme httpx has no transport for
+            scheme = urllib.parse.urlsplit(proxy).scheme
+            raise BridgeError(
+                f"the environment's proxy for {pattern} is a {scheme}:// proxy, which the bridge's HTTP client does not speak",
+                error_class="dependency_unavailable", recoverability="setup",
+                details={"fix": "use an http:// proxy in HTTP_PROXY/HTTPS_PROXY/ALL_PROXY, or list the agent's host in NO_PROXY"},
+            ) from None
+    return mounts
+
+
+class A2AConfig(UpstreamConfig):
+    """An A2A agent, named by its card URL or its base URL."""
+
+    kind: Literal["a2a"] = "a2a"
+    card_url: str | None = Field(default=None, description="the agent card's URL")
+    base_url: str | None = Field(default=None, description="the agent's root; the card is looked up under /.well-known/")
+    auth: A2AAuth = Field(default_factory=A2AAuth)
+    card_refresh_interval: float | None = Field(default=300.0, gt=0, description="re-fetch the card every N seconds")
+    streaming: bool = Field(default=True, description="stream task updates when the agent can")
+    poll_interval: float = Field(default=0.5, gt=0, description="seconds between task polls when not streaming")
+    transport: Literal["auto", "JSONRPC", "HTTP+JSON"] = Field(
+        default="auto", description="auto follows the card's order of interfaces"
+    )
+    cancel_timeout: float = Field(default=5.0, gt=0, description="seconds a cancel request to the agent may take")
+    max_response_bytes: int = Field(default=16 << 20, ge=1024, description="larger answers (a card, a reply, one call's event stream) are refused")
+    credential_origins: list[str] = Field(
+        default_factory=list, description="origins (scheme://host:port) besides that of base_url/card_url that get the credentials"
+    )
+    ca_file: str | None = Field(default=None, description="PEM file of CA certificates the agent's servers are checked against, beside the system's")
+
+    _ca_file_readable = field_validator("ca_file")(configured_ca_file)
+
+    @field_validator("credential_origins")
+    @classmethod
+    def _origins_only(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            try:
+                parts = urllib.parse.urlsplit(origin)
+                parts.port  # noqa: B018 - raises for a port that is no number
+            except ValueError:
+                parts = None
+            if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/")
+                    or parts.query or parts.fragment or parts.username is not None):
+                raise ConfigValueError(f"{origin!r} is not an http(s) origin",
+                                       "write the scheme, host and port only, e.g. https://agent.example.com or http://127.0.0.1:9102")
+        return origins
+
+    def configured_origins(self) -> list[str]:
+        """Where credentials may go: the origin of base_url or card_url, and credential_origins."""
+        return [self.base_url or self.card_url or "", *self.credential_origins]
+
+    @model_validator(mode="after")
+    def _one_location(self) -> A2AConfig:
+        if bool(self.card_url) == bool(self.base_url):
+            raise ConfigValueError("give exactly one of card_url (the agent card's URL) or base_url (the agent's root URL)",
+                                   "keep one of the two" if self.card_url else "add `base_url: http://...` (the card is looked up under "
+                                   "/.well-known/) or `card_url`")
+        return self
+
+
+@dataclass
+class _Agent:
+    """Everything derived from one version of the agent card."""
+
+    card: AgentCard
+    card_url: str
+    client: Client
+    tools: list[UpstreamTool]
+    skill_ids: frozenset[str]
+    whole_agent_tool: str | None
+    streaming: bool
+    interface: AgentInterface | None
+    credentials: AgentCredentials
+
+
+def _chosen_interface(card: AgentCard, bindings: list[str], client_preference: bool) -> AgentInterface | None:
+    """The interface a2a-sdk's client factory picks: the first offered binding we speak (or our
+    preferred one), the 1.0 interface of it when there are several."""
+    interfaces = list(card.supported_interfaces)
+    if client_preference:
+        binding = next((b for b in bindings if any(i.protocol_binding == b for i in interfaces)), None)
+    else:
+        binding = next((i.protocol_binding for i in interfaces if i.protocol_binding in bindings), None)
+    candidates = [i for i in interfaces if i.protocol_binding == binding]
+    return next((i for i in candidates if i.protocol_version.startswith("1.0")), candidates[0] if candidates else None)
+
+
+def _spoken_card(card: AgentCard) -> AgentCard:
+    """The card as the client factory is given it: an interface of protocol 0.2 (the cards of
+    a2a-sdk 0.2.x agents say `protocolVersion: 0.2.x`) is spoken to as 0.3, whose method and
+    field names it shares (`message/send`, `tasks/get`, `kind` parts); the factory itself takes
+    no interface below 0.3 and the agent would be refused as offering no transport."""
+    if not any(_below_0_3(i.protocol_version) for i in card.supported_interfaces):
+        return card
+    spoken = AgentCard()
+    spoken.CopyFrom(card)
+    for interface in spoken.supported_interfaces:
+        if _below_0_3(interface.protocol_version):
+            interface.protocol_version = "0.3"
+    return spoken
+
+
+def _below_0_3(version: str) -> bool:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return match is not None and (int(match[1]), int(match[2])) < (0, 3)
+
+
+class A2AUpstream(Upstream):
+    kind: ClassVar[str] = "a2a"
+    config_model: ClassVar[type[UpstreamConfig]] = A2AConfig
+    config: A2AConfig
+
+    def __init__(self, config: A2AConfig) -> None:
+        super().__init__(config)
+        self._http: httpx.AsyncClient | None = None
+        self._source: CardSource | None = None
+        self._agent: _Agent | None = None
+        self._refresher: asyncio.Task[None] | None = None
+        self._cancels: set[asyncio.Task[None]] = set()
+        self._log_filter: RedactingFilter | None = None
+        self._lost = False
+        self._questions: OrderedDict[str, int] = OrderedDict()  # task id -> status timestamp (ns) of its question given back
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        await self.close()
+        cfg = self.config
+        connect = min(10.0, cfg.start_timeout)
+        tls = added_cas(cfg.resolve_path(cfg.ca_file), cfg.ca_file) if cfg.ca_file else system_cas()  # the card's fetches and the calls
+        direct = _BoundedTransport(cfg.max_response_bytes, tls)
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False,
+            headers={"User-Agent": "a2t-bridge", "Accept-Encoding": "identity"}, transport=direct,
+            mounts=loopback_direct(_proxy_mounts(cfg.max_response_bytes, tls), direct),
+        )
+        secrets = cfg.auth.secrets()
+        if secrets:
+            self._log_filter = RedactingFilter(secrets)
+            logging.getLogger("httpx").addFilter(self._log_filter)
+        self._source = CardSource(self._http, card_url=cfg.card_url, base_url=cfg.base_url, timeout=cfg.start_timeout, ca_file=cfg.ca_file)
+        try:
+            fetched = await self._source.fetch()
+            assert fetched is not None
+            self._agent = self._install(fetched)
+        except BridgeError as exc:
+            raise BridgeError(
+                self._redact(exc.message), error_class=exc.error_class, recoverability=exc.recoverability, details=exc.details
+            ) from None
+        self._lost = False
+        agent = self._agent
+        log.info(
+            "agent %s: card %s, %d tools, %s %s at %s%s",
+            agent.card.name,
+            agent.card_url,
+            len(agent.tools),
+            agent.interface.protocol_binding if agent.interface else "?",
+            agent.interface.protocol_version if agent.interface else "?",
+            agent.interface.url if agent.interface else "?",
+            ", streaming" if agent.streaming else "",
+        )
+        if agent.credentials.blocked:
+            log.warning("agent %s: %s", agent.card.name, agent.credentials.blocked)
+        for override in agent.credentials.overrides:
+            log.warning("agent %s: %s", agent.card.name, override)
+        if cfg.card_refresh_interval:
+            self._refresher = asyncio.create_task(self._refresh_card(cfg.card_refresh_interval), name=f"a2a-card:{self.name}")
+
+    def _install(self, fetched: CardFetch) -> _Agent:
+        """A client and tool list for a freshly fetched card."""
+        assert self._http is not None
+        cfg, card = self.config, fetched.card
+        bindings = list(TRANSPORTS) if cfg.transport == "auto" else [cfg.transport, *(t for t in TRANSPORTS if t != cfg.transport)]
+        streaming = cfg.streaming and card.capabilities.streaming
+        factory = ClientFactory(
+            ClientConfig(
+                streaming=streaming,
+                httpx_client=self._http,
+                supported_protocol_bindings=bindings,
+                use_client_preference=cfg.transport != "auto",
+            )
+        )
+        try:
+            client = factory.create(_spoken_card(card))
+        except ValueError:
+            offered = ", ".join(f"{i.protocol_binding} at {i.url}" for i in card.supported_interfaces)
+            said = (f"offers no transport the bridge speaks ({', '.join(TRANSPORTS)}); offered: {offered}" if offered else
+                    "names no address to call: its card has no `url` (protocol 0.3) or `supportedInterfaces` (1.0)")
+            raise BridgeError(
+                f"agent {card.name!r} {said}",
+                error_class="capability_gap",
+                recoverability="setup",
+                details={"reachable": True},
+            ) from None
+        interface = _chosen_interface(card, bindings, cfg.transport != "auto")
+        credentials = bind_credentials(card, cfg.auth, cfg.configured_origins(), fetched.order)
+        if interface is not None:
+            credentials.check_interface(interface.url, interface.protocol_binding)
+        self._http.auth = credentials
+        tools = tools_from_card(card, fetched.url)
+        if credentials.blocked:
+            # surfaces block these (reason credential_missing) until the config gives the values,
+            # or lets them go to the card's interface
+            for tool in tools:
+                tool.blocked_reason, tool.blocked_detail = "credential_missing", credentials.blocked
+        return _Agent(
+            card=card,
+            card_url=fetched.url,
+            client=client,
+            tools=tools,
+            skill_ids=frozenset(s.id for s in card.skills if s.id),
+            # the agent as a whole when no skill can be named (none, or none with an id), as listed
+            whole_agent_tool=None if any(s.id for s in card.skills) else agent_tool_id(card),
+            streaming=streaming,
+            interface=interface,
+            credentials=credentials,
+        )
+
+    async def _refresh_card(self, interval: float) -> None:
+        """Re-fetch the card on the interval; a changed skill list reaches the catalog as
+        `tools_changed`, an agent that took no connection as `unavailable`. A card that answers
+        too late (past start_timeout), badly, or over a certificate that fails its check keeps
+        the last card, and the refresh is tried again at the next interval: the failure is
+        warned once, its repeats logged at INFO until a refresh succeeds."""
+        assert self._source is not None
+        warned: str | None = None
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                fetched = await self._source.fetch(revalidate=True)
+                if fetched is None:
+                    warned = None
+                    continue
+                previous = self._agent
+                agent = self._install(fetched)
+            except BridgeError as exc:
+                reason = self._redact(exc.message)
+                if exc.details and exc.details.get("reachable") is False:
+                    self._connection_lost(reason)
+                    return
+                repeated, warned = reason == warned, reason
+                log.log(logging.INFO if repeated else logging.WARNING, "agent card refresh for %s failed, keeping the last card: %s "
+                        "(refreshed again in %gs%s)", self.name, reason, interval, "" if repeated else "; the same failure again is logged at INFO")
+                continue
+            warned = None
+            self._agent = agent
+            if previous is None or [t.to_json() for t in previous.tools] != [t.to_json() for t in agent.tools]:
+                log.info("agent card of %s changed its skills", self.name)
+                self.emit(UpstreamEvent("tools_changed", reason="agent card changed"))
+
+    async def close(self) -> None:
+        refresher, self._refresher = self._refresher, None
+        if refresher is not None and refresher is not asyncio.current_task():
+            refresher.cancel()
+            with contextlib.suppress(BaseException):
+                await refresher
+        if self._cancels:
+            # cancel requests already on their way get their chance to reach the agent
+            await asyncio.wait(list(self._cancels), timeout=self.config.cancel_timeout)
+        agent, self._agent = self._agent, None
+        if agent is not None:
+            with contextlib.suppress(Exception):
+                await agent.client.close()
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
+        if self._log_filter is not None:
+            logging.getLogger("httpx").removeFilter(self._log_filter)
+            self._log_filter = None
+        self._source = None
+
+    async def list_tools(self) -> list[UpstreamTool]:
+        if self._agent is None:
+            raise BridgeError(f"agent {self.name!r} is not connected", error_class="dependency_unavailable", recoverability="retry_later")
+        return list(self._agent.tools)
+
+    async def health(self) -> dict[str, Any]:
+        agent = self._agent
+        if agent is None:
+            return {}
+        return {
+            "card_url": agent.card_url,
+            "agent": agent.card.name,
+            "agent_version": agent.card.version,
+            "transport": agent.interface.protocol_binding if agent.interface else None,
+            "protocol_version": agent.interface.protocol_version if agent.interface else None,
+            "interface_url": agent.interface.url if agent.interface else None,
+            "streaming": agent.streaming,
+            "skills": len(agent.card.skills),
+            "auth_schemes": list(agent.credentials.schemes),
+            "credentials_missing": agent.credentials.missing,
+            "credential_origins": agent.credentials.receiving_origins(),
+            "credentials_withheld": agent.credentials.withheld,
+            "credential_overrides": list(agent.credentials.overrides),
+        }
+
+    # ------------------------------------------------------------------ calls
+
+    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+        agent = self._agent
+        if agent is None:
+            raise BridgeError(f"agent {self.name!r} is not connected", error_class="dependency_unavailable", recoverability="retry_later")
+        if native_id in agent.skill_ids:
+            skill_id: str | None = native_id
+        elif native_id == agent.whole_agent_tool:
+            skill_id = None
+        else:
+            raise BridgeError(f"agent {agent.card.name!r} no longer offers the skill {native_id!r}", error_class="unknown_tool")
+        if agent.credentials.blocked:
+            raise BridgeError(agent.credentials.blocked, error_class="credential_missing", recoverability="setup", status="denied")
+        request = build_request(arguments, skill_id)
+        message = request.message
+        tracker = TaskTracker(sent_message_id=message.message_id, question_at=self._questions.get(message.task_id), sent_at=time.time_ns())
+        ref = {"source": "a2a", "agent_card_url": agent.card_url, "agent_skill_id": skill_id, "message_id": message.message_id}
+        call = ClientCallContext(timeout=ctx.timeout)
+        try:
+            if not agent.streaming:
+                request.configuration.return_immediately = True  # follow the task by polling
+            try:
+                async with contextlib.aclosing(agent.client.send_message(request, context=call)) as events:
+                    async for event in events:
+                        await self._progress(ctx, tracker, tracker.apply(event))
+                        if tracker.settled:
+                            break
+            except (A2AError, httpx.HTTPError) as exc:
+                if not (agent.streaming and tracker.task_id and _cut_off(exc)):
+                    raise
+                # the agent named its task, then the stream broke off (a proxy cutting a long
+                # stream, say): the task goes on at the agent, and is polled from here
+                log.info("agent %s: the stream of task %s broke off (%s); polling the task", self.name, tracker.task_id, type(exc).__name__)
+            polls = 0
+            while not tracker.settled:
+                # quick tasks are picked up quickly; long ones are polled every poll_interval
+                await asyncio.sleep(min(self.config.poll_interval, 0.02 * 2**polls))
+                polls += 1
+                await self._poll_once(agent, tracker, ctx, call)
+        except asyncio.CancelledError:
+            if tracker.task_id and tracker.state not in TERMINAL_STATES:
+                await self._cancel_task(agent, tracker.task_id)
+            raise
+        except (A2AError, httpx.HTTPError) as exc:
+            stream_unbegun = agent.streaming and tracker.task is None and _cut_off(exc) and not _reused_dropped(exc)
+            if stream_unbegun and message.task_id:
+                unknown = await self._unknown_task(agent, message.task_id, call)
+                if unknown is not None:
+                    raise unknown from None
+            raise await self._call_failed(agent, exc, tracker, stream_unbegun=stream_unbegun) from None
+        except (ValidationError, ParseError, DecodeError) as exc:  # read by the SDK into no A2A shape
+            raise BridgeError(f"agent {self.name!r} answered in a shape A2A does not have: {_first_fault(exc)}",
+                              error_class="execution_failed", details={"task_id": tracker.task_id} if tracker.task_id else None) from None
+        self._remember_question(tracker)
+        return result_from_tracker(tracker, ref)
+
+    def _remember_question(self, tracker: TaskTracker) -> None:
+        """The status timestamp of a question given back (`needs_input`), by task id: the snapshot
+        an answer to it may be met with is told from a question asked again by it (the last
+        QUESTIONS_KEPT)."""
+        task = tracker.task
+        if tracker.message is not None or task is None or tracker.state not in INTERRUPTED_STATES or not task.status.HasField("timestamp"):
+            return
+        self._questions[task.id] = task.status.timestamp.ToNanoseconds()
+        self._questions.move_to_end(task.id)
+        while len(self._questions) > QUESTIONS_KEPT:
+            self._questions.popitem(last=False)
+
+    async def _progress(self, ctx: CallContext, tracker: TaskTracker, lines: list[str]) -> None:
+        for line in lines:
+            await ctx.report_progress(line, task_id=tracker.task_id)
+
+    async def _poll_once(self, agent: _Agent, tracker: TaskTracker, ctx: CallContext, call: ClientCallContext) -> None:
+        if tracker.task_id is None:
+            raise BridgeError("the agent ended the exchange without a task or a reply", error_class="execution_failed")
+        try:
+            task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
+        except (A2AError, httpx.HTTPError) as exc:
+            if not _reused_dropped(exc):
+                raise
+            # a JSON-RPC `GetTask` is a POST, not sent again by the transport; reading a task is safe
+            # to repeat, on a new connection: another kept one may be closing too
+            log.info("agent %s: a kept-alive connection dropped under the poll of task %s; asking again", self.name, tracker.task_id)
+            with _on_new_connection():
+                task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
+        await self._progress(ctx, tracker, tracker.replace(task))
+
+    async def _unknown_task(self, agent: _Agent, task_id: str, call: ClientCallContext) -> BridgeError | None:
+        """The error for a `task_id` the agent does not know, asked with `GetTask`: an a2a-sdk 0.3
+        agent refuses it on an HTTP+JSON stream by closing the stream it has begun, which reads
+        as the agent gone."""
+        try:
+            await agent.client.get_task(GetTaskRequest(id=task_id), context=call)
+        except (A2AError, httpx.HTTPError) as exc:
+            if _cut_off(exc):  # not an answer: the card tells whether the agent is there
+                return None
+            error = self._call_error(exc, TaskTracker())
+            return error if error.error_class == "invalid_arguments" else None
+        return None
+
+    async def _call_failed(self, agent: _Agent, exc: BaseException, tracker: TaskTracker, *, stream_unbegun: bool) -> BridgeError:
+        """The error a failed call answers with, and the one place a call decides that the agent
+        is gone: when no answer came (no connection was made, or it dropped before the answer
+        ended) and the card, fetched once more, does not answer either. An answer of the agent's
+        (an A2A error, an HTTP status, an answer too large) or a timeout never marks it."""
+        refused = self._certificate_refused(agent, exc, tracker)
+        if refused is not None:
+            return refused
+        error = self._call_error(exc, tracker)
+        if _lost_connection(exc) is None:
+            return error
+        assert self._source is not None
+        if await self._source.answers(timeout=min(CARD_CHECK_SECONDS, self.config.start_timeout)):
+            return self._agent_still_there(agent, exc, tracker, stream_unbegun)
+        self._connection_lost(error.message)
+        return error
+
+    def _certificate_refused(self, agent: _Agent, exc: BaseException, tracker: TaskTracker) -> BridgeError | None:
+        """The error for a call whose server certificate failed its check, or None: a setup
+        problem, failed at once, which says nothing of the agent being gone (every attempt fails
+        alike until an operator acts)."""
+        url = failed_url(exc) or (agent.interface.url if agent.interface else agent.card_url)
+        assert self._source is not None
+        refused = certificate_refused(exc, url, self._source.address, self.config.ca_file)
+        if refused is None:
+            return None
+        ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
+        if tracker.task_id:
+            ref["task_id"] = tracker.task_id
+        return BridgeError(f"{self._redact(url)}: {refused}", error_class="dependency_unavailable", recoverability="setup", native_error_ref=ref)
+
+    def _agent_still_there(self, agent: _Agent, exc: BaseException, tracker: TaskTracker, stream_unbegun: bool) -> BridgeError:
+        """The error for a call that got no answer while the agent's card still answers: this call
+        failed, the agent is there. A stream the agent began and broke off before its first event
+        (its process died, say); a request (a message not streamed, a poll) whose connection
+        dropped before its answer (a kept-alive connection the agent's server closed as it was
+        reused, or the agent restarting: the message is never sent again, it may have reached
+        the agent); or a connection the agent's interface did not take (it is on another origin
+        than the card, down)."""
+        lost = _lost_connection(exc)
+        assert lost is not None
+        said = f"{type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}"
+        if stream_unbegun:
+            dropped = next((e for e in _causes(exc) if isinstance(e, httpx.RemoteProtocolError)), lost)
+            what = f"the agent's stream broke before its first event ({type(dropped).__name__}: {self._redact(str(dropped)) or 'connection lost'})"
+        elif isinstance(lost, ReusedConnectionDropped):  # a message: a poll is sent again, on a new connection
+            what = (f"the agent closed a kept-alive connection as the message was sent on it, before answering ({self._redact(str(lost))}); "
+                    "the message may or may not have reached the agent, and is not sent again")
+        elif _cut_off(exc):
+            cut = next(e for e in _causes(exc) if isinstance(e, _DROPPED_UNANSWERED))
+            what = f"the agent's connection dropped before its answer ({type(cut).__name__}: {self._redact(str(cut)) or 'connection lost'})"
+        else:
+            where = agent.interface.url if agent.interface else "its interface"
+            what = f"the agent's interface at {where} took no connection ({said})"
+        ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
+        if tracker.task_id:
+            ref["task_id"] = tracker.task_id
+        return BridgeError(f"{what}; its card still answers", error_class="dependency_unavailable", recoverability="retry_later",
+                           retry_after=self.config.retry_initial, native_error_ref=ref)
+
+    async def _cancel_task(self, agent: _Agent, task_id: str) -> None:
+        """Tell the agent to cancel; wait for it (bounded) even though this call is being cancelled."""
+
+        async def send() -> None:
+            request, context = CancelTaskRequest(id=task_id), ClientCallContext(timeout=self.config.cancel_timeout)
+            try:
+                try:
+                    await agent.client.cancel_task(request, context=context)
+                except (A2AError, httpx.HTTPError) as exc:
+                    if not _reused_dropped(exc):
+                        raise
+                    # a kept-alive connection the agent closed as the cancel was sent on it: asking
+                    # twice to cancel a task is harmless, and the task would otherwise run on
+                    with _on_new_connection():
+                        await agent.client.cancel_task(request, context=context)
+                log.info("agent %s: canceled task %s", self.name, task_id)
+            except Exception as exc:  # noqa: BLE001 - the call is over either way; the agent may have finished
+                log.info("agent %s: cancel of task %s failed: %s", self.name, task_id, self._redact(str(exc) or type(exc).__name__))
+
+        task = asyncio.create_task(send(), name=f"a2a-cancel:{task_id}")
+        self._cancels.add(task)
+        task.add_done_callback(self._cancels.discard)
+        with contextlib.suppress(BaseException):
+            async with asyncio.timeout(self.config.cancel_timeout):
+                await asyncio.shield(task)
+
+    # ------------------------------------------------------------------ errors
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self.config.auth.secrets())
+
+    def _connection_lost(self, reason: str) -> None:
+        """Tell the catalog once per connection; it closes and reconnects with backoff."""
+        if not self._lost:
+            self._lost = True
+            self.emit(UpstreamEvent("unavailable", reason=reason))
+
+    def _call_error(self, exc: BaseException, tracker: TaskTracker) -> BridgeError:
+        """What a failed call's error is, read from the error and what it was raised from. Only
+        classifies: whether the agent is gone is decided by `_call_failed`, after its card."""
+        chain = _causes(exc)
+        text = self._redact(str(exc) or type(exc).__name__)
+        ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
+        if type(exc) in JSON_RPC_ERROR_CODE_MAP:
+            ref["code"] = JSON_RPC_ERROR_CODE_MAP[type(exc)]  # type: ignore[index]
+        if tracker.task_id:
+            ref["task_id"] = tracker.task_id
+        status_error = next((e for e in chain if isinstance(e, httpx.HTTPStatusError)), None)
+        if status_error is not None:
+            code = status_error.response.status_code
+            ref["http_status"] = code
+            if code in (401, 403):
+                return BridgeError(
+                    f"the agent refused the credentials (HTTP {code}); check auth in the config",
+                    error_class="credential_missing", recoverability="setup", status="denied", native_error_ref=ref,
+                )
+            if code == 429:
+                after = status_error.response.headers.get("retry-after", "")
+                return BridgeError(
+                    "the agent is rate limiting calls (HTTP 429)", error_class="rate_limited", recoverability="retry_later",
+                    retry_after=float(after) if after.replace(".", "", 1).isdigit() else None, native_error_ref=ref,
+                )
+            said = _rest_0_3_error(status_error.response)
+            if said is not None and code in _REST_0_3_ERRORS:
+                if code == 404:
+                    return BridgeError(f"the agent does not know that task ({self._redact(said)}); start over without task_id",
+                                       error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref)
+                error_class = _REST_0_3_ERRORS[code]
+                return BridgeError(
+                    f"the agent {'refused the message' if error_class == 'invalid_arguments' else 'cannot serve this call'}: {self._redact(said)}",
+                    error_class=error_class, recoverability="change_arguments" if error_class == "invalid_arguments" else None,
+                    native_error_ref=ref,
+                )
+            if code >= 500:
+                return BridgeError(
+                    f"the agent answered HTTP {code}", error_class="dependency_unavailable", recoverability="retry_later", native_error_ref=ref,
+                )
+        large = next((e for e in chain if isinstance(e, AnswerTooLarge)), None)
+        if large is not None:
+            return BridgeError(f"the agent's answer is too large: {self._redact(str(large))}", error_class="result_too_large",
+                               recoverability="change_arguments", status="too_large", native_error_ref=ref)
+        lost = _lost_connection(exc)
+        if lost is not None:
+            return BridgeError(
+                f"the agent stopped answering: {type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}",
+                error_class="dependency_unavailable", recoverability="retry_later",
+                retry_after=self.config.retry_initial, native_error_ref=ref,
+            )
+        if any(isinstance(e, (A2AClientTimeoutError, httpx.TimeoutException)) for e in chain):
+            return BridgeError("the agent did not answer in time", error_class="timeout", recoverability="retry", status="timed_out", native_error_ref=ref)
+        if isinstance(exc, TaskNotFoundError):
+            return BridgeError(
+                f"the agent does not know that task ({text}); start over without task_id",
+                error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref,
+            )
+        if isinstance(exc, (InvalidParamsError, InvalidRequestError, ContentTypeNotSupportedError)):
+            return BridgeError(f"the agent refused the message: {text}", error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref)
+        if isinstance(exc, (UnsupportedOperationError, MethodNotFoundError, VersionNotSupportedError, ExtensionSupportRequiredError)):
+            return BridgeError(f"the agent cannot serve this call: {text}", error_class="capability_gap", native_error_ref=ref)
+        return BridgeError(f"the agent call failed: {text}", error_class="execution_failed", native_error_ref=ref)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """`exc` and what it was raised from (`raise ... from`, as httpx and a2a-sdk raise their
+    errors), without the exceptions that were being handled when it was raised: the stream's
+    break, for the `GetTask` that followed it, or the dropped poll, for the poll sent again.
+    Every error is read through this: an error handled earlier in the same coroutine says
+    nothing about the failure at hand."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__
+    return seen
+
+
+def _lost_connection(exc: BaseException) -> BaseException | None:
+    """The transport error under `exc` when no answer came: no connection was made, or it dropped
+    before the answer ended; None when the agent answered (an error, a status) or timed out."""
+    return next((e for e in _causes(exc) if isinstance(e, _CONNECTION_LOST)), None)
+
+
+def _reused_dropped(exc: BaseException) -> bool:
+    """A request whose kept-alive connection dropped before any of its answer arrived."""
+    return any(isinstance(e, ReusedConnectionDropped) for e in _causes(exc))
+
+
+def _cut_off(exc: BaseException) -> bool:
+    """A connection that was open, then closed or reset before the answer ended (not one that
+    could not be opened: the agent is not there)."""
+    chain = _causes(exc)
+    return any(isinstance(e, _DROPPED_UNANSWERED) for e in chain) and not any(isinstance(e, httpx.ConnectError) for e in chain)
+
+
+
+
+# The HTTP+JSON errors of a2a-sdk 0.3 agents: a status per A2A error and `{"message": ...}`, with
+# no error `type` for the client to read the A2A error from. 404 is a task the agent does not know
+# (a route it lacks answers FastAPI's `{"detail": "Not Found"}`), 400/415/422 invalid requests,
+# parameters or content types, 501 an unsupported operation.
+_REST_0_3_ERRORS = {400: "invalid_arguments", 404: "invalid_arguments", 415: "invalid_arguments", 422: "invalid_arguments",
+                    501: "capability_gap"}
+
+
+def _rest_0_3_error(response: httpx.Response) -> str | None:
+    """The `message` of a 0.3 HTTP+JSON error answer, or None for any other answer."""
+    try:
+        body = response.json()
+    except (ValueError, httpx.ResponseNotRead):
+        return None
+    if isinstance(body, dict) and isinstance(body.get("message"), str) and "type" not in body:
+        return str(body["message"])[:500]
+    return None
+
+
+def _first_fault(exc: Exception) -> str:
+    """One line of what was wrong with an answer, its first fault (never the value)."""
+    if isinstance(exc, ValidationError):
+        return validation_line(exc)
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:300]

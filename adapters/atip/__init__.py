@@ -1,0 +1,1 @@
+"""ATIP upstreams: command-line tools that describe themselves with `--agent`."""

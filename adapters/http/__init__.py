@@ -1,0 +1,1 @@
+"""HTTP helpers the HTTP upstream kinds share: proxies, TLS contexts, bounded bodies."""

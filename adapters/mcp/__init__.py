@@ -1,0 +1,1 @@
+"""MCP upstreams: servers over stdio and streamable HTTP, both protocol eras."""

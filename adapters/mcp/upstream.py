@@ -1,0 +1,970 @@
+"""MCP upstreams: the bridge as an MCP client of one server, over stdio or streamable HTTP.
+
+One long-lived session per upstream, held by a dedicated task that owns the transport and the
+SDK session (entered and left in that one task); the full `tools/list` cursor loop; change
+notices (`notifications/tools/list_changed`, or a `subscriptions/listen` stream on
+2026-07-28) reported to the catalog, coalesced; calls with progress and cancellation
+forwarded; a server that exits or goes away reported as `unavailable` with the reason.
+
+Listings and call results are read as they came and checked piece by piece with the SDK's
+types: a tool the SDK rejects is skipped (with a warning naming it and why), the others kept;
+a content block of a type the SDK does not know is kept as it came, the known ones checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import ssl
+import sys
+import urllib.parse
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from importlib import metadata
+from typing import Any, ClassVar, Literal
+
+import anyio
+import httpx2
+import mcp.types as types
+from mcp import Client
+from mcp.client.session import ClientRequestContext, ClientSession
+from mcp.client.stdio import get_default_environment
+from mcp.client.streamable_http import MAX_RECONNECTION_ATTEMPTS, streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
+from mcp.shared.dispatcher import CallOptions, ProgressFnT
+from mcp.shared.exceptions import MCPError
+from mcp_types import methods as mcp_methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from adapters.http.proxy import loopback_mounts
+from adapters.http.tls import added_cas, ca_file_trust, certificate_failure, configured_ca_file, server_of, system_cas
+from adapters.mcp.get_stream import GetStreamWatch
+from adapters.mcp.http import RESUMED_TOO_OFTEN, answer_too_large, bound_answer, quiet_sdk_refusals
+from adapters.mcp.notices import NoticeClient, NoticePosts
+from adapters.mcp.stdio import LINE_LIMIT, MAX_LINE, UNREADABLE, StdioChild, redact
+from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
+from bridge.translate.mcp import progress_from_mcp, result_from_mcp, tool_from_mcp
+from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent, off_loop_when
+
+__all__ = ["MCPConfig", "MCPUpstream", "ProtocolMode"]
+
+log = logging.getLogger("bridge.adapters.mcp")
+
+ProtocolMode = Literal["auto", "legacy", "2026-07-28"]
+_PYTHON_NAMES = ("python", "python3")
+_LISTEN_RETRY = (0.5, 30.0)  # first and longest pause before re-opening a dropped listen stream
+_RESOURCE_NOT_FOUND = -32002  # resources/read of an unknown URI, before 2026-07-28
+_RELIST_GAP = 1.0  # seconds: change notices re-list at most this often (a burst or a loop costs one listing)
+# A session whose GET stream of server messages the SDK gave up on is replaced: at once the first
+# time, then after pauses doubling from the first to the longest, while the streams of the
+# sessions that follow are given up on within the longest pause of their start.
+_RENEW_RETRY = (5.0, 300.0)
+# A tools/list page of this many tools or more is checked, and a listing of as many converted, on a
+# worker thread: both cost about 80 µs a tool, and done on the event loop, a listing of 20,000 tools
+# held every call the bridge serves for 1.4 s at a time (bench/bench_mcp_upstream.py, listing table).
+# Parsing a page's message is not moved: the parser holds the interpreter throughout, wherever it runs.
+OFF_LOOP_TOOLS = 100
+
+
+def _client_info() -> types.Implementation:
+    try:
+        version = metadata.version("a2t-bridge")
+    except metadata.PackageNotFoundError:
+        version = "0"
+    return types.Implementation(name="a2t-bridge", version=version)
+
+
+# What the bridge answers a server that asks it, as a client, for what it does not declare. The MCP
+# spec has a client without the roots capability answer -32601 (method not found), and one sent an
+# elicitation/create of a mode it did not declare answer -32602 (invalid params); it names no code
+# for sampling, so -32601, JSON-RPC's answer for a method not offered. The SDK's default is -32600
+# (invalid request) for all three.
+_REFUSALS: dict[type[Any], tuple[int, str]] = {
+    types.CreateMessageRequest: (types.METHOD_NOT_FOUND, "Sampling not supported"),
+    types.ElicitRequest: (types.INVALID_PARAMS, "Elicitation not supported"),
+    types.ListRootsRequest: (types.METHOD_NOT_FOUND, "List roots not supported"),
+}
+
+
+class _BridgeClient(Client):
+    """The SDK's client, but a server asking for `sampling/createMessage`, `elicitation/create` or
+    `roots/list` gets the error the MCP spec asks of a client without the capability (`_REFUSALS`),
+    and `on_refused(method)` is called. The bridge declares none of them (a federated tool's caller
+    is not the bridge's to ask), and the SDK would declare each one a callback is given for, so the
+    session's dispatch answers the request before the callback table is looked at."""
+
+    def __init__(self, *args: Any, on_refused: Callable[[str], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.on_refused = on_refused
+
+    async def _build_session(self, exit_stack: AsyncExitStack) -> ClientSession:
+        session = await super()._build_session(exit_stack)
+        dispatch = session.dispatch_input_request
+
+        async def refused(ctx: ClientRequestContext, request: types.InputRequest) -> types.InputResponse | types.ErrorData:
+            refusal = _REFUSALS.get(type(request))
+            if refusal is None:
+                return await dispatch(ctx, request)
+            code, message = refusal
+            self.on_refused(request.method)
+            return types.ErrorData(code=code, message=message, data=request.method)
+
+        session.dispatch_input_request = refused  # type: ignore[method-assign]
+        return session
+
+
+class MCPConfig(UpstreamConfig):
+    """An MCP server: `command` (with `args`, `env`, `cwd`) runs it as a child over stdio, `url`
+    (with `headers`) reaches it over streamable HTTP. Exactly one of the two."""
+
+    command: str | None = Field(default=None, description="stdio: program to run (python/python3 = the bridge's own interpreter)")
+    args: list[str] = Field(default_factory=list, description="stdio: its arguments")
+    env: dict[str, str] = Field(default_factory=dict, description="stdio: variables added to a minimal environment")
+    cwd: str | None = Field(default=None, description="stdio: working folder, relative to the config file's folder")
+    url: str | None = Field(default=None, description="streamable HTTP endpoint, e.g. http://127.0.0.1:9001/mcp")
+    headers: dict[str, str] = Field(default_factory=dict, description="HTTP: headers sent with every request")
+    ca_file: str | None = Field(default=None, description="HTTP: PEM file of CA certificates the server's is checked against, beside the system's")
+    protocol: ProtocolMode = Field(default="auto", description="auto | legacy (handshake era) | 2026-07-28")
+    ping_interval: float | None = Field(default=30.0, gt=0, description="liveness probe every N seconds; null = off")
+    ping_timeout: float = Field(default=10.0, gt=0, description="seconds a liveness probe may take")
+    shutdown_timeout: float = Field(default=2.0, ge=0, description="stdio: seconds to exit after stdin closes")
+    max_pages: int = Field(default=1000, ge=1, description="most tools/list pages read in one listing")
+    max_line_bytes: int = Field(default=MAX_LINE, ge=1024, description="stdio: longest message (one line) read from the server, bytes")
+    max_response_bytes: int = Field(default=16 << 20, ge=1024,
+                                     description="HTTP: largest answer read (a JSON body, one POST's event stream, one event of a session-long stream)")
+
+    _ca_file_readable = field_validator("ca_file")(configured_ca_file)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPConfig:
+        if bool(self.command) == bool(self.url):
+            raise ConfigValueError("give exactly one of `command` (a stdio server) or `url` (a streamable HTTP server)",
+                                   "keep one of the two" if self.command else "add `command: ...` to run the server, or `url: http://...` to reach it")
+        if self.url:
+            if self.args or self.env or self.cwd:
+                raise ConfigValueError("`args`, `env` and `cwd` apply to stdio servers (`command`), not to `url`",
+                                       "remove them, or run the server with `command` instead of `url`")
+            if urllib.parse.urlsplit(self.url).scheme not in ("http", "https"):
+                raise ConfigValueError(f"`url` must start with http:// or https:// (got {self.url!r})",
+                                       "write the server's streamable HTTP endpoint, e.g. http://127.0.0.1:9001/mcp")
+        if self.command and self.headers:
+            raise ConfigValueError("`headers` apply to HTTP servers (`url`), not to `command`",
+                                   "remove `headers` (a stdio server takes `env`), or reach the server with `url`")
+        if self.command and self.ca_file:
+            raise ConfigValueError("`ca_file` applies to HTTPS servers (`url`), not to `command`",
+                                   "remove `ca_file`, or reach the server with `url`")
+        return self
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        return "stdio" if self.command else "http"
+
+    def argv(self) -> list[str]:
+        assert self.command is not None
+        command = sys.executable if self.command in _PYTHON_NAMES else self.command
+        return [command, *self.args]
+
+    def working_dir(self) -> str:
+        return self.resolve_path(self.cwd) if self.cwd else self.resolve_path(".")
+
+    def secrets(self) -> list[str]:
+        """Values that must never reach a log line or an error text."""
+        return [*self.env.values(), *self.headers.values()]
+
+    def display_url(self) -> str:
+        """The URL without credentials or query, for messages."""
+        parts = urllib.parse.urlsplit(self.url or "")
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+class MCPUpstream(Upstream):
+    kind: ClassVar[str] = "mcp"
+    config_model: ClassVar[type[UpstreamConfig]] = MCPConfig
+    reads_resources: ClassVar[bool] = True
+
+    def __init__(self, config: UpstreamConfig) -> None:
+        super().__init__(config)
+        self.config: MCPConfig = config  # type: ignore[assignment]
+        self._client: Client | None = None
+        self._owner: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._wake = asyncio.Event()
+        self._probe_now = asyncio.Event()  # a liveness probe is wanted before ping_interval is up
+        self._doubt: asyncio.Future[None] | None = None  # a probe asked by an HTTP 400, until it ends
+        self._http_session: dict[str, str] = {}  # the headers naming the HTTP session (id, protocol version)
+        self._session_forgotten = False  # the server said it no longer knows the HTTP session
+        self._closing = False
+        self._lost_reason: str | None = None
+        self._child: StdioChild | None = None
+        self.protocol_version: str | None = None
+        self.server_info: types.Implementation | None = None
+        self.skipped_tools: dict[str, str] = {}  # tool name -> why the last listing left it out
+        self._relist_asked = False  # a tools_changed event is out (or timed) and no listing has begun since
+        self._relist_timer: asyncio.TimerHandle | None = None
+        self._listed_at = float("-inf")
+        self._connected_at = float("-inf")
+        self._stream_renewals = 0  # sessions replaced in a row because their GET stream was given up on
+        self._renew_timer: asyncio.TimerHandle | None = None
+        self._refused_methods: set[str] = set()  # requests of the server refused so far (each logged once)
+        self._notices: NoticePosts | None = None  # the HTTP session's POSTs that carry no request
+        self.lost_notifications: dict[str, int] = {}  # method -> POSTs of it the server never answered
+        self._session_listed = False  # the session's first listing is done (its start is over)
+        self._certificate: str | None = None  # a server certificate that failed its check, since start
+        self._tls: ssl.SSLContext | None = None  # with the CAs of `ca_file`, read at each start
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        if self._owner is not None:
+            await self.close()
+        self._closing = False
+        self._lost_reason = None
+        self._wake = asyncio.Event()
+        self._probe_now = asyncio.Event()
+        self._doubt = None
+        self._http_session = {}
+        self._session_forgotten = False
+        self._notices = None
+        self._session_listed = False
+        self._certificate = None
+        cfg = self.config
+        self._tls = added_cas(cfg.resolve_path(cfg.ca_file), cfg.ca_file) if cfg.ca_file else None
+        self._cancel_relist()
+        self._cancel_renewal()
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if start() gave up
+        self._ready = ready
+        self._owner = asyncio.create_task(self._own_session(ready), name=f"mcp-session:{self.name}")
+        try:
+            await asyncio.shield(ready)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        self._closing = True
+        self._cancel_relist()
+        self._cancel_renewal()
+        owner, self._owner = self._owner, None
+        self._client = None
+        if owner is None:
+            return
+        self._wake.set()
+        if self._ready is not None and not self._ready.done():
+            owner.cancel()  # still connecting: nothing to wind down politely (the child is still reaped)
+        # The owner leaves the session and stops the child; bounded even for a child that ignores
+        # SIGTERM. asyncio.wait does not cancel the owner if close() itself is cancelled.
+        done, _ = await asyncio.wait({owner}, timeout=self.config.shutdown_timeout + 6)
+        if not done:
+            owner.cancel()
+            await asyncio.wait({owner}, timeout=5)
+
+    async def _own_session(self, ready: asyncio.Future[None]) -> None:
+        """Open the transport and session, serve until told to stop or the connection dies, and
+        close both, all in this one task (the SDK's cancel scopes require it)."""
+        failure: BaseException | None = None
+        try:
+            async with AsyncExitStack() as stack:
+                client = _BridgeClient(
+                    await self._transport(stack),
+                    mode=self.config.protocol,
+                    cache=None,  # a federating bridge always wants the server's current answer
+                    message_handler=self._on_message,
+                    logging_callback=self._on_log,
+                    client_info=_client_info(),
+                    on_refused=self._on_refused,
+                )
+                await stack.enter_async_context(client)
+                if self.config.protocol in MODERN_PROTOCOL_VERSIONS:
+                    await self._discover(client)
+                self.protocol_version = client.protocol_version
+                self.server_info = client.server_info
+                async with anyio.create_task_group() as tasks:
+                    if self.protocol_version in MODERN_PROTOCOL_VERSIONS and _lists_change(client):
+                        tasks.start_soon(self._listen, client)
+                    if self.config.ping_interval or self.config.transport == "http":
+                        tasks.start_soon(self._keepalive, client)
+                    self._client = client
+                    self._connected_at = asyncio.get_running_loop().time()
+                    ready.set_result(None)
+                    log.info("mcp upstream %s: connected (protocol %s)", self.name, self.protocol_version)
+                    await self._wake.wait()
+                    tasks.cancel_scope.cancel()
+        except BaseException as exc:  # noqa: BLE001 - the owner reports every ending, none escapes
+            failure = exc
+        finally:
+            self._client = None
+        if not ready.done():
+            text = self._failure_text(failure, connecting=True)
+            certificate = self._certificate or (self._certificate_failure(_leaf(failure)) if failure is not None else None)
+            error: Exception = (BridgeError(text, error_class="dependency_unavailable", recoverability="setup") if certificate
+                                else ConnectionError(text))
+            error.__cause__ = _leaf(failure) if failure is not None else None  # what the catalog looks at (EMFILE, say)
+            ready.set_exception(error)
+            return
+        if not self._closing:
+            reason = self._lost_reason or self._failure_text(failure, connecting=False)
+            self._lost_reason = reason
+            log.warning("mcp upstream %s unavailable: %s", self.name, reason)
+            self.emit(UpstreamEvent("unavailable", reason=reason))
+
+    async def _transport(self, stack: AsyncExitStack) -> Any:
+        cfg = self.config
+        if cfg.transport == "stdio":
+            self._child = StdioChild(
+                self.name,
+                cfg.argv(),
+                env=get_default_environment() | cfg.env,
+                cwd=cfg.working_dir(),
+                shutdown_timeout=cfg.shutdown_timeout,
+                secrets=cfg.secrets(),
+                on_lost=self._on_child_lost,
+                max_line=cfg.max_line_bytes,
+            )
+            return self._child.connect()
+        read_timeout = max(MCP_DEFAULT_SSE_READ_TIMEOUT, cfg.timeout * 2)
+        quiet_sdk_refusals()
+        # until the first listing, half of start_timeout at most, so that the listing has the other half
+        self._notices = NoticePosts(min(cfg.ping_timeout, cfg.start_timeout / 2), self._notice_lost)
+        # the SDK's create_mcp_http_client, with the TLS context made once
+        http = NoticeClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
+                            verify=self._tls or system_cas(), event_hooks={"response": [self._on_http_response]},
+                            mounts=loopback_mounts(cfg.url), watch=GetStreamWatch(self._get_stream_given_up), notices=self._notices,
+                            on_error=self._on_http_error)
+        await stack.enter_async_context(http)
+        stack.push_async_callback(self._end_http_session, http)  # once the session has closed, before the client
+        assert cfg.url is not None
+        return streamable_http_client(cfg.url, http_client=http, terminate_on_close=False, max_sse_event_size=cfg.max_response_bytes)
+
+    async def _discover(self, client: Client) -> None:
+        """A pinned modern version skips the probe; ask the server for its real capabilities
+        (whether it serves change subscriptions) and keep the pin if it does not answer."""
+        try:
+            with anyio.fail_after(self.config.ping_timeout):
+                raw = await client.session.send_discover(self.config.protocol)
+            client.session.adopt(types.DiscoverResult.model_validate(raw))
+        except (MCPError, TimeoutError, ValueError, RuntimeError) as exc:
+            log.info("mcp upstream %s: server/discover not answered (%s); keeping %s", self.name, exc, self.config.protocol)
+
+    async def _on_http_response(self, response: httpx2.Response) -> None:
+        """A server that restarted, or ended the session, answers the session's requests with 404,
+        after which MCP has the client open a new session: the session is over at once (its
+        request was not run), and the upstream connects again. Servers built on the TypeScript
+        SDK's example answer 400 instead, which a request the server found wrong gets too: a
+        liveness probe is sent now, and the request that got the 400 waits for its verdict
+        (`_settled`), so that it fails as `dependency_unavailable` when the session is gone.
+
+        Every answer is first bounded to `max_response_bytes` (adapters/mcp/http.py). The session
+        is known from the `initialize` answer that opens it, so that a start failing right after
+        it (a protocol version or a result the SDK refuses) still ends it (`_end_http_session`)."""
+        bound_answer(response, self.config.max_response_bytes, self.config.display_url())
+        request = response.request
+        if request.method == "DELETE":
+            return
+        if "mcp-session-id" not in request.headers:
+            # the initialize request is the one POST that names neither a session nor a protocol version
+            opened = response.headers.get("mcp-session-id")
+            if opened and request.method == "POST" and "mcp-protocol-version" not in request.headers and response.is_success:
+                self._http_session = {"mcp-session-id": opened}
+            return
+        self._http_session = {name: request.headers[name] for name in _SESSION_HEADERS if name in request.headers}
+        if self._closing or response.status_code not in (400, 404):
+            return
+        if response.status_code == 400:
+            if self._doubt is None:
+                self._doubt = asyncio.get_running_loop().create_future()
+            self._probe_now.set()
+            return
+        self._session_forgotten = True
+        if not self._wake.is_set():
+            self._lost_reason = f"{self.config.display_url()} answered HTTP 404 for the session: the server ended it or restarted"
+            self._wake.set()
+
+    def _notice_lost(self, method: str, bound: float, error: Exception | None) -> None:
+        """The server did not answer, within `bound` seconds, the POST of a notification (or of
+        an answer to its own request), or the POST failed (`error`); the session went on without
+        it. Said once per method at WARNING, again at INFO, and counted in `health()`."""
+        seen = self.lost_notifications.get(method, 0)
+        self.lost_notifications[method] = seen + 1
+        url = self.config.display_url()
+        if error is None:
+            what = f"{url} did not answer the POST of {method} within {bound:g}s"
+        else:
+            failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            what = f"the POST of {method} to {url} failed ({redact(failure, self.config.secrets())})"
+        log.log(logging.INFO if seen else logging.WARNING, "mcp upstream %s: %s; it was abandoned (counted lost) and the session goes on%s",
+                self.name, what, "" if seen else "; the next ones lost are logged at INFO")
+
+    @property  # type: ignore[override]
+    def phase(self) -> str | None:
+        """What a start over HTTP that takes a while waits for: the answer to a notification's
+        POST (`notifications/initialized`), or, that one lost, the listing. The catalog gives it as
+        the reason of an upstream still connecting, and of a start_timeout."""
+        notices = self._notices
+        if notices is None or self._session_listed:
+            return None
+        waiting = sorted(set(notices.waiting.values()))
+        if waiting:
+            return f"waiting for {self.config.display_url()} to answer the POST of {', '.join(waiting)}"
+        if notices.lost:
+            return f"listing the tools; {self.config.display_url()} did not answer the POST of {', '.join(sorted(notices.lost))}"
+        return None
+
+    def _on_http_error(self, exc: Exception) -> None:
+        """A request without an answer: a server certificate that fails its check is kept, so that
+        the calls the lost session fails say so (the SDK fails them as a closed connection)."""
+        if (failure := self._certificate_failure(exc)) is not None:
+            self._certificate = failure
+
+    def _certificate_failure(self, exc: BaseException) -> str | None:
+        """`<url>: the certificate of host:port cannot be verified (...): <fix>`, or None."""
+        failure = certificate_failure(exc, trust=ca_file_trust(self.config.ca_file), address="url", server=server_of(self.config.url or ""),
+                                      verify_tls=False)
+        return f"{self.config.display_url()}: {failure}" if failure is not None else None
+
+    def _get_stream_given_up(self, why: str) -> None:
+        """The SDK stopped re-opening the session's GET stream, on which the server's change
+        notices come: the session is replaced by a new one (whose listing catches what was
+        missed), at once the first time; when the streams of the sessions that follow fail as
+        soon, after a pause (the tools re-listed meanwhile), lest a server whose every stream fails
+        be connected to again and again."""
+        if self._closing or self._wake.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._connected_at > _RENEW_RETRY[1]:
+            self._stream_renewals = 0  # a stream that held this long is no loop
+        pause = 0.0 if self._stream_renewals == 0 else min(_RENEW_RETRY[0] * 2 ** (self._stream_renewals - 1), _RENEW_RETRY[1])
+        self._stream_renewals += 1
+        reason = (f"{self.config.display_url()}: the stream of server messages (GET) failed {MAX_RECONNECTION_ATTEMPTS} times in a row "
+                  f"(last: {redact(why, self.config.secrets())}) and is no longer re-opened, so change notices would be lost")
+        log.warning("mcp upstream %s: %s; connecting a new session%s", self.name, reason, f" in {pause:g}s" if pause else "")
+        if not pause:
+            self._renew_session(reason)
+            return
+        self._tools_changed("GET stream given up")
+        self._renew_timer = loop.call_later(pause, self._renew_session, reason)
+
+    def _renew_session(self, reason: str) -> None:
+        self._renew_timer = None
+        if not self._closing and not self._wake.is_set():
+            self._lost_reason = reason
+            self._wake.set()
+
+    def _cancel_renewal(self) -> None:
+        if self._renew_timer is not None:
+            self._renew_timer.cancel()
+            self._renew_timer = None
+
+    async def _end_http_session(self, http: httpx2.AsyncClient) -> None:
+        """End the HTTP session with a DELETE, as MCP asks of a client that no longer needs it,
+        within `ping_timeout`; not when the server already said it does not know the session (a
+        404, or a 400 and a failed liveness probe), which the SDK's own DELETE did at every such
+        reconnect, logging `Session termination failed: 404` for an expected event. A DELETE that
+        fails is a warning when the bridge closes the session; when the session was lost, whose
+        reason is logged as a warning already (the server gone, say), it is logged at INFO."""
+        headers, self._http_session = self._http_session, {}
+        if "mcp-session-id" not in headers or self._session_forgotten:
+            return
+        assert self.config.url is not None
+        level = logging.WARNING if self._closing else logging.INFO
+        try:
+            with anyio.fail_after(self.config.ping_timeout):
+                response = await http.delete(self.config.url, headers={"accept": "application/json, text/event-stream", **headers})
+        except Exception as exc:  # noqa: BLE001 - the session is over either way
+            failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            log.log(level, "mcp upstream %s: ending the HTTP session failed: %s", self.name, redact(failure, self.config.secrets()))
+            return
+        if response.status_code == 404:
+            log.info("mcp upstream %s: the server no longer knew the HTTP session it was asked to end", self.name)
+        elif response.status_code not in (200, 202, 204, 405):  # 405: the server does not let clients end sessions
+            log.log(level, "mcp upstream %s: ending the HTTP session failed: HTTP %d", self.name, response.status_code)
+
+    async def _settled(self, exc: BaseException, what: str) -> BridgeError:
+        """`exc` as a BridgeError, once a liveness probe an HTTP 400 asked for has ended (at most
+        `ping_timeout`): a session the server no longer knows makes it `dependency_unavailable`."""
+        doubt = self._doubt
+        if doubt is not None and isinstance(exc, MCPError):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(doubt), self.config.ping_timeout + 1)
+        return self._call_error(exc, what)
+
+    def _on_child_lost(self, reason: str) -> None:
+        self._lost_reason = reason
+        self._wake.set()
+
+    def _failure_text(self, exc: BaseException | None, *, connecting: bool) -> str:
+        if self._child is not None and self._child.lost_reason:
+            return self._child.lost_reason
+        where = f"`{' '.join(self.config.argv()[:1])}`" if self.config.transport == "stdio" else self.config.display_url()
+        if exc is None:
+            return f"the session with {where} ended"
+        leaf = _leaf(exc)
+        if isinstance(leaf, FileNotFoundError) and self.config.transport == "stdio":
+            detail = f"cannot start {where}: {leaf.strerror or leaf}" + (f" ({leaf.filename})" if leaf.filename else "")
+        elif isinstance(leaf, httpx2.TransportError):
+            detail = self._certificate_failure(leaf) or f"HTTP connection to {where} failed: {type(leaf).__name__}: {leaf or 'no answer'}"
+        elif isinstance(leaf, MCPError):
+            detail = f"{where} answered with MCP error {leaf.code}: {leaf.message}"
+        elif isinstance(leaf, (TimeoutError, asyncio.CancelledError)):
+            detail = f"{where} did not answer"
+        else:
+            detail = f"{'connecting to' if connecting else 'session with'} {where} failed: {type(leaf).__name__}: {leaf}"
+        if self._child is not None and self._child.returncode is not None:
+            detail += f" ({self._child.describe_exit()})"
+        return redact(detail if len(detail) < 1000 else detail[:997] + "...", self.config.secrets())
+
+    # ------------------------------------------------------------------ session tasks
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._tools_changed("notifications/tools/list_changed")
+        elif isinstance(message, Exception):
+            log.warning("mcp upstream %s: transport error: %s", self.name, redact(str(message), self.config.secrets()))
+
+    def _on_refused(self, method: str) -> None:
+        """A server asked for what the bridge does not declare (it should not have): said once per
+        method, not at every call of a tool that asks."""
+        if method not in self._refused_methods:
+            self._refused_methods.add(method)
+            log.warning("mcp upstream %s: the server sent %s, which the bridge does not declare; refused", self.name, method)
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        """A log message of the server (`notifications/message`), logged as its stderr lines are:
+        at INFO, `debug` ones at DEBUG; an object as its JSON, cut to LINE_LIMIT characters."""
+        data = params.data if isinstance(params.data, str) else json.dumps(params.data, ensure_ascii=False, default=str)
+        if len(data) > LINE_LIMIT:
+            data = data[: LINE_LIMIT - 3] + "..."
+        where = f" {params.logger}" if params.logger else ""
+        log.log(logging.DEBUG if params.level == "debug" else logging.INFO, "mcp upstream %s: log %s%s: %s",
+                self.name, params.level, where, redact(data, self.config.secrets()))
+
+    def _tools_changed(self, reason: str) -> None:
+        """Ask the catalog to re-list, coalesced: while a request is out and no listing has begun
+        since, more notices fold into it, and re-lists begin at least _RELIST_GAP apart; a server
+        that announces changes in a loop costs one listing a gap, not one per notice, and a
+        change announced during a listing is still listed after it."""
+        if self._relist_asked or self._closing:
+            return
+        self._relist_asked = True
+        event = UpstreamEvent("tools_changed", reason=reason)
+        loop = asyncio.get_running_loop()
+        wait = self._listed_at + _RELIST_GAP - loop.time()
+        if wait <= 0:
+            self.emit(event)
+        else:
+            self._relist_timer = loop.call_later(wait, self._emit_relist, event)
+
+    def _emit_relist(self, event: UpstreamEvent) -> None:
+        self._relist_timer = None
+        if not self._closing:
+            self.emit(event)
+
+    def _listing_begun(self) -> None:
+        """A listing covers every change announced before it."""
+        self._cancel_relist()
+        self._listed_at = asyncio.get_running_loop().time()
+
+    def _cancel_relist(self) -> None:
+        if self._relist_timer is not None:
+            self._relist_timer.cancel()
+            self._relist_timer = None
+        self._relist_asked = False
+
+    async def _listen(self, client: Client) -> None:
+        """2026-07-28 delivers change notices only on a `subscriptions/listen` stream; keep one
+        open, re-open it when it drops (and re-list then: notices may have been missed)."""
+        pause = _LISTEN_RETRY[0]
+        while True:
+            try:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    pause = _LISTEN_RETRY[0]
+                    async for _event in subscription:
+                        self._tools_changed("subscriptions/listen")
+            except ListenNotSupportedError:
+                return
+            except Exception as exc:  # noqa: BLE001 - a dropped stream is retried, never fatal
+                log.info("mcp upstream %s: listen stream ended: %s", self.name, exc)
+            await anyio.sleep(pause)
+            pause = min(pause * 2, _LISTEN_RETRY[1])
+            self._tools_changed("listen stream re-opened")
+
+    async def _keepalive(self, client: Client) -> None:
+        """A server that stops answering is reported like one that went away. It is probed every
+        `ping_interval` seconds (if any), and at once when an HTTP answer asks for it."""
+        try:
+            while True:
+                with anyio.move_on_after(self.config.ping_interval):
+                    await self._probe_now.wait()
+                self._probe_now.clear()
+                doubt = self._doubt
+                try:
+                    with anyio.fail_after(self.config.ping_timeout):
+                        if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                            await client.session.send_discover(self.protocol_version)  # ping is gone in this era
+                        else:
+                            await client.session.send_ping()
+                except MCPError as exc:
+                    if exc.code == types.METHOD_NOT_FOUND:
+                        self._clear_doubt(doubt)
+                        continue  # answered, just not this method: alive
+                    self._lost_reason = self._failure_text(exc, connecting=False)
+                    if doubt is not None:
+                        self._session_forgotten = True
+                        self._lost_reason = (f"{self.config.display_url()} answered HTTP 400 for the session, and a liveness "
+                                             f"probe failed: the server ended it or restarted ({self._lost_reason})")
+                except TimeoutError:
+                    self._lost_reason = f"no answer to a liveness probe within {self.config.ping_timeout:g}s"
+                except Exception as exc:  # noqa: BLE001
+                    self._lost_reason = self._failure_text(exc, connecting=False)
+                else:
+                    self._clear_doubt(doubt)
+                    continue
+                self._wake.set()
+                return
+        finally:
+            self._clear_doubt(self._doubt)
+
+    def _clear_doubt(self, doubt: asyncio.Future[None] | None) -> None:
+        """The probe `doubt` waited for has ended (the session lost, if it was)."""
+        if doubt is None:
+            return
+        if self._doubt is doubt:
+            self._doubt = None
+        if not doubt.done():
+            doubt.set_result(None)
+
+    # ------------------------------------------------------------------ listing and calls
+
+    def _session(self) -> Client:
+        client = self._client
+        if client is None:
+            if self._certificate is not None:
+                raise self._unavailable("not connected")
+            raise BridgeError(
+                f"MCP upstream {self.name!r} is not connected: {self._lost_reason or 'starting'}",
+                error_class="dependency_unavailable",
+                recoverability="retry_later",
+                retry_after=self.config.retry_initial,
+            )
+        return client
+
+    async def list_tools(self) -> list[UpstreamTool]:
+        client = self._session()
+        self._listing_begun()
+        tools: list[types.Tool] = []
+        skipped: dict[str, str] = {}
+        cursor: str | None = None
+        seen: set[str] = set()
+        for number in range(self.config.max_pages):
+            try:
+                raw = await _send_raw(client, types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor)))
+                page, cursor = await off_loop_when(_entries(raw) >= OFF_LOOP_TOOLS, self._tools_page, raw, number, skipped)
+                # What the session derives from a listing, as the SDK's Client.list_tools has it kept
+                # (the same private call): output schemas to check results against, and on
+                # 2026-07-28 the x-mcp-header maps (dropping tools whose are invalid, as required).
+                listing = types.ListToolsResult(tools=page, next_cursor=cursor)
+                page = client.session._absorb_tool_listing(listing, complete=number == 0 and not cursor).tools
+            except Exception as exc:
+                raise await self._settled(exc, "tools/list") from None
+            tools.extend(page)
+            if not cursor:
+                break
+            if cursor in seen:
+                raise BridgeError(f"MCP upstream {self.name!r} repeated the tools/list cursor {cursor!r}", error_class="execution_failed")
+            seen.add(cursor)
+        else:
+            log.warning("mcp upstream %s: tools/list still had pages after max_pages=%d", self.name, self.config.max_pages)
+        tools = _named_once(tools, skipped)
+        if skipped != self.skipped_tools:  # said once, not at every re-list
+            for name, why in skipped.items():
+                log.warning("mcp upstream %s: skipped tool %r: %s", self.name, name, why)
+        self.skipped_tools = skipped
+        self._session_listed = True
+        if self._notices is not None:
+            self._notices.bound = self.config.ping_timeout
+        return await off_loop_when(len(tools) >= OFF_LOOP_TOOLS, self._converted, tools)
+
+    def _converted(self, tools: list[types.Tool]) -> list[UpstreamTool]:
+        return [
+            tool_from_mcp(
+                tool.model_dump(by_alias=True, exclude_none=True, mode="json"),
+                server_id=self.name,
+                protocol_version=self.protocol_version,
+            )
+            for tool in tools
+        ]
+
+    def _tools_page(self, raw: dict[str, Any], number: int, skipped: dict[str, str]) -> tuple[list[types.Tool], str | None]:
+        """One tools/list page checked tool by tool with the SDK's types for the negotiated
+        version: a tool they reject goes to `skipped` (its name and why), the others are kept."""
+        version = self.protocol_version or types.LATEST_PROTOCOL_VERSION
+        entries = raw.get("tools")
+        head = {key: value for key, value in raw.items() if key != "tools"}
+        if not isinstance(entries, list):
+            _check_result("tools/list", version, raw)  # the SDK's own words for what is wrong
+            raise TypeError("the tools/list result has no list of tools")
+        _check_result("tools/list", version, {**head, "tools": []})  # the page itself: cursor, cache hints
+        cursor = head.get("nextCursor")
+        tools: list[types.Tool] = []
+        for index, entry in enumerate(entries):
+            name = entry.get("name") if isinstance(entry, dict) else None
+            label = name if isinstance(name, str) else f"#{index + 1} of page {number + 1}"
+            try:
+                _check_result("tools/list", version, {**head, "tools": [entry]})
+            except ValidationError as exc:
+                skipped[label] = validation_line(exc, skip=2)  # the path starts tools.0
+                continue
+            try:
+                tools.append(types.Tool.model_validate(entry, by_name=False))
+            except ValidationError as exc:
+                skipped[label] = validation_line(exc)
+        return tools, cursor if isinstance(cursor, str) else None
+
+    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+        client = self._session()
+
+        async def forward_progress(progress: float, total: float | None, message: str | None) -> None:
+            await ctx.report_progress(**progress_from_mcp(progress, total, message))
+
+        request = types.CallToolRequest(params=types.CallToolRequestParams(name=native_id, arguments=arguments))
+        progress = forward_progress if ctx.progress_sink is not None else None
+        # Cancelling this coroutine (the pipeline's timeout, or the caller going away) makes the
+        # SDK send notifications/cancelled for the request (or abort its POST on 2026-07-28 HTTP).
+        try:
+            try:
+                raw = await _send_raw(client, request, progress)
+            except MCPError as exc:
+                if exc.code != types.HEADER_MISMATCH or self.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                    raise
+                # 2026-07-28: the tool's listed schema is stale; re-list (which refreshes the
+                # session's header maps) and send once more, as the SDK's call_tool does.
+                await self.list_tools()
+                self._tools_changed(f"tools/call {native_id}: header mismatch")
+                raw = await _send_raw(client, request, progress)
+            result = await self._call_result(client, native_id, raw)
+        except Exception as exc:
+            raise await self._settled(exc, native_id) from None
+        native_ref = {
+            "source": "mcp",
+            "server_id": self.name,
+            "tool_name": native_id,
+            "method": "tools/call",
+            "mcp_protocol_version": self.protocol_version,
+        }
+        return result_from_mcp(result, native_ref=native_ref)
+
+    async def read_resource(self, uri: str) -> list[dict[str, Any]]:
+        """`resources/read` of `uri` on the session: the contents as the server gave them. A
+        server that knows no such resource (`-32002`, or `-32602` as 2026-07-28 has it) is
+        `resource_not_found`."""
+        client = self._session()
+        what = f"resources/read {uri[:200]}"
+        try:
+            result = await client.read_resource(uri)
+        except MCPError as exc:
+            if exc.code in (_RESOURCE_NOT_FOUND, types.INVALID_PARAMS) and not self._wake.is_set():
+                text = redact(exc.message, self.config.secrets())
+                raise BridgeError(f"{what}: {text}", error_class="invalid_arguments", error_code="resource_not_found",
+                                  recoverability="change_arguments",
+                                  native_error_ref={"source": "mcp", "code": exc.code, "message": text}) from None
+            raise await self._settled(exc, what) from None
+        except Exception as exc:
+            raise await self._settled(exc, what) from None
+        return [content.model_dump(by_alias=True, exclude_none=True, mode="json") for content in result.contents]
+
+    async def _call_result(self, client: Client, name: str, raw: dict[str, Any]) -> dict[str, Any]:
+        """A tools/call result checked piece by piece with the SDK's types: the result without
+        its content as a whole (and its structured content against the tool's outputSchema,
+        as the SDK's call_tool does), then each content block on its own, so a block of a
+        type the SDK does not know, or one it cannot read, is kept as it came, not the cause
+        of throwing away a call that already ran."""
+        version = self.protocol_version or types.LATEST_PROTOCOL_VERSION
+        if version in MODERN_PROTOCOL_VERSIONS and raw.get("resultType") == "input_required":
+            wanted = types.InputRequiredResult.model_validate(raw, by_name=False)
+            kinds = sorted({request.method for request in (wanted.input_requests or {}).values()})
+            raise BridgeError(
+                f"{name}: the server asked for input the bridge cannot give ({', '.join(kinds) or 'input_required'})",
+                error_class="execution_failed",
+            )
+        blocks = raw.get("content")
+        if not isinstance(blocks, list):
+            _check_result("tools/call", version, raw)  # the SDK's own words for what is wrong
+            raise TypeError("the tools/call result has no list of content blocks")
+        rest = {key: value for key, value in raw.items() if key != "content"} | {"content": []}
+        _check_result("tools/call", version, rest)
+        result = types.CallToolResult.model_validate(rest, by_name=False)
+        if not result.is_error:
+            await client.session.validate_tool_result(name, result)
+        wire = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+        wire["content"] = [self._content_block(name, block) for block in blocks]
+        return wire
+
+    def _content_block(self, tool: str, block: Any) -> Any:
+        """One content block, checked with the SDK's model of its type; kept as it came when
+        the SDK knows no such type or rejects it (the caller still gets what the tool said)."""
+        kind = block.get("type") if isinstance(block, dict) else None
+        model = _CONTENT_MODELS.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            log.info("mcp upstream %s: %s returned a content block of type %r, unknown to the SDK; kept as it came",
+                     self.name, tool, kind if kind is not None else type(block).__name__)
+            return block
+        try:
+            return model.model_validate(block, by_name=False).model_dump(by_alias=True, exclude_none=True, mode="json")
+        except ValidationError as exc:
+            log.warning("mcp upstream %s: %s returned a %s block the SDK rejects (%s); kept as it came", self.name, tool, kind, validation_line(exc))
+            return block
+
+    def _call_error(self, exc: BaseException, what: str) -> BridgeError:
+        """A failed request as a BridgeError with the right class."""
+        secrets = self.config.secrets()
+        if isinstance(exc, BridgeError):
+            return exc
+        if isinstance(exc, MCPError):
+            ref = {"source": "mcp", "code": exc.code, "message": redact(exc.message, secrets)}
+            text = redact(exc.message, secrets)
+            if exc.code in (types.PARSE_ERROR, types.CONNECTION_CLOSED) and answer_too_large(exc.message, self.config.max_response_bytes):
+                # made up by the SDK for an answer refused past max_response_bytes; the session goes on
+                return BridgeError(f"{what}: {self.config.display_url()} answered more than max_response_bytes={self.config.max_response_bytes}",
+                                   error_class="result_too_large", recoverability="change_arguments", status="too_large", native_error_ref=ref)
+            if exc.code == types.CONNECTION_CLOSED and RESUMED_TOO_OFTEN in exc.message:
+                # made up by the SDK for an answer whose stream the server kept ending; the session goes on
+                return BridgeError(f"{what}: {text.removeprefix('SSE stream failed: ')}", error_class="execution_failed", native_error_ref=ref)
+            if exc.code == types.CONNECTION_CLOSED or self._client is None or self._wake.is_set():
+                return self._unavailable(f"the connection closed during {what}")
+            if isinstance(exc.data, dict) and UNREADABLE in exc.data:
+                # made up by the stdio transport for an answer it could not read: the call may
+                # have run, so it fails now, never as a timeout that invites a retry
+                if exc.data[UNREADABLE] == "too_long":
+                    return BridgeError(f"{what}: {text}", error_class="result_too_large", recoverability="change_arguments", native_error_ref=ref)
+                return BridgeError(f"{what}: {text}", error_class="execution_failed", native_error_ref=ref)
+            if exc.code == types.REQUEST_TIMEOUT:
+                return BridgeError(f"{what}: {text}", error_class="timeout", recoverability="retry", status="timed_out", native_error_ref=ref)
+            if exc.code == types.INVALID_PARAMS:
+                if "unknown tool" in text.lower() or "not found" in text.lower():
+                    self._tools_changed(f"server does not know {what}")
+                    return BridgeError(f"{what}: {text}", error_class="unknown_tool", recoverability="change_arguments", native_error_ref=ref)
+                return BridgeError(f"{what}: {text}", error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref)
+            if exc.code == types.METHOD_NOT_FOUND:
+                return BridgeError(f"{what}: {text}", error_class="capability_gap", native_error_ref=ref)
+            if exc.code == types.URL_ELICITATION_REQUIRED:
+                return BridgeError(f"{what}: {text}", error_class="setup_required", recoverability="setup", status="denied", native_error_ref=ref)
+            return BridgeError(f"{what}: MCP error {exc.code}: {text}", error_class="execution_failed", native_error_ref=ref)
+        if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, httpx2.TransportError)) or self._client is None:
+            return self._unavailable(f"{what} failed: {type(exc).__name__}")
+        if isinstance(exc, ValidationError):
+            return BridgeError(f"{what}: the server's result is not valid MCP {self.protocol_version}: {redact(validation_line(exc), secrets)}",
+                               error_class="execution_failed")
+        # The SDK raises RuntimeError for results it rejects (structured content not matching
+        # the declared outputSchema).
+        return BridgeError(f"{what}: {redact(str(exc), secrets) or type(exc).__name__}", error_class="execution_failed")
+
+    def _unavailable(self, what: str) -> BridgeError:
+        if self._certificate is not None:
+            # a setup problem, not an outage: every attempt fails alike until the CA is trusted
+            return BridgeError(f"MCP upstream {self.name!r}: {what}: {self._certificate}", error_class="dependency_unavailable",
+                               recoverability="setup")
+        reason = self._lost_reason or (self._child.lost_reason if self._child else None)
+        return BridgeError(
+            f"MCP upstream {self.name!r} is unavailable: {reason or what}",
+            error_class="dependency_unavailable",
+            recoverability="retry_later",
+            retry_after=self.config.retry_initial,
+        )
+
+    async def health(self) -> dict[str, Any]:
+        details: dict[str, Any] = {"transport": self.config.transport, "protocol_version": self.protocol_version}
+        if self.server_info is not None:
+            details["server"] = {"name": self.server_info.name, "version": self.server_info.version}
+        if self._child is not None:
+            details["pid"] = self._child.pid
+            details["stderr_tail"] = list(self._child.stderr_tail)[-5:]
+        if self.skipped_tools:
+            details["skipped_tools"] = dict(self.skipped_tools)
+        if self.lost_notifications:
+            details["lost_notifications"] = dict(self.lost_notifications)
+        return details
+
+
+def _lists_change(client: Client) -> bool:
+    tools = client.server_capabilities.tools
+    return bool(tools and tools.list_changed)
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real error inside exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        exc = (inner or list(exc.exceptions))[0]
+    return exc
+
+
+_SESSION_HEADERS = ("mcp-session-id", "mcp-protocol-version")  # what names an HTTP session to its server
+
+
+_CONTENT_MODELS: dict[str, type[Any]] = {
+    "text": types.TextContent,
+    "image": types.ImageContent,
+    "audio": types.AudioContent,
+    "resource_link": types.ResourceLink,
+    "resource": types.EmbeddedResource,
+}
+
+
+async def _send_raw(
+    client: Client,
+    request: types.ListToolsRequest | types.CallToolRequest,
+    progress_callback: ProgressFnT | None = None,
+) -> dict[str, Any]:
+    """Send `request` on the client's session as `ClientSession.send_request` does (the era's
+    `_meta` and headers stamped; progress, timeout and cancellation wired by the dispatcher)
+    and return its result as it came. send_request checks a result whole, so one part the
+    SDK's types reject (one tool, one content block of a newer type) would throw the rest
+    away; the callers check the pieces instead. The SDK's own `subscriptions/listen` sends the
+    same way, through the same two private members of the session."""
+    session = client.session
+    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    opts: CallOptions = {}
+    session._stamp(data, opts)
+    if client.read_timeout_seconds is not None:
+        opts["timeout"] = client.read_timeout_seconds
+    if progress_callback is not None:
+        opts["on_progress"] = progress_callback
+    raw = await session._dispatcher.send_raw_request(data["method"], data.get("params"), opts)
+    ttl = raw.get("ttlMs")
+    if isinstance(ttl, int | float) and not isinstance(ttl, bool) and ttl < 0:
+        raw["ttlMs"] = 0  # the SDK floors a negative cache hint too (2026-07-28 caching SHOULD)
+    return raw
+
+
+def _entries(raw: dict[str, Any]) -> int:
+    tools = raw.get("tools")
+    return len(tools) if isinstance(tools, list) else 0
+
+
+def _check_result(method: str, version: str, data: dict[str, Any]) -> None:
+    """Check `data` against the SDK's table of `method` results at `version`, as
+    `ClientSession.send_request` does (raises pydantic's ValidationError)."""
+    try:
+        mcp_methods.validate_server_result(method, version, data)
+    except KeyError:
+        pass  # the SDK has no table for it at this version: nothing to check against
+
+
+def _named_once(tools: list[types.Tool], skipped: dict[str, str]) -> list[types.Tool]:
+    """The tools of a listing with a name, each name once (the first kept): a tool is called by
+    its name, so a nameless one cannot be, and a second of a name would never be."""
+    kept: dict[str, types.Tool] = {}
+    for index, tool in enumerate(tools):
+        if not tool.name.strip():
+            skipped[f"#{index + 1} of the listing"] = "a tool needs a name"
+        elif tool.name in kept:
+            skipped[tool.name] = "another tool of the listing has this name (the first is kept)"
+        else:
+            kept[tool.name] = tool
+    return list(kept.values())

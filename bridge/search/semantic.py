@@ -1,0 +1,570 @@
+"""Optional semantic stage of tool search: the best keyword (BM25) candidates of a query are
+reranked by mixing their keyword score with the cosine similarity of a sentence embedding of
+the query and of each tool. Tool embeddings are computed in the background as the catalog
+changes, kept in memory and, beside an on-disk index, in an append-only vector file keyed by
+the embedded text, so a restart (or the same tool under another upstream) embeds nothing again.
+
+The encoder is bridge.search.encoder's (a model shipped inside an installed package; nothing is
+downloaded). Without it the stage is simply absent and search ranks by keywords alone."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from cachetools import LRUCache
+
+from bridge.model import ToolDeclaration
+from bridge.search.encoder import Encoder, load_encoder
+from bridge.search.rank import described_schema, function_name, meaning_text, name_words, searched_description, unsaid
+from bridge.search.static import load_static
+
+__all__ = ["CANDIDATES", "WEIGHT", "SemanticStage", "choose_encoder", "tool_text", "vector_path"]
+
+log = logging.getLogger("bridge.search")
+
+# Keyword candidates reranked, and the weight of the cosine similarity against the keyword score
+# divided by the best candidate's. Measured on the development set (bench/search_quality.py):
+# the weight was chosen among 0.3, 0.5, 0.7 and reciprocal-rank fusion on one half of the
+# requests, and gains the same on the other half (+3.2 points recall@5 and nDCG@10).
+CANDIDATES = 50
+WEIGHT = 0.7
+# Tokens embedded of a query (a longer query is embedded by its beginning); of a tool's text,
+# the encoder's `tool_tokens`.
+QUERY_TOKENS = 128
+_BATCH = 32
+_AHEAD = 1024
+_SETTLED = object()  # queued by `settle()`
+
+
+@dataclass(frozen=True)
+class _ToDisk:
+    """Queued by `keep_on_disk`: the vector file the stage writes from then on."""
+
+    path: str
+_PARAM_TEXT_CHARS = 160
+_MAGIC = b"BRIDGE-VEC1\n"
+_KEY_BYTES = 16
+_QUERY_CACHE = 256
+# tools embedded by a search while they wait for the background thread (a cheap encoder's
+# `vectors`), kept for the searches after it and then handed to the thread: 16 MB at 256 dims
+_FRESH_KEPT = 32768
+_AFTER_WAIT = 0.25  # seconds of each wait for the keyword index (`after`), between looks at closing
+
+
+def tool_text(decl: ToolDeclaration, description: str | None = None) -> str:
+    """What is embedded of a tool: its name's words, title, description (or `description` in its
+    place: the tool's own words, without its API's shared text), and each parameter's name with
+    the beginning of its description."""
+    described = searched_description(decl)
+    if description is None:
+        description = described
+    schema = described_schema(decl)
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    params: list[str] = []
+    if isinstance(props, dict):
+        for pname, pschema in props.items():
+            desc = pschema.get("description") if isinstance(pschema, dict) else None
+            words = name_words(str(pname))
+            params.append(f"{words} ({desc.strip()[:_PARAM_TEXT_CHARS]})" if isinstance(desc, str) and desc.strip()
+                          else words)
+    # a title the whole description says (the blurb's first sentence, say) is not the own words either
+    parts = [name_words(function_name(decl)) + ":", unsaid(decl.title, described), description.strip()]
+    if params:
+        parts.append("Parameters: " + "; ".join(params))
+    return " ".join(p for p in parts if p)
+
+
+def choose_encoder(kind: str) -> Encoder | None:
+    """`model`: the full sentence model (installed by the `semantic` extra); `static`: the
+    token table shipped with the bridge (bridge.search.static); `auto`: the model when it is
+    installed, else the table; `off`: none. None also when the chosen one cannot be loaded."""
+    if kind == "off":
+        return None
+    if kind in ("auto", "model"):
+        encoder = load_encoder()
+        if encoder is not None:
+            return encoder
+        if kind == "model":
+            log.warning("search.semantic is `model` but no package shipping the model is installed "
+                        "(pip install 'a2t-bridge[semantic]'); ranking by keywords only")
+            return None
+    return load_static()
+
+
+def vector_path(index_path: str, *, static: bool = False) -> str:
+    """The vector file beside an index folder: `<index>.vectors` (the full model's), or
+    `<index>.static.vectors` (the static table's)."""
+    return str(Path(index_path).with_name(Path(index_path).name + (".static.vectors" if static else ".vectors")))
+
+
+class SemanticStage:
+    """Tool embeddings of one catalog and the reranking of keyword candidates with them.
+
+    `submit()` hands over changed and removed tools and returns at once; one background thread
+    embeds what is new (in batches, texts already embedded are never embedded again). `path`
+    is the vector file (None: memory only). `rerank()` answers None while a candidate is still
+    waiting for its embedding: the caller then keeps the keyword order.
+
+    `after`, when given, is asked before each change is taken in and before each batch is
+    embedded: it waits up to the given seconds for the keyword index to take in every change
+    submitted to it so far, and answers whether it has (`ToolSearch._index_first`). The stage's
+    work (texts, tokens, sums) holds the interpreter's lock as much as the index's writer
+    does, so while the upstreams first list, embedding alongside the index made their tools
+    searchable later; what a search needs first is the keyword index.
+    """
+
+    def __init__(self, encoder: Encoder, path: str | None = None, *, weight: float = WEIGHT,
+                 after: Callable[[float], bool] | None = None) -> None:
+        self.encoder = encoder
+        self.after = after
+        self.path = path
+        self.weight = weight
+        self.embedded = 0  # texts its thread embedded since it opened (not read from the file, nor by a search)
+        self._model_key = hashlib.blake2b(f"{encoder.name}|{encoder.tool_tokens}".encode(), digest_size=8).digest()
+        self._rows: dict[bytes, int] = {}  # text key -> row in _vectors
+        self._vectors = np.zeros((0, encoder.dim), np.float16)
+        self._count = 0
+        self._keys: dict[str, bytes] = {}  # tool_id -> text key
+        self._file: Any = None
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._queue: queue.Queue[tuple[list[ToolDeclaration], list[str]] | object | None] = queue.Queue()
+        self._submitted = 0
+        self._done = 0
+        self._todo: dict[bytes, str] = {}  # text key -> text, waiting for its embedding (writer thread)
+        self._todo_len = 0
+        # rows that may have lost their last tool (a tool removed or its text changed) since the
+        # vector file was last compacted: `_compact` looks at every row only when enough may have
+        self._dropped = 0
+        self._tidying = False  # the last waiting tool was embedded and `_compact` has yet to look
+        # every tool is known (`settle()`): until then a row no tool has may be a tool not listed yet
+        self._settled = True
+        self._query_vectors: dict[str, np.ndarray] = {}  # the last queries' embeddings
+        # tool_id -> (declaration, vector): embedded by a search before the thread came to it
+        self._fresh: LRUCache[str, tuple[ToolDeclaration, np.ndarray]] = LRUCache(_FRESH_KEPT)
+        self._closed = False
+        if path is not None:
+            try:
+                self._load()
+            except OSError as exc:  # a folder in the file's place, a read-only or full disk: the vectors stay in memory
+                log.warning("semantic vectors cannot be read from or written to %s (%s); kept in memory, and computed "
+                            "again at each start", path, exc)
+                self.path, self._file = None, None
+                self._rows, self._vectors, self._count = {}, np.zeros((0, encoder.dim), np.float16), 0
+            self._dropped = self._count  # rows of the file no tool may have any more
+            self._settled = not self._count  # the file's rows are kept until every tool is known
+        self._thread = threading.Thread(target=self._run, name="search-semantic", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def open(cls, index_path: str | None, encoder: str = "auto", *,
+             after: Callable[[float], bool] | None = None) -> SemanticStage | None:
+        """The stage with its vectors beside `index_path`, by `encoder` (see `choose_encoder`);
+        None when there is none to use."""
+        chosen = choose_encoder(encoder)
+        if chosen is None:
+            return None
+        return cls(chosen, vector_path(index_path, static=chosen.cheap) if index_path else None, after=after)
+
+    # ---------------------------------------------------------------- the vector file
+
+    def _load(self) -> None:
+        assert self.path is not None
+        file = Path(self.path)
+        header = _MAGIC + self._model_key + self.encoder.dim.to_bytes(4, "little")
+        record = _KEY_BYTES + 2 * self.encoder.dim
+        if file.exists():
+            raw = file.read_bytes()
+            body = memoryview(raw)[len(header):]
+            n = len(body) // record  # a torn last record (a crash mid-append) is dropped
+            data = np.frombuffer(body[:n * record], dtype=np.uint8).reshape(n, record)
+            damaged = _damaged(data[:, _KEY_BYTES:].copy().view(np.float16)) if raw.startswith(header) else 0
+            if damaged:
+                log.warning("semantic vectors at %s hold %d damaged record(s) (not unit length, or not numbers); "
+                            "they are all computed again", file, damaged)
+                file.unlink()
+            elif raw.startswith(header):
+                self._grow(n)
+                for i in range(n):
+                    self._rows.setdefault(bytes(data[i, :_KEY_BYTES]), i)
+                self._vectors[:n] = data[:, _KEY_BYTES:].copy().view(np.float16).reshape(n, self.encoder.dim)
+                self._count = n
+                if len(body) != n * record:
+                    with open(file, "r+b") as fh:
+                        fh.truncate(len(header) + n * record)
+            else:
+                log.info("semantic vectors at %s are of another model; they are computed again", file)
+                file.unlink()
+        if not file.exists():
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_bytes(header)
+        self._file = open(file, "ab")  # noqa: SIM115 - kept open for appends
+
+    # Only the stage's thread (and `_load`, before it starts) changes the rows, the vectors and the
+    # tools' keys; it takes the lock to change them, and reads them without it. The searches
+    # (`vectors`) and the catalog's listener (`submit`) take the lock, so the long work (a copy of
+    # every vector, a pass over every row) is done before it is taken: doubling the vectors of a
+    # million tools copied 256 MB under it, and a change of the catalog waited 0.5 s.
+
+    def _grow(self, need: int) -> None:
+        if need > len(self._vectors):
+            bigger = np.zeros((max(need, 2 * len(self._vectors), 1024), self.encoder.dim), np.float16)
+            bigger[:self._count] = self._vectors[:self._count]
+            with self._lock:
+                self._vectors = bigger
+
+    def _compact(self) -> None:
+        """Rewrite the vector file (and memory) with only the texts of current tools, once the
+        file holds more than twice as many. Not before the stage is settled: after a restart, the
+        rows of an upstream that has not listed again are its tools' still."""
+        if not self._settled:
+            return
+        if 2 * self._dropped <= self._count + 1000:  # at least half the rows are live: nothing to do
+            return
+        live = set(self._keys.values())
+        keep = [(k, r) for k, r in self._rows.items() if k in live]
+        if self._count <= 2 * len(keep) + 1000:
+            self._dropped = self._count - len(keep)
+            return
+        self._dropped = 0
+        vectors = np.zeros((max(len(keep), 1024), self.encoder.dim), np.float16)
+        if keep:
+            vectors[:len(keep)] = self._vectors[[row for _, row in keep]]
+        rows = {k: i for i, (k, _) in enumerate(keep)}
+        with self._lock:
+            self._rows, self._vectors, self._count = rows, vectors, len(keep)
+        if self.path is not None and self._file is not None:
+            tmp = self.path + ".tmp"
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(_MAGIC + self._model_key + self.encoder.dim.to_bytes(4, "little"))
+                    for key, row in self._rows.items():
+                        fh.write(key + self._vectors[row].tobytes())
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                # a full disk (or a folder in the way): the file stays as it was, its records keyed,
+                # and takes the appends to come; the error ended the stage's thread, and every
+                # tool listed after it went without its vector
+                log.warning("semantic vectors at %s cannot be compacted (%s); the file is kept as it was", self.path, exc)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                return
+            self._file.close()
+            try:
+                self._file = open(self.path, "ab")  # noqa: SIM115
+            except OSError as exc:
+                log.warning("semantic vectors cannot be written to %s (%s); kept in memory from now on", self.path, exc)
+                self.path, self._file = None, None
+
+    # ---------------------------------------------------------------- keeping in step
+
+    def settle(self) -> None:
+        """Every tool is known now (each upstream has listed since the start): once the changes
+        submitted so far are taken in, a row no tool has is no tool's, and the file may be
+        compacted (looked at now, and after each round of embeddings)."""
+        with self._cond:
+            if self._closed or self._settled:
+                return
+            self._submitted += 1
+        self._queue.put(_SETTLED)
+
+    def keep_on_disk(self, index_path: str) -> None:
+        """A stage kept in memory (its index was: another process held the on-disk one) keeps
+        its vectors in the file beside `index_path` from now on: every vector it has is written
+        there (in place of what another process left), and those it embeds later are added."""
+        with self._cond:
+            if self._closed or self.path is not None:
+                return
+            self._submitted += 1
+        self._queue.put(_ToDisk(vector_path(index_path, static=self.encoder.cheap)))
+
+    def _write_file(self, path: str) -> None:
+        """On the stage's thread: the vector file written anew with every vector held, then
+        kept open for the vectors to come."""
+        by_row = sorted(self._rows.items(), key=lambda item: item[1])
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(_MAGIC + self._model_key + self.encoder.dim.to_bytes(4, "little"))
+                fh.write(b"".join(key + self._vectors[row].tobytes() for key, row in by_row))
+            os.replace(tmp, path)
+            file = open(path, "ab")  # noqa: SIM115 - kept open for appends
+        except OSError as exc:
+            log.warning("semantic vectors cannot be written to %s (%s); kept in memory", path, exc)
+            return
+        if [row for _, row in by_row] != list(range(self._count)):  # rows no key has (never in memory alone): renumbered
+            with self._lock:
+                self._rows = {key: i for i, (key, _) in enumerate(by_row)}
+                self._vectors[:len(by_row)] = self._vectors[[row for _, row in by_row]]
+                self._count = len(by_row)
+        self.path, self._file = path, file
+
+    def submit(self, upserts: Iterable[ToolDeclaration] = (), deletes: Iterable[str] = ()) -> None:
+        """Queue tools added or changed, and tool ids removed."""
+        batch = (list(upserts), list(deletes))
+        if not batch[0] and not batch[1]:
+            return
+        with self._cond:
+            if self._closed:
+                return
+            self._submitted += 1
+        self._queue.put(batch)
+
+    def _text_key(self, text: str) -> bytes:
+        return hashlib.blake2b(text.encode(), digest_size=_KEY_BYTES, key=self._model_key).digest()
+
+    def _index_first(self) -> None:
+        """Wait while the keyword index has changes to take in (`after`), or until closing."""
+        while self.after is not None and not self._closed and not self.after(_AFTER_WAIT):
+            pass
+
+    def _run(self) -> None:
+        todo = self._todo
+        while True:
+            # take the changes waiting (without blocking while embeddings are due), while fewer
+            # than _AHEAD texts wait: the others stay queued as the declarations they are, not
+            # as texts held until their turn (100 MB for 100,000 tools)
+            while len(todo) < _AHEAD:
+                try:
+                    item = self._queue.get(block=not todo)
+                except queue.Empty:
+                    break
+                if item is None:
+                    return
+                self._index_first()
+                if isinstance(item, _ToDisk):
+                    self._write_file(item.path)
+                    with self._cond:
+                        self._done += 1
+                        self._cond.notify_all()
+                    continue
+                if item is _SETTLED:
+                    with self._lock:
+                        self._settled = True
+                    if not todo:  # else once the waiting tools are embedded
+                        self._compact()
+                    with self._cond:
+                        self._done += 1
+                        self._cond.notify_all()
+                    continue
+                upserts, deletes = item
+                with self._lock:
+                    for tool_id in deletes:
+                        if self._keys.pop(tool_id, None) is not None:
+                            self._dropped += 1
+                pending: list[tuple[str, bytes]] = []
+                ready: dict[bytes, np.ndarray] = {}  # embedded by a search already
+                for decl in upserts:
+                    text = tool_text(decl)
+                    key = self._text_key(text)
+                    pending.append((decl.tool_id, key))
+                    if key not in self._rows:
+                        with self._lock:
+                            kept = self._fresh.pop(decl.tool_id, None)
+                        if kept is not None and kept[0] is decl:
+                            ready[key] = kept[1]  # (`_store` takes it off `todo`, where another tool of its text may have put it)
+                        elif key not in ready:
+                            todo[key] = text
+                if ready:
+                    self._store(list(ready), np.stack(list(ready.values())), todo)
+                    if not todo:  # (nothing left to embed: `_embed` would not come to tidy)
+                        self._tidy()
+                with self._cond:
+                    for tool_id, key in pending:
+                        if self._keys.get(tool_id, key) != key:
+                            self._dropped += 1
+                        self._keys[tool_id] = key
+                    self._todo_len = len(todo)
+                    self._done += 1
+                    self._cond.notify_all()
+            if todo:
+                self._index_first()
+                self._embed(todo)
+                if not todo:
+                    self._tidy()
+
+    def _tidy(self) -> None:
+        """The last waiting text is stored: compact the vector file when that is due, and only
+        then let `flush` return."""
+        self._compact()
+        with self._cond:
+            self._tidying = False
+            self._cond.notify_all()
+
+    def _embed(self, todo: dict[bytes, str]) -> None:
+        keys = list(itertools.islice(todo, _BATCH))  # not list(todo): a million waiting would be copied per batch
+        try:
+            vectors = self.encoder.encode([todo[k] for k in keys], self.encoder.tool_tokens).astype(np.float16)
+        except Exception:  # noqa: BLE001 - the stage must outlive a text the model rejects
+            log.exception("semantic embedding failed for %d tools; they are ranked by keywords", len(keys))
+            with self._cond:
+                for key in keys:
+                    todo.pop(key, None)
+                self._todo_len = len(todo)
+                self._tidying = not todo
+                self._cond.notify_all()
+            return
+        self._store(keys, vectors, todo)
+        self.embedded += len(keys)
+
+    def _store(self, keys: list[bytes], vectors: np.ndarray, todo: dict[bytes, str]) -> None:
+        """Keep the texts' vectors (float16, one row per key) in memory and in the vector file."""
+        self._grow(self._count + len(keys))
+        with self._cond:
+            for key, vector in zip(keys, vectors, strict=True):
+                self._vectors[self._count] = vector
+                self._rows[key] = self._count
+                self._count += 1
+                todo.pop(key, None)
+            self._todo_len = len(todo)
+            self._tidying = not todo
+            self._cond.notify_all()
+        if self._file is not None:
+            whole = self._file.tell()  # the file's size: every append is flushed
+            try:
+                self._file.write(b"".join(k + v.tobytes() for k, v in zip(keys, vectors, strict=True)))
+                self._file.flush()
+            except OSError as exc:  # a full disk: said once, and the file is let go of
+                log.warning("semantic vectors cannot be written to %s (%s); kept in memory from now on (those not in the "
+                            "file are computed again at the next start)", self.path, exc)
+                self._let_go(whole)
+
+    def _let_go(self, whole: int) -> None:
+        """Stop writing the vector file, cut back to its `whole` bytes: an append the disk took
+        in part left a torn record in it, which the appends after it (one warning each) put in
+        the middle, every record past it then read at the wrong place at the next start."""
+        with contextlib.suppress(OSError):
+            self._file.close()  # its buffer holds the rest of the append: written now, or not
+        with contextlib.suppress(OSError):
+            os.truncate(self.path, whole)
+        self.path, self._file = None, None
+
+    @property
+    def missing(self) -> int:
+        """Tools known to the stage whose embedding is not computed yet."""
+        with self._lock:
+            return sum(1 for key in self._keys.values() if key not in self._rows)
+
+    def flush(self, timeout: float | None = 60.0) -> bool:
+        """Block until every change so far is taken in and every tool has its embedding (and the
+        vector file is compacted, when that is due)."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self._closed or (self._done >= self._submitted and self._todo_len == 0 and not self._tidying), timeout)
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        self._queue.put(None)
+        self._thread.join(timeout=30.0)
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+
+    # ---------------------------------------------------------------- ranking
+
+    def query_vector(self, query: str) -> np.ndarray:
+        """The query's unit vector, of its `meaning_text` (the last _QUERY_CACHE queries' are kept)."""
+        vector = self._query_vectors.get(query)
+        if vector is None:
+            vector = self.encoder.encode([meaning_text(query)], QUERY_TOKENS)[0]
+            if len(self._query_vectors) >= _QUERY_CACHE:
+                self._query_vectors.pop(next(iter(self._query_vectors)), None)
+            self._query_vectors[query] = vector
+        return vector
+
+    def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """The texts' unit vectors, embedded now (for a cheap encoder: texts that are no tool's
+        own, such as a tool's words without its API's shared text; the caller keeps them)."""
+        return self.encoder.encode(list(texts), self.encoder.tool_tokens).astype(np.float32)
+
+    def weight_for(self, query: str) -> float:
+        """The cosine's weight for this query: `weight`, scaled down by `words_cap / words` for
+        a query of more words than the encoder's `words_cap` (a sum of many tokens' vectors
+        says less about what is asked; the keywords, matched by the rarest words, then decide)."""
+        cap = self.encoder.words_cap
+        if cap is None:
+            return self.weight
+        words = len(query.split())
+        return self.weight if words <= cap else self.weight * cap / words
+
+    def vectors(self, decls: Sequence[ToolDeclaration]) -> np.ndarray | None:
+        """The tools' unit vectors, one row each; None when one has no embedding yet and the
+        encoder is not cheap. A cheap one embeds the waiting tools now, as the background thread
+        would (to the same float16 values); the last _FRESH_KEPT are kept for the next searches
+        and then taken by the thread, which embeds them no more."""
+        waiting: list[int] = []
+        kept: dict[int, np.ndarray] = {}
+        with self._lock:
+            rows = []
+            for i, decl in enumerate(decls):
+                row = self._rows.get(self._keys.get(decl.tool_id, b""))
+                if row is None:
+                    if not self.encoder.cheap:
+                        return None
+                    fresh = self._fresh.get(decl.tool_id)
+                    if fresh is not None and fresh[0] is decl:
+                        kept[i] = fresh[1]
+                    else:
+                        waiting.append(i)
+                    row = 0
+                rows.append(row)
+            tools = self._vectors[rows].astype(np.float32) if self._count else np.zeros((len(rows), self.encoder.dim), np.float32)
+        for i, vector in kept.items():
+            tools[i] = vector
+        if waiting:
+            fresh = self.encoder.encode([tool_text(decls[i]) for i in waiting], self.encoder.tool_tokens).astype(np.float16)
+            tools[waiting] = fresh
+            with self._lock:
+                for i, vector in zip(waiting, fresh, strict=True):
+                    self._fresh[decls[i].tool_id] = (decls[i], vector)
+        return tools
+
+    def rerank(self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]]) -> list[tuple[ToolDeclaration, float]] | None:
+        """The candidates reordered by (1 - weight) * score / best score + weight * cosine, best
+        first, with that mixed score; None when a candidate has no embedding yet."""
+        if not ranked or not query.strip():
+            return None
+        tools = self.vectors([decl for decl, _ in ranked])
+        if tools is None:
+            return None
+        order, mixed = self.mix(query, ranked, tools)
+        return [(ranked[i][0], float(mixed[i])) for i in order]
+
+    def mix(self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]], tools: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`rerank` over the candidates' vectors (`vectors`): the new order (indexes into
+        `ranked`, best first) and each candidate's mixed score."""
+        q = self.query_vector(query)
+        cosine = tools @ q
+        best = max(score for _, score in ranked)
+        keyword = np.array([score for _, score in ranked], np.float32) / (best if best > 0 else 1.0)
+        weight = self.weight_for(query)
+        mixed = (1.0 - weight) * keyword + weight * cosine
+        return np.argsort(-mixed, kind="stable"), mixed
+
+
+def _damaged(vectors: np.ndarray) -> int:
+    """How many stored vectors no encoder writes: every one is of unit length (or zero, a text
+    of no known word); a flipped byte makes a number that is none, or another length."""
+    bad = 0
+    for start in range(0, len(vectors), 65_536):  # a million vectors widened at once would take a GB
+        wide = vectors[start:start + 65_536].astype(np.float32)
+        finite = np.isfinite(wide).all(axis=1)
+        norms = np.linalg.norm(np.where(finite[:, None], wide, 0.0), axis=1)
+        bad += int((~(finite & ((np.abs(norms - 1.0) < 0.02) | (norms < 1e-6)))).sum())
+    return bad
