@@ -44,7 +44,7 @@ async def start_a(notes_url: str) -> tuple[Bridge, FakeUpstream]:
         "store": {"path": ":memory:"},
         "upstreams": [
             {"name": "tools", "kind": "mcp", "command": "python", "args": ["-m", "bridge.demo.mcp_server"], "cwd": str(ROOT)},
-            {"name": "notes", "kind": "openapi", "spec": str(ROOT / "demo" / "openapi_demo.yaml"), "base_url": notes_url,
+            {"name": "notes", "kind": "openapi", "spec": str(ROOT / "bridge" / "demo" / "openapi_demo.yaml"), "base_url": notes_url,
              "auth": {"type": "apiKey", "value": "round-trip-key"}},
         ],
     })

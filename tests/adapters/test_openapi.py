@@ -1904,7 +1904,7 @@ async def test_launched_demo_service_end_to_end_and_back_after_a_crash():
     port = free_port()
     root = Path(__file__).resolve().parents[2]
     async with bridge_for(
-        str(root / "demo" / "openapi_demo.yaml"), base_url=f"http://127.0.0.1:{port}", retry_initial=0.05, retries={"count": 0},
+        str(root / "bridge" / "demo" / "openapi_demo.yaml"), base_url=f"http://127.0.0.1:{port}", retry_initial=0.05, retries={"count": 0},
         auth={"type": "apiKey", "value": "launch-Secret-1"},
         launch={"command": "python", "args": ["-m", "bridge.demo.openapi_service", "--port", str(port)], "cwd": str(root),
                 "env": {"DEMO_API_KEY": "launch-Secret-1"}},
