@@ -1,7 +1,8 @@
 """Spawning child processes: the start of a spawn paced per event loop, the `setpriv
---pdeathsig` guard that ends a child with the bridge (a kill -9 too), the executable a command
-names found before anything starts, and signals sent to a child's whole process group. Every
-layer that starts processes (launch: sidecars, stdio MCP servers, ATIP commands) uses these."""
+--pdeathsig` guard that ends a child with the bridge (a kill -9 too), the watcher that ends whole
+process groups with it, the executable a command names found before anything starts, and
+signals sent to a child's whole process group. Every layer that starts processes (launch:
+sidecars, stdio MCP servers, ATIP commands) uses these."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import contextlib
 import errno
 import os
 import shutil
+import subprocess
 import sys
+import threading
 import weakref
 
-__all__ = ["SPAWNS_AT_ONCE", "death_guard", "runnable", "signal_group", "spawn_turn"]
+__all__ = ["SPAWNS_AT_ONCE", "death_guard", "hold_group", "release_group", "runnable", "signal_group",
+           "spawn_turn"]
 
 
 _death_guard: list[str] | None = None  # the setpriv prefix, once found to work
@@ -93,3 +97,89 @@ def signal_group(process: asyncio.subprocess.Process, sig: int) -> None:
     except PermissionError:  # the group is gone and its id taken: the process alone
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(sig)
+
+
+# Process groups that end with the bridge, however it ends: a watcher process, told each group as
+# it starts and ends through a pipe only the bridge writes to, kills the groups still running
+# when that pipe closes, which the kernel does when the bridge dies (a kill -9 included). The
+# death guard signals only the process it starts, and what that process started lives on; a
+# group reaches them all.
+_group_lock = threading.Lock()
+_groups_held: set[int] = set()  # the groups the watcher kills if the bridge dies now
+_group_watcher: subprocess.Popen[bytes] | None = None
+# The watcher: follows `+pgid` and `-pgid` lines until the bridge's end of the pipe closes, then
+# kills every group still held. A few lines of the standard library only, so that it starts with
+# the interpreter alone (`python -I -S -c`).
+GROUP_WATCHER = """
+import os, signal, sys
+held = set()
+for line in sys.stdin.buffer:
+    sign, pgid = line[:1], line[1:].strip()
+    if pgid.isdigit():
+        if sign == b"+":
+            held.add(int(pgid))
+        elif sign == b"-":
+            held.discard(int(pgid))
+for pgid in held:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+def hold_group(pgid: int) -> None:
+    """Have process group `pgid` killed if the bridge dies before `release_group(pgid)`."""
+    with _group_lock:
+        _groups_held.add(pgid)
+        _tell_watcher(f"+{pgid}\n")
+
+
+def release_group(pgid: int) -> None:
+    """The group has ended (or was killed): the watcher forgets it, so that a later group given
+    the same id is never killed for it."""
+    with _group_lock:
+        if pgid in _groups_held:
+            _groups_held.discard(pgid)
+            _tell_watcher(f"-{pgid}\n")
+
+
+def _tell_watcher(line: str) -> None:
+    """Write `line` to the watcher; one that is gone or stuck is replaced by a new one, told every
+    group held. A write never blocks the event loop: the pipe does not block, and a watcher too
+    far behind to take a line is as good as gone."""
+    global _group_watcher
+    if _group_watcher is not None:
+        try:
+            _write_watcher(_group_watcher, line)
+            return
+        except OSError:
+            _end_watcher(_group_watcher)
+    _group_watcher = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", GROUP_WATCHER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,  # the bridge's stdout may be an MCP stdio stream
+        stderr=subprocess.DEVNULL,
+        cwd="/",
+        start_new_session=True,  # out of reach of the terminal's Ctrl-C, which the bridge handles
+    )
+    assert _group_watcher.stdin is not None
+    os.set_blocking(_group_watcher.stdin.fileno(), False)
+    with contextlib.suppress(OSError):  # unlikely with a fresh pipe; the next line tries again
+        _write_watcher(_group_watcher, "".join(f"+{pgid}\n" for pgid in _groups_held))
+
+
+def _write_watcher(watcher: subprocess.Popen[bytes], text: str) -> None:
+    assert watcher.stdin is not None
+    data = text.encode()
+    if os.write(watcher.stdin.fileno(), data) != len(data):
+        raise BlockingIOError("the watcher took part of a line")
+
+
+def _end_watcher(watcher: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        watcher.kill()
+        watcher.wait(timeout=1)
+    with contextlib.suppress(OSError):
+        assert watcher.stdin is not None
+        watcher.stdin.close()

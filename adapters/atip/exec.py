@@ -1,6 +1,7 @@
 """Running ATIP commands: the argv built from validated input only (no shell, values never
-become flags), the child process in its own process group (killed whole on timeout, cancel or
-exit), capped stdout/stderr capture, and the mapping of an outcome to a result."""
+become flags), the child process in its own process group (killed whole on timeout, cancel,
+exit, or the bridge's death), capped stdout/stderr capture, and the mapping of an outcome to a
+result."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, Literal
 
 from adapters.atip.commands import ATIPCommand, Param
 from bridge.model import BridgeError, ToolError, UpstreamResult
+from bridge.processes import hold_group, release_group
 
 __all__ = [
     "OptionStyle",
@@ -193,8 +195,9 @@ async def run_process(
 ) -> ProcessOutcome:
     """Run `argv` (never through a shell) in a new session, so the child and everything it
     starts share one process group. On timeout the group gets SIGTERM, then SIGKILL; on
-    cancellation SIGKILL at once; after a normal exit whatever is left of the group is killed too.
-    Raises BridgeError(dependency_unavailable) when the program cannot be started."""
+    cancellation SIGKILL at once; after a normal exit whatever is left of the group is killed too;
+    if the bridge dies meanwhile, the watcher of `hold_group` kills the group. Raises
+    BridgeError(dependency_unavailable) when the program cannot be started."""
     started = time.perf_counter()
     try:
         process = await asyncio.create_subprocess_exec(
@@ -213,6 +216,7 @@ async def run_process(
             recoverability="setup",
         ) from None
     pgid = process.pid  # a new session's leader leads its own process group
+    hold_group(pgid)  # killed whole if the bridge dies meanwhile, without a chance to do it
     out, err = _Capped(stdout_limit), _Capped(stderr_limit)
     assert process.stdout is not None and process.stderr is not None
     readers = [asyncio.create_task(out.drain(process.stdout)), asyncio.create_task(err.drain(process.stderr))]
@@ -238,6 +242,7 @@ async def run_process(
         raise
     finally:
         _signal_group(pgid, signal.SIGKILL)
+        release_group(pgid)
         for task in (*readers, *([feeder] if feeder else [])):
             if not task.done():
                 task.cancel()

@@ -21,6 +21,7 @@ from bridge.model import BridgeError
 from bridge.runtime import Bridge
 from bridge.store import Store
 from bridge.upstream import CallContext, UpstreamEvent
+from tests.servers import process_ended
 
 FIXTURES = Path(__file__).parent / "atip_fixtures"
 ROOT = Path(__file__).resolve().parents[2]
@@ -406,6 +407,40 @@ async def test_cancel_kills_the_whole_process_group(home):
         await until(lambda: not alive(parent) and not alive(child))
     finally:
         await upstream.close()
+
+
+# a bridge in miniature: runs `legacy sleep` (a command that starts a child), then is killed
+RUNS_WHEN_KILLED = """
+import asyncio
+from adapters.atip.upstream import ATIPConfig, ATIPUpstream
+from bridge.upstream import CallContext
+
+async def main():
+    upstream = ATIPUpstream(ATIPConfig(**{config}))
+    await upstream.start()
+    await upstream.invoke("legacy sleep", {{"pid_file": {pid_file!r}, "seconds": 60}}, CallContext(invocation_id="inv", timeout=120))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+async def test_a_run_and_what_it_started_end_when_the_bridge_is_killed(home):
+    cfg = config(home, "legacy", command_timeouts={"sleep": 120}).model_dump(exclude={"base_dir"})
+    cfg["base_dir"] = str(home["tmp"])
+    pid_file = home["tmp"] / "pids"
+    script = RUNS_WHEN_KILLED.format(config=cfg, pid_file=str(pid_file))
+    bridge = await asyncio.create_subprocess_exec(sys.executable, "-c", script, cwd=ROOT)
+    try:  # the command has started its child once both pids are written
+        await until(lambda: bridge.returncode is not None or (pid_file.exists() and len(pid_file.read_text().split()) == 2),
+                    timeout=30)
+        assert bridge.returncode is None, "the miniature bridge ended before the command ran"
+        command, child = map(int, pid_file.read_text().split())
+    finally:
+        if bridge.returncode is None:
+            bridge.kill()  # as a kill -9: nothing of the bridge's closes
+        await bridge.wait()
+    assert [await process_ended(command), await process_ended(child)] == [True, True]  # each killed if not
 
 
 async def test_configured_timeout_overrides_the_declared_one(home):
