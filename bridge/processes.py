@@ -1,8 +1,8 @@
-"""Spawning child processes: the start of a spawn paced per event loop, the `setpriv
---pdeathsig` guard that ends a child with the bridge (a kill -9 too), the watcher that ends whole
-process groups with it, the executable a command names found before anything starts, and
-signals sent to a child's whole process group. Every layer that starts processes (launch:
-sidecars, stdio MCP servers, ATIP commands) uses these."""
+"""Spawning child processes: the start of a spawn paced per event loop, the minimal environment
+a child gets, the `setpriv --pdeathsig` guard that ends a child with the bridge (a kill -9
+too), the watcher that ends whole process groups with it, the executable a command names found
+before anything starts, and signals sent to a child's whole process group. Every layer that
+starts processes (launch: sidecars, stdio MCP servers, ATIP commands) uses these."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import sys
 import threading
 import weakref
 
-__all__ = ["SPAWNS_AT_ONCE", "death_guard", "hold_group", "release_group", "runnable", "signal_group",
-           "spawn_turn"]
+__all__ = ["INHERITED", "SPAWNS_AT_ONCE", "death_guard", "hold_group", "minimal_environment", "release_group",
+           "runnable", "signal_group", "spawn_turn"]
 
 
 _death_guard: list[str] | None = None  # the setpriv prefix, once found to work
@@ -68,6 +68,18 @@ async def _probe_death_guard() -> list[str]:
             guard = []
     _death_guard = guard
     return guard
+
+
+INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")  # see minimal_environment
+
+
+def minimal_environment() -> dict[str, str]:
+    """What a launched process and a stdio MCP server get of the bridge's environment, before
+    the variables their config names: the rest of it holds other upstreams' secrets. The names
+    are those the MCP SDK's stdio client passes on POSIX; a value that is a shell function
+    (`() {...}`) is left out, as the SDK does."""
+    found = {name: os.environ.get(name) for name in INHERITED}
+    return {name: value for name, value in found.items() if value is not None and not value.startswith("()")}
 
 
 def runnable(command: str, cwd: str, path: str | None) -> str:

@@ -1,9 +1,9 @@
 """Local processes the bridge starts for an upstream (`launch:` in its config): spawned with an
-argv list (no shell) in a process group of their own, output logged, stopped with that group
-(terminate, then kill) when the upstream closes. On Linux each is started through util-linux's
-`setpriv --pdeathsig TERM`, so it is told to end when the bridge dies without closing (a kill -9)
-instead of holding its port for ever; setting the signal in the child ourselves would take a
-`preexec_fn`, which is unsafe in a process with threads."""
+argv list (no shell) and a minimal environment in a process group of their own, output logged,
+stopped with that group (terminate, then kill) when the upstream closes. On Linux each is
+started through util-linux's `setpriv --pdeathsig TERM`, so it is told to end when the bridge
+dies without closing (a kill -9) instead of holding its port for ever; setting the signal in the
+child ourselves would take a `preexec_fn`, which is unsafe in a process with threads."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from bridge.processes import death_guard, runnable, signal_group, spawn_turn
+from bridge.processes import death_guard, minimal_environment, runnable, signal_group, spawn_turn
 from bridge.upstream import LaunchConfig
 
 __all__ = ["Sidecar"]
@@ -57,7 +57,7 @@ class Sidecar:
         command = sys.executable if self.config.command in ("python", "python3") else self.config.command
         # a relative cwd starts from the config file's folder, like every path in the config
         cwd = str(Path(self.base_dir) / self.config.cwd) if self.config.cwd else self.base_dir
-        env = {**os.environ, **self.config.env}
+        env = minimal_environment() | self.config.env
         try:
             guard = await death_guard()
             async with spawn_turn():

@@ -4,6 +4,7 @@ start said as such, and no process of its left running once it is stopped or the
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bridge import processes
+from bridge.processes import INHERITED
 from bridge.sidecar import LINE_CHARS, Sidecar
 from bridge.upstream import LaunchConfig
 from tests.servers import left_by_a_killed_parent, process_ended, process_running
@@ -41,6 +43,24 @@ async def test_output_with_a_line_longer_than_the_reader_takes_is_read_to_the_en
 async def test_a_command_that_cannot_start_says_which_and_why() -> None:
     with pytest.raises(ConnectionError, match="cannot start 'no-such-command-here': No such file"):
         await Sidecar("gone", LaunchConfig(command="no-such-command-here")).start()
+
+
+async def test_a_launched_process_gets_a_minimal_environment_and_what_its_config_names(monkeypatch) -> None:
+    # it got the bridge's whole environment: every other upstream's secrets with it
+    monkeypatch.setenv("OTHER_UPSTREAM_TOKEN", "s3cret-of-another-upstream")
+    monkeypatch.setenv("PATH", f"/opt/own-tools{os.pathsep}{os.environ['PATH']}")
+    said = "import json, os; print(json.dumps(dict(os.environ)), flush=True)"
+    sidecar = Sidecar("env", LaunchConfig(command="python", args=["-c", said], env={"OWN_KEY": "k1", "HOME": "/srv/own"}))
+    await sidecar.start()
+    try:
+        env = json.loads(await _first_line(sidecar))
+    finally:
+        await sidecar.stop()
+    env.pop("LC_CTYPE", None)  # set by Python itself in a C locale (PEP 538)
+    assert "OTHER_UPSTREAM_TOKEN" not in env
+    inherited = {name: os.environ[name] for name in INHERITED if name in os.environ}
+    assert env == inherited | {"OWN_KEY": "k1", "HOME": "/srv/own"}
+    assert env["PATH"] == os.environ["PATH"]
 
 
 # starts a child of its own, says its pid and waits on it: the way a shell or a runner starts a service

@@ -30,7 +30,6 @@ import httpx2
 import mcp.types as types
 from mcp import Client
 from mcp.client.session import ClientRequestContext, ClientSession
-from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import MAX_RECONNECTION_ATTEMPTS, streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
@@ -47,6 +46,7 @@ from adapters.mcp.http import RESUMED_TOO_OFTEN, answer_too_large, bound_answer,
 from adapters.mcp.notices import NoticeClient, NoticePosts
 from adapters.mcp.stdio import LINE_LIMIT, MAX_LINE, UNREADABLE, StdioChild, redact
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
+from bridge.processes import minimal_environment
 from bridge.translate.mcp import progress_from_mcp, result_from_mcp, tool_from_mcp
 from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent, off_loop_when
 
@@ -320,7 +320,7 @@ class MCPUpstream(Upstream):
             self._child = StdioChild(
                 self.name,
                 cfg.argv(),
-                env=get_default_environment() | cfg.env,
+                env=minimal_environment() | cfg.env,
                 cwd=cfg.working_dir(),
                 shutdown_timeout=cfg.shutdown_timeout,
                 secrets=cfg.secrets(),
