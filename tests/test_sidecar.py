@@ -87,15 +87,22 @@ async def test_stop_ends_the_processes_the_launched_one_started() -> None:
     assert await process_ended(child)
 
 
-# a bridge in miniature: launches a process, says its pid, then waits to be killed
+# a bridge in miniature: launches a process, says its pid once that process runs, then waits to
+# be killed. The process is spawned as setpriv, which sets the death signal only when it runs, a
+# moment later; a bridge killed before then (as a loaded machine made it) leaves it unguarded.
+# A line of the launched command itself comes after setpriv's work.
 PARENT = """
 import asyncio
 from bridge.sidecar import Sidecar
 from bridge.upstream import LaunchConfig
 
 async def main():
-    sidecar = Sidecar("held", LaunchConfig(command="python", args=["-c", "import time; time.sleep(60)"]))
+    said = "print('up', flush=True); import time; time.sleep(60)"
+    sidecar = Sidecar("held", LaunchConfig(command="python", args=["-c", said]))
     await sidecar.start()
+    async with asyncio.timeout(20):
+        while not sidecar.tail:
+            await asyncio.sleep(0.01)
     print(sidecar.process.pid, flush=True)
     await asyncio.Event().wait()
 
