@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bridge import __version__
-from bridge.catalog import UpstreamSlot
+from bridge.supervisor import UpstreamSlot
 from bridge.config import DEFAULT_CONFIG, BridgeConfig, ConfigError, load_config
-from bridge.invoke import refuse_unsendable
+from bridge.arguments import refuse_unsendable
 from bridge.model import BridgeError, DeferredToolRef
 from bridge.runtime import Bridge
 from bridge.search import MAX_LIMIT, MAX_QUERY_CHARS
@@ -230,7 +230,7 @@ async def cmd_serve(args: argparse.Namespace, config: BridgeConfig) -> int:
               "token (server.tokens) or server.default_surface", file=sys.stderr)
         return 2
     if args.stdio:
-        from bridge.serve.mcp import run_stdio
+        from bridge.serve.mcp_stdio import run_stdio
 
         return await run_stdio(config, surface=args.surface)
     from bridge.serve.app import run_http

@@ -12,7 +12,8 @@ import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from bridge.catalog import Catalog, UpstreamSlot
+from bridge.catalog import Catalog
+from bridge.supervisor import UpstreamSlot
 from bridge.config import BridgeConfig, ConfigError, load_config
 from bridge.invoke import Invoker
 from bridge.search import ToolSearch, index_released
