@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream  # noqa: E402
 from adapters.openapi.params import build_request  # noqa: E402
 from bridge.catalog import Catalog  # noqa: E402
-from bridge.invoke import SchemaValidators  # noqa: E402
+from bridge.arguments import SchemaValidators  # noqa: E402
 from bridge.store import Store  # noqa: E402
 from bridge.translate.mcp import render_tool  # noqa: E402
 

@@ -316,7 +316,7 @@ async def test_an_input_schema_jsonschema_cannot_apply_leaves_the_arguments_to_t
 def test_a_schema_error_shows_a_long_value_by_its_beginning():
     import jsonschema
 
-    from bridge.invoke import schema_errors
+    from bridge.arguments import schema_errors
 
     validator = jsonschema.Draft202012Validator({"type": "object", "properties": {
         "n": {"type": "integer"}, "s": {"type": "string", "maxLength": 5}}})
@@ -331,7 +331,7 @@ def test_a_schema_error_writes_null_true_and_false_as_json_does():
     # the caller sent JSON; `None is not of type 'number'` spoke Python to them
     import jsonschema
 
-    from bridge.invoke import schema_errors
+    from bridge.arguments import schema_errors
 
     validator = jsonschema.Draft202012Validator({"type": "object", "properties": {
         "n": {"type": "number"}, "flag": {"enum": [True, None]}, "o": {"type": "array"}, "s": {"const": "None"}}})

@@ -8,7 +8,7 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.invoke import SchemaValidators
+from bridge.arguments import SchemaValidators
 from bridge.schema_check import compile_quick_check
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(-5, 5, allow_nan=False),

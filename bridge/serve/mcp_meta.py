@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import mcp.types as types
 
-from bridge.invoke import invalid_arguments, schema_errors
+from bridge.arguments import invalid_arguments, schema_errors
 from bridge.model import BridgeError, DeferredToolRef, ToolSearchResult
 from bridge.search import MAX_QUERY_CHARS
 from bridge.translate.mcp import CALL_TOOL, SEARCH_TOOLS

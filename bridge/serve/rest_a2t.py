@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from bridge.catalog import Catalog, CatalogChange
-from bridge.invoke import error_result
+from bridge.envelopes import error_result
 from bridge.model import QUOTED_CHARS, BridgeError, ToolDeclaration, ToolResult, new_id, quoted
 from bridge.serve.rest_http import ApiError, JSONBody, ServeContext, decimal, endpoint, query_int, search_query
 from bridge.surface import Surface

@@ -9,7 +9,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from bridge.invoke import error_result, pointer_token
+from bridge.arguments import pointer_token
+from bridge.envelopes import error_result
 from bridge.model import BridgeError, new_id, quoted
 from bridge.serve.auth import authenticate
 from bridge.serve.rest_http import (

@@ -574,7 +574,7 @@ async def test_arguments_json_cannot_carry_are_refused_before_the_upstream_and_i
     """A lone surrogate escape (`"\\ud800"` reads into a string no UTF-8 writer takes) once failed
     the SDK's writer inside the shared stdio session: the session closed, and every call in it
     with it. NaN and nesting past MAX_ARGUMENT_DEPTH are refused the same way."""
-    from bridge.invoke import MAX_ARGUMENT_DEPTH
+    from bridge.arguments import MAX_ARGUMENT_DEPTH
 
     bridge = make_bridge(stdio("srv", timeout=20, ping_interval=None))
     async with bridge:
