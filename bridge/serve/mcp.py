@@ -11,38 +11,25 @@ and the SDK's Host/Origin checks guard against DNS rebinding.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
 import json
 import logging
-import os
 import re
-import signal
-import sys
 from typing import Any
-from urllib.parse import urlsplit
 
 import mcp.types as types
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.server.stdio import stdio_server
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import __version__
-from bridge.config import BridgeConfig
-from bridge.invoke import error_result
+from bridge.envelopes import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
-from bridge.runtime import Bridge, reload_on_hangup, search_index_released, settle_gc
-from bridge.serve.auth import authenticate
+from bridge.runtime import Bridge
+from bridge.serve.mcp_gate import SURFACE_SCOPE_KEY, MCPAuthGate, transport_security_for
 from bridge.serve.mcp_meta import (
     CALL_TOOL,
     SEARCH_TOOLS,
@@ -55,7 +42,7 @@ from bridge.serve.mcp_session import ChangeNotifier, SessionState, listing_for
 from bridge.surface import Surface
 from bridge.translate.mcp import is_modern, render_output_schema, render_result, render_tool
 
-__all__ = ["MCPFrontend", "MCPAuthGate", "run_stdio", "transport_security_for", "SURFACE_SCOPE_KEY"]
+__all__ = ["MCPFrontend"]
 
 log = logging.getLogger("bridge.serve.mcp")
 
@@ -68,7 +55,6 @@ SEARCH_INDEX_WAIT = 2.0
 # and answered, so that each request has finished when the grace is over.
 STOP_MARGIN = 0.5
 # Where the auth gate leaves the caller's surface in the ASGI scope of an /mcp request.
-SURFACE_SCOPE_KEY = "a2t_bridge.surface"
 
 INSTRUCTIONS = (
     "Tools from many upstream services, federated by one bridge. When the tool you need is not in "
@@ -453,152 +439,3 @@ class MCPFrontend:
     ) -> types.SubscriptionsListenResult:
         surface = self._surface(ctx)
         return await self.notifier.listen_handler(surface.name)(ctx, params)
-
-
-class MCPAuthGate:
-    """ASGI wrapper of the `/mcp` endpoint: bearer tokens from `server.tokens`, each bound to a
-    surface (with no token configured, everyone gets `server.default_surface`). A refused request
-    gets 401 with a JSON body saying why. An accepted one carries its surface in the scope and,
-    as the SDK's authenticated user, a principal derived from the token, so a handshake-era
-    session stays bound to the token that opened it."""
-
-    def __init__(self, app: ASGIApp, bridge: Bridge) -> None:
-        self.app = app
-        self.bridge = bridge
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        header = Headers(scope=scope).get("authorization")
-        server = self.bridge.config.server  # read at each request: a reload may change the tokens
-        auth = authenticate(server, header)
-        if not auth.ok:
-            description = auth.error or "unauthorized"
-            body = json.dumps({"error": "invalid_token", "error_description": description}).encode()
-            challenge = f'Bearer error="invalid_token", error_description="{description}"'
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": auth.status,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", challenge.encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        scope[SURFACE_SCOPE_KEY] = auth.surface
-        if server.tokens and header:
-            # only a digest of the token travels on; the token itself stays in the header
-            principal = hashlib.sha256(header.partition(" ")[2].strip().encode()).hexdigest()[:24]
-            scope["user"] = AuthenticatedUser(
-                AccessToken(token=f"sha256:{principal}", client_id=f"token:{principal}", scopes=[f"surface:{auth.surface}"])
-            )
-        await self.app(scope, receive, send)
-
-
-_LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
-_LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
-
-
-def transport_security_for(host: str, public_url: str | None = None) -> TransportSecuritySettings:
-    """DNS-rebinding protection (the SDK's Host and Origin checks), always on: loopback names,
-    the bound host when it is a name or a specific address, and the public URL's host."""
-    hosts, origins = list(_LOOPBACK_HOSTS), list(_LOOPBACK_ORIGINS)
-    wildcard = host in ("", "0.0.0.0", "::", "[::]")
-    name = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    if not wildcard and f"{name}:*" not in hosts:  # another loopback address (127.0.0.2) too: clients name it
-        hosts += [name, f"{name}:*"]
-        origins += [f"http://{name}", f"https://{name}", f"http://{name}:*", f"https://{name}:*"]
-    if public_url:
-        parts = urlsplit(public_url)
-        if parts.netloc:
-            hosts += [parts.netloc, f"{parts.hostname}:*"]
-            origins += [f"{parts.scheme}://{parts.netloc}"]
-    elif wildcard:
-        log.warning(
-            "serving MCP on %s: Host checks accept loopback names only; set server.public_url to the "
-            "address clients use", host or "all interfaces"
-        )
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
-
-
-async def _start_then_settle(bridge: Bridge) -> None:
-    await bridge.start(wait=True)
-    settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
-    if not_ready := [s.name for s in bridge.catalog.slots.values() if s.health.state not in ("ready", "disabled")]:
-        log.info("upstreams started; not ready: %s", ", ".join(not_ready))
-
-
-async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
-    """`bridge serve --stdio`: serve one surface over MCP on stdin/stdout until stdin closes.
-    Stdout carries protocol only (while serving, the SDK points fd 1 at stderr for everything
-    else, child processes included); logs go to stderr."""
-    name = surface or config.server.default_surface
-    known = {s.name for s in config.surfaces} | {"default"}
-    if name not in known:
-        print(f"bridge serve --stdio: no surface named {name!r} (the config defines: {', '.join(sorted(known))})", file=sys.stderr)
-        return 2
-    # SIGTERM (what supervisors and clients send) or SIGINT: the bridge closes (its launched
-    # processes and ATIP commands stopped), then the process ends; the SDK's thread reading stdin
-    # would otherwise hold it until stdin closes
-    loop = asyncio.get_running_loop()
-    serving = asyncio.current_task()
-    signalled: list[int] = []
-    closing = False
-
-    def on_signal(sig: int) -> None:
-        # A signal while the bridge already closes lets the close finish: clients close stdin,
-        # then send SIGTERM (the mcp SDK's 2 s later), and cancelling the close then left an
-        # upstream still busy running, with a traceback and exit status 1.
-        if not signalled and not closing and serving is not None:
-            serving.cancel()
-        signalled.append(sig)
-
-    handled = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, on_signal, sig)
-            handled.append(sig)
-    try:
-        async with stdio_server() as (read, write):
-            try:  # a `bridge search` holding the on-disk index: wait for it rather than build the index in memory first
-                await search_index_released(config)
-            except asyncio.CancelledError:
-                if signalled:  # stopped while waiting: as below, without waiting for stdin to close
-                    sys.stderr.flush()
-                    os._exit(0)
-                raise
-            bridge = Bridge(config)
-            if surface is not None:
-                # a reload that removed it left every request of the session refused
-                bridge.keep_surface(surface, f"this stdio session serves (--surface {surface})")
-            stop_reloading = reload_on_hangup(bridge, config.source)
-            # `initialize` is answered at once, while the upstreams start (a client's connect
-            # timeout may be shorter than their start_timeout); tools/list waits for the start
-            starting = asyncio.create_task(_start_then_settle(bridge), name="bridge start")
-            try:
-                frontend = MCPFrontend(bridge, default_surface=surface, listing_waits_for_start=True)
-                try:
-                    await frontend.server.run(read, write, frontend.server.create_initialization_options())
-                finally:
-                    closing = True
-                    await frontend.aclose()
-            finally:
-                closing = True
-                if not starting.done():
-                    starting.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await starting
-                stop_reloading()
-                await bridge.close()
-                if signalled:  # leaving stdio_server would wait for its stdin reader, until stdin closes
-                    sys.stderr.flush()
-                    os._exit(0)  # stopped as asked, everything closed: as `bridge serve` over HTTP, 0
-    finally:
-        for sig in handled:
-            loop.remove_signal_handler(sig)
-    return 0

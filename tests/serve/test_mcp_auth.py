@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx2
 import pytest
 
-from bridge.serve.mcp import transport_security_for
+from bridge.serve.mcp_gate import transport_security_for
 from tests.fakes import FakeUpstream, tool
 from tests.serve.mcp_support import ERAS, HANDSHAKE, MODERN, http_client, served_bridge
 

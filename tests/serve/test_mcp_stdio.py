@@ -18,7 +18,7 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from bridge.config import load_config
-from bridge.serve.mcp import run_stdio
+from bridge.serve.mcp_stdio import run_stdio
 from tests.serve.mcp_support import ERAS, HANDSHAKE, EraClient, connect, error_class, text_of
 from tests.servers import TINY_MCP_SERVER, child_pids, free_port, held_upstream, process_running, release, unblock
 
