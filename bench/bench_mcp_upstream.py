@@ -29,7 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from mcp import Client, StdioServerParameters  # noqa: E402
 
+import adapters.mcp.listing as mcp_listing  # noqa: E402
 import adapters.mcp.upstream as mcp_adapter  # noqa: E402
+from adapters.mcp.config import MCPConfig  # noqa: E402
 from bridge.config import parse_config  # noqa: E402
 from bridge.runtime import Bridge, settle_gc  # noqa: E402
 
@@ -179,19 +181,19 @@ async def listing_holds(count: int, repeat: int) -> tuple[list[list[str]], float
                 declaration = declarations[i % len(declarations)]
                 fh.write(json.dumps({**declaration, "name": f"{declaration['name']}_{i}"}) + "\n")
         size_mb = shard.stat().st_size / 1e6
-        config = mcp_adapter.MCPConfig(name="big", kind="mcp", command="python", args=[str(LISTING_SERVER), str(shard)],
+        config = MCPConfig(name="big", kind="mcp", command="python", args=[str(LISTING_SERVER), str(shard)],
                                        protocol="legacy", ping_interval=None)
-        default = mcp_adapter.OFF_LOOP_TOOLS
+        default = mcp_listing.OFF_LOOP_TOOLS
         async with mcp_adapter.MCPUpstream(config) as upstream:
             settle_gc()  # as the bridge has it once started
             for where, threshold in (("event loop", 10**9), ("worker thread", default)):
-                mcp_adapter.OFF_LOOP_TOOLS = threshold
+                mcp_listing.OFF_LOOP_TOOLS = threshold
                 try:
                     for _ in range(repeat):
                         listed, taken, longest, held = await loop_held(upstream)
                         rows.append([where, f"{listed:,}", f"{taken:.2f}", f"{longest:.0f}", f"{held:.2f}"])
                 finally:
-                    mcp_adapter.OFF_LOOP_TOOLS = default
+                    mcp_listing.OFF_LOOP_TOOLS = default
     return rows, size_mb
 
 

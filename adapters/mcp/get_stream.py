@@ -17,11 +17,12 @@ from typing import Any
 import httpx2
 from mcp.client.streamable_http import MAX_RECONNECTION_ATTEMPTS
 
+from adapters.mcp.sdk import GET_STREAM_TASK
+
 __all__ = ["GetStreamWatch", "WatchedClient"]
 
 # anyio names a task by the function it runs: the SDK runs its GET stream, and only it, in a task
 # of this method (a GET that resumes a POST's stream runs in that POST's task)
-_GET_STREAM_TASK = "StreamableHTTPTransport.handle_get_stream"
 
 
 class GetStreamWatch:
@@ -103,7 +104,7 @@ class WatchedClient(httpx2.AsyncClient):
 
     async def _send_watched(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
         task = asyncio.current_task()
-        if request.method != "GET" or task is None or not task.get_name().endswith(_GET_STREAM_TASK):
+        if request.method != "GET" or task is None or not task.get_name().endswith(GET_STREAM_TASK):
             return await super().send(request, **kwargs)
         try:
             response = await super().send(request, **kwargs)

@@ -26,11 +26,11 @@ import anyio
 import anyio.abc
 import mcp.types as types
 import pydantic_core
-from mcp.client._transport import TransportStreams
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from adapters.mcp.sdk import TransportStreams
 from bridge.processes import death_guard, runnable, spawn_turn
 
 __all__ = ["LINE_LIMIT", "MAX_LINE", "UNREADABLE", "StdioChild", "redact"]

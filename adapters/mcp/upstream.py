@@ -18,172 +18,49 @@ import contextlib
 import json
 import logging
 import ssl
-import sys
-import urllib.parse
-from collections.abc import Callable
 from contextlib import AsyncExitStack
-from importlib import metadata
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import anyio
 import httpx2
 import mcp.types as types
 from mcp import Client
-from mcp.client.session import ClientRequestContext, ClientSession
-from mcp.client.streamable_http import MAX_RECONNECTION_ATTEMPTS, streamable_http_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
-from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from mcp.shared.exceptions import MCPError
-from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import ValidationError
 
 from adapters.http.proxy import loopback_mounts
-from adapters.http.tls import added_cas, ca_file_trust, certificate_failure, configured_ca_file, server_of, system_cas
+from adapters.http.tls import added_cas, system_cas
+from adapters.mcp.config import MCPConfig
 from adapters.mcp.get_stream import GetStreamWatch
-from adapters.mcp.http import RESUMED_TOO_OFTEN, answer_too_large, bound_answer, quiet_sdk_refusals
+from adapters.mcp.http import RESUMED_TOO_OFTEN, answer_too_large, quiet_sdk_refusals
+from adapters.mcp.http_session import HTTPSessionCare
+from adapters.mcp.listing import ToolListing, check_result
 from adapters.mcp.notices import NoticeClient, NoticePosts
-from adapters.mcp.stdio import LINE_LIMIT, MAX_LINE, UNREADABLE, StdioChild, redact
-from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
+from adapters.mcp.sdk import (
+    MCP_DEFAULT_SSE_READ_TIMEOUT,
+    BridgeClient,
+    client_info,
+    send_raw,
+)
+from adapters.mcp.stdio import LINE_LIMIT, UNREADABLE, StdioChild, redact
+from bridge.model import BridgeError, UpstreamResult, validation_line
 from bridge.processes import minimal_environment
-from bridge.translate.mcp import progress_from_mcp, result_from_mcp, tool_from_mcp
-from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent, off_loop_when
+from bridge.translate.mcp import progress_from_mcp, result_from_mcp
+from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
 
-__all__ = ["MCPConfig", "MCPUpstream", "ProtocolMode"]
+__all__ = ["MCPUpstream"]
 
 log = logging.getLogger("bridge.adapters.mcp")
 
-ProtocolMode = Literal["auto", "legacy", "2026-07-28"]
-_PYTHON_NAMES = ("python", "python3")
 _LISTEN_RETRY = (0.5, 30.0)  # first and longest pause before re-opening a dropped listen stream
 _RESOURCE_NOT_FOUND = -32002  # resources/read of an unknown URI, before 2026-07-28
 _RELIST_GAP = 1.0  # seconds: change notices re-list at most this often (a burst or a loop costs one listing)
-# A session whose GET stream of server messages the SDK gave up on is replaced: at once the first
-# time, then after pauses doubling from the first to the longest, while the streams of the
-# sessions that follow are given up on within the longest pause of their start.
-_RENEW_RETRY = (5.0, 300.0)
-# A tools/list page of this many tools or more is checked, and a listing of as many converted, on a
-# worker thread: both cost about 80 µs a tool, and done on the event loop, a listing of 20,000 tools
-# held every call the bridge serves for 1.4 s at a time (bench/bench_mcp_upstream.py, listing table).
-# Parsing a page's message is not moved: the parser holds the interpreter throughout, wherever it runs.
-OFF_LOOP_TOOLS = 100
 
 
-def _client_info() -> types.Implementation:
-    try:
-        version = metadata.version("a2t-bridge")
-    except metadata.PackageNotFoundError:
-        version = "0"
-    return types.Implementation(name="a2t-bridge", version=version)
-
-
-# What the bridge answers a server that asks it, as a client, for what it does not declare. The MCP
-# spec has a client without the roots capability answer -32601 (method not found), and one sent an
-# elicitation/create of a mode it did not declare answer -32602 (invalid params); it names no code
-# for sampling, so -32601, JSON-RPC's answer for a method not offered. The SDK's default is -32600
-# (invalid request) for all three.
-_REFUSALS: dict[type[Any], tuple[int, str]] = {
-    types.CreateMessageRequest: (types.METHOD_NOT_FOUND, "Sampling not supported"),
-    types.ElicitRequest: (types.INVALID_PARAMS, "Elicitation not supported"),
-    types.ListRootsRequest: (types.METHOD_NOT_FOUND, "List roots not supported"),
-}
-
-
-class _BridgeClient(Client):
-    """The SDK's client, but a server asking for `sampling/createMessage`, `elicitation/create` or
-    `roots/list` gets the error the MCP spec asks of a client without the capability (`_REFUSALS`),
-    and `on_refused(method)` is called. The bridge declares none of them (a federated tool's caller
-    is not the bridge's to ask), and the SDK would declare each one a callback is given for, so the
-    session's dispatch answers the request before the callback table is looked at."""
-
-    def __init__(self, *args: Any, on_refused: Callable[[str], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.on_refused = on_refused
-
-    async def _build_session(self, exit_stack: AsyncExitStack) -> ClientSession:
-        session = await super()._build_session(exit_stack)
-        dispatch = session.dispatch_input_request
-
-        async def refused(ctx: ClientRequestContext, request: types.InputRequest) -> types.InputResponse | types.ErrorData:
-            refusal = _REFUSALS.get(type(request))
-            if refusal is None:
-                return await dispatch(ctx, request)
-            code, message = refusal
-            self.on_refused(request.method)
-            return types.ErrorData(code=code, message=message, data=request.method)
-
-        session.dispatch_input_request = refused  # type: ignore[method-assign]
-        return session
-
-
-class MCPConfig(UpstreamConfig):
-    """An MCP server: `command` (with `args`, `env`, `cwd`) runs it as a child over stdio, `url`
-    (with `headers`) reaches it over streamable HTTP. Exactly one of the two."""
-
-    command: str | None = Field(default=None, description="stdio: program to run (python/python3 = the bridge's own interpreter)")
-    args: list[str] = Field(default_factory=list, description="stdio: its arguments")
-    env: dict[str, str] = Field(default_factory=dict, description="stdio: variables added to a minimal environment")
-    cwd: str | None = Field(default=None, description="stdio: working folder, relative to the config file's folder")
-    url: str | None = Field(default=None, description="streamable HTTP endpoint, e.g. http://127.0.0.1:9001/mcp")
-    headers: dict[str, str] = Field(default_factory=dict, description="HTTP: headers sent with every request")
-    ca_file: str | None = Field(default=None, description="HTTP: PEM file of CA certificates the server's is checked against, beside the system's")
-    protocol: ProtocolMode = Field(default="auto", description="auto | legacy (handshake era) | 2026-07-28")
-    ping_interval: float | None = Field(default=30.0, gt=0, description="liveness probe every N seconds; null = off")
-    ping_timeout: float = Field(default=10.0, gt=0, description="seconds a liveness probe may take")
-    shutdown_timeout: float = Field(default=2.0, ge=0, description="stdio: seconds to exit after stdin closes")
-    max_pages: int = Field(default=1000, ge=1, description="most tools/list pages read in one listing")
-    max_line_bytes: int = Field(default=MAX_LINE, ge=1024, description="stdio: longest message (one line) read from the server, bytes")
-    max_response_bytes: int = Field(default=16 << 20, ge=1024,
-                                     description="HTTP: largest answer read (a JSON body, one POST's event stream, one event of a session-long stream)")
-
-    _ca_file_readable = field_validator("ca_file")(configured_ca_file)
-
-    @model_validator(mode="after")
-    def _one_transport(self) -> MCPConfig:
-        if bool(self.command) == bool(self.url):
-            raise ConfigValueError("give exactly one of `command` (a stdio server) or `url` (a streamable HTTP server)",
-                                   "keep one of the two" if self.command else "add `command: ...` to run the server, or `url: http://...` to reach it")
-        if self.url:
-            if self.args or self.env or self.cwd:
-                raise ConfigValueError("`args`, `env` and `cwd` apply to stdio servers (`command`), not to `url`",
-                                       "remove them, or run the server with `command` instead of `url`")
-            if urllib.parse.urlsplit(self.url).scheme not in ("http", "https"):
-                raise ConfigValueError(f"`url` must start with http:// or https:// (got {self.url!r})",
-                                       "write the server's streamable HTTP endpoint, e.g. http://127.0.0.1:9001/mcp")
-        if self.command and self.headers:
-            raise ConfigValueError("`headers` apply to HTTP servers (`url`), not to `command`",
-                                   "remove `headers` (a stdio server takes `env`), or reach the server with `url`")
-        if self.command and self.ca_file:
-            raise ConfigValueError("`ca_file` applies to HTTPS servers (`url`), not to `command`",
-                                   "remove `ca_file`, or reach the server with `url`")
-        return self
-
-    @property
-    def transport(self) -> Literal["stdio", "http"]:
-        return "stdio" if self.command else "http"
-
-    def argv(self) -> list[str]:
-        assert self.command is not None
-        command = sys.executable if self.command in _PYTHON_NAMES else self.command
-        return [command, *self.args]
-
-    def working_dir(self) -> str:
-        return self.resolve_path(self.cwd) if self.cwd else self.resolve_path(".")
-
-    def secrets(self) -> list[str]:
-        """Values that must never reach a log line or an error text."""
-        return [*self.env.values(), *self.headers.values()]
-
-    def display_url(self) -> str:
-        """The URL without credentials or query, for messages."""
-        parts = urllib.parse.urlsplit(self.url or "")
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{host}{port}{parts.path}"
-
-
-class MCPUpstream(Upstream):
+class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
     kind: ClassVar[str] = "mcp"
     config_model: ClassVar[type[UpstreamConfig]] = MCPConfig
     reads_resources: ClassVar[bool] = True
@@ -271,13 +148,13 @@ class MCPUpstream(Upstream):
         failure: BaseException | None = None
         try:
             async with AsyncExitStack() as stack:
-                client = _BridgeClient(
+                client = BridgeClient(
                     await self._transport(stack),
                     mode=self.config.protocol,
                     cache=None,  # a federating bridge always wants the server's current answer
                     message_handler=self._on_message,
                     logging_callback=self._on_log,
-                    client_info=_client_info(),
+                    client_info=client_info(),
                     on_refused=self._on_refused,
                 )
                 await stack.enter_async_context(client)
@@ -352,138 +229,6 @@ class MCPUpstream(Upstream):
         except (MCPError, TimeoutError, ValueError, RuntimeError) as exc:
             log.info("mcp upstream %s: server/discover not answered (%s); keeping %s", self.name, exc, self.config.protocol)
 
-    async def _on_http_response(self, response: httpx2.Response) -> None:
-        """A server that restarted, or ended the session, answers the session's requests with 404,
-        after which MCP has the client open a new session: the session is over at once (its
-        request was not run), and the upstream connects again. Servers built on the TypeScript
-        SDK's example answer 400 instead, which a request the server found wrong gets too: a
-        liveness probe is sent now, and the request that got the 400 waits for its verdict
-        (`_settled`), so that it fails as `dependency_unavailable` when the session is gone.
-
-        Every answer is first bounded to `max_response_bytes` (adapters/mcp/http.py). The session
-        is known from the `initialize` answer that opens it, so that a start failing right after
-        it (a protocol version or a result the SDK refuses) still ends it (`_end_http_session`)."""
-        bound_answer(response, self.config.max_response_bytes, self.config.display_url())
-        request = response.request
-        if request.method == "DELETE":
-            return
-        if "mcp-session-id" not in request.headers:
-            # the initialize request is the one POST that names neither a session nor a protocol version
-            opened = response.headers.get("mcp-session-id")
-            if opened and request.method == "POST" and "mcp-protocol-version" not in request.headers and response.is_success:
-                self._http_session = {"mcp-session-id": opened}
-            return
-        self._http_session = {name: request.headers[name] for name in _SESSION_HEADERS if name in request.headers}
-        if self._closing or response.status_code not in (400, 404):
-            return
-        if response.status_code == 400:
-            if self._doubt is None:
-                self._doubt = asyncio.get_running_loop().create_future()
-            self._probe_now.set()
-            return
-        self._session_forgotten = True
-        if not self._wake.is_set():
-            self._lost_reason = f"{self.config.display_url()} answered HTTP 404 for the session: the server ended it or restarted"
-            self._wake.set()
-
-    def _notice_lost(self, method: str, bound: float, error: Exception | None) -> None:
-        """The server did not answer, within `bound` seconds, the POST of a notification (or of
-        an answer to its own request), or the POST failed (`error`); the session went on without
-        it. Said once per method at WARNING, again at INFO, and counted in `health()`."""
-        seen = self.lost_notifications.get(method, 0)
-        self.lost_notifications[method] = seen + 1
-        url = self.config.display_url()
-        if error is None:
-            what = f"{url} did not answer the POST of {method} within {bound:g}s"
-        else:
-            failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-            what = f"the POST of {method} to {url} failed ({redact(failure, self.config.secrets())})"
-        log.log(logging.INFO if seen else logging.WARNING, "mcp upstream %s: %s; it was abandoned (counted lost) and the session goes on%s",
-                self.name, what, "" if seen else "; the next ones lost are logged at INFO")
-
-    @property  # type: ignore[override]
-    def phase(self) -> str | None:
-        """What a start over HTTP that takes a while waits for: the answer to a notification's
-        POST (`notifications/initialized`), or, that one lost, the listing. The catalog gives it as
-        the reason of an upstream still connecting, and of a start_timeout."""
-        notices = self._notices
-        if notices is None or self._session_listed:
-            return None
-        waiting = sorted(set(notices.waiting.values()))
-        if waiting:
-            return f"waiting for {self.config.display_url()} to answer the POST of {', '.join(waiting)}"
-        if notices.lost:
-            return f"listing the tools; {self.config.display_url()} did not answer the POST of {', '.join(sorted(notices.lost))}"
-        return None
-
-    def _on_http_error(self, exc: Exception) -> None:
-        """A request without an answer: a server certificate that fails its check is kept, so that
-        the calls the lost session fails say so (the SDK fails them as a closed connection)."""
-        if (failure := self._certificate_failure(exc)) is not None:
-            self._certificate = failure
-
-    def _certificate_failure(self, exc: BaseException) -> str | None:
-        """`<url>: the certificate of host:port cannot be verified (...): <fix>`, or None."""
-        failure = certificate_failure(exc, trust=ca_file_trust(self.config.ca_file), address="url", server=server_of(self.config.url or ""),
-                                      verify_tls=False)
-        return f"{self.config.display_url()}: {failure}" if failure is not None else None
-
-    def _get_stream_given_up(self, why: str) -> None:
-        """The SDK stopped re-opening the session's GET stream, on which the server's change
-        notices come: the session is replaced by a new one (whose listing catches what was
-        missed), at once the first time; when the streams of the sessions that follow fail as
-        soon, after a pause (the tools re-listed meanwhile), lest a server whose every stream fails
-        be connected to again and again."""
-        if self._closing or self._wake.is_set():
-            return
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._connected_at > _RENEW_RETRY[1]:
-            self._stream_renewals = 0  # a stream that held this long is no loop
-        pause = 0.0 if self._stream_renewals == 0 else min(_RENEW_RETRY[0] * 2 ** (self._stream_renewals - 1), _RENEW_RETRY[1])
-        self._stream_renewals += 1
-        reason = (f"{self.config.display_url()}: the stream of server messages (GET) failed {MAX_RECONNECTION_ATTEMPTS} times in a row "
-                  f"(last: {redact(why, self.config.secrets())}) and is no longer re-opened, so change notices would be lost")
-        log.warning("mcp upstream %s: %s; connecting a new session%s", self.name, reason, f" in {pause:g}s" if pause else "")
-        if not pause:
-            self._renew_session(reason)
-            return
-        self._tools_changed("GET stream given up")
-        self._renew_timer = loop.call_later(pause, self._renew_session, reason)
-
-    def _renew_session(self, reason: str) -> None:
-        self._renew_timer = None
-        if not self._closing and not self._wake.is_set():
-            self._lost_reason = reason
-            self._wake.set()
-
-    def _cancel_renewal(self) -> None:
-        if self._renew_timer is not None:
-            self._renew_timer.cancel()
-            self._renew_timer = None
-
-    async def _end_http_session(self, http: httpx2.AsyncClient) -> None:
-        """End the HTTP session with a DELETE, as MCP asks of a client that no longer needs it,
-        within `ping_timeout`; not when the server already said it does not know the session (a
-        404, or a 400 and a failed liveness probe), which the SDK's own DELETE did at every such
-        reconnect, logging `Session termination failed: 404` for an expected event. A DELETE that
-        fails is a warning when the bridge closes the session; when the session was lost, whose
-        reason is logged as a warning already (the server gone, say), it is logged at INFO."""
-        headers, self._http_session = self._http_session, {}
-        if "mcp-session-id" not in headers or self._session_forgotten:
-            return
-        assert self.config.url is not None
-        level = logging.WARNING if self._closing else logging.INFO
-        try:
-            with anyio.fail_after(self.config.ping_timeout):
-                response = await http.delete(self.config.url, headers={"accept": "application/json, text/event-stream", **headers})
-        except Exception as exc:  # noqa: BLE001 - the session is over either way
-            failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            log.log(level, "mcp upstream %s: ending the HTTP session failed: %s", self.name, redact(failure, self.config.secrets()))
-            return
-        if response.status_code == 404:
-            log.info("mcp upstream %s: the server no longer knew the HTTP session it was asked to end", self.name)
-        elif response.status_code not in (200, 202, 204, 405):  # 405: the server does not let clients end sessions
-            log.log(level, "mcp upstream %s: ending the HTTP session failed: HTTP %d", self.name, response.status_code)
 
     async def _settled(self, exc: BaseException, what: str) -> BridgeError:
         """`exc` as a BridgeError, once a liveness probe an HTTP 400 asked for has ended (at most
@@ -654,77 +399,6 @@ class MCPUpstream(Upstream):
             )
         return client
 
-    async def list_tools(self) -> list[UpstreamTool]:
-        client = self._session()
-        self._listing_begun()
-        tools: list[types.Tool] = []
-        skipped: dict[str, str] = {}
-        cursor: str | None = None
-        seen: set[str] = set()
-        for number in range(self.config.max_pages):
-            try:
-                raw = await _send_raw(client, types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor)))
-                page, cursor = await off_loop_when(_entries(raw) >= OFF_LOOP_TOOLS, self._tools_page, raw, number, skipped)
-                # What the session derives from a listing, as the SDK's Client.list_tools has it kept
-                # (the same private call): output schemas to check results against, and on
-                # 2026-07-28 the x-mcp-header maps (dropping tools whose are invalid, as required).
-                listing = types.ListToolsResult(tools=page, next_cursor=cursor)
-                page = client.session._absorb_tool_listing(listing, complete=number == 0 and not cursor).tools
-            except Exception as exc:
-                raise await self._settled(exc, "tools/list") from None
-            tools.extend(page)
-            if not cursor:
-                break
-            if cursor in seen:
-                raise BridgeError(f"MCP upstream {self.name!r} repeated the tools/list cursor {cursor!r}", error_class="execution_failed")
-            seen.add(cursor)
-        else:
-            log.warning("mcp upstream %s: tools/list still had pages after max_pages=%d", self.name, self.config.max_pages)
-        tools = _named_once(tools, skipped)
-        if skipped != self.skipped_tools:  # said once, not at every re-list
-            for name, why in skipped.items():
-                log.warning("mcp upstream %s: skipped tool %r: %s", self.name, name, why)
-        self.skipped_tools = skipped
-        self._session_listed = True
-        if self._notices is not None:
-            self._notices.bound = self.config.ping_timeout
-        return await off_loop_when(len(tools) >= OFF_LOOP_TOOLS, self._converted, tools)
-
-    def _converted(self, tools: list[types.Tool]) -> list[UpstreamTool]:
-        return [
-            tool_from_mcp(
-                tool.model_dump(by_alias=True, exclude_none=True, mode="json"),
-                server_id=self.name,
-                protocol_version=self.protocol_version,
-            )
-            for tool in tools
-        ]
-
-    def _tools_page(self, raw: dict[str, Any], number: int, skipped: dict[str, str]) -> tuple[list[types.Tool], str | None]:
-        """One tools/list page checked tool by tool with the SDK's types for the negotiated
-        version: a tool they reject goes to `skipped` (its name and why), the others are kept."""
-        version = self.protocol_version or types.LATEST_PROTOCOL_VERSION
-        entries = raw.get("tools")
-        head = {key: value for key, value in raw.items() if key != "tools"}
-        if not isinstance(entries, list):
-            _check_result("tools/list", version, raw)  # the SDK's own words for what is wrong
-            raise TypeError("the tools/list result has no list of tools")
-        _check_result("tools/list", version, {**head, "tools": []})  # the page itself: cursor, cache hints
-        cursor = head.get("nextCursor")
-        tools: list[types.Tool] = []
-        for index, entry in enumerate(entries):
-            name = entry.get("name") if isinstance(entry, dict) else None
-            label = name if isinstance(name, str) else f"#{index + 1} of page {number + 1}"
-            try:
-                _check_result("tools/list", version, {**head, "tools": [entry]})
-            except ValidationError as exc:
-                skipped[label] = validation_line(exc, skip=2)  # the path starts tools.0
-                continue
-            try:
-                tools.append(types.Tool.model_validate(entry, by_name=False))
-            except ValidationError as exc:
-                skipped[label] = validation_line(exc)
-        return tools, cursor if isinstance(cursor, str) else None
 
     async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
         client = self._session()
@@ -738,7 +412,7 @@ class MCPUpstream(Upstream):
         # SDK send notifications/cancelled for the request (or abort its POST on 2026-07-28 HTTP).
         try:
             try:
-                raw = await _send_raw(client, request, progress)
+                raw = await send_raw(client, request, progress)
             except MCPError as exc:
                 if exc.code != types.HEADER_MISMATCH or self.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                     raise
@@ -746,7 +420,7 @@ class MCPUpstream(Upstream):
                 # session's header maps) and send once more, as the SDK's call_tool does.
                 await self.list_tools()
                 self._tools_changed(f"tools/call {native_id}: header mismatch")
-                raw = await _send_raw(client, request, progress)
+                raw = await send_raw(client, request, progress)
             result = await self._call_result(client, native_id, raw)
         except Exception as exc:
             raise await self._settled(exc, native_id) from None
@@ -794,10 +468,10 @@ class MCPUpstream(Upstream):
             )
         blocks = raw.get("content")
         if not isinstance(blocks, list):
-            _check_result("tools/call", version, raw)  # the SDK's own words for what is wrong
+            check_result("tools/call", version, raw)  # the SDK's own words for what is wrong
             raise TypeError("the tools/call result has no list of content blocks")
         rest = {key: value for key, value in raw.items() if key != "content"} | {"content": []}
-        _check_result("tools/call", version, rest)
+        check_result("tools/call", version, rest)
         result = types.CallToolResult.model_validate(rest, by_name=False)
         if not result.is_error:
             await client.session.validate_tool_result(name, result)
@@ -904,9 +578,6 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-_SESSION_HEADERS = ("mcp-session-id", "mcp-protocol-version")  # what names an HTTP session to its server
-
-
 _CONTENT_MODELS: dict[str, type[Any]] = {
     "text": types.TextContent,
     "image": types.ImageContent,
@@ -916,55 +587,3 @@ _CONTENT_MODELS: dict[str, type[Any]] = {
 }
 
 
-async def _send_raw(
-    client: Client,
-    request: types.ListToolsRequest | types.CallToolRequest,
-    progress_callback: ProgressFnT | None = None,
-) -> dict[str, Any]:
-    """Send `request` on the client's session as `ClientSession.send_request` does (the era's
-    `_meta` and headers stamped; progress, timeout and cancellation wired by the dispatcher)
-    and return its result as it came. send_request checks a result whole, so one part the
-    SDK's types reject (one tool, one content block of a newer type) would throw the rest
-    away; the callers check the pieces instead. The SDK's own `subscriptions/listen` sends the
-    same way, through the same two private members of the session."""
-    session = client.session
-    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-    opts: CallOptions = {}
-    session._stamp(data, opts)
-    if client.read_timeout_seconds is not None:
-        opts["timeout"] = client.read_timeout_seconds
-    if progress_callback is not None:
-        opts["on_progress"] = progress_callback
-    raw = await session._dispatcher.send_raw_request(data["method"], data.get("params"), opts)
-    ttl = raw.get("ttlMs")
-    if isinstance(ttl, int | float) and not isinstance(ttl, bool) and ttl < 0:
-        raw["ttlMs"] = 0  # the SDK floors a negative cache hint too (2026-07-28 caching SHOULD)
-    return raw
-
-
-def _entries(raw: dict[str, Any]) -> int:
-    tools = raw.get("tools")
-    return len(tools) if isinstance(tools, list) else 0
-
-
-def _check_result(method: str, version: str, data: dict[str, Any]) -> None:
-    """Check `data` against the SDK's table of `method` results at `version`, as
-    `ClientSession.send_request` does (raises pydantic's ValidationError)."""
-    try:
-        mcp_methods.validate_server_result(method, version, data)
-    except KeyError:
-        pass  # the SDK has no table for it at this version: nothing to check against
-
-
-def _named_once(tools: list[types.Tool], skipped: dict[str, str]) -> list[types.Tool]:
-    """The tools of a listing with a name, each name once (the first kept): a tool is called by
-    its name, so a nameless one cannot be, and a second of a name would never be."""
-    kept: dict[str, types.Tool] = {}
-    for index, tool in enumerate(tools):
-        if not tool.name.strip():
-            skipped[f"#{index + 1} of the listing"] = "a tool needs a name"
-        elif tool.name in kept:
-            skipped[tool.name] = "another tool of the listing has this name (the first is kept)"
-        else:
-            kept[tool.name] = tool
-    return list(kept.values())

@@ -17,7 +17,8 @@ import pytest
 import pytest_asyncio
 from pydantic import ValidationError
 
-from adapters.mcp.upstream import MCPConfig, MCPUpstream
+from adapters.mcp.config import MCPConfig
+from adapters.mcp.upstream import MCPUpstream
 from bridge.catalog import Catalog
 from bridge.config import ConfigError, parse_config
 from bridge.model import BridgeError, ToolProgress

@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from adapters.mcp.upstream import OFF_LOOP_TOOLS, MCPUpstream
+from adapters.mcp.listing import OFF_LOOP_TOOLS
+from adapters.mcp.upstream import MCPUpstream
 from bridge.catalog import CatalogChange
 from bridge.config import parse_config
 from bridge.runtime import Bridge

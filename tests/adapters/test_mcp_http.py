@@ -246,9 +246,9 @@ async def test_a_get_stream_the_sdk_gives_up_on_is_noticed_and_the_session_repla
 
 
 async def test_sessions_whose_streams_keep_failing_are_replaced_after_growing_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
-    from adapters.mcp import upstream as mcp_adapter
+    from adapters.mcp import http_session
 
-    monkeypatch.setattr(mcp_adapter, "_RENEW_RETRY", (0.5, 300.0))
+    monkeypatch.setattr(http_session, "_RENEW_RETRY", (0.5, 300.0))
     app, server = build_app(get_failures=4, get_failure="cut")
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
         await until(lambda: server.gets == 4)
