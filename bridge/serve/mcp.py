@@ -29,6 +29,7 @@ from bridge import __version__
 from bridge.envelopes import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
 from bridge.runtime import Bridge
+from bridge.serve.mcp_sdk import open_transports, session_connection
 from bridge.serve.mcp_gate import SURFACE_SCOPE_KEY, MCPAuthGate, transport_security_for
 from bridge.serve.mcp_meta import (
     CALL_TOOL,
@@ -178,13 +179,13 @@ class MCPFrontend:
         handshake-era session's GET stream, each listen stream), so that stopping waits only for
         requests in flight; they held it for its whole grace. A client reconnects, to this bridge
         once it is back or to another replica. The SDK's session manager keeps the sessions in a
-        private table."""
+        private table (`mcp_sdk.open_transports`)."""
         self.notifier.end_listening()
         try:
             manager = self.server.session_manager
         except RuntimeError:  # no HTTP app built: nothing is served over HTTP
             return
-        for transport in list(getattr(manager, "_server_instances", {}).values()):
+        for transport in open_transports(manager):
             transport.close_standalone_sse_stream()
 
     async def aclose(self) -> None:
@@ -225,8 +226,8 @@ class MCPFrontend:
         if is_modern(ctx.protocol_version):
             return None
         # The SDK hands handlers a per-request session proxy; the connection behind it is what
-        # lives as long as the client's session (mcp 2.x keeps it as `_connection`).
-        connection = getattr(ctx.session, "_connection", None)
+        # lives as long as the client's session.
+        connection = session_connection(ctx.session)
         if connection is None:
             return None
         return self.notifier.state_for(connection, ctx.session, surface)
