@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 import urllib.parse
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 
 import httpx
 from a2a.client.card_resolver import parse_agent_card
-from a2a.types import AgentCard, SecurityScheme
+from a2a.types import AgentCard, AgentInterface, SecurityScheme
 from google.protobuf.json_format import ParseError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
@@ -451,3 +452,34 @@ class RedactingFilter(logging.Filter):
             record.msg, record.args = cleaned, None
         return True
 
+
+def chosen_interface(card: AgentCard, bindings: list[str], client_preference: bool) -> AgentInterface | None:
+    """The interface a2a-sdk's client factory picks: the first offered binding we speak (or our
+    preferred one), the 1.0 interface of it when there are several."""
+    interfaces = list(card.supported_interfaces)
+    if client_preference:
+        binding = next((b for b in bindings if any(i.protocol_binding == b for i in interfaces)), None)
+    else:
+        binding = next((i.protocol_binding for i in interfaces if i.protocol_binding in bindings), None)
+    candidates = [i for i in interfaces if i.protocol_binding == binding]
+    return next((i for i in candidates if i.protocol_version.startswith("1.0")), candidates[0] if candidates else None)
+
+
+def spoken_card(card: AgentCard) -> AgentCard:
+    """The card as the client factory is given it: an interface of protocol 0.2 (the cards of
+    a2a-sdk 0.2.x agents say `protocolVersion: 0.2.x`) is spoken to as 0.3, whose method and
+    field names it shares (`message/send`, `tasks/get`, `kind` parts); the factory itself takes
+    no interface below 0.3 and the agent would be refused as offering no transport."""
+    if not any(below_0_3(i.protocol_version) for i in card.supported_interfaces):
+        return card
+    spoken = AgentCard()
+    spoken.CopyFrom(card)
+    for interface in spoken.supported_interfaces:
+        if below_0_3(interface.protocol_version):
+            interface.protocol_version = "0.3"
+    return spoken
+
+
+def below_0_3(version: str) -> bool:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return match is not None and (int(match[1]), int(match[2])) < (0, 3)

@@ -28,7 +28,13 @@ from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.message import DecodeError
 
-from bridge.model import BridgeError, SafetyHints, ToolError, UpstreamResult, UpstreamTool
+from bridge.model import (
+    BridgeError,
+    SafetyHints,
+    ToolError,
+    UpstreamResult,
+    UpstreamTool,
+)
 
 log = logging.getLogger("adapters.a2a")
 

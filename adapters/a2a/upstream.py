@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
-import re
-import ssl
 import time
-import urllib.parse
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import httpx
 from a2a.client import ClientCallContext, ClientConfig, ClientFactory
@@ -41,20 +36,21 @@ from a2a.utils.errors import (
 )
 from google.protobuf.json_format import ParseError
 from google.protobuf.message import DecodeError
-from httpx._utils import get_environment_proxies  # httpx's own reading of the proxy variables
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import ValidationError
 
 from adapters.a2a.card import (
-    A2AAuth,
     AgentCredentials,
     CardFetch,
     CardSource,
     RedactingFilter,
     bind_credentials,
     certificate_refused,
+    chosen_interface,
     failed_url,
     redact,
+    spoken_card,
 )
+from adapters.a2a.config import A2AConfig
 from adapters.a2a.mapping import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -64,233 +60,30 @@ from adapters.a2a.mapping import (
     result_from_tracker,
     tools_from_card,
 )
+from adapters.a2a.transport import (
+    DROPPED_UNANSWERED,
+    AnswerTooLarge,
+    BoundedTransport,
+    ReusedConnectionDropped,
+    causes,
+    cut_off,
+    lost_connection,
+    on_new_connection,
+    proxy_mounts,
+    reused_dropped,
+)
 from adapters.http.proxy import loopback_direct
-from adapters.http.tls import added_cas, configured_ca_file, system_cas
+from adapters.http.tls import added_cas, system_cas
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
-from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent
+from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
 
-__all__ = ["A2AConfig", "A2AUpstream", "A2AAuth"]
+__all__ = ["A2AUpstream"]
 
 log = logging.getLogger("adapters.a2a")
 
 TRANSPORTS = ("JSONRPC", "HTTP+JSON")
 CARD_CHECK_SECONDS = 5.0  # longest wait for the card when asking whether an agent that gave a call no answer is still there
 QUESTIONS_KEPT = 4096  # tasks whose question (needs_input) is remembered, to tell an answer's stale snapshot from a new ask
-# Transport failures after which no answer came: the agent may be gone, which its card then tells.
-_CONNECTION_LOST = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
-
-
-class AnswerTooLarge(httpx.TransportError):
-    """An answer (a card, a reply, a stream of events) past `max_response_bytes`."""
-
-
-# What is read of an answer the SDK stopped reading, for its connection to be used again: the end
-# of an event stream (the SDK stops at a task's last event, before the few bytes that end the
-# stream, and a connection with an answer not read to its end is closed: a new one, with its
-# TLS handshake, for every streamed call). More, or later, and the connection is closed.
-DRAIN_BYTES = 64 * 1024
-DRAIN_SECONDS = 0.05
-# How long an idle connection is kept for the next request: less than the 5 s after which the
-# servers A2A agents commonly run on (uvicorn, hypercorn, Node) close one, so that a connection
-# is not reused just as the agent's side closes it (httpx keeps one 5 s, as long).
-KEEPALIVE_SECONDS = 4.0
-
-
-class _BoundedStream(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream, limit: int, url: httpx.URL) -> None:
-        self.inner, self.limit, self.url = inner, limit, url
-        self.started = self.ended = False
-
-    async def __aiter__(self) -> Any:
-        self.started = True
-        seen = 0
-        async for chunk in self.inner:
-            seen += len(chunk)
-            if seen > self.limit:
-                raise AnswerTooLarge(f"{self.url.copy_with(query=None)} answered more than max_response_bytes={self.limit}")
-            yield chunk
-        self.ended = True
-
-    async def aclose(self) -> None:
-        try:
-            if self.started and not self.ended:
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(DRAIN_SECONDS):
-                        drained = 0
-                        async for chunk in self.inner:
-                            drained += len(chunk)
-                            if drained > DRAIN_BYTES:
-                                break
-        finally:
-            await self.inner.aclose()
-
-
-class ReusedConnectionDropped(httpx.RemoteProtocolError):
-    """A request sent on a kept-alive connection that the agent's side closed before any of the
-    answer arrived: most often the agent's server closing the idle connection (uvicorn after 5 s)
-    just as it was reused, or the agent restarting. The request may or may not have reached it."""
-
-
-# Set while the bridge sends a request again itself (a JSON-RPC `GetTask`, a POST the transport
-# does not repeat): the transport puts it on a connection opened for it, as the GETs it repeats.
-_ON_NEW_CONNECTION: contextvars.ContextVar[bool] = contextvars.ContextVar("a2a_on_new_connection", default=False)
-
-
-@contextlib.contextmanager
-def _on_new_connection() -> Iterator[None]:
-    token = _ON_NEW_CONNECTION.set(True)
-    try:
-        yield
-    finally:
-        _ON_NEW_CONNECTION.reset(token)
-
-# Requests the transport sends again, once, when a kept-alive connection drops under them.
-_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-_DROPPED_UNANSWERED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
-
-
-class _ConnectionTrace:
-    """Whether a request opened a connection of its own, as httpcore's trace reports it (an
-    opened connection names `connection.connect_tcp`; a reused one does not); the request's own
-    trace, if any, still hears every event."""
-
-    def __init__(self, request: httpx.Request) -> None:
-        self.outer = request.extensions.get("trace")
-        self.opened = False
-
-    def install(self, request: httpx.Request) -> None:
-        self.opened = False
-        request.extensions["trace"] = self
-
-    async def __call__(self, name: str, info: dict[str, Any]) -> None:
-        if name.startswith(("connection.connect_tcp.", "connection.connect_unix_socket.")):
-            self.opened = True
-        if self.outer is not None:
-            await self.outer(name, info)
-
-
-class _BoundedTransport(httpx.AsyncBaseTransport):
-    """Every answer read as it arrives and refused past `limit` bytes: the SDK reads a reply
-    whole, and an agent's answer (or a card) could otherwise fill the bridge's memory. Answers
-    are asked for uncompressed (`Accept-Encoding: identity`), so the bytes counted are the bytes
-    read. With `proxy`, requests go through that proxy.
-
-    A request whose reused connection dropped before any of its answer arrived is sent once
-    more when its method is idempotent (a card, an HTTP+JSON `GetTask`), on a connection opened
-    for it, and otherwise raised as `ReusedConnectionDropped`, for the caller to decide whether
-    sending it again is safe; a request the caller sends again goes on a connection opened for
-    it too (`_ON_NEW_CONNECTION`)."""
-
-    def __init__(self, limit: int, tls: ssl.SSLContext, proxy: str | None = None) -> None:
-        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_SECONDS)  # httpx's, but the expiry
-        self.inner = httpx.AsyncHTTPTransport(verify=tls, proxy=proxy, limits=limits)
-        # where a request is sent again: a connection of its own, closed after it. Another kept one
-        # could be closing too (a server closes the connections idle since one burst of calls at once)
-        self.fresh = httpx.AsyncHTTPTransport(verify=tls, proxy=proxy, limits=httpx.Limits(max_keepalive_connections=0))
-        self.limit = limit
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await (self.fresh.handle_async_request(request) if _ON_NEW_CONNECTION.get() else self._send_kept(request))
-        assert isinstance(response.stream, httpx.AsyncByteStream)
-        response.stream = _BoundedStream(response.stream, self.limit, request.url)
-        return response
-
-    async def _send_kept(self, request: httpx.Request) -> httpx.Response:
-        trace = _ConnectionTrace(request)
-        trace.install(request)
-        try:
-            response = await self.inner.handle_async_request(request)
-        except _DROPPED_UNANSWERED as exc:
-            if trace.opened:
-                raise
-            if request.method not in _IDEMPOTENT_METHODS:
-                raise ReusedConnectionDropped(f"{type(exc).__name__}: {exc or 'connection lost'}", request=request) from exc
-            log.debug("%s %s: a kept-alive connection dropped before the answer (%s); sent again on a new one", request.method,
-                      request.url.copy_with(query=None), type(exc).__name__)
-            response = await self.fresh.handle_async_request(request)
-        finally:
-            if trace.outer is None:
-                request.extensions.pop("trace", None)
-            else:
-                request.extensions["trace"] = trace.outer
-        return response
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-        await self.fresh.aclose()
-
-
-def _proxy_mounts(limit: int, tls: ssl.SSLContext) -> dict[str, httpx.AsyncBaseTransport | None]:
-    """The client's transports for the proxies the environment names (HTTP_PROXY, HTTPS_PROXY,
-    ALL_PROXY and NO_PROXY, as httpx reads them for a client of its own transport): a bounded
-    transport through each proxy, None (the client's own, direct and bounded) where NO_PROXY
-    says so. httpx reads the environment only for a client given no transport, and the client
-    here has one, for the bound."""
-    mounts: dict[str, httpx.AsyncBaseTransport | None] = {}
-    for pattern, proxy in get_environment_proxies().items():
-        if proxy is None:
-            mounts[pattern] = None
-            continue
-        try:
-            mounts[pattern] = _BoundedTransport(limit, tls, proxy=proxy)
-        except (ImportError, ValueError):  # a socks5 proxy without socksio, or a scheme httpx has no transport for
-            scheme = urllib.parse.urlsplit(proxy).scheme
-            raise BridgeError(
-                f"the environment's proxy for {pattern} is a {scheme}:// proxy, which the bridge's HTTP client does not speak",
-                error_class="dependency_unavailable", recoverability="setup",
-                details={"fix": "use an http:// proxy in HTTP_PROXY/HTTPS_PROXY/ALL_PROXY, or list the agent's host in NO_PROXY"},
-            ) from None
-    return mounts
-
-
-class A2AConfig(UpstreamConfig):
-    """An A2A agent, named by its card URL or its base URL."""
-
-    kind: Literal["a2a"] = "a2a"
-    card_url: str | None = Field(default=None, description="the agent card's URL")
-    base_url: str | None = Field(default=None, description="the agent's root; the card is looked up under /.well-known/")
-    auth: A2AAuth = Field(default_factory=A2AAuth)
-    card_refresh_interval: float | None = Field(default=300.0, gt=0, description="re-fetch the card every N seconds")
-    streaming: bool = Field(default=True, description="stream task updates when the agent can")
-    poll_interval: float = Field(default=0.5, gt=0, description="seconds between task polls when not streaming")
-    transport: Literal["auto", "JSONRPC", "HTTP+JSON"] = Field(
-        default="auto", description="auto follows the card's order of interfaces"
-    )
-    cancel_timeout: float = Field(default=5.0, gt=0, description="seconds a cancel request to the agent may take")
-    max_response_bytes: int = Field(default=16 << 20, ge=1024, description="larger answers (a card, a reply, one call's event stream) are refused")
-    credential_origins: list[str] = Field(
-        default_factory=list, description="origins (scheme://host:port) besides that of base_url/card_url that get the credentials"
-    )
-    ca_file: str | None = Field(default=None, description="PEM file of CA certificates the agent's servers are checked against, beside the system's")
-
-    _ca_file_readable = field_validator("ca_file")(configured_ca_file)
-
-    @field_validator("credential_origins")
-    @classmethod
-    def _origins_only(cls, origins: list[str]) -> list[str]:
-        for origin in origins:
-            try:
-                parts = urllib.parse.urlsplit(origin)
-                parts.port  # noqa: B018 - raises for a port that is no number
-            except ValueError:
-                parts = None
-            if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/")
-                    or parts.query or parts.fragment or parts.username is not None):
-                raise ConfigValueError(f"{origin!r} is not an http(s) origin",
-                                       "write the scheme, host and port only, e.g. https://agent.example.com or http://127.0.0.1:9102")
-        return origins
-
-    def configured_origins(self) -> list[str]:
-        """Where credentials may go: the origin of base_url or card_url, and credential_origins."""
-        return [self.base_url or self.card_url or "", *self.credential_origins]
-
-    @model_validator(mode="after")
-    def _one_location(self) -> A2AConfig:
-        if bool(self.card_url) == bool(self.base_url):
-            raise ConfigValueError("give exactly one of card_url (the agent card's URL) or base_url (the agent's root URL)",
-                                   "keep one of the two" if self.card_url else "add `base_url: http://...` (the card is looked up under "
-                                   "/.well-known/) or `card_url`")
-        return self
 
 
 @dataclass
@@ -306,38 +99,6 @@ class _Agent:
     streaming: bool
     interface: AgentInterface | None
     credentials: AgentCredentials
-
-
-def _chosen_interface(card: AgentCard, bindings: list[str], client_preference: bool) -> AgentInterface | None:
-    """The interface a2a-sdk's client factory picks: the first offered binding we speak (or our
-    preferred one), the 1.0 interface of it when there are several."""
-    interfaces = list(card.supported_interfaces)
-    if client_preference:
-        binding = next((b for b in bindings if any(i.protocol_binding == b for i in interfaces)), None)
-    else:
-        binding = next((i.protocol_binding for i in interfaces if i.protocol_binding in bindings), None)
-    candidates = [i for i in interfaces if i.protocol_binding == binding]
-    return next((i for i in candidates if i.protocol_version.startswith("1.0")), candidates[0] if candidates else None)
-
-
-def _spoken_card(card: AgentCard) -> AgentCard:
-    """The card as the client factory is given it: an interface of protocol 0.2 (the cards of
-    a2a-sdk 0.2.x agents say `protocolVersion: 0.2.x`) is spoken to as 0.3, whose method and
-    field names it shares (`message/send`, `tasks/get`, `kind` parts); the factory itself takes
-    no interface below 0.3 and the agent would be refused as offering no transport."""
-    if not any(_below_0_3(i.protocol_version) for i in card.supported_interfaces):
-        return card
-    spoken = AgentCard()
-    spoken.CopyFrom(card)
-    for interface in spoken.supported_interfaces:
-        if _below_0_3(interface.protocol_version):
-            interface.protocol_version = "0.3"
-    return spoken
-
-
-def _below_0_3(version: str) -> bool:
-    match = re.match(r"(\d+)\.(\d+)", version)
-    return match is not None and (int(match[1]), int(match[2])) < (0, 3)
 
 
 class A2AUpstream(Upstream):
@@ -363,11 +124,11 @@ class A2AUpstream(Upstream):
         cfg = self.config
         connect = min(10.0, cfg.start_timeout)
         tls = added_cas(cfg.resolve_path(cfg.ca_file), cfg.ca_file) if cfg.ca_file else system_cas()  # the card's fetches and the calls
-        direct = _BoundedTransport(cfg.max_response_bytes, tls)
+        direct = BoundedTransport(cfg.max_response_bytes, tls)
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False,
             headers={"User-Agent": "a2t-bridge", "Accept-Encoding": "identity"}, transport=direct,
-            mounts=loopback_direct(_proxy_mounts(cfg.max_response_bytes, tls), direct),
+            mounts=loopback_direct(proxy_mounts(cfg.max_response_bytes, tls), direct),
         )
         secrets = cfg.auth.secrets()
         if secrets:
@@ -416,7 +177,7 @@ class A2AUpstream(Upstream):
             )
         )
         try:
-            client = factory.create(_spoken_card(card))
+            client = factory.create(spoken_card(card))
         except ValueError:
             offered = ", ".join(f"{i.protocol_binding} at {i.url}" for i in card.supported_interfaces)
             said = (f"offers no transport the bridge speaks ({', '.join(TRANSPORTS)}); offered: {offered}" if offered else
@@ -427,7 +188,7 @@ class A2AUpstream(Upstream):
                 recoverability="setup",
                 details={"reachable": True},
             ) from None
-        interface = _chosen_interface(card, bindings, cfg.transport != "auto")
+        interface = chosen_interface(card, bindings, cfg.transport != "auto")
         credentials = bind_credentials(card, cfg.auth, cfg.configured_origins(), fetched.order)
         if interface is not None:
             credentials.check_interface(interface.url, interface.protocol_binding)
@@ -558,7 +319,7 @@ class A2AUpstream(Upstream):
                         if tracker.settled:
                             break
             except (A2AError, httpx.HTTPError) as exc:
-                if not (agent.streaming and tracker.task_id and _cut_off(exc)):
+                if not (agent.streaming and tracker.task_id and cut_off(exc)):
                     raise
                 # the agent named its task, then the stream broke off (a proxy cutting a long
                 # stream, say): the task goes on at the agent, and is polled from here
@@ -574,7 +335,7 @@ class A2AUpstream(Upstream):
                 await self._cancel_task(agent, tracker.task_id)
             raise
         except (A2AError, httpx.HTTPError) as exc:
-            stream_unbegun = agent.streaming and tracker.task is None and _cut_off(exc) and not _reused_dropped(exc)
+            stream_unbegun = agent.streaming and tracker.task is None and cut_off(exc) and not reused_dropped(exc)
             if stream_unbegun and message.task_id:
                 unknown = await self._unknown_task(agent, message.task_id, call)
                 if unknown is not None:
@@ -608,12 +369,12 @@ class A2AUpstream(Upstream):
         try:
             task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
         except (A2AError, httpx.HTTPError) as exc:
-            if not _reused_dropped(exc):
+            if not reused_dropped(exc):
                 raise
             # a JSON-RPC `GetTask` is a POST, not sent again by the transport; reading a task is safe
             # to repeat, on a new connection: another kept one may be closing too
             log.info("agent %s: a kept-alive connection dropped under the poll of task %s; asking again", self.name, tracker.task_id)
-            with _on_new_connection():
+            with on_new_connection():
                 task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
         await self._progress(ctx, tracker, tracker.replace(task))
 
@@ -624,7 +385,7 @@ class A2AUpstream(Upstream):
         try:
             await agent.client.get_task(GetTaskRequest(id=task_id), context=call)
         except (A2AError, httpx.HTTPError) as exc:
-            if _cut_off(exc):  # not an answer: the card tells whether the agent is there
+            if cut_off(exc):  # not an answer: the card tells whether the agent is there
                 return None
             error = self._call_error(exc, TaskTracker())
             return error if error.error_class == "invalid_arguments" else None
@@ -639,7 +400,7 @@ class A2AUpstream(Upstream):
         if refused is not None:
             return refused
         error = self._call_error(exc, tracker)
-        if _lost_connection(exc) is None:
+        if lost_connection(exc) is None:
             return error
         assert self._source is not None
         if await self._source.answers(timeout=min(CARD_CHECK_SECONDS, self.config.start_timeout)):
@@ -669,17 +430,17 @@ class A2AUpstream(Upstream):
         reused, or the agent restarting: the message is never sent again, it may have reached
         the agent); or a connection the agent's interface did not take (it is on another origin
         than the card, down)."""
-        lost = _lost_connection(exc)
+        lost = lost_connection(exc)
         assert lost is not None
         said = f"{type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}"
         if stream_unbegun:
-            dropped = next((e for e in _causes(exc) if isinstance(e, httpx.RemoteProtocolError)), lost)
+            dropped = next((e for e in causes(exc) if isinstance(e, httpx.RemoteProtocolError)), lost)
             what = f"the agent's stream broke before its first event ({type(dropped).__name__}: {self._redact(str(dropped)) or 'connection lost'})"
         elif isinstance(lost, ReusedConnectionDropped):  # a message: a poll is sent again, on a new connection
             what = (f"the agent closed a kept-alive connection as the message was sent on it, before answering ({self._redact(str(lost))}); "
                     "the message may or may not have reached the agent, and is not sent again")
-        elif _cut_off(exc):
-            cut = next(e for e in _causes(exc) if isinstance(e, _DROPPED_UNANSWERED))
+        elif cut_off(exc):
+            cut = next(e for e in causes(exc) if isinstance(e, DROPPED_UNANSWERED))
             what = f"the agent's connection dropped before its answer ({type(cut).__name__}: {self._redact(str(cut)) or 'connection lost'})"
         else:
             where = agent.interface.url if agent.interface else "its interface"
@@ -699,11 +460,11 @@ class A2AUpstream(Upstream):
                 try:
                     await agent.client.cancel_task(request, context=context)
                 except (A2AError, httpx.HTTPError) as exc:
-                    if not _reused_dropped(exc):
+                    if not reused_dropped(exc):
                         raise
                     # a kept-alive connection the agent closed as the cancel was sent on it: asking
                     # twice to cancel a task is harmless, and the task would otherwise run on
-                    with _on_new_connection():
+                    with on_new_connection():
                         await agent.client.cancel_task(request, context=context)
                 log.info("agent %s: canceled task %s", self.name, task_id)
             except Exception as exc:  # noqa: BLE001 - the call is over either way; the agent may have finished
@@ -730,7 +491,7 @@ class A2AUpstream(Upstream):
     def _call_error(self, exc: BaseException, tracker: TaskTracker) -> BridgeError:
         """What a failed call's error is, read from the error and what it was raised from. Only
         classifies: whether the agent is gone is decided by `_call_failed`, after its card."""
-        chain = _causes(exc)
+        chain = causes(exc)
         text = self._redact(str(exc) or type(exc).__name__)
         ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
         if type(exc) in JSON_RPC_ERROR_CODE_MAP:
@@ -771,7 +532,7 @@ class A2AUpstream(Upstream):
         if large is not None:
             return BridgeError(f"the agent's answer is too large: {self._redact(str(large))}", error_class="result_too_large",
                                recoverability="change_arguments", status="too_large", native_error_ref=ref)
-        lost = _lost_connection(exc)
+        lost = lost_connection(exc)
         if lost is not None:
             return BridgeError(
                 f"the agent stopped answering: {type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}",
@@ -790,40 +551,6 @@ class A2AUpstream(Upstream):
         if isinstance(exc, (UnsupportedOperationError, MethodNotFoundError, VersionNotSupportedError, ExtensionSupportRequiredError)):
             return BridgeError(f"the agent cannot serve this call: {text}", error_class="capability_gap", native_error_ref=ref)
         return BridgeError(f"the agent call failed: {text}", error_class="execution_failed", native_error_ref=ref)
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    """`exc` and what it was raised from (`raise ... from`, as httpx and a2a-sdk raise their
-    errors), without the exceptions that were being handled when it was raised: the stream's
-    break, for the `GetTask` that followed it, or the dropped poll, for the poll sent again.
-    Every error is read through this: an error handled earlier in the same coroutine says
-    nothing about the failure at hand."""
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen:
-        seen.append(current)
-        current = current.__cause__
-    return seen
-
-
-def _lost_connection(exc: BaseException) -> BaseException | None:
-    """The transport error under `exc` when no answer came: no connection was made, or it dropped
-    before the answer ended; None when the agent answered (an error, a status) or timed out."""
-    return next((e for e in _causes(exc) if isinstance(e, _CONNECTION_LOST)), None)
-
-
-def _reused_dropped(exc: BaseException) -> bool:
-    """A request whose kept-alive connection dropped before any of its answer arrived."""
-    return any(isinstance(e, ReusedConnectionDropped) for e in _causes(exc))
-
-
-def _cut_off(exc: BaseException) -> bool:
-    """A connection that was open, then closed or reset before the answer ended (not one that
-    could not be opened: the agent is not there)."""
-    chain = _causes(exc)
-    return any(isinstance(e, _DROPPED_UNANSWERED) for e in chain) and not any(isinstance(e, httpx.ConnectError) for e in chain)
-
-
 
 
 # The HTTP+JSON errors of a2a-sdk 0.3 agents: a status per A2A error and `{"message": ...}`, with

@@ -19,7 +19,7 @@ from a2a.types import AgentSkill
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from adapters.a2a import upstream as a2a
+from adapters.a2a import transport as a2a_transport
 from adapters.a2a.upstream import A2AUpstream
 from adapters.a2a.mapping import TOOL_KIND
 from bridge.config import ConfigError, parse_config
@@ -1339,8 +1339,8 @@ async def test_a_message_whose_new_connection_the_agent_cut_fails_only_its_call(
 
 async def test_a_connection_idle_for_keepalive_seconds_is_not_reused(monkeypatch):
     # kept 5 s by httpx, as long as uvicorn keeps it: reused just as the agent closed it
-    assert a2a.KEEPALIVE_SECONDS < 5
-    monkeypatch.setattr(a2a, "KEEPALIVE_SECONDS", 0.2)
+    assert a2a_transport.KEEPALIVE_SECONDS < 5
+    monkeypatch.setattr(a2a_transport, "KEEPALIVE_SECONDS", 0.2)
     async with agent() as (base, control), bridge(base_url=base, streaming=False) as b:
         assert (await b.invoker.invoke("peer__echo", {"message": "one"})).status == "succeeded"
         first = {entry["client"] for entry in control.requests}

@@ -13,6 +13,7 @@ import pytest
 import uvicorn.config
 from starlette.responses import RedirectResponse
 
+from adapters.a2a import transport as a2a_transport
 from adapters.a2a import upstream as a2a
 from adapters.http import tls as http_tls
 from bridge.upstream import UpstreamEvent
@@ -82,7 +83,7 @@ async def test_a_certificate_that_fails_its_check_fails_the_start_and_calls_at_o
 
     made = uvicorn.config.create_ssl_context
     monkeypatch.setattr(uvicorn.config, "create_ssl_context", recorded)  # the server's context, to change its certificate
-    monkeypatch.setattr(a2a, "KEEPALIVE_SECONDS", 0)  # each request a new connection, a new handshake
+    monkeypatch.setattr(a2a_transport, "KEEPALIVE_SECONDS", 0)  # each request a new connection, a new handshake
     async with serve_asgi(app, port=port, lifespan="off", ssl_certfile=signed), bridge(base_url=base, retry_initial=30, card_refresh_interval=0.3) as b:
         slot = b.catalog.slot("peer")
         assert (await b.invoker.invoke("peer__echo", {"message": "trusted"})).content[0]["text"] == "echo: trusted"
