@@ -287,3 +287,19 @@ def test_every_link_between_the_pages_resolves_anchor_included():
             if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in anchors(dest.read_text(encoding="utf-8"))):
                 broken.append((page.name, target))
     assert not broken
+
+
+MAX_CELL = 300  # a table row says one thing; its details go in a section the row links to
+
+
+def test_no_table_cell_of_any_page_holds_a_paragraph():
+    long = []
+    for page in (README, *sorted(DOCS.rglob("*.md"))):
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for line in text.splitlines():
+            if line.startswith("|"):
+                # cells split at each `|` not escaped, as GitHub's tables do, code spans included
+                for cell in re.split(r"(?<!\\)\|", line.strip().strip("|")):
+                    if len(cell.strip()) > MAX_CELL:
+                        long.append((str(page.relative_to(DOCS.parent)), len(cell.strip()), cell.strip()[:60]))
+    assert not long
