@@ -17,6 +17,7 @@ from bridge.supervisor import UpstreamSlot
 from bridge.config import BridgeConfig, ConfigError, load_config
 from bridge.invoke import Invoker
 from bridge.search import ToolSearch, index_released
+from bridge.sidecar import with_free_port
 from bridge.store import Store, StoreError
 from bridge.surface import Surfaces
 from bridge.upstream import Upstream, upstream_class
@@ -46,7 +47,7 @@ class Bridge:
         self.store = Store(store_path if store_path == ":memory:" else config.resolve_path(store_path))
         self.catalog = Catalog(self.store)
         for upstream_config in config.upstreams:
-            self.catalog.add_upstream(upstream_class(upstream_config.kind)(upstream_config))
+            self.catalog.add_upstream(upstream_class(upstream_config.kind)(with_free_port(upstream_config)))
         for upstream in extra_upstreams or []:
             self.catalog.add_upstream(upstream)
         self.surfaces = Surfaces(config.surfaces, self.catalog)
@@ -121,7 +122,8 @@ class Bridge:
             server = old.server.model_copy(update={key: getattr(config.server, key) for key in LIVE_SERVER_KEYS})
             config = config.model_copy(update={"server": server, "store": old.store, "search": old.search})
             changed = [name for name in after if name in before and after[name] != before[name]]
-            made = {name: upstream_class(after[name].kind)(after[name]) for name in after if name not in before or name in changed}
+            made = {name: upstream_class(after[name].kind)(with_free_port(after[name])) for name in after
+                    if name not in before or name in changed}
             removed = [name for name in before if name not in after]
             # stopped all at once: a stdio server may take its shutdown_timeout (2 s) to exit, and
             # 300 of them stopped one after another held the reload (and the next) for 10 minutes.

@@ -12,20 +12,51 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
+import urllib.parse
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from bridge.processes import death_guard, minimal_environment, runnable, signal_group, spawn_turn
-from bridge.upstream import LaunchConfig
+from bridge.upstream import LaunchConfig, UpstreamConfig
 
-__all__ = ["Sidecar"]
+__all__ = ["Sidecar", "with_free_port"]
+
+Config = TypeVar("Config", bound=UpstreamConfig)
 
 log = logging.getLogger("bridge.sidecar")
 
 READ_BYTES = 65_536
 LINE_CHARS = 2_000  # of a line of output, kept and logged
+
+
+def with_free_port(config: Config) -> Config:
+    """`config`, or, where it has `launch:` and URLs naming port 0, a copy in which they name a
+    free port of their loopback host, given to the launched process as `PORT`. Picked once for
+    the upstream and kept across relaunches; the config read from the file keeps port 0, so a
+    reload finds the upstream unchanged. Between the pick and the process's listen another
+    process may take the port, as rarely as an outgoing connection is given it: the launched
+    process then exits, saying why, in the upstream's reason."""
+    keys = config.port_zero_urls()
+    if config.launch is None or not keys:
+        return config
+    host = urllib.parse.urlsplit(getattr(config, keys[0])).hostname or "127.0.0.1"
+    host = "127.0.0.1" if host.lower().removesuffix(".") == "localhost" else host
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        port = probe.getsockname()[1]
+    update: dict[str, object] = {key: _with_port(getattr(config, key), port) for key in keys}
+    update["launch"] = config.launch.model_copy(update={"env": {**config.launch.env, "PORT": str(port)}})
+    return config.model_copy(update=update)
+
+
+def _with_port(url: str, port: int) -> str:
+    parts = urllib.parse.urlsplit(url)
+    host = parts.netloc.rpartition(":")[0]  # what comes before the port, user and brackets kept
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{host}:{port}"))
 
 
 class Sidecar:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import importlib
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
@@ -16,6 +17,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from bridge.model import BridgeError, ToolProgress, UpstreamResult, UpstreamTool
+from bridge.net import is_loopback
 
 __all__ = [
     "UpstreamConfig",
@@ -82,6 +84,25 @@ class UpstreamConfig(BaseModel):
                                    "make retry_initial the shorter: it is the first reconnect delay, retry_max the longest")
         return self
 
+    @model_validator(mode="after")
+    def _port_zero_launched_on_loopback(self) -> UpstreamConfig:
+        for key in self.port_zero_urls():
+            url = getattr(self, key)
+            if self.launch is None:
+                raise ConfigValueError(f"`{key}` names port 0 ({url}), which only an upstream with `launch:` may: "
+                                       "the bridge then picks a free port for the process it launches",
+                                       f"write the port the server listens on in `{key}`, or add `launch:`")
+            if not is_loopback(urllib.parse.urlsplit(url).hostname or ""):
+                raise ConfigValueError(f"`{key}` names port 0 ({url}) on a host that is not this machine's loopback: "
+                                       "the port is picked for the process the bridge launches here",
+                                       f"write `{key}` with 127.0.0.1 or localhost")
+        return self
+
+    def port_zero_urls(self) -> list[str]:
+        """The keys whose value is an http(s) URL naming port 0: with `launch:`, the port the
+        bridge picks for the launched process (`bridge.sidecar.with_free_port`)."""
+        return [key for key in type(self).model_fields if _names_port_zero(getattr(self, key))]
+
     def resolve_path(self, path: str) -> str:
         """A path from the config, relative to the config file's folder."""
         import os
@@ -89,6 +110,15 @@ class UpstreamConfig(BaseModel):
 
         p = Path(os.path.expanduser(path))
         return str(p if p.is_absolute() else Path(self.base_dir) / p)
+
+
+def _names_port_zero(value: object) -> bool:
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        return False
+    try:
+        return urllib.parse.urlsplit(value).port == 0
+    except ValueError:  # no port, or one out of range: the adapter's own checks say so
+        return False
 
 
 @dataclass(frozen=True)

@@ -259,3 +259,18 @@ def test_an_unknown_key_of_an_mcp_servers_entry_lists_the_keys_it_may_take():
         parse_config({"mcpServers": {"files": {"command": "x", "zzz": 1}}})
     fix = problems(err.value)["mcpServers.files.zzz"][1]
     assert "command" in fix and "name," not in fix and "kind," not in fix
+
+
+def test_port_0_in_a_url_needs_launch_and_a_loopback_host(tmp_path):
+    launch = "launch: {command: python, args: [-m, bridge.demo.a2t_server]}"
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "upstreams:\n  - {name: a, kind: a2t, url: 'http://127.0.0.1:0'}\n"))
+    what, fix = problems(err.value)["upstreams[0]"]
+    assert "`url` names port 0" in what and "launch" in fix
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, f"upstreams:\n  - {{name: a, kind: a2t, url: 'http://10.0.0.5:0', {launch}}}\n"))
+    what, fix = problems(err.value)["upstreams[0]"]
+    assert "not this machine's loopback" in what and "127.0.0.1" in fix
+    config = load_config(write(tmp_path, f"upstreams:\n  - {{name: a, kind: a2t, url: 'http://localhost:0', {launch}}}\n"))
+    assert config.upstreams[0].port_zero_urls() == ["url"]
+

@@ -1,4 +1,5 @@
-"""The Makefile's `serve` target: the command line it runs (`make -n`), with and without options."""
+"""The Makefile's `serve` target: the command line it runs (`make -n`), with and without options,
+and what the demo config it serves launches and shows."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from bridge.config import load_config
+
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 
 
 def serve_command(*assignments: str, **environment: str) -> str:
@@ -22,11 +25,13 @@ def serve_command(*assignments: str, **environment: str) -> str:
     return [line for line in done.stdout.splitlines() if "bridge serve" in line][-1]
 
 
+@needs_make
 def test_make_serve_alone_runs_bridge_serve_on_the_demo_config():
     assert serve_command() == ".venv/bin/bridge serve -c configs/demo.yaml"
     assert serve_command("PORT=") == ".venv/bin/bridge serve -c configs/demo.yaml"
 
 
+@needs_make
 def test_make_serve_passes_port_host_and_args_given_on_its_command_line():
     assert serve_command("PORT=9999") == ".venv/bin/bridge serve -c configs/demo.yaml --port 9999"
     assert serve_command("HOST=127.0.0.2", "PORT=0", "ARGS=-v --insecure", "CONFIG=my.yaml") == (
@@ -34,6 +39,17 @@ def test_make_serve_passes_port_host_and_args_given_on_its_command_line():
     )
 
 
+@needs_make
 def test_make_serve_ignores_host_and_port_in_the_environment():
     """Shells and hosting platforms export HOST (the machine's name) and PORT for their own uses."""
     assert serve_command(HOST="buildbox", PORT="5000", ARGS="--stdio") == ".venv/bin/bridge serve -c configs/demo.yaml"
+
+
+def test_the_demo_services_are_launched_on_ports_the_bridge_picks():
+    # fixed ports (9101-9103) reached whatever else listened there: another bridge's demo
+    # services, or an unrelated server
+    launched = [u for u in load_config(ROOT / "configs" / "demo.yaml").upstreams if u.launch is not None]
+    assert {u.name for u in launched} == {"demo_api", "travel", "a2t_demo"}
+    for upstream in launched:
+        assert upstream.port_zero_urls(), upstream.name
+        assert upstream.launch is not None and "--port" not in upstream.launch.args

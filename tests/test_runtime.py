@@ -8,7 +8,9 @@ import contextlib
 import logging
 import os
 import signal
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,6 +22,8 @@ from tests.fakes import FakeUpstream
 from tests.servers import until
 
 register_kind("fake", FakeUpstream)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def config(*names: str, **sections) -> dict:
@@ -287,3 +291,34 @@ async def test_sighups_during_a_reload_make_one_more_reload_after_it(tmp_path, c
             stop()  # no third reload can start now
         said = [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.getMessage().startswith("config reloaded")]
         assert said == ["added: b; removed: slow", "added: c"]
+
+
+def launched_a2t_server() -> dict:
+    """The demo A2T server launched by the bridge, its url naming port 0 (as configs/demo.yaml's)."""
+    launch = {"command": "python", "args": ["-m", "bridge.demo.a2t_server"], "cwd": str(ROOT)}
+    upstream = {"name": "math", "kind": "a2t", "url": "http://127.0.0.1:0", "start_timeout": 30, "launch": launch}
+    return {"store": {"path": ":memory:"}, "upstreams": [upstream]}
+
+
+async def test_a_launched_upstream_whose_url_names_port_0_is_served_on_a_free_port_of_its_own():
+    # the demo's fixed ports (9101-9103) reached whatever else listened there: a second bridge on
+    # the same config talked to the first one's processes, an unrelated server was taken for one
+    async with contextlib.AsyncExitStack() as stack:
+        bridges = [await stack.enter_async_context(Bridge(parse_config(launched_a2t_server()))) for _ in range(2)]
+        ports = []
+        for bridge in bridges:
+            slot = bridge.catalog.slot("math")
+            assert slot.health.state == "ready", slot.health.reason
+            port = urllib.parse.urlsplit(slot.upstream.config.url).port
+            assert port and slot.upstream.config.launch.env["PORT"] == str(port)
+            assert any(line.endswith(f"listening on http://127.0.0.1:{port}") for line in slot.sidecar.tail)
+            assert not (await bridge.invoker.invoke("math__add", {"a": 2, "b": 3})).is_error
+            ports.append(port)
+        assert ports[0] != ports[1]
+        # the file still says port 0: a reload finds the upstream unchanged, port and process kept
+        slot = bridges[0].catalog.slot("math")
+        pid = slot.sidecar.process.pid
+        assert await bridges[0].reload(parse_config(launched_a2t_server())) == "nothing changed"
+        assert bridges[0].catalog.slot("math") is slot and slot.sidecar.process.pid == pid
+        assert urllib.parse.urlsplit(slot.upstream.config.url).port == ports[0]
+

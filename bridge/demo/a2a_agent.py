@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import sys
 import uuid
@@ -194,7 +195,8 @@ def build_app(public_url: str, step_seconds: float = 0.3) -> Starlette:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bridge.demo.a2a_agent", description="Travel Desk demo A2A agent")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=9102)
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "9102")),
+                        help="default: $PORT (the bridge sets it for a launch: whose URL names port 0), else 9102")
     parser.add_argument("--public-url", default=None, help="URL put in the agent card (default http://HOST:PORT)")
     parser.add_argument("--step-seconds", type=float, default=0.3, help="duration of each packing_list step")
     args = parser.parse_args(argv)

@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
 import signal
 import sys
@@ -169,7 +170,8 @@ async def _serve(host: str, port: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a2t-dialect demo server")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=9103)
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "9103")),
+                        help="default: $PORT (the bridge sets it for a launch: whose URL names port 0), else 9103")
     args = parser.parse_args(argv)
     try:
         asyncio.run(_serve(args.host, args.port))

@@ -113,7 +113,8 @@ async def _serve(host: str, port: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=9101)
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "9101")),
+                        help="default: $PORT (the bridge sets it for a launch: whose URL names port 0), else 9101")
     args = parser.parse_args(argv)
     try:
         asyncio.run(_serve(args.host, args.port))
