@@ -10,11 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from bridge.catalog import Catalog
 from bridge.config import load_config
+from bridge.store import Store
+from bridge.surface import Surfaces
+from bridge.upstream import register_kind
+from tests.fakes import FakeUpstream, tool
 
 ROOT = Path(__file__).resolve().parent.parent
 
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+register_kind("fake", FakeUpstream)
 
 
 def serve_command(*assignments: str, **environment: str) -> str:
@@ -53,3 +59,18 @@ def test_the_demo_services_are_launched_on_ports_the_bridge_picks():
     for upstream in launched:
         assert upstream.port_zero_urls(), upstream.name
         assert upstream.launch is not None and "--port" not in upstream.launch.args
+
+
+def test_the_demo_surface_loads_the_demo_catalog():
+    # it deferred every tool: MCP clients saw only search_tools and call_tool, and a direct call
+    # of demo_mcp__add answered schema_not_loaded
+    config = load_config(ROOT / "configs" / "demo.yaml")
+    sizes = {"demo_mcp": 5, "notes_cli": 8, "demo_api": 5, "travel": 3, "a2t_demo": 4}  # 25 tools
+    assert set(sizes) == {u.name for u in config.upstreams}
+    catalog = Catalog(Store())
+    for name, count in sizes.items():
+        upstream = FakeUpstream(name=name, tools=[tool(f"tool_{i}") for i in range(count)])
+        catalog.add_upstream(upstream)
+        catalog.apply_tools(name, upstream.tools)
+    surface = Surfaces(config.surfaces, catalog).require(None)
+    assert {surface.place(d).state for d in catalog.declarations()} == {"loaded"}
