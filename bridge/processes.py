@@ -121,8 +121,8 @@ _groups_held: set[int] = set()  # the groups the watcher kills if the bridge die
 _group_watcher: subprocess.Popen[bytes] | None = None
 # The watcher: follows `+pgid` and `-pgid` lines until the bridge's end of the pipe closes, then
 # kills every group still held. A few lines of the standard library only, so that it starts with
-# the interpreter alone (`python -I -S -c`).
-GROUP_WATCHER = """
+# the interpreter alone (`python -I -S -c`); its first line names it in `ps`.
+GROUP_WATCHER = """# a2t-bridge: kills the process groups a bridge killed without closing left running
 import os, signal, sys
 held = set()
 for line in sys.stdin.buffer:
