@@ -28,10 +28,9 @@ from bridge.model import (
     has_surrogates,
     new_id,
     now_iso,
-    quoted,
     without_surrogates,
 )
-from bridge.policy import blocked_error, check_permission
+from bridge.policy import blocked_error, check_permission, unknown_tool
 from bridge.resource_links import ResourceLinks
 from bridge.store import Store, StoreFull
 from bridge.surface import Surface, Surfaces
@@ -179,10 +178,9 @@ class Invoker:
     # ----------------------------------------------------------------- steps
 
     def _resolve(self, ref: str, surface: Surface) -> ToolDeclaration:
-        decl = self.catalog.resolve(ref)
+        decl = surface.resolve(ref)
         if decl is None:
-            raise BridgeError(f"no tool named {quoted(ref)}; search the catalog for the right name{self.catalog.still_starting(ref)}",
-                              error_class="unknown_tool")
+            raise unknown_tool(ref, self.catalog)
         placement = surface.place(decl)
         if placement.state == "blocked":
             raise blocked_error(decl, placement.reason or "policy_blocked")

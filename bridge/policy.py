@@ -6,12 +6,22 @@ methods, say) inform surfaces and search filters but never deny a call by themse
 
 from __future__ import annotations
 
-from bridge.model import BridgeError, ToolDeclaration
+from bridge.catalog import Catalog
+from bridge.model import BridgeError, ToolDeclaration, quoted
 from bridge.surface import Surface
 
-__all__ = ["check_permission", "blocked_error"]
+__all__ = ["check_permission", "blocked_error", "unknown_tool"]
 
 _BLOCK_CLASSES = {"credential_missing": "credential_missing", "setup_required": "setup_required"}
+
+
+def unknown_tool(ref: str, catalog: Catalog) -> BridgeError:
+    """The refusal of a call naming no tool the caller's surface may know: a name the catalog
+    does not hold, or a tool a rule of the surface hides (`Surface.resolve`). Told by `ref`
+    alone, so the two read the same."""
+    starting = catalog.still_starting(ref)
+    return BridgeError(f"no tool named {quoted(ref)}; search the catalog for the right name"
+                       f"{starting}", error_class="unknown_tool")
 
 
 def blocked_error(decl: ToolDeclaration, reason: str) -> BridgeError:

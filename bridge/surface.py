@@ -1,5 +1,6 @@
 """Surfaces: what one consumer sees of the catalog. Each tool is loaded (full schema listed),
-deferred (found through search) or blocked (invisible and uncallable, with a machine reason)."""
+deferred (found through search) or blocked (invisible and uncallable, with a machine reason). A
+tool the surface's own rules block is hidden besides: answered as one that does not exist."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Literal
 
 from bridge.catalog import Catalog
 from bridge.config import Rule, RuleSpec, SurfaceConfig
-from bridge.model import BlockedTool, DeferredToolRef, ToolDeclaration, ToolSurface
+from bridge.model import BlockedTool, DeferredToolRef, ToolDeclaration, ToolSurface, quoted
 
 log = logging.getLogger("bridge.surface")
 
@@ -22,12 +23,19 @@ __all__ = ["Placement", "Surface", "Surfaces", "rule_matches", "deferred_ref"]
 
 @dataclass(frozen=True)
 class Placement:
+    """Where a tool is on a surface. `hidden`: blocked by the surface's own rule (`block:`,
+    `read_only: true`), which is access control: callers are answered as for a tool that does
+    not exist, and only the log says why. Other blocks (the upstream's reason, the tool's
+    lifecycle, a need of user interaction) are told to the caller, who can act on them."""
+
     state: Literal["loaded", "deferred", "blocked"]
     reason: str | None = None
+    hidden: bool = False
 
 
 LOADED = Placement("loaded")
 DEFERRED = Placement("deferred")
+HIDDEN_NOT_READ_ONLY = Placement("blocked", "policy_blocked", hidden=True)
 # lifecycle states that keep a tool off every surface, with the machine reason given
 _LIFECYCLE_BLOCKS = {"requires_setup": "setup_required", "disabled": "policy_blocked", "retired": "policy_blocked"}
 
@@ -159,23 +167,25 @@ class Surface:
         )
 
     def _blocked(self, decl: ToolDeclaration) -> Placement | None:
-        """Why a tool is invisible on this surface, or None. An `allow` rule lifts every block
-        except the surface-wide `read_only` switch."""
+        """Why a tool is invisible on this surface, or None. The surface's own rules decide
+        first, so that a tool they block is hidden whatever else blocks it. An `allow` rule lifts
+        every block except the surface-wide `read_only` switch."""
         cfg = self.config
-        allowed = _any(cfg.allow, decl) is not None
-        if decl.blocked_reason and not allowed:
+        if cfg.read_only and not decl.safety.read_only:
+            return HIDDEN_NOT_READ_ONLY
+        if _any(cfg.allow, decl) is not None:
+            return None
+        blocking = _any(cfg.block, decl)
+        if blocking is not None:
+            given = blocking.reason if isinstance(blocking, Rule) else None
+            return Placement("blocked", given or "policy_blocked", hidden=True)
+        if decl.blocked_reason:
             return Placement("blocked", decl.blocked_reason)
-        if decl.lifecycle in _LIFECYCLE_BLOCKS and not allowed:
+        if decl.lifecycle in _LIFECYCLE_BLOCKS:
             return Placement("blocked", _LIFECYCLE_BLOCKS[decl.lifecycle])
-        if decl.safety.requires_user_interaction and not allowed:
+        if decl.safety.requires_user_interaction:
             # no frontend can hand a prompt or a terminal to the user, so the call would hang
             return Placement("blocked", "requires_user_interaction")
-        if cfg.read_only and not decl.safety.read_only:
-            return Placement("blocked", "policy_blocked")
-        blocking = _any(cfg.block, decl)
-        if blocking is not None and not allowed:
-            reason = blocking.reason if isinstance(blocking, Rule) and blocking.reason else "policy_blocked"
-            return Placement("blocked", reason)
         return None
 
     def _visible_count(self) -> int:
@@ -186,6 +196,31 @@ class Surface:
 
     def visible(self, decl: ToolDeclaration) -> bool:
         return self.place(decl).state != "blocked"
+
+    def lookup(self, ref: str) -> ToolDeclaration | None:
+        """The tool `ref` names (exposed name, alias or tool_id) as this surface's callers may
+        know it: None for a name the catalog does not hold and for a tool hidden here alike. A
+        tool blocked for a reason the caller can act on is returned (a call refuses it)."""
+        decl = self.catalog.resolve(ref)
+        if decl is None or self.place(decl).hidden:
+            return None
+        return decl
+
+    def resolve(self, ref: str) -> ToolDeclaration | None:
+        """`lookup` for a call, which is refused when None comes back. The log (INFO) says why,
+        for a name no tool has as for a tool hidden here: both refusals write one line."""
+        decl = self.catalog.resolve(ref)
+        if decl is None:
+            log.info("surface %s: a call names %s, which no tool has; answered unknown_tool",
+                     self.name, quoted(ref))
+            return None
+        placement = self.place(decl)
+        if placement.hidden:
+            log.info("surface %s: a call names %s, tool %s, which a rule of this surface blocks "
+                     "(%s); answered unknown_tool, as for a tool that does not exist",
+                     self.name, quoted(ref), decl.name, placement.reason)
+            return None
+        return decl
 
     def loaded(self) -> list[ToolDeclaration]:
         """Loaded tools in a stable order (by name)."""
@@ -232,21 +267,24 @@ class Surface:
         return self.config.allow_destructive or _any(self.config.allow, decl) is not None
 
     def record(self, include_deferred: bool = True, limit: int | None = None) -> ToolSurface:
-        """The Agent Tool `tool_surface` record of this surface now."""
+        """The Agent Tool `tool_surface` record of this surface now, as its callers may read it:
+        the tools hidden here are neither listed nor counted."""
         deferred: list[DeferredToolRef] = []
         blocked: list[BlockedTool] = []
         for decl in self.catalog.declarations():
             placement = self.place(decl)
             if placement.state == "deferred" and include_deferred and (limit is None or len(deferred) < limit):
                 deferred.append(deferred_ref(decl))
-            elif placement.state == "blocked":
+            elif placement.state == "blocked" and not placement.hidden:
                 blocked.append(BlockedTool(tool_id=decl.tool_id, name=decl.name, reason=placement.reason or "policy_blocked"))
+        counts = {**self.counts(), "blocked": len(blocked)}
         return ToolSurface(
             surface_id=self.name,
             loaded_tools=[d.name for d in self.loaded()],
             deferred_tools=deferred,
             blocked_tools=blocked,
-            selection_policy={"auto_load_threshold": self.config.auto_load_threshold, "counts": self.counts()},
+            selection_policy={"auto_load_threshold": self.config.auto_load_threshold,
+                              "counts": counts},
         )
 
 

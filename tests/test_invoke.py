@@ -63,7 +63,7 @@ async def test_success_envelope(world):
         ("svc__echo", {}, None, "invalid_arguments", "rejected"),
         ("svc__wipe", {}, None, "permission_denied", "denied"),
         ("svc__secret", {}, None, "credential_missing", "denied"),
-        ("svc__echo", {"text": "x"}, "ro", "policy_blocked", "denied"),
+        ("svc__echo", {"text": "x"}, "ro", "unknown_tool", "rejected"),  # hidden, as if missing
         ("svc__echo", {"text": "x"}, "missing-surface", "policy_blocked", "denied"),
     ],
 )

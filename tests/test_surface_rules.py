@@ -77,6 +77,49 @@ def test_read_only_surface_is_not_lifted_by_allow():
     assert placed == {"u__look": ("loaded", None), "u__touch": ("blocked", "policy_blocked")}
 
 
+def test_only_the_surfaces_own_rules_hide_a_tool_and_they_decide_first():
+    up = FakeUpstream(name="u", tools=[
+        tool("secret", blocked_reason="credential_missing"),
+        tool("prompt").model_copy(update={"safety": SafetyHints(requires_user_interaction=True)}),
+        tool("fresh", lifecycle="requires_setup"),
+        tool("look", read_only=True),
+        tool("touch"),
+    ])
+    catalog = catalog_of(up)
+
+    def hidden(**config: object) -> dict[str, tuple[str | None, bool]]:
+        surface = Surface(SurfaceConfig(name="s", **config), catalog)
+        places = {d.name: surface.place(d) for d in catalog.declarations()}
+        return {name: (p.reason, p.hidden) for name, p in places.items() if p.state == "blocked"}
+
+    # what the upstream, the lifecycle or the tool imposes is told, with its reason
+    assert hidden() == {"u__secret": ("credential_missing", False),
+                        "u__prompt": ("requires_user_interaction", False),
+                        "u__fresh": ("setup_required", False)}
+    # a block rule or read_only is access control, whatever else blocks the tool
+    blocked = ("u__secret", "u__prompt", "u__fresh", "u__touch")
+    by_rule = hidden(block=[{"name": "u__*", "reason": "internal"}], allow=["u__look"])
+    assert by_rule == {name: ("internal", True) for name in blocked}
+    assert hidden(read_only=True) == {name: ("policy_blocked", True) for name in blocked}
+
+
+def test_a_call_finds_no_hidden_tool_and_the_surface_record_names_none():
+    up = FakeUpstream(name="u", tools=[tool("secret", blocked_reason="credential_missing"),
+                                       tool("internal"), tool("fine")])
+    catalog = catalog_of(up)
+    surface = Surface(SurfaceConfig(name="s", block=["u__internal"]), catalog)
+    internal = catalog.resolve("u__internal")
+    assert internal is not None
+    for ref in ("u__internal", internal.tool_id, "u__nothing"):
+        assert surface.lookup(ref) is None and surface.resolve(ref) is None
+    # a call of this one is refused with its reason
+    assert surface.resolve("u__secret") is catalog.resolve("u__secret")
+    record = surface.record().to_json()
+    assert [b["name"] for b in record["blocked_tools"]] == ["u__secret"]
+    assert "u__internal" not in str(record)
+    assert record["selection_policy"]["counts"] == {"loaded": 1, "deferred": 0, "blocked": 1}
+
+
 def test_auto_load_threshold_counts_visible_tools_only():
     up = FakeUpstream(name="u", tools=[tool(f"t{i}") for i in range(4)] + [tool(f"x{i}") for i in range(3)])
     catalog = catalog_of(up)

@@ -29,8 +29,13 @@ from bridge import __version__
 from bridge.envelopes import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
 from bridge.runtime import Bridge
+from bridge.serve.mcp_gate import (
+    CALLER_SURFACE,
+    SURFACE_SCOPE_KEY,
+    MCPAuthGate,
+    transport_security_for,
+)
 from bridge.serve.mcp_sdk import open_transports, session_connection
-from bridge.serve.mcp_gate import SURFACE_SCOPE_KEY, MCPAuthGate, transport_security_for
 from bridge.serve.mcp_meta import (
     CALL_TOOL,
     SEARCH_TOOLS,
@@ -233,9 +238,12 @@ class MCPFrontend:
         return self.notifier.state_for(connection, ctx.session, surface)
 
     def _input_schema_of(self, name: str) -> dict[str, Any] | None:
+        """The schema the SDK checks a 2026-07-28 call's `Mcp-Param-*` headers against before
+        dispatch: none for a tool hidden from the caller's surface, as for a missing one."""
         if name in self._meta_schemas:
             return self._meta_schemas[name]
-        decl = self.bridge.catalog.resolve(name)
+        surface = self.bridge.surfaces.get(CALLER_SURFACE.get() or self.default_surface)
+        decl = surface.lookup(name) if surface is not None else None
         return decl.input_schema if decl is not None else None
 
     def _render(self, decl: ToolDeclaration, protocol_version: str) -> types.Tool:
@@ -297,7 +305,8 @@ class MCPFrontend:
                         recoverability="change_arguments",
                     )
                 return await self._invoke(ctx, surface, target, target_arguments, None)
-            decl = self.bridge.catalog.resolve(name)
+            # a tool hidden here is answered as a missing one (the pipeline logs why)
+            decl = surface.lookup(name)
             output_schema = render_output_schema(decl, ctx.protocol_version) if decl is not None else None
             if decl is not None and surface.place(decl).state == "deferred":
                 state = self._state(ctx, surface)

@@ -3,6 +3,7 @@ SDK's DNS-rebinding protection (the Host and Origin a request may name)."""
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import logging
@@ -17,11 +18,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from bridge.runtime import Bridge
 from bridge.serve.auth import authenticate
 
-__all__ = ["SURFACE_SCOPE_KEY", "MCPAuthGate", "transport_security_for"]
+__all__ = ["SURFACE_SCOPE_KEY", "CALLER_SURFACE", "MCPAuthGate", "transport_security_for"]
 
 log = logging.getLogger("bridge.serve.mcp")
 
 SURFACE_SCOPE_KEY = "a2t_bridge.surface"
+# The same, for what the SDK asks before dispatch with a tool's name alone (the schema it checks
+# a 2026-07-28 call's Mcp-Param headers against): set in the request's task.
+CALLER_SURFACE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "a2t_bridge_caller_surface", default=None
+)
 
 
 class MCPAuthGate:
@@ -60,6 +66,7 @@ class MCPAuthGate:
             await send({"type": "http.response.body", "body": body})
             return
         scope[SURFACE_SCOPE_KEY] = auth.surface
+        CALLER_SURFACE.set(auth.surface)  # this request's task and those it starts
         if server.tokens and header:
             # only a digest of the token travels on; the token itself stays in the header
             principal = hashlib.sha256(header.partition(" ")[2].strip().encode()).hexdigest()[:24]

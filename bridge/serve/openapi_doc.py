@@ -148,7 +148,7 @@ def _schemas() -> dict[str, Any]:
         "Health": _obj(["status"], {"status": STR, "store": _obj(["writable", "since"], {"writable": BOOL, "since": STR})}),
         "Ready": _obj(["ready", "upstreams"], {
             "ready": BOOL, "starting": NAME_LIST, "tools": INT,
-            "upstreams": {"type": "array", "items": _obj(["name", "kind", "state", "tool_count"], {
+            "upstreams": {"type": "array", "items": _obj(["name", "kind", "state"], {
                 "name": STR, "kind": STR, "state": STR, "tool_count": INT, "reason": STR})},
         }),
     }

@@ -121,7 +121,7 @@ def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
 
     async def _invoke(request: Request, version_raw: str | None) -> Response:
         surface = ctx.caller(request)
-        decl = ctx.callable(request.path_params["tool_id"])
+        decl = ctx.callable(request.path_params["tool_id"], surface)
         version = _version_number(version_raw, decl) if version_raw is not None else None
         body = await ctx.read_json(request)
         arguments = ietf.parse_invocation(body, tool_names=(decl.name, *decl.aliases, decl.native_name))

@@ -168,7 +168,7 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
     async def execute(request: Request, group: str | None) -> Response:
         surface = ctx.caller(request)
         name = request.path_params["name"]
-        decl = bridge.catalog.resolve(name)
+        decl = surface.resolve(name)  # a tool hidden here is answered as a missing one
         if decl is not None and group is not None and decl.namespace != group:
             decl = None
         body = await ctx.read_json(request)

@@ -207,11 +207,12 @@ class ServeContext:
             raise not_found(ref, self.bridge.catalog)
         return decl
 
-    def callable(self, ref: str) -> ToolDeclaration:
-        """The tool a call names, blocked or not: the pipeline refuses a tool blocked on the
-        caller's surface with the block's reason (`policy_blocked`, `credential_missing`, ...),
-        as over MCP; only a name the catalog does not hold is a 404 here."""
-        decl = self.bridge.catalog.resolve(ref)
+    def callable(self, ref: str, surface: Surface) -> ToolDeclaration:
+        """The tool a call names, looked up before its body is read: a name the catalog does not
+        hold and a tool a rule of the surface hides are the same 404 (`Surface.resolve`). A tool
+        blocked for another reason (`credential_missing`, `requires_user_interaction`, ...) is
+        returned: the pipeline refuses it with that reason, as over MCP."""
+        decl = surface.resolve(ref)
         if decl is None:
             raise not_found(ref, self.bridge.catalog)
         return decl

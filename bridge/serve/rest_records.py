@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute, Route
 from bridge.arguments import pointer_token
 from bridge.envelopes import error_result
 from bridge.model import BridgeError, new_id, quoted
+from bridge.policy import unknown_tool
 from bridge.serve.auth import authenticate
 from bridge.serve.rest_http import (
     ApiError,
@@ -102,12 +103,12 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
     async def get_surface(request: Request) -> Response:
         surface = ctx.caller(request)
         name = request.path_params["name"]
-        # with tokens, a caller reads only its own surface; an open server shows any
-        target = bridge.surfaces.get(name) if (not ctx.server.tokens or name == surface.name) else None
-        if target is None:
+        # a caller reads only its own surface (an open server's callers: server.default_surface):
+        # another surface's record would name the tools this one hides
+        if name != surface.name:
             raise ApiError(404, "invalid_arguments", f"no surface {quoted(name)}", error_code="surface_not_found")
         limit = query_int(request, "deferred_limit", 1000, minimum=0)
-        return JSONBody(target.record(include_deferred=limit > 0, limit=limit).to_json())
+        return JSONBody(surface.record(include_deferred=limit > 0, limit=limit).to_json())
 
     @endpoint
     async def get_declaration(request: Request) -> Response:
@@ -118,15 +119,11 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
     async def invoke(request: Request) -> Response:
         surface = ctx.caller(request)
         tool, arguments, version = _invoke_request(await ctx.read_json(request))
-        decl = bridge.catalog.resolve(tool)
+        decl = surface.resolve(tool)
         if decl is None:
-            # the envelope the pipeline gives for a missing tool (a blocked one is refused by the
-            # pipeline with the block's reason)
-            result = error_result(
-                BridgeError(f"no tool named {quoted(tool)}; search the catalog for the right name{bridge.catalog.still_starting(tool)}",
-                            error_class="unknown_tool"),
-                invocation_id=new_id("inv"),
-            )
+            # the envelope the pipeline gives for a missing tool, and for one hidden here (a tool
+            # blocked for another reason is refused by the pipeline with that reason)
+            result = error_result(unknown_tool(tool, bridge.catalog), invocation_id=new_id("inv"))
         else:
             result = await ctx.invoke(request, decl.tool_id, arguments, version=version, surface=surface)
         if not result.is_error or result.error is None:
@@ -171,20 +168,29 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
 
     @endpoint
     async def readyz(request: Request) -> Response:
+        # a probe needs no token and reads up or down; the counts and reasons, which tell what a
+        # surface hides and where upstreams live, only a caller with a valid token (any caller
+        # of an open server)
         detailed = authenticate(ctx.server, request.headers.get("authorization")).ok
         upstreams = []
         for health in bridge.catalog.health():
-            entry: dict[str, Any] = {"name": health.name, "kind": health.kind, "state": health.state, "tool_count": health.tool_count}
-            if detailed and health.reason:
-                entry["reason"] = health.reason
+            entry: dict[str, Any] = {"name": health.name, "kind": health.kind,
+                                     "state": health.state}
+            if detailed:
+                entry["tool_count"] = health.tool_count
+                if health.reason:
+                    entry["reason"] = health.reason
             upstreams.append(entry)
         enabled = [u for u in upstreams if u["state"] != "disabled"]
         # not ready while the start waits for an upstream's first attempt (the listener serves
         # from the first moment, with the tools listed so far)
         starting = bridge.starting()
         ready = not starting and (not enabled or any(u["state"] == "ready" for u in enabled))
-        return JSONBody({"ready": ready, "starting": starting, "tools": len(bridge.catalog), "upstreams": upstreams},
-                        status_code=200 if ready else 503)
+        body: dict[str, Any] = {"ready": ready, "starting": starting}
+        if detailed:
+            body["tools"] = len(bridge.catalog)
+        body["upstreams"] = upstreams
+        return JSONBody(body, status_code=200 if ready else 503)
 
     return [
         Route("/search", search, methods=["GET"]),

@@ -231,10 +231,13 @@ async def test_blocked_tool_is_invisible_and_uncallable(era):
         found = await client.search("delete weather records")
         assert "svc__wipe" not in [m["name"] for m in found["matches"]]
         assert (await client.search("select:svc__wipe"))["missing_names"] == ["svc__wipe"]
+        # the surface's rule hides it: a call reads as one of a tool that does not exist
         direct = await client.call("svc__wipe", {})
-        assert error_class(direct) == "policy_blocked"
+        missing = await client.call("svc__nope", {})
+        assert error_class(direct) == "unknown_tool"
+        assert text_of(direct) == text_of(missing).replace("svc__nope", "svc__wipe")
         through = await client.call("call_tool", {"name": "svc__wipe", "arguments": {}})
-        assert error_class(through) == "policy_blocked"
+        assert error_class(through) == "unknown_tool"
         assert up.calls == []
 
 

@@ -89,8 +89,9 @@ async def exercise(client: EraClient, tmp_path: Path) -> None:
     match = next(m for m in found["matches"] if m["name"] == "fx__weather")
     assert match["input_schema"]["required"] == ["city"]
     assert "fx__wipe" not in [m["name"] for m in (await client.search("delete every record"))["matches"]]
-    assert error_class(await client.call("fx__wipe", {})) == "policy_blocked"
-    assert error_class(await client.call("call_tool", {"name": "fx__wipe"})) == "policy_blocked"
+    # the surface's rule hides it: called, it reads as a tool that does not exist
+    assert error_class(await client.call("fx__wipe", {})) == "unknown_tool"
+    assert error_class(await client.call("call_tool", {"name": "fx__wipe"})) == "unknown_tool"
 
     if client.era == HANDSHAKE:
         # the search loaded it into this session's list and said so

@@ -252,7 +252,7 @@ async def test_a_body_in_many_chunks_or_with_a_byte_order_mark_is_read_whole():
         assert status == 200 and body["output_parameters"][0]["value"] == {"echo": {"text": "é" * 300}}
 
 
-async def test_auth_missing_token_401_a_blocked_tool_hidden_from_reads_and_refused_with_its_reason():
+async def test_auth_missing_token_401_and_a_tool_the_surface_blocks_is_answered_as_a_missing_one():
     up = FakeUpstream(name="f", tools=[tool("echo"), tool("secret_box")])
     async with serving(up, config=config_with(**narrow_surfaces())) as served:
         for token in (None, "not-a-known-token-at-all"):
@@ -272,14 +272,14 @@ async def test_auth_missing_token_401_a_blocked_tool_hidden_from_reads_and_refus
             absent = await served.get(path.format(missing_id), token=TOKEN_NARROW)
             assert hidden[0] == absent[0] == 404
             assert hidden[1]["error"] == {**absent[1]["error"], "message": absent[1]["error"]["message"].replace(missing_id, secret_id)}
-        # a call is refused with the block's reason, as over MCP (the caller's surface record lists it)
+        # a call too: the surface's rule is access control, which says nothing of what it denies
         for path in ("/tools/{}:invoke", "/tools/{}/versions/1:invoke"):
             blocked = await served.post(path.format(secret_id), {"input_parameters": []}, token=TOKEN_NARROW)
             absent = await served.post(path.format(missing_id), {"input_parameters": []}, token=TOKEN_NARROW)
-            assert absent[0] == 404 and absent[1]["error"]["error_class"] == "unknown_tool"
-            assert blocked[0] == 403, blocked
-            assert blocked[1]["error"]["error_class"] == "policy_blocked" and blocked[1]["error"]["error_code"] == "policy_blocked"
-            assert "f__secret_box" in blocked[1]["error"]["message"] and blocked[1]["x-tool-result"]["status"] == "denied"
+            assert blocked[0] == absent[0] == 404
+            assert absent[1]["error"]["error_class"] == "unknown_tool"
+            message = absent[1]["error"]["message"].replace(missing_id, secret_id)
+            assert blocked[1]["error"] == {**absent[1]["error"], "message": message}
         assert up.calls == []
 
 

@@ -84,7 +84,8 @@ async def test_surfaces_and_declarations_respect_the_callers_surface():
     async with serving(catalog(), config=config_with(**narrow_surfaces())) as served:
         status, body, _ = await served.get("/surfaces/narrow", token=TOKEN_NARROW)
         assert status == 200 and body["surface_id"] == "narrow"
-        assert [b["name"] for b in body["blocked_tools"]] == ["docs__secret_keys"]
+        # the surface's own rule hides it: neither listed nor counted
+        assert body["blocked_tools"] == [] and "docs__secret_keys" not in str(body)
         status, body, _ = await served.get("/surfaces/default", token=TOKEN_NARROW)
         assert status == 404  # another token's surface
         status, decl, _ = await served.get(f"/declarations/{served.tool_id('docs__search_documents')}", token=TOKEN_NARROW)
@@ -107,9 +108,10 @@ async def test_invoke_record_answers_the_envelope_with_the_status_of_its_error_c
         blocked = await served.post("/invoke", {"tool": "docs__secret_keys", "arguments": {}}, token=TOKEN_NARROW)
         missing = await served.post("/invoke", {"tool": "docs__no_such", "arguments": {}}, token=TOKEN_NARROW)
         assert missing[0] == 404 and missing[1]["error"]["error_class"] == "unknown_tool"
-        # a tool blocked on the caller's surface: refused with the block's reason, as over MCP
-        assert blocked[0] == 403 and blocked[1]["error"]["error_class"] == "policy_blocked" and blocked[1]["status"] == "denied"
-        assert set(missing[1]) <= set(blocked[1])  # both whole result envelopes
+        # a tool a rule of the caller's surface blocks: answered as a missing one
+        message = missing[1]["error"]["message"].replace("docs__no_such", "docs__secret_keys")
+        assert blocked[0] == 404
+        assert blocked[1]["error"] == {**missing[1]["error"], "message": message}
         # a misspelt key would run the tool with no arguments: refused, naming it
         for body, pointer in (({"arguments": {}}, "/tool"), ({"tool": "x", "arguments": []}, "/arguments"), ({"tool": "x", "version": 0}, "/version"),
                               ({"tool": "docs__search_documents", "argumnets": {"text": "q"}}, "/argumnets")):
@@ -205,10 +207,12 @@ async def test_health_and_readiness():
         assert body["upstreams"] == [{"name": "down", "kind": "fake", "state": "failed", "tool_count": 0, "reason": "connection refused"}]
     async with serving(catalog(), broken.__class__(FakeConfig(name="down", fail_start="refused", retry_initial=30)),
                        config=config_with(**narrow_surfaces())) as served:
-        status, body, _ = await served.get("/readyz")  # probes need no token; reasons only for a caller with one
-        assert status == 200 and body["ready"] is True and all("reason" not in u for u in body["upstreams"])
+        # probes need no token; counts and reasons only for a caller with one
+        status, body, _ = await served.get("/readyz")
+        assert status == 200 and body["ready"] is True and "tools" not in body
+        assert all(set(u) == {"name", "kind", "state"} for u in body["upstreams"])
         _, body, _ = await served.get("/readyz", token=TOKEN_ALL)
-        assert any(u.get("reason") == "refused" for u in body["upstreams"])
+        assert any(u.get("reason") == "refused" for u in body["upstreams"]) and body["tools"] == 3
         assert (await served.get("/healthz"))[0] == 200
 
 
