@@ -25,6 +25,7 @@ __all__ = [
     "StoreConfig",
     "InvokeConfig",
     "SearchConfig",
+    "TelemetryConfig",
     "BridgeConfig",
     "load_config",
     "parse_config",
@@ -187,11 +188,19 @@ class SearchConfig(_Strict):
         return value
 
 
+class TelemetryConfig(_Strict):
+    metrics: bool = True  # GET /metrics served
+    metrics_public: bool = False  # /metrics open without a token when server.tokens are set
+    # the `tool` label of the call metrics: every tool, none, or the N busiest (top_N)
+    tool_label: str = Field(default="top_100", pattern=r"^(all|none|top_[1-9][0-9]{0,4})$")
+
+
 class BridgeConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     invoke: InvokeConfig = Field(default_factory=InvokeConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     mcpServers: dict[str, Any] = Field(default_factory=dict)  # noqa: N815 - the clients' spelling
     surfaces: list[SurfaceConfig] = Field(default_factory=list)

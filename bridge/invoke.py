@@ -34,6 +34,7 @@ from bridge.policy import blocked_error, check_permission, unknown_tool
 from bridge.resource_links import ResourceLinks
 from bridge.store import Store, StoreFull
 from bridge.surface import Surface, Surfaces
+from bridge.telemetry import CallOrigin, Telemetry
 from bridge.upstream import CallContext, ProgressSink
 
 __all__ = ["Invoker"]
@@ -70,6 +71,16 @@ def _size_of(result: UpstreamResult) -> tuple[int, bool]:
 _MAX_VERSION = 2**63 - 1  # what an SQLite INTEGER holds
 
 
+class _UpstreamTime:
+    """The upstream's part of one call, in seconds: from the moment it holds a concurrency slot
+    to its answer (or failure); None while the call has not reached it."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self) -> None:
+        self.seconds: float | None = None
+
+
 class Invoker:
     """Runs calls through the pipeline against a catalog, surfaces and store."""
 
@@ -79,11 +90,13 @@ class Invoker:
         surfaces: Surfaces,
         store: Store,
         config: InvokeConfig | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.catalog = catalog
         self.surfaces = surfaces
         self.store = store
         self.config = config or InvokeConfig()
+        self.telemetry = telemetry or Telemetry()
         self.validators = SchemaValidators()
         self.resource_links = ResourceLinks(catalog)  # the links results gave, read back through their upstream
         self._log_rows: list[tuple[Any, ...]] = []
@@ -102,9 +115,14 @@ class Invoker:
         progress: ProgressSink | None = None,
         invocation_id: str | None = None,
         meta: dict[str, Any] | None = None,
+        origin: CallOrigin | None = None,
     ) -> ToolResult:
+        """Run one call through the pipeline. `origin` says which frontend and caller it came
+        from, with the caller's trace context (telemetry and the audit stream record it)."""
         invocation_id = invocation_id or new_id("inv")
         started = time.perf_counter()
+        self.telemetry.call_begun()
+        upstream_time = _UpstreamTime()
         created_at = now_iso()
         decl: ToolDeclaration | None = None
         surface_obj = surface if isinstance(surface, Surface) else self.surfaces.get(surface)
@@ -117,7 +135,7 @@ class Invoker:
             refuse_unsendable(arguments)
             self._validate(decl, version, schema, arguments)
             check_permission(decl, surface_obj)
-            result = await self._execute(decl, arguments, invocation_id, progress, meta or {}, config)
+            result = await self._execute(decl, arguments, invocation_id, progress, meta or {}, config, upstream_time)
             self.resource_links.remember(surface_obj.name, decl.upstream, result.content)
             envelope, size = self._map(decl, version, invocation_id, result, config)
             if size > config.inline_result_limit:
@@ -127,7 +145,7 @@ class Invoker:
             if has_surrogates(exc.message):  # an upstream's text quoted in the message
                 envelope = without_surrogates(envelope)
         except asyncio.CancelledError:
-            self._log(invocation_id, decl, version, surface_obj, "canceled", "canceled", created_at, started)
+            self._log(invocation_id, decl, version, surface_obj, "canceled", "canceled", created_at, started, upstream_time, origin)
             raise
         except Exception as exc:  # an adapter bug: reported as a result, logged with its traceback
             log.exception("tool %s failed", ref)
@@ -147,6 +165,8 @@ class Invoker:
             envelope.error.error_class if envelope.error else None,
             created_at,
             started,
+            upstream_time,
+            origin,
         )
         return envelope
 
@@ -170,6 +190,10 @@ class Invoker:
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
         self.flush_log()
+
+    def log_rows_waiting(self) -> int:
+        """Invocation log rows not yet handed to the store (written every 0.25 s, or at 512)."""
+        return len(self._log_rows)
 
     def flush_log(self) -> None:
         rows, self._log_rows = self._log_rows, []
@@ -227,6 +251,7 @@ class Invoker:
         progress: ProgressSink | None,
         meta: dict[str, Any],
         config: InvokeConfig,
+        upstream_time: _UpstreamTime,
     ) -> UpstreamResult:
         slot = self.catalog.require_ready(decl)
         timeout = config.default_timeout or decl.timeout or slot.upstream.config.timeout
@@ -237,7 +262,11 @@ class Invoker:
             async with asyncio.timeout(timeout):
                 async with slot.semaphore:
                     with slot.calling():
-                        return await slot.upstream.invoke(decl.native_id, arguments, ctx)
+                        began = time.perf_counter()
+                        try:
+                            return await slot.upstream.invoke(decl.native_id, arguments, ctx)
+                        finally:
+                            upstream_time.seconds = time.perf_counter() - began
         except TimeoutError:
             raise BridgeError(
                 f"{decl.name!r} did not answer within {timeout:g}s",
@@ -347,8 +376,13 @@ class Invoker:
         error_class: str | None,
         created_at: str,
         started: float,
+        upstream_time: _UpstreamTime | None = None,
+        origin: CallOrigin | None = None,
     ) -> None:
-        duration = round((time.perf_counter() - started) * 1000, 3)
+        seconds = time.perf_counter() - started
+        duration = round(seconds * 1000, 3)
+        self.telemetry.call_ended(invocation_id, decl, version, surface.name if surface else "", status, error_class, created_at,
+                                  seconds, upstream_time.seconds if upstream_time else None, origin)
         self._log_rows.append(
             (
                 invocation_id,

@@ -9,17 +9,21 @@ import gc
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from bridge.catalog import Catalog
 from bridge.supervisor import UpstreamSlot
 from bridge.config import BridgeConfig, ConfigError, load_config
 from bridge.invoke import Invoker
+from bridge.model import ToolSearchResult
 from bridge.search import ToolSearch, index_released
 from bridge.sidecar import with_free_port
 from bridge.store import Store, StoreError
-from bridge.surface import Surfaces
+from bridge.surface import Surface, Surfaces
+from bridge.telemetry import Telemetry
 from bridge.upstream import Upstream, upstream_class
 
 __all__ = ["Bridge", "GC_YOUNG_THRESHOLD", "LIVE_SERVER_KEYS", "collector_held", "reload_on_hangup", "search_index_path", "search_index_released",
@@ -35,6 +39,9 @@ GC_YOUNG_THRESHOLD = 20_000
 # The `server` keys a reload applies: read at each request. The others built the listener, as
 # `store` and `search` opened the store and the index: a running bridge keeps them until restarted.
 LIVE_SERVER_KEYS = ("tokens", "default_surface")
+# The sections a running bridge keeps whole until restarted: each built something that lives as
+# long as the process (the store, the index, the metrics).
+RESTART_SECTIONS = ("store", "search", "telemetry")
 
 
 class Bridge:
@@ -53,7 +60,12 @@ class Bridge:
         self.surfaces = Surfaces(config.surfaces, self.catalog)
         self.search = ToolSearch(self.catalog, index_path, semantic=config.search.semantic,
                                  fold_alternatives=config.search.fold_alternatives)
-        self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke)
+        self.telemetry = Telemetry(tool_label=config.telemetry.tool_label)
+        metrics = self.telemetry.metrics
+        metrics.watch_upstreams(lambda: [(slot.health, slot.calls) for slot in self.catalog.slots.values()])
+        self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke, self.telemetry)
+        metrics.gauge("bridge_store_writes_waiting", "Invocation log rows, versions and names waiting to be written to the "
+                      "store (all of them while its disk refuses writes)", lambda: self.store.waiting() + self.invoker.log_rows_waiting())
         self._reloading = asyncio.Lock()
         self._reload_listeners: list[Callable[[], None]] = []
         self._started = asyncio.Event()
@@ -95,8 +107,8 @@ class Bridge:
         stopped refuses new calls at once and lets those in flight end first, for at most its old
         `timeout`; the rest of the config applies meanwhile. Surfaces, tokens,
         `default_surface` and `invoke` hold from the next request on; every other key of
-        `server`, `store` and `search` keeps its running value, with a warning that it needs a
-        restart. Reloads run one at a time. A ConfigError (an upstream name the bridge already
+        `server`, `store`, `search` and `telemetry` keeps its running value, with a warning that
+        it needs a restart. Reloads run one at a time. A ConfigError (an upstream name the bridge already
         serves from elsewhere, a surface `keep_surface` named missing) changes nothing. A reload
         while the bridge starts applies at once: `start` then also waits for the upstreams it
         adds or restarts, and no longer for those it removes."""
@@ -120,7 +132,7 @@ class Bridge:
             for key in restart:
                 log.warning("config reload: %s changed; it takes effect when the bridge restarts (the running value is kept)", key)
             server = old.server.model_copy(update={key: getattr(config.server, key) for key in LIVE_SERVER_KEYS})
-            config = config.model_copy(update={"server": server, "store": old.store, "search": old.search})
+            config = config.model_copy(update={"server": server, **{section: getattr(old, section) for section in RESTART_SECTIONS}})
             changed = [name for name in after if name in before and after[name] != before[name]]
             made = {name: upstream_class(after[name].kind)(with_free_port(after[name])) for name in after
                     if name not in before or name in changed}
@@ -152,6 +164,13 @@ class Bridge:
             log.warning("config reloaded from %s: %s", config.source, summary)
             return summary
 
+    def find_tools(self, query: str, *, surface: Surface, **options: Any) -> ToolSearchResult:
+        """Tool search (`ToolSearch.search`) for a frontend's caller, counted in the metrics."""
+        began = time.perf_counter()
+        result = self.search.search(query, surface=surface, **options)
+        self.telemetry.searched(surface.name, time.perf_counter() - began, bool(result.matches))
+        return result
+
     def keep_surface(self, name: str, why: str) -> None:
         """A reload whose config no longer defines surface `name` is refused as a config error
         (nothing changes), saying `why` the bridge needs it."""
@@ -166,6 +185,7 @@ class Bridge:
     async def close(self) -> None:
         await self.catalog.close()
         await self.invoker.aclose()
+        await self.telemetry.aclose()
         self.search.close()
         self.store.close()
 
@@ -244,10 +264,10 @@ def reload_on_hangup(bridge: Bridge, path: str) -> Callable[[], None]:
 
 
 def _restart_keys(old: BridgeConfig, new: BridgeConfig) -> list[str]:
-    """The keys of `server`, `store` and `search` a new config changes that a running bridge
+    """The keys of `server` and the RESTART_SECTIONS a new config changes that a running bridge
     cannot take (all but LIVE_SERVER_KEYS), as `section.key`."""
     keys = []
-    for section in ("server", "store", "search"):
+    for section in ("server", *RESTART_SECTIONS):
         before, after = getattr(old, section), getattr(new, section)
         keys += [f"{section}.{key}" for key in type(before).model_fields
                  if getattr(before, key) != getattr(after, key) and not (section == "server" and key in LIVE_SERVER_KEYS)]

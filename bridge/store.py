@@ -246,6 +246,10 @@ class Store:
 
     # a disk that refuses writes -------------------------------------------------------------
 
+    def waiting(self) -> int:
+        """Rows (versions, names, invocation log rows) kept in memory while the disk refuses them."""
+        return len(self._pending_versions) + len(self._pending_names) + len(self._pending_log)
+
     def _refused(self, exc: sqlite3.Error) -> None:
         """A write the disk refused: said once until a write succeeds again, and at WARNING the first
         time only: a nearly full disk takes a log row and refuses the next large result, and so on

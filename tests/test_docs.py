@@ -63,6 +63,7 @@ def config_page() -> str:
         ("### `invoke`", bridge_config.InvokeConfig),
         ("### `store`", bridge_config.StoreConfig),
         ("### `search`", bridge_config.SearchConfig),
+        ("### `telemetry`", bridge_config.TelemetryConfig),
         ("## Upstreams", UpstreamConfig),
     ],
 )
@@ -161,6 +162,7 @@ def documented_models() -> list[tuple[str, type[BaseModel], str]]:
     out = [("config.md", model, "") for model in (bridge_config.BridgeConfig, bridge_config.ServerConfig,
                                                   bridge_config.InvokeConfig, UpstreamConfig)]
     out += [("config.md#### `store`", bridge_config.StoreConfig, ""), ("config.md#### `search`", bridge_config.SearchConfig, "")]
+    out.append(("config.md#### `telemetry`", bridge_config.TelemetryConfig, ""))
     out.append(("surfaces.md", bridge_config.SurfaceConfig, ""))
     out.append(("frontends/rest.md", bridge_config.ServerConfig, ""))
     for kind in shipped_kinds():

@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 import mcp.types as types
@@ -134,6 +135,7 @@ class MCPFrontend:
         self._stop_cancelled: set[asyncio.Task[Any]] = set()  # those cancelled because the server stops
         self._rendered: dict[tuple[str, bool], types.Tool] = {}
         self._rendered_generation = -1
+        self._unwatch: list[Callable[[], None]] = []  # the metrics this frontend shows
         self._meta_schemas = {tool.name: tool.input_schema for tool in meta_tools()}
         self._meta_output_schemas = {tool.name: tool.output_schema for tool in meta_tools() if tool.output_schema}
         self.server = _BridgeServer(
@@ -177,6 +179,9 @@ class MCPFrontend:
             if isinstance(route, Route) and route.path == path:
                 app.router.routes[index] = Route(path, endpoint=MCPAuthGate(route.endpoint, self.bridge))
                 break
+        manager = self.server.session_manager
+        self._unwatch.append(self.bridge.telemetry.metrics.gauge(
+            "bridge_mcp_sessions_open", "MCP sessions open over streamable HTTP", lambda: len(open_transports(manager))))
         return app
 
     def end_streams(self) -> None:
@@ -194,6 +199,8 @@ class MCPFrontend:
             transport.close_standalone_sse_stream()
 
     async def aclose(self) -> None:
+        while self._unwatch:
+            self._unwatch.pop()()
         await self.notifier.aclose()
 
     def stopping(self, grace: float) -> None:
@@ -376,7 +383,7 @@ class MCPFrontend:
         query = options.pop("query")
         # the index is written on a thread: let a change that just happened become searchable
         await self.bridge.search.wait_indexed(timeout=SEARCH_INDEX_WAIT)
-        result = self.bridge.search.search(query, surface=surface, include_schema=True, **options)
+        result = self.bridge.find_tools(query, surface=surface, include_schema=True, **options)
         state = self._state(ctx, surface)
         catalog = self.bridge.catalog
         found = [catalog.get(ref.tool_id) for ref in result.matches]

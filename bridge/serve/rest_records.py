@@ -87,7 +87,7 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         if not query.strip() and namespace is None and tags is None and kind is None and read_only is None:
             raise ApiError(400, "invalid_arguments", "query parameter 'q' is required (keywords, or select:a,b), "
                            "unless a filter (namespace, tags, kind, read_only) lists tools by itself", details={"parameter": "q"})
-        result = bridge.search.search(
+        result = bridge.find_tools(
             query,
             surface=surface,
             limit=query_int(request, "limit", 10, minimum=1, maximum=MAX_SEARCH_LIMIT, clamp=True),
@@ -167,6 +167,14 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         return JSONBody({"status": "ok", "store": {"writable": False, "since": store.unwritable_since}})
 
     @endpoint
+    async def metrics(request: Request) -> Response:
+        """The Prometheus exposition; behind the tokens unless `telemetry.metrics_public`."""
+        if not bridge.config.telemetry.metrics_public:
+            ctx.caller(request)
+        body, content_type = bridge.telemetry.metrics.render(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
+
+    @endpoint
     async def readyz(request: Request) -> Response:
         # a probe needs no token and reads up or down; the counts and reasons, which tell what a
         # surface hides and where upstreams live, only a caller with a valid token (any caller
@@ -201,4 +209,5 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         Route("/resources", read_resource, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        *([Route("/metrics", metrics, methods=["GET"])] if bridge.config.telemetry.metrics else []),
     ]
