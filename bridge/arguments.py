@@ -136,9 +136,9 @@ def refuse_unsendable(arguments: Any) -> None:
                           "UTF-8, or escape a character outside the Basic Multilingual Plane as a pair", without_surrogates(pointer))
     # nesting needs as many brackets as levels: most arguments are told apart without a walk
     if text is None or text.count("{") + text.count("[") > MAX_ARGUMENT_DEPTH:
-        pointer = _first_at(arguments, lambda v, depth: depth > MAX_ARGUMENT_DEPTH and isinstance(v, dict | list))
-        if pointer is not None:
-            raise _unsendable(f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels; send flatter arguments", pointer)
+        deep = _first_at(arguments, lambda v, depth: depth > MAX_ARGUMENT_DEPTH and isinstance(v, dict | list))
+        if deep is not None:
+            raise _unsendable(f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels; send flatter arguments", deep)
 
 
 def pointer_token(key: Any) -> str:

@@ -20,6 +20,7 @@ from bridge.model import (
     InputContract,
     OutputContract,
     ToolDeclaration,
+    UpstreamState,
     UpstreamTool,
     has_surrogates,
     now_iso,
@@ -125,16 +126,15 @@ class Catalog(UpstreamSupervisor):
             self._forget(decl)
         self._emit(CatalogChange(upstream=slot.name, removed=removed, state_changed=True))
 
-    def _mark(self, slot: UpstreamSlot, state: str, reason: str, next_retry: float | None = None) -> None:
+    def _mark(self, slot: UpstreamSlot, state: UpstreamState, reason: str, next_retry: float | None = None) -> None:
         """An upstream went down: its tools stay listed, marked with the reason."""
-        slot.health.state = state  # type: ignore[assignment]
+        slot.health.state = state
         slot.health.reason = reason
         slot.health.next_retry_in = next_retry
-        loading = "unavailable"
         updated = []
         for decl in slot.tools.values():
-            if decl.loading_state != loading or decl.loading_reason != reason:
-                decl.loading_state = loading
+            if decl.loading_state != "unavailable" or decl.loading_reason != reason:
+                decl.loading_state = "unavailable"
                 decl.loading_reason = reason
                 updated.append(decl)
         self._emit(CatalogChange(upstream=slot.name, updated=updated, state_changed=True))

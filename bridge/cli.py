@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bridge import __version__
-from bridge.supervisor import UpstreamSlot
-from bridge.config import DEFAULT_CONFIG, BridgeConfig, ConfigError, load_config
 from bridge.arguments import refuse_unsendable
+from bridge.config import DEFAULT_CONFIG, BridgeConfig, ConfigError, load_config
 from bridge.model import BridgeError, DeferredToolRef
 from bridge.runtime import Bridge
 from bridge.search import MAX_LIMIT, MAX_QUERY_CHARS
+from bridge.supervisor import UpstreamSlot
 from bridge.upstream import KIND_COMMANDS, kind_commands
 
 __all__ = ["main", "build_parser", "COMMANDS"]
@@ -392,8 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as failed:  # a clear line, never a traceback (unless -v asks for it)
         if args.verbose:  # the details the line below offers (logged at INFO, -v's level: a debug record was never shown)
             logging.getLogger("bridge.cli").error("bridge %s failed", args.command, exc_info=True)
-        exc = _cause(failed)
-        print(f"bridge {args.command}: {type(exc).__name__}: {exc}" + ("" if args.verbose else " (run with -v for details)"), file=sys.stderr)
+        cause = _cause(failed)
+        print(f"bridge {args.command}: {type(cause).__name__}: {cause}" + ("" if args.verbose else " (run with -v for details)"), file=sys.stderr)
         return 1
 
 

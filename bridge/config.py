@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from bridge.documents import expanded_size
 from bridge.upstream import ConfigValueError, UpstreamConfig, known_kinds, upstream_class
@@ -337,7 +346,7 @@ def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel], hidd
 
 def _mcp_servers_to_upstreams(servers: Any, problems: list[tuple[str, str, str]]) -> list[tuple[str, dict[str, Any]]]:
     """Entries of the Claude Desktop / Cursor / VS Code `mcpServers` block as `kind: mcp` upstreams."""
-    out = []
+    out: list[tuple[str, dict[str, Any]]] = []
     if not isinstance(servers, dict):
         problems.append(("mcpServers", "must be a mapping of server name to server entry", 'write {"name": {"command": ...}}'))
         return out

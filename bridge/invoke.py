@@ -13,9 +13,8 @@ import re
 import time
 from typing import Any
 
-
-from bridge.catalog import Catalog
 from bridge.arguments import SchemaValidators, invalid_arguments, refuse_unsendable
+from bridge.catalog import Catalog
 from bridge.config import InvokeConfig
 from bridge.envelopes import error_result, status_of
 from bridge.model import (

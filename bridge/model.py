@@ -15,7 +15,17 @@ import uuid
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidatorFunctionWrapHandler, WrapValidator, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -514,7 +524,7 @@ class UpstreamHealth(_Record):
     next_retry_in: float | None = None
     details: dict[str, Any] = Field(default_factory=dict)
     # told (old state, new state) of each change of state: the catalog's count of upstreams pending
-    _on_state: Callable[[str, str], None] | None = PrivateAttr(default=None)
+    _on_state: Callable[[str | None, str], None] | None = PrivateAttr(default=None)
 
     def __setattr__(self, name: str, value: Any) -> None:
         old = self.state if name == "state" else None

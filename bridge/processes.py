@@ -59,7 +59,7 @@ async def _probe_death_guard() -> list[str]:
     global _death_guard
     setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
     guard = [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
-    if guard:
+    if setpriv:
         try:
             probe = await asyncio.create_subprocess_exec(*guard, setpriv, "--version", stdin=asyncio.subprocess.DEVNULL,
                                                          stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)

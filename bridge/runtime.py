@@ -10,18 +10,18 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from bridge.catalog import Catalog
-from bridge.supervisor import UpstreamSlot
 from bridge.config import BridgeConfig, ConfigError, load_config
 from bridge.invoke import Invoker
 from bridge.model import ToolSearchResult
 from bridge.search import ToolSearch, index_released
 from bridge.sidecar import with_free_port
 from bridge.store import Store, StoreError
+from bridge.supervisor import UpstreamSlot
 from bridge.surface import Surface, Surfaces
 from bridge.telemetry import Telemetry
 from bridge.upstream import Upstream, upstream_class
@@ -141,7 +141,7 @@ class Bridge:
             # 300 of them stopped one after another held the reload (and the next) for 10 minutes.
             # Each refuses new calls at once and lets those in flight end first, for at most its
             # `timeout` (a call's own limit); meanwhile the rest of the config applies.
-            stopping = [self.catalog.remove_upstream(name, drain=before[name].timeout) for name in removed]
+            stopping: list[Awaitable[object]] = [self.catalog.remove_upstream(name, drain=before[name].timeout) for name in removed]
             stopping += [self.catalog.replace_upstream(upstream, drain=before[name].timeout) for name, upstream in made.items() if name in changed]
             stopped = asyncio.gather(*stopping, return_exceptions=True)
             await asyncio.sleep(0)  # each has refused new calls before anything else changes
@@ -154,7 +154,7 @@ class Bridge:
             self.config = config
             for listener in list(self._reload_listeners):
                 listener()
-            failures = [r for r in await stopped if r is not None and not isinstance(r, UpstreamSlot)]
+            failures = [r for r in await stopped if isinstance(r, BaseException)]
             if failures:
                 raise failures[0]
             await self.catalog.start(wait=False)

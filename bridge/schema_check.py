@@ -42,6 +42,11 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
 }
 
 
+def _any_of(tests: list[QuickCheck]) -> QuickCheck:
+    """A check passing when any of `tests` does (`type` naming several types)."""
+    return lambda value: any(test(value) for test in tests)
+
+
 class _Unsupported(Exception):
     """The schema uses something the quick check does not cover."""
 
@@ -84,7 +89,7 @@ def _compile(schema: Any, depth: int) -> QuickCheck:
         if type(names) is not list or not names or any(n not in _TYPES for n in names):
             raise _Unsupported
         tests = [_TYPES[n] for n in names]
-        checks.append(tests[0] if len(tests) == 1 else (lambda v, tests=tests: any(t(v) for t in tests)))
+        checks.append(tests[0] if len(tests) == 1 else _any_of(tests))
     if "enum" in schema or "const" in schema:
         allowed = schema["enum"] if "enum" in schema else [schema["const"]]
         if type(allowed) is not list:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import os
 import random
@@ -16,7 +17,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from bridge.model import BridgeError, ToolDeclaration, UpstreamHealth, UpstreamTool, health_version
+from bridge.model import (
+    BridgeError,
+    ToolDeclaration,
+    UpstreamHealth,
+    UpstreamState,
+    UpstreamTool,
+    health_version,
+)
 from bridge.sidecar import Sidecar
 from bridge.upstream import Upstream, UpstreamEvent
 
@@ -97,7 +105,7 @@ class UpstreamSupervisor:
     def _drop_tools(self, slot: UpstreamSlot) -> None:
         raise NotImplementedError
 
-    def _mark(self, slot: UpstreamSlot, state: str, reason: str, next_retry: float | None = None) -> None:
+    def _mark(self, slot: UpstreamSlot, state: UpstreamState, reason: str, next_retry: float | None = None) -> None:
         raise NotImplementedError
 
 
@@ -121,7 +129,7 @@ class UpstreamSupervisor:
         self.slots[upstream.name] = slot
         self._state_moved(None, slot.health.state)
         slot.health._on_state = self._state_moved
-        upstream.subscribe(lambda event, slot=slot: self._on_event(slot, event))
+        upstream.subscribe(functools.partial(self._on_event, slot))
         return slot
 
     async def remove_upstream(self, name: str, drain: float = 0.0) -> None:

@@ -75,7 +75,7 @@ def deferred_ref(decl: ToolDeclaration, loading_state: str | None = None) -> Def
         description=decl.description,
         source=decl.upstream_kind or None,
         schema_visibility="deferred",
-        loading_state=loading_state or ("deferred" if decl.loading_state == "loaded" else decl.loading_state),  # type: ignore[arg-type]
+        loading_state=loading_state or ("deferred" if decl.loading_state == "loaded" else decl.loading_state),
         reason=decl.loading_reason,
         pending_provider_or_server=decl.upstream if decl.loading_state != "loaded" else None,
         native_ref=decl.external_mappings[0] if decl.external_mappings else None,

@@ -196,14 +196,26 @@ class Upstream(abc.ABC):
     config_model: ClassVar[type[UpstreamConfig]] = UpstreamConfig
     # whether `read_resource` reads what the links in this kind's results name
     reads_resources: ClassVar[bool] = False
-    # what a start that takes a while is doing now (`mapping 22,361 operations`), or None: the
-    # catalog gives it as the reason of an upstream still connecting, and of a start_timeout
-    phase: str | None = None
+    _phase: str | None = None
 
     def __init__(self, config: UpstreamConfig) -> None:
         self.config = config
         self.name = config.name
         self._listeners: list[Callable[[UpstreamEvent], None]] = []
+
+    @property
+    def phase(self) -> str | None:
+        """What a start that takes a while is doing now (`mapping 22,361 operations`), or None:
+        the catalog gives it as the reason of an upstream still connecting, and of a
+        start_timeout. An adapter sets it, or computes it in `_current_phase`."""
+        return self._current_phase()
+
+    @phase.setter
+    def phase(self, value: str | None) -> None:
+        self._phase = value
+
+    def _current_phase(self) -> str | None:
+        return self._phase
 
     @abc.abstractmethod
     async def start(self) -> None:

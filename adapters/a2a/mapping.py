@@ -67,7 +67,7 @@ INTERRUPTED_STATES = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.T
 def state_name(state: int) -> str:
     """`TASK_STATE_INPUT_REQUIRED` -> `input_required`."""
     try:
-        return TaskState.Name(state).removeprefix("TASK_STATE_").lower()  # type: ignore[arg-type]
+        return TaskState.Name(state).removeprefix("TASK_STATE_").lower()
     except ValueError:
         return "unspecified"
 
@@ -443,10 +443,10 @@ def result_from_tracker(tracker: TaskTracker, ref: dict[str, Any]) -> UpstreamRe
         reason = _text_of(task.status.message.parts) if task.status.HasField("message") else ""
         message = f"{default}: {reason}" if reason else default
         error = ToolError(
-            error_class=error_class,  # type: ignore[arg-type]
+            error_class=error_class,
             message=message,
             error_code=f"task_{state_name(state)}",
-            recoverability=recoverability,  # type: ignore[arg-type]
+            recoverability=recoverability,
             native_error_ref={"task_id": task.id, "context_id": task.context_id, "state": state_name(state)},
         )
         blocks = [{"type": "text", "text": f"{error_class}: {message}"}]

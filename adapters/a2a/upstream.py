@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -74,7 +75,7 @@ from adapters.a2a.transport import (
 )
 from adapters.http.proxy import loopback_direct
 from adapters.http.tls import added_cas, system_cas
-from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
+from bridge.model import BridgeError, ErrorClass, UpstreamResult, UpstreamTool, validation_line
 from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
 
 __all__ = ["A2AUpstream"]
@@ -99,6 +100,18 @@ class _Agent:
     streaming: bool
     interface: AgentInterface | None
     credentials: AgentCredentials
+
+
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[Any]) -> AsyncIterator[AsyncIterator[Any]]:
+    """`stream`, closed on the way out when it can be (the SDK's streams are async generators,
+    declared as iterators): a call cut short ends its HTTP stream at once."""
+    try:
+        yield stream
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class A2AUpstream(Upstream):
@@ -313,7 +326,7 @@ class A2AUpstream(Upstream):
             if not agent.streaming:
                 request.configuration.return_immediately = True  # follow the task by polling
             try:
-                async with contextlib.aclosing(agent.client.send_message(request, context=call)) as events:
+                async with _closing(agent.client.send_message(request, context=call)) as events:
                     async for event in events:
                         await self._progress(ctx, tracker, tracker.apply(event))
                         if tracker.settled:
@@ -557,7 +570,7 @@ class A2AUpstream(Upstream):
 # no error `type` for the client to read the A2A error from. 404 is a task the agent does not know
 # (a route it lacks answers FastAPI's `{"detail": "Not Found"}`), 400/415/422 invalid requests,
 # parameters or content types, 501 an unsupported operation.
-_REST_0_3_ERRORS = {400: "invalid_arguments", 404: "invalid_arguments", 415: "invalid_arguments", 422: "invalid_arguments",
+_REST_0_3_ERRORS: dict[int, ErrorClass] = {400: "invalid_arguments", 404: "invalid_arguments", 415: "invalid_arguments", 422: "invalid_arguments",
                     501: "capability_gap"}
 
 

@@ -124,7 +124,7 @@ class A2THttp:
 
     def open(self) -> None:
         if self._session is None or self._session.closed:
-            tls: ssl.SSLContext | bool | None = None if self.verify_tls else False
+            tls: ssl.SSLContext | bool = self.verify_tls
             if self.verify_tls and self.ca_path:
                 tls = added_cas(self.ca_path, self.ca_file or self.ca_path)
             connector = aiohttp.TCPConnector(limit=self.connection_limit, keepalive_timeout=15, ssl=tls)

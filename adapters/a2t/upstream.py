@@ -19,7 +19,14 @@ from bridge.model import BridgeError, UpstreamResult, UpstreamTool
 from bridge.translate import a2t as a2t_wire
 from bridge.translate import ietf
 from bridge.translate.wire import WireFormatError
-from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent, off_loop_when
+from bridge.upstream import (
+    CallContext,
+    ConfigValueError,
+    Upstream,
+    UpstreamConfig,
+    UpstreamEvent,
+    off_loop_when,
+)
 
 __all__ = ["A2TConfig", "A2TUpstream", "GENERATION_HEADER"]
 
@@ -216,8 +223,8 @@ class A2TUpstream(Upstream):
             if stale >= STALE_PAGES:
                 self._stale(url, page, len(items))
                 return items
-            paging = answer.body.get("paging") if isinstance(answer.body.get("paging"), dict) else {}
-            cursor = paging.get("next") if isinstance(paging.get("next"), str) else None
+            paging = found if isinstance(found := answer.body.get("paging"), dict) else {}
+            cursor = found if isinstance(found := paging.get("next"), str) else None
             if not cursor:
                 return items
             if cursor in seen:

@@ -49,7 +49,12 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 async def run(args: argparse.Namespace) -> int:
     """Run `bridge atip scan`; the exit status."""
-    from adapters.atip.discovery import DEFAULT_SCAN_SKIP, AgentToolsDirs, scan_candidates, scan_path
+    from adapters.atip.discovery import (
+        DEFAULT_SCAN_SKIP,
+        AgentToolsDirs,
+        scan_candidates,
+        scan_path,
+    )
     from adapters.atip.upstream import DEFAULT_ENV_ALLOW
 
     dirs = AgentToolsDirs.resolve(args.data_home)

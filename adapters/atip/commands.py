@@ -171,17 +171,17 @@ def _inputs(node: dict[str, Any]) -> tuple[dict[str, Any], list[Param]]:
 
     for arg in node.get("arguments") or []:
         prop = unique(arg["name"])
-        schema, is_array = param_schema(arg)
+        param, is_array = param_schema(arg)
         if is_array and arg.get("required", True):
-            schema["minItems"] = 1
-        properties[prop] = schema
+            param["minItems"] = 1
+        properties[prop] = param
         if arg.get("required", True):
             required.append(prop)
         params.append(Param(prop, "argument", arg.get("type", "string"), None, is_array))
     for opt in node.get("options") or []:
         prop = unique(opt["name"])
-        schema, is_array = param_schema(opt)
-        properties[prop] = schema
+        param, is_array = param_schema(opt)
+        properties[prop] = param
         if opt.get("required", False):
             required.append(prop)
         params.append(Param(prop, "option", opt.get("type", "string"), _long_flag(opt["flags"]), is_array))

@@ -17,7 +17,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from adapters.atip.commands import ATIPCommand, atip_version_of, flatten, needs_interaction, parse_duration, to_upstream_tool
+from adapters.atip.commands import (
+    ATIPCommand,
+    atip_version_of,
+    flatten,
+    needs_interaction,
+    parse_duration,
+    to_upstream_tool,
+)
 from adapters.atip.discovery import (
     DEFAULT_SYSTEM_DIRS,
     AgentToolsDirs,

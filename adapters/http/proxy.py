@@ -34,6 +34,9 @@ LOOPBACK_DIRECT = True  # loopback hosts skip the proxies (the tests of proxying
 # httpx's mounts for the loopback hosts, to the client's own direct transport (None)
 _LOOPBACK_PATTERNS = ("all://localhost", "all://127.0.0.1", "all://[::1]")
 
+# urllib's NO_PROXY matching, which the standard library has but its type stubs do not declare
+_bypass_environment = vars(urllib.request)["proxy_bypass_environment"]
+
 
 def _loopback_patterns(url: str | None) -> tuple[str, ...]:
     """The loopback hosts' mount patterns, and that of `url`'s host when it is another loopback
@@ -111,7 +114,7 @@ class EnvironmentProxies:
         if chosen is None or not url.host or (LOOPBACK_DIRECT and is_loopback(url.host)):
             return None, None
         host = f"{url.host}:{url.explicit_port}" if url.explicit_port else url.host
-        if self.no_proxy and urllib.request.proxy_bypass_environment(host, self.no_proxy):
+        if self.no_proxy and _bypass_environment(host, self.no_proxy):
             return None, None
         return chosen
 

@@ -126,7 +126,8 @@ def bound_answer(response: httpx2.Response, limit: int, what: str) -> None:
         # counted as the SDK would get them: decoded (a few kilobytes of gzip can inflate a
         # thousandfold), by a response of the same headers; the SDK then reads them as they are
         raw = httpx2.Response(response.status_code, headers=response.headers, stream=inner, request=request)
-        chunks, close, declared = raw.aiter_bytes(), raw.aclose, None
+        chunks: AsyncIterator[bytes] = raw.aiter_bytes()
+        close, declared = raw.aclose, None
         del response.headers["content-encoding"]
         if "content-length" in response.headers:
             del response.headers["content-length"]

@@ -101,8 +101,7 @@ class HTTPSessionCare:
         log.log(logging.INFO if seen else logging.WARNING, "mcp upstream %s: %s; it was abandoned (counted lost) and the session goes on%s",
                 self.name, what, "" if seen else "; the next ones lost are logged at INFO")
 
-    @property
-    def phase(self) -> str | None:
+    def _current_phase(self) -> str | None:
         """What a start over HTTP that takes a while waits for: the answer to a notification's
         POST (`notifications/initialized`), or, that one lost, the listing. The catalog gives it as
         the reason of an upstream still connecting, and of a start_timeout."""

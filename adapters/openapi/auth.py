@@ -403,8 +403,8 @@ class Credentials:
                                  "the document declares no apiKey scheme to take them from")
             return _Bound(cfg, name, location, None)
         if cfg.kind == "oauth2":
-            flows = scheme.get("flows") if isinstance(scheme.get("flows"), dict) else {}
-            flow = flows.get("clientCredentials") if isinstance(flows.get("clientCredentials"), dict) else {}
+            flows = found if isinstance(found := scheme.get("flows"), dict) else {}
+            flow = found if isinstance(found := flows.get("clientCredentials"), dict) else {}
             token_url = cfg.token_url or flow.get("tokenUrl")
             if not token_url:
                 raise ValueError(f"auth[{index}] (oauth2) needs `token_url`: the document gives no clientCredentials tokenUrl")

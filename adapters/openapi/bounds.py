@@ -142,7 +142,7 @@ def _shape(schema: Any, defs: dict[str, Any], seen: tuple[str, ...] = ()) -> tup
     props: dict[str, Any] = dict(schema["properties"]) if isinstance(schema.get("properties"), dict) else {}
     required = [r for r in schema.get("required") or [] if isinstance(r, str)] if isinstance(schema.get("required"), list) else []
     is_object = schema.get("type") == "object"
-    for part in schema.get("allOf") if isinstance(schema.get("allOf"), list) else ():
+    for part in parts if isinstance(parts := schema.get("allOf"), list) else ():
         inner = _shape(part, defs, seen)
         if inner is not None:  # a part without properties: its constraints are left out
             for key, sub in inner[0].items():
@@ -196,7 +196,7 @@ def bounded_input_schema(schema: dict[str, Any], size: Sizer | None = None) -> d
                 budget -= sizes[name] - _CUT_VALUES
         # the others, while they fit, keep their own properties (an object body: the fields of
         # Microsoft Graph's user for `PATCH /users/{id}`), each cut in turn
-        defs = schema.get("$defs") if isinstance(schema.get("$defs"), dict) else {}
+        defs = found if isinstance(found := schema.get("$defs"), dict) else {}
         opened: dict[str, dict[str, Any]] = {}
         for name in sorted((n for n in properties if n not in kept), key=lambda n: (sizes[n], n)):
             fields = _opened(properties[name], defs)

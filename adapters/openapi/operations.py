@@ -364,7 +364,7 @@ class _Mapper:
         security = security if isinstance(security, list) else None
         scheme_refs = sorted({name for alt in security or [] if isinstance(alt, dict) for name in alt})
         server_url = self.server_for(op.get("servers") or item.get("servers") or self.doc.data.get("servers"), where)
-        operation_id = op.get("operationId") if isinstance(op.get("operationId"), str) else None
+        operation_id = found if isinstance(found := op.get("operationId"), str) else None
         name = _clean(operation_id or "") or "_".join([method, *(s for s in re.split(r"[^A-Za-z0-9.-]+", path) if s)])
         safety = _safety(method, op)
         summary, description = str(op.get("summary") or ""), str(op.get("description") or "")
@@ -421,7 +421,7 @@ class _Mapper:
         at = f"{where}.content[{key!r}].schema"
         schema = self.inliner.unwrap(self.inliner.expand(media.get("schema", {}), base, at, "input", needs), "input")
         is_required = bool(body.get("required"))
-        encoding = media.get("encoding") if isinstance(media.get("encoding"), dict) else {}
+        encoding = found if isinstance(found := media.get("encoding"), dict) else {}
         if "*" in key and isinstance(schema, dict) and schema.get("type") == "string" and schema.get("format") == "binary":
             kind, media_type = "binary", "application/octet-stream"  # `*/*` of bytes: a file, not a JSON string
         if kind == "binary":
@@ -535,7 +535,7 @@ def map_operations(
             where = f"{at}.{method}"
             if not isinstance(op, dict):
                 raise SpecError("an operation must be an object", where)
-            operation_id = op.get("operationId") if isinstance(op.get("operationId"), str) else None
+            operation_id = found if isinstance(found := op.get("operationId"), str) else None
             tags = _tags(op)
             if includes and not any(s.matches(method, path, operation_id, tags) for s in includes):
                 continue

@@ -63,8 +63,8 @@ def claimed_places(credentials: Credentials, operations: Iterable[Operation], he
             shown = f"{op.method} {op.path}"
             for bound in always:
                 if not any(bound is c for c in chosen):
-                    sent = places[bound.place]
-                    key = (bound.index, sent.index, sent.scheme)
+                    taker = places[bound.place]
+                    key = (bound.index, taker.index, taker.scheme)
                     unbound.setdefault(key, (shown_place(bound.place, bound.name), []))[1].append(shown)
             for place, name in header_places.items():
                 if place in places:

@@ -18,7 +18,7 @@ import json
 import re
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 from urllib.parse import unquote, urldefrag, urljoin
 
 from referencing.exceptions import Unresolvable
@@ -53,7 +53,7 @@ def _pinned(discriminator: Any, raw: list[Any], branches: list[Any],
     `implicit(raw branch, property)` gives unless the branch's own schema allows other values only."""
     if not _is_dict(discriminator) or not isinstance(discriminator.get("propertyName"), str):
         return branches
-    mapping = discriminator.get("mapping") if _is_dict(discriminator.get("mapping")) else {}
+    mapping = found if _is_dict(found := discriminator.get("mapping")) else {}
     prop = discriminator["propertyName"]
     out = []
     for raw_branch, branch in zip(raw, branches, strict=True):
@@ -100,7 +100,7 @@ class RefCycleError(SpecError):
                          "out with `exclude`", location)
 
 
-def _is_dict(node: Any) -> bool:
+def _is_dict(node: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(node, dict)
 
 

@@ -215,9 +215,12 @@ class Document:
         tolerated: list[str] = []
         if mode == "off" or (mode == "auto" and self.size > AUTO_VALIDATE_MAX_BYTES):
             return tolerated
-        from openapi_spec_validator.validation import OpenAPIV30SpecValidator, OpenAPIV31SpecValidator
+        from openapi_spec_validator.validation import (
+            OpenAPIV30SpecValidator,
+            OpenAPIV31SpecValidator,
+        )
 
-        cls = _located(OpenAPIV30SpecValidator if self.openapi_30 else OpenAPIV31SpecValidator)
+        cls: Any = _located(OpenAPIV30SpecValidator if self.openapi_30 else OpenAPIV31SpecValidator)
         root = SchemaPath.from_dict(self.data, base_uri=self.uri, handlers=self._handlers)
         problems: list[str] = []
 
@@ -298,7 +301,7 @@ class Document:
 
     def _ref_chain_cycle(self, node: dict[str, Any]) -> list[str] | None:
         """The refs of a chain starting at `node` that comes back to itself, or None."""
-        base, seen = self.uri, []
+        base, seen = self.uri, list[str]()
         while isinstance(node, dict) and isinstance(node.get("$ref"), str):
             uri = urljoin(base, node["$ref"])
             if uri in seen:
@@ -347,7 +350,7 @@ def _older_dialect(err: Any) -> bool:
 
 
 @functools.cache
-def _located(spec_validator: type) -> type:
+def _located(spec_validator: Any) -> Any:
     """`spec_validator` whose errors about a schema, or about its `default`, start their path at
     that schema's place in the document: openapi-spec-validator checks each schema on its own,
     so its errors give only the place inside it (`$: '100' is not of type 'integer'`)."""

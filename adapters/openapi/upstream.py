@@ -128,7 +128,7 @@ class OpenAPIUpstream(Upstream):
     async def start(self) -> None:
         cfg = self.config
         if self._session is None or self._session.closed:
-            tls: ssl.SSLContext | bool | None = None if cfg.verify_tls else False
+            tls: ssl.SSLContext | bool = cfg.verify_tls
             if cfg.verify_tls and cfg.ca_file:
                 tls = added_cas(cfg.resolve_path(cfg.ca_file), cfg.ca_file)  # every request the session sends, unless one gives its own
             connector = aiohttp.TCPConnector(limit=cfg.connection_limit, keepalive_timeout=cfg.keepalive_timeout, ssl=tls)
@@ -329,8 +329,8 @@ class OpenAPIUpstream(Upstream):
             # raised in a thread, a StopIteration never reaches the awaiting future: start-up would
             # hang until start_timeout instead of saying what failed
             raise RuntimeError(f"mapping the document stopped early: StopIteration {exc}") from None
-        for exc in skipped or ():
-            log.warning("%s: operation left out: OpenAPI document %s %s: %s", self.name, cfg.spec, exc.location, exc.problem)
+        for left in skipped or ():
+            log.warning("%s: operation left out: OpenAPI document %s %s: %s", self.name, cfg.spec, left.location, left.problem)
         if tolerated:
             log.warning("%s: OpenAPI document %s is read despite %d validation problem(s) that leave it usable: %s%s",
                         self.name, cfg.spec, len(tolerated), "; ".join(tolerated[:5]), " ..." if len(tolerated) > 5 else "")

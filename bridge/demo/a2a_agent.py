@@ -28,9 +28,19 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.request_handlers import DefaultRequestHandlerV2
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Message, Part, Role, TaskState
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    Message,
+    Part,
+    Role,
+    TaskState,
+)
 from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
+from starlette.routing import BaseRoute
 
 __all__ = ["build_card", "build_app", "TravelDesk", "main"]
 
@@ -179,7 +189,7 @@ class TravelDesk(AgentExecutor):
 def build_app(public_url: str, step_seconds: float = 0.3) -> Starlette:
     card = build_card(public_url)
     handler = DefaultRequestHandlerV2(agent_executor=TravelDesk(step_seconds), task_store=InMemoryTaskStore(), agent_card=card)
-    routes = create_agent_card_routes(card)
+    routes: list[BaseRoute] = [*create_agent_card_routes(card)]
     routes += create_agent_card_routes(card, card_url="/.well-known/agent.json")
     routes += create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True)
     routes += create_rest_routes(handler, path_prefix="/rest")

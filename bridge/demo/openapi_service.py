@@ -51,7 +51,7 @@ def build_app(api_key: str | None = None) -> web.Application:
         title = data.get("title") if isinstance(data, dict) else None
         if not isinstance(title, str) or not title.strip():
             return _problem(422, "Invalid note", "a note needs a non-empty title")
-        note = {
+        note: dict[str, Any] = {
             "id": counter["next"],
             "title": title,
             "body": str(data.get("body", "")),

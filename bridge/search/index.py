@@ -31,7 +31,14 @@ except ImportError:  # Windows
 else:
     msvcrt = None  # type: ignore[assignment]
 
-from bridge.search.rank import ANALYZER_NAME, AnalyzedQuery, analyzer, cjk_pairs, name_words, split_identifiers
+from bridge.search.rank import (
+    ANALYZER_NAME,
+    AnalyzedQuery,
+    analyzer,
+    cjk_pairs,
+    name_words,
+    split_identifiers,
+)
 
 __all__ = ["Foreground", "IndexedTool", "IndexQuery", "ToolIndex", "FIELD_WEIGHTS", "INDEX_FORMAT", "COMMIT_WINDOW", "exact_names", "name_text",
            "index_released"]

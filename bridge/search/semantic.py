@@ -26,7 +26,14 @@ from cachetools import LRUCache
 
 from bridge.model import ToolDeclaration
 from bridge.search.encoder import Encoder, load_encoder
-from bridge.search.rank import described_schema, function_name, meaning_text, name_words, searched_description, unsaid
+from bridge.search.rank import (
+    described_schema,
+    function_name,
+    meaning_text,
+    name_words,
+    searched_description,
+    unsaid,
+)
 from bridge.search.static import load_static
 
 __all__ = ["CANDIDATES", "WEIGHT", "SemanticStage", "choose_encoder", "tool_text", "vector_path"]

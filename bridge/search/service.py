@@ -19,7 +19,14 @@ from cachetools import LRUCache
 
 from bridge.catalog import Catalog, CatalogChange
 from bridge.model import DeferredToolRef, ToolDeclaration, ToolSearchResult
-from bridge.search.index import CHANGES_PREFIX, Foreground, IndexedTool, ToolIndex, exact_names, name_text
+from bridge.search.index import (
+    CHANGES_PREFIX,
+    Foreground,
+    IndexedTool,
+    ToolIndex,
+    exact_names,
+    name_text,
+)
 from bridge.search.rank import (
     MAX_QUERY_CHARS,
     AnalyzedQuery,

@@ -8,10 +8,11 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import math
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
@@ -23,8 +24,8 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.config import BridgeConfig
-from bridge.runtime import Bridge, reload_on_hangup, search_index_released, settle_gc
 from bridge.net import is_loopback
+from bridge.runtime import Bridge, reload_on_hangup, search_index_released, settle_gc
 from bridge.serve.http_protocol import CorkedHttpToolsProtocol
 from bridge.serve.mcp import MCPFrontend
 from bridge.serve.openapi_doc import openapi_routes
@@ -36,6 +37,14 @@ from bridge.serve.rest_records import records_routes
 __all__ = ["build_app", "close_app", "rest_routes", "run_http", "served_urls", "started_line"]
 
 log = logging.getLogger("bridge.serve")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, without its own signal handlers: the bridge installs its own."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class ContentLengthLimit:
@@ -172,7 +181,7 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
 
     def on_signal() -> None:
         stop.set()
-        if server is None:
+        if server is None or app is None:
             return
         if server.should_exit:
             server.force_exit = True
@@ -208,9 +217,8 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         # here, while the upstreams start (one that had used up the file descriptors ended the
         # server on that import)
         uv_config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, ws="none", log_level="warning", access_log=False, lifespan="on",
-                                   timeout_graceful_shutdown=config.server.shutdown_timeout)
-        server = uvicorn.Server(uv_config)
-        server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # ours are installed above
+                                   timeout_graceful_shutdown=math.ceil(config.server.shutdown_timeout))
+        server = _Server(uv_config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.wait([task], timeout=0.05)

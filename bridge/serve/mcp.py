@@ -36,7 +36,6 @@ from bridge.serve.mcp_gate import (
     MCPAuthGate,
     transport_security_for,
 )
-from bridge.serve.mcp_sdk import open_transports, session_connection
 from bridge.serve.mcp_meta import (
     CALL_TOOL,
     SEARCH_TOOLS,
@@ -45,6 +44,7 @@ from bridge.serve.mcp_meta import (
     search_arguments,
     search_payload,
 )
+from bridge.serve.mcp_sdk import open_transports, session_connection
 from bridge.serve.mcp_session import ChangeNotifier, SessionState, listing_for
 from bridge.surface import Surface
 from bridge.translate.mcp import is_modern, render_output_schema, render_result, render_tool

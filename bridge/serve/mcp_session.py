@@ -204,10 +204,10 @@ class ChangeNotifier:
             surface = surfaces.get(state.surface)
             if surface is None or state.session is None:
                 continue
-            fingerprint = listing_for(surface, state).fingerprint if state.loaded else base.get(state.surface)
-            if fingerprint == state.fingerprint:
+            current = listing_for(surface, state).fingerprint if state.loaded else base.get(state.surface)
+            if current == state.fingerprint:
                 continue
-            state.fingerprint = fingerprint
+            state.fingerprint = current
             try:
                 await state.session.send_tool_list_changed()
             except Exception as exc:  # noqa: BLE001 - a notice is advisory; a closed stream drops it

@@ -15,7 +15,16 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from bridge.model import ToolDeclaration
-from bridge.serve.rest_http import ApiError, JSONBody, ServeContext, decimal, endpoint, query_int, query_list, result_error_response
+from bridge.serve.rest_http import (
+    ApiError,
+    JSONBody,
+    ServeContext,
+    decimal,
+    endpoint,
+    query_int,
+    query_list,
+    result_error_response,
+)
 from bridge.translate import ietf
 
 __all__ = ["ietf_routes", "DEFAULT_PAGE_LIMIT", "MAX_PAGE_LIMIT", "encode_cursor", "decode_cursor"]

@@ -15,8 +15,16 @@ from starlette.routing import BaseRoute, Route
 
 from bridge.catalog import Catalog, CatalogChange
 from bridge.envelopes import error_result
-from bridge.model import QUOTED_CHARS, BridgeError, ToolDeclaration, ToolResult, new_id, quoted
-from bridge.serve.rest_http import ApiError, JSONBody, ServeContext, decimal, endpoint, query_int, search_query
+from bridge.model import QUOTED_CHARS, BridgeError, ToolDeclaration, new_id, quoted
+from bridge.serve.rest_http import (
+    ApiError,
+    JSONBody,
+    ServeContext,
+    decimal,
+    endpoint,
+    query_int,
+    search_query,
+)
 from bridge.surface import Surface
 from bridge.translate import a2t
 
@@ -87,7 +95,7 @@ class CatalogViews:
                 if surface.place(decl).state != "blocked":
                     groups.add(decl.namespace)
             slot = self.catalog.slots.get(upstream) if upstream and not decls else None  # None: gone since
-            if slot is not None and any(surface.visible(d) for d in slot.tools.values()):
+            if upstream and slot is not None and any(surface.visible(d) for d in slot.tools.values()):
                 groups.add(upstream)
         return sorted(groups)
 
@@ -175,13 +183,13 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
         if decl is None:
             # the reference's answer for an unknown tool: HTTP 200 with error code tool_not_found
             message = f"Tool not found: {name if len(name) <= QUOTED_CHARS else quoted(name)}{bridge.catalog.still_starting(name)}"
-            result = error_result(BridgeError(message, error_class="unknown_tool"), invocation_id=new_id("inv"))
-            return JSONBody(a2t.render_execute(result, refresh_meta(request, surface)), headers=generation_headers())
+            missing = error_result(BridgeError(message, error_class="unknown_tool"), invocation_id=new_id("inv"))
+            return JSONBody(a2t.render_execute(missing, refresh_meta(request, surface)), headers=generation_headers())
         if not isinstance(body, dict):
             raise ApiError(400, "invalid_arguments", "the request body must be a JSON object of tool arguments", pointer="")
         if set(body) == {"body"} and isinstance(body["body"], dict) and "body" not in (decl.input_schema.get("properties") or {}):
             body = body["body"]  # the `{"body": {...}}` form some a2t clients send
-        result: ToolResult = await ctx.invoke(request, decl.tool_id, body, surface=surface)
+        result = await ctx.invoke(request, decl.tool_id, body, surface=surface)
         return JSONBody(a2t.render_execute(result, refresh_meta(request, surface)), headers=generation_headers())
 
     def refresh_meta(request: Request, surface: Surface) -> dict[str, Any] | None:

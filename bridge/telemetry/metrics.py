@@ -165,7 +165,12 @@ class Metrics:
         """The prometheus_client registry of these metrics and the process's own (CPU, memory,
         open files, garbage collections)."""
         if self._registry is None:
-            from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+            from prometheus_client import (
+                CollectorRegistry,
+                GCCollector,
+                PlatformCollector,
+                ProcessCollector,
+            )
 
             registry = CollectorRegistry(auto_describe=False)
             registry.register(_Collector(self))
@@ -176,7 +181,11 @@ class Metrics:
         return self._registry
 
     def families(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
 
         self.tools.rerank()
         calls = CounterMetricFamily("bridge_tool_calls", "Calls through the invocation pipeline, by outcome (ok or the "

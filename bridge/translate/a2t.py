@@ -8,7 +8,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.model import ErrorClass, SafetyHints, ToolDeclaration, ToolError, ToolResult, UpstreamResult, UpstreamTool
+from bridge.model import (
+    ErrorClass,
+    SafetyHints,
+    ToolDeclaration,
+    ToolError,
+    ToolResult,
+    UpstreamResult,
+    UpstreamTool,
+)
 from bridge.translate.wire import (
     AGENT_TOOL_KEY,
     ERROR_CLASSES,
@@ -91,14 +99,14 @@ def parse_capabilities(doc: Any) -> Capabilities:
     endpoints = doc.get("endpoints")
     if not isinstance(endpoints, dict) or not isinstance(endpoints.get("tools"), str) or not endpoints["tools"]:
         raise WireFormatError("the capabilities document has no `endpoints.tools`", "/endpoints/tools")
-    features = doc.get("features") if isinstance(doc.get("features"), dict) else {}
+    features = found if isinstance(found := doc.get("features"), dict) else {}
     features = {k: bool(v) for k, v in features.items()}
     groups = endpoints.get("groups") if isinstance(endpoints.get("groups"), str) and endpoints.get("groups") else None
     if groups is not None and features.get("groups") is False:
         groups = None
-    limits_raw = doc.get("limits") if isinstance(doc.get("limits"), dict) else {}
+    limits_raw = found if isinstance(found := doc.get("limits"), dict) else {}
     limits = {k: v for k, v in limits_raw.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
-    version = doc.get("version") if isinstance(doc.get("version"), str) else "1.0"
+    version = found if isinstance(found := doc.get("version"), str) else "1.0"
     return Capabilities(version=version, tools=endpoints["tools"], groups=groups, features=features, limits=limits)
 
 
@@ -230,7 +238,7 @@ def group_refresh_meta(group_ids: list[str]) -> dict[str, Any]:
 def _meta_of(raw: Any) -> Meta | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
         return None
-    data = raw.get("data") if isinstance(raw.get("data"), dict) else {}
+    data = found if isinstance(found := raw.get("data"), dict) else {}
     tools = data.get("tools", raw.get("tools"))
     group_ids = data.get("group_ids", raw.get("group_ids"))
     return Meta(
@@ -268,7 +276,7 @@ def parse_execute(body: Any) -> tuple[UpstreamResult, Meta | None]:
     err = body.get("error")
     if isinstance(err, dict) and err:
         code = err.get("code")
-        message = err.get("message") if isinstance(err.get("message"), str) else f"the upstream reported {code or 'an error'}"
+        message = found if isinstance(found := err.get("message"), str) else f"the upstream reported {code or 'an error'}"
         error = ToolError(
             error_class=error_class_of(err.get("error_class") or code),
             message=message,

@@ -8,7 +8,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bridge.model import SafetyHints, ToolDeclaration, ToolResult, UpstreamResult, UpstreamTool, VersionRecord
+from bridge.model import (
+    SafetyHints,
+    ToolDeclaration,
+    ToolResult,
+    UpstreamResult,
+    UpstreamTool,
+    VersionRecord,
+)
 from bridge.translate.wire import (
     AGENT_TOOL_KEY,
     TOOL_RESULT_KEY,
@@ -201,7 +208,7 @@ def schema_from_parameters(params: Any) -> tuple[dict[str, Any], dict[str, str]]
         pointer = f"/input_parameters/{i}"
         if not isinstance(param, dict):
             raise WireFormatError("a parameter must be an object", pointer)
-        name = param.get("name") if isinstance(param.get("name"), str) else param.get("id")
+        name = found if isinstance(found := param.get("name"), str) else param.get("id")
         if not isinstance(name, str) or not name:
             raise WireFormatError("a parameter needs a string `name`", f"{pointer}/name")
         if name in props:
@@ -328,9 +335,9 @@ def render_version(decl: ToolDeclaration, record: VersionRecord) -> dict[str, An
     """One stored version of a catalog tool as a ToolSignature (its own description and schemas,
     the tool's current identity and `currentVersion`)."""
     signature = record.signature
-    description = signature.get("description") if isinstance(signature.get("description"), str) else decl.description
-    output_schema = signature.get("output_schema") if isinstance(signature.get("output_schema"), dict) else None
-    input_schema = signature.get("input_schema") if isinstance(signature.get("input_schema"), dict) else {}
+    description = found if isinstance(found := signature.get("description"), str) else decl.description
+    output_schema = found if isinstance(found := signature.get("output_schema"), dict) else None
+    input_schema = found if isinstance(found := signature.get("input_schema"), dict) else {}
     ext = declaration_extension(decl, output_schema=output_schema)
     if output_schema is None:
         ext.pop("output_schema", None)

@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bridge.model import FactSource, SafetyHints, ToolError, UpstreamResult, UpstreamTool, object_shaped, takes_objects
+from bridge.model import (
+    FactSource,
+    SafetyHints,
+    ToolError,
+    UpstreamResult,
+    UpstreamTool,
+    object_shaped,
+    takes_objects,
+)
 
 __all__ = [
     "MCP_SOURCE",
@@ -97,10 +105,10 @@ def tool_from_mcp(
     model input schema, `outputSchema` the output contract; annotations, icons, `execution` and
     `_meta` are kept verbatim under `annotations["mcp"]`."""
     name = str(tool["name"])
-    annotations = tool.get("annotations") if isinstance(tool.get("annotations"), Mapping) else None
+    annotations = found if isinstance(found := tool.get("annotations"), Mapping) else None
     title = tool.get("title") or (annotations or {}).get("title")
     kept = {key: tool[key] for key in ("annotations", "icons", "execution", "_meta") if tool.get(key) is not None}
-    execution = tool.get("execution") if isinstance(tool.get("execution"), Mapping) else {}
+    execution = found if isinstance(found := tool.get("execution"), Mapping) else {}
     input_schema = tool.get("inputSchema")
     output_schema = tool.get("outputSchema")
     return UpstreamTool(
@@ -304,7 +312,7 @@ def render_tool(decl: _ToolDeclaration, protocol_version: str | None = None) -> 
         output_schema=render_output_schema(decl, protocol_version),
         annotations=render_annotations(decl),
         icons=_icons(decl),
-        meta={TOOL_META_KEY: meta},
+        _meta={TOOL_META_KEY: meta},
     )
 
 
@@ -443,7 +451,7 @@ def render_result(
             ],
             structured_content=record if output_schema is None else None,
             is_error=True,
-            meta=meta,
+            _meta=meta,
         )
     structured = result.structured_content
     if structured is None and output_schema is not None:
@@ -459,5 +467,5 @@ def render_result(
         content=content,
         structured_content=structured,
         is_error=False,
-        meta=_result_meta(result),
+        _meta=_result_meta(result),
     )

@@ -9,7 +9,14 @@ import json
 import math
 from typing import Any, get_args
 
-from bridge.model import ErrorClass, SafetyHints, ToolDeclaration, ToolError, ToolResult, UpstreamResult
+from bridge.model import (
+    ErrorClass,
+    SafetyHints,
+    ToolDeclaration,
+    ToolError,
+    ToolResult,
+    UpstreamResult,
+)
 
 __all__ = [
     "AGENT_TOOL_KEY",
@@ -156,7 +163,7 @@ def result_from_envelope(envelope: Any) -> UpstreamResult | None:
         remote = ToolResult.model_validate(envelope)
     except ValueError:
         return None
-    native = {"result_id": remote.result_id, "invocation_id": remote.invocation_id}
+    native: dict[str, Any] = {"result_id": remote.result_id, "invocation_id": remote.invocation_id}
     if remote.tool_id:
         native["tool_id"] = remote.tool_id
     if remote.native_ref:
