@@ -40,9 +40,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bridge.model import UpstreamTool  # noqa: E402
-from bridge.search.service import _param_text, part_scores  # noqa: E402
-from bridge.search.index import IndexedTool, ToolIndex, exact_names, name_text  # noqa: E402
-from bridge.search.rank import analyze_query, name_tokens, query_parts  # noqa: E402
+from bridge.search.analysis import analyze_query, name_tokens, query_parts  # noqa: E402
+from bridge.search.document import IndexedTool, _param_text, exact_names, name_text  # noqa: E402
+from bridge.search.index import ToolIndex  # noqa: E402
+from bridge.search.stages import part_scores  # noqa: E402
 from bridge.search.semantic import CANDIDATES as SEMANTIC_CANDIDATES  # noqa: E402
 from bridge.search.semantic import QUERY_TOKENS  # noqa: E402
 from bridge.search.static import load_static  # noqa: E402
@@ -324,7 +325,8 @@ def no_match_search(sizes: list[int], synthetic: Synthetic) -> list[dict[str, An
 
     from bridge.catalog import Catalog
     from bridge.config import SurfaceConfig
-    from bridge.search.service import SUGGEST_POOL, ToolSearch
+    from bridge.search.service import ToolSearch
+    from bridge.search.stages import SUGGEST_POOL
     from bridge.store import Store
     from bridge.surface import Surface
 

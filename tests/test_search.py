@@ -15,8 +15,12 @@ import pytest
 from bridge.catalog import Catalog
 from bridge.config import Rule, SurfaceConfig
 from bridge.model import InputContract, ToolDeclaration
-from bridge.search.service import LOOKUP_PLACES, ToolSearch, cover_order, derive_search_hint, name_tokens
-from bridge.search.rank import analyze_query, cjk_pairs, meaning_text, name_words, query_parts, spelled_words
+from bridge.search.analysis import analyze_query, cjk_pairs, meaning_text, name_tokens, name_words, query_parts, spelled_words
+from bridge.search.document import IndexedTool, tool_key
+from bridge.search.foreground import Foreground
+from bridge.search.service import ToolSearch
+from bridge.search.stages import LOOKUP_PLACES, cover_order
+from bridge.search.tooltext import derive_search_hint
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.conftest import ROOT
@@ -246,15 +250,15 @@ async def test_a_word_the_catalog_says_otherwise_finds_its_tools():
 
 
 def test_without_the_related_words_file_queries_are_not_expanded(monkeypatch, tmp_path, caplog):
-    import bridge.search.rank as rank
+    from bridge.search.analysis import related_words
 
-    monkeypatch.setattr(rank, "RELATED_TABLE", tmp_path / "missing.npz")
-    rank.related_words.cache_clear()
+    monkeypatch.setattr("bridge.search.analysis.RELATED_TABLE", tmp_path / "missing.npz")
+    related_words.cache_clear()
     try:
         assert analyze_query("make a new folder").related == {}
         assert "queries are not expanded" in caplog.text
     finally:
-        rank.related_words.cache_clear()
+        related_words.cache_clear()
 
 
 async def test_select_by_name_alias_and_id_with_missing_names(env):
@@ -497,7 +501,7 @@ def test_long_queries_are_read_in_time_linear_in_their_length():
     import sys
 
     script = (
-        "from bridge.search.rank import _FILE_NAME, MAX_QUERY_CHARS, _names, analyze_query, identifier_words, query_parts\n"
+        "from bridge.search.analysis import _FILE_NAME, MAX_QUERY_CHARS, _names, analyze_query, identifier_words, query_parts\n"
         "n = 1_000_000\n"
         "for text in ('a' * n, 'ab1' * (n // 3), 'aB' * (n // 2), 'x' + ' ' * n + 'x', 'Aa' + ' ' * n + 'Bb', ', ' * n + 'also'):\n"
         "    identifier_words(text), _names(text), query_parts(text)\n"
@@ -636,9 +640,8 @@ async def test_restart_reopens_the_index_without_rewriting_it(tmp_path):
 
 def indexed(tool_id: str, text: str, namespace: str = "ns"):
     """An index document of a tool named `text`, for tests of the index alone."""
-    import bridge.search.index as si
 
-    return si.IndexedTool(tool_id=tool_id, namespace=namespace, name=text, exact_names=[tool_id])
+    return IndexedTool(tool_id=tool_id, namespace=namespace, name=text, exact_names=[tool_id])
 
 
 def written_index(path: str, *tools) -> None:
@@ -672,7 +675,7 @@ def assert_reopens_as(path: str, digests: dict, docs: int) -> None:
 
 def test_a_search_of_no_place_answers_nothing_rather_than_failing():
     import bridge.search.index as si
-    from bridge.search.service import part_scores
+    from bridge.search.stages import part_scores
 
     index = si.ToolIndex()
     try:
@@ -693,19 +696,20 @@ def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id
     try:
         index.bulk_load([indexed("a", "alpha report"), indexed("b", "beta report"), indexed("c", "gamma report")])
         assert sorted(t for t, _ in index.search(index.query(analyze_query("report")), limit=10)) == ["a", "b", "c"]
-        assert index._by_key == {si.tool_key(t): t for t in "abc"}
+        assert index._by_key == {tool_key(t): t for t in "abc"}
         index.submit(deletes=[("ns", "c")])
-        assert index.flush() and si.tool_key("c") not in index._by_key
+        assert index.flush() and tool_key("c") not in index._by_key
     finally:
         index.close()
     reopened = si.ToolIndex(path)  # the keys of a reopened index's tools are known again
     try:
-        assert reopened.opened_existing and reopened._by_key == {si.tool_key(t): t for t in "ab"}
+        assert reopened.opened_existing and reopened._by_key == {tool_key(t): t for t in "ab"}
         assert [t for t, _ in reopened.search(reopened.query(analyze_query("beta")), limit=1)] == ["b"]
     finally:
         reopened.close()
     # every id one key: each hit reads its stored id
-    monkeypatch.setattr(si, "tool_key", lambda tool_id: 7)
+    for module in ("document", "storage"):  # a document's key, and the keys the index maps
+        monkeypatch.setattr(f"bridge.search.{module}.tool_key", lambda tool_id: 7)
     shared = si.ToolIndex(None)
     try:
         shared.bulk_load([indexed("a", "alpha report"), indexed("b", "beta report")])
@@ -810,8 +814,8 @@ def test_segments_merged_after_the_last_commit_are_searched_without_another_comm
 def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_content(tmp_path, monkeypatch):
     import bridge.search.index as si
 
-    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
-    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 3)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_MIN_TOOLS", 100)
     path = str(tmp_path / "compact.index")
     tools = {f"t{i}": indexed(f"t{i}", f"report number {i}", namespace=f"ns{i % 3}") for i in range(300)}
     index = si.ToolIndex(path)
@@ -821,10 +825,10 @@ def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_con
             assert index.flush()
         assert index.segments == 3
         commits = index.commits
-        monkeypatch.setattr(si, "COMPACT_SEGMENTS", 4)
+        monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 4)
         index.compact(list(tools.values()))  # fewer segments than COMPACT_SEGMENTS: nothing is done
         assert index.compacted() and index.commits == commits and index.segments == 3
-        monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
+        monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 3)
         kept = [t for tool_id, t in tools.items() if tool_id != "t7"]  # t7 no longer listed
         kept[0] = indexed("t0", "forecast of the weather", namespace="ns0")  # t0 changed
         kept[1] = indexed("t1", "report number 1", namespace="moved")  # t1 listed by another upstream
@@ -840,7 +844,7 @@ def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_con
         assert hits(index, "late") == ["late"]
         assert "t1" in index._digests["moved"] and "t1" not in index._digests["ns1"]
         # the key of the tool no longer listed is dropped; the moved tool's is kept
-        assert si.tool_key("t7") not in index._by_key and index._by_key[si.tool_key("t1")] == "t1"
+        assert tool_key("t7") not in index._by_key and index._by_key[tool_key("t1")] == "t1"
         digests = {ns: dict(d) for ns, d in index._digests.items()}
     finally:
         index.close()
@@ -852,8 +856,8 @@ def test_a_compaction_left_off_at_close_keeps_the_index_as_it_was(tmp_path, monk
 
     import bridge.search.index as si
 
-    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 2)
-    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 10)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 2)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_MIN_TOOLS", 10)
     compacting, started, go_on = threading.Event(), threading.Event(), threading.Event()
 
     def convert(tool_id: str):
@@ -890,8 +894,8 @@ def test_a_compaction_left_off_at_close_keeps_the_index_as_it_was(tmp_path, monk
 def test_changes_arriving_during_a_compaction_are_searchable_before_it_ends_and_win_over_it(tmp_path, monkeypatch):
     import bridge.search.index as si
 
-    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
-    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 3)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_MIN_TOOLS", 100)
     texts = {f"t{i}": f"report number {i}" for i in range(600)}
     seen: dict[str, object] = {}  # what the compaction's converter saw of the change, while it ran
     index: si.ToolIndex
@@ -935,8 +939,8 @@ def test_a_change_whose_commit_fails_during_a_compaction_is_tried_again_and_kept
 
     import bridge.search.index as si
 
-    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
-    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 3)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_MIN_TOOLS", 100)
     disk: FullDisk
     index: si.ToolIndex
     changed = threading.Event()
@@ -995,8 +999,8 @@ class FailingIndex:
 def test_a_compaction_whose_commit_fails_leaves_the_index_as_it_was(tmp_path, monkeypatch, caplog):
     import bridge.search.index as si
 
-    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
-    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 3)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_MIN_TOOLS", 100)
     path = str(tmp_path / "full.index")
     index = si.ToolIndex(path)
     new_index = index._new_index
@@ -1057,7 +1061,7 @@ async def test_tools_removed_and_listed_again_score_as_in_a_fresh_index():
     """A deleted tool's document stays in its segment, and BM25 counts it, until Tantivy merges the
     segment: once deleted documents are COMPACT_DELETED of the index, it is compacted, and the same
     requests over the same tools score as in an index that never lost one."""
-    from bridge.search.index import COMPACT_DELETED
+    from bridge.search.compaction import COMPACT_DELETED
 
     words = ["invoice", "customer", "refund", "payment", "report", "weather", "forecast", "city", "user", "account",
              "file", "folder", "message", "channel", "ticket", "flight"]
@@ -1090,9 +1094,8 @@ async def test_a_small_catalog_losing_and_listing_again_its_tools_does_not_write
     """Five tools, one gone from a listing and back in the next, 50 times: each removal was 20% of
     the index's documents (COMPACT_DELETED), and wrote a new generation of it; the index now waits
     for COMPACT_DELETED_MIN deleted documents, and never holds more than two generations on disk."""
-    import bridge.search.index as si
 
-    monkeypatch.setattr(si, "COMMIT_WINDOW", 0.005)
+    monkeypatch.setattr("bridge.search.writer.COMMIT_WINDOW", 0.005)
     listing = [tool(f"tool_{i}", description=f"Report the {word} of the ledger.")
                for i, word in enumerate(["invoice", "weather", "ticket", "flight", "folder"])]
     path = tmp_path / "bridge.index"
@@ -1125,10 +1128,9 @@ async def test_a_small_catalog_losing_and_listing_again_its_tools_does_not_write
 
 
 async def test_the_index_is_compacted_once_every_upstream_has_listed(tmp_path, monkeypatch):
-    import bridge.search.index as si
 
-    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 3)
-    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 100)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 3)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_MIN_TOOLS", 100)
     catalog = Catalog(Store())
     names = ["alpha", "beta", "gamma", "delta"]
     for name in names:
@@ -1275,7 +1277,7 @@ def others():
 
 
 def test_shared_runs_need_several_differently_named_tools():
-    from bridge.search.rank import SharedText
+    from bridge.search.tooltext import SharedText
 
     shared = SharedText()
     blurb = "Part of the Acme API. Tool description: "
@@ -1371,8 +1373,8 @@ async def test_a_searchs_first_matches_are_the_same_whatever_its_limit_over_many
 
 @pytest.mark.parametrize("semantic", ["off", "static"])
 async def test_a_tool_gains_from_the_best_match_among_its_apis_other_tools(semantic):
-    from bridge.search.service import SIBLING_WEIGHT
-    from bridge.search.rank import SharedText
+    from bridge.search.stages import SIBLING_WEIGHT
+    from bridge.search.tooltext import SharedText
 
     # an API is the tools opening with one shared blurb, also those served by another upstream
     # (`part`: too few there to share it); another blurb is another API; a tool of none gains nothing
@@ -1415,7 +1417,7 @@ async def test_a_tool_gains_from_the_best_match_among_its_apis_other_tools(seman
 
 @pytest.mark.parametrize("semantic", ["off", "static"])
 async def test_an_apis_tools_trade_places_by_their_own_words(semantic):
-    from bridge.search.service import OWN_WEIGHT
+    from bridge.search.stages import OWN_WEIGHT
 
     # every file tool's vector carries the blurb ("navigating directories, creating files and
     # directories"); their own words tell which of them a request is about
@@ -1483,7 +1485,7 @@ def msg_tools():
 
 
 def test_a_lookup_is_a_reading_tool_asking_for_names_alone():
-    from bridge.search.rank import input_heads, looked_up
+    from bridge.search.tooltext import input_heads, looked_up
 
     def decl(name, /, **params):
         up = msg_tool(name, "Anything.", **params)
@@ -1547,11 +1549,10 @@ async def test_a_tool_brings_the_lookup_its_api_offers_for_what_it_needs(semanti
 
 
 async def test_a_lookup_is_found_among_many_other_vendors_lookups(monkeypatch):
-    import bridge.search.index
 
     # more other vendors' lookups of a user id than a lookup query asks for: the match's own
     # upstream is asked first
-    monkeypatch.setattr(bridge.search.index, "LOOKUP_LIMIT", 2)
+    monkeypatch.setattr("bridge.search.query.LOOKUP_LIMIT", 2)
     lookup = msg_tool("get_user_id", "Get user ID from user name.", user="User name of the user.")
     crowd = [FakeUpstream(name=f"v{i}", tools=[tool("get_user_id", description=f"Vendor {i}: find a user id.",
                                                      props={"name": {"type": "string", "description": "User name."}}, required=["name"])])
@@ -1580,7 +1581,7 @@ def place_fs_tools():
 
 
 def test_a_tool_says_the_current_place_it_acts_in_or_changes():
-    from bridge.search.rank import acts_in_current, changes_current, here_words, place_terms
+    from bridge.search.tooltext import acts_in_current, changes_current, here_words, place_terms
 
     def decl(up):
         return ToolDeclaration(tool_id=up.name, name=up.name, namespace="fs", native_name=up.name, description=up.description,
@@ -1667,7 +1668,7 @@ async def test_a_title_or_hint_that_repeats_the_description_counts_once():
         # a title that says what the description does not is the tool's own words
         assert e.names("outlook")[0] == "oas__forecast"
         # said word for word, case and punctuation aside; part of a word is not the word
-        from bridge.search.rank import unsaid
+        from bridge.search.tooltext import unsaid
         assert (unsaid("Get a pet", "GET a pet. More."), unsaid("Pet", "A petal store.")) == ("", "Pet")
     finally:
         await e.close()
@@ -1708,7 +1709,7 @@ async def test_a_peer_agents_skills_are_found_by_their_own_words_not_the_message
 
 
 async def test_tools_federated_from_another_bridge_are_known_by_their_origin_name():
-    from bridge.search.rank import function_name
+    from bridge.search.tooltext import function_name
 
     def relayed(origin: str, name: str, description: str, depth: int = 1):
         # as an A2T upstream maps a tool of another bridge: `<namespace>__<name>` there
@@ -1995,9 +1996,9 @@ def test_a_joined_word_too_common_in_a_large_catalog_is_not_matched(monkeypatch)
         assert "zipcod" in query.joined
         assert {t for t, _ in index.search(index.query(query), limit=10)} == {"a", "b", "c", "d"}
         # a large catalog: the query's words, and the joined word, in more than 30% of it are left out
-        monkeypatch.setattr(si, "COMMON_MIN_DOCS", 1)
-        monkeypatch.setattr(si, "COMMON_SHARE", 0.3)
-        monkeypatch.setattr(si, "MIN_QUERY_TERMS", 1)
+        monkeypatch.setattr("bridge.search.query.COMMON_MIN_DOCS", 1)
+        monkeypatch.setattr("bridge.search.query.COMMON_SHARE", 0.3)
+        monkeypatch.setattr("bridge.search.query.MIN_QUERY_TERMS", 1)
         assert {t for t, _ in index.search(index.query(query), limit=10)} == {"d"}
     finally:
         index.close()
@@ -2008,7 +2009,7 @@ def test_a_search_running_holds_back_background_work_for_a_while_at_most():
     no longer than `most` seconds (a steady stream of searches slows that work, never stops it)."""
     import threading
 
-    from bridge.search.index import Foreground
+    from bridge.search.foreground import Foreground
 
     patient = Foreground(most=10.0)
     paused = threading.Event()
@@ -2037,8 +2038,8 @@ def test_a_compaction_steps_aside_while_a_search_runs(tmp_path, monkeypatch):
 
     import bridge.search.index as si
 
-    monkeypatch.setattr(si, "COMPACT_SEGMENTS", 2)
-    monkeypatch.setattr(si, "COMPACT_MIN_TOOLS", 10)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 2)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_MIN_TOOLS", 10)
     converted: list[str] = []
     compacting, stepped = threading.Event(), threading.Event()
 
@@ -2049,7 +2050,7 @@ def test_a_compaction_steps_aside_while_a_search_runs(tmp_path, monkeypatch):
                 stepped.set()
         return indexed(tool_id, f"report number {tool_id}")
 
-    foreground = si.Foreground(most=10.0)
+    foreground = Foreground(most=10.0)
     index = si.ToolIndex(str(tmp_path / "aside.index"), convert=convert, foreground=foreground)
     try:
         for first in (0, 100):
@@ -2090,7 +2091,7 @@ def test_the_digest_log_of_a_running_index_is_written_anew_once_it_outgrows_its_
     # without end (it was rewritten only at the next start)
     import bridge.search.index as si
 
-    monkeypatch.setattr(si, "LOG_SLACK", 10)
+    monkeypatch.setattr("bridge.search.storage.LOG_SLACK", 10)
     path = str(tmp_path / "log.index")
     index = si.ToolIndex(path)
     try:

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import yaml
 
+from bridge.search.lock import take_lock
+
 ROOT = Path(__file__).resolve().parent.parent
 # holds the index's lock as a `bridge search` on the same config does, until a line comes on its stdin
-HOLDER = ("import sys; from bridge.search.index import _take_lock; held = _take_lock(sys.argv[1]); "
+HOLDER = ("import sys; from bridge.search.lock import take_lock; held = take_lock(sys.argv[1]); "
           "print('held' if held else 'busy', flush=True); sys.stdin.readline()")
 
 
@@ -149,10 +151,10 @@ def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_c
     import bridge.search.index as si
     from tests.test_search import assert_reopens_as, hits, indexed, written_index
 
-    monkeypatch.setattr(si, "DISK_RETRY", 0.2)
+    monkeypatch.setattr("bridge.search.compaction.DISK_RETRY", 0.2)
     path = str(tmp_path / "bridge.index")
     written_index(path, indexed("stale", "stale ledger"))  # what the other process left there (g1)
-    holder = si._take_lock(path)  # another process holds it
+    holder = take_lock(path)  # another process holds it
     assert holder is not None
     def word(i: int) -> str:  # a word of its own for each tool
         return "zq" + "".join("abcdefghij"[int(c)] for c in str(i))
@@ -210,16 +212,15 @@ def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_c
 
 
 async def test_a_bridge_whose_index_was_kept_in_memory_moves_it_and_its_vectors_to_disk_and_reopens_both(tmp_path, monkeypatch, caplog):
-    import bridge.search.index as si
     from bridge.search.semantic import vector_path
     from tests.fakes import FakeUpstream, tool
     from tests.servers import until
     from tests.test_search import start_env
 
-    monkeypatch.setattr(si, "DISK_RETRY", 0.2)
+    monkeypatch.setattr("bridge.search.compaction.DISK_RETRY", 0.2)
     path = str(tmp_path / "bridge.index")
     listing = [tool(f"{word}_report", description=f"Report the {word} of an account.") for word in ("invoice", "refund", "weather")]
-    holder = si._take_lock(path)  # a `bridge search` on the same store
+    holder = take_lock(path)  # a `bridge search` on the same store
     env = await start_env([FakeUpstream(name="ops", tools=listing)], path=path, semantic="static")
     try:
         assert env.search.index.path is None and env.search.semantic.path is None
@@ -249,11 +250,11 @@ def test_a_move_to_disk_that_fails_keeps_the_index_in_memory_lets_the_lock_go_an
     import bridge.search.index as si
     from tests.test_search import FailingIndex, hits, indexed, written_index
 
-    monkeypatch.setattr(si, "DISK_RETRY", 0.1)
-    monkeypatch.setattr(si, "DISK_RETRY_FAILED", 60.0)
+    monkeypatch.setattr("bridge.search.compaction.DISK_RETRY", 0.1)
+    monkeypatch.setattr("bridge.search.compaction.DISK_RETRY_FAILED", 60.0)
     path = str(tmp_path / "bridge.index")
     written_index(path, indexed("stale", "stale ledger"))
-    holder = si._take_lock(path)
+    holder = take_lock(path)
     tools = [indexed(f"t{i}", f"report {name}") for i, name in enumerate(["invoice", "refund", "weather"])]
     index = si.ToolIndex(path, listing=lambda: tools)
     new_index_at = index._new_index_at
@@ -268,7 +269,7 @@ def test_a_move_to_disk_that_fails_keeps_the_index_in_memory_lets_the_lock_go_an
         assert index.compacted(10) and "compaction left off (No space left on device" in caplog.text
         assert index.path is None and index.wanted_path == path and hits(index, "weather") == ["t2"]
         assert sorted(p.name for p in Path(path).iterdir()) == ["bridge-search.json", "g1"]  # as the other process left it
-        other = si._take_lock(path, note=False)  # the lock is let go
+        other = take_lock(path, note=False)  # the lock is let go
         assert other is not None
         other.close()
         time.sleep(0.3)  # not tried again within DISK_RETRY_FAILED: each try writes every tool

@@ -24,7 +24,8 @@ from bridge.catalog import Catalog
 from bridge.config import BridgeConfig, SurfaceConfig
 from bridge.search.service import ToolSearch
 from bridge.search.encoder import Encoder, MiniLMEncoder, model_location
-from bridge.search.rank import analyze_query, title_terms
+from bridge.search.analysis import analyze_query
+from bridge.search.tooltext import title_terms
 from bridge.search.semantic import SemanticStage, choose_encoder, tool_text, vector_path
 from bridge.search.static import STATIC_TABLE, StaticEncoder, load_static
 from bridge.store import Store
@@ -634,7 +635,6 @@ async def test_a_search_no_tool_matches_suggests_the_tools_nearest_in_meaning(mo
     meaning as `suggestions`: only tools the surface shows and the filters pass, alternatives
     folded as in a ranking, none above the floor's cosine or in too large a pool, and none
     without the static table."""
-    import bridge.search.service as search_module
 
     catalog = Catalog(Store())
     catalog.add_upstream(FakeUpstream(name="a", tools=[
@@ -674,7 +674,7 @@ async def test_a_search_no_tool_matches_suggests_the_tools_nearest_in_meaning(mo
         # without the static table, over too many tools, or below the floor: no suggestion
         off = keyword.search(query, surface=surface)
         assert off.suggestions is None and "suggestions" not in off.hint and "suggestions" not in off.to_json()
-        monkeypatch.setattr(search_module, "SUGGEST_POOL", 3)
+        monkeypatch.setattr("bridge.search.stages.SUGGEST_POOL", 3)
         assert search.search(query, surface=surface).suggestions is None
         assert search.search(query, surface=surface, namespace="a").suggestions is not None
         # a surface showing few tools of a larger catalog: those
@@ -688,11 +688,11 @@ async def test_a_search_no_tool_matches_suggests_the_tools_nearest_in_meaning(mo
         assert [s.name for s in search.search(query, surface=few).suggestions] == ["b__get_weather"]
         catalog.apply_tools("a", listed)
         assert await search.wait_indexed()
-        monkeypatch.setattr(search_module, "SUGGEST_POOL", 2_000)
-        monkeypatch.setattr(search_module, "SUGGEST_COSINE", -1.0)  # at most SUGGESTIONS, and at most the limit
+        monkeypatch.setattr("bridge.search.stages.SUGGEST_POOL", 2_000)
+        monkeypatch.setattr("bridge.search.stages.SUGGEST_COSINE", -1.0)  # at most SUGGESTIONS, and at most the limit
         assert len(search.search(query, surface=surface).suggestions) == 3
         assert len(search.search(query, surface=surface, limit=2).suggestions) == 2
-        monkeypatch.setattr(search_module, "SUGGEST_COSINE", 0.99)
+        monkeypatch.setattr("bridge.search.stages.SUGGEST_COSINE", 0.99)
         assert search.search(query, surface=surface).suggestions is None
     finally:
         search.close()

@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 
 import httpx
+import tantivy
 
+from bridge.search.lock import take_lock
 from tests.test_search import hits, indexed, written_index
 from tests.test_search_lock import ROOT, start
 
@@ -120,7 +122,7 @@ def test_an_index_that_cannot_be_built_on_disk_is_kept_in_memory_and_its_lock_le
     def full_disk(self, path, generation):
         if path is not None:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return si.tantivy.Index(self.schema)
+        return tantivy.Index(self.schema)
 
     monkeypatch.setattr(si.ToolIndex, "_new_index_at", full_disk)
     path = tmp_path / "bridge.index"
@@ -130,7 +132,7 @@ def test_an_index_that_cannot_be_built_on_disk_is_kept_in_memory_and_its_lock_le
         assert caplog.text.count("cannot be used") == 1 and "search.persist: false" in caplog.text
         index.submit([indexed("t1", "weather forecast")])
         assert index.flush() and hits(index, "forecast") == ["t1"]
-        other = si._take_lock(str(path), note=False)  # the lock is let go
+        other = take_lock(str(path), note=False)  # the lock is let go
         assert other is not None
         other.close()
     finally:

@@ -46,7 +46,7 @@ class Encoder:
     dim: int = 0
     # tokens embedded of a tool's text (a query: its first 128); `cheap`: a search's candidates
     # that wait for their vectors may be embedded while it runs; `words_cap`: a longer query's
-    # cosine weighs less (search_semantic.SemanticStage.weight_for), None: never
+    # cosine weighs less (bridge.search.semantic.SemanticStage.weight_for), None: never
     tool_tokens: int = 128
     cheap: bool = False
     words_cap: int | None = None

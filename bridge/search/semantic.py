@@ -25,16 +25,15 @@ import numpy as np
 from cachetools import LRUCache
 
 from bridge.model import ToolDeclaration
+from bridge.search.analysis import meaning_text, name_words
 from bridge.search.encoder import Encoder, load_encoder
-from bridge.search.rank import (
+from bridge.search.static import load_static
+from bridge.search.tooltext import (
     described_schema,
     function_name,
-    meaning_text,
-    name_words,
     searched_description,
     unsaid,
 )
-from bridge.search.static import load_static
 
 __all__ = ["CANDIDATES", "WEIGHT", "SemanticStage", "choose_encoder", "tool_text", "vector_path"]
 

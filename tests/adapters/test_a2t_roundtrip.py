@@ -18,7 +18,7 @@ from bridge.catalog import exposed_name
 from bridge.config import parse_config
 from bridge.model import BridgeError, ToolError, UpstreamResult
 from bridge.runtime import Bridge
-from bridge.search.rank import function_name
+from bridge.search.tooltext import function_name
 from bridge.serve.app import build_app, close_app
 from bridge.demo.openapi_service import build_app as notes_app
 from tests.fakes import FakeConfig, FakeUpstream, tool

@@ -948,7 +948,7 @@ async def test_summary_opening_the_description_is_said_once_and_a_long_one_is_no
 
 
 async def test_a_description_cut_short_is_searched_whole(tmp_path):
-    from bridge.search.rank import FULL_DESCRIPTION_MAX, searched_description
+    from bridge.search.tooltext import FULL_DESCRIPTION_MAX, searched_description
 
     archive = ("Moves the project to the archive tier. Its jobs stop and its members keep read access. "
                "Retention: snapshots stay in cold storage for ninety days before deletion.")

@@ -122,7 +122,7 @@ async def test_an_error_of_a_tool_listed_with_an_output_schema_keeps_to_that_sch
 
 @pytest.mark.parametrize("era", ERAS)
 async def test_search_refuses_an_empty_or_overlong_query_as_rest_does(era):
-    from bridge.search.rank import MAX_QUERY_CHARS
+    from bridge.search.analysis import MAX_QUERY_CHARS
 
     async with served_bridge(SURFACE, [upstream()]) as srv, http_client(srv.url, era) as client:
         for arguments in ({"query": ""}, {"query": "  ", "limit": 3}, {"query": "w" * (MAX_QUERY_CHARS + 1)}):

@@ -56,7 +56,7 @@ async def test_search_nothing_matched_answers_suggestions_by_meaning():
 
 
 async def test_search_refuses_unknown_repeated_and_malformed_parameters():
-    from bridge.search.rank import MAX_QUERY_CHARS
+    from bridge.search.analysis import MAX_QUERY_CHARS
 
     async with serving(catalog()) as served:
         for path, parameter in (
