@@ -20,6 +20,7 @@ from bridge.model import BridgeError, DeferredToolRef
 from bridge.runtime import Bridge
 from bridge.search import MAX_LIMIT, MAX_QUERY_CHARS
 from bridge.supervisor import UpstreamSlot
+from bridge.telemetry import CallOrigin, configure_logging, say
 from bridge.upstream import KIND_COMMANDS, kind_commands
 
 __all__ = ["main", "build_parser", "COMMANDS"]
@@ -171,7 +172,8 @@ async def cmd_call(args: argparse.Namespace, config: BridgeConfig) -> int:
         return 2
     bridge = await _started(config)
     try:
-        result = await bridge.invoker.invoke(args.name, arguments, version=args.version, surface=args.surface)
+        result = await bridge.invoker.invoke(args.name, arguments, version=args.version,
+                                             surface=args.surface, origin=CallOrigin("cli"))
         if args.json:
             _print_json(result.to_json())
         else:
@@ -382,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         except KeyboardInterrupt:
             return 130
+        level = getattr(logging, (config.logging.level or "warning").upper())
+        configure_logging(config.logging.format,
+                          min(level, logging.INFO) if args.verbose else level)
     try:
         with asyncio.Runner(loop_factory=_loop_factory(args.command, config)) as runner:
             if args.command in KIND_COMMANDS:
@@ -393,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:  # the details the line below offers (logged at INFO, -v's level: a debug record was never shown)
             logging.getLogger("bridge.cli").error("bridge %s failed", args.command, exc_info=True)
         cause = _cause(failed)
-        print(f"bridge {args.command}: {type(cause).__name__}: {cause}" + ("" if args.verbose else " (run with -v for details)"), file=sys.stderr)
+        said = f"bridge {args.command}: {type(cause).__name__}: {cause}"
+        say(said + ("" if args.verbose else " (run with -v for details)"), logging.ERROR, "bridge.cli")
         return 1
 
 

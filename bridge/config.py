@@ -35,6 +35,7 @@ __all__ = [
     "InvokeConfig",
     "SearchConfig",
     "TelemetryConfig",
+    "LoggingConfig",
     "BridgeConfig",
     "load_config",
     "parse_config",
@@ -204,12 +205,18 @@ class TelemetryConfig(_Strict):
     tool_label: str = Field(default="top_100", pattern=r"^(all|none|top_[1-9][0-9]{0,4})$")
 
 
+class LoggingConfig(_Strict):
+    format: Literal["text", "json"] = "text"
+    level: Literal["debug", "info", "warning", "error"] | None = None  # None: warning, info with -v
+
+
 class BridgeConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     invoke: InvokeConfig = Field(default_factory=InvokeConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     mcpServers: dict[str, Any] = Field(default_factory=dict)  # noqa: N815 - the clients' spelling
     surfaces: list[SurfaceConfig] = Field(default_factory=list)

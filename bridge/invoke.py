@@ -134,7 +134,8 @@ class Invoker:
             refuse_unsendable(arguments)
             self._validate(decl, version, schema, arguments)
             check_permission(decl, surface_obj)
-            result = await self._execute(decl, arguments, invocation_id, progress, meta or {}, config, upstream_time)
+            result = await self._execute(decl, arguments, invocation_id, progress, meta or {}, config,
+                                         upstream_time)
             self.resource_links.remember(surface_obj.name, decl.upstream, result.content)
             envelope, size = self._map(decl, version, invocation_id, result, config)
             if size > config.inline_result_limit:
@@ -144,7 +145,8 @@ class Invoker:
             if has_surrogates(exc.message):  # an upstream's text quoted in the message
                 envelope = without_surrogates(envelope)
         except asyncio.CancelledError:
-            self._log(invocation_id, decl, version, surface_obj, "canceled", "canceled", created_at, started, upstream_time, origin)
+            self._log(invocation_id, decl, version, surface_obj, "canceled", "canceled", created_at, started,
+                      upstream_time, origin)
             raise
         except Exception as exc:  # an adapter bug: reported as a result, logged with its traceback
             log.exception("tool %s failed", ref)
@@ -380,8 +382,9 @@ class Invoker:
     ) -> None:
         seconds = time.perf_counter() - started
         duration = round(seconds * 1000, 3)
-        self.telemetry.call_ended(invocation_id, decl, version, surface.name if surface else "", status, error_class, created_at,
-                                  seconds, upstream_time.seconds if upstream_time else None, origin)
+        self.telemetry.call_ended(invocation_id, decl, version, surface.name if surface else "", status,
+                                  error_class, created_at, seconds,
+                                  upstream_time.seconds if upstream_time else None, origin)
         self._log_rows.append(
             (
                 invocation_id,

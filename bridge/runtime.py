@@ -40,8 +40,8 @@ GC_YOUNG_THRESHOLD = 20_000
 # `store` and `search` opened the store and the index: a running bridge keeps them until restarted.
 LIVE_SERVER_KEYS = ("tokens", "default_surface")
 # The sections a running bridge keeps whole until restarted: each built something that lives as
-# long as the process (the store, the index, the metrics).
-RESTART_SECTIONS = ("store", "search", "telemetry")
+# long as the process (the store, the index, the metrics, the log handler).
+RESTART_SECTIONS = ("store", "search", "telemetry", "logging")
 
 
 class Bridge:
@@ -62,10 +62,13 @@ class Bridge:
                                  fold_alternatives=config.search.fold_alternatives)
         self.telemetry = Telemetry(tool_label=config.telemetry.tool_label)
         metrics = self.telemetry.metrics
-        metrics.watch_upstreams(lambda: [(slot.health, slot.calls) for slot in self.catalog.slots.values()])
-        self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke, self.telemetry)
-        metrics.gauge("bridge_store_writes_waiting", "Invocation log rows, versions and names waiting to be written to the "
-                      "store (all of them while its disk refuses writes)", lambda: self.store.waiting() + self.invoker.log_rows_waiting())
+        metrics.watch_upstreams(lambda: [(s.health, s.calls) for s in self.catalog.slots.values()])
+        self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke,
+                               self.telemetry)
+        metrics.gauge("bridge_store_writes_waiting",
+                      "Invocation log rows, versions and names waiting to be written to the store "
+                      "(all of them while its disk refuses writes)",
+                      lambda: self.store.waiting() + self.invoker.log_rows_waiting())
         self._reloading = asyncio.Lock()
         self._reload_listeners: list[Callable[[], None]] = []
         self._started = asyncio.Event()
@@ -107,9 +110,10 @@ class Bridge:
         stopped refuses new calls at once and lets those in flight end first, for at most its old
         `timeout`; the rest of the config applies meanwhile. Surfaces, tokens,
         `default_surface` and `invoke` hold from the next request on; every other key of
-        `server`, `store`, `search` and `telemetry` keeps its running value, with a warning that
-        it needs a restart. Reloads run one at a time. A ConfigError (an upstream name the bridge already
-        serves from elsewhere, a surface `keep_surface` named missing) changes nothing. A reload
+        `server`, `store`, `search`, `telemetry` and `logging` keeps its running value, with a
+        warning that it needs a restart. Reloads run one at a time. A ConfigError (an upstream
+        name the bridge already serves from elsewhere, a surface `keep_surface` named missing)
+        changes nothing. A reload
         while the bridge starts applies at once: `start` then also waits for the upstreams it
         adds or restarts, and no longer for those it removes."""
         async with self._reloading:
@@ -132,7 +136,8 @@ class Bridge:
             for key in restart:
                 log.warning("config reload: %s changed; it takes effect when the bridge restarts (the running value is kept)", key)
             server = old.server.model_copy(update={key: getattr(config.server, key) for key in LIVE_SERVER_KEYS})
-            config = config.model_copy(update={"server": server, **{section: getattr(old, section) for section in RESTART_SECTIONS}})
+            kept = {section: getattr(old, section) for section in RESTART_SECTIONS}
+            config = config.model_copy(update={"server": server, **kept})
             changed = [name for name in after if name in before and after[name] != before[name]]
             made = {name: upstream_class(after[name].kind)(with_free_port(after[name])) for name in after
                     if name not in before or name in changed}

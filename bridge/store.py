@@ -247,7 +247,8 @@ class Store:
     # a disk that refuses writes -------------------------------------------------------------
 
     def waiting(self) -> int:
-        """Rows (versions, names, invocation log rows) kept in memory while the disk refuses them."""
+        """Rows (versions, names, invocation log rows) kept in memory while the disk refuses
+        them."""
         return len(self._pending_versions) + len(self._pending_names) + len(self._pending_log)
 
     def _refused(self, exc: sqlite3.Error) -> None:

@@ -64,6 +64,7 @@ def config_page() -> str:
         ("### `store`", bridge_config.StoreConfig),
         ("### `search`", bridge_config.SearchConfig),
         ("### `telemetry`", bridge_config.TelemetryConfig),
+        ("### `logging`", bridge_config.LoggingConfig),
         ("## Upstreams", UpstreamConfig),
     ],
 )
@@ -163,6 +164,7 @@ def documented_models() -> list[tuple[str, type[BaseModel], str]]:
                                                   bridge_config.InvokeConfig, UpstreamConfig)]
     out += [("config.md#### `store`", bridge_config.StoreConfig, ""), ("config.md#### `search`", bridge_config.SearchConfig, "")]
     out.append(("config.md#### `telemetry`", bridge_config.TelemetryConfig, ""))
+    out.append(("config.md#### `logging`", bridge_config.LoggingConfig, ""))
     out.append(("surfaces.md", bridge_config.SurfaceConfig, ""))
     out.append(("frontends/rest.md", bridge_config.ServerConfig, ""))
     for kind in shipped_kinds():

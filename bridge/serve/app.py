@@ -11,11 +11,11 @@ import logging
 import math
 import signal
 import socket
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -33,6 +33,7 @@ from bridge.serve.rest import ietf_routes
 from bridge.serve.rest_a2t import CatalogViews, a2t_routes
 from bridge.serve.rest_http import ApiError, ServeContext, error_response, not_found, too_large
 from bridge.serve.rest_records import records_routes
+from bridge.telemetry import json_logs, say
 
 __all__ = ["build_app", "close_app", "rest_routes", "run_http", "served_urls", "started_line"]
 
@@ -167,13 +168,14 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
     host = host or config.server.host
     port = config.server.port if port is None else port
     if not config.server.tokens and not is_loopback(host) and not insecure:
-        print(f"bridge serve: refusing to serve {host} without authentication: add server.tokens to the config, "
-              "bind a loopback address (--host 127.0.0.1), or pass --insecure", file=sys.stderr)
+        say(f"bridge serve: refusing to serve {host} without authentication: add server.tokens to "
+            "the config, bind a loopback address (--host 127.0.0.1), or pass --insecure",
+            logging.ERROR)
         return 2
     try:
         sock = _bind(host, port)
     except OSError as exc:
-        print(f"bridge serve: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        say(f"bridge serve: cannot listen on {host}:{port}: {exc.strerror or exc}", logging.ERROR)
         return 1
     loop = asyncio.get_running_loop()
     server: uvicorn.Server | None = None
@@ -216,8 +218,10 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         # ws="none": no route takes a WebSocket, and uvicorn would import its WebSocket module
         # here, while the upstreams start (one that had used up the file descriptors ended the
         # server on that import)
+        # log_config None in the JSON format: uvicorn's own handlers would write text lines
         uv_config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, ws="none", log_level="warning", access_log=False, lifespan="on",
-                                   timeout_graceful_shutdown=math.ceil(config.server.shutdown_timeout))
+                                   timeout_graceful_shutdown=math.ceil(config.server.shutdown_timeout),
+                                   log_config=None if json_logs() else LOGGING_CONFIG)
         server = _Server(uv_config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
@@ -226,7 +230,7 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
             task.result()
             if server.should_exit:  # a signal before it listened
                 return 0
-            print("bridge serve: the server did not start", file=sys.stderr)
+            say("bridge serve: the server did not start", logging.ERROR)
             return 1
         # the upstreams start once the server listens, and while it serves: /healthz answers at
         # once, /readyz says which upstreams are still starting, and the catalog grows as each
@@ -239,15 +243,15 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         public = f" (public URL {base})" if config.server.public_url else ""
         waiting = bridge.starting()
         still = f" ({len(waiting)} still starting)" if waiting else ""
-        print(f"bridge: serving {len(bridge.catalog)} tools from {len(bridge.catalog.slots)} upstreams{still} on {bound}{public}",
-              file=sys.stderr)
+        say(f"bridge: serving {len(bridge.catalog)} tools from {len(bridge.catalog.slots)} "
+            f"upstreams{still} on {bound}{public}")
         for label, url in served_urls(base):
-            print(f"  {label + ':':<24}{url}", file=sys.stderr)
+            say(f"  {label + ':':<24}{url}")
         await asyncio.wait([task, starting], return_when=asyncio.FIRST_COMPLETED)
         if starting.done() and not task.done():
             starting.result()
             settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
-            print(f"bridge: {started_line(bridge)}", file=sys.stderr)
+            say(f"bridge: {started_line(bridge)}")
         await task
         return 0
     finally:

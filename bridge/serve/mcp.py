@@ -46,7 +46,9 @@ from bridge.serve.mcp_meta import (
 )
 from bridge.serve.mcp_sdk import open_transports, session_connection
 from bridge.serve.mcp_session import ChangeNotifier, SessionState, listing_for
+from bridge.serve.auth import CALLER_SCOPE_KEY
 from bridge.surface import Surface
+from bridge.telemetry import CallOrigin, from_meta, valid_traceparent, valid_tracestate
 from bridge.translate.mcp import is_modern, render_output_schema, render_result, render_tool
 
 __all__ = ["MCPFrontend"]
@@ -181,7 +183,8 @@ class MCPFrontend:
                 break
         manager = self.server.session_manager
         self._unwatch.append(self.bridge.telemetry.metrics.gauge(
-            "bridge_mcp_sessions_open", "MCP sessions open over streamable HTTP", lambda: len(open_transports(manager))))
+            "bridge_mcp_sessions_open", "MCP sessions open over streamable HTTP",
+            lambda: len(open_transports(manager))))
         return app
 
     def end_streams(self) -> None:
@@ -232,6 +235,22 @@ class MCPFrontend:
         if surface is None:
             raise MCPError(INVALID_REQUEST, f"no surface named {name!r} is configured")
         return surface
+
+    def _origin(self, ctx: ServerRequestContext[Any, Any]) -> CallOrigin:
+        """Who a call comes from, with the caller's trace context: `params._meta.traceparent`,
+        else (over HTTP) the `traceparent` header."""
+        parent, state = from_meta(ctx.meta)
+        caller = session = None
+        request = ctx.request
+        scope = getattr(request, "scope", None)
+        if isinstance(scope, dict):
+            caller = scope.get(CALLER_SCOPE_KEY)
+            headers = request.headers  # type: ignore[union-attr]
+            session = headers.get("mcp-session-id")
+            if parent is None:
+                parent = valid_traceparent(headers.get("traceparent"))
+                state = valid_tracestate(headers.get("tracestate")) if parent else None
+        return CallOrigin("mcp", caller, parent, state, session, ctx.request_id)
 
     def _state(self, ctx: ServerRequestContext[Any, Any], surface: Surface) -> SessionState | None:
         """A handshake-era connection's state; None in the sessionless 2026-07-28 era."""
@@ -357,7 +376,9 @@ class MCPFrontend:
         assert handler is not None
         self._running.add(handler)
         try:
-            result = await self.bridge.invoker.invoke(ref, arguments, surface=surface, progress=forward_progress)
+            result = await self.bridge.invoker.invoke(ref, arguments, surface=surface,
+                                                      progress=forward_progress,
+                                                      origin=self._origin(ctx))
         except asyncio.CancelledError:
             if handler not in self._stop_cancelled:
                 raise

@@ -16,7 +16,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.runtime import Bridge
-from bridge.serve.auth import authenticate
+from bridge.serve.auth import CALLER_SCOPE_KEY, authenticate
 
 __all__ = ["SURFACE_SCOPE_KEY", "CALLER_SURFACE", "MCPAuthGate", "transport_security_for"]
 
@@ -66,6 +66,8 @@ class MCPAuthGate:
             await send({"type": "http.response.body", "body": body})
             return
         scope[SURFACE_SCOPE_KEY] = auth.surface
+        if auth.caller is not None:
+            scope[CALLER_SCOPE_KEY] = auth.caller
         CALLER_SURFACE.set(auth.surface)  # this request's task and those it starts
         if server.tokens and header:
             # only a digest of the token travels on; the token itself stays in the header

@@ -14,6 +14,7 @@ from mcp.server.stdio import stdio_server
 from bridge.config import BridgeConfig
 from bridge.runtime import Bridge, reload_on_hangup, search_index_released, settle_gc
 from bridge.serve.mcp import MCPFrontend
+from bridge.telemetry import say
 
 __all__ = ["run_stdio"]
 
@@ -34,7 +35,8 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
     name = surface or config.server.default_surface
     known = {s.name for s in config.surfaces} | {"default"}
     if name not in known:
-        print(f"bridge serve --stdio: no surface named {name!r} (the config defines: {', '.join(sorted(known))})", file=sys.stderr)
+        say(f"bridge serve --stdio: no surface named {name!r} "
+            f"(the config defines: {', '.join(sorted(known))})", logging.ERROR)
         return 2
     # SIGTERM (what supervisors and clients send) or SIGINT: the bridge closes (its launched
     # processes and ATIP commands stopped), then the process ends; the SDK's thread reading stdin

@@ -282,10 +282,12 @@ def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
             "503": {"description": "an upstream still starting (named in `starting`), or no upstream ready", "content": _json(_ref("Ready"))},
         }, tag="probes", open_=True)},
         "/openapi.json": {"get": _op("openapi", "This document", _responses(OBJ, ()), tag="probes", open_=True)},
-        "/metrics": {"get": _op("metrics", "Prometheus metrics; open without a token when telemetry.metrics_public", {
-            "200": {"description": "the Prometheus text format (OpenMetrics when asked)", "content": {"text/plain": {"schema": STR}}},
-            "401": {"description": _DESCRIPTIONS[401], "content": _json(_ref("ErrorBody"))},
-        }, tag="probes")},
+        "/metrics": {"get": _op(
+            "metrics", "Prometheus metrics; open without a token when telemetry.metrics_public", {
+                "200": {"description": "the Prometheus text format (OpenMetrics when asked)",
+                        "content": {"text/plain": {"schema": STR}}},
+                "401": {"description": _DESCRIPTIONS[401], "content": _json(_ref("ErrorBody"))},
+            }, tag="probes")},
     }
     schemas = _schemas()
     schemas["AnyError"] = {"anyOf": [_ref("ToolResult"), _ref("ErrorBody")]}

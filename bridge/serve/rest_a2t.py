@@ -116,7 +116,8 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
         query = search_query(request).strip()
         if query:
             # a page of tools, counted by `total`: each upstream's tool is one of them, alternatives too
-            found = bridge.find_tools(query, surface=surface, limit=SEARCH_MATCHES, namespace=group, fold_alternatives=False)
+            found = bridge.find_tools(query, surface=surface, limit=SEARCH_MATCHES, namespace=group,
+                                      fold_alternatives=False)
             tools = [d for m in found.matches if (d := bridge.catalog.get(m.tool_id)) is not None and surface.visible(d)]
         else:
             tools, _ = ctx.listing(surface)

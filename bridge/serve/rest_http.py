@@ -23,8 +23,9 @@ from bridge.config import ServerConfig
 from bridge.model import ToolDeclaration, ToolError, ToolResult, quoted
 from bridge.runtime import Bridge
 from bridge.search import MAX_QUERY_CHARS
-from bridge.serve.auth import authenticate
+from bridge.serve.auth import CALLER_SCOPE_KEY, authenticate
 from bridge.surface import Surface
+from bridge.telemetry import CallOrigin, valid_traceparent, valid_tracestate
 from bridge.translate.wire import TOOL_RESULT_KEY, WireFormatError, json_safe
 
 __all__ = [
@@ -147,6 +148,9 @@ def not_found(ref: str, catalog: Catalog) -> ApiError:
     return ApiError(404, "unknown_tool", f"no tool {quoted(ref)}; search the catalog for the right name{catalog.still_starting(ref)}")
 
 
+_REST_ORIGIN = CallOrigin("rest")
+
+
 class ServeContext:
     """What the REST routes share: the bridge, the caller's surface, the sorted listing of each
     surface (rebuilt only when the catalog or the surface changes)."""
@@ -168,13 +172,26 @@ class ServeContext:
         surface = self.bridge.surfaces.get(auth.surface)
         if surface is None:
             raise ApiError(403, "policy_blocked", f"the token's surface {auth.surface!r} is not configured")
+        if auth.caller is not None:
+            request.scope[CALLER_SCOPE_KEY] = auth.caller
         return surface
+
+    def origin(self, request: Request) -> CallOrigin:
+        """Who a call comes from (the token `caller` named) and the caller's trace context."""
+        headers = request.headers
+        parent = valid_traceparent(headers.get("traceparent"))
+        state = valid_tracestate(headers.get("tracestate")) if parent else None
+        caller = request.scope.get(CALLER_SCOPE_KEY)
+        if parent is None and caller is None:
+            return _REST_ORIGIN
+        return CallOrigin("rest", caller, parent, state)
 
     async def invoke(self, request: Request, ref: str, arguments: Any, *, surface: Surface, version: int | None = None) -> ToolResult:
         """The pipeline's call for a request whose body was read, cancelled when the client
         closes the connection: the upstream call stops (an MCP cancel, an A2A CancelTask, an
         ATIP process group killed) and its concurrency slot is freed, as over MCP."""
-        call = asyncio.ensure_future(self.bridge.invoker.invoke(ref, arguments, version=version, surface=surface))
+        call = asyncio.ensure_future(self.bridge.invoker.invoke(
+            ref, arguments, version=version, surface=surface, origin=self.origin(request)))
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait([call, gone], return_when=asyncio.FIRST_COMPLETED)

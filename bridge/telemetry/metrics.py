@@ -16,10 +16,26 @@ from typing import Any
 
 from bridge.model import UpstreamHealth, UpstreamState
 
-__all__ = ["CALL_BUCKETS", "SEARCH_BUCKETS", "Metrics", "OTHER_TOOLS", "ToolLabels"]
+__all__ = ["CALL_BUCKETS", "OTHER_TOOLS", "SEARCH_BUCKETS", "Metrics", "ToolLabels"]
 
-# Seconds: a proxied call takes a millisecond to a minute; a search tens of microseconds to tens of ms.
-CALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# Seconds: a proxied call takes a millisecond to a minute, a search 10 µs to tens of ms.
+CALL_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 SEARCH_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 # The tool label of calls to the tools outside the N busiest (`tool_label: top_N`).
 OTHER_TOOLS = "_other"
@@ -51,7 +67,7 @@ class _Histogram:
 class _CallSeries:
     """The calls of one (upstream, tool label, surface): a count per outcome, and latencies."""
 
-    __slots__ = ("outcomes", "latency", "upstream")
+    __slots__ = ("latency", "outcomes", "upstream")
 
     def __init__(self) -> None:
         self.outcomes: dict[str, int] = {}
@@ -95,7 +111,9 @@ class ToolLabels:
         """Name the N busiest tools (on a tie, one already named stays)."""
         if self.top and len(self.calls) > self.top:
             named = self.named
-            ranked = sorted(self.calls.items(), key=lambda item: (-item[1], item[0] not in named, item[0]))
+            ranked = sorted(
+                self.calls.items(), key=lambda item: (-item[1], item[0] not in named, item[0])
+            )
             self.named = {tool for tool, _ in ranked[: self.top]}
 
 
@@ -118,8 +136,15 @@ class Metrics:
     def call_begun(self) -> None:
         self.in_flight += 1
 
-    def call_ended(self, upstream: str, tool: str, surface: str, outcome: str, seconds: float,
-                   upstream_seconds: float | None) -> None:
+    def call_ended(
+        self,
+        upstream: str,
+        tool: str,
+        surface: str,
+        outcome: str,
+        seconds: float,
+        upstream_seconds: float | None,
+    ) -> None:
         """One call's end: `outcome` is `ok` or its error class; `upstream_seconds` the part the
         upstream took (None when the call never reached it)."""
         self.in_flight -= 1
@@ -188,12 +213,21 @@ class Metrics:
         )
 
         self.tools.rerank()
-        calls = CounterMetricFamily("bridge_tool_calls", "Calls through the invocation pipeline, by outcome (ok or the "
-                                    "error class)", labels=[*_CALL_LABELS, "outcome"])
-        latency = HistogramMetricFamily("bridge_tool_call_duration_seconds", "Calls from the frontend's request to the "
-                                        "result envelope", labels=_CALL_LABELS)
-        upstream = HistogramMetricFamily("bridge_upstream_call_duration_seconds", "The upstream's part of each call that "
-                                         "reached it", labels=_CALL_LABELS)
+        calls = CounterMetricFamily(
+            "bridge_tool_calls",
+            "Calls through the invocation pipeline, by outcome (ok or the error class)",
+            labels=[*_CALL_LABELS, "outcome"],
+        )
+        latency = HistogramMetricFamily(
+            "bridge_tool_call_duration_seconds",
+            "Calls from the frontend's request to the result envelope",
+            labels=_CALL_LABELS,
+        )
+        upstream = HistogramMetricFamily(
+            "bridge_upstream_call_duration_seconds",
+            "The upstream's part of each call that reached it",
+            labels=_CALL_LABELS,
+        )
         for key, series in self._calls.items():
             if not self.tools.shown(key[1]):
                 continue
@@ -202,13 +236,23 @@ class Metrics:
                 calls.add_metric([*labels, outcome], count)
             latency.add_metric(labels, series.latency.buckets(CALL_BUCKETS), series.latency.total)
             if series.upstream.counts != [0] * len(series.upstream.counts):
-                upstream.add_metric(labels, series.upstream.buckets(CALL_BUCKETS), series.upstream.total)
+                upstream.add_metric(
+                    labels, series.upstream.buckets(CALL_BUCKETS), series.upstream.total
+                )
         yield from (calls, latency, upstream)
-        yield GaugeMetricFamily("bridge_tool_calls_in_flight", "Calls in the invocation pipeline now", value=self.in_flight)
+        yield GaugeMetricFamily(
+            "bridge_tool_calls_in_flight",
+            "Calls in the invocation pipeline now",
+            value=self.in_flight,
+        )
 
         queries = CounterMetricFamily("bridge_search_queries", "Tool searches", labels=["surface"])
-        empty = CounterMetricFamily("bridge_search_no_match", "Tool searches that matched no tool", labels=["surface"])
-        search_latency = HistogramMetricFamily("bridge_search_duration_seconds", "Tool searches", labels=["surface"])
+        empty = CounterMetricFamily(
+            "bridge_search_no_match", "Tool searches that matched no tool", labels=["surface"]
+        )
+        search_latency = HistogramMetricFamily(
+            "bridge_search_duration_seconds", "Tool searches", labels=["surface"]
+        )
         for surface, (count, unmatched, histogram) in self._searches.items():
             queries.add_metric([surface], count)
             empty.add_metric([surface], unmatched)
@@ -216,16 +260,32 @@ class Metrics:
         yield from (queries, empty, search_latency)
 
         if self._upstreams is not None:
-            state = GaugeMetricFamily("bridge_upstream_state", "1 for the state each upstream is in",
-                                      labels=["upstream", "kind", "state"])
-            tools = GaugeMetricFamily("bridge_catalog_tools", "Tools each upstream has in the catalog", labels=["upstream"])
-            reconnects = CounterMetricFamily("bridge_upstream_reconnects", "Connection attempts after each upstream's first "
-                                             "(retries of a failed start, reconnects after an outage)", labels=["upstream"])
-            in_flight = GaugeMetricFamily("bridge_upstream_calls_in_flight", "Calls each upstream is running now",
-                                          labels=["upstream"])
+            state = GaugeMetricFamily(
+                "bridge_upstream_state",
+                "1 for the state each upstream is in",
+                labels=["upstream", "kind", "state"],
+            )
+            tools = GaugeMetricFamily(
+                "bridge_catalog_tools",
+                "Tools each upstream has in the catalog",
+                labels=["upstream"],
+            )
+            reconnects = CounterMetricFamily(
+                "bridge_upstream_reconnects",
+                "Connection attempts after each upstream's first "
+                "(retries of a failed start, reconnects after an outage)",
+                labels=["upstream"],
+            )
+            in_flight = GaugeMetricFamily(
+                "bridge_upstream_calls_in_flight",
+                "Calls each upstream is running now",
+                labels=["upstream"],
+            )
             for health, calls_now in self._upstreams():
                 for name in _STATES:
-                    state.add_metric([health.name, health.kind, name], 1 if health.state == name else 0)
+                    state.add_metric(
+                        [health.name, health.kind, name], 1 if health.state == name else 0
+                    )
                 tools.add_metric([health.name], health.tool_count)
                 reconnects.add_metric([health.name], max(0, health.attempts - 1))
                 in_flight.add_metric([health.name], calls_now)
