@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bridge.search.compaction import DISK_RETRY, _Compaction
+from bridge.search import compaction
+from bridge.search.compaction import _Compaction
 from bridge.search.document import Converter, schema
 from bridge.search.foreground import Foreground
 from bridge.search.lock import lock_holder, take_lock
@@ -52,10 +53,10 @@ class ToolIndex(IndexWriter, IndexQueries):
                 path = None
         # the on-disk index this one, kept in memory, moves to once no other process holds its lock
         self.wanted_path: str | None = None
-        self._disk_retry_at = time.monotonic() + DISK_RETRY
+        self._disk_retry_at = time.monotonic() + compaction.DISK_RETRY
         if path is not None and self._lock_file is None:
             log.warning("search index %s is in use by %s; this process keeps its own index in memory, and moves it "
-                        "to disk once the other process has ended (looking every %.0f s)", path, lock_holder(path), DISK_RETRY)
+                        "to disk once the other process has ended (looking every %.0f s)", path, lock_holder(path), compaction.DISK_RETRY)
             self.wanted_path, path = path, None
         self.path = path
         self.schema = schema()
