@@ -6,91 +6,35 @@ itself, loaded and run with the network unreachable."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import re
-import socket
 import threading
 from pathlib import Path
 
-import jsonschema
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from bridge.search import semantic as semantic_module
 from bridge.catalog import Catalog
 from bridge.config import BridgeConfig, SurfaceConfig
+from bridge.search import semantic as semantic_module
+from bridge.search.encoder import MiniLMEncoder, model_location
+from bridge.search.semantic import SemanticStage, choose_encoder, tool_text
 from bridge.search.service import ToolSearch
-from bridge.search.encoder import Encoder, MiniLMEncoder, model_location
-from bridge.search.analysis import analyze_query
-from bridge.search.tooltext import title_terms
-from bridge.search.semantic import SemanticStage, choose_encoder, tool_text, vector_path
-from bridge.search.static import STATIC_TABLE, StaticEncoder, load_static
+from bridge.search.static import StaticEncoder, load_static
 from bridge.store import Store
 from bridge.surface import Surface
+from tests.conftest import ROOT
 from tests.fakes import FakeUpstream, tool
-from tests.test_search import DEFERRED_SCHEMA
-
-
-class WordsEncoder(Encoder):
-    """A small deterministic encoder: each word hashed to one of 64 dimensions, unit length.
-    Texts sharing words are similar; it counts what it encodes."""
-
-    name = "test-words"
-    dim = 64
-
-    def __init__(self) -> None:
-        self.encoded: list[str] = []
-
-    def encode(self, texts, max_tokens=128):
-        out = np.zeros((len(texts), self.dim), np.float32)
-        for i, text in enumerate(texts):
-            self.encoded.append(text)
-            for word in re.findall(r"[a-z]+", text.lower()):
-                out[i, hashlib.blake2b(word.encode(), digest_size=1).digest()[0] % self.dim] += 1.0
-            out[i] /= max(np.linalg.norm(out[i]), 1e-9)
-        return out
-
-
-def tools():
-    return [
-        tool("read_file", description="Read a text file from disk."),
-        tool("send_mail", description="Send an email message to someone."),
-        tool("forecast", description="Weather forecast for a city."),
-    ]
-
-
-def one_upstream(listed):
-    """A catalog of one upstream, `a`, listing these tools once started."""
-    catalog = Catalog(Store())
-    catalog.add_upstream(FakeUpstream(name="a", tools=listed))
-    return catalog
-
-
-async def started(ups, path=None, encoder=None):
-    catalog = Catalog(Store())
-    for up in ups:
-        catalog.add_upstream(up)
-    search = ToolSearch(catalog, path, semantic=False)
-    stage = SemanticStage(encoder or WordsEncoder(), vector_path(path) if path else None)
-    search.semantic = stage
-    stage.submit([d for slot in catalog.slots.values() for d in slot.tools.values()])
-    await catalog.start()
-    assert await search.wait_indexed()
-    assert await asyncio.to_thread(stage.flush, 10.0)
-    return catalog, search, stage
+from tests.search.support import WordsEncoder, one_upstream, relisted, started, three_tools
 
 
 async def test_tools_are_embedded_once_and_follow_catalog_changes():
     enc = WordsEncoder()
-    catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())], encoder=enc)
+    catalog, search, stage = await started([FakeUpstream(name="a", tools=three_tools())], encoder=enc)
     try:
         assert stage.embedded == 3 and stage.missing == 0
         # an identical re-listing embeds nothing; a changed description embeds that tool alone
-        catalog.apply_tools("a", tools())
-        changed = tools()
+        catalog.apply_tools("a", three_tools())
+        changed = three_tools()
         changed[2] = tool("forecast", description="Weather forecast for a town.")
         catalog.apply_tools("a", changed)
         assert await asyncio.to_thread(stage.flush, 10.0)
@@ -110,7 +54,7 @@ async def test_tools_are_embedded_once_and_follow_catalog_changes():
 async def test_the_keyword_index_takes_in_a_change_before_the_stage_embeds_it():
     """The stage waits while the keyword index is behind (more than one change not yet
     committed): both hold the interpreter's lock, and what makes a tool searchable is the index."""
-    catalog = one_upstream(tools())
+    catalog = one_upstream(three_tools())
     await catalog.start()
     search = ToolSearch(catalog, semantic="static")
     stage = search.semantic
@@ -123,7 +67,7 @@ async def test_the_keyword_index_takes_in_a_change_before_the_stage_embeds_it():
         stage.submit(list(catalog.slots["a"].tools.values()))
         assert await asyncio.to_thread(stage.flush, 10.0)
         # a second one (the catalog's, waiting behind it) is not
-        catalog.apply_tools("a", [*tools(), tool("tide_table", description="Tide times of a harbour.")])
+        catalog.apply_tools("a", [*three_tools(), tool("tide_table", description="Tide times of a harbour.")])
         assert not await asyncio.to_thread(stage.flush, 0.5)  # not embedded while the index is behind
         assert len(stage._keys) == 3  # the new tool not even taken in
         gate.set()
@@ -172,7 +116,7 @@ def test_tools_a_search_embedded_are_kept_for_the_next_and_handed_to_the_stage()
 
     enc, gate = Cheap(), threading.Event()
     catalog = one_upstream([])
-    catalog.apply_tools("a", tools())
+    catalog.apply_tools("a", three_tools())
     decls = list(catalog.slots["a"].tools.values())
     stage = SemanticStage(enc, after=gate.wait)  # the thread held before it takes anything in
     try:
@@ -208,7 +152,7 @@ def test_tools_a_search_embedded_are_kept_for_the_next_and_handed_to_the_stage()
 async def test_the_stage_steps_aside_while_a_search_runs():
     """The stage's thread embeds nothing while a search runs (both hold the interpreter's lock),
     for at most `Foreground.most` seconds per batch."""
-    catalog = one_upstream(tools())
+    catalog = one_upstream(three_tools())
     await catalog.start()
     search = ToolSearch(catalog, semantic="static")
     stage = search.semantic
@@ -216,7 +160,7 @@ async def test_the_stage_steps_aside_while_a_search_runs():
         assert stage is not None and await search.wait_indexed() and await asyncio.to_thread(stage.flush, 10.0)
         search.foreground.most = 10.0
         with search.foreground.running():
-            catalog.apply_tools("a", [*tools(), tool("tide_table", description="Tide times of a harbour.")])
+            catalog.apply_tools("a", [*three_tools(), tool("tide_table", description="Tide times of a harbour.")])
             assert await search.wait_indexed()  # the keyword index does not wait
             assert not await asyncio.to_thread(stage.flush, 0.3)
         assert await asyncio.to_thread(stage.flush, 10.0) and stage.missing == 0 and len(stage._keys) == 4
@@ -227,14 +171,14 @@ async def test_the_stage_steps_aside_while_a_search_runs():
 
 async def test_vectors_beside_the_index_are_reused_after_a_restart(tmp_path):
     path = str(tmp_path / "bridge.index")
-    catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())], path)
+    catalog, search, stage = await started([FakeUpstream(name="a", tools=three_tools())], path)
     assert stage.embedded == 3
     search.close()
     await catalog.close()
     assert Path(path + ".vectors").stat().st_size > 3 * (16 + 2 * 64)
 
     enc = WordsEncoder()
-    catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())], path, enc)
+    catalog, search, stage = await started([FakeUpstream(name="a", tools=three_tools())], path, enc)
     try:
         assert stage.embedded == 0 and enc.encoded == []  # every vector came from the file
         surface = Surface(SurfaceConfig(name="default"), catalog)
@@ -248,7 +192,7 @@ async def test_a_vector_file_with_damaged_records_is_computed_again(tmp_path, ca
     # a flipped byte in a stored vector gave null scores, impossible cosines and wrong rankings,
     # silently and at every restart (vectors are keyed by their text, never computed again)
     path = str(tmp_path / "bridge.index")
-    catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())], path)
+    catalog, search, stage = await started([FakeUpstream(name="a", tools=three_tools())], path)
     search.close()
     await catalog.close()
     file = Path(path + ".vectors")
@@ -257,7 +201,7 @@ async def test_a_vector_file_with_damaged_records_is_computed_again(tmp_path, ca
     file.write_bytes(bytes(raw))
 
     enc = WordsEncoder()
-    catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())], path, enc)
+    catalog, search, stage = await started([FakeUpstream(name="a", tools=three_tools())], path, enc)
     try:
         assert stage.embedded == 3 and "1 damaged record(s)" in caplog.text  # all computed again
         surface = Surface(SurfaceConfig(name="default"), catalog)
@@ -266,12 +210,6 @@ async def test_a_vector_file_with_damaged_records_is_computed_again(tmp_path, ca
     finally:
         search.close()
         await catalog.close()
-
-
-def relisted(catalog: Catalog, number: int) -> list:
-    """Upstream `a` lists 1,200 tools again, every description changed: their declarations."""
-    catalog.apply_tools("a", [tool(f"t{i}", description=f"Tool {i} of edition {number} alpha{number}") for i in range(1200)])
-    return list(catalog.slots["a"].tools.values())
 
 
 def listed_twice(tmp_path: Path) -> tuple[str, Catalog, SemanticStage]:
@@ -401,8 +339,8 @@ def test_the_stage_copies_its_vectors_without_holding_its_lock():
 def test_a_torn_record_or_another_model_is_recovered(tmp_path):
     path = str(tmp_path / "x.vectors")
     catalog = Catalog(Store())
-    catalog.add_upstream(FakeUpstream(name="a", tools=tools()))
-    catalog.apply_tools("a", tools())
+    catalog.add_upstream(FakeUpstream(name="a", tools=three_tools()))
+    catalog.apply_tools("a", three_tools())
     decls = list(catalog.slots["a"].tools.values())
     stage = SemanticStage(WordsEncoder(), path)
     stage.submit(decls)
@@ -426,7 +364,7 @@ def test_a_torn_record_or_another_model_is_recovered(tmp_path):
 
 
 async def test_rerank_mixes_keyword_and_cosine_and_waits_for_embeddings():
-    catalog, search, stage = await started([FakeUpstream(name="a", tools=tools())])
+    catalog, search, stage = await started([FakeUpstream(name="a", tools=three_tools())])
     surface = Surface(SurfaceConfig(name="default"), catalog)
     try:
         result = search.search("send a text message by email", surface=surface)
@@ -472,38 +410,6 @@ def test_config_switch():
     assert search.semantic is not None and isinstance(search.semantic.encoder, StaticEncoder)
     search.close()
     assert isinstance(choose_encoder("auto"), MiniLMEncoder if model_location() else StaticEncoder)
-
-
-# ---------------------------------------------------------------- the shipped static table
-
-
-def test_a_missing_or_damaged_table_leaves_keyword_ranking(tmp_path, caplog):
-    damaged = tmp_path / "damaged.npz"
-    damaged.write_bytes(b"PK\x03\x04 not really a zip")
-    for path in (tmp_path / "missing.npz", damaged):
-        with caplog.at_level("WARNING", logger="bridge.search"):
-            assert load_static(path) is None
-        assert f"semantic search table {path} cannot be loaded" in caplog.text
-    if model_location() is None:
-        with caplog.at_level("WARNING", logger="bridge.search"):
-            assert choose_encoder("model") is None
-        assert "pip install 'a2t-bridge[semantic]'" in caplog.text
-
-
-@pytest.fixture(scope="module")
-def static():
-    encoder = load_static()
-    assert encoder is not None, f"the shipped table {STATIC_TABLE} is missing"
-    return encoder
-
-
-def test_static_table_is_shipped_and_embeds_by_meaning(static):
-    assert STATIC_TABLE.is_file() and static.dim == 256 and static.cheap
-    assert static.tokenizer.ids("Hello, world!", 128) == [101, 7592, 1010, 2088, 999, 102]
-    vectors = static.encode(["create a new folder", "make a directory", "send an email", ""])
-    assert vectors.shape == (4, 256)
-    assert np.allclose(np.linalg.norm(vectors[:3], axis=1), 1.0, atol=1e-5) and not vectors[3].any()
-    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.1
 
 
 class HeldEncoder(WordsEncoder):
@@ -565,14 +471,6 @@ def test_a_long_query_leans_on_keywords_with_the_static_table(static):
         words.close()
 
 
-@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
-@settings(max_examples=300, derandomize=True, deadline=None)
-def test_ascii_fast_path_splits_words_like_the_full_rules(static, text):
-    words = static.tokenizer._words(text)
-    # the general path, forced by a trailing non-ASCII space (U+3000 is a space to BERT)
-    assert static.tokenizer._words(text + "\u3000") == words
-
-
 async def test_static_stage_reranks_by_meaning_at_once(tmp_path):
     """With the shipped table (the default without the `semantic` extra) the meaning decides
     among keyword candidates, and a search right after a change is already reranked: the
@@ -611,7 +509,7 @@ async def test_searches_with_long_words_keep_none_of_them(static):
     """A word longer than any word piece (a hash or a blob pasted into a request) reads as one
     unknown token and is not kept: every search's own long word stayed in the tokenizer's cache
     of 65,536 words, up to 8 KB each (half a gigabyte for a server answering such searches)."""
-    catalog = one_upstream(tools())
+    catalog = one_upstream(three_tools())
     await catalog.start()
     surface = Surface(SurfaceConfig(name="default"), catalog)
     search = ToolSearch(catalog, semantic="static")
@@ -630,216 +528,13 @@ async def test_searches_with_long_words_keep_none_of_them(static):
         await catalog.close()
 
 
-async def test_a_search_no_tool_matches_suggests_the_tools_nearest_in_meaning(monkeypatch):
-    """A request sharing no word with any tool gets no match, and the tools nearest to it in
-    meaning as `suggestions`: only tools the surface shows and the filters pass, alternatives
-    folded as in a ranking, none above the floor's cosine or in too large a pool, and none
-    without the static table."""
-
-    catalog = Catalog(Store())
-    catalog.add_upstream(FakeUpstream(name="a", tools=[
-        tool("get_weather", description="Current weather for a city."),
-        tool("send_mail", description="Send an email message."),
-        tool("read_file", description="Read a text file from disk."),
-    ]))
-    catalog.add_upstream(FakeUpstream(name="b", tools=[tool("get_weather", description="The weather in a city now.")]))
-    catalog.add_upstream(FakeUpstream(name="c", tools=[tool("weather_report", description="Weather report for a region.")]))
-    await catalog.start()
-    surface = Surface(SurfaceConfig(name="s", block=["c__*"]), catalog)
-    search = ToolSearch(catalog, semantic="static")
-    keyword = ToolSearch(catalog, semantic="off")
-    query = "will it rain in Paris tomorrow"
-    try:
-        assert await search.wait_indexed() and await keyword.wait_indexed()
-        result = search.search(query, surface=surface)
-        assert result.matches == [] and result.next_action == "refine_query"
-        assert "suggestions" in result.hint and "select:" in result.hint
-        assert result.suggestions is not None
-        first = result.suggestions[0]
-        assert first.name in ("a__get_weather", "b__get_weather")
-        assert [c["name"] for c in first.alternatives] == [{"a__get_weather": "b__get_weather"}.get(first.name, "a__get_weather")]
-        assert all(0.25 <= s.score <= 1 for s in result.suggestions)
-        assert result.suggestions == sorted(result.suggestions, key=lambda s: -s.score)
-        assert "c__weather_report" not in {s.name for s in result.suggestions}  # blocked
-        for ref in result.suggestions:
-            jsonschema.validate(ref.to_json(), DEFERRED_SCHEMA)
-        assert "suggestions" in result.to_json()
-        one = search.search(query, surface=surface, limit=1, namespace="b")
-        assert [s.name for s in one.suggestions] == ["b__get_weather"] and "filters namespace" in one.hint
-        unfolded = search.search(query, surface=surface, fold_alternatives=False)
-        assert {s.name for s in unfolded.suggestions[:2]} == {"a__get_weather", "b__get_weather"}
-        # a search something matched, and a select:, suggest nothing
-        assert search.search("weather", surface=surface).suggestions is None
-        assert search.search("select:nope", surface=surface).suggestions is None
-        # without the static table, over too many tools, or below the floor: no suggestion
-        off = keyword.search(query, surface=surface)
-        assert off.suggestions is None and "suggestions" not in off.hint and "suggestions" not in off.to_json()
-        monkeypatch.setattr("bridge.search.stages.SUGGEST_POOL", 3)
-        assert search.search(query, surface=surface).suggestions is None
-        assert search.search(query, surface=surface, namespace="a").suggestions is not None
-        # a surface showing few tools of a larger catalog: those
-        few = Surface(SurfaceConfig(name="few", block=["c__*", "a__send_mail", "a__read_file"]), catalog)
-        assert [s.name for s in search.search(query, surface=few).suggestions] in (["a__get_weather"], ["b__get_weather"])
-        assert search.search(query, surface=few, namespace="a").suggestions[0].name == "a__get_weather"
-        assert search.search(query, surface=few, namespace="c").suggestions is None
-        listed = list(catalog.slots["a"].upstream.tools)
-        catalog.apply_tools("a", [])  # the tools it shows change with the catalog
-        assert await search.wait_indexed()
-        assert [s.name for s in search.search(query, surface=few).suggestions] == ["b__get_weather"]
-        catalog.apply_tools("a", listed)
-        assert await search.wait_indexed()
-        monkeypatch.setattr("bridge.search.stages.SUGGEST_POOL", 2_000)
-        monkeypatch.setattr("bridge.search.stages.SUGGEST_COSINE", -1.0)  # at most SUGGESTIONS, and at most the limit
-        assert len(search.search(query, surface=surface).suggestions) == 3
-        assert len(search.search(query, surface=surface, limit=2).suggestions) == 2
-        monkeypatch.setattr("bridge.search.stages.SUGGEST_COSINE", 0.99)
-        assert search.search(query, surface=surface).suggestions is None
-    finally:
-        search.close()
-        keyword.close()
-        await catalog.close()
-
-
-# ---------------------------------------------------------------- the bundled model
-
-needs_model = pytest.mark.skipif(model_location() is None, reason="the semantic extra is not installed")
-
-
-@pytest.fixture(scope="module")
-def offline_encoder():
-    """The model loaded while every attempt to open a network connection fails."""
-    real_connect = socket.socket.connect
-
-    def refuse(self, address):
-        if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "::1", "localhost"):
-            raise OSError("network disabled in this test")
-        return real_connect(self, address)
-
-    socket.socket.connect = refuse  # type: ignore[method-assign]
-    try:
-        location = model_location()
-        assert location is not None
-        yield MiniLMEncoder(location)
-    finally:
-        socket.socket.connect = real_connect  # type: ignore[method-assign]
-
-
-@needs_model
-def test_bundled_model_tokenizes_and_embeds_offline(offline_encoder):
-    enc = offline_encoder
-    assert enc.tokenizer.ids("Hello, world!", 128) == [101, 7592, 1010, 2088, 999, 102]
-    assert enc.tokenizer.ids("Café getUserById", 128)[:3] == [101, 7668, 2131]
-    vectors = enc.encode(["read the contents of a file", "open a text document and return what it says",
-                          "book a flight to Paris"])
-    assert vectors.shape == (3, 384)
-    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
-    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
-
-
-@needs_model
-async def test_bundled_model_ranks_by_meaning(tmp_path):
-    catalog = one_upstream([
-        tool("city_weather", description="Current weather conditions in a city."),
-        tool("city_population", description="Number of people living in a city."),
-        tool("trip_book", description="Reserve seats on an airline for a trip."),
-    ])
-    search = ToolSearch(catalog, str(tmp_path / "bridge.index"), semantic=True)
-    assert search.semantic is not None and isinstance(search.semantic.encoder, MiniLMEncoder)
-    # until the model has embedded a search's candidates, the static table reranks it
-    assert search.fallback is not None and isinstance(search.fallback.encoder, StaticEncoder)
-    assert {Path(stage.path).name for stage in search._stages} == {"bridge.index.vectors", "bridge.index.static.vectors"}
-    await catalog.start()
-    try:
-        assert await search.wait_indexed()
-        assert await asyncio.to_thread(search.semantic.flush, 60.0)
-        surface = Surface(SurfaceConfig(name="default"), catalog)
-        # both tools have the only keyword, "city"; the meaning decides
-        assert search.search("is it raining in the city", surface=surface).matches[0].name == "a__city_weather"
-        assert search.search("how many inhabitants does the city have", surface=surface).matches[0].name == \
-            "a__city_population"
-        assert search.search("book a flight to Paris", surface=surface).matches[0].name == "a__trip_book"
-    finally:
-        search.close()
-        await catalog.close()
-
-
-# ---------------------------------------------------------------- titles
-
-GITHUB_BRANCHES = Path(__file__).parent / "adapters" / "openapi_fixtures" / "github_branches.json"
-
-
-def test_title_terms_are_a_short_label_other_than_the_name():
-    def decl(name: str, title: str | None):
-        catalog = Catalog(Store())
-        catalog.add_upstream(FakeUpstream(name="ns", tools=[]))
-        catalog.apply_tools("ns", [tool(name, title=title)])
-        return next(iter(catalog.declarations()))
-
-    assert title_terms(decl("repos/list-branches", "List branches")) == {"list", "branch"}
-    assert title_terms(decl("meetingCreate", "Create a meeting")) == {"creat", "meet"}  # its own words, in its own order
-    assert title_terms(decl("get_weather", None)) == frozenset()
-    for name, title in (("addCards", "addCards()"), ("get_weather", "Get Weather"), ("notes_note_delete", "notes note delete")):
-        assert title_terms(decl(name, title)) == frozenset(), title  # the name again
-    assert title_terms(decl("plan", "Plans a three-day itinerary for the destination given")) == frozenset()  # a sentence
-
-
-@pytest.mark.parametrize("semantic", ["static", "off"])
-async def test_a_title_tells_the_many_tools_of_one_api_apart(semantic):
-    """Among 22 operations of GitHub's REST API about branches (their summaries and the first
-    160 characters of their descriptions, from GitHub's description of its API, MIT licence),
-    the words of *show the protection of the main branch* are in many and the meaning of each
-    is near; the operation whose summary says it comes first, with the static table's rerank or
-    by keywords alone."""
-    from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream
-
-    catalog = Catalog(Store())
-    catalog.add_upstream(OpenAPIUpstream(OpenAPIConfig(name="github", spec=str(GITHUB_BRANCHES))))
-    search = ToolSearch(catalog, semantic=semantic)
-    try:
-        await catalog.start()
-        assert await search.wait_indexed()
-        surface = Surface(SurfaceConfig(name="default"), catalog)
-
-        def first(query: str) -> str:
-            return search.search(query, surface=surface, limit=3).matches[0].name
-
-        assert first("show the protection of the main branch") == "github__repos_get-branch-protection"
-        assert first("list the branches") == "github__repos_list-branches"
-        search.title_weight = 0.0
-        assert first("show the protection of the main branch") != "github__repos_get-branch-protection"
-    finally:
-        search.close()
-        await catalog.close()
-
-
-async def test_titles_reorder_an_upstreams_own_candidates_only():
-    """A vendor whose tools have no titles loses no place to one whose tools have: each
-    upstream's candidates trade the places they hold, and each place keeps its score."""
-    catalog = Catalog(Store())
-    catalog.add_upstream(FakeUpstream(name="plain", tools=[tool("branches", description="Branches of a repository.")]))
-    catalog.add_upstream(FakeUpstream(name="hub", tools=[
-        tool("repos_get-branch", title="Get a branch", description="Get a branch of a repository."),
-        tool("repos_list-branches", title="List branches", description="List branches of a repository.")]))
-    search = ToolSearch(catalog, semantic="static")
-    try:
-        await catalog.start()
-        assert await search.wait_indexed()
-        decls = {d.name: d for d in catalog.declarations()}
-        ranked = [(decls["hub__repos_get-branch"], 0.9), (decls["plain__branches"], 0.85), (decls["hub__repos_list-branches"], 0.8)]
-        out, _ = search._titled(analyze_query("list the branches"), ranked, None)
-        assert [(d.name, s) for d, s in out] == [("hub__repos_list-branches", 0.9), ("plain__branches", 0.85), ("hub__repos_get-branch", 0.8)]
-    finally:
-        search.close()
-        await catalog.close()
-
-
 VECTORS_ON_A_FULL_DISK = '''
 import logging, os, resource, sys
 from bridge.catalog import Catalog
 from bridge.search.semantic import SemanticStage
 from bridge.store import Store
 from tests.fakes import FakeUpstream
-from tests.test_search_semantic import WordsEncoder, relisted
+from tests.search.support import WordsEncoder, relisted
 
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 path = sys.argv[1]
@@ -864,7 +559,7 @@ def test_vectors_a_full_disk_refuses_are_warned_once_and_leave_the_file_of_whole
 
     path = tmp_path / "x.vectors"
     done = subprocess.run([sys.executable, "-c", VECTORS_ON_A_FULL_DISK, str(path)], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parent.parent)
+                          cwd=ROOT)
     assert done.returncode == 0, done.stderr
     size, reopened = (int(line) for line in done.stdout.split())
     header = size - reopened * (16 + 2 * WordsEncoder.dim)

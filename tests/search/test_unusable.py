@@ -16,8 +16,9 @@ import httpx
 import tantivy
 
 from bridge.search.lock import take_lock
-from tests.test_search import hits, indexed, written_index
-from tests.test_search_lock import ROOT, start
+from tests.conftest import ROOT
+from tests.search.support import hits, indexed, written_index
+from tests.search.test_lock import start
 
 SPEC = """\
 openapi: 3.0.3

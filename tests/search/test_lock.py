@@ -14,8 +14,8 @@ from pathlib import Path
 import yaml
 
 from bridge.search.lock import take_lock
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # holds the index's lock as a `bridge search` on the same config does, until a line comes on its stdin
 HOLDER = ("import sys; from bridge.search.lock import take_lock; held = take_lock(sys.argv[1]); "
           "print('held' if held else 'busy', flush=True); sys.stdin.readline()")
@@ -149,7 +149,7 @@ def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_c
     import time
 
     import bridge.search.index as si
-    from tests.test_search import assert_reopens_as, hits, indexed, written_index
+    from tests.search.support import assert_reopens_as, hits, indexed, written_index
 
     monkeypatch.setattr("bridge.search.compaction.DISK_RETRY", 0.2)
     path = str(tmp_path / "bridge.index")
@@ -214,8 +214,8 @@ def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_c
 async def test_a_bridge_whose_index_was_kept_in_memory_moves_it_and_its_vectors_to_disk_and_reopens_both(tmp_path, monkeypatch, caplog):
     from bridge.search.semantic import vector_path
     from tests.fakes import FakeUpstream, tool
+    from tests.search.support import start_env
     from tests.servers import until
-    from tests.test_search import start_env
 
     monkeypatch.setattr("bridge.search.compaction.DISK_RETRY", 0.2)
     path = str(tmp_path / "bridge.index")
@@ -248,7 +248,7 @@ def test_a_move_to_disk_that_fails_keeps_the_index_in_memory_lets_the_lock_go_an
     import time
 
     import bridge.search.index as si
-    from tests.test_search import FailingIndex, hits, indexed, written_index
+    from tests.search.support import FailingIndex, hits, indexed, written_index
 
     monkeypatch.setattr("bridge.search.compaction.DISK_RETRY", 0.1)
     monkeypatch.setattr("bridge.search.compaction.DISK_RETRY_FAILED", 60.0)
