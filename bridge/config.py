@@ -36,6 +36,7 @@ __all__ = [
     "SearchConfig",
     "TelemetryConfig",
     "LoggingConfig",
+    "AuditConfig",
     "BridgeConfig",
     "load_config",
     "parse_config",
@@ -210,6 +211,12 @@ class LoggingConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] | None = None  # None: warning, info with -v
 
 
+class AuditConfig(_Strict):
+    path: str | None = None  # a JSON-lines file of every invocation; none: no audit stream
+    max_mb: int = Field(default=100, ge=1)  # size at which the file is rotated
+    keep: int = Field(default=10, ge=1)  # rotated files kept: path.1 (newest) to path.N
+
+
 class BridgeConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
@@ -217,6 +224,7 @@ class BridgeConfig(_Strict):
     search: SearchConfig = Field(default_factory=SearchConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     mcpServers: dict[str, Any] = Field(default_factory=dict)  # noqa: N815 - the clients' spelling
     surfaces: list[SurfaceConfig] = Field(default_factory=list)

@@ -40,8 +40,8 @@ GC_YOUNG_THRESHOLD = 20_000
 # `store` and `search` opened the store and the index: a running bridge keeps them until restarted.
 LIVE_SERVER_KEYS = ("tokens", "default_surface")
 # The sections a running bridge keeps whole until restarted: each built something that lives as
-# long as the process (the store, the index, the metrics, the log handler).
-RESTART_SECTIONS = ("store", "search", "telemetry", "logging")
+# long as the process (the store, the index, the metrics, the log handler, the audit file).
+RESTART_SECTIONS = ("store", "search", "telemetry", "logging", "audit")
 
 
 class Bridge:
@@ -60,7 +60,10 @@ class Bridge:
         self.surfaces = Surfaces(config.surfaces, self.catalog)
         self.search = ToolSearch(self.catalog, index_path, semantic=config.search.semantic,
                                  fold_alternatives=config.search.fold_alternatives)
-        self.telemetry = Telemetry(tool_label=config.telemetry.tool_label)
+        audit = config.audit
+        self.telemetry = Telemetry(tool_label=config.telemetry.tool_label,
+                                   audit_path=config.resolve_path(audit.path) if audit.path else None,
+                                   audit_max_bytes=audit.max_mb << 20, audit_keep=audit.keep)
         metrics = self.telemetry.metrics
         metrics.watch_upstreams(lambda: [(s.health, s.calls) for s in self.catalog.slots.values()])
         self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke,
@@ -110,8 +113,8 @@ class Bridge:
         stopped refuses new calls at once and lets those in flight end first, for at most its old
         `timeout`; the rest of the config applies meanwhile. Surfaces, tokens,
         `default_surface` and `invoke` hold from the next request on; every other key of
-        `server`, `store`, `search`, `telemetry` and `logging` keeps its running value, with a
-        warning that it needs a restart. Reloads run one at a time. A ConfigError (an upstream
+        `server`, `store`, `search`, `telemetry`, `logging` and `audit` keeps its running value,
+        with a warning that it needs a restart. Reloads run one at a time. A ConfigError (an upstream
         name the bridge already serves from elsewhere, a surface `keep_surface` named missing)
         changes nothing. A reload
         while the bridge starts applies at once: `start` then also waits for the upstreams it

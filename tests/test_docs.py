@@ -65,6 +65,7 @@ def config_page() -> str:
         ("### `search`", bridge_config.SearchConfig),
         ("### `telemetry`", bridge_config.TelemetryConfig),
         ("### `logging`", bridge_config.LoggingConfig),
+        ("### `audit`", bridge_config.AuditConfig),
         ("## Upstreams", UpstreamConfig),
     ],
 )
@@ -165,6 +166,7 @@ def documented_models() -> list[tuple[str, type[BaseModel], str]]:
     out += [("config.md#### `store`", bridge_config.StoreConfig, ""), ("config.md#### `search`", bridge_config.SearchConfig, "")]
     out.append(("config.md#### `telemetry`", bridge_config.TelemetryConfig, ""))
     out.append(("config.md#### `logging`", bridge_config.LoggingConfig, ""))
+    out.append(("config.md#### `audit`", bridge_config.AuditConfig, ""))
     out.append(("surfaces.md", bridge_config.SurfaceConfig, ""))
     out.append(("frontends/rest.md", bridge_config.ServerConfig, ""))
     for kind in shipped_kinds():
