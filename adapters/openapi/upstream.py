@@ -442,7 +442,7 @@ class OpenAPIUpstream(Upstream):
                     payload = await read_body(response, cfg.max_response_bytes, f"{op.method} {op.path}")
                     return response.status, response.reason or "", response.headers, payload, response.charset
                 status = response.status
-            url = url.join(URL(location))
+            url = _redirect_target(op, url, location, status)
             if url.origin() != origin:
                 headers = {k: v for k, v in headers.items() if k.lower() not in secret and k.lower() not in _ORIGIN_BOUND}
             if status == 303 or (status in (301, 302) and method == "POST"):
@@ -468,6 +468,23 @@ MAX_REDIRECTS = 10
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # headers that belong to the origin they were sent to, whatever the configured credentials are
 _ORIGIN_BOUND = frozenset({"authorization", "cookie", "proxy-authorization"})
+
+
+def _redirect_target(op: Operation, url: URL, location: str, status: int) -> URL:
+    """Where a redirect from `url` leads, or a refusal when that is no http(s) URL with a host
+    (`file:///etc/passwd`, `mailto:`, a Location that is not a URL): the bridge is an HTTP
+    client of the API, and follows it nowhere else."""
+    try:
+        target = url.join(URL(location))
+    except ValueError:
+        target = None
+    if target is None or target.scheme not in ("http", "https") or not target.host:
+        shown = location if len(location) <= 200 else location[:197] + "..."
+        raise BridgeError(f"{op.method} {op.path}: the server redirected (HTTP {status}) to "
+                          f"{shown!r}, which is not an http(s) URL; it was not followed",
+                          error_class="execution_failed", error_code="redirect_refused",
+                          details={"status": status, "location": shown})
+    return target
 
 
 def _timeout(op: Operation, seconds: float) -> BridgeError:

@@ -1889,6 +1889,32 @@ async def test_credentials_never_follow_a_redirect_to_another_origin():
     assert document_fetches and all("X-Vendor-Token" not in headers for headers in document_fetches)
 
 
+@pytest.mark.parametrize("location", ["file:///etc/passwd", "mailto:ops@example.invalid",
+                                      "http://[::1/x", "https://host:99999/"])
+async def test_a_redirect_to_no_http_url_is_refused_clearly_without_a_traceback(
+    location: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def away(request: web.Request) -> web.Response:
+        return web.Response(status=302, headers={"Location": location})
+
+    app = web.Application()
+    app.router.add_get("/hop/same", away)
+    async with TestServer(app, host="127.0.0.1") as server:
+        operation = {"operationId": "hopSame", "responses": {"200": {"description": "ok"}}}
+        spec = {"openapi": "3.1.0", "info": {"title": "hops", "version": "1"},
+                "servers": [{"url": str(server.make_url(""))}],
+                "paths": {"/hop/same": {"get": operation}}}
+        (tmp_path / "hops.json").write_text(json.dumps(spec))
+        async with bridge_for(str(tmp_path / "hops.json")) as bridge:
+            result = await call(bridge, "hopSame")
+    assert result.status == "failed" and result.error.error_class == "execution_failed"
+    assert result.error.error_code == "redirect_refused"
+    assert result.error.details == {"status": 302, "location": location}
+    said = f"the server redirected (HTTP 302) to {location!r}, which is not an http(s) URL"
+    assert result.error.message == f"GET /hop/same: {said}; it was not followed"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
 # ---------------------------------------------------------------------------- launched service, reloads
 
 
