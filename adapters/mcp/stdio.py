@@ -266,7 +266,9 @@ class StdioChild:
                     )
                     return message
             request_id = _response_id(data)
-            if request_id is not None and not problem.startswith("Invalid JSON"):
+            if request_id is not None and "result" not in data and "error" not in data:
+                problem = "an answer needs a `result` or an `error`, and this one has neither"
+            elif request_id is not None and not problem.startswith("Invalid JSON"):
                 # a shape error: say what is wrong with it as an answer, not as any message
                 shape = types.JSONRPCResponse if "result" in data else types.JSONRPCError
                 try:
@@ -433,9 +435,9 @@ def _repair_text(value: Any) -> tuple[Any, int]:
 
 
 def _response_id(data: Any) -> types.RequestId | None:
-    """The id of the request `data` answers, when it is shaped like an answer: an object with
-    an `id` and a `result` or `error`, and no `method` (a request from the server is not ours)."""
-    if isinstance(data, dict) and "method" not in data and ("result" in data or "error" in data):
+    """The id of the request `data` answers: an object with an `id` and no `method` (a request
+    from the server is not ours), which JSON-RPC makes an answer, whatever else it lacks."""
+    if isinstance(data, dict) and "method" not in data:
         request_id = data.get("id")
         if isinstance(request_id, int | str) and not isinstance(request_id, bool):
             return request_id

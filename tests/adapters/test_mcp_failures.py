@@ -512,6 +512,7 @@ async def test_unreadable_answers_fail_their_call_at_once_and_repairable_ones_ar
             ("deep", "Invalid JSON: recursion limit exceeded"),
             ("very_deep", "Invalid JSON: recursion limit exceeded"),
             ("shape", "result: Input should be a valid dictionary"),
+            ("no_result", "an answer needs a `result` or an `error`, and this one has neither"),
         ):
             begun = loop.time()
             failed = await bridge.invoker.invoke("srv__raw_answer", {"kind": kind})

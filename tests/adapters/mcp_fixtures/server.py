@@ -161,7 +161,8 @@ def base_tools() -> list[types.Tool]:
         types.Tool(name="linked", description="Links resources the server serves (resources/read).", input_schema=_schema()),
         types.Tool(
             name="raw_answer",
-            description="stdio: writes its own answer line (surrogate, deep, very_deep, shape, big, big_id_last) and waits.",
+            description="stdio: writes its own answer line (surrogate, deep, very_deep, shape, "
+            "no_result, big, big_id_last) and waits.",
             input_schema=_schema({"kind": {"type": "string"}, "size": {"type": "integer"}}),
         ),
     ]
@@ -222,6 +223,8 @@ def _raw_answer(ctx: Any, kind: str, size: int) -> str:
         if kind == "big":
             return f'{{"jsonrpc": "2.0", "id": {request_id}, "result": {content}}}'
         return f'{{"jsonrpc": "2.0", "result": {content}, "id": {request_id}}}'
+    if kind == "no_result":  # an answer naming its request, with neither a result nor an error
+        return f'{{"jsonrpc": "2.0", "id": {request_id}}}'
     if kind == "very_deep":  # deeper than Python's own json module can parse
         return f'{{"jsonrpc": "2.0", "id": {request_id}, "result": {{"structuredContent": {"[" * 5000}{"]" * 5000}}}}}'
     result: Any = {"content": [{"type": "text", "text": "x\ud800y"}]}  # a lone surrogate
