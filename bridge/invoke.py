@@ -11,12 +11,13 @@ import json
 import logging
 import re
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from bridge.arguments import SchemaValidators, invalid_arguments, refuse_unsendable
 from bridge.catalog import Catalog
 from bridge.config import InvokeConfig
 from bridge.envelopes import error_result, status_of
+from bridge.masking import masked_value
 from bridge.model import (
     BridgeError,
     ResultPersistence,
@@ -39,6 +40,7 @@ from bridge.upstream import CallContext, ProgressSink
 __all__ = ["Invoker"]
 
 log = logging.getLogger("bridge.invoke")
+T = TypeVar("T", ToolResult, UpstreamResult)
 
 # how json.dumps writes a lone surrogate: an escape that is not one half of a pair (an emoji)
 _LONE_ESCAPE = re.compile(r"\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}")
@@ -136,12 +138,15 @@ class Invoker:
             check_permission(decl, surface_obj)
             result = await self._execute(decl, arguments, invocation_id, progress, meta or {}, config,
                                          upstream_time)
+            if result.is_error:
+                result = self._masked(decl, result)
             self.resource_links.remember(surface_obj.name, decl.upstream, result.content)
             envelope, size = self._map(decl, version, invocation_id, result, config)
             if size > config.inline_result_limit:
                 await self._persist(envelope, size, surface_obj.name, config)
         except BridgeError as exc:
             envelope = error_result(exc, invocation_id=invocation_id, decl=decl, version=version)
+            envelope = self._masked(decl, envelope)
             if has_surrogates(exc.message):  # an upstream's text quoted in the message
                 envelope = without_surrogates(envelope)
         except asyncio.CancelledError:
@@ -150,12 +155,12 @@ class Invoker:
             raise
         except Exception as exc:  # an adapter bug: reported as a result, logged with its traceback
             log.exception("tool %s failed", ref)
-            envelope = error_result(
+            envelope = self._masked(decl, error_result(
                 BridgeError(f"{type(exc).__name__}: {exc}", error_class="execution_failed"),
                 invocation_id=invocation_id,
                 decl=decl,
                 version=version,
-            )
+            ))
         envelope.duration_ms = round((time.perf_counter() - started) * 1000, 3)
         self._log(
             invocation_id,
@@ -201,6 +206,13 @@ class Invoker:
         self.store.log_invocations(rows, self.config.log_keep)
 
     # ----------------------------------------------------------------- steps
+
+    def _masked(self, decl: ToolDeclaration | None, failure: T) -> T:
+        """`failure` (an error envelope, or an upstream's error result) with the secret values of
+        the tool's upstream masked in all it says: an upstream may quote what it was given (an
+        environment value in a tool's error text, a key in a stack trace), whatever its kind."""
+        slot = self.catalog.slots.get(decl.upstream) if decl is not None else None
+        return masked_value(failure, slot.upstream.secrets()) if slot is not None else failure
 
     def _resolve(self, ref: str, surface: Surface) -> ToolDeclaration:
         decl = surface.resolve(ref)

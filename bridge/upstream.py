@@ -103,6 +103,12 @@ class UpstreamConfig(BaseModel):
         bridge picks for the launched process (`bridge.sidecar.with_free_port`)."""
         return [key for key in type(self).model_fields if _names_port_zero(getattr(self, key))]
 
+    def secrets(self) -> list[str]:
+        """Configured values that must reach no caller, log line or error text: the environment
+        given to the `launch` process here; each kind adds its own (tokens, keys, headers, the
+        environment of the processes it runs)."""
+        return list(self.launch.env.values()) if self.launch is not None else []
+
     def resolve_path(self, path: str) -> str:
         """A path from the config, relative to the config file's folder."""
         import os
@@ -242,6 +248,11 @@ class Upstream(abc.ABC):
     async def health(self) -> dict[str, Any]:
         """Kind-specific details for health reports (negotiated version, pid, ...)."""
         return {}
+
+    def secrets(self) -> list[str]:
+        """The secret values this upstream was given (its config's, and any it fetched since,
+        such as access tokens): the pipeline masks them in every error it answers for a call."""
+        return self.config.secrets()
 
     def subscribe(self, listener: Callable[[UpstreamEvent], None]) -> None:
         self._listeners.append(listener)

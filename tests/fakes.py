@@ -13,6 +13,10 @@ class FakeConfig(UpstreamConfig):
     kind: str = "fake"
     fail_start: str | None = None
     start_delay: float = 0.0
+    secret: str | None = None  # a credential the upstream is given (a token, say)
+
+    def secrets(self) -> list[str]:
+        return [*super().secrets(), *([self.secret] if self.secret else [])]
 
 
 def tool(name: str, *, props: dict[str, Any] | None = None, required: list[str] | None = None,

@@ -127,6 +127,50 @@ async def test_upstream_errors_and_exceptions(world):
     assert result.is_error and result.error.error_class == "execution_failed" and result.content[0]["text"] == "boom"
 
 
+async def test_an_upstreams_secrets_are_masked_in_every_error_it_causes():
+    """Whatever the kind, whatever said it: a BridgeError of the adapter, an error result (its
+    content, structured content, error and details, persisted when large), an adapter's bug.
+    A result that succeeded is the tool's answer, given as it came."""
+    secret = "tok-9d1e77ab"
+    store = Store()
+    catalog = Catalog(store)
+    up = FakeUpstream(FakeConfig(name="svc", secret=secret), tools=[tool("echo")])
+    catalog.add_upstream(up)
+    config = InvokeConfig(inline_result_limit=1000, preview_chars=100)
+    invoker = Invoker(catalog, Surfaces([], catalog), store, config)
+    await catalog.start()
+    try:
+        said = f"denied for {secret}"
+        up.raise_error = BridgeError(said, error_class="permission_denied",
+                                     details={"sent": secret}, native_error_ref={"message": said})
+        refused = (await invoker.invoke("svc__echo", {"text": "a"})).model_dump()
+        assert secret not in json.dumps(refused) and refused["error"]["message"] == "denied for ***"
+        assert refused["error"]["details"] == {"sent": "***"}
+        assert refused["content"][0]["text"].endswith("denied for ***")
+
+        up.raise_error = RuntimeError(said)
+        bug = await invoker.invoke("svc__echo", {"text": "a"})
+        assert bug.error.message == "RuntimeError: denied for ***"
+
+        up.raise_error = None
+        long_text = said + " " + "x" * 2000
+        up.result = UpstreamResult(content=[{"type": "text", "text": long_text}],
+                                   structured_content={secret: said}, is_error=True)
+        failed = await invoker.invoke("svc__echo", {"text": "a"})
+        assert failed.is_error and failed.persisted is not None
+        assert failed.error.message.startswith("denied for *** x")
+        _, payload = invoker.get_persisted(failed.persisted.persisted_ref["ref"])
+        stored = json.loads(payload)
+        assert secret not in payload.decode()
+        assert stored["structured_content"] == {"***": "denied for ***"}
+
+        up.result = UpstreamResult(content=[{"type": "text", "text": said}])
+        assert (await invoker.invoke("svc__echo", {"text": "a"})).content[0]["text"] == said
+    finally:
+        await invoker.aclose()
+        await catalog.close()
+
+
 async def test_large_result_persisted_and_retrievable(world):
     _, invoker, up, store = world
     big = "x" * 5000

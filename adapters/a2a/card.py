@@ -26,6 +26,7 @@ from google.protobuf.json_format import ParseError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from adapters.http.tls import ca_file_trust, certificate_failure, server_of
+from bridge.masking import masked
 from bridge.model import BridgeError
 
 __all__ = [
@@ -40,7 +41,6 @@ __all__ = [
     "origin_text",
     "certificate_refused",
     "failed_url",
-    "redact",
     "RedactingFilter",
 ]
 
@@ -429,14 +429,6 @@ def bind_credentials(card: AgentCard, auth: A2AAuth, origins: Iterable[str], ord
     return creds
 
 
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every secret value replaced."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
-
-
 class RedactingFilter(logging.Filter):
     """Masks credential values in records of HTTP client loggers (a query-string API key would
     otherwise show up in request log lines)."""
@@ -447,7 +439,7 @@ class RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        cleaned = redact(message, self.secrets)
+        cleaned = masked(message, self.secrets)
         if cleaned != message:
             record.msg, record.args = cleaned, None
         return True

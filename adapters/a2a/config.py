@@ -54,6 +54,9 @@ class A2AConfig(UpstreamConfig):
                                        "write the scheme, host and port only, e.g. https://agent.example.com or http://127.0.0.1:9102")
         return origins
 
+    def secrets(self) -> list[str]:
+        return [*super().secrets(), *self.auth.secrets()]
+
     def configured_origins(self) -> list[str]:
         """Where credentials may go: the origin of base_url or card_url, and credential_origins."""
         return [self.base_url or self.card_url or "", *self.credential_origins]

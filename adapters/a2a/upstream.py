@@ -48,7 +48,6 @@ from adapters.a2a.card import (
     certificate_refused,
     chosen_interface,
     failed_url,
-    redact,
     spoken_card,
 )
 from adapters.a2a.config import A2AConfig
@@ -75,6 +74,7 @@ from adapters.a2a.transport import (
 )
 from adapters.http.proxy import loopback_direct
 from adapters.http.tls import added_cas, system_cas
+from bridge.masking import masked
 from bridge.model import BridgeError, ErrorClass, UpstreamResult, UpstreamTool, validation_line
 from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
 
@@ -493,7 +493,7 @@ class A2AUpstream(Upstream):
     # ------------------------------------------------------------------ errors
 
     def _redact(self, text: str) -> str:
-        return redact(text, self.config.auth.secrets())
+        return masked(text, self.config.auth.secrets())
 
     def _connection_lost(self, reason: str) -> None:
         """Tell the catalog once per connection; it closes and reconnects with backoff."""

@@ -83,6 +83,10 @@ class A2TConfig(UpstreamConfig):
 
     _ca_file_readable = field_validator("ca_file")(configured_ca_file)
 
+    def secrets(self) -> list[str]:
+        token = self.bearer_token.get_secret_value() if self.bearer_token is not None else ""
+        return [*super().secrets(), *self.headers.values(), token]
+
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:

@@ -108,6 +108,12 @@ class ATIPConfig(UpstreamConfig):
             raise ConfigValueError("timeouts must be positive, finite numbers of seconds", "give each command a number of seconds above 0")
         return value
 
+    def secrets(self) -> list[str]:
+        """The environment set for runs, and the credentials `auth_env` passes on from the
+        bridge's."""
+        passed = [os.environ.get(name, "") for name in self.auth_env]
+        return [*super().secrets(), *self.env.values(), *passed]
+
     def dirs(self) -> AgentToolsDirs:
         return AgentToolsDirs.resolve(
             self.resolve_path(self.xdg_data_home) if self.xdg_data_home else None,

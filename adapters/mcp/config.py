@@ -74,8 +74,7 @@ class MCPConfig(UpstreamConfig):
         return self.resolve_path(self.cwd) if self.cwd else self.resolve_path(".")
 
     def secrets(self) -> list[str]:
-        """Values that must never reach a log line or an error text."""
-        return [*self.env.values(), *self.headers.values()]
+        return [*super().secrets(), *self.env.values(), *self.headers.values()]
 
     def display_url(self) -> str:
         """The URL without credentials or query, for messages."""

@@ -16,7 +16,7 @@ from adapters.http.tls import ca_file_trust, certificate_failure, server_of
 from adapters.mcp.config import MCPConfig
 from adapters.mcp.http import bound_answer
 from adapters.mcp.notices import NoticePosts
-from adapters.mcp.stdio import redact
+from bridge.masking import masked
 
 __all__ = ["HTTPSessionCare"]
 
@@ -97,7 +97,7 @@ class HTTPSessionCare:
             what = f"{url} did not answer the POST of {method} within {bound:g}s"
         else:
             failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-            what = f"the POST of {method} to {url} failed ({redact(failure, self.config.secrets())})"
+            what = f"the POST of {method} to {url} failed ({masked(failure, self.config.secrets())})"
         log.log(logging.INFO if seen else logging.WARNING, "mcp upstream %s: %s; it was abandoned (counted lost) and the session goes on%s",
                 self.name, what, "" if seen else "; the next ones lost are logged at INFO")
 
@@ -141,7 +141,7 @@ class HTTPSessionCare:
         pause = 0.0 if self._stream_renewals == 0 else min(_RENEW_RETRY[0] * 2 ** (self._stream_renewals - 1), _RENEW_RETRY[1])
         self._stream_renewals += 1
         reason = (f"{self.config.display_url()}: the stream of server messages (GET) failed {MAX_RECONNECTION_ATTEMPTS} times in a row "
-                  f"(last: {redact(why, self.config.secrets())}) and is no longer re-opened, so change notices would be lost")
+                  f"(last: {masked(why, self.config.secrets())}) and is no longer re-opened, so change notices would be lost")
         log.warning("mcp upstream %s: %s; connecting a new session%s", self.name, reason, f" in {pause:g}s" if pause else "")
         if not pause:
             self._renew_session(reason)
@@ -177,7 +177,7 @@ class HTTPSessionCare:
                 response = await http.delete(self.config.url, headers={"accept": "application/json, text/event-stream", **headers})
         except Exception as exc:  # noqa: BLE001 - the session is over either way
             failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            log.log(level, "mcp upstream %s: ending the HTTP session failed: %s", self.name, redact(failure, self.config.secrets()))
+            log.log(level, "mcp upstream %s: ending the HTTP session failed: %s", self.name, masked(failure, self.config.secrets()))
             return
         if response.status_code == 404:
             log.info("mcp upstream %s: the server no longer knew the HTTP session it was asked to end", self.name)

@@ -31,9 +31,10 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from adapters.mcp.sdk import TransportStreams
+from bridge.masking import masked
 from bridge.processes import death_guard, runnable, spawn_turn
 
-__all__ = ["LINE_LIMIT", "MAX_LINE", "UNREADABLE", "StdioChild", "redact"]
+__all__ = ["LINE_LIMIT", "MAX_LINE", "UNREADABLE", "StdioChild"]
 
 log = logging.getLogger("bridge.adapters.mcp")
 
@@ -53,14 +54,6 @@ _KEY_END = re.compile(rb"\s*:\s*")
 _ID_VALUE = re.compile(rb'-?\d+|"(?:[^"\\]|\\.)*"')
 _TAIL_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*}\s*$')
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every configured secret value (env values, header values) masked."""
-    for secret in secrets:
-        if secret and len(secret) >= 4 and secret in text:
-            text = text.replace(secret, "***")
-    return text
 
 
 class StdioChild:
@@ -279,7 +272,7 @@ class StdioChild:
             request_id = _find_id(line[:_ID_SCAN], line[-_ID_SCAN:])
         if request_id is None:
             # A server printing to stdout breaks the protocol; say so, keep the session alive.
-            text = redact(line[:200].decode(errors="replace"), self.secrets)
+            text = masked(line[:200].decode(errors="replace"), self.secrets)
             log.warning("mcp upstream %s: not a JSON-RPC message on stdout (%s): %r", self.name, problem, text)
             return None
         log.warning("mcp upstream %s: the answer to request %r cannot be read: %s", self.name, request_id, problem)
@@ -316,7 +309,7 @@ class StdioChild:
             self._stderr_done.set()
 
     def _stderr_line(self, raw: bytes) -> None:
-        line = redact(raw.decode(errors="replace").rstrip(), self.secrets)
+        line = masked(raw.decode(errors="replace").rstrip(), self.secrets)
         if len(line) > LINE_LIMIT:
             line = line[: LINE_LIMIT - 3] + "..."
         self.stderr_tail.append(line)

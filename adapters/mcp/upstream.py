@@ -45,7 +45,8 @@ from adapters.mcp.sdk import (
     client_info,
     send_raw,
 )
-from adapters.mcp.stdio import LINE_LIMIT, UNREADABLE, StdioChild, redact
+from adapters.mcp.stdio import LINE_LIMIT, UNREADABLE, StdioChild
+from bridge.masking import masked
 from bridge.model import BridgeError, UpstreamResult, validation_line
 from bridge.processes import minimal_environment
 from bridge.translate.mcp import progress_from_mcp, result_from_mcp
@@ -262,7 +263,7 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
             detail = f"{'connecting to' if connecting else 'session with'} {where} failed: {type(leaf).__name__}: {leaf}"
         if self._child is not None and self._child.returncode is not None:
             detail += f" ({self._child.describe_exit()})"
-        return redact(detail if len(detail) < 1000 else detail[:997] + "...", self.config.secrets())
+        return masked(detail if len(detail) < 1000 else detail[:997] + "...", self.config.secrets())
 
     # ------------------------------------------------------------------ session tasks
 
@@ -270,7 +271,7 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
         if isinstance(message, types.ToolListChangedNotification):
             self._tools_changed("notifications/tools/list_changed")
         elif isinstance(message, Exception):
-            log.warning("mcp upstream %s: transport error: %s", self.name, redact(str(message), self.config.secrets()))
+            log.warning("mcp upstream %s: transport error: %s", self.name, masked(str(message), self.config.secrets()))
 
     def _on_refused(self, method: str) -> None:
         """A server asked for what the bridge does not declare (it should not have): said once per
@@ -287,7 +288,7 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
             data = data[: LINE_LIMIT - 3] + "..."
         where = f" {params.logger}" if params.logger else ""
         log.log(logging.DEBUG if params.level == "debug" else logging.INFO, "mcp upstream %s: log %s%s: %s",
-                self.name, params.level, where, redact(data, self.config.secrets()))
+                self.name, params.level, where, masked(data, self.config.secrets()))
 
     def _tools_changed(self, reason: str) -> None:
         """Ask the catalog to re-list, coalesced: while a request is out and no listing has begun
@@ -443,7 +444,7 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
             result = await client.read_resource(uri)
         except MCPError as exc:
             if exc.code in (_RESOURCE_NOT_FOUND, types.INVALID_PARAMS) and not self._wake.is_set():
-                text = redact(exc.message, self.config.secrets())
+                text = masked(exc.message, self.config.secrets())
                 raise BridgeError(f"{what}: {text}", error_class="invalid_arguments", error_code="resource_not_found",
                                   recoverability="change_arguments",
                                   native_error_ref={"source": "mcp", "code": exc.code, "message": text}) from None
@@ -500,8 +501,8 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
         if isinstance(exc, BridgeError):
             return exc
         if isinstance(exc, MCPError):
-            ref = {"source": "mcp", "code": exc.code, "message": redact(exc.message, secrets)}
-            text = redact(exc.message, secrets)
+            ref = {"source": "mcp", "code": exc.code, "message": masked(exc.message, secrets)}
+            text = masked(exc.message, secrets)
             if exc.code in (types.PARSE_ERROR, types.CONNECTION_CLOSED) and answer_too_large(exc.message, self.config.max_response_bytes):
                 # made up by the SDK for an answer refused past max_response_bytes; the session goes on
                 return BridgeError(f"{what}: {self.config.display_url()} answered more than max_response_bytes={self.config.max_response_bytes}",
@@ -532,11 +533,11 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
         if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, httpx2.TransportError)) or self._client is None:
             return self._unavailable(f"{what} failed: {type(exc).__name__}")
         if isinstance(exc, ValidationError):
-            return BridgeError(f"{what}: the server's result is not valid MCP {self.protocol_version}: {redact(validation_line(exc), secrets)}",
+            return BridgeError(f"{what}: the server's result is not valid MCP {self.protocol_version}: {masked(validation_line(exc), secrets)}",
                                error_class="execution_failed")
         # The SDK raises RuntimeError for results it rejects (structured content not matching
         # the declared outputSchema).
-        return BridgeError(f"{what}: {redact(str(exc), secrets) or type(exc).__name__}", error_class="execution_failed")
+        return BridgeError(f"{what}: {masked(str(exc), secrets) or type(exc).__name__}", error_class="execution_failed")
 
     def _unavailable(self, what: str) -> BridgeError:
         if self._certificate is not None:

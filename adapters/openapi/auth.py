@@ -23,6 +23,7 @@ from adapters.http.body import read_body
 from adapters.http.tls import ca_file_trust
 from adapters.http.tls import certificate_failure as _certificate_failure
 from adapters.openapi.params import RequestParts
+from bridge.masking import SHORTEST_SECRET, masked, masked_value, secret_values
 from bridge.model import BridgeError
 from bridge.upstream import ConfigValueError
 
@@ -85,44 +86,22 @@ TOKEN_BYTES = 1 << 20  # of a token endpoint's answer, read at most
 class Redactor:
     """Replaces every known secret (and its encoded forms) in text and JSON values with ***."""
 
-    MASK = "***"
-
     def __init__(self, current: Callable[[], list[str]] = list) -> None:
         self._static: set[str] = set()
         self._dynamic = current  # secrets that change (fetched access tokens)
 
     def add(self, secret: str | None) -> None:
-        if secret and len(secret) >= 3:
+        if secret and len(secret) >= SHORTEST_SECRET:
             self._static.update({secret, quote(secret, safe=""), base64.b64encode(secret.encode()).decode()})
 
     def secrets(self) -> list[str]:
-        found = self._static | {s for s in self._dynamic() if s}
-        return sorted(found, key=len, reverse=True)
+        return secret_values(self._static | {s for s in self._dynamic() if s})
 
     def text(self, value: str) -> str:
-        for secret in self.secrets():
-            if secret in value:
-                value = value.replace(secret, self.MASK)
-        return value
+        return masked(value, self.secrets())
 
     def scrub(self, value: Any) -> Any:
-        secrets = self.secrets()
-        if not secrets:
-            return value
-        return _scrub(value, secrets)
-
-
-def _scrub(value: Any, secrets: list[str]) -> Any:
-    if isinstance(value, str):
-        for secret in secrets:
-            if secret in value:
-                value = value.replace(secret, Redactor.MASK)
-        return value
-    if isinstance(value, dict):
-        return {_scrub(k, secrets): _scrub(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub(v, secrets) for v in value]
-    return value
+        return masked_value(value, self.secrets())
 
 
 def _setup_error(message: str) -> BridgeError:

@@ -226,6 +226,13 @@ class OpenAPIUpstream(Upstream):
         """The credentials bound at the last start (None before)."""
         return self._credentials
 
+    def secrets(self) -> list[str]:
+        """The config's, and every credential bound at the last start, in its encoded forms too,
+        with the access tokens fetched lately."""
+        credentials = self._credentials
+        bound = credentials.redactor.secrets() if credentials is not None else []
+        return [*super().secrets(), *bound]
+
     async def health(self) -> dict[str, Any]:
         loaded = self._loaded
         if loaded is None:

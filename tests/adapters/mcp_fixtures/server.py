@@ -113,7 +113,11 @@ def base_tools() -> list[types.Tool]:
             annotations=types.ToolAnnotations(destructive_hint=True),
         ),
         types.Tool(name="every_content", description="One block of each content type.", input_schema=_schema()),
-        types.Tool(name="fail", description="Fails as a tool (isError).", input_schema=_schema()),
+        types.Tool(
+            name="fail",
+            description="Fails as a tool (isError) saying `text`.",
+            input_schema=_schema({"text": {"type": "string"}}),
+        ),
         types.Tool(
             name="slow",
             description="Reports progress each step.",
@@ -300,7 +304,8 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
                 types.ResourceLink(type="resource_link", uri="fixture://notes/gone", name="a link to nothing"),
             ])
         if name == "fail":
-            return types.CallToolResult(content=_text("the input was not acceptable"), is_error=True)
+            said = str(args.get("text", "the input was not acceptable"))
+            return types.CallToolResult(content=_text(said), is_error=True)
         if name == "slow":
             steps, delay = int(args.get("steps", 3)), float(args.get("delay", 0.01))
             try:
