@@ -2,8 +2,9 @@
 the client that refuses the server requests the bridge does not serve, requests sent and their
 results read as they came (through the session's `_stamp` and `_dispatcher`), a listing's
 bookkeeping (`_absorb_tool_listing`), the transport streams type and the SSE read timeout, and
-the name the SDK gives its GET stream task. tests/adapters/test_mcp_sdk.py fails, naming the
-member, when an SDK release moves one of them."""
+the name the SDK gives its GET stream task, and the messages of the errors it makes up for a
+closed connection. tests/adapters/test_mcp_sdk.py fails, naming the member, when an SDK release
+moves one of them."""
 
 from __future__ import annotations
 
@@ -18,12 +19,32 @@ from mcp.client._transport import TransportStreams
 from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
+from mcp.shared.exceptions import MCPError
 
-__all__ = ["GET_STREAM_TASK", "MCP_DEFAULT_SSE_READ_TIMEOUT", "BridgeClient", "TransportStreams",
-           "absorb_tool_listing", "client_info", "send_raw"]
+__all__ = ["GET_STREAM_TASK", "MCP_DEFAULT_SSE_READ_TIMEOUT", "SDK_CLOSED", "SDK_HTTP_CLOSED",
+           "BridgeClient", "TransportStreams", "absorb_tool_listing", "client_info",
+           "closed_by_sdk", "send_raw"]
 
 # The name the SDK gives the task that holds a streamable HTTP session's GET stream.
 GET_STREAM_TASK = "StreamableHTTPTransport.handle_get_stream"
+
+
+# The messages of the -32000 errors the SDK makes up, which no server sent: its dispatcher's for a
+# request the connection closed under (mcp.shared.jsonrpc_dispatcher), and over streamable HTTP its
+# transport's for an answer whose stream ended (`_resolve_abandoned_request`).
+SDK_CLOSED = "Connection closed"
+SDK_HTTP_CLOSED = ("SSE stream failed: ", "SSE stream ended ",
+                   "server answered a request with 202 Accepted")
+
+
+def closed_by_sdk(exc: MCPError, *, http: bool) -> bool:
+    """Whether the SDK made `exc` up for a request the connection closed under (on an HTTP
+    session with `http`). A server's own error of the same code is its answer, the session
+    alive: -32000 opens JSON-RPC's range of server errors, and servers use it for plain
+    failures."""
+    if exc.code != types.CONNECTION_CLOSED or exc.data is not None:
+        return False
+    return exc.message == SDK_CLOSED or (http and exc.message.startswith(SDK_HTTP_CLOSED))
 
 
 def absorb_tool_listing(client: Client, listing: types.ListToolsResult, *, complete: bool) -> list[types.Tool]:

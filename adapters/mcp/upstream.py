@@ -43,6 +43,7 @@ from adapters.mcp.sdk import (
     MCP_DEFAULT_SSE_READ_TIMEOUT,
     BridgeClient,
     client_info,
+    closed_by_sdk,
     send_raw,
 )
 from adapters.mcp.stdio import LINE_LIMIT, UNREADABLE, StdioChild
@@ -510,7 +511,8 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
             if exc.code == types.CONNECTION_CLOSED and RESUMED_TOO_OFTEN in exc.message:
                 # made up by the SDK for an answer whose stream the server kept ending; the session goes on
                 return BridgeError(f"{what}: {text.removeprefix('SSE stream failed: ')}", error_class="execution_failed", native_error_ref=ref)
-            if exc.code == types.CONNECTION_CLOSED or self._client is None or self._wake.is_set():
+            closed = closed_by_sdk(exc, http=self.config.transport == "http")
+            if closed or self._client is None or self._wake.is_set():
                 return self._unavailable(f"the connection closed during {what}")
             if isinstance(exc.data, dict) and UNREADABLE in exc.data:
                 # made up by the stdio transport for an answer it could not read: the call may
@@ -518,8 +520,6 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
                 if exc.data[UNREADABLE] == "too_long":
                     return BridgeError(f"{what}: {text}", error_class="result_too_large", recoverability="change_arguments", native_error_ref=ref)
                 return BridgeError(f"{what}: {text}", error_class="execution_failed", native_error_ref=ref)
-            if exc.code == types.REQUEST_TIMEOUT:
-                return BridgeError(f"{what}: {text}", error_class="timeout", recoverability="retry", status="timed_out", native_error_ref=ref)
             if exc.code == types.INVALID_PARAMS:
                 if "unknown tool" in text.lower() or "not found" in text.lower():
                     self._tools_changed(f"server does not know {what}")

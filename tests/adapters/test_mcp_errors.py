@@ -1,13 +1,50 @@
-"""What an MCP upstream's errors become: the configured secrets are masked in every error text,
+"""What an MCP upstream's errors become: a JSON-RPC error the server answers keeps its code and
+message, and a live session stays one; the configured secrets are masked in every error text,
 on every frontend."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.adapters.test_mcp_failures import stdio
+from tests.adapters.mcp_fixtures.server import build_server
+from tests.adapters.test_mcp_failures import make_bridge, pid_of, stdio
 from tests.serve.mcp_support import HANDSHAKE, MODERN, http_client
 from tests.serve.rest_env import config_with, serving
+from tests.servers import serve_asgi
+
+# codes of JSON-RPC's server-error range the SDK also uses for errors it makes up itself
+# (-32000 for a closed connection, -32001 for a request timeout), and one it does not
+SERVER_ERRORS = [(-32000, "plain failure"), (-32001, "the backend timed out"),
+                 (-32099, "quota spent")]
+
+
+@pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
+async def test_a_json_rpc_error_of_the_server_keeps_its_code_and_message_and_the_session(
+    protocol: str,
+) -> None:
+    server, _ = build_server()
+    async with serve_asgi(server.streamable_http_app()) as base:
+        remote = {"name": "remote", "kind": "mcp", "url": f"{base}/mcp", "protocol": protocol}
+        bridge = make_bridge(stdio("local", protocol=protocol, ping_interval=None), remote)
+        async with bridge:
+            pid = await pid_of(bridge, "local")
+            for up in ("local", "remote"):
+                for code, message in SERVER_ERRORS:
+                    arguments = {"code": code, "message": message}
+                    failed = await bridge.invoker.invoke(f"{up}__fail", arguments)
+                    error = failed.error
+                    assert failed.status == "failed", (up, code, error)
+                    assert error.error_class == "execution_failed", (up, code, error)
+                    assert error.message == f"fail: MCP error {code}: {message}"
+                    ref = {"source": "mcp", "code": code, "message": message}
+                    assert error.native_error_ref == ref
+                    # the call may have run: nothing invites repeating it
+                    assert error.recoverability == "not_recoverable" and error.retry_after is None
+                # the session was never lost
+                assert bridge.catalog.slot(up).health.state == "ready"
+                echoed = await bridge.invoker.invoke(f"{up}__echo", {"text": "still"})
+                assert echoed.content[0]["text"] == "still"
+            assert await pid_of(bridge, "local") == pid
 
 
 async def test_a_secret_in_a_tools_error_result_is_masked_on_every_frontend(
@@ -22,6 +59,10 @@ async def test_a_secret_in_a_tools_error_result_is_masked_on_every_frontend(
         result = await served.bridge.invoker.invoke("srv__fail", {"text": said})
         assert result.is_error and result.content == [{"type": "text", "text": masked}]
         assert result.error.error_code == "mcp_tool_error" and result.error.message == masked
+
+        # a JSON-RPC error quoting it was masked by the adapter already; it still is
+        refused = await served.bridge.invoker.invoke("srv__fail", {"code": -32000, "message": said})
+        assert refused.error.message == f"fail: MCP error -32000: {masked}"
 
         rest = {"arguments": {"text": said}}
         status, body, _ = await served.post("/tools/srv__fail:invoke", rest)

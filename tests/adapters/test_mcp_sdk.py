@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 
 import mcp.client.streamable_http as streamable_http
+import mcp.shared.jsonrpc_dispatcher as dispatcher
 from mcp import Client
 from mcp.client.session import ClientSession
 
@@ -39,3 +40,17 @@ def test_the_get_stream_task_is_named_as_the_adapter_looks_for_it() -> None:
 def test_the_transport_types_and_timeouts_are_importable() -> None:
     assert sdk.TransportStreams is not None
     assert isinstance(sdk.MCP_DEFAULT_SSE_READ_TIMEOUT, int | float) and sdk.MCP_DEFAULT_SSE_READ_TIMEOUT > 0
+
+
+def test_the_errors_the_sdk_makes_up_for_a_closed_connection_say_what_the_adapter_reads() -> None:
+    # read by closed_by_sdk: the SDK's own -32000 errors are a lost connection, a server's its
+    # answer
+    assert f'message="{sdk.SDK_CLOSED}"' in inspect.getsource(dispatcher), (
+        "mcp SDK: the dispatcher's error for a closed connection changed; "
+        "update adapters/mcp/sdk.SDK_CLOSED")
+    transport = inspect.getsource(streamable_http)
+    assert "code: int = CONNECTION_CLOSED" in transport, (
+        "mcp SDK: _resolve_abandoned_request changed; update adapters/mcp/sdk")
+    for text in sdk.SDK_HTTP_CLOSED:
+        assert f'"{text}' in transport or f'f"{text}' in transport, (
+            f"mcp SDK: no error made up as {text!r}; update adapters/mcp/sdk.SDK_HTTP_CLOSED")

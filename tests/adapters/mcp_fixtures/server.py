@@ -115,8 +115,10 @@ def base_tools() -> list[types.Tool]:
         types.Tool(name="every_content", description="One block of each content type.", input_schema=_schema()),
         types.Tool(
             name="fail",
-            description="Fails as a tool (isError) saying `text`.",
-            input_schema=_schema({"text": {"type": "string"}}),
+            description="Fails as a tool (isError) saying `text`; given a `code`, answers with "
+            "that JSON-RPC error instead.",
+            input_schema=_schema({"text": {"type": "string"}, "code": {"type": "integer"},
+                                  "message": {"type": "string"}}),
         ),
         types.Tool(
             name="slow",
@@ -304,6 +306,8 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
                 types.ResourceLink(type="resource_link", uri="fixture://notes/gone", name="a link to nothing"),
             ])
         if name == "fail":
+            if "code" in args:
+                raise MCPError(int(args["code"]), str(args.get("message", "failed")))
             said = str(args.get("text", "the input was not acceptable"))
             return types.CallToolResult(content=_text(said), is_error=True)
         if name == "slow":
