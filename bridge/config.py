@@ -136,7 +136,16 @@ class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
-    body_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False, description="seconds a REST body may take to arrive")
+    # client connections (bridge/serve/http_protocol.py, connections.py): the seconds a
+    # connection may wait for a request, a request's head and its body may take to arrive,
+    # how many connections are held in all and from one address, and the descriptors they
+    # leave free under the open-file limit
+    idle_timeout: float = Field(default=5.0, gt=0, allow_inf_nan=False)
+    header_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    body_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    max_connections: int = Field(default=1024, ge=1)
+    max_connections_per_address: int = Field(default=256, ge=1)
+    fd_reserve: int = Field(default=128, ge=0)
     tokens: list[AuthToken] = Field(default_factory=list)
     default_surface: str = "default"
     public_url: str | None = None

@@ -16,7 +16,8 @@ from typing import Any
 
 import uvicorn
 
-from bridge.serve.http_protocol import CorkedHttpToolsProtocol
+from bridge.config import ServerConfig
+from bridge.serve.http_protocol import http_protocol
 
 TINY_MCP_SERVER = Path(__file__).resolve().parent / "adapters" / "mcp_fixtures" / "tiny_server.py"
 
@@ -80,29 +81,33 @@ def replaying(body: bytes, receive: Callable[[], Awaitable[Any]]) -> Callable[[]
 
 @contextlib.asynccontextmanager
 async def serve_asgi(app: Any, port: int | None = None, lifespan: str = "on", host: str = "127.0.0.1",
-                     ssl_certfile: str | None = None) -> AsyncIterator[str]:
+                     ssl_certfile: str | None = None,
+                     server: ServerConfig | None = None) -> AsyncIterator[str]:
     """Run `app` on uvicorn at `host` (127.0.0.1), with the HTTP protocol `bridge serve` uses
-    (corked writes), over TLS with `ssl_certfile` (a PEM file of the certificate and its key);
-    yields the base URL (no trailing slash)."""
+    (corked writes, and the connection limits of `server`, the defaults when None), over TLS
+    with `ssl_certfile` (a PEM file of the certificate and its key); yields the base URL (no
+    trailing slash)."""
     # an explicit IPPROTO_TCP socket lets asyncio set TCP_NODELAY (else ~40 ms stalls per request)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port or 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1,
+    config = uvicorn.Config(app, http=http_protocol(server or ServerConfig()), ws="none",
+                            log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1,
                             ssl_certfile=ssl_certfile)
-    server = uvicorn.Server(config)
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]  # the test owns signals
-    task = asyncio.create_task(server.serve(sockets=[sock]))
+    uv_server = uvicorn.Server(config)
+    # the test owns signals
+    uv_server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+    task = asyncio.create_task(uv_server.serve(sockets=[sock]))
     try:
         async with asyncio.timeout(15):
-            while not server.started:
+            while not uv_server.started:
                 if task.done():
                     task.result()
                 await asyncio.sleep(0.01)
         yield f"{'https' if ssl_certfile else 'http'}://{host}:{port}"
     finally:
-        server.should_exit = True
+        uv_server.should_exit = True
         with contextlib.suppress(BaseException):
             async with asyncio.timeout(5):
                 await task

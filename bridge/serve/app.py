@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from bridge.config import BridgeConfig
 from bridge.net import is_loopback
 from bridge.runtime import Bridge, reload_on_hangup, search_index_released, settle_gc
-from bridge.serve.http_protocol import CorkedHttpToolsProtocol
+from bridge.serve.http_protocol import http_protocol
 from bridge.serve.mcp import MCPFrontend
 from bridge.serve.openapi_doc import openapi_routes
 from bridge.serve.rest import ietf_routes
@@ -218,8 +218,10 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         # ws="none": no route takes a WebSocket, and uvicorn would import its WebSocket module
         # here, while the upstreams start (one that had used up the file descriptors ended the
         # server on that import)
+        # the protocol times and caps client connections (server.idle_timeout and the rest);
         # log_config None in the JSON format: uvicorn's own handlers would write text lines
-        uv_config = uvicorn.Config(app, http=CorkedHttpToolsProtocol, ws="none", log_level="warning", access_log=False, lifespan="on",
+        uv_config = uvicorn.Config(app, http=http_protocol(config.server), ws="none",
+                                   log_level="warning", access_log=False, lifespan="on",
                                    timeout_graceful_shutdown=math.ceil(config.server.shutdown_timeout),
                                    log_config=None if json_logs() else LOGGING_CONFIG)
         server = _Server(uv_config)

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.runtime import Bridge
 from bridge.serve.auth import CALLER_SCOPE_KEY, authenticate
+from bridge.serve.rest_http import ApiError, error_response, read_body, replaying
 
 __all__ = ["SURFACE_SCOPE_KEY", "CALLER_SURFACE", "MCPAuthGate", "transport_security_for"]
 
@@ -65,6 +66,17 @@ class MCPAuthGate:
             )
             await send({"type": "http.response.body", "body": body})
             return
+        if scope["method"] == "POST":
+            # read here, not by the SDK: a client that leaves (or is timed out) midway is no
+            # error to log, and a body without a Content-Length is held to max_body_bytes too
+            try:
+                whole = await read_body(receive, server.max_body_bytes)
+            except ApiError as refused:
+                await error_response(refused)(scope, receive, send)
+                return
+            if whole is None:
+                return
+            receive = replaying(whole, receive)
         scope[SURFACE_SCOPE_KEY] = auth.surface
         if auth.caller is not None:
             scope[CALLER_SCOPE_KEY] = auth.caller

@@ -43,6 +43,8 @@ __all__ = [
     "query_bool",
     "retry_after_headers",
     "not_found",
+    "read_body",
+    "replaying",
     "too_large",
     "wire_error",
 ]
@@ -116,7 +118,9 @@ class ApiError(Exception):
         error: dict[str, Any] = {"error_class": self.error_class, "message": self.message}
         if self.error_code:
             error["error_code"] = self.error_code
-        error["recoverability"] = "retry_later" if self.status >= 500 else "change_arguments"
+        # 429 and 5xx: the same request may succeed later
+        error["recoverability"] = ("retry_later" if self.status >= 500 or self.status == 429
+                                   else "change_arguments")
         if self.details:
             error["details"] = self.details
         return {"error": error, "status": self.status}
@@ -252,31 +256,48 @@ class ServeContext:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise too_large(limit)
-        chunks: list[bytes] = []
-        size = 0
-        receive = request.receive
-        try:
-            # a body sent a few bytes at a time holds a connection and a request slot: bounded
-            async with asyncio.timeout(self.server.body_timeout):
-                while True:  # the ASGI messages themselves: Request.stream() adds an async generator a call
-                    message = await receive()
-                    if message["type"] != "http.request":  # http.disconnect
-                        raise ApiError(400, "invalid_arguments", "the client closed the connection before sending the whole body")
-                    chunk = message.get("body", b"")
-                    if chunk:
-                        size += len(chunk)
-                        if size > limit:
-                            raise too_large(limit)
-                        chunks.append(chunk)
-                    if not message.get("more_body", False):
-                        break
-        except TimeoutError:
-            raise ApiError(408, "invalid_arguments", f"the request body did not arrive within {self.server.body_timeout:g} s "
-                           "(server.body_timeout)", details={"body_timeout": self.server.body_timeout}) from None
-        raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        raw = await read_body(request.receive, limit)
+        if raw is None:
+            raise ApiError(400, "invalid_arguments",
+                           "the client closed the connection before sending the whole body")
         if not raw.strip():
             raise ApiError(400, "invalid_arguments", "the request body is empty; send a JSON document", pointer="")
         return parse_json(raw)
+
+
+async def read_body(receive: Callable[[], Awaitable[Any]], limit: int) -> bytes | None:
+    """A request's whole body, from its ASGI messages (Request.stream() adds an async generator
+    a call): 413 once it passes `limit` bytes, None when the client left before sending it
+    whole. The server bounds the time it may take (server.body_timeout, `http_protocol.py`):
+    past it the client is answered 408, and this hears a disconnect."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # http.disconnect
+            return None
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise too_large(limit)
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def replaying(body: bytes, receive: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+    """An ASGI `receive` that gives `body`, read already, then what `receive` gives."""
+    given = False
+
+    async def replay() -> Any:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 _BIG_NUMBER = re.compile(rb"[0-9][eE][+]?[0-9]{3}|[0-9]{309}")

@@ -160,7 +160,8 @@ async def served_bridge(config: dict[str, Any], upstreams: list[FakeUpstream], h
     await bridge.start()
     frontend = MCPFrontend(bridge, **frontend_options)
     try:
-        async with serve_asgi(frontend.http_app([], host=host), host=host) as url:
+        app = frontend.http_app([], host=host)
+        async with serve_asgi(app, host=host, server=bridge.config.server) as url:
             yield Served(url, bridge, frontend)
     finally:
         await frontend.aclose()

@@ -71,7 +71,8 @@ async def serving(*upstreams: Upstream, config: dict[str, Any] | None = None) ->
     await indexed(bridge)
     app = build_app(bridge)
     try:
-        async with serve_asgi(app) as base, aiohttp.ClientSession(base_url=base, timeout=aiohttp.ClientTimeout(total=20)) as http:
+        async with (serve_asgi(app, server=bridge.config.server) as base,
+                    aiohttp.ClientSession(base_url=base, timeout=aiohttp.ClientTimeout(total=20)) as http):
             yield Served(bridge, base, http)
     finally:
         await close_app(app)

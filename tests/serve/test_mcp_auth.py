@@ -4,6 +4,10 @@ bound to the token that opened them, Host and Origin checks."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+
 import httpx2
 import pytest
 
@@ -105,3 +109,34 @@ def test_transport_security_for_names_and_public_url():
     assert "https://tools.example.com" in named.allowed_origins
     wildcard = transport_security_for("0.0.0.0")
     assert wildcard.enable_dns_rebinding_protection and "0.0.0.0:*" not in wildcard.allowed_hosts
+
+
+async def test_a_body_that_stops_partway_is_408_and_a_chunked_one_past_the_limit_413(caplog):
+    """The gate reads a POST's body before the SDK does: a client that stops sending (here with
+    a valid token) is answered by the server after `body_timeout`, with nothing logged as an
+    error, and a body without a Content-Length is held to `max_body_bytes` like any other."""
+    config = {**CONFIG, "server": {**CONFIG["server"], "body_timeout": 0.5, "max_body_bytes": 1024}}
+    authorized = {**ACCEPT, "Authorization": f"Bearer {DEFAULT_TOKEN}"}
+    async with served_bridge(config, upstreams()) as srv:
+        host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+        head = f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\n" + "".join(
+            f"{name}: {value}\r\n" for name, value in authorized.items())
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"{head}Content-Length: 1000\r\n\r\n".encode() + b'{"jsonrpc":"')
+        async with asyncio.timeout(10):
+            answer = await reader.read()
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+        assert "server.body_timeout" in error["message"]
+
+        chunk = b"x" * 600
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"{head}Transfer-Encoding: chunked\r\n\r\n".encode())
+        writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) * 2 + b"0\r\n\r\n")
+        async with asyncio.timeout(10):
+            answer = await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 413"), answer
+        assert (await post(srv.url, INITIALIZE, authorized)).status_code == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
