@@ -212,7 +212,7 @@ class IndexCompaction(IndexStorage):
             if self._closing:
                 raise _Abandoned
             c.segments, c.deleted, c.started = self.segments, self.deleted, time.monotonic()
-            if c.batch.move:
+            if c.batch.move and self.wanted_path is not None:
                 c.path = self.wanted_path
                 c.generation = self._disk_generation(c.path)
                 c.index = self._ready(self._new_index_at(c.path, c.generation))

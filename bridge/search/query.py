@@ -279,7 +279,7 @@ class IndexQueries(IndexStorage):
         if not addresses:
             return []
         by_key = self._by_key
-        keys = keys if keys is not None else searcher.fast_field_values("key", addresses)
-        ids = [by_key.get(key) if key is not None else None for key in keys]
+        found: list[Any] = keys if keys is not None else searcher.fast_field_values("key", addresses)
+        ids = [by_key.get(key) if key is not None else None for key in found]
         return [tool_id if tool_id is not None else searcher.doc(address)["tool_id"][0] for tool_id, address in zip(ids, addresses, strict=True)]
 

@@ -364,6 +364,7 @@ class SemanticStage:
                         self._done += 1
                         self._cond.notify_all()
                     continue
+                assert isinstance(item, tuple)  # the rest of what is queued: (upserts, deletes)
                 upserts, deletes = item
                 with self._lock:
                     for tool_id in deletes:
@@ -377,9 +378,9 @@ class SemanticStage:
                     pending.append((decl.tool_id, key))
                     if key not in self._rows:
                         with self._lock:
-                            kept = self._fresh.pop(decl.tool_id, None)
-                        if kept is not None and kept[0] is decl:
-                            ready[key] = kept[1]  # (`_store` takes it off `todo`, where another tool of its text may have put it)
+                            held = self._fresh.pop(decl.tool_id, None)
+                        if held is not None and held[0] is decl:
+                            ready[key] = held[1]  # (`_store` takes it off `todo`, where another tool of its text may have put it)
                         elif key not in ready:
                             todo[key] = text
                 if ready:
@@ -452,8 +453,9 @@ class SemanticStage:
         the middle, every record past it then read at the wrong place at the next start."""
         with contextlib.suppress(OSError):
             self._file.close()  # its buffer holds the rest of the append: written now, or not
-        with contextlib.suppress(OSError):
-            os.truncate(self.path, whole)
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, whole)
         self.path, self._file = None, None
 
     @property
@@ -534,10 +536,10 @@ class SemanticStage:
         for i, vector in kept.items():
             tools[i] = vector
         if waiting:
-            fresh = self.encoder.encode([tool_text(decls[i]) for i in waiting], self.encoder.tool_tokens).astype(np.float16)
-            tools[waiting] = fresh
+            embedded = self.encoder.encode([tool_text(decls[i]) for i in waiting], self.encoder.tool_tokens).astype(np.float16)
+            tools[waiting] = embedded
             with self._lock:
-                for i, vector in zip(waiting, fresh, strict=True):
+                for i, vector in zip(waiting, embedded, strict=True):
                     self._fresh[decls[i].tool_id] = (decls[i], vector)
         return tools
 
@@ -570,7 +572,7 @@ def _damaged(vectors: np.ndarray) -> int:
     bad = 0
     for start in range(0, len(vectors), 65_536):  # a million vectors widened at once would take a GB
         wide = vectors[start:start + 65_536].astype(np.float32)
-        finite = np.isfinite(wide).all(axis=1)
+        finite = np.asarray(np.isfinite(wide).all(axis=1), dtype=bool)
         norms = np.linalg.norm(np.where(finite[:, None], wide, 0.0), axis=1)
         bad += int((~(finite & ((np.abs(norms - 1.0) < 0.02) | (norms < 1e-6)))).sum())
     return bad

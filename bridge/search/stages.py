@@ -6,6 +6,7 @@ upstreams into one match's alternatives, and the suggestions of a search no tool
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -168,9 +169,9 @@ class RankingStages:
         scores = np.array([score for _, score in ranked], np.float32)
         raised = scores.copy()
         for i, api in enumerate(apis):
-            places = firsts.get(api) if api is not None else None
-            if places and len(places) > 1:
-                other = places[1] if places[0] == i else places[0]
+            ahead = firsts.get(api) if api is not None else None
+            if ahead and len(ahead) > 1:
+                other = ahead[1] if ahead[0] == i else ahead[0]
                 raised[i] += self.sibling_weight * max(float(scores[other]), 0.0)
         order = np.argsort(-raised, kind="stable")
         return [(ranked[i][0], float(raised[i])) for i in order], None if vectors is None else vectors[order]
@@ -224,7 +225,9 @@ class RankingStages:
                 for i, row in zip(fresh, stage.text_vectors(texts), strict=True):
                     rows[i] = row
                     self._own_kept[decls[i].tool_id] = (decls[i], version, row)
-        return np.stack(rows)
+        filled = [row for row in rows if row is not None]
+        assert len(filled) == len(rows)  # each row kept or embedded above
+        return np.stack(filled)
 
     def _lookups(self, analyzed: AnalyzedQuery, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
                  surface: Surface, filters: dict[str, Any]) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
@@ -249,7 +252,7 @@ class RankingStages:
                 continue
             heads = input_heads(described_schema(decl))
             found = self._api_tools(decl, api, frozenset().union(*heads), surface, filters,
-                                    lambda other, heads=heads: bool(what := looked_up(other)) and any(what <= head for head in heads))
+                                    functools.partial(_looks_up_one_of, heads))
             places = self._places(decl) if asked else frozenset()
             if places:  # the first matches are often of one API and act in one place: asked once
                 key = (decl.namespace, api, places)
@@ -280,7 +283,7 @@ class RankingStages:
         with self._own_lock:
             found = [kept.get(decl.tool_id) for decl in decls]
         current = [entry is not None and entry[0] is decl and entry[1] == version for decl, entry in zip(decls, found, strict=True)]
-        out = [entry[2] if ok else None for entry, ok in zip(found, current, strict=True)]
+        out = [entry[2] if ok and entry is not None else None for entry, ok in zip(found, current, strict=True)]
         fresh = {i: compute(decls[i]) for i, ok in enumerate(current) if not ok}
         if fresh:
             with self._own_lock:
@@ -486,3 +489,9 @@ def cover_order(overall: np.ndarray, parts: np.ndarray, weight: float = COVER_WE
         order += rest
         scores += [float(gain[i]) for i in rest]
     return order, scores
+
+
+def _looks_up_one_of(heads: list[frozenset[str]], other: ToolDeclaration) -> bool:
+    """Whether `other` looks up by name what one of `heads` (a tool's required inputs) names."""
+    what = looked_up(other)
+    return bool(what) and any(what <= head for head in heads)

@@ -194,7 +194,7 @@ class IndexStorage:
 
     @staticmethod
     def _format() -> dict[str, Any]:
-        return {"format": INDEX_FORMAT, "tantivy": tantivy.__version__}
+        return {"format": INDEX_FORMAT, "tantivy": vars(tantivy)["__version__"]}
 
     def _marked(self, folder: Path) -> tuple[bool, Any]:
         """Whether the marker of the index in `folder` names this format, and the generation it
@@ -262,8 +262,8 @@ class IndexStorage:
                             self._digests[previous].pop(tool_id, None)
                         owner[tool_id] = namespace
                         self._digests.setdefault(namespace, {})[tool_id] = value
-                    elif len(parts) == 2 and (namespace := owner.pop(parts[0], None)) is not None:
-                        self._digests[namespace].pop(parts[0], None)
+                    elif len(parts) == 2 and (gone := owner.pop(parts[0], None)) is not None:
+                        self._digests[gone].pop(parts[0], None)
                     elif len(parts) != 2:
                         unreadable += 1
         if self.opened_existing and (unreadable or self._index.searcher().num_docs != self.tool_count):
