@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from bridge.documents import expanded_size
+from bridge.oauth_config import OAuthConfig
 from bridge.upstream import ConfigValueError, UpstreamConfig, known_kinds, upstream_class
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Rule",
     "SurfaceConfig",
     "AuthToken",
+    "OAuthConfig",
     "ServerConfig",
     "StoreConfig",
     "InvokeConfig",
@@ -147,6 +149,7 @@ class ServerConfig(_Strict):
     max_connections_per_address: int = Field(default=256, ge=1)
     fd_reserve: int = Field(default=128, ge=0)
     tokens: list[AuthToken] = Field(default_factory=list)
+    oauth: OAuthConfig | None = None
     default_surface: str = "default"
     public_url: str | None = None
     # MCP over HTTP: sessions open at once (an initialize past them answers 503), and the idle
@@ -492,6 +495,8 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
         if server is not None:
             named = [("server.default_surface", server.default_surface)]
             named += [(f"server.tokens[{i}].surface", token.surface) for i, token in enumerate(server.tokens)]
+            if server.oauth is not None:
+                named += [(f"server.oauth.surfaces.{value}", surface) for value, surface in server.oauth.surfaces.items()]
         else:  # the server section has a problem of its own: its surface name as written
             raw = rest.get("server")
             written = raw.get("default_surface") if isinstance(raw, dict) else None

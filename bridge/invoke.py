@@ -408,6 +408,8 @@ class Invoker:
                 error_class,
                 created_at,
                 duration,
+                origin.subject if origin else None,
+                origin.client_id if origin else None,
             )
         )
         if self._flush_handle is None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from bridge.catalog import Catalog
 from bridge.config import BridgeConfig, ConfigError, load_config
+from bridge.identity import Authenticator
 from bridge.invoke import Invoker
 from bridge.model import ToolSearchResult
 from bridge.search import ToolSearch, index_released
@@ -38,7 +39,7 @@ GC_YOUNG_THRESHOLD = 20_000
 
 # The `server` keys a reload applies: read at each request. The others built the listener, as
 # `store` and `search` opened the store and the index: a running bridge keeps them until restarted.
-LIVE_SERVER_KEYS = ("tokens", "default_surface")
+LIVE_SERVER_KEYS = ("tokens", "oauth", "default_surface")
 # The sections a running bridge keeps whole until restarted: each built something that lives as
 # long as the process (the store, the index, the metrics, the log handler, the audit file).
 RESTART_SECTIONS = ("store", "search", "telemetry", "logging", "audit")
@@ -68,6 +69,7 @@ class Bridge:
         metrics.watch_upstreams(lambda: [(s.health, s.calls) for s in self.catalog.slots.values()])
         self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke,
                                self.telemetry)
+        self.identity = Authenticator()  # who each HTTP request's caller is (tokens, oauth)
         metrics.gauge("bridge_store_writes_waiting",
                       "Invocation log rows, versions and names waiting to be written to the store "
                       "(all of them while its disk refuses writes)",
@@ -112,7 +114,7 @@ class Bridge:
         kept meanwhile, with their ids and versions), one unchanged left alone. An upstream
         stopped refuses new calls at once and lets those in flight end first, for at most its old
         `timeout`; the rest of the config applies meanwhile. Surfaces, tokens,
-        `default_surface` and `invoke` hold from the next request on; every other key of
+        `oauth`, `default_surface` and `invoke` hold from the next request on; every other key of
         `server`, `store`, `search`, `telemetry`, `logging` and `audit` keeps its running value,
         with a warning that it needs a restart. Reloads run one at a time. A ConfigError (an upstream
         name the bridge already serves from elsewhere, a surface `keep_surface` named missing)
@@ -193,6 +195,7 @@ class Bridge:
     async def close(self) -> None:
         await self.catalog.close()
         await self.invoker.aclose()
+        await self.identity.aclose()
         await self.telemetry.aclose()
         self.search.close()
         self.store.close()

@@ -35,7 +35,8 @@ PENDING_LOG_ROWS = 10_000
 
 _VERSIONS_INSERT = "INSERT OR REPLACE INTO versions VALUES (?,?,?,?,?,?,?)"
 _NAMES_INSERT = "INSERT OR REPLACE INTO tool_names VALUES (?,?,?,?)"
-_LOG_INSERT = "INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?)"
+_LOG_COLUMNS = 11
+_LOG_INSERT = "INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 
 # The layout of the file, kept in SQLite's `user_version`. Layout 1 puts the namespace first in the
 # keys of versions and names: one upstream's rows are neighbours in their B-trees, so a listing
@@ -45,8 +46,9 @@ _LOG_INSERT = "INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?)"
 # persisted result the surface whose call made it (`results.surface`); a result stored before has
 # none, and any surface may read it, as before. Layout 3 keeps a signature longer than
 # SIGNATURE_PACKED_CHARS compressed (zlib, as a blob); the text ones written before are read as
-# they are.
-LAYOUT = 3
+# they are. Layout 4 keeps with each invocation log row the caller's subject and client id
+# (`invocations.subject`, `client_id`); rows logged before have none.
+LAYOUT = 4
 # Characters of a signature's JSON past which the store keeps it compressed: an OpenAPI
 # document's schemas repeat themselves (Microsoft Graph beta's 22,361 signatures: 217 MB of text)
 SIGNATURE_PACKED_CHARS = 2048
@@ -78,7 +80,9 @@ _TABLES = (
     status TEXT NOT NULL,
     error_class TEXT,
     created_at TEXT NOT NULL,
-    duration_ms REAL
+    duration_ms REAL,
+    subject TEXT,
+    client_id TEXT
 )""",
     """CREATE TABLE IF NOT EXISTS results (
     ref TEXT PRIMARY KEY,
@@ -212,6 +216,10 @@ class Store:
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(results)")}
             if "surface" not in columns:  # layouts 0 and 1
                 self._db.execute("ALTER TABLE results ADD COLUMN surface TEXT")
+            logged = {row[1] for row in self._db.execute("PRAGMA table_info(invocations)")}
+            for column in ("subject", "client_id"):  # layouts 0 to 3
+                if column not in logged:
+                    self._db.execute(f"ALTER TABLE invocations ADD COLUMN {column} TEXT")
             self._db.execute(f"PRAGMA user_version = {LAYOUT}")
             self._db.execute("COMMIT")
         except BaseException as exc:
@@ -393,11 +401,13 @@ class Store:
 
     def log_invocations(self, rows: list[tuple[Any, ...]], keep: int | None = None) -> None:
         """rows of (invocation_id, tool_id, tool_name, version, surface, status, error_class,
-        created_at, duration_ms). Arguments and results are never logged. With `keep`, the log
+        created_at, duration_ms[, subject, client_id]): a row without the caller's subject and
+        client id has neither. Arguments and results are never logged. With `keep`, the log
         holds about that many of the latest rows: once it has grown a tenth past it, the oldest
         go (by insertion order, a range of rowids)."""
         if not rows:
             return
+        rows = [row if len(row) == _LOG_COLUMNS else (*row, None, None) for row in rows]
         with self._lock:
             self._pending_log.extend(rows)
             if len(self._pending_log) > PENDING_LOG_ROWS:

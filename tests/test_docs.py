@@ -73,6 +73,11 @@ def test_each_key_table_of_the_config_reference_is_the_models_keys(heading, mode
     assert table_keys(config_page(), heading) == keys(model)
 
 
+def test_the_identity_pages_table_is_the_oauth_sections_keys():
+    text = (DOCS / "identity.md").read_text(encoding="utf-8")
+    assert table_keys(text, "## Configuration (`server.oauth`)") == keys(bridge_config.OAuthConfig)
+
+
 def test_the_rest_pages_server_table_is_the_server_sections_keys():
     text = (DOCS / "frontends" / "rest.md").read_text(encoding="utf-8")
     assert table_keys(text, "## Configuration (`server:`)") == keys(bridge_config.ServerConfig)
@@ -168,6 +173,7 @@ def documented_models() -> list[tuple[str, type[BaseModel], str]]:
     out.append(("config.md#### `logging`", bridge_config.LoggingConfig, ""))
     out.append(("config.md#### `audit`", bridge_config.AuditConfig, ""))
     out.append(("surfaces.md", bridge_config.SurfaceConfig, ""))
+    out.append(("identity.md", bridge_config.OAuthConfig, ""))
     out.append(("frontends/rest.md", bridge_config.ServerConfig, ""))
     for kind in shipped_kinds():
         model = upstream_class(kind).config_model

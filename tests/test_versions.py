@@ -214,6 +214,25 @@ def test_a_store_of_layout_2_reads_its_signatures_written_as_text(tmp_path):
     store = Store(path)
     try:
         assert store.get_version("v", "id-1", 1).signature == json.loads(long)
-        assert store._layout() == LAYOUT == 3
+        assert store._layout() == LAYOUT
+    finally:
+        store.close()
+
+
+def test_a_store_of_layout_3_keeps_its_log_and_logs_callers_from_then_on(tmp_path):
+    path = tmp_path / "v.db"
+    Store(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE invocations")
+        db.execute("CREATE TABLE invocations (invocation_id TEXT PRIMARY KEY, tool_id TEXT, tool_name TEXT, version INTEGER, "
+                   "surface TEXT, status TEXT NOT NULL, error_class TEXT, created_at TEXT NOT NULL, duration_ms REAL)")
+        db.execute("INSERT INTO invocations VALUES ('inv-old', 't', 'n', 1, 'default', 'succeeded', NULL, '2026-01-01', 1.0)")
+        db.execute("PRAGMA user_version = 3")
+    store = Store(path)
+    try:
+        store.log_invocations([("inv-new", "t", "n", 1, "default", "succeeded", None, "2026-01-02", 1.0, "alice", "app")])
+        rows = {r["invocation_id"]: (r["subject"], r["client_id"]) for r in store.recent_invocations()}
+        assert rows == {"inv-old": (None, None), "inv-new": ("alice", "app")}
+        assert store._layout() == LAYOUT == 4
     finally:
         store.close()

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from bridge.config import BridgeConfig
 from bridge.net import is_loopback
 from bridge.runtime import Bridge, reload_on_hangup, search_index_released, settle_gc
+from bridge.serve.auth import IdentifyCallers, resource_metadata_routes
 from bridge.serve.http_protocol import http_protocol
 from bridge.serve.mcp import MCPFrontend
 from bridge.serve.openapi_doc import openapi_routes
@@ -104,6 +105,7 @@ def build_app(bridge: Bridge, *, host: str = "127.0.0.1") -> Starlette:
     """One Starlette app: the MCP frontend's app (whose lifespan runs its session manager) with
     the REST routes beside `/mcp`."""
     routes, closers = rest_routes(bridge)
+    routes += resource_metadata_routes(bridge)
     frontend = MCPFrontend(bridge)
     app: Starlette = frontend.http_app(routes, host)
     closers.append(frontend.aclose)
@@ -111,6 +113,7 @@ def build_app(bridge: Bridge, *, host: str = "127.0.0.1") -> Starlette:
     app.router.redirect_slashes = False
     app.exception_handlers[HTTPException] = _http_error
     app.exception_handlers[Exception] = _server_error
+    app.add_middleware(IdentifyCallers, bridge=bridge)
     app.add_middleware(ContentLengthLimit, limit=bridge.config.server.max_body_bytes)
     app.state.bridge = bridge
     app.state.closers = closers
@@ -167,9 +170,9 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
     """`bridge serve`: start the bridge and serve it over HTTP until SIGINT or SIGTERM."""
     host = host or config.server.host
     port = config.server.port if port is None else port
-    if not config.server.tokens and not is_loopback(host) and not insecure:
-        say(f"bridge serve: refusing to serve {host} without authentication: add server.tokens to "
-            "the config, bind a loopback address (--host 127.0.0.1), or pass --insecure",
+    if not config.server.tokens and config.server.oauth is None and not is_loopback(host) and not insecure:
+        say(f"bridge serve: refusing to serve {host} without authentication: add server.tokens or "
+            "server.oauth to the config, bind a loopback address (--host 127.0.0.1), or pass --insecure",
             logging.ERROR)
         return 2
     try:

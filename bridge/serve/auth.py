@@ -1,41 +1,131 @@
-"""Inbound auth shared by every HTTP frontend: bearer tokens from config, each bound to one
-surface. With no token configured the server is open (and refuses non-loopback binds unless
-told `--insecure`)."""
+"""Inbound auth shared by every HTTP frontend: each request's caller identified once
+(`bridge.identity`), the challenge a refused request gets, and the RFC 9728 protected resource
+metadata at `/.well-known/oauth-protected-resource` (and its `/mcp` form) when `server.oauth`
+is configured. With no token and no `oauth` the server is open (and refuses non-loopback binds
+unless told `--insecure`)."""
 
 from __future__ import annotations
 
-import hmac
-from dataclasses import dataclass
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.config import ServerConfig
+from bridge.identity import AuthFailure, Identity, challenge, resource_metadata
+from bridge.runtime import Bridge
 
-__all__ = ["AuthResult", "CALLER_SCOPE_KEY", "authenticate"]
+__all__ = [
+    "IDENTITY_SCOPE_KEY",
+    "METADATA_PATH",
+    "IdentifyCallers",
+    "caller_facts",
+    "identified",
+    "identify",
+    "refusal_headers",
+    "resource_metadata_routes",
+]
 
-# Where a frontend leaves the name of a request's token (`AuthResult.caller`) in its ASGI scope.
-CALLER_SCOPE_KEY = "a2t_bridge.caller"
-
-
-@dataclass(frozen=True)
-class AuthResult:
-    ok: bool
-    surface: str | None = None
-    status: int = 200
-    error: str | None = None
-    # who the token says the caller is, for logs and the audit stream: the token's `name`, else
-    # its place in the config (`server.tokens[2]`); never the token itself. None: no token.
-    caller: str | None = None
+IDENTITY_SCOPE_KEY = "a2t_bridge.identity"
+METADATA_PATH = "/.well-known/oauth-protected-resource"
 
 
-def authenticate(server: ServerConfig, authorization: str | None) -> AuthResult:
-    """The surface a request may see, from its Authorization header."""
-    if not server.tokens:
-        return AuthResult(True, server.default_surface)
-    if not authorization:
-        return AuthResult(False, status=401, error="missing bearer token: send 'Authorization: Bearer <token>'")
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return AuthResult(False, status=401, error="the Authorization header must be 'Bearer <token>'")
-    for index, entry in enumerate(server.tokens):
-        if hmac.compare_digest(entry.token.encode(), token.strip().encode()):
-            return AuthResult(True, entry.surface, caller=entry.name or f"server.tokens[{index}]")
-    return AuthResult(False, status=401, error="unknown bearer token")
+async def identify(bridge: Bridge, scope: Scope) -> Identity | AuthFailure:
+    """The request's caller, identified at its first asking and kept in its scope. The server
+    settings are read at each request: a reload may change the tokens and `oauth`."""
+    found = scope.get(IDENTITY_SCOPE_KEY)
+    if found is None:
+        header = Headers(scope=scope).get("authorization")
+        found = scope[IDENTITY_SCOPE_KEY] = await bridge.identity.identify(
+            bridge.config.server, header
+        )
+    return found
+
+
+def identified(scope: Scope) -> Identity | AuthFailure:
+    """The caller `IdentifyCallers` found for this request."""
+    found = scope.get(IDENTITY_SCOPE_KEY)
+    if found is None:
+        raise RuntimeError(
+            "the REST routes are served behind IdentifyCallers (bridge.serve.app.build_app)"
+        )
+    return found
+
+
+class IdentifyCallers:
+    """ASGI middleware: identifies the caller of every HTTP request before any route runs (an
+    OAuth token may need the issuer's keys fetched, which the synchronous route helpers cannot
+    wait for). A route that needs no caller ignores the outcome."""
+
+    def __init__(self, app: ASGIApp, bridge: Bridge) -> None:
+        self.app = app
+        self.bridge = bridge
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await identify(self.bridge, scope)
+        await self.app(scope, receive, send)
+
+
+def metadata_url(server: ServerConfig, scope: Scope, suffix: str = "") -> str | None:
+    """Where the protected resource metadata is, for a challenge: under `server.public_url`, else
+    under the scheme and Host the request came with. None without `server.oauth`."""
+    if server.oauth is None:
+        return None
+    base = server.public_url
+    if not base:
+        host = Headers(scope=scope).get("host") or "localhost"
+        base = f"{scope.get('scheme', 'http')}://{host}"
+    return f"{base.rstrip('/')}{METADATA_PATH}{suffix}"
+
+
+def refusal_headers(
+    server: ServerConfig, failure: AuthFailure, scope: Scope, suffix: str = ""
+) -> dict[str, str]:
+    """`WWW-Authenticate` for a refused request (and `Retry-After` when the issuer is down)."""
+    headers = {
+        "WWW-Authenticate": challenge(
+            error=failure.error,
+            description=failure.description,
+            metadata_url=metadata_url(server, scope, suffix),
+            scopes=list(failure.scopes),
+        )
+    }
+    if failure.status == 503:
+        headers["Retry-After"] = "5"
+    return headers
+
+
+def caller_facts(found: object) -> tuple[str | None, str | None, str | None]:
+    """(caller, subject, client id) of a request's identity for `CallOrigin`: a static token's
+    name as caller and client id; an OAuth token's `sub` and client id. Never the token."""
+    if not isinstance(found, Identity) or found.via == "open":
+        return None, None, None
+    caller = found.client_id if found.via == "static" else found.subject or found.client_id
+    return caller, found.subject, found.client_id
+
+
+def resource_metadata_routes(bridge: Bridge) -> list[Route]:
+    """`GET /.well-known/oauth-protected-resource` and `…/mcp` (RFC 9728, the form a client
+    builds from the `/mcp` resource's path): the same document, 404 without `server.oauth`."""
+
+    async def metadata(request: Request) -> Response:
+        oauth = bridge.config.server.oauth
+        if oauth is None:
+            body = {
+                "error": {
+                    "error_class": "invalid_arguments",
+                    "error_code": "route_not_found",
+                    "message": f"no route {request.url.path}: server.oauth is not configured",
+                    "recoverability": "change_arguments",
+                },
+                "status": 404,
+            }
+            return JSONResponse(body, status_code=404)
+        return JSONResponse(resource_metadata(oauth), headers={"Cache-Control": "max-age=300"})
+
+    return [
+        Route(METADATA_PATH, metadata, methods=["GET"]),
+        Route(f"{METADATA_PATH}/mcp", metadata, methods=["GET"]),
+    ]

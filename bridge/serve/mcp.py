@@ -46,7 +46,7 @@ from bridge.serve.mcp_meta import (
 )
 from bridge.serve.mcp_sdk import open_transports, session_connection
 from bridge.serve.mcp_session import ChangeNotifier, SessionState, listing_for
-from bridge.serve.auth import CALLER_SCOPE_KEY
+from bridge.serve.auth import IDENTITY_SCOPE_KEY, caller_facts
 from bridge.surface import Surface
 from bridge.telemetry import CallOrigin, from_meta, valid_traceparent, valid_tracestate
 from bridge.translate.mcp import is_modern, render_output_schema, render_result, render_tool
@@ -240,17 +240,18 @@ class MCPFrontend:
         """Who a call comes from, with the caller's trace context: `params._meta.traceparent`,
         else (over HTTP) the `traceparent` header."""
         parent, state = from_meta(ctx.meta)
-        caller = session = None
+        caller = subject = client_id = session = None
         request = ctx.request
         scope = getattr(request, "scope", None)
         if isinstance(scope, dict):
-            caller = scope.get(CALLER_SCOPE_KEY)
+            caller, subject, client_id = caller_facts(scope.get(IDENTITY_SCOPE_KEY))
             headers = request.headers  # type: ignore[union-attr]
             session = headers.get("mcp-session-id")
             if parent is None:
                 parent = valid_traceparent(headers.get("traceparent"))
                 state = valid_tracestate(headers.get("tracestate")) if parent else None
-        return CallOrigin("mcp", caller, parent, state, session, ctx.request_id)
+        return CallOrigin("mcp", caller, parent, state, session, ctx.request_id, subject=subject,
+                          client_id=client_id)
 
     def _state(self, ctx: ServerRequestContext[Any, Any], surface: Surface) -> SessionState | None:
         """A handshake-era connection's state; None in the sessionless 2026-07-28 era."""

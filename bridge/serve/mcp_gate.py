@@ -1,5 +1,6 @@
-"""The HTTP gate of the `/mcp` endpoint: the bearer token that picks a request's surface, and the
-SDK's DNS-rebinding protection (the Host and Origin a request may name)."""
+"""The HTTP gate of the `/mcp` endpoint: the caller (a static token or an OAuth access token)
+whose identity picks a request's surface, and the SDK's DNS-rebinding protection (the Host and
+Origin a request may name)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from bridge.config import ServerConfig
+from bridge.identity import AuthFailure, Identity
 from bridge.runtime import Bridge
-from bridge.serve.auth import CALLER_SCOPE_KEY, authenticate
+from bridge.serve.auth import identify, refusal_headers
 from bridge.serve.rest_http import ApiError, error_response, read_body, replaying
 
-__all__ = ["SURFACE_SCOPE_KEY", "CALLER_SURFACE", "MCPAuthGate", "transport_security_for"]
+__all__ = ["CALLER_SURFACE", "SURFACE_SCOPE_KEY", "MCPAuthGate", "transport_security_for"]
 
 log = logging.getLogger("bridge.serve.mcp")
 
@@ -32,11 +35,13 @@ CALLER_SURFACE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 
 class MCPAuthGate:
-    """ASGI wrapper of the `/mcp` endpoint: bearer tokens from `server.tokens`, each bound to a
-    surface (with no token configured, everyone gets `server.default_surface`). A refused request
-    gets 401 with a JSON body saying why. An accepted one carries its surface in the scope and,
-    as the SDK's authenticated user, a principal derived from the token, so a handshake-era
-    session stays bound to the token that opened it."""
+    """ASGI wrapper of the `/mcp` endpoint: static bearer tokens from `server.tokens`, each bound
+    to a surface, and OAuth access tokens of `server.oauth`, whose claims pick it (with neither
+    configured, everyone gets `server.default_surface`). A refused request gets 401 (403 for a
+    missing scope, 503 while the identity provider cannot be read) with a JSON body saying why and
+    a challenge naming the resource metadata. An accepted one carries its surface in the scope
+    and, as the SDK's authenticated user, its principal (a digest of a static token; an OAuth
+    caller's issuer, subject and client id), so a handshake-era session stays bound to it."""
 
     def __init__(self, app: ASGIApp, bridge: Bridge) -> None:
         self.app = app
@@ -46,25 +51,10 @@ class MCPAuthGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        header = Headers(scope=scope).get("authorization")
         server = self.bridge.config.server  # read at each request: a reload may change the tokens
-        auth = authenticate(server, header)
-        if not auth.ok:
-            description = auth.error or "unauthorized"
-            body = json.dumps({"error": "invalid_token", "error_description": description}).encode()
-            challenge = f'Bearer error="invalid_token", error_description="{description}"'
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": auth.status,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", challenge.encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+        caller = await identify(self.bridge, scope)
+        if isinstance(caller, AuthFailure):
+            await _refuse(server, caller, scope, send)
             return
         if scope["method"] == "POST":
             # read here, not by the SDK: a client that leaves (or is timed out) midway is no
@@ -77,17 +67,35 @@ class MCPAuthGate:
             if whole is None:
                 return
             receive = replaying(whole, receive)
-        scope[SURFACE_SCOPE_KEY] = auth.surface
-        if auth.caller is not None:
-            scope[CALLER_SCOPE_KEY] = auth.caller
-        CALLER_SURFACE.set(auth.surface)  # this request's task and those it starts
-        if server.tokens and header:
-            # only a digest of the token travels on; the token itself stays in the header
-            principal = hashlib.sha256(header.partition(" ")[2].strip().encode()).hexdigest()[:24]
-            scope["user"] = AuthenticatedUser(
-                AccessToken(token=f"sha256:{principal}", client_id=f"token:{principal}", scopes=[f"surface:{auth.surface}"])
-            )
+        scope[SURFACE_SCOPE_KEY] = caller.surface
+        CALLER_SURFACE.set(caller.surface)  # this request's task and those it starts
+        user = _principal(caller, Headers(scope=scope).get("authorization"))
+        if user is not None:
+            scope["user"] = user
         await self.app(scope, receive, send)
+
+
+async def _refuse(server: ServerConfig, failure: AuthFailure, scope: Scope, send: Send) -> None:
+    error = {"error": failure.error or "invalid_token", "error_description": failure.description}
+    body = json.dumps(error).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    challenge = refusal_headers(server, failure, scope, "/mcp")
+    headers += [(k.lower().encode(), v.encode()) for k, v in challenge.items()]
+    await send({"type": "http.response.start", "status": failure.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _principal(caller: Identity, header: str | None) -> AuthenticatedUser | None:
+    """The SDK's user for a session's owner: never the token itself."""
+    if caller.via == "static" and header:
+        digest = hashlib.sha256(header.partition(" ")[2].strip().encode()).hexdigest()[:24]
+        return AuthenticatedUser(AccessToken(token=f"sha256:{digest}", client_id=f"token:{digest}",
+                                             scopes=[f"surface:{caller.surface}"]))
+    if caller.via in ("jwt", "introspection"):
+        return AuthenticatedUser(AccessToken(token=f"oauth:{caller.via}", client_id=caller.client_id or "",
+                                             scopes=sorted(caller.scopes), subject=caller.subject,
+                                             claims={"iss": caller.issuer}))
+    return None
 
 
 _LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]

@@ -23,7 +23,8 @@ from bridge.config import ServerConfig
 from bridge.model import ToolDeclaration, ToolError, ToolResult, quoted
 from bridge.runtime import Bridge
 from bridge.search import MAX_QUERY_CHARS
-from bridge.serve.auth import CALLER_SCOPE_KEY, authenticate
+from bridge.identity import AuthFailure, Identity
+from bridge.serve.auth import IDENTITY_SCOPE_KEY, caller_facts, identified, refusal_headers
 from bridge.surface import Surface
 from bridge.telemetry import CallOrigin, valid_traceparent, valid_tracestate
 from bridge.translate.wire import TOOL_RESULT_KEY, WireFormatError, json_safe
@@ -168,27 +169,33 @@ class ServeContext:
         """The server settings now (a reload may change its tokens and default surface)."""
         return self.bridge.config.server
 
+    def identity(self, request: Request) -> Identity | AuthFailure:
+        """The request's caller (identified before any route ran), or why it is refused."""
+        return identified(request.scope)
+
     def caller(self, request: Request) -> Surface:
-        auth = authenticate(self.server, request.headers.get("authorization"))
-        if not auth.ok:
-            raise ApiError(auth.status, "credential_missing", auth.error or "unauthorized",
-                           headers={"WWW-Authenticate": 'Bearer realm="bridge"'})
-        surface = self.bridge.surfaces.get(auth.surface)
+        """The caller's surface; a refused caller gets 401 (no or a bad token), 403 (a scope
+        missing) or 503 (the identity provider cannot be read), with the challenge."""
+        found = self.identity(request)
+        if isinstance(found, AuthFailure):
+            error_class = {403: "permission_denied", 503: "dependency_unavailable"}.get(found.status, "credential_missing")
+            raise ApiError(found.status, error_class, found.description, error_code=found.error,
+                           headers=refusal_headers(self.server, found, request.scope))
+        surface = self.bridge.surfaces.get(found.surface)
         if surface is None:
-            raise ApiError(403, "policy_blocked", f"the token's surface {auth.surface!r} is not configured")
-        if auth.caller is not None:
-            request.scope[CALLER_SCOPE_KEY] = auth.caller
+            raise ApiError(403, "policy_blocked", f"the token's surface {found.surface!r} is not configured")
         return surface
 
     def origin(self, request: Request) -> CallOrigin:
-        """Who a call comes from (the token `caller` named) and the caller's trace context."""
+        """Who a call comes from (the token's name, the OAuth caller's subject and client id)
+        and the caller's trace context."""
         headers = request.headers
         parent = valid_traceparent(headers.get("traceparent"))
         state = valid_tracestate(headers.get("tracestate")) if parent else None
-        caller = request.scope.get(CALLER_SCOPE_KEY)
+        caller, subject, client_id = caller_facts(request.scope.get(IDENTITY_SCOPE_KEY))
         if parent is None and caller is None:
             return _REST_ORIGIN
-        return CallOrigin("rest", caller, parent, state)
+        return CallOrigin("rest", caller, parent, state, subject=subject, client_id=client_id)
 
     async def invoke(self, request: Request, ref: str, arguments: Any, *, surface: Surface, version: int | None = None) -> ToolResult:
         """The pipeline's call for a request whose body was read, cancelled when the client

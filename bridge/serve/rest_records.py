@@ -13,7 +13,7 @@ from bridge.arguments import pointer_token
 from bridge.envelopes import error_result
 from bridge.model import BridgeError, new_id, quoted
 from bridge.policy import unknown_tool
-from bridge.serve.auth import authenticate
+from bridge.identity import Identity
 from bridge.serve.rest_http import (
     ApiError,
     JSONBody,
@@ -179,7 +179,7 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         # a probe needs no token and reads up or down; the counts and reasons, which tell what a
         # surface hides and where upstreams live, only a caller with a valid token (any caller
         # of an open server)
-        detailed = authenticate(ctx.server, request.headers.get("authorization")).ok
+        detailed = isinstance(ctx.identity(request), Identity)
         upstreams = []
         for health in bridge.catalog.health():
             entry: dict[str, Any] = {"name": health.name, "kind": health.kind,

@@ -20,8 +20,10 @@ __all__ = ["CallOrigin", "Telemetry"]
 @dataclass(frozen=True, slots=True)
 class CallOrigin:
     """Where a call came from: the frontend (`rest`, `mcp`, `cli`), the caller's token name
-    (never the token), and the caller's W3C trace context (`traceparent`, `tracestate`, valid
-    ones only), with the MCP session and JSON-RPC request ids when it came over MCP."""
+    (never the token), the caller's subject and client id (an OAuth token's `sub` and
+    `client_id`; a static token's name as client id), and the caller's W3C trace context
+    (`traceparent`, `tracestate`, valid ones only), with the MCP session and JSON-RPC request
+    ids when it came over MCP."""
 
     frontend: str
     caller: str | None = None
@@ -29,6 +31,8 @@ class CallOrigin:
     tracestate: str | None = None
     session_id: str | None = None
     request_id: str | int | None = None
+    subject: str | None = None
+    client_id: str | None = None
 
 
 class Telemetry:
