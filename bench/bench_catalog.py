@@ -16,13 +16,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bridge.catalog import Catalog  # noqa: E402
-from bridge.config import InvokeConfig  # noqa: E402
-from bridge.invoke import Invoker  # noqa: E402
-from bridge.model import SafetyHints, UpstreamResult, UpstreamTool  # noqa: E402
-from bridge.store import Store  # noqa: E402
-from bridge.surface import Surfaces  # noqa: E402
-from bridge.upstream import CallContext, Upstream, UpstreamConfig  # noqa: E402
+from bridge.catalog import Catalog
+from bridge.config import InvokeConfig
+from bridge.invoke import Invoker
+from bridge.model import SafetyHints, UpstreamResult, UpstreamTool
+from bridge.store import Store
+from bridge.surface import Surfaces
+from bridge.upstream import CallContext, Upstream, UpstreamConfig
 
 VERBS = ["get", "list", "create", "update", "delete", "search", "export", "sync", "archive", "restore"]
 NOUNS = ["user", "invoice", "repo", "issue", "ticket", "order", "payment", "file", "report", "device"]

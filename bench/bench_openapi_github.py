@@ -28,10 +28,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream  # noqa: E402
 from adapters.openapi.params import build_request  # noqa: E402
-from bridge.catalog import Catalog  # noqa: E402
+from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream  # noqa: E402
 from bridge.arguments import SchemaValidators  # noqa: E402
+from bridge.catalog import Catalog  # noqa: E402
 from bridge.store import Store  # noqa: E402
 from bridge.translate.mcp import render_tool  # noqa: E402
 
@@ -73,7 +73,7 @@ def sample_value(schema: Any, depth: int = 0) -> Any:
     """A small value of the schema's type (enough for required properties)."""
     if not isinstance(schema, dict) or depth > 4:
         return "x"
-    if "enum" in schema and schema["enum"]:
+    if schema.get("enum"):
         return schema["enum"][0]
     if "default" in schema:
         return schema["default"]

@@ -49,8 +49,13 @@ async def start(argv: list[str], ready: bytes, stream: str) -> asyncio.subproces
                 raise RuntimeError(f"{argv[2:4]} exited before it was ready")
             if line.startswith(ready):
                 break
-    asyncio.create_task(_drain(pipe))
+    drain = asyncio.create_task(_drain(pipe))
+    _DRAINS.add(drain)  # held until done: the loop keeps only a weak reference to a task
+    drain.add_done_callback(_DRAINS.discard)
     return process
+
+
+_DRAINS: set[asyncio.Task[None]] = set()
 
 
 async def _drain(pipe: asyncio.StreamReader) -> None:

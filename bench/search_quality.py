@@ -84,9 +84,9 @@ import tantivy  # noqa: E402
 from bridge.catalog import Catalog  # noqa: E402
 from bridge.config import SurfaceConfig  # noqa: E402
 from bridge.model import UpstreamResult, UpstreamTool  # noqa: E402
+from bridge.search.encoder import model_location  # noqa: E402
 from bridge.search.service import ToolSearch  # noqa: E402
 from bridge.search.stages import TITLE_WEIGHT  # noqa: E402
-from bridge.search.encoder import model_location  # noqa: E402
 from bridge.store import Store  # noqa: E402
 from bridge.surface import Surface  # noqa: E402
 from bridge.upstream import CallContext, Upstream, UpstreamConfig  # noqa: E402

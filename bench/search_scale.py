@@ -43,9 +43,9 @@ from bridge.model import UpstreamTool  # noqa: E402
 from bridge.search.analysis import analyze_query, name_tokens, query_parts  # noqa: E402
 from bridge.search.document import IndexedTool, _param_text, exact_names, name_text  # noqa: E402
 from bridge.search.index import ToolIndex  # noqa: E402
-from bridge.search.stages import part_scores  # noqa: E402
 from bridge.search.semantic import CANDIDATES as SEMANTIC_CANDIDATES  # noqa: E402
 from bridge.search.semantic import QUERY_TOKENS  # noqa: E402
+from bridge.search.stages import part_scores  # noqa: E402
 from bridge.search.static import load_static  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "toolsearch"

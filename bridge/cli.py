@@ -23,7 +23,7 @@ from bridge.supervisor import UpstreamSlot
 from bridge.telemetry import CallOrigin, configure_logging, say
 from bridge.upstream import KIND_COMMANDS, kind_commands
 
-__all__ = ["main", "build_parser", "COMMANDS"]
+__all__ = ["COMMANDS", "build_parser", "main"]
 
 
 def _progress(total: int) -> Callable[[UpstreamSlot], None] | None:

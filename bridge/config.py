@@ -27,22 +27,22 @@ from bridge.oauth_config import OAuthConfig
 from bridge.upstream import ConfigValueError, UpstreamConfig, known_kinds, upstream_class
 
 __all__ = [
-    "ConfigError",
-    "Rule",
-    "SurfaceConfig",
+    "DEFAULT_CONFIG",
+    "AuditConfig",
     "AuthToken",
+    "BridgeConfig",
+    "ConfigError",
+    "InvokeConfig",
+    "LoggingConfig",
     "OAuthConfig",
+    "Rule",
+    "SearchConfig",
     "ServerConfig",
     "StoreConfig",
-    "InvokeConfig",
-    "SearchConfig",
+    "SurfaceConfig",
     "TelemetryConfig",
-    "LoggingConfig",
-    "AuditConfig",
-    "BridgeConfig",
     "load_config",
     "parse_config",
-    "DEFAULT_CONFIG",
 ]
 
 DEFAULT_CONFIG = "configs/demo.yaml"
@@ -238,7 +238,7 @@ class BridgeConfig(_Strict):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
-    mcpServers: dict[str, Any] = Field(default_factory=dict)  # noqa: N815 - the clients' spelling
+    mcpServers: dict[str, Any] = Field(default_factory=dict)
     surfaces: list[SurfaceConfig] = Field(default_factory=list)
     source: str = Field(default="<memory>", exclude=True)
     base_dir: str = Field(default=".", exclude=True)
@@ -576,7 +576,7 @@ def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
         raise ConfigError(str(file), [("", f"cannot be read ({exc.strerror or exc})",
                                        "make it readable by the user running the bridge")]) from None
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys) if file.suffix == ".json" else yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+        data = json.loads(text, object_pairs_hook=_unique_keys) if file.suffix == ".json" else yaml.load(text, Loader=_UniqueKeyLoader)
     except _DuplicateKey as exc:
         raise ConfigError(str(file), [("", f"not valid JSON: the key {exc.args[0]!r} is given twice in one object", "keep one of the two")]) from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:

@@ -10,7 +10,7 @@ from bridge.catalog import Catalog
 from bridge.model import BridgeError, ToolDeclaration, quoted
 from bridge.surface import Surface
 
-__all__ = ["check_permission", "blocked_error", "unknown_tool"]
+__all__ = ["blocked_error", "check_permission", "unknown_tool"]
 
 _BLOCK_CLASSES = {"credential_missing": "credential_missing", "setup_required": "setup_required"}
 

@@ -27,8 +27,16 @@ from bridge.surface import Surface, Surfaces
 from bridge.telemetry import Telemetry
 from bridge.upstream import Upstream, upstream_class
 
-__all__ = ["Bridge", "GC_YOUNG_THRESHOLD", "LIVE_SERVER_KEYS", "collector_held", "reload_on_hangup", "search_index_path", "search_index_released",
-           "settle_gc"]
+__all__ = [
+    "GC_YOUNG_THRESHOLD",
+    "LIVE_SERVER_KEYS",
+    "Bridge",
+    "collector_held",
+    "reload_on_hangup",
+    "search_index_path",
+    "search_index_released",
+    "settle_gc",
+]
 
 log = logging.getLogger("bridge.runtime")
 

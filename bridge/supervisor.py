@@ -308,7 +308,7 @@ class UpstreamSupervisor:
                 await self._take(slot, tools)  # a listing it cannot take is a failed attempt too
             except asyncio.CancelledError:
                 raise
-            except BaseException as exc:  # noqa: BLE001 - every failure is reported, none escapes
+            except BaseException as exc:
                 # a start still busy names what it was doing (`mapping 22,361 operations`)
                 busy = f" (still {up.phase})" if up.phase else ""
                 reason = _reason(exc, f"no answer within start_timeout={cfg.start_timeout}s{busy}")
@@ -376,7 +376,7 @@ class UpstreamSupervisor:
                 if event.kind == "tools_added":
                     try:
                         await self._take(slot, added=list(event.tools))
-                    except Exception:  # noqa: BLE001 - the supervisor outlives a bad notice
+                    except Exception:
                         log.exception("upstream %s: tools it added could not be taken in", slot.name)
                     continue
                 if event.kind == "launch_exited":
@@ -405,7 +405,7 @@ class UpstreamSupervisor:
                     await self._take(slot, tools)
                 except asyncio.CancelledError:
                     raise
-                except BaseException as exc:  # noqa: BLE001
+                except BaseException as exc:
                     self._mark(slot, "unavailable", _reason(exc, "re-list timed out"))
                     with contextlib.suppress(Exception):
                         await up.close()
@@ -423,7 +423,7 @@ class UpstreamSupervisor:
             return True
         except asyncio.CancelledError:
             raise
-        except BaseException:  # noqa: BLE001 - any failure is an answer of no
+        except BaseException:
             return False
 
     def slot(self, upstream: str) -> UpstreamSlot:

@@ -18,7 +18,7 @@ from bridge.model import BlockedTool, DeferredToolRef, ToolDeclaration, ToolSurf
 
 log = logging.getLogger("bridge.surface")
 
-__all__ = ["Placement", "Surface", "Surfaces", "rule_matches", "deferred_ref"]
+__all__ = ["Placement", "Surface", "Surfaces", "deferred_ref", "rule_matches"]
 
 
 @dataclass(frozen=True)

@@ -20,18 +20,18 @@ from bridge.model import BridgeError, ToolProgress, UpstreamResult, UpstreamTool
 from bridge.net import is_loopback
 
 __all__ = [
-    "UpstreamConfig",
-    "LaunchConfig",
-    "UpstreamEvent",
-    "CallContext",
-    "Upstream",
     "KINDS",
     "KIND_COMMANDS",
+    "CallContext",
+    "LaunchConfig",
+    "Upstream",
+    "UpstreamConfig",
+    "UpstreamEvent",
     "kind_commands",
-    "register_kind",
-    "upstream_class",
     "known_kinds",
     "off_loop_when",
+    "register_kind",
+    "upstream_class",
 ]
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,48}$"

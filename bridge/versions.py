@@ -10,7 +10,7 @@ from typing import Any, Literal
 from bridge.model import ToolDeclaration, VersionRecord, now_iso
 from bridge.store import Store
 
-__all__ = ["signature_of", "digest_of", "classify_change", "sign", "Signed", "UnencodableText", "VersionRegistry"]
+__all__ = ["Signed", "UnencodableText", "VersionRegistry", "classify_change", "digest_of", "sign", "signature_of"]
 
 
 def signature_of(decl: ToolDeclaration) -> dict[str, Any]:

@@ -89,4 +89,4 @@ class FakeUpstream(Upstream):
         self.emit(UpstreamEvent("unavailable", reason=reason))
 
 
-__all__ = ["FakeConfig", "FakeUpstream", "tool", "BridgeError"]
+__all__ = ["BridgeError", "FakeConfig", "FakeUpstream", "tool"]

@@ -44,7 +44,7 @@ async def world():
 
 
 async def test_success_envelope(world):
-    catalog, invoker, up, _ = world
+    catalog, invoker, _up, _ = world
     result = await invoker.invoke("svc__echo", {"text": "hi"})
     assert result.status == "succeeded" and not result.is_error
     assert result.content == [{"type": "text", "text": "hi"}]
@@ -89,7 +89,7 @@ async def test_a_blocked_call_says_what_its_upstream_said_of_the_block(world):
 
 
 async def test_destructive_allowed_by_surface_and_inferred_never_denies(world):
-    _, invoker, up, _ = world
+    _, invoker, _up, _ = world
     assert not (await invoker.invoke("svc__wipe", {}, surface="ops")).is_error
     assert not (await invoker.invoke("svc__drop_inferred", {})).is_error
 
@@ -172,7 +172,7 @@ async def test_an_upstreams_secrets_are_masked_in_every_error_it_causes():
 
 
 async def test_large_result_persisted_and_retrievable(world):
-    _, invoker, up, store = world
+    _, invoker, up, _store = world
     big = "x" * 5000
     up.result = UpstreamResult(content=[{"type": "text", "text": big}], structured_content={"rows": [1, 2, 3]})
     result = await invoker.invoke("svc__echo", {"text": "a"})
@@ -196,7 +196,7 @@ async def test_result_too_large(world):
 
 
 async def test_pinned_version_validates_against_its_schema(world):
-    catalog, invoker, up, _ = world
+    catalog, invoker, _up, _ = world
     # v2: compatible (adds optional `lang`)
     catalog.apply_tools("svc", [tool("echo", props={"text": {"type": "string"}, "lang": {"type": "string"}}, required=["text"])])
     assert catalog.resolve("svc__echo").version == 2
@@ -232,7 +232,7 @@ async def test_cancellation_propagates_and_is_logged(world):
 
 
 async def test_progress_and_invocation_log_without_secrets(world):
-    _, invoker, up, store = world
+    _, invoker, _up, store = world
     seen = []
 
     async def sink(progress):

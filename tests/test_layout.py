@@ -92,7 +92,7 @@ def test_no_import_cycle(graph) -> None:
         stack.append(node)
         for target in sorted(edges[node]):
             if state.get(target) == 1:
-                cycles.append(stack[stack.index(target):] + [target])
+                cycles.append([*stack[stack.index(target):], target])
             elif target not in state:
                 visit(target)
         stack.pop()

@@ -175,7 +175,7 @@ def test_another_applications_database_is_refused_and_left_as_it_was(tmp_path):
         with pytest.raises(StoreError, match=rf"^{re.escape(str(path))}: is no bridge store: {re.escape(said)}.*fix: "):
             Store(path)
         assert path.read_bytes() == before  # no table, layout or journal mode written
-    with pytest.raises(StoreError, match="its folder cannot be made .*fix: "):
+    with pytest.raises(StoreError, match=r"its folder cannot be made .*fix: "):
         Store(foreign / "inside" / "bridge.db")  # a file where the folder would be
 
 

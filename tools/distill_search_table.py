@@ -30,9 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bridge.search.analysis import term_stems  # noqa: E402
-from bridge.search.encoder import MODEL_NAME, MiniLMEncoder, model_location  # noqa: E402
-from bridge.search.static import StaticEncoder  # noqa: E402
+from bridge.search.analysis import term_stems
+from bridge.search.encoder import MODEL_NAME, MiniLMEncoder, model_location
+from bridge.search.static import StaticEncoder
 
 ZIPF_A = 1e-4
 # Related words: measured among 0.55 to 0.7 and 1 to 3 words (docs/search.md, *What is indexed*,

@@ -33,15 +33,15 @@ __all__ = [
     "CARD_PATH",
     "LEGACY_CARD_PATH",
     "A2AAuth",
-    "CardFetch",
-    "WrittenOrder",
-    "CardSource",
     "AgentCredentials",
+    "CardFetch",
+    "CardSource",
+    "RedactingFilter",
+    "WrittenOrder",
     "bind_credentials",
-    "origin_text",
     "certificate_refused",
     "failed_url",
-    "RedactingFilter",
+    "origin_text",
 ]
 
 log = logging.getLogger("adapters.a2a")

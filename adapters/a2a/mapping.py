@@ -39,18 +39,18 @@ from bridge.model import (
 log = logging.getLogger("adapters.a2a")
 
 __all__ = [
-    "TOOL_KIND",
+    "INTERRUPTED_STATES",
     "SKILL_METADATA_KEY",
     "TERMINAL_STATES",
-    "INTERRUPTED_STATES",
-    "state_name",
+    "TOOL_KIND",
+    "TaskTracker",
     "agent_tool_id",
-    "tools_from_card",
-    "input_schema_for",
     "build_message",
     "build_request",
-    "TaskTracker",
+    "input_schema_for",
     "result_from_tracker",
+    "state_name",
+    "tools_from_card",
 ]
 
 TOOL_KIND = "peer_agent_tool"

@@ -20,9 +20,22 @@ from bridge.model import BridgeError
 
 log = logging.getLogger("adapters.a2a")
 
-__all__ = ["CONNECTION_LOST", "DROPPED_UNANSWERED", "DRAIN_BYTES", "DRAIN_SECONDS", "KEEPALIVE_SECONDS", "AnswerTooLarge", "BoundedTransport",
-           "ReusedConnectionDropped", "causes", "cut_off", "lost_connection", "on_new_connection", "proxy_mounts",
-           "reused_dropped"]
+__all__ = [
+    "CONNECTION_LOST",
+    "DRAIN_BYTES",
+    "DRAIN_SECONDS",
+    "DROPPED_UNANSWERED",
+    "KEEPALIVE_SECONDS",
+    "AnswerTooLarge",
+    "BoundedTransport",
+    "ReusedConnectionDropped",
+    "causes",
+    "cut_off",
+    "lost_connection",
+    "on_new_connection",
+    "proxy_mounts",
+    "reused_dropped",
+]
 
 
 # Transport failures after which no answer came: the agent may be gone, which its card then tells.

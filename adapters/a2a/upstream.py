@@ -480,7 +480,7 @@ class A2AUpstream(Upstream):
                     with on_new_connection():
                         await agent.client.cancel_task(request, context=context)
                 log.info("agent %s: canceled task %s", self.name, task_id)
-            except Exception as exc:  # noqa: BLE001 - the call is over either way; the agent may have finished
+            except Exception as exc:
                 log.info("agent %s: cancel of task %s failed: %s", self.name, task_id, self._redact(str(exc) or type(exc).__name__))
 
         task = asyncio.create_task(send(), name=f"a2a-cancel:{task_id}")

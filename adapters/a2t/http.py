@@ -24,7 +24,7 @@ from bridge.model import BridgeError, ErrorClass, ToolError, UpstreamResult
 from bridge.translate.http import retry_after_seconds
 from bridge.translate.wire import TOOL_RESULT_KEY, result_from_envelope, tool_error_from_body
 
-__all__ = ["RetryConfig", "HTTPAnswer", "A2THttp", "safe_url", "class_of_status", "error_result_of"]
+__all__ = ["A2THttp", "HTTPAnswer", "RetryConfig", "class_of_status", "error_result_of", "safe_url"]
 
 USER_AGENT = "a2t-bridge (a2t upstream)"
 

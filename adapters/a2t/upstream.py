@@ -28,7 +28,7 @@ from bridge.upstream import (
     off_loop_when,
 )
 
-__all__ = ["A2TConfig", "A2TUpstream", "GENERATION_HEADER"]
+__all__ = ["GENERATION_HEADER", "A2TConfig", "A2TUpstream"]
 
 log = logging.getLogger("adapters.a2t")
 

@@ -12,16 +12,16 @@ from typing import Any, Literal
 from bridge.model import SCHEMA_VERSION, SafetyHints, UpstreamTool
 
 __all__ = [
-    "Param",
     "ATIPCommand",
+    "Param",
     "atip_version_of",
     "flatten",
     "merge_effects",
-    "param_schema",
-    "safety_of",
     "needs_interaction",
-    "permission_profile",
+    "param_schema",
     "parse_duration",
+    "permission_profile",
+    "safety_of",
     "to_upstream_tool",
 ]
 

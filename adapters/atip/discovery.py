@@ -25,19 +25,19 @@ from adapters.atip.exec import run_process, tail
 from bridge.model import BridgeError, now_iso
 
 __all__ = [
-    "SUPPORTED_VERSIONS",
-    "DEFAULT_SYSTEM_DIRS",
     "DEFAULT_SCAN_SKIP",
+    "DEFAULT_SYSTEM_DIRS",
+    "SUPPORTED_VERSIONS",
     "ATIPMetadataError",
     "AgentToolsDirs",
     "FoundMetadata",
     "ScanResult",
-    "validate_metadata",
-    "deep_merge",
     "atomic_write_json",
+    "deep_merge",
     "probe_agent",
     "scan_candidates",
     "scan_path",
+    "validate_metadata",
 ]
 
 SUPPORTED_VERSIONS = ("0.1", "0.2", "0.3", "0.4", "0.5", "0.6")

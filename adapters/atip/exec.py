@@ -23,8 +23,8 @@ __all__ = [
     "OptionStyle",
     "ProcessOutcome",
     "build_argv",
-    "run_process",
     "result_of",
+    "run_process",
     "tail",
 ]
 

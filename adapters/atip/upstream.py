@@ -37,7 +37,7 @@ from adapters.atip.exec import build_argv, result_of, run_process
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool
 from bridge.upstream import CallContext, ConfigValueError, Upstream, UpstreamConfig, UpstreamEvent
 
-__all__ = ["AnswerRule", "ATIPConfig", "ATIPUpstream", "DEFAULT_ENV_ALLOW"]
+__all__ = ["DEFAULT_ENV_ALLOW", "ATIPConfig", "ATIPUpstream", "AnswerRule"]
 
 log = logging.getLogger("adapters.atip")
 

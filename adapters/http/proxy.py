@@ -28,7 +28,7 @@ from yarl import URL
 from bridge.model import BridgeError
 from bridge.net import is_loopback
 
-__all__ = ["EnvironmentProxies", "LoopbackDirect", "proxied_session", "loopback_direct", "loopback_mounts", "LOOPBACK_DIRECT"]
+__all__ = ["LOOPBACK_DIRECT", "EnvironmentProxies", "LoopbackDirect", "loopback_direct", "loopback_mounts", "proxied_session"]
 
 LOOPBACK_DIRECT = True  # loopback hosts skip the proxies (the tests of proxying turn it off)
 # httpx's mounts for the loopback hosts, to the client's own direct transport (None)

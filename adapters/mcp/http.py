@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 import httpx2
 
-__all__ = ["MAX_RESUMPTIONS", "RESUMED_TOO_OFTEN", "TOO_LARGE", "bound_answer", "answer_too_large", "quiet_sdk_refusals"]
+__all__ = ["MAX_RESUMPTIONS", "RESUMED_TOO_OFTEN", "TOO_LARGE", "answer_too_large", "bound_answer", "quiet_sdk_refusals"]
 
 TOO_LARGE = "answered more than max_response_bytes="
 RESUMED_TOO_OFTEN = "times without the answer"

@@ -175,7 +175,7 @@ class HTTPSessionCare:
         try:
             with anyio.fail_after(self.config.ping_timeout):
                 response = await http.delete(self.config.url, headers={"accept": "application/json, text/event-stream", **headers})
-        except Exception as exc:  # noqa: BLE001 - the session is over either way
+        except Exception as exc:
             failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             log.log(level, "mcp upstream %s: ending the HTTP session failed: %s", self.name, masked(failure, self.config.secrets()))
             return

@@ -175,7 +175,7 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
                     log.info("mcp upstream %s: connected (protocol %s)", self.name, self.protocol_version)
                     await self._wake.wait()
                     tasks.cancel_scope.cancel()
-        except BaseException as exc:  # noqa: BLE001 - the owner reports every ending, none escapes
+        except BaseException as exc:
             failure = exc
         finally:
             self._client = None
@@ -335,7 +335,7 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
                         self._tools_changed("subscriptions/listen")
             except ListenNotSupportedError:
                 return
-            except Exception as exc:  # noqa: BLE001 - a dropped stream is retried, never fatal
+            except Exception as exc:
                 log.info("mcp upstream %s: listen stream ended: %s", self.name, exc)
             await anyio.sleep(pause)
             pause = min(pause * 2, _LISTEN_RETRY[1])
@@ -367,7 +367,7 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
                                              f"probe failed: the server ended it or restarted ({self._lost_reason})")
                 except TimeoutError:
                     self._lost_reason = f"no answer to a liveness probe within {self.config.ping_timeout:g}s"
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     self._lost_reason = self._failure_text(exc, connecting=False)
                 else:
                     self._clear_doubt(doubt)

@@ -27,7 +27,7 @@ from bridge.masking import SHORTEST_SECRET, masked, masked_value, secret_values
 from bridge.model import BridgeError
 from bridge.upstream import ConfigValueError
 
-__all__ = ["AuthConfig", "Credentials", "Redactor", "OAuth2Token", "certificate_failure", "document_tls", "shown_place"]
+__all__ = ["AuthConfig", "Credentials", "OAuth2Token", "Redactor", "certificate_failure", "document_tls", "shown_place"]
 
 AuthType = Literal["apiKey", "api_key", "bearer", "basic", "oauth2", "mtls"]
 

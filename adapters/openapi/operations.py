@@ -20,7 +20,7 @@ from adapters.openapi.shared import SharedSchemas
 from adapters.openapi.spec import HTTP_METHODS, Document
 from bridge.model import SafetyHints, UpstreamTool
 
-__all__ = ["Selector", "ParamSpec", "BodySpec", "Operation", "map_operations", "body_kind", "shown_url"]
+__all__ = ["BodySpec", "Operation", "ParamSpec", "Selector", "body_kind", "map_operations", "shown_url"]
 
 Location = Literal["path", "query", "header", "cookie"]
 BodyKind = Literal["json", "form", "multipart", "text", "binary"]
@@ -54,9 +54,7 @@ class Selector(BaseModel):
             return False
         if self.operation_id is not None and not fnmatch.fnmatchcase(operation_id or "", self.operation_id):
             return False
-        if self.tag is not None and not any(fnmatch.fnmatchcase(t, self.tag) for t in tags):
-            return False
-        return True
+        return not (self.tag is not None and not any(fnmatch.fnmatchcase(t, self.tag) for t in tags))
 
 
 SelectorSpec = str | Selector

@@ -19,7 +19,7 @@ import aiohttp
 from adapters.openapi.operations import BodySpec, Operation, ParamSpec
 from bridge.model import BridgeError
 
-__all__ = ["RequestParts", "build_request", "serialize_path", "serialize_query", "serialize_header", "serialize_cookie"]
+__all__ = ["RequestParts", "build_request", "serialize_cookie", "serialize_header", "serialize_path", "serialize_query"]
 
 # what `allowReserved` lets through unencoded: RFC 3986's reserved characters, less those a query
 # cannot hold as they are (`#` would end it, `[` `]`) or that split or change it as a form (`&`

@@ -14,7 +14,7 @@ from adapters.openapi.operations import Operation, body_kind
 from bridge.model import BridgeError, ErrorClass, Recoverability, ToolError, UpstreamResult
 from bridge.translate.http import retry_after_seconds
 
-__all__ = ["success_result", "error_result", "classify_status", "KEPT_HEADERS"]
+__all__ = ["KEPT_HEADERS", "classify_status", "error_result", "success_result"]
 
 # Response headers worth passing on (pagination, caching, rate limits); never cookies or credentials.
 KEPT_HEADERS = ("content-type", "content-length", "location", "link", "etag", "last-modified", "retry-after",

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urldefrag, urljoin
 
 from referencing.exceptions import Unresolvable
 
-__all__ = ["SchemaInliner", "SpecError", "RefCycleError", "Direction", "INLINE_MAX_VALUES"]
+__all__ = ["INLINE_MAX_VALUES", "Direction", "RefCycleError", "SchemaInliner", "SpecError"]
 
 Direction = Literal["input", "output"]
 
@@ -458,7 +458,7 @@ class SchemaInliner:
         if depth == 0 or not isinstance(parts, list):
             return None
         for part in parts:
-            schema, part_base = self._raw(part, base)
+            schema, _part_base = self._raw(part, base)
             if _is_dict(schema) and _discriminates(schema):
                 return schema["discriminator"]
             inherited = self._inherited_discriminator(part, base, depth - 1)
@@ -552,9 +552,8 @@ class SchemaInliner:
         # draft 4's boolean bounds: OpenAPI 3.0's, and a 3.1 schema's written in that draft
         # (`jsonSchemaDialect`, or its own `$schema`); 2020-12 reads only numbers there
         self._numeric_bounds(out)
-        if self.openapi_30:
-            if node.get("nullable") is True:
-                return _or_null(out)
+        if self.openapi_30 and node.get("nullable") is True:
+            return _or_null(out)
         return out
 
     @staticmethod

@@ -34,7 +34,7 @@ from adapters.openapi.schema import RefCycleError, SchemaInliner, SpecError
 from bridge.documents import expanded_size
 from bridge.model import BridgeError
 
-__all__ = ["Document", "SpecError", "read_source", "parse_document", "is_url", "HTTP_METHODS"]
+__all__ = ["HTTP_METHODS", "Document", "SpecError", "is_url", "parse_document", "read_source"]
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 # openapi-spec-validator walks every schema and costs seconds per megabyte (the GitHub REST API
@@ -100,7 +100,7 @@ class _Referenced(FileHandler):
         text = stream.read(MAX_DOCUMENT_BYTES + 1)
         if len(text) > MAX_DOCUMENT_BYTES:
             raise ValueError(f"a referenced document is larger than {MAX_DOCUMENT_BYTES >> 20} MiB")
-        data = yaml.load(text, self.loader)  # noqa: S506 - a safe loader
+        data = yaml.load(text, self.loader)
         if expanded_size(data, {}) > MAX_DOCUMENT_VALUES:
             raise ValueError(f"a referenced document expands to more than {MAX_DOCUMENT_VALUES:,} values")
         return json.loads(json.dumps(data, default=str))
@@ -445,7 +445,7 @@ def parse_document(text: str, uri: str, source: str, fetch_timeout: float = 10.0
         if stripped.startswith("{"):
             data = json.loads(text)
         else:
-            data = yaml.load(text, JsonschemaSafeLoader)  # noqa: S506 - a safe loader
+            data = yaml.load(text, JsonschemaSafeLoader)
             if expanded_size(data, {}) > MAX_DOCUMENT_VALUES:  # before anything walks it value by value
                 raise SpecError(f"expands to more than {MAX_DOCUMENT_VALUES:,} values (YAML aliases repeating aliases?)", source)
             data = json.loads(json.dumps(data, default=str))  # YAML's integer keys (200:) become strings

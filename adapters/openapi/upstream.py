@@ -34,7 +34,7 @@ from bridge.model import BridgeError, UpstreamResult, UpstreamTool
 from bridge.translate.http import retry_after_seconds
 from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
 
-__all__ = ["OpenAPIConfig", "RetryConfig", "OpenAPIUpstream"]
+__all__ = ["OpenAPIConfig", "OpenAPIUpstream", "RetryConfig"]
 
 log = logging.getLogger("adapters.openapi")
 

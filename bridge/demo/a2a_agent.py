@@ -42,7 +42,7 @@ from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
-__all__ = ["build_card", "build_app", "TravelDesk", "main"]
+__all__ = ["TravelDesk", "build_app", "build_card", "main"]
 
 DESTINATIONS: dict[str, list[str]] = {
     "lisbon": ["Alfama walk and a tram 28 ride", "Belém tower and pastéis de nata", "Day trip to Sintra"],

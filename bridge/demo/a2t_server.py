@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["create_app", "main", "TOOLS", "GROUPS"]
+__all__ = ["GROUPS", "TOOLS", "create_app", "main"]
 
 Executor = Callable[[dict[str, Any]], Any]
 

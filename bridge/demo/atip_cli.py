@@ -16,11 +16,11 @@ import os
 import re
 import sys
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["METADATA", "metadata_for", "main"]
+__all__ = ["METADATA", "main", "metadata_for"]
 
 VERSION = "1.0.0"
 _READ_ONLY = {"network": False, "filesystem": {"read": True, "write": False}, "idempotent": True}
@@ -211,7 +211,7 @@ def note_add(args: argparse.Namespace) -> int:
         "body": args.body,
         "tags": args.tag or [],
         "pinned": args.pinned,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     _save(note)
     return _emit(note)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -106,7 +106,7 @@ async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Cal
                 await anyio.sleep(1)
             await ctx.session.report_progress(seconds, seconds, "done")
             return types.CallToolResult(content=_text(f"counted down from {seconds}"))
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+        now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         return types.CallToolResult(content=_text(now))
     except (KeyError, TypeError, ValueError) as exc:
         return types.CallToolResult(content=_text(f"bad arguments for {params.name}: {exc}"), is_error=True)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hmac
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def build_app(api_key: str | None = None) -> web.Application:
             "title": title,
             "body": str(data.get("body", "")),
             "tags": [str(t) for t in data.get("tags") or []],
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         counter["next"] += 1
         notes[note["id"]] = note
@@ -116,10 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "9101")),
                         help="default: $PORT (the bridge sets it for a launch: whose URL names port 0), else 9101")
     args = parser.parse_args(argv)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args.host, args.port))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

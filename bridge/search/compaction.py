@@ -29,8 +29,16 @@ from bridge.search.storage import (
     _gone_line,
 )
 
-__all__ = ["COMPACT_DELETED", "COMPACT_DELETED_MIN", "COMPACT_MIN_TOOLS", "COMPACT_SEGMENTS", "DISK_RETRY",
-           "DISK_RETRY_FAILED", "IndexCompaction", "WAKE"]
+__all__ = [
+    "COMPACT_DELETED",
+    "COMPACT_DELETED_MIN",
+    "COMPACT_MIN_TOOLS",
+    "COMPACT_SEGMENTS",
+    "DISK_RETRY",
+    "DISK_RETRY_FAILED",
+    "WAKE",
+    "IndexCompaction",
+]
 
 log = logging.getLogger("bridge.search")
 
@@ -225,7 +233,7 @@ class IndexCompaction(IndexStorage):
             c.writer = c.index.writer(heap_size=self._heap_size, num_threads=self._threads)
             c.thread = threading.Thread(target=self._compact_run, args=(c,), name="search-index-compaction", daemon=True)
             c.thread.start()
-        except Exception as exc:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
+        except Exception as exc:
             self._leave_compaction(c, exc)
 
 
@@ -259,7 +267,7 @@ class IndexCompaction(IndexStorage):
             seq = self._submitted  # the changes submitted after have the last word on their tools
         try:
             return seq, self.listing()  # type: ignore[misc]  # read after `seq`: it holds every change up to it
-        except Exception:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
+        except Exception:
             log.exception("search index: the tools to %s could not be listed", purpose)
             return seq, None
 
@@ -303,7 +311,7 @@ class IndexCompaction(IndexStorage):
                 c.log_file = open(Path(c.path) / _generation(c.generation) / _DIGEST_LOG, "w", encoding="utf-8")  # noqa: SIM115 - kept open for appends
                 c.log_file.writelines(_digest_lines(c.digests))
                 c.log_file.flush()
-        except BaseException as exc:  # noqa: BLE001 - handed to the writer thread, which leaves the compaction off
+        except BaseException as exc:
             c.error = exc
         finally:
             c.done.set()
@@ -318,7 +326,7 @@ class IndexCompaction(IndexStorage):
                 raise c.error
             self._compact_touched(c, commit=True)
             self._swap(c)
-        except Exception as exc:  # noqa: BLE001 - the writer thread must survive; the index searched is as it was
+        except Exception as exc:
             self._leave_compaction(c, exc)
             return
         if c.batch.move:
@@ -327,7 +335,7 @@ class IndexCompaction(IndexStorage):
             if self.moved is not None and self.path is not None:
                 try:
                     self.moved(self.path)
-                except Exception:  # noqa: BLE001 - the writer thread must survive
+                except Exception:
                     log.exception("search index: what follows its move to disk failed")
             self._end_compaction()
             return

@@ -7,7 +7,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-__all__ = ["Foreground", "PAUSE_MOST"]
+__all__ = ["PAUSE_MOST", "Foreground"]
 
 # the longest a unit of background work (64 tools of a compaction, a batch of embeddings) waits
 # for the searches running to end (`Foreground.pause`)

@@ -200,7 +200,7 @@ class IndexQueries(IndexStorage):
         (LOOKUP_LIMIT)."""
         Q, should = tantivy.Query, tantivy.Occur.Should
         clauses = [(should, Q.term_query(self.schema, "f_lookup", word)) for word in words]
-        if not clauses or limit is not None and limit < 1:  # Tantivy panics on a limit of 0
+        if not clauses or (limit is not None and limit < 1):  # Tantivy panics on a limit of 0
             return []
         query = Q.boolean_query(clauses)
         must = self._filters(namespace, tags, kind, read_only)

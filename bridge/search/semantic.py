@@ -413,7 +413,7 @@ class SemanticStage:
         keys = list(itertools.islice(todo, _BATCH))  # not list(todo): a million waiting would be copied per batch
         try:
             vectors = self.encoder.encode([todo[k] for k in keys], self.encoder.tool_tokens).astype(np.float16)
-        except Exception:  # noqa: BLE001 - the stage must outlive a text the model rejects
+        except Exception:
             log.exception("semantic embedding failed for %d tools; they are ranked by keywords", len(keys))
             with self._cond:
                 for key in keys:

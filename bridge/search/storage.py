@@ -385,7 +385,7 @@ class IndexStorage:
             self.documents_written += written
             self.commits += 1
             return True
-        except Exception:  # noqa: BLE001 - the writer thread must survive a failed commit
+        except Exception:
             with contextlib.suppress(Exception):
                 writer.rollback()
             for namespace, tool_id, digest in reversed(before):

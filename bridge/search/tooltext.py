@@ -22,8 +22,8 @@ from bridge.search.analysis import (
 
 __all__ = [
     "FULL_DESCRIPTION_MAX",
-    "SharedText",
     "TITLE_WORDS",
+    "SharedText",
     "acts_in_current",
     "changes_current",
     "derive_search_hint",
@@ -84,7 +84,7 @@ def _shared_end(text: str, runs: Collection[int] | None) -> int:
 def _first_key(text: str) -> int | None:
     """The key of the description's first segment as a run (`_runs`), None when it has none."""
     sep = _SEGMENT_END.search(text, 0, SHARED_SCAN)
-    return hash(text[:sep.start()]) if sep is not None and 0 < sep.start() and sep.end() < len(text) else None
+    return hash(text[:sep.start()]) if sep is not None and sep.start() > 0 and sep.end() < len(text) else None
 
 
 def shared_runs(tools: Iterable[tuple[str, str]], min_tools: int = SHARED_MIN_TOOLS) -> frozenset[int]:

@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
-from uvicorn.config import LOGGING_CONFIG
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.config import LOGGING_CONFIG
 
 from bridge.config import BridgeConfig
 from bridge.net import is_loopback

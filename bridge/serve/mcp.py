@@ -30,6 +30,7 @@ from bridge import __version__
 from bridge.envelopes import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
 from bridge.runtime import Bridge
+from bridge.serve.auth import IDENTITY_SCOPE_KEY, caller_facts
 from bridge.serve.mcp_gate import (
     CALLER_SURFACE,
     SURFACE_SCOPE_KEY,
@@ -46,7 +47,6 @@ from bridge.serve.mcp_meta import (
 )
 from bridge.serve.mcp_sdk import open_transports, session_connection
 from bridge.serve.mcp_session import ChangeNotifier, SessionState, listing_for
-from bridge.serve.auth import IDENTITY_SCOPE_KEY, caller_facts
 from bridge.surface import Surface
 from bridge.telemetry import CallOrigin, from_meta, valid_traceparent, valid_tracestate
 from bridge.translate.mcp import is_modern, render_output_schema, render_result, render_tool
@@ -351,7 +351,7 @@ class MCPFrontend:
             return render_result(envelope, ctx.protocol_version, output_schema)
         except (MCPError, asyncio.CancelledError):
             raise
-        except Exception:  # noqa: BLE001 - a bridge fault is a result that says so, never a traceback
+        except Exception:
             log.exception("tools/call %s failed", name)
             fault = BridgeError("the bridge failed to handle this call; it was logged", error_class="execution_failed")
             return render_result(error_result(fault, invocation_id=new_id("inv"), decl=decl), ctx.protocol_version, output_schema)
@@ -368,7 +368,7 @@ class MCPFrontend:
             value, total = _progress_numbers(progress)
             try:
                 await ctx.session.report_progress(value, total, progress.message)
-            except Exception as exc:  # noqa: BLE001 - progress is advisory; the call goes on
+            except Exception as exc:
                 log.debug("progress notice not delivered: %s", exc)
 
         # The client's cancellation cancels this handler, and with it the pipeline and the upstream

@@ -18,13 +18,13 @@ from bridge.search import MAX_QUERY_CHARS
 from bridge.translate.mcp import CALL_TOOL, SEARCH_TOOLS
 
 __all__ = [
-    "SEARCH_TOOLS",
     "CALL_TOOL",
-    "META_TOOL_NAMES",
     "MAX_SEARCH_LIMIT",
+    "META_TOOL_NAMES",
+    "SEARCH_TOOLS",
+    "call_arguments",
     "meta_tools",
     "search_arguments",
-    "call_arguments",
     "search_payload",
     "short_description",
 ]

@@ -28,7 +28,7 @@ from bridge.model import ToolDeclaration
 from bridge.runtime import Bridge
 from bridge.surface import Surface
 
-__all__ = ["SessionState", "Listing", "ChangeNotifier", "listing_for"]
+__all__ = ["ChangeNotifier", "Listing", "SessionState", "listing_for"]
 
 log = logging.getLogger("bridge.serve.mcp")
 
@@ -210,7 +210,7 @@ class ChangeNotifier:
             state.fingerprint = current
             try:
                 await state.session.send_tool_list_changed()
-            except Exception as exc:  # noqa: BLE001 - a notice is advisory; a closed stream drops it
+            except Exception as exc:
                 log.debug("list_changed notice not delivered: %s", exc)
 
     def end_listening(self) -> None:

@@ -27,7 +27,7 @@ from bridge.serve.rest_http import (
 )
 from bridge.translate import ietf
 
-__all__ = ["ietf_routes", "DEFAULT_PAGE_LIMIT", "MAX_PAGE_LIMIT", "encode_cursor", "decode_cursor"]
+__all__ = ["DEFAULT_PAGE_LIMIT", "MAX_PAGE_LIMIT", "decode_cursor", "encode_cursor", "ietf_routes"]
 
 DEFAULT_PAGE_LIMIT = 100
 MAX_PAGE_LIMIT = 500

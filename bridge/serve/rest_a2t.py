@@ -28,7 +28,7 @@ from bridge.serve.rest_http import (
 from bridge.surface import Surface
 from bridge.translate import a2t
 
-__all__ = ["a2t_routes", "CatalogViews", "GENERATION_HEADER", "HISTORY_DECLARATIONS", "TOOLS_PATH", "GROUPS_PATH", "MAX_TOOLS", "MAX_GROUPS"]
+__all__ = ["GENERATION_HEADER", "GROUPS_PATH", "HISTORY_DECLARATIONS", "MAX_GROUPS", "MAX_TOOLS", "TOOLS_PATH", "CatalogViews", "a2t_routes"]
 
 TOOLS_PATH = "/a2t/tools"
 GROUPS_PATH = "/a2t/groups"

@@ -20,32 +20,32 @@ from starlette.responses import Response
 
 from bridge.catalog import Catalog
 from bridge.config import ServerConfig
+from bridge.identity import AuthFailure, Identity
 from bridge.model import ToolDeclaration, ToolError, ToolResult, quoted
 from bridge.runtime import Bridge
 from bridge.search import MAX_QUERY_CHARS
-from bridge.identity import AuthFailure, Identity
 from bridge.serve.auth import IDENTITY_SCOPE_KEY, caller_facts, identified, refusal_headers
 from bridge.surface import Surface
 from bridge.telemetry import CallOrigin, valid_traceparent, valid_tracestate
 from bridge.translate.wire import TOOL_RESULT_KEY, WireFormatError, json_safe
 
 __all__ = [
+    "STATUS_BY_CLASS",
     "ApiError",
     "JSONBody",
     "ServeContext",
-    "STATUS_BY_CLASS",
-    "status_for",
-    "error_response",
-    "result_error_response",
-    "endpoint",
     "decimal",
+    "endpoint",
+    "error_response",
+    "not_found",
+    "query_bool",
     "query_int",
     "query_list",
-    "query_bool",
-    "retry_after_headers",
-    "not_found",
     "read_body",
     "replaying",
+    "result_error_response",
+    "retry_after_headers",
+    "status_for",
     "too_large",
     "wire_error",
 ]
@@ -374,7 +374,7 @@ def endpoint(handler: Handler) -> Handler:
             return error_response(exc)
         except WireFormatError as exc:
             return error_response(wire_error(exc))
-        except Exception:  # noqa: BLE001 - the catch-all the frontend promises
+        except Exception:
             log.exception("%s %s failed", request.method, request.url.path)
             return error_response(ApiError(500, "execution_failed", "the bridge failed to answer this request; it was logged"))
 

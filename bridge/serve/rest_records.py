@@ -11,9 +11,9 @@ from starlette.routing import BaseRoute, Route
 
 from bridge.arguments import pointer_token
 from bridge.envelopes import error_result
+from bridge.identity import Identity
 from bridge.model import BridgeError, new_id, quoted
 from bridge.policy import unknown_tool
-from bridge.identity import Identity
 from bridge.serve.rest_http import (
     ApiError,
     JSONBody,
@@ -27,7 +27,7 @@ from bridge.serve.rest_http import (
     status_for,
 )
 
-__all__ = ["records_routes", "MAX_SEARCH_LIMIT"]
+__all__ = ["MAX_SEARCH_LIMIT", "records_routes"]
 
 MAX_SEARCH_LIMIT = 100
 

@@ -27,22 +27,22 @@ from bridge.translate.wire import (
 )
 
 __all__ = [
-    "INT_UNBOUNDED",
     "DRAFT_INT_MAX",
+    "INT_UNBOUNDED",
     "MAX_DESCRIPTION",
     "RESULT_OUTPUT",
     "flat_parameters",
-    "schema_from_parameters",
     "output_parameters",
-    "schema_from_outputs",
-    "render_signature",
-    "render_declaration",
-    "render_version",
-    "parse_signature",
     "parse_invocation",
+    "parse_invocation_response",
+    "parse_signature",
+    "render_declaration",
     "render_invocation",
     "render_outputs",
-    "parse_invocation_response",
+    "render_signature",
+    "render_version",
+    "schema_from_outputs",
+    "schema_from_parameters",
 ]
 
 # The draft gives an `int` without `max` a maximum of 65535; an unbounded integer is rendered
@@ -64,9 +64,9 @@ _RESULT_OUTPUT_PARAM = {
 
 def _string_enum(schema: dict[str, Any]) -> list[str] | None:
     values = schema.get("enum")
-    if isinstance(values, list) and values and all(isinstance(v, str) for v in values):
-        if schema.get("type") in (None, "string"):
-            return values
+    if (isinstance(values, list) and values and all(isinstance(v, str) for v in values)
+            and schema.get("type") in (None, "string")):
+        return values
     one_of = schema.get("oneOf") or schema.get("anyOf")
     if isinstance(one_of, list) and one_of and all(isinstance(o, dict) and isinstance(o.get("const"), str) for o in one_of):
         return [o["const"] for o in one_of]

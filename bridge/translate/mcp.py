@@ -22,15 +22,15 @@ from bridge.model import (
 )
 
 __all__ = [
+    "CONTENT_TYPES",
     "MCP_SOURCE",
     "MCP_TOOL_KIND",
-    "CONTENT_TYPES",
     "TASK_REQUIRED_REASON",
+    "content_from_mcp",
+    "progress_from_mcp",
+    "result_from_mcp",
     "safety_from_mcp",
     "tool_from_mcp",
-    "content_from_mcp",
-    "result_from_mcp",
-    "progress_from_mcp",
 ]
 
 MCP_SOURCE = "mcp"
@@ -210,16 +210,16 @@ from bridge.model import ToolDeclaration as _ToolDeclaration  # noqa: E402
 from bridge.model import ToolResult as _ToolResult  # noqa: E402
 
 __all__ += [
-    "TOOL_META_KEY",
+    "CALL_TOOL",
     "RESULT_META_KEY",
     "SEARCH_TOOLS",
-    "CALL_TOOL",
+    "TOOL_META_KEY",
+    "error_guidance",
     "is_modern",
     "render_annotations",
     "render_output_schema",
-    "render_tool",
     "render_result",
-    "error_guidance",
+    "render_tool",
 ]
 
 TOOL_META_KEY = "a2t-bridge/tool"

@@ -15,19 +15,19 @@ from typing import Any
 from bridge.model import SafetyHints, ToolDeclaration
 
 __all__ = [
-    "PROVIDERS",
     "OPENAI_DESCRIPTION_LIMIT",
-    "StrictSchemaError",
+    "PROVIDERS",
     "Compiled",
+    "StrictSchemaError",
+    "compile_tools",
+    "describe",
+    "gemini_schema",
     "safety_flags",
     "safety_suffix",
-    "describe",
     "strict_schema",
-    "gemini_schema",
-    "to_openai",
-    "to_gemini",
     "to_anthropic",
-    "compile_tools",
+    "to_gemini",
+    "to_openai",
 ]
 
 PROVIDERS = ("openai", "openai-strict", "gemini", "anthropic")

@@ -20,16 +20,16 @@ from bridge.model import (
 
 __all__ = [
     "AGENT_TOOL_KEY",
-    "TOOL_RESULT_KEY",
-    "WireFormatError",
     "ERROR_CLASSES",
-    "declaration_extension",
+    "TOOL_RESULT_KEY",
     "ExtensionFacts",
+    "WireFormatError",
+    "declaration_extension",
+    "json_safe",
     "read_extension",
     "result_from_envelope",
-    "tool_error_from_body",
     "text_of",
-    "json_safe",
+    "tool_error_from_body",
 ]
 
 AGENT_TOOL_KEY = "x-agent-tool"

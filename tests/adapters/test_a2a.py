@@ -20,15 +20,21 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from adapters.a2a import transport as a2a_transport
-from adapters.a2a.upstream import A2AUpstream
 from adapters.a2a.mapping import TOOL_KIND
+from adapters.a2a.upstream import A2AUpstream
 from bridge.config import ConfigError, parse_config
 from bridge.model import BridgeError, ToolProgress
 from bridge.runtime import Bridge
 from bridge.upstream import CallContext
 from tests.adapters.a2a_fixtures.agent import AgentControl, build_agent
 from tests.adapters.a2a_fixtures.old_sdk import REQUESTS, old_agent_app, text_message
-from tests.servers import clear_proxy_environment, forward_proxy, free_port, proxy_loopback_too, serve_asgi
+from tests.servers import (
+    clear_proxy_environment,
+    forward_proxy,
+    free_port,
+    proxy_loopback_too,
+    serve_asgi,
+)
 
 
 async def until(predicate: Any, timeout: float = 5.0) -> None:
@@ -97,7 +103,7 @@ async def test_each_skill_becomes_a_peer_agent_tool():
 
 
 async def test_agent_without_skills_is_one_tool():
-    async with agent(skills=[], name="Solo Helper") as (base, control), bridge(card_url=f"{base}/.well-known/agent-card.json") as b:
+    async with agent(skills=[], name="Solo Helper") as (base, _control), bridge(card_url=f"{base}/.well-known/agent-card.json") as b:
         [decl] = list(b.catalog.declarations())
         assert decl.name == "peer__solo_helper" and decl.external_mappings[0]["agent_skill_id"] is None
         result = await b.invoker.invoke("peer__solo_helper", {"message": "hi"})
@@ -136,7 +142,7 @@ def test_config_needs_exactly_one_location():
 
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_an_answer_past_max_response_bytes_is_refused_as_it_arrives(streaming):
-    async with agent() as (base, control), bridge(base_url=base, streaming=streaming, max_response_bytes=64 << 10) as b:
+    async with agent() as (base, _control), bridge(base_url=base, streaming=streaming, max_response_bytes=64 << 10) as b:
         small = await b.invoker.invoke("peer__echo", {"message": "hi"})
         assert small.status == "succeeded"
         large = await b.invoker.invoke("peer__echo", {"message": "x" * (200 << 10)})  # echoed back: past 64 KiB
@@ -149,7 +155,7 @@ async def test_an_answer_past_max_response_bytes_is_refused_as_it_arrives(stream
 async def test_an_agent_on_another_loopback_address_is_reached_directly_whatever_the_proxies(monkeypatch):
     """httpx's mounts name hosts, not 127.0.0.0/8: the agent's own loopback host is named too."""
     clear_proxy_environment(monkeypatch)
-    async with agent(host="127.0.0.2") as (base, control), forward_proxy() as (proxy, seen):
+    async with agent(host="127.0.0.2") as (base, _control), forward_proxy() as (proxy, seen):
         monkeypatch.setenv("HTTP_PROXY", proxy)
         async with bridge(base_url=base) as b:
             assert (await b.invoker.invoke("peer__echo", {"message": "direct"})).status == "succeeded"
@@ -178,7 +184,7 @@ async def test_agents_are_reached_through_the_environment_proxy_unless_no_proxy_
     """HTTP_PROXY/ALL_PROXY/NO_PROXY count as for any httpx client, and max_response_bytes still
     bounds an answer that comes through the proxy."""
     clear_proxy_environment(monkeypatch)
-    async with agent() as (base, control), forward_proxy() as (proxy, seen):
+    async with agent() as (base, _control), forward_proxy() as (proxy, seen):
         monkeypatch.setenv("HTTP_PROXY", proxy)
         async with bridge(base_url=base, streaming=streaming) as b:
             assert (await b.invoker.invoke("peer__echo", {"message": "loopback"})).status == "succeeded"
@@ -591,7 +597,7 @@ async def test_credentials_go_only_to_the_configured_origin_and_credential_origi
 
 
 async def test_a_card_on_the_configured_origin_with_its_interfaces_there_is_unchanged():
-    async with agent(bearer="t-abcdefgh") as (base, control):
+    async with agent(bearer="t-abcdefgh") as (base, _control):
         async with bridge(base_url=base, auth={"bearer_token": "t-abcdefgh"}) as b:
             assert (await b.invoker.invoke("peer__echo", {"message": "x"})).status == "succeeded"
             details = await b.catalog.slot("peer").upstream.health()
@@ -965,7 +971,7 @@ async def test_a_0_3_agent_still_showing_the_answered_question_is_followed_until
 async def test_an_agent_asking_again_without_a_new_question_is_answered_needs_input_at_once(version, streaming):
     # a2a-sdk's requires_input() with no message leaves the task as the stale 0.3 snapshot above
     # but for its status timestamp: a polled call waited for its timeout
-    async with agent(version=version) as (base, control), bridge(base_url=base, streaming=streaming, timeout=10) as b:
+    async with agent(version=version) as (base, _control), bridge(base_url=base, streaming=streaming, timeout=10) as b:
         asked = await b.invoker.invoke("peer__reask", {"message": "hello"})
         assert asked.status == "needs_input" and asked.structured_content["question"] == "Which city?"
         ids = {k: asked.structured_content[k] for k in ("task_id", "context_id")}

@@ -22,7 +22,7 @@ from tests.adapters.test_a2a import bridge, until
 from tests.servers import free_port, serve_asgi
 
 pytest.importorskip("cryptography.x509")
-from tests.adapters.test_openapi_tls import _issue, _key_pem, _pem  # noqa: E402
+from tests.adapters.test_openapi_tls import _issue, _key_pem, _pem
 
 
 def _pki(tmp_path: Path) -> tuple[str, str, str]:

@@ -14,10 +14,10 @@ from aiohttp.test_utils import TestServer
 
 from adapters.a2t.upstream import A2TConfig, A2TUpstream
 from bridge.catalog import Catalog
+from bridge.demo.a2t_server import create_app as demo_app
 from bridge.model import BridgeError
 from bridge.store import Store
 from bridge.upstream import CallContext
-from bridge.demo.a2t_server import create_app as demo_app
 from tests.servers import clear_proxy_environment, forward_proxy, proxy_loopback_too
 
 
@@ -245,7 +245,7 @@ async def test_unreachable_server_fails_start_with_a_reason():
     try:
         await up.start()
         raise AssertionError("start should fail")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         assert "unreachable" in str(exc) and "127.0.0.1:9" in str(exc)
     finally:
         await up.close()
@@ -367,7 +367,7 @@ async def test_forced_a2t_dialect_without_capabilities_fails_clearly():
         try:
             await up.start()
             raise AssertionError("start should fail")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             assert "no a2t capabilities document" in str(exc)
         finally:
             await up.close()

@@ -16,11 +16,11 @@ from aiohttp.test_utils import TestServer
 from adapters.a2t.upstream import OFF_LOOP_TOOLS, A2TUpstream
 from bridge.catalog import exposed_name
 from bridge.config import parse_config
+from bridge.demo.openapi_service import build_app as notes_app
 from bridge.model import BridgeError, ToolError, UpstreamResult
 from bridge.runtime import Bridge
 from bridge.search.tooltext import function_name
 from bridge.serve.app import build_app, close_app
-from bridge.demo.openapi_service import build_app as notes_app
 from tests.fakes import FakeConfig, FakeUpstream, tool
 from tests.serve.rest_env import indexed
 from tests.servers import serve_asgi

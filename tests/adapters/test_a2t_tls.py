@@ -19,7 +19,7 @@ from bridge.store import Store
 from tests.adapters.test_a2t import IETFServer, ctx, until, upstream
 
 pytest.importorskip("cryptography.x509")
-from tests.adapters.test_openapi_tls import _issue, _key_pem, _pem  # noqa: E402
+from tests.adapters.test_openapi_tls import _issue, _key_pem, _pem
 
 
 def _chain(tmp_path: Path, name: str, issuer: tuple[Any, Any] | None) -> str:

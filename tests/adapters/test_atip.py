@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from adapters.atip.upstream import ATIPConfig, ATIPUpstream
 from adapters.atip.discovery import ATIPMetadataError
+from adapters.atip.upstream import ATIPConfig, ATIPUpstream
 from bridge.catalog import Catalog
 from bridge.config import parse_config
 from bridge.model import BridgeError
@@ -585,5 +585,5 @@ async def test_a_program_leaving_a_child_on_its_output_is_done_at_its_own_exit(t
     assert time.perf_counter() - began < 5
     child = int(pid_file.read_text())
     async with asyncio.timeout(5):  # the child, in the program's process group, is killed with it
-        while os.path.exists(f"/proc/{child}") and "Z" not in open(f"/proc/{child}/stat").read().split()[2]:
+        while os.path.exists(f"/proc/{child}") and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
             await asyncio.sleep(0.01)

@@ -28,7 +28,7 @@ from tests.adapters.test_openapi import _OK, _document, _write, bridge_for, call
 from tests.servers import free_port, serve_asgi
 
 pytest.importorskip("cryptography.x509")
-from tests.adapters.test_openapi_tls import _issue, _key_pem, _pem  # noqa: E402
+from tests.adapters.test_openapi_tls import _issue, _key_pem, _pem
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from adapters.mcp.upstream import MCPUpstream
 from bridge.catalog import Catalog
 from bridge.config import ConfigError, parse_config
 from bridge.model import BridgeError, ToolProgress
-from bridge.runtime import Bridge
 from bridge.processes import SPAWNS_AT_ONCE
+from bridge.runtime import Bridge
 from bridge.store import Store
 from bridge.translate.mcp import progress_from_mcp, safety_from_mcp
 from bridge.upstream import CallContext

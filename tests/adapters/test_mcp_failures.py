@@ -29,7 +29,14 @@ from bridge.catalog import CatalogChange
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from tests.adapters.mcp_fixtures.server import BAD_TOOLS, base_tools, build_server
-from tests.servers import free_port, left_by_a_killed_parent, process_ended, read_body, replaying, serve_asgi
+from tests.servers import (
+    free_port,
+    left_by_a_killed_parent,
+    process_ended,
+    read_body,
+    replaying,
+    serve_asgi,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = str(Path(__file__).parent / "mcp_fixtures" / "server.py")
@@ -638,7 +645,7 @@ async def test_an_http_server_that_cannot_be_reached_costs_little_cpu_to_try_aga
     up = MCPUpstream(config.upstreams[0])
     begun = time.process_time()
     for _ in range(30):
-        with pytest.raises(ConnectionError, match="HTTP connection to http://127.0.0.1:.* failed"):
+        with pytest.raises(ConnectionError, match=r"HTTP connection to http://127\.0\.0\.1:.* failed"):
             await up.start()
     await up.close()
     assert time.process_time() - begun < 0.6

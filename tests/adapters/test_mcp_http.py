@@ -20,7 +20,13 @@ import pytest
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from tests.adapters.mcp_fixtures.oversize_http import GET_LOG_BYTES, build_app
-from tests.servers import clear_proxy_environment, forward_proxy, free_port, proxy_loopback_too, serve_asgi
+from tests.servers import (
+    clear_proxy_environment,
+    forward_proxy,
+    free_port,
+    proxy_loopback_too,
+    serve_asgi,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 1 << 20

@@ -219,7 +219,7 @@ async def test_openapi_30_document_maps_to_declarations(api):
 
 
 async def test_server_variables_used_without_base_url(api):
-    state, base = api
+    _state, base = api
     port = base.rsplit(":", 1)[1]
     async with bridge_for("styles_30.yaml", server_variables={"port": port}, include=["queryForm"]) as bridge:
         result = await call(bridge, "queryForm", {"p": 1})
@@ -490,7 +490,7 @@ async def test_broken_document_reported_in_catalog_health():
 
 async def test_relative_server_in_a_file_needs_base_url():
     upstream = OpenAPIUpstream(OpenAPIConfig(name="rel", spec="service_31.yaml", base_dir=str(FIXTURES)))
-    with pytest.raises(BridgeError, match="relative.*set `base_url`"):
+    with pytest.raises(BridgeError, match=r"relative.*set `base_url`"):
         await upstream.start()
     await upstream.close()
 
@@ -713,7 +713,7 @@ async def test_auto_validation_loads_a_document_with_problems_it_can_read_past(a
     """`validate_spec: auto` validated documents up to 256 KB and refused one for a wrong `default`
     that a larger document was loaded with. A wrong default, duplicate enum values and a `required`
     naming an undefined property are warned about; a document they make unusable is still refused."""
-    state, base = api
+    _state, base = api
     doc = _document({"/items": {"get": {"operationId": "list", "responses": _OK, "parameters": [
         {"name": "limit", "in": "query", "schema": {"type": "integer", "default": "100"}},
         {"name": "color", "in": "query", "schema": {"type": "string", "enum": ["red", "red", "blue"]}},
@@ -1573,7 +1573,7 @@ async def test_schemes_of_one_requirement_that_use_one_place_send_one_credential
 
 
 async def test_missing_credentials_fail_before_the_request(api):
-    state, base = api
+    _state, base = api
     async with bridge_for("service_31.yaml", base_url=base, include=["authBearer"]) as bridge:
         result = await call(bridge, "authBearer")
     assert result.is_error and result.error.error_class == "credential_missing"
@@ -1752,7 +1752,7 @@ async def test_429_passes_retry_after_on_without_retrying(api):
 
 
 async def test_connection_errors_retried_then_reported(api):
-    _, base = api
+    _, _base = api
     # nothing listens on port 1 of loopback
     async with bridge_for("service_31.yaml", base_url="http://127.0.0.1:1", include=["numbers"],
                           retries={"count": 1, "backoff": 0.01}) as bridge:

@@ -11,7 +11,16 @@ from typing import Any
 from aiohttp import web
 
 from bridge.upstream import CallContext
-from tests.adapters.test_openapi import _OK, SECRETS, _document, _write, bridge_for, call, recording_server, upstream_of
+from tests.adapters.test_openapi import (
+    _OK,
+    SECRETS,
+    _document,
+    _write,
+    bridge_for,
+    call,
+    recording_server,
+    upstream_of,
+)
 
 
 def sent(request: web.Request, name: str) -> list[str]:

@@ -18,7 +18,15 @@ from aiohttp.test_utils import TestServer
 
 from bridge.model import BridgeError
 from bridge.upstream import CallContext
-from tests.adapters.test_openapi import _OK, _document, _load_error, _write, bridge_for, call, upstream_of
+from tests.adapters.test_openapi import (
+    _OK,
+    _document,
+    _load_error,
+    _write,
+    bridge_for,
+    call,
+    upstream_of,
+)
 
 x509 = pytest.importorskip("cryptography.x509")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -32,7 +40,7 @@ def _issue(name: str, issuer: tuple[Any, Any] | None, *, ca: bool = False, ip: s
     """A certificate for `name` with a fresh key, signed by `issuer` (certificate, key), or self-signed."""
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (x509.CertificateBuilder().subject_name(subject)
                .issuer_name(issuer[0].subject if issuer else subject)
                .public_key(key.public_key()).serial_number(x509.random_serial_number())

@@ -298,9 +298,9 @@ async def test_an_opaque_token_is_introspected_and_its_answer_kept(provider):
         assert (await mcp_status(served, opaque))[0] == 200
         status, body, _ = await invoke(served, "not-a-token-the-provider-issued")
         assert status == 401 and "not active" in body["error"]["message"]
-        checks = served.bridge.identity._oauth  # noqa: SLF001 - what the cache holds
+        checks = served.bridge.identity._oauth
         assert checks is not None and checks.introspection is not None
-        assert len(checks.introspection._answers) == 2  # noqa: SLF001 - the active and the inactive one
+        assert len(checks.introspection._answers) == 2
     async with serving(upstream(), config=bridge_config(provider)) as served:  # no introspection client
         status, body, _ = await invoke(served, opaque)
         assert status == 401 and "no JWT" in body["error"]["message"]

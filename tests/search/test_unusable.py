@@ -105,7 +105,7 @@ def test_a_lock_file_that_cannot_be_opened_keeps_the_index_in_memory_with_one_wa
 
     path = tmp_path / "bridge.index"
     (tmp_path / "bridge.index.lock").mkdir()  # a folder where the lock file goes
-    index = si.ToolIndex(str(path), listing=lambda: [])
+    index = si.ToolIndex(str(path), listing=list)
     try:
         assert index.path is None and index.wanted_path is None and "Is a directory" in index.unusable
         assert caplog.text.count("cannot be used") == 1

@@ -15,7 +15,16 @@ from mcp.shared.exceptions import MCPError
 
 from bridge.model import BridgeError, UpstreamResult
 from tests.fakes import FakeConfig, FakeUpstream, tool
-from tests.serve.mcp_support import ERAS, HANDSHAKE, MODERN, CancelAwareUpstream, error_class, http_client, served_bridge, text_of
+from tests.serve.mcp_support import (
+    ERAS,
+    HANDSHAKE,
+    MODERN,
+    CancelAwareUpstream,
+    error_class,
+    http_client,
+    served_bridge,
+    text_of,
+)
 from tests.servers import until
 
 SURFACE = {

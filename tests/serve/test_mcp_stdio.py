@@ -20,7 +20,15 @@ from mcp.client.stdio import stdio_client
 from bridge.config import load_config
 from bridge.serve.mcp_stdio import run_stdio
 from tests.serve.mcp_support import ERAS, HANDSHAKE, EraClient, connect, error_class, text_of
-from tests.servers import TINY_MCP_SERVER, child_pids, free_port, held_upstream, process_running, release, unblock
+from tests.servers import (
+    TINY_MCP_SERVER,
+    child_pids,
+    free_port,
+    held_upstream,
+    process_running,
+    release,
+    unblock,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "mcp_tools_server.py"

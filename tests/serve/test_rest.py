@@ -405,7 +405,7 @@ async def test_a_client_closing_the_connection_cancels_its_call_on_every_invoke_
         up.gate = asyncio.Event()  # the call waits until cancelled
         async with serving(up) as served:
             host, port = served.base.removeprefix("http://").rsplit(":", 1)
-            reader, writer = await asyncio.open_connection(host, int(port))
+            _reader, writer = await asyncio.open_connection(host, int(port))
             writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
             await writer.drain()

@@ -8,7 +8,14 @@ import gc
 from bridge.model import ToolDeclaration, ToolError, UpstreamResult
 from bridge.serve.rest_a2t import GENERATION_HEADER, HISTORY_DECLARATIONS, SEARCH_MATCHES
 from tests.fakes import FakeUpstream, tool
-from tests.serve.rest_env import TOKEN_ALL, TOKEN_NARROW, config_with, indexed, narrow_surfaces, serving
+from tests.serve.rest_env import (
+    TOKEN_ALL,
+    TOKEN_NARROW,
+    config_with,
+    indexed,
+    narrow_surfaces,
+    serving,
+)
 from tests.servers import raw_exchange
 
 

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 
 from bridge.serve.openapi_doc import openapi_document
 from tests.fakes import FakeUpstream, tool
-from tests.serve.rest_env import TOKEN_ALL, TOKEN_NARROW, Served, config_with, narrow_surfaces, serving
+from tests.serve.rest_env import (
+    TOKEN_ALL,
+    TOKEN_NARROW,
+    Served,
+    config_with,
+    narrow_surfaces,
+    serving,
+)
 
 DOCUMENT = openapi_document()
 COMPONENTS = DOCUMENT["components"]

@@ -87,7 +87,7 @@ async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):
 
             await until(swapped)
             await until(lambda: said("config reloaded from"))
-            assert [line for line in lines if "config reloaded from" in line][0].rstrip().endswith("added: beta; removed: alpha")
+            assert next(line for line in lines if "config reloaded from" in line).rstrip().endswith("added: beta; removed: alpha")
             assert [u["name"] for u in (await get("/readyz"))["upstreams"]] == ["beta"]
 
             async def searched_beta() -> bool:

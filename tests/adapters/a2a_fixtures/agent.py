@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from a2a.compat.v0_3.conversions import to_compat_agent_card
-from a2a.helpers.proto_helpers import new_data_part, new_raw_part, new_task_from_user_message, new_text_part, new_url_part
+from a2a.helpers.proto_helpers import (
+    new_data_part,
+    new_raw_part,
+    new_task_from_user_message,
+    new_text_part,
+    new_url_part,
+)
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.request_handlers import DefaultRequestHandlerV2
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
@@ -93,7 +99,7 @@ class ScriptedExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: Any) -> None:
         message = context.message
         assert message is not None
-        skill = message.metadata["skill_id"] if "skill_id" in message.metadata else "echo"
+        skill = message.metadata.get("skill_id", "echo")
         text = context.get_user_input()
         data = [MessageToDict(p.data) for p in message.parts if p.HasField("data")]
         if skill == "reply":

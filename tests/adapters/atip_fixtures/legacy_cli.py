@@ -12,7 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _args import parse  # noqa: E402
+from _args import parse
 
 METADATA = {
     "atip": "0.3",

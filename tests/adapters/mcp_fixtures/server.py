@@ -338,7 +338,7 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
         if name == "ask":
             request = ASKS[str(args.get("what"))]
             declared = ctx.session.client_capabilities
-            state.events.append(f"ask {args.get('what')}: client declares {sorted((declared.model_dump(exclude_none=True) if declared else {}))}")
+            state.events.append(f"ask {args.get('what')}: client declares {sorted(declared.model_dump(exclude_none=True) if declared else {})}")
             if ctx.protocol_version == MODERN:  # no requests to the client: the result asks for input
                 return types.InputRequiredResult(input_requests={"q": request}, request_state="asked")
             try:
