@@ -86,13 +86,16 @@ def _suffixed(base: str, tool_id: str, attempt: int = 0) -> str:
 
 @dataclass
 class CatalogChange:
-    """One step of the catalog. `upstream` is the namespace it concerns (None for several)."""
+    """One step of the catalog. `upstream` is the namespace it concerns (None for several), and
+    `state` that upstream's state after the step (its `UpstreamHealth.state`; `ready` once it
+    has listed its tools), so that a listener follows the catalog from its changes alone."""
 
     upstream: str | None
     added: list[ToolDeclaration] = field(default_factory=list)
     updated: list[ToolDeclaration] = field(default_factory=list)
     removed: list[ToolDeclaration] = field(default_factory=list)
     state_changed: bool = False
+    state: UpstreamState | None = None
 
     @property
     def empty(self) -> bool:
@@ -347,6 +350,8 @@ class Catalog(UpstreamSupervisor):
     def _emit(self, change: CatalogChange) -> None:
         if change.empty:
             return
+        if change.upstream is not None and (slot := self.slots.get(change.upstream)) is not None:
+            change.state = slot.health.state
         self.generation += 1
         touched = [d.tool_id for d in (*change.added, *change.updated, *change.removed)]
         ids = tuple(touched) if len(touched) <= JOURNAL_IDS else None
@@ -360,7 +365,16 @@ class Catalog(UpstreamSupervisor):
             except Exception:  # a listener's bug must not stop the catalog
                 log.exception("catalog listener failed")
 
-    def subscribe(self, listener: Callable[[CatalogChange], None]) -> Callable[[], None]:
+    def subscribe(self, listener: Callable[[CatalogChange], None], *,
+                  replay: bool = False) -> Callable[[], None]:
+        """Call `listener` with each change from now on, on the catalog's thread; returns the
+        function that stops it. With `replay`, the listener is first told what the catalog holds
+        now: a change per upstream, in the order they were added, with its tools as added and its
+        state, so that it needs nothing else of the catalog to follow it."""
+        if replay:
+            for slot in list(self.slots.values()):
+                listener(CatalogChange(upstream=slot.name, added=list(slot.tools.values()),
+                                       state=slot.health.state))
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 

@@ -176,6 +176,36 @@ async def test_outage_marks_tools_with_reason_then_recovers():
         await catalog.close()
 
 
+async def test_a_listener_follows_the_catalog_from_its_changes_and_their_replay():
+    """A change says the state its upstream is in after it; a listener subscribing with
+    `replay` is first told what the catalog holds (each upstream, its tools, its state), so it
+    follows the catalog without reading it."""
+    up = FakeUpstream(FakeConfig(name="flaky", retry_initial=0.01, retry_max=0.05),
+                      tools=[tool("a")])
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="listed", tools=[]))
+    catalog.apply_tools("listed", [tool("x"), tool("y")])
+    catalog.add_upstream(up)
+    changes = []
+    catalog.subscribe(changes.append, replay=True)
+    assert [(c.upstream, [d.name for d in c.added], c.state) for c in changes] == [
+        ("listed", ["listed__x", "listed__y"], "ready"), ("flaky", [], "connecting")]
+    await catalog.start()
+    try:
+        last = changes[-1]
+        assert (last.upstream, [d.name for d in last.added], last.state) == (
+            "flaky", ["flaky__a"], "ready")
+        up.config.fail_start = "process exited with code 1"
+        up.drop("process exited with code 1")
+        await until(lambda: catalog.slot("flaky").health.state in ("unavailable", "failed"))
+        assert changes[-1].state in ("unavailable", "failed")
+        up.config.fail_start = None
+        await until(lambda: catalog.slot("flaky").health.state == "ready")
+        assert changes[-1].state == "ready"
+    finally:
+        await catalog.close()
+
+
 async def test_tools_changed_applies_only_the_difference():
     up = FakeUpstream(name="u", tools=[tool("a"), tool("b")])
     catalog = Catalog(Store())

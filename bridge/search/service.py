@@ -226,7 +226,7 @@ class ToolSearch(RankingStages):
         said = []
         namespace, kind, read_only = filters["namespace"], filters["kind"], filters["read_only"]
         if namespace is not None and namespace not in pending and not self._any_shown(surface, namespace=namespace):
-            lowered = {slot.lower(): slot for slot in self.catalog.slots if slot != namespace}
+            lowered = {ns.lower(): ns for ns in self.feed.listings.namespaces() if ns != namespace}
             # no other upstream (difflib refuses n=0): none is written like it
             like = (lowered[n] for n in difflib.get_close_matches(namespace.lower(), lowered, n=len(lowered), cutoff=0.6)) if lowered else ()
             near = list(itertools.islice((n for n in like if self._any_shown(surface, namespace=n)), FILTER_NEAR))

@@ -3,8 +3,14 @@ upstreams going and coming back, and the text an API's tools share looked at aga
 
 from __future__ import annotations
 
+import sys
 import threading
 
+from bridge.catalog import Catalog
+from bridge.config import SurfaceConfig
+from bridge.search.service import ToolSearch
+from bridge.store import Store
+from bridge.surface import Surface
 from tests.fakes import FakeUpstream, tool
 from tests.search.support import fs_tools, start_env, tools_a
 from tests.servers import until
@@ -158,3 +164,80 @@ async def test_changes_of_one_upstream_committed_together_look_at_its_shared_tex
     finally:
         held.set()
         await e.close()
+
+
+class WatchedSlots(dict):
+    """A catalog's upstreams, noting each read that tool search makes of them, and its thread."""
+
+    def __init__(self, slots: dict) -> None:
+        super().__init__(slots)
+        self.reads: list[str] = []
+
+    def _note(self) -> None:
+        caller = sys._getframe(2)  # what reads them (the catalog's own methods may)
+        if caller.f_globals.get("__name__", "").startswith("bridge.search"):
+            self.reads.append(f"{caller.f_code.co_name} on {threading.current_thread().name}")
+
+    def __getitem__(self, key):
+        self._note()
+        return super().__getitem__(key)
+
+    def __iter__(self):
+        self._note()
+        return super().__iter__()
+
+    def get(self, key, default=None):
+        self._note()
+        return super().get(key, default)
+
+    def keys(self):
+        self._note()
+        return super().keys()
+
+    def values(self):
+        self._note()
+        return super().values()
+
+    def items(self):
+        self._note()
+        return super().items()
+
+
+async def test_search_follows_the_catalog_from_its_changes_not_its_upstreams(monkeypatch):
+    """What search knows of the catalog's upstreams (their tools, which have listed, their
+    names) comes from the change events, replayed when it starts: neither the catalog's thread
+    nor the index's writer thread, which lists every tool for a compaction, reads the catalog's
+    upstreams, which the catalog's thread changes meanwhile."""
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_DELETED_MIN", 1)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_DELETED", 0.1)
+    listing = [tool(f"tool_{i}", description=f"Report the {word} of the ledger.")
+               for i, word in enumerate(["invoice", "weather", "ticket", "flight", "folder"])]
+    catalog = Catalog(Store())
+    catalog.add_upstream(FakeUpstream(name="ledger", tools=listing))
+    catalog.apply_tools("ledger", listing)  # listed before search starts: told by the replay
+    notes = [tool("add_note", description="Add a note.")]
+    catalog.add_upstream(FakeUpstream(name="notes", tools=notes))
+    slots = catalog.slots = WatchedSlots(catalog.slots)
+    search = ToolSearch(catalog)
+    surface = Surface(SurfaceConfig(name="default"), catalog)
+
+    def names(query: str) -> list[str]:
+        return [m.name for m in search.search(query, surface=surface).matches]
+
+    try:
+        assert await search.wait_indexed()
+        assert names("flight") == ["ledger__tool_3"]
+        await catalog.start()  # `notes` lists: every upstream has listed
+        assert await search.wait_indexed()
+        assert names("note") == ["notes__add_note"]
+        changed = [*listing[:4], tool("tool_4", description="Report the folders of the ledger.")]
+        # a deleted document: the writer thread lists every tool to compact the index
+        catalog.apply_tools("ledger", changed)
+        assert await search.wait_indexed() and search.index.compacted()
+        assert search.index.deleted == 0 and search.index.tool_count == 6
+        hint = search.search("flight", surface=surface, namespace="ledgr").hint
+        assert "namespaces like it: ledger" in hint
+    finally:
+        search.close()
+        await catalog.close()
+    assert slots.reads == []
