@@ -188,8 +188,9 @@ class SearchConfig(_Strict):
     # tools of several upstreams with one native name and a similar meaning take one place in a
     # free-text search, the others named in its `alternatives`; false lists each as a match
     fold_alternatives: bool = True
-    # seconds `bridge serve` waits, as it starts, while another process (a `bridge search`, say)
-    # holds the on-disk index, before it keeps an index of its own in memory (0: no wait)
+    # `bridge serve` started while another process holds the on-disk index answers at once with an
+    # index of its own in memory, and for this many seconds looks every 0.1 s (then every 10 s)
+    # whether the index is free, to move its own there (0: every 10 s from the start)
     lock_wait: float = Field(default=15.0, ge=0, le=3600)
 
     @model_validator(mode="before")

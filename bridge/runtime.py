@@ -19,7 +19,7 @@ from bridge.config import BridgeConfig, ConfigError, load_config
 from bridge.identity import Authenticator
 from bridge.invoke import Invoker
 from bridge.model import ToolSearchResult
-from bridge.search import ToolSearch, index_released
+from bridge.search import ToolSearch
 from bridge.sidecar import with_free_port
 from bridge.store import Store, StoreError
 from bridge.supervisor import UpstreamSlot
@@ -34,7 +34,6 @@ __all__ = [
     "collector_held",
     "reload_on_hangup",
     "search_index_path",
-    "search_index_released",
     "settle_gc",
 ]
 
@@ -54,7 +53,12 @@ RESTART_SECTIONS = ("store", "search", "telemetry", "logging", "audit")
 
 
 class Bridge:
-    def __init__(self, config: BridgeConfig, *, extra_upstreams: list[Upstream] | None = None) -> None:
+    """`index_lock_wait`: for a server, `search.lock_wait` (`ToolSearch`): while another process
+    holds the on-disk search index, the bridge answers at once with an index of its own in
+    memory, and looks often for that long whether the index is free to move there."""
+
+    def __init__(self, config: BridgeConfig, *, extra_upstreams: list[Upstream] | None = None,
+                 index_lock_wait: float = 0.0) -> None:
         self.config = config
         store_path = config.store.path
         index_path = search_index_path(config)
@@ -68,7 +72,8 @@ class Bridge:
             self.catalog.add_upstream(upstream)
         self.surfaces = Surfaces(config.surfaces, self.catalog)
         self.search = ToolSearch(self.catalog, index_path, semantic=config.search.semantic,
-                                 fold_alternatives=config.search.fold_alternatives)
+                                 fold_alternatives=config.search.fold_alternatives,
+                                 lock_wait=index_lock_wait)
         audit = config.audit
         self.telemetry = Telemetry(tool_label=config.telemetry.tool_label,
                                    audit_path=config.resolve_path(audit.path) if audit.path else None,
@@ -300,17 +305,6 @@ def search_index_path(config: BridgeConfig) -> str | None:
     if config.search.path:
         return config.resolve_path(config.search.path)
     return str(Path(config.resolve_path(config.store.path)).with_suffix(".index"))
-
-
-async def search_index_released(config: BridgeConfig) -> bool:
-    """For `bridge serve` (HTTP or stdio), before its Bridge is made: wait up to
-    `search.lock_wait` seconds while another process (a `bridge search`, say) holds the on-disk
-    search index, so that the server opens it on disk rather than build one in memory first.
-    True when the index is free now (or kept in memory anyway)."""
-    path = search_index_path(config)
-    if path is None or config.search.lock_wait <= 0:
-        return True
-    return await index_released(path, config.search.lock_wait)
 
 
 def _index_folder(path: str, beside_store: bool = False) -> None:

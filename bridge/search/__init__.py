@@ -4,7 +4,6 @@ the catalog's change events. This face is all that callers outside the package u
 from __future__ import annotations
 
 from bridge.search.analysis import MAX_QUERY_CHARS
-from bridge.search.lock import index_released
 from bridge.search.service import MAX_LIMIT, ToolSearch
 
-__all__ = ["MAX_LIMIT", "MAX_QUERY_CHARS", "ToolSearch", "index_released"]
+__all__ = ["MAX_LIMIT", "MAX_QUERY_CHARS", "ToolSearch"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from bridge.search.document import IndexedTool, tool_key
 from bridge.search.foreground import Foreground
-from bridge.search.lock import take_lock
+from bridge.search.lock import name_holder, take_lock
 from bridge.search.storage import (
     _DIGEST_LOG,
     Batch,
@@ -36,6 +36,7 @@ __all__ = [
     "COMPACT_SEGMENTS",
     "DISK_RETRY",
     "DISK_RETRY_FAILED",
+    "LOCK_POLL",
     "WAKE",
     "IndexCompaction",
 ]
@@ -73,6 +74,9 @@ COMPACT_DELETED_MIN = 8
 # lock is free at most every DISK_RETRY seconds (an attempt to take it: a few microseconds), and
 # once it is, writes its tools into the on-disk index as a compaction does, and keeps it from then on.
 DISK_RETRY = 10.0
+# ...and every LOCK_POLL seconds for its first `lock_wait` seconds (`bridge serve`'s
+# `search.lock_wait`): a command that held the lock for the few seconds it ran is followed at once.
+LOCK_POLL = 0.1
 DISK_RETRY_FAILED = 300.0  # after a move that failed (a full disk): each try writes every tool
 
 
@@ -121,6 +125,7 @@ class IndexCompaction(IndexStorage):
     foreground: Foreground | None
     retry_last: float
     _disk_retry_at: float
+    _poll_until: float  # the lock is looked at every LOCK_POLL seconds until then, DISK_RETRY after
     _compact_retry_at: float
     _queue: queue.Queue[Batch | None]
     _cond: threading.Condition
@@ -157,11 +162,12 @@ class IndexCompaction(IndexStorage):
         the on-disk index's lock any more, take it and begin writing every tool (`listing`) into
         that index as a compaction does (`_compact_begin`); it is searched in place of this one
         once written, and the changes arriving meanwhile are written into both. True when begun."""
-        self._disk_retry_at = time.monotonic() + DISK_RETRY
+        now = time.monotonic()
+        self._disk_retry_at = now + (LOCK_POLL if now < self._poll_until else DISK_RETRY)
         if self.listing is None or self.wanted_path is None:
             return False
         try:
-            handle = take_lock(self.wanted_path)
+            handle = take_lock(self.wanted_path, note=False)
         except OSError:
             return False
         if handle is None:
@@ -174,6 +180,7 @@ class IndexCompaction(IndexStorage):
         if not going:  # not every upstream has listed yet: looked at again later
             handle.close()
             return False
+        name_holder(handle)
         self._compacting = _Compaction(Batch(upserts=list(tools), compact=True, move=True, seq=seq), lock_file=handle)
         return True
 

@@ -35,12 +35,17 @@ class ToolIndex(IndexWriter, IndexQueries):
     within `COMMIT_WINDOW`, skips tools whose digest is unchanged, commits once and makes the
     result searchable. Only that thread writes the index and the digests. On disk, a digest log
     beside the index records what each commit holds, so a reopened index knows its content.
+
+    An on-disk index whose lock another process holds is kept in memory instead, and moved to
+    disk once the lock is free (`_try_disk`), looked at every LOCK_POLL seconds for the first
+    `lock_wait` seconds, every DISK_RETRY after.
     """
 
     def __init__(self, path: str | None = None, *, convert: Converter | None = None, heap_size: int = 64_000_000,
                  threads: int = 1, foreground: Foreground | None = None,
                  listing: Callable[[], Sequence[Any] | None] | None = None,
-                 moved: Callable[[str], None] | None = None) -> None:
+                 moved: Callable[[str], None] | None = None,
+                 lock_wait: float = 0.0) -> None:
         self.moved = moved  # told the path, on the writer thread, once an index kept in memory moved to disk
         # why the on-disk index at `path` cannot be used (kept in memory instead, for the process's life)
         self.unusable: str | None = None
@@ -53,10 +58,16 @@ class ToolIndex(IndexWriter, IndexQueries):
                 path = None
         # the on-disk index this one, kept in memory, moves to once no other process holds its lock
         self.wanted_path: str | None = None
-        self._disk_retry_at = time.monotonic() + compaction.DISK_RETRY
+        self._poll_until = time.monotonic() + lock_wait
+        retry = compaction.LOCK_POLL if lock_wait > 0 else compaction.DISK_RETRY
+        self._disk_retry_at = time.monotonic() + retry
         if path is not None and self._lock_file is None:
-            log.warning("search index %s is in use by %s; this process keeps its own index in memory, and moves it "
-                        "to disk once the other process has ended (looking every %.0f s)", path, lock_holder(path), compaction.DISK_RETRY)
+            looking = f"every {compaction.DISK_RETRY:g} s"
+            if lock_wait > 0:
+                looking = f"every {compaction.LOCK_POLL:g} s for {lock_wait:g} s, then {looking}"
+            log.warning("search index %s is in use by %s; this process keeps its own index in "
+                        "memory, and moves it to disk once the other process has ended (looking %s)",
+                        path, lock_holder(path), looking)
             self.wanted_path, path = path, None
         self.path = path
         self.schema = schema()

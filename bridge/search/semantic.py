@@ -34,6 +34,7 @@ from bridge.search.tooltext import (
     searched_description,
     unsaid,
 )
+from bridge.search.vectorfile import KEY_BYTES, file_header, read_records, vector_path
 
 __all__ = ["CANDIDATES", "WEIGHT", "SemanticStage", "choose_encoder", "tool_text", "vector_path"]
 
@@ -59,8 +60,6 @@ class _ToDisk:
 
     path: str
 _PARAM_TEXT_CHARS = 160
-_MAGIC = b"BRIDGE-VEC1\n"
-_KEY_BYTES = 16
 _QUERY_CACHE = 256
 # tools embedded by a search while they wait for the background thread (a cheap encoder's
 # `vectors`), kept for the searches after it and then handed to the thread: 16 MB at 256 dims
@@ -108,12 +107,6 @@ def choose_encoder(kind: str) -> Encoder | None:
     return load_static()
 
 
-def vector_path(index_path: str, *, static: bool = False) -> str:
-    """The vector file beside an index folder: `<index>.vectors` (the full model's), or
-    `<index>.static.vectors` (the static table's)."""
-    return str(Path(index_path).with_name(Path(index_path).name + (".static.vectors" if static else ".vectors")))
-
-
 class SemanticStage:
     """Tool embeddings of one catalog and the reranking of keyword candidates with them.
 
@@ -131,7 +124,7 @@ class SemanticStage:
     """
 
     def __init__(self, encoder: Encoder, path: str | None = None, *, weight: float = WEIGHT,
-                 after: Callable[[float], bool] | None = None) -> None:
+                 after: Callable[[float], bool] | None = None, seed: str | None = None) -> None:
         self.encoder = encoder
         self.after = after
         self.path = path
@@ -168,47 +161,47 @@ class SemanticStage:
                             "again at each start", path, exc)
                 self.path, self._file = None, None
                 self._rows, self._vectors, self._count = {}, np.zeros((0, encoder.dim), np.float16), 0
-            self._dropped = self._count  # rows of the file no tool may have any more
-            self._settled = not self._count  # the file's rows are kept until every tool is known
+        elif seed is not None:
+            self._seed(seed)
+        self._dropped = self._count  # rows of the file no tool may have any more
+        self._settled = not self._count  # the file's rows are kept until every tool is known
         self._thread = threading.Thread(target=self._run, name="search-semantic", daemon=True)
         self._thread.start()
 
     @classmethod
     def open(cls, index_path: str | None, encoder: str = "auto", *,
-             after: Callable[[float], bool] | None = None) -> SemanticStage | None:
+             after: Callable[[float], bool] | None = None,
+             seed: str | None = None) -> SemanticStage | None:
         """The stage with its vectors beside `index_path`, by `encoder` (see `choose_encoder`);
-        None when there is none to use."""
+        None when there is none to use. Without `index_path` (in memory), `seed`: the index
+        folder whose vector file another process writes, read as it is now (`_seed`)."""
         chosen = choose_encoder(encoder)
         if chosen is None:
             return None
-        return cls(chosen, vector_path(index_path, static=chosen.cheap) if index_path else None, after=after)
+
+        def beside(index: str | None) -> str | None:
+            return vector_path(index, static=chosen.cheap) if index else None
+
+        return cls(chosen, beside(index_path), after=after, seed=beside(seed))
 
     # ---------------------------------------------------------------- the vector file
 
     def _load(self) -> None:
         assert self.path is not None
         file = Path(self.path)
-        header = _MAGIC + self._model_key + self.encoder.dim.to_bytes(4, "little")
-        record = _KEY_BYTES + 2 * self.encoder.dim
+        header = self._header()
         if file.exists():
             raw = file.read_bytes()
-            body = memoryview(raw)[len(header):]
-            n = len(body) // record  # a torn last record (a crash mid-append) is dropped
-            data = np.frombuffer(body[:n * record], dtype=np.uint8).reshape(n, record)
-            damaged = _damaged(data[:, _KEY_BYTES:].copy().view(np.float16)) if raw.startswith(header) else 0
-            if damaged:
+            records = self._records(raw)
+            if isinstance(records, int):
                 log.warning("semantic vectors at %s hold %d damaged record(s) (not unit length, or not numbers); "
-                            "they are all computed again", file, damaged)
+                            "they are all computed again", file, records)
                 file.unlink()
-            elif raw.startswith(header):
-                self._grow(n)
-                for i in range(n):
-                    self._rows.setdefault(bytes(data[i, :_KEY_BYTES]), i)
-                self._vectors[:n] = data[:, _KEY_BYTES:].copy().view(np.float16).reshape(n, self.encoder.dim)
-                self._count = n
-                if len(body) != n * record:
+            elif records is not None:
+                self._take(records)
+                if len(raw) != len(header) + records.nbytes:
                     with open(file, "r+b") as fh:
-                        fh.truncate(len(header) + n * record)
+                        fh.truncate(len(header) + records.nbytes)
             else:
                 log.info("semantic vectors at %s are of another model; they are computed again", file)
                 file.unlink()
@@ -216,6 +209,36 @@ class SemanticStage:
             file.parent.mkdir(parents=True, exist_ok=True)
             file.write_bytes(header)
         self._file = open(file, "ab")  # noqa: SIM115 - kept open for appends
+
+    def _seed(self, path: str) -> None:
+        """Before the thread starts, in memory: take in the vectors of the file at `path` that
+        another process writes (the one holding the index), as it is now, and leave it as it
+        is. That process appends whole records and replaces the file whole; a torn last record
+        is left out, and a file of another model, or with a damaged record, read as empty."""
+        try:
+            records = self._records(Path(path).read_bytes())
+        except OSError:  # none yet, or not readable: every tool is embedded
+            return
+        if isinstance(records, np.ndarray):  # (another model's, or damaged: every tool embedded)
+            self._take(records)
+            log.info("semantic vectors: %d read from %s, which another process keeps", self._count,
+                     path)
+
+    def _header(self) -> bytes:
+        return file_header(self._model_key, self.encoder.dim)
+
+    def _records(self, raw: bytes) -> np.ndarray | int | None:
+        return read_records(raw, self._header(), self.encoder.dim)
+
+    def _take(self, records: np.ndarray) -> None:
+        """Hold `records` (`_records`) as the first rows; the first of a key repeated is its row."""
+        n = len(records)
+        self._grow(n)
+        for i in range(n):
+            self._rows.setdefault(bytes(records[i, :KEY_BYTES]), i)
+        vectors = records[:, KEY_BYTES:].copy().view(np.float16)
+        self._vectors[:n] = vectors.reshape(n, self.encoder.dim)
+        self._count = n
 
     # Only the stage's thread (and `_load`, before it starts) changes the rows, the vectors and the
     # tools' keys; it takes the lock to change them, and reads them without it. The searches
@@ -254,7 +277,7 @@ class SemanticStage:
             tmp = self.path + ".tmp"
             try:
                 with open(tmp, "wb") as fh:
-                    fh.write(_MAGIC + self._model_key + self.encoder.dim.to_bytes(4, "little"))
+                    fh.write(self._header())
                     for key, row in self._rows.items():
                         fh.write(key + self._vectors[row].tobytes())
                 os.replace(tmp, self.path)
@@ -302,7 +325,7 @@ class SemanticStage:
         tmp = path + ".tmp"
         try:
             with open(tmp, "wb") as fh:
-                fh.write(_MAGIC + self._model_key + self.encoder.dim.to_bytes(4, "little"))
+                fh.write(self._header())
                 fh.write(b"".join(key + self._vectors[row].tobytes() for key, row in by_row))
             os.replace(tmp, path)
             file = open(path, "ab")  # noqa: SIM115 - kept open for appends
@@ -328,7 +351,7 @@ class SemanticStage:
         self._queue.put(batch)
 
     def _text_key(self, text: str) -> bytes:
-        return hashlib.blake2b(text.encode(), digest_size=_KEY_BYTES, key=self._model_key).digest()
+        return hashlib.blake2b(text.encode(), digest_size=KEY_BYTES, key=self._model_key).digest()
 
     def _index_first(self) -> None:
         """Wait while the keyword index has changes to take in (`after`), or until closing."""
@@ -564,15 +587,3 @@ class SemanticStage:
         weight = self.weight_for(query)
         mixed = (1.0 - weight) * keyword + weight * cosine
         return np.argsort(-mixed, kind="stable"), mixed
-
-
-def _damaged(vectors: np.ndarray) -> int:
-    """How many stored vectors no encoder writes: every one is of unit length (or zero, a text
-    of no known word); a flipped byte makes a number that is none, or another length."""
-    bad = 0
-    for start in range(0, len(vectors), 65_536):  # a million vectors widened at once would take a GB
-        wide = vectors[start:start + 65_536].astype(np.float32)
-        finite = np.asarray(np.isfinite(wide).all(axis=1), dtype=bool)
-        norms = np.linalg.norm(np.where(finite[:, None], wide, 0.0), axis=1)
-        bad += int((~(finite & ((np.abs(norms - 1.0) < 0.02) | (norms < 1e-6)))).sum())
-    return bad

@@ -65,9 +65,11 @@ class ToolSearch(RankingStages):
     """The search index of one catalog, kept in step through the catalog's change events.
 
     `path` is the index folder (reopened when it still matches the catalog), None for an index
-    in memory. Writes happen on a background thread in batched commits; `wait_indexed()` (or
-    `flush()`) waits until every change so far is searchable. With `semantic` (`auto`, `model`,
-    `static`; True is `auto`), free-text results are reranked by meaning by
+    in memory; while another process holds it, the index is kept in memory and moved there once
+    it is free (`ToolIndex`, which looks for it often for its first `lock_wait` seconds). Writes
+    happen on a background thread in batched commits; `wait_indexed()` (or `flush()`) waits
+    until every change so far is searchable. With `semantic` (`auto`, `model`, `static`; True is
+    `auto`), free-text results are reranked by meaning by
     bridge.search.semantic (`self.semantic`, and with `auto` and the full model, `self.fallback`:
     the static table, used until the model has embedded a search's candidates); False or `off`
     ranks by keywords alone. With `fold_alternatives`, a free-text match whose native name and
@@ -76,7 +78,8 @@ class ToolSearch(RankingStages):
     """
 
     def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None,
-                 semantic: bool | str = False, fold_alternatives: bool = True) -> None:
+                 semantic: bool | str = False, fold_alternatives: bool = True,
+                 lock_wait: float = 0.0) -> None:
         self.catalog = catalog
         self.fold_alternatives = fold_alternatives
         self.path = path
@@ -95,16 +98,19 @@ class ToolSearch(RankingStages):
         # the catalog's changes, handed to the index and the semantic stages once they are open
         self.feed = CatalogFeed(catalog)
         self.index = ToolIndex(path, convert=self._indexed, foreground=self.foreground, listing=self.feed.listed_when_settled,
-                               moved=self._moved)
+                               moved=self._moved, lock_wait=lock_wait)
         self.field_weights = field_weights
         related_words()  # the query expansion's table (20 ms), read now rather than by the first search
         spelled_words()  # the words never read as typing errors (20 ms), likewise
         kind = ("auto" if semantic else "off") if isinstance(semantic, bool) else semantic
         path = self.path = self.index.path  # None when another process holds the on-disk index
-        self.semantic = SemanticStage.open(path, kind, after=self._index_first)
+        # kept in memory while another process holds the index: the vectors that process keeps
+        # are read (not written), and only the tools they miss are embedded
+        seed = self.index.wanted_path
+        self.semantic = SemanticStage.open(path, kind, after=self._index_first, seed=seed)
         # `auto` with the full model: the static table reranks a search until the model has
         # embedded its candidates (the first hour of a large catalog)
-        self.fallback = (SemanticStage.open(path, "static", after=self._index_first)
+        self.fallback = (SemanticStage.open(path, "static", after=self._index_first, seed=seed)
                          if kind == "auto" and self.semantic is not None and not self.semantic.encoder.cheap else None)
         self.feed.start(self.index, self.shared, lambda: self._stages)
 

@@ -60,6 +60,16 @@ class IndexWriter(IndexCompaction):
         self._queue.put(batch)
         return batch.seq
 
+    def ticket(self) -> int:
+        """Every change submitted so far, for `flush` and `searchable`."""
+        with self._cond:
+            return self._submitted
+
+    def searchable(self, ticket: int) -> bool:
+        """Whether every change up to `ticket` is committed and searchable."""
+        with self._cond:
+            return self._committed >= ticket
+
     def flush(self, timeout: float | None = 10.0, ticket: int | None = None, *, behind: int = 0) -> bool:
         """Wait until everything submitted (or up to `ticket`, or all but the last `behind`
         batches) is committed and searchable."""
@@ -93,7 +103,8 @@ class IndexWriter(IndexCompaction):
     def _next_batch(self) -> Batch | None:
         """The next batch queued. While the index is kept in memory in place of an on-disk one
         (`wanted_path`), it looks whether that one's lock is free at most every DISK_RETRY
-        seconds, between batches or while none comes; WAKE when it begins to move there."""
+        seconds (LOCK_POLL in its first `lock_wait` seconds), between batches or while none
+        comes; WAKE when it begins to move there."""
         while self.wanted_path is not None and self._compacting is None and not self._closing:
             wait = self._disk_retry_at - time.monotonic()
             if wait <= 0:

@@ -25,7 +25,7 @@ from uvicorn.config import LOGGING_CONFIG
 
 from bridge.config import BridgeConfig
 from bridge.net import is_loopback
-from bridge.runtime import Bridge, reload_on_hangup, search_index_released, settle_gc
+from bridge.runtime import Bridge, reload_on_hangup, settle_gc
 from bridge.serve.auth import IdentifyCallers, resource_metadata_routes
 from bridge.serve.http_protocol import http_protocol
 from bridge.serve.mcp import MCPFrontend
@@ -182,11 +182,10 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         return 1
     loop = asyncio.get_running_loop()
     server: uvicorn.Server | None = None
-    stop = asyncio.Event()  # a signal before the server runs (while a command holds the search index)
+    app: Starlette | None = None
 
     def on_signal() -> None:
-        stop.set()
-        if server is None or app is None:
+        if server is None or app is None:  # (both made before the loop first runs a handler)
             return
         if server.should_exit:
             server.force_exit = True
@@ -200,20 +199,9 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, on_signal)
             handled.append(sig)
-    app: Starlette | None = None
-    # a `bridge search` holding the on-disk index as the server starts: wait for it (a signal
-    # meanwhile stops the server at once), rather than build the index in memory and move it later
-    released = asyncio.ensure_future(search_index_released(config))
-    stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({released, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    stopping.cancel()
-    if stop.is_set():
-        released.cancel()
-        for sig in handled:
-            loop.remove_signal_handler(sig)
-        sock.close()
-        return 0
-    bridge = Bridge(config)
+    # another process holding the on-disk search index: the server answers at once, with an
+    # index of its own in memory that moves to disk once the index is free
+    bridge = Bridge(config, index_lock_wait=config.search.lock_wait)
     stop_reloading = reload_on_hangup(bridge, config.source)  # SIGHUP: the config file read again and applied
     app = build_app(bridge, host=host)
     starting: asyncio.Task[None] | None = None

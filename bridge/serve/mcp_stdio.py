@@ -12,7 +12,7 @@ import sys
 from mcp.server.stdio import stdio_server
 
 from bridge.config import BridgeConfig
-from bridge.runtime import Bridge, reload_on_hangup, search_index_released, settle_gc
+from bridge.runtime import Bridge, reload_on_hangup, settle_gc
 from bridge.serve.mcp import MCPFrontend
 from bridge.telemetry import say
 
@@ -61,14 +61,10 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
             handled.append(sig)
     try:
         async with stdio_server() as (read, write):
-            try:  # a `bridge search` holding the on-disk index: wait for it rather than build the index in memory first
-                await search_index_released(config)
-            except asyncio.CancelledError:
-                if signalled:  # stopped while waiting: as below, without waiting for stdin to close
-                    sys.stderr.flush()
-                    os._exit(0)
-                raise
-            bridge = Bridge(config)
+            # another process holding the on-disk search index (a `bridge serve` on the same
+            # config): answered at once all the same, with an index of its own in memory that moves
+            # to disk once the index is free
+            bridge = Bridge(config, index_lock_wait=config.search.lock_wait)
             if surface is not None:
                 # a reload that removed it left every request of the session refused
                 bridge.keep_surface(surface, f"this stdio session serves (--surface {surface})")

@@ -1,20 +1,25 @@
-"""The on-disk search index's lock held by another process (a `bridge search` running) as
-`bridge serve` starts: the server waits for it, up to `search.lock_wait`, and keeps the index on
-disk; past that it keeps an index of its own in memory, saying so. Real processes on both sides."""
+"""The on-disk search index's lock held by another process (a `bridge search` running, another
+`bridge serve`) as `bridge serve` starts: the server answers at once with an index of its own in
+memory, saying so, and moves it to disk once the lock is free, looking for it often for its first
+`search.lock_wait` seconds. Real processes on both sides."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from bridge.search.lock import take_lock
 from tests.conftest import ROOT
+from tests.servers import TINY_MCP_SERVER
 
 # holds the index's lock as a `bridge search` on the same config does, until a line comes on its stdin
 HOLDER = ("import sys; from bridge.search.lock import take_lock; held = take_lock(sys.argv[1]); "
@@ -71,72 +76,87 @@ async def release(holder: Process) -> None:
 
 
 def config(tmp_path: Path, lock_wait: float) -> str:
+    """A config on a store in `tmp_path`, with one MCP upstream (the tiny server's `echo`)."""
     path = tmp_path / "bridge.yaml"
-    path.write_text(yaml.safe_dump({"store": {"path": str(tmp_path / "bridge.db")}, "search": {"lock_wait": lock_wait}}))
+    tiny = {"name": "tiny", "kind": "mcp", "command": sys.executable,
+            "args": [str(TINY_MCP_SERVER)]}
+    path.write_text(yaml.safe_dump({"store": {"path": str(tmp_path / "bridge.db")},
+                                    "search": {"lock_wait": lock_wait}, "upstreams": [tiny]}))
     return str(path)
 
 
-async def test_bridge_serve_waits_for_a_command_holding_the_index_and_keeps_it_on_disk(tmp_path):
+async def send(process: Process, message: dict[str, Any]) -> None:
+    process.process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+    await process.process.stdin.drain()
+
+
+INITIALIZE = {"id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                         "clientInfo": {"name": "t", "version": "0"}}}
+
+
+async def test_bridge_serve_stdio_beside_a_bridge_serve_answers_initialize_at_once(tmp_path):
+    # the MCP Inspector gives a server 15 s to answer initialize: the stdio bridge waited out
+    # search.lock_wait (15 s) for the index the HTTP server holds for its whole life
+    path = config(tmp_path, 60)
+    http = await start("-m", "bridge.cli", "serve", "-c", path, "--port", "0")
+    stdio: Process | None = None
+    try:
+        await http.said("bridge: upstreams started")  # it holds the on-disk index
+        began = time.monotonic()
+        stdio = await start("-m", "bridge.cli", "serve", "--stdio", "-c", path,
+                            stdin=asyncio.subprocess.PIPE)
+        await send(stdio, INITIALIZE)
+        answer = json.loads(await asyncio.wait_for(stdio.process.stdout.readline(), 30))
+        answered = time.monotonic() - began  # the process's start (its imports) included
+        assert answer["id"] == 1 and "result" in answer, answer
+        assert answered < 20, f"initialize answered after {answered:.1f} s (lock_wait 60 s)"
+        await send(stdio, {"method": "notifications/initialized"})
+        await send(stdio, {"id": 2, "method": "tools/list"})
+        listing = json.loads(await asyncio.wait_for(stdio.process.stdout.readline(), 30))
+        assert [t["name"] for t in listing["result"]["tools"]] == ["tiny__echo"]
+        await stdio.said("this process keeps its own index in memory")
+        assert f"is in use by process {http.process.pid} (" in stdio.stderr
+        assert "looking every 0.1 s for 60 s, then every 10 s" in stdio.stderr
+    finally:
+        if stdio is not None:
+            stdio.process.stdin.close()
+            assert await stdio.stop() == 0
+        assert await http.stop() == 0
+
+
+async def test_bridge_serve_beside_a_command_holding_the_index_moves_it_to_disk_after(tmp_path):
     index = tmp_path / "bridge.index"
-    holder = await hold(index)
+    holder = await hold(index)  # a `bridge search` on the same config, say
     serve = await start("-m", "bridge.cli", "serve", "-c", config(tmp_path, 30), "--port", "0")
     try:
-        await serve.said("waiting up to 30 s for it")
-        assert f"in use by process {holder.process.pid} (" in serve.stderr and "bridge: serving" not in serve.stderr
-        await release(holder)  # the command ends
-        await serve.said("bridge: serving")
-        assert "is free after" in serve.stderr and "in memory" not in serve.stderr
-        assert (index / "bridge-search.json").exists()  # opened on disk
-        assert (tmp_path / "bridge.index.lock").read_text().startswith(f"{serve.process.pid} ")  # and held by the server
-    finally:
-        assert await serve.stop() == 0
-        await holder.stop()
-
-
-async def test_bridge_serve_keeps_its_index_in_memory_when_the_lock_is_held_past_its_wait_and_a_signal_meanwhile_ends_it(tmp_path):
-    index = tmp_path / "bridge.index"
-    holder = await hold(index)
-    serve = await start("-m", "bridge.cli", "serve", "-c", config(tmp_path, 0.5), "--port", "0")
-    try:
-        await serve.said("bridge: serving")
-        assert f"still in use by process {holder.process.pid} (" in serve.stderr and "after 0 s (search.lock_wait)" in serve.stderr
-        assert "this process keeps its own index in memory" in serve.stderr
+        await serve.said("bridge: upstreams started")  # searchable, the command still running
+        assert f"in use by process {holder.process.pid} (" in serve.stderr
+        assert "keeps its own index in memory" in serve.stderr
         assert not index.exists()
-    finally:
-        assert await serve.stop() == 0
-    # stopped while it waits: at once, status 0, nothing opened
-    serve = await start("-m", "bridge.cli", "serve", "-c", config(tmp_path, 30), "--port", "0")
-    try:
-        await serve.said("waiting up to 30 s")
+        await release(holder)  # the command ends
+        await serve.said("is free now: the 1 tools of the index kept in memory were written to it")
+        assert (index / "bridge-search.json").exists()  # on disk from now on
+        lock = tmp_path / "bridge.index.lock"
+        assert lock.read_text().startswith(f"{serve.process.pid} ")  # and held by the server
     finally:
         assert await serve.stop() == 0
         await holder.stop()
-    assert "bridge: serving" not in serve.stderr and not index.exists()
 
 
-async def test_bridge_serve_over_stdio_waits_too_and_a_signal_while_it_waits_ends_it(tmp_path):
+async def test_bridge_serve_stdio_beside_a_command_holding_the_index_stops_on_a_signal(tmp_path):
     index = tmp_path / "bridge.index"
     holder = await hold(index)
-    serve = await start("-m", "bridge.cli", "serve", "--stdio", "-c", config(tmp_path, 30), stdin=asyncio.subprocess.PIPE)
+    serve = await start("-m", "bridge.cli", "serve", "--stdio", "-c", config(tmp_path, 30),
+                        stdin=asyncio.subprocess.PIPE)
     try:
-        await serve.said("waiting up to 30 s")
-        await release(holder)
-        await serve.said("is free after")
-        async with asyncio.timeout(30):
-            while not (index / "bridge-search.json").exists():
-                await asyncio.sleep(0.05)
+        await send(serve, INITIALIZE)
+        assert json.loads(await asyncio.wait_for(serve.process.stdout.readline(), 30))["id"] == 1
+        await serve.said("keeps its own index in memory")
     finally:
-        serve.process.stdin.close()
-        assert await serve.stop() == 0
+        assert await serve.stop() == 0  # stdin still open: a signal alone ends it, status 0
         await holder.stop()
-    # stopped while it waits: at once, status 0, nothing opened
-    holder = await hold(index)
-    serve = await start("-m", "bridge.cli", "serve", "--stdio", "-c", config(tmp_path, 30), stdin=asyncio.subprocess.PIPE)
-    try:
-        await serve.said("waiting up to 30 s")
-    finally:
-        assert await serve.stop() == 0
-        await holder.stop()
+    assert not index.exists()  # the index stayed in memory: nothing written where the command's is
 
 
 def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_change_and_always_answering(tmp_path, monkeypatch, caplog):
@@ -277,3 +297,73 @@ def test_a_move_to_disk_that_fails_keeps_the_index_in_memory_lets_the_lock_go_an
     finally:
         holder.close()
         index.close()
+
+
+def test_an_index_kept_in_memory_looks_for_the_lock_often_for_lock_wait(tmp_path, monkeypatch):
+    """A server answers at once beside a command holding the index: within `lock_wait` it finds
+    the lock free within LOCK_POLL of the command's end, and moves its index there."""
+    import time
+
+    import bridge.search.index as si
+    from tests.search.support import hits, indexed
+
+    # only the looks of the first `lock_wait` seconds can find it free
+    monkeypatch.setattr("bridge.search.compaction.DISK_RETRY", 3600.0)
+    tools = [indexed("t1", "weather report")]
+    for lock_wait, moves in ((30.0, True), (0.2, False)):
+        path = str(tmp_path / f"w{lock_wait}" / "bridge.index")
+        holder = take_lock(path)
+        index = si.ToolIndex(path, listing=lambda: tools, lock_wait=lock_wait)
+        try:
+            index.submit(tools)
+            assert index.flush() and index.path is None and hits(index, "weather") == ["t1"]
+            if not moves:
+                time.sleep(0.4)  # past its lock_wait: the next look is DISK_RETRY away
+            holder.close()
+            deadline = time.monotonic() + (10 if moves else 0.5)
+            while (index.path is None or not index.compacted(0)) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert (index.path == path) is moves and hits(index, "weather") == ["t1"]
+        finally:
+            holder.close()
+            index.close()
+
+
+async def test_an_index_in_memory_reads_the_holders_vectors_and_leaves_them(tmp_path):
+    from bridge.search.semantic import vector_path
+    from tests.fakes import FakeUpstream, tool
+    from tests.search.support import start_env
+    from tests.servers import until
+
+    path = str(tmp_path / "bridge.index")
+    listing = [tool(f"{word}_report", description=f"Report the {word} of an account.")
+               for word in ("invoice", "refund", "weather")]
+    # a `bridge serve`, holding the index
+    holding = await start_env([FakeUpstream(name="ops", tools=listing)], path=path,
+                              semantic="static")
+    kept, holds = None, True
+    try:
+        assert holding.search.semantic.flush() and holding.search.semantic.embedded == 3
+        vectors = Path(vector_path(path, static=True))
+        written = await asyncio.to_thread(vectors.read_bytes)
+        more = [*listing, tool("parcel_report", description="Report the parcels of an account.")]
+        # a `bridge serve --stdio` on the same config
+        kept = await start_env([FakeUpstream(name="ops", tools=more)], path=path, semantic="static",
+                               lock_wait=30)
+        assert kept.search.index.path is None and kept.search.semantic.path is None
+        # the one tool the holder has no vector of
+        assert kept.search.semantic.flush() and kept.search.semantic.embedded == 1
+        assert await asyncio.to_thread(vectors.read_bytes) == written
+        assert kept.names("weather report")[:1] == ["ops__weather_report"]
+        holds = False
+        await holding.close()  # it ends: the index in memory moves to disk, its vectors with it
+        await until(lambda: kept.search.semantic.path is not None, timeout=10)
+        assert kept.search.semantic.flush()
+        record = 16 + 2 * kept.search.semantic.encoder.dim
+        # the holder's vectors and the one it embedded
+        assert (await asyncio.to_thread(vectors.stat)).st_size == len(written) + record
+    finally:
+        if holds:
+            await holding.close()
+        if kept is not None:
+            await kept.close()
