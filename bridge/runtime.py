@@ -90,6 +90,7 @@ class Bridge:
         self._reloading = asyncio.Lock()
         self._reload_listeners: list[Callable[[], None]] = []
         self._started = asyncio.Event()
+        self._listed = 0  # the index's ticket of every change the start made (`search_state`)
         self._kept_surfaces: dict[str, str] = {}  # surface -> who serves it (`keep_surface`)
 
     async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None,
@@ -105,6 +106,8 @@ class Bridge:
         with collector_held(freeze_first) if wait else contextlib.nullcontext():
             await self.catalog.start(wait=wait, on_progress=on_progress)
         if wait:
+            # the catalog hands each change to the index as it makes it: every tool listed is in it
+            self._listed = self.search.index.ticket()
             self._started.set()
 
     @property
@@ -114,6 +117,27 @@ class Bridge:
 
     async def wait_started(self) -> None:
         await self._started.wait()
+
+    def search_state(self) -> str:
+        """`ready` once the start has ended and the search index has taken in every tool it
+        listed, all searchable; `indexing` until then (a search may miss the tools the index has
+        yet to take in, thousands of which take it seconds); `failing` while the index's commits
+        fail (a disk refusing writes), its changes waiting for the next try. The semantic
+        vectors are not waited for: see docs/search.md, *Readiness*."""
+        if self.started and self.search.index.searchable(self._listed):
+            return "ready"
+        return "failing" if self.search.index.failing else "indexing"
+
+    async def wait_indexed(self) -> str:
+        """Wait, without blocking the event loop, until the start has ended and `search_state`
+        is no longer `indexing`; answers it."""
+        await self._started.wait()
+        flush = self.search.index.flush
+        # looked at again every 0.5 s: the commits may begin to fail meanwhile
+        while self.search_state() == "indexing":
+            if await asyncio.to_thread(flush, 0.5, self._listed):
+                break
+        return self.search_state()
 
     def starting(self) -> list[str]:
         """The upstreams the start still waits for (none once `started`: an upstream a later

@@ -166,6 +166,14 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+async def _start_then_index(bridge: Bridge) -> None:
+    """The bridge's start, then the wait for its search index to take in what the start listed
+    (`/readyz` says ready then, and the `upstreams started` line follows)."""
+    await bridge.start(wait=True, freeze_first=True)
+    settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
+    await bridge.wait_indexed()
+
+
 async def run_http(config: BridgeConfig, host: str | None, port: int | None, insecure: bool) -> int:
     """`bridge serve`: start the bridge and serve it over HTTP until SIGINT or SIGTERM."""
     host = host or config.server.host
@@ -226,10 +234,10 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
             say("bridge serve: the server did not start", logging.ERROR)
             return 1
         # the upstreams start once the server listens, and while it serves: /healthz answers at
-        # once, /readyz says which upstreams are still starting, and the catalog grows as each
-        # lists. A signal meanwhile stops the server, and the start with it, without waiting for
-        # their start_timeout.
-        starting = asyncio.create_task(bridge.start(wait=True, freeze_first=True), name="bridge start")
+        # once, /readyz says which upstreams are still starting (then that the search index takes
+        # in what they listed), and the catalog grows as each lists. A signal meanwhile stops the
+        # server, and the start with it, without waiting for their start_timeout.
+        starting = asyncio.create_task(_start_then_index(bridge), name="bridge start")
         bound_port = sock.getsockname()[1]
         bound = f"http://{host if ':' not in host else f'[{host.strip(chr(91) + chr(93))}]'}:{bound_port}"
         base = (config.server.public_url or bound).rstrip("/")
@@ -243,7 +251,6 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         await asyncio.wait([task, starting], return_when=asyncio.FIRST_COMPLETED)
         if starting.done() and not task.done():
             starting.result()
-            settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
             say(f"bridge: {started_line(bridge)}")
         await task
         return 0

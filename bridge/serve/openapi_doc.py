@@ -148,6 +148,7 @@ def _schemas() -> dict[str, Any]:
         "Health": _obj(["status"], {"status": STR, "store": _obj(["writable", "since"], {"writable": BOOL, "since": STR})}),
         "Ready": _obj(["ready", "upstreams"], {
             "ready": BOOL, "starting": NAME_LIST, "tools": INT,
+            "search": {"type": "string", "enum": ["ready", "indexing", "failing"]},
             "upstreams": {"type": "array", "items": _obj(["name", "kind", "state"], {
                 "name": STR, "kind": STR, "state": STR, "tool_count": INT, "reason": STR})},
         }),
@@ -277,9 +278,14 @@ def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
                                   params=[_param("uri", "query", STR, "the URI of a resource link (or embedded resource) in a result", required=True)],
                                   tag="records")},
         "/healthz": {"get": _op("healthz", "The process is alive", _responses("Health", ()), tag="probes", open_=True)},
-        "/readyz": {"get": _op("readyz", "Per-upstream states; 503 while an upstream is still starting, or none is ready", {
+        "/readyz": {"get": _op("readyz", "Per-upstream states; 503 while an upstream is still "
+                                         "starting, the search index takes in what the start "
+                                         "listed, or none is ready", {
             "200": {"description": "ready", "content": _json(_ref("Ready"))},
-            "503": {"description": "an upstream still starting (named in `starting`), or no upstream ready", "content": _json(_ref("Ready"))},
+            "503": {"description": "an upstream still starting (named in `starting`), the search "
+                                   "index still taking in what the start listed (`search: "
+                                   "indexing`), or no upstream ready",
+                    "content": _json(_ref("Ready"))},
         }, tag="probes", open_=True)},
         "/openapi.json": {"get": _op("openapi", "This document", _responses(OBJ, ()), tag="probes", open_=True)},
         "/metrics": {"get": _op(

@@ -191,10 +191,13 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
             upstreams.append(entry)
         enabled = [u for u in upstreams if u["state"] != "disabled"]
         # not ready while the start waits for an upstream's first attempt (the listener serves
-        # from the first moment, with the tools listed so far)
+        # from the first moment, with the tools listed so far), nor until the search index has
+        # taken in what the start listed: a search would miss those tools
         starting = bridge.starting()
-        ready = not starting and (not enabled or any(u["state"] == "ready" for u in enabled))
-        body: dict[str, Any] = {"ready": ready, "starting": starting}
+        search = bridge.search_state()
+        upstream_ready = not enabled or any(u["state"] == "ready" for u in enabled)
+        ready = not starting and search != "indexing" and upstream_ready
+        body: dict[str, Any] = {"ready": ready, "starting": starting, "search": search}
         if detailed:
             body["tools"] = len(bridge.catalog)
         body["upstreams"] = upstreams

@@ -3,18 +3,26 @@ probes, and the OpenAPI document that describes every route."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
+from collections.abc import AsyncIterator
+from typing import Any
 
+import aiohttp
 from openapi_spec_validator import validate
 from starlette.routing import Route
 
+from bridge.config import parse_config
 from bridge.model import UpstreamResult
-from bridge.serve.app import rest_routes
+from bridge.runtime import Bridge
+from bridge.serve.app import build_app, close_app, rest_routes
 from bridge.serve.openapi_doc import openapi_document
 from bridge.store import WAL_KEPT_BYTES
 from tests.fakes import FakeConfig, FakeUpstream, tool
+from tests.search.support import FullDisk
 from tests.serve.rest_env import TOKEN_ALL, TOKEN_NARROW, config_with, narrow_surfaces, serving
+from tests.servers import serve_asgi, until
 
 
 def catalog() -> FakeUpstream:
@@ -214,6 +222,67 @@ async def test_health_and_readiness():
         _, body, _ = await served.get("/readyz", token=TOKEN_ALL)
         assert any(u.get("reason") == "refused" for u in body["upstreams"]) and body["tools"] == 3
         assert (await served.get("/healthz"))[0] == 200
+
+
+@contextlib.asynccontextmanager
+async def served_unindexed(
+    *upstreams: FakeUpstream, disk_full: bool = False,
+) -> AsyncIterator[tuple[Bridge, aiohttp.ClientSession, threading.Event]]:
+    """A bridge started over `upstreams` and served, its search index taking in no tool until
+    the event given is set; with `disk_full`, its commits failing while its writer's `failing`."""
+    bridge = Bridge(parse_config(config_with()), extra_upstreams=list(upstreams))
+    if disk_full:
+        bridge.search.index._writer = FullDisk(bridge.search.index._writer)
+        bridge.search.index._writer.failing = True
+        bridge.search.index.retry_first = bridge.search.index.retry_last = 0.05
+    let_go = threading.Event()
+    convert = bridge.search.index.convert
+    assert convert is not None
+
+    def held(decl: Any) -> Any:  # on the index's writer thread
+        let_go.wait(30)
+        return convert(decl)
+
+    bridge.search.index.convert = held
+    await bridge.start()
+    app = build_app(bridge)
+    try:
+        async with serve_asgi(app) as base, aiohttp.ClientSession(base_url=base) as http:
+            yield bridge, http, let_go
+    finally:
+        let_go.set()
+        await close_app(app)
+        await bridge.close()
+
+
+async def test_readiness_waits_for_the_search_index_to_take_in_what_the_start_listed():
+    # a 5,596-tool federation answered 200 while a search still missed most of its last
+    # upstreams' tools: the start had ended, the index had not taken them in
+    async def get(http: aiohttp.ClientSession, path: str, **params: str) -> tuple[int, Any]:
+        async with http.get(path, params=params) as response:
+            return response.status, await response.json()
+
+    async with served_unindexed(catalog()) as (bridge, http, let_go):
+        status, body = await get(http, "/readyz")
+        assert status == 503 and body["ready"] is False and body["starting"] == [], body
+        assert body["search"] == "indexing"
+        found = (await get(http, "/search", q="search documents"))[1]
+        assert found["matches"] == []  # what it waits for
+        let_go.set()
+        assert await bridge.wait_indexed() == "ready"
+        status, body = await get(http, "/readyz")
+        assert status == 200 and body["ready"] is True and body["search"] == "ready", body
+        found = (await get(http, "/search", q="search documents"))[1]
+        assert found["matches"][0]["name"] == "docs__search_documents"
+    # an index whose commits fail (a full disk) does not hold readiness: it says so
+    async with served_unindexed(catalog(), disk_full=True) as (bridge, http, let_go):
+        disk = bridge.search.index._writer
+        let_go.set()
+        assert await bridge.wait_indexed() == "failing"
+        status, body = await get(http, "/readyz")
+        assert status == 200 and body["ready"] is True and body["search"] == "failing", body
+        disk.failing = False  # the disk takes writes again: the next try commits
+        await until(lambda: bridge.search_state() == "ready")
 
 
 async def test_openapi_document_is_valid_and_describes_every_route():
