@@ -8,7 +8,7 @@ EXTRAS ?= test
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: setup serve test bench clean
+.PHONY: setup serve lint test bench clean
 
 setup: $(STAMP)
 
@@ -29,8 +29,13 @@ SERVE_OPTIONS = $(if $(call given,HOST), --host $(call given,HOST))$(if $(call g
 serve: $(STAMP)
 	$(VENV)/bin/bridge serve -c $(CONFIG)$(SERVE_OPTIONS)
 
-test: $(STAMP)
-	$(PY) -m pytest -q
+# lint (ruff) and types (mypy, over bridge/ and adapters/); `make test` runs it first
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: $(STAMP) lint
+	$(PY) -m pytest -q --durations=15
 
 bench: $(STAMP)
 	@status=0; for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b || status=1; done; exit $$status
