@@ -99,7 +99,8 @@ class ScriptedExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: Any) -> None:
         message = context.message
         assert message is not None
-        skill = message.metadata.get("skill_id", "echo")
+        # a protobuf Struct: no .get
+        skill = message.metadata["skill_id"] if "skill_id" in message.metadata else "echo"  # noqa: SIM401
         text = context.get_user_input()
         data = [MessageToDict(p.data) for p in message.parts if p.HasField("data")]
         if skill == "reply":
