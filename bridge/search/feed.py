@@ -8,6 +8,7 @@ upstreams: the writer thread reads the record, which the catalog's thread keeps.
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 from collections.abc import Callable
 
@@ -18,6 +19,18 @@ from bridge.search.semantic import SemanticStage
 from bridge.search.tooltext import SharedText, function_name, searched_description
 
 __all__ = ["CatalogFeed", "Listings"]
+
+_TOOL_ID = operator.attrgetter("tool_id")
+
+
+def _by_namespace(upstream: str | None, decls: list[ToolDeclaration]) -> dict[str, list[ToolDeclaration]]:
+    """The declarations of a change by namespace: all of them its upstream's, when it names one."""
+    if upstream is not None:
+        return {upstream: decls} if decls else {}
+    out: dict[str, list[ToolDeclaration]] = {}
+    for decl in decls:
+        out.setdefault(decl.namespace, []).append(decl)
+    return out
 
 
 class Listings:
@@ -32,16 +45,21 @@ class Listings:
         self._lock = threading.Lock()
 
     def take(self, change: CatalogChange) -> None:
-        """Record a change of the catalog."""
+        """Record a change of the catalog (a change of one upstream's tools, as the catalog
+        makes them, in a few passes in C: 100,000 tools one at a time cost several times more)."""
+        removed = _by_namespace(change.upstream, change.removed)
+        upserts = _by_namespace(change.upstream, [*change.added, *change.updated])
         with self._lock:
             if change.upstream is not None:
                 self._tools.setdefault(change.upstream, {})  # known also while it lists no tool
                 if change.state is not None:
                     self._states[change.upstream] = change.state
-            for decl in change.removed:
-                self._tools.get(decl.namespace, {}).pop(decl.tool_id, None)
-            for decl in (*change.added, *change.updated):
-                self._tools.setdefault(decl.namespace, {})[decl.tool_id] = decl
+            for namespace, decls in removed.items():
+                tools = self._tools.get(namespace, {})
+                for tool_id in map(_TOOL_ID, decls):
+                    tools.pop(tool_id, None)
+            for namespace, decls in upserts.items():
+                self._tools.setdefault(namespace, {}).update(zip(map(_TOOL_ID, decls), decls, strict=True))
 
     def ready(self, namespace: str) -> bool:
         """Whether the namespace's upstream has listed its tools and is up, as last told."""
