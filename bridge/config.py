@@ -24,6 +24,7 @@ from pydantic import (
 
 from bridge.documents import expanded_size
 from bridge.oauth_config import OAuthConfig
+from bridge.telemetry_config import AuditConfig, LoggingConfig, TelemetryConfig
 from bridge.upstream import ConfigValueError, UpstreamConfig, known_kinds, upstream_class
 
 __all__ = [
@@ -210,24 +211,6 @@ class SearchConfig(_Strict):
         if isinstance(value, bool):
             return "auto" if value else "off"
         return value
-
-
-class TelemetryConfig(_Strict):
-    metrics: bool = True  # GET /metrics served
-    metrics_public: bool = False  # /metrics open without a token when server.tokens are set
-    # the `tool` label of the call metrics: every tool, none, or the N busiest (top_N)
-    tool_label: str = Field(default="top_100", pattern=r"^(all|none|top_[1-9][0-9]{0,4})$")
-
-
-class LoggingConfig(_Strict):
-    format: Literal["text", "json"] = "text"
-    level: Literal["debug", "info", "warning", "error"] | None = None  # None: warning, info with -v
-
-
-class AuditConfig(_Strict):
-    path: str | None = None  # a JSON-lines file of every invocation; none: no audit stream
-    max_mb: int = Field(default=100, ge=1)  # size at which the file is rotated
-    keep: int = Field(default=10, ge=1)  # rotated files kept: path.1 (newest) to path.N
 
 
 class BridgeConfig(_Strict):

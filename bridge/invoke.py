@@ -11,7 +11,7 @@ import json
 import logging
 import re
 import time
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bridge.arguments import SchemaValidators, invalid_arguments, refuse_unsendable
 from bridge.catalog import Catalog
@@ -36,6 +36,9 @@ from bridge.store import Store, StoreFull
 from bridge.surface import Surface, Surfaces
 from bridge.telemetry import CallOrigin, Telemetry
 from bridge.upstream import CallContext, ProgressSink
+
+if TYPE_CHECKING:
+    from bridge.telemetry import CallTrace
 
 __all__ = ["Invoker"]
 
@@ -72,14 +75,17 @@ def _size_of(result: UpstreamResult) -> tuple[int, bool]:
 _MAX_VERSION = 2**63 - 1  # what an SQLite INTEGER holds
 
 
-class _UpstreamTime:
-    """The upstream's part of one call, in seconds: from the moment it holds a concurrency slot
-    to its answer (or failure); None while the call has not reached it."""
+class _Call:
+    """What telemetry follows of one call: where it came from, its trace (when tracing), and the
+    upstream's part in seconds, from the moment it holds a concurrency slot to its answer or
+    failure (None while the call has not reached the upstream)."""
 
-    __slots__ = ("seconds",)
+    __slots__ = ("origin", "trace", "upstream_seconds")
 
-    def __init__(self) -> None:
-        self.seconds: float | None = None
+    def __init__(self, origin: CallOrigin | None, trace: CallTrace | None) -> None:
+        self.origin = origin
+        self.trace = trace
+        self.upstream_seconds: float | None = None
 
 
 class Invoker:
@@ -122,8 +128,8 @@ class Invoker:
         from, with the caller's trace context (telemetry and the audit stream record it)."""
         invocation_id = invocation_id or new_id("inv")
         started = time.perf_counter()
-        self.telemetry.call_begun()
-        upstream_time = _UpstreamTime()
+        telemetry = self.telemetry
+        call = _Call(origin, telemetry.call_begun(ref, origin))
         created_at = now_iso()
         decl: ToolDeclaration | None = None
         surface_obj = surface if isinstance(surface, Surface) else self.surfaces.get(surface)
@@ -133,17 +139,19 @@ class Invoker:
                 raise BridgeError(f"no surface named {surface!r}", error_class="policy_blocked", status="denied")
             decl = self._resolve(ref, surface_obj)
             schema, version = self._schema_for(decl, version)
-            refuse_unsendable(arguments)
-            self._validate(decl, version, schema, arguments)
+            with telemetry.stage(call.trace, "validate"):
+                refuse_unsendable(arguments)
+                self._validate(decl, version, schema, arguments)
             check_permission(decl, surface_obj)
             result = await self._execute(decl, arguments, invocation_id, progress, meta or {}, config,
-                                         upstream_time)
+                                         call)
             if result.is_error:
                 result = self._masked(decl, result)
             self.resource_links.remember(surface_obj.name, decl.upstream, result.content)
             envelope, size = self._map(decl, version, invocation_id, result, config)
             if size > config.inline_result_limit:
-                await self._persist(envelope, size, surface_obj.name, config)
+                with telemetry.stage(call.trace, "persist"):
+                    await self._persist(envelope, size, surface_obj.name, config)
         except BridgeError as exc:
             envelope = error_result(exc, invocation_id=invocation_id, decl=decl, version=version)
             envelope = self._masked(decl, envelope)
@@ -151,7 +159,7 @@ class Invoker:
                 envelope = without_surrogates(envelope)
         except asyncio.CancelledError:
             self._log(invocation_id, decl, version, surface_obj, "canceled", "canceled", created_at, started,
-                      upstream_time, origin)
+                      call)
             raise
         except Exception as exc:  # an adapter bug: reported as a result, logged with its traceback
             log.exception("tool %s failed", ref)
@@ -171,8 +179,7 @@ class Invoker:
             envelope.error.error_class if envelope.error else None,
             created_at,
             started,
-            upstream_time,
-            origin,
+            call,
         )
         return envelope
 
@@ -264,12 +271,14 @@ class Invoker:
         progress: ProgressSink | None,
         meta: dict[str, Any],
         config: InvokeConfig,
-        upstream_time: _UpstreamTime,
+        call: _Call,
     ) -> UpstreamResult:
         slot = self.catalog.require_ready(decl)
         timeout = config.default_timeout or decl.timeout or slot.upstream.config.timeout
         ctx = CallContext(invocation_id=invocation_id, timeout=timeout, progress_sink=progress, version=decl.version, meta=meta,
                           timeout_fixed=config.default_timeout is not None)
+        if call.origin is not None:  # passed on as it came, unless the bridge traces the call
+            ctx.traceparent, ctx.tracestate = call.origin.traceparent, call.origin.tracestate
         assert slot.semaphore is not None
         try:
             async with asyncio.timeout(timeout):
@@ -277,9 +286,14 @@ class Invoker:
                     with slot.calling():
                         began = time.perf_counter()
                         try:
-                            return await slot.upstream.invoke(decl.native_id, arguments, ctx)
+                            with self.telemetry.upstream_call(call.trace, decl.upstream,
+                                                              slot.upstream.kind,
+                                                              decl.native_name) as parent:
+                                if parent is not None:  # the upstream's call: its span's child
+                                    ctx.traceparent, ctx.tracestate = parent
+                                return await slot.upstream.invoke(decl.native_id, arguments, ctx)
                         finally:
-                            upstream_time.seconds = time.perf_counter() - began
+                            call.upstream_seconds = time.perf_counter() - began
         except TimeoutError:
             raise BridgeError(
                 f"{decl.name!r} did not answer within {timeout:g}s",
@@ -389,14 +403,15 @@ class Invoker:
         error_class: str | None,
         created_at: str,
         started: float,
-        upstream_time: _UpstreamTime | None = None,
-        origin: CallOrigin | None = None,
+        call: _Call | None = None,
     ) -> None:
         seconds = time.perf_counter() - started
         duration = round(seconds * 1000, 3)
+        origin = call.origin if call else None
         self.telemetry.call_ended(invocation_id, decl, version, surface.name if surface else "", status,
                                   error_class, created_at, seconds,
-                                  upstream_time.seconds if upstream_time else None, origin)
+                                  call.upstream_seconds if call else None, origin,
+                                  call.trace if call else None)
         self._log_rows.append(
             (
                 invocation_id,

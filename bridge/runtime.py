@@ -24,7 +24,7 @@ from bridge.sidecar import with_free_port
 from bridge.store import Store, StoreError
 from bridge.supervisor import UpstreamSlot
 from bridge.surface import Surface, Surfaces
-from bridge.telemetry import Telemetry
+from bridge.telemetry import Telemetry, configured_tracing
 from bridge.upstream import Upstream, upstream_class
 
 __all__ = [
@@ -74,10 +74,13 @@ class Bridge:
         self.search = ToolSearch(self.catalog, index_path, semantic=config.search.semantic,
                                  fold_alternatives=config.search.fold_alternatives,
                                  lock_wait=index_lock_wait)
-        audit = config.audit
-        self.telemetry = Telemetry(tool_label=config.telemetry.tool_label,
+        audit, telemetry = config.audit, config.telemetry
+        tracing = configured_tracing(telemetry.otlp_endpoint, telemetry.service_name,
+                                     telemetry.sample_ratio)
+        self.telemetry = Telemetry(tool_label=telemetry.tool_label,
                                    audit_path=config.resolve_path(audit.path) if audit.path else None,
-                                   audit_max_bytes=audit.max_mb << 20, audit_keep=audit.keep)
+                                   audit_max_bytes=audit.max_mb << 20, audit_keep=audit.keep,
+                                   tracing=tracing)
         metrics = self.telemetry.metrics
         metrics.watch_upstreams(lambda: [(s.health, s.calls) for s in self.catalog.slots.values()])
         self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke,

@@ -160,7 +160,19 @@ class CallContext:
     # the timeout is the operator's invoke.default_timeout, which overrides an adapter's own
     # per-command limits too (ATIP command_timeouts): the adapter then uses `timeout` as it is
     timeout_fixed: bool = False
+    # the W3C trace context the adapter passes on (HTTP headers, MCP `_meta`, an ATIP command's
+    # TRACEPARENT): the bridge's span of this upstream call when it traces, else the caller's
+    traceparent: str | None = None
+    tracestate: str | None = None
     _sequence: int = 0
+
+    def trace_headers(self) -> dict[str, str]:
+        """`traceparent` and `tracestate` as HTTP headers (or MCP `_meta` keys); empty without."""
+        if self.traceparent is None:
+            return {}
+        if self.tracestate is None:
+            return {"traceparent": self.traceparent}
+        return {"traceparent": self.traceparent, "tracestate": self.tracestate}
 
     async def report_progress(
         self,

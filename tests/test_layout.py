@@ -67,6 +67,13 @@ def test_adapters_import_only_the_model_the_interface_translate_and_low_level_mo
     assert not wrong, sorted(wrong)
 
 
+def test_telemetry_imports_only_the_model(graph) -> None:
+    wrong = {(name, target) for name, targets in graph.items()
+             if name.startswith("bridge.telemetry")
+             for target in targets if not target.startswith(("bridge.telemetry", "bridge.model"))}
+    assert not wrong, sorted(wrong)
+
+
 def test_bridge_never_imports_adapters(graph) -> None:
     wrong = {(name, target) for name, targets in graph.items() if name.startswith("bridge")
              for target in targets if target.startswith("adapters")}

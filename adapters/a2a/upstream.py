@@ -321,7 +321,9 @@ class A2AUpstream(Upstream):
         message = request.message
         tracker = TaskTracker(sent_message_id=message.message_id, question_at=self._questions.get(message.task_id), sent_at=time.time_ns())
         ref = {"source": "a2a", "agent_card_url": agent.card_url, "agent_skill_id": skill_id, "message_id": message.message_id}
-        call = ClientCallContext(timeout=ctx.timeout)
+        # HTTP headers of every request of the call (its polls too): the W3C trace context
+        call = ClientCallContext(timeout=ctx.timeout,
+                                 service_parameters=ctx.trace_headers() or None)
         try:
             if not agent.streaming:
                 request.configuration.return_immediately = True  # follow the task by polling

@@ -404,7 +404,9 @@ class A2TUpstream(Upstream):
         return result
 
     async def _call(self, url: str, body: Any, ctx: CallContext) -> HTTPAnswer:
-        headers = {GENERATION_HEADER: self._generation} if self._generation else None
+        headers = ctx.trace_headers()
+        if self._generation:
+            headers[GENERATION_HEADER] = self._generation
         try:
             return await self._http.request("POST", url, body=body, headers=headers, timeout=ctx.timeout, retry_statuses=_RETRY_INVOKE)
         except BridgeError as exc:

@@ -189,9 +189,14 @@ class ATIPUpstream(Upstream):
             option_style=self.config.option_style,
         )
         timeout = ctx.timeout if ctx.timeout_fixed else self._timeout_for(command, ctx.timeout)
+        env = self._run_env
+        if ctx.traceparent is not None:  # the W3C trace context, as OpenTelemetry's SDKs read it
+            env = {**env, "TRACEPARENT": ctx.traceparent}
+            if ctx.tracestate is not None:
+                env["TRACESTATE"] = ctx.tracestate
         outcome = await run_process(
             argv,
-            env=self._run_env,
+            env=env,
             cwd=self._cwd,
             timeout=timeout,
             stdin=answer.stdin if answer else None,

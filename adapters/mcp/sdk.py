@@ -105,17 +105,23 @@ async def send_raw(
     client: Client,
     request: types.ListToolsRequest | types.CallToolRequest,
     progress_callback: ProgressFnT | None = None,
+    trace: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Send `request` on the client's session as `ClientSession.send_request` does (the era's
     `_meta` and headers stamped; progress, timeout and cancellation wired by the dispatcher)
     and return its result as it came. send_request checks a result whole, so one part the
     SDK's types reject (one tool, one content block of a newer type) would throw the rest
     away; the callers check the pieces instead. The SDK's own `subscriptions/listen` sends the
-    same way, through the same two private members of the session."""
+    same way, through the same two private members of the session. `trace`, the W3C trace
+    context, goes in `params._meta` (as MCP reserves those keys for it) and, over HTTP, in the
+    request's headers too."""
     session = client.session
     data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
     opts: CallOptions = {}
     session._stamp(data, opts)
+    if trace:
+        data.setdefault("params", {}).setdefault("_meta", {}).update(trace)
+        opts.setdefault("headers", {}).update(trace)
     if client.read_timeout_seconds is not None:
         opts["timeout"] = client.read_timeout_seconds
     if progress_callback is not None:

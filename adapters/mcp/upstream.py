@@ -414,7 +414,7 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
         # SDK send notifications/cancelled for the request (or abort its POST on 2026-07-28 HTTP).
         try:
             try:
-                raw = await send_raw(client, request, progress)
+                raw = await send_raw(client, request, progress, ctx.trace_headers())
             except MCPError as exc:
                 if exc.code != types.HEADER_MISMATCH or self.protocol_version not in MODERN_PROTOCOL_VERSIONS:
                     raise
@@ -422,7 +422,7 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
                 # session's header maps) and send once more, as the SDK's call_tool does.
                 await self.list_tools()
                 self._tools_changed(f"tools/call {native_id}: header mismatch")
-                raw = await send_raw(client, request, progress)
+                raw = await send_raw(client, request, progress, ctx.trace_headers())
             result = await self._call_result(client, native_id, raw)
         except Exception as exc:
             raise await self._settled(exc, native_id) from None

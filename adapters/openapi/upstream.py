@@ -376,6 +376,8 @@ class OpenAPIUpstream(Upstream):
                                   recoverability="retry_later", retry_after=1.0)
             parts = build_request(op, arguments)
             parts.default_headers(cfg.headers)
+            for name, value in ctx.trace_headers().items():  # W3C trace context, over any other
+                parts.set_header(name, value)
             plain = parts.header_items()
             used = await credentials.apply(parts, bound, session, remaining)
             secret = {k.lower() for k, v in parts.header_items().items() if plain.get(k) != v}

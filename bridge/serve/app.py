@@ -115,6 +115,10 @@ def build_app(bridge: Bridge, *, host: str = "127.0.0.1") -> Starlette:
     app.exception_handlers[Exception] = _server_error
     app.add_middleware(IdentifyCallers, bridge=bridge)
     app.add_middleware(ContentLengthLimit, limit=bridge.config.server.max_body_bytes)
+    if bridge.telemetry.tracing is not None:  # outermost: its span covers the whole request
+        from bridge.serve.traced import TracedHTTP
+
+        app.add_middleware(TracedHTTP, tracing=bridge.telemetry.tracing)
     app.state.bridge = bridge
     app.state.closers = closers
     app.state.mcp_frontend = frontend

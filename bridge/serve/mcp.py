@@ -72,6 +72,13 @@ INSTRUCTIONS = (
 )
 
 
+# The keyword of the SDK server's handler of each method the frontend answers (`on_<name>`).
+_HANDLER_NAMES = {"tools/list": "list_tools", "tools/call": "call_tool",
+                  "resources/list": "list_resources",
+                  "resources/templates/list": "list_resource_templates",
+                  "resources/read": "read_resource"}
+
+
 class _BridgeServer(Server[Any]):
     """The SDK's low-level server, advertising `tools.listChanged` to handshake-era clients on
     every transport (the HTTP session manager builds its own initialization options)."""
@@ -146,13 +153,24 @@ class MCPFrontend:
             title="Tool federation bridge",
             instructions=INSTRUCTIONS,
             get_tool_input_schema=self._input_schema_of,
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
-            on_list_resources=self._list_resources,
-            on_list_resource_templates=self._list_resource_templates,
-            on_read_resource=self._read_resource,
+            **self._handlers(),
             on_subscriptions_listen=self._subscriptions_listen,
         )
+
+    def _handlers(self) -> dict[str, Any]:
+        """The request handlers, each in a span of its own when the bridge traces (a listen
+        stream, which lasts as long as the client stays, is not traced)."""
+        handlers: dict[str, Any] = {"tools/list": self._list_tools, "tools/call": self._call_tool,
+                    "resources/list": self._list_resources,
+                    "resources/templates/list": self._list_resource_templates,
+                    "resources/read": self._read_resource}
+        tracing = self.bridge.telemetry.tracing
+        if tracing is not None:
+            from bridge.serve.traced import traced_mcp_handler
+
+            handlers = {method: traced_mcp_handler(tracing, method, handler)
+                        for method, handler in handlers.items()}
+        return {f"on_{_HANDLER_NAMES[method]}": handler for method, handler in handlers.items()}
 
     # ------------------------------------------------------------------ transports
 

@@ -1,12 +1,15 @@
 """What the pipeline and the frontends report, in one object: `Telemetry` holds the metrics, the
-access log and, when configured, the audit stream (and the tracer), and takes each call's facts
+access log and, when configured, the audit stream and the tracer, and takes each call's facts
 once, at its end. `CallOrigin` is who and what a frontend says a call came from."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from bridge.model import ToolDeclaration
 from bridge.telemetry.audit import AuditLog
@@ -14,7 +17,13 @@ from bridge.telemetry.context import trace_id_of
 from bridge.telemetry.logs import ACCESS_LOGGER, access_fields, access_text, json_logs
 from bridge.telemetry.metrics import Metrics
 
+if TYPE_CHECKING:
+    from bridge.telemetry.tracing import CallTrace, Tracing
+
 __all__ = ["CallOrigin", "Telemetry"]
+
+# What a stage of a call that is not traced enters: nothing, at no cost.
+_UNTRACED: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,53 +46,138 @@ class CallOrigin:
 
 class Telemetry:
     """The bridge's metrics, access log, audit stream and traces, as the runtime configured
-    them: `audit_path` None writes no audit stream."""
+    them: `audit_path` None writes no audit stream, `tracing` None traces nothing (the caller's
+    trace context is still passed on to the upstreams)."""
 
-    def __init__(self, *, tool_label: str = "top_100",
-                 audit_path: str | os.PathLike[str] | None = None, audit_max_bytes: int = 100 << 20,
-                 audit_keep: int = 10) -> None:
+    def __init__(
+        self,
+        *,
+        tool_label: str = "top_100",
+        audit_path: str | os.PathLike[str] | None = None,
+        audit_max_bytes: int = 100 << 20,
+        audit_keep: int = 10,
+        tracing: Tracing | None = None,
+    ) -> None:
         self.metrics = Metrics(tool_label)
+        self.tracing = tracing
         self.audit = AuditLog(audit_path, audit_max_bytes, audit_keep) if audit_path else None
         if self.audit is not None:
             audit = self.audit
-            self.metrics.gauge("bridge_audit_records_lost", "Audit records the audit file's disk "
-                               "refused since the start", lambda: audit.dropped)
+            self.metrics.gauge(
+                "bridge_audit_records_lost",
+                "Audit records the audit file's disk refused since the start",
+                lambda: audit.dropped,
+            )
         self._access = logging.getLogger(ACCESS_LOGGER)
 
-    def call_begun(self) -> None:
+    def call_begun(self, ref: str, origin: CallOrigin | None) -> CallTrace | None:
+        """A call enters the pipeline; when tracing, its span begins (current until it ends)."""
         self.metrics.in_flight += 1
+        if self.tracing is None:
+            return None
+        if origin is None:
+            return self.tracing.call_begun(ref, None, None)
+        return self.tracing.call_begun(ref, origin.traceparent, origin.tracestate)
 
-    def call_ended(self, invocation_id: str, decl: ToolDeclaration | None, version: int | None,
-                   surface: str, status: str, error_class: str | None, created_at: str,
-                   seconds: float, upstream_seconds: float | None,
-                   origin: CallOrigin | None) -> None:
+    def stage(self, trace: CallTrace | None, name: str) -> contextlib.AbstractContextManager[None]:
+        """A stage of a call that may take a while (`validate`, `persist`): a span when sampled.
+        Resolving the name and the permission check take microseconds and get none: a refusal
+        there marks the call's span."""
+        if trace is None or trace.token is None or self.tracing is None:
+            return _UNTRACED
+        return self.tracing.stage(name)
+
+    def upstream_call(
+        self, trace: CallTrace | None, upstream: str, kind: str, native_name: str
+    ) -> contextlib.AbstractContextManager[tuple[str, str | None] | None]:
+        """The upstream's part of a traced call, as a span of its own (`CLIENT`), current for
+        the block; gives the trace context naming it, which the adapter passes on (None when
+        the call is not traced)."""
+        if trace is None or self.tracing is None:
+            return _UNTRACED
+        if trace.token is None:  # not sampled: the call's own span names the context passed on
+            from bridge.telemetry.tracing import traceparent_of
+
+            return contextlib.nullcontext(traceparent_of(trace.span))
+        return self.tracing.upstream_call(upstream, kind, native_name)
+
+    def call_ended(
+        self,
+        invocation_id: str,
+        decl: ToolDeclaration | None,
+        version: int | None,
+        surface: str,
+        status: str,
+        error_class: str | None,
+        created_at: str,
+        seconds: float,
+        upstream_seconds: float | None,
+        origin: CallOrigin | None,
+        trace: CallTrace | None = None,
+    ) -> None:
         """One call's end, whatever its outcome (`error_class` None: it succeeded)."""
         outcome = error_class or "ok"
         upstream, tool = (decl.upstream, decl.name) if decl is not None else ("", "")
         self.metrics.call_ended(upstream, tool, surface, outcome, seconds, upstream_seconds)
+        if trace is not None and trace.token is not None and self.tracing is not None:
+            attributes: dict[str, Any] = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.call.id": invocation_id,
+                "bridge.surface": surface,
+            }
+            if decl is not None:
+                attributes.update(
+                    {
+                        "gen_ai.tool.name": decl.name,
+                        "bridge.upstream.name": decl.upstream,
+                        "bridge.tool.version": version or decl.version,
+                    }
+                )
+            self.tracing.call_ended(trace, decl.name if decl else None, attributes, error_class)
         access = self._access.isEnabledFor(logging.INFO)
         if not access and self.audit is None:
             return
-        trace_id = trace_id_of(origin.traceparent) if origin is not None else None
+        if trace is not None:
+            trace_id: str | None = f"{trace.span.get_span_context().trace_id:032x}"
+        else:
+            trace_id = trace_id_of(origin.traceparent) if origin is not None else None
         frontend, caller = (origin.frontend, origin.caller) if origin is not None else (None, None)
         version = version if decl is not None else None
         if access:
-            fields = access_fields(invocation_id, decl.name if decl else None, version, surface,
-                                   frontend, caller, outcome, seconds, upstream_seconds, trace_id)
+            fields = access_fields(
+                invocation_id,
+                decl.name if decl else None,
+                version,
+                surface,
+                frontend,
+                caller,
+                outcome,
+                seconds,
+                upstream_seconds,
+                trace_id,
+            )
             text = f"call {fields['tool']} {outcome}" if json_logs() else access_text(fields)
             self._access.info(text, extra=fields)
         if self.audit is not None:
-            self.audit.record({
-                "time": created_at, "invocation_id": invocation_id, "caller": caller,
-                "frontend": frontend, "surface": surface,
-                "tool": decl.name if decl else None, "tool_id": decl.tool_id if decl else None,
-                "upstream": decl.upstream if decl else None, "version": version,
-                "outcome": outcome, "status": status, "error_class": error_class,
-                "duration_ms": round(seconds * 1000, 3),
-                "upstream_ms": None if upstream_seconds is None
-                else round(upstream_seconds * 1000, 3),
-                "trace_id": trace_id,
-            })
+            self.audit.record(
+                (
+                    created_at,
+                    invocation_id,
+                    caller,
+                    frontend,
+                    surface,
+                    decl.name if decl else None,
+                    decl.tool_id if decl else None,
+                    decl.upstream if decl else None,
+                    version,
+                    outcome,
+                    status,
+                    error_class,
+                    seconds,
+                    upstream_seconds,
+                    trace_id,
+                )
+            )
 
     def searched(self, surface: str, seconds: float, matched: bool) -> None:
         self.metrics.searched(surface, seconds, matched)
@@ -92,3 +186,5 @@ class Telemetry:
         """Write out what is still buffered (audit records, spans)."""
         if self.audit is not None:
             await self.audit.aclose()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.close)

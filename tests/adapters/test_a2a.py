@@ -25,6 +25,7 @@ from adapters.a2a.upstream import A2AUpstream
 from bridge.config import ConfigError, parse_config
 from bridge.model import BridgeError, ToolProgress
 from bridge.runtime import Bridge
+from bridge.telemetry import CallOrigin
 from bridge.upstream import CallContext
 from tests.adapters.a2a_fixtures.agent import AgentControl, build_agent
 from tests.adapters.a2a_fixtures.old_sdk import REQUESTS, old_agent_app, text_message
@@ -509,6 +510,16 @@ async def test_bearer_token_bound_to_the_card_scheme_and_never_leaked(caplog):
     bridge_side = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("a2a.server"))
     assert "Bearer" in bridge_side or "bearer" in bridge_side
     assert token not in bridge_side and "wrong-token-value" not in bridge_side
+
+
+async def test_the_callers_w3c_trace_context_reaches_the_agent_with_every_request_of_the_call():
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    async with agent(streaming=False) as (base, control), bridge(base_url=base) as b:
+        origin = CallOrigin("rest", traceparent=traceparent)
+        result = await b.invoker.invoke("peer__echo", {"message": "traced"}, origin=origin)
+        assert result.status == "succeeded"
+        calls = [r for r in control.requests if not r["path"].startswith("/.well-known")]
+        assert calls and all(r["headers"].get("traceparent") == traceparent for r in calls)
 
 
 async def test_api_key_goes_where_the_card_says():

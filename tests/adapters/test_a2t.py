@@ -45,6 +45,7 @@ class IETFServer:
         self.requests: Counter[str] = Counter()
         self.invocations: list[tuple[str, Any]] = []
         self.failures: list[int] = []  # statuses answered (in order) before invocations succeed
+        self.traceparents: list[str | None] = []  # the `traceparent` header of each invocation
         self.tools = {f"00000000-0000-4000-8000-{i:012d}": self.signature(i) for i in range(count)}
 
     @staticmethod
@@ -87,6 +88,7 @@ class IETFServer:
         async def invoke(request: web.Request) -> web.Response:
             body = await request.json()
             self.invocations.append((request.path, body))
+            self.traceparents.append(request.headers.get("traceparent"))
             if self.failures:
                 status = self.failures.pop(0)
                 return web.Response(status=status, text="temporarily unavailable", headers={"Retry-After": "0"})
@@ -128,6 +130,22 @@ async def test_ietf_pages_until_no_next_and_maps_signatures():
             path, body = server.invocations[-1]
             assert path == f"/tools/{t.native_id}:invoke"
             assert body == {"name": "lookup_1", "input_parameters": [{"name": "City", "value": "Omaha"}]}
+        finally:
+            await up.close()
+
+
+async def test_an_invocation_carries_the_calls_w3c_trace_context():
+    server = IETFServer(count=1)
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    async with TestServer(server.app(), host="127.0.0.1") as http:
+        up = upstream(str(http.make_url("")).rstrip("/"))
+        await up.start()
+        try:
+            tool_id = (await up.list_tools())[0].native_id
+            traced = CallContext(invocation_id="inv_t", timeout=5.0, traceparent=traceparent)
+            await up.invoke(tool_id, {"City": "Omaha"}, traced)
+            await up.invoke(tool_id, {"City": "Omaha"}, ctx())
+            assert server.traceparents == [traceparent, None]
         finally:
             await up.close()
 

@@ -378,6 +378,20 @@ async def test_minimal_environment_and_auth_variables_only_when_configured(home,
         await authed.close()
 
 
+async def test_a_command_gets_the_calls_w3c_trace_context_in_its_environment(home):
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    upstream = await started(config(home, "legacy"))
+    try:
+        traced = CallContext(invocation_id="inv_test", timeout=20.0, traceparent=traceparent,
+                             tracestate="vendor=1")
+        env = (await upstream.invoke("legacy echo", {}, traced)).structured_content["env"]
+        assert env["TRACEPARENT"] == traceparent and env["TRACESTATE"] == "vendor=1"
+        plain = (await upstream.invoke("legacy echo", {}, ctx())).structured_content["env"]
+        assert "TRACEPARENT" not in plain
+    finally:
+        await upstream.close()
+
+
 async def test_timeout_kills_the_whole_process_group(home):
     upstream = await started(config(home, "legacy"))
     pid_file = home["tmp"] / "pids"

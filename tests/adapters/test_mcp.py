@@ -25,6 +25,7 @@ from bridge.model import BridgeError, ToolProgress
 from bridge.processes import SPAWNS_AT_ONCE
 from bridge.runtime import Bridge
 from bridge.store import Store
+from bridge.telemetry import CallOrigin
 from bridge.translate.mcp import progress_from_mcp, safety_from_mcp
 from bridge.upstream import CallContext
 from tests.adapters.mcp_fixtures.server import FixtureState, build_server
@@ -204,6 +205,18 @@ async def test_every_content_type_and_meta_are_kept(bridge: Bridge, up: str) -> 
     assert result.structured_content == {"blocks": 6}
     assert result.meta["example.invalid/trace"] == "abc"
     assert result.native_ref["mcp_protocol_version"] == UPSTREAMS[up]
+
+
+@each_upstream
+@module_loop
+async def test_a_call_carries_its_trace_context_in_meta_and_over_http_as_a_header(
+        bridge: Bridge, up: str) -> None:
+    traceparent = f"00-4bf92f3577b34da6a3ce929d0e0e47{len(up):02d}-00f067aa0ba902b7-01"
+    origin = CallOrigin("rest", traceparent=traceparent)
+    result = await call(bridge, f"{up}__plain", {"text": "traced"}, origin=origin)
+    assert result.status == "succeeded"
+    header = traceparent if up.startswith("http") else None
+    assert f"traceparent {traceparent} {header}" in await server_events(bridge, up)
 
 
 @each_upstream

@@ -8,12 +8,19 @@ import json
 import logging
 from pathlib import Path
 
-from bridge.telemetry.audit import AuditLog
+from bridge.telemetry.audit import FIELDS, AuditLog
 from tests.fakes import FakeUpstream, tool
 from tests.serve.mcp_support import HANDSHAKE, http_client
 from tests.serve.rest_env import TOKEN_ALL, config_with, narrow_surfaces, serving
 
 SECRET = "an-argument-value-never-audited"
+
+
+def record(n: int) -> tuple:
+    """The values of a record of FIELDS, about 250 bytes written, told apart by `n`."""
+    values = dict.fromkeys(FIELDS, "x" * 10)
+    values.update(invocation_id=f"inv_{n:04d}", duration_ms=0.5, upstream_ms=None)
+    return tuple(values.values())
 
 
 def records(path: Path) -> list[dict]:
@@ -100,17 +107,18 @@ async def test_every_invocation_is_one_record_without_arguments_or_results(tmp_p
 
 async def test_the_file_is_rotated_by_size_and_the_oldest_dropped(tmp_path):
     path = tmp_path / "audit.jsonl"
-    audit = AuditLog(path, max_bytes=1000, keep=2)
-    for n in range(100):  # about 36 bytes each, 360 a batch: two batches a file, five files
-        audit.record({"n": n, "pad": "x" * 20})
+    size = len(json.dumps(dict.fromkeys(FIELDS, "x" * 10), separators=(",", ":"))) + 1
+    audit = AuditLog(path, max_bytes=25 * size, keep=2)
+    for n in range(100):  # ten records a batch, two batches a file: five files
+        audit.record(record(n))
         if n % 10 == 9:
             audit.flush()
     await audit.aclose()
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]
-    assert all(p.stat().st_size <= 1000 for p in tmp_path.iterdir())
+    assert all(p.stat().st_size <= 25 * size for p in tmp_path.iterdir())
     kept = [
-        r["n"]
+        int(r["invocation_id"][4:])
         for name in ("audit.jsonl.2", "audit.jsonl.1", "audit.jsonl")
         for r in records(tmp_path / name)
     ]
@@ -124,7 +132,7 @@ async def test_records_the_disk_refuses_are_counted_and_warned_once(tmp_path, ca
     audit = AuditLog(path, max_bytes=1 << 20, keep=1)
     with caplog.at_level(logging.WARNING, logger="bridge.audit"):
         for n in range(3):
-            audit.record({"n": n})
+            audit.record(record(n))
             audit.flush()
         await audit.aclose()
     assert audit.dropped == 3

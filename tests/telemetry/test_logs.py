@@ -176,11 +176,14 @@ async def test_bridge_serve_writes_json_lines_on_stderr_banner_included(tmp_path
         assert banner["logger"] == "bridge.serve" and banner["level"] == "INFO"
         base = banner["message"].rsplit(" on ", 1)[1]
         await until_message("bridge: upstreams started")
-        async with aiohttp.ClientSession(base_url=base) as http, http.post(
-            "/invoke",
-            json={"tool": "tiny__echo", "arguments": {"text": SECRET}},
-            headers={"traceparent": TRACEPARENT},
-        ) as response:
+        async with (
+            aiohttp.ClientSession(base_url=base) as http,
+            http.post(
+                "/invoke",
+                json={"tool": "tiny__echo", "arguments": {"text": SECRET}},
+                headers={"traceparent": TRACEPARENT},
+            ) as response,
+        ):
             assert response.status == 200
         access = await until_message("call tiny__echo")
         assert (

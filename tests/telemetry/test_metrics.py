@@ -193,9 +193,12 @@ async def test_metrics_need_a_token_unless_made_public():
 
 
 async def test_a_scraper_asking_for_openmetrics_gets_it():
-    async with serving(*upstreams()) as served, served.http.get(
-        "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
-    ) as response:
+    async with (
+        serving(*upstreams()) as served,
+        served.http.get(
+            "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+        ) as response,
+    ):
         assert response.status == 200
         assert response.headers["content-type"].startswith("application/openmetrics-text")
         assert (await response.text()).rstrip().endswith("# EOF")

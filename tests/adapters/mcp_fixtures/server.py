@@ -275,6 +275,11 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
         args = params.arguments or {}
         name = params.name
         state.events.append(f"call {name} {ctx.protocol_version}")
+        headers = getattr(ctx.request, "headers", None)  # over HTTP
+        traced = ((ctx.meta or {}).get("traceparent"),
+                  headers.get("traceparent") if headers is not None else None)
+        if any(traced):  # the W3C trace context the call came with: in _meta, and as a header
+            state.events.append(f"traceparent {traced[0]} {traced[1]}")
         if name in ("echo", "plain", "wipe") or name in state.extra or name.startswith("filler_"):
             return types.CallToolResult(content=_text(str(args.get("text", name))))
         if name == "add":

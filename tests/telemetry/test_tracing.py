@@ -1,0 +1,370 @@
+"""Traces: an OTLP/HTTP receiver on loopback (decoding the protobuf with opentelemetry-proto)
+gets the spans of a call through two bridges to an OpenAPI server as one trace: bridge B (its
+REST request, pipeline, stages and MCP client call) federates bridge A's MCP endpoint (its MCP
+request, pipeline and HTTP client call), and the OpenAPI server sees A's span as the parent in
+its `traceparent` header. A caller's `params._meta.traceparent` is followed over MCP; without
+tracing, the caller's own trace context is passed on unchanged."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from bridge.config import parse_config
+from bridge.runtime import Bridge
+from bridge.serve.app import build_app, close_app
+from tests.serve.mcp_support import HANDSHAKE, http_client
+from tests.servers import read_body, serve_asgi
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+SERVER, CLIENT, INTERNAL = 2, 3, 1  # the protobuf's SpanKind values
+
+
+@dataclass
+class Span:
+    service: str
+    name: str
+    kind: int
+    trace_id: str
+    span_id: str
+    parent_id: str
+    attributes: dict[str, Any]
+    error: bool
+
+
+def _value(any_value: Any) -> Any:
+    return (
+        getattr(any_value, any_value.WhichOneof("value")) if any_value.WhichOneof("value") else None
+    )
+
+
+class Receiver:
+    """An OTLP/HTTP trace receiver: POST /v1/traces, protobuf."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self.paths: list[str] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        self.paths.append(scope["path"])
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(await read_body(receive))
+        for resource_spans in request.resource_spans:
+            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    self.spans.append(
+                        Span(
+                            resource["service.name"],
+                            span.name,
+                            span.kind,
+                            span.trace_id.hex(),
+                            span.span_id.hex(),
+                            span.parent_span_id.hex(),
+                            {a.key: _value(a.value) for a in span.attributes},
+                            span.status.code == 2,
+                        )
+                    )
+        body = ExportTraceServiceResponse().SerializeToString()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/x-protobuf")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    def one(self, service: str, name: str) -> Span:
+        found = [s for s in self.spans if s.service == service and s.name == name]
+        assert len(found) == 1, (service, name, [(s.service, s.name) for s in self.spans])
+        return found[0]
+
+
+OPENAPI = {
+    "openapi": "3.1.0",
+    "info": {"title": "things", "version": "1"},
+    "paths": {
+        "/things/{id}": {
+            "get": {
+                "operationId": "getThing",
+                "parameters": [
+                    {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {
+                        "description": "a thing",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                },
+            }
+        }
+    },
+}
+
+
+class ThingsApi:
+    """The OpenAPI server at the end of the chain: it keeps the trace headers it is sent."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, str]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        if scope["path"] == "/openapi.json":
+            body = json.dumps(OPENAPI).encode()
+        else:
+            self.seen.append(
+                {k: v for k, v in headers.items() if k in ("traceparent", "tracestate")}
+            )
+            body = json.dumps({"id": scope["path"].rsplit("/", 1)[1]}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+@contextlib.asynccontextmanager
+async def bridge_served(config: dict[str, Any]) -> AsyncIterator[tuple[Bridge, str]]:
+    bridge = Bridge(parse_config({"store": {"path": ":memory:"}, **config}))
+    await bridge.start()
+    app = build_app(bridge)
+    try:
+        async with serve_asgi(app) as base:
+            yield bridge, base
+    finally:
+        await close_app(app)
+        await bridge.close()  # exports the spans still waiting
+
+
+def traced(receiver: str, service: str) -> dict[str, Any]:
+    return {"otlp_endpoint": receiver, "service_name": service}
+
+
+async def test_a_call_through_two_bridges_to_an_openapi_server_is_one_trace():
+    receiver, api = Receiver(), ThingsApi()
+    async with serve_asgi(receiver) as otlp, serve_asgi(api, lifespan="off") as api_url:
+        config_a = {
+            "upstreams": [
+                {
+                    "name": "api",
+                    "kind": "openapi",
+                    "spec": f"{api_url}/openapi.json",
+                    "base_url": api_url,
+                }
+            ],
+            "telemetry": traced(otlp, "bridge-a"),
+        }
+        async with bridge_served(config_a) as (_, a_url):
+            config_b = {
+                "upstreams": [{"name": "a", "kind": "mcp", "url": f"{a_url}/mcp"}],
+                "telemetry": traced(otlp, "bridge-b"),
+            }
+            async with bridge_served(config_b) as (_, b_url), aiohttp.ClientSession() as http:
+                body = {"tool": "a__api__getThing", "arguments": {"id": "42"}}
+                async with http.post(
+                    f"{b_url}/invoke", json=body, headers={"traceparent": TRACEPARENT}
+                ) as response:
+                    assert response.status == 200, await response.text()
+    assert receiver.paths and set(receiver.paths) == {"/v1/traces"}
+    called = [s for s in receiver.spans if s.name not in ("tools/list", "GET /openapi.json")]
+    assert called and {s.trace_id for s in called} == {CALLER_TRACE}  # one trace, the caller's
+
+    b_request = receiver.one("bridge-b", "POST /invoke")
+    b_call = receiver.one("bridge-b", "execute_tool a__api__getThing")
+    b_client = receiver.one("bridge-b", "tools/call api__getThing")
+    a_request = receiver.one("bridge-a", "tools/call api__getThing")
+    a_call = receiver.one("bridge-a", "execute_tool api__getThing")
+    a_client = receiver.one("bridge-a", "execute_tool getThing")
+    chain = [b_request, b_call, b_client, a_request, a_call, a_client]
+    assert [s.kind for s in chain] == [SERVER, INTERNAL, CLIENT, SERVER, INTERNAL, CLIENT]
+    assert [s.parent_id for s in chain] == [CALLER_SPAN, *(s.span_id for s in chain[:-1])]
+    for service, call in (("bridge-b", b_call), ("bridge-a", a_call)):
+        assert [
+            s.parent_id for s in receiver.spans if s.name == "validate" and s.service == service
+        ] == [call.span_id]
+    # the OpenAPI server was told A's span of its call as the parent
+    assert api.seen == [{"traceparent": f"00-{CALLER_TRACE}-{a_client.span_id}-01"}]
+
+    assert (
+        b_request.attributes["http.request.method"] == "POST"
+        and b_request.attributes["http.route"] == "/invoke"
+    )
+    assert b_request.attributes["http.response.status_code"] == 200
+    for span, tool in ((b_call, "a__api__getThing"), (a_call, "api__getThing")):
+        assert (
+            span.attributes["gen_ai.operation.name"] == "execute_tool"
+            and span.attributes["gen_ai.tool.name"] == tool
+        )
+        assert (
+            span.attributes["gen_ai.tool.call.id"].startswith("inv")
+            and span.attributes["bridge.tool.version"] == 1
+        )
+    assert (
+        b_client.attributes["mcp.method.name"] == "tools/call"
+        and b_client.attributes["bridge.upstream.kind"] == "mcp"
+    )
+    assert {
+        k: a_request.attributes[k]
+        for k in (
+            "mcp.method.name",
+            "gen_ai.operation.name",
+            "gen_ai.tool.name",
+            "network.transport",
+        )
+    } == {
+        "mcp.method.name": "tools/call",
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "api__getThing",
+        "network.transport": "tcp",
+    }
+    assert (
+        "jsonrpc.request.id" in a_request.attributes
+        and "mcp.protocol.version" in a_request.attributes
+    )
+    assert a_client.attributes["bridge.upstream.kind"] == "openapi" and not any(
+        s.error for s in chain
+    )
+
+
+async def test_an_mcp_callers_meta_traceparent_is_followed_and_a_tool_error_marked():
+    receiver = Receiver()
+    async with serve_asgi(receiver) as otlp:
+        config = {"upstreams": [], "telemetry": traced(otlp, "bridge")}
+        async with bridge_served(config) as (_, url), http_client(url, HANDSHAKE) as client:
+            result = await client.session.call_tool(
+                "nope__missing", {}, meta={"traceparent": TRACEPARENT}
+            )
+            assert result.is_error
+    request = receiver.one("bridge", "tools/call nope__missing")
+    assert (request.trace_id, request.parent_id, request.kind) == (
+        CALLER_TRACE,
+        CALLER_SPAN,
+        SERVER,
+    )
+    assert request.error and request.attributes["error.type"] == "tool_error"
+    assert request.attributes["mcp.session.id"]  # a handshake-era session
+    call = receiver.one("bridge", "execute_tool nope__missing")
+    assert (
+        call.parent_id == request.span_id
+        and call.error
+        and call.attributes["error.type"] == "unknown_tool"
+    )
+
+
+async def test_without_tracing_the_callers_trace_context_is_passed_on_as_it_came():
+    api = ThingsApi()
+    async with serve_asgi(api, lifespan="off") as api_url:
+        config = {
+            "upstreams": [
+                {
+                    "name": "api",
+                    "kind": "openapi",
+                    "spec": f"{api_url}/openapi.json",
+                    "base_url": api_url,
+                }
+            ]
+        }
+        async with bridge_served(config) as (bridge, url), aiohttp.ClientSession() as http:
+            assert bridge.telemetry.tracing is None
+            headers = {"traceparent": TRACEPARENT, "tracestate": "vendor=1"}
+            async with http.post(
+                f"{url}/invoke",
+                json={"tool": "api__getThing", "arguments": {"id": "1"}},
+                headers=headers,
+            ) as response:
+                assert response.status == 200
+            headers = {"traceparent": "00-not-a-traceparent"}
+            async with http.post(
+                f"{url}/invoke",
+                json={"tool": "api__getThing", "arguments": {"id": "2"}},
+                headers=headers,
+            ) as response:
+                assert response.status == 200
+    assert api.seen == [{"traceparent": TRACEPARENT, "tracestate": "vendor=1"}, {}]
+
+
+async def test_a_trace_the_sampler_drops_exports_nothing_and_says_so_to_the_upstream():
+    receiver, api = Receiver(), ThingsApi()
+    async with serve_asgi(receiver) as otlp, serve_asgi(api, lifespan="off") as api_url:
+        config = {
+            "upstreams": [
+                {
+                    "name": "api",
+                    "kind": "openapi",
+                    "spec": f"{api_url}/openapi.json",
+                    "base_url": api_url,
+                }
+            ],
+            "telemetry": {**traced(otlp, "bridge"), "sample_ratio": 0},
+        }
+        async with bridge_served(config) as (_, url), aiohttp.ClientSession() as http:
+            async with http.post(
+                f"{url}/invoke", json={"tool": "api__getThing", "arguments": {"id": "1"}}
+            ) as response:
+                assert response.status == 200
+            # a caller's sampled trace is followed whatever the ratio
+            async with http.post(
+                f"{url}/invoke",
+                json={"tool": "api__getThing", "arguments": {"id": "2"}},
+                headers={"traceparent": TRACEPARENT},
+            ) as response:
+                assert response.status == 200
+    dropped, followed = (seen["traceparent"] for seen in api.seen)
+    assert int(dropped[-2:], 16) & 1 == 0 and dropped[3:35] != CALLER_TRACE  # flags: not sampled
+    assert followed.startswith(f"00-{CALLER_TRACE}-") and int(followed[-2:], 16) & 1 == 1
+    assert {s.trace_id for s in receiver.spans if s.name != "tools/list"} == {CALLER_TRACE}
+    assert receiver.one("bridge", "POST /invoke").parent_id == CALLER_SPAN
+
+
+def test_a_json_log_record_made_inside_a_span_carries_its_ids():
+    import logging
+
+    from bridge.telemetry.logs import JsonFormatter
+    from bridge.telemetry.tracing import Tracing
+
+    class Discard:
+        def export(self, spans: Any) -> Any:
+            from opentelemetry.sdk.trace.export import SpanExportResult
+
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            pass
+
+        def force_flush(self, timeout_millis: int = 0) -> bool:
+            return True
+
+    tracing = Tracing(sample_ratio=1.0, exporter=Discard())
+    try:
+        record = logging.getLogger("bridge.test").makeRecord(
+            "bridge.test", logging.WARNING, __file__, 1, "inside", (), None
+        )
+        outside = json.loads(JsonFormatter().format(record))
+        span = tracing.server_span("GET /x", {}, TRACEPARENT)
+        with tracing.active(span):
+            inside = json.loads(JsonFormatter().format(record))
+        ids = span.get_span_context()
+    finally:
+        tracing.close()
+    assert "trace_id" not in outside
+    assert inside["trace_id"] == CALLER_TRACE and inside["span_id"] == f"{ids.span_id:016x}"
