@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from bridge.documents import expanded_size
+from bridge.documents import RepeatedKey, expanded_size, unique_object
 from bridge.oauth_config import OAuthConfig
 from bridge.telemetry_config import AuditConfig, LoggingConfig, TelemetryConfig
 from bridge.upstream import ConfigValueError, UpstreamConfig, known_kinds, upstream_class
@@ -510,22 +510,8 @@ def _valid_alone(model: Any, value: Any) -> Any:
         return None
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
 class _DuplicateYamlKey(yaml.constructor.ConstructorError):
     pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are each given once: JSON's reader would keep the last silently."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -560,9 +546,13 @@ def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
         raise ConfigError(str(file), [("", f"cannot be read ({exc.strerror or exc})",
                                        "make it readable by the user running the bridge")]) from None
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys) if file.suffix == ".json" else yaml.load(text, Loader=_UniqueKeyLoader)
-    except _DuplicateKey as exc:
-        raise ConfigError(str(file), [("", f"not valid JSON: the key {exc.args[0]!r} is given twice in one object", "keep one of the two")]) from None
+        if file.suffix == ".json":
+            data = json.loads(text, object_pairs_hook=unique_object)
+        else:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except RepeatedKey as exc:
+        problem = ("", f"not valid JSON: {exc}", "keep one of the two")
+        raise ConfigError(str(file), [problem]) from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else f"line {getattr(exc, 'lineno', '?')}"

@@ -1,6 +1,7 @@
 """The HTTP gate of the `/mcp` endpoint: the caller (a static token or an OAuth access token)
-whose identity picks a request's surface, and the SDK's DNS-rebinding protection (the Host and
-Origin a request may name)."""
+whose identity picks a request's surface, the check of a POST's body (one JSON-RPC message, each
+key of its objects given once), and the SDK's DNS-rebinding protection (the Host and Origin a
+request may name)."""
 
 from __future__ import annotations
 
@@ -8,21 +9,30 @@ import contextvars
 import hashlib
 import json
 import logging
+from typing import Any
 from urllib.parse import urlsplit
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import INVALID_REQUEST, PARSE_ERROR
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.config import ServerConfig
+from bridge.documents import RepeatedKey, repeated_key_at, unique_object
 from bridge.identity import AuthFailure, Identity
 from bridge.runtime import Bridge
 from bridge.serve.auth import identify, refusal_headers
 from bridge.serve.rest_http import ApiError, error_response, read_body, replaying
 
-__all__ = ["CALLER_SURFACE", "SURFACE_SCOPE_KEY", "MCPAuthGate", "transport_security_for"]
+__all__ = [
+    "CALLER_SURFACE",
+    "SURFACE_SCOPE_KEY",
+    "MCPAuthGate",
+    "send_jsonrpc_error",
+    "transport_security_for",
+]
 
 log = logging.getLogger("bridge.serve.mcp")
 
@@ -41,7 +51,13 @@ class MCPAuthGate:
     missing scope, 503 while the identity provider cannot be read) with a JSON body saying why and
     a challenge naming the resource metadata. An accepted one carries its surface in the scope
     and, as the SDK's authenticated user, its principal (a digest of a static token; an OAuth
-    caller's issuer, subject and client id), so a handshake-era session stays bound to it."""
+    caller's issuer, subject and client id), so a handshake-era session stays bound to it.
+
+    A POST's body is read whole here and let on only when it is one JSON-RPC message whose
+    objects give each key once; anything else is answered HTTP 400 with a JSON-RPC error of one
+    sentence: `-32700` for a body that is not JSON, `-32600` for JSON that is no JSON-RPC message
+    (a batch, a bare value, an object without `"jsonrpc": "2.0"` and a method) or that gives a key
+    twice in one object (`data.pointer` names the object, `data.key` the key)."""
 
     def __init__(self, app: ASGIApp, bridge: Bridge) -> None:
         self.app = app
@@ -65,6 +81,11 @@ class MCPAuthGate:
                 await error_response(refused)(scope, receive, send)
                 return
             if whole is None:
+                return
+            try:
+                _method_of(whole)
+            except _Refused as refused:
+                await send_jsonrpc_error(send, 400, refused.code, refused.message, refused.data)
                 return
             receive = replaying(whole, receive)
         scope[SURFACE_SCOPE_KEY] = caller.surface
@@ -96,6 +117,71 @@ def _principal(caller: Identity, header: str | None) -> AuthenticatedUser | None
                                              scopes=sorted(caller.scopes), subject=caller.subject,
                                              claims={"iss": caller.issuer}))
     return None
+
+
+async def send_jsonrpc_error(send: Send, status: int, code: int, message: str,
+                             data: dict[str, Any] | None = None) -> None:
+    """A JSON-RPC error without a request id, as the SDK answers what its transport refuses."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data:
+        error["data"] = data
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}, ensure_ascii=False).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
+
+
+# JSON's reader as the SDK's accepts it (NaN and infinities pass, for the pipeline to refuse with
+# the argument's place), but refusing a key given twice, which the SDK would take the last of
+_READER = json.JSONDecoder(object_pairs_hook=unique_object)
+
+
+def _method_of(body: bytes) -> str | None:
+    """The method of the one JSON-RPC message `body` holds (None for a response); _Refused when
+    it holds none."""
+    text = ""
+    try:
+        text = body.decode()
+        message = _READER.decode(text)
+    except RepeatedKey as exc:
+        pointer, key = repeated_key_at(text) or ("", exc.key)
+        raise _Refused(INVALID_REQUEST, f"the request body gives the key {key!r} twice in one "
+                       "object; give each key once", {"pointer": pointer, "key": key}) from None
+    except UnicodeDecodeError:
+        raise _Refused(PARSE_ERROR, "the request body is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise _Refused(PARSE_ERROR, f"the request body is not valid JSON: {exc.msg} at line "
+                       f"{exc.lineno} column {exc.colno}",
+                       {"line": exc.lineno, "column": exc.colno}) from None
+    except RecursionError:
+        raise _Refused(PARSE_ERROR, "the request body nests too deep to read") from None
+    except ValueError as exc:  # an integer of more digits than the interpreter converts
+        raise _Refused(PARSE_ERROR, f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(message, dict):
+        what = ("an array (a batch, which MCP does not take)" if isinstance(message, list)
+                else f"a bare {_json_type(message)}")
+        raise _Refused(INVALID_REQUEST, f"the request body is {what}; send one JSON-RPC "
+                       "message, an object, per request")
+    method = message.get("method")
+    response = "id" in message and ("result" in message or "error" in message)
+    if message.get("jsonrpc") != "2.0" or not (isinstance(method, str) or response):
+        raise _Refused(INVALID_REQUEST, 'the request body is no JSON-RPC 2.0 message: it needs '
+                       '"jsonrpc": "2.0" and a "method"')
+    return method
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    return "null" if value is None else "number"
 
 
 _LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]

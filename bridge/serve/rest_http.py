@@ -20,6 +20,7 @@ from starlette.responses import Response
 
 from bridge.catalog import Catalog
 from bridge.config import ServerConfig
+from bridge.documents import RepeatedKey, repeated_key_at, unique_object
 from bridge.identity import AuthFailure, Identity
 from bridge.model import ToolDeclaration, ToolError, ToolResult, quoted
 from bridge.runtime import Bridge
@@ -326,19 +327,28 @@ class _NotJson(ValueError):
 
 
 # made once: json.loads with hooks builds a new decoder at every call
-_STRICT = json.JSONDecoder(parse_constant=_no_constant)
-_STRICT_FLOATS = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+_STRICT = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=unique_object)
+_STRICT_FLOATS = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float,
+                                  object_pairs_hook=unique_object)
 
 
 def parse_json(raw: bytes) -> Any:
     """A request body as strict JSON: `NaN`, `Infinity` and numbers beyond a float's range are
     refused (Python's json module would accept them and hand the upstream a value JSON cannot
-    carry), as are integers of more digits than Python converts."""
+    carry), as are integers of more digits than Python converts and a key given twice in one
+    object (the reader would keep the last silently; the pointer names the object)."""
     # only a number with a three-digit exponent or over 308 digits can overflow a float: other
     # bodies keep the C float parser instead of a Python call per number
     big = _BIG_NUMBER.search(raw) is not None
+    text = ""
     try:
-        return (_STRICT_FLOATS if big else _STRICT).decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))  # as json.loads does
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")  # as json.loads does
+        return (_STRICT_FLOATS if big else _STRICT).decode(text)
+    except RepeatedKey as exc:
+        pointer, key = repeated_key_at(text) or ("", exc.key)
+        raise ApiError(400, "invalid_arguments", f"the request body gives the key {key!r} twice in "
+                       "one object; give each key once", pointer=pointer, details={"key": key},
+                       error_code="repeated_key") from None
     except UnicodeDecodeError:
         raise ApiError(400, "invalid_arguments", "the request body is not UTF-8 text", pointer="") from None
     except RecursionError:  # about a thousand levels of arrays or objects: a 2 KB body

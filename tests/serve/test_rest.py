@@ -221,6 +221,32 @@ async def test_malformed_requests_are_400_with_a_pointer():
         assert body["x-tool-result"]["status"] == "rejected"
 
 
+async def test_a_key_given_twice_in_one_object_is_400_naming_the_object_on_every_body_route():
+    # JSON's reader kept the last of the two silently, where the config loader refuses them
+    routes = [
+        ("/invoke", b'{"tool": "f__echo", "arguments": {"text": "x", "text": "y"}}',
+         "/arguments", "text"),
+        ("/invoke", b'{"tool": "f__echo", "tool": "f__other", "arguments": {"text": "x"}}',
+         "", "tool"),
+        ("/tools/f__echo:invoke",
+         b'{"input_parameters": [{"name": "text", "value": {"a/b": 1, "a/b": 2}}]}',
+         "/input_parameters/0/value", "a/b"),
+        ("/a2t/tools/f__echo", b'{"text": "x", "text": "y"}', "", "text"),
+    ]
+    async with serving(FakeUpstream(name="f")) as served:
+        for path, raw, pointer, key in routes:
+            status, body, _ = await served.post(path, raw=raw)
+            assert status == 400, (path, body)
+            error = body["error"]
+            assert error["error_class"] == "invalid_arguments", error
+            assert error["error_code"] == "repeated_key", error
+            assert error["details"] == {"pointer": pointer, "key": key}, error
+            assert f"gives the key {key!r} twice in one object" in error["message"], error
+        raw = b'{"tool": "f__echo", "arguments": {"text": "x"}}'
+        status, _, _ = await served.post("/invoke", raw=raw)
+        assert status == 200
+
+
 async def test_body_over_the_limit_is_413_with_or_without_content_length():
     config = config_with(server={"max_body_bytes": 2048})
     async with serving(FakeUpstream(name="f"), config=config) as served:
