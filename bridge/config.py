@@ -153,9 +153,11 @@ class ServerConfig(_Strict):
     oauth: OAuthConfig | None = None
     default_surface: str = "default"
     public_url: str | None = None
-    # MCP over HTTP: sessions open at once (an initialize past them answers 503), and the idle
-    # time after which a session a client left open is closed
+    # MCP over HTTP: sessions open at once, in all and for one client (a static token, an OAuth
+    # subject, else an address), an initialize past a cap ending an idle session or else refused
+    # (mcp_quota.py); and the idle time after which a session a client left open is closed
     mcp_max_sessions: int = Field(default=10_000, ge=1)
+    mcp_max_sessions_per_client: int = Field(default=1_000, ge=1)
     mcp_session_idle_timeout: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
     # `bridge serve`'s event loop: uvloop when it is installed ("auto"), or asyncio's own
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"

@@ -45,6 +45,7 @@ from bridge.serve.mcp_meta import (
     search_arguments,
     search_payload,
 )
+from bridge.serve.mcp_quota import SessionQuota
 from bridge.serve.mcp_sdk import open_transports, session_connection
 from bridge.serve.mcp_session import ChangeNotifier, SessionState, listing_for
 from bridge.surface import Surface
@@ -140,6 +141,7 @@ class MCPFrontend:
         self._listing_waits_for_start = listing_waits_for_start
         self.page_size = page_size
         self.notifier = ChangeNotifier(bridge, debounce=debounce, session_load_limit=session_load_limit)
+        self.sessions: SessionQuota | None = None  # the session caps of the HTTP app, once built
         self._running: set[asyncio.Task[Any]] = set()  # handlers of tools/call running the pipeline
         self._stop_cancelled: set[asyncio.Task[Any]] = set()  # those cancelled because the server stops
         self._rendered: dict[tuple[str, bool], types.Tool] = {}
@@ -183,21 +185,29 @@ class MCPFrontend:
         public_url: str | None = None,
         debug: bool = False,
     ) -> Starlette:
-        """The streamable HTTP app: MCP at `path` behind the bearer-token gate, `extra_routes`
-        beside it in the same app. Its lifespan runs the MCP session manager."""
+        """The streamable HTTP app: MCP at `path` behind the bearer-token gate and the session
+        caps (`self.sessions`), `extra_routes` beside it in the same app. Its lifespan runs the
+        MCP session manager."""
         server_config = self.bridge.config.server
+        security = transport_security_for(host, public_url or server_config.public_url)
         app = self.server.streamable_http_app(
             streamable_http_path=path,
             custom_starlette_routes=list(extra_routes or []),  # type: ignore[arg-type]
             host=host,
-            transport_security=transport_security_for(host, public_url or server_config.public_url),
+            transport_security=security,
             max_sessions=server_config.mcp_max_sessions,
             session_idle_timeout=server_config.mcp_session_idle_timeout,
             debug=debug,
         )
         for index, route in enumerate(app.router.routes):
             if isinstance(route, Route) and route.path == path:
-                app.router.routes[index] = Route(path, endpoint=MCPAuthGate(route.endpoint, self.bridge))
+                self.sessions = SessionQuota(
+                    route.endpoint, per_client=server_config.mcp_max_sessions_per_client,
+                    total=server_config.mcp_max_sessions,
+                    idle_timeout=server_config.mcp_session_idle_timeout, security=security,
+                    path=path)
+                gate = MCPAuthGate(self.sessions, self.bridge)
+                app.router.routes[index] = Route(path, endpoint=gate)
                 break
         manager = self.server.session_manager
         self._unwatch.append(self.bridge.telemetry.metrics.gauge(

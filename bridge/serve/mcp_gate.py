@@ -1,7 +1,7 @@
 """The HTTP gate of the `/mcp` endpoint: the caller (a static token or an OAuth access token)
-whose identity picks a request's surface, the check of a POST's body (one JSON-RPC message, each
-key of its objects given once), and the SDK's DNS-rebinding protection (the Host and Origin a
-request may name)."""
+whose identity picks a request's surface and under whom its sessions are counted, the check of a
+POST's body (one JSON-RPC message, each key of its objects given once), and the SDK's
+DNS-rebinding protection (the Host and Origin a request may name)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from bridge.serve.rest_http import ApiError, error_response, read_body, replayin
 
 __all__ = [
     "CALLER_SURFACE",
+    "CLIENT_SCOPE_KEY",
+    "METHOD_SCOPE_KEY",
     "SURFACE_SCOPE_KEY",
     "MCPAuthGate",
     "send_jsonrpc_error",
@@ -42,6 +44,11 @@ SURFACE_SCOPE_KEY = "a2t_bridge.surface"
 CALLER_SURFACE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "a2t_bridge_caller_surface", default=None
 )
+# Where the gate leaves, in the scope, the key the caller's sessions are counted under (its static
+# token, its OAuth subject, else its address) and the JSON-RPC method of a POST: for the session
+# caps (`mcp_quota.py`).
+CLIENT_SCOPE_KEY = "a2t_bridge.client"
+METHOD_SCOPE_KEY = "a2t_bridge.method"
 
 
 class MCPAuthGate:
@@ -83,7 +90,7 @@ class MCPAuthGate:
             if whole is None:
                 return
             try:
-                _method_of(whole)
+                scope[METHOD_SCOPE_KEY] = _method_of(whole)
             except _Refused as refused:
                 await send_jsonrpc_error(send, 400, refused.code, refused.message, refused.data)
                 return
@@ -93,6 +100,7 @@ class MCPAuthGate:
         user = _principal(caller, Headers(scope=scope).get("authorization"))
         if user is not None:
             scope["user"] = user
+        scope[CLIENT_SCOPE_KEY] = _client_key(caller, user, scope)
         await self.app(scope, receive, send)
 
 
@@ -119,15 +127,27 @@ def _principal(caller: Identity, header: str | None) -> AuthenticatedUser | None
     return None
 
 
+def _client_key(caller: Identity, user: AuthenticatedUser | None, scope: Scope) -> str:
+    """Whom a request's sessions count against: its static token (by digest), its OAuth issuer
+    and subject (else client id), or, with neither configured, its address."""
+    if user is not None and caller.via == "static":
+        return f"token sha256:{user.access_token.client_id.removeprefix('token:')[:12]}"
+    if user is not None:
+        return f"oauth {caller.issuer} {caller.subject or caller.client_id}"
+    client = scope.get("client")
+    return f"address {client[0] if client else 'unknown'}"
+
+
 async def send_jsonrpc_error(send: Send, status: int, code: int, message: str,
-                             data: dict[str, Any] | None = None) -> None:
+                             data: dict[str, Any] | None = None,
+                             headers: list[tuple[bytes, bytes]] | None = None) -> None:
     """A JSON-RPC error without a request id, as the SDK answers what its transport refuses."""
     error: dict[str, Any] = {"code": code, "message": message}
     if data:
         error["data"] = data
     body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}, ensure_ascii=False).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -484,17 +484,6 @@ async def test_nan_and_infinity_in_arguments_are_invalid_arguments():
         assert up.calls == []
 
 
-async def test_handshake_sessions_are_capped_by_the_config():
-    # each session a client opens and leaves costs memory until its idle timeout: the cap says no
-    config = {**SURFACE, "server": {"mcp_max_sessions": 2, "mcp_session_idle_timeout": 60}}
-    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    async with served_bridge(config, [upstream()]) as srv, httpx2.AsyncClient(timeout=10) as http:
-        statuses = [(await http.post(f"{srv.url}/mcp", json=body, headers=headers)).status_code for _ in range(3)]
-    assert statuses == [200, 200, 503]
-
-
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_stored_result_of_a_tool_with_an_output_schema_answers_its_structured_content(era):
     # the SDK's client refuses a result without structured content from a tool listed with an
