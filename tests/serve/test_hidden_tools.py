@@ -265,7 +265,7 @@ async def test_health_detail_needs_a_token_when_tokens_are_configured():
     async with serving(upstream(), down, config=CONFIG) as served:
         for token in (None, "not-a-token-at-all"):
             status, body, _ = await served.get("/readyz", token=token)
-            assert status == 200 and body == {"ready": True, "starting": [], "upstreams": [
+            assert status == 200 and body == {"ready": True, "starting": [], "search": "ready", "upstreams": [
                 {"name": "x", "kind": "fake", "state": "ready"},
                 {"name": "down", "kind": "fake", "state": "failed"}]}
         _, body, _ = await served.get("/readyz", token=TOKEN_GUARDED)
