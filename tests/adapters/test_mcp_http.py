@@ -116,7 +116,7 @@ async def test_an_answer_whose_stream_the_server_keeps_ending_is_resumed_a_bound
 
 
 async def test_the_get_stream_of_server_messages_is_bounded_per_event_not_in_all() -> None:
-    app, server = build_app(json_answers=False)
+    app, server = build_app(json_answers=False, get_log_bytes=GET_LOG_BYTES)
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base):
         # GET_LOG_BYTES (3 MiB) of small log events past a 1 MiB bound, then the change notice
         assert GET_LOG_BYTES > 2 * LIMIT
@@ -126,7 +126,8 @@ async def test_the_get_stream_of_server_messages_is_bounded_per_event_not_in_all
 async def test_a_session_closed_while_server_messages_arrive_logs_no_error(caplog: pytest.LogCaptureFixture) -> None:
     """The SDK logged `Error parsing SSE message` with a traceback (an ERROR) for an event of
     the GET stream that arrived as the session closed, its reader gone: no parse failed."""
-    app, server = build_app(json_answers=False)
+    # events of the GET stream still arriving as the session closes
+    app, server = build_app(json_answers=False, get_log_bytes=GET_LOG_BYTES)
     async with serve_asgi(app, lifespan="off") as base:
         async with make_bridge(base):
             await until(lambda: server.gets >= 1)

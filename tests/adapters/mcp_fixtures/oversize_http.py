@@ -1,14 +1,15 @@
 """An MCP server over streamable HTTP (protocol 2025-06-18, just enough of it) whose tools answer
 as much as they are asked to, made as it is sent: a JSON body of any size (with or without a
 Content-Length, or gzip-compressed), one event of any size, or an endless stream of small
-events. Its GET stream of server messages sends small log events, `GET_LOG_BYTES` in all,
-then a tools/list_changed notice, and stays open. `resumed` answers a POST with one event
+events. Its GET stream of server messages sends small log events, `get_log_bytes` in all (64 KiB;
+`GET_LOG_BYTES`, 3 MiB, where a test needs more than a bound), then a tools/list_changed
+notice, and stays open. `resumed` answers a POST with one event
 bearing an id and ends the stream without the answer, so that the client resumes it with a GET
 naming that id (`Last-Event-ID`): the resumed stream is endless (`endless: true`), or sends
 `size` bytes of small events and ends again without the answer, at every resumption.
 
-`build_app(json_answers, get_failures, get_failure)`: small answers as JSON bodies, or as event
-streams; the first `get_failures` GET streams fail (`oversize`: one event of 2 MiB; `cut`: the
+`build_app(json_answers, get_failures, get_failure, get_log_bytes)`: small answers as JSON bodies,
+or as event streams; the first `get_failures` GET streams fail (`oversize`: one event of 2 MiB; `cut`: the
 connection closed in the middle of an event; an HTTP status such as `405`, not offered), those after send a tools/list_changed notice at
 once and stay open."""
 
@@ -116,10 +117,10 @@ async def _resumed_events(log: ServerLog) -> AsyncIterator[bytes]:
         log.sent["resumed"] = log.sent.get("resumed", 0) + sent
 
 
-async def _server_messages() -> AsyncIterator[bytes]:
+async def _server_messages(log_bytes: int) -> AsyncIterator[bytes]:
     event = ('event: message\ndata: {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "debug", "data": "'
              + "z" * 900 + '"}}\n\n').encode()
-    for _ in range(GET_LOG_BYTES // len(event) + 1):
+    for _ in range(log_bytes // len(event) + 1):
         yield event
         await asyncio.sleep(0)
     yield b'event: message\ndata: {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}\n\n'
@@ -147,7 +148,8 @@ async def _changes_at_once() -> AsyncIterator[bytes]:
     await asyncio.Event().wait()
 
 
-def build_app(json_answers: bool = True, get_failures: int = 0, get_failure: str = "oversize") -> tuple[Any, ServerLog]:
+def build_app(json_answers: bool = True, get_failures: int = 0, get_failure: str = "oversize",
+              get_log_bytes: int = 1 << 16) -> tuple[Any, ServerLog]:
     log = ServerLog()
 
     def small(request_id: Any, result: dict[str, Any]) -> Response:
@@ -166,7 +168,7 @@ def build_app(json_answers: bool = True, get_failures: int = 0, get_failure: str
         elif request.method == "GET":
             log.gets += 1
             if not get_failures:
-                stream = _server_messages()
+                stream = _server_messages(get_log_bytes)
             else:
                 stream = _failing_messages(get_failure) if log.gets <= get_failures else _changes_at_once()
             response = StreamingResponse(stream, media_type="text/event-stream")
