@@ -1,6 +1,7 @@
 """`bridge serve --stdio` as a real subprocess, driven by the mcp SDK's stdio client in both
-protocol eras. Its one upstream is a real MCP server (tests/serve/fixtures/mcp_tools_server.py)
-that the bridge runs as its own child over stdio."""
+protocol eras. Its upstreams are real MCP servers that the bridge runs as its own children over
+stdio: tests/serve/fixtures/mcp_tools_server.py where the tools' features count, the tiny server
+(tests/adapters/mcp_fixtures/tiny_server.py) where only the process and a listing do."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import StdioServerParameters
@@ -220,9 +222,14 @@ async def test_sigterm_while_closing_after_stdin_closed_lets_the_close_finish(tm
         assert not any(process_running(pid) for pid in upstreams)  # stopped by the close, not left lingering
 
 
+def tiny_config(tmp_path: Path, **settings: Any) -> dict[str, Any]:
+    """A config of one upstream `fx`, the tiny MCP server (its tool `echo`)."""
+    return {"store": {"path": str(tmp_path / "bridge.db")},
+            "upstreams": [{"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(TINY_MCP_SERVER)]}], **settings}
+
+
 async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path):
-    path = bridge_config(tmp_path)
-    config = json.loads(path.read_text())
+    path, config = tmp_path / "bridge.json", tiny_config(tmp_path)
     async with stdio_bridge(config, tmp_path) as process:
 
         async def send(message: dict) -> None:
@@ -259,8 +266,7 @@ async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path)
 async def test_a_reload_that_removes_the_stdio_sessions_surface_is_refused(tmp_path):
     # it applied, and every request of the session answered -32600 "no surface named 'agents'
     # is configured", without a notice nor a line in the log saying why
-    path = bridge_config(tmp_path)
-    config = json.loads(path.read_text())
+    path, config = tmp_path / "bridge.json", tiny_config(tmp_path, surfaces=[{"name": "agents"}])
     async with stdio_bridge(config, tmp_path, "--surface", "agents") as process:
         assert process.stdin is not None and process.stdout is not None and process.stderr is not None
 

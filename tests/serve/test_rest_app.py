@@ -24,7 +24,7 @@ from bridge.config import parse_config
 from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app, run_http
 from tests.fakes import FakeUpstream
-from tests.servers import child_pids, free_port, serve_asgi
+from tests.servers import TINY_MCP_SERVER, child_pids, free_port, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -34,11 +34,10 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": 
 
 @contextlib.asynccontextmanager
 async def serving(tmp_path: Path, server: dict | None = None) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    """`bridge serve` over the MCP test server, and its base URL once its upstream has started;
-    killed if still running at the end."""
-    fixture = ROOT / "tests" / "adapters" / "mcp_fixtures" / "server.py"
+    """`bridge serve` over the tiny MCP server (its `hang` never answers), and its base URL once
+    its upstream has started; killed if still running at the end."""
     config = {"store": {"path": ":memory:"}, "server": server or {},
-              "upstreams": [{"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(fixture)]}]}
+              "upstreams": [{"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(TINY_MCP_SERVER), "--hang"]}]}
     (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bridge.cli", "serve", "-c", str(tmp_path / "bridge.yaml"), "--port", "0",

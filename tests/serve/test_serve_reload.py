@@ -18,7 +18,7 @@ from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app
 from tests.fakes import FakeUpstream, tool
 from tests.serve.mcp_support import HANDSHAKE, http_client, served_bridge
-from tests.servers import child_pids, free_port, serve_asgi
+from tests.servers import TINY_MCP_SERVER, child_pids, free_port, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
 MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -35,7 +35,7 @@ async def until(check, timeout: float = 20.0):
 
 
 def _mcp_upstream(name: str) -> dict:
-    return {"name": name, "kind": "mcp", "command": "python", "args": ["-m", "bridge.demo.mcp_server"], "cwd": str(ROOT)}
+    return {"name": name, "kind": "mcp", "command": sys.executable, "args": [str(TINY_MCP_SERVER)]}
 
 
 async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):

@@ -4,9 +4,10 @@ few milliseconds (the SDK's import costs a second of CPU). It answers `initializ
 closes, as a server with work still under way does (a Node server with a timer pending).
 `--cursors same` gives every tools/list page the same `nextCursor`, `--cursors endless` a new one.
 `--hold FIFO` reads nothing until a writer has opened and closed the named pipe FIFO: a server
-slow to start, for as long as the test wants.
+slow to start, for as long as the test wants. `--hang` lists a second tool, `hang`, whose calls
+are never answered (the server reads on): a call still running when the test wants one.
 
-    python tests/adapters/mcp_fixtures/tiny_server.py [--linger N] [--cursors same|endless] [--hold FIFO]
+    python tests/adapters/mcp_fixtures/tiny_server.py [--linger N] [--cursors same|endless] [--hold FIFO] [--hang]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 import time
 
 ECHO = {"name": "echo", "description": "Echo the given text.", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}
+HANG = {"name": "hang", "description": "Never answer.", "inputSchema": {"type": "object", "properties": {}}}
 
 
 def answer(message: dict) -> dict:
@@ -25,7 +27,7 @@ def answer(message: dict) -> dict:
                 "serverInfo": {"name": "tiny", "version": "1"}}
     if method == "tools/list":
         if "--cursors" not in sys.argv:
-            return {"tools": [ECHO]}
+            return {"tools": [ECHO, HANG] if "--hang" in sys.argv else [ECHO]}
         page = int(params.get("cursor") or "0")
         cursor = "1" if sys.argv[sys.argv.index("--cursors") + 1] == "same" else str(page + 1)
         return {"tools": [{**ECHO, "name": f"echo_{page}"}], "nextCursor": cursor}
@@ -40,7 +42,8 @@ def main() -> None:
             held.read()
     for line in sys.stdin:
         message = json.loads(line)
-        if "id" in message and "method" in message:
+        hangs = message.get("method") == "tools/call" and (message.get("params") or {}).get("name") == "hang"
+        if "id" in message and "method" in message and not hangs:
             sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": answer(message)}) + "\n")
             sys.stdout.flush()
     if "--linger" in sys.argv:
