@@ -34,8 +34,14 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# the suite runs on TEST_WORKERS processes of pytest-xdist (`make test TEST_WORKERS=0`: in one), a
+# test file on one of them, so that the servers a module's tests share start once. pytest keeps the
+# test modules it rewrites for their asserts as bytecode, which PYTHONDONTWRITEBYTECODE (set on
+# some machines) forbids: each worker then rewrote them all again, 12 s of CPU
+TEST_WORKERS ?= 2
+
 test: $(STAMP) lint
-	$(PY) -m pytest -q --durations=15
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 bench: $(STAMP)
 	@status=0; for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b || status=1; done; exit $$status
