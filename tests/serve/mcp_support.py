@@ -22,6 +22,20 @@ from tests.servers import serve_asgi
 HANDSHAKE = "2025-11-25"
 MODERN = "2026-07-28"
 ERAS = [HANDSHAKE, MODERN]
+# What a raw HTTP client of /mcp sends: the Accept and Content-Type headers, a handshake-era
+# `initialize`, and the `_meta` that stands in for it on 2026-07-28.
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}},
+}
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
 
 
 class CancelAwareUpstream(FakeUpstream):

@@ -13,7 +13,16 @@ import pytest
 
 from bridge.serve.mcp_gate import transport_security_for
 from tests.fakes import FakeUpstream, tool
-from tests.serve.mcp_support import ERAS, HANDSHAKE, MODERN, http_client, served_bridge
+from tests.serve.mcp_support import (
+    ACCEPT,
+    ERAS,
+    HANDSHAKE,
+    INITIALIZE,
+    MODERN,
+    MODERN_META,
+    http_client,
+    served_bridge,
+)
 
 DEFAULT_TOKEN = "token-default-0001"
 OPS_TOKEN = "token-ops-0002"
@@ -23,18 +32,6 @@ CONFIG = {
         {"name": "default", "load": ["svc__read"], "defer": ["*"]},
         {"name": "ops", "load": ["svc__*"], "allow_destructive": True},
     ],
-}
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}},
-}
-MODERN_META = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"},
-    "io.modelcontextprotocol/clientCapabilities": {},
 }
 MODERN_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": MODERN_META}}
 MODERN_HEADERS = {**ACCEPT, "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"}

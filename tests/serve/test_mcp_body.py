@@ -11,25 +11,16 @@ import httpx2
 import pytest
 
 from tests.fakes import FakeUpstream, tool
-from tests.serve.mcp_support import HANDSHAKE, MODERN, served_bridge
+from tests.serve.mcp_support import (
+    ACCEPT,
+    HANDSHAKE,
+    INITIALIZE,
+    MODERN,
+    MODERN_META,
+    served_bridge,
+)
 
 CONFIG = {"surfaces": [{"name": "default", "load": ["*"]}]}
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": HANDSHAKE,
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
-MODERN_META = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 MODERN_HEADERS = {**ACCEPT, "MCP-Protocol-Version": MODERN}
 
 

@@ -13,21 +13,10 @@ from typing import Any
 import httpx2
 
 from tests.fakes import FakeUpstream, tool
-from tests.serve.mcp_support import HANDSHAKE, served_bridge
+from tests.serve.mcp_support import ACCEPT, HANDSHAKE, INITIALIZE, served_bridge
 from tests.servers import until
 
 TOKENS = ["token-a-000001", "token-b-000002", "token-c-000003"]
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": HANDSHAKE,
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
 LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 CALL = {
     "jsonrpc": "2.0",
