@@ -1,0 +1,202 @@
+"""The store on PostgreSQL (store.url), against a real server (tests/pgserver.py): what it keeps
+round trips, replicas agree on names, migrations run once, and a database that goes away and
+comes back loses nothing."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+import pytest
+
+from bridge.model import now_iso
+from bridge.store import StoreError, StoreFull
+from bridge.store_postgres import PostgresStore, StoreUnavailable
+from bridge.store_schema import MIGRATIONS, masked_url
+from tests.pgserver import PostgresServer
+
+
+@pytest.fixture
+def store(postgres_url: str) -> Iterator[PostgresStore]:
+    opened = PostgresStore(postgres_url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _version(tool_id: str, version: int, signature: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        "ns",
+        tool_id,
+        version,
+        f"d{version}",
+        "initial" if version == 1 else "compatible",
+        now_iso(),
+        json.dumps(signature),
+    )
+
+
+def _log_row(n: int) -> tuple[Any, ...]:
+    return (f"inv-{n}", "t1", "ns__tool", 1, "default", "ok", None, now_iso(), 1.5, "alice", "c1")
+
+
+def _rows(url: str, query: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        return conn.execute(query).fetchall()  # type: ignore[arg-type]
+
+
+def _until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Wait for what the store's own recovery task does (it looks every second at most)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_what_the_store_keeps_round_trips(store: PostgresStore, postgres_url: str) -> None:
+    store.add_version_rows([_version("t1", 1, {"a": 1}), _version("t1", 2, {"a": 2, "b": "é"})])
+    assert store.latest_versions() == {"t1": (2, "d2")}
+    record = store.get_version("ns", "t1", 2)
+    assert record is not None and record.signature == {"a": 2, "b": "é"}
+    assert [r.version for r in store.list_versions("ns", "t1")] == [2, 1]
+    assert store.get_version("ns", "t1", 3) is None
+    store.save_names([("ns", "t1", "ns__tool", "tool")])
+    assert store.assigned_names() == {"t1": "ns__tool"}
+    store.log_invocations([_log_row(1), _log_row(2)[:9]])  # a row without subject and client id
+    logged = {row["invocation_id"]: row for row in store.recent_invocations()}
+    assert logged["inv-1"]["subject"] == "alice" and logged["inv-2"]["subject"] is None
+    assert logged["inv-1"]["duration_ms"] == 1.5
+    store.put_result("blob-1", "inv-1", "application/json", b"\x00{big}", surface="default")
+    assert store.get_result("blob-1") == ("application/json", b"\x00{big}", "default")
+    assert store.get_result("blob-none") is None
+    # a second replica reads what the first wrote
+    other = PostgresStore(postgres_url)
+    try:
+        assert other.assigned_names() == {"t1": "ns__tool"}
+        assert other.get_result("blob-1") == ("application/json", b"\x00{big}", "default")
+        assert other.latest_versions() == {"t1": (2, "d2")}
+    finally:
+        other.close()
+    assert store.waiting() == 0 and store.unwritable is None
+
+
+def test_the_log_and_the_results_keep_about_the_latest(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    store.log_invocations([_log_row(n) for n in range(1300)], keep=1000)
+    store.log_invocations([_log_row(1300)], keep=1000)
+    assert _rows(postgres_url, "SELECT COUNT(*), MIN(invocation_id) FROM invocations")[0][0] == 1001
+    for n in range(30):
+        store.put_result(f"blob-{n}", "inv", "text/plain", b"x" * 100, keep=10)
+    kept = _rows(postgres_url, "SELECT ref FROM results ORDER BY seq")
+    assert len(kept) < 30 and kept[-1] == ("blob-29",)
+
+
+def test_a_row_the_database_refuses_costs_the_batch_nothing(store: PostgresStore) -> None:
+    store.log_invocations([_log_row(1), ("inv-nul", "t\x00", *_log_row(2)[2:]), _log_row(3)])
+    assert {row["invocation_id"] for row in store.recent_invocations()} == {"inv-1", "inv-3"}
+    assert store.waiting() == 0
+
+
+def test_replicas_naming_the_same_tools_at_once_agree(postgres_url: str) -> None:
+    """Each replica proposes names of its own (as catalogs whose histories differ would); the
+    first to claim a tool's name gives it to every replica, and no name goes to two tools."""
+    stores = [PostgresStore(postgres_url) for _ in range(4)]
+    try:
+        tools = [f"t{n}" for n in range(200)]
+        barrier = threading.Barrier(len(stores))
+
+        def claim(index: int) -> dict[str, str]:
+            barrier.wait()
+            rows = [
+                ("ns", t, f"ns__{t}" if (n + index) % 3 else f"ns__shared_{n // 2}", t)
+                for n, t in enumerate(tools)
+            ]
+            got: dict[str, str] = {}
+            for start in range(0, len(rows), 25):
+                got.update(stores[index].claim_names(rows[start : start + 25]))
+            return got
+
+        with ThreadPoolExecutor(len(stores)) as pool:
+            claimed = list(pool.map(claim, range(len(stores))))
+        named = dict(_rows(postgres_url, "SELECT tool_id, name FROM tool_names"))
+        assert len(set(named.values())) == len(named)  # no name given twice
+        for got in claimed:
+            assert got == {t: named[t] for t in got}  # what each replica was told is what holds
+        assert set().union(*claimed) == set(named)
+        assert all(s.assigned_names() == named for s in stores)
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_replicas_starting_at_once_migrate_once(postgres_url: str) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        stores = list(pool.map(lambda _: PostgresStore(postgres_url), range(4)))
+    for s in stores:
+        s.close()
+    assert _rows(postgres_url, "SELECT version FROM bridge_migrations") == [
+        (n,) for n in range(1, len(MIGRATIONS) + 1)
+    ]
+
+
+def test_a_database_migrated_by_a_newer_bridge_is_refused(postgres_url: str) -> None:
+    PostgresStore(postgres_url).close()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO bridge_migrations VALUES (%s, now())", (len(MIGRATIONS) + 1,))
+    with pytest.raises(
+        StoreError, match=r"migrated by a newer bridge .*fix: run that newer bridge"
+    ):
+        PostgresStore(postgres_url)
+
+
+def test_a_bad_url_or_a_database_away_names_the_store_not_the_password(
+    postgres_server: PostgresServer,
+) -> None:
+    with pytest.raises(StoreError, match=r"scheme is 'mysql'.*fix: set store.url to postgresql://"):
+        PostgresStore("mysql://u:p@127.0.0.1/db")
+    with pytest.raises(StoreError, match="names no database"):
+        PostgresStore("postgresql://u:p@127.0.0.1:5432")
+    wrong = postgres_server.url().replace(postgres_server.password, "not-the-password")
+    with pytest.raises(StoreError) as refused:
+        PostgresStore(wrong)
+    assert "not-the-password" not in str(refused.value)
+    assert masked_url(wrong) in str(refused.value) and ":***@127.0.0.1:" in str(refused.value)
+    assert "fix: start that database" in str(refused.value)
+
+
+def test_a_database_away_loses_nothing_and_is_written_once_back(
+    postgres_server: PostgresServer, store: PostgresStore, postgres_url: str
+) -> None:
+    store.log_invocations([_log_row(n) for n in range(10)])
+    store.put_result("blob-before", "inv-0", "text/plain", b"kept")
+    postgres_server.stop()
+    try:
+        store.log_invocations([_log_row(n) for n in range(10, 20)])  # answered at once, kept
+        assert store.unwritable is not None and "database away" in store.unwritable
+        assert store.unwritable_since is not None
+        store.add_version_rows([_version("t9", 1, {"x": 1})])
+        assert store.get_version("ns", "t9", 1) is not None  # read from memory meanwhile
+        store.log_invocations([_log_row(n) for n in range(20, 30)])
+        assert store.waiting() == 21
+        with pytest.raises(
+            StoreUnavailable, match=r"store postgresql://bridge:\*\*\*@.*database away"
+        ):
+            store.get_result("blob-before")
+        with pytest.raises(StoreFull):  # the caller gets its result inline
+            store.put_result("blob-during", "inv-11", "text/plain", b"inline")
+        assert postgres_server.password not in store.unwritable
+    finally:
+        postgres_server.start()
+    _until(lambda: store.unwritable is None)
+    assert store.waiting() == 0
+    ids = [row[0] for row in _rows(postgres_url, "SELECT invocation_id FROM invocations")]
+    assert sorted(ids) == sorted(f"inv-{n}" for n in range(30))  # each once
+    assert store.get_result("blob-before") == ("text/plain", b"kept", None)
+    assert _rows(postgres_url, "SELECT version FROM versions WHERE tool_id = 't9'") == [(1,)]
