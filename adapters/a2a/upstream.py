@@ -15,42 +15,27 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httpx
 from a2a.client import ClientCallContext, ClientConfig, ClientFactory
-from a2a.client.client import Client
-from a2a.client.errors import A2AClientTimeoutError
-from a2a.types import AgentCard, AgentInterface, CancelTaskRequest, GetTaskRequest
-from a2a.utils.errors import (
-    JSON_RPC_ERROR_CODE_MAP,
-    A2AError,
-    ContentTypeNotSupportedError,
-    ExtensionSupportRequiredError,
-    InvalidParamsError,
-    InvalidRequestError,
-    MethodNotFoundError,
-    TaskNotFoundError,
-    UnsupportedOperationError,
-    VersionNotSupportedError,
-)
+from a2a.types import CancelTaskRequest, GetTaskRequest
+from a2a.utils.errors import A2AError
 from google.protobuf.json_format import ParseError
 from google.protobuf.message import DecodeError
 from pydantic import ValidationError
 
+from adapters.a2a.agent import Agent
 from adapters.a2a.card import (
-    AgentCredentials,
     CardFetch,
     CardSource,
     RedactingFilter,
     bind_credentials,
-    certificate_refused,
     chosen_interface,
-    failed_url,
     spoken_card,
 )
 from adapters.a2a.config import A2AConfig
+from adapters.a2a.failures import CallFailures, first_fault
 from adapters.a2a.mapping import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -61,13 +46,8 @@ from adapters.a2a.mapping import (
     tools_from_card,
 )
 from adapters.a2a.transport import (
-    DROPPED_UNANSWERED,
-    AnswerTooLarge,
     BoundedTransport,
-    ReusedConnectionDropped,
-    causes,
     cut_off,
-    lost_connection,
     on_new_connection,
     proxy_mounts,
     reused_dropped,
@@ -75,7 +55,7 @@ from adapters.a2a.transport import (
 from adapters.http.proxy import loopback_direct
 from adapters.http.tls import added_cas, system_cas
 from bridge.masking import masked
-from bridge.model import BridgeError, ErrorClass, UpstreamResult, UpstreamTool, validation_line
+from bridge.model import BridgeError, UpstreamResult, UpstreamTool
 from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
 
 __all__ = ["A2AUpstream"]
@@ -83,23 +63,7 @@ __all__ = ["A2AUpstream"]
 log = logging.getLogger("adapters.a2a")
 
 TRANSPORTS = ("JSONRPC", "HTTP+JSON")
-CARD_CHECK_SECONDS = 5.0  # longest wait for the card when asking whether an agent that gave a call no answer is still there
 QUESTIONS_KEPT = 4096  # tasks whose question (needs_input) is remembered, to tell an answer's stale snapshot from a new ask
-
-
-@dataclass
-class _Agent:
-    """Everything derived from one version of the agent card."""
-
-    card: AgentCard
-    card_url: str
-    client: Client
-    tools: list[UpstreamTool]
-    skill_ids: frozenset[str]
-    whole_agent_tool: str | None
-    streaming: bool
-    interface: AgentInterface | None
-    credentials: AgentCredentials
 
 
 @contextlib.asynccontextmanager
@@ -114,7 +78,7 @@ async def _closing(stream: AsyncIterator[Any]) -> AsyncIterator[AsyncIterator[An
             await close()
 
 
-class A2AUpstream(Upstream):
+class A2AUpstream(CallFailures, Upstream):
     kind: ClassVar[str] = "a2a"
     config_model: ClassVar[type[UpstreamConfig]] = A2AConfig
     config: A2AConfig
@@ -123,7 +87,7 @@ class A2AUpstream(Upstream):
         super().__init__(config)
         self._http: httpx.AsyncClient | None = None
         self._source: CardSource | None = None
-        self._agent: _Agent | None = None
+        self._agent: Agent | None = None
         self._refresher: asyncio.Task[None] | None = None
         self._cancels: set[asyncio.Task[None]] = set()
         self._log_filter: RedactingFilter | None = None
@@ -175,7 +139,7 @@ class A2AUpstream(Upstream):
         if cfg.card_refresh_interval:
             self._refresher = asyncio.create_task(self._refresh_card(cfg.card_refresh_interval), name=f"a2a-card:{self.name}")
 
-    def _install(self, fetched: CardFetch) -> _Agent:
+    def _install(self, fetched: CardFetch) -> Agent:
         """A client and tool list for a freshly fetched card."""
         assert self._http is not None
         cfg, card = self.config, fetched.card
@@ -212,7 +176,7 @@ class A2AUpstream(Upstream):
             # or lets them go to the card's interface
             for tool in tools:
                 tool.blocked_reason, tool.blocked_detail = "credential_missing", credentials.blocked
-        return _Agent(
+        return Agent(
             card=card,
             card_url=fetched.url,
             client=client,
@@ -357,7 +321,7 @@ class A2AUpstream(Upstream):
                     raise unknown from None
             raise await self._call_failed(agent, exc, tracker, stream_unbegun=stream_unbegun) from None
         except (ValidationError, ParseError, DecodeError) as exc:  # read by the SDK into no A2A shape
-            raise BridgeError(f"agent {self.name!r} answered in a shape A2A does not have: {_first_fault(exc)}",
+            raise BridgeError(f"agent {self.name!r} answered in a shape A2A does not have: {first_fault(exc)}",
                               error_class="execution_failed", details={"task_id": tracker.task_id} if tracker.task_id else None) from None
         self._remember_question(tracker)
         return result_from_tracker(tracker, ref)
@@ -378,7 +342,7 @@ class A2AUpstream(Upstream):
         for line in lines:
             await ctx.report_progress(line, task_id=tracker.task_id)
 
-    async def _poll_once(self, agent: _Agent, tracker: TaskTracker, ctx: CallContext, call: ClientCallContext) -> None:
+    async def _poll_once(self, agent: Agent, tracker: TaskTracker, ctx: CallContext, call: ClientCallContext) -> None:
         if tracker.task_id is None:
             raise BridgeError("the agent ended the exchange without a task or a reply", error_class="execution_failed")
         try:
@@ -393,7 +357,7 @@ class A2AUpstream(Upstream):
                 task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
         await self._progress(ctx, tracker, tracker.replace(task))
 
-    async def _unknown_task(self, agent: _Agent, task_id: str, call: ClientCallContext) -> BridgeError | None:
+    async def _unknown_task(self, agent: Agent, task_id: str, call: ClientCallContext) -> BridgeError | None:
         """The error for a `task_id` the agent does not know, asked with `GetTask`: an a2a-sdk 0.3
         agent refuses it on an HTTP+JSON stream by closing the stream it has begun, which reads
         as the agent gone."""
@@ -406,67 +370,16 @@ class A2AUpstream(Upstream):
             return error if error.error_class == "invalid_arguments" else None
         return None
 
-    async def _call_failed(self, agent: _Agent, exc: BaseException, tracker: TaskTracker, *, stream_unbegun: bool) -> BridgeError:
-        """The error a failed call answers with, and the one place a call decides that the agent
-        is gone: when no answer came (no connection was made, or it dropped before the answer
-        ended) and the card, fetched once more, does not answer either. An answer of the agent's
-        (an A2A error, an HTTP status, an answer too large) or a timeout never marks it."""
-        refused = self._certificate_refused(agent, exc, tracker)
-        if refused is not None:
-            return refused
-        error = self._call_error(exc, tracker)
-        if lost_connection(exc) is None:
-            return error
-        assert self._source is not None
-        if await self._source.answers(timeout=min(CARD_CHECK_SECONDS, self.config.start_timeout)):
-            return self._agent_still_there(agent, exc, tracker, stream_unbegun)
-        self._connection_lost(error.message)
-        return error
+    def _redact(self, text: str) -> str:
+        return masked(text, self.config.auth.secrets())
 
-    def _certificate_refused(self, agent: _Agent, exc: BaseException, tracker: TaskTracker) -> BridgeError | None:
-        """The error for a call whose server certificate failed its check, or None: a setup
-        problem, failed at once, which says nothing of the agent being gone (every attempt fails
-        alike until an operator acts)."""
-        url = failed_url(exc) or (agent.interface.url if agent.interface else agent.card_url)
-        assert self._source is not None
-        refused = certificate_refused(exc, url, self._source.address, self.config.ca_file)
-        if refused is None:
-            return None
-        ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
-        if tracker.task_id:
-            ref["task_id"] = tracker.task_id
-        return BridgeError(f"{self._redact(url)}: {refused}", error_class="dependency_unavailable", recoverability="setup", native_error_ref=ref)
+    def _connection_lost(self, reason: str) -> None:
+        """Tell the catalog once per connection; it closes and reconnects with backoff."""
+        if not self._lost:
+            self._lost = True
+            self.emit(UpstreamEvent("unavailable", reason=reason))
 
-    def _agent_still_there(self, agent: _Agent, exc: BaseException, tracker: TaskTracker, stream_unbegun: bool) -> BridgeError:
-        """The error for a call that got no answer while the agent's card still answers: this call
-        failed, the agent is there. A stream the agent began and broke off before its first event
-        (its process died, say); a request (a message not streamed, a poll) whose connection
-        dropped before its answer (a kept-alive connection the agent's server closed as it was
-        reused, or the agent restarting: the message is never sent again, it may have reached
-        the agent); or a connection the agent's interface did not take (it is on another origin
-        than the card, down)."""
-        lost = lost_connection(exc)
-        assert lost is not None
-        said = f"{type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}"
-        if stream_unbegun:
-            dropped = next((e for e in causes(exc) if isinstance(e, httpx.RemoteProtocolError)), lost)
-            what = f"the agent's stream broke before its first event ({type(dropped).__name__}: {self._redact(str(dropped)) or 'connection lost'})"
-        elif isinstance(lost, ReusedConnectionDropped):  # a message: a poll is sent again, on a new connection
-            what = (f"the agent closed a kept-alive connection as the message was sent on it, before answering ({self._redact(str(lost))}); "
-                    "the message may or may not have reached the agent, and is not sent again")
-        elif cut_off(exc):
-            cut = next(e for e in causes(exc) if isinstance(e, DROPPED_UNANSWERED))
-            what = f"the agent's connection dropped before its answer ({type(cut).__name__}: {self._redact(str(cut)) or 'connection lost'})"
-        else:
-            where = agent.interface.url if agent.interface else "its interface"
-            what = f"the agent's interface at {where} took no connection ({said})"
-        ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
-        if tracker.task_id:
-            ref["task_id"] = tracker.task_id
-        return BridgeError(f"{what}; its card still answers", error_class="dependency_unavailable", recoverability="retry_later",
-                           retry_after=self.config.retry_initial, native_error_ref=ref)
-
-    async def _cancel_task(self, agent: _Agent, task_id: str) -> None:
+    async def _cancel_task(self, agent: Agent, task_id: str) -> None:
         """Tell the agent to cancel; wait for it (bounded) even though this call is being cancelled."""
 
         async def send() -> None:
@@ -491,105 +404,3 @@ class A2AUpstream(Upstream):
         with contextlib.suppress(BaseException):
             async with asyncio.timeout(self.config.cancel_timeout):
                 await asyncio.shield(task)
-
-    # ------------------------------------------------------------------ errors
-
-    def _redact(self, text: str) -> str:
-        return masked(text, self.config.auth.secrets())
-
-    def _connection_lost(self, reason: str) -> None:
-        """Tell the catalog once per connection; it closes and reconnects with backoff."""
-        if not self._lost:
-            self._lost = True
-            self.emit(UpstreamEvent("unavailable", reason=reason))
-
-    def _call_error(self, exc: BaseException, tracker: TaskTracker) -> BridgeError:
-        """What a failed call's error is, read from the error and what it was raised from. Only
-        classifies: whether the agent is gone is decided by `_call_failed`, after its card."""
-        chain = causes(exc)
-        text = self._redact(str(exc) or type(exc).__name__)
-        ref: dict[str, Any] = {"a2a_error": type(exc).__name__}
-        if type(exc) in JSON_RPC_ERROR_CODE_MAP:
-            ref["code"] = JSON_RPC_ERROR_CODE_MAP[type(exc)]  # type: ignore[index]
-        if tracker.task_id:
-            ref["task_id"] = tracker.task_id
-        status_error = next((e for e in chain if isinstance(e, httpx.HTTPStatusError)), None)
-        if status_error is not None:
-            code = status_error.response.status_code
-            ref["http_status"] = code
-            if code in (401, 403):
-                return BridgeError(
-                    f"the agent refused the credentials (HTTP {code}); check auth in the config",
-                    error_class="credential_missing", recoverability="setup", status="denied", native_error_ref=ref,
-                )
-            if code == 429:
-                after = status_error.response.headers.get("retry-after", "")
-                return BridgeError(
-                    "the agent is rate limiting calls (HTTP 429)", error_class="rate_limited", recoverability="retry_later",
-                    retry_after=float(after) if after.replace(".", "", 1).isdigit() else None, native_error_ref=ref,
-                )
-            said = _rest_0_3_error(status_error.response)
-            if said is not None and code in _REST_0_3_ERRORS:
-                if code == 404:
-                    return BridgeError(f"the agent does not know that task ({self._redact(said)}); start over without task_id",
-                                       error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref)
-                error_class = _REST_0_3_ERRORS[code]
-                return BridgeError(
-                    f"the agent {'refused the message' if error_class == 'invalid_arguments' else 'cannot serve this call'}: {self._redact(said)}",
-                    error_class=error_class, recoverability="change_arguments" if error_class == "invalid_arguments" else None,
-                    native_error_ref=ref,
-                )
-            if code >= 500:
-                return BridgeError(
-                    f"the agent answered HTTP {code}", error_class="dependency_unavailable", recoverability="retry_later", native_error_ref=ref,
-                )
-        large = next((e for e in chain if isinstance(e, AnswerTooLarge)), None)
-        if large is not None:
-            return BridgeError(f"the agent's answer is too large: {self._redact(str(large))}", error_class="result_too_large",
-                               recoverability="change_arguments", status="too_large", native_error_ref=ref)
-        lost = lost_connection(exc)
-        if lost is not None:
-            return BridgeError(
-                f"the agent stopped answering: {type(lost).__name__}: {self._redact(str(lost)) or 'connection lost'}",
-                error_class="dependency_unavailable", recoverability="retry_later",
-                retry_after=self.config.retry_initial, native_error_ref=ref,
-            )
-        if any(isinstance(e, (A2AClientTimeoutError, httpx.TimeoutException)) for e in chain):
-            return BridgeError("the agent did not answer in time", error_class="timeout", recoverability="retry", status="timed_out", native_error_ref=ref)
-        if isinstance(exc, TaskNotFoundError):
-            return BridgeError(
-                f"the agent does not know that task ({text}); start over without task_id",
-                error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref,
-            )
-        if isinstance(exc, (InvalidParamsError, InvalidRequestError, ContentTypeNotSupportedError)):
-            return BridgeError(f"the agent refused the message: {text}", error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref)
-        if isinstance(exc, (UnsupportedOperationError, MethodNotFoundError, VersionNotSupportedError, ExtensionSupportRequiredError)):
-            return BridgeError(f"the agent cannot serve this call: {text}", error_class="capability_gap", native_error_ref=ref)
-        return BridgeError(f"the agent call failed: {text}", error_class="execution_failed", native_error_ref=ref)
-
-
-# The HTTP+JSON errors of a2a-sdk 0.3 agents: a status per A2A error and `{"message": ...}`, with
-# no error `type` for the client to read the A2A error from. 404 is a task the agent does not know
-# (a route it lacks answers FastAPI's `{"detail": "Not Found"}`), 400/415/422 invalid requests,
-# parameters or content types, 501 an unsupported operation.
-_REST_0_3_ERRORS: dict[int, ErrorClass] = {400: "invalid_arguments", 404: "invalid_arguments", 415: "invalid_arguments", 422: "invalid_arguments",
-                    501: "capability_gap"}
-
-
-def _rest_0_3_error(response: httpx.Response) -> str | None:
-    """The `message` of a 0.3 HTTP+JSON error answer, or None for any other answer."""
-    try:
-        body = response.json()
-    except (ValueError, httpx.ResponseNotRead):
-        return None
-    if isinstance(body, dict) and isinstance(body.get("message"), str) and "type" not in body:
-        return str(body["message"])[:500]
-    return None
-
-
-def _first_fault(exc: Exception) -> str:
-    """One line of what was wrong with an answer, its first fault (never the value)."""
-    if isinstance(exc, ValidationError):
-        return validation_line(exc)
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:300]
