@@ -28,8 +28,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from adapters.openapi.config import OpenAPIConfig  # noqa: E402
 from adapters.openapi.params import build_request  # noqa: E402
-from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream  # noqa: E402
+from adapters.openapi.upstream import OpenAPIUpstream  # noqa: E402
 from bridge.arguments import SchemaValidators  # noqa: E402
 from bridge.catalog import Catalog  # noqa: E402
 from bridge.store import Store  # noqa: E402

@@ -361,7 +361,8 @@ class VendorRanker:
     `namespace` filter), as an agent that knows the vendor does."""
 
     def __init__(self, documents: dict[str, Path], queries: Sequence[dict[str, Any]], **search_options: Any) -> None:
-        from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream
+        from adapters.openapi.config import OpenAPIConfig
+        from adapters.openapi.upstream import OpenAPIUpstream
 
         self.catalog = Catalog(Store())
         for vendor, path in documents.items():  # the documents are checked by the bench's own runs, not here

@@ -1,87 +1,25 @@
 """Credentials of an OpenAPI upstream: API keys (header, query, cookie), HTTP bearer and basic,
-OAuth2 client credentials (token fetched, cached until shortly before it expires, refreshed),
-TLS client certificates (mutualTLS);
-which credential an operation gets follows the document's security requirements. Secret values
-are held as SecretStr and scrubbed from anything the adapter returns."""
+OAuth2 client credentials (their tokens are `oauth2`'s), TLS client certificates (mutualTLS, whose
+contexts are `auth_tls`'); which credential an operation gets follows the document's security
+requirements. Secret values are held as SecretStr and scrubbed from anything the adapter returns."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import json
 import ssl
-import time
-from collections import deque
 from collections.abc import Callable
-from typing import Any, Literal
-from urllib.parse import quote, urljoin, urlsplit
+from typing import Any
+from urllib.parse import quote, urljoin
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from adapters.http.body import read_body
-from adapters.http.tls import ca_file_trust
-from adapters.http.tls import certificate_failure as _certificate_failure
+from adapters.openapi.auth_config import AuthConfig, setup_error
+from adapters.openapi.auth_tls import client_tls, origin, server_tls
+from adapters.openapi.oauth2 import OAuth2Token
 from adapters.openapi.params import RequestParts
 from bridge.masking import SHORTEST_SECRET, masked, masked_value, secret_values
-from bridge.model import BridgeError
-from bridge.upstream import ConfigValueError
 
-__all__ = ["AuthConfig", "Credentials", "OAuth2Token", "Redactor", "certificate_failure", "document_tls", "shown_place"]
-
-AuthType = Literal["apiKey", "api_key", "bearer", "basic", "oauth2", "mtls"]
-
-
-class AuthConfig(BaseModel):
-    """One credential. `scheme` names the document's security scheme it satisfies; without it the
-    credential binds to every scheme of its type, or, when the document declares none of that
-    type, is sent with every request."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    type: AuthType
-    scheme: str | None = Field(default=None, description="name under components.securitySchemes")
-    # apiKey
-    name: str | None = Field(default=None, description="apiKey: header, query or cookie name")
-    in_: Literal["header", "query", "cookie"] | None = Field(default=None, alias="in")
-    value: SecretStr | None = Field(default=None, description="apiKey: the key")
-    # http bearer
-    token: SecretStr | None = None
-    # http basic
-    username: str | None = None
-    password: SecretStr | None = Field(default=None, description="basic: the password; mtls: the private key's")
-    # mtls: a TLS client certificate
-    cert_file: str | None = Field(default=None, description="mtls: PEM certificate (chain), relative to the config")
-    key_file: str | None = Field(default=None, description="mtls: PEM private key (default: in cert_file)")
-    ca_file: str | None = Field(default=None, description="mtls: PEM CA certificates the server is checked against")
-    # oauth2 client credentials
-    token_url: str | None = None
-    client_id: str | None = None
-    client_secret: SecretStr | None = None
-    scopes: list[str] = Field(default_factory=list)
-    audience: str | None = None
-    client_auth: Literal["basic", "body"] = Field(default="basic", description="how client_id/secret reach the token endpoint")
-    refresh_margin: float = Field(default=30.0, ge=0, description="seconds before expiry a token is renewed")
-
-    @model_validator(mode="after")
-    def _complete(self) -> AuthConfig:
-        needed = {
-            "apiKey": ("value",), "api_key": ("value",), "bearer": ("token",),
-            "basic": ("username", "password"), "oauth2": ("client_id", "client_secret"), "mtls": ("cert_file",),
-        }[self.type]
-        missing = [f for f in needed if getattr(self, f) in (None, "")]
-        if missing:
-            raise ConfigValueError(f"auth of type {self.type} needs {', '.join(missing)}",
-                                   f"add {', '.join(f'`{m}:`' for m in missing)} (a secret as ${{VAR}})")
-        return self
-
-    @property
-    def kind(self) -> str:
-        return "apiKey" if self.type == "api_key" else self.type
-
-
-TOKEN_BYTES = 1 << 20  # of a token endpoint's answer, read at most
-
+__all__ = ["Credentials", "Redactor", "shown_place"]
 
 class Redactor:
     """Replaces every known secret (and its encoded forms) in text and JSON values with ***."""
@@ -102,85 +40,6 @@ class Redactor:
 
     def scrub(self, value: Any) -> Any:
         return masked_value(value, self.secrets())
-
-
-def _setup_error(message: str) -> BridgeError:
-    return BridgeError(message, error_class="credential_missing", recoverability="setup", status="denied")
-
-
-class OAuth2Token:
-    """The client-credentials token of one credential: fetched on first use, reused until
-    `refresh_margin` seconds before it expires, fetched once however many calls wait."""
-
-    def __init__(self, config: AuthConfig, token_url: str) -> None:
-        self.config = config
-        self.token_url = token_url
-        self.clock: Callable[[], float] = time.monotonic
-        self.fetches = 0
-        self.recent: deque[str] = deque(maxlen=8)  # tokens handed out lately, for scrubbing
-        self._token: str | None = None
-        self._expires_at = 0.0
-        self._lock = asyncio.Lock()
-        self.tls: ssl.SSLContext | None = None  # `ca_file`'s, when the endpoint is on the API's origin
-        self.ca_file: str | None = None  # the upstream's, as written: named in the fix of a certificate that fails its check
-
-    def invalidate(self, token: str | None = None) -> None:
-        if token is None or token == self._token:
-            self._token = None
-
-    async def get(self, session: aiohttp.ClientSession, timeout: float) -> str:
-        async with self._lock:
-            if self._token is not None and self.clock() < self._expires_at - self.config.refresh_margin:
-                return self._token
-            self._token = None
-            self._token, lifetime = await self._fetch(session, timeout)
-            self.recent.append(self._token)
-            self._expires_at = self.clock() + lifetime
-            return self._token
-
-    async def _fetch(self, session: aiohttp.ClientSession, timeout: float) -> tuple[str, float]:
-        cfg = self.config
-        assert cfg.client_id is not None and cfg.client_secret is not None
-        form = {"grant_type": "client_credentials"}
-        if cfg.scopes:
-            form["scope"] = " ".join(cfg.scopes)
-        if cfg.audience:
-            form["audience"] = cfg.audience
-        headers = {"Accept": "application/json"}
-        if cfg.client_auth == "basic":
-            raw = f"{cfg.client_id}:{cfg.client_secret.get_secret_value()}".encode()
-            headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
-        else:
-            form["client_id"] = cfg.client_id
-            form["client_secret"] = cfg.client_secret.get_secret_value()
-        self.fetches += 1
-        try:
-            # not redirected: the client secret goes to the configured token_url alone (a 307 or
-            # 308 would send the form again wherever it points)
-            async with session.post(self.token_url, data=form, headers=headers, allow_redirects=False,
-                                    ssl=self.tls if self.tls is not None else True,
-                                    timeout=aiohttp.ClientTimeout(total=timeout)) as response:
-                if 300 <= response.status < 400:
-                    raise _setup_error(f"the OAuth2 token endpoint {self.token_url} answered HTTP {response.status}, a redirect, "
-                                       "which is not followed with the client credentials: set token_url to where it leads")
-                try:
-                    payload = json.loads(await read_body(response, TOKEN_BYTES, "the OAuth2 token endpoint's answer"))
-                except (ValueError, RecursionError):
-                    payload = None
-                if response.status != 200 or not isinstance(payload, dict) or not isinstance(payload.get("access_token"), str):
-                    code = payload.get("error") if isinstance(payload, dict) else None
-                    raise _setup_error(
-                        f"the OAuth2 token endpoint {self.token_url} refused the client credentials: "
-                        f"HTTP {response.status}" + (f" {code}" if isinstance(code, str) else ""))
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            if (failure := certificate_failure(exc, self.ca_file)) is not None:
-                raise BridgeError(f"the OAuth2 token endpoint {self.token_url}: {failure}", error_class="dependency_unavailable",
-                                  recoverability="setup") from None
-            raise BridgeError(f"the OAuth2 token endpoint {self.token_url} cannot be reached ({type(exc).__name__})",
-                              error_class="dependency_unavailable", recoverability="retry_later") from None
-        expires_in = payload.get("expires_in")
-        lifetime = float(expires_in) if isinstance(expires_in, (int, float, str)) and str(expires_in).replace(".", "", 1).isdigit() else 3600.0
-        return payload["access_token"], lifetime
 
 
 class _Bound:
@@ -212,83 +71,6 @@ def shown_place(place: tuple[str, str], spelled: str | None = None) -> str:
         return f"the {'Authorization' if key == 'authorization' else spelled or key} header"
     return {"query": f"the query parameter {key}", "cookie": f"the cookie {key}",
             "tls": "the TLS client certificate"}.get(location, location)
-
-
-def client_tls(cfg: AuthConfig, resolve_path: Callable[[str], str], verify: bool, index: int,
-               upstream_ca: str | None = None) -> ssl.SSLContext:
-    """The TLS context of an `mtls` credential: its client certificate, and the server checked
-    against the system's CAs, its `ca_file` and the upstream's (`upstream_ca`, resolved) unless
-    `verify_tls` is off."""
-    assert cfg.cert_file is not None
-    context = ssl.create_default_context()
-    if not verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    files = {"cert_file": cfg.cert_file, "key_file": cfg.key_file, "ca_file": cfg.ca_file}
-    paths = {key: resolve_path(value) for key, value in files.items() if value}
-    try:
-        if "ca_file" in paths and verify:
-            context.load_verify_locations(cafile=paths["ca_file"])
-        if upstream_ca and verify:
-            context.load_verify_locations(cafile=upstream_ca)
-        context.load_cert_chain(paths["cert_file"], paths.get("key_file"),
-                                password=cfg.password.get_secret_value() if cfg.password else None)
-    except (OSError, ssl.SSLError, ValueError) as exc:
-        shown = ", ".join(f"{key} {path}" for key, path in paths.items())
-        why = "file not found" if isinstance(exc, FileNotFoundError) else (getattr(exc, "reason", None) or str(exc) or type(exc).__name__)
-        raise ValueError(f"auth[{index}] (mtls): the client certificate cannot be loaded from {shown}: {why} "
-                         "(PEM files; a key encrypted with a password needs `password:`)") from None
-    return context
-
-
-def server_tls(ca_files: list[str]) -> ssl.SSLContext:
-    """The TLS context of a request to the API's origin that presents no client certificate:
-    the server checked against the system's CAs and those of every `ca_file`."""
-    context = ssl.create_default_context()
-    for path in ca_files:
-        context.load_verify_locations(cafile=path)
-    return context
-
-
-def document_tls(configs: list[AuthConfig], document_url: str, api_url: str | None, resolve_path: Callable[[str], str],
-                 verify_tls: bool = True, ca_file: str | None = None) -> ssl.SSLContext | None:
-    """The TLS context of the fetch of a document given as a URL, and of those its `$ref`s name:
-    with `verify_tls: false` no check (the session checks none either, but the `$ref`s are
-    read by urllib); on the API's origin (`base_url`'s), the server checked against the
-    system's CAs and those of every `ca_file`, no client certificate presented; elsewhere,
-    against the system's CAs and those of the upstream's `ca_file` (`ca_file`, as written). None
-    with no `ca_file` that applies."""
-    if not verify_tls:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    ca_files = [(f"auth[{i}] (mtls) ca_file", cfg.ca_file) for i, cfg in enumerate(configs) if cfg.kind == "mtls" and cfg.ca_file]
-    if api_url is None or _origin(document_url) != _origin(api_url):
-        ca_files = []
-    if ca_file:
-        ca_files.append(("ca_file", ca_file))
-    if not ca_files:
-        return None
-    try:
-        return server_tls([resolve_path(path) for _, path in ca_files])
-    except (OSError, ssl.SSLError) as exc:  # said as client_tls says it, before the document is read
-        shown = ", ".join(f"{key} {resolve_path(path)}" for key, path in ca_files)
-        why = "file not found" if isinstance(exc, FileNotFoundError) else (getattr(exc, "reason", None) or str(exc) or type(exc).__name__)
-        raise ValueError(f"{shown}: the CA certificates cannot be loaded: {why} (a PEM file)") from None
-
-
-def certificate_failure(exc: BaseException, ca_file: str | None = None) -> str | None:
-    """What a failed check of the certificate of a server of the API says, with its fix (the
-    upstream's `ca_file`, as written, when it has one); None for any other error."""
-    return _certificate_failure(exc, trust=ca_file_trust(ca_file), address="base_url")
-
-
-def _origin(url: str | None) -> tuple[str, str, int | None] | None:
-    if not url:
-        return None
-    parts = urlsplit(url)
-    return parts.scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(parts.scheme)
 
 
 class Credentials:
@@ -336,7 +118,7 @@ class Credentials:
         self.server_tls = server_tls(ca_files + ([resolve_path(ca_file)] if ca_file else [])) if ca_files and verify_tls else None
         for token in self._tokens:
             token.ca_file = ca_file
-            if _origin(token.token_url) == _origin(server_url):
+            if origin(token.token_url) == origin(server_url):
                 token.tls = self.server_tls
 
     @staticmethod
@@ -451,7 +233,7 @@ class Credentials:
                for alt in requirements if isinstance(alt, dict) for n in alt):
             fix += (" (a mutualTLS scheme takes a TLS client certificate: "
                     "`{type: mtls, cert_file: client.pem, key_file: client.key}`)")
-        raise _setup_error(f"{operation} needs credentials for security scheme {wanted}; {fix}")
+        raise setup_error(f"{operation} needs credentials for security scheme {wanted}; {fix}")
 
     def _place(self, name: str) -> tuple[str, str]:
         """Where the credential of scheme `name` goes in a request: (`header`, lower-cased name),

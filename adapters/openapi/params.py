@@ -16,7 +16,7 @@ from urllib.parse import quote, unquote
 
 import aiohttp
 
-from adapters.openapi.operations import BodySpec, Operation, ParamSpec
+from adapters.openapi.records import BodySpec, Operation, ParamSpec
 from bridge.model import BridgeError
 
 __all__ = ["RequestParts", "build_request", "serialize_cookie", "serialize_header", "serialize_path", "serialize_query"]

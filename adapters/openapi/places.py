@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from adapters.openapi.auth import Credentials, shown_place
-from adapters.openapi.operations import Operation
+from adapters.openapi.records import Operation
 from bridge.model import BridgeError, UpstreamTool
 
 __all__ = ["Claims", "claimed_places", "served"]

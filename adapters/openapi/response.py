@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from adapters.openapi.auth import Redactor
-from adapters.openapi.operations import Operation, body_kind
+from adapters.openapi.records import Operation, body_kind
 from bridge.model import BridgeError, ErrorClass, Recoverability, ToolError, UpstreamResult
 from bridge.translate.http import retry_after_seconds
 

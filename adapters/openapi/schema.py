@@ -14,14 +14,23 @@ SpecError naming the cycle. OpenAPI 3.0 dialect (`nullable`, boolean `exclusiveM
 from __future__ import annotations
 
 import functools
-import json
 import re
-import warnings
 from collections.abc import Callable
-from typing import Any, Literal, TypeGuard
+from typing import Any, Literal
 from urllib.parse import unquote, urldefrag, urljoin
 
 from referencing.exceptions import Unresolvable
+
+from adapters.openapi.discriminators import Discriminators, pinned
+from adapters.openapi.keywords import (
+    ANNOTATIONS,
+    beside_ref,
+    distinct,
+    is_dict,
+    json_type,
+    or_null,
+    python_reads,
+)
 
 __all__ = ["INLINE_MAX_VALUES", "Direction", "RefCycleError", "SchemaInliner", "SpecError"]
 
@@ -41,42 +50,6 @@ _DROP = frozenset({"example", "examples", "xml", "externalDocs", "discriminator"
 # rather than inlined at each use.
 INLINE_MAX_VALUES = 500
 _DEF_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-def _pinned(discriminator: Any, raw: list[Any], branches: list[Any],
-            implicit: Callable[[Any, str], str | None]) -> list[Any]:
-    """OpenAPI's `discriminator` names the branch of a `oneOf` / `anyOf` a value takes by one of
-    its properties; JSON Schema has no such keyword, and without it a value can match another
-    branch than the one its server reads it as. Each branch gets the property's value(s) as a
-    constant: those its `mapping` names it by (`$ref` or schema name), else its implicit value,
-    the name of the schema component it refers to (`#/components/schemas/Cat` is `Cat`), which
-    `implicit(raw branch, property)` gives unless the branch's own schema allows other values only."""
-    if not _is_dict(discriminator) or not isinstance(discriminator.get("propertyName"), str):
-        return branches
-    mapping = found if _is_dict(found := discriminator.get("mapping")) else {}
-    prop = discriminator["propertyName"]
-    out = []
-    for raw_branch, branch in zip(raw, branches, strict=True):
-        ref = raw_branch.get("$ref") if _is_dict(raw_branch) else None
-        values = [value for value, target in mapping.items() if isinstance(ref, str) and isinstance(target, str)
-                  and (target == ref or (not target.startswith(("#", ".", "/")) and ref.endswith("/" + target)))]
-        if not values:
-            name = implicit(raw_branch, prop)
-            values = [name] if name is not None and name not in mapping else []
-        if not values:
-            out.append(branch)
-            continue
-        pin = {"const": values[0]} if len(values) == 1 else {"enum": values}
-        out.append({"allOf": [branch, {"properties": {prop: pin}, "required": [prop]}]})
-    return out
-
-
-_COMPONENT_SCHEMA = re.compile(r"^/components/schemas/([^/]+)$")
-
-
-def _discriminates(node: dict[str, Any]) -> bool:
-    discriminator = node.get("discriminator")
-    return _is_dict(discriminator) and isinstance(discriminator.get("propertyName"), str)
 
 
 class SpecError(Exception):
@@ -100,98 +73,7 @@ class RefCycleError(SpecError):
                          "out with `exclude`", location)
 
 
-def _is_dict(node: Any) -> TypeGuard[dict[str, Any]]:
-    return isinstance(node, dict)
-
-
-@functools.lru_cache(maxsize=4096)
-def python_reads(pattern: str) -> bool:
-    """Whether Python's `re` (which every JSON Schema validator here uses) compiles an ECMA-262
-    `pattern`: not `\\p{L}` (Unicode properties), `[\\w-.]` (a class escape opening a range) or a
-    flag group `(?i)` after the start. Python's warnings about what a later Python may read
-    otherwise (`[[`: "Possible nested set") are not shown: the pattern is the document's, and
-    it works today."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            re.compile(pattern)
-    except (re.error, RecursionError, OverflowError):
-        return False
-    return True
-
-
-_JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object", "null"})
-
-
-def _json_type(kind: Any) -> bool:
-    """Whether `kind` is a JSON Schema `type`: one of its seven names, or a list of them."""
-    if isinstance(kind, str):
-        return kind in _JSON_TYPES
-    return (isinstance(kind, list) and bool(kind) and all(isinstance(k, str) and k in _JSON_TYPES for k in kind)
-            and len(set(kind)) == len(kind))
-
-
-def _distinct(values: list[Any]) -> list[Any]:
-    """`values` without repeats, in order (`enum: [red, red, blue]`: JSON Schema asks an enum's
-    values to be unique, and `validate_spec: auto` loads a document that repeats them)."""
-    seen: set[str] = set()
-    out = []
-    for value in values:
-        key = json.dumps(value, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            out.append(value)
-    return out if len(out) < len(values) else values
-
-
-_COMBINED = ("$ref", "allOf", "anyOf", "oneOf", "not", "if")
-
-
-def _or_null(schema: Any) -> Any:
-    """`schema` also accepting null (OpenAPI 3.0 `nullable: true`): `null` added to its type and
-    enum, or, when a `$ref` or combinator decides the type, `{anyOf: [schema, {type: null}]}`.
-    A new object: expanded schemas are shared."""
-    if not _is_dict(schema):
-        return schema
-    kind = schema.get("type")
-    if not any(k in schema for k in _COMBINED) and isinstance(kind, str | list):
-        out = dict(schema)
-        kinds = [kind] if isinstance(kind, str) else kind
-        out["type"] = kinds if "null" in kinds else [*kinds, "null"]
-        if isinstance(out.get("enum"), list) and None not in out["enum"]:
-            out["enum"] = [*out["enum"], None]
-        return out
-    if not any(k in schema for k in _COMBINED):  # no type at all: null is already accepted
-        return schema
-    rest = {k: v for k, v in schema.items() if k != "description"}
-    described = {"description": schema["description"]} if "description" in schema else {}
-    return {**described, "anyOf": [rest, {"type": "null"}]}
-
-
-# Keywords that describe a value without constraining it: beside a `$ref` they are kept in
-# OpenAPI 3.0 too, which ignores everything else there (`type: object` beside a `$ref` to a
-# string schema would leave no value valid).
-_ANNOTATIONS = frozenset({"title", "description", "default", "deprecated", "readOnly", "writeOnly"})
-# Keywords whose meaning depends on others beside them: a schema holding one is not merged into another.
-_ENTANGLED = frozenset({"additionalProperties", "unevaluatedProperties", "additionalItems", "unevaluatedItems",
-                        "items", "prefixItems", "if", "then", "else", "contains", "minContains", "maxContains"})
-
-
-def _beside_ref(target: dict[str, Any], siblings: dict[str, Any]) -> dict[str, Any]:
-    """The referenced schema `target` with the (expanded) keywords written beside its `$ref`:
-    annotations replace the target's; constraints apply as well as the target's (2020-12), merged
-    into it when no keyword meets one of its own, else as `allOf: [target, constraints]`."""
-    notes = {k: v for k, v in siblings.items() if k in _ANNOTATIONS}
-    rest = {k: v for k, v in siblings.items() if k not in _ANNOTATIONS}
-    if not rest or "$ref" in target:  # `{$ref: '#/$defs/X'}` takes keywords beside it as they are
-        return {**target, **siblings}
-    keys = set(target) - _ANNOTATIONS
-    if not keys & set(rest) and not (keys | set(rest)) & _ENTANGLED:
-        return {**target, **rest, **notes}
-    return {**notes, "allOf": [target, rest]}
-
-
-class SchemaInliner:
+class SchemaInliner(Discriminators):
     """Expands schemas of one document. Results are shared between tools (never mutate them)."""
 
     def __init__(self, lookup: Callable[[str], Any], base_uri: str, openapi_30: bool) -> None:
@@ -219,7 +101,7 @@ class SchemaInliner:
     def resolve(self, node: Any, base: str, where: str) -> tuple[Any, str]:
         """Follow `$ref` chains of a non-schema object (parameter, response, request body)."""
         seen: set[str] = set()
-        while _is_dict(node) and isinstance(node.get("$ref"), str):
+        while is_dict(node) and isinstance(node.get("$ref"), str):
             uri = urljoin(base, node["$ref"])
             if uri in seen:
                 raise SpecError(f"$ref {node['$ref']!r} refers to itself", where)
@@ -259,7 +141,7 @@ class SchemaInliner:
         """A self-contained JSON Schema for `node` (with `$defs` for recursive parts)."""
         needs: set[str] = set()
         out = self._expand(node, base, where, direction, needs)
-        if not _is_dict(out):
+        if not is_dict(out):
             out = {} if out is True or out is None else {"not": {}}
         return self.with_defs(out, needs, direction)
 
@@ -270,11 +152,11 @@ class SchemaInliner:
     def unwrap(self, schema: Any, direction: Direction) -> Any:
         """A recursive schema used at the top (`{"$ref": "#/$defs/Node"}`) as one inline copy of
         its definition, so an object body can still be inlined and an output is still an object."""
-        if not _is_dict(schema) or not isinstance(schema.get("$ref"), str) or not schema["$ref"].startswith("#/$defs/"):
+        if not is_dict(schema) or not isinstance(schema.get("$ref"), str) or not schema["$ref"].startswith("#/$defs/"):
             return schema
         uri = self._uris.get(schema["$ref"][len("#/$defs/"):])
         found = self._defs.get((uri, direction)) if uri else None
-        if found is None or not _is_dict(found[0]):
+        if found is None or not is_dict(found[0]):
             return schema
         return {**found[0], **{k: v for k, v in schema.items() if k != "$ref"}}
 
@@ -309,19 +191,19 @@ class SchemaInliner:
     def _expand(self, node: Any, base: str, where: str, direction: Direction, needs: set[str]) -> Any:
         if isinstance(node, bool):
             return node
-        if not _is_dict(node):
+        if not is_dict(node):
             raise SpecError(f"a schema must be an object, got {type(node).__name__}", where)
         ref = node.get("$ref")
         if isinstance(ref, str):
             target = self._expand_ref(urljoin(base, ref), ref, where, direction, needs)
             siblings = {k: v for k, v in node.items() if k != "$ref" and k not in _DROP and not k.startswith("x-")
-                        and (k in _ANNOTATIONS or not self.openapi_30)}
-            if siblings and _is_dict(target):
-                target = _beside_ref(target, self._expand(siblings, base, where, direction, needs))
+                        and (k in ANNOTATIONS or not self.openapi_30)}
+            if siblings and is_dict(target):
+                target = beside_ref(target, self._expand(siblings, base, where, direction, needs))
             if self.openapi_30 and node.get("nullable") is True:
                 # `{$ref: Pet, nullable: true}`: how 3.0 documents say "a Pet or null" (a schema
                 # without it would refuse the null answers of the API it describes)
-                return _or_null(target)
+                return or_null(target)
             return target
         return self._convert(node, base, where, direction, needs)
 
@@ -420,85 +302,6 @@ class SchemaInliner:
         doc, fragment = urldefrag(uri)
         return f"#{fragment}" if doc == self.base_uri else uri
 
-    # ------------------------------------------------------------------ discriminators
-
-    def _raw(self, node: Any, base: str, depth: int = 8) -> tuple[Any, str]:
-        """`node` with its `$ref` chain followed in the document as written (None when a `$ref`
-        cannot be resolved or the chain is long): for reading a discriminator, not for expanding."""
-        while _is_dict(node) and isinstance(node.get("$ref"), str):
-            if depth == 0:
-                return None, base
-            uri = urljoin(base, node["$ref"])
-            try:
-                node, base, depth = self._lookup(uri), urldefrag(uri).url, depth - 1
-            except Unresolvable:
-                return None, base
-        return node, base
-
-    def _discriminator_of(self, node: dict[str, Any], branches: Any, base: str) -> dict[str, Any] | None:
-        """The discriminator that picks a branch of `node`'s `oneOf` / `anyOf`: its own, or, when
-        it has none, the one each branch inherits through `allOf` from a base schema (`Cat` is
-        `allOf: [Pet, {...}]` and `Pet` holds the discriminator), when all branches inherit one
-        on the same property."""
-        if _discriminates(node):
-            return node["discriminator"]
-        if not isinstance(branches, list) or not branches:
-            return None
-        found: dict[str, Any] | None = None
-        for branch in branches:
-            inherited = self._inherited_discriminator(branch, base, 3)
-            if inherited is None or (found is not None and inherited["propertyName"] != found["propertyName"]):
-                return None
-            found = found or inherited
-        return found
-
-    def _inherited_discriminator(self, branch: Any, base: str, depth: int) -> dict[str, Any] | None:
-        branch, base = self._raw(branch, base)
-        parts = branch.get("allOf") if _is_dict(branch) else None
-        if depth == 0 or not isinstance(parts, list):
-            return None
-        for part in parts:
-            schema, _part_base = self._raw(part, base)
-            if _is_dict(schema) and _discriminates(schema):
-                return schema["discriminator"]
-            inherited = self._inherited_discriminator(part, base, depth - 1)
-            if inherited is not None:
-                return inherited
-        return None
-
-    def _implicit_value(self, branch: Any, prop: str, base: str) -> str | None:
-        """The implicit discriminator value of a branch: the name of the schema component its
-        `$ref` names. None for an inline branch, or when the branch's own schema gives the
-        property a `const` or `enum` without that name (the document sends other values)."""
-        ref = branch.get("$ref") if _is_dict(branch) else None
-        if not isinstance(ref, str):
-            return None
-        match = _COMPONENT_SCHEMA.match(urldefrag(ref).fragment)
-        if match is None:
-            return None
-        name = unquote(match.group(1)).replace("~1", "/").replace("~0", "~")
-        allowed = self._declared_values(branch, prop, base, 4)
-        return None if allowed is not None and name not in allowed else name
-
-    def _declared_values(self, schema: Any, prop: str, base: str, depth: int) -> list[Any] | None:
-        """The values a schema's `const` or `enum` allows for property `prop` (through `allOf`), or None."""
-        schema, base = self._raw(schema, base)
-        if depth == 0 or not _is_dict(schema):
-            return None
-        props = schema.get("properties")
-        if _is_dict(props) and prop in props:
-            declared, _ = self._raw(props[prop], base)
-            if _is_dict(declared) and "const" in declared:
-                return [declared["const"]]
-            if _is_dict(declared) and isinstance(declared.get("enum"), list):
-                return declared["enum"]
-        parts = schema.get("allOf")
-        for part in parts if isinstance(parts, list) else ():
-            values = self._declared_values(part, prop, base, depth - 1)
-            if values is not None:
-                return values
-        return None
-
     def _convert(self, node: dict[str, Any], base: str, where: str, direction: Direction, needs: set[str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         unread: str | None = None
@@ -521,18 +324,18 @@ class SchemaInliner:
                     out[key] = [self._expand(v, base, f"{where}.{key}[{i}]", direction, needs) for i, v in enumerate(value)]
                     discriminator = self._discriminator_of(node, value, base) if key in ("oneOf", "anyOf") else None
                     if discriminator is not None:
-                        out[key] = _pinned(discriminator, value, out[key], functools.partial(self._implicit_value, base=base))
+                        out[key] = pinned(discriminator, value, out[key], functools.partial(self._implicit_value, base=base))
                     if key == "oneOf" and discriminator is not None and "anyOf" not in node:
                         # the discriminator, not the branches' exclusivity, picks the branch: branches
                         # that share the base schema's properties matched every value twice, and a
                         # oneOf refused it
                         out["anyOf"] = out.pop("oneOf")
                 elif key in _MAP:
-                    if not _is_dict(value):
+                    if not is_dict(value):
                         raise SpecError(f"`{key}` must be an object of schemas", where)
                     out[key] = {k: self._expand(v, base, f"{where}.{key}.{k}", direction, needs) for k, v in value.items()}
                 elif key == "enum" and isinstance(value, list):
-                    out[key] = _distinct(value)
+                    out[key] = distinct(value)
                 elif key == "pattern" and isinstance(value, str) and not python_reads(value):
                     # a pattern no validator here can apply would make the whole schema unusable
                     # (every argument then goes unchecked): it is said in the description instead
@@ -541,7 +344,7 @@ class SchemaInliner:
                     out[key] = value
             finally:
                 self._descent -= descends
-        if "type" in out and not _json_type(out["type"]):
+        if "type" in out and not json_type(out["type"]):
             # `type: application/json` (Cloudmersive), a schema under `type` (Codat): no validator
             # or provider takes the schema; without it, the value is left to the server
             del out["type"]
@@ -553,16 +356,16 @@ class SchemaInliner:
         # (`jsonSchemaDialect`, or its own `$schema`); 2020-12 reads only numbers there
         self._numeric_bounds(out)
         if self.openapi_30 and node.get("nullable") is True:
-            return _or_null(out)
+            return or_null(out)
         return out
 
     @staticmethod
     def _drop_one_way(schema: dict[str, Any], flag: str) -> None:
         """Properties marked readOnly are not sent; those marked writeOnly never come back."""
         props = schema.get("properties")
-        if not _is_dict(props):
+        if not is_dict(props):
             return
-        hidden = [k for k, v in props.items() if _is_dict(v) and v.get(flag) is True]
+        hidden = [k for k, v in props.items() if is_dict(v) and v.get(flag) is True]
         if not hidden:
             return
         schema["properties"] = {k: v for k, v in props.items() if k not in hidden}

@@ -20,7 +20,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream
+from adapters.openapi.config import OpenAPIConfig
+from adapters.openapi.upstream import OpenAPIUpstream
 from bridge.config import parse_config
 from bridge.model import BridgeError
 from bridge.runtime import Bridge
@@ -2018,7 +2019,7 @@ def test_a_pattern_python_warns_about_is_read_without_the_warning():
     # `[[` made Python print "FutureWarning: Possible nested set" on reading the document
     import warnings
 
-    from adapters.openapi.schema import python_reads
+    from adapters.openapi.keywords import python_reads
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

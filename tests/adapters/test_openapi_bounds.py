@@ -13,9 +13,10 @@ import pytest
 
 import adapters.openapi.operations as operations
 from adapters.openapi.bounds import INPUT_MAX_VALUES, bounded_input_schema
+from adapters.openapi.config import OpenAPIConfig
 from adapters.openapi.operations import map_operations
 from adapters.openapi.spec import parse_document
-from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream
+from adapters.openapi.upstream import OpenAPIUpstream
 from bridge.catalog import Catalog
 from bridge.store import Store
 from tests.adapters.test_openapi import _document, _values, _write, bridge_for, call, upstream_of

@@ -10,9 +10,10 @@ from typing import Any
 
 import adapters.openapi.operations as operations
 from adapters.openapi.bounds import OUTPUT_MAX_VALUES
+from adapters.openapi.config import OpenAPIConfig
 from adapters.openapi.operations import map_operations
 from adapters.openapi.shared import SharedSchemas
-from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream
+from adapters.openapi.upstream import OpenAPIUpstream
 from bridge.catalog import Catalog
 from bridge.store import Store
 from bridge.translate import a2t, ietf, providers

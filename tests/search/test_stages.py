@@ -355,7 +355,8 @@ async def test_a_title_tells_the_many_tools_of_one_api_apart(semantic):
     the words of *show the protection of the main branch* are in many and the meaning of each
     is near; the operation whose summary says it comes first, with the static table's rerank or
     by keywords alone."""
-    from adapters.openapi.upstream import OpenAPIConfig, OpenAPIUpstream
+    from adapters.openapi.config import OpenAPIConfig
+    from adapters.openapi.upstream import OpenAPIUpstream
 
     catalog = Catalog(Store())
     catalog.add_upstream(OpenAPIUpstream(OpenAPIConfig(name="github", spec=str(GITHUB_BRANCHES))))
