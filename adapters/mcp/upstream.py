@@ -29,40 +29,36 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
 
 from adapters.http.proxy import loopback_mounts
 from adapters.http.tls import added_cas, system_cas
+from adapters.mcp.calls import ToolCalls
 from adapters.mcp.config import MCPConfig
 from adapters.mcp.get_stream import GetStreamWatch
-from adapters.mcp.http import RESUMED_TOO_OFTEN, answer_too_large, quiet_sdk_refusals
+from adapters.mcp.http import quiet_sdk_refusals
 from adapters.mcp.http_session import HTTPSessionCare
-from adapters.mcp.listing import ToolListing, check_result
+from adapters.mcp.listing import ToolListing
 from adapters.mcp.notices import NoticeClient, NoticePosts
 from adapters.mcp.sdk import (
     MCP_DEFAULT_SSE_READ_TIMEOUT,
     BridgeClient,
     client_info,
-    closed_by_sdk,
-    send_raw,
 )
-from adapters.mcp.stdio import LINE_LIMIT, UNREADABLE, StdioChild
+from adapters.mcp.stdio import LINE_LIMIT, StdioChild
 from bridge.masking import masked
-from bridge.model import BridgeError, UpstreamResult, validation_line
+from bridge.model import BridgeError
 from bridge.processes import minimal_environment
-from bridge.translate.mcp import progress_from_mcp, result_from_mcp
-from bridge.upstream import CallContext, Upstream, UpstreamConfig, UpstreamEvent
+from bridge.upstream import Upstream, UpstreamConfig, UpstreamEvent
 
 __all__ = ["MCPUpstream"]
 
 log = logging.getLogger("bridge.adapters.mcp")
 
 _LISTEN_RETRY = (0.5, 30.0)  # first and longest pause before re-opening a dropped listen stream
-_RESOURCE_NOT_FOUND = -32002  # resources/read of an unknown URI, before 2026-07-28
 _RELIST_GAP = 1.0  # seconds: change notices re-list at most this often (a burst or a loop costs one listing)
 
 
-class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
+class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
     kind: ClassVar[str] = "mcp"
     config_model: ClassVar[type[UpstreamConfig]] = MCPConfig
     reads_resources: ClassVar[bool] = True
@@ -402,156 +398,6 @@ class MCPUpstream(HTTPSessionCare, ToolListing, Upstream):
         return client
 
 
-    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
-        client = self._session()
-
-        async def forward_progress(progress: float, total: float | None, message: str | None) -> None:
-            await ctx.report_progress(**progress_from_mcp(progress, total, message))
-
-        request = types.CallToolRequest(params=types.CallToolRequestParams(name=native_id, arguments=arguments))
-        progress = forward_progress if ctx.progress_sink is not None else None
-        # Cancelling this coroutine (the pipeline's timeout, or the caller going away) makes the
-        # SDK send notifications/cancelled for the request (or abort its POST on 2026-07-28 HTTP).
-        try:
-            try:
-                raw = await send_raw(client, request, progress, ctx.trace_headers())
-            except MCPError as exc:
-                if exc.code != types.HEADER_MISMATCH or self.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-                    raise
-                # 2026-07-28: the tool's listed schema is stale; re-list (which refreshes the
-                # session's header maps) and send once more, as the SDK's call_tool does.
-                await self.list_tools()
-                self._tools_changed(f"tools/call {native_id}: header mismatch")
-                raw = await send_raw(client, request, progress, ctx.trace_headers())
-            result = await self._call_result(client, native_id, raw)
-        except Exception as exc:
-            raise await self._settled(exc, native_id) from None
-        native_ref = {
-            "source": "mcp",
-            "server_id": self.name,
-            "tool_name": native_id,
-            "method": "tools/call",
-            "mcp_protocol_version": self.protocol_version,
-        }
-        return result_from_mcp(result, native_ref=native_ref)
-
-    async def read_resource(self, uri: str) -> list[dict[str, Any]]:
-        """`resources/read` of `uri` on the session: the contents as the server gave them. A
-        server that knows no such resource (`-32002`, or `-32602` as 2026-07-28 has it) is
-        `resource_not_found`."""
-        client = self._session()
-        what = f"resources/read {uri[:200]}"
-        try:
-            result = await client.read_resource(uri)
-        except MCPError as exc:
-            if exc.code in (_RESOURCE_NOT_FOUND, types.INVALID_PARAMS) and not self._wake.is_set():
-                text = masked(exc.message, self.config.secrets())
-                raise BridgeError(f"{what}: {text}", error_class="invalid_arguments", error_code="resource_not_found",
-                                  recoverability="change_arguments",
-                                  native_error_ref={"source": "mcp", "code": exc.code, "message": text}) from None
-            raise await self._settled(exc, what) from None
-        except Exception as exc:
-            raise await self._settled(exc, what) from None
-        return [content.model_dump(by_alias=True, exclude_none=True, mode="json") for content in result.contents]
-
-    async def _call_result(self, client: Client, name: str, raw: dict[str, Any]) -> dict[str, Any]:
-        """A tools/call result checked piece by piece with the SDK's types: the result without
-        its content as a whole (and its structured content against the tool's outputSchema,
-        as the SDK's call_tool does), then each content block on its own, so a block of a
-        type the SDK does not know, or one it cannot read, is kept as it came, not the cause
-        of throwing away a call that already ran."""
-        version = self.protocol_version or types.LATEST_PROTOCOL_VERSION
-        if version in MODERN_PROTOCOL_VERSIONS and raw.get("resultType") == "input_required":
-            wanted = types.InputRequiredResult.model_validate(raw, by_name=False)
-            kinds = sorted({request.method for request in (wanted.input_requests or {}).values()})
-            raise BridgeError(
-                f"{name}: the server asked for input the bridge cannot give ({', '.join(kinds) or 'input_required'})",
-                error_class="execution_failed",
-            )
-        blocks = raw.get("content")
-        if not isinstance(blocks, list):
-            check_result("tools/call", version, raw)  # the SDK's own words for what is wrong
-            raise TypeError("the tools/call result has no list of content blocks")
-        rest = {key: value for key, value in raw.items() if key != "content"} | {"content": []}
-        check_result("tools/call", version, rest)
-        result = types.CallToolResult.model_validate(rest, by_name=False)
-        if not result.is_error:
-            await client.session.validate_tool_result(name, result)
-        wire = result.model_dump(by_alias=True, exclude_none=True, mode="json")
-        wire["content"] = [self._content_block(name, block) for block in blocks]
-        return wire
-
-    def _content_block(self, tool: str, block: Any) -> Any:
-        """One content block, checked with the SDK's model of its type; kept as it came when
-        the SDK knows no such type or rejects it (the caller still gets what the tool said)."""
-        kind = block.get("type") if isinstance(block, dict) else None
-        model = _CONTENT_MODELS.get(kind) if isinstance(kind, str) else None
-        if model is None:
-            log.info("mcp upstream %s: %s returned a content block of type %r, unknown to the SDK; kept as it came",
-                     self.name, tool, kind if kind is not None else type(block).__name__)
-            return block
-        try:
-            return model.model_validate(block, by_name=False).model_dump(by_alias=True, exclude_none=True, mode="json")
-        except ValidationError as exc:
-            log.warning("mcp upstream %s: %s returned a %s block the SDK rejects (%s); kept as it came", self.name, tool, kind, validation_line(exc))
-            return block
-
-    def _call_error(self, exc: BaseException, what: str) -> BridgeError:
-        """A failed request as a BridgeError with the right class."""
-        secrets = self.config.secrets()
-        if isinstance(exc, BridgeError):
-            return exc
-        if isinstance(exc, MCPError):
-            ref = {"source": "mcp", "code": exc.code, "message": masked(exc.message, secrets)}
-            text = masked(exc.message, secrets)
-            if exc.code in (types.PARSE_ERROR, types.CONNECTION_CLOSED) and answer_too_large(exc.message, self.config.max_response_bytes):
-                # made up by the SDK for an answer refused past max_response_bytes; the session goes on
-                return BridgeError(f"{what}: {self.config.display_url()} answered more than max_response_bytes={self.config.max_response_bytes}",
-                                   error_class="result_too_large", recoverability="change_arguments", status="too_large", native_error_ref=ref)
-            if exc.code == types.CONNECTION_CLOSED and RESUMED_TOO_OFTEN in exc.message:
-                # made up by the SDK for an answer whose stream the server kept ending; the session goes on
-                return BridgeError(f"{what}: {text.removeprefix('SSE stream failed: ')}", error_class="execution_failed", native_error_ref=ref)
-            closed = closed_by_sdk(exc, http=self.config.transport == "http")
-            if closed or self._client is None or self._wake.is_set():
-                return self._unavailable(f"the connection closed during {what}")
-            if isinstance(exc.data, dict) and UNREADABLE in exc.data:
-                # made up by the stdio transport for an answer it could not read: the call may
-                # have run, so it fails now, never as a timeout that invites a retry
-                if exc.data[UNREADABLE] == "too_long":
-                    return BridgeError(f"{what}: {text}", error_class="result_too_large", recoverability="change_arguments", native_error_ref=ref)
-                return BridgeError(f"{what}: {text}", error_class="execution_failed", native_error_ref=ref)
-            if exc.code == types.INVALID_PARAMS:
-                if "unknown tool" in text.lower() or "not found" in text.lower():
-                    self._tools_changed(f"server does not know {what}")
-                    return BridgeError(f"{what}: {text}", error_class="unknown_tool", recoverability="change_arguments", native_error_ref=ref)
-                return BridgeError(f"{what}: {text}", error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref)
-            if exc.code == types.METHOD_NOT_FOUND:
-                return BridgeError(f"{what}: {text}", error_class="capability_gap", native_error_ref=ref)
-            if exc.code == types.URL_ELICITATION_REQUIRED:
-                return BridgeError(f"{what}: {text}", error_class="setup_required", recoverability="setup", status="denied", native_error_ref=ref)
-            return BridgeError(f"{what}: MCP error {exc.code}: {text}", error_class="execution_failed", native_error_ref=ref)
-        if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, httpx2.TransportError)) or self._client is None:
-            return self._unavailable(f"{what} failed: {type(exc).__name__}")
-        if isinstance(exc, ValidationError):
-            return BridgeError(f"{what}: the server's result is not valid MCP {self.protocol_version}: {masked(validation_line(exc), secrets)}",
-                               error_class="execution_failed")
-        # The SDK raises RuntimeError for results it rejects (structured content not matching
-        # the declared outputSchema).
-        return BridgeError(f"{what}: {masked(str(exc), secrets) or type(exc).__name__}", error_class="execution_failed")
-
-    def _unavailable(self, what: str) -> BridgeError:
-        if self._certificate is not None:
-            # a setup problem, not an outage: every attempt fails alike until the CA is trusted
-            return BridgeError(f"MCP upstream {self.name!r}: {what}: {self._certificate}", error_class="dependency_unavailable",
-                               recoverability="setup")
-        reason = self._lost_reason or (self._child.lost_reason if self._child else None)
-        return BridgeError(
-            f"MCP upstream {self.name!r} is unavailable: {reason or what}",
-            error_class="dependency_unavailable",
-            recoverability="retry_later",
-            retry_after=self.config.retry_initial,
-        )
-
     async def health(self) -> dict[str, Any]:
         details: dict[str, Any] = {"transport": self.config.transport, "protocol_version": self.protocol_version}
         if self.server_info is not None:
@@ -577,14 +423,3 @@ def _leaf(exc: BaseException) -> BaseException:
         inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
         exc = (inner or list(exc.exceptions))[0]
     return exc
-
-
-_CONTENT_MODELS: dict[str, type[Any]] = {
-    "text": types.TextContent,
-    "image": types.ImageContent,
-    "audio": types.AudioContent,
-    "resource_link": types.ResourceLink,
-    "resource": types.EmbeddedResource,
-}
-
-
