@@ -40,7 +40,12 @@ lint: $(STAMP)
 # some machines) forbids: each worker then rewrote them all again, 12 s of CPU
 TEST_WORKERS ?= 2
 
+# the console's browser tests need a headless Chromium (tests/browser.py): without one they are
+# skipped, and said so here; under CI=true they fail instead
+BROWSER_HINT = the console's browser tests are skipped: no chromium and chromedriver found (apt-get install -y chromium chromium-driver)
+
 test: $(STAMP) lint
+	@if ! { command -v chromium || command -v chromium-browser; } >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then echo "make test: $(BROWSER_HINT)"; fi
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 bench: $(STAMP)
