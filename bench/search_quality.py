@@ -86,7 +86,13 @@ from bridge.config import SurfaceConfig  # noqa: E402
 from bridge.model import UpstreamResult, UpstreamTool  # noqa: E402
 from bridge.search.encoder import model_location  # noqa: E402
 from bridge.search.service import ToolSearch  # noqa: E402
-from bridge.search.stages import TITLE_WEIGHT  # noqa: E402
+from bridge.search.stages import (  # noqa: E402
+    COVER_WEIGHT,
+    LOOKUP_PLACES,
+    OWN_WEIGHT,
+    SIBLING_WEIGHT,
+    TITLE_WEIGHT,
+)
 from bridge.store import Store  # noqa: E402
 from bridge.surface import Surface  # noqa: E402
 from bridge.upstream import CallContext, Upstream, UpstreamConfig  # noqa: E402
@@ -95,6 +101,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _npm import CACHE, GITHUB_DOCUMENT, GITHUB_MEMBER, GITHUB_PACKAGE, npm_files  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "toolsearch"
+# The second development set: five other benchmarks' tools and requests among real MCP servers'
+# tools (its README names them); most requests need 2 to 5 tools.
+DEFAULT_DATA2 = ROOT.parent / "shared" / "data" / "toolsearch2"
 # The hand-written sets: (name in the table, option, file, what its turns are).
 HAND_SETS = (
     ("conversation", "--conversation", "conversation-queries.jsonl", "conversation turns"),
@@ -417,6 +426,87 @@ async def vendor_table(path: Path, semantic: bool) -> str | None:
     return table(results)
 
 
+# The stages of a free-text search, switched on one after another over both development sets:
+# (label, attributes of ToolSearch set from that row on). `semantic` puts the static table's
+# stage back; `fold_alternatives` folds one function listed several times.
+STAGE_STEPS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("keywords (BM25 + query analysis)", {}),
+    ("+ meaning (static table)", {"semantic": True}),
+    ("+ titles", {"title_weight": TITLE_WEIGHT}),
+    ("+ tools of one API", {"sibling_weight": SIBLING_WEIGHT}),
+    ("+ own words", {"own_weight": OWN_WEIGHT}),
+    ("+ parts covered", {"cover_weight": COVER_WEIGHT}),
+    ("+ lookups and places", {"lookup_places": LOOKUP_PLACES}),
+    ("+ alternatives folded", {"fold_alternatives": True}),
+)
+STAGES_OFF = {"title_weight": 0.0, "sibling_weight": 0.0, "own_weight": 0.0, "cover_weight": 0.0, "lookup_places": 0,
+              "fold_alternatives": False}
+
+
+def dev_sets(folder: Path, name: str) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """A development set's catalog and its requests: all of them, and those of each `source`."""
+    rows, queries = load_dev_set(folder)
+    sets = {name: queries}
+    for source in sorted({q["source"] for q in queries if q.get("source")}):
+        sets[source] = [q for q in queries if q.get("source") == source]
+    return rows, sets
+
+
+def stage_rows(rows: Sequence[dict[str, Any]], sets: dict[str, list[dict[str, Any]]],
+               model: bool = False) -> list[tuple[str, dict[str, dict[str, float]]]]:
+    """Plain BM25, then `bridge.search` with each stage of STAGE_STEPS switched on in turn, on
+    one ranker (its attributes changed between rows); with `model`, also the full model with
+    every stage (its tool vectors kept in bench/.cache)."""
+    results = [("plain BM25", score_sets(plain_bm25(rows), sets))]
+    ranker = BridgeRanker(rows, semantic="static", fold_alternatives=False)
+    search = ranker.search
+    stage = search.semantic
+    try:
+        for attr, value in STAGES_OFF.items():
+            setattr(search, attr, value)
+        search.semantic = None
+        for label, attrs in STAGE_STEPS:
+            for attr, value in attrs.items():
+                if attr == "semantic":
+                    search.semantic = stage
+                else:
+                    setattr(search, attr, value)
+            results.append((label, score_sets(ranker, sets)))
+    finally:
+        search.semantic = stage
+        ranker.close()
+    if model and model_location() is not None:
+        cache = ROOT / "bench" / ".cache" / f"stages-{len(rows)}.index"
+        full = BridgeRanker(rows, str(cache), semantic="model")
+        try:
+            results.append(("full model, every stage", score_sets(full, sets)))
+        finally:
+            full.close()
+    return results
+
+
+def matrix(rows: list[tuple[str, dict[str, dict[str, float]]]]) -> str:
+    """One line per ranking: recall@5 / nDCG@10 of each set, and the mean milliseconds a request."""
+    sets = list(rows[0][1])
+    width = max(len(label) for label, _ in rows) + 2
+    cells = [f"{name[:13]:>14}" for name in sets]
+    lines = [f"{'ranking (r@5 / nDCG@10)':<{width}}" + "".join(cells) + f"{'ms/query':>10}"]
+    for label, by_set in rows:
+        cells = [f"{by_set[name]['r@5']:>7.3f}/{by_set[name]['ndcg@10']:.3f}"[-14:].rjust(14) for name in sets]
+        ms = sum(m["ms/query"] * 1 for m in by_set.values()) / len(by_set)
+        lines.append(f"{label:<{width}}" + "".join(cells) + f"{ms:>10.2f}")
+    return "\n".join(lines)
+
+
+async def stages_main(data: Path, data2: Path, model: bool) -> None:
+    """Both development sets, per source, for each stage switched on in turn."""
+    for folder, name in ((data, "bfcl dev"), (data2, "ts2 dev")):
+        rows, sets = dev_sets(folder, name)
+        print(f"\n{name}: {len(rows)} tools, {len(sets[name])} requests ({folder}); "
+              + ", ".join(f"{s}: {len(qs)}" for s, qs in sets.items() if s != name))
+        print(matrix(stage_rows(rows, sets, model)))
+
+
 def score_sets(ranker: Ranker, sets: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
     return {name: score(ranker, queries) for name, queries in sets.items()}
 
@@ -443,6 +533,10 @@ async def main() -> None:
     parser.add_argument("--vendors", type=Path, default=HAND_DIR / "vendor-queries.jsonl",
                         help="requests for the operations of 12 vendors' public APIs, with gold vendor and operationIds")
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
+    parser.add_argument("--data2", type=Path, default=DEFAULT_DATA2, help="the second development set's folder")
+    parser.add_argument("--stages", action="store_true",
+                        help="only the two development sets, per source, for each stage switched on in turn")
+    parser.add_argument("--model", action="store_true", help="with --stages, also the full model's row when installed")
     parser.add_argument("--public", action="store_true",
                         help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
     parser.add_argument("--public-openapi", action="store_true",
@@ -450,6 +544,9 @@ async def main() -> None:
     parser.add_argument("--public-a2t", action="store_true",
                         help="also score GET /search of `bridge serve` federating, as an A2T upstream, the bridge of --public")
     args = parser.parse_args()
+    await stages_main(args.data, args.data2, args.model)
+    if args.stages:
+        return
     rows, queries = load_dev_set(args.data)
     sets = query_sets(queries, {name: load_queries(getattr(args, option.lstrip("-"))) for name, option, _, _ in HAND_SETS})
     print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data}); "
