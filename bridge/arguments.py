@@ -15,8 +15,9 @@ import jsonschema
 import referencing.exceptions
 from cachetools import LRUCache
 
-from bridge.model import QUOTED_CHARS, BridgeError, has_surrogates, without_surrogates
+from bridge.model import BridgeError
 from bridge.schema_check import QuickCheck, compile_quick_check
+from bridge.text import QUOTED_CHARS, has_surrogates, without_surrogates
 
 __all__ = ["MAX_ARGUMENT_DEPTH", "SchemaValidators", "invalid_arguments", "pointer_token", "refuse_unsendable",
            "schema_errors"]

@@ -22,14 +22,13 @@ from bridge.model import (
     ToolDeclaration,
     UpstreamState,
     UpstreamTool,
-    has_surrogates,
     now_iso,
     takes_objects,
     tool_uuid,
-    without_surrogates,
 )
 from bridge.store import Store
 from bridge.supervisor import NAME_SEPARATOR, UpstreamSlot, UpstreamSupervisor
+from bridge.text import has_surrogates, without_surrogates
 from bridge.versions import Signed, UnencodableText, VersionRegistry, sign
 
 __all__ = ["MAX_NAME", "NAME_SEPARATOR", "UNSUPPORTED_INPUT", "Catalog", "CatalogChange", "exposed_name"]

@@ -1,12 +1,12 @@
-"""Configuration: the schema of a bridge config file (YAML or JSON), `${ENV}` interpolation, the
-`mcpServers` block MCP clients already use, and errors that name the file, the field and the fix."""
+"""Configuration: the schema of a bridge config file (YAML or JSON) and its loading, with errors
+that name the file, the field and the fix (bridge.config_problems); `${ENV}` interpolation and
+the `mcpServers` block MCP clients already use are bridge.config_sources'."""
 
 from __future__ import annotations
 
 import difflib
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +22,13 @@ from pydantic import (
     model_validator,
 )
 
+from bridge.config_problems import ConfigError, join_path, problems_of
+from bridge.config_sources import (
+    DuplicateYamlKey,
+    UniqueKeyLoader,
+    interpolate,
+    mcp_servers_to_upstreams,
+)
 from bridge.documents import RepeatedKey, expanded_size, unique_object
 from bridge.oauth_config import OAuthConfig
 from bridge.telemetry_config import AuditConfig, LoggingConfig, TelemetryConfig
@@ -47,24 +54,6 @@ __all__ = [
 ]
 
 DEFAULT_CONFIG = "configs/demo.yaml"
-
-
-class ConfigError(Exception):
-    """A config problem, or several: each names where (file and field path), what and the fix."""
-
-    def __init__(self, file: str, problems: list[tuple[str, str, str]]) -> None:
-        self.file = file
-        self.problems = problems
-        lines = [f"{file}: {len(problems)} problem{'s' if len(problems) != 1 else ''} in the config"]
-        for path, what, fix in problems:
-            where = path or "(top level)"
-            lines.append(f"  {where}: {what}" + (f"\n    fix: {fix}" if fix else ""))
-        super().__init__("\n".join(lines))
-
-    def one_line(self) -> str:
-        """The same on one line (for a log)."""
-        return f"{self.file}: " + "; ".join(f"{path or '(top level)'}: {what}" + (f" (fix: {fix})" if fix else "")
-                                            for path, what, fix in self.problems)
 
 
 class _Strict(BaseModel):
@@ -242,166 +231,6 @@ class BridgeConfig(_Strict):
         return str(p if p.is_absolute() else Path(self.base_dir) / p)
 
 
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
-
-
-def _interpolate(value: Any, path: str, problems: list[tuple[str, str, str]], taken: set[str]) -> Any:
-    """`value` with each `${VAR}` replaced; `taken` gets the values read from the environment,
-    which an error never shows (a secret may land in a field whose name does not say so)."""
-    if isinstance(value, str):
-
-        def sub(match: re.Match[str]) -> str:
-            var, default = match.group(1), match.group(2)
-            found = os.environ.get(var)
-            if found is not None and (found or default is None):
-                taken.add(found)
-                return found
-            if default is not None:
-                return default
-            problems.append((path, f"environment variable {var} is not set", f"export {var}=... or write ${{{var}:-default}}"))
-            return ""
-
-        if "$" not in value:
-            return value
-        parts = value.split("$${")  # `$${` writes a literal `${`
-        done = [_ENV.sub(sub, part) for part in parts]
-        for part in parts:
-            left = _ENV.sub("", part)  # what no reference matched (a value read may hold `${` itself)
-            if "${" in left:
-                at = left[left.index("${"):][:40]
-                problems.append((path, f"holds {at!r}, which is no ${{NAME}} or ${{NAME:-default}} (a NAME is letters, "
-                                 "digits and _, not first a digit)", "write ${NAME} or ${NAME:-default}, or $${ for a literal ${"))
-                break
-        return "${".join(done)
-    if isinstance(value, dict):
-        return {k: _interpolate(v, _join(path, k), problems, taken) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_interpolate(v, f"{path}[{i}]", problems, taken) for i, v in enumerate(value)]
-    return value
-
-
-def _join(path: str, key: Any) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
-def _loc(prefix: str, loc: tuple[Any, ...]) -> str:
-    out = prefix
-    for part in loc:
-        out = f"{out}[{part}]" if isinstance(part, int) else _join(out, part)
-    return out
-
-
-def _fields_of(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Known keys at a location inside a model, for 'did you mean' suggestions."""
-    current: Any = model
-    for part in loc[:-1]:
-        if isinstance(part, int) or current is None:
-            continue
-        field = getattr(current, "model_fields", {}).get(part)
-        if field is None:
-            return []
-        ann = field.annotation
-        current = None
-        for candidate in (ann, *getattr(ann, "__args__", ())):
-            for inner in (candidate, *getattr(candidate, "__args__", ())):
-                if isinstance(inner, type) and issubclass(inner, BaseModel):
-                    current = inner
-    return list(getattr(current, "model_fields", {})) if current else []
-
-
-_SECRET_WORDS = ("token", "secret", "password", "key", "auth", "env", "header", "credential")
-
-
-def _shown_input(loc: tuple[Any, ...], value: Any, hidden: set[str]) -> str:
-    """The offending value, unless it is a whole mapping or list (which may carry secrets such
-    as env or headers), sits under a key that names a secret, or holds a value read from the
-    environment (`hidden`)."""
-    if isinstance(value, (dict, list)) or any(w in str(part).lower() for part in loc for w in _SECRET_WORDS):
-        return ""
-    if isinstance(value, str) and any(h and h in value for h in hidden):
-        return " (a value read from the environment, not shown)"
-    return f" (got {value!r})"
-
-
-def _problems_of(exc: ValidationError, prefix: str, model: type[BaseModel], hidden: set[str],
-                 doc: str = "docs/config.md") -> list[tuple[str, str, str]]:
-    """Each validation error as (path, what, fix); `doc` is the page a fix points to when the
-    error itself names none (an upstream's keys are on its kind's page)."""
-    problems = []
-    errors = exc.errors()
-    locs = [tuple(p for p in e["loc"] if not (isinstance(p, str) and p in ("str", "Rule", "function-after"))) for e in errors]
-    paths = [_loc(prefix, loc) for loc in locs]
-    for err, loc, path in zip(errors, locs, paths, strict=True):
-        kind = err["type"]
-        if kind == "string_type" and any(other.startswith(path + ".") for other in paths):
-            continue  # a mapping where a string or a mapping may go: its own errors say what is wrong
-        if kind == "extra_forbidden":
-            key = str(loc[-1])
-            known = [k for k in _fields_of(model, loc) if k not in ("source", "base_dir")]
-            if prefix.startswith("mcpServers.") and len(loc) == 1:  # an entry's key names it, and it is always mcp
-                known = [k for k in known if k not in ("name", "kind")]
-            close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
-            fix = f"did you mean `{close[0]}`?" if close else f"remove it; known keys: {', '.join(known)}"
-            problems.append((path, f"unknown key `{key}`", fix))
-        elif kind == "missing":
-            problems.append((path, "is required", f"add `{loc[-1]}:` here"))
-        elif isinstance(err.get("ctx", {}).get("error"), ConfigValueError):
-            refusal = err["ctx"]["error"]
-            problems.append((path, refusal.what, refusal.fix))
-        else:
-            expected = err.get("ctx", {}).get("expected") or err.get("ctx", {}).get("pattern")
-            common = loc and loc[0] in UpstreamConfig.model_fields  # a key every upstream has: on config.md
-            fix = f"expected {expected}" if expected else f"see {'docs/config.md' if common else doc}"
-            what = err["msg"].removeprefix("Value error, ")
-            problems.append((path, f"{what}{_shown_input(loc, err.get('input'), hidden)}", fix))
-    return problems
-
-
-def _mcp_servers_to_upstreams(servers: Any, problems: list[tuple[str, str, str]]) -> list[tuple[str, dict[str, Any]]]:
-    """Entries of the Claude Desktop / Cursor / VS Code `mcpServers` block as `kind: mcp` upstreams."""
-    out: list[tuple[str, dict[str, Any]]] = []
-    if not isinstance(servers, dict):
-        problems.append(("mcpServers", "must be a mapping of server name to server entry", 'write {"name": {"command": ...}}'))
-        return out
-    for name, entry in servers.items():
-        path = f"mcpServers.{name}"
-        if not isinstance(entry, dict):
-            problems.append((path, "must be a mapping", "give `command` (stdio) or `url` (HTTP)"))
-            continue
-        entry = dict(entry)
-        given = {key: entry.pop(key) for key in ("type", "transport") if key in entry}
-        _http = {"http": "http", "streamable-http": "http", "streamableHttp": "http"}  # three spellings of one transport
-        if len({_http.get(str(v), str(v)) for v in given.values()}) > 1:
-            problems.append((f"{path}.transport", f"`type` says {given['type']!r} and `transport` says {given['transport']!r}", "keep one of them"))
-            continue
-        key, transport = next(iter(given.items()), ("type", None))
-        if transport == "sse":
-            problems.append((f"{path}.{key}", "the legacy HTTP+SSE transport is not supported", "point `url` at the server's streamable HTTP endpoint and use `type: http`"))
-            continue
-        if transport not in (None, "stdio", "http", "streamable-http", "streamableHttp"):
-            problems.append((f"{path}.{key}", f"unknown transport {transport!r}", "use stdio or http"))
-            continue
-        if (transport == "stdio" and "command" not in entry) or (transport not in (None, "stdio") and "url" not in entry):
-            needs = "command" if transport == "stdio" else "url"
-            problems.append((f"{path}.{key}", f"transport {transport!r} needs `{needs}`", f"give `{needs}`, or change `{key}`"))
-            continue
-        for own in ("name", "kind"):
-            if own in entry:
-                problems.append((f"{path}.{own}", "an mcpServers entry takes its name from its key and is always an MCP server",
-                                 "remove it, or declare the upstream under `upstreams:`"))
-        disabled = entry.pop("disabled", False)
-        if not isinstance(disabled, bool):
-            problems.append((f"{path}.disabled", f"must be true or false, not {disabled!r}", "write disabled: true"))
-            continue
-        for ignored in ("autoApprove", "alwaysAllow", "envFile", "description", "timeout_ms"):
-            entry.pop(ignored, None)
-        entry = {**entry, "name": re.sub(r"[^A-Za-z0-9_.-]", "_", str(name))[:48], "kind": "mcp"}
-        if disabled:
-            entry["enabled"] = False
-        out.append((path, entry))
-    return out
-
-
 def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> BridgeConfig:
     """Validate a parsed config document. Raises ConfigError with every problem found."""
     problems: list[tuple[str, str, str]] = []
@@ -410,12 +239,12 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
     if not isinstance(data, dict):
         raise ConfigError(source, [("", "the config must be a mapping", "start with `upstreams:`")])
     taken: set[str] = set()
-    data = _interpolate(data, "", problems, taken)
+    data = interpolate(data, "", problems, taken)
     listed = data.get("upstreams")
     upstream_entries: list[tuple[str, Any]] = [(f"upstreams[{i}]", e) for i, e in enumerate(listed)] if isinstance(listed, list) else []
     if listed is not None and not isinstance(listed, list):
         problems.append(("upstreams", "must be a list", "write `upstreams:` followed by `- {name: ..., kind: ...}` items"))
-    upstream_entries += _mcp_servers_to_upstreams(data.get("mcpServers") or {}, problems)
+    upstream_entries += mcp_servers_to_upstreams(data.get("mcpServers") or {}, problems)
 
     upstreams: list[UpstreamConfig] = []
     names: dict[str, str] = {}
@@ -427,21 +256,21 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
         if kind not in known_kinds():
             close = difflib.get_close_matches(str(kind).lower(), known_kinds(), n=1)  # `MCP`: mcp
             fix = f"did you mean `{close[0]}`?" if close else f"use one of: {', '.join(known_kinds())}"
-            problems.append((_join(path, "kind"), f"unknown upstream kind {kind!r}" if kind else "is required", fix))
+            problems.append((join_path(path, "kind"), f"unknown upstream kind {kind!r}" if kind else "is required", fix))
             continue
         try:
             model = upstream_class(kind).config_model
         except ImportError as exc:
-            problems.append((_join(path, "kind"), f"kind {kind!r} cannot be loaded: {exc}", "reinstall the bridge (make setup)"))
+            problems.append((join_path(path, "kind"), f"kind {kind!r} cannot be loaded: {exc}", "reinstall the bridge (make setup)"))
             continue
         entry = {**entry, "base_dir": base_dir}
         try:
             cfg = model.model_validate(entry)
         except ValidationError as exc:
-            problems.extend(_problems_of(exc, path, model, taken, doc=f"docs/upstreams/{kind}.md"))
+            problems.extend(problems_of(exc, path, model, taken, doc=f"docs/upstreams/{kind}.md"))
             continue
         if cfg.name in names:
-            problems.append((_join(path, "name"), f"name {cfg.name!r} is already used by {names[cfg.name]}", "give each upstream its own name"))
+            problems.append((join_path(path, "name"), f"name {cfg.name!r} is already used by {names[cfg.name]}", "give each upstream its own name"))
             continue
         names[cfg.name] = path
         upstreams.append(cfg)
@@ -453,7 +282,7 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
     try:
         config = BridgeConfig.model_validate(rest)
     except ValidationError as exc:
-        problems.extend(_problems_of(exc, "", BridgeConfig, taken))
+        problems.extend(problems_of(exc, "", BridgeConfig, taken))
         config = None
     # the checks across sections run on every section that is valid on its own: one problem
     # elsewhere (a port out of range) does not hide these
@@ -512,27 +341,6 @@ def _valid_alone(model: Any, value: Any) -> Any:
         return None
 
 
-class _DuplicateYamlKey(yaml.constructor.ConstructorError):
-    pass
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one mapping (it would keep the last
-    silently: a second `store:` replacing the first)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:  # the mapping's own keys: one may override a merged (`<<`) one
-            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str | int | float | bool) or key is None:
-                if key in seen:
-                    raise _DuplicateYamlKey(None, None, f"the key {key!r} is given twice in one mapping", key_node.start_mark)
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
     """Read, interpolate and validate a config file. Raises ConfigError."""
     file = Path(path)
@@ -551,14 +359,14 @@ def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
         if file.suffix == ".json":
             data = json.loads(text, object_pairs_hook=unique_object)
         else:
-            data = yaml.load(text, Loader=_UniqueKeyLoader)
+            data = yaml.load(text, Loader=UniqueKeyLoader)
     except RepeatedKey as exc:
         problem = ("", f"not valid JSON: {exc}", "keep one of the two")
         raise ConfigError(str(file), [problem]) from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else f"line {getattr(exc, 'lineno', '?')}"
-        fix = "keep one of the two" if isinstance(exc, _DuplicateYamlKey) else "fix the syntax there"
+        fix = "keep one of the two" if isinstance(exc, DuplicateYamlKey) else "fix the syntax there"
         raise ConfigError(str(file), [("", f"not valid {'JSON' if file.suffix == '.json' else 'YAML'} at {where}: {getattr(exc, 'problem', None) or exc}", fix)]) from None
     if expanded_size(data, {}) > MAX_CONFIG_VALUES:
         raise ConfigError(str(file), [("", f"expands to more than {MAX_CONFIG_VALUES:,} values (YAML aliases repeating "

@@ -25,16 +25,15 @@ from bridge.model import (
     ToolError,
     ToolResult,
     UpstreamResult,
-    has_surrogates,
     new_id,
     now_iso,
-    without_surrogates,
 )
 from bridge.policy import blocked_error, check_permission, unknown_tool
 from bridge.resource_links import ResourceLinks
 from bridge.store import Store, StoreFull
 from bridge.surface import Surface, Surfaces
 from bridge.telemetry import CallOrigin, Telemetry
+from bridge.text import has_surrogates, without_surrogates
 from bridge.upstream import CallContext, ProgressSink
 
 if TYPE_CHECKING:

@@ -9,7 +9,6 @@ import hashlib
 import itertools
 import math
 import os
-import re
 import time
 import uuid
 from collections.abc import Callable
@@ -28,7 +27,6 @@ from pydantic import (
 )
 
 __all__ = [
-    "QUOTED_CHARS",
     "SCHEMA_VERSION",
     "TOOL_ID_NAMESPACE",
     "BlockedTool",
@@ -55,15 +53,12 @@ __all__ = [
     "UpstreamState",
     "UpstreamTool",
     "VersionRecord",
-    "has_surrogates",
     "new_id",
     "now_iso",
     "object_shaped",
-    "quoted",
     "takes_objects",
     "tool_uuid",
     "validation_line",
-    "without_surrogates",
 ]
 
 SCHEMA_VERSION = "0.2.0"
@@ -124,9 +119,6 @@ def now_iso() -> str:
     return f"{_second[1]}.{int((now - second) * 1000):03d}Z"
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def takes_objects(schema: Any) -> bool:
     """Whether an input schema can accept a JSON object, in the shape every frontend requires of
     one: the arguments of every frontend (MCP, the A2T drafts) are objects, so a tool whose root
@@ -157,35 +149,6 @@ def validation_line(exc: ValidationError, skip: int = 0) -> str:
     if len(errors) > 1:
         text += f" (and {len(errors) - 1} more)"
     return text if len(text) <= 300 else text[:297] + "..."
-
-
-QUOTED_CHARS = 60
-
-
-def quoted(text: str) -> str:
-    """A caller's name or id as an error message quotes it: its first QUOTED_CHARS characters,
-    and its length when longer (a 60 KB id is not sent back whole)."""
-    return repr(text) if len(text) <= QUOTED_CHARS else f"{text[:QUOTED_CHARS]!r}… ({len(text)} characters)"
-
-
-def has_surrogates(text: str) -> bool:
-    return not text.isascii() and _SURROGATE.search(text) is not None
-
-
-def without_surrogates(value: Any) -> Any:
-    """`value` with every lone surrogate replaced by U+FFFD, walking strings, lists, tuples,
-    dicts and records. An upstream's JSON may hold an unpaired `\\ud800` escape; Python reads it
-    into a string that no UTF-8 encoder (SQLite, Tantivy, an HTTP response) accepts. A valid
-    pair is read as one character, so any surrogate left in a string is a lone one."""
-    if isinstance(value, str):
-        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {without_surrogates(k): without_surrogates(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(without_surrogates(v) for v in value)
-    if isinstance(value, BaseModel):
-        return value.model_copy(update={k: without_surrogates(getattr(value, k)) for k in type(value).model_fields})
-    return value
 
 
 def new_id(prefix: str) -> str:

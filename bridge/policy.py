@@ -7,8 +7,9 @@ methods, say) inform surfaces and search filters but never deny a call by themse
 from __future__ import annotations
 
 from bridge.catalog import Catalog
-from bridge.model import BridgeError, ToolDeclaration, quoted
+from bridge.model import BridgeError, ToolDeclaration
 from bridge.surface import Surface
+from bridge.text import quoted
 
 __all__ = ["blocked_error", "check_permission", "unknown_tool"]
 

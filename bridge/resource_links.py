@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from bridge.catalog import Catalog
-from bridge.model import BridgeError, quoted
+from bridge.model import BridgeError
 from bridge.surface import Surface
+from bridge.text import quoted
 from bridge.upstream import Upstream
 
 __all__ = ["KEPT", "MAX_URI", "ResourceLinks", "links_in"]

@@ -13,21 +13,26 @@ from pathlib import Path
 from typing import Any
 
 from bridge.model import VersionRecord, now_iso
+from bridge.store_layout import (
+    DISK_FIX,
+    LAYOUT,
+    StoreError,
+    StoreFull,
+    disk_refused,
+    lay_out,
+    not_a_store,
+    roll_back,
+)
 
 log = logging.getLogger("bridge.store")
 
-__all__ = ["LAYOUT", "WAL_KEPT_BYTES", "Store", "StoreError", "StoreFull"]
+__all__ = ["LAYOUT", "SIGNATURE_PACKED_CHARS", "WAL_KEPT_BYTES", "Store", "StoreError", "StoreFull"]
 
 # Parameters one statement may bind, on every SQLite (3.32 and later allow 32,766).
 _MAX_VARIABLES = 999
 # what SQLite's binding raises for a value it cannot store (an integer past 64 bits, a string no
 # UTF-8 encoder takes); the other rows of a batch are then written one by one
 _UNSTORABLE = (sqlite3.InterfaceError, sqlite3.DataError, OverflowError, TypeError, ValueError)
-
-# SQLite's primary result codes of a write the disk refused: SQLITE_FULL (no space left on it) and
-# SQLITE_IOERR (a write that failed: one past the process's file size limit is SQLITE_IOERR_WRITE)
-_DISK_REFUSED = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
-_DISK_FIX = "fix: free space on its disk, or set store.path to a file on a disk with space"
 
 # Invocation log rows kept in memory while the disk refuses them (about 6 MB); past this, the
 # oldest are dropped, and counted in the line that says writes succeed again.
@@ -38,62 +43,10 @@ _NAMES_INSERT = "INSERT OR REPLACE INTO tool_names VALUES (?,?,?,?)"
 _LOG_COLUMNS = 11
 _LOG_INSERT = "INSERT OR REPLACE INTO invocations VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 
-# The layout of the file, kept in SQLite's `user_version`. Layout 1 puts the namespace first in the
-# keys of versions and names: one upstream's rows are neighbours in their B-trees, so a listing
-# writes a few pages, where keys that start with the tool id (a hash) put every row on a page of
-# its own (a million versions of 1.2 KB, 64 to a listing: 88 s of writing instead of 16 s).
-# Layout 0, the first, is moved to layout 1 when the file is opened. Layout 2 keeps with each
-# persisted result the surface whose call made it (`results.surface`); a result stored before has
-# none, and any surface may read it, as before. Layout 3 keeps a signature longer than
-# SIGNATURE_PACKED_CHARS compressed (zlib, as a blob); the text ones written before are read as
-# they are. Layout 4 keeps with each invocation log row the caller's subject and client id
-# (`invocations.subject`, `client_id`); rows logged before have none.
-LAYOUT = 4
 # Characters of a signature's JSON past which the store keeps it compressed: an OpenAPI
 # document's schemas repeat themselves (Microsoft Graph beta's 22,361 signatures: 217 MB of text)
 SIGNATURE_PACKED_CHARS = 2048
 
-_TABLES = (
-    """CREATE TABLE IF NOT EXISTS versions (
-    namespace TEXT NOT NULL,
-    tool_id TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    digest TEXT NOT NULL,
-    compatibility TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    signature TEXT NOT NULL,
-    PRIMARY KEY (namespace, tool_id, version)
-)""",
-    """CREATE TABLE IF NOT EXISTS tool_names (
-    namespace TEXT NOT NULL,
-    tool_id TEXT NOT NULL,
-    name TEXT NOT NULL,
-    native_id TEXT NOT NULL,
-    PRIMARY KEY (namespace, tool_id)
-)""",
-    """CREATE TABLE IF NOT EXISTS invocations (
-    invocation_id TEXT PRIMARY KEY,
-    tool_id TEXT,
-    tool_name TEXT,
-    version INTEGER,
-    surface TEXT,
-    status TEXT NOT NULL,
-    error_class TEXT,
-    created_at TEXT NOT NULL,
-    duration_ms REAL,
-    subject TEXT,
-    client_id TEXT
-)""",
-    """CREATE TABLE IF NOT EXISTS results (
-    ref TEXT PRIMARY KEY,
-    invocation_id TEXT NOT NULL,
-    media_type TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    payload BLOB NOT NULL,
-    created_at TEXT NOT NULL,
-    surface TEXT
-)""",
-)
 
 # The size the write-ahead log is cut back to once checkpointed (four times what SQLite's automatic
 # checkpoint keeps it at). SQLite keeps the file as large as it ever grew; with SQLite built to
@@ -106,20 +59,6 @@ WAL_KEPT_BYTES = 16 * 1024 * 1024
 # go back to the file system.
 GIVE_BACK_KEPT_PAGES = 1024
 
-# Layout 0 to 1: the rows are copied with their namespace first. A version whose tool has no
-# name row (a crash between the two writes of a listing) gets the namespace "": it still counts
-# as its tool's latest version, and the tool's next version is classified without it.
-_FROM_LAYOUT_0 = (
-    "ALTER TABLE versions RENAME TO versions_layout0",
-    "ALTER TABLE tool_names RENAME TO tool_names_layout0",
-    *_TABLES[:2],
-    "INSERT INTO tool_names SELECT namespace, tool_id, name, native_id FROM tool_names_layout0",
-    "INSERT INTO versions SELECT COALESCE(n.namespace, ''), v.tool_id, v.version, v.digest, v.compatibility, "
-    "v.created_at, v.signature FROM versions_layout0 v LEFT JOIN tool_names_layout0 n ON n.tool_id = v.tool_id",
-    "DROP TABLE versions_layout0",
-    "DROP TABLE tool_names_layout0",
-)
-
 
 def _packed(signature: str) -> str | bytes:
     """A signature's JSON as the store keeps it: compressed when long (level 1: the fastest,
@@ -127,18 +66,6 @@ def _packed(signature: str) -> str | bytes:
     if len(signature) <= SIGNATURE_PACKED_CHARS:
         return signature
     return zlib.compress(signature.encode(), 1)
-
-
-class StoreError(Exception):
-    """A store file this bridge cannot use; the message names the file and the fix."""
-
-
-class StoreFull(StoreError):
-    """A write the store's disk refused (full, or past the process's file size limit)."""
-
-
-def _disk_refused(exc: BaseException) -> bool:
-    return isinstance(exc, sqlite3.OperationalError) and (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF in _DISK_REFUSED
 
 
 class Store:
@@ -167,7 +94,7 @@ class Store:
         self._said_refused = self._said_written = False  # each said once at WARNING, its repeats at INFO
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            why = self._not_a_store()  # before anything is written: another application's file stays as it is
+            why = not_a_store(self._db)  # before anything is written: another application's file stays as it is
             if why:
                 self._db.close()
                 raise StoreError(f"{self.path}: is no bridge store: {why}; {fix}")
@@ -179,71 +106,13 @@ class Store:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(f"PRAGMA journal_size_limit={WAL_KEPT_BYTES}")
         except sqlite3.DatabaseError as exc:  # not an SQLite file, or one this process may not write
-            if _disk_refused(exc):
+            if disk_refused(exc):
                 self._db.close()
                 raise StoreFull(f"{self.path}: cannot be written ({exc}: its disk is full, or past this process's file size limit); "
-                                f"{_DISK_FIX}") from exc
+                                f"{DISK_FIX}") from exc
             raise StoreError(f"{self.path}: cannot be opened as the bridge's store ({exc}); {fix}") from None
-        self._lay_out()
+        lay_out(self._db, self.path)
 
-    def _not_a_store(self) -> str | None:
-        """Why the file is no bridge store of any layout (another application's database, or half
-        of a store), or None: an empty file, or a store."""
-        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        foreign = sorted(t for t in tables - {"versions", "tool_names", "invocations", "results"} if not t.startswith("sqlite_"))
-        if foreign:
-            return f"it holds tables no bridge store has ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''})"
-        keyed = tables & {"versions", "tool_names"}
-        if len(keyed) == 1:
-            return f"it holds the table {keyed.pop()} without the other a store keeps beside it"
-        return None
-
-    def _lay_out(self) -> None:
-        """Create the tables of a new file, or move an older layout to this one: in one
-        transaction, which a second process opening the file meanwhile waits for."""
-        if self._layout() == LAYOUT:
-            return
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            layout = self._layout()  # again, under the lock: another process may have just done it
-            if layout > LAYOUT:
-                raise StoreError(f"{self.path}: the store was written by a newer bridge (layout {layout}; this one reads "
-                                 f"layouts up to {LAYOUT}); fix: run that newer bridge, or set store.path to another file")
-            tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            steps = _FROM_LAYOUT_0 if layout == 0 and "versions" in tables else ()
-            for statement in (*steps, *_TABLES):
-                self._db.execute(statement)
-            columns = {row[1] for row in self._db.execute("PRAGMA table_info(results)")}
-            if "surface" not in columns:  # layouts 0 and 1
-                self._db.execute("ALTER TABLE results ADD COLUMN surface TEXT")
-            logged = {row[1] for row in self._db.execute("PRAGMA table_info(invocations)")}
-            for column in ("subject", "client_id"):  # layouts 0 to 3
-                if column not in logged:
-                    self._db.execute(f"ALTER TABLE invocations ADD COLUMN {column} TEXT")
-            self._db.execute(f"PRAGMA user_version = {LAYOUT}")
-            self._db.execute("COMMIT")
-        except BaseException as exc:
-            self._roll_back()
-            self._db.close()
-            if _disk_refused(exc):
-                raise StoreFull(f"{self.path}: cannot be written ({exc}: its disk is full, or past this process's file size limit); "
-                                f"{_DISK_FIX}") from exc
-            raise
-        if steps:
-            log.info("store %s: moved to layout %d", self.path, LAYOUT)
-
-    def _roll_back(self) -> None:
-        """End the transaction a statement failed in. SQLite has already rolled back one that a
-        full disk or an I/O error broke, and a ROLLBACK then raised "cannot rollback - no
-        transaction is active" in place of the error itself."""
-        if self._db.in_transaction:
-            try:
-                self._db.execute("ROLLBACK")
-            except sqlite3.Error as exc:  # the error that ended the transaction is the one to raise
-                log.debug("store %s: rollback failed (%s)", self.path, exc)
-
-    def _layout(self) -> int:
-        return self._db.execute("PRAGMA user_version").fetchone()[0]
 
     def close(self) -> None:
         with self._lock:
@@ -269,7 +138,7 @@ class Store:
         level, self._said_refused = logging.INFO if self._said_refused else logging.WARNING, True
         log.log(level, "store %s: cannot be written (%s: its disk is full, or past this process's file size limit); calls are still "
                     "answered, a result over invoke.inline_result_limit whole instead of stored, and the versions, names and log "
-                    "rows are kept in memory until a write succeeds; %s", self.path, exc, _DISK_FIX)
+                    "rows are kept in memory until a write succeeds; %s", self.path, exc, DISK_FIX)
 
     def _wrote(self) -> None:
         """A write succeeded: said once after writes were refused (lock held)."""
@@ -290,7 +159,7 @@ class Store:
         try:
             self._write_rows(sql, list(waiting.values()))
         except Exception as exc:
-            if not _disk_refused(exc):
+            if not disk_refused(exc):
                 waiting.clear()
             raise
         waiting.clear()
@@ -313,7 +182,7 @@ class Store:
                 if self._logged is not None:
                     self._logged += len(rows)
         except sqlite3.OperationalError as exc:
-            if not _disk_refused(exc):
+            if not disk_refused(exc):
                 raise
             self._refused(exc)
             return False
@@ -423,7 +292,7 @@ class Store:
                     self._logged = self._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
                     self._give_back()
                 except sqlite3.OperationalError as exc:  # the prune is tried again with the next rows
-                    if not _disk_refused(exc):
+                    if not disk_refused(exc):
                         raise
                     self._refused(exc)
 
@@ -453,7 +322,7 @@ class Store:
                 insert(rows[start:start + per])
             self._db.execute("COMMIT")
         except BaseException:
-            self._roll_back()
+            roll_back(self._db, self.path)
             raise
 
     def _write_each(self, statement: str, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -493,17 +362,17 @@ class Store:
                     (ref, invocation_id, media_type, len(payload), payload, now_iso(), surface),
                 )
             except sqlite3.OperationalError as exc:
-                if not _disk_refused(exc):
+                if not disk_refused(exc):
                     raise
                 self._refused(exc)
-                raise StoreFull(f"{self.path}: the result cannot be stored ({exc}); {_DISK_FIX}") from exc
+                raise StoreFull(f"{self.path}: the result cannot be stored ({exc}); {DISK_FIX}") from exc
             self._wrote()
             if keep is None and keep_bytes is None:
                 return
             try:
                 self._prune_results(len(payload), keep, keep_bytes)
             except sqlite3.OperationalError as exc:  # the result is stored; the prune is tried again with the next
-                if not _disk_refused(exc):
+                if not disk_refused(exc):
                     raise
                 self._results = None  # counted again then
                 self._refused(exc)

@@ -14,7 +14,8 @@ from typing import Literal
 
 from bridge.catalog import Catalog
 from bridge.config import Rule, RuleSpec, SurfaceConfig
-from bridge.model import BlockedTool, DeferredToolRef, ToolDeclaration, ToolSurface, quoted
+from bridge.model import BlockedTool, DeferredToolRef, ToolDeclaration, ToolSurface
+from bridge.text import quoted
 
 log = logging.getLogger("bridge.surface")
 

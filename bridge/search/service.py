@@ -32,7 +32,8 @@ from bridge.search.foreground import Foreground
 from bridge.search.index import ToolIndex
 from bridge.search.semantic import CANDIDATES as SEMANTIC_CANDIDATES
 from bridge.search.semantic import SemanticStage
-from bridge.search.stages import OWN_KEPT, SUGGESTIONS, RankingStages
+from bridge.search.stages import OWN_KEPT, RankingStages
+from bridge.search.suggest import SUGGESTIONS, suggestions
 from bridge.search.tooltext import SharedText
 from bridge.surface import Surface, deferred_ref
 
@@ -204,7 +205,7 @@ class ToolSearch(RankingStages):
             result.next_action = "refine_query"
             used = [k for k, v in filters.items() if v is not None and v != []]
             # a query of filler alone asks for nothing: no tool is nearer to it than another
-            suggested = (self._suggestions(analyzed, surface, filters, bool(used), min(limit, SUGGESTIONS), fold)
+            suggested = (suggestions(self, analyzed, surface, filters, bool(used), min(limit, SUGGESTIONS), fold)
                          if analyzed is not None and not analyzed.filler else [])
             if suggested:
                 result.suggestions = [self._ref(decl, surface, score, include_schema, alternatives)

@@ -2,7 +2,7 @@
 first, with their vectors' rows): titles said by the request, the gain of another tool of the
 same API, a tool's own words against its API's blurb, the cover of a request's parts, the
 lookups a match needs placed after it; and the folding of one function listed by several
-upstreams into one match's alternatives, and the suggestions of a search no tool matched."""
+upstreams into one match's alternatives."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from cachetools import LRUCache
 from bridge.catalog import Catalog
 from bridge.model import ToolDeclaration
 from bridge.search.analysis import AnalyzedQuery
+from bridge.search.cover import COVER_PLACES, COVER_WEIGHT, cover_order, over_best, part_scores
 from bridge.search.document import CHANGES_PREFIX
 from bridge.search.index import ToolIndex
-from bridge.search.semantic import SemanticStage, tool_text
+from bridge.search.semantic import SemanticStage
 from bridge.search.tooltext import (
     SharedText,
     acts_in_current,
@@ -33,21 +34,12 @@ from bridge.search.tooltext import (
     place_terms,
     searched_description,
     title_terms,
+    tool_text,
 )
 from bridge.surface import Surface
 
-__all__ = ["COVER_WEIGHT", "LOOKUP_PLACES", "OWN_WEIGHT", "SIBLING_WEIGHT", "SUGGESTIONS", "SUGGEST_COSINE",
-           "SUGGEST_POOL", "TITLE_WEIGHT", "RankingStages", "cover_order", "part_scores"]
+__all__ = ["LOOKUP_PLACES", "OWN_WEIGHT", "SIBLING_WEIGHT", "TITLE_WEIGHT", "RankingStages"]
 
-# A request asking for several things (bridge.search.analysis.query_parts) is answered so that its
-# parts are covered: the ranking's first places go to the tools that answer a part no place above
-# answers yet (`cover_order`). The weight of that cover against the whole request's score, chosen
-# among 0.3, 0.5 and 0.7 on the development set (docs/search.md, Quality).
-COVER_WEIGHT = 0.5
-# The places the cover gives out one by one, whatever the search's limit (so its first matches do not
-# depend on it); the page's other candidates follow by their score after them. Ten is what a search
-# answers by default; giving out all 50 places costs 0.3-0.5 ms more on a request of several parts.
-COVER_PLACES = 10
 # A tool gains this share of the best score that another tool of its API (the tools opening with
 # one shared blurb, in whichever namespace: bridge.search.tooltext.SharedText.api) has among a
 # search's candidates (`_siblings`): a request matched by several tools of one API is likely
@@ -74,16 +66,6 @@ LOOKUP_PLACES = 3
 # 0.6 read nDCG@10 0.556, 0.617, 0.624, 0.609 within GitHub: 0.3, the smaller of the two alike)
 # and checked on its other vendors' (0.681 without, 0.726 at 0.3); docs/search.md, Titles.
 TITLE_WEIGHT = 0.3
-# A free-text search that no tool matches by its words answers, beside its empty `matches`, the
-# SUGGESTIONS tools nearest to it in meaning (`_suggestions`, by the static table's cosine) among
-# the tools it could have matched, when those are at most SUGGEST_POOL (gathering them and their
-# vectors costs about 3.5 µs a tool: 7 ms for 2,000; a larger catalog has words for almost any
-# request), and with a cosine of at least SUGGEST_COSINE: over the demo's and the development
-# set's tools, requests for no tool reach cosines as high as requests a tool answers (0.4-0.6),
-# so the floor only drops the nearest of unrelated words (docs/search.md, The answer).
-SUGGESTIONS = 3
-SUGGEST_POOL = 2_000
-SUGGEST_COSINE = 0.25
 
 
 class RankingStages:
@@ -337,7 +319,7 @@ class RankingStages:
         decls = [decl for decl, _ in ranked]
         ids = [decl.tool_id for decl in decls]
         scores = np.array([score for _, score in ranked], np.float32)
-        overall = np.clip(scores, 0.0, 1.0) if reranked_by is not None else _over_best(scores)
+        overall = np.clip(scores, 0.0, 1.0) if reranked_by is not None else over_best(scores)
         cheap = next((stage for stage in self._stages if stage.encoder.cheap), None)
         tools = None if cheap is None else vectors if reranked_by is cheap else cheap.vectors(decls)
         relevance = []
@@ -346,7 +328,7 @@ class RankingStages:
             if cheap is not None and tools is not None:
                 _, mixed = cheap.mix(part.text, keyword, tools)
             else:
-                mixed = _over_best(np.array([score for _, score in keyword], np.float32))
+                mixed = over_best(np.array([score for _, score in keyword], np.float32))
             relevance.append(np.clip(mixed, 0.0, 1.0))
         order, cover = cover_order(overall, np.stack(relevance), self.cover_weight, COVER_PLACES)
         return ([(decls[i], cover[k]) for k, i in enumerate(order)],
@@ -412,83 +394,6 @@ class RankingStages:
                 and all(t in decl.tags for t in tags)
                 and (filters["kind"] is None or decl.tool_kind == filters["kind"])
                 and (filters["read_only"] is None or decl.safety.read_only == filters["read_only"]))
-
-
-    def _suggestions(self, analyzed: AnalyzedQuery, surface: Surface, filters: dict[str, Any], filtered: bool,
-                     limit: int, fold: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
-        """For a free-text search no tool matched: the `limit` tools nearest to the request in
-        meaning (the static table's cosine, at least SUGGEST_COSINE), best first, among the
-        visible tools passing the filters (`filtered`: some are set), with their alternatives
-        folded as in a ranking. None when the surface shows more than SUGGEST_POOL tools and
-        more than SUGGEST_POOL of the catalog's pass the filters, or without the static table
-        (`semantic: off` or `model`)."""
-        stage = next((stage for stage in self._stages if stage.encoder.cheap), None)
-        if stage is None:
-            return []
-        shown = surface.shown(SUGGEST_POOL)
-        if shown is not None:  # a surface showing few tools, of however large a catalog
-            decls = [decl for tool_id in shown if (decl := self.catalog.get(tool_id)) is not None and self._passes(decl, filters)]
-        elif not filtered:
-            return []  # known too many without asking the index
-        else:
-            hits = self.index.search(self.index.query(None, weights=self.field_weights, **filters), limit=SUGGEST_POOL + 1)
-            if len(hits) > SUGGEST_POOL:
-                return []
-            decls = [decl for tool_id, _ in hits if (decl := self._shown_hit(tool_id, surface, filters)) is not None]
-        tools = stage.vectors(decls) if decls else None
-        if tools is None:
-            return []
-        cosine = tools @ stage.query_vector(analyzed.text)
-        order = [i for i in np.argsort(-cosine, kind="stable") if cosine[i] >= SUGGEST_COSINE]
-        ranked = [(decls[i], float(cosine[i])) for i in order]
-        if not fold:
-            return [(decl, score, []) for decl, score in ranked[:limit]]
-        return self._fold(ranked, tools[order], stage.encoder.same_tool_cosine)[:limit]
-
-
-def _over_best(scores: np.ndarray) -> np.ndarray:
-    """Keyword scores over the best of them (all zero when none is above zero)."""
-    return scores / max(float(scores.max(initial=0.0)), 1e-9)
-
-
-def part_scores(index: ToolIndex, parts: list[AnalyzedQuery], tool_ids: list[str],
-                weights: dict[str, float] | None = None) -> list[dict[str, float]]:
-    """Each part's keyword score of each of these tools that has one of its words (the index
-    query of the part, limited to the tools; no word widened as a typing error)."""
-    among = index.among(tool_ids)
-    return [dict(index.search(index.query(part, weights=weights, widen=False, among=among), limit=len(tool_ids)))
-            for part in parts]
-
-
-def cover_order(overall: np.ndarray, parts: np.ndarray, weight: float = COVER_WEIGHT,
-                places: int | None = None) -> tuple[list[int], list[float]]:
-    """The candidates in the order that covers a request's parts, and each one's cover score
-    (non-increasing). `overall[i]` is candidate i's relevance to the whole request, `parts[p, i]`
-    its relevance to part p, all in [0, 1]. Each place goes to the candidate of the greatest
-    `(1 - weight) * overall + weight * mean over the parts of relevance * (1 - relevance of each
-    place above)`: a part well answered above counts little for the next places (xQuAD, Santos,
-    Macdonald and Ounis, 2010). A candidate's score can only fall as places are taken, so the
-    scores come out best first; ties keep the given order."""
-    count = len(overall)
-    left = np.ones(len(parts), np.float32)  # how little each part is answered so far
-    base = (1.0 - weight) * np.asarray(overall, np.float32)
-    taken = np.zeros(count, bool)
-    order: list[int] = []
-    scores: list[float] = []
-    for _ in range(count if places is None else min(count, places)):
-        gain = base + weight * (left @ parts) / len(parts)
-        gain[taken] = -np.inf
-        best = int(gain.argmax())
-        order.append(best)
-        scores.append(float(gain[best]))
-        taken[best] = True
-        left *= 1.0 - parts[:, best]
-    if len(order) < count:  # the rest by their score after the first `places`
-        gain = base + weight * (left @ parts) / len(parts)
-        rest = [i for i in np.argsort(-gain, kind="stable").tolist() if not taken[i]]
-        order += rest
-        scores += [float(gain[i]) for i in rest]
-    return order, scores
 
 
 def _looks_up_one_of(heads: list[frozenset[str]], other: ToolDeclaration) -> bool:

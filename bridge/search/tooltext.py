@@ -461,3 +461,30 @@ def derive_search_hint(decl: ToolDeclaration, description: str | None = None, sh
             seen.add(word.lower())
             words.append(word)
     return " ".join(words)
+
+
+# the beginning of a parameter's description embedded with its name (`tool_text`)
+_PARAM_TEXT_CHARS = 160
+
+
+def tool_text(decl: ToolDeclaration, description: str | None = None) -> str:
+    """What is embedded of a tool: its name's words, title, description (or `description` in its
+    place: the tool's own words, without its API's shared text), and each parameter's name with
+    the beginning of its description."""
+    described = searched_description(decl)
+    if description is None:
+        description = described
+    schema = described_schema(decl)
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    params: list[str] = []
+    if isinstance(props, dict):
+        for pname, pschema in props.items():
+            desc = pschema.get("description") if isinstance(pschema, dict) else None
+            words = name_words(str(pname))
+            params.append(f"{words} ({desc.strip()[:_PARAM_TEXT_CHARS]})" if isinstance(desc, str) and desc.strip()
+                          else words)
+    # a title the whole description says (the blurb's first sentence, say) is not the own words either
+    parts = [name_words(function_name(decl)) + ":", unsaid(decl.title, described), description.strip()]
+    if params:
+        parts.append("Parameters: " + "; ".join(params))
+    return " ".join(p for p in parts if p)

@@ -4,155 +4,27 @@ schemas every route keeps to."""
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from bridge.model import ErrorClass, Recoverability
 from bridge.search import MAX_QUERY_CHARS
+from bridge.serve.openapi_schemas import (
+    BOOL,
+    INT,
+    OBJ,
+    STR,
+    component_schemas,
+    ref,
+)
 from bridge.serve.rest import MAX_PAGE_LIMIT
 from bridge.serve.rest_a2t import GENERATION_HEADER, GROUPS_PATH, MAX_GROUPS, MAX_TOOLS, TOOLS_PATH
 from bridge.serve.rest_http import JSONBody, ServeContext, endpoint
 from bridge.serve.rest_records import MAX_SEARCH_LIMIT
 
 __all__ = ["openapi_document", "openapi_routes"]
-
-
-def _ref(name: str) -> dict[str, Any]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _obj(required: list[str], props: dict[str, Any], *, closed: bool = False) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "object", "properties": props}
-    if required:
-        schema["required"] = required
-    if closed:
-        schema["additionalProperties"] = False
-    return schema
-
-
-STR = {"type": "string"}
-INT = {"type": "integer"}
-BOOL = {"type": "boolean"}
-ANY: dict[str, Any] = {}
-OBJ = {"type": "object"}
-NAME_LIST = {"type": "array", "items": STR}
-
-
-def _schemas() -> dict[str, Any]:
-    allowed = _obj(["name"], {"name": STR, "description": STR})
-    error = _obj(["error_class", "message"], {
-        "error_class": {"type": "string", "enum": list(get_args(ErrorClass))},
-        "message": STR,
-        "error_code": {"type": ["string", "null"]},
-        "recoverability": {"type": "string", "enum": list(get_args(Recoverability))},
-        "retry_after": {"type": ["number", "null"]},
-        "details": {"type": ["object", "null"]},
-        "native_error_ref": {"type": ["object", "null"]},
-    })
-    tool_result = _obj(["schema_version", "result_id", "invocation_id", "status", "created_at"], {
-        "schema_version": STR, "result_id": STR, "invocation_id": STR, "tool_id": STR, "tool_name": STR,
-        "version": INT, "status": STR, "is_error": BOOL,
-        "content": {"type": "array", "items": OBJ}, "structured_content": ANY, "error": _ref("Error"),
-        "persistence_refs": NAME_LIST, "persisted": OBJ, "native_ref": OBJ, "meta": OBJ,
-        "created_at": STR, "duration_ms": {"type": "number"},
-    })
-    return {
-        "Error": error,
-        "ErrorBody": _obj(["error"], {"error": _ref("Error"), "status": INT, "x-tool-result": _ref("ToolResult")}),
-        "ToolResult": tool_result,
-        "AllowedValue": allowed,
-        "InputParameter": _obj(["id", "name", "type", "required"], {
-            "id": STR, "name": STR, "type": {"type": "string", "enum": ["string", "int", "boolean", "enum"]},
-            "description": STR, "required": BOOL, "max": INT, "min": INT, "maxLength": INT, "default": ANY,
-            "allowed-values": {"type": "array", "items": _ref("AllowedValue")},
-        }),
-        "OutputParameter": _obj(["id", "name", "type"], {
-            "id": STR, "name": STR, "type": {"type": "string", "enum": ["string", "int", "enum", "json"]},
-            "description": STR, "allowed-values": {"type": "array", "items": _ref("AllowedValue")},
-        }),
-        "AgentToolExtension": _obj(["namespace", "tool_kind", "safety", "external_mappings"], {
-            "namespace": STR, "native_name": STR, "tool_kind": STR, "upstream_kind": STR, "lifecycle": STR,
-            "loading_state": STR, "safety": OBJ, "external_mappings": {"type": "array", "items": OBJ},
-            "title": STR, "search_hint": STR, "description": STR, "output_schema": OBJ, "annotations": OBJ,
-        }),
-        "ToolSignature": _obj(
-            ["toolId", "name", "description", "version", "currentVersion", "tags", "input_parameters", "output_parameters"], {
-                "toolId": {"type": "string", "format": "uuid"}, "name": {"type": "string", "maxLength": 254},
-                "description": {"type": "string", "maxLength": 1999},
-                "version": {"type": "integer", "minimum": 1}, "currentVersion": {"type": "integer", "minimum": 1},
-                "tags": NAME_LIST,
-                "input_parameters": {"type": "array", "items": _ref("InputParameter")},
-                "output_parameters": {"type": "array", "items": _ref("OutputParameter"), "minItems": 1},
-                "input_schema": {"type": "object", "description": "the full JSON Schema of the input, when the flat parameters cannot carry all of it"},
-                "x-agent-tool": _ref("AgentToolExtension"),
-            }),
-        "Paging": _obj(["pageLimit"], {"pageLimit": {"type": "integer", "minimum": 1}, "next": STR}),
-        "ToolSignaturePage": _obj(["items", "paging"], {"items": {"type": "array", "items": _ref("ToolSignature")}, "paging": _ref("Paging")}),
-        "NamedValue": _obj(["name", "value"], {"name": {"type": "string", "minLength": 1}, "value": ANY}),
-        "InvokeRequest": _obj([], {
-            "name": STR,
-            "input_parameters": {"type": "array", "items": _ref("NamedValue")},
-            "arguments": {"type": "object", "description": "extension: arguments as one object, merged with input_parameters"},
-        }),
-        "InvokeResponse": _obj(["output_parameters", "x-tool-result"], {
-            "output_parameters": {"type": "array", "items": _ref("NamedValue")}, "x-tool-result": _ref("ToolResult"),
-        }),
-        "Capabilities": _obj(["version", "features", "endpoints"], {
-            "version": STR, "features": _obj([], {"groups": BOOL, "search": BOOL, "dynamic_tools": BOOL}),
-            "endpoints": _obj(["tools"], {"tools": STR, "groups": STR}), "limits": {"type": "object", "additionalProperties": INT},
-        }),
-        "A2TTool": _obj(["name", "description", "input_schema"], {
-            "name": STR, "description": STR, "input_schema": OBJ, "group_id": STR, "x-agent-tool": _ref("AgentToolExtension"),
-        }),
-        "ToolsResponse": _obj(["tools", "total", "offset", "limit"], {
-            "tools": {"type": "array", "items": _ref("A2TTool")}, "total": INT, "offset": INT, "limit": INT,
-        }),
-        "Group": _obj(["id", "name", "tool_count"], {"id": STR, "name": STR, "description": STR, "parent_id": STR, "tool_count": INT}),
-        "GroupsResponse": _obj(["groups", "total", "offset", "limit"], {
-            "groups": {"type": "array", "items": _ref("Group")}, "total": INT, "offset": INT, "limit": INT,
-        }),
-        "ExecuteResponse": _obj(["result"], {
-            "result": ANY,
-            "error": _obj(["code", "message"], {"code": STR, "message": STR, "error_class": STR, "recoverability": STR, "retry_after": {"type": "number"}}),
-            "meta": _obj(["type"], {"type": STR, "data": OBJ}),
-            "x-tool-result": _ref("ToolResult"),
-        }),
-        "InvokeRecordRequest": _obj(["tool"], {
-            "tool": {"type": "string", "minLength": 1}, "arguments": OBJ, "version": {"type": "integer", "minimum": 1},
-        }),
-        "ToolSearchResult": _obj(["schema_version", "query", "query_type", "matches"], {
-            "schema_version": STR, "query": STR, "query_type": {"type": "string", "enum": ["select", "keyword"]},
-            "matches": {"type": "array", "items": _obj(["tool_id", "name"], {
-                "tool_id": STR, "name": STR, "score": {"type": "number"},
-                "alternatives": {"type": "array", "description": "tools of other upstreams with the same native name and a similar meaning",
-                           "items": _obj(["tool_id", "name"], {"tool_id": STR, "name": STR, "namespace": STR})},
-                "alternatives_total": {"type": "integer", "description": "how many alternatives, when more than `alternatives` names"}})},
-            "total_deferred_tools": INT, "pending_providers": NAME_LIST, "missing_names": NAME_LIST,
-            "next_action": STR, "hint": STR,
-            "suggestions": {"type": "array", "description": "when no tool matched a free-text query: the tools nearest to "
-                            "it in meaning, which share none of its words", "items": _obj(["tool_id", "name"], {
-                                "tool_id": STR, "name": STR, "score": {"type": "number", "description": "cosine of query and tool"}})},
-        }),
-        "ToolSurface": _obj(["schema_version", "surface_id", "scope"], {
-            "schema_version": STR, "surface_id": STR, "scope": STR, "loaded_tools": NAME_LIST,
-            "deferred_tools": {"type": "array", "items": OBJ}, "blocked_tools": {"type": "array", "items": OBJ},
-        }),
-        "ToolDeclaration": _obj(["schema_version", "tool_id", "namespace", "name", "description", "lifecycle", "tool_kind"], {
-            "schema_version": STR, "tool_id": STR, "namespace": STR, "name": STR, "description": STR,
-            "lifecycle": STR, "tool_kind": STR, "input_contract": OBJ, "external_mappings": {"type": "array", "items": OBJ},
-            "version": INT,
-        }),
-        "Health": _obj(["status"], {"status": STR, "store": _obj(["writable", "since"], {"writable": BOOL, "since": STR})}),
-        "Ready": _obj(["ready", "upstreams"], {
-            "ready": BOOL, "starting": NAME_LIST, "tools": INT,
-            "search": {"type": "string", "enum": ["ready", "indexing", "failing"]},
-            "upstreams": {"type": "array", "items": _obj(["name", "kind", "state"], {
-                "name": STR, "kind": STR, "state": STR, "tool_count": INT, "reason": STR})},
-        }),
-    }
 
 
 _DESCRIPTIONS = {
@@ -173,12 +45,12 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _responses(ok: str | dict[str, Any], errors: tuple[int, ...], *, error_schema: str = "ErrorBody",
                ok_headers: dict[str, Any] | None = None) -> dict[str, Any]:
-    ok_schema = _ref(ok) if isinstance(ok, str) else ok
+    ok_schema = ref(ok) if isinstance(ok, str) else ok
     out: dict[str, Any] = {"200": {"description": "OK", "content": _json(ok_schema)}}
     if ok_headers:
         out["200"]["headers"] = ok_headers
     for status in errors:
-        response: dict[str, Any] = {"description": _DESCRIPTIONS[status], "content": _json(_ref(error_schema))}
+        response: dict[str, Any] = {"description": _DESCRIPTIONS[status], "content": _json(ref(error_schema))}
         if status in (429, 503):
             response["headers"] = {"Retry-After": {"description": "seconds", "schema": INT}}
         out[str(status)] = response
@@ -209,7 +81,7 @@ def _op(op_id: str, summary: str, responses: dict[str, Any], *, params: list[dic
     if params:
         op["parameters"] = params
     if body is not None:
-        op["requestBody"] = {"required": True, "content": _json(_ref(body) if isinstance(body, str) else body)}
+        op["requestBody"] = {"required": True, "content": _json(ref(body) if isinstance(body, str) else body)}
     if open_:
         op["security"] = []
     return op
@@ -281,22 +153,22 @@ def openapi_document(*, server_url: str | None = None) -> dict[str, Any]:
         "/readyz": {"get": _op("readyz", "Per-upstream states; 503 while an upstream is still "
                                          "starting, the search index takes in what the start "
                                          "listed, or none is ready", {
-            "200": {"description": "ready", "content": _json(_ref("Ready"))},
+            "200": {"description": "ready", "content": _json(ref("Ready"))},
             "503": {"description": "an upstream still starting (named in `starting`), the search "
                                    "index still taking in what the start listed (`search: "
                                    "indexing`), or no upstream ready",
-                    "content": _json(_ref("Ready"))},
+                    "content": _json(ref("Ready"))},
         }, tag="probes", open_=True)},
         "/openapi.json": {"get": _op("openapi", "This document", _responses(OBJ, ()), tag="probes", open_=True)},
         "/metrics": {"get": _op(
             "metrics", "Prometheus metrics; open without a token when telemetry.metrics_public", {
                 "200": {"description": "the Prometheus text format (OpenMetrics when asked)",
                         "content": {"text/plain": {"schema": STR}}},
-                "401": {"description": _DESCRIPTIONS[401], "content": _json(_ref("ErrorBody"))},
+                "401": {"description": _DESCRIPTIONS[401], "content": _json(ref("ErrorBody"))},
             }, tag="probes")},
     }
-    schemas = _schemas()
-    schemas["AnyError"] = {"anyOf": [_ref("ToolResult"), _ref("ErrorBody")]}
+    schemas = component_schemas()
+    schemas["AnyError"] = {"anyOf": [ref("ToolResult"), ref("ErrorBody")]}
     return {
         "openapi": "3.1.0",
         "info": {

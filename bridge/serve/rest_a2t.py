@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Route
 
 from bridge.catalog import Catalog, CatalogChange
 from bridge.envelopes import error_result
-from bridge.model import QUOTED_CHARS, BridgeError, ToolDeclaration, new_id, quoted
+from bridge.model import BridgeError, ToolDeclaration, new_id
 from bridge.serve.rest_http import (
     ApiError,
     JSONBody,
@@ -26,6 +26,7 @@ from bridge.serve.rest_http import (
     search_query,
 )
 from bridge.surface import Surface
+from bridge.text import QUOTED_CHARS, quoted
 from bridge.translate import a2t
 
 __all__ = ["GENERATION_HEADER", "GROUPS_PATH", "HISTORY_DECLARATIONS", "MAX_GROUPS", "MAX_TOOLS", "TOOLS_PATH", "CatalogViews", "a2t_routes"]

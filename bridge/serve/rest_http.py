@@ -22,12 +22,13 @@ from bridge.catalog import Catalog
 from bridge.config import ServerConfig
 from bridge.documents import RepeatedKey, repeated_key_at, unique_object
 from bridge.identity import AuthFailure, Identity
-from bridge.model import ToolDeclaration, ToolError, ToolResult, quoted
+from bridge.model import ToolDeclaration, ToolError, ToolResult
 from bridge.runtime import Bridge
 from bridge.search import MAX_QUERY_CHARS
 from bridge.serve.auth import IDENTITY_SCOPE_KEY, caller_facts, identified, refusal_headers
 from bridge.surface import Surface
 from bridge.telemetry import CallOrigin, valid_traceparent, valid_tracestate
+from bridge.text import quoted
 from bridge.translate.wire import TOOL_RESULT_KEY, WireFormatError, json_safe
 
 __all__ = [

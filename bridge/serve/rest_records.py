@@ -12,7 +12,7 @@ from starlette.routing import BaseRoute, Route
 from bridge.arguments import pointer_token
 from bridge.envelopes import error_result
 from bridge.identity import Identity
-from bridge.model import BridgeError, new_id, quoted
+from bridge.model import BridgeError, new_id
 from bridge.policy import unknown_tool
 from bridge.serve.rest_http import (
     ApiError,
@@ -26,6 +26,7 @@ from bridge.serve.rest_http import (
     search_query,
     status_for,
 )
+from bridge.text import quoted
 
 __all__ = ["MAX_SEARCH_LIMIT", "records_routes"]
 

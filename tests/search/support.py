@@ -16,8 +16,9 @@ from bridge.config import SurfaceConfig
 from bridge.search.analysis import analyze_query
 from bridge.search.document import IndexedTool
 from bridge.search.encoder import Encoder
-from bridge.search.semantic import SemanticStage, vector_path
+from bridge.search.semantic import SemanticStage
 from bridge.search.service import ToolSearch
+from bridge.search.vectorfile import vector_path
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.conftest import ROOT

@@ -232,7 +232,7 @@ def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_c
 
 
 async def test_a_bridge_whose_index_was_kept_in_memory_moves_it_and_its_vectors_to_disk_and_reopens_both(tmp_path, monkeypatch, caplog):
-    from bridge.search.semantic import vector_path
+    from bridge.search.vectorfile import vector_path
     from tests.fakes import FakeUpstream, tool
     from tests.search.support import start_env
     from tests.servers import until
@@ -330,7 +330,7 @@ def test_an_index_kept_in_memory_looks_for_the_lock_often_for_lock_wait(tmp_path
 
 
 async def test_an_index_in_memory_reads_the_holders_vectors_and_leaves_them(tmp_path):
-    from bridge.search.semantic import vector_path
+    from bridge.search.vectorfile import vector_path
     from tests.fakes import FakeUpstream, tool
     from tests.search.support import start_env
     from tests.servers import until

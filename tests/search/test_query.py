@@ -22,7 +22,7 @@ async def test_a_misspelled_word_finds_the_word_one_edit_away(env):
 
 def test_a_search_of_no_place_answers_nothing_rather_than_failing():
     import bridge.search.index as si
-    from bridge.search.stages import part_scores
+    from bridge.search.cover import part_scores
 
     index = si.ToolIndex()
     try:

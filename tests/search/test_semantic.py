@@ -17,9 +17,10 @@ from bridge.catalog import Catalog
 from bridge.config import BridgeConfig, SurfaceConfig
 from bridge.search import semantic as semantic_module
 from bridge.search.encoder import MiniLMEncoder, model_location
-from bridge.search.semantic import SemanticStage, choose_encoder, tool_text
+from bridge.search.semantic import SemanticStage, choose_encoder
 from bridge.search.service import ToolSearch
 from bridge.search.static import StaticEncoder, load_static
+from bridge.search.tooltext import tool_text
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.conftest import ROOT

@@ -14,8 +14,9 @@ import pytest
 from bridge.catalog import Catalog
 from bridge.config import Rule, SurfaceConfig
 from bridge.search.analysis import analyze_query
+from bridge.search.cover import cover_order
 from bridge.search.service import ToolSearch
-from bridge.search.stages import LOOKUP_PLACES, cover_order
+from bridge.search.stages import LOOKUP_PLACES
 from bridge.store import Store
 from bridge.surface import Surface
 from tests.fakes import FakeUpstream, tool
@@ -183,7 +184,7 @@ async def test_an_apis_tools_trade_places_by_their_own_words(semantic):
         assert e.names(queries[0], limit=3)[0] == "fs__mkdir"
         e.search.own_weight = OWN_WEIGHT
         # a title that is the blurb's first sentence (an OpenAPI summary) is not the tool's own words
-        from bridge.search.semantic import tool_text
+        from bridge.search.tooltext import tool_text
 
         ls = e.catalog.resolve("fs__ls").model_copy(update={"title": FS_BLURB.split(". ")[0] + "."})
         assert tool_text(ls, FS_TOOLS["ls"]) == f"ls: {FS_TOOLS['ls']} Parameters: text"
@@ -443,7 +444,7 @@ async def test_a_search_no_tool_matches_suggests_the_tools_nearest_in_meaning(mo
         # without the static table, over too many tools, or below the floor: no suggestion
         off = keyword.search(query, surface=surface)
         assert off.suggestions is None and "suggestions" not in off.hint and "suggestions" not in off.to_json()
-        monkeypatch.setattr("bridge.search.stages.SUGGEST_POOL", 3)
+        monkeypatch.setattr("bridge.search.suggest.SUGGEST_POOL", 3)
         assert search.search(query, surface=surface).suggestions is None
         assert search.search(query, surface=surface, namespace="a").suggestions is not None
         # a surface showing few tools of a larger catalog: those
@@ -457,11 +458,11 @@ async def test_a_search_no_tool_matches_suggests_the_tools_nearest_in_meaning(mo
         assert [s.name for s in search.search(query, surface=few).suggestions] == ["b__get_weather"]
         catalog.apply_tools("a", listed)
         assert await search.wait_indexed()
-        monkeypatch.setattr("bridge.search.stages.SUGGEST_POOL", 2_000)
-        monkeypatch.setattr("bridge.search.stages.SUGGEST_COSINE", -1.0)  # at most SUGGESTIONS, and at most the limit
+        monkeypatch.setattr("bridge.search.suggest.SUGGEST_POOL", 2_000)
+        monkeypatch.setattr("bridge.search.suggest.SUGGEST_COSINE", -1.0)  # at most SUGGESTIONS, and at most the limit
         assert len(search.search(query, surface=surface).suggestions) == 3
         assert len(search.search(query, surface=surface, limit=2).suggestions) == 2
-        monkeypatch.setattr("bridge.search.stages.SUGGEST_COSINE", 0.99)
+        monkeypatch.setattr("bridge.search.suggest.SUGGEST_COSINE", 0.99)
         assert search.search(query, surface=surface).suggestions is None
     finally:
         search.close()

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from bridge.catalog import Catalog
 from bridge.model import InputContract, ToolDeclaration
-from bridge.search.semantic import tool_text
-from bridge.search.tooltext import derive_search_hint, title_terms
+from bridge.search.tooltext import derive_search_hint, title_terms, tool_text
 from bridge.store import Store
 from tests.fakes import FakeUpstream, tool
 from tests.search.support import (

@@ -141,7 +141,8 @@ def test_an_index_that_cannot_be_built_on_disk_is_kept_in_memory_and_its_lock_le
 
 
 def test_a_vector_file_that_cannot_be_read_keeps_the_vectors_in_memory(tmp_path, caplog):
-    from bridge.search.semantic import SemanticStage, vector_path
+    from bridge.search.semantic import SemanticStage
+    from bridge.search.vectorfile import vector_path
 
     index_path = str(tmp_path / "bridge.index")
     Path(vector_path(index_path, static=True)).mkdir()  # a folder where the file goes
