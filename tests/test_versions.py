@@ -10,6 +10,7 @@ import pytest
 
 from bridge.catalog import Catalog
 from bridge.store import LAYOUT, Store, StoreError
+from bridge.store_layout import layout_of
 from bridge.versions import classify_change
 from tests.fakes import FakeUpstream, tool
 
@@ -214,7 +215,7 @@ def test_a_store_of_layout_2_reads_its_signatures_written_as_text(tmp_path):
     store = Store(path)
     try:
         assert store.get_version("v", "id-1", 1).signature == json.loads(long)
-        assert store._layout() == LAYOUT
+        assert layout_of(store._db) == LAYOUT
     finally:
         store.close()
 
@@ -233,6 +234,6 @@ def test_a_store_of_layout_3_keeps_its_log_and_logs_callers_from_then_on(tmp_pat
         store.log_invocations([("inv-new", "t", "n", 1, "default", "succeeded", None, "2026-01-02", 1.0, "alice", "app")])
         rows = {r["invocation_id"]: (r["subject"], r["client_id"]) for r in store.recent_invocations()}
         assert rows == {"inv-old": (None, None), "inv-new": ("alice", "app")}
-        assert store._layout() == LAYOUT == 4
+        assert layout_of(store._db) == LAYOUT == 4
     finally:
         store.close()

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from bridge.catalog import Catalog
 from bridge.config import BridgeConfig, SurfaceConfig
-from bridge.search import semantic as semantic_module
+from bridge.search import embedding as embedding_module
 from bridge.search.encoder import MiniLMEncoder, model_location
 from bridge.search.semantic import SemanticStage, choose_encoder
 from bridge.search.service import ToolSearch
@@ -99,7 +99,7 @@ def test_waiting_texts_stay_declarations_until_their_turn():
         for start in range(0, 3000, 500):
             stage.submit(decls[start:start + 500])
         assert held.wait(10.0)  # the first batch is being embedded
-        assert stage._todo_len <= semantic_module._AHEAD + 500 < 3000
+        assert stage._todo_len <= embedding_module._AHEAD + 500 < 3000
         release.set()
         assert stage.flush(10.0) and stage.missing == 0 and stage.embedded == 3000
     finally:
