@@ -29,9 +29,11 @@ SERVE_OPTIONS = $(if $(call given,HOST), --host $(call given,HOST))$(if $(call g
 serve: $(STAMP)
 	$(VENV)/bin/bridge serve -c $(CONFIG)$(SERVE_OPTIONS)
 
-# lint (ruff) and types (mypy, over bridge/ and adapters/); `make test` runs it first
+# lint and format check (ruff) and types (mypy, over bridge/ and adapters/); `make test` runs it
+# first; `$(VENV)/bin/ruff format .` formats the tree
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 # the suite runs on TEST_WORKERS processes of pytest-xdist (`make test TEST_WORKERS=0`: in one), a

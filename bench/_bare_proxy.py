@@ -30,7 +30,10 @@ def create_app(upstream: str) -> Any:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
-                    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256), cookie_jar=aiohttp.DummyCookieJar())
+                    session = aiohttp.ClientSession(
+                        connector=aiohttp.TCPConnector(limit=256),
+                        cookie_jar=aiohttp.DummyCookieJar(),
+                    )
                     await send({"type": "lifespan.startup.complete"})
                 else:
                     if session is not None:
@@ -44,19 +47,36 @@ def create_app(upstream: str) -> Any:
             if not message.get("more_body"):
                 break
         assert session is not None
-        async with session.post(target, data=body, headers={"Content-Type": "application/json"}) as response:
+        async with session.post(
+            target, data=body, headers={"Content-Type": "application/json"}
+        ) as response:
             answer = await response.read()
             status = response.status
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(answer)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": answer})
 
     return app
 
 
 async def main(upstream: str, port: int) -> None:
-    config = uvicorn.Config(create_app(upstream), host="127.0.0.1", port=port, http=CorkedHttpToolsProtocol,
-                            log_level="warning", access_log=False, lifespan="on")
+    config = uvicorn.Config(
+        create_app(upstream),
+        host="127.0.0.1",
+        port=port,
+        http=CorkedHttpToolsProtocol,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started and not task.done():

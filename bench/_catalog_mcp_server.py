@@ -22,20 +22,29 @@ def load(path: str) -> list[types.Tool]:
             if line.strip():
                 row = json.loads(line)
                 schema = row.get("parameters") or {}
-                tools.append(types.Tool(name=row["name"], description=row.get("description") or "",
-                                        input_schema={**schema, "type": "object"}))
+                tools.append(
+                    types.Tool(
+                        name=row["name"],
+                        description=row.get("description") or "",
+                        input_schema={**schema, "type": "object"},
+                    )
+                )
     return tools
 
 
 TOOLS = load(sys.argv[1]) if __name__ == "__main__" else []
 
 
-async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+async def list_tools(
+    ctx: Any, params: types.PaginatedRequestParams | None
+) -> types.ListToolsResult:
     return types.ListToolsResult(tools=TOOLS)
 
 
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text="listing only")], is_error=True)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text="listing only")], is_error=True
+    )
 
 
 async def serve() -> None:

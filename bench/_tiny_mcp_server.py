@@ -7,12 +7,29 @@ from __future__ import annotations
 import json
 import sys
 
-VERBS = ["get", "list", "create", "update", "delete", "search", "export", "sync", "archive", "restore"]
+VERBS = [
+    "get",
+    "list",
+    "create",
+    "update",
+    "delete",
+    "search",
+    "export",
+    "sync",
+    "archive",
+    "restore",
+]
 
 
 def tools(vendor: str) -> list[dict]:
-    return [{"name": f"{verb}_item_{vendor}", "description": f"{verb.title()} an item of vendor {vendor}.",
-             "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}}}} for verb in VERBS]
+    return [
+        {
+            "name": f"{verb}_item_{vendor}",
+            "description": f"{verb.title()} an item of vendor {vendor}.",
+            "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}}},
+        }
+        for verb in VERBS
+    ]
 
 
 def main() -> None:
@@ -23,15 +40,22 @@ def main() -> None:
             continue
         method, params = message["method"], message.get("params") or {}
         if method == "initialize":
-            result = {"protocolVersion": params.get("protocolVersion", "2025-11-25"), "capabilities": {"tools": {}},
-                      "serverInfo": {"name": "tiny", "version": "1"}}
+            result = {
+                "protocolVersion": params.get("protocolVersion", "2025-11-25"),
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "tiny", "version": "1"},
+            }
         elif method == "tools/list":
             result = {"tools": listed}
         elif method == "tools/call":
-            result = {"content": [{"type": "text", "text": json.dumps(params.get("arguments") or {})}]}
+            result = {
+                "content": [{"type": "text", "text": json.dumps(params.get("arguments") or {})}]
+            }
         else:
             result = {}
-        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
+        sys.stdout.write(
+            json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n"
+        )
         sys.stdout.flush()
 
 

@@ -24,8 +24,30 @@ from bridge.store import Store
 from bridge.surface import Surfaces
 from bridge.upstream import CallContext, Upstream, UpstreamConfig
 
-VERBS = ["get", "list", "create", "update", "delete", "search", "export", "sync", "archive", "restore"]
-NOUNS = ["user", "invoice", "repo", "issue", "ticket", "order", "payment", "file", "report", "device"]
+VERBS = [
+    "get",
+    "list",
+    "create",
+    "update",
+    "delete",
+    "search",
+    "export",
+    "sync",
+    "archive",
+    "restore",
+]
+NOUNS = [
+    "user",
+    "invoice",
+    "repo",
+    "issue",
+    "ticket",
+    "order",
+    "payment",
+    "file",
+    "report",
+    "device",
+]
 
 
 def synthetic_tools(n: int, upstreams: int) -> dict[str, list[UpstreamTool]]:
@@ -40,7 +62,10 @@ def synthetic_tools(n: int, upstreams: int) -> dict[str, list[UpstreamTool]]:
                 description=f"{verb.title()} a {noun} record number {i} in the vendor system.",
                 input_schema={
                     "type": "object",
-                    "properties": {"id": {"type": "string", "description": f"{noun} id"}, "limit": {"type": "integer"}},
+                    "properties": {
+                        "id": {"type": "string", "description": f"{noun} id"},
+                        "limit": {"type": "integer"},
+                    },
                     "required": ["id"],
                 },
                 safety=SafetyHints(read_only=verb in ("get", "list", "search")),
@@ -59,7 +84,9 @@ class NoopUpstream(Upstream):
     async def list_tools(self) -> list[UpstreamTool]:
         return []
 
-    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+    async def invoke(
+        self, native_id: str, arguments: dict[str, Any], ctx: CallContext
+    ) -> UpstreamResult:
         return UpstreamResult(content=[{"type": "text", "text": "ok"}])
 
     async def close(self) -> None:
@@ -96,7 +123,9 @@ async def bench_build(n: int, upstreams: int) -> list[tuple[str, str]]:
         t0 = time.perf_counter()
         for name, batch in tools.items():
             catalog2.apply_tools(name, batch)
-        rows.append((f"rebuild {n:,} tools after restart (unchanged)", f"{time.perf_counter() - t0:.2f} s"))
+        rows.append(
+            (f"rebuild {n:,} tools after restart (unchanged)", f"{time.perf_counter() - t0:.2f} s")
+        )
         store2.close()
     return rows
 
@@ -107,16 +136,28 @@ async def bench_relist(n: int) -> list[tuple[str, str]]:
     would: how long the listing took, and the longest the loop was held, with the listing taken
     on the loop and as the bridge takes it, unchanged and with one tool changed."""
     tools = [tool for batch in synthetic_tools(n, 1).values() for tool in batch]
-    one_changed = [tools[0].model_copy(update={"description": "Says something else now."}), *tools[1:]]
+    one_changed = [
+        tools[0].model_copy(update={"description": "Says something else now."}),
+        *tools[1:],
+    ]
     catalog = Catalog(Store())
     catalog.add_upstream(NoopUpstream(UpstreamConfig(name="big", kind="noop")))
     catalog.apply_tools("big", tools)
     slot = catalog.slot("big")
     rows = []
     for label, listing, relist in (
-            ("unchanged, taken on the event loop", tools, lambda: catalog._apply(slot, tools, ready=True)),
-            ("unchanged, as the bridge takes it", tools, lambda: catalog.take_tools("big", tools)),
-            ("one of them changed, as the bridge takes it", one_changed, lambda: catalog.take_tools("big", one_changed))):
+        (
+            "unchanged, taken on the event loop",
+            tools,
+            lambda: catalog._apply(slot, tools, ready=True),
+        ),
+        ("unchanged, as the bridge takes it", tools, lambda: catalog.take_tools("big", tools)),
+        (
+            "one of them changed, as the bridge takes it",
+            one_changed,
+            lambda: catalog.take_tools("big", one_changed),
+        ),
+    ):
         gaps: list[float] = []
         done = asyncio.Event()
 
@@ -137,7 +178,11 @@ async def bench_relist(n: int) -> list[tuple[str, str]]:
         took = time.perf_counter() - t0
         done.set()
         await ticker
-        assert len(change.updated) == (listing is one_changed) and not change.added and not change.removed
+        assert (
+            len(change.updated) == (listing is one_changed)
+            and not change.added
+            and not change.removed
+        )
         rows.append((f"re-list {n:,} tools of one upstream, {label}: taken in", f"{took:.2f} s"))
         rows.append(("  event loop held at most", f"{max(gaps) * 1000:.0f} ms"))
     return rows

@@ -31,9 +31,28 @@ from aiohttp import web
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "bench" / "_tiny_mcp_server.py"
-NOUNS = ["user", "invoice", "repo", "issue", "ticket", "order", "payment", "file", "report", "device"]
-MCP_INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}
+NOUNS = [
+    "user",
+    "invoice",
+    "repo",
+    "issue",
+    "ticket",
+    "order",
+    "payment",
+    "file",
+    "report",
+    "device",
+]
+MCP_INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "0"},
+    },
+}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -45,7 +64,10 @@ def free_port() -> int:
 
 def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)), "  ".join("-" * w for w in widths)]
+    out = [
+        "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)),
+        "  ".join("-" * w for w in widths),
+    ]
     out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
     return "\n".join(out)
 
@@ -53,13 +75,29 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 def vendor_document(vendor: int, base: str) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for noun in NOUNS:
-        paths[f"/v{vendor}/{noun}s"] = {"get": {"operationId": f"list_{noun}s", "summary": f"List the {noun}s of vendor {vendor}",
-                                                "responses": {"200": {"description": "ok"}}}}
-        paths[f"/v{vendor}/{noun}s/{{id}}"] = {"get": {
-            "operationId": f"get_{noun}", "summary": f"Get one {noun} of vendor {vendor}",
-            "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
-            "responses": {"200": {"description": "ok"}}}}
-    return {"openapi": "3.0.3", "info": {"title": f"vendor {vendor}", "version": "1"}, "servers": [{"url": base}], "paths": paths}
+        paths[f"/v{vendor}/{noun}s"] = {
+            "get": {
+                "operationId": f"list_{noun}s",
+                "summary": f"List the {noun}s of vendor {vendor}",
+                "responses": {"200": {"description": "ok"}},
+            }
+        }
+        paths[f"/v{vendor}/{noun}s/{{id}}"] = {
+            "get": {
+                "operationId": f"get_{noun}",
+                "summary": f"Get one {noun} of vendor {vendor}",
+                "parameters": [
+                    {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {"200": {"description": "ok"}},
+            }
+        }
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": f"vendor {vendor}", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": paths,
+    }
 
 
 async def vendor_apis(port: int) -> web.AppRunner:
@@ -84,13 +122,33 @@ def bench_config(work: Path, mcp: int, openapi: int, api_port: int, port: int) -
     upstreams: list[dict[str, Any]] = []
     for i in range(mcp):
         broken = i < mcp // 10
-        upstreams.append({"name": f"mcp{i}", "kind": "mcp", "command": str(work / "missing") if broken else "python",
-                          "args": [] if broken else [str(TINY), str(i)]})
+        upstreams.append(
+            {
+                "name": f"mcp{i}",
+                "kind": "mcp",
+                "command": str(work / "missing") if broken else "python",
+                "args": [] if broken else [str(TINY), str(i)],
+            }
+        )
     for i in range(openapi):
         where = "missing" if i < openapi // 10 else "specs"
-        upstreams.append({"name": f"api{i}", "kind": "openapi", "spec": f"http://127.0.0.1:{api_port}/{where}/{i}.json"})
+        upstreams.append(
+            {
+                "name": f"api{i}",
+                "kind": "openapi",
+                "spec": f"http://127.0.0.1:{api_port}/{where}/{i}.json",
+            }
+        )
     path = work / "bridge.json"
-    path.write_text(json.dumps({"server": {"port": port}, "store": {"path": str(work / "bridge.db")}, "upstreams": upstreams}))
+    path.write_text(
+        json.dumps(
+            {
+                "server": {"port": port},
+                "store": {"path": str(work / "bridge.db")},
+                "upstreams": upstreams,
+            }
+        )
+    )
     return path
 
 
@@ -100,7 +158,9 @@ def descendants(pid: int) -> list[int]:
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as stat:
-                    children.setdefault(int(stat.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+                    children.setdefault(int(stat.read().rsplit(")", 1)[1].split()[1]), []).append(
+                        int(entry)
+                    )
             except OSError:
                 pass
     found, todo = [], [pid]
@@ -130,12 +190,24 @@ async def latency(http: aiohttp.ClientSession, send: Any, repeat: int = 10) -> t
     return statistics.median(times), size
 
 
-async def one_run(label: str, config: Path, port: int, idle: float, requests: dict[str, list[str]]) -> list[str]:
+async def one_run(
+    label: str, config: Path, port: int, idle: float, requests: dict[str, list[str]]
+) -> list[str]:
     log = config.with_name(f"{label}.log")
     begun = time.perf_counter()
     with open(log, "wb") as out:
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bridge.cli", "serve", "-c", str(config), cwd=str(ROOT),
-                                                    stdout=out, stderr=out, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bridge.cli",
+            "serve",
+            "-c",
+            str(config),
+            cwd=str(ROOT),
+            stdout=out,
+            stderr=out,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     base = f"http://127.0.0.1:{port}"
     listening = settled = None
     peak_fds = peak_procs = 0
@@ -172,13 +244,22 @@ async def one_run(label: str, config: Path, port: int, idle: float, requests: di
                 async def send(http: aiohttp.ClientSession) -> bytes:
                     async with http.get(path) as response:
                         return await response.read()
+
                 return send
 
             async with http.post("/mcp", json=MCP_INIT, headers=MCP_HEADERS) as response:
-                session = {**MCP_HEADERS, "Mcp-Session-Id": response.headers.get("Mcp-Session-Id", ""), "MCP-Protocol-Version": "2025-11-25"}
+                session = {
+                    **MCP_HEADERS,
+                    "Mcp-Session-Id": response.headers.get("Mcp-Session-Id", ""),
+                    "MCP-Protocol-Version": "2025-11-25",
+                }
 
             async def tools_list(http: aiohttp.ClientSession) -> bytes:
-                async with http.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=session) as response:
+                async with http.post(
+                    "/mcp",
+                    json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                    headers=session,
+                ) as response:
                     return await response.read()
 
             for path in ["/healthz", "/readyz", "/tools", "/search?q=list+invoices+of+a+vendor"]:
@@ -200,17 +281,37 @@ async def one_run(label: str, config: Path, port: int, idle: float, requests: di
             proc.kill()
             await proc.wait()
     ready = f"{states.get('ready', 0)}/{sum(states.values())}"
-    return [label, ready, f"{tools:,}", f"{listening:.1f}", f"{settled:.1f}", f"{hwm:.0f}", f"{fds} (peak {peak_fds})", str(peak_procs),
-            f"{idle_cpu:.1f}", f"{idle_warnings:.0f}", f"{stopped:.1f}", str(len(left))]
+    return [
+        label,
+        ready,
+        f"{tools:,}",
+        f"{listening:.1f}",
+        f"{settled:.1f}",
+        f"{hwm:.0f}",
+        f"{fds} (peak {peak_fds})",
+        str(peak_procs),
+        f"{idle_cpu:.1f}",
+        f"{idle_warnings:.0f}",
+        f"{stopped:.1f}",
+        str(len(left)),
+    ]
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mcp", type=int, default=200, help="stdio MCP servers (a tenth of them broken)")
-    parser.add_argument("--openapi", type=int, default=100, help="OpenAPI documents (a tenth of them answering 404)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--mcp", type=int, default=200, help="stdio MCP servers (a tenth of them broken)"
+    )
+    parser.add_argument(
+        "--openapi", type=int, default=100, help="OpenAPI documents (a tenth of them answering 404)"
+    )
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of the idle sample")
     args = parser.parse_args()
-    print(f"Many upstreams ({os.cpu_count()} CPUs, Python {sys.version.split()[0]}, ulimit -n {resource.getrlimit(resource.RLIMIT_NOFILE)[0]})\n")
+    print(
+        f"Many upstreams ({os.cpu_count()} CPUs, Python {sys.version.split()[0]}, ulimit -n {resource.getrlimit(resource.RLIMIT_NOFILE)[0]})\n"
+    )
     if not sys.platform.startswith("linux"):
         print("skipped: reads /proc")
         return 0
@@ -220,15 +321,42 @@ async def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             config = bench_config(Path(tmp), args.mcp, args.openapi, api_port, port)
-            rows = [await one_run(label, config, port, args.idle, requests) for label in ("first start", "restart, same store")]
+            rows = [
+                await one_run(label, config, port, args.idle, requests)
+                for label in ("first start", "restart, same store")
+            ]
     finally:
         await runner.cleanup()
-    print(f"bridge serve: {args.mcp} stdio MCP servers and {args.openapi} OpenAPI documents, a tenth of each broken")
-    print(table(rows, ["RUN", "READY", "TOOLS", "LISTEN S", "SETTLED S", "PEAK RSS MB", "FDS", "PROCS", "IDLE CPU %",
-                       "WARNINGS/MIN IDLE", "SIGTERM S", "LEFT"]))
+    print(
+        f"bridge serve: {args.mcp} stdio MCP servers and {args.openapi} OpenAPI documents, a tenth of each broken"
+    )
+    print(
+        table(
+            rows,
+            [
+                "RUN",
+                "READY",
+                "TOOLS",
+                "LISTEN S",
+                "SETTLED S",
+                "PEAK RSS MB",
+                "FDS",
+                "PROCS",
+                "IDLE CPU %",
+                "WARNINGS/MIN IDLE",
+                "SIGTERM S",
+                "LEFT",
+            ],
+        )
+    )
     print()
     print("request latency, median of 10 (first start, restart)")
-    print(table([[path, *times] for path, times in requests.items()], ["REQUEST", "FIRST START", "RESTART"]))
+    print(
+        table(
+            [[path, *times] for path, times in requests.items()],
+            ["REQUEST", "FIRST START", "RESTART"],
+        )
+    )
     return 0
 
 

@@ -74,7 +74,10 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 @contextlib.asynccontextmanager
 async def process(*argv: str, cwd: Path = ROOT) -> AsyncIterator[asyncio.subprocess.Process]:
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=str(cwd), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        *argv,
+        cwd=str(cwd),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
     try:
@@ -114,7 +117,10 @@ async def wait_ready(base: str, timeout: float = 60) -> None:
 @contextlib.asynccontextmanager
 async def session(url: str) -> AsyncIterator[ClientSession]:
     async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120)) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write), ClientSession(read, write) as s:
+        async with (
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write) as s,
+        ):
             await s.initialize()
             yield s
 
@@ -122,7 +128,9 @@ async def session(url: str) -> AsyncIterator[ClientSession]:
 # ------------------------------------------------------------------------------------ part 1: calls
 
 
-async def run_sessions(url: str, tool: str, sessions: int, calls_each: int) -> tuple[list[float], float]:
+async def run_sessions(
+    url: str, tool: str, sessions: int, calls_each: int
+) -> tuple[list[float], float]:
     """Latencies (ms) of every call and the wall time of the whole run."""
     latencies: list[float] = []
     ready = asyncio.Barrier(sessions + 1)
@@ -162,68 +170,325 @@ async def bench_calls(calls: int, work: Path) -> list[list[str]]:
     config = {
         "server": {"host": "127.0.0.1", "port": bridge_port},
         "store": {"path": str(work / "bridge.db")},
-        "upstreams": [{"name": "up", "kind": "mcp", "url": f"http://127.0.0.1:{up_port}/mcp", "protocol": "legacy"}],
+        "upstreams": [
+            {
+                "name": "up",
+                "kind": "mcp",
+                "url": f"http://127.0.0.1:{up_port}/mcp",
+                "protocol": "legacy",
+            }
+        ],
         "search": {"semantic": "off"},  # this measures calls, not search
     }
     (work / "bridge.json").write_text(json.dumps(config))
     rows = []
     async with process(PY, str(ROOT / "bench" / "_mcp_echo_server.py"), str(up_port)) as upstream:
         await wait_listening(up_port, upstream)
-        async with process(PY, "-m", "bridge.cli", "serve", "-c", str(work / "bridge.json")) as bridge:
+        async with process(
+            PY, "-m", "bridge.cli", "serve", "-c", str(work / "bridge.json")
+        ) as bridge:
             await wait_listening(bridge_port, bridge)
             await wait_ready(f"http://127.0.0.1:{bridge_port}")
-            direct_url, bridge_url = f"http://127.0.0.1:{up_port}/mcp", f"http://127.0.0.1:{bridge_port}/mcp"
+            direct_url, bridge_url = (
+                f"http://127.0.0.1:{up_port}/mcp",
+                f"http://127.0.0.1:{bridge_port}/mcp",
+            )
             async with session(bridge_url) as s:
                 names = [t.name for t in (await s.list_tools()).tools]
                 assert "up__echo" in names, names
             for sessions in (1, 32):
                 calls_each = calls if sessions == 1 else max(5, calls // 16)
                 measured = {}
-                for label, url, tool in (("direct", direct_url, "echo"), ("via bridge", bridge_url, "up__echo")):
+                for label, url, tool in (
+                    ("direct", direct_url, "echo"),
+                    ("via bridge", bridge_url, "up__echo"),
+                ):
                     latencies, wall = await run_sessions(url, tool, sessions, calls_each)
                     measured[label] = statistics.median(latencies)
-                    rows.append([label, str(sessions), str(len(latencies)), f"{len(latencies) / wall:,.0f}",
-                                 f"{statistics.median(latencies):.2f}", f"{pct(latencies, 0.95):.2f}", ""])
+                    rows.append(
+                        [
+                            label,
+                            str(sessions),
+                            str(len(latencies)),
+                            f"{len(latencies) / wall:,.0f}",
+                            f"{statistics.median(latencies):.2f}",
+                            f"{pct(latencies, 0.95):.2f}",
+                            "",
+                        ]
+                    )
                 rows[-1][-1] = f"+{measured['via bridge'] - measured['direct']:.2f} ms p50"
     return rows
 
 
 # ------------------------------------------------------------------------------------ part 2: 100k deferred
 
-VERBS = ["get", "list", "create", "update", "delete", "search", "archive", "export", "import", "sync"]
+VERBS = [
+    "get",
+    "list",
+    "create",
+    "update",
+    "delete",
+    "search",
+    "archive",
+    "export",
+    "import",
+    "sync",
+]
 QUALIFIERS = [
-    "primary", "archived", "shared", "draft", "pending", "recurring", "external", "internal", "scheduled", "public",
-    "private", "billing", "support", "sales", "marketing", "legal", "finance", "travel", "medical", "school",
-    "regional", "global", "daily", "weekly", "monthly", "yearly", "urgent", "default", "custom", "template",
-    "tagged", "flagged", "starred", "hidden", "locked", "signed", "unsigned", "verified", "expired", "active",
-    "inactive", "open", "closed", "merged", "blocked", "approved", "rejected", "refunded", "paid", "unpaid",
+    "primary",
+    "archived",
+    "shared",
+    "draft",
+    "pending",
+    "recurring",
+    "external",
+    "internal",
+    "scheduled",
+    "public",
+    "private",
+    "billing",
+    "support",
+    "sales",
+    "marketing",
+    "legal",
+    "finance",
+    "travel",
+    "medical",
+    "school",
+    "regional",
+    "global",
+    "daily",
+    "weekly",
+    "monthly",
+    "yearly",
+    "urgent",
+    "default",
+    "custom",
+    "template",
+    "tagged",
+    "flagged",
+    "starred",
+    "hidden",
+    "locked",
+    "signed",
+    "unsigned",
+    "verified",
+    "expired",
+    "active",
+    "inactive",
+    "open",
+    "closed",
+    "merged",
+    "blocked",
+    "approved",
+    "rejected",
+    "refunded",
+    "paid",
+    "unpaid",
 ]
 OBJECTS = [
-    "invoice", "customer", "order", "file", "message", "event", "ticket", "item", "report", "employee",
-    "payment", "subscription", "channel", "calendar", "contact", "product", "shipment", "warehouse", "policy", "user",
-    "group", "role", "token", "webhook", "dataset", "model", "job", "pipeline", "repository", "issue",
-    "comment", "note", "task", "project", "meeting", "room", "device", "sensor", "alert", "metric",
-    "log", "backup", "snapshot", "volume", "bucket", "domain", "certificate", "license", "coupon", "refund",
-    "quote", "contract", "lead", "opportunity", "campaign", "survey", "form", "page", "post", "video",
-    "image", "playlist", "album", "track", "recipe", "menu", "reservation", "flight", "hotel", "car",
-    "booking", "route", "map", "place", "review", "rating", "question", "answer", "course", "lesson",
-    "grade", "student", "teacher", "patient", "appointment", "prescription", "claim", "account", "budget", "expense",
-    "asset", "vendor", "supplier", "stock", "price", "currency", "transfer", "loan", "card", "statement",
-    "folder", "label", "thread", "draft", "attachment", "signature", "workflow", "trigger", "schedule", "queue",
-    "cluster", "node", "pod", "service", "secret", "config", "feature", "experiment", "segment", "audience",
-    "translation", "glossary", "document", "spreadsheet", "slide", "whiteboard", "poll", "badge", "reward", "game",
-    "match", "team", "player", "league", "season", "vehicle", "driver", "parcel", "package", "release",
-    "build", "deployment", "artifact", "branch", "commit", "review_request", "sprint", "epic", "story", "bug",
-    "incident", "runbook", "oncall", "status_page", "invoice_line", "tax_rate", "discount", "gift_card", "wishlist", "cart",
-    "checkout", "return", "exchange", "inventory", "catalog", "category", "brand", "supplier_order", "purchase_order", "receipt",
-    "timesheet", "payroll", "benefit", "leave", "shift", "candidate", "interview", "offer", "onboarding", "training",
+    "invoice",
+    "customer",
+    "order",
+    "file",
+    "message",
+    "event",
+    "ticket",
+    "item",
+    "report",
+    "employee",
+    "payment",
+    "subscription",
+    "channel",
+    "calendar",
+    "contact",
+    "product",
+    "shipment",
+    "warehouse",
+    "policy",
+    "user",
+    "group",
+    "role",
+    "token",
+    "webhook",
+    "dataset",
+    "model",
+    "job",
+    "pipeline",
+    "repository",
+    "issue",
+    "comment",
+    "note",
+    "task",
+    "project",
+    "meeting",
+    "room",
+    "device",
+    "sensor",
+    "alert",
+    "metric",
+    "log",
+    "backup",
+    "snapshot",
+    "volume",
+    "bucket",
+    "domain",
+    "certificate",
+    "license",
+    "coupon",
+    "refund",
+    "quote",
+    "contract",
+    "lead",
+    "opportunity",
+    "campaign",
+    "survey",
+    "form",
+    "page",
+    "post",
+    "video",
+    "image",
+    "playlist",
+    "album",
+    "track",
+    "recipe",
+    "menu",
+    "reservation",
+    "flight",
+    "hotel",
+    "car",
+    "booking",
+    "route",
+    "map",
+    "place",
+    "review",
+    "rating",
+    "question",
+    "answer",
+    "course",
+    "lesson",
+    "grade",
+    "student",
+    "teacher",
+    "patient",
+    "appointment",
+    "prescription",
+    "claim",
+    "account",
+    "budget",
+    "expense",
+    "asset",
+    "vendor",
+    "supplier",
+    "stock",
+    "price",
+    "currency",
+    "transfer",
+    "loan",
+    "card",
+    "statement",
+    "folder",
+    "label",
+    "thread",
+    "draft",
+    "attachment",
+    "signature",
+    "workflow",
+    "trigger",
+    "schedule",
+    "queue",
+    "cluster",
+    "node",
+    "pod",
+    "service",
+    "secret",
+    "config",
+    "feature",
+    "experiment",
+    "segment",
+    "audience",
+    "translation",
+    "glossary",
+    "document",
+    "spreadsheet",
+    "slide",
+    "whiteboard",
+    "poll",
+    "badge",
+    "reward",
+    "game",
+    "match",
+    "team",
+    "player",
+    "league",
+    "season",
+    "vehicle",
+    "driver",
+    "parcel",
+    "package",
+    "release",
+    "build",
+    "deployment",
+    "artifact",
+    "branch",
+    "commit",
+    "review_request",
+    "sprint",
+    "epic",
+    "story",
+    "bug",
+    "incident",
+    "runbook",
+    "oncall",
+    "status_page",
+    "invoice_line",
+    "tax_rate",
+    "discount",
+    "gift_card",
+    "wishlist",
+    "cart",
+    "checkout",
+    "return",
+    "exchange",
+    "inventory",
+    "catalog",
+    "category",
+    "brand",
+    "supplier_order",
+    "purchase_order",
+    "receipt",
+    "timesheet",
+    "payroll",
+    "benefit",
+    "leave",
+    "shift",
+    "candidate",
+    "interview",
+    "offer",
+    "onboarding",
+    "training",
 ]
 QUERIES = [
-    "create a new invoice", "list overdue unpaid invoices", "archive old customer records", "export monthly sales report",
-    "delete expired certificate", "update shipment route", "search support tickets", "sync calendar events",
-    "get patient appointment", "import product catalog", "refund a payment", "schedule weekly backup",
-    "approve purchase order", "find flight reservation", "list open pull request reviews", "get weather alert",
-    "update employee payroll", "create playlist of tracks", "close incident runbook", "export student grades",
+    "create a new invoice",
+    "list overdue unpaid invoices",
+    "archive old customer records",
+    "export monthly sales report",
+    "delete expired certificate",
+    "update shipment route",
+    "search support tickets",
+    "sync calendar events",
+    "get patient appointment",
+    "import product catalog",
+    "refund a payment",
+    "schedule weekly backup",
+    "approve purchase order",
+    "find flight reservation",
+    "list open pull request reviews",
+    "get weather alert",
+    "update employee payroll",
+    "create playlist of tracks",
+    "close incident runbook",
+    "export student grades",
 ]
 
 
@@ -238,7 +503,9 @@ class BenchUpstream(Upstream):
     async def list_tools(self) -> list[UpstreamTool]:
         return []
 
-    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+    async def invoke(
+        self, native_id: str, arguments: dict[str, Any], ctx: CallContext
+    ) -> UpstreamResult:
         return UpstreamResult(content=[{"type": "text", "text": json.dumps(arguments)}])
 
     async def close(self) -> None:
@@ -262,12 +529,18 @@ def synthetic_tools(count: int) -> list[UpstreamTool]:
                 input_schema={
                     "type": "object",
                     "properties": {
-                        f"{obj}_id": {"type": "string", "description": f"Id of the {obj.replace('_', ' ')}."},
+                        f"{obj}_id": {
+                            "type": "string",
+                            "description": f"Id of the {obj.replace('_', ' ')}.",
+                        },
                         "fields": {"type": "array", "items": {"type": "string"}},
                     },
                     "required": [f"{obj}_id"],
                 },
-                safety=SafetyHints(read_only=verb in ("get", "list", "search", "export"), sources={"read_only": "declared"}),
+                safety=SafetyHints(
+                    read_only=verb in ("get", "list", "search", "export"),
+                    sources={"read_only": "declared"},
+                ),
                 tags=[qualifier],
             )
         )
@@ -283,15 +556,25 @@ async def timed(repeat: int, fn: Callable[[int], Awaitable[Any]]) -> list[float]
     return out
 
 
-async def bench_large_catalog(count: int, repeat: int, work: Path) -> tuple[list[list[str]], list[str]]:
+async def bench_large_catalog(
+    count: int, repeat: int, work: Path
+) -> tuple[list[list[str]], list[str]]:
     work.mkdir()
     notes = []
-    config = parse_config({
-        "store": {"path": str(work / "bridge.db")},
-        "surfaces": [{"name": "default", "load": [f"bench__get_primary_{o}" for o in OBJECTS[:20]], "defer": ["*"]}],
-        # the default stage without the `semantic` extra (the full model would take hours here)
-        "search": {"semantic": "static"},
-    })
+    config = parse_config(
+        {
+            "store": {"path": str(work / "bridge.db")},
+            "surfaces": [
+                {
+                    "name": "default",
+                    "load": [f"bench__get_primary_{o}" for o in OBJECTS[:20]],
+                    "defer": ["*"],
+                }
+            ],
+            # the default stage without the `semantic` extra (the full model would take hours here)
+            "search": {"semantic": "static"},
+        }
+    )
     upstream = BenchUpstream(UpstreamConfig(name="bench", kind="bench"))
     bridge = Bridge(config, extra_upstreams=[upstream])
     tools = synthetic_tools(count)
@@ -306,14 +589,20 @@ async def bench_large_catalog(count: int, repeat: int, work: Path) -> tuple[list
         await asyncio.to_thread(bridge.search.semantic.flush, 900)
         embedded = time.perf_counter() - listed
     counts = bridge.surfaces.get("default").counts()  # type: ignore[union-attr]
-    notes.append(f"catalog of {len(bridge.catalog):,} tools built in {built:.1f} s, indexed in {indexed:.1f} s more; "
-                 f"surface: {counts['loaded']} loaded, {counts['deferred']:,} deferred; peak RSS {rss_mb():,.0f} MB")
+    notes.append(
+        f"catalog of {len(bridge.catalog):,} tools built in {built:.1f} s, indexed in {indexed:.1f} s more; "
+        f"surface: {counts['loaded']} loaded, {counts['deferred']:,} deferred; peak RSS {rss_mb():,.0f} MB"
+    )
     if embedded is not None:
-        notes.append(f"semantic stage (static table): every tool embedded {embedded:.1f} s after the listing (in the background)")
+        notes.append(
+            f"semantic stage (static table): every tool embedded {embedded:.1f} s after the listing (in the background)"
+        )
     frontend = MCPFrontend(bridge)
     app = frontend.http_app([], host="127.0.0.1")
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     rows = []
@@ -326,18 +615,62 @@ async def bench_large_catalog(count: int, repeat: int, work: Path) -> tuple[list
         async with session(url) as s:
             first = await s.list_tools()
             listed = await timed(repeat, lambda i: s.list_tools())
-            searched = await timed(repeat, lambda i: s.call_tool("search_tools", {"query": QUERIES[i % len(QUERIES)], "limit": 10}))
-            found = (await s.call_tool("search_tools", {"query": "refund a payment"})).structured_content
-        rows.append(["tools/list", "2025-11-25", str(len(first.tools)), f"{statistics.median(listed):.2f}", f"{pct(listed, 0.95):.2f}"])
-        rows.append(["search_tools", "2025-11-25", "10", f"{statistics.median(searched):.2f}", f"{pct(searched, 0.95):.2f}"])
+            searched = await timed(
+                repeat,
+                lambda i: s.call_tool(
+                    "search_tools", {"query": QUERIES[i % len(QUERIES)], "limit": 10}
+                ),
+            )
+            found = (
+                await s.call_tool("search_tools", {"query": "refund a payment"})
+            ).structured_content
+        rows.append(
+            [
+                "tools/list",
+                "2025-11-25",
+                str(len(first.tools)),
+                f"{statistics.median(listed):.2f}",
+                f"{pct(listed, 0.95):.2f}",
+            ]
+        )
+        rows.append(
+            [
+                "search_tools",
+                "2025-11-25",
+                "10",
+                f"{statistics.median(searched):.2f}",
+                f"{pct(searched, 0.95):.2f}",
+            ]
+        )
         notes.append(f"'refund a payment' → {', '.join(m['name'] for m in found['matches'][:3])}")
         # 2026-07-28 era
         async with Client(url, mode="2026-07-28", cache=None) as c:
             first = await c.list_tools()
             listed = await timed(repeat, lambda i: c.list_tools())
-            searched = await timed(repeat, lambda i: c.call_tool("search_tools", {"query": QUERIES[i % len(QUERIES)], "limit": 10}))
-        rows.append(["tools/list", "2026-07-28", str(len(first.tools)), f"{statistics.median(listed):.2f}", f"{pct(listed, 0.95):.2f}"])
-        rows.append(["search_tools", "2026-07-28", "10", f"{statistics.median(searched):.2f}", f"{pct(searched, 0.95):.2f}"])
+            searched = await timed(
+                repeat,
+                lambda i: c.call_tool(
+                    "search_tools", {"query": QUERIES[i % len(QUERIES)], "limit": 10}
+                ),
+            )
+        rows.append(
+            [
+                "tools/list",
+                "2026-07-28",
+                str(len(first.tools)),
+                f"{statistics.median(listed):.2f}",
+                f"{pct(listed, 0.95):.2f}",
+            ]
+        )
+        rows.append(
+            [
+                "search_tools",
+                "2026-07-28",
+                "10",
+                f"{statistics.median(searched):.2f}",
+                f"{pct(searched, 0.95):.2f}",
+            ]
+        )
     finally:
         server.should_exit = True
         with contextlib.suppress(BaseException):
@@ -349,28 +682,46 @@ async def bench_large_catalog(count: int, repeat: int, work: Path) -> tuple[list
 
 
 async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tools", type=int, default=100_000, help="deferred tools in part 2")
-    parser.add_argument("--calls", type=int, default=300, help="calls of the one-session run (32 sessions make calls/16 each)")
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=300,
+        help="calls of the one-session run (32 sessions make calls/16 each)",
+    )
     parser.add_argument("--repeat", type=int, default=40, help="requests per latency row of part 2")
     parser.add_argument("--part", choices=("all", "calls", "catalog"), default="all")
     args = parser.parse_args()
     print(f"MCP frontend benchmark ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})\n")
-    with tempfile.TemporaryDirectory(prefix="bench-mcp-") as work:  # each part's store and index, removed after
+    with tempfile.TemporaryDirectory(
+        prefix="bench-mcp-"
+    ) as work:  # each part's store and index, removed after
         return await run_parts(args, Path(work))
 
 
 async def run_parts(args: argparse.Namespace, work: Path) -> int:
     if args.part in ("all", "calls"):
-        print("tools/call: direct to the MCP upstream vs through the bridge (streamable HTTP, 2025-11-25 sessions)")
+        print(
+            "tools/call: direct to the MCP upstream vs through the bridge (streamable HTTP, 2025-11-25 sessions)"
+        )
         try:
             call_rows = await bench_calls(args.calls, work / "calls")
-            print(table(call_rows, ["PATH", "SESSIONS", "CALLS", "CALLS/S", "P50 MS", "P95 MS", "BRIDGE COST"]))
+            print(
+                table(
+                    call_rows,
+                    ["PATH", "SESSIONS", "CALLS", "CALLS/S", "P50 MS", "P95 MS", "BRIDGE COST"],
+                )
+            )
         except Exception as exc:
             print(f"skipped: {type(exc).__name__}: {exc}")
         print()
     if args.part in ("all", "catalog"):
-        print(f"tools/list and search_tools over MCP with {args.tools:,} deferred tools ({args.repeat} requests each)")
+        print(
+            f"tools/list and search_tools over MCP with {args.tools:,} deferred tools ({args.repeat} requests each)"
+        )
         rows, notes = await bench_large_catalog(args.tools, args.repeat, work / "catalog")
         print(table(rows, ["REQUEST", "ERA", "TOOLS/MATCHES", "P50 MS", "P95 MS"]))
         for note in notes:

@@ -96,9 +96,17 @@ async def direct_client(target: Any, mode: str) -> AsyncIterator[Callable[[], Aw
 
 
 @contextlib.asynccontextmanager
-async def bridged_client(entry: dict[str, Any]) -> AsyncIterator[tuple[str, Callable[[], Awaitable[None]]]]:
-    config = parse_config({"store": {"path": ":memory:"}, "upstreams": [{"name": "demo", "kind": "mcp", **entry}],
-                           "search": {"semantic": "off"}}, base_dir=str(ROOT))
+async def bridged_client(
+    entry: dict[str, Any],
+) -> AsyncIterator[tuple[str, Callable[[], Awaitable[None]]]]:
+    config = parse_config(
+        {
+            "store": {"path": ":memory:"},
+            "upstreams": [{"name": "demo", "kind": "mcp", **entry}],
+            "search": {"semantic": "off"},
+        },
+        base_dir=str(ROOT),
+    )
     async with Bridge(config) as bridge:
         slot = bridge.catalog.slot("demo")
         assert slot.health.state == "ready", slot.health.reason
@@ -111,7 +119,10 @@ async def bridged_client(entry: dict[str, Any]) -> AsyncIterator[tuple[str, Call
 
 
 async def compare(
-    direct: Callable[[], Awaitable[None]], bridged: Callable[[], Awaitable[None]], calls: int, warmup: int
+    direct: Callable[[], Awaitable[None]],
+    bridged: Callable[[], Awaitable[None]],
+    calls: int,
+    warmup: int,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Both paths in turns, so a busy machine slows both alike."""
     for _ in range(warmup):
@@ -119,7 +130,11 @@ async def compare(
         await bridged()
     samples: dict[str, list[float]] = {"direct": [], "bridged": []}
     for i in range(calls):
-        order = (("direct", direct), ("bridged", bridged)) if i % 2 else (("bridged", bridged), ("direct", direct))
+        order = (
+            (("direct", direct), ("bridged", bridged))
+            if i % 2
+            else (("bridged", bridged), ("direct", direct))
+        )
         for key, call in order:
             start = time.perf_counter()
             await call()
@@ -130,19 +145,41 @@ async def compare(
 async def run(calls: int, warmup: int) -> list[list[str]]:
     rows: list[list[str]] = []
 
-    def add(transport: str, version: str, path: str, stats: dict[str, float], base: dict[str, float] | None) -> None:
+    def add(
+        transport: str,
+        version: str,
+        path: str,
+        stats: dict[str, float],
+        base: dict[str, float] | None,
+    ) -> None:
         extra = f"{stats['p50'] - base['p50']:+.3f}" if base else ""
-        rows.append([transport, version, path, f"{stats['p50']:.3f}", f"{stats['p99']:.3f}", f"{stats['rate']:.0f}", extra])
+        rows.append(
+            [
+                transport,
+                version,
+                path,
+                f"{stats['p50']:.3f}",
+                f"{stats['p99']:.3f}",
+                f"{stats['rate']:.0f}",
+                extra,
+            ]
+        )
 
     for mode in ("legacy", "2026-07-28"):
         stdio = StdioServerParameters(command=SERVER[0], args=SERVER[1:], cwd=str(ROOT))
         entry = {"command": "python", "args": SERVER[1:], "cwd": str(ROOT), "protocol": mode}
-        async with direct_client(stdio, mode) as sdk_call, bridged_client(entry) as (version, bridge_call):
+        async with (
+            direct_client(stdio, mode) as sdk_call,
+            bridged_client(entry) as (version, bridge_call),
+        ):
             sdk, via = await compare(sdk_call, bridge_call, calls, warmup)
         add("stdio", version, "SDK direct", sdk, None)
         add("stdio", version, "via bridge", via, sdk)
         async with http_server() as url:
-            async with direct_client(url, mode) as sdk_call, bridged_client({"url": url, "protocol": mode}) as (version, bridge_call):
+            async with (
+                direct_client(url, mode) as sdk_call,
+                bridged_client({"url": url, "protocol": mode}) as (version, bridge_call),
+            ):
                 sdk, via = await compare(sdk_call, bridge_call, calls, warmup)
         add("http", version, "SDK direct", sdk, None)
         add("http", version, "via bridge", via, sdk)
@@ -173,7 +210,11 @@ async def loop_held(upstream: mcp_adapter.MCPUpstream) -> tuple[int, float, floa
 async def listing_holds(count: int, repeat: int) -> tuple[list[list[str]], float]:
     """The table's rows, and the size of the listed tools' declarations in MB."""
     rows = []
-    declarations = [json.loads(line) for line in CATALOG.read_text(encoding="utf-8").splitlines() if line.strip()]
+    declarations = [
+        json.loads(line)
+        for line in CATALOG.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     with tempfile.TemporaryDirectory(prefix="bench-mcp-listing-") as work:
         shard = Path(work) / "tools.jsonl"
         with shard.open("w", encoding="utf-8") as fh:
@@ -181,8 +222,14 @@ async def listing_holds(count: int, repeat: int) -> tuple[list[list[str]], float
                 declaration = declarations[i % len(declarations)]
                 fh.write(json.dumps({**declaration, "name": f"{declaration['name']}_{i}"}) + "\n")
         size_mb = shard.stat().st_size / 1e6
-        config = MCPConfig(name="big", kind="mcp", command="python", args=[str(LISTING_SERVER), str(shard)],
-                                       protocol="legacy", ping_interval=None)
+        config = MCPConfig(
+            name="big",
+            kind="mcp",
+            command="python",
+            args=[str(LISTING_SERVER), str(shard)],
+            protocol="legacy",
+            ping_interval=None,
+        )
         default = mcp_listing.OFF_LOOP_TOOLS
         async with mcp_adapter.MCPUpstream(config) as upstream:
             settle_gc()  # as the bridge has it once started
@@ -191,7 +238,9 @@ async def listing_holds(count: int, repeat: int) -> tuple[list[list[str]], float
                 try:
                     for _ in range(repeat):
                         listed, taken, longest, held = await loop_held(upstream)
-                        rows.append([where, f"{listed:,}", f"{taken:.2f}", f"{longest:.0f}", f"{held:.2f}"])
+                        rows.append(
+                            [where, f"{listed:,}", f"{taken:.2f}", f"{longest:.0f}", f"{held:.2f}"]
+                        )
                 finally:
                     mcp_listing.OFF_LOOP_TOOLS = default
     return rows, size_mb
@@ -212,16 +261,31 @@ def main() -> None:
     parser.add_argument("--listings", type=int, default=3, help="listings measured each way")
     opts = parser.parse_args()
     rows = asyncio.run(run(opts.calls, opts.warmup))
-    print(f"MCP upstream call cost: demo server `echo`, {opts.calls} sequential calls per path, paths in turns (after {opts.warmup} warm-up)")
+    print(
+        f"MCP upstream call cost: demo server `echo`, {opts.calls} sequential calls per path, paths in turns (after {opts.warmup} warm-up)"
+    )
     table(["transport", "protocol", "path", "p50 ms", "p99 ms", "calls/s", "p50 overhead ms"], rows)
     if not CATALOG.exists():
         print(f"listing table left out: {CATALOG} not found")
         return
     rows, size_mb = asyncio.run(listing_holds(opts.listed, opts.listings))
-    print(f"A listing of {opts.listed:,} tools in one tools/list page over stdio: how long it holds the event loop "
-          "(and every call the bridge serves)")
-    table(["page checks and conversion on", "tools", "listed in s", "loop held at most ms", "s in holds over 50 ms"], rows)
-    print(f"what remains held is mostly parsing the page's message (about {size_mb:.0f} MB), which holds the interpreter wherever it runs")
+    print(
+        f"A listing of {opts.listed:,} tools in one tools/list page over stdio: how long it holds the event loop "
+        "(and every call the bridge serves)"
+    )
+    table(
+        [
+            "page checks and conversion on",
+            "tools",
+            "listed in s",
+            "loop held at most ms",
+            "s in holds over 50 ms",
+        ],
+        rows,
+    )
+    print(
+        f"what remains held is mostly parsing the page's message (about {size_mb:.0f} MB), which holds the interpreter wherever it runs"
+    )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,10 @@ REQUESTS = 2000
 
 async def main() -> None:
     issuer = OwnIssuer()
-    bridge = Bridge(parse_config(bridge_config(issuer.url)), extra_upstreams=[FakeUpstream(name="svc", tools=[tool("read", read_only=True)])])
+    bridge = Bridge(
+        parse_config(bridge_config(issuer.url)),
+        extra_upstreams=[FakeUpstream(name="svc", tools=[tool("read", read_only=True)])],
+    )
     await bridge.start()
     app = build_app(bridge)
     token = issuer.sign()
@@ -50,9 +53,13 @@ async def main() -> None:
         await close_app(app)
         await bridge.close()
         issuer.server.shutdown()
-    print(f"{'token':<8}{'p50 ms':>9}{'p90 ms':>9}   ({REQUESTS} requests each, REST /invoke, one at a time)")
+    print(
+        f"{'token':<8}{'p50 ms':>9}{'p90 ms':>9}   ({REQUESTS} requests each, REST /invoke, one at a time)"
+    )
     for kind, values in times.items():
-        print(f"{kind:<8}{statistics.median(values):>9.3f}{statistics.quantiles(values, n=10)[-1]:>9.3f}")
+        print(
+            f"{kind:<8}{statistics.median(values):>9.3f}{statistics.quantiles(values, n=10)[-1]:>9.3f}"
+        )
     added = statistics.median(times["jwt"]) - statistics.median(times["static"])
     print(f"a JWT adds {added * 1000:.0f} µs at the median (RS256, cached keys)")
 

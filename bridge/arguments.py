@@ -19,8 +19,14 @@ from bridge.model import BridgeError
 from bridge.schema_check import QuickCheck, compile_quick_check
 from bridge.text import QUOTED_CHARS, has_surrogates, without_surrogates
 
-__all__ = ["MAX_ARGUMENT_DEPTH", "SchemaValidators", "invalid_arguments", "pointer_token", "refuse_unsendable",
-           "schema_errors"]
+__all__ = [
+    "MAX_ARGUMENT_DEPTH",
+    "SchemaValidators",
+    "invalid_arguments",
+    "pointer_token",
+    "refuse_unsendable",
+    "schema_errors",
+]
 
 log = logging.getLogger("bridge.invoke")
 
@@ -31,49 +37,86 @@ class SchemaValidators:
     arguments without it (bridge/schema_check.py)."""
 
     def __init__(self, size: int = 4096) -> None:
-        self._cache: LRUCache[tuple[str, int], tuple[jsonschema.protocols.Validator, QuickCheck | None]] = LRUCache(maxsize=size)
-        self._unusable: set[tuple[str, int]] = set()  # schemas jsonschema could not apply (said once each)
+        self._cache: LRUCache[
+            tuple[str, int], tuple[jsonschema.protocols.Validator, QuickCheck | None]
+        ] = LRUCache(maxsize=size)
+        self._unusable: set[tuple[str, int]] = (
+            set()
+        )  # schemas jsonschema could not apply (said once each)
 
-    def _entry(self, key: tuple[str, int], schema: dict[str, Any]) -> tuple[jsonschema.protocols.Validator, QuickCheck | None]:
+    def _entry(
+        self, key: tuple[str, int], schema: dict[str, Any]
+    ) -> tuple[jsonschema.protocols.Validator, QuickCheck | None]:
         entry = self._cache.get(key)
         if entry is None:
-            cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+            cls = jsonschema.validators.validator_for(
+                schema, default=jsonschema.Draft202012Validator
+            )
             try:
                 cls.check_schema(schema)
             except jsonschema.SchemaError:
-                cls = jsonschema.Draft202012Validator  # a sloppy upstream schema still validates what it can
+                cls = (
+                    jsonschema.Draft202012Validator
+                )  # a sloppy upstream schema still validates what it can
             try:
                 quick = compile_quick_check(schema)
-            except (TypeError, ValueError, AttributeError, LookupError, RecursionError):  # a schema in no shape it reads
+            except (
+                TypeError,
+                ValueError,
+                AttributeError,
+                LookupError,
+                RecursionError,
+            ):  # a schema in no shape it reads
                 quick = None
             entry = self._cache[key] = (cls(schema), quick)
         return entry
 
-    def errors(self, key: tuple[str, int], schema: dict[str, Any], arguments: Any) -> list[dict[str, str]]:
+    def errors(
+        self, key: tuple[str, int], schema: dict[str, Any], arguments: Any
+    ) -> list[dict[str, str]]:
         validator, quick = self._entry(key, schema)
         if quick is not None and quick(arguments):
             return []
         try:
             return schema_errors(validator, arguments)
-        except (jsonschema.exceptions.UnknownType, referencing.exceptions.Unresolvable, TypeError, ValueError,
-                LookupError, RecursionError, AttributeError, re.error) as exc:
+        except (
+            jsonschema.exceptions.UnknownType,
+            referencing.exceptions.Unresolvable,
+            TypeError,
+            ValueError,
+            LookupError,
+            RecursionError,
+            AttributeError,
+            re.error,
+        ) as exc:
             # an upstream schema jsonschema cannot apply ({"type": "bogus"}, `required` holding
             # objects, a dangling $ref, `properties` a list, a `pattern` that is no regular
             # expression): the bridge cannot judge the arguments, the upstream will
             if key not in self._unusable:
                 self._unusable.add(key)
-                log.warning("tool %s v%d: its input schema cannot be applied (%s: %s); arguments go to the upstream "
-                            "unchecked", key[0], key[1], type(exc).__name__, str(exc).splitlines()[0][:200])
+                log.warning(
+                    "tool %s v%d: its input schema cannot be applied (%s: %s); arguments go to the upstream "
+                    "unchecked",
+                    key[0],
+                    key[1],
+                    type(exc).__name__,
+                    str(exc).splitlines()[0][:200],
+                )
             return []
 
 
-def schema_errors(validator: jsonschema.protocols.Validator, arguments: Any, limit: int = 20) -> list[dict[str, str]]:
+def schema_errors(
+    validator: jsonschema.protocols.Validator, arguments: Any, limit: int = 20
+) -> list[dict[str, str]]:
     """Up to `limit` validation errors of `arguments`, in the order of where they are, each as
     `{path (JSON pointer), message}`."""
-    found = sorted(validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.absolute_path])
-    return [{"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": _error_message(e)} for e in found[:limit]]
-
-
+    found = sorted(
+        validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.absolute_path]
+    )
+    return [
+        {"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": _error_message(e)}
+        for e in found[:limit]
+    ]
 
 
 def _as_written(value: Any) -> str:
@@ -86,7 +129,9 @@ def _as_written(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_as_written(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{_as_written(k)}: {_as_written(v)}" for k, v in value.items()) + "}"
+        return (
+            "{" + ", ".join(f"{_as_written(k)}: {_as_written(v)}" for k, v in value.items()) + "}"
+        )
     return repr(value)
 
 
@@ -99,10 +144,18 @@ def _error_message(error: jsonschema.ValidationError) -> str:
     for value, python in ((error.instance, shown), (error.validator_value, None)):
         if value is None or isinstance(value, bool | list | dict):
             python = python or repr(value)
-            if len(python) <= QUOTED_CHARS and python in message and python != (written := _as_written(value)):
+            if (
+                len(python) <= QUOTED_CHARS
+                and python in message
+                and python != (written := _as_written(value))
+            ):
                 message = message.replace(python, written)
     if len(shown) > QUOTED_CHARS and shown in message:
-        size = f"{len(error.instance)} characters" if isinstance(error.instance, str) else f"{len(shown)} characters as written"
+        size = (
+            f"{len(error.instance)} characters"
+            if isinstance(error.instance, str)
+            else f"{len(shown)} characters as written"
+        )
         message = message.replace(shown, f"{shown[:QUOTED_CHARS]}… ({size})")
     return message
 
@@ -114,8 +167,13 @@ MAX_ARGUMENT_DEPTH = 64
 
 
 def _unsendable(message: str, pointer: str) -> BridgeError:
-    return BridgeError(f"{message} at {pointer or 'the top'}", error_class="invalid_arguments", recoverability="change_arguments",
-                       status="rejected", details={"errors": [{"path": pointer, "message": message}]})
+    return BridgeError(
+        f"{message} at {pointer or 'the top'}",
+        error_class="invalid_arguments",
+        recoverability="change_arguments",
+        status="rejected",
+        details={"errors": [{"path": pointer, "message": message}]},
+    )
 
 
 def refuse_unsendable(arguments: Any) -> None:
@@ -129,17 +187,27 @@ def refuse_unsendable(arguments: Any) -> None:
     except RecursionError:
         text = None  # deeper than the encoder goes: found by the walk below
     except ValueError:
-        raise _unsendable("the arguments hold NaN or Infinity, which JSON cannot carry; send a finite number or null",
-                          _first_at(arguments, lambda v, _: isinstance(v, float) and not math.isfinite(v)) or "") from None
+        raise _unsendable(
+            "the arguments hold NaN or Infinity, which JSON cannot carry; send a finite number or null",
+            _first_at(arguments, lambda v, _: isinstance(v, float) and not math.isfinite(v)) or "",
+        ) from None
     if text is not None and not text.isascii() and has_surrogates(text):
         pointer = _first_at(arguments, lambda v, _: isinstance(v, str) and has_surrogates(v)) or ""
-        raise _unsendable("the arguments hold text that is not valid Unicode (a lone surrogate escape); send the text as "
-                          "UTF-8, or escape a character outside the Basic Multilingual Plane as a pair", without_surrogates(pointer))
+        raise _unsendable(
+            "the arguments hold text that is not valid Unicode (a lone surrogate escape); send the text as "
+            "UTF-8, or escape a character outside the Basic Multilingual Plane as a pair",
+            without_surrogates(pointer),
+        )
     # nesting needs as many brackets as levels: most arguments are told apart without a walk
     if text is None or text.count("{") + text.count("[") > MAX_ARGUMENT_DEPTH:
-        deep = _first_at(arguments, lambda v, depth: depth > MAX_ARGUMENT_DEPTH and isinstance(v, dict | list))
+        deep = _first_at(
+            arguments, lambda v, depth: depth > MAX_ARGUMENT_DEPTH and isinstance(v, dict | list)
+        )
         if deep is not None:
-            raise _unsendable(f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels; send flatter arguments", deep)
+            raise _unsendable(
+                f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels; send flatter arguments",
+                deep,
+            )
 
 
 def pointer_token(key: Any) -> str:
@@ -165,7 +233,9 @@ def _first_at(value: Any, found: Callable[[Any, int], bool]) -> str | None:
                 children.append((child, step, depth + 1))
             stack.extend(reversed(children))
         elif isinstance(item, list):
-            stack.extend((child, f"{pointer}/{i}", depth + 1) for i, child in reversed(list(enumerate(item))))
+            stack.extend(
+                (child, f"{pointer}/{i}", depth + 1) for i, child in reversed(list(enumerate(item)))
+            )
     return None
 
 

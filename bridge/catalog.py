@@ -31,7 +31,14 @@ from bridge.supervisor import NAME_SEPARATOR, UpstreamSlot, UpstreamSupervisor
 from bridge.text import has_surrogates, without_surrogates
 from bridge.versions import Signed, UnencodableText, VersionRegistry, sign
 
-__all__ = ["MAX_NAME", "NAME_SEPARATOR", "UNSUPPORTED_INPUT", "Catalog", "CatalogChange", "exposed_name"]
+__all__ = [
+    "MAX_NAME",
+    "NAME_SEPARATOR",
+    "UNSUPPORTED_INPUT",
+    "Catalog",
+    "CatalogChange",
+    "exposed_name",
+]
 
 # The blocked reason of a tool whose input schema cannot accept an object (`{"type": "string"}`):
 # every frontend passes arguments as an object, so no caller could reach it.
@@ -115,7 +122,9 @@ class Catalog(UpstreamSupervisor):
         self._assigned = self.store.assigned_names()
         self._listeners: list[Callable[[CatalogChange], None]] = []
         self.generation = 0
-        self._journal: deque[tuple[int, tuple[str, ...] | None]] = deque()  # (generation, ids it touched)
+        self._journal: deque[tuple[int, tuple[str, ...] | None]] = (
+            deque()
+        )  # (generation, ids it touched)
         self._journal_ids = 0
 
     # ---------------------------------------------------------------- merging
@@ -128,7 +137,9 @@ class Catalog(UpstreamSupervisor):
             self._forget(decl)
         self._emit(CatalogChange(upstream=slot.name, removed=removed, state_changed=True))
 
-    def _mark(self, slot: UpstreamSlot, state: UpstreamState, reason: str, next_retry: float | None = None) -> None:
+    def _mark(
+        self, slot: UpstreamSlot, state: UpstreamState, reason: str, next_retry: float | None = None
+    ) -> None:
         """An upstream went down: its tools stay listed, marked with the reason."""
         slot.health.state = state
         slot.health.reason = reason
@@ -164,7 +175,9 @@ class Catalog(UpstreamSupervisor):
             name="",
             aliases=[],
             title=tool.title,
-            description=tool.description if len(tool.description) <= MAX_DESCRIPTION_CHARS else _cut_description(slot, tool),
+            description=tool.description
+            if len(tool.description) <= MAX_DESCRIPTION_CHARS
+            else _cut_description(slot, tool),
             search_hint=tool.search_hint,
             lifecycle=tool.lifecycle,
             tool_kind=tool.tool_kind,
@@ -207,8 +220,14 @@ class Catalog(UpstreamSupervisor):
                 return candidate
             attempt += 1
 
-    def _apply(self, slot: UpstreamSlot, tools: list[UpstreamTool] | None, ready: bool, *,
-               added: list[UpstreamTool] | None = None) -> CatalogChange:
+    def _apply(
+        self,
+        slot: UpstreamSlot,
+        tools: list[UpstreamTool] | None,
+        ready: bool,
+        *,
+        added: list[UpstreamTool] | None = None,
+    ) -> CatalogChange:
         """Take a listing (or the tools announced, `added`) at once, on the calling thread
         (`apply_tools`, and small listings)."""
         with _collector_paused(len(tools if tools is not None else added or ())):
@@ -216,13 +235,20 @@ class Catalog(UpstreamSupervisor):
             self.store.save_names(names)
             return change
 
-    async def _take(self, slot: UpstreamSlot, tools: list[UpstreamTool] | None = None, *,
-                    added: list[UpstreamTool] | None = None) -> CatalogChange:
+    async def _take(
+        self,
+        slot: UpstreamSlot,
+        tools: list[UpstreamTool] | None = None,
+        *,
+        added: list[UpstreamTool] | None = None,
+    ) -> CatalogChange:
         """Take an upstream's listing (`tools`), or the tools it announced (`added`) merged into
         its current ones. A large one is declared and signed on a worker thread, and only merged
         on the event loop: declaring 100,000 tools held the loop, and every call it serves,
         for 3.6 s, even when none of them had changed (under 25 ms now: bench/bench_catalog.py)."""
-        size = len(tools if tools is not None else added or ())  # the tools to compare, and declare if changed
+        size = len(
+            tools if tools is not None else added or ()
+        )  # the tools to compare, and declare if changed
         if size < OFF_LOOP_TOOLS:
             return self._apply(slot, tools, ready=True, added=added)
         with _collector_paused(size):
@@ -245,15 +271,21 @@ class Catalog(UpstreamSupervisor):
         job.add_done_callback(self._off_loop_jobs.discard)
         return await asyncio.shield(job)
 
-    def _prepare(self, slot: UpstreamSlot, tools: list[UpstreamTool] | None,
-                 added: list[UpstreamTool] | None = None) -> tuple[set[str], list[ToolDeclaration]]:
+    def _prepare(
+        self,
+        slot: UpstreamSlot,
+        tools: list[UpstreamTool] | None,
+        added: list[UpstreamTool] | None = None,
+    ) -> tuple[set[str], list[ToolDeclaration]]:
         """The native ids listed, and the declarations (sorted by native id) of its tools that
         are new or changed, versioned: work that reads nothing the event loop changes meanwhile
         (the slot's tools change only when this upstream's listing is merged, which waits for
         this). With `added` instead of `tools`, the upstream's current tools stay as they are."""
         seen: dict[str, UpstreamTool] = {}
         for tool in tools if tools is not None else added or []:
-            if has_surrogates(tool.native_id):  # cleaned before it is a key, so each listing finds it again
+            if has_surrogates(
+                tool.native_id
+            ):  # cleaned before it is a key, so each listing finds it again
                 tool = _cleaned(slot, tool)
             seen.setdefault(tool.native_id, tool)  # a native id listed twice counts once
         listed = set(seen) if tools is not None else {*slot.tools, *seen}
@@ -263,16 +295,20 @@ class Catalog(UpstreamSupervisor):
         # named in the order of their ids, those whose id is their name first: of two OpenAPI
         # operations given one operationId, the one it routes to keeps the clean name (the
         # other, whose id is its method and path, gets a suffix)
-        order = sorted((n for n, tool in seen.items() if not _listed_as(slot, tool, slot.tools.get(n))),
-                       key=lambda n: (seen[n].name != n, n))
+        order = sorted(
+            (n for n, tool in seen.items() if not _listed_as(slot, tool, slot.tools.get(n))),
+            key=lambda n: (seen[n].name != n, n),
+        )
         # declared, signed and versioned a batch at a time: the canonical text of every signature
         # of a listing, held at once, was Microsoft Graph beta's 217 MB (and the process kept it)
         changed: list[ToolDeclaration] = []
         for start in range(0, len(order), SIGN_BATCH):
-            changed.extend(self._versioned(slot, seen, order[start:start + SIGN_BATCH]))
+            changed.extend(self._versioned(slot, seen, order[start : start + SIGN_BATCH]))
         return listed, changed
 
-    def _versioned(self, slot: UpstreamSlot, seen: dict[str, UpstreamTool], order: list[str]) -> list[ToolDeclaration]:
+    def _versioned(
+        self, slot: UpstreamSlot, seen: dict[str, UpstreamTool], order: list[str]
+    ) -> list[ToolDeclaration]:
         """The declarations of the tools `order` names that are new or changed, their versions
         written to the store."""
         fresh = [self._declare(slot, seen[n]) for n in order]
@@ -290,7 +326,11 @@ class Catalog(UpstreamSupervisor):
         while fresh:
             decl, signature = fresh.pop(), signed.pop()
             old = slot.tools.get(decl.native_id)
-            if old is not None and old.loading_state == "loaded" and _declared_facts(old) == _declared_facts(decl):
+            if (
+                old is not None
+                and old.loading_state == "loaded"
+                and _declared_facts(old) == _declared_facts(decl)
+            ):
                 continue
             changed.append(decl)
             changed_signed.append(signature)
@@ -301,12 +341,15 @@ class Catalog(UpstreamSupervisor):
         self.versions.assign(changed, changed_signed)
         return changed
 
-    def _commit(self, slot: UpstreamSlot, seen: set[str], changed: list[ToolDeclaration],
-                ready: bool) -> tuple[CatalogChange, list[tuple[str, str, str, str]]]:
+    def _commit(
+        self, slot: UpstreamSlot, seen: set[str], changed: list[ToolDeclaration], ready: bool
+    ) -> tuple[CatalogChange, list[tuple[str, str, str, str]]]:
         """Merge prepared declarations (those new or changed, versioned) into the catalog: names,
         maps, change event; `seen` is every native id listed. Returns the change and the names
         given, for the store."""
-        change = CatalogChange(upstream=slot.name, state_changed=ready and slot.health.state != "ready")
+        change = CatalogChange(
+            upstream=slot.name, state_changed=ready and slot.health.state != "ready"
+        )
         if ready:
             slot.health.state = "ready"
             slot.health.reason = None
@@ -356,7 +399,9 @@ class Catalog(UpstreamSupervisor):
         ids = tuple(touched) if len(touched) <= JOURNAL_IDS else None
         self._journal.append((self.generation, ids))
         self._journal_ids += len(ids or ())
-        while self._journal_ids > JOURNAL_IDS or len(self._journal) > JOURNAL_IDS:  # changes of no tool count too
+        while (
+            self._journal_ids > JOURNAL_IDS or len(self._journal) > JOURNAL_IDS
+        ):  # changes of no tool count too
             self._journal_ids -= len(self._journal.popleft()[1] or ())
         for listener in list(self._listeners):
             try:
@@ -364,16 +409,20 @@ class Catalog(UpstreamSupervisor):
             except Exception:  # a listener's bug must not stop the catalog
                 log.exception("catalog listener failed")
 
-    def subscribe(self, listener: Callable[[CatalogChange], None], *,
-                  replay: bool = False) -> Callable[[], None]:
+    def subscribe(
+        self, listener: Callable[[CatalogChange], None], *, replay: bool = False
+    ) -> Callable[[], None]:
         """Call `listener` with each change from now on, on the catalog's thread; returns the
         function that stops it. With `replay`, the listener is first told what the catalog holds
         now: a change per upstream, in the order they were added, with its tools as added and its
         state, so that it needs nothing else of the catalog to follow it."""
         if replay:
             for slot in list(self.slots.values()):
-                listener(CatalogChange(upstream=slot.name, added=list(slot.tools.values()),
-                                       state=slot.health.state))
+                listener(
+                    CatalogChange(
+                        upstream=slot.name, added=list(slot.tools.values()), state=slot.health.state
+                    )
+                )
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
@@ -418,6 +467,7 @@ class Catalog(UpstreamSupervisor):
     def __len__(self) -> int:
         return len(self._by_id)
 
+
 @contextlib.contextmanager
 def _collector_paused(tools: int) -> Iterator[None]:
     """Building many long-lived objects triggers full cyclic-GC passes over the whole catalog
@@ -436,21 +486,44 @@ def _cut_description(slot: UpstreamSlot, tool: UpstreamTool) -> str:
     """The first MAX_DESCRIPTION_CHARS characters of a longer description, said once a tool."""
     if tool.native_id not in slot.long_warned:
         slot.long_warned.add(tool.native_id)
-        log.warning("upstream %s: tool %r has a description of %d characters; it is cut to %d", slot.name, tool.name,
-                    len(tool.description), MAX_DESCRIPTION_CHARS)
+        log.warning(
+            "upstream %s: tool %r has a description of %d characters; it is cut to %d",
+            slot.name,
+            tool.name,
+            len(tool.description),
+            MAX_DESCRIPTION_CHARS,
+        )
     return _cut(tool.description)
 
 
 def _cut(description: str) -> str:
-    return description if len(description) <= MAX_DESCRIPTION_CHARS else description[: MAX_DESCRIPTION_CHARS - 1] + "…"
+    return (
+        description
+        if len(description) <= MAX_DESCRIPTION_CHARS
+        else description[: MAX_DESCRIPTION_CHARS - 1] + "…"
+    )
 
 
 def _declared_facts(decl: ToolDeclaration) -> tuple[Any, ...]:
     """What a declaration took from its upstream's tool (`Catalog._declare`): equal facts, the
     same declaration but for the names, versions and loading state the catalog gives it."""
-    return (decl.native_name, decl.description, decl.title, decl.tool_kind, decl.input_schema, decl.output_schema,
-            decl.safety, decl.tags, decl.search_hint, decl.external_mappings, decl.annotations, decl.lifecycle,
-            decl.blocked_reason, decl.blocked_detail, decl.timeout)
+    return (
+        decl.native_name,
+        decl.description,
+        decl.title,
+        decl.tool_kind,
+        decl.input_schema,
+        decl.output_schema,
+        decl.safety,
+        decl.tags,
+        decl.search_hint,
+        decl.external_mappings,
+        decl.annotations,
+        decl.lifecycle,
+        decl.blocked_reason,
+        decl.blocked_detail,
+        decl.timeout,
+    )
 
 
 def _listed_as(slot: UpstreamSlot, tool: UpstreamTool, decl: ToolDeclaration | None) -> bool:
@@ -460,9 +533,22 @@ def _listed_as(slot: UpstreamSlot, tool: UpstreamTool, decl: ToolDeclaration | N
     if decl is None or decl.loading_state != "loaded":
         return False
     return _declared_facts(decl) == (
-        tool.name, _cut(tool.description), tool.title, tool.tool_kind, tool.input_schema, tool.output_schema or None,
-        tool.safety, _tags(slot, tool), tool.search_hint, [_mapping(slot, tool)], tool.annotations, tool.lifecycle,
-        _blocked_reason(tool), tool.blocked_detail, tool.timeout)
+        tool.name,
+        _cut(tool.description),
+        tool.title,
+        tool.tool_kind,
+        tool.input_schema,
+        tool.output_schema or None,
+        tool.safety,
+        _tags(slot, tool),
+        tool.search_hint,
+        [_mapping(slot, tool)],
+        tool.annotations,
+        tool.lifecycle,
+        _blocked_reason(tool),
+        tool.blocked_detail,
+        tool.timeout,
+    )
 
 
 def _tags(slot: UpstreamSlot, tool: UpstreamTool) -> list[str]:
@@ -488,6 +574,10 @@ def _cleaned(slot: UpstreamSlot, tool: UpstreamTool) -> UpstreamTool:
     cleaned: UpstreamTool = without_surrogates(tool)
     if cleaned.native_id not in slot.unicode_warned:
         slot.unicode_warned.add(cleaned.native_id)
-        log.warning("upstream %s: tool %r has text that is not valid Unicode (a lone surrogate escape); "
-                    "it is listed with U+FFFD in its place", slot.name, cleaned.name)
+        log.warning(
+            "upstream %s: tool %r has text that is not valid Unicode (a lone surrogate escape); "
+            "it is listed with U+FFFD in its place",
+            slot.name,
+            cleaned.name,
+        )
     return cleaned

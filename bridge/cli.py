@@ -59,14 +59,21 @@ def _say_not_serving(command: str, bridge: Bridge) -> int:
     enabled = [h for h in bridge.catalog.health() if h.state != "disabled"]
     down = [h for h in enabled if h.state in ("connecting", "failed", "unavailable")]
     for h in down:
-        print(f"bridge {command}: upstream {h.name} is {h.state}" + (f": {h.reason}" if h.reason else ""), file=sys.stderr)
+        print(
+            f"bridge {command}: upstream {h.name} is {h.state}"
+            + (f": {h.reason}" if h.reason else ""),
+            file=sys.stderr,
+        )
     return 1 if enabled and len(down) == len(enabled) else 0
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     lines = ["  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=False)).rstrip()]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows]
+    lines += [
+        "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip()
+        for row in rows
+    ]
     return "\n".join(lines)
 
 
@@ -96,7 +103,16 @@ async def cmd_tools(args: argparse.Namespace, config: BridgeConfig) -> int:
         if args.json:
             _print_json([d.to_json() for d in decls])
         else:
-            rows = [[d.name, d.upstream, d.tool_kind, d.lifecycle if d.loading_state == "loaded" else d.loading_state, str(d.version)] for d in decls]
+            rows = [
+                [
+                    d.name,
+                    d.upstream,
+                    d.tool_kind,
+                    d.lifecycle if d.loading_state == "loaded" else d.loading_state,
+                    str(d.version),
+                ]
+                for d in decls
+            ]
             print(_table(rows, ["NAME", "UPSTREAM", "KIND", "LIFECYCLE", "VERSION"]))
         return _say_not_serving("tools", bridge)
     finally:
@@ -125,7 +141,9 @@ def _limit(text: str) -> int:
 
 def _query(text: str) -> str:
     if len(text) > MAX_QUERY_CHARS:
-        raise argparse.ArgumentTypeError(f"the query is {len(text)} characters long; at most {MAX_QUERY_CHARS} are taken")
+        raise argparse.ArgumentTypeError(
+            f"the query is {len(text)} characters long; at most {MAX_QUERY_CHARS} are taken"
+        )
     return text
 
 
@@ -140,7 +158,12 @@ def _yes_no(text: str) -> bool:
 
 def _search_filters(args: argparse.Namespace) -> dict[str, Any]:
     """The filters of `bridge search`, as `ToolSearch.search` takes them."""
-    return {"namespace": args.namespace or None, "tags": args.tag or None, "kind": args.kind or None, "read_only": args.read_only}
+    return {
+        "namespace": args.namespace or None,
+        "tags": args.tag or None,
+        "kind": args.kind or None,
+        "read_only": args.read_only,
+    }
 
 
 def _unknown_surface(command: str, name: str, config: BridgeConfig) -> bool:
@@ -148,7 +171,10 @@ def _unknown_surface(command: str, name: str, config: BridgeConfig) -> bool:
     known = config.surface_names()
     if name in known:
         return False
-    print(f"bridge {command}: no surface named {name!r} (the config defines: {', '.join(known)})", file=sys.stderr)
+    print(
+        f"bridge {command}: no surface named {name!r} (the config defines: {', '.join(known)})",
+        file=sys.stderr,
+    )
     return True
 
 
@@ -162,18 +188,29 @@ async def cmd_call(args: argparse.Namespace, config: BridgeConfig) -> int:
         print("bridge call: --args nests too deep to read; send flatter arguments", file=sys.stderr)
         return 2
     except json.JSONDecodeError as exc:
-        print(f"bridge call: --args is not valid JSON: {exc.msg} at column {exc.colno}", file=sys.stderr)
+        print(
+            f"bridge call: --args is not valid JSON: {exc.msg} at column {exc.colno}",
+            file=sys.stderr,
+        )
         return 2
     except BridgeError as exc:
         print(f"bridge call: --args: {exc.message}", file=sys.stderr)
         return 2
     if not isinstance(arguments, dict):
-        print(f"bridge call: --args is JSON of a {type(arguments).__name__}, not an object: write '{{\"name\": value}}'", file=sys.stderr)
+        print(
+            f"bridge call: --args is JSON of a {type(arguments).__name__}, not an object: write '{{\"name\": value}}'",
+            file=sys.stderr,
+        )
         return 2
     bridge = await _started(config)
     try:
-        result = await bridge.invoker.invoke(args.name, arguments, version=args.version,
-                                             surface=args.surface, origin=CallOrigin("cli"))
+        result = await bridge.invoker.invoke(
+            args.name,
+            arguments,
+            version=args.version,
+            surface=args.surface,
+            origin=CallOrigin("cli"),
+        )
         if args.json:
             _print_json(result.to_json())
         else:
@@ -184,7 +221,10 @@ async def cmd_call(args: argparse.Namespace, config: BridgeConfig) -> int:
                     print(json.dumps(block, ensure_ascii=False)[:2000])
             if result.structured_content is not None and not result.content:
                 _print_json(result.structured_content)
-            print(f"[{result.status}{' ' + result.error.error_class if result.error else ''}, {result.duration_ms} ms]", file=sys.stderr)
+            print(
+                f"[{result.status}{' ' + result.error.error_class if result.error else ''}, {result.duration_ms} ms]",
+                file=sys.stderr,
+            )
         return 1 if result.is_error else 0
     finally:
         await bridge.close()
@@ -197,8 +237,14 @@ def _alternatives_note(match: DeferredToolRef) -> str:
 
 
 def _match_rows(matches: list[DeferredToolRef]) -> list[list[str]]:
-    return [[f"{m.score:.3f}" if m.score is not None else "", m.name + _alternatives_note(m),
-             (m.search_hint or m.description or "")[:70]] for m in matches]
+    return [
+        [
+            f"{m.score:.3f}" if m.score is not None else "",
+            m.name + _alternatives_note(m),
+            (m.search_hint or m.description or "")[:70],
+        ]
+        for m in matches
+    ]
 
 
 async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
@@ -208,7 +254,9 @@ async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
     try:
         surface = bridge.surfaces.require(args.surface)
         await bridge.search.wait_indexed()  # the first listing is indexed in the background
-        result = bridge.search.search(args.query, surface=surface, limit=args.limit, **_search_filters(args))
+        result = bridge.search.search(
+            args.query, surface=surface, limit=args.limit, **_search_filters(args)
+        )
         if args.json:
             _print_json(result.to_json())
         else:
@@ -228,8 +276,11 @@ async def cmd_search(args: argparse.Namespace, config: BridgeConfig) -> int:
 async def cmd_serve(args: argparse.Namespace, config: BridgeConfig) -> int:
     """MCP over stdio with --stdio; otherwise one HTTP server for A2T REST and MCP."""
     if args.surface is not None and not args.stdio:
-        print("bridge serve: --surface chooses the surface of --stdio; over HTTP a caller's surface comes from its "
-              "token (server.tokens) or server.default_surface", file=sys.stderr)
+        print(
+            "bridge serve: --surface chooses the surface of --stdio; over HTTP a caller's surface comes from its "
+            "token (server.tokens) or server.default_surface",
+            file=sys.stderr,
+        )
         return 2
     if args.stdio:
         from bridge.serve.mcp_stdio import run_stdio
@@ -250,7 +301,9 @@ async def cmd_translate(args: argparse.Namespace, config: BridgeConfig) -> int:
     bridge = await _started(config)
     try:
         surface = bridge.surfaces.require(args.surface)
-        decls = sorted((d for d in bridge.catalog.declarations() if surface.visible(d)), key=lambda d: d.name)
+        decls = sorted(
+            (d for d in bridge.catalog.declarations() if surface.visible(d)), key=lambda d: d.name
+        )
         compiled = compile_tools(decls, args.to)
         for note in compiled.notes:
             print(f"bridge translate: {note}", file=sys.stderr)
@@ -278,13 +331,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bridge", description="Tool federation bridge")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-c", "--config", default=os.environ.get("BRIDGE_CONFIG", DEFAULT_CONFIG), help=f"config file (default $BRIDGE_CONFIG, else {DEFAULT_CONFIG})")
-    common.add_argument("-v", "--verbose", action="store_true", help="log INFO too (stderr; warnings always)")
+    common.add_argument(
+        "-c",
+        "--config",
+        default=os.environ.get("BRIDGE_CONFIG", DEFAULT_CONFIG),
+        help=f"config file (default $BRIDGE_CONFIG, else {DEFAULT_CONFIG})",
+    )
+    common.add_argument(
+        "-v", "--verbose", action="store_true", help="log INFO too (stderr; warnings always)"
+    )
     unconfigured = argparse.ArgumentParser(add_help=False)  # for commands that read no config file
-    unconfigured.add_argument("-v", "--verbose", action="store_true", help="log INFO too (stderr; warnings always)")
+    unconfigured.add_argument(
+        "-v", "--verbose", action="store_true", help="log INFO too (stderr; warnings always)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("check", parents=[common], help="validate the config and start every upstream")
+    p = sub.add_parser(
+        "check", parents=[common], help="validate the config and start every upstream"
+    )
     p.add_argument("--json", action="store_true", help="print each upstream's health as JSON")
 
     p = sub.add_parser("tools", parents=[common], help="list the federated catalog")
@@ -294,30 +358,71 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="exposed name, alias or tool_id")
     p.add_argument("--args", default="{}", help="arguments as a JSON object")
     p.add_argument("--version", type=int, default=None, help="pin a version")
-    p.add_argument("--surface", default="default", help="surface the call goes through (default: default)")
+    p.add_argument(
+        "--surface", default="default", help="surface the call goes through (default: default)"
+    )
     p.add_argument("--json", action="store_true", help="print the whole result record as JSON")
 
     p = sub.add_parser("search", parents=[common], help="search the catalog")
-    p.add_argument("query", type=_query, help="free text, or select:a,b (empty with a filter: the tools passing it)")
-    p.add_argument("--limit", type=_limit, default=10, help=f"most matches printed (1 to {MAX_LIMIT})")
+    p.add_argument(
+        "query",
+        type=_query,
+        help="free text, or select:a,b (empty with a filter: the tools passing it)",
+    )
+    p.add_argument(
+        "--limit", type=_limit, default=10, help=f"most matches printed (1 to {MAX_LIMIT})"
+    )
     p.add_argument("--namespace", default=None, help="only tools of this upstream")
-    p.add_argument("--tag", action="append", default=[], help="only tools carrying this tag (repeatable: every one)")
-    p.add_argument("--kind", default=None, help="only tools of this tool_kind (mcp_tool, openapi_operation, ...)")
-    p.add_argument("--read-only", type=_yes_no, default=None, help="true: only read-only tools; false: only tools that change things")
+    p.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        help="only tools carrying this tag (repeatable: every one)",
+    )
+    p.add_argument(
+        "--kind",
+        default=None,
+        help="only tools of this tool_kind (mcp_tool, openapi_operation, ...)",
+    )
+    p.add_argument(
+        "--read-only",
+        type=_yes_no,
+        default=None,
+        help="true: only read-only tools; false: only tools that change things",
+    )
     p.add_argument("--surface", default="default", help="surface searched (default: default)")
     p.add_argument("--json", action="store_true", help="print the whole search result as JSON")
     p.set_defaults(usage_of=p)  # an empty query is refused with this command's usage line
 
     p = sub.add_parser("serve", parents=[common], help="serve A2T REST and MCP")
     p.add_argument("--host", default=None, help="address to bind (default: server.host)")
-    p.add_argument("--port", type=_port, default=None, help="0 to 65535 (0: any free port; default: server.port)")
+    p.add_argument(
+        "--port",
+        type=_port,
+        default=None,
+        help="0 to 65535 (0: any free port; default: server.port)",
+    )
     p.add_argument("--stdio", action="store_true", help="serve MCP over stdio instead of HTTP")
-    p.add_argument("--surface", default=None, help="surface served over stdio (default: server.default_surface)")
-    p.add_argument("--insecure", action="store_true", help="allow a non-loopback bind without tokens")
+    p.add_argument(
+        "--surface",
+        default=None,
+        help="surface served over stdio (default: server.default_surface)",
+    )
+    p.add_argument(
+        "--insecure", action="store_true", help="allow a non-loopback bind without tokens"
+    )
 
-    p = sub.add_parser("translate", parents=[common], help="print the surface's tools in a provider's function format")
-    p.add_argument("--to", required=True, choices=["openai", "openai-strict", "gemini", "anthropic"])
-    p.add_argument("--surface", default="default", help="surface whose tools are printed (default: default)")
+    p = sub.add_parser(
+        "translate",
+        parents=[common],
+        help="print the surface's tools in a provider's function format",
+    )
+    p.add_argument(
+        "--to", required=True, choices=["openai", "openai-strict", "gemini", "anthropic"]
+    )
+    p.add_argument(
+        "--surface", default="default", help="surface whose tools are printed (default: default)"
+    )
 
     for kind, module in kind_commands().items():
         p = sub.add_parser(kind, help=module.HELP)
@@ -325,7 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _loop_factory(command: str, config: BridgeConfig | None) -> Callable[[], asyncio.AbstractEventLoop] | None:
+def _loop_factory(
+    command: str, config: BridgeConfig | None
+) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop for `bridge serve` (server.event_loop: auto, when installed; or uvloop), asyncio's
     loop otherwise. uvloop's C event loop and transports take about a fifth off the CPU the
     bridge spends per proxied REST call (bench/bench_rest_invoke.py)."""
@@ -336,8 +443,10 @@ def _loop_factory(command: str, config: BridgeConfig | None) -> Callable[[], asy
         import uvloop
     except ImportError:
         if choice == "uvloop":
-            raise RuntimeError("server.event_loop is uvloop, but uvloop is not installed: pip install uvloop, "
-                               "or set server.event_loop to auto") from None
+            raise RuntimeError(
+                "server.event_loop is uvloop, but uvloop is not installed: pip install uvloop, "
+                "or set server.event_loop to auto"
+            ) from None
         return None
     return uvloop.new_event_loop
 
@@ -351,7 +460,9 @@ def _open_files_limit_raised() -> None:
         hard = max(soft, 65536) if soft != resource.RLIM_INFINITY else soft
     if soft != resource.RLIM_INFINITY and soft < hard:
         with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (hard, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+            )
 
 
 def _cause(exc: BaseException) -> BaseException:
@@ -366,9 +477,15 @@ def _cause(exc: BaseException) -> BaseException:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "search" and not args.query.strip() and not any(v is not None for v in _search_filters(args).values()):
-        args.usage_of.error("the query is empty: give keywords, select:name1,name2, or a filter (--namespace, --tag, --kind, --read-only) "
-                     "that lists tools by itself")
+    if (
+        args.command == "search"
+        and not args.query.strip()
+        and not any(v is not None for v in _search_filters(args).values())
+    ):
+        args.usage_of.error(
+            "the query is empty: give keywords, select:name1,name2, or a filter (--namespace, --tag, --kind, --read-only) "
+            "that lists tools by itself"
+        )
     _open_files_limit_raised()
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -385,8 +502,9 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             return 130
         level = getattr(logging, (config.logging.level or "warning").upper())
-        configure_logging(config.logging.format,
-                          min(level, logging.INFO) if args.verbose else level)
+        configure_logging(
+            config.logging.format, min(level, logging.INFO) if args.verbose else level
+        )
     try:
         with asyncio.Runner(loop_factory=_loop_factory(args.command, config)) as runner:
             if args.command in KIND_COMMANDS:
@@ -399,7 +517,11 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger("bridge.cli").error("bridge %s failed", args.command, exc_info=True)
         cause = _cause(failed)
         said = f"bridge {args.command}: {type(cause).__name__}: {cause}"
-        say(said + ("" if args.verbose else " (run with -v for details)"), logging.ERROR, "bridge.cli")
+        say(
+            said + ("" if args.verbose else " (run with -v for details)"),
+            logging.ERROR,
+            "bridge.cli",
+        )
         return 1
 
 

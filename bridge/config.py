@@ -66,8 +66,16 @@ class _Strict(BaseModel):
         if isinstance(data, dict):
             for name, field_info in cls.model_fields.items():
                 value = data.get(field_info.alias or name)
-                if isinstance(value, bool) and field_info.annotation in (int, float, int | None, float | None):
-                    raise ConfigValueError(f"{name} is {str(value).lower()}, a flag where a number goes", f"write a number for `{name}`")
+                if isinstance(value, bool) and field_info.annotation in (
+                    int,
+                    float,
+                    int | None,
+                    float | None,
+                ):
+                    raise ConfigValueError(
+                        f"{name} is {str(value).lower()}, a flag where a number goes",
+                        f"write a number for `{name}`",
+                    )
         return data
 
 
@@ -83,7 +91,9 @@ class Rule(_Strict):
     destructive: bool | None = None
     open_world: bool | None = None
     requires_user_interaction: bool | None = None
-    reason: str | None = Field(default=None, description="machine reason given when this rule blocks")
+    reason: str | None = Field(
+        default=None, description="machine reason given when this rule blocks"
+    )
 
 
 RuleSpec = str | Rule
@@ -97,7 +107,9 @@ class SurfaceConfig(_Strict):
     allow: list[RuleSpec] = Field(default_factory=list, description="allowed although destructive")
     allow_destructive: bool = False
     read_only: bool = Field(default=False, description="only read-only tools are visible")
-    auto_load_threshold: int = Field(default=40, ge=0, description="rule-less surfaces load all up to this")
+    auto_load_threshold: int = Field(
+        default=40, ge=0, description="rule-less surfaces load all up to this"
+    )
 
     @field_validator("load", "defer", "block", "allow", mode="before")
     @classmethod
@@ -111,10 +123,15 @@ class SurfaceConfig(_Strict):
         and a `reason` is what a block rule gives: both are said rather than taken."""
         for i, rule in enumerate(rules):
             if isinstance(rule, Rule) and not (rule.model_fields_set - {"reason"}):
-                raise ConfigValueError(f"rule {i} has no condition, so it would match every tool",
-                                       "give it a condition (name, upstream, tag, kind, ...), or write name: '*' to mean every tool")
+                raise ConfigValueError(
+                    f"rule {i} has no condition, so it would match every tool",
+                    "give it a condition (name, upstream, tag, kind, ...), or write name: '*' to mean every tool",
+                )
             if isinstance(rule, Rule) and rule.reason is not None and info.field_name != "block":
-                raise ConfigValueError(f"rule {i} gives a reason, which only a block rule gives", "remove `reason`, or move the rule to block")
+                raise ConfigValueError(
+                    f"rule {i} gives a reason, which only a block rule gives",
+                    "remove `reason`, or move the rule to block",
+                )
         return rules
 
 
@@ -161,11 +178,23 @@ class StoreConfig(_Strict):
 class InvokeConfig(_Strict):
     inline_result_limit: int = Field(default=50_000, ge=256, description="characters kept inline")
     preview_chars: int = Field(default=2_000, ge=0)
-    max_result_chars: int = Field(default=64_000_000, ge=1024, description="larger results are refused")
-    default_timeout: float | None = Field(default=None, gt=0, description="overrides upstream timeouts")
-    log_keep: int = Field(default=1_000_000, ge=1000, description="invocation log rows kept; the oldest are dropped")
-    results_keep: int = Field(default=10_000, ge=10, description="persisted large results kept; the oldest are dropped")
-    results_keep_mb: int = Field(default=1024, ge=1, description="megabytes of persisted large results kept; the oldest are dropped")
+    max_result_chars: int = Field(
+        default=64_000_000, ge=1024, description="larger results are refused"
+    )
+    default_timeout: float | None = Field(
+        default=None, gt=0, description="overrides upstream timeouts"
+    )
+    log_keep: int = Field(
+        default=1_000_000, ge=1000, description="invocation log rows kept; the oldest are dropped"
+    )
+    results_keep: int = Field(
+        default=10_000, ge=10, description="persisted large results kept; the oldest are dropped"
+    )
+    results_keep_mb: int = Field(
+        default=1024,
+        ge=1,
+        description="megabytes of persisted large results kept; the oldest are dropped",
+    )
 
 
 class SearchConfig(_Strict):
@@ -192,7 +221,10 @@ class SearchConfig(_Strict):
             data = dict(data)
             enabled = data.pop("enabled")
             if "persist" in data and data["persist"] != enabled:
-                raise ConfigValueError("`enabled` is the older name of `persist`, and they disagree", "give only `persist`")
+                raise ConfigValueError(
+                    "`enabled` is the older name of `persist`, and they disagree",
+                    "give only `persist`",
+                )
             data["persist"] = enabled
         return data
 
@@ -241,9 +273,17 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
     taken: set[str] = set()
     data = interpolate(data, "", problems, taken)
     listed = data.get("upstreams")
-    upstream_entries: list[tuple[str, Any]] = [(f"upstreams[{i}]", e) for i, e in enumerate(listed)] if isinstance(listed, list) else []
+    upstream_entries: list[tuple[str, Any]] = (
+        [(f"upstreams[{i}]", e) for i, e in enumerate(listed)] if isinstance(listed, list) else []
+    )
     if listed is not None and not isinstance(listed, list):
-        problems.append(("upstreams", "must be a list", "write `upstreams:` followed by `- {name: ..., kind: ...}` items"))
+        problems.append(
+            (
+                "upstreams",
+                "must be a list",
+                "write `upstreams:` followed by `- {name: ..., kind: ...}` items",
+            )
+        )
     upstream_entries += mcp_servers_to_upstreams(data.get("mcpServers") or {}, problems)
 
     upstreams: list[UpstreamConfig] = []
@@ -255,13 +295,29 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
         kind = entry.get("kind")
         if kind not in known_kinds():
             close = difflib.get_close_matches(str(kind).lower(), known_kinds(), n=1)  # `MCP`: mcp
-            fix = f"did you mean `{close[0]}`?" if close else f"use one of: {', '.join(known_kinds())}"
-            problems.append((join_path(path, "kind"), f"unknown upstream kind {kind!r}" if kind else "is required", fix))
+            fix = (
+                f"did you mean `{close[0]}`?"
+                if close
+                else f"use one of: {', '.join(known_kinds())}"
+            )
+            problems.append(
+                (
+                    join_path(path, "kind"),
+                    f"unknown upstream kind {kind!r}" if kind else "is required",
+                    fix,
+                )
+            )
             continue
         try:
             model = upstream_class(kind).config_model
         except ImportError as exc:
-            problems.append((join_path(path, "kind"), f"kind {kind!r} cannot be loaded: {exc}", "reinstall the bridge (make setup)"))
+            problems.append(
+                (
+                    join_path(path, "kind"),
+                    f"kind {kind!r} cannot be loaded: {exc}",
+                    "reinstall the bridge (make setup)",
+                )
+            )
             continue
         entry = {**entry, "base_dir": base_dir}
         try:
@@ -270,15 +326,29 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
             problems.extend(problems_of(exc, path, model, taken, doc=f"docs/upstreams/{kind}.md"))
             continue
         if cfg.name in names:
-            problems.append((join_path(path, "name"), f"name {cfg.name!r} is already used by {names[cfg.name]}", "give each upstream its own name"))
+            problems.append(
+                (
+                    join_path(path, "name"),
+                    f"name {cfg.name!r} is already used by {names[cfg.name]}",
+                    "give each upstream its own name",
+                )
+            )
             continue
         names[cfg.name] = path
         upstreams.append(cfg)
 
-    rest = {k: v for k, v in data.items() if k not in ("upstreams", "mcpServers", "source", "base_dir")}
+    rest = {
+        k: v for k, v in data.items() if k not in ("upstreams", "mcpServers", "source", "base_dir")
+    }
     for key in ("source", "base_dir"):  # the bridge's own fields, set from the file read
         if key in data:
-            problems.append((key, f"unknown key `{key}`", "remove it; the bridge sets it from the file it reads"))
+            problems.append(
+                (
+                    key,
+                    f"unknown key `{key}`",
+                    "remove it; the bridge sets it from the file it reads",
+                )
+            )
     try:
         config = BridgeConfig.model_validate(rest)
     except ValidationError as exc:
@@ -286,39 +356,72 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
         config = None
     # the checks across sections run on every section that is valid on its own: one problem
     # elsewhere (a port out of range) does not hide these
-    surfaces = config.surfaces if config is not None else _valid_alone(_SURFACES, rest.get("surfaces", []))
-    server = config.server if config is not None else _valid_alone(ServerConfig, rest.get("server", {}))
+    surfaces = (
+        config.surfaces if config is not None else _valid_alone(_SURFACES, rest.get("surfaces", []))
+    )
+    server = (
+        config.server if config is not None else _valid_alone(ServerConfig, rest.get("server", {}))
+    )
     if surfaces is not None:
         first: dict[str, int] = {}
         for i, surface in enumerate(surfaces):
             if surface.name in first:
-                problems.append((f"surfaces[{i}].name", f"surface {surface.name!r} is already defined at surfaces[{first[surface.name]}]",
-                                 "give each surface its own name, or merge the two definitions"))
+                problems.append(
+                    (
+                        f"surfaces[{i}].name",
+                        f"surface {surface.name!r} is already defined at surfaces[{first[surface.name]}]",
+                        "give each surface its own name, or merge the two definitions",
+                    )
+                )
             first.setdefault(surface.name, i)
     if server is not None:
         seen: dict[str, int] = {}
         for i, token in enumerate(server.tokens):
             if token.token != token.token.strip() or any(c.isspace() for c in token.token):
-                problems.append((f"server.tokens[{i}].token", "holds white space (a `|` block adds a line end), so no "
-                                 "Authorization header can match it", "write the token on one line, without spaces"))
+                problems.append(
+                    (
+                        f"server.tokens[{i}].token",
+                        "holds white space (a `|` block adds a line end), so no "
+                        "Authorization header can match it",
+                        "write the token on one line, without spaces",
+                    )
+                )
             elif token.token in seen:
-                problems.append((f"server.tokens[{i}].token", f"is the same token as server.tokens[{seen[token.token]}], which "
-                                 "it would never win against", "give each token its own value"))
+                problems.append(
+                    (
+                        f"server.tokens[{i}].token",
+                        f"is the same token as server.tokens[{seen[token.token]}], which "
+                        "it would never win against",
+                        "give each token its own value",
+                    )
+                )
             seen.setdefault(token.token, i)
     if surfaces is not None:
         known = sorted({s.name for s in surfaces} | {"default"})
         if server is not None:
             named = [("server.default_surface", server.default_surface)]
-            named += [(f"server.tokens[{i}].surface", token.surface) for i, token in enumerate(server.tokens)]
+            named += [
+                (f"server.tokens[{i}].surface", token.surface)
+                for i, token in enumerate(server.tokens)
+            ]
             if server.oauth is not None:
-                named += [(f"server.oauth.surfaces.{value}", surface) for value, surface in server.oauth.surfaces.items()]
+                named += [
+                    (f"server.oauth.surfaces.{value}", surface)
+                    for value, surface in server.oauth.surfaces.items()
+                ]
         else:  # the server section has a problem of its own: its surface name as written
             raw = rest.get("server")
             written = raw.get("default_surface") if isinstance(raw, dict) else None
             named = [("server.default_surface", written)] if isinstance(written, str) else []
         for where, name in named:
             if name not in known:
-                problems.append((where, f"no surface named {name!r}", f"define it under `surfaces:` or use one of {known}"))
+                problems.append(
+                    (
+                        where,
+                        f"no surface named {name!r}",
+                        f"define it under `surfaces:` or use one of {known}",
+                    )
+                )
     if problems:
         raise ConfigError(source, problems)
     assert config is not None
@@ -336,7 +439,11 @@ def _valid_alone(model: Any, value: Any) -> Any:
     """`value` validated as `model` (a model class or a TypeAdapter), or None when it is not
     (its problems are already reported)."""
     try:
-        return model.validate_python(value) if isinstance(model, TypeAdapter) else model.model_validate(value)
+        return (
+            model.validate_python(value)
+            if isinstance(model, TypeAdapter)
+            else model.model_validate(value)
+        )
     except ValidationError:
         return None
 
@@ -345,16 +452,41 @@ def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
     """Read, interpolate and validate a config file. Raises ConfigError."""
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(str(file), [("", "file not found", f"create it, or pass -c with an existing file (default {DEFAULT_CONFIG})")])
+        raise ConfigError(
+            str(file),
+            [
+                (
+                    "",
+                    "file not found",
+                    f"create it, or pass -c with an existing file (default {DEFAULT_CONFIG})",
+                )
+            ],
+        )
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         line = exc.object[: exc.start].count(b"\n") + 1
-        raise ConfigError(str(file), [("", f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line})",
-                                       "save the file as UTF-8")]) from None
+        raise ConfigError(
+            str(file),
+            [
+                (
+                    "",
+                    f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line})",
+                    "save the file as UTF-8",
+                )
+            ],
+        ) from None
     except OSError as exc:
-        raise ConfigError(str(file), [("", f"cannot be read ({exc.strerror or exc})",
-                                       "make it readable by the user running the bridge")]) from None
+        raise ConfigError(
+            str(file),
+            [
+                (
+                    "",
+                    f"cannot be read ({exc.strerror or exc})",
+                    "make it readable by the user running the bridge",
+                )
+            ],
+        ) from None
     try:
         if file.suffix == ".json":
             data = json.loads(text, object_pairs_hook=unique_object)
@@ -365,12 +497,34 @@ def load_config(path: str | os.PathLike[str]) -> BridgeConfig:
         raise ConfigError(str(file), [problem]) from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else f"line {getattr(exc, 'lineno', '?')}"
+        where = (
+            f"line {mark.line + 1}, column {mark.column + 1}"
+            if mark
+            else f"line {getattr(exc, 'lineno', '?')}"
+        )
         fix = "keep one of the two" if isinstance(exc, DuplicateYamlKey) else "fix the syntax there"
-        raise ConfigError(str(file), [("", f"not valid {'JSON' if file.suffix == '.json' else 'YAML'} at {where}: {getattr(exc, 'problem', None) or exc}", fix)]) from None
+        raise ConfigError(
+            str(file),
+            [
+                (
+                    "",
+                    f"not valid {'JSON' if file.suffix == '.json' else 'YAML'} at {where}: {getattr(exc, 'problem', None) or exc}",
+                    fix,
+                )
+            ],
+        ) from None
     if expanded_size(data, {}) > MAX_CONFIG_VALUES:
-        raise ConfigError(str(file), [("", f"expands to more than {MAX_CONFIG_VALUES:,} values (YAML aliases repeating "
-                                       "aliases?)", "write the config without nested aliases")])
+        raise ConfigError(
+            str(file),
+            [
+                (
+                    "",
+                    f"expands to more than {MAX_CONFIG_VALUES:,} values (YAML aliases repeating "
+                    "aliases?)",
+                    "write the config without nested aliases",
+                )
+            ],
+        )
     return parse_config(data, source=str(file), base_dir=str(file.parent.resolve()))
 
 

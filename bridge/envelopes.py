@@ -44,7 +44,11 @@ def error_result(
     err = error.to_error() if isinstance(error, BridgeError) else error
     if isinstance(error, BridgeError) and error.recoverability == "not_recoverable":
         err.recoverability = _RECOVERABILITY.get(err.error_class, "not_recoverable")  # type: ignore[assignment]
-    status = status or _STATUS.get(err.error_class) or (error.status if isinstance(error, BridgeError) else "failed")
+    status = (
+        status
+        or _STATUS.get(err.error_class)
+        or (error.status if isinstance(error, BridgeError) else "failed")
+    )
     text = f"{err.error_class}: {err.message}"
     if err.retry_after is not None:
         text += f" (retry after {err.retry_after:g}s)"

@@ -45,7 +45,9 @@ log = logging.getLogger("bridge.invoke")
 T = TypeVar("T", ToolResult, UpstreamResult)
 
 # how json.dumps writes a lone surrogate: an escape that is not one half of a pair (an emoji)
-_LONE_ESCAPE = re.compile(r"\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}")
+_LONE_ESCAPE = re.compile(
+    r"\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}"
+)
 
 
 def _size_of(result: UpstreamResult) -> tuple[int, bool]:
@@ -63,7 +65,9 @@ def _size_of(result: UpstreamResult) -> tuple[int, bool]:
             size += len(resource.get("text") or "") + len(resource.get("blob") or "")
             suspect = suspect or has_surrogates(str(resource.get("text") or ""))
     if result.structured_content is not None:
-        dumped = json.dumps(result.structured_content, default=str)  # ASCII: a surrogate shows as \udXXX
+        dumped = json.dumps(
+            result.structured_content, default=str
+        )  # ASCII: a surrogate shows as \udXXX
         size += len(dumped)
         suspect = suspect or ("\\ud" in dumped and _LONE_ESCAPE.search(dumped) is not None)
     if result.error is not None:
@@ -104,7 +108,9 @@ class Invoker:
         self.config = config or InvokeConfig()
         self.telemetry = telemetry or Telemetry()
         self.validators = SchemaValidators()
-        self.resource_links = ResourceLinks(catalog)  # the links results gave, read back through their upstream
+        self.resource_links = ResourceLinks(
+            catalog
+        )  # the links results gave, read back through their upstream
         self._log_rows: list[tuple[Any, ...]] = []
         self._flush_handle: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Future[None]] = set()
@@ -135,15 +141,18 @@ class Invoker:
         config = self.config  # a call ends with the settings it began with (a reload swaps them)
         try:
             if surface_obj is None:
-                raise BridgeError(f"no surface named {surface!r}", error_class="policy_blocked", status="denied")
+                raise BridgeError(
+                    f"no surface named {surface!r}", error_class="policy_blocked", status="denied"
+                )
             decl = self._resolve(ref, surface_obj)
             schema, version = self._schema_for(decl, version)
             with telemetry.stage(call.trace, "validate"):
                 refuse_unsendable(arguments)
                 self._validate(decl, version, schema, arguments)
             check_permission(decl, surface_obj)
-            result = await self._execute(decl, arguments, invocation_id, progress, meta or {}, config,
-                                         call)
+            result = await self._execute(
+                decl, arguments, invocation_id, progress, meta or {}, config, call
+            )
             if result.is_error:
                 result = self._masked(decl, result)
             self.resource_links.remember(surface_obj.name, decl.upstream, result.content)
@@ -157,17 +166,29 @@ class Invoker:
             if has_surrogates(exc.message):  # an upstream's text quoted in the message
                 envelope = without_surrogates(envelope)
         except asyncio.CancelledError:
-            self._log(invocation_id, decl, version, surface_obj, "canceled", "canceled", created_at, started,
-                      call)
+            self._log(
+                invocation_id,
+                decl,
+                version,
+                surface_obj,
+                "canceled",
+                "canceled",
+                created_at,
+                started,
+                call,
+            )
             raise
         except Exception as exc:  # an adapter bug: reported as a result, logged with its traceback
             log.exception("tool %s failed", ref)
-            envelope = self._masked(decl, error_result(
-                BridgeError(f"{type(exc).__name__}: {exc}", error_class="execution_failed"),
-                invocation_id=invocation_id,
-                decl=decl,
-                version=version,
-            ))
+            envelope = self._masked(
+                decl,
+                error_result(
+                    BridgeError(f"{type(exc).__name__}: {exc}", error_class="execution_failed"),
+                    invocation_id=invocation_id,
+                    decl=decl,
+                    version=version,
+                ),
+            )
         envelope.duration_ms = round((time.perf_counter() - started) * 1000, 3)
         self._log(
             invocation_id,
@@ -182,7 +203,9 @@ class Invoker:
         )
         return envelope
 
-    def get_persisted(self, ref: str, surface: str | Surface | None = None) -> tuple[str, bytes] | None:
+    def get_persisted(
+        self, ref: str, surface: str | Surface | None = None
+    ) -> tuple[str, bytes] | None:
         """(media type, payload) of a persisted large result; with `surface`, only one a call
         through that surface made (a result stored before surfaces were kept with it: any). A
         token's caller never reads another surface's results, as it never sees its tools."""
@@ -243,23 +266,32 @@ class Invoker:
             )
         return record.signature.get("input_schema") or {}, version
 
-    def _validate(self, decl: ToolDeclaration, version: int, schema: dict[str, Any], arguments: Any) -> None:
+    def _validate(
+        self, decl: ToolDeclaration, version: int, schema: dict[str, Any], arguments: Any
+    ) -> None:
         errors = self.validators.errors((decl.tool_id, version), schema, arguments)
         if errors:
             raise invalid_arguments(f"{decl.name!r} v{version}", errors)
         if version != decl.version:
             # A pinned call must also be servable by what the upstream offers now.
-            current = self.validators.errors((decl.tool_id, decl.version), decl.input_schema, arguments)
+            current = self.validators.errors(
+                (decl.tool_id, decl.version), decl.input_schema, arguments
+            )
             if current:
                 broke = self.catalog.versions.breaking_since(decl, version)
                 raise BridgeError(
                     f"version {version} of {decl.name!r} can no longer be served: the upstream now offers "
-                    f"version {decl.version}" + (f" (breaking change at version {broke})" if broke else "")
+                    f"version {decl.version}"
+                    + (f" (breaking change at version {broke})" if broke else "")
                     + f", which rejects these arguments: {current[0]['path']}: {current[0]['message']}",
                     error_class="capability_gap",
                     error_code="pinned_version_unservable",
                     recoverability="change_arguments",
-                    details={"pinned_version": version, "current_version": decl.version, "errors": current},
+                    details={
+                        "pinned_version": version,
+                        "current_version": decl.version,
+                        "errors": current,
+                    },
                 )
 
     async def _execute(
@@ -274,8 +306,14 @@ class Invoker:
     ) -> UpstreamResult:
         slot = self.catalog.require_ready(decl)
         timeout = config.default_timeout or decl.timeout or slot.upstream.config.timeout
-        ctx = CallContext(invocation_id=invocation_id, timeout=timeout, progress_sink=progress, version=decl.version, meta=meta,
-                          timeout_fixed=config.default_timeout is not None)
+        ctx = CallContext(
+            invocation_id=invocation_id,
+            timeout=timeout,
+            progress_sink=progress,
+            version=decl.version,
+            meta=meta,
+            timeout_fixed=config.default_timeout is not None,
+        )
         if call.origin is not None:  # passed on as it came, unless the bridge traces the call
             ctx.traceparent, ctx.tracestate = call.origin.traceparent, call.origin.tracestate
         assert slot.semaphore is not None
@@ -285,9 +323,9 @@ class Invoker:
                     with slot.calling():
                         began = time.perf_counter()
                         try:
-                            with self.telemetry.upstream_call(call.trace, decl.upstream,
-                                                              slot.upstream.kind,
-                                                              decl.native_name) as parent:
+                            with self.telemetry.upstream_call(
+                                call.trace, decl.upstream, slot.upstream.kind, decl.native_name
+                            ) as parent:
                                 if parent is not None:  # the upstream's call: its span's child
                                     ctx.traceparent, ctx.tracestate = parent
                                 return await slot.upstream.invoke(decl.native_id, arguments, ctx)
@@ -301,8 +339,14 @@ class Invoker:
                 status="timed_out",
             ) from None
 
-    def _map(self, decl: ToolDeclaration, version: int, invocation_id: str, result: UpstreamResult,
-             config: InvokeConfig) -> tuple[ToolResult, int]:
+    def _map(
+        self,
+        decl: ToolDeclaration,
+        version: int,
+        invocation_id: str,
+        result: UpstreamResult,
+        config: InvokeConfig,
+    ) -> tuple[ToolResult, int]:
         """The result envelope of an upstream's answer, and the answer's size in characters."""
         size, suspect = _size_of(result)
         if suspect:
@@ -321,7 +365,8 @@ class Invoker:
                 version=version,
                 status=result.status or status_of(error.error_class),
                 is_error=True,
-                content=result.content or [{"type": "text", "text": f"{error.error_class}: {error.message}"}],
+                content=result.content
+                or [{"type": "text", "text": f"{error.error_class}: {error.message}"}],
                 structured_content=result.structured_content,
                 error=error,
                 native_ref=result.native_ref,
@@ -349,7 +394,9 @@ class Invoker:
             )
         return envelope, size
 
-    async def _persist(self, envelope: ToolResult, size: int, surface: str, config: InvokeConfig) -> None:
+    async def _persist(
+        self, envelope: ToolResult, size: int, surface: str, config: InvokeConfig
+    ) -> None:
         """Keep a preview inline; the whole payload goes to the store behind a ref, readable
         through the surface whose call made it (`get_persisted`). The payload is made and
         written on a worker thread: a large one (and the oldest results dropped with it, a
@@ -358,16 +405,30 @@ class Invoker:
         ref = new_id("blob")
 
         def write() -> int:
-            payload = json.dumps({"content": envelope.content, "structured_content": envelope.structured_content}, default=str).encode()
-            self.store.put_result(ref, envelope.invocation_id, "application/json", payload, surface, keep=config.results_keep,
-                                  keep_bytes=config.results_keep_mb << 20)
+            payload = json.dumps(
+                {"content": envelope.content, "structured_content": envelope.structured_content},
+                default=str,
+            ).encode()
+            self.store.put_result(
+                ref,
+                envelope.invocation_id,
+                "application/json",
+                payload,
+                surface,
+                keep=config.results_keep,
+                keep_bytes=config.results_keep_mb << 20,
+            )
             return len(payload)
 
         try:
             stored = await asyncio.to_thread(write)
-        except StoreFull:  # a full disk (the store said so once): the caller gets the result whole, inline
+        except (
+            StoreFull
+        ):  # a full disk (the store said so once): the caller gets the result whole, inline
             return
-        preview_source = _first_text_blocks(envelope.content) or json.dumps(envelope.structured_content, default=str)
+        preview_source = _first_text_blocks(envelope.content) or json.dumps(
+            envelope.structured_content, default=str
+        )
         preview = preview_source[: config.preview_chars]
         decision = ResultPersistence(
             decision_id=new_id("persist"),
@@ -376,7 +437,11 @@ class Invoker:
             threshold={"max_inline_chars": config.inline_result_limit},
             original_size_bytes=stored,
             preview_size_bytes=len(preview.encode()),
-            persisted_ref={"uri": f"bridge://results/{ref}", "ref": ref, "media_type": "application/json"},
+            persisted_ref={
+                "uri": f"bridge://results/{ref}",
+                "ref": ref,
+                "media_type": "application/json",
+            },
         )
         envelope.content = [
             {
@@ -384,7 +449,13 @@ class Invoker:
                 "text": f"Result of {size} characters exceeds the inline limit of {config.inline_result_limit}; "
                 f"the full result is stored at bridge://results/{ref}. Preview:\n{preview}",
             },
-            {"type": "resource_link", "uri": f"bridge://results/{ref}", "name": ref, "mimeType": "application/json", "size": stored},
+            {
+                "type": "resource_link",
+                "uri": f"bridge://results/{ref}",
+                "name": ref,
+                "mimeType": "application/json",
+                "size": stored,
+            },
         ]
         envelope.structured_content = None
         envelope.persisted = decision
@@ -407,16 +478,27 @@ class Invoker:
         seconds = time.perf_counter() - started
         duration = round(seconds * 1000, 3)
         origin = call.origin if call else None
-        self.telemetry.call_ended(invocation_id, decl, version, surface.name if surface else "", status,
-                                  error_class, created_at, seconds,
-                                  call.upstream_seconds if call else None, origin,
-                                  call.trace if call else None)
+        self.telemetry.call_ended(
+            invocation_id,
+            decl,
+            version,
+            surface.name if surface else "",
+            status,
+            error_class,
+            created_at,
+            seconds,
+            call.upstream_seconds if call else None,
+            origin,
+            call.trace if call else None,
+        )
         self._log_rows.append(
             (
                 invocation_id,
                 decl.tool_id if decl else None,
                 decl.name if decl else None,
-                version if version is None or 0 < version <= _MAX_VERSION else None,  # a caller's wild number
+                version
+                if version is None or 0 < version <= _MAX_VERSION
+                else None,  # a caller's wild number
                 surface.name if surface else None,
                 status,
                 error_class,
@@ -428,7 +510,9 @@ class Invoker:
         )
         if self._flush_handle is None:
             self._schedule_flush(0.25)
-        elif len(self._log_rows) == 512:  # once: the timer is moved to now, not again for every row after
+        elif (
+            len(self._log_rows) == 512
+        ):  # once: the timer is moved to now, not again for every row after
             self._schedule_flush(0)
 
     def _schedule_flush(self, delay: float) -> None:
@@ -443,7 +527,9 @@ class Invoker:
         def flush() -> None:
             self._flush_handle = None
             rows, self._log_rows = self._log_rows, []
-            future = loop.run_in_executor(None, self.store.log_invocations, rows, self.config.log_keep)
+            future = loop.run_in_executor(
+                None, self.store.log_invocations, rows, self.config.log_keep
+            )
             self._flushes.add(future)
             future.add_done_callback(self._flushes.discard)
 
@@ -455,4 +541,6 @@ def _first_text(result: UpstreamResult) -> str:
 
 
 def _first_text_blocks(content: list[dict[str, Any]]) -> str:
-    return "\n".join(b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str))
+    return "\n".join(
+        b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)
+    )

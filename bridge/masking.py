@@ -54,6 +54,7 @@ def _masked_value(value: Any, secrets: list[str]) -> Any:
         return type(value)(_masked_value(v, secrets) for v in value)
     if isinstance(value, BaseModel):
         fields = type(value).model_fields
-        return value.model_copy(update={k: _masked_value(getattr(value, k), secrets)
-                                        for k in fields})
+        return value.model_copy(
+            update={k: _masked_value(getattr(value, k), secrets) for k in fields}
+        )
     return value

@@ -100,7 +100,9 @@ Recoverability = Literal[
     "not_recoverable",
 ]
 LoadingState = Literal["loaded", "deferred", "discoverable", "pending_provider", "unavailable"]
-Lifecycle = Literal["draft", "available", "disabled", "requires_setup", "deferred", "deprecated", "retired"]
+Lifecycle = Literal[
+    "draft", "available", "disabled", "requires_setup", "deferred", "deprecated", "retired"
+]
 FactSource = Literal["declared", "inferred", "default"]
 
 
@@ -128,15 +130,22 @@ def takes_objects(schema: Any) -> bool:
     if not isinstance(schema, dict):
         return False
     kind = schema.get("type", "object")
-    return (kind == "object" or (isinstance(kind, list) and "object" in kind)) and object_shaped(schema)
+    return (kind == "object" or (isinstance(kind, list) and "object" in kind)) and object_shaped(
+        schema
+    )
 
 
 def object_shaped(schema: dict[str, Any]) -> bool:
     """Whether an object schema's `properties` (if any) map names to schemas (objects or booleans)
     and its `required` (if any) lists names."""
     props, required = schema.get("properties"), schema.get("required")
-    return ((props is None or (isinstance(props, dict) and all(isinstance(p, dict | bool) for p in props.values())))
-            and (required is None or (isinstance(required, list) and all(isinstance(r, str) for r in required))))
+    return (
+        props is None
+        or (isinstance(props, dict) and all(isinstance(p, dict | bool) for p in props.values()))
+    ) and (
+        required is None
+        or (isinstance(required, list) and all(isinstance(r, str) for r in required))
+    )
 
 
 def validation_line(exc: ValidationError, skip: int = 0) -> str:
@@ -163,7 +172,9 @@ def tool_uuid(namespace: str, native_id: str) -> str:
     """The stable tool_id of a native tool: the same on every restart and every replica.
     Equal to `str(uuid.uuid5(TOOL_ID_NAMESPACE, namespace + "\x1f" + native_id))`, computed
     without building UUID objects (catalogs of 100k tools call this on every listing)."""
-    digest = bytearray(hashlib.sha1(_TOOL_ID_PREFIX + f"{namespace}\x1f{native_id}".encode()).digest()[:16])
+    digest = bytearray(
+        hashlib.sha1(_TOOL_ID_PREFIX + f"{namespace}\x1f{native_id}".encode()).digest()[:16]
+    )
     digest[6] = (digest[6] & 0x0F) | 0x50
     digest[8] = (digest[8] & 0x3F) | 0x80
     h = digest.hex()
@@ -261,7 +272,9 @@ class UpstreamTool(_Record):
     annotations: dict[str, Any] = Field(default_factory=dict)
     lifecycle: Lifecycle = "available"
     blocked_reason: str | None = None
-    blocked_detail: str | None = None  # what the reason stands for and how to lift it (no secret values)
+    blocked_detail: str | None = (
+        None  # what the reason stands for and how to lift it (no secret values)
+    )
     timeout: float | None = None  # seconds; overrides the upstream's call timeout for this tool
 
 

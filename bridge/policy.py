@@ -21,14 +21,18 @@ def unknown_tool(ref: str, catalog: Catalog) -> BridgeError:
     does not hold, or a tool a rule of the surface hides (`Surface.resolve`). Told by `ref`
     alone, so the two read the same."""
     starting = catalog.still_starting(ref)
-    return BridgeError(f"no tool named {quoted(ref)}; search the catalog for the right name"
-                       f"{starting}", error_class="unknown_tool")
+    return BridgeError(
+        f"no tool named {quoted(ref)}; search the catalog for the right name{starting}",
+        error_class="unknown_tool",
+    )
 
 
 def blocked_error(decl: ToolDeclaration, reason: str) -> BridgeError:
     """The refusal of a call of a blocked tool; when the block is the upstream's own reason, its
     detail (what is missing and how to give it; adapters put no secret values in it) follows."""
-    detail = f": {decl.blocked_detail}" if decl.blocked_detail and reason == decl.blocked_reason else ""
+    detail = (
+        f": {decl.blocked_detail}" if decl.blocked_detail and reason == decl.blocked_reason else ""
+    )
     return BridgeError(
         f"tool {decl.name!r} is blocked on this surface ({reason}){detail}",
         error_class=_BLOCK_CLASSES.get(reason, "policy_blocked"),  # type: ignore[arg-type]
@@ -41,7 +45,11 @@ def blocked_error(decl: ToolDeclaration, reason: str) -> BridgeError:
 def check_permission(decl: ToolDeclaration, surface: Surface) -> None:
     """Raise `permission_denied` when the call may not run; return otherwise."""
     safety = decl.safety
-    if safety.destructive and safety.source_of("destructive") == "declared" and not surface.allows_destructive(decl):
+    if (
+        safety.destructive
+        and safety.source_of("destructive") == "declared"
+        and not surface.allows_destructive(decl)
+    ):
         raise BridgeError(
             f"tool {decl.name!r} is declared destructive by its upstream and surface {surface.name!r} "
             "does not allow destructive tools (set `allow_destructive: true` or list it under `allow:`)",

@@ -16,13 +16,26 @@ import sys
 import threading
 import weakref
 
-__all__ = ["INHERITED", "SPAWNS_AT_ONCE", "death_guard", "hold_group", "minimal_environment", "release_group",
-           "runnable", "signal_group", "spawn_turn"]
+__all__ = [
+    "INHERITED",
+    "SPAWNS_AT_ONCE",
+    "death_guard",
+    "hold_group",
+    "minimal_environment",
+    "release_group",
+    "runnable",
+    "signal_group",
+    "spawn_turn",
+]
 
 
 _death_guard: list[str] | None = None  # the setpriv prefix, once found to work
-_death_guard_probe: tuple[asyncio.AbstractEventLoop, asyncio.Task[list[str]]] | None = None  # the probe under way
-_spawn_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+_death_guard_probe: tuple[asyncio.AbstractEventLoop, asyncio.Task[list[str]]] | None = (
+    None  # the probe under way
+)
+_spawn_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
 SPAWNS_AT_ONCE = 4  # spawns in one go: the hold grows with it, the start shortens little past it
 
 
@@ -52,7 +65,9 @@ async def death_guard() -> list[str]:
     loop = asyncio.get_running_loop()
     if _death_guard_probe is None or _death_guard_probe[0] is not loop:
         _death_guard_probe = (loop, loop.create_task(_probe_death_guard()))
-    return await asyncio.shield(_death_guard_probe[1])  # a caller cancelled leaves the probe to the others
+    return await asyncio.shield(
+        _death_guard_probe[1]
+    )  # a caller cancelled leaves the probe to the others
 
 
 async def _probe_death_guard() -> list[str]:
@@ -61,8 +76,14 @@ async def _probe_death_guard() -> list[str]:
     guard = [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
     if setpriv:
         try:
-            probe = await asyncio.create_subprocess_exec(*guard, setpriv, "--version", stdin=asyncio.subprocess.DEVNULL,
-                                                         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+            probe = await asyncio.create_subprocess_exec(
+                *guard,
+                setpriv,
+                "--version",
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
             guard = guard if await probe.wait() == 0 else []
         except OSError:
             guard = []
@@ -79,7 +100,11 @@ def minimal_environment() -> dict[str, str]:
     are those the MCP SDK's stdio client passes on POSIX; a value that is a shell function
     (`() {...}`) is left out, as the SDK does."""
     found = {name: os.environ.get(name) for name in INHERITED}
-    return {name: value for name, value in found.items() if value is not None and not value.startswith("()")}
+    return {
+        name: value
+        for name, value in found.items()
+        if value is not None and not value.startswith("()")
+    }
 
 
 def runnable(command: str, cwd: str, path: str | None) -> str:

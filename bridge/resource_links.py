@@ -47,7 +47,9 @@ class ResourceLinks:
     def __init__(self, catalog: Catalog, kept: int = KEPT) -> None:
         self.catalog = catalog
         self.kept = kept
-        self._given: OrderedDict[tuple[str, str], Upstream] = OrderedDict()  # (surface, uri) -> the upstream
+        self._given: OrderedDict[tuple[str, str], Upstream] = (
+            OrderedDict()
+        )  # (surface, uri) -> the upstream
 
     def __len__(self) -> int:
         return len(self._given)
@@ -72,7 +74,12 @@ class ResourceLinks:
         key = (surface.name, uri)
         upstream = self._given.get(key)
         slot = self.catalog.slots.get(upstream.name) if upstream is not None else None
-        if upstream is None or slot is None or slot.upstream is not upstream or not self._shows(surface, slot.tools.values()):
+        if (
+            upstream is None
+            or slot is None
+            or slot.upstream is not upstream
+            or not self._shows(surface, slot.tools.values())
+        ):
             raise BridgeError(
                 f"no resource {quoted(uri)} was linked by a result on this surface (the last {self.kept} links are kept)",
                 error_class="invalid_arguments",
@@ -95,8 +102,12 @@ class ResourceLinks:
                     with slot.calling():
                         return await upstream.read_resource(uri)
         except TimeoutError:
-            raise BridgeError(f"upstream {slot.name!r} did not answer resources/read within {timeout:g}s",
-                              error_class="timeout", recoverability="retry", status="timed_out") from None
+            raise BridgeError(
+                f"upstream {slot.name!r} did not answer resources/read within {timeout:g}s",
+                error_class="timeout",
+                recoverability="retry",
+                status="timed_out",
+            ) from None
 
     @staticmethod
     def _shows(surface: Surface, tools: Any) -> bool:

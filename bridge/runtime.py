@@ -57,47 +57,73 @@ class Bridge:
     holds the on-disk search index, the bridge answers at once with an index of its own in
     memory, and looks often for that long whether the index is free to move there."""
 
-    def __init__(self, config: BridgeConfig, *, extra_upstreams: list[Upstream] | None = None,
-                 index_lock_wait: float = 0.0) -> None:
+    def __init__(
+        self,
+        config: BridgeConfig,
+        *,
+        extra_upstreams: list[Upstream] | None = None,
+        index_lock_wait: float = 0.0,
+    ) -> None:
         self.config = config
         store_path = config.store.path
         index_path = search_index_path(config)
         if index_path is not None:
-            _index_folder(index_path, beside_store=not config.search.path)  # before the store is made: a bad path leaves nothing behind
-        self.store = Store(store_path if store_path == ":memory:" else config.resolve_path(store_path))
+            _index_folder(
+                index_path, beside_store=not config.search.path
+            )  # before the store is made: a bad path leaves nothing behind
+        self.store = Store(
+            store_path if store_path == ":memory:" else config.resolve_path(store_path)
+        )
         self.catalog = Catalog(self.store)
         for upstream_config in config.upstreams:
-            self.catalog.add_upstream(upstream_class(upstream_config.kind)(with_free_port(upstream_config)))
+            self.catalog.add_upstream(
+                upstream_class(upstream_config.kind)(with_free_port(upstream_config))
+            )
         for upstream in extra_upstreams or []:
             self.catalog.add_upstream(upstream)
         self.surfaces = Surfaces(config.surfaces, self.catalog)
-        self.search = ToolSearch(self.catalog, index_path, semantic=config.search.semantic,
-                                 fold_alternatives=config.search.fold_alternatives,
-                                 lock_wait=index_lock_wait)
+        self.search = ToolSearch(
+            self.catalog,
+            index_path,
+            semantic=config.search.semantic,
+            fold_alternatives=config.search.fold_alternatives,
+            lock_wait=index_lock_wait,
+        )
         audit, telemetry = config.audit, config.telemetry
-        tracing = configured_tracing(telemetry.otlp_endpoint, telemetry.service_name,
-                                     telemetry.sample_ratio)
-        self.telemetry = Telemetry(tool_label=telemetry.tool_label,
-                                   audit_path=config.resolve_path(audit.path) if audit.path else None,
-                                   audit_max_bytes=audit.max_mb << 20, audit_keep=audit.keep,
-                                   tracing=tracing)
+        tracing = configured_tracing(
+            telemetry.otlp_endpoint, telemetry.service_name, telemetry.sample_ratio
+        )
+        self.telemetry = Telemetry(
+            tool_label=telemetry.tool_label,
+            audit_path=config.resolve_path(audit.path) if audit.path else None,
+            audit_max_bytes=audit.max_mb << 20,
+            audit_keep=audit.keep,
+            tracing=tracing,
+        )
         metrics = self.telemetry.metrics
         metrics.watch_upstreams(lambda: [(s.health, s.calls) for s in self.catalog.slots.values()])
-        self.invoker = Invoker(self.catalog, self.surfaces, self.store, config.invoke,
-                               self.telemetry)
+        self.invoker = Invoker(
+            self.catalog, self.surfaces, self.store, config.invoke, self.telemetry
+        )
         self.identity = Authenticator()  # who each HTTP request's caller is (tokens, oauth)
-        metrics.gauge("bridge_store_writes_waiting",
-                      "Invocation log rows, versions and names waiting to be written to the store "
-                      "(all of them while its disk refuses writes)",
-                      lambda: self.store.waiting() + self.invoker.log_rows_waiting())
+        metrics.gauge(
+            "bridge_store_writes_waiting",
+            "Invocation log rows, versions and names waiting to be written to the store "
+            "(all of them while its disk refuses writes)",
+            lambda: self.store.waiting() + self.invoker.log_rows_waiting(),
+        )
         self._reloading = asyncio.Lock()
         self._reload_listeners: list[Callable[[], None]] = []
         self._started = asyncio.Event()
         self._listed = 0  # the index's ticket of every change the start made (`search_state`)
         self._kept_surfaces: dict[str, str] = {}  # surface -> who serves it (`keep_surface`)
 
-    async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None,
-                    freeze_first: bool = False) -> None:
+    async def start(
+        self,
+        wait: bool = True,
+        on_progress: Callable[[UpstreamSlot], None] | None = None,
+        freeze_first: bool = False,
+    ) -> None:
         """Start every upstream; with `wait`, until each has listed or failed its first attempt
         (those a reload adds or restarts meanwhile too), after which `started` is true.
         Meanwhile the cyclic garbage collector is held, and it runs once at the end: the catalog's
@@ -165,34 +191,78 @@ class Bridge:
             old = self.config
             before = {u.name: u for u in old.upstreams}
             after = {u.name: u for u in config.upstreams}
-            gone = [(name, why) for name, why in self._kept_surfaces.items() if name not in config.surface_names()]
+            gone = [
+                (name, why)
+                for name, why in self._kept_surfaces.items()
+                if name not in config.surface_names()
+            ]
             if gone:
-                raise ConfigError(config.source, [("surfaces", f"no surface named {name!r}, which {why}",
-                                                   f"define surface {name!r} again, or restart the bridge with another surface")
-                                                  for name, why in gone])
-            clash = [(i, u.name) for i, u in enumerate(config.upstreams) if u.name not in before and u.name in self.catalog.slots]
+                raise ConfigError(
+                    config.source,
+                    [
+                        (
+                            "surfaces",
+                            f"no surface named {name!r}, which {why}",
+                            f"define surface {name!r} again, or restart the bridge with another surface",
+                        )
+                        for name, why in gone
+                    ],
+                )
+            clash = [
+                (i, u.name)
+                for i, u in enumerate(config.upstreams)
+                if u.name not in before and u.name in self.catalog.slots
+            ]
             if clash:
-                raise ConfigError(config.source, [(f"upstreams[{i}].name", f"the bridge already serves an upstream named {name!r} "
-                                                   "that is not in its config", "give this upstream another name") for i, name in clash])
+                raise ConfigError(
+                    config.source,
+                    [
+                        (
+                            f"upstreams[{i}].name",
+                            f"the bridge already serves an upstream named {name!r} "
+                            "that is not in its config",
+                            "give this upstream another name",
+                        )
+                        for i, name in clash
+                    ],
+                )
             if starting := self.starting():
-                log.warning("config reload while %d upstream(s) still start (%s): applied now; the start waits for the "
-                            "upstreams it adds or restarts, and no longer for those it removes", len(starting), ", ".join(starting))
+                log.warning(
+                    "config reload while %d upstream(s) still start (%s): applied now; the start waits for the "
+                    "upstreams it adds or restarts, and no longer for those it removes",
+                    len(starting),
+                    ", ".join(starting),
+                )
             restart = _restart_keys(old, config)
             for key in restart:
-                log.warning("config reload: %s changed; it takes effect when the bridge restarts (the running value is kept)", key)
-            server = old.server.model_copy(update={key: getattr(config.server, key) for key in LIVE_SERVER_KEYS})
+                log.warning(
+                    "config reload: %s changed; it takes effect when the bridge restarts (the running value is kept)",
+                    key,
+                )
+            server = old.server.model_copy(
+                update={key: getattr(config.server, key) for key in LIVE_SERVER_KEYS}
+            )
             kept = {section: getattr(old, section) for section in RESTART_SECTIONS}
             config = config.model_copy(update={"server": server, **kept})
             changed = [name for name in after if name in before and after[name] != before[name]]
-            made = {name: upstream_class(after[name].kind)(with_free_port(after[name])) for name in after
-                    if name not in before or name in changed}
+            made = {
+                name: upstream_class(after[name].kind)(with_free_port(after[name]))
+                for name in after
+                if name not in before or name in changed
+            }
             removed = [name for name in before if name not in after]
             # stopped all at once: a stdio server may take its shutdown_timeout (2 s) to exit, and
             # 300 of them stopped one after another held the reload (and the next) for 10 minutes.
             # Each refuses new calls at once and lets those in flight end first, for at most its
             # `timeout` (a call's own limit); meanwhile the rest of the config applies.
-            stopping: list[Awaitable[object]] = [self.catalog.remove_upstream(name, drain=before[name].timeout) for name in removed]
-            stopping += [self.catalog.replace_upstream(upstream, drain=before[name].timeout) for name, upstream in made.items() if name in changed]
+            stopping: list[Awaitable[object]] = [
+                self.catalog.remove_upstream(name, drain=before[name].timeout) for name in removed
+            ]
+            stopping += [
+                self.catalog.replace_upstream(upstream, drain=before[name].timeout)
+                for name, upstream in made.items()
+                if name in changed
+            ]
             stopped = asyncio.gather(*stopping, return_exceptions=True)
             await asyncio.sleep(0)  # each has refused new calls before anything else changes
             for name, upstream in made.items():
@@ -208,9 +278,17 @@ class Bridge:
             if failures:
                 raise failures[0]
             await self.catalog.start(wait=False)
-            said = {"added": [n for n in made if n not in changed], "removed": removed, "restarted": changed, "surfaces changed": surfaces,
-                    "needs a restart": restart}
-            summary = "; ".join(f"{what}: {', '.join(names)}" for what, names in said.items() if names) or "nothing changed"
+            said = {
+                "added": [n for n in made if n not in changed],
+                "removed": removed,
+                "restarted": changed,
+                "surfaces changed": surfaces,
+                "needs a restart": restart,
+            }
+            summary = (
+                "; ".join(f"{what}: {', '.join(names)}" for what, names in said.items() if names)
+                or "nothing changed"
+            )
             log.warning("config reloaded from %s: %s", config.source, summary)
             return summary
 
@@ -320,8 +398,12 @@ def _restart_keys(old: BridgeConfig, new: BridgeConfig) -> list[str]:
     keys = []
     for section in ("server", *RESTART_SECTIONS):
         before, after = getattr(old, section), getattr(new, section)
-        keys += [f"{section}.{key}" for key in type(before).model_fields
-                 if getattr(before, key) != getattr(after, key) and not (section == "server" and key in LIVE_SERVER_KEYS)]
+        keys += [
+            f"{section}.{key}"
+            for key in type(before).model_fields
+            if getattr(before, key) != getattr(after, key)
+            and not (section == "server" and key in LIVE_SERVER_KEYS)
+        ]
     return keys
 
 
@@ -339,8 +421,10 @@ def _index_folder(path: str, beside_store: bool = False) -> None:
     file, or a folder that cannot be made, stops the bridge naming it and the fix. `beside_store`:
     the path is the store's with `.index` (no search.path), so the fix is the store's path."""
     if beside_store:
-        fix = ("fix: set store.path to a file in a folder that can be made (the index goes beside it), "
-               "or set search.path to a folder of its own")
+        fix = (
+            "fix: set store.path to a file in a folder that can be made (the index goes beside it), "
+            "or set search.path to a folder of its own"
+        )
     else:
         fix = "fix: set search.path to a folder (it is created), or leave it out to keep the index beside the store"
     if os.path.exists(path) and not os.path.isdir(path):
@@ -348,5 +432,6 @@ def _index_folder(path: str, beside_store: bool = False) -> None:
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     except OSError as exc:
-        raise StoreError(f"{path}: the search index's folder cannot be made ({exc.strerror or exc}); {fix}") from None
-
+        raise StoreError(
+            f"{path}: the search index's folder cannot be made ({exc.strerror or exc}); {fix}"
+        ) from None

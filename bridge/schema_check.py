@@ -24,12 +24,41 @@ QuickCheck = Callable[[Any], bool]
 
 # Keywords that never reject an instance (format is an annotation: no format checker is used).
 _ANNOTATIONS = frozenset(
-    {"title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment", "format",
-     "contentMediaType", "contentEncoding", "$schema", "$id"}
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$comment",
+        "format",
+        "contentMediaType",
+        "contentEncoding",
+        "$schema",
+        "$id",
+    }
 )
 _CHECKED = frozenset(
-    {"type", "enum", "const", "properties", "required", "additionalProperties", "items", "minimum", "maximum",
-     "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems", "pattern"}
+    {
+        "type",
+        "enum",
+        "const",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "pattern",
+    }
 )
 _TYPES: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: type(v) is str,
@@ -111,7 +140,11 @@ def _compile(schema: Any, depth: int) -> QuickCheck:
 
 def _number_checks(schema: dict[str, Any]) -> list[QuickCheck]:
     checks: list[QuickCheck] = []
-    bounds = {k: _number(schema[k]) for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") if k in schema}
+    bounds = {
+        k: _number(schema[k])
+        for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+        if k in schema
+    }
     if not bounds:
         return checks
     low, high = bounds.get("minimum"), bounds.get("maximum")
@@ -120,8 +153,12 @@ def _number_checks(schema: dict[str, Any]) -> list[QuickCheck]:
     def within(v: Any) -> bool:
         if type(v) is not int and type(v) is not float:
             return True  # bounds apply to numbers only
-        return ((low is None or v >= low) and (high is None or v <= high)
-                and (xlow is None or v > xlow) and (xhigh is None or v < xhigh))
+        return (
+            (low is None or v >= low)
+            and (high is None or v <= high)
+            and (xlow is None or v > xlow)
+            and (xhigh is None or v < xhigh)
+        )
 
     checks.append(within)
     return checks
@@ -132,7 +169,12 @@ def _string_checks(schema: dict[str, Any]) -> list[QuickCheck]:
     if "minLength" in schema or "maxLength" in schema:
         shortest = _count(schema.get("minLength", 0))
         longest = _count(schema["maxLength"]) if "maxLength" in schema else None
-        checks.append(lambda v: type(v) is not str or (len(v) >= shortest and (longest is None or len(v) <= longest)))
+        checks.append(
+            lambda v: (
+                type(v) is not str
+                or (len(v) >= shortest and (longest is None or len(v) <= longest))
+            )
+        )
     if "pattern" in schema:
         if type(schema["pattern"]) is not str:
             raise _Unsupported
@@ -145,11 +187,21 @@ def _object_check(schema: dict[str, Any], depth: int) -> QuickCheck:
     properties = schema.get("properties", {})
     required = schema.get("required", [])
     extra = schema.get("additionalProperties", True)
-    if type(properties) is not dict or type(required) is not list or any(type(r) is not str for r in required):
+    if (
+        type(properties) is not dict
+        or type(required) is not list
+        or any(type(r) is not str for r in required)
+    ):
         raise _Unsupported
     known = {name: _compile(sub, depth + 1) for name, sub in properties.items()}
     needed = tuple(required)
-    extra_check = None if extra is True else (lambda v: False) if extra is False else _compile(extra, depth + 1)
+    extra_check = (
+        None
+        if extra is True
+        else (lambda v: False)
+        if extra is False
+        else _compile(extra, depth + 1)
+    )
 
     def check(value: Any) -> bool:
         if type(value) is not dict:

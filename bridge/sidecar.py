@@ -49,7 +49,9 @@ def with_free_port(config: Config) -> Config:
         probe.bind((host, 0))
         port = probe.getsockname()[1]
     update: dict[str, object] = {key: _with_port(getattr(config, key), port) for key in keys}
-    update["launch"] = config.launch.model_copy(update={"env": {**config.launch.env, "PORT": str(port)}})
+    update["launch"] = config.launch.model_copy(
+        update={"env": {**config.launch.env, "PORT": str(port)}}
+    )
     return config.model_copy(update=update)
 
 
@@ -63,7 +65,13 @@ class Sidecar:
     """`on_exit` is told (with `describe_exit`'s reason) when the process ends on its own, not
     stopped by `stop`."""
 
-    def __init__(self, name: str, config: LaunchConfig, base_dir: str = ".", on_exit: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: LaunchConfig,
+        base_dir: str = ".",
+        on_exit: Callable[[str], None] | None = None,
+    ) -> None:
         self.name = name
         self.config = config
         self.base_dir = base_dir
@@ -80,12 +88,16 @@ class Sidecar:
         if self.process is None or self.process.returncode is None:
             return None
         tail = " | ".join(list(self.tail)[-3:])
-        return f"launched process exited with code {self.process.returncode}" + (f": {tail}" if tail else "")
+        return f"launched process exited with code {self.process.returncode}" + (
+            f": {tail}" if tail else ""
+        )
 
     async def start(self) -> None:
         if self.running:
             return
-        command = sys.executable if self.config.command in ("python", "python3") else self.config.command
+        command = (
+            sys.executable if self.config.command in ("python", "python3") else self.config.command
+        )
         # a relative cwd starts from the config file's folder, like every path in the config
         cwd = str(Path(self.base_dir) / self.config.cwd) if self.config.cwd else self.base_dir
         env = minimal_environment() | self.config.env
@@ -103,11 +115,15 @@ class Sidecar:
                     stderr=asyncio.subprocess.STDOUT,
                     start_new_session=True,
                 )
-        except OSError as exc:  # no such command or cwd, not executable: said in the upstream's reason
+        except (
+            OSError
+        ) as exc:  # no such command or cwd, not executable: said in the upstream's reason
             why = exc.strerror or type(exc).__name__
             where = f" in {cwd}, which is not a folder" if not Path(cwd).is_dir() else ""
-            raise ConnectionError(f"launch: cannot start {command!r}{where}: {why}; fix launch.command, "
-                                  f"launch.cwd or PATH") from None
+            raise ConnectionError(
+                f"launch: cannot start {command!r}{where}: {why}; fix launch.command, "
+                f"launch.cwd or PATH"
+            ) from None
         self._drain = asyncio.create_task(self._read_output(self.process))
 
     async def _read_output(self, process: asyncio.subprocess.Process) -> None:

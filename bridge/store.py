@@ -78,9 +78,13 @@ class Store:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a folder that cannot be made or written
-            raise StoreError(f"{self.path}: its folder cannot be made ({exc.strerror or exc}); {fix}") from None
+            raise StoreError(
+                f"{self.path}: its folder cannot be made ({exc.strerror or exc}); {fix}"
+            ) from None
         self._lock = threading.Lock()
-        self._logged: int | None = None  # rows in the invocation log, counted once then kept up to date
+        self._logged: int | None = (
+            None  # rows in the invocation log, counted once then kept up to date
+        )
         self._results: int | None = None  # persisted results, likewise
         self._result_bytes = 0  # their payloads' bytes, once counted
         # While the disk refuses writes (full): why, and since when (for health); the versions,
@@ -91,10 +95,14 @@ class Store:
         self._pending_names: dict[tuple[str, str], tuple[str, str, str, str]] = {}
         self._pending_log: list[tuple[Any, ...]] = []
         self._dropped_log = 0
-        self._said_refused = self._said_written = False  # each said once at WARNING, its repeats at INFO
+        self._said_refused = self._said_written = (
+            False  # each said once at WARNING, its repeats at INFO
+        )
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            why = not_a_store(self._db)  # before anything is written: another application's file stays as it is
+            why = not_a_store(
+                self._db
+            )  # before anything is written: another application's file stays as it is
             if why:
                 self._db.close()
                 raise StoreError(f"{self.path}: is no bridge store: {why}; {fix}")
@@ -105,20 +113,30 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(f"PRAGMA journal_size_limit={WAL_KEPT_BYTES}")
-        except sqlite3.DatabaseError as exc:  # not an SQLite file, or one this process may not write
+        except (
+            sqlite3.DatabaseError
+        ) as exc:  # not an SQLite file, or one this process may not write
             if disk_refused(exc):
                 self._db.close()
-                raise StoreFull(f"{self.path}: cannot be written ({exc}: its disk is full, or past this process's file size limit); "
-                                f"{DISK_FIX}") from exc
-            raise StoreError(f"{self.path}: cannot be opened as the bridge's store ({exc}); {fix}") from None
+                raise StoreFull(
+                    f"{self.path}: cannot be written ({exc}: its disk is full, or past this process's file size limit); "
+                    f"{DISK_FIX}"
+                ) from exc
+            raise StoreError(
+                f"{self.path}: cannot be opened as the bridge's store ({exc}); {fix}"
+            ) from None
         lay_out(self._db, self.path)
-
 
     def close(self) -> None:
         with self._lock:
             if not self._write_pending():
-                log.warning("store %s: closed with %d versions, %d names and %d invocation log rows its disk refused; they are lost",
-                            self.path, len(self._pending_versions), len(self._pending_names), len(self._pending_log))
+                log.warning(
+                    "store %s: closed with %d versions, %d names and %d invocation log rows its disk refused; they are lost",
+                    self.path,
+                    len(self._pending_versions),
+                    len(self._pending_names),
+                    len(self._pending_log),
+                )
             self._db.close()
 
     # a disk that refuses writes -------------------------------------------------------------
@@ -136,18 +154,35 @@ class Store:
             return
         self.unwritable, self.unwritable_since = str(exc), now_iso()
         level, self._said_refused = logging.INFO if self._said_refused else logging.WARNING, True
-        log.log(level, "store %s: cannot be written (%s: its disk is full, or past this process's file size limit); calls are still "
-                    "answered, a result over invoke.inline_result_limit whole instead of stored, and the versions, names and log "
-                    "rows are kept in memory until a write succeeds; %s", self.path, exc, DISK_FIX)
+        log.log(
+            level,
+            "store %s: cannot be written (%s: its disk is full, or past this process's file size limit); calls are still "
+            "answered, a result over invoke.inline_result_limit whole instead of stored, and the versions, names and log "
+            "rows are kept in memory until a write succeeds; %s",
+            self.path,
+            exc,
+            DISK_FIX,
+        )
 
     def _wrote(self) -> None:
         """A write succeeded: said once after writes were refused (lock held)."""
-        if self.unwritable is None or self._pending_versions or self._pending_names or self._pending_log:
+        if (
+            self.unwritable is None
+            or self._pending_versions
+            or self._pending_names
+            or self._pending_log
+        ):
             return
         level, self._said_written = logging.INFO if self._said_written else logging.WARNING, True
-        log.log(level, "store %s: written again (refused since %s)%s", self.path, self.unwritable_since,
-                    f"; {self._dropped_log} invocation log rows past the {PENDING_LOG_ROWS:,} kept in memory were dropped"
-                    if self._dropped_log else "")
+        log.log(
+            level,
+            "store %s: written again (refused since %s)%s",
+            self.path,
+            self.unwritable_since,
+            f"; {self._dropped_log} invocation log rows past the {PENDING_LOG_ROWS:,} kept in memory were dropped"
+            if self._dropped_log
+            else "",
+        )
         self.unwritable = self.unwritable_since = None
         self._dropped_log = 0
 
@@ -195,11 +230,15 @@ class Store:
         """tool_id -> (latest version, its digest)."""
         with self._lock:
             # SQLite takes a bare column (digest) from the row whose MAX was chosen
-            rows = self._db.execute("SELECT tool_id, MAX(version), digest FROM versions GROUP BY namespace, tool_id").fetchall()
+            rows = self._db.execute(
+                "SELECT tool_id, MAX(version), digest FROM versions GROUP BY namespace, tool_id"
+            ).fetchall()
             rows += [(row[1], row[2], row[3]) for row in self._pending_versions.values()]
         latest: dict[str, tuple[int, str]] = {}
         for tool_id, version, digest in rows:
-            known = latest.get(tool_id)  # twice only for a version moved from layout 0 without its namespace
+            known = latest.get(
+                tool_id
+            )  # twice only for a version moved from layout 0 without its namespace
             if known is None or version > known[0]:
                 latest[tool_id] = (version, digest)
         return latest
@@ -211,17 +250,23 @@ class Store:
             return
         with self._lock:
             # the rows wait in memory, read by get_version and list_versions, until the disk takes them
-            self._pending_versions.update(((row[0], row[1], row[2]), (*row[:6], _packed(row[6]))) for row in rows)
+            self._pending_versions.update(
+                ((row[0], row[1], row[2]), (*row[:6], _packed(row[6]))) for row in rows
+            )
             self._write_pending()
 
     def get_version(self, namespace: str, tool_id: str, version: int) -> VersionRecord | None:
         with self._lock:
             pending = self._pending_versions.get((namespace, tool_id, version))
-            row = pending[1:] if pending else self._db.execute(
-                "SELECT tool_id, version, digest, compatibility, created_at, signature FROM versions "
-                "WHERE namespace = ? AND tool_id = ? AND version = ?",
-                (namespace, tool_id, version),
-            ).fetchone()
+            row = (
+                pending[1:]
+                if pending
+                else self._db.execute(
+                    "SELECT tool_id, version, digest, compatibility, created_at, signature FROM versions "
+                    "WHERE namespace = ? AND tool_id = ? AND version = ?",
+                    (namespace, tool_id, version),
+                ).fetchone()
+            )
         return self._version_row(row) if row else None
 
     def list_versions(self, namespace: str, tool_id: str) -> list[VersionRecord]:
@@ -232,9 +277,17 @@ class Store:
                 "WHERE namespace = ? AND tool_id = ? ORDER BY version DESC",
                 (namespace, tool_id),
             ).fetchall()
-            pending = [row[1:] for key, row in self._pending_versions.items() if key[:2] == (namespace, tool_id)]
+            pending = [
+                row[1:]
+                for key, row in self._pending_versions.items()
+                if key[:2] == (namespace, tool_id)
+            ]
         if pending:
-            rows = sorted({row[1]: row for row in (*rows, *pending)}.values(), key=lambda row: row[1], reverse=True)
+            rows = sorted(
+                {row[1]: row for row in (*rows, *pending)}.values(),
+                key=lambda row: row[1],
+                reverse=True,
+            )
         return [self._version_row(r) for r in rows]
 
     @staticmethod
@@ -246,7 +299,9 @@ class Store:
             digest=digest,
             compatibility=compatibility,
             created_at=created_at,
-            signature=json.loads(zlib.decompress(signature) if isinstance(signature, bytes) else signature),
+            signature=json.loads(
+                zlib.decompress(signature) if isinstance(signature, bytes) else signature
+            ),
         )
 
     # assigned names -------------------------------------------------------------------------
@@ -288,10 +343,17 @@ class Store:
                 self._logged = self._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
             if self._logged > keep + max(keep // 10, 100):
                 try:
-                    self._db.execute("DELETE FROM invocations WHERE rowid <= (SELECT MAX(rowid) FROM invocations) - ?", (keep,))
-                    self._logged = self._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
+                    self._db.execute(
+                        "DELETE FROM invocations WHERE rowid <= (SELECT MAX(rowid) FROM invocations) - ?",
+                        (keep,),
+                    )
+                    self._logged = self._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[
+                        0
+                    ]
                     self._give_back()
-                except sqlite3.OperationalError as exc:  # the prune is tried again with the next rows
+                except (
+                    sqlite3.OperationalError
+                ) as exc:  # the prune is tried again with the next rows
                     if not disk_refused(exc):
                         raise
                     self._refused(exc)
@@ -307,10 +369,12 @@ class Store:
         width = len(rows[0])
         per = max(1, _MAX_VARIABLES // width)
         one = "(" + ",".join("?" * width) + ")"
-        head = statement[:statement.rindex("(")]
+        head = statement[: statement.rindex("(")]
 
         def insert(chunk: list[tuple[Any, ...]]) -> None:
-            self._db.execute(head + ",".join([one] * len(chunk)), [value for row in chunk for value in row])
+            self._db.execute(
+                head + ",".join([one] * len(chunk)), [value for row in chunk for value in row]
+            )
 
         # called with the lock held
         if len(rows) <= per:  # one statement is a transaction of its own
@@ -319,7 +383,7 @@ class Store:
         self._db.execute("BEGIN")
         try:
             for start in range(0, len(rows), per):
-                insert(rows[start:start + per])
+                insert(rows[start : start + per])
             self._db.execute("COMMIT")
         except BaseException:
             roll_back(self._db, self.path)
@@ -340,14 +404,24 @@ class Store:
 
     def recent_invocations(self, limit: int = 50) -> list[dict[str, Any]]:
         with self._lock:
-            cur = self._db.execute("SELECT * FROM invocations ORDER BY created_at DESC LIMIT ?", (limit,))
+            cur = self._db.execute(
+                "SELECT * FROM invocations ORDER BY created_at DESC LIMIT ?", (limit,)
+            )
             names = [c[0] for c in cur.description]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
     # persisted results ------------------------------------------------------------------------
 
-    def put_result(self, ref: str, invocation_id: str, media_type: str, payload: bytes, surface: str | None = None,
-                   keep: int | None = None, keep_bytes: int | None = None) -> None:
+    def put_result(
+        self,
+        ref: str,
+        invocation_id: str,
+        media_type: str,
+        payload: bytes,
+        surface: str | None = None,
+        keep: int | None = None,
+        keep_bytes: int | None = None,
+    ) -> None:
         """Persist a result, made by a call through `surface`. With `keep`, about that many of the
         latest results are kept: once there are a tenth more, the oldest go. With `keep_bytes`,
         the latest results whose payloads add up to about that many bytes: once they pass it by a
@@ -365,13 +439,17 @@ class Store:
                 if not disk_refused(exc):
                     raise
                 self._refused(exc)
-                raise StoreFull(f"{self.path}: the result cannot be stored ({exc}); {DISK_FIX}") from exc
+                raise StoreFull(
+                    f"{self.path}: the result cannot be stored ({exc}); {DISK_FIX}"
+                ) from exc
             self._wrote()
             if keep is None and keep_bytes is None:
                 return
             try:
                 self._prune_results(len(payload), keep, keep_bytes)
-            except sqlite3.OperationalError as exc:  # the result is stored; the prune is tried again with the next
+            except (
+                sqlite3.OperationalError
+            ) as exc:  # the result is stored; the prune is tried again with the next
                 if not disk_refused(exc):
                     raise
                 self._results = None  # counted again then
@@ -380,21 +458,28 @@ class Store:
     def _prune_results(self, added: int, keep: int | None, keep_bytes: int | None) -> None:
         """Drop the oldest results past `keep` and `keep_bytes` (lock held)."""
         if self._results is None:
-            self._results, self._result_bytes = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM results").fetchone()
+            self._results, self._result_bytes = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM results"
+            ).fetchone()
         else:
             self._results += 1
             self._result_bytes += added
         over_count = keep is not None and self._results > keep + max(keep // 10, 10)
         over_bytes = keep_bytes is not None and self._result_bytes > keep_bytes + keep_bytes // 10
         if over_count:
-            self._db.execute("DELETE FROM results WHERE rowid <= (SELECT MAX(rowid) FROM results) - ?", (keep,))
+            self._db.execute(
+                "DELETE FROM results WHERE rowid <= (SELECT MAX(rowid) FROM results) - ?", (keep,)
+            )
         if over_bytes:  # the oldest whose newer results (and they) pass keep_bytes
             self._db.execute(
                 "DELETE FROM results WHERE rowid <= (SELECT rowid FROM (SELECT rowid, SUM(size) OVER (ORDER BY rowid DESC) "
                 "AS newer FROM results) WHERE newer > ? AND rowid < (SELECT MAX(rowid) FROM results) ORDER BY rowid DESC LIMIT 1)",
-                (keep_bytes,))
+                (keep_bytes,),
+            )
         if over_count or over_bytes:
-            self._results, self._result_bytes = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM results").fetchone()
+            self._results, self._result_bytes = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM results"
+            ).fetchone()
             self._give_back()
 
     def _give_back(self) -> None:
@@ -404,12 +489,17 @@ class Store:
         (every store made since); in older ones SQLite reuses the pages, and the file keeps its
         size. Called with the lock held."""
         free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
-        if free > GIVE_BACK_KEPT_PAGES and self._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+        if (
+            free > GIVE_BACK_KEPT_PAGES
+            and self._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        ):
             # through sqlite3_exec: stepped by `execute`, the pragma frees one page
             self._db.executescript(f"PRAGMA incremental_vacuum({free - GIVE_BACK_KEPT_PAGES})")
 
     def get_result(self, ref: str) -> tuple[str, bytes, str | None] | None:
         """(media type, payload, the surface whose call made it) of a persisted result, or None."""
         with self._lock:
-            row = self._db.execute("SELECT media_type, payload, surface FROM results WHERE ref = ?", (ref,)).fetchone()
+            row = self._db.execute(
+                "SELECT media_type, payload, surface FROM results WHERE ref = ?", (ref,)
+            ).fetchone()
         return (row[0], bytes(row[1]), row[2]) if row else None

@@ -8,8 +8,17 @@ import sqlite3
 
 log = logging.getLogger("bridge.store")
 
-__all__ = ["DISK_FIX", "LAYOUT", "StoreError", "StoreFull", "disk_refused", "lay_out", "layout_of",
-           "not_a_store", "roll_back"]
+__all__ = [
+    "DISK_FIX",
+    "LAYOUT",
+    "StoreError",
+    "StoreFull",
+    "disk_refused",
+    "lay_out",
+    "layout_of",
+    "not_a_store",
+    "roll_back",
+]
 
 DISK_FIX = "fix: free space on its disk, or set store.path to a file on a disk with space"
 
@@ -99,20 +108,28 @@ class StoreFull(StoreError):
 
 def disk_refused(exc: BaseException) -> bool:
     """Whether an SQLite error is a write the disk refused (full, or past the file size limit)."""
-    return isinstance(exc, sqlite3.OperationalError) and (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF in _DISK_REFUSED
+    return (
+        isinstance(exc, sqlite3.OperationalError)
+        and (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF in _DISK_REFUSED
+    )
 
 
 def not_a_store(db: sqlite3.Connection) -> str | None:
     """Why the file is no bridge store of any layout (another application's database, or half
     of a store), or None: an empty file, or a store."""
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    foreign = sorted(t for t in tables - {"versions", "tool_names", "invocations", "results"} if not t.startswith("sqlite_"))
+    foreign = sorted(
+        t
+        for t in tables - {"versions", "tool_names", "invocations", "results"}
+        if not t.startswith("sqlite_")
+    )
     if foreign:
         return f"it holds tables no bridge store has ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''})"
     keyed = tables & {"versions", "tool_names"}
     if len(keyed) == 1:
         return f"it holds the table {keyed.pop()} without the other a store keeps beside it"
     return None
+
 
 def lay_out(db: sqlite3.Connection, path: str) -> None:
     """Create the tables of a new file, or move an older layout to this one: in one
@@ -123,9 +140,13 @@ def lay_out(db: sqlite3.Connection, path: str) -> None:
     try:
         layout = layout_of(db)  # again, under the lock: another process may have just done it
         if layout > LAYOUT:
-            raise StoreError(f"{path}: the store was written by a newer bridge (layout {layout}; this one reads "
-                             f"layouts up to {LAYOUT}); fix: run that newer bridge, or set store.path to another file")
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            raise StoreError(
+                f"{path}: the store was written by a newer bridge (layout {layout}; this one reads "
+                f"layouts up to {LAYOUT}); fix: run that newer bridge, or set store.path to another file"
+            )
+        tables = {
+            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
         steps = _FROM_LAYOUT_0 if layout == 0 and "versions" in tables else ()
         for statement in (*steps, *_TABLES):
             db.execute(statement)
@@ -142,11 +163,14 @@ def lay_out(db: sqlite3.Connection, path: str) -> None:
         roll_back(db, path)
         db.close()
         if disk_refused(exc):
-            raise StoreFull(f"{path}: cannot be written ({exc}: its disk is full, or past this process's file size limit); "
-                            f"{DISK_FIX}") from exc
+            raise StoreFull(
+                f"{path}: cannot be written ({exc}: its disk is full, or past this process's file size limit); "
+                f"{DISK_FIX}"
+            ) from exc
         raise
     if steps:
         log.info("store %s: moved to layout %d", path, LAYOUT)
+
 
 def roll_back(db: sqlite3.Connection, path: str) -> None:
     """End the transaction a statement failed in. SQLite has already rolled back one that a
@@ -157,6 +181,7 @@ def roll_back(db: sqlite3.Connection, path: str) -> None:
             db.execute("ROLLBACK")
         except sqlite3.Error as exc:  # the error that ended the transaction is the one to raise
             log.debug("store %s: rollback failed (%s)", path, exc)
+
 
 def layout_of(db: sqlite3.Connection) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]

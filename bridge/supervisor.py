@@ -53,8 +53,12 @@ class UpstreamSlot:
     retry_at: float | None = None
     sidecar: Sidecar | None = None
     unicode_warned: set[str] = field(default_factory=set)  # native ids whose bad text was reported
-    long_warned: set[str] = field(default_factory=set)  # native ids whose cut description was reported
-    failure_warned: str | None = None  # the reason of the failed attempts warned about since the last success
+    long_warned: set[str] = field(
+        default_factory=set
+    )  # native ids whose cut description was reported
+    failure_warned: str | None = (
+        None  # the reason of the failed attempts warned about since the last success
+    )
     needs_setup: bool = False  # the last attempt failed as no retry can cure (recoverability setup: a certificate, a proxy)
     stopping: str | None = None  # why new calls are refused while the calls in flight end (`_stop`)
     calls: int = 0  # calls in flight (`calling`)
@@ -94,20 +98,31 @@ class UpstreamSupervisor:
     def __init__(self) -> None:
         self.slots: dict[str, UpstreamSlot] = {}
         self._closed = False
-        self._off_loop_jobs: set[asyncio.Future[Any]] = set()  # listings declared on a worker thread
+        self._off_loop_jobs: set[asyncio.Future[Any]] = (
+            set()
+        )  # listings declared on a worker thread
         self._pending_count = 0  # upstreams whose state is not settled (`has_pending`)
-        self._pending: tuple[tuple[int, int], list[str]] = ((-1, -1), [])  # (key, names): pending_providers
+        self._pending: tuple[tuple[int, int], list[str]] = (
+            (-1, -1),
+            [],
+        )  # (key, names): pending_providers
 
-    async def _take(self, slot: UpstreamSlot, tools: list[UpstreamTool] | None = None, *,
-                    added: list[UpstreamTool] | None = None) -> Any:
+    async def _take(
+        self,
+        slot: UpstreamSlot,
+        tools: list[UpstreamTool] | None = None,
+        *,
+        added: list[UpstreamTool] | None = None,
+    ) -> Any:
         raise NotImplementedError
 
     def _drop_tools(self, slot: UpstreamSlot) -> None:
         raise NotImplementedError
 
-    def _mark(self, slot: UpstreamSlot, state: UpstreamState, reason: str, next_retry: float | None = None) -> None:
+    def _mark(
+        self, slot: UpstreamSlot, state: UpstreamState, reason: str, next_retry: float | None = None
+    ) -> None:
         raise NotImplementedError
-
 
     def add_upstream(self, upstream: Upstream) -> UpstreamSlot:
         """Take an upstream in; `start` starts it (on a started catalog too: it starts the
@@ -120,12 +135,18 @@ class UpstreamSupervisor:
         """A new slot for `upstream`, in the place of the slot of its name if there is one."""
         slot = UpstreamSlot(
             upstream=upstream,
-            health=UpstreamHealth(name=upstream.name, kind=upstream.kind or type(upstream).__name__),
+            health=UpstreamHealth(
+                name=upstream.name, kind=upstream.kind or type(upstream).__name__
+            ),
             semaphore=asyncio.Semaphore(upstream.config.max_concurrency),
         )
         if upstream.config.launch is not None:
-            slot.sidecar = Sidecar(upstream.name, upstream.config.launch, upstream.config.base_dir,
-                                   on_exit=lambda reason: self._launch_exited(slot, reason))
+            slot.sidecar = Sidecar(
+                upstream.name,
+                upstream.config.launch,
+                upstream.config.base_dir,
+                on_exit=lambda reason: self._launch_exited(slot, reason),
+            )
         self.slots[upstream.name] = slot
         self._state_moved(None, slot.health.state)
         slot.health._on_state = self._state_moved
@@ -173,12 +194,19 @@ class UpstreamSupervisor:
         slot = self.slots[name]
         slot.stopping = slot.stopping or "stopping"
         if drain > 0 and slot.calls:
-            log.info("upstream %s: waiting up to %gs for %d call(s) in flight", name, drain, slot.calls)
+            log.info(
+                "upstream %s: waiting up to %gs for %d call(s) in flight", name, drain, slot.calls
+            )
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(drain):
                     await slot.idle.wait()
             if slot.calls:
-                log.warning("upstream %s: %d call(s) still in flight after %gs are ended", name, slot.calls, drain)
+                log.warning(
+                    "upstream %s: %d call(s) still in flight after %gs are ended",
+                    name,
+                    slot.calls,
+                    drain,
+                )
         if slot.task is not None:
             slot.task.cancel()
             with contextlib.suppress(BaseException):
@@ -195,8 +223,9 @@ class UpstreamSupervisor:
         self._pending = ((-1, -1), [])
         return slot
 
-
-    async def start(self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None) -> None:
+    async def start(
+        self, wait: bool = True, on_progress: Callable[[UpstreamSlot], None] | None = None
+    ) -> None:
         """Start every upstream concurrently. With `wait`, return once each has either listed its
         tools or failed its first attempt (bounded by its `start_timeout`); a slow upstream delays
         only its own tools, never the others'."""
@@ -227,8 +256,11 @@ class UpstreamSupervisor:
     def starting(self) -> list[str]:
         """The enabled upstreams whose first attempt (connect and list) has not ended yet, in the
         order they were added."""
-        return [s.name for s in self.slots.values()
-                if s.upstream.config.enabled and s.stopping is None and not s.first_attempt.is_set()]
+        return [
+            s.name
+            for s in self.slots.values()
+            if s.upstream.config.enabled and s.stopping is None and not s.first_attempt.is_set()
+        ]
 
     def still_starting(self, ref: str) -> str:
         """What the answer for a name the catalog does not have adds while upstreams are on
@@ -263,7 +295,13 @@ class UpstreamSupervisor:
 
         # all at once: a stdio server may take its shutdown_timeout (2 s) to exit, and 300 of
         # them closed one after another held a SIGTERM'd bridge for 10 minutes
-        failures = [r for r in await asyncio.gather(*(stop(s) for s in self.slots.values()), return_exceptions=True) if r is not None]
+        failures = [
+            r
+            for r in await asyncio.gather(
+                *(stop(s) for s in self.slots.values()), return_exceptions=True
+            )
+            if r is not None
+        ]
         if failures:
             raise failures[0]
 
@@ -317,7 +355,11 @@ class UpstreamSupervisor:
                 with contextlib.suppress(Exception):
                     await up.close()
                 exited = slot.sidecar.describe_exit() if slot.sidecar else None
-                warming = launched_at is not None and exited is None and loop.time() - launched_at < cfg.start_timeout
+                warming = (
+                    launched_at is not None
+                    and exited is None
+                    and loop.time() - launched_at < cfg.start_timeout
+                )
                 if warming:
                     # a process we just launched is still coming up: poll it briskly, report nothing yet
                     await self._wait_or_event(slot, min(0.1 * (1.5**attempt), 1.0))
@@ -328,14 +370,22 @@ class UpstreamSupervisor:
                 attempt += 1
                 slot.retry_at = loop.time() + delay
                 slot.needs_setup = _needs_setup(exc)
-                self._mark(slot, "failed" if not slot.tools else "unavailable", reason, next_retry=delay)
+                self._mark(
+                    slot, "failed" if not slot.tools else "unavailable", reason, next_retry=delay
+                )
                 slot.first_attempt.set()
                 # a reason warned once; its repeats at INFO: 60 broken upstreams otherwise wrote
                 # 130 warnings a minute, for as long as they stayed broken
                 repeated = reason == slot.failure_warned
                 slot.failure_warned = reason
-                log.log(logging.INFO if repeated else logging.WARNING, "upstream %s failed: %s (retry in %.1fs%s)", slot.name, reason, delay,
-                        "" if repeated else "; the same failure again is logged at INFO")
+                log.log(
+                    logging.INFO if repeated else logging.WARNING,
+                    "upstream %s failed: %s (retry in %.1fs%s)",
+                    slot.name,
+                    reason,
+                    delay,
+                    "" if repeated else "; the same failure again is logged at INFO",
+                )
                 await self._wait_or_event(slot, delay)
                 continue
             slot.retry_at = None
@@ -377,14 +427,20 @@ class UpstreamSupervisor:
                     try:
                         await self._take(slot, added=list(event.tools))
                     except Exception:
-                        log.exception("upstream %s: tools it added could not be taken in", slot.name)
+                        log.exception(
+                            "upstream %s: tools it added could not be taken in", slot.name
+                        )
                     continue
                 if event.kind == "launch_exited":
                     if await self._still_answers(slot):
                         # another process serves the address (a second bridge on the same config,
                         # or one left from before): launching again would only fail, once a second
-                        log.warning("upstream %s: %s, but the upstream still answers (another process serves it); "
-                                    "it is launched again once it stops answering", slot.name, event.reason)
+                        log.warning(
+                            "upstream %s: %s, but the upstream still answers (another process serves it); "
+                            "it is launched again once it stops answering",
+                            slot.name,
+                            event.reason,
+                        )
                         continue
                     event = UpstreamEvent("unavailable", reason=event.reason)
                 if event.kind == "unavailable":
@@ -454,14 +510,19 @@ class UpstreamSupervisor:
         upstream's state changes or one is added: every search answers it."""
         key = (health_version(), len(self.slots))
         if self._pending[0] != key:
-            self._pending = (key, [s.name for s in self.slots.values() if s.health.state not in _SETTLED])
+            self._pending = (
+                key,
+                [s.name for s in self.slots.values() if s.health.state not in _SETTLED],
+            )
         return list(self._pending[1])
 
     def require_ready(self, decl: ToolDeclaration) -> UpstreamSlot:
         """The slot to call a tool through, or a `dependency_unavailable` error with retry_after."""
         slot = self.slots.get(decl.upstream)
         if slot is None:
-            raise BridgeError(f"upstream {decl.upstream!r} is not configured", error_class="unknown_tool")
+            raise BridgeError(
+                f"upstream {decl.upstream!r} is not configured", error_class="unknown_tool"
+            )
         if slot.stopping is not None:
             raise BridgeError(
                 f"upstream {slot.name!r} is {slot.stopping}",
@@ -471,8 +532,11 @@ class UpstreamSupervisor:
             )
         if slot.health.state != "ready" and slot.needs_setup:
             # the catalog still tries again (the configuration may be fixed meanwhile), the caller should not
-            raise BridgeError(f"upstream {slot.name!r} is {slot.health.state}: {slot.health.reason}",
-                              error_class="dependency_unavailable", recoverability="setup")
+            raise BridgeError(
+                f"upstream {slot.name!r} is {slot.health.state}: {slot.health.reason}",
+                error_class="dependency_unavailable",
+                recoverability="setup",
+            )
         if slot.health.state != "ready":
             raise BridgeError(
                 f"upstream {slot.name!r} is {slot.health.state}: {slot.health.reason or 'starting'}",
@@ -519,5 +583,7 @@ def _out_of_files(exc: BaseException) -> str | None:
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     if not emfile and (not oserror or soft == resource.RLIM_INFINITY or in_use < soft * 0.8):
         return None
-    return (f"the bridge is out of file descriptors: {in_use} open, its limit (ulimit -n) is {soft}; "
-            "raise the limit where it is started (`ulimit -n 65536`, LimitNOFILE= in a systemd unit), or serve fewer upstreams")
+    return (
+        f"the bridge is out of file descriptors: {in_use} open, its limit (ulimit -n) is {soft}; "
+        "raise the limit where it is started (`ulimit -n 65536`, LimitNOFILE= in a systemd unit), or serve fewer upstreams"
+    )

@@ -38,7 +38,11 @@ LOADED = Placement("loaded")
 DEFERRED = Placement("deferred")
 HIDDEN_NOT_READ_ONLY = Placement("blocked", "policy_blocked", hidden=True)
 # lifecycle states that keep a tool off every surface, with the machine reason given
-_LIFECYCLE_BLOCKS = {"requires_setup": "setup_required", "disabled": "policy_blocked", "retired": "policy_blocked"}
+_LIFECYCLE_BLOCKS = {
+    "requires_setup": "setup_required",
+    "disabled": "policy_blocked",
+    "retired": "policy_blocked",
+}
 
 
 @lru_cache(maxsize=1024)
@@ -58,7 +62,8 @@ def rule_matches(rule: RuleSpec, decl: ToolDeclaration) -> bool:
         rule.read_only is None or rule.read_only == safety.read_only,
         rule.destructive is None or rule.destructive == safety.destructive,
         rule.open_world is None or rule.open_world == safety.open_world,
-        rule.requires_user_interaction is None or rule.requires_user_interaction == safety.requires_user_interaction,
+        rule.requires_user_interaction is None
+        or rule.requires_user_interaction == safety.requires_user_interaction,
     )
     return all(checks)
 
@@ -76,7 +81,8 @@ def deferred_ref(decl: ToolDeclaration, loading_state: str | None = None) -> Def
         description=decl.description,
         source=decl.upstream_kind or None,
         schema_visibility="deferred",
-        loading_state=loading_state or ("deferred" if decl.loading_state == "loaded" else decl.loading_state),
+        loading_state=loading_state
+        or ("deferred" if decl.loading_state == "loaded" else decl.loading_state),
         reason=decl.loading_reason,
         pending_provider_or_server=decl.upstream if decl.loading_state != "loaded" else None,
         native_ref=decl.external_mappings[0] if decl.external_mappings else None,
@@ -97,7 +103,9 @@ class Surface:
         self._counts: dict[str, int] | None = None  # once counted, every tool has its placement
         self._blocked_ids: set[str] | None = None  # the tools blocked here, once counted
         self._auto: bool | None = None  # whether the auto-load rule held for the placements made
-        self._shown: tuple[int, list[str]] | None = None  # (catalog generation, the ids of the tools shown)
+        self._shown: tuple[int, list[str]] | None = (
+            None  # (catalog generation, the ids of the tools shown)
+        )
 
     def _fresh(self) -> None:
         generation = self.catalog.generation
@@ -130,7 +138,9 @@ class Surface:
             if decl is not None:
                 after = self._placements[tool_id] = self._classify(decl)
                 counts[after.state] += 1
-            if (before is not None and before.state == "loaded") or (after is not None and after.state == "loaded"):
+            if (before is not None and before.state == "loaded") or (
+                after is not None and after.state == "loaded"
+            ):
                 self._loaded = None  # made again when asked, with the tool's new declaration
 
     def _forget(self, *, blocked: bool) -> None:
@@ -163,8 +173,13 @@ class Surface:
         """With neither `load` nor `defer` rules, every visible tool is loaded while the catalog,
         or the part of it not blocked here, is within the auto-load threshold."""
         cfg = self.config
-        return not cfg.load and not cfg.defer and (
-            len(self.catalog) <= cfg.auto_load_threshold or self._visible_count() <= cfg.auto_load_threshold
+        return (
+            not cfg.load
+            and not cfg.defer
+            and (
+                len(self.catalog) <= cfg.auto_load_threshold
+                or self._visible_count() <= cfg.auto_load_threshold
+            )
         )
 
     def _blocked(self, decl: ToolDeclaration) -> Placement | None:
@@ -192,7 +207,9 @@ class Surface:
     def _visible_count(self) -> int:
         """Tools not blocked here: what the auto-load threshold compares against."""
         if self._blocked_ids is None:
-            self._blocked_ids = {d.tool_id for d in self.catalog.declarations() if self._blocked(d) is not None}
+            self._blocked_ids = {
+                d.tool_id for d in self.catalog.declarations() if self._blocked(d) is not None
+            }
         return len(self.catalog) - len(self._blocked_ids)
 
     def visible(self, decl: ToolDeclaration) -> bool:
@@ -212,14 +229,22 @@ class Surface:
         for a name no tool has as for a tool hidden here: both refusals write one line."""
         decl = self.catalog.resolve(ref)
         if decl is None:
-            log.info("surface %s: a call names %s, which no tool has; answered unknown_tool",
-                     self.name, quoted(ref))
+            log.info(
+                "surface %s: a call names %s, which no tool has; answered unknown_tool",
+                self.name,
+                quoted(ref),
+            )
             return None
         placement = self.place(decl)
         if placement.hidden:
-            log.info("surface %s: a call names %s, tool %s, which a rule of this surface blocks "
-                     "(%s); answered unknown_tool, as for a tool that does not exist",
-                     self.name, quoted(ref), decl.name, placement.reason)
+            log.info(
+                "surface %s: a call names %s, tool %s, which a rule of this surface blocks "
+                "(%s); answered unknown_tool, as for a tool that does not exist",
+                self.name,
+                quoted(ref),
+                decl.name,
+                placement.reason,
+            )
             return None
         return decl
 
@@ -246,12 +271,25 @@ class Surface:
         if counts["loaded"] + counts["deferred"] > most:
             return None
         if self._shown is None or self._shown[0] != self._generation:
-            self._shown = (self._generation, [tool_id for tool_id, placement in self._placements.items() if placement.state != "blocked"])
+            self._shown = (
+                self._generation,
+                [
+                    tool_id
+                    for tool_id, placement in self._placements.items()
+                    if placement.state != "blocked"
+                ],
+            )
         return self._shown[1]
 
     def _count_all(self) -> None:
-        if self._counts is not None:  # counted, and kept in step since: only the loaded list is made again
-            loaded = [d for d in self.catalog.declarations() if self._placements[d.tool_id].state == "loaded"]
+        if (
+            self._counts is not None
+        ):  # counted, and kept in step since: only the loaded list is made again
+            loaded = [
+                d
+                for d in self.catalog.declarations()
+                if self._placements[d.tool_id].state == "loaded"
+            ]
         else:
             counts = {"loaded": 0, "deferred": 0, "blocked": 0}
             loaded = []
@@ -274,18 +312,30 @@ class Surface:
         blocked: list[BlockedTool] = []
         for decl in self.catalog.declarations():
             placement = self.place(decl)
-            if placement.state == "deferred" and include_deferred and (limit is None or len(deferred) < limit):
+            if (
+                placement.state == "deferred"
+                and include_deferred
+                and (limit is None or len(deferred) < limit)
+            ):
                 deferred.append(deferred_ref(decl))
             elif placement.state == "blocked" and not placement.hidden:
-                blocked.append(BlockedTool(tool_id=decl.tool_id, name=decl.name, reason=placement.reason or "policy_blocked"))
+                blocked.append(
+                    BlockedTool(
+                        tool_id=decl.tool_id,
+                        name=decl.name,
+                        reason=placement.reason or "policy_blocked",
+                    )
+                )
         counts = {**self.counts(), "blocked": len(blocked)}
         return ToolSurface(
             surface_id=self.name,
             loaded_tools=[d.name for d in self.loaded()],
             deferred_tools=deferred,
             blocked_tools=blocked,
-            selection_policy={"auto_load_threshold": self.config.auto_load_threshold,
-                              "counts": counts},
+            selection_policy={
+                "auto_load_threshold": self.config.auto_load_threshold,
+                "counts": counts,
+            },
         )
 
 
@@ -302,12 +352,23 @@ class Surfaces:
         placements kept), the others are made anew; a caller holding a surface from before
         (a request in flight) keeps it to its end. Returns the names of the surfaces added,
         changed or removed."""
-        configs = [*configs, *([] if any(c.name == "default" for c in configs) else [SurfaceConfig(name="default")])]
+        configs = [
+            *configs,
+            *([] if any(c.name == "default" for c in configs) else [SurfaceConfig(name="default")]),
+        ]
         before = self._by_name
-        self._by_name = {c.name: before[c.name] if c.name in before and before[c.name].config == c else Surface(c, self.catalog)
-                         for c in configs}
+        self._by_name = {
+            c.name: before[c.name]
+            if c.name in before and before[c.name].config == c
+            else Surface(c, self.catalog)
+            for c in configs
+        }
         _say_unmatched_upstreams(configs, list(self.catalog.slots))
-        return sorted(name for name in {*before, *self._by_name} if before.get(name) is not self._by_name.get(name))
+        return sorted(
+            name
+            for name in {*before, *self._by_name}
+            if before.get(name) is not self._by_name.get(name)
+        )
 
     def get(self, name: str | None) -> Surface | None:
         return self._by_name.get(name or "default")
@@ -332,5 +393,11 @@ def _say_unmatched_upstreams(configs: list[SurfaceConfig], names: list[str]) -> 
                 pattern = getattr(rule, "upstream", None)
                 if pattern and not any(_glob(pattern).match(name) for name in names):
                     close = difflib.get_close_matches(pattern, names, n=1)
-                    log.warning("surface %s: %s rule %d names upstream %r, which matches no upstream%s; it matches no tool",
-                                surface.name, kind, i, pattern, f" (did you mean {close[0]!r}?)" if close else "")
+                    log.warning(
+                        "surface %s: %s rule %d names upstream %r, which matches no upstream%s; it matches no tool",
+                        surface.name,
+                        kind,
+                        i,
+                        pattern,
+                        f" (did you mean {close[0]!r}?)" if close else "",
+                    )

@@ -18,7 +18,11 @@ QUOTED_CHARS = 60
 def quoted(text: str) -> str:
     """A caller's name or id as an error message quotes it: its first QUOTED_CHARS characters,
     and its length when longer (a 60 KB id is not sent back whole)."""
-    return repr(text) if len(text) <= QUOTED_CHARS else f"{text[:QUOTED_CHARS]!r}… ({len(text)} characters)"
+    return (
+        repr(text)
+        if len(text) <= QUOTED_CHARS
+        else f"{text[:QUOTED_CHARS]!r}… ({len(text)} characters)"
+    )
 
 
 def has_surrogates(text: str) -> bool:
@@ -37,5 +41,7 @@ def without_surrogates(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(without_surrogates(v) for v in value)
     if isinstance(value, BaseModel):
-        return value.model_copy(update={k: without_surrogates(getattr(value, k)) for k in type(value).model_fields})
+        return value.model_copy(
+            update={k: without_surrogates(getattr(value, k)) for k in type(value).model_fields}
+        )
     return value

@@ -70,18 +70,24 @@ class UpstreamConfig(BaseModel):
     timeout: float = Field(default=30.0, gt=0, description="seconds one call may take")
     start_timeout: float = Field(default=20.0, gt=0, description="seconds to connect and list")
     max_concurrency: int = Field(default=32, ge=1, description="calls in flight at once")
-    refresh_interval: float | None = Field(default=None, gt=0, description="re-list every N seconds")
+    refresh_interval: float | None = Field(
+        default=None, gt=0, description="re-list every N seconds"
+    )
     retry_initial: float = Field(default=0.5, gt=0, description="first reconnect delay, seconds")
     retry_max: float = Field(default=30.0, gt=0, description="longest reconnect delay, seconds")
     tags: list[str] = Field(default_factory=list, description="tags added to every tool")
     launch: LaunchConfig | None = Field(default=None, description="a local process to start first")
-    base_dir: str = Field(default=".", exclude=True, description="set by the loader: relative paths start here")
+    base_dir: str = Field(
+        default=".", exclude=True, description="set by the loader: relative paths start here"
+    )
 
     @model_validator(mode="after")
     def _retry_order(self) -> UpstreamConfig:
         if self.retry_initial > self.retry_max:
-            raise ConfigValueError(f"retry_initial ({self.retry_initial:g} s) is longer than retry_max ({self.retry_max:g} s)",
-                                   "make retry_initial the shorter: it is the first reconnect delay, retry_max the longest")
+            raise ConfigValueError(
+                f"retry_initial ({self.retry_initial:g} s) is longer than retry_max ({self.retry_max:g} s)",
+                "make retry_initial the shorter: it is the first reconnect delay, retry_max the longest",
+            )
         return self
 
     @model_validator(mode="after")
@@ -89,13 +95,17 @@ class UpstreamConfig(BaseModel):
         for key in self.port_zero_urls():
             url = getattr(self, key)
             if self.launch is None:
-                raise ConfigValueError(f"`{key}` names port 0 ({url}), which only an upstream with `launch:` may: "
-                                       "the bridge then picks a free port for the process it launches",
-                                       f"write the port the server listens on in `{key}`, or add `launch:`")
+                raise ConfigValueError(
+                    f"`{key}` names port 0 ({url}), which only an upstream with `launch:` may: "
+                    "the bridge then picks a free port for the process it launches",
+                    f"write the port the server listens on in `{key}`, or add `launch:`",
+                )
             if not is_loopback(urllib.parse.urlsplit(url).hostname or ""):
-                raise ConfigValueError(f"`{key}` names port 0 ({url}) on a host that is not this machine's loopback: "
-                                       "the port is picked for the process the bridge launches here",
-                                       f"write `{key}` with 127.0.0.1 or localhost")
+                raise ConfigValueError(
+                    f"`{key}` names port 0 ({url}) on a host that is not this machine's loopback: "
+                    "the port is picked for the process the bridge launches here",
+                    f"write `{key}` with 127.0.0.1 or localhost",
+                )
         return self
 
     def port_zero_urls(self) -> list[str]:
@@ -244,7 +254,9 @@ class Upstream(abc.ABC):
         """Every tool the upstream offers now (the adapter pages through the whole list)."""
 
     @abc.abstractmethod
-    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+    async def invoke(
+        self, native_id: str, arguments: dict[str, Any], ctx: CallContext
+    ) -> UpstreamResult:
         """Call one tool with already-validated arguments."""
 
     @abc.abstractmethod
@@ -255,7 +267,10 @@ class Upstream(abc.ABC):
         """The contents of the resource at `uri`, which a result of this upstream linked: each
         `{uri, mimeType?, text}` or `{uri, mimeType?, blob}` (base64), as MCP's `resources/read`
         answers. Only kinds with `reads_resources` implement it."""
-        raise BridgeError(f"upstream {self.name!r} ({self.kind}) serves no resources", error_class="capability_gap")
+        raise BridgeError(
+            f"upstream {self.name!r} ({self.kind}) serves no resources",
+            error_class="capability_gap",
+        )
 
     async def health(self) -> dict[str, Any]:
         """Kind-specific details for health reports (negotiated version, pid, ...)."""

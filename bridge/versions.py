@@ -10,7 +10,15 @@ from typing import Any, Literal
 from bridge.model import ToolDeclaration, VersionRecord, now_iso
 from bridge.store import Store
 
-__all__ = ["Signed", "UnencodableText", "VersionRegistry", "classify_change", "digest_of", "sign", "signature_of"]
+__all__ = [
+    "Signed",
+    "UnencodableText",
+    "VersionRegistry",
+    "classify_change",
+    "digest_of",
+    "sign",
+    "signature_of",
+]
 
 
 def signature_of(decl: ToolDeclaration) -> dict[str, Any]:
@@ -31,7 +39,9 @@ def signature_of(decl: ToolDeclaration) -> dict[str, Any]:
 
 
 def canonical_json(signature: dict[str, Any]) -> str:
-    return json.dumps(signature, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return json.dumps(
+        signature, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
 
 
 def digest_of(signature: dict[str, Any], blob: str | None = None) -> str:
@@ -48,7 +58,17 @@ def _props(schema: dict[str, Any] | None) -> tuple[dict[str, Any], set[str]]:
 
 
 # Keywords of a schema's root that `classify_change` reads itself, or that only annotate it.
-_ROOT_READ = frozenset({"properties", "required", "additionalProperties", "title", "description", "examples", "$comment"})
+_ROOT_READ = frozenset(
+    {
+        "properties",
+        "required",
+        "additionalProperties",
+        "title",
+        "description",
+        "examples",
+        "$comment",
+    }
+)
 _ROOT_DEFS = ("$defs", "definitions")
 
 
@@ -64,7 +84,9 @@ def _root_kept(old: Any, new: Any) -> bool:
             if not isinstance(old_defs, dict) or not isinstance(new_defs, dict):
                 if old_defs != new_defs:
                     return False
-            elif any(name not in new_defs or new_defs[name] != body for name, body in old_defs.items()):
+            elif any(
+                name not in new_defs or new_defs[name] != body for name, body in old_defs.items()
+            ):
                 return False
         elif old.get(key) != new.get(key):
             return False
@@ -76,7 +98,9 @@ def classify_change(old: dict[str, Any], new: dict[str, Any]) -> Literal["compat
     is still accepted with the same schema, no new input is required, and every old output is
     still produced. Anything else is `breaking`. The schemas properties refer to under `$defs`
     count as part of them: a change there (a field of a referenced object) is breaking too."""
-    if not _root_kept(old.get("input_schema"), new.get("input_schema")) or not _root_kept(old.get("output_schema"), new.get("output_schema")):
+    if not _root_kept(old.get("input_schema"), new.get("input_schema")) or not _root_kept(
+        old.get("output_schema"), new.get("output_schema")
+    ):
         return "breaking"
     old_in, old_req = _props(old.get("input_schema"))
     new_in, new_req = _props(new.get("input_schema"))
@@ -140,7 +164,9 @@ class VersionRegistry:
         self.store = store
         self._latest: dict[str, tuple[int, str]] = store.latest_versions()
 
-    def assign(self, decls: list[ToolDeclaration], signed: list[Signed]) -> list[tuple[str, int, str]]:
+    def assign(
+        self, decls: list[ToolDeclaration], signed: list[Signed]
+    ) -> list[tuple[str, int, str]]:
         """Set `version` and `signature_digest` on each declaration and write the versions that
         are new to the store; `signed` is `sign(decls)`. Returns (tool_id, version,
         compatibility) of each new version."""
@@ -159,7 +185,9 @@ class VersionRegistry:
                 previous = stored.signature if stored else {}
                 version, compatibility = known[0] + 1, classify_change(previous, signature)
             added.append((decl.tool_id, version, compatibility))
-            rows.append((decl.namespace, decl.tool_id, version, digest, compatibility, created_at, blob))
+            rows.append(
+                (decl.namespace, decl.tool_id, version, digest, compatibility, created_at, blob)
+            )
             self._latest[decl.tool_id] = (version, digest)
             decl.version, decl.signature_digest = version, digest
         self.store.add_version_rows(rows)

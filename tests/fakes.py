@@ -19,8 +19,15 @@ class FakeConfig(UpstreamConfig):
         return [*super().secrets(), *([self.secret] if self.secret else [])]
 
 
-def tool(name: str, *, props: dict[str, Any] | None = None, required: list[str] | None = None,
-         destructive: bool | None = None, read_only: bool = False, **extra: Any) -> UpstreamTool:
+def tool(
+    name: str,
+    *,
+    props: dict[str, Any] | None = None,
+    required: list[str] | None = None,
+    destructive: bool | None = None,
+    read_only: bool = False,
+    **extra: Any,
+) -> UpstreamTool:
     sources = {}
     if destructive is not None:
         sources["destructive"] = "declared"
@@ -28,7 +35,11 @@ def tool(name: str, *, props: dict[str, Any] | None = None, required: list[str] 
         native_id=extra.pop("native_id", name),
         name=name,
         description=extra.pop("description", f"The {name} tool."),
-        input_schema={"type": "object", "properties": props or {"text": {"type": "string"}}, "required": required or []},
+        input_schema={
+            "type": "object",
+            "properties": props or {"text": {"type": "string"}},
+            "required": required or [],
+        },
         safety=SafetyHints(destructive=bool(destructive), read_only=read_only, sources=sources),
         **extra,
     )
@@ -40,7 +51,9 @@ class FakeUpstream(Upstream):
     kind = "fake"
     config_model = FakeConfig
 
-    def __init__(self, config: FakeConfig | None = None, tools: list[UpstreamTool] | None = None, **kw: Any) -> None:
+    def __init__(
+        self, config: FakeConfig | None = None, tools: list[UpstreamTool] | None = None, **kw: Any
+    ) -> None:
         super().__init__(config or FakeConfig(name=kw.pop("name", "fake"), **kw))
         self.tools = tools or [tool("echo")]
         self.started = 0
@@ -64,7 +77,9 @@ class FakeUpstream(Upstream):
     async def list_tools(self) -> list[UpstreamTool]:
         return list(self.tools)
 
-    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+    async def invoke(
+        self, native_id: str, arguments: dict[str, Any], ctx: CallContext
+    ) -> UpstreamResult:
         self.calls.append((native_id, arguments))
         await ctx.report_progress("working", percent=50)
         if self.gate is not None:
@@ -73,8 +88,10 @@ class FakeUpstream(Upstream):
             raise self.raise_error
         if self.result is not None:
             return self.result
-        return UpstreamResult(content=[{"type": "text", "text": str(arguments.get("text", ""))}],
-                              structured_content={"echo": arguments})
+        return UpstreamResult(
+            content=[{"type": "text", "text": str(arguments.get("text", ""))}],
+            structured_content={"echo": arguments},
+        )
 
     async def close(self) -> None:
         self.closed += 1

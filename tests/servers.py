@@ -27,8 +27,14 @@ def held_upstream(name: str, fifo: Path) -> dict[str, Any]:
     its start_timeout (60 s) outlasts any test."""
     if not fifo.exists():
         os.mkfifo(fifo)
-    return {"name": name, "kind": "mcp", "command": sys.executable, "args": [str(TINY_MCP_SERVER), "--hold", str(fifo)],
-            "start_timeout": 60, "shutdown_timeout": 0.5}
+    return {
+        "name": name,
+        "kind": "mcp",
+        "command": sys.executable,
+        "args": [str(TINY_MCP_SERVER), "--hold", str(fifo)],
+        "start_timeout": 60,
+        "shutdown_timeout": 0.5,
+    }
 
 
 async def release(fifo: Path) -> None:
@@ -80,9 +86,14 @@ def replaying(body: bytes, receive: Callable[[], Awaitable[Any]]) -> Callable[[]
 
 
 @contextlib.asynccontextmanager
-async def serve_asgi(app: Any, port: int | None = None, lifespan: str = "on", host: str = "127.0.0.1",
-                     ssl_certfile: str | None = None,
-                     server: ServerConfig | None = None) -> AsyncIterator[str]:
+async def serve_asgi(
+    app: Any,
+    port: int | None = None,
+    lifespan: str = "on",
+    host: str = "127.0.0.1",
+    ssl_certfile: str | None = None,
+    server: ServerConfig | None = None,
+) -> AsyncIterator[str]:
     """Run `app` on uvicorn at `host` (127.0.0.1), with the HTTP protocol `bridge serve` uses
     (corked writes, and the connection limits of `server`, the defaults when None), over TLS
     with `ssl_certfile` (a PEM file of the certificate and its key); yields the base URL (no
@@ -92,9 +103,15 @@ async def serve_asgi(app: Any, port: int | None = None, lifespan: str = "on", ho
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port or 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, http=http_protocol(server or ServerConfig()), ws="none",
-                            log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1,
-                            ssl_certfile=ssl_certfile)
+    config = uvicorn.Config(
+        app,
+        http=http_protocol(server or ServerConfig()),
+        ws="none",
+        log_level="warning",
+        lifespan=lifespan,
+        timeout_graceful_shutdown=1,
+        ssl_certfile=ssl_certfile,
+    )
     uv_server = uvicorn.Server(config)
     # the test owns signals
     uv_server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
@@ -163,7 +180,9 @@ async def left_by_a_killed_parent(script: str, cwd: Any) -> int:
     """Run the Python `script`, which starts a process, prints its pid and waits; kill the script
     without letting it close anything (as a kill -9 of the bridge), and return that pid, running
     when its parent was killed."""
-    parent = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE, cwd=cwd)
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE, cwd=cwd
+    )
     try:
         async with asyncio.timeout(20):
             assert parent.stdout is not None
@@ -208,17 +227,31 @@ async def forward_proxy() -> AsyncIterator[tuple[str, list[str]]]:
             if writer.can_write_eof():
                 writer.write_eof()
 
-    async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+    async def handle(
+        client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
+    ) -> None:
         try:
             head = await client_reader.readuntil(b"\r\n\r\n")
             line, *fields = head.decode("latin-1").split("\r\n")
             method, target, version = line.split(" ")
             url = urllib.parse.urlsplit(target)
             seen.append(f"{method} {target}")
-            kept = [f for f in fields if f and f.split(":", 1)[0].lower() not in ("connection", "proxy-connection", "keep-alive")]
+            kept = [
+                f
+                for f in fields
+                if f
+                and f.split(":", 1)[0].lower()
+                not in ("connection", "proxy-connection", "keep-alive")
+            ]
             path = url.path + (f"?{url.query}" if url.query else "")
-            upstream_reader, upstream_writer = await asyncio.open_connection(url.hostname, url.port or 80)
-            upstream_writer.write("\r\n".join([f"{method} {path} {version}", *kept, "Connection: close", "", ""]).encode("latin-1"))
+            upstream_reader, upstream_writer = await asyncio.open_connection(
+                url.hostname, url.port or 80
+            )
+            upstream_writer.write(
+                "\r\n".join(
+                    [f"{method} {path} {version}", *kept, "Connection: close", "", ""]
+                ).encode("latin-1")
+            )
             sending = asyncio.create_task(pipe(client_reader, upstream_writer))
             await pipe(upstream_reader, client_writer)  # the answer, to its end (the agent closes)
             sending.cancel()

@@ -31,7 +31,14 @@ def test_exposed_name_cleaning_and_64_rule():
 
 async def test_collisions_get_deterministic_suffixes():
     async def build() -> dict[str, str]:
-        up = FakeUpstream(name="api", tools=[tool("get pet", native_id="a"), tool("get/pet", native_id="b"), tool("get_pet", native_id="c")])
+        up = FakeUpstream(
+            name="api",
+            tools=[
+                tool("get pet", native_id="a"),
+                tool("get/pet", native_id="b"),
+                tool("get_pet", native_id="c"),
+            ],
+        )
         catalog = Catalog(Store())
         catalog.add_upstream(up)
         await catalog.start()
@@ -60,6 +67,7 @@ async def test_ids_and_names_stable_across_builds_and_restarts(tmp_path):
     assert results[0] == results[1]
     # the id is a UUIDv5 of (namespace, native id), so any replica computes the same
     from bridge.model import tool_uuid
+
     assert {r[0] for r in results[0]} == {tool_uuid("one", "alpha"), tool_uuid("one", "beta")}
     # a UUID is one in either case
     catalog = Catalog(Store())
@@ -71,7 +79,9 @@ async def test_ids_and_names_stable_across_builds_and_restarts(tmp_path):
 
 async def test_failing_upstream_leaves_others_serving():
     good = FakeUpstream(name="good", tools=[tool("ok")])
-    bad = FakeUpstream(FakeConfig(name="bad", fail_start="connection refused on 127.0.0.1:9", retry_initial=30))
+    bad = FakeUpstream(
+        FakeConfig(name="bad", fail_start="connection refused on 127.0.0.1:9", retry_initial=30)
+    )
     catalog = Catalog(Store())
     catalog.add_upstream(good)
     catalog.add_upstream(bad)
@@ -86,20 +96,30 @@ async def test_failing_upstream_leaves_others_serving():
         await catalog.close()
 
 
-async def test_a_failure_that_repeats_is_warned_once_until_its_reason_changes_or_the_upstream_recovers(caplog):
+async def test_a_failure_that_repeats_is_warned_once_until_its_reason_changes_or_the_upstream_recovers(
+    caplog,
+):
     # every retry of a broken upstream was a warning: 60 of them wrote 130 a minute, for good
     caplog.set_level("INFO", logger="bridge.catalog")
-    up = FakeUpstream(FakeConfig(name="bad", fail_start="refused", retry_initial=0.001, retry_max=0.001))
+    up = FakeUpstream(
+        FakeConfig(name="bad", fail_start="refused", retry_initial=0.001, retry_max=0.001)
+    )
     catalog = Catalog(Store())
     catalog.add_upstream(up)
     await catalog.start(wait=False)
 
     def said(level: str) -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.levelname == level and r.getMessage().startswith("upstream bad failed")]
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelname == level and r.getMessage().startswith("upstream bad failed")
+        ]
 
     try:
         await until(lambda: up.started >= 5)
-        assert len(said("WARNING")) == 1 and "refused" in said("WARNING")[0] and len(said("INFO")) >= 3
+        assert (
+            len(said("WARNING")) == 1 and "refused" in said("WARNING")[0] and len(said("INFO")) >= 3
+        )
         up.config.fail_start = "reset by peer"
         await until(lambda: len(said("WARNING")) == 2)
         assert "reset by peer" in said("WARNING")[1]
@@ -153,7 +173,9 @@ async def test_slow_upstream_does_not_block_others():
 
 
 async def test_outage_marks_tools_with_reason_then_recovers():
-    up = FakeUpstream(FakeConfig(name="flaky", retry_initial=0.01, retry_max=0.05), tools=[tool("a")])
+    up = FakeUpstream(
+        FakeConfig(name="flaky", retry_initial=0.01, retry_max=0.05), tools=[tool("a")]
+    )
     catalog = Catalog(Store())
     catalog.add_upstream(up)
     changes = []
@@ -180,8 +202,9 @@ async def test_a_listener_follows_the_catalog_from_its_changes_and_their_replay(
     """A change says the state its upstream is in after it; a listener subscribing with
     `replay` is first told what the catalog holds (each upstream, its tools, its state), so it
     follows the catalog without reading it."""
-    up = FakeUpstream(FakeConfig(name="flaky", retry_initial=0.01, retry_max=0.05),
-                      tools=[tool("a")])
+    up = FakeUpstream(
+        FakeConfig(name="flaky", retry_initial=0.01, retry_max=0.05), tools=[tool("a")]
+    )
     catalog = Catalog(Store())
     catalog.add_upstream(FakeUpstream(name="listed", tools=[]))
     catalog.apply_tools("listed", [tool("x"), tool("y")])
@@ -189,12 +212,17 @@ async def test_a_listener_follows_the_catalog_from_its_changes_and_their_replay(
     changes = []
     catalog.subscribe(changes.append, replay=True)
     assert [(c.upstream, [d.name for d in c.added], c.state) for c in changes] == [
-        ("listed", ["listed__x", "listed__y"], "ready"), ("flaky", [], "connecting")]
+        ("listed", ["listed__x", "listed__y"], "ready"),
+        ("flaky", [], "connecting"),
+    ]
     await catalog.start()
     try:
         last = changes[-1]
         assert (last.upstream, [d.name for d in last.added], last.state) == (
-            "flaky", ["flaky__a"], "ready")
+            "flaky",
+            ["flaky__a"],
+            "ready",
+        )
         up.config.fail_start = "process exited with code 1"
         up.drop("process exited with code 1")
         await until(lambda: catalog.slot("flaky").health.state in ("unavailable", "failed"))
@@ -244,14 +272,23 @@ async def test_duplicate_upstream_names_rejected():
         catalog.add_upstream(FakeUpstream(name="x"))
 
 
-async def test_text_that_is_not_valid_unicode_is_listed_with_replacement_characters(tmp_path, caplog):
+async def test_text_that_is_not_valid_unicode_is_listed_with_replacement_characters(
+    tmp_path, caplog
+):
     # what json.loads makes of an unpaired "\ud800" escape in an upstream's listing: a string
     # no UTF-8 encoder takes (the store, the search index, every HTTP answer)
-    up = FakeUpstream(name="odd", tools=[
-        tool("fine"),
-        tool("described", description="bad \ud800 text", props={"q": {"type": "string", "description": "\udc00"}}),
-        tool("named\ud83d", native_id="id\ud83d"),
-    ])
+    up = FakeUpstream(
+        name="odd",
+        tools=[
+            tool("fine"),
+            tool(
+                "described",
+                description="bad \ud800 text",
+                props={"q": {"type": "string", "description": "\udc00"}},
+            ),
+            tool("named\ud83d", native_id="id\ud83d"),
+        ],
+    )
     catalog = Catalog(Store(str(tmp_path / "b.db")))
     catalog.add_upstream(up)
     await catalog.start()
@@ -270,10 +307,13 @@ async def test_text_that_is_not_valid_unicode_is_listed_with_replacement_charact
 
 
 async def test_a_description_over_the_cap_is_cut_once_with_a_warning(caplog):
-    up = FakeUpstream(name="wordy", tools=[
-        tool("manual", description="x" * 100_000),
-        tool("long_but_fine", description="y" * MAX_DESCRIPTION_CHARS),
-    ])
+    up = FakeUpstream(
+        name="wordy",
+        tools=[
+            tool("manual", description="x" * 100_000),
+            tool("long_but_fine", description="y" * MAX_DESCRIPTION_CHARS),
+        ],
+    )
     catalog = Catalog(Store())
     catalog.add_upstream(up)
     await catalog.start()
@@ -304,7 +344,9 @@ async def test_a_declaration_holds_its_own_facts_and_little_else(tmp_path):
         before = tracemalloc.take_snapshot()
         catalog.apply_tools("api", tools)
         gc.collect()
-        held = sum(stat.size_diff for stat in tracemalloc.take_snapshot().compare_to(before, "filename"))
+        held = sum(
+            stat.size_diff for stat in tracemalloc.take_snapshot().compare_to(before, "filename")
+        )
     finally:
         tracemalloc.stop()
     assert held / len(tools) < 2800
@@ -313,12 +355,20 @@ async def test_a_declaration_holds_its_own_facts_and_little_else(tmp_path):
     assert first.model_fields_set == set(type(first).model_fields)
     first.loading_reason = "assigned"
     copy = second.model_copy(update={"title": "copied"})
-    assert copy.title == "copied" and second.title is None and second.model_fields_set == set(type(second).model_fields)
-    assert first.to_json()["loading_reason"] == "assigned" and "loading_reason" not in second.to_json()
+    assert (
+        copy.title == "copied"
+        and second.title is None
+        and second.model_fields_set == set(type(second).model_fields)
+    )
+    assert (
+        first.to_json()["loading_reason"] == "assigned" and "loading_reason" not in second.to_json()
+    )
     await catalog.close()
 
 
-async def test_a_large_listing_is_declared_off_the_event_loop_and_versioned_in_the_store_first(tmp_path, monkeypatch):
+async def test_a_large_listing_is_declared_off_the_event_loop_and_versioned_in_the_store_first(
+    tmp_path, monkeypatch
+):
     on_loop: list[bool] = []
     declare = Catalog._declare
 
@@ -333,8 +383,11 @@ async def test_a_large_listing_is_declared_off_the_event_loop_and_versioned_in_t
     catalog.add_upstream(up)
     seen_versions: list[list[int]] = []
     # when the catalog shows a new version, the store has it already
-    catalog.subscribe(lambda change: seen_versions.append(
-        [len(catalog.versions.history(d)) for d in change.added + change.updated]))
+    catalog.subscribe(
+        lambda change: seen_versions.append(
+            [len(catalog.versions.history(d)) for d in change.added + change.updated]
+        )
+    )
     await catalog.start()
     try:
         assert len(catalog.slots["big"].tools) == len(tools)
@@ -343,7 +396,9 @@ async def test_a_large_listing_is_declared_off_the_event_loop_and_versioned_in_t
 
         on_loop.clear()
         unchanged = await catalog.take_tools("big", list(tools))
-        assert unchanged.empty and catalog.resolve("big__t000") is before  # the same record, not a new one
+        assert (
+            unchanged.empty and catalog.resolve("big__t000") is before
+        )  # the same record, not a new one
         assert on_loop == []  # told unchanged without declaring any tool again
 
         up.change_tools([tool("t000", description="Says something else now."), *tools[1:]])
@@ -356,11 +411,15 @@ async def test_a_large_listing_is_declared_off_the_event_loop_and_versioned_in_t
         up.emit(UpstreamEvent("tools_added", tools=tuple(late)))  # merged with the tools it has
         await until(lambda: catalog.resolve("big__late000") is not None)
         assert len(catalog.slots["big"].tools) == len(tools) + len(late)
-        assert len(on_loop) == len(late) and not any(on_loop)  # the tools it had are not declared again
+        assert len(on_loop) == len(late) and not any(
+            on_loop
+        )  # the tools it had are not declared again
         assert all(counts and min(counts) >= 1 for counts in seen_versions)
     finally:
         await catalog.close()
-    assert len(Store(tmp_path / "b.db").assigned_names()) == len(tools) + OFF_LOOP_TOOLS  # every name given is kept
+    assert (
+        len(Store(tmp_path / "b.db").assigned_names()) == len(tools) + OFF_LOOP_TOOLS
+    )  # every name given is kept
 
 
 # a new value of every fact an upstream gives of a tool (`UpstreamTool`), and where its declaration shows it
@@ -369,8 +428,14 @@ CHANGED_FACTS = {
     "description": ("Says something else now.", lambda d: d.description),
     "title": ("A title", lambda d: d.title),
     "tool_kind": ("mcp_tool", lambda d: d.tool_kind),
-    "input_schema": ({"type": "object", "properties": {"q": {"type": "string"}}}, lambda d: d.input_schema),
-    "output_schema": ({"type": "object", "properties": {"n": {"type": "integer"}}}, lambda d: d.output_schema),
+    "input_schema": (
+        {"type": "object", "properties": {"q": {"type": "string"}}},
+        lambda d: d.input_schema,
+    ),
+    "output_schema": (
+        {"type": "object", "properties": {"n": {"type": "integer"}}},
+        lambda d: d.output_schema,
+    ),
     "safety": (SafetyHints(billable=True), lambda d: d.safety),
     "tags": (["finance"], lambda d: d.tags),
     "search_hint": ("find the things", lambda d: d.search_hint),
@@ -383,23 +448,39 @@ CHANGED_FACTS = {
 }
 
 
-def test_a_listing_that_changes_any_fact_of_a_tool_changes_its_declaration_and_only_then(monkeypatch):
-    assert set(CHANGED_FACTS) == set(UpstreamTool.model_fields) - {"native_id"}  # a new fact needs a line here
+def test_a_listing_that_changes_any_fact_of_a_tool_changes_its_declaration_and_only_then(
+    monkeypatch,
+):
+    assert set(CHANGED_FACTS) == set(UpstreamTool.model_fields) - {
+        "native_id"
+    }  # a new fact needs a line here
     declared: list[str] = []
     declare = Catalog._declare
-    monkeypatch.setattr(Catalog, "_declare", lambda self, slot, t: declared.append(t.native_id) or declare(self, slot, t))
+    monkeypatch.setattr(
+        Catalog,
+        "_declare",
+        lambda self, slot, t: declared.append(t.native_id) or declare(self, slot, t),
+    )
     base = tool("op")
     long = tool("long", description="x" * (MAX_DESCRIPTION_CHARS + 10))  # cut when declared
-    scalar = tool("scalar").model_copy(update={"input_schema": {"type": "string"}})  # blocked: its input is not an object
+    scalar = tool("scalar").model_copy(
+        update={"input_schema": {"type": "string"}}
+    )  # blocked: its input is not an object
     catalog = Catalog(Store())
-    catalog.add_upstream(FakeUpstream(FakeConfig(name="api", tags=["team"])))  # tags of its own, added to each tool's
+    catalog.add_upstream(
+        FakeUpstream(FakeConfig(name="api", tags=["team"]))
+    )  # tags of its own, added to each tool's
     catalog.apply_tools("api", [base, long, scalar])
-    assert catalog.resolve("api__scalar").blocked_reason and catalog.resolve("api__long").description.endswith("…")
+    assert catalog.resolve("api__scalar").blocked_reason and catalog.resolve(
+        "api__long"
+    ).description.endswith("…")
     for field_name, (value, shown) in CHANGED_FACTS.items():
         declared.clear()
         assert catalog.apply_tools("api", [base, long, scalar]).empty
         assert declared == []  # a tool listed as it was is not declared again
-        changed = catalog.apply_tools("api", [base.model_copy(update={field_name: value}), long, scalar])
+        changed = catalog.apply_tools(
+            "api", [base.model_copy(update={field_name: value}), long, scalar]
+        )
         assert [d.native_id for d in changed.updated] == ["op"] and declared == ["op"], field_name
         decl = catalog.resolve("api__op")
         expected = [*value, "team"] if field_name == "tags" else value
@@ -420,10 +501,14 @@ async def test_closing_waits_for_the_names_a_large_listing_is_writing(tmp_path, 
 
     monkeypatch.setattr(store, "save_names", held)
     catalog = Catalog(store)
-    catalog.add_upstream(FakeUpstream(name="big", tools=[tool(f"t{i:03d}") for i in range(OFF_LOOP_TOOLS)]))
+    catalog.add_upstream(
+        FakeUpstream(name="big", tools=[tool(f"t{i:03d}") for i in range(OFF_LOOP_TOOLS)])
+    )
     await catalog.start(wait=False)
     await until(writing.is_set)
-    closing = asyncio.create_task(catalog.close())  # cancels the upstream's task, which awaits the write
+    closing = asyncio.create_task(
+        catalog.close()
+    )  # cancels the upstream's task, which awaits the write
     for _ in range(50):
         await asyncio.sleep(0)
     assert not closing.done()  # the write is not abandoned half way
@@ -453,7 +538,9 @@ async def test_has_pending_follows_every_upstream_state_without_looking_at_each(
     fine = FakeUpstream(name="fine")
     catalog.add_upstream(fine)
     catalog.add_upstream(FakeUpstream(FakeConfig(name="off", enabled=False)))
-    catalog.add_upstream(FakeUpstream(FakeConfig(name="broken", fail_start="refused", retry_initial=30)))
+    catalog.add_upstream(
+        FakeUpstream(FakeConfig(name="broken", fail_start="refused", retry_initial=30))
+    )
     assert catalog.has_pending() and catalog.pending_providers() == ["fine", "off", "broken"]
     await catalog.start()
     try:
@@ -487,7 +574,10 @@ async def test_the_catalog_knows_the_kinds_of_its_tools_through_changes():
 
 
 async def test_an_upstream_removed_is_stopped_and_its_tools_leave_announced_others_untouched():
-    stays, goes = FakeUpstream(name="stays", tools=[tool("a")]), FakeUpstream(name="goes", tools=[tool("a"), tool("b")])
+    stays, goes = (
+        FakeUpstream(name="stays", tools=[tool("a")]),
+        FakeUpstream(name="goes", tools=[tool("a"), tool("b")]),
+    )
     broken = FakeUpstream(FakeConfig(name="broken", fail_start="refused", retry_initial=30))
     catalog = Catalog(Store())
     for up in (stays, goes, broken):
@@ -500,12 +590,25 @@ async def test_an_upstream_removed_is_stopped_and_its_tools_leave_announced_othe
         generation = catalog.generation
         await catalog.remove_upstream("goes")
         assert task.done() and goes.closed == 1
-        assert "goes" not in catalog.slots and catalog.resolve("goes__a") is None and catalog.resolve("goes__b") is None
-        assert sorted(d.name for d in changes[-1].removed) == ["goes__a", "goes__b"] and changes[-1].upstream == "goes"
-        assert catalog.changed_since(generation) == {d.tool_id for d in changes[-1].removed}  # surfaces place them again
-        await catalog.remove_upstream("broken")  # one still failing: its retries end, nothing pending is left
+        assert (
+            "goes" not in catalog.slots
+            and catalog.resolve("goes__a") is None
+            and catalog.resolve("goes__b") is None
+        )
+        assert (
+            sorted(d.name for d in changes[-1].removed) == ["goes__a", "goes__b"]
+            and changes[-1].upstream == "goes"
+        )
+        assert catalog.changed_since(generation) == {
+            d.tool_id for d in changes[-1].removed
+        }  # surfaces place them again
+        await catalog.remove_upstream(
+            "broken"
+        )  # one still failing: its retries end, nothing pending is left
         assert catalog.pending_providers() == [] and not catalog.has_pending()
-        assert (stays.started, stays.closed) == (1, 0) and catalog.resolve("stays__a").loading_state == "loaded"
+        assert (stays.started, stays.closed) == (1, 0) and catalog.resolve(
+            "stays__a"
+        ).loading_state == "loaded"
     finally:
         await catalog.close()
     assert goes.closed == 1  # closing the catalog does not close it again
@@ -525,7 +628,9 @@ async def test_an_upstream_removed_or_restarted_stops_the_process_launched_for_i
         processes = [catalog.slot(name).sidecar.process for name in ("goes", "moves")]
         assert all(p is not None and p.returncode is None for p in processes)
         await catalog.remove_upstream("goes")
-        await catalog.replace_upstream(FakeUpstream(FakeConfig(name="moves", launch=launch, timeout=5)))
+        await catalog.replace_upstream(
+            FakeUpstream(FakeConfig(name="moves", launch=launch, timeout=5))
+        )
         assert all(p.returncode is not None for p in processes)  # stopped, and waited for
         await catalog.start()
         assert catalog.slot("moves").sidecar.running  # launched again with the new settings
@@ -541,8 +646,10 @@ async def test_an_upstream_restarted_with_new_settings_keeps_its_tools_ids_and_v
     await catalog.start()
     try:
         before = {d.native_id: (d.tool_id, d.name, d.version) for d in catalog.declarations()}
-        new = FakeUpstream(FakeConfig(name="svc", tags=["moved"], timeout=5),
-                           tools=[tool("same"), tool("edited", description="Edited: it says more now.")])
+        new = FakeUpstream(
+            FakeConfig(name="svc", tags=["moved"], timeout=5),
+            tools=[tool("same"), tool("edited", description="Edited: it says more now.")],
+        )
         new.start_gate = asyncio.Event()  # it connects when the test says
         await catalog.replace_upstream(new)
         await catalog.start(wait=False)
@@ -550,17 +657,27 @@ async def test_an_upstream_restarted_with_new_settings_keeps_its_tools_ids_and_v
         # meanwhile its tools stay known, unavailable as during a reconnect
         await until(lambda: new.started == 1)
         same = catalog.resolve("svc__same")
-        assert same.loading_state == "unavailable" and same.loading_reason == "restarting with new settings"
-        assert catalog.slot("svc").health.state == "connecting" and catalog.pending_providers() == ["svc"]
+        assert (
+            same.loading_state == "unavailable"
+            and same.loading_reason == "restarting with new settings"
+        )
+        assert catalog.slot("svc").health.state == "connecting" and catalog.pending_providers() == [
+            "svc"
+        ]
         new.start_gate.set()
         await until(lambda: catalog.slot("svc").health.state == "ready")
         after = {d.native_id: d for d in catalog.declarations()}
         same, edited = after["same"], after["edited"]
-        assert (same.tool_id, same.name, same.version) == before["same"] and same.loading_state == "loaded"
+        assert (same.tool_id, same.name, same.version) == before[
+            "same"
+        ] and same.loading_state == "loaded"
         assert same.tags == ["moved"]  # the new settings hold
         assert [v.version for v in catalog.versions.history(same)] == [1]  # no version bump
         assert (edited.tool_id, edited.name) == before["edited"][:2] and edited.version == 2
-        assert [v.version for v in catalog.versions.history(edited)] == [2, 1]  # newest first, the first kept
+        assert [v.version for v in catalog.versions.history(edited)] == [
+            2,
+            1,
+        ]  # newest first, the first kept
     finally:
         await catalog.close()
     assert new.closed == 1
@@ -575,7 +692,9 @@ async def test_an_upstream_restarted_disabled_keeps_no_tools():
     try:
         await catalog.replace_upstream(FakeUpstream(FakeConfig(name="svc", enabled=False)))
         await catalog.start(wait=False)
-        assert catalog.resolve("svc__a") is None and [d.name for d in changes[-1].removed] == ["svc__a"]
+        assert catalog.resolve("svc__a") is None and [d.name for d in changes[-1].removed] == [
+            "svc__a"
+        ]
         assert catalog.slot("svc").health.state == "disabled" and catalog.slot("svc").task is None
     finally:
         await catalog.close()
@@ -602,13 +721,19 @@ async def test_an_upstream_still_connecting_says_what_its_start_is_doing(monkeyp
     await catalog.start(wait=False)
     try:
         await until(lambda: up.started == 1)
-        assert [(h.state, h.reason) for h in catalog.health()] == [("connecting", None)]  # no phase: nothing said
+        assert [(h.state, h.reason) for h in catalog.health()] == [
+            ("connecting", None)
+        ]  # no phase: nothing said
         up.phase = "mapping 205 operations"
-        assert [(h.state, h.reason) for h in catalog.health()] == [("connecting", "mapping 205 operations")]
+        assert [(h.state, h.reason) for h in catalog.health()] == [
+            ("connecting", "mapping 205 operations")
+        ]
         up.phase = None
         up.start_gate.set()
         await until(declaring.is_set)
-        assert [(h.state, h.reason) for h in catalog.health()] == [("connecting", f"declaring and versioning {len(tools)} tools")]
+        assert [(h.state, h.reason) for h in catalog.health()] == [
+            ("connecting", f"declaring and versioning {len(tools)} tools")
+        ]
         release.set()
         await until(lambda: catalog.health()[0].state == "ready")
         assert catalog.health()[0].reason is None and len(catalog) == len(tools)
@@ -617,7 +742,9 @@ async def test_an_upstream_still_connecting_says_what_its_start_is_doing(monkeyp
         await catalog.close()
 
 
-async def test_a_large_listing_is_declared_signed_and_versioned_a_batch_at_a_time(tmp_path, monkeypatch):
+async def test_a_large_listing_is_declared_signed_and_versioned_a_batch_at_a_time(
+    tmp_path, monkeypatch
+):
     # the canonical text of every signature of a listing, held at once, was Microsoft Graph
     # beta's 217 MB; a batch's at a time, the bridge serving it peaks at 629 MB instead of 878 MB
     from bridge import catalog as catalog_module

@@ -23,7 +23,11 @@ LOADER_FIELDS = {"base_dir", "source"}  # set by the loader from the file read, 
 
 
 def keys(model: type[BaseModel]) -> set[str]:
-    return {field.alias or name for name, field in model.model_fields.items() if name not in LOADER_FIELDS}
+    return {
+        field.alias or name
+        for name, field in model.model_fields.items()
+        if name not in LOADER_FIELDS
+    }
 
 
 def nested(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
@@ -48,7 +52,11 @@ def table_keys(text: str, heading: str) -> set[str]:
     section = text.split(heading, 1)[1]
     table = re.search(r"^\| key \|.*?\n\| -+ \|.*?\n((?:\|.*\n)+)", section, re.M)
     assert table, f"no key table under {heading!r}"
-    return {key for row in table.group(1).splitlines() for key in re.findall(r"`([^`]+)`", row.split("|")[1])}
+    return {
+        key
+        for row in table.group(1).splitlines()
+        for key in re.findall(r"`([^`]+)`", row.split("|")[1])
+    }
 
 
 def config_page() -> str:
@@ -97,7 +105,9 @@ def test_the_surfaces_page_names_every_surface_key_and_rule_field():
 
 def shipped_kinds() -> list[str]:
     """The kinds the bridge ships (adapters/), not those other tests register."""
-    return [kind for kind in known_kinds() if upstream_class(kind).__module__.startswith("adapters.")]
+    return [
+        kind for kind in known_kinds() if upstream_class(kind).__module__.startswith("adapters.")
+    ]
 
 
 @pytest.mark.parametrize("kind", shipped_kinds())
@@ -128,7 +138,11 @@ def options(parser: argparse.ArgumentParser) -> dict[str, list[tuple[str, ...]]]
             for name, sub in action.choices.items():
                 for inner, opts in options(sub).items():
                     out[f"{name} {inner}".strip()] = opts
-    own = [tuple(a.option_strings) for a in parser._actions if a.option_strings and "--help" not in a.option_strings]
+    own = [
+        tuple(a.option_strings)
+        for a in parser._actions
+        if a.option_strings and "--help" not in a.option_strings
+    ]
     if own or not out:
         out[""] = own
     return out
@@ -140,7 +154,11 @@ def test_the_readme_names_every_option_of_every_command():
     for command, opts in options(build_parser()).items():
         page = atip + readme if command.startswith("atip") else readme
         assert not command or command.split()[0] in readme
-        missing = [o for o in opts if not any(re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", page) for s in o)]
+        missing = [
+            o
+            for o in opts
+            if not any(re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", page) for s in o)
+        ]
         assert not missing, (command, missing)
 
 
@@ -166,9 +184,19 @@ def section(text: str, heading: str) -> str:
 def documented_models() -> list[tuple[str, type[BaseModel], str]]:
     """(page, model, prefix of its keys in the page's tables) for every config model with a key table;
     a page may be `page#heading`, the part of the page under that heading."""
-    out = [("config.md", model, "") for model in (bridge_config.BridgeConfig, bridge_config.ServerConfig,
-                                                  bridge_config.InvokeConfig, UpstreamConfig)]
-    out += [("config.md#### `store`", bridge_config.StoreConfig, ""), ("config.md#### `search`", bridge_config.SearchConfig, "")]
+    out = [
+        ("config.md", model, "")
+        for model in (
+            bridge_config.BridgeConfig,
+            bridge_config.ServerConfig,
+            bridge_config.InvokeConfig,
+            UpstreamConfig,
+        )
+    ]
+    out += [
+        ("config.md#### `store`", bridge_config.StoreConfig, ""),
+        ("config.md#### `search`", bridge_config.SearchConfig, ""),
+    ]
     out.append(("config.md#### `telemetry`", bridge_config.TelemetryConfig, ""))
     out.append(("config.md#### `logging`", bridge_config.LoggingConfig, ""))
     out.append(("config.md#### `audit`", bridge_config.AuditConfig, ""))
@@ -188,7 +216,9 @@ def default_of(model: type[BaseModel], name: str):
     return field.default_factory() if field.default_factory is not None else field.default
 
 
-@pytest.mark.parametrize(("page", "model", "prefix"), documented_models(), ids=lambda v: getattr(v, "__name__", v))
+@pytest.mark.parametrize(
+    ("page", "model", "prefix"), documented_models(), ids=lambda v: getattr(v, "__name__", v)
+)
 def test_each_default_a_key_table_writes_as_a_value_is_the_models(page, model, prefix):
     """A default cell holding one value in code style (`30`, `auto`, `[]`) is the field's default, and
     a field bounded by a number other than 0 and 1 says so in its row (`at least 1024`)."""
@@ -201,11 +231,18 @@ def test_each_default_a_key_table_writes_as_a_value_is_the_models(page, model, p
     for name, field in model.model_fields.items():
         key = field.alias or name
         row = rows.get(prefix + key) or (rows.get(key) if prefix else None)
-        if row is None or (prefix == "" and model is not UpstreamConfig and key in keys(UpstreamConfig) and page != "config.md"):
+        if row is None or (
+            prefix == ""
+            and model is not UpstreamConfig
+            and key in keys(UpstreamConfig)
+            and page != "config.md"
+        ):
             continue
         default_cell, meaning = row
         value = re.fullmatch(r"`([^`]+)`(?: \([^)]*\))?(?: \(all\))?", default_cell)
-        if value and value.group(1) not in keys(model):  # not `max_concurrency`: another key's value
+        if value and value.group(1) not in keys(
+            model
+        ):  # not `max_concurrency`: another key's value
             written = yaml.safe_load(value.group(1))
             actual = default_of(model, name)
             if isinstance(actual, BaseModel):  # a section's default written as the keys it sets
@@ -217,7 +254,9 @@ def test_each_default_a_key_table_writes_as_a_value_is_the_models(page, model, p
                 number = getattr(bound, attr, None)
                 if number is not None and number not in (0, 1):
                     spelled = {f"{number:g}", f"{number:,g}"}
-                    if not any(re.search(rf"(?<![\d,.]){re.escape(s)}(?![\d,])", meaning) for s in spelled):
+                    if not any(
+                        re.search(rf"(?<![\d,.]){re.escape(s)}(?![\d,])", meaning) for s in spelled
+                    ):
                         wrong.append((prefix + key, f"{attr} {number:g} not said in its row"))
     assert not wrong, (page, wrong)
 
@@ -234,10 +273,21 @@ def test_the_rest_page_lists_every_route_and_no_other():
     from bridge.serve.app import rest_routes
 
     routes, _ = rest_routes(Bridge(bridge_config.parse_config({"store": {"path": ":memory:"}})))
-    served = {route_key(method, route.path) for route in routes if isinstance(route, Route) for method in route.methods - {"HEAD"}}
+    served = {
+        route_key(method, route.path)
+        for route in routes
+        if isinstance(route, Route)
+        for method in route.methods - {"HEAD"}
+    }
     text = (DOCS / "frontends" / "rest.md").read_text(encoding="utf-8")
-    named = {route_key(*m.groups()) for m in re.finditer(r"`(GET|POST|PUT|PATCH|DELETE) (/[^`\s]*)", text)}
-    listed = {route_key(*m.groups()) for m in re.finditer(r"^\| `(GET|POST|PUT|PATCH|DELETE) (/[^`\s]*)", text, re.M)}
+    named = {
+        route_key(*m.groups())
+        for m in re.finditer(r"`(GET|POST|PUT|PATCH|DELETE) (/[^`\s]*)", text)
+    }
+    listed = {
+        route_key(*m.groups())
+        for m in re.finditer(r"^\| `(GET|POST|PUT|PATCH|DELETE) (/[^`\s]*)", text, re.M)
+    }
     assert served - named == set()
     assert listed - served == set()
 
@@ -247,7 +297,11 @@ def test_the_rest_pages_status_table_gives_each_error_class_its_status():
 
     text = (DOCS / "frontends" / "rest.md").read_text(encoding="utf-8")
     rows = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| (\d{3}) \| (.*)$", text, re.M)}
-    wrong = [(error_class, status) for error_class, status in STATUS_BY_CLASS.items() if f"`{error_class}`" not in rows.get(status, "")]
+    wrong = [
+        (error_class, status)
+        for error_class, status in STATUS_BY_CLASS.items()
+        if f"`{error_class}`" not in rows.get(status, "")
+    ]
     assert not wrong
 
 
@@ -270,7 +324,11 @@ def test_the_openapi_selectors_and_atip_answers_are_documented_field_by_field():
     section = openapi.split("### Selectors", 1)[1]
     table = re.search(r"^\| field \|.*\n\| -+ \|.*\n((?:\|.*\n)+)", section, re.M)
     assert table
-    assert {key for row in table.group(1).splitlines() for key in re.findall(r"`([^`]+)`", row.split("|")[1])} == keys(Selector)
+    assert {
+        key
+        for row in table.group(1).splitlines()
+        for key in re.findall(r"`([^`]+)`", row.split("|")[1])
+    } == keys(Selector)
     assert keys(AnswerRule) <= named((DOCS / "upstreams" / "atip.md").read_text(encoding="utf-8"))
 
 
@@ -296,7 +354,11 @@ def test_every_link_between_the_pages_resolves_anchor_included():
                 continue
             path, _, anchor = target.partition("#")
             dest = (page.parent / path).resolve() if path else page
-            if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in anchors(dest.read_text(encoding="utf-8"))):
+            if not dest.exists() or (
+                anchor
+                and dest.suffix == ".md"
+                and anchor not in anchors(dest.read_text(encoding="utf-8"))
+            ):
                 broken.append((page.name, target))
     assert not broken
 
@@ -313,5 +375,11 @@ def test_no_table_cell_of_any_page_holds_a_paragraph():
                 # cells split at each `|` not escaped, as GitHub's tables do, code spans included
                 for cell in re.split(r"(?<!\\)\|", line.strip().strip("|")):
                     if len(cell.strip()) > MAX_CELL:
-                        long.append((str(page.relative_to(DOCS.parent)), len(cell.strip()), cell.strip()[:60]))
+                        long.append(
+                            (
+                                str(page.relative_to(DOCS.parent)),
+                                len(cell.strip()),
+                                cell.strip()[:60],
+                            )
+                        )
     assert not long

@@ -21,22 +21,37 @@ from tests.fakes import FakeConfig, FakeUpstream, tool
 async def world():
     store = Store()
     catalog = Catalog(store)
-    up = FakeUpstream(FakeConfig(name="svc", timeout=0.5), tools=[
-        tool("echo", props={"text": {"type": "string"}}, required=["text"]),
-        tool("wipe", destructive=True),
-        tool("drop_inferred", native_id="drop_inferred"),
-        tool("secret", blocked_reason="credential_missing"),
-        tool("keyed", blocked_reason="credential_missing", blocked_detail="the agent requires credentials the config does not give: "
-             "bearer (http Bearer: set auth.bearer_token or auth.schemes.bearer)"),
-    ])
+    up = FakeUpstream(
+        FakeConfig(name="svc", timeout=0.5),
+        tools=[
+            tool("echo", props={"text": {"type": "string"}}, required=["text"]),
+            tool("wipe", destructive=True),
+            tool("drop_inferred", native_id="drop_inferred"),
+            tool("secret", blocked_reason="credential_missing"),
+            tool(
+                "keyed",
+                blocked_reason="credential_missing",
+                blocked_detail="the agent requires credentials the config does not give: "
+                "bearer (http Bearer: set auth.bearer_token or auth.schemes.bearer)",
+            ),
+        ],
+    )
     # inferred destructive: a fact the bridge guessed never denies on its own
     up.tools[2].safety.destructive = True
     up.tools[2].safety.sources["destructive"] = "inferred"
     catalog.add_upstream(up)
     down = FakeUpstream(FakeConfig(name="down", fail_start="connection refused", retry_initial=30))
     catalog.add_upstream(down)
-    surfaces = Surfaces([SurfaceConfig(name="ops", allow_destructive=True), SurfaceConfig(name="ro", read_only=True)], catalog)
-    invoker = Invoker(catalog, surfaces, store, InvokeConfig(inline_result_limit=1000, preview_chars=100))
+    surfaces = Surfaces(
+        [
+            SurfaceConfig(name="ops", allow_destructive=True),
+            SurfaceConfig(name="ro", read_only=True),
+        ],
+        catalog,
+    )
+    invoker = Invoker(
+        catalog, surfaces, store, InvokeConfig(inline_result_limit=1000, preview_chars=100)
+    )
     await catalog.start()
     yield catalog, invoker, up, store
     await invoker.aclose()
@@ -81,10 +96,14 @@ async def test_a_blocked_call_says_what_its_upstream_said_of_the_block(world):
     catalog, invoker, up, _ = world
     refused = await invoker.invoke("svc__keyed", {})
     assert refused.error.error_class == "credential_missing" and refused.status == "denied"
-    assert refused.error.message == ("tool 'svc__keyed' is blocked on this surface (credential_missing): the agent requires credentials "
-                                     "the config does not give: bearer (http Bearer: set auth.bearer_token or auth.schemes.bearer)")
+    assert refused.error.message == (
+        "tool 'svc__keyed' is blocked on this surface (credential_missing): the agent requires credentials "
+        "the config does not give: bearer (http Bearer: set auth.bearer_token or auth.schemes.bearer)"
+    )
     assert catalog.resolve("svc__keyed").blocked_detail.startswith("the agent requires")
-    assert (await invoker.invoke("svc__secret", {})).error.message == "tool 'svc__secret' is blocked on this surface (credential_missing)"
+    assert (
+        await invoker.invoke("svc__secret", {})
+    ).error.message == "tool 'svc__secret' is blocked on this surface (credential_missing)"
     assert up.calls == []
 
 
@@ -124,7 +143,11 @@ async def test_upstream_errors_and_exceptions(world):
     up.raise_error = None
     up.result = UpstreamResult(content=[{"type": "text", "text": "boom"}], is_error=True)
     result = await invoker.invoke("svc__echo", {"text": "a"})
-    assert result.is_error and result.error.error_class == "execution_failed" and result.content[0]["text"] == "boom"
+    assert (
+        result.is_error
+        and result.error.error_class == "execution_failed"
+        and result.content[0]["text"] == "boom"
+    )
 
 
 async def test_an_upstreams_secrets_are_masked_in_every_error_it_causes():
@@ -141,8 +164,12 @@ async def test_an_upstreams_secrets_are_masked_in_every_error_it_causes():
     await catalog.start()
     try:
         said = f"denied for {secret}"
-        up.raise_error = BridgeError(said, error_class="permission_denied",
-                                     details={"sent": secret}, native_error_ref={"message": said})
+        up.raise_error = BridgeError(
+            said,
+            error_class="permission_denied",
+            details={"sent": secret},
+            native_error_ref={"message": said},
+        )
         refused = (await invoker.invoke("svc__echo", {"text": "a"})).model_dump()
         assert secret not in json.dumps(refused) and refused["error"]["message"] == "denied for ***"
         assert refused["error"]["details"] == {"sent": "***"}
@@ -154,8 +181,11 @@ async def test_an_upstreams_secrets_are_masked_in_every_error_it_causes():
 
         up.raise_error = None
         long_text = said + " " + "x" * 2000
-        up.result = UpstreamResult(content=[{"type": "text", "text": long_text}],
-                                   structured_content={secret: said}, is_error=True)
+        up.result = UpstreamResult(
+            content=[{"type": "text", "text": long_text}],
+            structured_content={secret: said},
+            is_error=True,
+        )
         failed = await invoker.invoke("svc__echo", {"text": "a"})
         assert failed.is_error and failed.persisted is not None
         assert failed.error.message.startswith("denied for *** x")
@@ -174,22 +204,33 @@ async def test_an_upstreams_secrets_are_masked_in_every_error_it_causes():
 async def test_large_result_persisted_and_retrievable(world):
     _, invoker, up, _store = world
     big = "x" * 5000
-    up.result = UpstreamResult(content=[{"type": "text", "text": big}], structured_content={"rows": [1, 2, 3]})
+    up.result = UpstreamResult(
+        content=[{"type": "text", "text": big}], structured_content={"rows": [1, 2, 3]}
+    )
     result = await invoker.invoke("svc__echo", {"text": "a"})
     assert not result.is_error and result.status == "succeeded"
-    assert result.persisted is not None and result.persistence_refs == [result.persisted.decision_id]
+    assert result.persisted is not None and result.persistence_refs == [
+        result.persisted.decision_id
+    ]
     ref = result.persisted.persisted_ref["ref"]
     assert len(result.content[0]["text"]) < 1000
     assert result.content[1]["type"] == "resource_link" and result.content[1]["uri"].endswith(ref)
     media, payload = invoker.get_persisted(ref)
     assert media == "application/json"
     stored = json.loads(payload)
-    assert stored["content"][0]["text"] == big and stored["structured_content"] == {"rows": [1, 2, 3]}
+    assert stored["content"][0]["text"] == big and stored["structured_content"] == {
+        "rows": [1, 2, 3]
+    }
 
 
 async def test_result_too_large(world):
     catalog, _, up, store = world
-    invoker = Invoker(catalog, Surfaces([], catalog), store, InvokeConfig(inline_result_limit=1000, max_result_chars=2000))
+    invoker = Invoker(
+        catalog,
+        Surfaces([], catalog),
+        store,
+        InvokeConfig(inline_result_limit=1000, max_result_chars=2000),
+    )
     up.result = UpstreamResult(content=[{"type": "text", "text": "y" * 3000}])
     result = await invoker.invoke("svc__echo", {"text": "a"})
     assert result.error.error_class == "result_too_large" and result.status == "too_large"
@@ -198,7 +239,16 @@ async def test_result_too_large(world):
 async def test_pinned_version_validates_against_its_schema(world):
     catalog, invoker, _up, _ = world
     # v2: compatible (adds optional `lang`)
-    catalog.apply_tools("svc", [tool("echo", props={"text": {"type": "string"}, "lang": {"type": "string"}}, required=["text"])])
+    catalog.apply_tools(
+        "svc",
+        [
+            tool(
+                "echo",
+                props={"text": {"type": "string"}, "lang": {"type": "string"}},
+                required=["text"],
+            )
+        ],
+    )
     assert catalog.resolve("svc__echo").version == 2
     ok = await invoker.invoke("svc__echo", {"text": "a"}, version=1)
     assert not ok.is_error and ok.version == 1
@@ -206,20 +256,27 @@ async def test_pinned_version_validates_against_its_schema(world):
     bad = await invoker.invoke("svc__echo", {"text": 1}, version=1)
     assert bad.error.error_class == "invalid_arguments"
     # v3: breaking (text renamed to message, required)
-    catalog.apply_tools("svc", [tool("echo", props={"message": {"type": "string"}}, required=["message"])])
+    catalog.apply_tools(
+        "svc", [tool("echo", props={"message": {"type": "string"}}, required=["message"])]
+    )
     pinned = await invoker.invoke("svc__echo", {"text": "a"}, version=1)
     assert pinned.is_error and pinned.error.error_class == "capability_gap"
     assert "breaking change at version 3" in pinned.error.message
     current = await invoker.invoke("svc__echo", {"message": "a"})
     assert not current.is_error and current.version == 3
     missing = await invoker.invoke("svc__echo", {"message": "a"}, version=9)
-    assert missing.error.error_class == "unknown_tool" and missing.error.error_code == "unknown_version"  # as REST's GET says
+    assert (
+        missing.error.error_class == "unknown_tool"
+        and missing.error.error_code == "unknown_version"
+    )  # as REST's GET says
 
 
 async def test_cancellation_propagates_and_is_logged(world):
     _, invoker, up, store = world
     up.gate = asyncio.Event()
-    task = asyncio.create_task(invoker.invoke("svc__echo", {"text": "a"}, invocation_id="inv_cancel_me"))
+    task = asyncio.create_task(
+        invoker.invoke("svc__echo", {"text": "a"}, invocation_id="inv_cancel_me")
+    )
     async with asyncio.timeout(2):
         while not up.calls:
             await asyncio.sleep(0.005)
@@ -271,7 +328,9 @@ async def test_a_full_log_buffer_moves_the_flush_to_now_once(world):
     _, invoker, _, _ = world
     handles = []
     for i in range(600):  # no await: the loop does not run the flush in between
-        invoker._log(f"inv_{i}", None, None, None, "succeeded", None, now_iso(), time.perf_counter())
+        invoker._log(
+            f"inv_{i}", None, None, None, "succeeded", None, now_iso(), time.perf_counter()
+        )
         handles.append(invoker._flush_handle)
     assert handles[0] is handles[510] and handles[511] is not handles[510]  # the 512th row moved it
     assert all(h is handles[511] for h in handles[511:])  # and no later row created another timer
@@ -282,15 +341,32 @@ def test_the_invocation_log_keeps_its_latest_rows():
     store = Store()
     keep = 1000
     for batch in range(10):
-        store.log_invocations([(f"inv_{batch:02d}_{i:03d}", "t", "svc__echo", 1, "default", "succeeded", None,
-                                now_iso(), 1.0) for i in range(300)], keep)
+        store.log_invocations(
+            [
+                (
+                    f"inv_{batch:02d}_{i:03d}",
+                    "t",
+                    "svc__echo",
+                    1,
+                    "default",
+                    "succeeded",
+                    None,
+                    now_iso(),
+                    1.0,
+                )
+                for i in range(300)
+            ],
+            keep,
+        )
     count = store._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
     assert keep <= count <= keep + keep // 10
     ids = {row[0] for row in store._db.execute("SELECT invocation_id FROM invocations")}
     assert "inv_09_299" in ids and "inv_00_000" not in ids  # the oldest went, the latest stay
     # without a limit nothing is dropped
     unbounded = Store()
-    unbounded.log_invocations([(f"inv_{i}", "t", "n", 1, "s", "succeeded", None, now_iso(), 1.0) for i in range(3000)])
+    unbounded.log_invocations(
+        [(f"inv_{i}", "t", "n", 1, "s", "succeeded", None, now_iso(), 1.0) for i in range(3000)]
+    )
     assert unbounded._db.execute("SELECT COUNT(*) FROM invocations").fetchone()[0] == 3000
 
 
@@ -306,12 +382,21 @@ def test_a_store_file_shrinks_once_large_results_are_pruned(tmp_path):
     for i in range(30):  # the limit by count drops the large ones
         store.put_result(f"small{i}", f"inv{i}", "text/plain", b"y" * 100, keep=10)
     store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    assert path.stat().st_size < 6 << 20  # what is left, and the 4 MB of free pages kept for the next writes
+    assert (
+        path.stat().st_size < 6 << 20
+    )  # what is left, and the 4 MB of free pages kept for the next writes
     store.close()
     # the log's prune gives its pages back too
     store = Store(path)
-    store.log_invocations([(f"inv_{i}", "t", "n" * 2000, 1, "s", "succeeded", None, now_iso(), 1.0) for i in range(20000)])
-    store.log_invocations([("last", "t", "n", 1, "s", "succeeded", None, now_iso(), 1.0)], keep=1000)
+    store.log_invocations(
+        [
+            (f"inv_{i}", "t", "n" * 2000, 1, "s", "succeeded", None, now_iso(), 1.0)
+            for i in range(20000)
+        ]
+    )
+    store.log_invocations(
+        [("last", "t", "n", 1, "s", "succeeded", None, now_iso(), 1.0)], keep=1000
+    )
     store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     assert path.stat().st_size < 10 << 20
     store.close()
@@ -328,7 +413,10 @@ async def test_a_wild_version_is_unknown_and_costs_no_log_row(world, caplog):
     assert {before.invocation_id, wild.invocation_id, after.invocation_id} <= set(rows)
     assert rows[wild.invocation_id]["version"] is None
     # a row the store cannot hold is dropped alone, with a warning; its batch is kept
-    batch = [(f"inv_{i}", "t", "n", version, "s", "succeeded", None, now_iso(), 1.0) for i, version in enumerate((1, 2**70, 3))]
+    batch = [
+        (f"inv_{i}", "t", "n", version, "s", "succeeded", None, now_iso(), 1.0)
+        for i, version in enumerate((1, 2**70, 3))
+    ]
     store.log_invocations(batch)
     ids = {r["invocation_id"] for r in store.recent_invocations()}
     assert {"inv_0", "inv_2"} <= ids and "inv_1" not in ids
@@ -339,7 +427,10 @@ async def test_an_input_schema_jsonschema_cannot_apply_leaves_the_arguments_to_t
     store = Store()
     catalog = Catalog(store)
     bogus = tool("bogus", props={"a": {"type": "bogus"}})
-    odd_required = tool("odd_required", props={"a": {"type": "integer"}, "text": {"type": "string", "pattern": "(["}})  # no regex
+    odd_required = tool(
+        "odd_required",
+        props={"a": {"type": "integer"}, "text": {"type": "string", "pattern": "(["}},
+    )  # no regex
     dangling = tool("dangling", props={"a": {"$ref": "#/$defs/missing"}})
     up = FakeUpstream(FakeConfig(name="svc"), tools=[bogus, odd_required, dangling])
     catalog.add_upstream(up)
@@ -350,7 +441,14 @@ async def test_an_input_schema_jsonschema_cannot_apply_leaves_the_arguments_to_t
             for _ in range(2):
                 result = await invoker.invoke(name, {"a": 5, "text": "x"})
                 assert not result.is_error, (name, result.error)
-        assert [call[0] for call in up.calls] == ["bogus", "bogus", "odd_required", "odd_required", "dangling", "dangling"]
+        assert [call[0] for call in up.calls] == [
+            "bogus",
+            "bogus",
+            "odd_required",
+            "odd_required",
+            "dangling",
+            "dangling",
+        ]
         assert caplog.text.count("cannot be applied") == 3  # once a tool
     finally:
         await invoker.aclose()
@@ -362,11 +460,21 @@ def test_a_schema_error_shows_a_long_value_by_its_beginning():
 
     from bridge.arguments import schema_errors
 
-    validator = jsonschema.Draft202012Validator({"type": "object", "properties": {
-        "n": {"type": "integer"}, "s": {"type": "string", "maxLength": 5}}})
+    validator = jsonschema.Draft202012Validator(
+        {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}, "s": {"type": "string", "maxLength": 5}},
+        }
+    )
     errors = schema_errors(validator, {"n": "x" * 100_000, "s": "too long"})
-    assert errors[0]["path"] == "/n" and errors[0]["message"] == f"'{'x' * 59}… (100000 characters) is not of type 'integer'"
-    assert errors[1] == {"path": "/s", "message": "'too long' is too long"}  # a short value is shown whole
+    assert (
+        errors[0]["path"] == "/n"
+        and errors[0]["message"] == f"'{'x' * 59}… (100000 characters) is not of type 'integer'"
+    )
+    assert errors[1] == {
+        "path": "/s",
+        "message": "'too long' is too long",
+    }  # a short value is shown whole
     nested = schema_errors(validator, {"n": {"k": "v" * 500}})[0]["message"]
     assert nested.endswith("characters as written) is not of type 'integer'") and len(nested) < 200
 
@@ -377,8 +485,26 @@ def test_a_schema_error_writes_null_true_and_false_as_json_does():
 
     from bridge.arguments import schema_errors
 
-    validator = jsonschema.Draft202012Validator({"type": "object", "properties": {
-        "n": {"type": "number"}, "flag": {"enum": [True, None]}, "o": {"type": "array"}, "s": {"const": "None"}}})
-    errors = {e["path"]: e["message"] for e in schema_errors(validator, {"n": None, "flag": False, "o": {"a": [True, None]}, "s": "x"})}
-    assert errors == {"/n": "null is not of type 'number'", "/flag": "false is not one of [true, null]",
-                      "/o": "{'a': [true, null]} is not of type 'array'", "/s": "'None' was expected"}
+    validator = jsonschema.Draft202012Validator(
+        {
+            "type": "object",
+            "properties": {
+                "n": {"type": "number"},
+                "flag": {"enum": [True, None]},
+                "o": {"type": "array"},
+                "s": {"const": "None"},
+            },
+        }
+    )
+    errors = {
+        e["path"]: e["message"]
+        for e in schema_errors(
+            validator, {"n": None, "flag": False, "o": {"a": [True, None]}, "s": "x"}
+        )
+    }
+    assert errors == {
+        "/n": "null is not of type 'number'",
+        "/flag": "false is not one of [true, null]",
+        "/o": "{'a': [true, null]} is not of type 'array'",
+        "/s": "'None' was expected",
+    }

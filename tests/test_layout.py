@@ -14,8 +14,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("bridge", "adapters")
 MAX_LINES = 600
 # what a module of adapters/ may import from bridge/
-ADAPTERS_MAY_IMPORT = ("bridge.model", "bridge.upstream", "bridge.translate", "bridge.net",
-                       "bridge.processes", "bridge.documents", "bridge.masking", "bridge.text")
+ADAPTERS_MAY_IMPORT = (
+    "bridge.model",
+    "bridge.upstream",
+    "bridge.translate",
+    "bridge.net",
+    "bridge.processes",
+    "bridge.documents",
+    "bridge.masking",
+    "bridge.text",
+)
 
 
 def modules() -> dict[str, Path]:
@@ -55,41 +63,67 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_no_module_is_over_600_lines() -> None:
-    long = {name: n for name, path in modules().items()
-            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    long = {
+        name: n
+        for name, path in modules().items()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
-def test_adapters_import_only_the_model_the_interface_translate_and_low_level_modules(graph) -> None:
-    wrong = {(name, target) for name, targets in graph.items() if name.startswith("adapters")
-             for target in targets if target.startswith("bridge")
-             and not any(target == ok or target.startswith(ok + ".") for ok in ADAPTERS_MAY_IMPORT)}
+def test_adapters_import_only_the_model_the_interface_translate_and_low_level_modules(
+    graph,
+) -> None:
+    wrong = {
+        (name, target)
+        for name, targets in graph.items()
+        if name.startswith("adapters")
+        for target in targets
+        if target.startswith("bridge")
+        and not any(target == ok or target.startswith(ok + ".") for ok in ADAPTERS_MAY_IMPORT)
+    }
     assert not wrong, sorted(wrong)
 
 
 def test_telemetry_imports_only_the_model(graph) -> None:
-    wrong = {(name, target) for name, targets in graph.items()
-             if name.startswith("bridge.telemetry")
-             for target in targets if not target.startswith(("bridge.telemetry", "bridge.model"))}
+    wrong = {
+        (name, target)
+        for name, targets in graph.items()
+        if name.startswith("bridge.telemetry")
+        for target in targets
+        if not target.startswith(("bridge.telemetry", "bridge.model"))
+    }
     assert not wrong, sorted(wrong)
 
 
 def test_bridge_never_imports_adapters(graph) -> None:
-    wrong = {(name, target) for name, targets in graph.items() if name.startswith("bridge")
-             for target in targets if target.startswith("adapters")}
+    wrong = {
+        (name, target)
+        for name, targets in graph.items()
+        if name.startswith("bridge")
+        for target in targets
+        if target.startswith("adapters")
+    }
     assert not wrong, sorted(wrong)
 
 
 def test_only_the_search_package_imports_its_inner_modules(graph) -> None:
-    wrong = {(name, target) for name, targets in graph.items() if not name.startswith("bridge.search")
-             for target in targets if target.startswith("bridge.search.")}
+    wrong = {
+        (name, target)
+        for name, targets in graph.items()
+        if not name.startswith("bridge.search")
+        for target in targets
+        if target.startswith("bridge.search.")
+    }
     assert not wrong, sorted(wrong)
 
 
 def test_no_import_cycle(graph) -> None:
     # a package's __init__ importing its own modules is how a face works, not a cycle
-    edges = {name: {t for t in targets if t in graph and not name.startswith(t + ".")}
-             for name, targets in graph.items()}
+    edges = {
+        name: {t for t in targets if t in graph and not name.startswith(t + ".")}
+        for name, targets in graph.items()
+    }
     state: dict[str, int] = {}
     stack: list[str] = []
     cycles: list[list[str]] = []
@@ -99,7 +133,7 @@ def test_no_import_cycle(graph) -> None:
         stack.append(node)
         for target in sorted(edges[node]):
             if state.get(target) == 1:
-                cycles.append([*stack[stack.index(target):], target])
+                cycles.append([*stack[stack.index(target) :], target])
             elif target not in state:
                 visit(target)
         stack.pop()

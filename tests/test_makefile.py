@@ -25,9 +25,20 @@ register_kind("fake", FakeUpstream)
 
 def serve_command(*assignments: str, **environment: str) -> str:
     """The `bridge serve` line `make serve` would run, given `assignments` on make's command line."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "HOST", "PORT", "ARGS", "CONFIG")}
-    done = subprocess.run(["make", "-n", "-s", "serve", *assignments], cwd=ROOT, env=env | environment,
-                          capture_output=True, text=True, timeout=30, check=True)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "HOST", "PORT", "ARGS", "CONFIG")
+    }
+    done = subprocess.run(
+        ["make", "-n", "-s", "serve", *assignments],
+        cwd=ROOT,
+        env=env | environment,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return [line for line in done.stdout.splitlines() if "bridge serve" in line][-1]
 
 
@@ -48,13 +59,18 @@ def test_make_serve_passes_port_host_and_args_given_on_its_command_line():
 @needs_make
 def test_make_serve_ignores_host_and_port_in_the_environment():
     """Shells and hosting platforms export HOST (the machine's name) and PORT for their own uses."""
-    assert serve_command(HOST="buildbox", PORT="5000", ARGS="--stdio") == ".venv/bin/bridge serve -c configs/demo.yaml"
+    assert (
+        serve_command(HOST="buildbox", PORT="5000", ARGS="--stdio")
+        == ".venv/bin/bridge serve -c configs/demo.yaml"
+    )
 
 
 def test_the_demo_services_are_launched_on_ports_the_bridge_picks():
     # fixed ports (9101-9103) reached whatever else listened there: another bridge's demo
     # services, or an unrelated server
-    launched = [u for u in load_config(ROOT / "configs" / "demo.yaml").upstreams if u.launch is not None]
+    launched = [
+        u for u in load_config(ROOT / "configs" / "demo.yaml").upstreams if u.launch is not None
+    ]
     assert {u.name for u in launched} == {"demo_api", "travel", "a2t_demo"}
     for upstream in launched:
         assert upstream.port_zero_urls(), upstream.name

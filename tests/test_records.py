@@ -36,7 +36,16 @@ def check(record: dict, kind: str) -> None:
 @pytest.fixture
 async def catalog():
     cat = Catalog(Store())
-    cat.add_upstream(FakeUpstream(name="svc", tools=[tool("echo"), tool("wipe", destructive=True), tool("secret", blocked_reason="credential_missing")]))
+    cat.add_upstream(
+        FakeUpstream(
+            name="svc",
+            tools=[
+                tool("echo"),
+                tool("wipe", destructive=True),
+                tool("secret", blocked_reason="credential_missing"),
+            ],
+        )
+    )
     await cat.start()
     yield cat
     await cat.close()
@@ -46,7 +55,10 @@ async def test_declaration_surface_deferred(catalog):
     for decl in catalog.declarations():
         data = decl.to_json()
         check(data, "tool-declaration")
-        assert "model_input_schema" in data["input_contract"] and "schema" not in data["input_contract"]
+        assert (
+            "model_input_schema" in data["input_contract"]
+            and "schema" not in data["input_contract"]
+        )
         check(deferred_ref(decl).to_json(), "deferred-tool")
     surfaces = Surfaces([SurfaceConfig(name="s", defer=["*"])], catalog)
     record = surfaces.get("s").record().to_json()
@@ -62,9 +74,14 @@ async def test_results_invocation_progress_persistence(catalog):
     data = err.to_json()
     check(data, "result")
     assert data["is_error"] is True and data["error"]["error_class"] == "unknown_tool"
-    check(ToolInvocation(invocation_id="inv_1", tool_id=ok.tool_id, status="succeeded").to_json(), "invocation")
+    check(
+        ToolInvocation(invocation_id="inv_1", tool_id=ok.tool_id, status="succeeded").to_json(),
+        "invocation",
+    )
     check(ToolProgress(invocation_id="inv_1", sequence=1).to_json(), "progress")
-    check(ResultPersistence(decision_id="p1", invocation_id="inv_1").to_json(), "result-persistence")
+    check(
+        ResultPersistence(decision_id="p1", invocation_id="inv_1").to_json(), "result-persistence"
+    )
     await invoker.aclose()
 
 

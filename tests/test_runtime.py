@@ -27,12 +27,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def config(*names: str, **sections) -> dict:
-    return {"store": {"path": ":memory:"}, "upstreams": [{"name": n, "kind": "fake"} for n in names], **sections}
+    return {
+        "store": {"path": ":memory:"},
+        "upstreams": [{"name": n, "kind": "fake"} for n in names],
+        **sections,
+    }
 
 
 async def searched(bridge: Bridge, query: str = "echo") -> list[str]:
     await bridge.search.wait_indexed()
-    found = bridge.search.search(query, surface=bridge.surfaces.require(None), limit=50, fold_alternatives=False)
+    found = bridge.search.search(
+        query, surface=bridge.surfaces.require(None), limit=50, fold_alternatives=False
+    )
     return sorted(m.name for m in found.matches)
 
 
@@ -53,12 +59,23 @@ async def test_upstreams_added_removed_and_restarted_by_name_the_others_untouche
         summary = await bridge.reload(parse_config(new))
         assert summary == "added: added; removed: gone; restarted: moved"
 
-        assert "gone" not in bridge.catalog.slots and gone.closed == 1 and bridge.catalog.resolve("gone__echo") is None
+        assert (
+            "gone" not in bridge.catalog.slots
+            and gone.closed == 1
+            and bridge.catalog.resolve("gone__echo") is None
+        )
         assert bridge.catalog.slot("added").health.state == "connecting"
         assert moved.closed == 1 and bridge.catalog.slot("moved").upstream.config.timeout == 5
-        assert bridge.catalog.slot("keep").upstream is keep and (keep.started, keep.closed) == (1, 0)
-        await until(lambda: bridge.catalog.resolve("added__echo") is not None and
-                    bridge.catalog.slot("moved").health.state == "ready")
+        assert bridge.catalog.slot("keep").upstream is keep and (keep.started, keep.closed) == (
+            1,
+            0,
+        )
+        await until(
+            lambda: (
+                bridge.catalog.resolve("added__echo") is not None
+                and bridge.catalog.slot("moved").health.state == "ready"
+            )
+        )
         again = bridge.catalog.resolve("moved__echo")
         assert (again.tool_id, again.version) == (moved_echo.tool_id, moved_echo.version)
         assert await searched(bridge) == ["added__echo", "keep__echo", "moved__echo"]
@@ -71,24 +88,38 @@ async def test_upstreams_added_removed_and_restarted_by_name_the_others_untouche
 
 
 async def test_calls_in_flight_to_an_upstream_removed_or_restarted_end_first_new_ones_are_refused():
-    bridge = Bridge(parse_config(config("gone", "moved", "slow", "other", surfaces=[{"name": "default"}])))
+    bridge = Bridge(
+        parse_config(config("gone", "moved", "slow", "other", surfaces=[{"name": "default"}]))
+    )
     await bridge.start()
     try:
         gone, moved, slow = (bridge.catalog.slot(n).upstream for n in ("gone", "moved", "slow"))
         for up in (gone, moved, slow):
             up.gate = asyncio.Event()
-        calls = {up.name: asyncio.create_task(bridge.invoker.invoke(f"{up.name}__echo", {"text": up.name})) for up in (gone, moved, slow)}
+        calls = {
+            up.name: asyncio.create_task(
+                bridge.invoker.invoke(f"{up.name}__echo", {"text": up.name})
+            )
+            for up in (gone, moved, slow)
+        }
         await until(lambda: gone.calls and moved.calls and slow.calls)
 
         new = config("moved", "slow", "other", surfaces=[{"name": "default"}, {"name": "added"}])
         new["upstreams"][0]["timeout"] = 5
         new["upstreams"][1]["timeout"] = 6
         reload = asyncio.create_task(bridge.reload(parse_config(new)))
-        await until(lambda: bridge.surfaces.get("added") is not None)  # the rest applies while they end
+        await until(
+            lambda: bridge.surfaces.get("added") is not None
+        )  # the rest applies while they end
         assert not reload.done() and (gone.closed, moved.closed, slow.closed) == (0, 0, 0)
-        assert bridge.catalog.resolve("gone__echo") is None  # a removed upstream's tools leave at once
+        assert (
+            bridge.catalog.resolve("gone__echo") is None
+        )  # a removed upstream's tools leave at once
         refused = await bridge.invoker.invoke("moved__echo", {"text": "new"})
-        assert refused.error.error_class == "dependency_unavailable" and "restarting with new settings" in refused.error.message
+        assert (
+            refused.error.error_class == "dependency_unavailable"
+            and "restarting with new settings" in refused.error.message
+        )
         assert (await bridge.invoker.invoke("other__echo", {"text": "hi"})).status == "succeeded"
 
         gone.gate.set()
@@ -109,12 +140,18 @@ async def test_calls_in_flight_to_an_upstream_removed_or_restarted_end_first_new
 
 
 async def test_a_restart_waits_for_calls_in_flight_no_longer_than_the_upstreams_timeout():
-    bridge = Bridge(parse_config({**config("svc"), "upstreams": [{"name": "svc", "kind": "fake", "timeout": 0.3}]}))
+    bridge = Bridge(
+        parse_config(
+            {**config("svc"), "upstreams": [{"name": "svc", "kind": "fake", "timeout": 0.3}]}
+        )
+    )
     await bridge.start()
     try:
         up = bridge.catalog.slot("svc").upstream
         up.gate = asyncio.Event()
-        bridge.catalog.resolve("svc__echo").timeout = 60  # the tool's own limit is longer than the drain
+        bridge.catalog.resolve(
+            "svc__echo"
+        ).timeout = 60  # the tool's own limit is longer than the drain
         call = asyncio.create_task(bridge.invoker.invoke("svc__echo", {"text": "x"}))
         await until(lambda: up.calls)
         new = config("svc")
@@ -140,11 +177,18 @@ async def test_upstreams_removed_or_restarted_by_a_reload_are_stopped_at_once():
         for entry in kept["upstreams"]:
             entry["tags"] = ["moved"]  # restarted with new settings; the other 20 removed
         reloading = asyncio.create_task(bridge.reload(parse_config(kept)))
-        await until(lambda: all(up.closed == 1 for up in ups))  # every stop begun while none has ended
+        await until(
+            lambda: all(up.closed == 1 for up in ups)
+        )  # every stop begun while none has ended
         for up in ups:
             up.close_gate.set()
-        assert await reloading == f"removed: {', '.join(names[20:])}; restarted: {', '.join(names[:20])}"
-        await until(lambda: all(bridge.catalog.slot(name).health.state == "ready" for name in names[:20]))
+        assert (
+            await reloading
+            == f"removed: {', '.join(names[20:])}; restarted: {', '.join(names[:20])}"
+        )
+        await until(
+            lambda: all(bridge.catalog.slot(name).health.state == "ready" for name in names[:20])
+        )
         assert sorted(bridge.catalog.slots) == sorted(names[:20])
     finally:
         for up in ups:
@@ -156,18 +200,39 @@ async def test_keys_that_need_a_restart_keep_their_running_values_with_a_warning
     bridge = Bridge(parse_config(config("svc")))
     await bridge.start()
     try:
-        new = config("svc", server={"port": 9999, "body_timeout": 5, "tokens": [{"token": "a-new-token"}]},
-                     search={"semantic": "off"})
+        new = config(
+            "svc",
+            server={"port": 9999, "body_timeout": 5, "tokens": [{"token": "a-new-token"}]},
+            search={"semantic": "off"},
+        )
         new["store"] = {"path": "elsewhere.db"}
         with caplog.at_level(logging.WARNING, logger="bridge.runtime"):
             summary = await bridge.reload(parse_config(new))
-        warned = [r.getMessage() for r in caplog.records if "takes effect when the bridge restarts" in r.getMessage()]
-        assert [w.split(" changed")[0] for w in warned] == ["config reload: server.port", "config reload: server.body_timeout",
-                                                           "config reload: store.path", "config reload: search.semantic"]
-        assert summary == "needs a restart: server.port, server.body_timeout, store.path, search.semantic"
+        warned = [
+            r.getMessage()
+            for r in caplog.records
+            if "takes effect when the bridge restarts" in r.getMessage()
+        ]
+        assert [w.split(" changed")[0] for w in warned] == [
+            "config reload: server.port",
+            "config reload: server.body_timeout",
+            "config reload: store.path",
+            "config reload: search.semantic",
+        ]
+        assert (
+            summary
+            == "needs a restart: server.port, server.body_timeout, store.path, search.semantic"
+        )
         running = bridge.config
-        assert (running.server.port, running.server.body_timeout, running.store.path, running.search.semantic) == (8080, 30, ":memory:", "auto")
-        assert [t.token for t in running.server.tokens] == ["a-new-token"]  # live: the next request reads it
+        assert (
+            running.server.port,
+            running.server.body_timeout,
+            running.store.path,
+            running.search.semantic,
+        ) == (8080, 30, ":memory:", "auto")
+        assert [t.token for t in running.server.tokens] == [
+            "a-new-token"
+        ]  # live: the next request reads it
     finally:
         await bridge.close()
 
@@ -180,24 +245,38 @@ async def test_surfaces_and_invoke_settings_hold_from_the_next_request_a_call_in
         up = bridge.catalog.slot("svc").upstream
         up.gate = asyncio.Event()
         big = "x" * 1000
-        call = asyncio.create_task(bridge.invoker.invoke("svc__echo", {"text": big}, surface="open"))
+        call = asyncio.create_task(
+            bridge.invoker.invoke("svc__echo", {"text": big}, surface="open")
+        )
         await until(lambda: up.calls)
 
-        new = config("svc", surfaces=[{"name": "default"}, {"name": "narrow", "read_only": True}],
-                     invoke={"inline_result_limit": 256})
+        new = config(
+            "svc",
+            surfaces=[{"name": "default"}, {"name": "narrow", "read_only": True}],
+            invoke={"inline_result_limit": 256},
+        )
         summary = await bridge.reload(parse_config(new))
         assert summary == "surfaces changed: default, narrow, open"
         assert bridge.surfaces.get("open") is None and bridge.surfaces.get("narrow") is not None
-        assert bridge.surfaces.require("default").place(bridge.catalog.resolve("svc__echo")).state != "blocked"
+        assert (
+            bridge.surfaces.require("default").place(bridge.catalog.resolve("svc__echo")).state
+            != "blocked"
+        )
 
         up.gate.set()
         in_flight = await call  # began under the old limit: answered inline, through its surface
-        assert in_flight.status == "succeeded" and in_flight.content[0]["text"] == big and in_flight.persisted is None
+        assert (
+            in_flight.status == "succeeded"
+            and in_flight.content[0]["text"] == big
+            and in_flight.persisted is None
+        )
         up.gate = None
         after = await bridge.invoker.invoke("svc__echo", {"text": big})
         assert after.persisted is not None  # the next call: the new limit
         unknown = await bridge.invoker.invoke("svc__echo", {"text": "hi"}, surface="open")
-        assert unknown.error.error_class == "policy_blocked"  # a surface removed is gone for the next request
+        assert (
+            unknown.error.error_class == "policy_blocked"
+        )  # a surface removed is gone for the next request
 
         same = bridge.surfaces.require("narrow")
         assert await bridge.reload(parse_config(new)) == "nothing changed"
@@ -231,8 +310,13 @@ async def test_an_upstream_name_served_from_elsewhere_is_refused_and_nothing_cha
         with pytest.raises(ConfigError) as refused:
             await bridge.reload(parse_config(config("extra")))
         assert "upstreams[0].name" in str(refused.value)
-        assert bridge.catalog.resolve("svc__echo") is not None and bridge.catalog.slot("extra").upstream.closed == 0
-        assert await bridge.reload(parse_config(config())) == "removed: svc"  # one not from the config stays
+        assert (
+            bridge.catalog.resolve("svc__echo") is not None
+            and bridge.catalog.slot("extra").upstream.closed == 0
+        )
+        assert (
+            await bridge.reload(parse_config(config())) == "removed: svc"
+        )  # one not from the config stays
         assert list(bridge.catalog.slots) == ["extra"]
     finally:
         await bridge.close()
@@ -253,7 +337,9 @@ async def reloading(path, *names: str) -> AsyncIterator[tuple[Bridge, Callable[[
         await bridge.close()
 
 
-async def test_sighup_reads_the_file_again_a_bad_one_changes_nothing_and_is_said_on_one_line(tmp_path, caplog):
+async def test_sighup_reads_the_file_again_a_bad_one_changes_nothing_and_is_said_on_one_line(
+    tmp_path, caplog
+):
     path = tmp_path / "bridge.yaml"
     async with reloading(path, "first") as (bridge, _):
         with caplog.at_level(logging.WARNING, logger="bridge.runtime"):
@@ -266,9 +352,14 @@ async def test_sighup_reads_the_file_again_a_bad_one_changes_nothing_and_is_said
             await until(lambda: any(r.levelno == logging.ERROR for r in caplog.records))
         error = next(r for r in caplog.records if r.levelno == logging.ERROR)
         assert error.exc_info is None and "\n" not in error.getMessage()
-        assert error.getMessage() == (f"config reload: {path}: upstreams[0].timout: unknown key `timout` "
-                                      "(fix: did you mean `timeout`?); nothing changed")
-        assert sorted(bridge.catalog.slots) == ["first", "second"] and bridge.catalog.resolve("second__echo") is not None
+        assert error.getMessage() == (
+            f"config reload: {path}: upstreams[0].timout: unknown key `timout` "
+            "(fix: did you mean `timeout`?); nothing changed"
+        )
+        assert (
+            sorted(bridge.catalog.slots) == ["first", "second"]
+            and bridge.catalog.resolve("second__echo") is not None
+        )
         assert bridge.config.upstreams[1].name == "second"
 
 
@@ -287,16 +378,31 @@ async def test_sighups_during_a_reload_make_one_more_reload_after_it(tmp_path, c
             await asyncio.sleep(0)
             slow.close_gate.set()
             await until(lambda: "c" in bridge.catalog.slots)
-            await until(lambda: len([r for r in caplog.records if r.getMessage().startswith("config reloaded")]) >= 2)
+            await until(
+                lambda: (
+                    len([r for r in caplog.records if r.getMessage().startswith("config reloaded")])
+                    >= 2
+                )
+            )
             stop()  # no third reload can start now
-        said = [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.getMessage().startswith("config reloaded")]
+        said = [
+            r.getMessage().split(": ", 1)[1]
+            for r in caplog.records
+            if r.getMessage().startswith("config reloaded")
+        ]
         assert said == ["added: b; removed: slow", "added: c"]
 
 
 def launched_a2t_server() -> dict:
     """The demo A2T server launched by the bridge, its url naming port 0 (as configs/demo.yaml's)."""
     launch = {"command": "python", "args": ["-m", "bridge.demo.a2t_server"], "cwd": str(ROOT)}
-    upstream = {"name": "math", "kind": "a2t", "url": "http://127.0.0.1:0", "start_timeout": 30, "launch": launch}
+    upstream = {
+        "name": "math",
+        "kind": "a2t",
+        "url": "http://127.0.0.1:0",
+        "start_timeout": 30,
+        "launch": launch,
+    }
     return {"store": {"path": ":memory:"}, "upstreams": [upstream]}
 
 
@@ -304,14 +410,19 @@ async def test_a_launched_upstream_whose_url_names_port_0_is_served_on_a_free_po
     # the demo's fixed ports (9101-9103) reached whatever else listened there: a second bridge on
     # the same config talked to the first one's processes, an unrelated server was taken for one
     async with contextlib.AsyncExitStack() as stack:
-        bridges = [await stack.enter_async_context(Bridge(parse_config(launched_a2t_server()))) for _ in range(2)]
+        bridges = [
+            await stack.enter_async_context(Bridge(parse_config(launched_a2t_server())))
+            for _ in range(2)
+        ]
         ports = []
         for bridge in bridges:
             slot = bridge.catalog.slot("math")
             assert slot.health.state == "ready", slot.health.reason
             port = urllib.parse.urlsplit(slot.upstream.config.url).port
             assert port and slot.upstream.config.launch.env["PORT"] == str(port)
-            assert any(line.endswith(f"listening on http://127.0.0.1:{port}") for line in slot.sidecar.tail)
+            assert any(
+                line.endswith(f"listening on http://127.0.0.1:{port}") for line in slot.sidecar.tail
+            )
             assert not (await bridge.invoker.invoke("math__add", {"a": 2, "b": 3})).is_error
             ports.append(port)
         assert ports[0] != ports[1]
@@ -321,4 +432,3 @@ async def test_a_launched_upstream_whose_url_names_port_0_is_served_on_a_free_po
         assert await bridges[0].reload(parse_config(launched_a2t_server())) == "nothing changed"
         assert bridges[0].catalog.slot("math") is slot and slot.sidecar.process.pid == pid
         assert urllib.parse.urlsplit(slot.upstream.config.url).port == ports[0]
-

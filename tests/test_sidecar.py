@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # a 200 KB line, then 4 MB more than a pipe holds, then the last line: a reader that stops
 # reading leaves the process blocked on a full pipe
-CHATTY = ("import sys; sys.stdout.write('L' * 200_000 + '\\n'); "
-          "[sys.stdout.write('line %d ' % i + 'x' * 1000 + '\\n') for i in range(4000)]; print('done'); sys.stdout.flush()")
+CHATTY = (
+    "import sys; sys.stdout.write('L' * 200_000 + '\\n'); "
+    "[sys.stdout.write('line %d ' % i + 'x' * 1000 + '\\n') for i in range(4000)]; print('done'); sys.stdout.flush()"
+)
 
 
 async def test_output_with_a_line_longer_than_the_reader_takes_is_read_to_the_end() -> None:
@@ -45,12 +47,19 @@ async def test_a_command_that_cannot_start_says_which_and_why() -> None:
         await Sidecar("gone", LaunchConfig(command="no-such-command-here")).start()
 
 
-async def test_a_launched_process_gets_a_minimal_environment_and_what_its_config_names(monkeypatch) -> None:
+async def test_a_launched_process_gets_a_minimal_environment_and_what_its_config_names(
+    monkeypatch,
+) -> None:
     # it got the bridge's whole environment: every other upstream's secrets with it
     monkeypatch.setenv("OTHER_UPSTREAM_TOKEN", "s3cret-of-another-upstream")
     monkeypatch.setenv("PATH", f"/opt/own-tools{os.pathsep}{os.environ['PATH']}")
     said = "import json, os; print(json.dumps(dict(os.environ)), flush=True)"
-    sidecar = Sidecar("env", LaunchConfig(command="python", args=["-c", said], env={"OWN_KEY": "k1", "HOME": "/srv/own"}))
+    sidecar = Sidecar(
+        "env",
+        LaunchConfig(
+            command="python", args=["-c", said], env={"OWN_KEY": "k1", "HOME": "/srv/own"}
+        ),
+    )
     await sidecar.start()
     try:
         env = json.loads(await _first_line(sidecar))
@@ -64,8 +73,10 @@ async def test_a_launched_process_gets_a_minimal_environment_and_what_its_config
 
 
 # starts a child of its own, says its pid and waits on it: the way a shell or a runner starts a service
-RUNNER = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-          "print(p.pid, flush=True); p.wait()")
+RUNNER = (
+    "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+    "print(p.pid, flush=True); p.wait()"
+)
 
 
 async def _first_line(sidecar: Sidecar) -> str:
@@ -110,13 +121,18 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("setpriv") is None, reason="setpriv --pdeathsig is Linux's")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or shutil.which("setpriv") is None,
+    reason="setpriv --pdeathsig is Linux's",
+)
 async def test_a_launched_process_ends_when_the_bridge_is_killed() -> None:
     assert await process_ended(await left_by_a_killed_parent(PARENT, ROOT))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="setpriv is used on Linux only")
-async def test_setpriv_is_probed_once_when_many_upstreams_start_at_once(tmp_path, monkeypatch) -> None:
+async def test_setpriv_is_probed_once_when_many_upstreams_start_at_once(
+    tmp_path, monkeypatch
+) -> None:
     # each stdio upstream of a start probed it: one spawn each, holding the event loop meanwhile
     fake = tmp_path / "setpriv"
     fake.write_text(f"#!/bin/sh\necho probe >> {tmp_path / 'probes'}\nexit 0\n")

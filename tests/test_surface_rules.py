@@ -22,15 +22,20 @@ def catalog_of(*upstreams: FakeUpstream) -> Catalog:
 
 def placements(catalog: Catalog, **config: object) -> dict[str, tuple[str, str | None]]:
     surface = Surface(SurfaceConfig(name="s", **config), catalog)
-    return {d.name: (surface.place(d).state, surface.place(d).reason) for d in catalog.declarations()}
+    return {
+        d.name: (surface.place(d).state, surface.place(d).reason) for d in catalog.declarations()
+    }
 
 
 def test_rules_by_upstream_glob_tag_kind_and_safety():
-    api = FakeUpstream(name="api", tools=[
-        tool("get_pet", read_only=True, tags=["pets"]),
-        tool("delete_pet", destructive=True),
-        tool("op", tool_kind="openapi_operation"),
-    ])
+    api = FakeUpstream(
+        name="api",
+        tools=[
+            tool("get_pet", read_only=True, tags=["pets"]),
+            tool("delete_pet", destructive=True),
+            tool("op", tool_kind="openapi_operation"),
+        ],
+    )
     files = FakeUpstream(name="files", tools=[tool("read", read_only=True), tool("write")])
     placed = placements(
         catalog_of(api, files),
@@ -48,13 +53,18 @@ def test_rules_by_upstream_glob_tag_kind_and_safety():
 
 
 def test_upstream_lifecycle_and_interaction_blocks_and_allow():
-    up = FakeUpstream(name="u", tools=[
-        tool("secret", blocked_reason="credential_missing"),
-        tool("fresh", lifecycle="requires_setup"),
-        tool("gone", lifecycle="retired"),
-        tool("prompt").model_copy(update={"safety": SafetyHints(requires_user_interaction=True)}),
-        tool("fine"),
-    ])
+    up = FakeUpstream(
+        name="u",
+        tools=[
+            tool("secret", blocked_reason="credential_missing"),
+            tool("fresh", lifecycle="requires_setup"),
+            tool("gone", lifecycle="retired"),
+            tool("prompt").model_copy(
+                update={"safety": SafetyHints(requires_user_interaction=True)}
+            ),
+            tool("fine"),
+        ],
+    )
     catalog = catalog_of(up)
     assert placements(catalog) == {
         "u__secret": ("blocked", "credential_missing"),
@@ -78,13 +88,18 @@ def test_read_only_surface_is_not_lifted_by_allow():
 
 
 def test_only_the_surfaces_own_rules_hide_a_tool_and_they_decide_first():
-    up = FakeUpstream(name="u", tools=[
-        tool("secret", blocked_reason="credential_missing"),
-        tool("prompt").model_copy(update={"safety": SafetyHints(requires_user_interaction=True)}),
-        tool("fresh", lifecycle="requires_setup"),
-        tool("look", read_only=True),
-        tool("touch"),
-    ])
+    up = FakeUpstream(
+        name="u",
+        tools=[
+            tool("secret", blocked_reason="credential_missing"),
+            tool("prompt").model_copy(
+                update={"safety": SafetyHints(requires_user_interaction=True)}
+            ),
+            tool("fresh", lifecycle="requires_setup"),
+            tool("look", read_only=True),
+            tool("touch"),
+        ],
+    )
     catalog = catalog_of(up)
 
     def hidden(**config: object) -> dict[str, tuple[str | None, bool]]:
@@ -93,9 +108,11 @@ def test_only_the_surfaces_own_rules_hide_a_tool_and_they_decide_first():
         return {name: (p.reason, p.hidden) for name, p in places.items() if p.state == "blocked"}
 
     # what the upstream, the lifecycle or the tool imposes is told, with its reason
-    assert hidden() == {"u__secret": ("credential_missing", False),
-                        "u__prompt": ("requires_user_interaction", False),
-                        "u__fresh": ("setup_required", False)}
+    assert hidden() == {
+        "u__secret": ("credential_missing", False),
+        "u__prompt": ("requires_user_interaction", False),
+        "u__fresh": ("setup_required", False),
+    }
     # a block rule or read_only is access control, whatever else blocks the tool
     blocked = ("u__secret", "u__prompt", "u__fresh", "u__touch")
     by_rule = hidden(block=[{"name": "u__*", "reason": "internal"}], allow=["u__look"])
@@ -104,8 +121,10 @@ def test_only_the_surfaces_own_rules_hide_a_tool_and_they_decide_first():
 
 
 def test_a_call_finds_no_hidden_tool_and_the_surface_record_names_none():
-    up = FakeUpstream(name="u", tools=[tool("secret", blocked_reason="credential_missing"),
-                                       tool("internal"), tool("fine")])
+    up = FakeUpstream(
+        name="u",
+        tools=[tool("secret", blocked_reason="credential_missing"), tool("internal"), tool("fine")],
+    )
     catalog = catalog_of(up)
     surface = Surface(SurfaceConfig(name="s", block=["u__internal"]), catalog)
     internal = catalog.resolve("u__internal")
@@ -121,11 +140,15 @@ def test_a_call_finds_no_hidden_tool_and_the_surface_record_names_none():
 
 
 def test_auto_load_threshold_counts_visible_tools_only():
-    up = FakeUpstream(name="u", tools=[tool(f"t{i}") for i in range(4)] + [tool(f"x{i}") for i in range(3)])
+    up = FakeUpstream(
+        name="u", tools=[tool(f"t{i}") for i in range(4)] + [tool(f"x{i}") for i in range(3)]
+    )
     catalog = catalog_of(up)
     # 7 tools, 3 blocked: the 4 visible ones fit under a threshold of 4
     placed = placements(catalog, auto_load_threshold=4, block=["u__x*"])
-    assert sorted(n for n, (state, _) in placed.items() if state == "loaded") == [f"u__t{i}" for i in range(4)]
+    assert sorted(n for n, (state, _) in placed.items() if state == "loaded") == [
+        f"u__t{i}" for i in range(4)
+    ]
     # beyond the threshold everything visible is deferred
     placed = placements(catalog, auto_load_threshold=3, block=["u__x*"])
     assert {state for state, _ in placed.values()} == {"deferred", "blocked"}
@@ -146,8 +169,12 @@ def test_placements_follow_catalog_changes():
 def surface_view(surface: Surface) -> tuple:
     """Everything a surface answers about its catalog."""
     catalog = surface.catalog
-    return ({d.tool_id: surface.place(d) for d in catalog.declarations()}, surface.counts(),
-            [d.tool_id for d in surface.loaded()], [id(d) for d in surface.loaded()])
+    return (
+        {d.tool_id: surface.place(d) for d in catalog.declarations()},
+        surface.counts(),
+        [d.tool_id for d in surface.loaded()],
+        [id(d) for d in surface.loaded()],
+    )
 
 
 def test_a_surface_kept_in_step_answers_as_a_new_one_after_every_change():
@@ -160,15 +187,23 @@ def test_a_surface_kept_in_step_answers_as_a_new_one_after_every_change():
     for up in ups:
         catalog.add_upstream(up)
     configs = [
-        dict(auto_load_threshold=6, block=[{"tag": "bad"}]),  # the threshold turns as tools come and go
+        dict(
+            auto_load_threshold=6, block=[{"tag": "bad"}]
+        ),  # the threshold turns as tools come and go
         dict(load=[{"tag": "hot"}], block=[{"tag": "bad"}], allow=["v__*"]),
         dict(read_only=True, auto_load_threshold=3),
     ]
     surfaces = [Surface(SurfaceConfig(name=f"s{i}", **c), catalog) for i, c in enumerate(configs)]
     for _ in range(60):
         upstream = rng.choice(["u", "v"])
-        listed = [tool(n, tags=rng.sample(["bad", "hot", "plain"], rng.randint(0, 2)), read_only=rng.random() < 0.5)
-                  for n in rng.sample(names, rng.randint(0, 8))]
+        listed = [
+            tool(
+                n,
+                tags=rng.sample(["bad", "hot", "plain"], rng.randint(0, 2)),
+                read_only=rng.random() < 0.5,
+            )
+            for n in rng.sample(names, rng.randint(0, 8))
+        ]
         catalog.apply_tools(upstream, listed)
         for surface, config in zip(surfaces, configs, strict=True):
             fresh = Surface(SurfaceConfig(name="fresh", **config), catalog)
@@ -178,21 +213,31 @@ def test_a_surface_kept_in_step_answers_as_a_new_one_after_every_change():
 def test_a_change_of_one_tool_places_that_tool_alone_again(monkeypatch):
     up = FakeUpstream(name="u", tools=[tool(f"t{i}") for i in range(200)])
     catalog = catalog_of(up)
-    surface = Surface(SurfaceConfig(name="s", auto_load_threshold=10, block=[{"tag": "bad"}]), catalog)
+    surface = Surface(
+        SurfaceConfig(name="s", auto_load_threshold=10, block=[{"tag": "bad"}]), catalog
+    )
     assert surface.counts() == {"loaded": 0, "deferred": 200, "blocked": 0}
     classified = []
     classify = Surface._classify
-    monkeypatch.setattr(Surface, "_classify", lambda self, decl: classified.append(decl.name) or classify(self, decl))
+    monkeypatch.setattr(
+        Surface,
+        "_classify",
+        lambda self, decl: classified.append(decl.name) or classify(self, decl),
+    )
     blocked = Surface._blocked
     looked = []
-    monkeypatch.setattr(Surface, "_blocked", lambda self, decl: looked.append(decl.name) or blocked(self, decl))
+    monkeypatch.setattr(
+        Surface, "_blocked", lambda self, decl: looked.append(decl.name) or blocked(self, decl)
+    )
     catalog.apply_tools("u", [tool(f"t{i}", tags=["bad"] if i == 5 else []) for i in range(200)])
     assert surface.counts() == {"loaded": 0, "deferred": 199, "blocked": 1}
     assert classified == ["u__t5"] and looked.count("u__t5") == len(looked) <= 3
     # a change too large for the catalog's journal: every tool is placed again
     monkeypatch.setattr("bridge.catalog.JOURNAL_IDS", 100)
     catalog.apply_tools("u", [tool(f"t{i}", tags=["bad"]) for i in range(150)])
-    assert surface.counts() == {"loaded": 0, "deferred": 0, "blocked": 150} and len(classified) == 151
+    assert (
+        surface.counts() == {"loaded": 0, "deferred": 0, "blocked": 150} and len(classified) == 151
+    )
 
 
 def test_a_change_of_ten_thousand_tools_places_those_alone_again(monkeypatch):
@@ -202,9 +247,18 @@ def test_a_change_of_ten_thousand_tools_places_those_alone_again(monkeypatch):
     assert surface.counts()["deferred"] == 10_050
     classified = []
     classify = Surface._classify
-    monkeypatch.setattr(Surface, "_classify", lambda self, decl: classified.append(decl.name) or classify(self, decl))
-    catalog.apply_tools("u", [tool(f"t{i}", tags=["bad"] if i < 10_001 else []) for i in range(10_050)])
-    assert surface.counts() == {"loaded": 0, "deferred": 49, "blocked": 10_001} and len(classified) == 10_001
+    monkeypatch.setattr(
+        Surface,
+        "_classify",
+        lambda self, decl: classified.append(decl.name) or classify(self, decl),
+    )
+    catalog.apply_tools(
+        "u", [tool(f"t{i}", tags=["bad"] if i < 10_001 else []) for i in range(10_050)]
+    )
+    assert (
+        surface.counts() == {"loaded": 0, "deferred": 49, "blocked": 10_001}
+        and len(classified) == 10_001
+    )
 
 
 def test_the_catalog_journal_answers_the_changed_ids_it_still_holds(monkeypatch):
@@ -212,14 +266,26 @@ def test_the_catalog_journal_answers_the_changed_ids_it_still_holds(monkeypatch)
     up = FakeUpstream(name="u", tools=[tool("a"), tool("b")])
     catalog = catalog_of(up)  # generation 1: a and b added
     one = catalog.generation
-    assert catalog.changed_since(one) == set() and catalog.changed_since(one - 1) == {catalog.resolve("u__a").tool_id,
-                                                                                        catalog.resolve("u__b").tool_id}
+    assert catalog.changed_since(one) == set() and catalog.changed_since(one - 1) == {
+        catalog.resolve("u__a").tool_id,
+        catalog.resolve("u__b").tool_id,
+    }
     catalog.apply_tools("u", [tool("a", description="changed"), tool("b")])
     catalog.apply_tools("u", [tool("a", description="changed"), tool("b"), tool("c")])
-    assert catalog.changed_since(one) == {catalog.resolve("u__a").tool_id, catalog.resolve("u__c").tool_id}
-    catalog.apply_tools("u", [tool("d")])  # a, b and c removed, d added: the journal holds 4 ids, from here on
-    assert catalog.changed_since(one) is None and catalog.changed_since(catalog.generation - 1) is not None
-    assert catalog.changed_since(-1) is None and catalog.changed_since(catalog.generation + 1) is None
+    assert catalog.changed_since(one) == {
+        catalog.resolve("u__a").tool_id,
+        catalog.resolve("u__c").tool_id,
+    }
+    catalog.apply_tools(
+        "u", [tool("d")]
+    )  # a, b and c removed, d added: the journal holds 4 ids, from here on
+    assert (
+        catalog.changed_since(one) is None
+        and catalog.changed_since(catalog.generation - 1) is not None
+    )
+    assert (
+        catalog.changed_since(-1) is None and catalog.changed_since(catalog.generation + 1) is None
+    )
 
 
 async def test_a_rule_naming_no_upstream_or_with_no_condition_is_said(caplog):
@@ -230,15 +296,27 @@ async def test_a_rule_naming_no_upstream_or_with_no_condition_is_said(caplog):
     from bridge.config import ConfigError, parse_config
     from bridge.runtime import Bridge
 
-    config = parse_config({"store": {"path": ":memory:"}, "search": {"persist": False},
-                           "surfaces": [{"name": "default", "block": [{"upstream": "svc-x"}, {"upstream": "sv*"}]}]})
+    config = parse_config(
+        {
+            "store": {"path": ":memory:"},
+            "search": {"persist": False},
+            "surfaces": [
+                {"name": "default", "block": [{"upstream": "svc-x"}, {"upstream": "sv*"}]}
+            ],
+        }
+    )
     with caplog.at_level(logging.WARNING):
         await Bridge(config, extra_upstreams=[FakeUpstream(name="svc")]).close()
     said = [r.getMessage() for r in caplog.records if "matches no upstream" in r.getMessage()]
-    assert said == ["surface default: block rule 0 names upstream 'svc-x', which matches no upstream (did you mean 'svc'?); "
-                    "it matches no tool"]
+    assert said == [
+        "surface default: block rule 0 names upstream 'svc-x', which matches no upstream (did you mean 'svc'?); "
+        "it matches no tool"
+    ]
     # an empty rule would match every tool; a reason is a block rule's
-    for surface, said in (({"allow": [{}]}, "rule 0 has no condition"), ({"load": [{"name": "x", "reason": "r"}]}, "only a block rule")):
+    for surface, said in (
+        ({"allow": [{}]}, "rule 0 has no condition"),
+        ({"load": [{"name": "x", "reason": "r"}]}, "only a block rule"),
+    ):
         with pytest.raises(ConfigError) as err:
             parse_config({"surfaces": [{"name": "default", **surface}]})
         assert said in str(err.value)

@@ -52,8 +52,8 @@ def distill(model: MiniLMEncoder, dims: int = 256, *, progress: Any = None) -> d
     mask = np.ones((_DISTIL_BATCH, 3), np.float32)
     raw = np.empty((vocab_size, model.dim), np.float32)
     for start in range(0, vocab_size, _DISTIL_BATCH):
-        rows = ids[start:start + _DISTIL_BATCH]
-        raw[start:start + len(rows)] = model.hidden_states(rows, mask[:len(rows)])[:, 1]
+        rows = ids[start : start + _DISTIL_BATCH]
+        raw[start : start + len(rows)] = model.hidden_states(rows, mask[: len(rows)])[:, 1]
         if progress is not None:
             progress(start + len(rows), vocab_size)
     vocab = [t for t, _ in sorted(tok.vocab.items(), key=lambda item: item[1])]
@@ -71,26 +71,35 @@ def table_arrays(raw: np.ndarray, vocab: list[str], dims: int = 256) -> dict[str
     weighted = reduced * (ZIPF_A / (ZIPF_A + zipf)).astype(np.float32)[:, None]
     scales = np.maximum(np.abs(weighted).max(1), 1e-12) / 127
     vectors = np.round(weighted / scales[:, None]).astype(np.int8)
-    return {"vectors": vectors, "scales": scales.astype(np.float32), "vocab": np.array(vocab),
-            "source": np.array(MODEL_NAME)}
+    return {
+        "vectors": vectors,
+        "scales": scales.astype(np.float32),
+        "vocab": np.array(vocab),
+        "source": np.array(MODEL_NAME),
+    }
 
 
-def related_arrays(table: StaticEncoder, stems: Callable[[str], Sequence[str]], block: int = 1024) -> dict[str, Any]:
+def related_arrays(
+    table: StaticEncoder, stems: Callable[[str], Sequence[str]], block: int = 1024
+) -> dict[str, Any]:
     """The related words of every whole word of the table's vocabulary (lower-case letters,
     three or more): `words`, and for each its related words `related` (`RELATED_PER_WORD`
     columns, "" where it has fewer) with their cosines. `stems(word)` gives a word's index
     terms: a word whose terms are the word's own, or an earlier related word's, is an
     inflection, not another word."""
     vocab = table.tokenizer.vocab
-    whole = [word for word, _ in sorted(vocab.items(), key=lambda item: item[1])
-             if len(word) > 2 and word.isascii() and word.isalpha() and word.islower()]
+    whole = [
+        word
+        for word, _ in sorted(vocab.items(), key=lambda item: item[1])
+        if len(word) > 2 and word.isascii() and word.isalpha() and word.islower()
+    ]
     rows = table.table[[vocab[word] for word in whole]]
     rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
     words: list[str] = []
     related: list[list[str]] = []
     cosines: list[list[float]] = []
     for start in range(0, len(whole), block):
-        sims = rows[start:start + block] @ rows.T
+        sims = rows[start : start + block] @ rows.T
         nearest = np.argpartition(-sims, _RELATED_SCAN, axis=1)[:, :_RELATED_SCAN]
         for r, candidates in enumerate(nearest):
             word = whole[start + r]
@@ -109,24 +118,40 @@ def related_arrays(table: StaticEncoder, stems: Callable[[str], Sequence[str]], 
                 words.append(word)
                 related.append([w for w, _ in found] + [""] * pad)
                 cosines.append([c for _, c in found] + [0.0] * pad)
-    return {"words": np.array(words), "related": np.array(related), "cosines": np.array(cosines, np.float16),
-            "table": np.array(table.name)}
+    return {
+        "words": np.array(words),
+        "related": np.array(related),
+        "cosines": np.array(cosines, np.float16),
+        "table": np.array(table.name),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="distil the static token table of tool search from all-MiniLM-L6-v2")
-    parser.add_argument("out", type=Path, help="the .npz file to write (the shipped one: bridge/search/data/minilm-static.npz)")
+    parser = argparse.ArgumentParser(
+        description="distil the static token table of tool search from all-MiniLM-L6-v2"
+    )
+    parser.add_argument(
+        "out",
+        type=Path,
+        help="the .npz file to write (the shipped one: bridge/search/data/minilm-static.npz)",
+    )
     parser.add_argument("--dims", type=int, default=256, help="directions kept (default 256)")
-    parser.add_argument("--related", action="store_true",
-                        help="write the related words of the shipped table instead (bridge/search/data/minilm-related.npz)")
+    parser.add_argument(
+        "--related",
+        action="store_true",
+        help="write the related words of the shipped table instead (bridge/search/data/minilm-related.npz)",
+    )
     args = parser.parse_args(argv)
     if args.related:
         started = time.perf_counter()
         arrays = related_arrays(StaticEncoder(), term_stems)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(args.out, **arrays)
-        print(f"wrote {args.out} ({len(arrays['words'])} words, {args.out.stat().st_size / 1e6:.1f} MB) "
-              f"in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        print(
+            f"wrote {args.out} ({len(arrays['words'])} words, {args.out.stat().st_size / 1e6:.1f} MB) "
+            f"in {time.perf_counter() - started:.0f} s",
+            file=sys.stderr,
+        )
         return 0
     location = model_location()
     if location is None:
@@ -141,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     arrays = distill(model, args.dims, progress=progress)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(args.out, **arrays)
-    print(f"\nwrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    print(
+        f"\nwrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - started:.0f} s",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -58,9 +58,13 @@ class A2AAuth(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    bearer_token: SecretStr | None = Field(default=None, description="for http bearer, oauth2 and openIdConnect schemes")
+    bearer_token: SecretStr | None = Field(
+        default=None, description="for http bearer, oauth2 and openIdConnect schemes"
+    )
     api_key: SecretStr | None = Field(default=None, description="for apiKey schemes")
-    schemes: dict[str, SecretStr] = Field(default_factory=dict, description="a value per scheme name; wins over the two above")
+    schemes: dict[str, SecretStr] = Field(
+        default_factory=dict, description="a value per scheme name; wins over the two above"
+    )
 
     def secrets(self) -> list[str]:
         values = [self.bearer_token, self.api_key, *self.schemes.values()]
@@ -86,8 +90,14 @@ class WrittenOrder:
         requirements = parsed.get("securityRequirements")
         return cls(
             schemes=list(schemes) if isinstance(schemes, dict) else [],
-            requirements=[list(r["schemes"]) if isinstance(r, dict) and isinstance(r.get("schemes"), dict) else []
-                          for r in requirements] if isinstance(requirements, list) else [],
+            requirements=[
+                list(r["schemes"])
+                if isinstance(r, dict) and isinstance(r.get("schemes"), dict)
+                else []
+                for r in requirements
+            ]
+            if isinstance(requirements, list)
+            else [],
         )
 
 
@@ -103,8 +113,15 @@ class CardFetch:
 class CardSource:
     """Where an agent's card lives and how to fetch it again."""
 
-    def __init__(self, http: httpx.AsyncClient, *, card_url: str | None, base_url: str | None, timeout: float,
-                 ca_file: str | None = None) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        card_url: str | None,
+        base_url: str | None,
+        timeout: float,
+        ca_file: str | None = None,
+    ) -> None:
         self.http = http
         self.ca_file = ca_file  # as written, for the fix of a certificate that fails its check
         self.timeout = timeout
@@ -114,8 +131,10 @@ class CardSource:
             self.candidates = [card_url]
             path = urllib.parse.urlsplit(card_url).path
             if "/.well-known/" not in path and not path.endswith(".json"):
-                self.fix = (f"; fix: card_url is the card's own URL; for the agent's root, set base_url: {card_url} instead "
-                            f"(the card is then looked up at {card_url.rstrip('/')}{CARD_PATH})")
+                self.fix = (
+                    f"; fix: card_url is the card's own URL; for the agent's root, set base_url: {card_url} instead "
+                    f"(the card is then looked up at {card_url.rstrip('/')}{CARD_PATH})"
+                )
             if card_url.rstrip("/").endswith(CARD_PATH):
                 self.candidates.append(card_url.rstrip("/")[: -len(CARD_PATH)] + LEGACY_CARD_PATH)
         else:
@@ -141,18 +160,33 @@ class CardSource:
                 headers["If-None-Match"] = self.etag
             try:
                 response = await self.http.get(
-                    url, headers=headers, timeout=self.timeout, follow_redirects=True, extensions={CARD_REQUEST: True}
+                    url,
+                    headers=headers,
+                    timeout=self.timeout,
+                    follow_redirects=True,
+                    extensions={CARD_REQUEST: True},
                 )
             except httpx.HTTPError as exc:
-                if (refused := certificate_refused(exc, url, self.address, self.ca_file)) is not None:
+                if (
+                    refused := certificate_refused(exc, url, self.address, self.ca_file)
+                ) is not None:
                     # a setup problem, not an outage: every attempt fails alike, and the agent is there
-                    raise BridgeError(f"cannot fetch the agent card at {url}: {refused}", error_class="dependency_unavailable",
-                                      recoverability="setup", details={"reachable": True}) from None
-                if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+                    raise BridgeError(
+                        f"cannot fetch the agent card at {url}: {refused}",
+                        error_class="dependency_unavailable",
+                        recoverability="setup",
+                        details={"reachable": True},
+                    ) from None
+                if isinstance(exc, httpx.TimeoutException) and not isinstance(
+                    exc, httpx.ConnectTimeout
+                ):
                     # a connection was made (or all the client's are busy): the agent is there, slow
-                    raise BridgeError(f"the agent card at {url} did not answer within {self.timeout:g}s (start_timeout)",
-                                      error_class="dependency_unavailable", recoverability="retry_later",
-                                      details={"reachable": True, "timed_out": True}) from None
+                    raise BridgeError(
+                        f"the agent card at {url} did not answer within {self.timeout:g}s (start_timeout)",
+                        error_class="dependency_unavailable",
+                        recoverability="retry_later",
+                        details={"reachable": True, "timed_out": True},
+                    ) from None
                 raise BridgeError(
                     f"cannot reach the agent card at {url}: {_describe(exc)}",
                     error_class="dependency_unavailable",
@@ -183,9 +217,17 @@ class CardSource:
         """Whether the card that answered last still does (a 200, or a 304 to its ETag), within
         `timeout`: the agent is there, though one of its answers broke off. Nothing is kept of
         the answer: the card refresh reads changes."""
-        headers = {"Accept": "application/json"} | ({"If-None-Match": self.etag} if self.etag else {})
+        headers = {"Accept": "application/json"} | (
+            {"If-None-Match": self.etag} if self.etag else {}
+        )
         try:
-            response = await self.http.get(self.url, headers=headers, timeout=timeout, follow_redirects=True, extensions={CARD_REQUEST: True})
+            response = await self.http.get(
+                self.url,
+                headers=headers,
+                timeout=timeout,
+                follow_redirects=True,
+                extensions={CARD_REQUEST: True},
+            )
         except httpx.HTTPError:
             return False
         return response.status_code in (200, 304)
@@ -208,10 +250,16 @@ class CardSource:
         digest = hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()
         unchanged = self.digest == digest and self.url == url
         self.url, self.etag, self.digest = url, response.headers.get("etag"), digest
-        return None if unchanged else CardFetch(card=card, url=url, etag=self.etag, digest=digest, order=order)
+        return (
+            None
+            if unchanged
+            else CardFetch(card=card, url=url, etag=self.etag, digest=digest, order=order)
+        )
 
 
-def certificate_refused(exc: BaseException, url: str, address: str, ca_file: str | None = None) -> str | None:
+def certificate_refused(
+    exc: BaseException, url: str, address: str, ca_file: str | None = None
+) -> str | None:
     """`the certificate of host:port cannot be verified (<OpenSSL's reason>): <fix>` when `exc`
     is a failed check of the server's certificate, else None: of the server of the request that
     failed (a redirect's), or of `url`. `address` is the config key naming the agent (`base_url`
@@ -221,7 +269,9 @@ def certificate_refused(exc: BaseException, url: str, address: str, ca_file: str
         server = server_of(failed_url(exc) or url)
     except ValueError:
         return None
-    return certificate_failure(exc, trust=ca_file_trust(ca_file), address=address, server=server, verify_tls=False)
+    return certificate_failure(
+        exc, trust=ca_file_trust(ca_file), address=address, server=server, verify_tls=False
+    )
 
 
 def failed_url(exc: BaseException) -> str | None:
@@ -266,10 +316,15 @@ class AgentCredentials(httpx.Auth):
     missing: str | None = None
     withheld: str | None = None
     overrides: list[str] = field(default_factory=list)
-    placed: dict[tuple[str, str], str] = field(default_factory=dict)  # (header/query/cookie, name; a header's lower case) -> its scheme
+    placed: dict[tuple[str, str], str] = field(
+        default_factory=dict
+    )  # (header/query/cookie, name; a header's lower case) -> its scheme
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        if not request.extensions.get(CARD_REQUEST) and (request.url.scheme, request.url.host, request.url.port) in self.origins:
+        if (
+            not request.extensions.get(CARD_REQUEST)
+            and (request.url.scheme, request.url.host, request.url.port) in self.origins
+        ):
             for name, value in self.headers.items():
                 request.headers[name] = value
             if self.params:
@@ -307,9 +362,11 @@ class AgentCredentials(httpx.Auth):
             return
         allowed = " and ".join(sorted(origin_text(o) for o in self.origins))
         where = origin_text(origin)
-        self.withheld = (f"the agent card puts its {binding} interface on {where}, and credentials go only to {allowed} "
-                         f"(the origin of base_url or card_url, and credential_origins): they are not sent there. "
-                         f"If that origin is the agent's, add it to the upstream's credential_origins: [\"{where}\"]")
+        self.withheld = (
+            f"the agent card puts its {binding} interface on {where}, and credentials go only to {allowed} "
+            f"(the origin of base_url or card_url, and credential_origins): they are not sent there. "
+            f"If that origin is the agent's, add it to the upstream's credential_origins: [\"{where}\"]"
+        )
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -328,7 +385,10 @@ def _value_for(name: str, scheme: SecurityScheme, auth: A2AAuth) -> str | None:
     if explicit is not None:
         return explicit.get_secret_value()
     kind = scheme.WhichOneof("scheme")
-    if kind == "http_auth_security_scheme" and scheme.http_auth_security_scheme.scheme.lower() == "bearer":
+    if (
+        kind == "http_auth_security_scheme"
+        and scheme.http_auth_security_scheme.scheme.lower() == "bearer"
+    ):
         return auth.bearer_token.get_secret_value() if auth.bearer_token else None
     if kind in ("oauth2_security_scheme", "open_id_connect_security_scheme"):
         return auth.bearer_token.get_secret_value() if auth.bearer_token else None
@@ -337,7 +397,13 @@ def _value_for(name: str, scheme: SecurityScheme, auth: A2AAuth) -> str | None:
     return None
 
 
-def _apply(creds: AgentCredentials, name: str, scheme: SecurityScheme, value: str, requirement: list[str] | None) -> bool:
+def _apply(
+    creds: AgentCredentials,
+    name: str,
+    scheme: SecurityScheme,
+    value: str,
+    requirement: list[str] | None,
+) -> bool:
     """Add the credential of scheme `name` (of `requirement`, or of a card with none); False for
     a scheme the bridge cannot send. A header another scheme's credential already takes (names
     compared without case: a request carries one) keeps that one, the first, and the override
@@ -348,14 +414,28 @@ def _apply(creds: AgentCredentials, name: str, scheme: SecurityScheme, value: st
         location = key.location.lower()
         where = location if location in ("query", "cookie") else "header"
         return _place(creds, name, where, key.name, value, requirement)
-    if kind == "http_auth_security_scheme" and scheme.http_auth_security_scheme.scheme.lower() != "bearer":
+    if (
+        kind == "http_auth_security_scheme"
+        and scheme.http_auth_security_scheme.scheme.lower() != "bearer"
+    ):
         return False  # basic and other HTTP schemes are not supported
-    if kind in ("http_auth_security_scheme", "oauth2_security_scheme", "open_id_connect_security_scheme"):
+    if kind in (
+        "http_auth_security_scheme",
+        "oauth2_security_scheme",
+        "open_id_connect_security_scheme",
+    ):
         return _place(creds, name, "header", "Authorization", f"Bearer {value}", requirement)
     return False  # mutual TLS is configured on the connection, not per request
 
 
-def _place(creds: AgentCredentials, name: str, where: str, key: str, value: str, requirement: list[str] | None) -> bool:
+def _place(
+    creds: AgentCredentials,
+    name: str,
+    where: str,
+    key: str,
+    value: str,
+    requirement: list[str] | None,
+) -> bool:
     values = {"header": creds.headers, "query": creds.params, "cookie": creds.cookies}[where]
     taken = creds.placed.get((where, key.lower() if where == "header" else key))
     if taken is None:
@@ -366,10 +446,18 @@ def _place(creds: AgentCredentials, name: str, where: str, key: str, value: str,
     place = next(k for k in values if (k.lower() == key.lower() if where == "header" else k == key))
     place = f"the {place} header" if where == "header" else f"the {where} parameter {place}"
     if requirement is not None:
-        said, first = f"security requirement {' + '.join(requirement)} puts {taken} and {name} in one place", "the first the requirement names"
+        said, first = (
+            f"security requirement {' + '.join(requirement)} puts {taken} and {name} in one place",
+            "the first the requirement names",
+        )
     else:
-        said, first = f"schemes {taken} and {name} put their credentials in one place", "the first the card declares"
-    creds.overrides.append(f"{said}, {place}, which a request carries once: {taken}'s credential is sent, not {name}'s ({first})")
+        said, first = (
+            f"schemes {taken} and {name} put their credentials in one place",
+            "the first the card declares",
+        )
+    creds.overrides.append(
+        f"{said}, {place}, which a request carries once: {taken}'s credential is sent, not {name}'s ({first})"
+    )
     return True
 
 
@@ -387,10 +475,14 @@ def _scheme_label(name: str, scheme: SecurityScheme) -> str:
 
 def _in_order(names: Iterable[str], written: list[str]) -> list[str]:
     """`names` in the order the card writes them (any it does not, after, by name)."""
-    return sorted(names, key=lambda n: (written.index(n), "") if n in written else (len(written), n))
+    return sorted(
+        names, key=lambda n: (written.index(n), "") if n in written else (len(written), n)
+    )
 
 
-def bind_credentials(card: AgentCard, auth: A2AAuth, origins: Iterable[str], order: WrittenOrder | None = None) -> AgentCredentials:
+def bind_credentials(
+    card: AgentCard, auth: A2AAuth, origins: Iterable[str], order: WrittenOrder | None = None
+) -> AgentCredentials:
     """Bind configured values to the card's security schemes, for calls to `origins` (URLs;
     their scheme, host and port count), in the order the card writes them (`order`).
 
@@ -402,14 +494,18 @@ def bind_credentials(card: AgentCard, auth: A2AAuth, origins: Iterable[str], ord
     order = order or WrittenOrder()
     creds = AgentCredentials(origins={_origin(u) for u in origins if u})
     schemes = {n: card.security_schemes[n] for n in _in_order(card.security_schemes, order.schemes)}
-    requirements = [_in_order(req.schemes, order.requirements[i] if i < len(order.requirements) else [])
-                    for i, req in enumerate(card.security_requirements)]
+    requirements = [
+        _in_order(req.schemes, order.requirements[i] if i < len(order.requirements) else [])
+        for i, req in enumerate(card.security_requirements)
+    ]
     if not schemes:
         if auth.bearer_token is not None:
             creds.headers["Authorization"] = f"Bearer {auth.bearer_token.get_secret_value()}"
             creds.schemes.append("bearer")
         if auth.api_key is not None:
-            log.warning("auth.api_key is set but the agent card declares no apiKey scheme; it is not sent")
+            log.warning(
+                "auth.api_key is set but the agent card declares no apiKey scheme; it is not sent"
+            )
         return creds
     if not requirements:
         for name, scheme in schemes.items():
@@ -424,8 +520,15 @@ def bind_credentials(card: AgentCard, auth: A2AAuth, origins: Iterable[str], ord
                 trial = AgentCredentials(origins=creds.origins)
                 if all(_apply(trial, n, schemes[n], values[n] or "", names) for n in names):
                     return trial
-    options = [" and ".join(_scheme_label(n, schemes[n]) if n in schemes else f"{n} (undeclared)" for n in names) for names in requirements]
-    creds.missing = "the agent requires credentials the config does not give: " + " or ".join(options)
+    options = [
+        " and ".join(
+            _scheme_label(n, schemes[n]) if n in schemes else f"{n} (undeclared)" for n in names
+        )
+        for names in requirements
+    ]
+    creds.missing = "the agent requires credentials the config does not give: " + " or ".join(
+        options
+    )
     return creds
 
 
@@ -445,16 +548,25 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-def chosen_interface(card: AgentCard, bindings: list[str], client_preference: bool) -> AgentInterface | None:
+def chosen_interface(
+    card: AgentCard, bindings: list[str], client_preference: bool
+) -> AgentInterface | None:
     """The interface a2a-sdk's client factory picks: the first offered binding we speak (or our
     preferred one), the 1.0 interface of it when there are several."""
     interfaces = list(card.supported_interfaces)
     if client_preference:
-        binding = next((b for b in bindings if any(i.protocol_binding == b for i in interfaces)), None)
+        binding = next(
+            (b for b in bindings if any(i.protocol_binding == b for i in interfaces)), None
+        )
     else:
-        binding = next((i.protocol_binding for i in interfaces if i.protocol_binding in bindings), None)
+        binding = next(
+            (i.protocol_binding for i in interfaces if i.protocol_binding in bindings), None
+        )
     candidates = [i for i in interfaces if i.protocol_binding == binding]
-    return next((i for i in candidates if i.protocol_version.startswith("1.0")), candidates[0] if candidates else None)
+    return next(
+        (i for i in candidates if i.protocol_version.startswith("1.0")),
+        candidates[0] if candidates else None,
+    )
 
 
 def spoken_card(card: AgentCard) -> AgentCard:

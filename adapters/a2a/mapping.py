@@ -59,9 +59,16 @@ TOOL_KIND = "peer_agent_tool"
 SKILL_METADATA_KEY = "skill_id"
 
 TERMINAL_STATES = frozenset(
-    {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED, TaskState.TASK_STATE_REJECTED}
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_REJECTED,
+    }
 )
-INTERRUPTED_STATES = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+INTERRUPTED_STATES = frozenset(
+    {TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED}
+)
 
 
 def state_name(state: int) -> str:
@@ -186,7 +193,12 @@ def tools_from_card(card: AgentCard, card_url: str) -> list[UpstreamTool]:
     tools = []
     for skill in card.skills:
         if not skill.id:
-            log.warning("A2A agent %r at %s: skill %r has no id and is left out", card.name, card_url, skill.name)
+            log.warning(
+                "A2A agent %r at %s: skill %r has no id and is left out",
+                card.name,
+                card_url,
+                skill.name,
+            )
         elif skill.id not in seen:
             seen.add(skill.id)
             tools.append(_skill_tool(card, card_url, skill))
@@ -203,9 +215,17 @@ def build_request(arguments: dict[str, Any], skill_id: str | None) -> SendMessag
     try:
         return SendMessageRequest(message=build_message(arguments, skill_id))
     except (ParseError, DecodeError) as exc:
-        raise BridgeError(f"`data` nests too deep to send as an A2A data part ({exc}); send flatter data",
-                          error_class="invalid_arguments", recoverability="change_arguments", status="rejected",
-                          details={"errors": [{"path": "/data", "message": "nests too deep to send as an A2A data part"}]}) from None
+        raise BridgeError(
+            f"`data` nests too deep to send as an A2A data part ({exc}); send flatter data",
+            error_class="invalid_arguments",
+            recoverability="change_arguments",
+            status="rejected",
+            details={
+                "errors": [
+                    {"path": "/data", "message": "nests too deep to send as an A2A data part"}
+                ]
+            },
+        ) from None
 
 
 def build_message(arguments: dict[str, Any], skill_id: str | None) -> Message:
@@ -217,7 +237,9 @@ def build_message(arguments: dict[str, Any], skill_id: str | None) -> Message:
         message.parts.append(Part(text=text, media_type="text/plain"))
     data = arguments.get("data")
     if data is not None:
-        message.parts.append(Part(data=ParseDict(data, struct_pb2.Value()), media_type="application/json"))
+        message.parts.append(
+            Part(data=ParseDict(data, struct_pb2.Value()), media_type="application/json")
+        )
     if not message.parts:
         message.parts.append(Part(text="", media_type="text/plain"))
     if arguments.get("context_id"):
@@ -272,8 +294,12 @@ class TaskTracker:
         bridge gave it), else the moment the answer was sent."""
         assert self.task is not None
         status, history = self.task.status, self.task.history
-        if not (self.sent_message_id and not status.HasField("message")
-                and len(history) > 0 and history[-1].message_id == self.sent_message_id):
+        if not (
+            self.sent_message_id
+            and not status.HasField("message")
+            and len(history) > 0
+            and history[-1].message_id == self.sent_message_id
+        ):
             return False
         if not status.HasField("timestamp"):
             return True  # nothing tells the question asked again from the one answered
@@ -360,7 +386,11 @@ def _part_blocks(part: Part, data_out: list[Any]) -> list[dict[str, Any]]:
         data_out.append(value)
         return [{"type": "text", "text": json.dumps(value, ensure_ascii=False)}]
     if kind == "url":
-        block: dict[str, Any] = {"type": "resource_link", "uri": part.url, "name": part.filename or part.url.rsplit("/", 1)[-1] or part.url}
+        block: dict[str, Any] = {
+            "type": "resource_link",
+            "uri": part.url,
+            "name": part.filename or part.url.rsplit("/", 1)[-1] or part.url,
+        }
         if media_type:
             block["mimeType"] = media_type
         return [block]
@@ -408,8 +438,18 @@ def _reply_parts(task: Task) -> tuple[list[Artifact], Any]:
 
 _FAILURES: dict[int, tuple[str, str, str, str]] = {
     # state: (error_class, result status, recoverability, default message)
-    TaskState.TASK_STATE_FAILED: ("execution_failed", "failed", "not_recoverable", "the agent failed the task"),
-    TaskState.TASK_STATE_REJECTED: ("execution_failed", "rejected", "change_arguments", "the agent rejected the task"),
+    TaskState.TASK_STATE_FAILED: (
+        "execution_failed",
+        "failed",
+        "not_recoverable",
+        "the agent failed the task",
+    ),
+    TaskState.TASK_STATE_REJECTED: (
+        "execution_failed",
+        "rejected",
+        "change_arguments",
+        "the agent rejected the task",
+    ),
     TaskState.TASK_STATE_CANCELED: ("canceled", "canceled", "retry", "the agent canceled the task"),
 }
 
@@ -447,14 +487,25 @@ def result_from_tracker(tracker: TaskTracker, ref: dict[str, Any]) -> UpstreamRe
             message=message,
             error_code=f"task_{state_name(state)}",
             recoverability=recoverability,
-            native_error_ref={"task_id": task.id, "context_id": task.context_id, "state": state_name(state)},
+            native_error_ref={
+                "task_id": task.id,
+                "context_id": task.context_id,
+                "state": state_name(state),
+            },
         )
         blocks = [{"type": "text", "text": f"{error_class}: {message}"}]
         blocks += [b for b in content if not (b.get("type") == "text" and b.get("text") == reason)]
         return UpstreamResult(
-            content=blocks, structured_content=_structured(data), is_error=True, status=status, error=error, native_ref=native_ref
+            content=blocks,
+            structured_content=_structured(data),
+            is_error=True,
+            status=status,
+            error=error,
+            native_ref=native_ref,
         )
-    return UpstreamResult(content=content, structured_content=_structured(data), native_ref=native_ref)
+    return UpstreamResult(
+        content=content, structured_content=_structured(data), native_ref=native_ref
+    )
 
 
 def _message_result(message: Message, ref: dict[str, Any]) -> UpstreamResult:
@@ -465,7 +516,9 @@ def _message_result(message: Message, ref: dict[str, Any]) -> UpstreamResult:
         native_ref["context_id"] = message.context_id
     if message.task_id:
         native_ref["task_id"] = message.task_id
-    return UpstreamResult(content=content, structured_content=_structured(data), native_ref=native_ref)
+    return UpstreamResult(
+        content=content, structured_content=_structured(data), native_ref=native_ref
+    )
 
 
 def _needs_input(task: Task, native_ref: dict[str, Any]) -> UpstreamResult:
@@ -474,7 +527,9 @@ def _needs_input(task: Task, native_ref: dict[str, Any]) -> UpstreamResult:
     content = _content(question_parts, data)
     question = _text_of(question_parts)
     state = state_name(task.status.state)
-    what = "authorization" if task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED else "more input"
+    what = (
+        "authorization" if task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED else "more input"
+    )
     hint = (
         f"The agent needs {what} ({state}). To answer, call this tool again with "
         f'task_id="{task.id}" and context_id="{task.context_id}" and your reply in `message`.'

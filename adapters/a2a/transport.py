@@ -39,7 +39,13 @@ __all__ = [
 
 
 # Transport failures after which no answer came: the agent may be gone, which its card then tells.
-CONNECTION_LOST = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+CONNECTION_LOST = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+)
 
 
 class AnswerTooLarge(httpx.TransportError):
@@ -73,7 +79,9 @@ class _BoundedStream(httpx.AsyncByteStream):
         async for chunk in self.inner:
             seen += len(chunk)
             if seen > self.limit:
-                raise AnswerTooLarge(f"{self.url.copy_with(query=None)} answered more than max_response_bytes={self.limit}")
+                raise AnswerTooLarge(
+                    f"{self.url.copy_with(query=None)} answered more than max_response_bytes={self.limit}"
+                )
             yield chunk
         self.ended = True
 
@@ -99,7 +107,9 @@ class ReusedConnectionDropped(httpx.RemoteProtocolError):
 
 # Set while the bridge sends a request again itself (a JSON-RPC `GetTask`, a POST the transport
 # does not repeat): the transport puts it on a connection opened for it, as the GETs it repeats.
-_ON_NEW_CONNECTION: contextvars.ContextVar[bool] = contextvars.ContextVar("a2a_on_new_connection", default=False)
+_ON_NEW_CONNECTION: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "a2a_on_new_connection", default=False
+)
 
 
 @contextlib.contextmanager
@@ -151,15 +161,23 @@ class BoundedTransport(httpx.AsyncBaseTransport):
     it too (`_ON_NEW_CONNECTION`)."""
 
     def __init__(self, limit: int, tls: ssl.SSLContext, proxy: str | None = None) -> None:
-        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_SECONDS)  # httpx's, but the expiry
+        limits = httpx.Limits(
+            max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_SECONDS
+        )  # httpx's, but the expiry
         self.inner = httpx.AsyncHTTPTransport(verify=tls, proxy=proxy, limits=limits)
         # where a request is sent again: a connection of its own, closed after it. Another kept one
         # could be closing too (a server closes the connections idle since one burst of calls at once)
-        self.fresh = httpx.AsyncHTTPTransport(verify=tls, proxy=proxy, limits=httpx.Limits(max_keepalive_connections=0))
+        self.fresh = httpx.AsyncHTTPTransport(
+            verify=tls, proxy=proxy, limits=httpx.Limits(max_keepalive_connections=0)
+        )
         self.limit = limit
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await (self.fresh.handle_async_request(request) if _ON_NEW_CONNECTION.get() else self._send_kept(request))
+        response = await (
+            self.fresh.handle_async_request(request)
+            if _ON_NEW_CONNECTION.get()
+            else self._send_kept(request)
+        )
         assert isinstance(response.stream, httpx.AsyncByteStream)
         response.stream = _BoundedStream(response.stream, self.limit, request.url)
         return response
@@ -173,9 +191,15 @@ class BoundedTransport(httpx.AsyncBaseTransport):
             if trace.opened:
                 raise
             if request.method not in _IDEMPOTENT_METHODS:
-                raise ReusedConnectionDropped(f"{type(exc).__name__}: {exc or 'connection lost'}", request=request) from exc
-            log.debug("%s %s: a kept-alive connection dropped before the answer (%s); sent again on a new one", request.method,
-                      request.url.copy_with(query=None), type(exc).__name__)
+                raise ReusedConnectionDropped(
+                    f"{type(exc).__name__}: {exc or 'connection lost'}", request=request
+                ) from exc
+            log.debug(
+                "%s %s: a kept-alive connection dropped before the answer (%s); sent again on a new one",
+                request.method,
+                request.url.copy_with(query=None),
+                type(exc).__name__,
+            )
             response = await self.fresh.handle_async_request(request)
         finally:
             if trace.outer is None:
@@ -202,12 +226,18 @@ def proxy_mounts(limit: int, tls: ssl.SSLContext) -> dict[str, httpx.AsyncBaseTr
             continue
         try:
             mounts[pattern] = BoundedTransport(limit, tls, proxy=proxy)
-        except (ImportError, ValueError):  # a socks5 proxy without socksio, or a scheme httpx has no transport for
+        except (
+            ImportError,
+            ValueError,
+        ):  # a socks5 proxy without socksio, or a scheme httpx has no transport for
             scheme = urllib.parse.urlsplit(proxy).scheme
             raise BridgeError(
                 f"the environment's proxy for {pattern} is a {scheme}:// proxy, which the bridge's HTTP client does not speak",
-                error_class="dependency_unavailable", recoverability="setup",
-                details={"fix": "use an http:// proxy in HTTP_PROXY/HTTPS_PROXY/ALL_PROXY, or list the agent's host in NO_PROXY"},
+                error_class="dependency_unavailable",
+                recoverability="setup",
+                details={
+                    "fix": "use an http:// proxy in HTTP_PROXY/HTTPS_PROXY/ALL_PROXY, or list the agent's host in NO_PROXY"
+                },
             ) from None
     return mounts
 
@@ -241,4 +271,6 @@ def cut_off(exc: BaseException) -> bool:
     """A connection that was open, then closed or reset before the answer ended (not one that
     could not be opened: the agent is not there)."""
     chain = causes(exc)
-    return any(isinstance(e, DROPPED_UNANSWERED) for e in chain) and not any(isinstance(e, httpx.ConnectError) for e in chain)
+    return any(isinstance(e, DROPPED_UNANSWERED) for e in chain) and not any(
+        isinstance(e, httpx.ConnectError) for e in chain
+    )

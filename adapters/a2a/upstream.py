@@ -92,7 +92,9 @@ class A2AUpstream(CallFailures, Upstream):
         self._cancels: set[asyncio.Task[None]] = set()
         self._log_filter: RedactingFilter | None = None
         self._lost = False
-        self._questions: OrderedDict[str, int] = OrderedDict()  # task id -> status timestamp (ns) of its question given back
+        self._questions: OrderedDict[str, int] = (
+            OrderedDict()
+        )  # task id -> status timestamp (ns) of its question given back
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -100,25 +102,38 @@ class A2AUpstream(CallFailures, Upstream):
         await self.close()
         cfg = self.config
         connect = min(10.0, cfg.start_timeout)
-        tls = added_cas(cfg.resolve_path(cfg.ca_file), cfg.ca_file) if cfg.ca_file else system_cas()  # the card's fetches and the calls
+        tls = (
+            added_cas(cfg.resolve_path(cfg.ca_file), cfg.ca_file) if cfg.ca_file else system_cas()
+        )  # the card's fetches and the calls
         direct = BoundedTransport(cfg.max_response_bytes, tls)
         self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(cfg.timeout, connect=connect), follow_redirects=False,
-            headers={"User-Agent": "a2t-bridge", "Accept-Encoding": "identity"}, transport=direct,
+            timeout=httpx.Timeout(cfg.timeout, connect=connect),
+            follow_redirects=False,
+            headers={"User-Agent": "a2t-bridge", "Accept-Encoding": "identity"},
+            transport=direct,
             mounts=loopback_direct(proxy_mounts(cfg.max_response_bytes, tls), direct),
         )
         secrets = cfg.auth.secrets()
         if secrets:
             self._log_filter = RedactingFilter(secrets)
             logging.getLogger("httpx").addFilter(self._log_filter)
-        self._source = CardSource(self._http, card_url=cfg.card_url, base_url=cfg.base_url, timeout=cfg.start_timeout, ca_file=cfg.ca_file)
+        self._source = CardSource(
+            self._http,
+            card_url=cfg.card_url,
+            base_url=cfg.base_url,
+            timeout=cfg.start_timeout,
+            ca_file=cfg.ca_file,
+        )
         try:
             fetched = await self._source.fetch()
             assert fetched is not None
             self._agent = self._install(fetched)
         except BridgeError as exc:
             raise BridgeError(
-                self._redact(exc.message), error_class=exc.error_class, recoverability=exc.recoverability, details=exc.details
+                self._redact(exc.message),
+                error_class=exc.error_class,
+                recoverability=exc.recoverability,
+                details=exc.details,
             ) from None
         self._lost = False
         agent = self._agent
@@ -137,13 +152,19 @@ class A2AUpstream(CallFailures, Upstream):
         for override in agent.credentials.overrides:
             log.warning("agent %s: %s", agent.card.name, override)
         if cfg.card_refresh_interval:
-            self._refresher = asyncio.create_task(self._refresh_card(cfg.card_refresh_interval), name=f"a2a-card:{self.name}")
+            self._refresher = asyncio.create_task(
+                self._refresh_card(cfg.card_refresh_interval), name=f"a2a-card:{self.name}"
+            )
 
     def _install(self, fetched: CardFetch) -> Agent:
         """A client and tool list for a freshly fetched card."""
         assert self._http is not None
         cfg, card = self.config, fetched.card
-        bindings = list(TRANSPORTS) if cfg.transport == "auto" else [cfg.transport, *(t for t in TRANSPORTS if t != cfg.transport)]
+        bindings = (
+            list(TRANSPORTS)
+            if cfg.transport == "auto"
+            else [cfg.transport, *(t for t in TRANSPORTS if t != cfg.transport)]
+        )
         streaming = cfg.streaming and card.capabilities.streaming
         factory = ClientFactory(
             ClientConfig(
@@ -156,9 +177,14 @@ class A2AUpstream(CallFailures, Upstream):
         try:
             client = factory.create(spoken_card(card))
         except ValueError:
-            offered = ", ".join(f"{i.protocol_binding} at {i.url}" for i in card.supported_interfaces)
-            said = (f"offers no transport the bridge speaks ({', '.join(TRANSPORTS)}); offered: {offered}" if offered else
-                    "names no address to call: its card has no `url` (protocol 0.3) or `supportedInterfaces` (1.0)")
+            offered = ", ".join(
+                f"{i.protocol_binding} at {i.url}" for i in card.supported_interfaces
+            )
+            said = (
+                f"offers no transport the bridge speaks ({', '.join(TRANSPORTS)}); offered: {offered}"
+                if offered
+                else "names no address to call: its card has no `url` (protocol 0.3) or `supportedInterfaces` (1.0)"
+            )
             raise BridgeError(
                 f"agent {card.name!r} {said}",
                 error_class="capability_gap",
@@ -212,12 +238,21 @@ class A2AUpstream(CallFailures, Upstream):
                     self._connection_lost(reason)
                     return
                 repeated, warned = reason == warned, reason
-                log.log(logging.INFO if repeated else logging.WARNING, "agent card refresh for %s failed, keeping the last card: %s "
-                        "(refreshed again in %gs%s)", self.name, reason, interval, "" if repeated else "; the same failure again is logged at INFO")
+                log.log(
+                    logging.INFO if repeated else logging.WARNING,
+                    "agent card refresh for %s failed, keeping the last card: %s "
+                    "(refreshed again in %gs%s)",
+                    self.name,
+                    reason,
+                    interval,
+                    "" if repeated else "; the same failure again is logged at INFO",
+                )
                 continue
             warned = None
             self._agent = agent
-            if previous is None or [t.to_json() for t in previous.tools] != [t.to_json() for t in agent.tools]:
+            if previous is None or [t.to_json() for t in previous.tools] != [
+                t.to_json() for t in agent.tools
+            ]:
                 log.info("agent card of %s changed its skills", self.name)
                 self.emit(UpstreamEvent("tools_changed", reason="agent card changed"))
 
@@ -244,7 +279,11 @@ class A2AUpstream(CallFailures, Upstream):
 
     async def list_tools(self) -> list[UpstreamTool]:
         if self._agent is None:
-            raise BridgeError(f"agent {self.name!r} is not connected", error_class="dependency_unavailable", recoverability="retry_later")
+            raise BridgeError(
+                f"agent {self.name!r} is not connected",
+                error_class="dependency_unavailable",
+                recoverability="retry_later",
+            )
         return list(self._agent.tools)
 
     async def health(self) -> dict[str, Any]:
@@ -269,25 +308,49 @@ class A2AUpstream(CallFailures, Upstream):
 
     # ------------------------------------------------------------------ calls
 
-    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+    async def invoke(
+        self, native_id: str, arguments: dict[str, Any], ctx: CallContext
+    ) -> UpstreamResult:
         agent = self._agent
         if agent is None:
-            raise BridgeError(f"agent {self.name!r} is not connected", error_class="dependency_unavailable", recoverability="retry_later")
+            raise BridgeError(
+                f"agent {self.name!r} is not connected",
+                error_class="dependency_unavailable",
+                recoverability="retry_later",
+            )
         if native_id in agent.skill_ids:
             skill_id: str | None = native_id
         elif native_id == agent.whole_agent_tool:
             skill_id = None
         else:
-            raise BridgeError(f"agent {agent.card.name!r} no longer offers the skill {native_id!r}", error_class="unknown_tool")
+            raise BridgeError(
+                f"agent {agent.card.name!r} no longer offers the skill {native_id!r}",
+                error_class="unknown_tool",
+            )
         if agent.credentials.blocked:
-            raise BridgeError(agent.credentials.blocked, error_class="credential_missing", recoverability="setup", status="denied")
+            raise BridgeError(
+                agent.credentials.blocked,
+                error_class="credential_missing",
+                recoverability="setup",
+                status="denied",
+            )
         request = build_request(arguments, skill_id)
         message = request.message
-        tracker = TaskTracker(sent_message_id=message.message_id, question_at=self._questions.get(message.task_id), sent_at=time.time_ns())
-        ref = {"source": "a2a", "agent_card_url": agent.card_url, "agent_skill_id": skill_id, "message_id": message.message_id}
+        tracker = TaskTracker(
+            sent_message_id=message.message_id,
+            question_at=self._questions.get(message.task_id),
+            sent_at=time.time_ns(),
+        )
+        ref = {
+            "source": "a2a",
+            "agent_card_url": agent.card_url,
+            "agent_skill_id": skill_id,
+            "message_id": message.message_id,
+        }
         # HTTP headers of every request of the call (its polls too): the W3C trace context
-        call = ClientCallContext(timeout=ctx.timeout,
-                                 service_parameters=ctx.trace_headers() or None)
+        call = ClientCallContext(
+            timeout=ctx.timeout, service_parameters=ctx.trace_headers() or None
+        )
         try:
             if not agent.streaming:
                 request.configuration.return_immediately = True  # follow the task by polling
@@ -302,7 +365,12 @@ class A2AUpstream(CallFailures, Upstream):
                     raise
                 # the agent named its task, then the stream broke off (a proxy cutting a long
                 # stream, say): the task goes on at the agent, and is polled from here
-                log.info("agent %s: the stream of task %s broke off (%s); polling the task", self.name, tracker.task_id, type(exc).__name__)
+                log.info(
+                    "agent %s: the stream of task %s broke off (%s); polling the task",
+                    self.name,
+                    tracker.task_id,
+                    type(exc).__name__,
+                )
             polls = 0
             while not tracker.settled:
                 # quick tasks are picked up quickly; long ones are polled every poll_interval
@@ -314,15 +382,29 @@ class A2AUpstream(CallFailures, Upstream):
                 await self._cancel_task(agent, tracker.task_id)
             raise
         except (A2AError, httpx.HTTPError) as exc:
-            stream_unbegun = agent.streaming and tracker.task is None and cut_off(exc) and not reused_dropped(exc)
+            stream_unbegun = (
+                agent.streaming
+                and tracker.task is None
+                and cut_off(exc)
+                and not reused_dropped(exc)
+            )
             if stream_unbegun and message.task_id:
                 unknown = await self._unknown_task(agent, message.task_id, call)
                 if unknown is not None:
                     raise unknown from None
-            raise await self._call_failed(agent, exc, tracker, stream_unbegun=stream_unbegun) from None
-        except (ValidationError, ParseError, DecodeError) as exc:  # read by the SDK into no A2A shape
-            raise BridgeError(f"agent {self.name!r} answered in a shape A2A does not have: {first_fault(exc)}",
-                              error_class="execution_failed", details={"task_id": tracker.task_id} if tracker.task_id else None) from None
+            raise await self._call_failed(
+                agent, exc, tracker, stream_unbegun=stream_unbegun
+            ) from None
+        except (
+            ValidationError,
+            ParseError,
+            DecodeError,
+        ) as exc:  # read by the SDK into no A2A shape
+            raise BridgeError(
+                f"agent {self.name!r} answered in a shape A2A does not have: {first_fault(exc)}",
+                error_class="execution_failed",
+                details={"task_id": tracker.task_id} if tracker.task_id else None,
+            ) from None
         self._remember_question(tracker)
         return result_from_tracker(tracker, ref)
 
@@ -331,7 +413,12 @@ class A2AUpstream(CallFailures, Upstream):
         an answer to it may be met with is told from a question asked again by it (the last
         QUESTIONS_KEPT)."""
         task = tracker.task
-        if tracker.message is not None or task is None or tracker.state not in INTERRUPTED_STATES or not task.status.HasField("timestamp"):
+        if (
+            tracker.message is not None
+            or task is None
+            or tracker.state not in INTERRUPTED_STATES
+            or not task.status.HasField("timestamp")
+        ):
             return
         self._questions[task.id] = task.status.timestamp.ToNanoseconds()
         self._questions.move_to_end(task.id)
@@ -342,9 +429,14 @@ class A2AUpstream(CallFailures, Upstream):
         for line in lines:
             await ctx.report_progress(line, task_id=tracker.task_id)
 
-    async def _poll_once(self, agent: Agent, tracker: TaskTracker, ctx: CallContext, call: ClientCallContext) -> None:
+    async def _poll_once(
+        self, agent: Agent, tracker: TaskTracker, ctx: CallContext, call: ClientCallContext
+    ) -> None:
         if tracker.task_id is None:
-            raise BridgeError("the agent ended the exchange without a task or a reply", error_class="execution_failed")
+            raise BridgeError(
+                "the agent ended the exchange without a task or a reply",
+                error_class="execution_failed",
+            )
         try:
             task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
         except (A2AError, httpx.HTTPError) as exc:
@@ -352,12 +444,18 @@ class A2AUpstream(CallFailures, Upstream):
                 raise
             # a JSON-RPC `GetTask` is a POST, not sent again by the transport; reading a task is safe
             # to repeat, on a new connection: another kept one may be closing too
-            log.info("agent %s: a kept-alive connection dropped under the poll of task %s; asking again", self.name, tracker.task_id)
+            log.info(
+                "agent %s: a kept-alive connection dropped under the poll of task %s; asking again",
+                self.name,
+                tracker.task_id,
+            )
             with on_new_connection():
                 task = await agent.client.get_task(GetTaskRequest(id=tracker.task_id), context=call)
         await self._progress(ctx, tracker, tracker.replace(task))
 
-    async def _unknown_task(self, agent: Agent, task_id: str, call: ClientCallContext) -> BridgeError | None:
+    async def _unknown_task(
+        self, agent: Agent, task_id: str, call: ClientCallContext
+    ) -> BridgeError | None:
         """The error for a `task_id` the agent does not know, asked with `GetTask`: an a2a-sdk 0.3
         agent refuses it on an HTTP+JSON stream by closing the stream it has begun, which reads
         as the agent gone."""
@@ -383,7 +481,10 @@ class A2AUpstream(CallFailures, Upstream):
         """Tell the agent to cancel; wait for it (bounded) even though this call is being cancelled."""
 
         async def send() -> None:
-            request, context = CancelTaskRequest(id=task_id), ClientCallContext(timeout=self.config.cancel_timeout)
+            request, context = (
+                CancelTaskRequest(id=task_id),
+                ClientCallContext(timeout=self.config.cancel_timeout),
+            )
             try:
                 try:
                     await agent.client.cancel_task(request, context=context)
@@ -396,7 +497,12 @@ class A2AUpstream(CallFailures, Upstream):
                         await agent.client.cancel_task(request, context=context)
                 log.info("agent %s: canceled task %s", self.name, task_id)
             except Exception as exc:
-                log.info("agent %s: cancel of task %s failed: %s", self.name, task_id, self._redact(str(exc) or type(exc).__name__))
+                log.info(
+                    "agent %s: cancel of task %s failed: %s",
+                    self.name,
+                    task_id,
+                    self._redact(str(exc) or type(exc).__name__),
+                )
 
         task = asyncio.create_task(send(), name=f"a2a-cancel:{task_id}")
         self._cancels.add(task)

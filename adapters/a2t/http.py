@@ -36,9 +36,13 @@ class RetryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     count: int = Field(default=2, ge=0, le=10, description="retries after the first attempt")
-    backoff: float = Field(default=0.25, ge=0, description="first delay in seconds; doubles each retry")
+    backoff: float = Field(
+        default=0.25, ge=0, description="first delay in seconds; doubles each retry"
+    )
     max_backoff: float = Field(default=5.0, ge=0, description="longest delay between attempts")
-    max_retry_after: float = Field(default=10.0, ge=0, description="longest Retry-After waited for before retrying")
+    max_retry_after: float = Field(
+        default=10.0, ge=0, description="longest Retry-After waited for before retrying"
+    )
 
 
 def safe_url(url: str | URL) -> str:
@@ -91,28 +95,54 @@ def error_result_of(answer: HTTPAnswer, what: str) -> UpstreamResult:
     if isinstance(answer.body, dict):
         remote = result_from_envelope(answer.body.get(TOOL_RESULT_KEY))
         if remote is not None and remote.is_error:
-            if remote.error is not None and remote.error.retry_after is None and answer.retry_after is not None:
+            if (
+                remote.error is not None
+                and remote.error.retry_after is None
+                and answer.retry_after is not None
+            ):
                 remote.error.retry_after = answer.retry_after
             return remote
-    message = f"{what} answered HTTP {answer.status}" + (f": {answer.snippet()}" if answer.text else "")
+    message = f"{what} answered HTTP {answer.status}" + (
+        f": {answer.snippet()}" if answer.text else ""
+    )
     if 300 <= answer.status < 400 and answer.headers.get("Location"):
-        message = (f"{what} answered HTTP {answer.status}, a redirect to {safe_url(answer.headers['Location'])}, which is "
-                   "not followed (the upstream's headers and credentials would go with it): configure that URL instead")
-    error: ToolError = tool_error_from_body(answer.body, fallback_class=class_of_status(answer.status), message=message)
+        message = (
+            f"{what} answered HTTP {answer.status}, a redirect to {safe_url(answer.headers['Location'])}, which is "
+            "not followed (the upstream's headers and credentials would go with it): configure that URL instead"
+        )
+    error: ToolError = tool_error_from_body(
+        answer.body, fallback_class=class_of_status(answer.status), message=message
+    )
     if error.retry_after is None:
         error.retry_after = answer.retry_after
-    if error.error_class in ("dependency_unavailable", "rate_limited") and error.recoverability == "not_recoverable":
+    if (
+        error.error_class in ("dependency_unavailable", "rate_limited")
+        and error.recoverability == "not_recoverable"
+    ):
         error.recoverability = "retry_later"
-    return UpstreamResult(is_error=True, error=error, content=[{"type": "text", "text": f"{error.error_class}: {error.message}"}],
-                          native_ref={"http_status": answer.status})
+    return UpstreamResult(
+        is_error=True,
+        error=error,
+        content=[{"type": "text", "text": f"{error.error_class}: {error.message}"}],
+        native_ref={"http_status": answer.status},
+    )
 
 
 class A2THttp:
     """One pooled session to one server."""
 
-    def __init__(self, *, headers: dict[str, str], connect_timeout: float, connection_limit: int,
-                 retries: RetryConfig, max_response_bytes: int, verify_tls: bool = True, ca_file: str | None = None,
-                 ca_path: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        headers: dict[str, str],
+        connect_timeout: float,
+        connection_limit: int,
+        retries: RetryConfig,
+        max_response_bytes: int,
+        verify_tls: bool = True,
+        ca_file: str | None = None,
+        ca_path: str | None = None,
+    ) -> None:
         self.headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **headers}
         self.connect_timeout = connect_timeout
         self.connection_limit = connection_limit
@@ -127,36 +157,82 @@ class A2THttp:
             tls: ssl.SSLContext | bool = self.verify_tls
             if self.verify_tls and self.ca_path:
                 tls = added_cas(self.ca_path, self.ca_file or self.ca_path)
-            connector = aiohttp.TCPConnector(limit=self.connection_limit, keepalive_timeout=15, ssl=tls)
-            self._session = proxied_session(connector=connector, headers=self.headers, cookie_jar=aiohttp.DummyCookieJar())
+            connector = aiohttp.TCPConnector(
+                limit=self.connection_limit, keepalive_timeout=15, ssl=tls
+            )
+            self._session = proxied_session(
+                connector=connector, headers=self.headers, cookie_jar=aiohttp.DummyCookieJar()
+            )
 
     async def close(self) -> None:
         session, self._session = self._session, None
         if session is not None and not session.closed:
             await session.close()
 
-    async def _once(self, method: str, url: str, *, body: Any, params: dict[str, Any] | None,
-                    headers: dict[str, str] | None, timeout: float) -> HTTPAnswer:
-        if self._session is None:  # closed: not started yet, or reconnecting while this call waited to retry
-            raise BridgeError(f"{method} {safe_url(url)}: the upstream is not connected (it is reconnecting)",
-                              error_class="dependency_unavailable", recoverability="retry_later", retry_after=1.0)
+    async def _once(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: Any,
+        params: dict[str, Any] | None,
+        headers: dict[str, str] | None,
+        timeout: float,
+    ) -> HTTPAnswer:
+        if (
+            self._session is None
+        ):  # closed: not started yet, or reconnecting while this call waited to retry
+            raise BridgeError(
+                f"{method} {safe_url(url)}: the upstream is not connected (it is reconnecting)",
+                error_class="dependency_unavailable",
+                recoverability="retry_later",
+                retry_after=1.0,
+            )
         data = json.dumps(body, ensure_ascii=False).encode() if body is not None else None
-        request_headers = {"Content-Type": "application/json", **(headers or {})} if data is not None else headers
-        async with self._session.request(method, url, data=data, params=params, headers=request_headers, allow_redirects=False,
-                                         timeout=aiohttp.ClientTimeout(total=timeout, connect=self.connect_timeout)) as response:
-            raw = await read_body(response, self.max_response_bytes, lambda: f"{method} {safe_url(url)}")
+        request_headers = (
+            {"Content-Type": "application/json", **(headers or {})} if data is not None else headers
+        )
+        async with self._session.request(
+            method,
+            url,
+            data=data,
+            params=params,
+            headers=request_headers,
+            allow_redirects=False,
+            timeout=aiohttp.ClientTimeout(total=timeout, connect=self.connect_timeout),
+        ) as response:
+            raw = await read_body(
+                response, self.max_response_bytes, lambda: f"{method} {safe_url(url)}"
+            )
             text = raw.decode(response.charset or "utf-8", errors="replace")
             parsed: Any = None
             if text and not text.isspace():
                 try:
                     parsed = json.loads(text)
-                except (ValueError, RecursionError):  # not JSON, or nested past the reader: the answer as text
+                except (
+                    ValueError,
+                    RecursionError,
+                ):  # not JSON, or nested past the reader: the answer as text
                     parsed = text
-            return HTTPAnswer(response.status, parsed, text, retry_after_seconds(response.headers.get("Retry-After")),
-                              response.headers)
+            return HTTPAnswer(
+                response.status,
+                parsed,
+                text,
+                retry_after_seconds(response.headers.get("Retry-After")),
+                response.headers,
+            )
 
-    async def request(self, method: str, url: str, *, body: Any = None, params: dict[str, Any] | None = None,
-                      headers: dict[str, str] | None = None, timeout: float, retry_statuses: frozenset[int]) -> HTTPAnswer:
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float,
+        retry_statuses: frozenset[int],
+    ) -> HTTPAnswer:
         """Send one request, retrying `retry_statuses` answers and connection failures while the
         time budget `timeout` allows. Raises BridgeError (`dependency_unavailable` or `timeout`)
         when no answer came, at once (recoverability `setup`) for a server certificate that fails
@@ -167,24 +243,48 @@ class A2THttp:
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise BridgeError(f"{method} {safe_url(url)} did not answer within {timeout:g}s", error_class="timeout", recoverability="retry")
+                raise BridgeError(
+                    f"{method} {safe_url(url)} did not answer within {timeout:g}s",
+                    error_class="timeout",
+                    recoverability="retry",
+                )
             failure: BridgeError | None = None
             answer: HTTPAnswer | None = None
             try:
-                answer = await self._once(method, url, body=body, params=params, headers=headers, timeout=remaining)
+                answer = await self._once(
+                    method, url, body=body, params=params, headers=headers, timeout=remaining
+                )
             except TimeoutError:
-                raise BridgeError(f"{method} {safe_url(url)} did not answer within {timeout:g}s", error_class="timeout",
-                                  recoverability="retry") from None
+                raise BridgeError(
+                    f"{method} {safe_url(url)} did not answer within {timeout:g}s",
+                    error_class="timeout",
+                    recoverability="retry",
+                ) from None
             except aiohttp.ClientConnectionError as exc:
-                if (refused := certificate_failure(exc, trust=ca_file_trust(self.ca_file), address="url")) is not None:
+                if (
+                    refused := certificate_failure(
+                        exc, trust=ca_file_trust(self.ca_file), address="url"
+                    )
+                ) is not None:
                     # a setup problem, not an outage: every attempt fails alike, and the server is not down
-                    raise BridgeError(f"{method} {safe_url(url)}: {refused}", error_class="dependency_unavailable",
-                                      recoverability="setup") from None
-                failure = BridgeError(f"{safe_url(url)} is unreachable: {type(exc).__name__}: {exc}",
-                                      error_class="dependency_unavailable", recoverability="retry_later", retry_after=1.0)
+                    raise BridgeError(
+                        f"{method} {safe_url(url)}: {refused}",
+                        error_class="dependency_unavailable",
+                        recoverability="setup",
+                    ) from None
+                failure = BridgeError(
+                    f"{safe_url(url)} is unreachable: {type(exc).__name__}: {exc}",
+                    error_class="dependency_unavailable",
+                    recoverability="retry_later",
+                    retry_after=1.0,
+                )
             except aiohttp.ClientError as exc:
-                failure = BridgeError(f"{method} {safe_url(url)} failed: {type(exc).__name__}", error_class="dependency_unavailable",
-                                      recoverability="retry_later", retry_after=1.0)
+                failure = BridgeError(
+                    f"{method} {safe_url(url)} failed: {type(exc).__name__}",
+                    error_class="dependency_unavailable",
+                    recoverability="retry_later",
+                    retry_after=1.0,
+                )
             if answer is not None and answer.status not in retry_statuses:
                 return answer
             if attempt >= self.retries.count:
@@ -192,7 +292,9 @@ class A2THttp:
                     raise failure
                 assert answer is not None
                 return answer
-            wait = min(self.retries.max_backoff, self.retries.backoff * (2**attempt)) * (0.75 + random.random() / 2)
+            wait = min(self.retries.max_backoff, self.retries.backoff * (2**attempt)) * (
+                0.75 + random.random() / 2
+            )
             if answer is not None and answer.retry_after is not None:
                 if answer.retry_after > self.retries.max_retry_after:
                     return answer

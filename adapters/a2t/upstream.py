@@ -32,7 +32,9 @@ __all__ = ["GENERATION_HEADER", "A2TConfig", "A2TUpstream"]
 
 log = logging.getLogger("adapters.a2t")
 
-GENERATION_HEADER = "A2T-Catalog-Generation"  # a bridge's catalog generation (see docs/upstreams/a2t.md)
+GENERATION_HEADER = (
+    "A2T-Catalog-Generation"  # a bridge's catalog generation (see docs/upstreams/a2t.md)
+)
 _RETRY_READ = frozenset({500, 502, 503, 504})
 _RETRY_INVOKE = frozenset({500, 502, 503})
 MAX_PASSES = 10  # a2t listings capped below their total: passes over the offsets at most
@@ -55,6 +57,8 @@ def _item_key(item: Any, key: str) -> Any:
     """What tells a listed item apart: its `key` when it has one, else the item as written."""
     value = item.get(key) if isinstance(item, dict) else None
     return value if isinstance(value, str | int) else json.dumps(item, sort_keys=True, default=str)
+
+
 # A listing of this many records or more is read into tools on a worker thread: about 13 µs a
 # record, so a larger one (another bridge's catalog of 100,000 tools: 1.3 s) would hold every call
 # the bridge serves.
@@ -65,21 +69,38 @@ class A2TConfig(UpstreamConfig):
     """`kind: a2t`: one A2T REST server."""
 
     kind: str = "a2t"
-    url: str = Field(description="the server's root URL (IETF: where /tools is; a2t: where /.well-known is)")
-    dialect: Literal["auto", "ietf", "a2t"] = Field(default="auto", description="auto: a2t when a capabilities document exists")
-    headers: dict[str, str] = Field(default_factory=dict, description="extra headers sent with every request")
-    bearer_token: SecretStr | None = Field(default=None, description="sent as `Authorization: Bearer <token>`")
-    pins: dict[str, int] = Field(default_factory=dict, description="IETF: tool name or toolId -> the version to use")
+    url: str = Field(
+        description="the server's root URL (IETF: where /tools is; a2t: where /.well-known is)"
+    )
+    dialect: Literal["auto", "ietf", "a2t"] = Field(
+        default="auto", description="auto: a2t when a capabilities document exists"
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="extra headers sent with every request"
+    )
+    bearer_token: SecretStr | None = Field(
+        default=None, description="sent as `Authorization: Bearer <token>`"
+    )
+    pins: dict[str, int] = Field(
+        default_factory=dict, description="IETF: tool name or toolId -> the version to use"
+    )
     wrap_body: bool = Field(default=False, description='a2t: send arguments as {"body": {...}}')
     page_limit: int = Field(default=500, ge=1, description="IETF: pageLimit asked for each page")
     list_limit: int = Field(default=10_000, ge=1, description="a2t: limit asked for a listing")
     max_pages: int = Field(default=10_000, ge=1, description="pages read at most in one listing")
     connect_timeout: float = Field(default=10.0, gt=0, description="seconds to open a connection")
-    connection_limit: int | None = Field(default=None, ge=1, description="open connections at most (default: max_concurrency)")
+    connection_limit: int | None = Field(
+        default=None, ge=1, description="open connections at most (default: max_concurrency)"
+    )
     verify_tls: bool = True
-    ca_file: str | None = Field(default=None, description="PEM file of CA certificates the server's is checked against, beside the system's")
+    ca_file: str | None = Field(
+        default=None,
+        description="PEM file of CA certificates the server's is checked against, beside the system's",
+    )
     retries: RetryConfig = Field(default_factory=RetryConfig)
-    max_response_bytes: int = Field(default=16 << 20, ge=1024, description="larger answers are refused")
+    max_response_bytes: int = Field(
+        default=16 << 20, ge=1024, description="larger answers are refused"
+    )
 
     _ca_file_readable = field_validator("ca_file")(configured_ca_file)
 
@@ -91,8 +112,10 @@ class A2TConfig(UpstreamConfig):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
-            raise ConfigValueError(f"`url` must start with http:// or https:// (got {value!r})",
-                                   "write the server's root URL, e.g. http://127.0.0.1:9103")
+            raise ConfigValueError(
+                f"`url` must start with http:// or https:// (got {value!r})",
+                "write the server's root URL, e.g. http://127.0.0.1:9103",
+            )
         return value
 
 
@@ -102,9 +125,13 @@ def _same_origin(document: str, endpoint: str, key: str) -> str:
     redirect, which is not followed either."""
     here, there = URL(document), URL(document).join(URL(endpoint))
     if (there.scheme, there.host, there.port) != (here.scheme, here.host, here.port):
-        raise BridgeError(f"the capabilities document at {safe_url(document)} names `endpoints.{key}` on another origin "
-                          f"({safe_url(there)}); the upstream's headers and bearer_token go only to the origin of `url`: "
-                          "configure that server as its own upstream", error_class="setup_required", recoverability="setup")
+        raise BridgeError(
+            f"the capabilities document at {safe_url(document)} names `endpoints.{key}` on another origin "
+            f"({safe_url(there)}); the upstream's headers and bearer_token go only to the origin of `url`: "
+            "configure that server as its own upstream",
+            error_class="setup_required",
+            recoverability="setup",
+        )
     return str(there)
 
 
@@ -118,10 +145,16 @@ class A2TUpstream(Upstream):
         headers = dict(config.headers)
         if config.bearer_token is not None:
             headers["Authorization"] = f"Bearer {config.bearer_token.get_secret_value()}"
-        self._http = A2THttp(headers=headers, connect_timeout=config.connect_timeout,
-                             connection_limit=config.connection_limit or config.max_concurrency, retries=config.retries,
-                             max_response_bytes=config.max_response_bytes, verify_tls=config.verify_tls, ca_file=config.ca_file,
-                             ca_path=config.resolve_path(config.ca_file) if config.ca_file else None)
+        self._http = A2THttp(
+            headers=headers,
+            connect_timeout=config.connect_timeout,
+            connection_limit=config.connection_limit or config.max_concurrency,
+            retries=config.retries,
+            max_response_bytes=config.max_response_bytes,
+            verify_tls=config.verify_tls,
+            ca_file=config.ca_file,
+            ca_path=config.resolve_path(config.ca_file) if config.ca_file else None,
+        )
         self.base = config.url.rstrip("/")
         self.dialect: Literal["ietf", "a2t"] | None = None
         self.capabilities: a2t_wire.Capabilities | None = None
@@ -129,7 +162,9 @@ class A2TUpstream(Upstream):
         self._groups_url: str | None = None
         self._invoke_urls: dict[str, str] = {}  # IETF: toolId -> invocation URL (pinned or current)
         self._names: dict[str, str] = {}  # IETF: toolId -> the name an invocation carries
-        self._by_group: dict[str, dict[str, UpstreamTool]] = {}  # a2t: group id ("" for none) -> name -> tool
+        self._by_group: dict[
+            str, dict[str, UpstreamTool]
+        ] = {}  # a2t: group id ("" for none) -> name -> tool
         self._dirty_groups: set[str] = set()
         self._generation: str | None = None
 
@@ -158,7 +193,9 @@ class A2TUpstream(Upstream):
         return details
 
     async def _get(self, url: str, params: dict[str, Any] | None = None) -> HTTPAnswer:
-        return await self._http.request("GET", url, params=params, timeout=self.config.start_timeout, retry_statuses=_RETRY_READ)
+        return await self._http.request(
+            "GET", url, params=params, timeout=self.config.start_timeout, retry_statuses=_RETRY_READ
+        )
 
     async def _detect(self) -> None:
         cfg = self.config
@@ -168,11 +205,15 @@ class A2TUpstream(Upstream):
                 caps, where = found
                 self.dialect, self.capabilities = "a2t", caps
                 self._tools_url = _same_origin(where, caps.tools, "tools")
-                self._groups_url = _same_origin(where, caps.groups, "groups") if caps.groups else None
+                self._groups_url = (
+                    _same_origin(where, caps.groups, "groups") if caps.groups else None
+                )
                 return
             if cfg.dialect == "a2t":
-                raise BridgeError(f"{safe_url(self.base)} has no a2t capabilities document at {a2t_wire.CAPABILITIES_PATH}",
-                                  error_class="dependency_unavailable")
+                raise BridgeError(
+                    f"{safe_url(self.base)} has no a2t capabilities document at {a2t_wire.CAPABILITIES_PATH}",
+                    error_class="dependency_unavailable",
+                )
         self.dialect = "ietf"
         self._tools_url = f"{self.base}/tools"
 
@@ -189,10 +230,18 @@ class A2TUpstream(Upstream):
                 try:
                     return a2t_wire.parse_capabilities(answer.body), url
                 except WireFormatError as exc:
-                    log.warning("upstream %s: ignoring the capabilities document at %s: %s", self.name, safe_url(url), exc)
+                    log.warning(
+                        "upstream %s: ignoring the capabilities document at %s: %s",
+                        self.name,
+                        safe_url(url),
+                        exc,
+                    )
             elif answer.status in (401, 403):
-                raise BridgeError(f"{safe_url(url)} answered HTTP {answer.status}: check the upstream's credentials",
-                                  error_class="credential_missing", recoverability="setup")
+                raise BridgeError(
+                    f"{safe_url(url)} answered HTTP {answer.status}: check the upstream's credentials",
+                    error_class="credential_missing",
+                    recoverability="setup",
+                )
         return None
 
     # ------------------------------------------------------------------ listing
@@ -203,8 +252,14 @@ class A2TUpstream(Upstream):
         return await (self._list_ietf() if self.dialect == "ietf" else self._list_a2t())
 
     def _stale(self, url: str, pages: int, tools: int) -> None:
-        log.warning("upstream %s: GET %s: its pages go on listing only tools already listed; the paging does not end, "
-                    "so the listing stops at page %d with the %d tools read", self.name, safe_url(url), pages, tools)
+        log.warning(
+            "upstream %s: GET %s: its pages go on listing only tools already listed; the paging does not end, "
+            "so the listing stops at page %d with the %d tools read",
+            self.name,
+            safe_url(url),
+            pages,
+            tools,
+        )
 
     async def _pages(self, url: str) -> list[Any]:
         items: list[Any] = []
@@ -217,10 +272,18 @@ class A2TUpstream(Upstream):
             if cursor:
                 params["pageCursor"] = cursor
             answer = await self._get(url, params)
-            if not answer.ok or not isinstance(answer.body, dict) or not isinstance(answer.body.get("items"), list):
-                raise BridgeError(f"GET {safe_url(url)} answered HTTP {answer.status} without an `items` page: {answer.snippet()}",
-                                  error_class="dependency_unavailable")
-            fresh = [item for item in answer.body["items"] if _item_key(item, "toolId") not in listed]
+            if (
+                not answer.ok
+                or not isinstance(answer.body, dict)
+                or not isinstance(answer.body.get("items"), list)
+            ):
+                raise BridgeError(
+                    f"GET {safe_url(url)} answered HTTP {answer.status} without an `items` page: {answer.snippet()}",
+                    error_class="dependency_unavailable",
+                )
+            fresh = [
+                item for item in answer.body["items"] if _item_key(item, "toolId") not in listed
+            ]
             listed.update(_item_key(item, "toolId") for item in fresh)
             items.extend(fresh)
             stale = stale + 1 if answer.body["items"] and not fresh else 0
@@ -232,9 +295,15 @@ class A2TUpstream(Upstream):
             if not cursor:
                 return items
             if cursor in seen:
-                raise BridgeError(f"GET {safe_url(url)} returned the same pageCursor twice", error_class="dependency_unavailable")
+                raise BridgeError(
+                    f"GET {safe_url(url)} returned the same pageCursor twice",
+                    error_class="dependency_unavailable",
+                )
             seen.add(cursor)
-        raise BridgeError(f"GET {safe_url(url)}: more than max_pages={self.config.max_pages} pages", error_class="dependency_unavailable")
+        raise BridgeError(
+            f"GET {safe_url(url)}: more than max_pages={self.config.max_pages} pages",
+            error_class="dependency_unavailable",
+        )
 
     def _parse_signatures(self, items: list[Any]) -> dict[str, UpstreamTool]:
         tools: dict[str, UpstreamTool] = {}
@@ -242,7 +311,13 @@ class A2TUpstream(Upstream):
             try:
                 tool = ietf.parse_signature(item, base_url=self.base)
             except WireFormatError as exc:
-                log.warning("upstream %s: skipping tool %d of the listing: %s at %s", self.name, index, exc.message, exc.pointer or "/")
+                log.warning(
+                    "upstream %s: skipping tool %d of the listing: %s at %s",
+                    self.name,
+                    index,
+                    exc.message,
+                    exc.pointer or "/",
+                )
                 continue
             tools.setdefault(tool.native_id, tool)
         return tools
@@ -275,14 +350,22 @@ class A2TUpstream(Upstream):
         if answer.ok:
             try:
                 tool = ietf.parse_signature(answer.body, base_url=self.base)
-                tool.external_mapping["current_version"] = current.external_mapping.get("current_version")
+                tool.external_mapping["current_version"] = current.external_mapping.get(
+                    "current_version"
+                )
                 tool.external_mapping["pinned"] = True
                 return tool
             except WireFormatError as exc:
                 reason = f"version {pin} is malformed ({exc.message})"
         else:
             reason = f"GET {safe_url(base)}/versions/{pin} answered HTTP {answer.status}"
-        log.warning("upstream %s: tool %s is pinned to version %d, which cannot be used: %s", self.name, current.name, pin, reason)
+        log.warning(
+            "upstream %s: tool %s is pinned to version %d, which cannot be used: %s",
+            self.name,
+            current.name,
+            pin,
+            reason,
+        )
         current.blocked_reason = "setup_required"
         current.blocked_detail = f"pinned to version {pin}, which the server cannot give: {reason}"
         current.description = f"{current.description}\n\n(Pinned to version {pin}, which the server cannot give: {reason}.)".strip()
@@ -299,7 +382,10 @@ class A2TUpstream(Upstream):
         async def page(offset: int, size: int) -> tuple[int, int | None, int]:
             answer = await self._get(url, {"offset": offset, "limit": size})
             if not answer.ok:
-                raise BridgeError(f"GET {safe_url(url)} answered HTTP {answer.status}: {answer.snippet()}", error_class="dependency_unavailable")
+                raise BridgeError(
+                    f"GET {safe_url(url)} answered HTTP {answer.status}: {answer.snippet()}",
+                    error_class="dependency_unavailable",
+                )
             items, total = a2t_wire.parse_listing(answer.body, "tools")
             before = len(seen)
             for item in items:
@@ -326,9 +412,15 @@ class A2TUpstream(Upstream):
                 count, total, served = await page(0, total)
                 if total is None or len(seen) >= total:
                     return list(seen.values())
-            for _ in range(MAX_PASSES):  # offset pages over a random order can skip: more passes fill the gaps
+            for _ in range(
+                MAX_PASSES
+            ):  # offset pages over a random order can skip: more passes fill the gaps
                 offset = 0
-                while total is not None and offset < total and self.config.max_pages > offset // max(served, 1):
+                while (
+                    total is not None
+                    and offset < total
+                    and self.config.max_pages > offset // max(served, 1)
+                ):
                     count, total, served = await page(offset, served)
                     if count == 0:
                         break
@@ -379,26 +471,43 @@ class A2TUpstream(Upstream):
 
     # ------------------------------------------------------------------ invocation
 
-    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+    async def invoke(
+        self, native_id: str, arguments: dict[str, Any], ctx: CallContext
+    ) -> UpstreamResult:
         if self.dialect is None:
-            raise BridgeError(f"upstream {self.name!r} is not connected", error_class="dependency_unavailable", retry_after=1.0)
+            raise BridgeError(
+                f"upstream {self.name!r} is not connected",
+                error_class="dependency_unavailable",
+                retry_after=1.0,
+            )
         if self.dialect == "ietf":
-            url = self._invoke_urls.get(native_id) or f"{self._tools_url}/{quote(native_id, safe='')}:invoke"
-            answer = await self._call(url, ietf.render_invocation(self._names.get(native_id, native_id), arguments), ctx)
+            url = (
+                self._invoke_urls.get(native_id)
+                or f"{self._tools_url}/{quote(native_id, safe='')}:invoke"
+            )
+            answer = await self._call(
+                url, ietf.render_invocation(self._names.get(native_id, native_id), arguments), ctx
+            )
             if not answer.ok:
                 return error_result_of(answer, f"POST {safe_url(url)}")
             try:
                 return ietf.parse_invocation_response(answer.body)
             except WireFormatError as exc:
-                raise BridgeError(f"POST {safe_url(url)}: {exc.message}", error_class="execution_failed") from None
+                raise BridgeError(
+                    f"POST {safe_url(url)}: {exc.message}", error_class="execution_failed"
+                ) from None
         url = f"{self._tools_url}/{quote(native_id, safe='')}"
-        answer = await self._call(url, {"body": arguments} if self.config.wrap_body else (arguments or {}), ctx)
+        answer = await self._call(
+            url, {"body": arguments} if self.config.wrap_body else (arguments or {}), ctx
+        )
         if not answer.ok:
             return error_result_of(answer, f"POST {safe_url(url)}")
         try:
             result, meta = a2t_wire.parse_execute(answer.body)
         except WireFormatError as exc:
-            raise BridgeError(f"POST {safe_url(url)}: {exc.message}", error_class="execution_failed") from None
+            raise BridgeError(
+                f"POST {safe_url(url)}: {exc.message}", error_class="execution_failed"
+            ) from None
         if meta is not None:
             self._on_meta(meta)
         return result
@@ -408,9 +517,18 @@ class A2TUpstream(Upstream):
         if self._generation:
             headers[GENERATION_HEADER] = self._generation
         try:
-            return await self._http.request("POST", url, body=body, headers=headers, timeout=ctx.timeout, retry_statuses=_RETRY_INVOKE)
+            return await self._http.request(
+                "POST",
+                url,
+                body=body,
+                headers=headers,
+                timeout=ctx.timeout,
+                retry_statuses=_RETRY_INVOKE,
+            )
         except BridgeError as exc:
-            if exc.error_class == "dependency_unavailable" and exc.recoverability != "setup":  # no answer at all: the server is gone
+            if (
+                exc.error_class == "dependency_unavailable" and exc.recoverability != "setup"
+            ):  # no answer at all: the server is gone
                 self.emit(UpstreamEvent("unavailable", reason=exc.message))
             raise
 
@@ -422,4 +540,6 @@ class A2TUpstream(Upstream):
                 self.emit(UpstreamEvent("tools_added", tools=tuple(tools)))
         elif meta.type == "group_refresh":
             self._dirty_groups.update(meta.group_ids)  # none named: the next listing is a full one
-            self.emit(UpstreamEvent("tools_changed", reason="group_refresh: " + ", ".join(meta.group_ids)))
+            self.emit(
+                UpstreamEvent("tools_changed", reason="group_refresh: " + ", ".join(meta.group_ids))
+            )

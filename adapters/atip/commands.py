@@ -184,8 +184,14 @@ def _inputs(node: dict[str, Any]) -> tuple[dict[str, Any], list[Param]]:
         properties[prop] = param
         if opt.get("required", False):
             required.append(prop)
-        params.append(Param(prop, "option", opt.get("type", "string"), _long_flag(opt["flags"]), is_array))
-    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+        params.append(
+            Param(prop, "option", opt.get("type", "string"), _long_flag(opt["flags"]), is_array)
+        )
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
     if required:
         schema["required"] = required
     return schema, params
@@ -234,7 +240,9 @@ def interaction_needs(effects: dict[str, Any]) -> list[str]:
     interactive = effects.get("interactive") or {}
     needs = []
     if interactive.get("stdin") in ("required", "password"):
-        needs.append("a password on stdin" if interactive["stdin"] == "password" else "input on stdin")
+        needs.append(
+            "a password on stdin" if interactive["stdin"] == "password" else "input on stdin"
+        )
     if interactive.get("prompts") is True:
         needs.append("answers to prompts")
     if interactive.get("tty") is True:
@@ -293,7 +301,9 @@ def _risk(effects: dict[str, Any], hints: SafetyHints) -> str:
     return "medium"
 
 
-def permission_profile(command: ATIPCommand, hints: SafetyHints, auth: dict[str, Any] | None) -> dict[str, Any]:
+def permission_profile(
+    command: ATIPCommand, hints: SafetyHints, auth: dict[str, Any] | None
+) -> dict[str, Any]:
     """Agent Tool `permission_profile` of a command, from what its effects declare."""
     effects = command.effects
     fs = effects.get("filesystem") or {}
@@ -302,7 +312,11 @@ def permission_profile(command: ATIPCommand, hints: SafetyHints, auth: dict[str,
         access.append("network")
     if effects.get("subprocess"):
         access.append("subprocess")
-    writes = [f"{verb}:{item}" for verb in ("creates", "modifies", "deletes") for item in effects.get(verb) or []]
+    writes = [
+        f"{verb}:{item}"
+        for verb in ("creates", "modifies", "deletes")
+        for item in effects.get(verb) or []
+    ]
     profile: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "permission_profile_id": f"atip:{command.native_id}",
@@ -310,7 +324,12 @@ def permission_profile(command: ATIPCommand, hints: SafetyHints, auth: dict[str,
         "access_kinds": access,
         "write_effects": writes,
         "approval_required": bool(hints.destructive or hints.requires_user_interaction),
-        "rule_matching_fields": ["destructive", "read_only", "open_world", "requires_user_interaction"],
+        "rule_matching_fields": [
+            "destructive",
+            "read_only",
+            "open_world",
+            "requires_user_interaction",
+        ],
     }
     if isinstance(effects.get("network"), bool):
         profile["network_scope"] = "external" if effects["network"] else "none"
@@ -358,8 +377,10 @@ def to_upstream_tool(
             hints.sources["requires_user_interaction"] = "declared"
         else:
             blocked = "requires_user_interaction"
-            detail = (f"`{line}` waits for {' and '.join(interaction_needs(command.effects)) or 'a user'}, and the bridge has no user "
-                      f"to ask; an `answers:` entry of the upstream matching it (stdin or flags) lets it run")
+            detail = (
+                f"`{line}` waits for {' and '.join(interaction_needs(command.effects)) or 'a user'}, and the bridge has no user "
+                f"to ask; an `answers:` entry of the upstream matching it (stdin or flags) lets it run"
+            )
     annotations: dict[str, Any] = {
         "permission_profile": permission_profile(command, hints, metadata.get("authentication")),
         "atip": {

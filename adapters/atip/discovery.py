@@ -45,14 +45,83 @@ DEFAULT_SYSTEM_DIRS = ("/usr/local/share/agent-tools", "/usr/share/agent-tools")
 _SCHEMA_FILE = Path(__file__).parent / "schemas" / "atip-0.6.schema.json"
 # Programs a PATH scan never runs: they act on the system, wait for a terminal or are shells.
 DEFAULT_SCAN_SKIP = (
-    "rm", "rmdir", "dd", "mkfs*", "fdisk", "sfdisk", "parted", "wipefs", "shred", "truncate",
-    "shutdown", "reboot", "halt", "poweroff", "init", "telinit", "systemctl", "service",
-    "kill", "killall", "pkill", "sudo", "su", "doas", "passwd", "chsh", "chfn", "login",
-    "mount", "umount", "swapon", "swapoff", "chown", "chmod", "chgrp", "ln", "mv", "cp",
-    "sh", "bash", "dash", "zsh", "fish", "ksh", "csh", "tcsh", "busybox", "env", "xargs",
-    "yes", "cat", "tee", "vi", "vim", "nvim", "nano", "emacs", "less", "more", "top", "watch",
-    "python*", "perl*", "ruby*", "node", "nodejs", "java", "php*", "lua*",
-    "ssh", "scp", "sftp", "telnet", "nc", "ncat", "curl", "wget",
+    "rm",
+    "rmdir",
+    "dd",
+    "mkfs*",
+    "fdisk",
+    "sfdisk",
+    "parted",
+    "wipefs",
+    "shred",
+    "truncate",
+    "shutdown",
+    "reboot",
+    "halt",
+    "poweroff",
+    "init",
+    "telinit",
+    "systemctl",
+    "service",
+    "kill",
+    "killall",
+    "pkill",
+    "sudo",
+    "su",
+    "doas",
+    "passwd",
+    "chsh",
+    "chfn",
+    "login",
+    "mount",
+    "umount",
+    "swapon",
+    "swapoff",
+    "chown",
+    "chmod",
+    "chgrp",
+    "ln",
+    "mv",
+    "cp",
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "fish",
+    "ksh",
+    "csh",
+    "tcsh",
+    "busybox",
+    "env",
+    "xargs",
+    "yes",
+    "cat",
+    "tee",
+    "vi",
+    "vim",
+    "nvim",
+    "nano",
+    "emacs",
+    "less",
+    "more",
+    "top",
+    "watch",
+    "python*",
+    "perl*",
+    "ruby*",
+    "node",
+    "nodejs",
+    "java",
+    "php*",
+    "lua*",
+    "ssh",
+    "scp",
+    "sftp",
+    "telnet",
+    "nc",
+    "ncat",
+    "curl",
+    "wget",
 )
 
 
@@ -80,20 +149,29 @@ def validate_metadata(document: Any, origin: str) -> dict[str, Any]:
     """Check a document against the ATIP 0.6 schema (which accepts 0.1-0.6 metadata).
     Raises ATIPMetadataError naming the origin, the JSON path and the problem."""
     if not isinstance(document, dict):
-        raise ATIPMetadataError(f"invalid ATIP metadata from {origin}: expected a JSON object, got {type(document).__name__}")
+        raise ATIPMetadataError(
+            f"invalid ATIP metadata from {origin}: expected a JSON object, got {type(document).__name__}"
+        )
     version = atip_version_of(document)
     if "atip" in document and version and version not in SUPPORTED_VERSIONS:
         raise ATIPMetadataError(
             f"invalid ATIP metadata from {origin}: protocol version {version!r} is not supported "
             f"(supported: {', '.join(SUPPORTED_VERSIONS)})"
         )
-    errors = sorted(_validator().iter_errors(document), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(
+        _validator().iter_errors(document),
+        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
+    )
     if errors:
         shown = "; ".join(f"at {_where(e.absolute_path)}: {e.message}" for e in errors[:3])
         more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
         raise ATIPMetadataError(
             f"invalid ATIP metadata from {origin}: {shown}{more}",
-            details={"errors": [{"path": _where(e.absolute_path), "message": e.message} for e in errors[:20]]},
+            details={
+                "errors": [
+                    {"path": _where(e.absolute_path), "message": e.message} for e in errors[:20]
+                ]
+            },
         )
     return document
 
@@ -108,7 +186,11 @@ def deep_merge(base: Any, override: Any) -> Any:
         if value is None:
             merged.pop(key, None)
         else:
-            merged[key] = deep_merge(merged.get(key), value) if isinstance(value, dict) else copy.deepcopy(value)
+            merged[key] = (
+                deep_merge(merged.get(key), value)
+                if isinstance(value, dict)
+                else copy.deepcopy(value)
+            )
     return merged
 
 
@@ -176,7 +258,11 @@ class AgentToolsDirs:
         folder's `tools/`, `shims/` and top level."""
         out = [(self.cache_path(name), "cache"), (self.data / "shims" / f"{name}.json", "shim")]
         for base in self.system:
-            out += [(base / "tools" / f"{name}.json", "system"), (base / "shims" / f"{name}.json", "system"), (base / f"{name}.json", "system")]
+            out += [
+                (base / "tools" / f"{name}.json", "system"),
+                (base / "shims" / f"{name}.json", "system"),
+                (base / f"{name}.json", "system"),
+            ]
         return out
 
     def load_file_metadata(self, name: str) -> FoundMetadata | None:
@@ -206,7 +292,11 @@ class AgentToolsDirs:
     def save(self, document: dict[str, Any], executable: str, source: str) -> None:
         """Cache complete metadata under `tools/` and record it in `registry.json`."""
         name = document["name"]
-        clean = {k: v for k, v in document.items() if k not in ("partial", "filter", "totalCommands", "includedCommands", "omitted")}
+        clean = {
+            k: v
+            for k, v in document.items()
+            if k not in ("partial", "filter", "totalCommands", "includedCommands", "omitted")
+        }
         atomic_write_json(self.cache_path(name), clean)
         self.update_registry(
             name,
@@ -252,7 +342,9 @@ def _parse_json(text: str, origin: str) -> Any:
         line = getattr(exc, "lineno", "?")
         col = getattr(exc, "colno", "?")
         msg = getattr(exc, "msg", str(exc))
-        raise ATIPMetadataError(f"invalid ATIP metadata from {origin}: not valid JSON ({msg} at line {line}, column {col})") from None
+        raise ATIPMetadataError(
+            f"invalid ATIP metadata from {origin}: not valid JSON ({msg} at line {line}, column {col})"
+        ) from None
 
 
 async def probe_agent(
@@ -269,9 +361,13 @@ async def probe_agent(
     something that is not JSON."""
     argv = [*prefix, "--agent", *(extra or [])]
     shown = " ".join([os.path.basename(prefix[0]), *prefix[1:], "--agent", *(extra or [])])
-    outcome = await run_process(argv, env=env, cwd=cwd, timeout=timeout, stdout_limit=max_bytes, stderr_limit=16_384)
+    outcome = await run_process(
+        argv, env=env, cwd=cwd, timeout=timeout, stdout_limit=max_bytes, stderr_limit=16_384
+    )
     if outcome.timed_out:
-        raise ATIPMetadataError(f"`{shown}` did not answer within {timeout:g}s", error_code="discovery_timeout")
+        raise ATIPMetadataError(
+            f"`{shown}` did not answer within {timeout:g}s", error_code="discovery_timeout"
+        )
     if outcome.returncode != 0:
         err = tail(outcome.stderr, 300)
         raise ATIPMetadataError(
@@ -279,7 +375,9 @@ async def probe_agent(
             error_code="discovery_failed",
         )
     if outcome.stdout_dropped:
-        raise ATIPMetadataError(f"`{shown}` printed more than {max_bytes} bytes", error_code="discovery_too_large")
+        raise ATIPMetadataError(
+            f"`{shown}` printed more than {max_bytes} bytes", error_code="discovery_too_large"
+        )
     return _parse_json(outcome.stdout.decode("utf-8", errors="replace"), f"`{shown}`")
 
 
@@ -304,14 +402,20 @@ def scan_candidates(path_dirs: list[str], skip: list[str]) -> list[Path]:
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             continue
         for entry in entries:
-            if entry.name in seen or any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in skip):
+            if entry.name in seen or any(
+                fnmatch.fnmatchcase(entry.name, pattern) for pattern in skip
+            ):
                 continue
             try:
                 info = os.stat(entry.path)
             except OSError:
                 continue
             # plain executable files only; setuid/setgid programs are never probed
-            if not stat.S_ISREG(info.st_mode) or not os.access(entry.path, os.X_OK) or info.st_mode & (stat.S_ISUID | stat.S_ISGID):
+            if (
+                not stat.S_ISREG(info.st_mode)
+                or not os.access(entry.path, os.X_OK)
+                or info.st_mode & (stat.S_ISUID | stat.S_ISGID)
+            ):
                 continue
             seen.add(entry.name)
             out.append(Path(entry.path))
@@ -338,7 +442,8 @@ async def scan_path(
         async with gate:
             try:
                 document = validate_metadata(
-                    await probe_agent([str(exe)], env=env, cwd=None, timeout=timeout), f"`{exe.name} --agent`"
+                    await probe_agent([str(exe)], env=env, cwd=None, timeout=timeout),
+                    f"`{exe.name} --agent`",
                 )
             except BridgeError as exc:
                 result.error = exc.message

@@ -219,7 +219,10 @@ async def run_process(
     hold_group(pgid)  # killed whole if the bridge dies meanwhile, without a chance to do it
     out, err = _Capped(stdout_limit), _Capped(stderr_limit)
     assert process.stdout is not None and process.stderr is not None
-    readers = [asyncio.create_task(out.drain(process.stdout)), asyncio.create_task(err.drain(process.stderr))]
+    readers = [
+        asyncio.create_task(out.drain(process.stdout)),
+        asyncio.create_task(err.drain(process.stderr)),
+    ]
     feeder = asyncio.create_task(_feed(process, stdin)) if stdin is not None else None
     timed_out = False
     try:
@@ -306,7 +309,9 @@ def result_of(outcome: ProcessOutcome, command_line: str) -> UpstreamResult:
     structured = None if outcome.stdout_dropped else _structured(stdout)
     if outcome.returncode == 0:
         content = [{"type": "text", "text": stdout}] if stdout else []
-        return UpstreamResult(content=content, structured_content=structured, native_ref=native, meta=meta)
+        return UpstreamResult(
+            content=content, structured_content=structured, native_ref=native, meta=meta
+        )
     if outcome.signal is not None:
         what = f"`{command_line}` was killed by signal {outcome.signal}"
         native["signal"] = outcome.signal
@@ -314,7 +319,11 @@ def result_of(outcome: ProcessOutcome, command_line: str) -> UpstreamResult:
         what = f"`{command_line}` exited with code {outcome.returncode}"
     last_line = stderr_tail.splitlines()[-1] if stderr_tail else ""
     message = f"{what}: {last_line}" if last_line else what
-    text = what + (f"\nstderr:\n{stderr_tail}" if stderr_tail else "") + (f"\nstdout:\n{tail(outcome.stdout)}" if stdout.strip() else "")
+    text = (
+        what
+        + (f"\nstderr:\n{stderr_tail}" if stderr_tail else "")
+        + (f"\nstdout:\n{tail(outcome.stdout)}" if stdout.strip() else "")
+    )
     return UpstreamResult(
         is_error=True,
         content=[{"type": "text", "text": text}],

@@ -51,16 +51,25 @@ class AnswerRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    commands: list[str] = Field(default_factory=lambda: ["*"], description="globs over `note edit` or `notes_note_edit`")
-    stdin: str | None = Field(default=None, description="written to the command's stdin, then closed")
+    commands: list[str] = Field(
+        default_factory=lambda: ["*"], description="globs over `note edit` or `notes_note_edit`"
+    )
+    stdin: str | None = Field(
+        default=None, description="written to the command's stdin, then closed"
+    )
     flags: list[str] = Field(default_factory=list, description="added before the positionals")
 
     @model_validator(mode="after")
     def _something(self) -> AnswerRule:
         if self.stdin is None and not self.flags:
-            raise ConfigValueError("an answer needs `stdin` or `flags`", "add `stdin: ...` (text written to the command) or `flags: [--yes]`")
+            raise ConfigValueError(
+                "an answer needs `stdin` or `flags`",
+                "add `stdin: ...` (text written to the command) or `flags: [--yes]`",
+            )
         if any(not f.startswith("-") for f in self.flags):
-            raise ConfigValueError("answer flags must start with '-'", "write each flag as it is typed, e.g. --yes")
+            raise ConfigValueError(
+                "answer flags must start with '-'", "write each flag as it is typed, e.g. --yes"
+            )
         return self
 
 
@@ -70,42 +79,77 @@ class ATIPConfig(UpstreamConfig):
         description="executable name, path (relative to the config file) or argv prefix list; "
         "`python`/`python3` mean the bridge's own interpreter"
     )
-    tool_name: str | None = Field(default=None, description="name for metadata file look-ups; default: executable's basename")
+    tool_name: str | None = Field(
+        default=None, description="name for metadata file look-ups; default: executable's basename"
+    )
     discovery: Literal["auto", "agent", "files"] = Field(
-        default="auto", description="agent: only `--agent`; files: only cached/shim files; auto: `--agent`, then files"
+        default="auto",
+        description="agent: only `--agent`; files: only cached/shim files; auto: `--agent`, then files",
     )
     discovery_timeout: float = Field(default=2.0, gt=0)
-    partial_discovery: bool = Field(default=False, description="ask `--depth=1` first, then expand subtrees with `--commands=`")
-    expand: list[str] = Field(default_factory=lambda: ["*"], description="globs over top-level commands to expand")
-    expand_batch: int = Field(default=10, ge=1, description="subtrees asked for per `--commands=` probe")
-    expand_in_background: bool = Field(default=True, description="start answers after `--depth=1`; subtrees follow")
-    cwd: str | None = Field(default=None, description="working directory; default: the config file's folder")
-    env_allow: list[str] = Field(default_factory=lambda: list(DEFAULT_ENV_ALLOW), description="variables copied from the bridge's environment")
+    partial_discovery: bool = Field(
+        default=False, description="ask `--depth=1` first, then expand subtrees with `--commands=`"
+    )
+    expand: list[str] = Field(
+        default_factory=lambda: ["*"], description="globs over top-level commands to expand"
+    )
+    expand_batch: int = Field(
+        default=10, ge=1, description="subtrees asked for per `--commands=` probe"
+    )
+    expand_in_background: bool = Field(
+        default=True, description="start answers after `--depth=1`; subtrees follow"
+    )
+    cwd: str | None = Field(
+        default=None, description="working directory; default: the config file's folder"
+    )
+    env_allow: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_ENV_ALLOW),
+        description="variables copied from the bridge's environment",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="variables set for every run")
-    auth_env: list[str] = Field(default_factory=list, description="credential variables passed to commands (never to `--agent`)")
+    auth_env: list[str] = Field(
+        default_factory=list,
+        description="credential variables passed to commands (never to `--agent`)",
+    )
     answers: list[AnswerRule] = Field(default_factory=list)
-    command_timeouts: dict[str, float] = Field(default_factory=dict, description="seconds per command line or native name")
+    command_timeouts: dict[str, float] = Field(
+        default_factory=dict, description="seconds per command line or native name"
+    )
     option_style: Literal["equals", "separate"] = "equals"
     max_stdout_bytes: int = Field(default=1_000_000, ge=1024)
     max_stderr_bytes: int = Field(default=65_536, ge=1024)
-    kill_grace: float = Field(default=0.5, ge=0, description="seconds between SIGTERM and SIGKILL on timeout")
-    xdg_data_home: str | None = Field(default=None, description="default $XDG_DATA_HOME or ~/.local/share")
-    xdg_config_home: str | None = Field(default=None, description="default $XDG_CONFIG_HOME or ~/.config")
+    kill_grace: float = Field(
+        default=0.5, ge=0, description="seconds between SIGTERM and SIGKILL on timeout"
+    )
+    xdg_data_home: str | None = Field(
+        default=None, description="default $XDG_DATA_HOME or ~/.local/share"
+    )
+    xdg_config_home: str | None = Field(
+        default=None, description="default $XDG_CONFIG_HOME or ~/.config"
+    )
     system_dirs: list[str] = Field(default_factory=lambda: list(DEFAULT_SYSTEM_DIRS))
-    cache: bool = Field(default=True, description="cache live metadata under tools/ and record it in registry.json")
+    cache: bool = Field(
+        default=True, description="cache live metadata under tools/ and record it in registry.json"
+    )
 
     @field_validator("command")
     @classmethod
     def _not_empty(cls, value: str | list[str]) -> str | list[str]:
         if not value or (isinstance(value, list) and not all(value)):
-            raise ConfigValueError("command must name an executable", "write the program's name or path, or an argv list such as [python, -m, tool]")
+            raise ConfigValueError(
+                "command must name an executable",
+                "write the program's name or path, or an argv list such as [python, -m, tool]",
+            )
         return value
 
     @field_validator("command_timeouts")
     @classmethod
     def _positive(cls, value: dict[str, float]) -> dict[str, float]:
         if any(not 0 < v < math.inf for v in value.values()):
-            raise ConfigValueError("timeouts must be positive, finite numbers of seconds", "give each command a number of seconds above 0")
+            raise ConfigValueError(
+                "timeouts must be positive, finite numbers of seconds",
+                "give each command a number of seconds above 0",
+            )
         return value
 
     def secrets(self) -> list[str]:
@@ -154,7 +198,10 @@ class ATIPUpstream(Upstream):
         self._run_env = self._environment(with_auth=True)
         self._cwd = cfg.resolve_path(cfg.cwd) if cfg.cwd else cfg.base_dir
         if not Path(self._cwd).is_dir():
-            raise BridgeError(f"working directory {self._cwd} does not exist (set `cwd:`)", error_class="setup_required")
+            raise BridgeError(
+                f"working directory {self._cwd} does not exist (set `cwd:`)",
+                error_class="setup_required",
+            )
         self._prefix = self._resolve_command()
         await self._load(expand_in_background=cfg.expand_in_background)
 
@@ -166,7 +213,9 @@ class ATIPUpstream(Upstream):
         self._listed = True
         return list(self._tools)
 
-    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+    async def invoke(
+        self, native_id: str, arguments: dict[str, Any], ctx: CallContext
+    ) -> UpstreamResult:
         command = self._commands.get(native_id)
         if command is None:
             raise BridgeError(f"{self.name}: no command {native_id!r}", error_class="unknown_tool")
@@ -180,7 +229,11 @@ class ATIPUpstream(Upstream):
                 status="denied",
             )
         if not isinstance(arguments, dict):
-            raise BridgeError("arguments must be an object", error_class="invalid_arguments", recoverability="change_arguments")
+            raise BridgeError(
+                "arguments must be an object",
+                error_class="invalid_arguments",
+                recoverability="change_arguments",
+            )
         argv = build_argv(
             self._prefix,
             command,
@@ -275,7 +328,11 @@ class ATIPUpstream(Upstream):
             if exe is None:
                 entry = self.dirs.read_registry()["tools"].get(first) or {}
                 candidate = entry.get("executable")
-                if isinstance(candidate, str) and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                if (
+                    isinstance(candidate, str)
+                    and os.path.isfile(candidate)
+                    and os.access(candidate, os.X_OK)
+                ):
                     exe = candidate
         if exe is None:
             raise BridgeError(
@@ -289,9 +346,19 @@ class ATIPUpstream(Upstream):
     async def _probe(self, extra: list[str] | None = None) -> tuple[dict[str, Any], str]:
         """The validated answer to `--agent [extra]` and the command line that gave it."""
         document = await probe_agent(
-            self._prefix, env=self._probe_env, cwd=self._cwd, timeout=self.config.discovery_timeout, extra=extra
+            self._prefix,
+            env=self._probe_env,
+            cwd=self._cwd,
+            timeout=self.config.discovery_timeout,
+            extra=extra,
         )
-        shown = "`" + " ".join([os.path.basename(self._prefix[0]), *self._prefix[1:], "--agent", *(extra or [])]) + "`"
+        shown = (
+            "`"
+            + " ".join(
+                [os.path.basename(self._prefix[0]), *self._prefix[1:], "--agent", *(extra or [])]
+            )
+            + "`"
+        )
         return validate_metadata(document, shown), shown
 
     async def _discover(self) -> FoundMetadata:
@@ -305,7 +372,10 @@ class ATIPUpstream(Upstream):
                     except ATIPMetadataError as exc:
                         if exc.error_code != "discovery_failed":
                             raise
-                        document, origin = await self._probe()  # no partial discovery: ask for everything
+                        (
+                            document,
+                            origin,
+                        ) = await self._probe()  # no partial discovery: ask for everything
                 else:
                     document, origin = await self._probe()
                 return FoundMetadata(document, "agent", origin)
@@ -318,7 +388,8 @@ class ATIPUpstream(Upstream):
         if found is None:
             places = ", ".join(str(p) for p, _ in self.dirs.candidates(name))
             raise ATIPMetadataError(
-                f"no ATIP metadata for {name!r}: " + "; ".join([*problems, f"no metadata file in {places}"])
+                f"no ATIP metadata for {name!r}: "
+                + "; ".join([*problems, f"no metadata file in {places}"])
             )
         if problems:
             log.warning("upstream %s: %s; using %s", self.name, problems[0], found.origin)
@@ -333,7 +404,9 @@ class ATIPUpstream(Upstream):
         await self._install()
         self._pending = self._cut_subtrees() if self._found.source == "agent" else []
         if self._pending and expand_in_background:
-            self._expander = asyncio.create_task(self._expand_pending(), name=f"atip-expand:{self.name}")
+            self._expander = asyncio.create_task(
+                self._expand_pending(), name=f"atip-expand:{self.name}"
+            )
         elif self._pending:
             await self._expand_pending()
         elif self._found.source == "agent":
@@ -345,11 +418,17 @@ class ATIPUpstream(Upstream):
         current = FoundMetadata(self._raw, self._found.source, self._found.origin)
         self._metadata, self._override = await asyncio.to_thread(self.dirs.apply_override, current)
         commands = {c.native_id: c for c in flatten(self._metadata)}
-        answers = {nid: rule for nid, c in commands.items() if (rule := self._answer_for(c)) is not None}
+        answers = {
+            nid: rule for nid, c in commands.items() if (rule := self._answer_for(c)) is not None
+        }
         version = atip_version_of(self._metadata)
         tools = [
             to_upstream_tool(
-                c, executable=self._prefix[0], atip_version=version, metadata=self._metadata, interaction_answered=nid in answers
+                c,
+                executable=self._prefix[0],
+                atip_version=version,
+                metadata=self._metadata,
+                interaction_answered=nid in answers,
             )
             for nid, c in commands.items()
         ]
@@ -367,7 +446,9 @@ class ATIPUpstream(Upstream):
 
         def cut(node: dict[str, Any]) -> bool:
             children = node.get("commands")
-            return isinstance(children, dict) and (not children or any(cut(c) for c in children.values()))
+            return isinstance(children, dict) and (
+                not children or any(cut(c) for c in children.values())
+            )
 
         globs = self.config.expand if selected_only else ["*"]
         return [
@@ -386,7 +467,9 @@ class ATIPUpstream(Upstream):
             try:
                 document, _origin = await self._probe([f"--commands={','.join(batch)}"])
             except BridgeError as exc:
-                log.warning("upstream %s: expanding %s failed: %s", self.name, ",".join(batch), exc.message)
+                log.warning(
+                    "upstream %s: expanding %s failed: %s", self.name, ",".join(batch), exc.message
+                )
                 self._problems.append(exc.message)
                 continue
             commands = dict(self._raw.get("commands") or {})
@@ -403,10 +486,16 @@ class ATIPUpstream(Upstream):
                 continue
             self._pending = pending[start + size :]
             if added:
-                self.emit(UpstreamEvent("tools_added", reason=f"expanded {','.join(batch)}", tools=tuple(added)))
+                self.emit(
+                    UpstreamEvent(
+                        "tools_added", reason=f"expanded {','.join(batch)}", tools=tuple(added)
+                    )
+                )
         self._pending = [n for n in pending if n not in expanded]
         if not self._cut_subtrees(selected_only=False):
-            self._raw = {k: v for k, v in self._raw.items() if k not in ("partial", "filter", "omitted")}
+            self._raw = {
+                k: v for k, v in self._raw.items() if k not in ("partial", "filter", "omitted")
+            }
             await self._save_cache()
 
     async def _save_cache(self) -> None:
@@ -415,7 +504,9 @@ class ATIPUpstream(Upstream):
         try:
             await asyncio.to_thread(self.dirs.save, self._raw, self._prefix[0], "agent")
         except OSError as exc:
-            log.warning("upstream %s: cannot write the ATIP cache in %s: %s", self.name, self.dirs.data, exc)
+            log.warning(
+                "upstream %s: cannot write the ATIP cache in %s: %s", self.name, self.dirs.data, exc
+            )
 
     # ------------------------------------------------------------------ calls
 

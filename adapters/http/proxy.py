@@ -28,7 +28,14 @@ from yarl import URL
 from bridge.model import BridgeError
 from bridge.net import is_loopback
 
-__all__ = ["LOOPBACK_DIRECT", "EnvironmentProxies", "LoopbackDirect", "loopback_direct", "loopback_mounts", "proxied_session"]
+__all__ = [
+    "LOOPBACK_DIRECT",
+    "EnvironmentProxies",
+    "LoopbackDirect",
+    "loopback_direct",
+    "loopback_mounts",
+    "proxied_session",
+]
 
 LOOPBACK_DIRECT = True  # loopback hosts skip the proxies (the tests of proxying turn it off)
 # httpx's mounts for the loopback hosts, to the client's own direct transport (None)
@@ -81,7 +88,9 @@ def loopback_direct(
     a loopback host's requests to `direct`, the client's own transport."""
     if not LOOPBACK_DIRECT:
         return mounts
-    return {pattern: None if t is None else LoopbackDirect(t, direct) for pattern, t in mounts.items()}
+    return {
+        pattern: None if t is None else LoopbackDirect(t, direct) for pattern, t in mounts.items()
+    }
 
 
 _SPOKEN = ("http", "https")  # proxy schemes aiohttp connects through
@@ -103,8 +112,11 @@ class EnvironmentProxies:
                 raise BridgeError(
                     f"the environment's proxy for {scheme}:// URLs is a {proxy.scheme}:// proxy, which the bridge's HTTP client "
                     "does not speak",
-                    error_class="dependency_unavailable", recoverability="setup",
-                    details={"fix": "use an http:// proxy in HTTP_PROXY/HTTPS_PROXY/ALL_PROXY, or list the host in NO_PROXY"},
+                    error_class="dependency_unavailable",
+                    recoverability="setup",
+                    details={
+                        "fix": "use an http:// proxy in HTTP_PROXY/HTTPS_PROXY/ALL_PROXY, or list the host in NO_PROXY"
+                    },
                 )
             self.proxies[scheme] = (proxy.with_user(None), aiohttp.BasicAuth.from_url(proxy))
 
@@ -125,8 +137,15 @@ class EnvironmentProxies:
         routes = self
 
         class ProxiedRequest(aiohttp.ClientRequest):
-            def __init__(self, method: str, url: URL, *args: Any, proxy: URL | None = None,
-                         proxy_auth: aiohttp.BasicAuth | None = None, **kwargs: Any) -> None:
+            def __init__(
+                self,
+                method: str,
+                url: URL,
+                *args: Any,
+                proxy: URL | None = None,
+                proxy_auth: aiohttp.BasicAuth | None = None,
+                **kwargs: Any,
+            ) -> None:
                 if proxy is None:
                     proxy, proxy_auth = routes.route(url)
                 super().__init__(method, url, *args, proxy=proxy, proxy_auth=proxy_auth, **kwargs)

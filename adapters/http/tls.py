@@ -20,7 +20,16 @@ from pydantic import ValidationInfo
 from bridge.model import BridgeError
 from bridge.upstream import ConfigValueError
 
-__all__ = ["SYSTEM_TRUST", "added_cas", "ca_file_trust", "certificate_failure", "configured_ca_file", "readable_ca_file", "server_of", "system_cas"]
+__all__ = [
+    "SYSTEM_TRUST",
+    "added_cas",
+    "ca_file_trust",
+    "certificate_failure",
+    "configured_ca_file",
+    "readable_ca_file",
+    "server_of",
+    "system_cas",
+]
 
 _E = TypeVar("_E", bound=BaseException)
 _HOSTNAME_MISMATCH = 62  # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH
@@ -33,7 +42,10 @@ def ca_file_trust(ca_file: str | None) -> str:
     written, when one is given)."""
     if ca_file:
         return f"add the CA that signed it to `ca_file` ({ca_file}), or to the system's CAs"
-    return "give the CA that signed it as `ca_file` (a PEM file, added to the system's CAs), or " + SYSTEM_TRUST
+    return (
+        "give the CA that signed it as `ca_file` (a PEM file, added to the system's CAs), or "
+        + SYSTEM_TRUST
+    )
 
 
 def readable_ca_file(written: str | None, base_dir: str) -> str | None:
@@ -43,13 +55,19 @@ def readable_ca_file(written: str | None, base_dir: str) -> str | None:
         return None
     path = str(Path(base_dir) / os.path.expanduser(written))  # an absolute path stays as it is
     try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)  # no system CAs read: fast
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(
+            cafile=path
+        )  # no system CAs read: fast
     except ssl.SSLError as exc:
-        raise ConfigValueError(f"`{written}` holds no PEM CA certificate ({exc.reason or exc}: {path})",
-                               "give a PEM file of CA certificates (-----BEGIN CERTIFICATE----- blocks)") from None
+        raise ConfigValueError(
+            f"`{written}` holds no PEM CA certificate ({exc.reason or exc}: {path})",
+            "give a PEM file of CA certificates (-----BEGIN CERTIFICATE----- blocks)",
+        ) from None
     except OSError as exc:
-        raise ConfigValueError(f"`{written}` cannot be read ({exc.strerror or exc}: {path})",
-                               "give the path of a PEM file of the CA certificates that sign the server's, relative to the config file's folder") from None
+        raise ConfigValueError(
+            f"`{written}` cannot be read ({exc.strerror or exc}: {path})",
+            "give the path of a PEM file of the CA certificates that sign the server's, relative to the config file's folder",
+        ) from None
     return written
 
 
@@ -80,8 +98,11 @@ def added_cas(path: str, written: str) -> ssl.SSLContext:
         return _added_cas(path, stat.st_mtime_ns, stat.st_size)
     except OSError as exc:  # an ssl.SSLError too
         why = getattr(exc, "reason", None) or exc.strerror or str(exc) or type(exc).__name__
-        raise BridgeError(f"`ca_file` {written} cannot be loaded ({why}: {path}): give a PEM file of CA certificates",
-                          error_class="setup_required", recoverability="setup") from None
+        raise BridgeError(
+            f"`ca_file` {written} cannot be loaded ({why}: {path}): give a PEM file of CA certificates",
+            error_class="setup_required",
+            recoverability="setup",
+        ) from None
 
 
 @functools.lru_cache(maxsize=64)
@@ -99,8 +120,14 @@ def server_of(url: str) -> str:
     return f"{f'[{host}]' if ':' in host else host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
-def certificate_failure(exc: BaseException, *, trust: str, address: str, server: str | None = None,
-                        verify_tls: bool = True) -> str | None:
+def certificate_failure(
+    exc: BaseException,
+    *,
+    trust: str,
+    address: str,
+    server: str | None = None,
+    verify_tls: bool = True,
+) -> str | None:
     """`the certificate of host:port cannot be verified (<OpenSSL's reason>): <fix>`, or None
     for any other error. `exc` is aiohttp's certificate error, which names host:port, or any
     error caused by an `ssl.SSLCertVerificationError` (httpx's ConnectError), for `server`
@@ -133,15 +160,23 @@ def _plain_server(exc: BaseException, address: str, server: str | None) -> str |
     """What a TLS handshake answered with no TLS says (OpenSSL's WRONG_VERSION_NUMBER: the
     first bytes back were no TLS record), or None. Other TLS errors (an EOF in the handshake,
     say) may not recur, and are left to the caller."""
-    if isinstance(exc, aiohttp.ClientConnectorSSLError):  # aiohttp's names host:port; its cause is the SSLError
+    if isinstance(
+        exc, aiohttp.ClientConnectorSSLError
+    ):  # aiohttp's names host:port; its cause is the SSLError
         server = f"{exc.host}:{exc.port}"
-        found = exc.os_error if isinstance(exc.os_error, ssl.SSLError) else _cause(exc, ssl.SSLError)
+        found = (
+            exc.os_error if isinstance(exc.os_error, ssl.SSLError) else _cause(exc, ssl.SSLError)
+        )
     else:
         found = _cause(exc, ssl.SSLError)
-    if found is None or getattr(found, "reason", None) != "WRONG_VERSION_NUMBER" or server is None:  # aiohttp's errors are SSLErrors, with no reason
+    if (
+        found is None or getattr(found, "reason", None) != "WRONG_VERSION_NUMBER" or server is None
+    ):  # aiohttp's errors are SSLErrors, with no reason
         return None
-    return (f"{server} does not speak TLS (WRONG_VERSION_NUMBER: it answered the handshake with no TLS, plain HTTP most often): "
-            f"write `{address}` with http:// if the server serves plain HTTP there, or with the port where it serves HTTPS")
+    return (
+        f"{server} does not speak TLS (WRONG_VERSION_NUMBER: it answered the handshake with no TLS, plain HTTP most often): "
+        f"write `{address}` with http:// if the server serves plain HTTP there, or with the port where it serves HTTPS"
+    )
 
 
 def _cause(exc: BaseException, kind: type[_E]) -> _E | None:

@@ -59,13 +59,19 @@ class ToolCalls:
     async def _settled(self, exc: BaseException, what: str) -> BridgeError:
         raise NotImplementedError
 
-    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+    async def invoke(
+        self, native_id: str, arguments: dict[str, Any], ctx: CallContext
+    ) -> UpstreamResult:
         client = self._session()
 
-        async def forward_progress(progress: float, total: float | None, message: str | None) -> None:
+        async def forward_progress(
+            progress: float, total: float | None, message: str | None
+        ) -> None:
             await ctx.report_progress(**progress_from_mcp(progress, total, message))
 
-        request = types.CallToolRequest(params=types.CallToolRequestParams(name=native_id, arguments=arguments))
+        request = types.CallToolRequest(
+            params=types.CallToolRequestParams(name=native_id, arguments=arguments)
+        )
         progress = forward_progress if ctx.progress_sink is not None else None
         # Cancelling this coroutine (the pipeline's timeout, or the caller going away) makes the
         # SDK send notifications/cancelled for the request (or abort its POST on 2026-07-28 HTTP).
@@ -73,7 +79,10 @@ class ToolCalls:
             try:
                 raw = await send_raw(client, request, progress, ctx.trace_headers())
             except MCPError as exc:
-                if exc.code != types.HEADER_MISMATCH or self.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                if (
+                    exc.code != types.HEADER_MISMATCH
+                    or self.protocol_version not in MODERN_PROTOCOL_VERSIONS
+                ):
                     raise
                 # 2026-07-28: the tool's listed schema is stale; re-list (which refreshes the
                 # session's header maps) and send once more, as the SDK's call_tool does.
@@ -103,13 +112,20 @@ class ToolCalls:
         except MCPError as exc:
             if exc.code in (_RESOURCE_NOT_FOUND, types.INVALID_PARAMS) and not self._wake.is_set():
                 text = masked(exc.message, self.config.secrets())
-                raise BridgeError(f"{what}: {text}", error_class="invalid_arguments", error_code="resource_not_found",
-                                  recoverability="change_arguments",
-                                  native_error_ref={"source": "mcp", "code": exc.code, "message": text}) from None
+                raise BridgeError(
+                    f"{what}: {text}",
+                    error_class="invalid_arguments",
+                    error_code="resource_not_found",
+                    recoverability="change_arguments",
+                    native_error_ref={"source": "mcp", "code": exc.code, "message": text},
+                ) from None
             raise await self._settled(exc, what) from None
         except Exception as exc:
             raise await self._settled(exc, what) from None
-        return [content.model_dump(by_alias=True, exclude_none=True, mode="json") for content in result.contents]
+        return [
+            content.model_dump(by_alias=True, exclude_none=True, mode="json")
+            for content in result.contents
+        ]
 
     async def _call_result(self, client: Client, name: str, raw: dict[str, Any]) -> dict[str, Any]:
         """A tools/call result checked piece by piece with the SDK's types: the result without
@@ -144,13 +160,25 @@ class ToolCalls:
         kind = block.get("type") if isinstance(block, dict) else None
         model = _CONTENT_MODELS.get(kind) if isinstance(kind, str) else None
         if model is None:
-            log.info("mcp upstream %s: %s returned a content block of type %r, unknown to the SDK; kept as it came",
-                     self.name, tool, kind if kind is not None else type(block).__name__)
+            log.info(
+                "mcp upstream %s: %s returned a content block of type %r, unknown to the SDK; kept as it came",
+                self.name,
+                tool,
+                kind if kind is not None else type(block).__name__,
+            )
             return block
         try:
-            return model.model_validate(block, by_name=False).model_dump(by_alias=True, exclude_none=True, mode="json")
+            return model.model_validate(block, by_name=False).model_dump(
+                by_alias=True, exclude_none=True, mode="json"
+            )
         except ValidationError as exc:
-            log.warning("mcp upstream %s: %s returned a %s block the SDK rejects (%s); kept as it came", self.name, tool, kind, validation_line(exc))
+            log.warning(
+                "mcp upstream %s: %s returned a %s block the SDK rejects (%s); kept as it came",
+                self.name,
+                tool,
+                kind,
+                validation_line(exc),
+            )
             return block
 
     def _call_error(self, exc: BaseException, what: str) -> BridgeError:
@@ -161,13 +189,24 @@ class ToolCalls:
         if isinstance(exc, MCPError):
             ref = {"source": "mcp", "code": exc.code, "message": masked(exc.message, secrets)}
             text = masked(exc.message, secrets)
-            if exc.code in (types.PARSE_ERROR, types.CONNECTION_CLOSED) and answer_too_large(exc.message, self.config.max_response_bytes):
+            if exc.code in (types.PARSE_ERROR, types.CONNECTION_CLOSED) and answer_too_large(
+                exc.message, self.config.max_response_bytes
+            ):
                 # made up by the SDK for an answer refused past max_response_bytes; the session goes on
-                return BridgeError(f"{what}: {self.config.display_url()} answered more than max_response_bytes={self.config.max_response_bytes}",
-                                   error_class="result_too_large", recoverability="change_arguments", status="too_large", native_error_ref=ref)
+                return BridgeError(
+                    f"{what}: {self.config.display_url()} answered more than max_response_bytes={self.config.max_response_bytes}",
+                    error_class="result_too_large",
+                    recoverability="change_arguments",
+                    status="too_large",
+                    native_error_ref=ref,
+                )
             if exc.code == types.CONNECTION_CLOSED and RESUMED_TOO_OFTEN in exc.message:
                 # made up by the SDK for an answer whose stream the server kept ending; the session goes on
-                return BridgeError(f"{what}: {text.removeprefix('SSE stream failed: ')}", error_class="execution_failed", native_error_ref=ref)
+                return BridgeError(
+                    f"{what}: {text.removeprefix('SSE stream failed: ')}",
+                    error_class="execution_failed",
+                    native_error_ref=ref,
+                )
             closed = closed_by_sdk(exc, http=self.config.transport == "http")
             if closed or self._client is None or self._wake.is_set():
                 return self._unavailable(f"the connection closed during {what}")
@@ -175,32 +214,80 @@ class ToolCalls:
                 # made up by the stdio transport for an answer it could not read: the call may
                 # have run, so it fails now, never as a timeout that invites a retry
                 if exc.data[UNREADABLE] == "too_long":
-                    return BridgeError(f"{what}: {text}", error_class="result_too_large", recoverability="change_arguments", native_error_ref=ref)
-                return BridgeError(f"{what}: {text}", error_class="execution_failed", native_error_ref=ref)
+                    return BridgeError(
+                        f"{what}: {text}",
+                        error_class="result_too_large",
+                        recoverability="change_arguments",
+                        native_error_ref=ref,
+                    )
+                return BridgeError(
+                    f"{what}: {text}", error_class="execution_failed", native_error_ref=ref
+                )
             if exc.code == types.INVALID_PARAMS:
                 if "unknown tool" in text.lower() or "not found" in text.lower():
                     self._tools_changed(f"server does not know {what}")
-                    return BridgeError(f"{what}: {text}", error_class="unknown_tool", recoverability="change_arguments", native_error_ref=ref)
-                return BridgeError(f"{what}: {text}", error_class="invalid_arguments", recoverability="change_arguments", native_error_ref=ref)
+                    return BridgeError(
+                        f"{what}: {text}",
+                        error_class="unknown_tool",
+                        recoverability="change_arguments",
+                        native_error_ref=ref,
+                    )
+                return BridgeError(
+                    f"{what}: {text}",
+                    error_class="invalid_arguments",
+                    recoverability="change_arguments",
+                    native_error_ref=ref,
+                )
             if exc.code == types.METHOD_NOT_FOUND:
-                return BridgeError(f"{what}: {text}", error_class="capability_gap", native_error_ref=ref)
+                return BridgeError(
+                    f"{what}: {text}", error_class="capability_gap", native_error_ref=ref
+                )
             if exc.code == types.URL_ELICITATION_REQUIRED:
-                return BridgeError(f"{what}: {text}", error_class="setup_required", recoverability="setup", status="denied", native_error_ref=ref)
-            return BridgeError(f"{what}: MCP error {exc.code}: {text}", error_class="execution_failed", native_error_ref=ref)
-        if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, httpx2.TransportError)) or self._client is None:
+                return BridgeError(
+                    f"{what}: {text}",
+                    error_class="setup_required",
+                    recoverability="setup",
+                    status="denied",
+                    native_error_ref=ref,
+                )
+            return BridgeError(
+                f"{what}: MCP error {exc.code}: {text}",
+                error_class="execution_failed",
+                native_error_ref=ref,
+            )
+        if (
+            isinstance(
+                exc,
+                (
+                    anyio.ClosedResourceError,
+                    anyio.BrokenResourceError,
+                    anyio.EndOfStream,
+                    httpx2.TransportError,
+                ),
+            )
+            or self._client is None
+        ):
             return self._unavailable(f"{what} failed: {type(exc).__name__}")
         if isinstance(exc, ValidationError):
-            return BridgeError(f"{what}: the server's result is not valid MCP {self.protocol_version}: {masked(validation_line(exc), secrets)}",
-                               error_class="execution_failed")
+            return BridgeError(
+                f"{what}: the server's result is not valid MCP {self.protocol_version}: {masked(validation_line(exc), secrets)}",
+                error_class="execution_failed",
+            )
         # The SDK raises RuntimeError for results it rejects (structured content not matching
         # the declared outputSchema).
-        return BridgeError(f"{what}: {masked(str(exc), secrets) or type(exc).__name__}", error_class="execution_failed")
+        return BridgeError(
+            f"{what}: {masked(str(exc), secrets) or type(exc).__name__}",
+            error_class="execution_failed",
+        )
 
     def _unavailable(self, what: str) -> BridgeError:
         if self._certificate is not None:
             # a setup problem, not an outage: every attempt fails alike until the CA is trusted
-            return BridgeError(f"MCP upstream {self.name!r}: {what}: {self._certificate}", error_class="dependency_unavailable",
-                               recoverability="setup")
+            return BridgeError(
+                f"MCP upstream {self.name!r}: {what}: {self._certificate}",
+                error_class="dependency_unavailable",
+                recoverability="setup",
+            )
         reason = self._lost_reason or (self._child.lost_reason if self._child else None)
         return BridgeError(
             f"MCP upstream {self.name!r} is unavailable: {reason or what}",

@@ -73,7 +73,9 @@ class _WatchedStream(httpx2.AsyncByteStream):
     async def aclose(self) -> None:
         try:
             if not self.ended and not self.failed and not _cancelling():
-                self.watch.failed("the stream was dropped before its end (an event past max_response_bytes, or not an event stream)")
+                self.watch.failed(
+                    "the stream was dropped before its end (an event past max_response_bytes, or not an event stream)"
+                )
         finally:
             await self.inner.aclose()
 
@@ -89,7 +91,13 @@ class WatchedClient(httpx2.AsyncClient):
     each request that gets no answer to `on_error` (the SDK ends the session over a failed POST
     without saying why to the request that made it)."""
 
-    def __init__(self, *args: Any, watch: GetStreamWatch, on_error: Callable[[Exception], None] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        watch: GetStreamWatch,
+        on_error: Callable[[Exception], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.watch = watch
         self.on_error = on_error
@@ -110,7 +118,9 @@ class WatchedClient(httpx2.AsyncClient):
             response = await super().send(request, **kwargs)
         except Exception as exc:
             if not _cancelling():
-                self.watch.failed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+                self.watch.failed(
+                    f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                )
             raise
         if response.is_redirect:
             pass  # followed within the origin, or not followed at all (the SDK says so): not a failure it retries

@@ -26,7 +26,14 @@ from typing import Any
 import anyio
 import httpx2
 
-__all__ = ["MAX_RESUMPTIONS", "RESUMED_TOO_OFTEN", "TOO_LARGE", "answer_too_large", "bound_answer", "quiet_sdk_refusals"]
+__all__ = [
+    "MAX_RESUMPTIONS",
+    "RESUMED_TOO_OFTEN",
+    "TOO_LARGE",
+    "answer_too_large",
+    "bound_answer",
+    "quiet_sdk_refusals",
+]
 
 TOO_LARGE = "answered more than max_response_bytes="
 RESUMED_TOO_OFTEN = "times without the answer"
@@ -75,14 +82,31 @@ class _JSONAnswerTooLarge(httpx2.StreamError):
 
 
 class _BoundedStream(httpx2.AsyncByteStream):
-    def __init__(self, chunks: AsyncIterator[bytes], close: Callable[[], Awaitable[None]], limit: int, declared: int | None,
-                 error: type[Exception], what: str, count: _Count) -> None:
-        self.chunks, self.close, self.limit, self.declared, self.error, self.what = chunks, close, limit, declared, error, what
+    def __init__(
+        self,
+        chunks: AsyncIterator[bytes],
+        close: Callable[[], Awaitable[None]],
+        limit: int,
+        declared: int | None,
+        error: type[Exception],
+        what: str,
+        count: _Count,
+    ) -> None:
+        self.chunks, self.close, self.limit, self.declared, self.error, self.what = (
+            chunks,
+            close,
+            limit,
+            declared,
+            error,
+            what,
+        )
         self.count = count
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         count = self.count
-        if self.declared is not None and count.seen + self.declared > self.limit:  # refused before a byte is read
+        if (
+            self.declared is not None and count.seen + self.declared > self.limit
+        ):  # refused before a byte is read
             raise self.error(f"{self.what} {TOO_LARGE}{self.limit}")
         async for chunk in self.chunks:
             count.seen += len(chunk)
@@ -114,18 +138,26 @@ def bound_answer(response: httpx2.Response, limit: int, what: str) -> None:
         if count.resumptions > MAX_RESUMPTIONS:
             inner = response.stream
             assert isinstance(inner, httpx2.AsyncByteStream)
-            response.stream = _Refused(inner, _SSEResumedTooOften(
-                f"{what} ended the event stream of one answer {MAX_RESUMPTIONS} {RESUMED_TOO_OFTEN}; it is not resumed again"))
+            response.stream = _Refused(
+                inner,
+                _SSEResumedTooOften(
+                    f"{what} ended the event stream of one answer {MAX_RESUMPTIONS} {RESUMED_TOO_OFTEN}; it is not resumed again"
+                ),
+            )
             return
     elif events and task is not None:
         _ANSWERS[task] = count
     inner = response.stream
     assert isinstance(inner, httpx2.AsyncByteStream)
-    encoded = [v.strip().lower() for v in response.headers.get_list("content-encoding", split_commas=True)]
+    encoded = [
+        v.strip().lower() for v in response.headers.get_list("content-encoding", split_commas=True)
+    ]
     if any(v and v != "identity" for v in encoded):
         # counted as the SDK would get them: decoded (a few kilobytes of gzip can inflate a
         # thousandfold), by a response of the same headers; the SDK then reads them as they are
-        raw = httpx2.Response(response.status_code, headers=response.headers, stream=inner, request=request)
+        raw = httpx2.Response(
+            response.status_code, headers=response.headers, stream=inner, request=request
+        )
         chunks: AsyncIterator[bytes] = raw.aiter_bytes()
         close, declared = raw.aclose, None
         del response.headers["content-encoding"]
@@ -154,7 +186,10 @@ class _QuietRefusals(logging.Filter):
         error = record.exc_info[1] if record.exc_info else None
         if isinstance(error, _JSONAnswerTooLarge):
             return False
-        return not (isinstance(error, (anyio.BrokenResourceError, anyio.ClosedResourceError)) and record.msg == "Error parsing SSE message")
+        return not (
+            isinstance(error, (anyio.BrokenResourceError, anyio.ClosedResourceError))
+            and record.msg == "Error parsing SSE message"
+        )
 
 
 def quiet_sdk_refusals() -> None:

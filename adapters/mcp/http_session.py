@@ -26,7 +26,10 @@ log = logging.getLogger("bridge.adapters.mcp")
 # time, then after pauses doubling from the first to the longest, while the streams of the
 # sessions that follow are given up on within the longest pause of their start.
 _RENEW_RETRY = (5.0, 300.0)
-_SESSION_HEADERS = ("mcp-session-id", "mcp-protocol-version")  # what names an HTTP session to its server
+_SESSION_HEADERS = (
+    "mcp-session-id",
+    "mcp-protocol-version",
+)  # what names an HTTP session to its server
 
 
 class HTTPSessionCare:
@@ -70,10 +73,17 @@ class HTTPSessionCare:
         if "mcp-session-id" not in request.headers:
             # the initialize request is the one POST that names neither a session nor a protocol version
             opened = response.headers.get("mcp-session-id")
-            if opened and request.method == "POST" and "mcp-protocol-version" not in request.headers and response.is_success:
+            if (
+                opened
+                and request.method == "POST"
+                and "mcp-protocol-version" not in request.headers
+                and response.is_success
+            ):
                 self._http_session = {"mcp-session-id": opened}
             return
-        self._http_session = {name: request.headers[name] for name in _SESSION_HEADERS if name in request.headers}
+        self._http_session = {
+            name: request.headers[name] for name in _SESSION_HEADERS if name in request.headers
+        }
         if self._closing or response.status_code not in (400, 404):
             return
         if response.status_code == 400:
@@ -97,9 +107,16 @@ class HTTPSessionCare:
             what = f"{url} did not answer the POST of {method} within {bound:g}s"
         else:
             failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-            what = f"the POST of {method} to {url} failed ({masked(failure, self.config.secrets())})"
-        log.log(logging.INFO if seen else logging.WARNING, "mcp upstream %s: %s; it was abandoned (counted lost) and the session goes on%s",
-                self.name, what, "" if seen else "; the next ones lost are logged at INFO")
+            what = (
+                f"the POST of {method} to {url} failed ({masked(failure, self.config.secrets())})"
+            )
+        log.log(
+            logging.INFO if seen else logging.WARNING,
+            "mcp upstream %s: %s; it was abandoned (counted lost) and the session goes on%s",
+            self.name,
+            what,
+            "" if seen else "; the next ones lost are logged at INFO",
+        )
 
     def _current_phase(self) -> str | None:
         """What a start over HTTP that takes a while waits for: the answer to a notification's
@@ -123,8 +140,13 @@ class HTTPSessionCare:
 
     def _certificate_failure(self, exc: BaseException) -> str | None:
         """`<url>: the certificate of host:port cannot be verified (...): <fix>`, or None."""
-        failure = certificate_failure(exc, trust=ca_file_trust(self.config.ca_file), address="url", server=server_of(self.config.url or ""),
-                                      verify_tls=False)
+        failure = certificate_failure(
+            exc,
+            trust=ca_file_trust(self.config.ca_file),
+            address="url",
+            server=server_of(self.config.url or ""),
+            verify_tls=False,
+        )
         return f"{self.config.display_url()}: {failure}" if failure is not None else None
 
     def _get_stream_given_up(self, why: str) -> None:
@@ -138,11 +160,22 @@ class HTTPSessionCare:
         loop = asyncio.get_running_loop()
         if loop.time() - self._connected_at > _RENEW_RETRY[1]:
             self._stream_renewals = 0  # a stream that held this long is no loop
-        pause = 0.0 if self._stream_renewals == 0 else min(_RENEW_RETRY[0] * 2 ** (self._stream_renewals - 1), _RENEW_RETRY[1])
+        pause = (
+            0.0
+            if self._stream_renewals == 0
+            else min(_RENEW_RETRY[0] * 2 ** (self._stream_renewals - 1), _RENEW_RETRY[1])
+        )
         self._stream_renewals += 1
-        reason = (f"{self.config.display_url()}: the stream of server messages (GET) failed {MAX_RECONNECTION_ATTEMPTS} times in a row "
-                  f"(last: {masked(why, self.config.secrets())}) and is no longer re-opened, so change notices would be lost")
-        log.warning("mcp upstream %s: %s; connecting a new session%s", self.name, reason, f" in {pause:g}s" if pause else "")
+        reason = (
+            f"{self.config.display_url()}: the stream of server messages (GET) failed {MAX_RECONNECTION_ATTEMPTS} times in a row "
+            f"(last: {masked(why, self.config.secrets())}) and is no longer re-opened, so change notices would be lost"
+        )
+        log.warning(
+            "mcp upstream %s: %s; connecting a new session%s",
+            self.name,
+            reason,
+            f" in {pause:g}s" if pause else "",
+        )
         if not pause:
             self._renew_session(reason)
             return
@@ -174,12 +207,33 @@ class HTTPSessionCare:
         level = logging.WARNING if self._closing else logging.INFO
         try:
             with anyio.fail_after(self.config.ping_timeout):
-                response = await http.delete(self.config.url, headers={"accept": "application/json, text/event-stream", **headers})
+                response = await http.delete(
+                    self.config.url,
+                    headers={"accept": "application/json, text/event-stream", **headers},
+                )
         except Exception as exc:
             failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            log.log(level, "mcp upstream %s: ending the HTTP session failed: %s", self.name, masked(failure, self.config.secrets()))
+            log.log(
+                level,
+                "mcp upstream %s: ending the HTTP session failed: %s",
+                self.name,
+                masked(failure, self.config.secrets()),
+            )
             return
         if response.status_code == 404:
-            log.info("mcp upstream %s: the server no longer knew the HTTP session it was asked to end", self.name)
-        elif response.status_code not in (200, 202, 204, 405):  # 405: the server does not let clients end sessions
-            log.log(level, "mcp upstream %s: ending the HTTP session failed: HTTP %d", self.name, response.status_code)
+            log.info(
+                "mcp upstream %s: the server no longer knew the HTTP session it was asked to end",
+                self.name,
+            )
+        elif response.status_code not in (
+            200,
+            202,
+            204,
+            405,
+        ):  # 405: the server does not let clients end sessions
+            log.log(
+                level,
+                "mcp upstream %s: ending the HTTP session failed: HTTP %d",
+                self.name,
+                response.status_code,
+            )

@@ -58,8 +58,13 @@ class ToolListing:
         seen: set[str] = set()
         for number in range(self.config.max_pages):
             try:
-                raw = await send_raw(client, types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor)))
-                page, cursor = await off_loop_when(_entries(raw) >= OFF_LOOP_TOOLS, self._tools_page, raw, number, skipped)
+                raw = await send_raw(
+                    client,
+                    types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor)),
+                )
+                page, cursor = await off_loop_when(
+                    _entries(raw) >= OFF_LOOP_TOOLS, self._tools_page, raw, number, skipped
+                )
                 listing = types.ListToolsResult(tools=page, next_cursor=cursor)
                 page = absorb_tool_listing(client, listing, complete=number == 0 and not cursor)
             except Exception as exc:
@@ -68,10 +73,17 @@ class ToolListing:
             if not cursor:
                 break
             if cursor in seen:
-                raise BridgeError(f"MCP upstream {self.name!r} repeated the tools/list cursor {cursor!r}", error_class="execution_failed")
+                raise BridgeError(
+                    f"MCP upstream {self.name!r} repeated the tools/list cursor {cursor!r}",
+                    error_class="execution_failed",
+                )
             seen.add(cursor)
         else:
-            log.warning("mcp upstream %s: tools/list still had pages after max_pages=%d", self.name, self.config.max_pages)
+            log.warning(
+                "mcp upstream %s: tools/list still had pages after max_pages=%d",
+                self.name,
+                self.config.max_pages,
+            )
         tools = _named_once(tools, skipped)
         if skipped != self.skipped_tools:  # said once, not at every re-list
             for name, why in skipped.items():
@@ -92,7 +104,9 @@ class ToolListing:
             for tool in tools
         ]
 
-    def _tools_page(self, raw: dict[str, Any], number: int, skipped: dict[str, str]) -> tuple[list[types.Tool], str | None]:
+    def _tools_page(
+        self, raw: dict[str, Any], number: int, skipped: dict[str, str]
+    ) -> tuple[list[types.Tool], str | None]:
         """One tools/list page checked tool by tool with the SDK's types for the negotiated
         version: a tool they reject goes to `skipped` (its name and why), the others are kept."""
         version = self.protocol_version or types.LATEST_PROTOCOL_VERSION
@@ -101,7 +115,9 @@ class ToolListing:
         if not isinstance(entries, list):
             check_result("tools/list", version, raw)  # the SDK's own words for what is wrong
             raise TypeError("the tools/list result has no list of tools")
-        check_result("tools/list", version, {**head, "tools": []})  # the page itself: cursor, cache hints
+        check_result(
+            "tools/list", version, {**head, "tools": []}
+        )  # the page itself: cursor, cache hints
         cursor = head.get("nextCursor")
         tools: list[types.Tool] = []
         for index, entry in enumerate(entries):

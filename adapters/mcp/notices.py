@@ -25,7 +25,9 @@ from adapters.mcp.get_stream import WatchedClient
 
 __all__ = ["ANSWER", "NoticeClient", "NoticePosts", "notice_method"]
 
-ANSWER = "an answer to a request of the server"  # what a POST carrying a JSON-RPC response is called
+ANSWER = (
+    "an answer to a request of the server"  # what a POST carrying a JSON-RPC response is called
+)
 # A body larger than this is taken for a request without being parsed (the SDK's notifications and
 # answers are a few hundred bytes; a tools/call may carry megabytes of arguments).
 _NOTICE_BYTES = 1 << 16
@@ -59,13 +61,19 @@ class NoticePosts:
     seconds; `on_lost(method, bound, error)` is called for each one abandoned at its bound (error
     None) or failed."""
 
-    def __init__(self, bound: float, on_lost: Callable[[str, float, Exception | None], None]) -> None:
+    def __init__(
+        self, bound: float, on_lost: Callable[[str, float, Exception | None], None]
+    ) -> None:
         self.bound = bound
         self.on_lost = on_lost
-        self.waiting: dict[anyio.CancelScope, str] = {}  # the POSTs waiting for their answer -> what they carry
+        self.waiting: dict[
+            anyio.CancelScope, str
+        ] = {}  # the POSTs waiting for their answer -> what they carry
         self.lost: set[str] = set()  # what the POSTs abandoned carried
 
-    async def post(self, method: str, request: httpx2.Request, send: Callable[[], Any]) -> httpx2.Response:
+    async def post(
+        self, method: str, request: httpx2.Request, send: Callable[[], Any]
+    ) -> httpx2.Response:
         """`send()` the POST, waiting at most `bound` for its answer; past it, or when it fails,
         a `202` made up."""
         bound = self.bound
@@ -96,4 +104,6 @@ class NoticeClient(WatchedClient):
         method = notice_method(request)
         if method is None:
             return await super().send(request, **kwargs)
-        return await self.notices.post(method, request, lambda: super(NoticeClient, self).send(request, **kwargs))
+        return await self.notices.post(
+            method, request, lambda: super(NoticeClient, self).send(request, **kwargs)
+        )

@@ -21,9 +21,18 @@ from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from mcp.shared.exceptions import MCPError
 
-__all__ = ["GET_STREAM_TASK", "MCP_DEFAULT_SSE_READ_TIMEOUT", "SDK_CLOSED", "SDK_HTTP_CLOSED",
-           "BridgeClient", "TransportStreams", "absorb_tool_listing", "client_info",
-           "closed_by_sdk", "send_raw"]
+__all__ = [
+    "GET_STREAM_TASK",
+    "MCP_DEFAULT_SSE_READ_TIMEOUT",
+    "SDK_CLOSED",
+    "SDK_HTTP_CLOSED",
+    "BridgeClient",
+    "TransportStreams",
+    "absorb_tool_listing",
+    "client_info",
+    "closed_by_sdk",
+    "send_raw",
+]
 
 # The name the SDK gives the task that holds a streamable HTTP session's GET stream.
 GET_STREAM_TASK = "StreamableHTTPTransport.handle_get_stream"
@@ -33,8 +42,11 @@ GET_STREAM_TASK = "StreamableHTTPTransport.handle_get_stream"
 # request the connection closed under (mcp.shared.jsonrpc_dispatcher), and over streamable HTTP its
 # transport's for an answer whose stream ended (`_resolve_abandoned_request`).
 SDK_CLOSED = "Connection closed"
-SDK_HTTP_CLOSED = ("SSE stream failed: ", "SSE stream ended ",
-                   "server answered a request with 202 Accepted")
+SDK_HTTP_CLOSED = (
+    "SSE stream failed: ",
+    "SSE stream ended ",
+    "server answered a request with 202 Accepted",
+)
 
 
 def closed_by_sdk(exc: MCPError, *, http: bool) -> bool:
@@ -47,7 +59,9 @@ def closed_by_sdk(exc: MCPError, *, http: bool) -> bool:
     return exc.message == SDK_CLOSED or (http and exc.message.startswith(SDK_HTTP_CLOSED))
 
 
-def absorb_tool_listing(client: Client, listing: types.ListToolsResult, *, complete: bool) -> list[types.Tool]:
+def absorb_tool_listing(
+    client: Client, listing: types.ListToolsResult, *, complete: bool
+) -> list[types.Tool]:
     """What the session derives from a listing page, kept as the SDK's `Client.list_tools` keeps
     it (the same private call): output schemas to check results against, and on 2026-07-28 the
     x-mcp-header maps (dropping the tools whose maps are invalid, as required). The tools kept."""
@@ -89,7 +103,9 @@ class BridgeClient(Client):
         session = await super()._build_session(exit_stack)
         dispatch = session.dispatch_input_request
 
-        async def refused(ctx: ClientRequestContext, request: types.InputRequest) -> types.InputResponse | types.ErrorData:
+        async def refused(
+            ctx: ClientRequestContext, request: types.InputRequest
+        ) -> types.InputResponse | types.ErrorData:
             refusal = _REFUSALS.get(type(request))
             if refusal is None:
                 return await dispatch(ctx, request)

@@ -120,8 +120,18 @@ class StdioChild:
         # started as `launch:` processes are: through setpriv --pdeathsig where it works, so a
         # server that ignores the end of its stdin still ends when the bridge is killed
         guard = await death_guard()
-        argv = [*guard, runnable(self.argv[0], self.cwd, (self.env or os.environ).get("PATH", os.defpath)), *self.argv[1:]] if guard else self.argv
-        async with spawn_turn():  # released without a pause: nothing awaits between the spawn and the task group
+        argv = (
+            [
+                *guard,
+                runnable(self.argv[0], self.cwd, (self.env or os.environ).get("PATH", os.defpath)),
+                *self.argv[1:],
+            ]
+            if guard
+            else self.argv
+        )
+        async with (
+            spawn_turn()
+        ):  # released without a pause: nothing awaits between the spawn and the task group
             self.process = process = await anyio.open_process(
                 argv,
                 stdin=subprocess.PIPE,
@@ -131,7 +141,9 @@ class StdioChild:
                 cwd=self.cwd,
                 start_new_session=True,  # its own process group: stopping it reaches every descendant
             )
-        log.info("mcp upstream %s: started pid %s: %s", self.name, process.pid, " ".join(self.argv[:1]))
+        log.info(
+            "mcp upstream %s: started pid %s: %s", self.name, process.pid, " ".join(self.argv[:1])
+        )
         # No await between the spawn and the task group, so a cancellation cannot leak the child.
         read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
@@ -150,7 +162,9 @@ class StdioChild:
                 tg.cancel_scope.cancel()
 
     async def _read_stdout(
-        self, process: anyio.abc.Process, writer: anyio.abc.ObjectSendStream[SessionMessage | Exception]
+        self,
+        process: anyio.abc.Process,
+        writer: anyio.abc.ObjectSendStream[SessionMessage | Exception],
     ) -> None:
         assert process.stdout is not None
         buffer = bytearray()
@@ -206,7 +220,9 @@ class StdioChild:
             self.on_lost(self.lost_reason or "the server closed its stdout")
 
     async def _deliver(
-        self, writer: anyio.abc.ObjectSendStream[SessionMessage | Exception], message: SessionMessage | None
+        self,
+        writer: anyio.abc.ObjectSendStream[SessionMessage | Exception],
+        message: SessionMessage | None,
     ) -> bool:
         """Hand `message` to the session; False once the session is gone."""
         if message is None:
@@ -224,7 +240,11 @@ class StdioChild:
             # parsed, then validated: the same JSON parser and the same checks as validate_json,
             # in a third of its time (a page of 20,000 tools, 13 MB: 0.2 s against 0.5-0.8 s, during
             # which the event loop waits)
-            return SessionMessage(types.jsonrpc_message_adapter.validate_python(pydantic_core.from_json(line), by_name=False))
+            return SessionMessage(
+                types.jsonrpc_message_adapter.validate_python(
+                    pydantic_core.from_json(line), by_name=False
+                )
+            )
         except ValueError:
             pass
         try:  # in its own words, what is wrong
@@ -241,7 +261,9 @@ class StdioChild:
         except (ValueError, RecursionError):
             data = None
         if data is not None:
-            count = text.count("\ufffd") - line.count("\ufffd".encode())  # bytes that were not UTF-8
+            count = text.count("\ufffd") - line.count(
+                "\ufffd".encode()
+            )  # bytes that were not UTF-8
             try:
                 repaired, surrogates = _repair_text(data)
             except RecursionError:
@@ -249,13 +271,16 @@ class StdioChild:
             if count + surrogates:
                 try:
                     fixed = json.dumps(repaired, ensure_ascii=False).encode()
-                    message = SessionMessage(types.jsonrpc_message_adapter.validate_json(fixed, by_name=False))
+                    message = SessionMessage(
+                        types.jsonrpc_message_adapter.validate_json(fixed, by_name=False)
+                    )
                 except (ValueError, RecursionError) as exc:
                     problem = _problem(exc)
                 else:
                     log.warning(
                         "mcp upstream %s: %d character(s) that are not valid Unicode in a message from the server were replaced by U+FFFD",
-                        self.name, count + surrogates,
+                        self.name,
+                        count + surrogates,
                     )
                     return message
             request_id = _response_id(data)
@@ -273,10 +298,22 @@ class StdioChild:
         if request_id is None:
             # A server printing to stdout breaks the protocol; say so, keep the session alive.
             text = masked(line[:200].decode(errors="replace"), self.secrets)
-            log.warning("mcp upstream %s: not a JSON-RPC message on stdout (%s): %r", self.name, problem, text)
+            log.warning(
+                "mcp upstream %s: not a JSON-RPC message on stdout (%s): %r",
+                self.name,
+                problem,
+                text,
+            )
             return None
-        log.warning("mcp upstream %s: the answer to request %r cannot be read: %s", self.name, request_id, problem)
-        return _error_answer(request_id, f"the server's answer could not be read: {problem}", "invalid")
+        log.warning(
+            "mcp upstream %s: the answer to request %r cannot be read: %s",
+            self.name,
+            request_id,
+            problem,
+        )
+        return _error_answer(
+            request_id, f"the server's answer could not be read: {problem}", "invalid"
+        )
 
     async def _write_stdin(
         self, process: anyio.abc.Process, reader: anyio.abc.ObjectReceiveStream[SessionMessage]
@@ -335,7 +372,11 @@ class StdioChild:
         if not await self._wait_exit(self.shutdown_timeout) or _group_alive(process.pid):
             await terminate_posix_process_tree(process, _KILL_WAIT)
             if not await self._wait_exit(_KILL_WAIT):
-                log.warning("mcp upstream %s: pid %s survived SIGKILL; abandoning it", self.name, process.pid)
+                log.warning(
+                    "mcp upstream %s: pid %s survived SIGKILL; abandoning it",
+                    self.name,
+                    process.pid,
+                )
         with anyio.move_on_after(_KILL_WAIT):
             await process.aclose()  # closes the pipes and reaps the child
         log.info("mcp upstream %s: pid %s ended (%s)", self.name, process.pid, process.returncode)
@@ -374,12 +415,20 @@ class _LongLine:
         request_id = _find_id(self.head, self.tail if ended else b"")
         if request_id is None:
             if ended:
-                log.warning("mcp upstream %s: skipped a %d-byte message from the server (longer than max_line_bytes=%d)",
-                            child.name, self.size, child.max_line)
+                log.warning(
+                    "mcp upstream %s: skipped a %d-byte message from the server (longer than max_line_bytes=%d)",
+                    child.name,
+                    self.size,
+                    child.max_line,
+                )
             return None
         self.answered = True
-        log.warning("mcp upstream %s: the answer to request %r is longer than max_line_bytes=%d; skipped",
-                    child.name, request_id, child.max_line)
+        log.warning(
+            "mcp upstream %s: the answer to request %r is longer than max_line_bytes=%d; skipped",
+            child.name,
+            request_id,
+            child.max_line,
+        )
         text = f"the server's answer is longer than max_line_bytes={child.max_line} bytes; it was dropped unread"
         return _error_answer(request_id, text, "too_long")
 

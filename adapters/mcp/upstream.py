@@ -55,7 +55,9 @@ __all__ = ["MCPUpstream"]
 log = logging.getLogger("bridge.adapters.mcp")
 
 _LISTEN_RETRY = (0.5, 30.0)  # first and longest pause before re-opening a dropped listen stream
-_RELIST_GAP = 1.0  # seconds: change notices re-list at most this often (a burst or a loop costs one listing)
+_RELIST_GAP = (
+    1.0  # seconds: change notices re-list at most this often (a burst or a loop costs one listing)
+)
 
 
 class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
@@ -71,8 +73,12 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
         self._ready: asyncio.Future[None] | None = None
         self._wake = asyncio.Event()
         self._probe_now = asyncio.Event()  # a liveness probe is wanted before ping_interval is up
-        self._doubt: asyncio.Future[None] | None = None  # a probe asked by an HTTP 400, until it ends
-        self._http_session: dict[str, str] = {}  # the headers naming the HTTP session (id, protocol version)
+        self._doubt: asyncio.Future[None] | None = (
+            None  # a probe asked by an HTTP 400, until it ends
+        )
+        self._http_session: dict[
+            str, str
+        ] = {}  # the headers naming the HTTP session (id, protocol version)
         self._session_forgotten = False  # the server said it no longer knows the HTTP session
         self._closing = False
         self._lost_reason: str | None = None
@@ -80,17 +86,27 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
         self.protocol_version: str | None = None
         self.server_info: types.Implementation | None = None
         self.skipped_tools: dict[str, str] = {}  # tool name -> why the last listing left it out
-        self._relist_asked = False  # a tools_changed event is out (or timed) and no listing has begun since
+        self._relist_asked = (
+            False  # a tools_changed event is out (or timed) and no listing has begun since
+        )
         self._relist_timer: asyncio.TimerHandle | None = None
         self._listed_at = float("-inf")
         self._connected_at = float("-inf")
-        self._stream_renewals = 0  # sessions replaced in a row because their GET stream was given up on
+        self._stream_renewals = (
+            0  # sessions replaced in a row because their GET stream was given up on
+        )
         self._renew_timer: asyncio.TimerHandle | None = None
-        self._refused_methods: set[str] = set()  # requests of the server refused so far (each logged once)
+        self._refused_methods: set[str] = (
+            set()
+        )  # requests of the server refused so far (each logged once)
         self._notices: NoticePosts | None = None  # the HTTP session's POSTs that carry no request
-        self.lost_notifications: dict[str, int] = {}  # method -> POSTs of it the server never answered
+        self.lost_notifications: dict[
+            str, int
+        ] = {}  # method -> POSTs of it the server never answered
         self._session_listed = False  # the session's first listing is done (its start is over)
-        self._certificate: str | None = None  # a server certificate that failed its check, since start
+        self._certificate: str | None = (
+            None  # a server certificate that failed its check, since start
+        )
         self._tls: ssl.SSLContext | None = None  # with the CAs of `ca_file`, read at each start
 
     # ------------------------------------------------------------------ lifecycle
@@ -113,7 +129,9 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
         self._cancel_relist()
         self._cancel_renewal()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even if start() gave up
+        ready.add_done_callback(
+            lambda f: f.cancelled() or f.exception()
+        )  # retrieved even if start() gave up
         self._ready = ready
         self._owner = asyncio.create_task(self._own_session(ready), name=f"mcp-session:{self.name}")
         try:
@@ -168,7 +186,9 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
                     self._client = client
                     self._connected_at = asyncio.get_running_loop().time()
                     ready.set_result(None)
-                    log.info("mcp upstream %s: connected (protocol %s)", self.name, self.protocol_version)
+                    log.info(
+                        "mcp upstream %s: connected (protocol %s)", self.name, self.protocol_version
+                    )
                     await self._wake.wait()
                     tasks.cancel_scope.cancel()
         except BaseException as exc:
@@ -177,10 +197,17 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
             self._client = None
         if not ready.done():
             text = self._failure_text(failure, connecting=True)
-            certificate = self._certificate or (self._certificate_failure(_leaf(failure)) if failure is not None else None)
-            error: Exception = (BridgeError(text, error_class="dependency_unavailable", recoverability="setup") if certificate
-                                else ConnectionError(text))
-            error.__cause__ = _leaf(failure) if failure is not None else None  # what the catalog looks at (EMFILE, say)
+            certificate = self._certificate or (
+                self._certificate_failure(_leaf(failure)) if failure is not None else None
+            )
+            error: Exception = (
+                BridgeError(text, error_class="dependency_unavailable", recoverability="setup")
+                if certificate
+                else ConnectionError(text)
+            )
+            error.__cause__ = (
+                _leaf(failure) if failure is not None else None
+            )  # what the catalog looks at (EMFILE, say)
             ready.set_exception(error)
             return
         if not self._closing:
@@ -208,14 +235,27 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
         # until the first listing, half of start_timeout at most, so that the listing has the other half
         self._notices = NoticePosts(min(cfg.ping_timeout, cfg.start_timeout / 2), self._notice_lost)
         # the SDK's create_mcp_http_client, with the TLS context made once
-        http = NoticeClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
-                            verify=self._tls or system_cas(), event_hooks={"response": [self._on_http_response]},
-                            mounts=loopback_mounts(cfg.url), watch=GetStreamWatch(self._get_stream_given_up), notices=self._notices,
-                            on_error=self._on_http_error)
+        http = NoticeClient(
+            headers=dict(cfg.headers),
+            timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
+            verify=self._tls or system_cas(),
+            event_hooks={"response": [self._on_http_response]},
+            mounts=loopback_mounts(cfg.url),
+            watch=GetStreamWatch(self._get_stream_given_up),
+            notices=self._notices,
+            on_error=self._on_http_error,
+        )
         await stack.enter_async_context(http)
-        stack.push_async_callback(self._end_http_session, http)  # once the session has closed, before the client
+        stack.push_async_callback(
+            self._end_http_session, http
+        )  # once the session has closed, before the client
         assert cfg.url is not None
-        return streamable_http_client(cfg.url, http_client=http, terminate_on_close=False, max_sse_event_size=cfg.max_response_bytes)
+        return streamable_http_client(
+            cfg.url,
+            http_client=http,
+            terminate_on_close=False,
+            max_sse_event_size=cfg.max_response_bytes,
+        )
 
     async def _discover(self, client: Client) -> None:
         """A pinned modern version skips the probe; ask the server for its real capabilities
@@ -225,8 +265,12 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
                 raw = await client.session.send_discover(self.config.protocol)
             client.session.adopt(types.DiscoverResult.model_validate(raw))
         except (MCPError, TimeoutError, ValueError, RuntimeError) as exc:
-            log.info("mcp upstream %s: server/discover not answered (%s); keeping %s", self.name, exc, self.config.protocol)
-
+            log.info(
+                "mcp upstream %s: server/discover not answered (%s); keeping %s",
+                self.name,
+                exc,
+                self.config.protocol,
+            )
 
     async def _settled(self, exc: BaseException, what: str) -> BridgeError:
         """`exc` as a BridgeError, once a liveness probe an HTTP 400 asked for has ended (at most
@@ -244,14 +288,23 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
     def _failure_text(self, exc: BaseException | None, *, connecting: bool) -> str:
         if self._child is not None and self._child.lost_reason:
             return self._child.lost_reason
-        where = f"`{' '.join(self.config.argv()[:1])}`" if self.config.transport == "stdio" else self.config.display_url()
+        where = (
+            f"`{' '.join(self.config.argv()[:1])}`"
+            if self.config.transport == "stdio"
+            else self.config.display_url()
+        )
         if exc is None:
             return f"the session with {where} ended"
         leaf = _leaf(exc)
         if isinstance(leaf, FileNotFoundError) and self.config.transport == "stdio":
-            detail = f"cannot start {where}: {leaf.strerror or leaf}" + (f" ({leaf.filename})" if leaf.filename else "")
+            detail = f"cannot start {where}: {leaf.strerror or leaf}" + (
+                f" ({leaf.filename})" if leaf.filename else ""
+            )
         elif isinstance(leaf, httpx2.TransportError):
-            detail = self._certificate_failure(leaf) or f"HTTP connection to {where} failed: {type(leaf).__name__}: {leaf or 'no answer'}"
+            detail = (
+                self._certificate_failure(leaf)
+                or f"HTTP connection to {where} failed: {type(leaf).__name__}: {leaf or 'no answer'}"
+            )
         elif isinstance(leaf, MCPError):
             detail = f"{where} answered with MCP error {leaf.code}: {leaf.message}"
         elif isinstance(leaf, (TimeoutError, asyncio.CancelledError)):
@@ -268,24 +321,42 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
         if isinstance(message, types.ToolListChangedNotification):
             self._tools_changed("notifications/tools/list_changed")
         elif isinstance(message, Exception):
-            log.warning("mcp upstream %s: transport error: %s", self.name, masked(str(message), self.config.secrets()))
+            log.warning(
+                "mcp upstream %s: transport error: %s",
+                self.name,
+                masked(str(message), self.config.secrets()),
+            )
 
     def _on_refused(self, method: str) -> None:
         """A server asked for what the bridge does not declare (it should not have): said once per
         method, not at every call of a tool that asks."""
         if method not in self._refused_methods:
             self._refused_methods.add(method)
-            log.warning("mcp upstream %s: the server sent %s, which the bridge does not declare; refused", self.name, method)
+            log.warning(
+                "mcp upstream %s: the server sent %s, which the bridge does not declare; refused",
+                self.name,
+                method,
+            )
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         """A log message of the server (`notifications/message`), logged as its stderr lines are:
         at INFO, `debug` ones at DEBUG; an object as its JSON, cut to LINE_LIMIT characters."""
-        data = params.data if isinstance(params.data, str) else json.dumps(params.data, ensure_ascii=False, default=str)
+        data = (
+            params.data
+            if isinstance(params.data, str)
+            else json.dumps(params.data, ensure_ascii=False, default=str)
+        )
         if len(data) > LINE_LIMIT:
             data = data[: LINE_LIMIT - 3] + "..."
         where = f" {params.logger}" if params.logger else ""
-        log.log(logging.DEBUG if params.level == "debug" else logging.INFO, "mcp upstream %s: log %s%s: %s",
-                self.name, params.level, where, masked(data, self.config.secrets()))
+        log.log(
+            logging.DEBUG if params.level == "debug" else logging.INFO,
+            "mcp upstream %s: log %s%s: %s",
+            self.name,
+            params.level,
+            where,
+            masked(data, self.config.secrets()),
+        )
 
     def _tools_changed(self, reason: str) -> None:
         """Ask the catalog to re-list, coalesced: while a request is out and no listing has begun
@@ -349,7 +420,9 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
                 try:
                     with anyio.fail_after(self.config.ping_timeout):
                         if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                            await client.session.send_discover(self.protocol_version)  # ping is gone in this era
+                            await client.session.send_discover(
+                                self.protocol_version
+                            )  # ping is gone in this era
                         else:
                             await client.session.send_ping()
                 except MCPError as exc:
@@ -359,10 +432,14 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
                     self._lost_reason = self._failure_text(exc, connecting=False)
                     if doubt is not None:
                         self._session_forgotten = True
-                        self._lost_reason = (f"{self.config.display_url()} answered HTTP 400 for the session, and a liveness "
-                                             f"probe failed: the server ended it or restarted ({self._lost_reason})")
+                        self._lost_reason = (
+                            f"{self.config.display_url()} answered HTTP 400 for the session, and a liveness "
+                            f"probe failed: the server ended it or restarted ({self._lost_reason})"
+                        )
                 except TimeoutError:
-                    self._lost_reason = f"no answer to a liveness probe within {self.config.ping_timeout:g}s"
+                    self._lost_reason = (
+                        f"no answer to a liveness probe within {self.config.ping_timeout:g}s"
+                    )
                 except Exception as exc:
                     self._lost_reason = self._failure_text(exc, connecting=False)
                 else:
@@ -397,9 +474,11 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
             )
         return client
 
-
     async def health(self) -> dict[str, Any]:
-        details: dict[str, Any] = {"transport": self.config.transport, "protocol_version": self.protocol_version}
+        details: dict[str, Any] = {
+            "transport": self.config.transport,
+            "protocol_version": self.protocol_version,
+        }
         if self.server_info is not None:
             details["server"] = {"name": self.server_info.name, "version": self.server_info.version}
         if self._child is not None:

@@ -21,6 +21,7 @@ from bridge.masking import SHORTEST_SECRET, masked, masked_value, secret_values
 
 __all__ = ["Credentials", "Redactor", "shown_place"]
 
+
 class Redactor:
     """Replaces every known secret (and its encoded forms) in text and JSON values with ***."""
 
@@ -30,7 +31,9 @@ class Redactor:
 
     def add(self, secret: str | None) -> None:
         if secret and len(secret) >= SHORTEST_SECRET:
-            self._static.update({secret, quote(secret, safe=""), base64.b64encode(secret.encode()).decode()})
+            self._static.update(
+                {secret, quote(secret, safe=""), base64.b64encode(secret.encode()).decode()}
+            )
 
     def secrets(self) -> list[str]:
         return secret_values(self._static | {s for s in self._dynamic() if s})
@@ -43,8 +46,16 @@ class Redactor:
 
 
 class _Bound:
-    def __init__(self, config: AuthConfig, name: str | None, location: str | None, token: OAuth2Token | None,
-                 tls: ssl.SSLContext | None = None, index: int = 0, scheme: str | None = None) -> None:
+    def __init__(
+        self,
+        config: AuthConfig,
+        name: str | None,
+        location: str | None,
+        token: OAuth2Token | None,
+        tls: ssl.SSLContext | None = None,
+        index: int = 0,
+        scheme: str | None = None,
+    ) -> None:
         self.config = config
         self.name = name
         self.location = location
@@ -69,15 +80,25 @@ def shown_place(place: tuple[str, str], spelled: str | None = None) -> str:
     location, key = place
     if location == "header":
         return f"the {'Authorization' if key == 'authorization' else spelled or key} header"
-    return {"query": f"the query parameter {key}", "cookie": f"the cookie {key}",
-            "tls": "the TLS client certificate"}.get(location, location)
+    return {
+        "query": f"the query parameter {key}",
+        "cookie": f"the cookie {key}",
+        "tls": "the TLS client certificate",
+    }.get(location, location)
 
 
 class Credentials:
     """Binds configured credentials to the document's security schemes and adds them to requests."""
 
-    def __init__(self, configs: list[AuthConfig], schemes: dict[str, Any], server_url: str | None,
-                 resolve_path: Callable[[str], str] = str, verify_tls: bool = True, ca_file: str | None = None) -> None:
+    def __init__(
+        self,
+        configs: list[AuthConfig],
+        schemes: dict[str, Any],
+        server_url: str | None,
+        resolve_path: Callable[[str], str] = str,
+        verify_tls: bool = True,
+        ca_file: str | None = None,
+    ) -> None:
         self._resolve_path = resolve_path
         self._verify_tls = verify_tls
         self._ca_file = ca_file  # the upstream's, as written: added to every context made here
@@ -99,7 +120,9 @@ class Credentials:
             if not targets:
                 self._always.append(self._bind(cfg, None, server_url, i))
             for scheme_name in targets:
-                self._by_scheme[scheme_name] = self._bind(cfg, schemes[scheme_name], server_url, i, scheme_name)
+                self._by_scheme[scheme_name] = self._bind(
+                    cfg, schemes[scheme_name], server_url, i, scheme_name
+                )
         # credentials sent with every call in one place: a request carries one, the first configured
         self.overrides: list[str] = []
         first: dict[tuple[str, str], _Bound] = {}
@@ -109,13 +132,20 @@ class Credentials:
                 self.overrides.append(
                     f"auth[{kept.index}] and auth[{bound.index}] (both sent with every call) put their credentials in one place, "
                     f"{shown_place(bound.place, kept.name)}, which a request carries once: auth[{kept.index}]'s is sent "
-                    f"(the first configured), never auth[{bound.index}]'s")
+                    f"(the first configured), never auth[{bound.index}]'s"
+                )
         self._always = list(first.values())
         # `ca_file` checks every request to the API's origin, not only those presenting the certificate
         # (loaded by client_tls above, which says so when it cannot be)
         # (the upstream's `ca_file` is the session's already: only added where a context replaces it)
-        ca_files = [resolve_path(cfg.ca_file) for cfg in configs if cfg.kind == "mtls" and cfg.ca_file]
-        self.server_tls = server_tls(ca_files + ([resolve_path(ca_file)] if ca_file else [])) if ca_files and verify_tls else None
+        ca_files = [
+            resolve_path(cfg.ca_file) for cfg in configs if cfg.kind == "mtls" and cfg.ca_file
+        ]
+        self.server_tls = (
+            server_tls(ca_files + ([resolve_path(ca_file)] if ca_file else []))
+            if ca_files and verify_tls
+            else None
+        )
         for token in self._tokens:
             token.ca_file = ca_file
             if origin(token.token_url) == origin(server_url):
@@ -143,14 +173,25 @@ class Credentials:
         if cfg.scheme is not None:
             if cfg.scheme not in schemes:
                 known = ", ".join(sorted(schemes)) or "none"
-                raise ValueError(f"auth[{index}].scheme {cfg.scheme!r} is not a security scheme of the document (known: {known})")
+                raise ValueError(
+                    f"auth[{index}].scheme {cfg.scheme!r} is not a security scheme of the document (known: {known})"
+                )
             if not self._matches(cfg, schemes[cfg.scheme], named=True):
-                raise ValueError(f"auth[{index}] is of type {cfg.type} but security scheme {cfg.scheme!r} is of type "
-                                 f"{schemes[cfg.scheme].get('type') if isinstance(schemes[cfg.scheme], dict) else '?'}")
+                raise ValueError(
+                    f"auth[{index}] is of type {cfg.type} but security scheme {cfg.scheme!r} is of type "
+                    f"{schemes[cfg.scheme].get('type') if isinstance(schemes[cfg.scheme], dict) else '?'}"
+                )
             return [cfg.scheme]
         return [name for name, scheme in schemes.items() if self._matches(cfg, scheme)]
 
-    def _bind(self, cfg: AuthConfig, scheme: Any, server_url: str | None, index: int, scheme_name: str | None = None) -> _Bound:
+    def _bind(
+        self,
+        cfg: AuthConfig,
+        scheme: Any,
+        server_url: str | None,
+        index: int,
+        scheme_name: str | None = None,
+    ) -> _Bound:
         bound = self._bind_one(cfg, scheme, server_url, index)
         bound.index, bound.scheme = index, scheme_name
         return bound
@@ -160,15 +201,19 @@ class Credentials:
         if cfg.kind == "apiKey":
             name, location = cfg.name or scheme.get("name"), cfg.in_ or scheme.get("in")
             if not name or location not in ("header", "query", "cookie"):
-                raise ValueError(f"auth[{index}] (apiKey) needs `name` and `in` (header, query or cookie): "
-                                 "the document declares no apiKey scheme to take them from")
+                raise ValueError(
+                    f"auth[{index}] (apiKey) needs `name` and `in` (header, query or cookie): "
+                    "the document declares no apiKey scheme to take them from"
+                )
             return _Bound(cfg, name, location, None)
         if cfg.kind == "oauth2":
             flows = found if isinstance(found := scheme.get("flows"), dict) else {}
             flow = found if isinstance(found := flows.get("clientCredentials"), dict) else {}
             token_url = cfg.token_url or flow.get("tokenUrl")
             if not token_url:
-                raise ValueError(f"auth[{index}] (oauth2) needs `token_url`: the document gives no clientCredentials tokenUrl")
+                raise ValueError(
+                    f"auth[{index}] (oauth2) needs `token_url`: the document gives no clientCredentials tokenUrl"
+                )
             if server_url and "://" not in token_url:
                 token_url = urljoin(server_url + "/", token_url)
             token = OAuth2Token(cfg, token_url)
@@ -176,7 +221,13 @@ class Credentials:
             return _Bound(cfg, None, None, token)
         if cfg.kind == "mtls":
             upstream_ca = self._resolve_path(self._ca_file) if self._ca_file else None
-            return _Bound(cfg, None, None, None, client_tls(cfg, self._resolve_path, self._verify_tls, index, upstream_ca))
+            return _Bound(
+                cfg,
+                None,
+                None,
+                None,
+                client_tls(cfg, self._resolve_path, self._verify_tls, index, upstream_ca),
+            )
         return _Bound(cfg, None, None, None)
 
     @property
@@ -204,7 +255,9 @@ class Credentials:
                 return bound.tls
         return None
 
-    def choose(self, requirements: list[dict[str, list[str]]] | None, operation: str) -> list[_Bound]:
+    def choose(
+        self, requirements: list[dict[str, list[str]]] | None, operation: str
+    ) -> list[_Bound]:
         """The credentials one call carries: the first alternative of the operation's security
         requirements that every needed scheme has a credential for, and the unbound ones but
         those in a place the alternative's take (a request carries one value there)."""
@@ -223,16 +276,26 @@ class Credentials:
         if anonymous or self._always:
             return chosen
         wanted = " or ".join("+".join(alt) for alt in requirements if isinstance(alt, dict))
-        undeclared = sorted({name for alt in requirements if isinstance(alt, dict) for name in alt} - self._declared)
+        undeclared = sorted(
+            {name for alt in requirements if isinstance(alt, dict) for name in alt} - self._declared
+        )
         fix = "add a matching entry under `auth:` in the upstream's config"
         if undeclared:  # `scheme:` cannot name what the document does not declare
-            fix += (f" (the document names {', '.join(repr(n) for n in undeclared)} without declaring it in "
-                    "components.securitySchemes: give the entry no `scheme:`, and for an apiKey its `name` and `in`; "
-                    "it is then sent with every call)")
-        if any(isinstance(self._schemes.get(n), dict) and self._schemes[n].get("type") == "mutualTLS"
-               for alt in requirements if isinstance(alt, dict) for n in alt):
-            fix += (" (a mutualTLS scheme takes a TLS client certificate: "
-                    "`{type: mtls, cert_file: client.pem, key_file: client.key}`)")
+            fix += (
+                f" (the document names {', '.join(repr(n) for n in undeclared)} without declaring it in "
+                "components.securitySchemes: give the entry no `scheme:`, and for an apiKey its `name` and `in`; "
+                "it is then sent with every call)"
+            )
+        if any(
+            isinstance(self._schemes.get(n), dict) and self._schemes[n].get("type") == "mutualTLS"
+            for alt in requirements
+            if isinstance(alt, dict)
+            for n in alt
+        ):
+            fix += (
+                " (a mutualTLS scheme takes a TLS client certificate: "
+                "`{type: mtls, cert_file: client.pem, key_file: client.key}`)"
+            )
         raise setup_error(f"{operation} needs credentials for security scheme {wanted}; {fix}")
 
     def _place(self, name: str) -> tuple[str, str]:
@@ -241,7 +304,11 @@ class Credentials:
         bound, scheme = self._by_scheme.get(name), self._schemes.get(name)
         if bound is not None:
             return bound.place
-        if isinstance(scheme, dict) and scheme.get("type") == "apiKey" and isinstance(scheme.get("name"), str):
+        if (
+            isinstance(scheme, dict)
+            and scheme.get("type") == "apiKey"
+            and isinstance(scheme.get("name"), str)
+        ):
             location, key = str(scheme.get("in")), scheme["name"]
         elif isinstance(scheme, dict) and scheme.get("type") in ("http", "oauth2", "openIdConnect"):
             location, key = "header", "Authorization"
@@ -270,13 +337,17 @@ class Credentials:
             met.append(bound)
         return met
 
-    def clashes(self, requirements: list[tuple[str, list[dict[str, list[str]]] | None]]) -> list[str]:
+    def clashes(
+        self, requirements: list[tuple[str, list[dict[str, list[str]]] | None]]
+    ) -> list[str]:
         """A warning for each alternative of the operations' security requirements that puts two
         schemes in one place of a request: which credential is sent there, and which is not."""
         found: dict[tuple[str, ...], list[str]] = {}
         for operation, alternatives in requirements:
             for alternative in alternatives or ():
-                if isinstance(alternative, dict) and any(len(n) > 1 for n in self._groups(alternative).values()):
+                if isinstance(alternative, dict) and any(
+                    len(n) > 1 for n in self._groups(alternative).values()
+                ):
                     found.setdefault(tuple(alternative), []).append(operation)
         messages = []
         for names, operations in found.items():
@@ -295,11 +366,17 @@ class Credentials:
                 messages.append(
                     f"security requirement {' + '.join(names)} of {len(operations)} operation(s) ({shown}) puts "
                     f"{' and '.join(clashing)} in one place, {where}, which a request carries once: {sent} "
-                    "(a document meaning either lists them as separate alternatives)")
+                    "(a document meaning either lists them as separate alternatives)"
+                )
         return messages
 
-    async def apply(self, parts: RequestParts, bound: list[_Bound], session: aiohttp.ClientSession,
-                    timeout: float) -> list[tuple[OAuth2Token, str]]:
+    async def apply(
+        self,
+        parts: RequestParts,
+        bound: list[_Bound],
+        session: aiohttp.ClientSession,
+        timeout: float,
+    ) -> list[tuple[OAuth2Token, str]]:
         """Add the chosen credentials to the request; returns the OAuth2 tokens it used."""
         used: list[tuple[OAuth2Token, str]] = []
         parts.tls = self.server_tls  # a client certificate's context takes its place below

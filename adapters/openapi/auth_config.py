@@ -32,30 +32,48 @@ class AuthConfig(BaseModel):
     token: SecretStr | None = None
     # http basic
     username: str | None = None
-    password: SecretStr | None = Field(default=None, description="basic: the password; mtls: the private key's")
+    password: SecretStr | None = Field(
+        default=None, description="basic: the password; mtls: the private key's"
+    )
     # mtls: a TLS client certificate
-    cert_file: str | None = Field(default=None, description="mtls: PEM certificate (chain), relative to the config")
-    key_file: str | None = Field(default=None, description="mtls: PEM private key (default: in cert_file)")
-    ca_file: str | None = Field(default=None, description="mtls: PEM CA certificates the server is checked against")
+    cert_file: str | None = Field(
+        default=None, description="mtls: PEM certificate (chain), relative to the config"
+    )
+    key_file: str | None = Field(
+        default=None, description="mtls: PEM private key (default: in cert_file)"
+    )
+    ca_file: str | None = Field(
+        default=None, description="mtls: PEM CA certificates the server is checked against"
+    )
     # oauth2 client credentials
     token_url: str | None = None
     client_id: str | None = None
     client_secret: SecretStr | None = None
     scopes: list[str] = Field(default_factory=list)
     audience: str | None = None
-    client_auth: Literal["basic", "body"] = Field(default="basic", description="how client_id/secret reach the token endpoint")
-    refresh_margin: float = Field(default=30.0, ge=0, description="seconds before expiry a token is renewed")
+    client_auth: Literal["basic", "body"] = Field(
+        default="basic", description="how client_id/secret reach the token endpoint"
+    )
+    refresh_margin: float = Field(
+        default=30.0, ge=0, description="seconds before expiry a token is renewed"
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> AuthConfig:
         needed = {
-            "apiKey": ("value",), "api_key": ("value",), "bearer": ("token",),
-            "basic": ("username", "password"), "oauth2": ("client_id", "client_secret"), "mtls": ("cert_file",),
+            "apiKey": ("value",),
+            "api_key": ("value",),
+            "bearer": ("token",),
+            "basic": ("username", "password"),
+            "oauth2": ("client_id", "client_secret"),
+            "mtls": ("cert_file",),
         }[self.type]
         missing = [f for f in needed if getattr(self, f) in (None, "")]
         if missing:
-            raise ConfigValueError(f"auth of type {self.type} needs {', '.join(missing)}",
-                                   f"add {', '.join(f'`{m}:`' for m in missing)} (a secret as ${{VAR}})")
+            raise ConfigValueError(
+                f"auth of type {self.type} needs {', '.join(missing)}",
+                f"add {', '.join(f'`{m}:`' for m in missing)} (a secret as ${{VAR}})",
+            )
         return self
 
     @property
@@ -64,4 +82,6 @@ class AuthConfig(BaseModel):
 
 
 def setup_error(message: str) -> BridgeError:
-    return BridgeError(message, error_class="credential_missing", recoverability="setup", status="denied")
+    return BridgeError(
+        message, error_class="credential_missing", recoverability="setup", status="denied"
+    )

@@ -98,7 +98,11 @@ def _keeping_minimums(cut: Any, whole: Any) -> Any:
     no parameter at all), and a cut property that lost it would let `[]` through."""
     if not isinstance(cut, dict) or cut is whole or not isinstance(whole, dict):
         return cut
-    kept = {key: whole[key] for key in ("minItems", "minProperties") if type(whole.get(key)) is int and key not in cut}
+    kept = {
+        key: whole[key]
+        for key in ("minItems", "minProperties")
+        if type(whole.get(key)) is int and key not in cut
+    }
     return {**cut, **kept} if kept else cut
 
 
@@ -117,7 +121,11 @@ def bounded_output_schema(schema: dict[str, Any], size: Sizer | None = None) -> 
     properties = schema.get("properties")
     if isinstance(properties, dict) and not any(k in schema for k in _COMBINED):
         kept = {k: v for k, v in schema.items() if k in ("type", "title", "required")}
-        cut = {**kept, "description": _described(schema, _NOTE), "properties": {name: _cut_property(sub) for name, sub in properties.items()}}
+        cut = {
+            **kept,
+            "description": _described(schema, _NOTE),
+            "properties": {name: _cut_property(sub) for name, sub in properties.items()},
+        }
         if _over(cut, OUTPUT_MAX_VALUES) >= 0:
             return cut
     out: dict[str, Any] = {"type": "object", "description": _described(schema, _NOTE)}
@@ -126,7 +134,9 @@ def bounded_output_schema(schema: dict[str, Any], size: Sizer | None = None) -> 
     return out
 
 
-def _shape(schema: Any, defs: dict[str, Any], seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str], bool] | None:
+def _shape(
+    schema: Any, defs: dict[str, Any], seen: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], list[str], bool] | None:
     """The properties, the required names and whether `type: object` holds, of an object schema
     seen through its `$ref`s into `defs` and its `allOf` parts: each of them holds for every
     value the schema accepts, so a schema made of them accepts all of those too. None when no
@@ -135,12 +145,18 @@ def _shape(schema: Any, defs: dict[str, Any], seen: tuple[str, ...] = ()) -> tup
         return None
     ref = schema.get("$ref")
     if isinstance(ref, str):
-        name = ref[len("#/$defs/"):] if ref.startswith("#/$defs/") else None
+        name = ref[len("#/$defs/") :] if ref.startswith("#/$defs/") else None
         if name is None or name in seen or name not in defs:
             return None
         return _shape(defs[name], defs, (*seen, name))
-    props: dict[str, Any] = dict(schema["properties"]) if isinstance(schema.get("properties"), dict) else {}
-    required = [r for r in schema.get("required") or [] if isinstance(r, str)] if isinstance(schema.get("required"), list) else []
+    props: dict[str, Any] = (
+        dict(schema["properties"]) if isinstance(schema.get("properties"), dict) else {}
+    )
+    required = (
+        [r for r in schema.get("required") or [] if isinstance(r, str)]
+        if isinstance(schema.get("required"), list)
+        else []
+    )
     is_object = schema.get("type") == "object"
     for part in parts if isinstance(parts := schema.get("allOf"), list) else ():
         inner = _shape(part, defs, seen)
@@ -161,7 +177,9 @@ def _opened(schema: Any, defs: dict[str, Any]) -> dict[str, Any] | None:
     if shape is None:
         return None
     props, required, is_object = shape
-    out: dict[str, Any] = {"description": _described(schema, "its nested schemas are left out as too large")}
+    out: dict[str, Any] = {
+        "description": _described(schema, "its nested schemas are left out as too large")
+    }
     if is_object:
         out["type"] = "object"
     out["properties"] = {key: _cut_property(sub) for key, sub in props.items()}
@@ -203,9 +221,14 @@ def bounded_input_schema(schema: dict[str, Any], size: Sizer | None = None) -> d
             if fields is not None and (grown := size(fields) - _CUT_VALUES) <= budget:
                 opened[name] = fields
                 budget -= grown
-        cut = {**top, "description": _described(schema, _INPUT_NOTE),
-               "properties": {name: _keeping_minimums(opened.get(name) or _cut_property(sub, name in kept), sub)
-                              for name, sub in properties.items()}}
+        cut = {
+            **top,
+            "description": _described(schema, _INPUT_NOTE),
+            "properties": {
+                name: _keeping_minimums(opened.get(name) or _cut_property(sub, name in kept), sub)
+                for name, sub in properties.items()
+            },
+        }
         if _over(cut, INPUT_MAX_VALUES) >= 0 and not _refers(top):
             return cut
     out: dict[str, Any] = {"type": "object", "description": _described(schema, _INPUT_NOTE)}

@@ -42,15 +42,23 @@ class OperationCalls:
     _credentials: Credentials | None
     _operations: dict[str, Operation]
 
-    async def invoke(self, native_id: str, arguments: dict[str, Any], ctx: CallContext) -> UpstreamResult:
+    async def invoke(
+        self, native_id: str, arguments: dict[str, Any], ctx: CallContext
+    ) -> UpstreamResult:
         session, loaded, credentials = self._session, self._loaded, self._credentials
         if session is None or loaded is None or credentials is None:
-            raise BridgeError(f"upstream {self.name!r} is not started", error_class="dependency_unavailable",
-                              recoverability="retry_later")
+            raise BridgeError(
+                f"upstream {self.name!r} is not started",
+                error_class="dependency_unavailable",
+                recoverability="retry_later",
+            )
         op = self._operations.get(native_id)
         if op is None:
-            raise BridgeError(f"upstream {self.name!r} has no operation {native_id!r}", error_class="unknown_tool",
-                              recoverability="change_arguments")
+            raise BridgeError(
+                f"upstream {self.name!r} has no operation {native_id!r}",
+                error_class="unknown_tool",
+                recoverability="change_arguments",
+            )
         cfg = self.config
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ctx.timeout
@@ -62,9 +70,15 @@ class OperationCalls:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise _timeout(op, ctx.timeout)
-            if session.closed:  # closed while this call waited to retry: the upstream is reconnecting
-                raise BridgeError(f"upstream {self.name!r} is not connected (it is reconnecting)", error_class="dependency_unavailable",
-                                  recoverability="retry_later", retry_after=1.0)
+            if (
+                session.closed
+            ):  # closed while this call waited to retry: the upstream is reconnecting
+                raise BridgeError(
+                    f"upstream {self.name!r} is not connected (it is reconnecting)",
+                    error_class="dependency_unavailable",
+                    recoverability="retry_later",
+                    retry_after=1.0,
+                )
             parts = build_request(op, arguments)
             parts.default_headers(cfg.headers)
             for name, value in ctx.trace_headers().items():  # W3C trace context, over any other
@@ -73,30 +87,48 @@ class OperationCalls:
             used = await credentials.apply(parts, bound, session, remaining)
             secret = {k.lower() for k, v in parts.header_items().items() if plain.get(k) != v}
             try:
-                status, reason, headers, payload, charset = await self._send(session, op, parts, secret, remaining)
+                status, reason, headers, payload, charset = await self._send(
+                    session, op, parts, secret, remaining
+                )
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
                 if isinstance(exc, aiohttp.ServerTimeoutError):
                     raise _timeout(op, ctx.timeout) from None
                 if (failure := certificate_failure(exc, self.config.ca_file)) is not None:
                     # a setup problem, not an outage: not retried, the upstream not marked unavailable
-                    raise BridgeError(f"{op.method} {op.path}: {failure}", error_class="dependency_unavailable",
-                                      recoverability="setup") from None
+                    raise BridgeError(
+                        f"{op.method} {op.path}: {failure}",
+                        error_class="dependency_unavailable",
+                        recoverability="setup",
+                    ) from None
                 delay = self._retry_delay(op, attempt, None, deadline - loop.time())
-                what = redactor.text(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+                what = redactor.text(
+                    f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                )
                 if delay is not None:
                     attempt += 1
-                    await ctx.report_progress(f"retrying after a connection error ({attempt}/{cfg.retries.count})")
+                    await ctx.report_progress(
+                        f"retrying after a connection error ({attempt}/{cfg.retries.count})"
+                    )
                     await asyncio.sleep(delay)
                     continue
                 if cfg.health_path is not None or cfg.launch is not None:
-                    self.emit(UpstreamEvent("unavailable", reason=f"server does not answer: {what}"))
-                raise BridgeError(f"{op.method} {op.path}: the server cannot be reached ({what})",
-                                  error_class="dependency_unavailable", recoverability="retry_later") from None
+                    self.emit(
+                        UpstreamEvent("unavailable", reason=f"server does not answer: {what}")
+                    )
+                raise BridgeError(
+                    f"{op.method} {op.path}: the server cannot be reached ({what})",
+                    error_class="dependency_unavailable",
+                    recoverability="retry_later",
+                ) from None
             except TimeoutError:
                 raise _timeout(op, ctx.timeout) from None
-            except aiohttp.ClientError as exc:  # bad URL, too many redirects ...: the text may hold a query secret
+            except (
+                aiohttp.ClientError
+            ) as exc:  # bad URL, too many redirects ...: the text may hold a query secret
                 what = redactor.text(f"{type(exc).__name__}: {exc}")
-                raise BridgeError(f"{op.method} {op.path} failed: {what}", error_class="execution_failed") from None
+                raise BridgeError(
+                    f"{op.method} {op.path} failed: {what}", error_class="execution_failed"
+                ) from None
             if status == 401 and used and not refreshed:
                 # an OAuth2 token the server no longer accepts: fetch a new one and send once more
                 for token, value in used:
@@ -108,16 +140,34 @@ class OperationCalls:
                 delay = self._retry_delay(op, attempt, wait, deadline - loop.time())
                 if delay is not None:
                     attempt += 1
-                    await ctx.report_progress(f"retrying after HTTP {status} ({attempt}/{cfg.retries.count})")
+                    await ctx.report_progress(
+                        f"retrying after HTTP {status} ({attempt}/{cfg.retries.count})"
+                    )
                     await asyncio.sleep(delay)
                     continue
             if status < 400:
-                return success_result(op, status, reason, headers, payload, charset, self.name, ctx.invocation_id, redactor)
+                return success_result(
+                    op,
+                    status,
+                    reason,
+                    headers,
+                    payload,
+                    charset,
+                    self.name,
+                    ctx.invocation_id,
+                    redactor,
+                )
             log.info("%s %s %s -> HTTP %s", self.name, op.method, op.path, status)
             return error_result(op, status, reason, headers, payload, charset, redactor)
 
-    async def _send(self, session: aiohttp.ClientSession, op: Operation, parts: RequestParts, secret: set[str],
-                    timeout: float) -> tuple[int, str, Mapping[str, str], bytes, str | None]:
+    async def _send(
+        self,
+        session: aiohttp.ClientSession,
+        op: Operation,
+        parts: RequestParts,
+        secret: set[str],
+        timeout: float,
+    ) -> tuple[int, str, Mapping[str, str], bytes, str | None]:
         """Send one request, following redirects here rather than in aiohttp: the credentials
         (the `secret` headers, cookies, Authorization) go only to the origin they were
         configured for, and so do the configured `headers`. A redirect to another origin (a
@@ -132,25 +182,49 @@ class OperationCalls:
             # a client certificate, like the other credentials, is presented to the API's origin alone
             tls = parts.tls if parts.tls is not None and url.origin() == origin else True
             async with session.request(
-                method, url, headers=headers, data=data, allow_redirects=False, ssl=tls,
+                method,
+                url,
+                headers=headers,
+                data=data,
+                allow_redirects=False,
+                ssl=tls,
                 # without it aiohttp labels a POST, PUT or PATCH that has no body application/octet-stream
                 skip_auto_headers=("Content-Type",) if data is None else None,
-                timeout=aiohttp.ClientTimeout(total=timeout, connect=min(cfg.connect_timeout, timeout)),
+                timeout=aiohttp.ClientTimeout(
+                    total=timeout, connect=min(cfg.connect_timeout, timeout)
+                ),
             ) as response:
                 location = response.headers.get("Location")
                 if response.status not in _REDIRECTS or not location:
-                    payload = await read_body(response, cfg.max_response_bytes, f"{op.method} {op.path}")
-                    return response.status, response.reason or "", response.headers, payload, response.charset
+                    payload = await read_body(
+                        response, cfg.max_response_bytes, f"{op.method} {op.path}"
+                    )
+                    return (
+                        response.status,
+                        response.reason or "",
+                        response.headers,
+                        payload,
+                        response.charset,
+                    )
                 status = response.status
             url = _redirect_target(op, url, location, status)
             if url.origin() != origin:
-                headers = {k: v for k, v in headers.items() if k.lower() not in secret and k.lower() not in _ORIGIN_BOUND}
+                headers = {
+                    k: v
+                    for k, v in headers.items()
+                    if k.lower() not in secret and k.lower() not in _ORIGIN_BOUND
+                }
             if status == 303 or (status in (301, 302) and method == "POST"):
                 method, data = "GET", None
                 headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
-        raise BridgeError(f"{op.method} {op.path}: more than {MAX_REDIRECTS} redirects", error_class="execution_failed")
+        raise BridgeError(
+            f"{op.method} {op.path}: more than {MAX_REDIRECTS} redirects",
+            error_class="execution_failed",
+        )
 
-    def _retry_delay(self, op: Operation, attempt: int, retry_after: float | None, remaining: float) -> float | None:
+    def _retry_delay(
+        self, op: Operation, attempt: int, retry_after: float | None, remaining: float
+    ) -> float | None:
         """Seconds to wait before the next attempt, or None when this answer is final."""
         retries = self.config.retries
         if not op.idempotent or attempt >= retries.count:
@@ -160,7 +234,9 @@ class OperationCalls:
             if delay > retries.max_retry_after:
                 return None
         else:
-            delay = min(retries.max_backoff, retries.backoff * (2**attempt)) * (0.5 + random.random() / 2)
+            delay = min(retries.max_backoff, retries.backoff * (2**attempt)) * (
+                0.5 + random.random() / 2
+            )
         return delay if delay < remaining else None
 
 
@@ -180,13 +256,20 @@ def _redirect_target(op: Operation, url: URL, location: str, status: int) -> URL
         target = None
     if target is None or target.scheme not in ("http", "https") or not target.host:
         shown = location if len(location) <= 200 else location[:197] + "..."
-        raise BridgeError(f"{op.method} {op.path}: the server redirected (HTTP {status}) to "
-                          f"{shown!r}, which is not an http(s) URL; it was not followed",
-                          error_class="execution_failed", error_code="redirect_refused",
-                          details={"status": status, "location": shown})
+        raise BridgeError(
+            f"{op.method} {op.path}: the server redirected (HTTP {status}) to "
+            f"{shown!r}, which is not an http(s) URL; it was not followed",
+            error_class="execution_failed",
+            error_code="redirect_refused",
+            details={"status": status, "location": shown},
+        )
     return target
 
 
 def _timeout(op: Operation, seconds: float) -> BridgeError:
-    return BridgeError(f"{op.method} {op.path} did not answer within {seconds:g}s", error_class="timeout",
-                       recoverability="retry", status="timed_out")
+    return BridgeError(
+        f"{op.method} {op.path} did not answer within {seconds:g}s",
+        error_class="timeout",
+        recoverability="retry",
+        status="timed_out",
+    )

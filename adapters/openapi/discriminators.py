@@ -17,8 +17,12 @@ from adapters.openapi.keywords import is_dict
 __all__ = ["Discriminators", "pinned"]
 
 
-def pinned(discriminator: Any, raw: list[Any], branches: list[Any],
-            implicit: Callable[[Any, str], str | None]) -> list[Any]:
+def pinned(
+    discriminator: Any,
+    raw: list[Any],
+    branches: list[Any],
+    implicit: Callable[[Any, str], str | None],
+) -> list[Any]:
     """OpenAPI's `discriminator` names the branch of a `oneOf` / `anyOf` a value takes by one of
     its properties; JSON Schema has no such keyword, and without it a value can match another
     branch than the one its server reads it as. Each branch gets the property's value(s) as a
@@ -32,8 +36,16 @@ def pinned(discriminator: Any, raw: list[Any], branches: list[Any],
     out = []
     for raw_branch, branch in zip(raw, branches, strict=True):
         ref = raw_branch.get("$ref") if is_dict(raw_branch) else None
-        values = [value for value, target in mapping.items() if isinstance(ref, str) and isinstance(target, str)
-                  and (target == ref or (not target.startswith(("#", ".", "/")) and ref.endswith("/" + target)))]
+        values = [
+            value
+            for value, target in mapping.items()
+            if isinstance(ref, str)
+            and isinstance(target, str)
+            and (
+                target == ref
+                or (not target.startswith(("#", ".", "/")) and ref.endswith("/" + target))
+            )
+        ]
         if not values:
             name = implicit(raw_branch, prop)
             values = [name] if name is not None and name not in mapping else []
@@ -71,7 +83,9 @@ class Discriminators:
                 return None, base
         return node, base
 
-    def _discriminator_of(self, node: dict[str, Any], branches: Any, base: str) -> dict[str, Any] | None:
+    def _discriminator_of(
+        self, node: dict[str, Any], branches: Any, base: str
+    ) -> dict[str, Any] | None:
         """The discriminator that picks a branch of `node`'s `oneOf` / `anyOf`: its own, or, when
         it has none, the one each branch inherits through `allOf` from a base schema (`Cat` is
         `allOf: [Pet, {...}]` and `Pet` holds the discriminator), when all branches inherit one
@@ -83,7 +97,9 @@ class Discriminators:
         found: dict[str, Any] | None = None
         for branch in branches:
             inherited = self._inherited_discriminator(branch, base, 3)
-            if inherited is None or (found is not None and inherited["propertyName"] != found["propertyName"]):
+            if inherited is None or (
+                found is not None and inherited["propertyName"] != found["propertyName"]
+            ):
                 return None
             found = found or inherited
         return found

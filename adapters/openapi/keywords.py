@@ -10,7 +10,15 @@ import re
 import warnings
 from typing import Any, TypeGuard
 
-__all__ = ["ANNOTATIONS", "beside_ref", "distinct", "is_dict", "json_type", "or_null", "python_reads"]
+__all__ = [
+    "ANNOTATIONS",
+    "beside_ref",
+    "distinct",
+    "is_dict",
+    "json_type",
+    "or_null",
+    "python_reads",
+]
 
 
 def is_dict(node: Any) -> TypeGuard[dict[str, Any]]:
@@ -40,8 +48,12 @@ def json_type(kind: Any) -> bool:
     """Whether `kind` is a JSON Schema `type`: one of its seven names, or a list of them."""
     if isinstance(kind, str):
         return kind in _JSON_TYPES
-    return (isinstance(kind, list) and bool(kind) and all(isinstance(k, str) and k in _JSON_TYPES for k in kind)
-            and len(set(kind)) == len(kind))
+    return (
+        isinstance(kind, list)
+        and bool(kind)
+        and all(isinstance(k, str) and k in _JSON_TYPES for k in kind)
+        and len(set(kind)) == len(kind)
+    )
 
 
 def distinct(values: list[Any]) -> list[Any]:
@@ -86,8 +98,22 @@ def or_null(schema: Any) -> Any:
 # string schema would leave no value valid).
 ANNOTATIONS = frozenset({"title", "description", "default", "deprecated", "readOnly", "writeOnly"})
 # Keywords whose meaning depends on others beside them: a schema holding one is not merged into another.
-_ENTANGLED = frozenset({"additionalProperties", "unevaluatedProperties", "additionalItems", "unevaluatedItems",
-                        "items", "prefixItems", "if", "then", "else", "contains", "minContains", "maxContains"})
+_ENTANGLED = frozenset(
+    {
+        "additionalProperties",
+        "unevaluatedProperties",
+        "additionalItems",
+        "unevaluatedItems",
+        "items",
+        "prefixItems",
+        "if",
+        "then",
+        "else",
+        "contains",
+        "minContains",
+        "maxContains",
+    }
+)
 
 
 def beside_ref(target: dict[str, Any], siblings: dict[str, Any]) -> dict[str, Any]:

@@ -37,8 +37,12 @@ class OAuth2Token:
         self._token: str | None = None
         self._expires_at = 0.0
         self._lock = asyncio.Lock()
-        self.tls: ssl.SSLContext | None = None  # `ca_file`'s, when the endpoint is on the API's origin
-        self.ca_file: str | None = None  # the upstream's, as written: named in the fix of a certificate that fails its check
+        self.tls: ssl.SSLContext | None = (
+            None  # `ca_file`'s, when the endpoint is on the API's origin
+        )
+        self.ca_file: str | None = (
+            None  # the upstream's, as written: named in the fix of a certificate that fails its check
+        )
 
     def invalidate(self, token: str | None = None) -> None:
         if token is None or token == self._token:
@@ -46,7 +50,10 @@ class OAuth2Token:
 
     async def get(self, session: aiohttp.ClientSession, timeout: float) -> str:
         async with self._lock:
-            if self._token is not None and self.clock() < self._expires_at - self.config.refresh_margin:
+            if (
+                self._token is not None
+                and self.clock() < self._expires_at - self.config.refresh_margin
+            ):
                 return self._token
             self._token = None
             self._token, lifetime = await self._fetch(session, timeout)
@@ -73,27 +80,52 @@ class OAuth2Token:
         try:
             # not redirected: the client secret goes to the configured token_url alone (a 307 or
             # 308 would send the form again wherever it points)
-            async with session.post(self.token_url, data=form, headers=headers, allow_redirects=False,
-                                    ssl=self.tls if self.tls is not None else True,
-                                    timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+            async with session.post(
+                self.token_url,
+                data=form,
+                headers=headers,
+                allow_redirects=False,
+                ssl=self.tls if self.tls is not None else True,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as response:
                 if 300 <= response.status < 400:
-                    raise setup_error(f"the OAuth2 token endpoint {self.token_url} answered HTTP {response.status}, a redirect, "
-                                       "which is not followed with the client credentials: set token_url to where it leads")
+                    raise setup_error(
+                        f"the OAuth2 token endpoint {self.token_url} answered HTTP {response.status}, a redirect, "
+                        "which is not followed with the client credentials: set token_url to where it leads"
+                    )
                 try:
-                    payload = json.loads(await read_body(response, TOKEN_BYTES, "the OAuth2 token endpoint's answer"))
+                    payload = json.loads(
+                        await read_body(response, TOKEN_BYTES, "the OAuth2 token endpoint's answer")
+                    )
                 except (ValueError, RecursionError):
                     payload = None
-                if response.status != 200 or not isinstance(payload, dict) or not isinstance(payload.get("access_token"), str):
+                if (
+                    response.status != 200
+                    or not isinstance(payload, dict)
+                    or not isinstance(payload.get("access_token"), str)
+                ):
                     code = payload.get("error") if isinstance(payload, dict) else None
                     raise setup_error(
                         f"the OAuth2 token endpoint {self.token_url} refused the client credentials: "
-                        f"HTTP {response.status}" + (f" {code}" if isinstance(code, str) else ""))
+                        f"HTTP {response.status}" + (f" {code}" if isinstance(code, str) else "")
+                    )
         except (aiohttp.ClientError, TimeoutError) as exc:
             if (failure := certificate_failure(exc, self.ca_file)) is not None:
-                raise BridgeError(f"the OAuth2 token endpoint {self.token_url}: {failure}", error_class="dependency_unavailable",
-                                  recoverability="setup") from None
-            raise BridgeError(f"the OAuth2 token endpoint {self.token_url} cannot be reached ({type(exc).__name__})",
-                              error_class="dependency_unavailable", recoverability="retry_later") from None
+                raise BridgeError(
+                    f"the OAuth2 token endpoint {self.token_url}: {failure}",
+                    error_class="dependency_unavailable",
+                    recoverability="setup",
+                ) from None
+            raise BridgeError(
+                f"the OAuth2 token endpoint {self.token_url} cannot be reached ({type(exc).__name__})",
+                error_class="dependency_unavailable",
+                recoverability="retry_later",
+            ) from None
         expires_in = payload.get("expires_in")
-        lifetime = float(expires_in) if isinstance(expires_in, (int, float, str)) and str(expires_in).replace(".", "", 1).isdigit() else 3600.0
+        lifetime = (
+            float(expires_in)
+            if isinstance(expires_in, (int, float, str))
+            and str(expires_in).replace(".", "", 1).isdigit()
+            else 3600.0
+        )
         return payload["access_token"], lifetime

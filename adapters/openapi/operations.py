@@ -49,9 +49,13 @@ class Selector(BaseModel):
             return False
         if self.path is not None and not fnmatch.fnmatchcase(path, self.path):
             return False
-        if self.operation_id is not None and not fnmatch.fnmatchcase(operation_id or "", self.operation_id):
+        if self.operation_id is not None and not fnmatch.fnmatchcase(
+            operation_id or "", self.operation_id
+        ):
             return False
-        return not (self.tag is not None and not any(fnmatch.fnmatchcase(t, self.tag) for t in tags))
+        return not (
+            self.tag is not None and not any(fnmatch.fnmatchcase(t, self.tag) for t in tags)
+        )
 
 
 SelectorSpec = str | Selector
@@ -78,12 +82,24 @@ def _safety(method: str, op: dict[str, Any]) -> SafetyHints:
     for key in ("x-read-only", "x-readonly", "x-destructive", "x-idempotent", "x-open-world"):
         if key in op:
             declared[_snake(key[2:].replace("readonly", "read-only"))] = op[key]
-    known = ("read_only", "destructive", "idempotent", "open_world", "reversible", "billable", "requires_user_interaction")
+    known = (
+        "read_only",
+        "destructive",
+        "idempotent",
+        "open_world",
+        "reversible",
+        "billable",
+        "requires_user_interaction",
+    )
     for key, value in declared.items():
         if key in known and isinstance(value, bool):
             facts[key] = value
             sources[key] = "declared"
-    if sources.get("read_only") == "declared" and facts["read_only"] and "destructive" not in declared:
+    if (
+        sources.get("read_only") == "declared"
+        and facts["read_only"]
+        and "destructive" not in declared
+    ):
         facts["destructive"] = False
     return SafetyHints(**facts, sources=sources)
 
@@ -123,23 +139,33 @@ def shown_url(url: str) -> str:
 
 def _server_url(servers: Any, doc: Document, variables: dict[str, str], where: str) -> str:
     if not isinstance(servers, list) or not servers or not isinstance(servers[0], dict):
-        raise SpecError("the document names no server; set `base_url` in the upstream's config", where)
+        raise SpecError(
+            "the document names no server; set `base_url` in the upstream's config", where
+        )
     server = servers[0]
     url = str(server.get("url", ""))
     declared = server.get("variables") or {}
     if not isinstance(declared, dict):
-        raise SpecError(f"`servers[0].variables` must be an object of variables, got {type(declared).__name__}", where)
+        raise SpecError(
+            f"`servers[0].variables` must be an object of variables, got {type(declared).__name__}",
+            where,
+        )
     for name, var in declared.items():
         value = variables.get(name, var.get("default") if isinstance(var, dict) else None)
         if value is None:
-            raise SpecError(f"server variable {name!r} has no default; set it under `server_variables`", where)
+            raise SpecError(
+                f"server variable {name!r} has no default; set it under `server_variables`", where
+            )
         url = url.replace("{" + name + "}", str(value))
     if not urlsplit(url).scheme:
         if urlsplit(doc.uri).scheme in ("http", "https"):
             url = urljoin(doc.uri, url)
         else:
-            raise SpecError(f"the server URL {url!r} is relative and the document was read from a file; "
-                            "set `base_url` in the upstream's config", where)
+            raise SpecError(
+                f"the server URL {url!r} is relative and the document was read from a file; "
+                "set `base_url` in the upstream's config",
+                where,
+            )
     return url.rstrip("/")
 
 
@@ -149,15 +175,20 @@ def _tags(op: dict[str, Any]) -> list[str]:
     return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
 
 
-
 def _needs_a_value(schema: dict[str, Any]) -> None:
     """A required parameter's list gets `minItems: 1`, and its object, when it requires no
     property, `minProperties: 1`: an empty one is sent as no parameter at all (RFC 6570 leaves
     it undefined; a path gets an empty segment), which the server reads as the parameter missing."""
-    if schema.get("type") == "array" and not (isinstance(schema.get("minItems"), int) and schema["minItems"] >= 1):
+    if schema.get("type") == "array" and not (
+        isinstance(schema.get("minItems"), int) and schema["minItems"] >= 1
+    ):
         schema["minItems"] = 1
-    elif schema.get("type") == "object" and not schema.get("required") and (schema.get("properties") or schema.get(
-            "additionalProperties") is not False) and not (isinstance(schema.get("minProperties"), int) and schema["minProperties"] >= 1):
+    elif (
+        schema.get("type") == "object"
+        and not schema.get("required")
+        and (schema.get("properties") or schema.get("additionalProperties") is not False)
+        and not (isinstance(schema.get("minProperties"), int) and schema["minProperties"] >= 1)
+    ):
         schema["minProperties"] = 1
 
 
@@ -172,7 +203,9 @@ def _free(prop: str, properties: dict[str, Any]) -> str:
 
 
 class _Mapper(BodyMapping):
-    def __init__(self, doc: Document, base_url: str | None, variables: dict[str, str], description_max: int) -> None:
+    def __init__(
+        self, doc: Document, base_url: str | None, variables: dict[str, str], description_max: int
+    ) -> None:
         self.doc = doc
         self.inliner = SchemaInliner(doc.lookup, doc.uri, doc.openapi_30)
         self.shared = SharedSchemas()  # the tools' schemas, each distinct one held once
@@ -189,7 +222,9 @@ class _Mapper(BodyMapping):
             self._servers[key] = _server_url(servers, self.doc, self.variables, where)
         return self._servers[key]
 
-    def parameters(self, raw: Any, doc_base: str, where: str) -> list[tuple[dict[str, Any], str, str]]:
+    def parameters(
+        self, raw: Any, doc_base: str, where: str
+    ) -> list[tuple[dict[str, Any], str, str]]:
         if raw is None:
             return []
         if not isinstance(raw, list):
@@ -199,23 +234,47 @@ class _Mapper(BodyMapping):
             at = f"{where}[{i}]"
             param, base = self.inliner.resolve(item, doc_base, at)
             if not isinstance(param, dict) or not isinstance(param.get("name"), str):
-                raise SpecError("a parameter needs a `name` (a string) and `in` (path, query, header or cookie)", at)
+                raise SpecError(
+                    "a parameter needs a `name` (a string) and `in` (path, query, header or cookie)",
+                    at,
+                )
             location = param.get("in")
             if not isinstance(location, str) or location not in _DEFAULT_STYLE:
                 raise SpecError(f"`in` must be path, query, header or cookie, not {location!r}", at)
             out.append((param, base, at))
         return out
 
-    def operation(self, path: str, method: str, item: dict[str, Any], op: dict[str, Any], path_at: str,
-                  native_id: str, doc_base: str) -> tuple[Operation, UpstreamTool]:
+    def operation(
+        self,
+        path: str,
+        method: str,
+        item: dict[str, Any],
+        op: dict[str, Any],
+        path_at: str,
+        native_id: str,
+        doc_base: str,
+    ) -> tuple[Operation, UpstreamTool]:
         """`doc_base` is the URI of the file the path item lives in (relative `$ref`s start there)."""
         where = f"{path_at}.{method}"
-        params = {(x[0]["name"], x[0]["in"]): x for x in self.parameters(item.get("parameters"), doc_base, f"{path_at}.parameters")}
-        params.update({(x[0]["name"], x[0]["in"]): x for x in self.parameters(op.get("parameters"), doc_base, f"{where}.parameters")})
+        params = {
+            (x[0]["name"], x[0]["in"]): x
+            for x in self.parameters(item.get("parameters"), doc_base, f"{path_at}.parameters")
+        }
+        params.update(
+            {
+                (x[0]["name"], x[0]["in"]): x
+                for x in self.parameters(op.get("parameters"), doc_base, f"{where}.parameters")
+            }
+        )
         templated = set(re.findall(r"\{([^{}]+)\}", path))
         undeclared = sorted(templated - {name for name, location in params if location == "path"})
-        if undeclared:  # the URL would be sent with `{x}` in it (a validated document never gets here)
-            raise SpecError(f"the path template's {{{undeclared[0]}}} has no `in: path` parameter; declare it", where)
+        if (
+            undeclared
+        ):  # the URL would be sent with `{x}` in it (a validated document never gets here)
+            raise SpecError(
+                f"the path template's {{{undeclared[0]}}} has no `in: path` parameter; declare it",
+                where,
+            )
         properties: dict[str, Any] = {}
         required: list[str] = []
         needs: set[str] = set()
@@ -229,9 +288,14 @@ class _Mapper(BodyMapping):
             elif isinstance(param.get("content"), dict) and param["content"]:
                 media_type, media = next(iter(param["content"].items()))
                 if not isinstance(media, dict | None):
-                    raise SpecError(f"`content[{media_type!r}]` must be a media type object (with a `schema`), "
-                                    f"got {type(media).__name__}", at)
-                schema = self.inliner.expand((media or {}).get("schema", {}), base, f"{at}.content", "input", needs)
+                    raise SpecError(
+                        f"`content[{media_type!r}]` must be a media type object (with a `schema`), "
+                        f"got {type(media).__name__}",
+                        at,
+                    )
+                schema = self.inliner.expand(
+                    (media or {}).get("schema", {}), base, f"{at}.content", "input", needs
+                )
             else:
                 schema = {}
             schema = dict(schema) if isinstance(schema, dict) else {}
@@ -239,35 +303,72 @@ class _Mapper(BodyMapping):
                 schema["description"] = param["description"]
             if param.get("deprecated"):
                 schema["deprecated"] = True
-            prop = name if _NAME_RULE.match(name) and name not in properties else _free(_clean(f"{location}_{name}")[:64], properties)
-            if prop != name:  # the model still learns which parameter it fills (`query_StartTime_2`: `StartTime>`)
+            prop = (
+                name
+                if _NAME_RULE.match(name) and name not in properties
+                else _free(_clean(f"{location}_{name}")[:64], properties)
+            )
+            if (
+                prop != name
+            ):  # the model still learns which parameter it fills (`query_StartTime_2`: `StartTime>`)
                 note = f"the {location} parameter {name}"
-                schema["description"] = f"{schema['description']} ({note})" if isinstance(schema.get("description"), str) and schema["description"] else note
+                schema["description"] = (
+                    f"{schema['description']} ({note})"
+                    if isinstance(schema.get("description"), str) and schema["description"]
+                    else note
+                )
             properties[prop] = schema
             if param.get("required") or location == "path":
                 required.append(prop)
                 if media_type is None:
                     _needs_a_value(schema)
             style = param.get("style") or _DEFAULT_STYLE[location]
-            specs.append(ParamSpec(prop=prop, name=name, location=location, style=style,
-                                   explode=param.get("explode", style == "form"),
-                                   allow_reserved=bool(param.get("allowReserved")), media_type=media_type))
-        body = self.request_body(op.get("requestBody"), doc_base, f"{where}.requestBody", properties, required, needs)
-        input_schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+            specs.append(
+                ParamSpec(
+                    prop=prop,
+                    name=name,
+                    location=location,
+                    style=style,
+                    explode=param.get("explode", style == "form"),
+                    allow_reserved=bool(param.get("allowReserved")),
+                    media_type=media_type,
+                )
+            )
+        body = self.request_body(
+            op.get("requestBody"), doc_base, f"{where}.requestBody", properties, required, needs
+        )
+        input_schema: dict[str, Any] = {
+            "type": "object",
+            "properties": properties,
+            "additionalProperties": False,
+        }
         if required:
             input_schema["required"] = required
-        input_schema = bounded_input_schema(self.inliner.with_defs(input_schema, needs, "input"), self.inliner.written_size)
-        output_schema, wrap = self.response_schema(op.get("responses"), doc_base, f"{where}.responses")
+        input_schema = bounded_input_schema(
+            self.inliner.with_defs(input_schema, needs, "input"), self.inliner.written_size
+        )
+        output_schema, wrap = self.response_schema(
+            op.get("responses"), doc_base, f"{where}.responses"
+        )
         security = op.get("security", self.doc.data.get("security"))
         security = security if isinstance(security, list) else None
-        scheme_refs = sorted({name for alt in security or [] if isinstance(alt, dict) for name in alt})
-        server_url = self.server_for(op.get("servers") or item.get("servers") or self.doc.data.get("servers"), where)
+        scheme_refs = sorted(
+            {name for alt in security or [] if isinstance(alt, dict) for name in alt}
+        )
+        server_url = self.server_for(
+            op.get("servers") or item.get("servers") or self.doc.data.get("servers"), where
+        )
         operation_id = found if isinstance(found := op.get("operationId"), str) else None
-        name = _clean(operation_id or "") or "_".join([method, *(s for s in re.split(r"[^A-Za-z0-9.-]+", path) if s)])
+        name = _clean(operation_id or "") or "_".join(
+            [method, *(s for s in re.split(r"[^A-Za-z0-9.-]+", path) if s)]
+        )
         safety = _safety(method, op)
         summary, description = str(op.get("summary") or ""), str(op.get("description") or "")
         tags = _tags(op)
-        annotations: dict[str, Any] = {"summary": summary or None, "description": description or None}
+        annotations: dict[str, Any] = {
+            "summary": summary or None,
+            "description": description or None,
+        }
         if isinstance(op.get("externalDocs"), dict):
             annotations["external_docs"] = op["externalDocs"].get("url")
         if body is not None:
@@ -276,7 +377,8 @@ class _Mapper(BodyMapping):
             native_id=native_id,
             name=name,
             title=summary.strip() or None,
-            description=_describe(summary, description, self.description_max) or f"{method.upper()} {path}",
+            description=_describe(summary, description, self.description_max)
+            or f"{method.upper()} {path}",
             tool_kind="openapi_operation",
             input_schema=self.shared.intern(input_schema),
             output_schema=self.shared.intern(output_schema),
@@ -286,18 +388,31 @@ class _Mapper(BodyMapping):
             # and the search derives one from the title (the summary) and the description
             search_hint=summary.strip() if 0 < len(summary.split()) <= 10 else None,
             external_mapping={
-                "source": "openapi", "operation_id": operation_id, "method": method.upper(), "path": path,
-                "server_url": shown_url(server_url), "security_scheme_refs": scheme_refs,
+                "source": "openapi",
+                "operation_id": operation_id,
+                "method": method.upper(),
+                "path": path,
+                "server_url": shown_url(server_url),
+                "security_scheme_refs": scheme_refs,
             },
             annotations={"openapi": {k: v for k, v in annotations.items() if v is not None}},
             lifecycle="deprecated" if op.get("deprecated") is True else "available",
         )
         operation = Operation(
-            native_id=native_id, name=name, method=method.upper(), path=path, server_url=server_url,
-            params=tuple(specs), body=body, security=security, idempotent=safety.idempotent,
-            wrap_result=wrap, operation_id=operation_id,
+            native_id=native_id,
+            name=name,
+            method=method.upper(),
+            path=path,
+            server_url=server_url,
+            params=tuple(specs),
+            body=body,
+            security=security,
+            idempotent=safety.idempotent,
+            wrap_result=wrap,
+            operation_id=operation_id,
         )
         return operation, tool
+
 
 def map_operations(
     doc: Document,
@@ -345,15 +460,20 @@ def map_operations(
         on_phase(f"mapping {len(selected):,} operation{'' if len(selected) == 1 else 's'}")
     operations: dict[str, Operation] = {}
     tools: list[UpstreamTool] = []
-    for (path, method, item, op, at, item_base, _), native_id in zip(selected, _native_ids(selected), strict=True):
+    for (path, method, item, op, at, item_base, _), native_id in zip(
+        selected, _native_ids(selected), strict=True
+    ):
         try:
             operation, tool = mapper.operation(path, method, item, op, at, native_id, item_base)
         except SpecError as exc:
             error = exc
         except (TypeError, AttributeError, KeyError, ValueError) as exc:
             # a value of a type the specification does not allow, somewhere the checks above miss
-            error = SpecError(f"{method.upper()} {path} has a malformed field ({type(exc).__name__}: {exc}); check it "
-                              "against the OpenAPI specification, or leave it out with `exclude`", f"{at}.{method}")
+            error = SpecError(
+                f"{method.upper()} {path} has a malformed field ({type(exc).__name__}: {exc}); check it "
+                "against the OpenAPI specification, or leave it out with `exclude`",
+                f"{at}.{method}",
+            )
         else:
             operations[native_id] = operation
             tools.append(tool)
@@ -377,7 +497,11 @@ def _native_ids(selected: list[tuple[Any, ...]]) -> list[str]:
     taken: set[str] = set()
     out: list[str] = []
     for own, (*_, operation_id) in zip(generated, selected, strict=True):
-        usable = operation_id and operation_id not in taken and (operation_id == own or operation_id not in reserved)
+        usable = (
+            operation_id
+            and operation_id not in taken
+            and (operation_id == own or operation_id not in reserved)
+        )
         native_id = operation_id if usable else own
         taken.add(native_id)
         out.append(native_id)

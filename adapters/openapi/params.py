@@ -19,7 +19,14 @@ import aiohttp
 from adapters.openapi.records import BodySpec, Operation, ParamSpec
 from bridge.model import BridgeError
 
-__all__ = ["RequestParts", "build_request", "serialize_cookie", "serialize_header", "serialize_path", "serialize_query"]
+__all__ = [
+    "RequestParts",
+    "build_request",
+    "serialize_cookie",
+    "serialize_header",
+    "serialize_path",
+    "serialize_query",
+]
 
 # what `allowReserved` lets through unencoded: RFC 3986's reserved characters, less those a query
 # cannot hold as they are (`#` would end it, `[` `]`) or that split or change it as a form (`&`
@@ -37,7 +44,9 @@ class RequestParts:
     headers: dict[str, str] = field(default_factory=dict)
     cookies: list[str] = field(default_factory=list)  # `name=value` items
     data: Any = None  # bytes, str or aiohttp.FormData
-    tls: ssl.SSLContext | None = None  # of the API's origin only: a client certificate's, or `ca_file`'s
+    tls: ssl.SSLContext | None = (
+        None  # of the API's origin only: a client certificate's, or `ca_file`'s
+    )
 
     def full_url(self) -> str:
         return self.url + ("?" + "&".join(self.query) if self.query else "")
@@ -49,7 +58,12 @@ class RequestParts:
         if self.cookies:
             names = {_name(item) for item in self.cookies}
             given = [headers.pop(key) for key in [k for k in headers if k.lower() == "cookie"]]
-            kept = [item for value in given for part in value.split(";") if (item := part.strip()) and _name(item) not in names]
+            kept = [
+                item
+                for value in given
+                for part in value.split(";")
+                if (item := part.strip()) and _name(item) not in names
+            ]
             headers["Cookie"] = "; ".join([*kept, *self.cookies])
         return headers
 
@@ -124,7 +138,10 @@ def serialize_path(spec: ParamSpec, value: Any) -> str:
         if isinstance(value, list):
             return ",".join(_enc(v) for v in value)
         if isinstance(value, dict):
-            return ",".join(f"{_enc(k)}={_enc(v)}" if explode else f"{_enc(k)},{_enc(v)}" for k, v in _pairs(value))
+            return ",".join(
+                f"{_enc(k)}={_enc(v)}" if explode else f"{_enc(k)},{_enc(v)}"
+                for k, v in _pairs(value)
+            )
         return _enc(value)
     if style == "label":
         if isinstance(value, list):
@@ -144,7 +161,9 @@ def serialize_path(spec: ParamSpec, value: Any) -> str:
                 return "".join(f";{_enc(k)}={_enc(v)}" for k, v in _pairs(value))
             return f";{name}=" + ",".join(f"{_enc(k)},{_enc(v)}" for k, v in _pairs(value))
         return f";{name}" if value == "" else f";{name}={_enc(value)}"
-    raise _invalid(f"path parameter {spec.name!r} has style {style!r}, which OpenAPI does not allow in a path")
+    raise _invalid(
+        f"path parameter {spec.name!r} has style {style!r}, which OpenAPI does not allow in a path"
+    )
 
 
 def serialize_query(spec: ParamSpec, value: Any) -> list[str]:
@@ -168,7 +187,9 @@ def serialize_query(spec: ParamSpec, value: Any) -> list[str]:
             return [f"{name}=" + sep.join(f"{enc(k)}{sep}{enc(v)}" for k, v in _pairs(value))]
         return [f"{name}={enc(value)}"]
     if style not in ("form", "spaceDelimited", "pipeDelimited"):
-        raise _invalid(f"query parameter {spec.name!r} has style {style!r}, which OpenAPI does not allow in a query")
+        raise _invalid(
+            f"query parameter {spec.name!r} has style {style!r}, which OpenAPI does not allow in a query"
+        )
     if isinstance(value, list):
         if explode:
             return [f"{name}={enc(v)}" for v in value]
@@ -185,7 +206,11 @@ def _deep(prefix: str, value: dict[str, Any] | list[Any], enc: Any) -> list[str]
     (`items[0][price]=p`). OpenAPI leaves arrays undefined here; indexes are what Stripe, whose
     document uses deepObject arrays throughout, and the `qs` convention read."""
     out: list[str] = []
-    pairs = ((str(i), v) for i, v in enumerate(value) if v is not None) if isinstance(value, list) else _pairs(value)
+    pairs = (
+        ((str(i), v) for i, v in enumerate(value) if v is not None)
+        if isinstance(value, list)
+        else _pairs(value)
+    )
     for key, item in pairs:
         inner = f"{prefix}[{quote(key, safe='')}]"
         if isinstance(item, (dict, list)):
@@ -200,7 +225,9 @@ def serialize_header(spec: ParamSpec, value: Any) -> str:
     if isinstance(value, list):
         text = ",".join(_text(v) for v in value)
     elif isinstance(value, dict):
-        text = ",".join(f"{k}={_text(v)}" if spec.explode else f"{k},{_text(v)}" for k, v in _pairs(value))
+        text = ",".join(
+            f"{k}={_text(v)}" if spec.explode else f"{k},{_text(v)}" for k, v in _pairs(value)
+        )
     else:
         text = _text(value)
     if "\r" in text or "\n" in text:
@@ -238,8 +265,14 @@ def _b64(value: Any, what: str) -> bytes:
 def _form_items(key: str, value: Any, encoding: dict[str, Any]) -> list[str]:
     style = encoding.get("style", "form")
     explode = encoding.get("explode", style == "form")
-    spec = ParamSpec(prop=key, name=key, location="query", style=style, explode=explode,
-                     allow_reserved=bool(encoding.get("allowReserved")))
+    spec = ParamSpec(
+        prop=key,
+        name=key,
+        location="query",
+        style=style,
+        explode=explode,
+        allow_reserved=bool(encoding.get("allowReserved")),
+    )
     return serialize_query(spec, value)
 
 
@@ -247,7 +280,9 @@ def _body(body: BodySpec, value: Any) -> tuple[Any, str | None]:
     """(payload, content type); the content type is None where aiohttp sets it (multipart)."""
     encodings = dict(body.encoding)
     if body.kind == "json":
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(), body.media_type
+        return json.dumps(
+            value, ensure_ascii=False, separators=(",", ":")
+        ).encode(), body.media_type
     if body.kind == "form":
         if not isinstance(value, dict):
             raise _invalid("a form body must be an object")
@@ -256,8 +291,12 @@ def _body(body: BodySpec, value: Any) -> tuple[Any, str | None]:
     if body.kind == "multipart" and body.file_part is not None:
         form = aiohttp.FormData(quote_fields=True)
         content_type = encodings.get(body.file_part, {}).get("contentType")
-        form.add_field(body.file_part, _b64(value, "the body"), filename=body.file_part,
-                       content_type=content_type or "application/octet-stream")
+        form.add_field(
+            body.file_part,
+            _b64(value, "the body"),
+            filename=body.file_part,
+            content_type=content_type or "application/octet-stream",
+        )
         return form, None
     if body.kind == "multipart":
         if not isinstance(value, dict):
@@ -266,8 +305,12 @@ def _body(body: BodySpec, value: Any) -> tuple[Any, str | None]:
         for key, item in _pairs(value):
             content_type = encodings.get(key, {}).get("contentType")
             if key in body.binary_fields:
-                form.add_field(key, _b64(item, f"field {key!r}"), filename=key,
-                               content_type=content_type or "application/octet-stream")
+                form.add_field(
+                    key,
+                    _b64(item, f"field {key!r}"),
+                    filename=key,
+                    content_type=content_type or "application/octet-stream",
+                )
             elif isinstance(item, list) and all(not isinstance(i, (dict, list)) for i in item):
                 for part in item:
                     form.add_field(key, _text(part), content_type=content_type or "text/plain")
@@ -289,8 +332,10 @@ def _check_segments(template: str, path: str) -> None:
     `/`: it is percent-encoded.)"""
     made = [segment for segment in path.split("/") if segment in (".", "..")]
     if len(made) > len([segment for segment in template.split("/") if segment in (".", "..")]):
-        raise _invalid(f"the path parameters of {template} made a path segment '{made[-1]}', which a server reads as a "
-                       "step in the path: a path value cannot be '.' or '..'")
+        raise _invalid(
+            f"the path parameters of {template} made a path segment '{made[-1]}', which a server reads as a "
+            "step in the path: a path value cannot be '.' or '..'"
+        )
 
 
 def build_request(op: Operation, arguments: dict[str, Any]) -> RequestParts:
@@ -305,8 +350,12 @@ def build_request(op: Operation, arguments: dict[str, Any]) -> RequestParts:
         value = arguments[spec.prop]
         if spec.location == "path":
             written = serialize_path(spec, value)
-            if not written:  # `/users/{id}/keys` with id "" is `/users//keys`: another route, or none
-                raise _invalid(f"path parameter {spec.prop!r} is empty: a path value needs at least one character")
+            if (
+                not written
+            ):  # `/users/{id}/keys` with id "" is `/users//keys`: another route, or none
+                raise _invalid(
+                    f"path parameter {spec.prop!r} is empty: a path value needs at least one character"
+                )
             path = path.replace("{" + spec.name + "}", written)
         elif spec.location == "query":
             parts.query.extend(serialize_query(spec, value))
@@ -325,9 +374,13 @@ def build_request(op: Operation, arguments: dict[str, Any]) -> RequestParts:
             value = {k: arguments[k] for k in body.fields if k in arguments}
             present = bool(value) or body.required
             missing = [k for k in body.fields_required if k not in value]
-            if value and missing:  # the input schema cannot say it: an optional body is all or nothing
-                raise _invalid(f"the request body of {op.method} {op.path} is optional, but once any of its fields is "
-                               f"given it needs {', '.join(repr(k) for k in missing)} too (give none of its fields to send no body)")
+            if (
+                value and missing
+            ):  # the input schema cannot say it: an optional body is all or nothing
+                raise _invalid(
+                    f"the request body of {op.method} {op.path} is optional, but once any of its fields is "
+                    f"given it needs {', '.join(repr(k) for k in missing)} too (give none of its fields to send no body)"
+                )
         if present:
             parts.data, content_type = _body(body, value)
             if content_type:

@@ -19,7 +19,9 @@ __all__ = ["Claims", "claimed_places", "served"]
 @dataclass
 class Claims:
     messages: list[str] = field(default_factory=list)  # what is sent where two claim one place
-    covered: dict[str, frozenset[str]] = field(default_factory=dict)  # native id: input properties the configuration fills
+    covered: dict[str, frozenset[str]] = field(
+        default_factory=dict
+    )  # native id: input properties the configuration fills
 
 
 def _listed(operations: list[str], which: str = "") -> str:
@@ -29,7 +31,12 @@ def _listed(operations: list[str], which: str = "") -> str:
 
 def _configured_cookies(headers: dict[str, str]) -> list[str]:
     """The names of the cookies of a configured `Cookie` header (its name in any case)."""
-    items = (part.strip() for key, value in headers.items() if key.lower() == "cookie" for part in value.split(";"))
+    items = (
+        part.strip()
+        for key, value in headers.items()
+        if key.lower() == "cookie"
+        for part in value.split(";")
+    )
     return list(dict.fromkeys(item.split("=", 1)[0].strip() for item in items if item))
 
 
@@ -38,15 +45,25 @@ def _the_others(carried: int, calls: int, configured: str) -> str:
     return f"{configured} in the others" if carried < calls else f"never {configured}"
 
 
-def claimed_places(credentials: Credentials, operations: Iterable[Operation], headers: dict[str, str]) -> Claims:
+def claimed_places(
+    credentials: Credentials, operations: Iterable[Operation], headers: dict[str, str]
+) -> Claims:
     """For the calls of `operations`: each place two credentials, a credential and a configured
     header, or either and a parameter claim (which is sent, in a warning), and the parameters
     a credential, a configured header or a cookie of a configured `Cookie` header fills, which
     callers are not offered."""
-    unbound: dict[tuple[int, int, str | None], tuple[str, list[str]]] = {}  # (set aside, sent, its scheme): (place, operations)
-    configured: dict[tuple[str, int], list[str]] = {}  # (header, credential sent in its stead): operations
-    cookies: dict[tuple[str, int], list[str]] = {}  # (cookie of the configured Cookie header, credential sent in its stead): operations
-    filled: dict[tuple[str, str, str], list[str]] = {}  # (location, parameter, what fills it): operations
+    unbound: dict[
+        tuple[int, int, str | None], tuple[str, list[str]]
+    ] = {}  # (set aside, sent, its scheme): (place, operations)
+    configured: dict[
+        tuple[str, int], list[str]
+    ] = {}  # (header, credential sent in its stead): operations
+    cookies: dict[
+        tuple[str, int], list[str]
+    ] = {}  # (cookie of the configured Cookie header, credential sent in its stead): operations
+    filled: dict[
+        tuple[str, str, str], list[str]
+    ] = {}  # (location, parameter, what fills it): operations
     claims = Claims()
     always = credentials.always
     header_places = {("header", name.lower()): name for name in headers}
@@ -65,16 +82,24 @@ def claimed_places(credentials: Credentials, operations: Iterable[Operation], he
                 if not any(bound is c for c in chosen):
                     taker = places[bound.place]
                     key = (bound.index, taker.index, taker.scheme)
-                    unbound.setdefault(key, (shown_place(bound.place, bound.name), []))[1].append(shown)
+                    unbound.setdefault(key, (shown_place(bound.place, bound.name), []))[1].append(
+                        shown
+                    )
             for place, name in header_places.items():
                 if place in places:
                     configured.setdefault((name, places[place].index), []).append(shown)
-            for place, name in cookie_places.items():  # a credential's cookie replaces the configured one
+            for (
+                place,
+                name,
+            ) in cookie_places.items():  # a credential's cookie replaces the configured one
                 if place in places:
                     cookies.setdefault((name, places[place].index), []).append(shown)
             covered = set()
             for spec in op.params:
-                place = (spec.location, spec.name.lower() if spec.location == "header" else spec.name)
+                place = (
+                    spec.location,
+                    spec.name.lower() if spec.location == "header" else spec.name,
+                )
                 if place in places:
                     by = f"is where auth[{places[place].index}]'s credential goes: the credential is sent"
                 elif place in header_places:
@@ -93,23 +118,29 @@ def claimed_places(credentials: Credentials, operations: Iterable[Operation], he
         claims.messages.append(
             f"auth[{aside}] ({kinds[aside]}, sent with every call: it fits no security scheme of the document) and "
             f"auth[{sent}] (scheme {scheme}) put their credentials in one place, {where}, which a request carries once: "
-            f"auth[{sent}]'s is sent in the {_listed(ops, 'whose security requirement it meets')}, auth[{aside}]'s in the others")
+            f"auth[{sent}]'s is sent in the {_listed(ops, 'whose security requirement it meets')}, auth[{aside}]'s in the others"
+        )
     for (name, sent), ops in configured.items():
         claims.messages.append(
             f"the configured header {name} is where auth[{sent}]'s credential goes: the credential is sent in the "
-            f"{_listed(ops, 'that carry it')}, {_the_others(len(ops), calls, 'the configured header')}")
+            f"{_listed(ops, 'that carry it')}, {_the_others(len(ops), calls, 'the configured header')}"
+        )
     for (name, sent), ops in cookies.items():
         claims.messages.append(
             f"the cookie {name} of the configured Cookie header is where auth[{sent}]'s credential goes: the credential is "
-            f"sent in the {_listed(ops, 'that carry it')}, {_the_others(len(ops), calls, 'the configured cookie')}")
+            f"sent in the {_listed(ops, 'that carry it')}, {_the_others(len(ops), calls, 'the configured cookie')}"
+        )
     for (location, name, by), ops in filled.items():
-        claims.messages.append(f"the {location} parameter {name} of {_listed(ops)} {by}, and the parameter is left out of "
-                               "those tools' inputs")
+        claims.messages.append(
+            f"the {location} parameter {name} of {_listed(ops)} {by}, and the parameter is left out of "
+            "those tools' inputs"
+        )
     return claims
 
 
-def served(tools: list[UpstreamTool], operations: dict[str, Operation],
-           covered: dict[str, frozenset[str]]) -> tuple[list[UpstreamTool], dict[str, Operation]]:
+def served(
+    tools: list[UpstreamTool], operations: dict[str, Operation], covered: dict[str, frozenset[str]]
+) -> tuple[list[UpstreamTool], dict[str, Operation]]:
     """The tools and operations without the parameters the configuration fills: not in the
     input schema (nor its `required`), and not sent from an argument that gets past it."""
     if not covered:
@@ -120,9 +151,13 @@ def served(tools: list[UpstreamTool], operations: dict[str, Operation],
         props = covered.get(tool.native_id)
         if props:
             op = operations[tool.native_id]
-            operations[tool.native_id] = dataclasses.replace(op, params=tuple(p for p in op.params if p.prop not in props))
+            operations[tool.native_id] = dataclasses.replace(
+                op, params=tuple(p for p in op.params if p.prop not in props)
+            )
             schema = dict(tool.input_schema)
-            schema["properties"] = {k: v for k, v in schema.get("properties", {}).items() if k not in props}
+            schema["properties"] = {
+                k: v for k, v in schema.get("properties", {}).items() if k not in props
+            }
             required = [name for name in schema.pop("required", []) if name not in props]
             if required:
                 schema["required"] = required

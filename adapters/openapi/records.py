@@ -61,6 +61,10 @@ def body_kind(media_type: str) -> BodyKind:
         return "form"
     if mt.startswith("multipart/"):
         return "multipart"
-    if mt.startswith("text/") or mt.endswith(("+xml", "+yaml")) or mt in ("application/xml", "application/yaml", "application/x-yaml"):
+    if (
+        mt.startswith("text/")
+        or mt.endswith(("+xml", "+yaml"))
+        or mt in ("application/xml", "application/yaml", "application/x-yaml")
+    ):
         return "text"
     return "binary"

@@ -17,8 +17,19 @@ from bridge.translate.http import retry_after_seconds
 __all__ = ["KEPT_HEADERS", "classify_status", "error_result", "success_result"]
 
 # Response headers worth passing on (pagination, caching, rate limits); never cookies or credentials.
-KEPT_HEADERS = ("content-type", "content-length", "location", "link", "etag", "last-modified", "retry-after",
-                "x-request-id", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
+KEPT_HEADERS = (
+    "content-type",
+    "content-length",
+    "location",
+    "link",
+    "etag",
+    "last-modified",
+    "retry-after",
+    "x-request-id",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+)
 
 
 def classify_status(status: int) -> tuple[ErrorClass, Recoverability]:
@@ -56,14 +67,30 @@ def _media_type(content_type: str) -> str:
     return content_type.split(";")[0].strip().lower() or "application/octet-stream"
 
 
-def success_result(op: Operation, status: int, reason: str, headers: Any, payload: bytes, charset: str | None,
-                   upstream: str, invocation_id: str, redactor: Redactor) -> UpstreamResult:
+def success_result(
+    op: Operation,
+    status: int,
+    reason: str,
+    headers: Any,
+    payload: bytes,
+    charset: str | None,
+    upstream: str,
+    invocation_id: str,
+    redactor: Redactor,
+) -> UpstreamResult:
     media_type = _media_type(headers.get("content-type", ""))
     meta = {"http": {"status": status, "headers": redactor.scrub(_headers(headers))}}
-    native_ref = {"method": op.method, "path": op.path, "operation_id": op.operation_id, "status": status}
+    native_ref = {
+        "method": op.method,
+        "path": op.path,
+        "operation_id": op.operation_id,
+        "status": status,
+    }
     if not payload:
         text = f"HTTP {status} {reason}".rstrip()
-        return UpstreamResult(content=[{"type": "text", "text": text}], meta=meta, native_ref=native_ref)
+        return UpstreamResult(
+            content=[{"type": "text", "text": text}], meta=meta, native_ref=native_ref
+        )
     kind = body_kind(media_type) if media_type != "*/*" else "binary"
     if kind == "json":
         try:
@@ -71,16 +98,28 @@ def success_result(op: Operation, status: int, reason: str, headers: Any, payloa
         except ValueError:
             kind = "text"
         except RecursionError:  # about a thousand levels
-            raise BridgeError(f"HTTP {status}: the answer's JSON nests too deep to read", error_class="execution_failed") from None
+            raise BridgeError(
+                f"HTTP {status}: the answer's JSON nests too deep to read",
+                error_class="execution_failed",
+            ) from None
         else:
             value = redactor.scrub(value)
-            structured = {"result": value} if op.wrap_result or not isinstance(value, dict) else value
+            structured = (
+                {"result": value} if op.wrap_result or not isinstance(value, dict) else value
+            )
             text = json.dumps(value, ensure_ascii=False)
-            return UpstreamResult(content=[{"type": "text", "text": text}], structured_content=structured,
-                                  meta=meta, native_ref=native_ref)
+            return UpstreamResult(
+                content=[{"type": "text", "text": text}],
+                structured_content=structured,
+                meta=meta,
+                native_ref=native_ref,
+            )
     if kind == "text" or media_type.startswith("text/"):
-        return UpstreamResult(content=[{"type": "text", "text": redactor.text(_decode(payload, charset))}],
-                              meta=meta, native_ref=native_ref)
+        return UpstreamResult(
+            content=[{"type": "text", "text": redactor.text(_decode(payload, charset))}],
+            meta=meta,
+            native_ref=native_ref,
+        )
     uri = f"openapi://{upstream}/{op.native_id.replace(' ', '%20')}/{invocation_id}"
     resource = {"uri": uri, "mimeType": media_type, "blob": base64.b64encode(payload).decode()}
     return UpstreamResult(
@@ -94,8 +133,15 @@ def success_result(op: Operation, status: int, reason: str, headers: Any, payloa
     )
 
 
-def error_result(op: Operation, status: int, reason: str, headers: Any, payload: bytes, charset: str | None,
-                 redactor: Redactor) -> UpstreamResult:
+def error_result(
+    op: Operation,
+    status: int,
+    reason: str,
+    headers: Any,
+    payload: bytes,
+    charset: str | None,
+    redactor: Redactor,
+) -> UpstreamResult:
     """A non-2xx answer as an error result; the problem body rides in `details.problem`."""
     error_class, recoverability = classify_status(status)
     media_type = _media_type(headers.get("content-type", ""))
@@ -113,7 +159,9 @@ def error_result(op: Operation, status: int, reason: str, headers: Any, payload:
     summary = ""
     error_code = f"http_{status}"
     if isinstance(problem, dict):
-        parts = [str(problem[k]) for k in ("title", "detail") if isinstance(problem.get(k), (str, int))]
+        parts = [
+            str(problem[k]) for k in ("title", "detail") if isinstance(problem.get(k), (str, int))
+        ]
         if not parts and isinstance(problem.get("message"), str):
             parts = [problem["message"]]
         if not parts and isinstance(problem.get("error"), str):
@@ -138,9 +186,20 @@ def error_result(op: Operation, status: int, reason: str, headers: Any, payload:
         recoverability=recoverability,
         retry_after=retry_after,
         details=details,
-        native_error_ref={"method": op.method, "path": op.path, "operation_id": op.operation_id, "status": status},
+        native_error_ref={
+            "method": op.method,
+            "path": op.path,
+            "operation_id": op.operation_id,
+            "status": status,
+        },
     )
-    content = [{"type": "text", "text": f"{error_class}: {message}" + (f" (retry after {retry_after:g}s)" if retry_after is not None else "")}]
+    content = [
+        {
+            "type": "text",
+            "text": f"{error_class}: {message}"
+            + (f" (retry after {retry_after:g}s)" if retry_after is not None else ""),
+        }
+    ]
     return UpstreamResult(
         content=content,
         structured_content=problem if isinstance(problem, dict) else None,

@@ -37,15 +37,39 @@ __all__ = ["INLINE_MAX_VALUES", "Direction", "RefCycleError", "SchemaInliner", "
 Direction = Literal["input", "output"]
 
 # Keywords whose value is one subschema / a list of subschemas / a map of name -> subschema.
-_ONE = ("not", "if", "then", "else", "contains", "propertyNames", "unevaluatedItems",
-        "unevaluatedProperties", "additionalItems")
+_ONE = (
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "additionalItems",
+)
 _MANY = ("allOf", "anyOf", "oneOf", "prefixItems")
 _MAP = ("properties", "patternProperties", "dependentSchemas")
 # Keywords that apply their subschemas to the same instance (no descent into a part of it).
 _IN_PLACE = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas"})
 # OpenAPI-only or bulky annotation keywords that a tool contract does not need.
-_DROP = frozenset({"example", "examples", "xml", "externalDocs", "discriminator", "nullable", "$schema", "$id",
-                   "$anchor", "$dynamicAnchor", "$comment", "definitions", "$defs"})
+_DROP = frozenset(
+    {
+        "example",
+        "examples",
+        "xml",
+        "externalDocs",
+        "discriminator",
+        "nullable",
+        "$schema",
+        "$id",
+        "$anchor",
+        "$dynamicAnchor",
+        "$comment",
+        "definitions",
+        "$defs",
+    }
+)
 # A referenced schema holding more values than this, written out, is kept once under `$defs`
 # rather than inlined at each use.
 INLINE_MAX_VALUES = 500
@@ -64,13 +88,18 @@ class SpecError(Exception):
 class RefCycleError(SpecError):
     """A `$ref` cycle that never reaches a concrete schema: no value could ever be checked."""
 
-    WHY = ("never reaches a concrete schema (each refers on through `$ref`, `allOf`, `anyOf`, `oneOf`, `not` or "
-           "`if` without a property or item in between), so no value can be checked against it")
+    WHY = (
+        "never reaches a concrete schema (each refers on through `$ref`, `allOf`, `anyOf`, `oneOf`, `not` or "
+        "`if` without a property or item in between), so no value can be checked against it"
+    )
 
     def __init__(self, cycle: str, location: str) -> None:
         self.cycle = cycle
-        super().__init__(f"$ref cycle {cycle} {self.WHY}; make one of them end the cycle, or leave the operation "
-                         "out with `exclude`", location)
+        super().__init__(
+            f"$ref cycle {cycle} {self.WHY}; make one of them end the cycle, or leave the operation "
+            "out with `exclude`",
+            location,
+        )
 
 
 class SchemaInliner(Discriminators):
@@ -87,7 +116,9 @@ class SchemaInliner(Discriminators):
         self._in_place: dict[str, set[str]] = {}  # uri -> uris it reaches without descending
         self._recursive: set[tuple[str, Direction]] = set()
         self._defs: dict[tuple[str, Direction], tuple[Any, frozenset[str]]] = {}
-        self._gathered: dict[tuple[frozenset[str], Direction], dict[str, Any]] = {}  # needs -> their `$defs`
+        self._gathered: dict[
+            tuple[frozenset[str], Direction], dict[str, Any]
+        ] = {}  # needs -> their `$defs`
         self._names: dict[str, str] = {}
         self._uris: dict[str, str] = {}
         self._taken: set[str] = set()
@@ -115,9 +146,17 @@ class SchemaInliner(Discriminators):
         except Unresolvable as exc:
             cause = exc.__cause__ or exc.__context__
             if cause is not None and isinstance(cause.__cause__, PermissionError | ValueError):
-                cause = cause.__cause__  # a read refused (a document it may not read, or past the limits) says why
-            why = f" ({type(cause).__name__}: {str(cause)[:160]})" if cause and not isinstance(cause, KeyError) else ""
-            if "does not exist within" in why:  # referencing quotes the whole document; keep it short
+                cause = (
+                    cause.__cause__
+                )  # a read refused (a document it may not read, or past the limits) says why
+            why = (
+                f" ({type(cause).__name__}: {str(cause)[:160]})"
+                if cause and not isinstance(cause, KeyError)
+                else ""
+            )
+            if (
+                "does not exist within" in why
+            ):  # referencing quotes the whole document; keep it short
                 why = ""
             raise SpecError(f"$ref {ref!r} cannot be resolved{why}", where) from None
 
@@ -125,7 +164,11 @@ class SchemaInliner(Discriminators):
         name = self._names.get(uri)
         if name is None:
             doc, fragment = urldefrag(uri)
-            tail = unquote(fragment.rstrip("/").rsplit("/", 1)[-1]) if fragment else doc.rsplit("/", 1)[-1]
+            tail = (
+                unquote(fragment.rstrip("/").rsplit("/", 1)[-1])
+                if fragment
+                else doc.rsplit("/", 1)[-1]
+            )
             base = _DEF_NAME.sub("_", tail).strip("_") or "schema"
             name, n = base, 2
             while name in self._taken:
@@ -145,22 +188,30 @@ class SchemaInliner(Discriminators):
             out = {} if out is True or out is None else {"not": {}}
         return self.with_defs(out, needs, direction)
 
-    def expand(self, node: Any, base: str, where: str, direction: Direction, needs: set[str]) -> Any:
+    def expand(
+        self, node: Any, base: str, where: str, direction: Direction, needs: set[str]
+    ) -> Any:
         """Expand without attaching `$defs`: the caller merges several and calls `with_defs`."""
         return self._expand(node, base, where, direction, needs)
 
     def unwrap(self, schema: Any, direction: Direction) -> Any:
         """A recursive schema used at the top (`{"$ref": "#/$defs/Node"}`) as one inline copy of
         its definition, so an object body can still be inlined and an output is still an object."""
-        if not is_dict(schema) or not isinstance(schema.get("$ref"), str) or not schema["$ref"].startswith("#/$defs/"):
+        if (
+            not is_dict(schema)
+            or not isinstance(schema.get("$ref"), str)
+            or not schema["$ref"].startswith("#/$defs/")
+        ):
             return schema
-        uri = self._uris.get(schema["$ref"][len("#/$defs/"):])
+        uri = self._uris.get(schema["$ref"][len("#/$defs/") :])
         found = self._defs.get((uri, direction)) if uri else None
         if found is None or not is_dict(found[0]):
             return schema
         return {**found[0], **{k: v for k, v in schema.items() if k != "$ref"}}
 
-    def with_defs(self, schema: dict[str, Any], needs: set[str], direction: Direction) -> dict[str, Any]:
+    def with_defs(
+        self, schema: dict[str, Any], needs: set[str], direction: Direction
+    ) -> dict[str, Any]:
         if not needs:
             return schema
         # operations that use the same referenced schemas need the same `$defs`: gathered once
@@ -188,7 +239,9 @@ class SchemaInliner(Discriminators):
 
     # ------------------------------------------------------------------ expansion
 
-    def _expand(self, node: Any, base: str, where: str, direction: Direction, needs: set[str]) -> Any:
+    def _expand(
+        self, node: Any, base: str, where: str, direction: Direction, needs: set[str]
+    ) -> Any:
         if isinstance(node, bool):
             return node
         if not is_dict(node):
@@ -196,8 +249,14 @@ class SchemaInliner(Discriminators):
         ref = node.get("$ref")
         if isinstance(ref, str):
             target = self._expand_ref(urljoin(base, ref), ref, where, direction, needs)
-            siblings = {k: v for k, v in node.items() if k != "$ref" and k not in _DROP and not k.startswith("x-")
-                        and (k in ANNOTATIONS or not self.openapi_30)}
+            siblings = {
+                k: v
+                for k, v in node.items()
+                if k != "$ref"
+                and k not in _DROP
+                and not k.startswith("x-")
+                and (k in ANNOTATIONS or not self.openapi_30)
+            }
             if siblings and is_dict(target):
                 target = beside_ref(target, self._expand(siblings, base, where, direction, needs))
             if self.openapi_30 and node.get("nullable") is True:
@@ -207,7 +266,9 @@ class SchemaInliner(Discriminators):
             return target
         return self._convert(node, base, where, direction, needs)
 
-    def _expand_ref(self, uri: str, ref: str, where: str, direction: Direction, needs: set[str]) -> Any:
+    def _expand_ref(
+        self, uri: str, ref: str, where: str, direction: Direction, needs: set[str]
+    ) -> Any:
         key = (uri, direction)
         if self._stack and self._levels[-1] == self._descent:
             self._link(self._stack[-1][0], uri, where)
@@ -231,7 +292,9 @@ class SchemaInliner(Discriminators):
         finally:
             self._stack.pop()
             self._levels.pop()
-        size = self._measured(body, self._sizes)  # a recursive one too: every tool's `$defs` lists it
+        size = self._measured(
+            body, self._sizes
+        )  # a recursive one too: every tool's `$defs` lists it
         if key in self._recursive or size > INLINE_MAX_VALUES:
             # a recursive schema, or one so large that inlining each use would multiply it:
             # DocuSign's envelope schemas, inlined wherever used, wrote out 60 MB for one tool
@@ -302,7 +365,9 @@ class SchemaInliner(Discriminators):
         doc, fragment = urldefrag(uri)
         return f"#{fragment}" if doc == self.base_uri else uri
 
-    def _convert(self, node: dict[str, Any], base: str, where: str, direction: Direction, needs: set[str]) -> dict[str, Any]:
+    def _convert(
+        self, node: dict[str, Any], base: str, where: str, direction: Direction, needs: set[str]
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {}
         unread: str | None = None
         for key, value in node.items():
@@ -315,16 +380,31 @@ class SchemaInliner(Discriminators):
                     out[key] = self._expand(value, base, f"{where}.{key}", direction, needs)
                 elif key == "items":
                     if isinstance(value, list):  # 2019-09 tuple form
-                        out["prefixItems"] = [self._expand(v, base, f"{where}.items[{i}]", direction, needs) for i, v in enumerate(value)]
+                        out["prefixItems"] = [
+                            self._expand(v, base, f"{where}.items[{i}]", direction, needs)
+                            for i, v in enumerate(value)
+                        ]
                     else:
                         out[key] = self._expand(value, base, f"{where}.items", direction, needs)
                 elif key in _MANY:
                     if not isinstance(value, list):
                         raise SpecError(f"`{key}` must be a list of schemas", where)
-                    out[key] = [self._expand(v, base, f"{where}.{key}[{i}]", direction, needs) for i, v in enumerate(value)]
-                    discriminator = self._discriminator_of(node, value, base) if key in ("oneOf", "anyOf") else None
+                    out[key] = [
+                        self._expand(v, base, f"{where}.{key}[{i}]", direction, needs)
+                        for i, v in enumerate(value)
+                    ]
+                    discriminator = (
+                        self._discriminator_of(node, value, base)
+                        if key in ("oneOf", "anyOf")
+                        else None
+                    )
                     if discriminator is not None:
-                        out[key] = pinned(discriminator, value, out[key], functools.partial(self._implicit_value, base=base))
+                        out[key] = pinned(
+                            discriminator,
+                            value,
+                            out[key],
+                            functools.partial(self._implicit_value, base=base),
+                        )
                     if key == "oneOf" and discriminator is not None and "anyOf" not in node:
                         # the discriminator, not the branches' exclusivity, picks the branch: branches
                         # that share the base schema's properties matched every value twice, and a
@@ -333,7 +413,10 @@ class SchemaInliner(Discriminators):
                 elif key in _MAP:
                     if not is_dict(value):
                         raise SpecError(f"`{key}` must be an object of schemas", where)
-                    out[key] = {k: self._expand(v, base, f"{where}.{key}.{k}", direction, needs) for k, v in value.items()}
+                    out[key] = {
+                        k: self._expand(v, base, f"{where}.{key}.{k}", direction, needs)
+                        for k, v in value.items()
+                    }
                 elif key == "enum" and isinstance(value, list):
                     out[key] = distinct(value)
                 elif key == "pattern" and isinstance(value, str) and not python_reads(value):
@@ -350,7 +433,11 @@ class SchemaInliner(Discriminators):
             del out["type"]
         if unread is not None:
             note = f"pattern (ECMA-262, not checked by the bridge): {unread}"
-            out["description"] = f"{out['description']} ({note})" if isinstance(out.get("description"), str) and out["description"] else note
+            out["description"] = (
+                f"{out['description']} ({note})"
+                if isinstance(out.get("description"), str) and out["description"]
+                else note
+            )
         self._drop_one_way(out, "readOnly" if direction == "input" else "writeOnly")
         # draft 4's boolean bounds: OpenAPI 3.0's, and a 3.1 schema's written in that draft
         # (`jsonSchemaDialect`, or its own `$schema`); 2020-12 reads only numbers there

@@ -44,7 +44,9 @@ AUTO_VALIDATE_MAX_BYTES = 256 * 1024
 # The largest public API documents hold a few hundred thousand values; YAML aliases of aliases
 # (`&b [*a, *a, ...]`) let a dozen lines expand to billions (38 s and 4 GB before failing).
 MAX_DOCUMENT_VALUES = 10_000_000
-MAX_DOCUMENT_BYTES = 256 << 20  # of a document fetched from a URL (GitHub's, among the largest: 13 MB)
+MAX_DOCUMENT_BYTES = (
+    256 << 20
+)  # of a document fetched from a URL (GitHub's, among the largest: 13 MB)
 
 
 def is_url(source: str) -> bool:
@@ -89,7 +91,11 @@ def _shown(url: str) -> str:
 
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
-    return parts.scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    return (
+        parts.scheme,
+        (parts.hostname or "").lower(),
+        parts.port or {"http": 80, "https": 443}.get(parts.scheme),
+    )
 
 
 class _Referenced(FileHandler):
@@ -102,7 +108,9 @@ class _Referenced(FileHandler):
             raise ValueError(f"a referenced document is larger than {MAX_DOCUMENT_BYTES >> 20} MiB")
         data = yaml.load(text, self.loader)
         if expanded_size(data, {}) > MAX_DOCUMENT_VALUES:
-            raise ValueError(f"a referenced document expands to more than {MAX_DOCUMENT_VALUES:,} values")
+            raise ValueError(
+                f"a referenced document expands to more than {MAX_DOCUMENT_VALUES:,} values"
+            )
         return json.loads(json.dumps(data, default=str))
 
 
@@ -110,9 +118,13 @@ class _RedirectsWithin(urllib.request.HTTPRedirectHandler):
     def __init__(self, origin: tuple[str, str, int | None] | None) -> None:
         self.origin = origin
 
-    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> Any:
         if self.origin is not None and _origin(newurl) != self.origin:
-            raise PermissionError(f"a referenced document redirects to another origin ({_shown(newurl)})")
+            raise PermissionError(
+                f"a referenced document redirects to another origin ({_shown(newurl)})"
+            )
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
@@ -129,7 +141,9 @@ class _Proxied(urllib.request.ProxyHandler):
     def _through(self, req: urllib.request.Request) -> Any:
         if req.has_proxy():  # an http URL handed on to the https handler below
             return None
-        if self._routes is None:  # read at the first referenced URL, as a session reads it when made
+        if (
+            self._routes is None
+        ):  # read at the first referenced URL, as a session reads it when made
             self._routes = EnvironmentProxies()
         proxy, auth = self._routes.route(URL(req.full_url))
         if proxy is None:
@@ -137,9 +151,13 @@ class _Proxied(urllib.request.ProxyHandler):
         if auth is not None:  # not carried on by a redirect, whose host may get no proxy
             req.add_unredirected_header("Proxy-Authorization", auth.encode())
         scheme = req.type
-        if scheme == "https" and proxy.scheme == "https":  # urllib would send the CONNECT (and the proxy's credentials) unencrypted
-            raise PermissionError(f"an https:// document cannot be fetched through the https:// proxy {proxy} "
-                                  "(urllib speaks plain HTTP to a proxy it tunnels through); give an http:// one")
+        if (
+            scheme == "https" and proxy.scheme == "https"
+        ):  # urllib would send the CONNECT (and the proxy's credentials) unencrypted
+            raise PermissionError(
+                f"an https:// document cannot be fetched through the https:// proxy {proxy} "
+                "(urllib speaks plain HTTP to a proxy it tunnels through); give an http:// one"
+            )
         req.set_proxy(proxy.raw_authority, proxy.scheme)
         if scheme == proxy.scheme or scheme == "https":  # an https URL is tunnelled (CONNECT)
             return None
@@ -154,7 +172,12 @@ class _Remote(UrllibHandler):
     metadata address, an internal service) into the tools' schemas. A local document's refs go
     where its author wrote."""
 
-    def __init__(self, origin: tuple[str, str, int | None] | None, timeout: int, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        origin: tuple[str, str, int | None] | None,
+        timeout: int,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         super().__init__("http", "https", file_handler=_Referenced(), timeout=timeout)
         self.origin = origin
         checked = [urllib.request.HTTPSHandler(context=tls)] if tls is not None else []
@@ -162,7 +185,9 @@ class _Remote(UrllibHandler):
 
     def _open(self, uri: str) -> Any:
         if self.origin is not None and _origin(uri) != self.origin:
-            raise PermissionError(f"a document read from a URL can refer only to documents on its own origin, not {_shown(uri)}")
+            raise PermissionError(
+                f"a document read from a URL can refer only to documents on its own origin, not {_shown(uri)}"
+            )
         return closing(self.opener.open(uri, timeout=self.timeout))
 
 
@@ -176,7 +201,9 @@ class Document:
     version: Literal["3.0", "3.1"]
     fetch_timeout: float = 10.0
     size: int = 0  # characters of the document text
-    tls: ssl.SSLContext | None = field(default=None, repr=False)  # checks the server of `source`'s origin (or any, of a local one)
+    tls: ssl.SSLContext | None = field(
+        default=None, repr=False
+    )  # checks the server of `source`'s origin (or any, of a local one)
     _resolver: Any = field(default=None, repr=False)
     _lookups: dict[str, Any] = field(default_factory=dict, repr=False)
     _handlers: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -186,11 +213,19 @@ class Document:
         remote = is_url(self.uri)
         # `tls` checks the documents of the origin `source` names, whose refs are all there (redirects
         # too), or those a local document's refs name (with the upstream's `ca_file`)
-        tls = self.tls if not remote or (is_url(self.source) and _origin(self.uri) == _origin(self.source)) else None
+        tls = (
+            self.tls
+            if not remote or (is_url(self.source) and _origin(self.uri) == _origin(self.source))
+            else None
+        )
         web = _CachedHandler(_Remote(_origin(self.uri) if remote else None, timeout, tls))
         # a document read from a URL is someone else's: its `$ref`s must not read this host's files
         # into the tools' schemas (an unknown scheme would go to urlopen, which reads files too)
-        files = _no_local_files if remote else _CachedHandler(FilePathHandler("file", file_handler=_Referenced()))
+        files = (
+            _no_local_files
+            if remote
+            else _CachedHandler(FilePathHandler("file", file_handler=_Referenced()))
+        )
         self._handlers = {"file": files, "http": web, "https": web}
         root = SchemaPath.from_dict(self.data, base_uri=self.uri, handlers=self._handlers)
         with root.resolve() as resolved:
@@ -251,9 +286,11 @@ class Document:
         except RecursionError:
             # the validator follows `$ref`s without end: find the cycle so the message can name it
             self._raise_ref_cycle()
-            problems.append("validation recursed without end: a `$ref` cycle that never reaches a concrete schema, "
-                            "or nesting too deep to check; fix the document, or set `validate_spec: off` (the "
-                            "operations are still checked, and a cycle one of them uses is named)")
+            problems.append(
+                "validation recursed without end: a `$ref` cycle that never reaches a concrete schema, "
+                "or nesting too deep to check; fix the document, or set `validate_spec: off` (the "
+                "operations are still checked, and a cycle one of them uses is named)"
+            )
         except (TypeError, ValueError, KeyError, AttributeError):
             # the validator's semantic checks stop at a value of the wrong type (`in: [query]`);
             # its schema check alone still says where that value is
@@ -262,9 +299,14 @@ class Document:
         if problems:
             text = "; ".join(problems) + (" (first 5 shown)" if len(problems) >= 5 else "")
             # the fix comes before the problems: a reason is shown up to 500 characters
-            fix = "" if "validate_spec: off" in text else (
-                " (fix it, or set `validate_spec: off` to read it with the mapper's checks only: an operation they "
-                "find unreadable is left out)")
+            fix = (
+                ""
+                if "validate_spec: off" in text
+                else (
+                    " (fix it, or set `validate_spec: off` to read it with the mapper's checks only: an operation they "
+                    "find unreadable is left out)"
+                )
+            )
             raise SpecError(text, "not a valid OpenAPI " + self.version + " document" + fix)
         return tolerated
 
@@ -273,8 +315,10 @@ class Document:
         objects that are only a `$ref` and lead back to themselves (parameters, path items,
         schemas), or schemas under `components.schemas` that reach themselves through `allOf`,
         `anyOf`, `oneOf` or `not` (the mapper's check). Returns when there is none."""
-        fix = ("; make one of them end the cycle (or set `validate_spec: off` and leave out the operations that "
-               "use it with `exclude`)")
+        fix = (
+            "; make one of them end the cycle (or set `validate_spec: off` and leave out the operations that "
+            "use it with `exclude`)"
+        )
         todo: deque[tuple[Any, list[Any]]] = deque([(self.data, [])])
         while todo:
             node, path = todo.popleft()
@@ -282,8 +326,11 @@ class Document:
                 if isinstance(node.get("$ref"), str):
                     cycle = self._ref_chain_cycle(node)
                     if cycle:
-                        raise SpecError(f"$ref cycle {' -> '.join(cycle)}: each is only a reference to the next, "
-                                        "so nothing is ever described" + fix, _location(path))
+                        raise SpecError(
+                            f"$ref cycle {' -> '.join(cycle)}: each is only a reference to the next, "
+                            "so nothing is ever described" + fix,
+                            _location(path),
+                        )
                 todo.extend((v, [*path, k]) for k, v in node.items())
             elif isinstance(node, list):
                 todo.extend((v, [*path, i]) for i, v in enumerate(node))
@@ -293,9 +340,13 @@ class Document:
             inliner = SchemaInliner(self.lookup, self.uri, self.openapi_30)
             for name, schema in schemas.items():
                 try:
-                    inliner.schema(schema, self.uri, _location(["components", "schemas", name]), "input")
+                    inliner.schema(
+                        schema, self.uri, _location(["components", "schemas", name]), "input"
+                    )
                 except RefCycleError as exc:
-                    raise SpecError(f"$ref cycle {exc.cycle} {RefCycleError.WHY}" + fix, exc.location) from None
+                    raise SpecError(
+                        f"$ref cycle {exc.cycle} {RefCycleError.WHY}" + fix, exc.location
+                    ) from None
                 except (SpecError, RecursionError):
                     continue  # another problem: the mapper reports it where an operation uses it
 
@@ -305,8 +356,10 @@ class Document:
         while isinstance(node, dict) and isinstance(node.get("$ref"), str):
             uri = urljoin(base, node["$ref"])
             if uri in seen:
-                loop = [*seen[seen.index(uri):], uri]
-                return [f"#{urldefrag(u).fragment}" if urldefrag(u).url == self.uri else u for u in loop]
+                loop = [*seen[seen.index(uri) :], uri]
+                return [
+                    f"#{urldefrag(u).fragment}" if urldefrag(u).url == self.uri else u for u in loop
+                ]
             seen.append(uri)
             try:
                 node, base = self.lookup(uri), urldefrag(uri).url
@@ -343,10 +396,16 @@ def _older_dialect(err: Any) -> bool:
     turns it into a number, as for 3.0) or the `$schema` of draft 5, 6 or 7."""
     if str(err.message).startswith("Unknown JSON Schema dialect"):
         return True
-    if err.validator in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(err.validator_value, bool):
+    if err.validator in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(
+        err.validator_value, bool
+    ):
         return True
     path = list(err.absolute_path)
-    return bool(path) and path[-1] in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(err.instance, bool)
+    return (
+        bool(path)
+        and path[-1] in ("exclusiveMinimum", "exclusiveMaximum")
+        and isinstance(err.instance, bool)
+    )
 
 
 @functools.cache
@@ -361,21 +420,34 @@ def _located(spec_validator: Any) -> Any:
     def placing(keyword_cls: type, tail: tuple[str, ...]) -> type:
         def __call__(self: Any, schema: Any, *args: Any, **kwargs: Any) -> Any:
             for err in keyword_cls.__call__(self, schema, *args, **kwargs):
-                if not isinstance(err, OpenAPIValidationError):  # wrapped here, so the marks below stay on it
+                if not isinstance(
+                    err, OpenAPIValidationError
+                ):  # wrapped here, so the marks below stay on it
                     err = OpenAPIValidationError.create_from(err)
                 if not getattr(err, "bridge_placed", False):  # the innermost schema says where
                     err.path.extendleft(reversed((*schema.parts, *tail)))
                     err.bridge_placed = True
                     err.bridge_default = tail == ("default",)
                 yield err
+
         return type(keyword_cls.__name__, (keyword_cls,), {"__call__": __call__})
 
-    placed = {**keywords, "schema": placing(keywords["schema"], ()), "default": placing(keywords["default"], ("default",))}
+    placed = {
+        **keywords,
+        "schema": placing(keywords["schema"], ()),
+        "default": placing(keywords["default"], ("default",)),
+    }
     return type(spec_validator.__name__, (spec_validator,), {"keyword_validators": placed})
 
 
-async def read_source(source: str, base_dir: Callable[[str], str], session: aiohttp.ClientSession | None,
-                      timeout: float, tls: ssl.SSLContext | None = None, ca_file: str | None = None) -> tuple[str, str]:
+async def read_source(
+    source: str,
+    base_dir: Callable[[str], str],
+    session: aiohttp.ClientSession | None,
+    timeout: float,
+    tls: ssl.SSLContext | None = None,
+    ca_file: str | None = None,
+) -> tuple[str, str]:
     """(text, base URI) of a document given as a URL or a path relative to the config. `tls`
     checks the server of the URL's origin (a redirect elsewhere gets the session's default);
     `ca_file`, the upstream's as written, is named in the fix of a certificate that fails."""
@@ -385,20 +457,34 @@ async def read_source(source: str, base_dir: Callable[[str], str], session: aioh
         try:
             async with _get(session, URL(source), timeout, tls) as response:
                 if response.status != 200:
-                    raise SpecError(f"GET answered HTTP {response.status} {response.reason or ''}".rstrip(), source)
+                    raise SpecError(
+                        f"GET answered HTTP {response.status} {response.reason or ''}".rstrip(),
+                        source,
+                    )
                 try:
                     body = await read_body(response, MAX_DOCUMENT_BYTES, "the document")
                 except BridgeError:
-                    raise SpecError(f"is larger than {MAX_DOCUMENT_BYTES >> 20} MiB; no API document is this large", source) from None
+                    raise SpecError(
+                        f"is larger than {MAX_DOCUMENT_BYTES >> 20} MiB; no API document is this large",
+                        source,
+                    ) from None
                 try:
-                    return body.decode(response.charset or "utf-8", errors="replace"), str(response.url)
+                    return body.decode(response.charset or "utf-8", errors="replace"), str(
+                        response.url
+                    )
                 except LookupError:  # a charset Python does not know
                     return body.decode("utf-8", errors="replace"), str(response.url)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            if (failure := certificate_failure(exc, trust=ca_file_trust(ca_file), address="spec")) is not None:
+            if (
+                failure := certificate_failure(exc, trust=ca_file_trust(ca_file), address="spec")
+            ) is not None:
                 raise SpecError(f"cannot be fetched: {failure}", source) from None
-            raise SpecError(f"cannot be fetched: {type(exc).__name__}: {exc}" if str(exc) else
-                            f"cannot be fetched: {type(exc).__name__}", source) from None
+            raise SpecError(
+                f"cannot be fetched: {type(exc).__name__}: {exc}"
+                if str(exc)
+                else f"cannot be fetched: {type(exc).__name__}",
+                source,
+            ) from None
         finally:
             if owned:
                 await session.close()
@@ -413,8 +499,9 @@ async def read_source(source: str, base_dir: Callable[[str], str], session: aioh
 
 
 @contextlib.asynccontextmanager
-async def _get(session: aiohttp.ClientSession, url: URL, timeout: float,
-               tls: ssl.SSLContext | None) -> AsyncIterator[aiohttp.ClientResponse]:
+async def _get(
+    session: aiohttp.ClientSession, url: URL, timeout: float, tls: ssl.SSLContext | None
+) -> AsyncIterator[aiohttp.ClientResponse]:
     """GET `url`, redirects followed (at most 10) in one `timeout`; with `tls`, followed here, so
     that it checks the server of `url`'s origin alone."""
     if tls is None:
@@ -425,8 +512,12 @@ async def _get(session: aiohttp.ClientSession, url: URL, timeout: float,
     deadline = asyncio.get_running_loop().time() + timeout
     for _ in range(_MAX_REDIRECTS + 1):
         left = max(deadline - asyncio.get_running_loop().time(), 0.001)
-        async with session.get(url, allow_redirects=False, ssl=tls if url.origin() == origin else True,
-                               timeout=aiohttp.ClientTimeout(total=left)) as response:
+        async with session.get(
+            url,
+            allow_redirects=False,
+            ssl=tls if url.origin() == origin else True,
+            timeout=aiohttp.ClientTimeout(total=left),
+        ) as response:
             location = response.headers.get("Location")
             if response.status not in (301, 302, 303, 307, 308) or not location:
                 yield response
@@ -438,7 +529,9 @@ async def _get(session: aiohttp.ClientSession, url: URL, timeout: float,
 _MAX_REDIRECTS = 10  # aiohttp's default, as a redirect it follows itself
 
 
-def parse_document(text: str, uri: str, source: str, fetch_timeout: float = 10.0, tls: ssl.SSLContext | None = None) -> Document:
+def parse_document(
+    text: str, uri: str, source: str, fetch_timeout: float = 10.0, tls: ssl.SSLContext | None = None
+) -> Document:
     """Parse YAML or JSON and check it is OpenAPI 3.0.x or 3.1.x. Runs off the event loop."""
     stripped = text.lstrip()
     try:
@@ -446,30 +539,56 @@ def parse_document(text: str, uri: str, source: str, fetch_timeout: float = 10.0
             data = json.loads(text)
         else:
             data = yaml.load(text, JsonschemaSafeLoader)
-            if expanded_size(data, {}) > MAX_DOCUMENT_VALUES:  # before anything walks it value by value
-                raise SpecError(f"expands to more than {MAX_DOCUMENT_VALUES:,} values (YAML aliases repeating aliases?)", source)
-            data = json.loads(json.dumps(data, default=str))  # YAML's integer keys (200:) become strings
+            if (
+                expanded_size(data, {}) > MAX_DOCUMENT_VALUES
+            ):  # before anything walks it value by value
+                raise SpecError(
+                    f"expands to more than {MAX_DOCUMENT_VALUES:,} values (YAML aliases repeating aliases?)",
+                    source,
+                )
+            data = json.loads(
+                json.dumps(data, default=str)
+            )  # YAML's integer keys (200:) become strings
     except json.JSONDecodeError as exc:
-        raise SpecError(f"not valid JSON: {exc.msg}", f"{source} line {exc.lineno}, column {exc.colno}") from None
+        raise SpecError(
+            f"not valid JSON: {exc.msg}", f"{source} line {exc.lineno}, column {exc.colno}"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source} line {mark.line + 1}, column {mark.column + 1}" if mark else source
         raise SpecError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", where) from None
     if not isinstance(data, dict):
-        raise SpecError(f"an OpenAPI document is an object, this is a {type(data).__name__}", source)
+        raise SpecError(
+            f"an OpenAPI document is an object, this is a {type(data).__name__}", source
+        )
     if "swagger" in data:
         raise SpecError(
             f"is a Swagger {data.get('swagger')} document; this adapter reads OpenAPI 3.0 and 3.1 "
-            "(convert it first, e.g. with swagger2openapi)", f"{source} $.swagger")
+            "(convert it first, e.g. with swagger2openapi)",
+            f"{source} $.swagger",
+        )
     version = data.get("openapi")
     if not isinstance(version, str):
-        raise SpecError("has no `openapi` version field (expected e.g. openapi: 3.1.0)", f"{source} $")
+        raise SpecError(
+            "has no `openapi` version field (expected e.g. openapi: 3.1.0)", f"{source} $"
+        )
     if version.startswith("3.0"):
         kind: Literal["3.0", "3.1"] = "3.0"
     elif version.startswith("3.1"):
         kind = "3.1"
     else:
-        raise SpecError(f"OpenAPI {version} is not supported (supported: 3.0.x and 3.1.x)", f"{source} $.openapi")
+        raise SpecError(
+            f"OpenAPI {version} is not supported (supported: 3.0.x and 3.1.x)",
+            f"{source} $.openapi",
+        )
     if not isinstance(data.get("paths", {}), dict):
         raise SpecError("`paths` must be an object", f"{source} $.paths")
-    return Document(data=data, uri=uri, source=source, version=kind, fetch_timeout=fetch_timeout, size=len(text), tls=tls)
+    return Document(
+        data=data,
+        uri=uri,
+        source=source,
+        version=kind,
+        fetch_timeout=fetch_timeout,
+        size=len(text),
+        tls=tls,
+    )

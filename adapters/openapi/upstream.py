@@ -65,15 +65,23 @@ class OpenAPIUpstream(OperationCalls, Upstream):
         self._session: aiohttp.ClientSession | None = None
         self._loaded: _Loaded | None = None
         self._credentials: Credentials | None = None
-        self._document_tls: ssl.SSLContext | None = None  # of the document given as a URL, or its $refs
+        self._document_tls: ssl.SSLContext | None = (
+            None  # of the document given as a URL, or its $refs
+        )
         self._listed_since_start = False
-        self._kept_over: str | None = None  # why the document read before is kept (a later read failed)
+        self._kept_over: str | None = (
+            None  # why the document read before is kept (a later read failed)
+        )
         self._clashes: list[str] = []  # security requirements putting two credentials in one place
-        self._overrides: list[str] = []  # credentials, configured headers and parameters claiming one place
+        self._overrides: list[
+            str
+        ] = []  # credentials, configured headers and parameters claiming one place
         # what is served: the mapped tools and operations without the parameters the configuration fills
         self._tools: list[UpstreamTool] = []
         self._operations: dict[str, Operation] = {}
-        self._mapping: tuple[str, asyncio.Future[_Loaded]] | None = None  # (signature, its mapping), while it runs
+        self._mapping: tuple[str, asyncio.Future[_Loaded]] | None = (
+            None  # (signature, its mapping), while it runs
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -82,8 +90,12 @@ class OpenAPIUpstream(OperationCalls, Upstream):
         if self._session is None or self._session.closed:
             tls: ssl.SSLContext | bool = cfg.verify_tls
             if cfg.verify_tls and cfg.ca_file:
-                tls = added_cas(cfg.resolve_path(cfg.ca_file), cfg.ca_file)  # every request the session sends, unless one gives its own
-            connector = aiohttp.TCPConnector(limit=cfg.connection_limit, keepalive_timeout=cfg.keepalive_timeout, ssl=tls)
+                tls = added_cas(
+                    cfg.resolve_path(cfg.ca_file), cfg.ca_file
+                )  # every request the session sends, unless one gives its own
+            connector = aiohttp.TCPConnector(
+                limit=cfg.connection_limit, keepalive_timeout=cfg.keepalive_timeout, ssl=tls
+            )
             self._session = proxied_session(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=cfg.timeout, connect=cfg.connect_timeout),
@@ -97,39 +109,67 @@ class OpenAPIUpstream(OperationCalls, Upstream):
             # a local one with the upstream's
             if is_url(cfg.spec) or (cfg.ca_file and cfg.verify_tls):
                 try:
-                    self._document_tls = document_tls(cfg.auth, cfg.spec, cfg.base_url, cfg.resolve_path, cfg.verify_tls, cfg.ca_file)
+                    self._document_tls = document_tls(
+                        cfg.auth,
+                        cfg.spec,
+                        cfg.base_url,
+                        cfg.resolve_path,
+                        cfg.verify_tls,
+                        cfg.ca_file,
+                    )
                 except ValueError as exc:
-                    raise BridgeError(str(exc), error_class="setup_required", recoverability="setup") from None
+                    raise BridgeError(
+                        str(exc), error_class="setup_required", recoverability="setup"
+                    ) from None
             await self._load()
             self._bind_credentials()
         except BaseException:
             await self.close()
             raise
         self._listed_since_start = False
-        probe = cfg.health_path if cfg.health_path is not None else ("/" if cfg.launch is not None else None)
+        probe = (
+            cfg.health_path
+            if cfg.health_path is not None
+            else ("/" if cfg.launch is not None else None)
+        )
         if probe is not None:
             await self._probe(probe)
 
     def _server_url(self) -> str | None:
         assert self._loaded is not None
-        return self.config.base_url or min((op.server_url for op in self._loaded.operations.values()), default=None)
+        return self.config.base_url or min(
+            (op.server_url for op in self._loaded.operations.values()), default=None
+        )
 
     def _bind_credentials(self) -> None:
         """Match the configured credentials to the document's security schemes."""
         assert self._loaded is not None
         try:
-            self._credentials = Credentials(self.config.auth, self._loaded.security_schemes, self._server_url(),
-                                            self.config.resolve_path, self.config.verify_tls, self.config.ca_file)
+            self._credentials = Credentials(
+                self.config.auth,
+                self._loaded.security_schemes,
+                self._server_url(),
+                self.config.resolve_path,
+                self.config.verify_tls,
+                self.config.ca_file,
+            )
         except ValueError as exc:  # a credential that does not fit the document
-            raise BridgeError(str(exc), error_class="setup_required", recoverability="setup") from None
+            raise BridgeError(
+                str(exc), error_class="setup_required", recoverability="setup"
+            ) from None
         for header, value in self.config.headers.items():  # `X-Api-Token: ...` is a credential too
             if SECRET_HEADER.search(header):
                 self._credentials.redactor.add(value)
         self._clashes = self._credentials.clashes(
-            [(f"{op.method} {op.path}", op.security) for op in self._loaded.operations.values()])
-        claims = claimed_places(self._credentials, self._loaded.operations.values(), self.config.headers)
+            [(f"{op.method} {op.path}", op.security) for op in self._loaded.operations.values()]
+        )
+        claims = claimed_places(
+            self._credentials, self._loaded.operations.values(), self.config.headers
+        )
         self._overrides = claims.messages
-        self._tools, self._operations = served(self._loaded.tools, self._loaded.operations, claims.covered)
+        self._tools, self._operations = served(
+            self._loaded.tools, self._loaded.operations, claims.covered
+        )
         for clash in [*self._clashes, *self._overrides]:
             log.warning("%s: %s", self.name, clash)
 
@@ -142,16 +182,25 @@ class OpenAPIUpstream(OperationCalls, Upstream):
         url = base.rstrip("/") + "/" + path.lstrip("/")
         tls = self._credentials.probe_tls if self._credentials else None
         try:
-            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=self.config.connect_timeout),
-                                         ssl=tls if tls is not None else True) as response:
+            async with self._session.get(
+                url,
+                timeout=aiohttp.ClientTimeout(total=self.config.connect_timeout),
+                ssl=tls if tls is not None else True,
+            ) as response:
                 await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             await self.close()
             if (failure := certificate_failure(exc, self.config.ca_file)) is not None:
-                raise BridgeError(f"{self.name}: server {shown_url(base)}: {failure}", error_class="dependency_unavailable",
-                                  recoverability="setup") from None
-            raise BridgeError(f"{self.name}: server {shown_url(base)} does not answer ({type(exc).__name__})",
-                              error_class="dependency_unavailable", recoverability="retry_later") from None
+                raise BridgeError(
+                    f"{self.name}: server {shown_url(base)}: {failure}",
+                    error_class="dependency_unavailable",
+                    recoverability="setup",
+                ) from None
+            raise BridgeError(
+                f"{self.name}: server {shown_url(base)} does not answer ({type(exc).__name__})",
+                error_class="dependency_unavailable",
+                recoverability="retry_later",
+            ) from None
 
     async def list_tools(self) -> list[UpstreamTool]:
         # the first listing after start uses what start loaded; later ones (refresh) re-read the source
@@ -195,10 +244,24 @@ class OpenAPIUpstream(OperationCalls, Upstream):
             "openapi": loaded.openapi,
             "operations": len(loaded.operations),
             "servers": sorted({shown_url(op.server_url) for op in loaded.operations.values()}),
-            **({"skipped_operations": {exc.location: exc.problem for exc in loaded.skipped[:_HEALTH_SKIPPED]},
-                "skipped_operation_count": len(loaded.skipped)} if loaded.skipped else {}),
-            **({"spec_problems_tolerated": loaded.tolerated[:_HEALTH_SKIPPED],
-                "spec_problem_count": len(loaded.tolerated)} if loaded.tolerated else {}),
+            **(
+                {
+                    "skipped_operations": {
+                        exc.location: exc.problem for exc in loaded.skipped[:_HEALTH_SKIPPED]
+                    },
+                    "skipped_operation_count": len(loaded.skipped),
+                }
+                if loaded.skipped
+                else {}
+            ),
+            **(
+                {
+                    "spec_problems_tolerated": loaded.tolerated[:_HEALTH_SKIPPED],
+                    "spec_problem_count": len(loaded.tolerated),
+                }
+                if loaded.tolerated
+                else {}
+            ),
             **({"oauth2_token_fetches": sum(t.fetches for t in tokens)} if tokens else {}),
             **({"security_clashes": self._clashes} if self._clashes else {}),
             **({"credential_overrides": self._overrides} if self._overrides else {}),
@@ -222,7 +285,14 @@ class OpenAPIUpstream(OperationCalls, Upstream):
         cancelled = False
         try:
             self.phase = "reading the document"
-            text, uri = await read_source(source, cfg.resolve_path, self._session, cfg.start_timeout, self._document_tls, cfg.ca_file)
+            text, uri = await read_source(
+                source,
+                cfg.resolve_path,
+                self._session,
+                cfg.start_timeout,
+                self._document_tls,
+                cfg.ca_file,
+            )
             if is_url(source):
                 signature = hashlib.sha256(text.encode()).hexdigest()
                 if self._loaded is not None and self._loaded.signature == signature:
@@ -230,17 +300,29 @@ class OpenAPIUpstream(OperationCalls, Upstream):
             self._loaded = await self._mapped(text, uri, signature)
             self._kept_over = None
         except asyncio.CancelledError:
-            cancelled = True  # (start_timeout): the phase stays, for the catalog to name in the reason
+            cancelled = (
+                True  # (start_timeout): the phase stays, for the catalog to name in the reason
+            )
             raise
         except SpecError as exc:
-            where = exc.location if exc.location.startswith((source, "/", "http")) else f"{source} {exc.location}".strip()
+            where = (
+                exc.location
+                if exc.location.startswith((source, "/", "http"))
+                else f"{source} {exc.location}".strip()
+            )
             reason = f"OpenAPI document {where}: {exc.problem}"
             if self._loaded is None:
-                raise BridgeError(reason, error_class="setup_required", recoverability="setup") from None
+                raise BridgeError(
+                    reason, error_class="setup_required", recoverability="setup"
+                ) from None
             # a document read before is kept: the API behind it still answers (a file half
             # written, a URL briefly wrong must not take its tools offline); said once a fault
             if reason != self._kept_over:
-                log.warning("%s: %s; the document read before is kept until this one can be read", self.name, reason)
+                log.warning(
+                    "%s: %s; the document read before is kept until this one can be read",
+                    self.name,
+                    reason,
+                )
             self._kept_over = reason
         finally:
             if not cancelled:
@@ -254,7 +336,9 @@ class OpenAPIUpstream(OperationCalls, Upstream):
         running = self._mapping
         if running is None or running[0] != signature:
             job = asyncio.ensure_future(asyncio.to_thread(self._map, text, uri, signature))
-            job.add_done_callback(lambda done: done.cancelled() or done.exception())  # read, even when no start waits
+            job.add_done_callback(
+                lambda done: done.cancelled() or done.exception()
+            )  # read, even when no start waits
             running = self._mapping = (signature, job)
         try:
             return await asyncio.shield(running[1])
@@ -266,7 +350,9 @@ class OpenAPIUpstream(OperationCalls, Upstream):
         cfg = self.config
         try:
             self.phase = f"parsing the document ({len(text) / 1e6:.1f} MB)"
-            document = parse_document(text, uri, cfg.spec, fetch_timeout=cfg.start_timeout, tls=self._document_tls)
+            document = parse_document(
+                text, uri, cfg.spec, fetch_timeout=cfg.start_timeout, tls=self._document_tls
+            )
             self.phase = "validating the document"  # when validate_spec says so; else a moment
             tolerated = document.validate(cfg.validate_spec)
             skipped: list[SpecError] | None = [] if cfg.bad_operations == "skip" else None
@@ -282,21 +368,43 @@ class OpenAPIUpstream(OperationCalls, Upstream):
             )
         except RecursionError:
             # the located checks (validation, `$ref` cycles) come first; this is what is left
-            raise SpecError("nests objects, lists or `$ref`s too deeply to be read (about a thousand levels); "
-                            "flatten the deepest structure", cfg.spec) from None
+            raise SpecError(
+                "nests objects, lists or `$ref`s too deeply to be read (about a thousand levels); "
+                "flatten the deepest structure",
+                cfg.spec,
+            ) from None
         except StopIteration as exc:
             # raised in a thread, a StopIteration never reaches the awaiting future: start-up would
             # hang until start_timeout instead of saying what failed
             raise RuntimeError(f"mapping the document stopped early: StopIteration {exc}") from None
         for left in skipped or ():
-            log.warning("%s: operation left out: OpenAPI document %s %s: %s", self.name, cfg.spec, left.location, left.problem)
+            log.warning(
+                "%s: operation left out: OpenAPI document %s %s: %s",
+                self.name,
+                cfg.spec,
+                left.location,
+                left.problem,
+            )
         if tolerated:
-            log.warning("%s: OpenAPI document %s is read despite %d validation problem(s) that leave it usable: %s%s",
-                        self.name, cfg.spec, len(tolerated), "; ".join(tolerated[:5]), " ..." if len(tolerated) > 5 else "")
+            log.warning(
+                "%s: OpenAPI document %s is read despite %d validation problem(s) that leave it usable: %s%s",
+                self.name,
+                cfg.spec,
+                len(tolerated),
+                "; ".join(tolerated[:5]),
+                " ..." if len(tolerated) > 5 else "",
+            )
         components = document.data.get("components")
         schemes = components.get("securitySchemes") if isinstance(components, dict) else None
-        return _Loaded(signature, document.data.get("openapi"), schemes if isinstance(schemes, dict) else {}, operations, tools,
-                       skipped or [], tolerated)
+        return _Loaded(
+            signature,
+            document.data.get("openapi"),
+            schemes if isinstance(schemes, dict) else {},
+            operations,
+            tools,
+            skipped or [],
+            tolerated,
+        )
 
     def _on_phase(self, phase: str) -> None:
         self.phase = phase

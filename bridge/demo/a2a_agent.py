@@ -45,7 +45,11 @@ from starlette.routing import BaseRoute
 __all__ = ["TravelDesk", "build_app", "build_card", "main"]
 
 DESTINATIONS: dict[str, list[str]] = {
-    "lisbon": ["Alfama walk and a tram 28 ride", "Belém tower and pastéis de nata", "Day trip to Sintra"],
+    "lisbon": [
+        "Alfama walk and a tram 28 ride",
+        "Belém tower and pastéis de nata",
+        "Day trip to Sintra",
+    ],
     "kyoto": ["Fushimi Inari at dawn", "Arashiyama bamboo grove", "Gion in the evening"],
     "oslo": ["Opera house roof and the harbour", "Vigeland park", "Fjord ferry to Bygdøy museums"],
     "paris": ["Île de la Cité and Notre-Dame", "Musée d'Orsay", "Montmartre at sunset"],
@@ -68,7 +72,9 @@ def build_card(public_url: str) -> AgentCard:
         version="1.0.0",
         supported_interfaces=[
             AgentInterface(url=f"{root}/", protocol_binding="JSONRPC", protocol_version="1.0"),
-            AgentInterface(url=f"{root}/rest", protocol_binding="HTTP+JSON", protocol_version="1.0"),
+            AgentInterface(
+                url=f"{root}/rest", protocol_binding="HTTP+JSON", protocol_version="1.0"
+            ),
         ],
         capabilities=AgentCapabilities(streaming=True),
         default_input_modes=["text/plain", "application/json"],
@@ -100,7 +106,13 @@ def build_card(public_url: str) -> AgentCard:
 
 
 def _say(text: str, task_id: str, context_id: str) -> Message:
-    return Message(message_id=str(uuid.uuid4()), role=Role.ROLE_AGENT, parts=[Part(text=text)], task_id=task_id, context_id=context_id)
+    return Message(
+        message_id=str(uuid.uuid4()),
+        role=Role.ROLE_AGENT,
+        parts=[Part(text=text)],
+        task_id=task_id,
+        context_id=context_id,
+    )
 
 
 class TravelDesk(AgentExecutor):
@@ -113,12 +125,18 @@ class TravelDesk(AgentExecutor):
         message = context.message
         assert message is not None
         text = context.get_user_input()
-        data: dict[str, Any] = next((MessageToDict(p.data) for p in message.parts if p.HasField("data")), {})
+        data: dict[str, Any] = next(
+            (MessageToDict(p.data) for p in message.parts if p.HasField("data")), {}
+        )
         task = context.current_task or new_task_from_user_message(message)
         if context.current_task is None:
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
-        skill = message.metadata["skill_id"] if "skill_id" in message.metadata else self._guess(text, task)
+        skill = (
+            message.metadata["skill_id"]
+            if "skill_id" in message.metadata
+            else self._guess(text, task)
+        )
         if skill == "convert_currency":
             await self._convert(updater, text, data)
         elif skill == "packing_list":
@@ -133,21 +151,37 @@ class TravelDesk(AgentExecutor):
             return "convert_currency"
         return "packing_list" if "pack" in lowered else "plan_trip"
 
-    async def _plan(self, up: TaskUpdater, context: RequestContext, text: str, data: dict[str, Any]) -> None:
-        asked_before = context.current_task is not None and context.current_task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    async def _plan(
+        self, up: TaskUpdater, context: RequestContext, text: str, data: dict[str, Any]
+    ) -> None:
+        asked_before = (
+            context.current_task is not None
+            and context.current_task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        )
         wanted = str(data.get("destination", "")) or text
         city = next((c for c in DESTINATIONS if c in wanted.lower()), None)
         if city is None:
             known = ", ".join(c.title() for c in DESTINATIONS)
             prefix = "I don't know that place. " if asked_before else ""
-            await up.requires_input(_say(f"{prefix}Where would you like to go? I know {known}.", up.task_id, up.context_id))
+            await up.requires_input(
+                _say(
+                    f"{prefix}Where would you like to go? I know {known}.",
+                    up.task_id,
+                    up.context_id,
+                )
+            )
             return
         days_match = re.search(r"(\d+)[ -]day", text)
         days = max(1, min(3, int(data.get("days") or (days_match.group(1) if days_match else 3))))
         plan = DESTINATIONS[city][:days]
-        lines = [f"{days}-day plan for {city.title()}:"] + [f"Day {i}: {item}" for i, item in enumerate(plan, 1)]
+        lines = [f"{days}-day plan for {city.title()}:"] + [
+            f"Day {i}: {item}" for i, item in enumerate(plan, 1)
+        ]
         await up.add_artifact(
-            [new_text_part("\n".join(lines)), new_data_part({"destination": city.title(), "days": days, "plan": plan})],
+            [
+                new_text_part("\n".join(lines)),
+                new_data_part({"destination": city.title(), "days": days, "plan": plan}),
+            ],
             name="itinerary",
         )
         await up.complete()
@@ -158,13 +192,21 @@ class TravelDesk(AgentExecutor):
         source = str(data.get("from", match.group(2) if match else "")).upper()
         target = str(data.get("to", match.group(3) if match else "")).upper()
         if amount is None or source not in RATES or target not in RATES:
-            await up.reject(_say(f"I convert between {', '.join(RATES)}; say e.g. '100 EUR to JPY'.", up.task_id, up.context_id))
+            await up.reject(
+                _say(
+                    f"I convert between {', '.join(RATES)}; say e.g. '100 EUR to JPY'.",
+                    up.task_id,
+                    up.context_id,
+                )
+            )
             return
         value = round(float(amount) / RATES[source] * RATES[target], 2)
         await up.add_artifact(
             [
                 new_text_part(f"{float(amount):g} {source} = {value:g} {target} (demo rate)"),
-                new_data_part({"amount": float(amount), "from": source, "to": target, "result": value}),
+                new_data_part(
+                    {"amount": float(amount), "from": source, "to": target, "result": value}
+                ),
             ],
             name="conversion",
         )
@@ -173,11 +215,16 @@ class TravelDesk(AgentExecutor):
     async def _pack(self, up: TaskUpdater, text: str, data: dict[str, Any]) -> None:
         items: list[str] = []
         for step, (what, found) in enumerate(PACKING_STEPS, 1):
-            await up.start_work(_say(f"step {step} of {len(PACKING_STEPS)}: {what}", up.task_id, up.context_id))
+            await up.start_work(
+                _say(f"step {step} of {len(PACKING_STEPS)}: {what}", up.task_id, up.context_id)
+            )
             await asyncio.sleep(self.step_seconds)  # stands in for real work
             items.extend(found)
         await up.add_artifact(
-            [new_text_part("Packing list:\n" + "\n".join(f"- {i}" for i in items)), new_data_part({"items": items})],
+            [
+                new_text_part("Packing list:\n" + "\n".join(f"- {i}" for i in items)),
+                new_data_part({"items": items}),
+            ],
             name="packing_list",
         )
         await up.complete()
@@ -188,7 +235,9 @@ class TravelDesk(AgentExecutor):
 
 def build_app(public_url: str, step_seconds: float = 0.3) -> Starlette:
     card = build_card(public_url)
-    handler = DefaultRequestHandlerV2(agent_executor=TravelDesk(step_seconds), task_store=InMemoryTaskStore(), agent_card=card)
+    handler = DefaultRequestHandlerV2(
+        agent_executor=TravelDesk(step_seconds), task_store=InMemoryTaskStore(), agent_card=card
+    )
     routes: list[BaseRoute] = [*create_agent_card_routes(card)]
     routes += create_agent_card_routes(card, card_url="/.well-known/agent.json")
     routes += create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True)
@@ -203,16 +252,34 @@ def build_app(public_url: str, step_seconds: float = 0.3) -> Starlette:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bridge.demo.a2a_agent", description="Travel Desk demo A2A agent")
+    parser = argparse.ArgumentParser(
+        prog="python -m bridge.demo.a2a_agent", description="Travel Desk demo A2A agent"
+    )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "9102")),
-                        help="default: $PORT (the bridge sets it for a launch: whose URL names port 0), else 9102")
-    parser.add_argument("--public-url", default=None, help="URL put in the agent card (default http://HOST:PORT)")
-    parser.add_argument("--step-seconds", type=float, default=0.3, help="duration of each packing_list step")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("PORT", "9102")),
+        help="default: $PORT (the bridge sets it for a launch: whose URL names port 0), else 9102",
+    )
+    parser.add_argument(
+        "--public-url", default=None, help="URL put in the agent card (default http://HOST:PORT)"
+    )
+    parser.add_argument(
+        "--step-seconds", type=float, default=0.3, help="duration of each packing_list step"
+    )
     args = parser.parse_args(argv)
     public_url = args.public_url or f"http://{args.host}:{args.port}"
-    print(f"Travel Desk A2A agent on {public_url} (card at {public_url}/.well-known/agent-card.json)", flush=True)
-    uvicorn.run(build_app(public_url, args.step_seconds), host=args.host, port=args.port, log_level="warning")
+    print(
+        f"Travel Desk A2A agent on {public_url} (card at {public_url}/.well-known/agent-card.json)",
+        flush=True,
+    )
+    uvicorn.run(
+        build_app(public_url, args.step_seconds),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+    )
     return 0
 
 

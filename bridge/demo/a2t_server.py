@@ -54,29 +54,63 @@ def _weather(params: dict[str, Any]) -> Any:
     if not isinstance(city, str) or not city:
         raise ValueError("city is required")
     units = params.get("units", "celsius")
-    celsius = 10 + sum(map(ord, city.lower())) % 20  # deterministic, so demos and tests can check it
-    return {"city": city, "temperature": celsius if units == "celsius" else round(celsius * 9 / 5 + 32), "units": units}
+    celsius = (
+        10 + sum(map(ord, city.lower())) % 20
+    )  # deterministic, so demos and tests can check it
+    return {
+        "city": city,
+        "temperature": celsius if units == "celsius" else round(celsius * 9 / 5 + 32),
+        "units": units,
+    }
 
 
-_PAIR = {"type": "object", "properties": {"a": {"type": "integer", "description": "first operand"},
-                                          "b": {"type": "integer", "description": "second operand"}}, "required": ["a", "b"]}
+_PAIR = {
+    "type": "object",
+    "properties": {
+        "a": {"type": "integer", "description": "first operand"},
+        "b": {"type": "integer", "description": "second operand"},
+    },
+    "required": ["a", "b"],
+}
 
 TOOLS: dict[str, dict[str, Any]] = {
     "add": {"description": "Add two integers.", "input_schema": _PAIR, "group_id": "math"},
-    "divide": {"description": "Divide a by b (fails on b = 0).", "input_schema": _PAIR, "group_id": "math"},
-    "discover_math": {"description": "Discover more math tools (announces `multiply`).",
-                      "input_schema": {"type": "object", "properties": {}}, "group_id": "math"},
+    "divide": {
+        "description": "Divide a by b (fails on b = 0).",
+        "input_schema": _PAIR,
+        "group_id": "math",
+    },
+    "discover_math": {
+        "description": "Discover more math tools (announces `multiply`).",
+        "input_schema": {"type": "object", "properties": {}},
+        "group_id": "math",
+    },
     "get_weather": {
         "description": "Current weather for a city.",
-        "input_schema": {"type": "object", "properties": {
-            "city": {"type": "string", "description": "city name"},
-            "units": {"type": "string", "enum": ["celsius", "fahrenheit"], "description": "temperature units"},
-        }, "required": ["city"]},
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "city name"},
+                "units": {
+                    "type": "string",
+                    "enum": ["celsius", "fahrenheit"],
+                    "description": "temperature units",
+                },
+            },
+            "required": ["city"],
+        },
         "group_id": "weather",
     },
 }
-_DYNAMIC = {"multiply": {"description": "Multiply two integers.", "input_schema": _PAIR, "group_id": "math"}}
-_EXECUTORS: dict[str, Executor] = {"add": _add, "divide": _divide, "multiply": _multiply, "get_weather": _weather}
+_DYNAMIC = {
+    "multiply": {"description": "Multiply two integers.", "input_schema": _PAIR, "group_id": "math"}
+}
+_EXECUTORS: dict[str, Executor] = {
+    "add": _add,
+    "divide": _divide,
+    "multiply": _multiply,
+    "get_weather": _weather,
+}
 GROUPS = {"math": "Math tools", "weather": "Weather tools"}
 
 
@@ -89,7 +123,7 @@ def _page(items: list[Any], request: web.Request, default: int) -> tuple[list[An
     limit = int(request.query.get("limit") or 0) or default
     page = {"total": len(items), "offset": offset, "limit": limit}
     # the reference omits zero values (omitempty)
-    return items[offset: offset + limit], {k: v for k, v in page.items() if v}
+    return items[offset : offset + limit], {k: v for k, v in page.items() if v}
 
 
 def create_app() -> web.Application:
@@ -104,20 +138,30 @@ def create_app() -> web.Application:
         return out
 
     async def capabilities(request: web.Request) -> web.Response:
-        return web.json_response({"version": "1.0", "features": {"groups": True, "search": True, "dynamic_tools": True},
-                                  "endpoints": {"tools": "/tools", "groups": "/groups"}})
+        return web.json_response(
+            {
+                "version": "1.0",
+                "features": {"groups": True, "search": True, "dynamic_tools": True},
+                "endpoints": {"tools": "/tools", "groups": "/groups"},
+            }
+        )
 
     async def list_tools(request: web.Request) -> web.Response:
         page, meta = _page(matching(request.query.get("q", ""), None), request, 100)
         return web.json_response({"tools": page, **meta})
 
     async def list_groups(request: web.Request) -> web.Response:
-        groups = [{"id": g, "name": n, "tool_count": sum(1 for s in tools.values() if s["group_id"] == g)} for g, n in GROUPS.items()]
+        groups = [
+            {"id": g, "name": n, "tool_count": sum(1 for s in tools.values() if s["group_id"] == g)}
+            for g, n in GROUPS.items()
+        ]
         page, meta = _page(groups, request, 50)
         return web.json_response({"groups": page, **meta})
 
     async def group_tools(request: web.Request) -> web.Response:
-        page, meta = _page(matching(request.query.get("q", ""), request.match_info["group"]), request, 100)
+        page, meta = _page(
+            matching(request.query.get("q", ""), request.match_info["group"]), request, 100
+        )
         return web.json_response({"tools": page, **meta})
 
     async def execute(request: web.Request) -> web.Response:
@@ -126,18 +170,36 @@ def create_app() -> web.Application:
             params = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return web.json_response({"error": "request body must be JSON"}, status=400)
-        if isinstance(params, dict) and set(params) == {"body"} and isinstance(params["body"], dict):
+        if (
+            isinstance(params, dict)
+            and set(params) == {"body"}
+            and isinstance(params["body"], dict)
+        ):
             params = params["body"]
         if name not in tools:
-            return web.json_response({"result": None, "error": {"code": "tool_not_found", "message": f"Tool not found: {name}"}})
+            return web.json_response(
+                {
+                    "result": None,
+                    "error": {"code": "tool_not_found", "message": f"Tool not found: {name}"},
+                }
+            )
         if name == "discover_math":
             tools.update(_DYNAMIC)
             added = [_tool(n, s) for n, s in _DYNAMIC.items()]
-            return web.json_response({"result": {"result": "Discovered 1 new math tool", "meta": {"type": "tools_added", "tools": added}}})
+            return web.json_response(
+                {
+                    "result": {
+                        "result": "Discovered 1 new math tool",
+                        "meta": {"type": "tools_added", "tools": added},
+                    }
+                }
+            )
         try:
             value = _EXECUTORS[name](params if isinstance(params, dict) else {})
         except ValueError as exc:
-            return web.json_response({"result": None, "error": {"code": "execution_error", "message": str(exc)}})
+            return web.json_response(
+                {"result": None, "error": {"code": "execution_error", "message": str(exc)}}
+            )
         return web.json_response({"result": value})
 
     app = web.Application()
@@ -170,8 +232,12 @@ async def _serve(host: str, port: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a2t-dialect demo server")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "9103")),
-                        help="default: $PORT (the bridge sets it for a launch: whose URL names port 0), else 9103")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("PORT", "9103")),
+        help="default: $PORT (the bridge sets it for a launch: whose URL names port 0), else 9103",
+    )
     args = parser.parse_args(argv)
     try:
         asyncio.run(_serve(args.host, args.port))

@@ -26,38 +26,80 @@ VERSION = "1.0.0"
 _READ_ONLY = {"network": False, "filesystem": {"read": True, "write": False}, "idempotent": True}
 
 METADATA: dict[str, Any] = {
-    "atip": {"version": "0.6", "features": ["partial-discovery", "interactive-effects", "trust-v1"]},
+    "atip": {
+        "version": "0.6",
+        "features": ["partial-discovery", "interactive-effects", "trust-v1"],
+    },
     "name": "notes",
     "version": VERSION,
     "description": "Keep short notes in a folder and inspect text",
     "trust": {"source": "native", "verified": True},
-    "effects": {"network": False, "cost": {"estimate": "free", "billable": False}, "duration": {"typical": "0-1s", "timeout": "10s"}},
+    "effects": {
+        "network": False,
+        "cost": {"estimate": "free", "billable": False},
+        "duration": {"typical": "0-1s", "timeout": "10s"},
+    },
     "commands": {
         "note": {
             "description": "Manage notes",
             "commands": {
                 "add": {
                     "description": "Add a note and print it as JSON",
-                    "arguments": [{"name": "title", "type": "string", "description": "Title of the note"}],
+                    "arguments": [
+                        {"name": "title", "type": "string", "description": "Title of the note"}
+                    ],
                     "options": [
-                        {"name": "body", "flags": ["-b", "--body"], "type": "string", "description": "Text of the note", "default": ""},
-                        {"name": "tag", "flags": ["-t", "--tag"], "type": "string", "variadic": True, "description": "A tag (repeatable)"},
-                        {"name": "pinned", "flags": ["--pinned"], "type": "boolean", "description": "Pin the note to the top of lists"},
+                        {
+                            "name": "body",
+                            "flags": ["-b", "--body"],
+                            "type": "string",
+                            "description": "Text of the note",
+                            "default": "",
+                        },
+                        {
+                            "name": "tag",
+                            "flags": ["-t", "--tag"],
+                            "type": "string",
+                            "variadic": True,
+                            "description": "A tag (repeatable)",
+                        },
+                        {
+                            "name": "pinned",
+                            "flags": ["--pinned"],
+                            "type": "boolean",
+                            "description": "Pin the note to the top of lists",
+                        },
                     ],
                     "effects": {
-                        "filesystem": {"read": True, "write": True, "delete": False, "paths": ["./notes-data/"]},
+                        "filesystem": {
+                            "read": True,
+                            "write": True,
+                            "delete": False,
+                            "paths": ["./notes-data/"],
+                        },
                         "idempotent": False,
                         "reversible": True,
                         "destructive": False,
                         "creates": ["note"],
                     },
-                    "examples": ["notes note add \"Groceries\" --body \"milk, eggs\" --tag home"],
+                    "examples": ['notes note add "Groceries" --body "milk, eggs" --tag home'],
                 },
                 "list": {
                     "description": "List notes, pinned first, newest first",
                     "options": [
-                        {"name": "tag", "flags": ["-t", "--tag"], "type": "string", "description": "Only notes with this tag"},
-                        {"name": "limit", "flags": ["-n", "--limit"], "type": "integer", "description": "At most this many notes", "default": 20},
+                        {
+                            "name": "tag",
+                            "flags": ["-t", "--tag"],
+                            "type": "string",
+                            "description": "Only notes with this tag",
+                        },
+                        {
+                            "name": "limit",
+                            "flags": ["-n", "--limit"],
+                            "type": "integer",
+                            "description": "At most this many notes",
+                            "default": 20,
+                        },
                     ],
                     "effects": _READ_ONLY,
                 },
@@ -68,8 +110,22 @@ METADATA: dict[str, Any] = {
                 },
                 "delete": {
                     "description": "Delete notes permanently",
-                    "arguments": [{"name": "ids", "type": "integer", "variadic": True, "description": "Ids of the notes to delete"}],
-                    "options": [{"name": "missing_ok", "flags": ["--missing-ok"], "type": "boolean", "description": "Do not fail on unknown ids"}],
+                    "arguments": [
+                        {
+                            "name": "ids",
+                            "type": "integer",
+                            "variadic": True,
+                            "description": "Ids of the notes to delete",
+                        }
+                    ],
+                    "options": [
+                        {
+                            "name": "missing_ok",
+                            "flags": ["--missing-ok"],
+                            "type": "boolean",
+                            "description": "Do not fail on unknown ids",
+                        }
+                    ],
                     "effects": {
                         "filesystem": {"write": True, "delete": True},
                         "destructive": True,
@@ -95,13 +151,30 @@ METADATA: dict[str, Any] = {
             "commands": {
                 "stats": {
                     "description": "Count words, lines and characters, with the most frequent words",
-                    "arguments": [{"name": "text", "type": "string", "variadic": True, "description": "Text to inspect"}],
-                    "options": [{"name": "top", "flags": ["--top"], "type": "integer", "description": "How many frequent words", "default": 3}],
+                    "arguments": [
+                        {
+                            "name": "text",
+                            "type": "string",
+                            "variadic": True,
+                            "description": "Text to inspect",
+                        }
+                    ],
+                    "options": [
+                        {
+                            "name": "top",
+                            "flags": ["--top"],
+                            "type": "integer",
+                            "description": "How many frequent words",
+                            "default": 3,
+                        }
+                    ],
                     "effects": _READ_ONLY,
                 },
                 "hash": {
                     "description": "Hash text",
-                    "arguments": [{"name": "text", "type": "string", "description": "Text to hash"}],
+                    "arguments": [
+                        {"name": "text", "type": "string", "description": "Text to hash"}
+                    ],
                     "options": [
                         {
                             "name": "algorithm",
@@ -131,7 +204,11 @@ def _cut(node: dict[str, Any], depth: int | None, level: int) -> dict[str, Any]:
     out = {k: v for k, v in node.items() if k != "commands"}
     children = node.get("commands")
     if children:
-        out["commands"] = {} if depth is not None and level >= depth else {n: _cut(c, depth, level + 1) for n, c in children.items()}
+        out["commands"] = (
+            {}
+            if depth is not None and level >= depth
+            else {n: _cut(c, depth, level + 1) for n, c in children.items()}
+        )
     return out
 
 
@@ -144,10 +221,18 @@ def metadata_for(depth: int | None = None, commands: list[str] | None = None) ->
     selected = {n: c for n, c in tree.items() if commands is None or n in commands}
     document["commands"] = {n: _cut(c, depth, 1) for n, c in selected.items()}
     document["partial"] = True
-    document["filter"] = {"depth": depth, **({"commands": commands} if commands is not None else {})}
+    document["filter"] = {
+        "depth": depth,
+        **({"commands": commands} if commands is not None else {}),
+    }
     document["totalCommands"] = sum(_leaves(c) for c in tree.values())
-    document["includedCommands"] = sum(_leaves(c) for c in document["commands"].values() if c.get("commands") != {})
-    document["omitted"] = {"reason": "depth-limited" if depth is not None else "filtered", "safetyAssumption": "unknown"}
+    document["includedCommands"] = sum(
+        _leaves(c) for c in document["commands"].values() if c.get("commands") != {}
+    )
+    document["omitted"] = {
+        "reason": "depth-limited" if depth is not None else "filtered",
+        "safetyAssumption": "unknown",
+    }
     return document
 
 

@@ -26,7 +26,12 @@ _READ_ONLY = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
 def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
 
 
 TOOLS = [
@@ -34,7 +39,9 @@ TOOLS = [
         name="echo",
         title="Echo",
         description="Return the given text unchanged.",
-        input_schema=_object({"text": {"type": "string", "description": "text to return"}}, ["text"]),
+        input_schema=_object(
+            {"text": {"type": "string", "description": "text to return"}}, ["text"]
+        ),
         annotations=_READ_ONLY,
     ),
     types.Tool(
@@ -51,7 +58,11 @@ TOOLS = [
         description="Count the characters, words and lines of a text.",
         input_schema=_object({"text": {"type": "string"}}, ["text"]),
         output_schema=_object(
-            {"characters": {"type": "integer"}, "words": {"type": "integer"}, "lines": {"type": "integer"}},
+            {
+                "characters": {"type": "integer"},
+                "words": {"type": "integer"},
+                "lines": {"type": "integer"},
+            },
             ["characters", "words", "lines"],
         ),
         annotations=_READ_ONLY,
@@ -60,7 +71,9 @@ TOOLS = [
         name="countdown",
         title="Countdown",
         description="Count down from `seconds` to zero, reporting progress every second.",
-        input_schema=_object({"seconds": {"type": "integer", "minimum": 1, "maximum": 60}}, ["seconds"]),
+        input_schema=_object(
+            {"seconds": {"type": "integer", "minimum": 1, "maximum": 60}}, ["seconds"]
+        ),
         annotations=_READ_ONLY,
     ),
     types.Tool(
@@ -68,7 +81,9 @@ TOOLS = [
         title="Current UTC time",
         description="The current date and time in UTC, RFC 3339.",
         input_schema=_object({}, []),
-        annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=False, open_world_hint=False),
+        annotations=types.ToolAnnotations(
+            read_only_hint=True, idempotent_hint=False, open_world_hint=False
+        ),
     ),
 ]
 _BY_NAME = {tool.name: tool for tool in TOOLS}
@@ -83,7 +98,9 @@ def _structured(data: dict[str, Any]) -> types.CallToolResult:
     return types.CallToolResult(content=_text(json.dumps(data)), structured_content=data)
 
 
-async def _list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+async def _list_tools(
+    ctx: Any, params: types.PaginatedRequestParams | None
+) -> types.ListToolsResult:
     return types.ListToolsResult(tools=TOOLS)
 
 
@@ -98,7 +115,13 @@ async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Cal
             return _structured({"sum": args["a"] + args["b"]})
         if params.name == "text_stats":
             text = str(args["text"])
-            return _structured({"characters": len(text), "words": len(re.findall(r"\S+", text)), "lines": len(text.splitlines())})
+            return _structured(
+                {
+                    "characters": len(text),
+                    "words": len(re.findall(r"\S+", text)),
+                    "lines": len(text.splitlines()),
+                }
+            )
         if params.name == "countdown":
             seconds = int(args["seconds"])
             for left in range(seconds, 0, -1):
@@ -109,7 +132,9 @@ async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Cal
         now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         return types.CallToolResult(content=_text(now))
     except (KeyError, TypeError, ValueError) as exc:
-        return types.CallToolResult(content=_text(f"bad arguments for {params.name}: {exc}"), is_error=True)
+        return types.CallToolResult(
+            content=_text(f"bad arguments for {params.name}: {exc}"), is_error=True
+        )
 
 
 def build_server() -> Server[Any]:
@@ -129,8 +154,15 @@ async def _serve_stdio() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bridge.demo.mcp_server", description=__doc__.splitlines()[0])
-    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
+    parser = argparse.ArgumentParser(
+        prog="python -m bridge.demo.mcp_server", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--http",
+        type=int,
+        metavar="PORT",
+        help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     opts = parser.parse_args(argv)
     if opts.http is None:

@@ -26,8 +26,11 @@ PROBLEM = "application/problem+json"
 
 
 def _problem(status: int, title: str, detail: str) -> web.Response:
-    return web.json_response({"type": "about:blank", "title": title, "status": status, "detail": detail},
-                             status=status, content_type=PROBLEM)
+    return web.json_response(
+        {"type": "about:blank", "title": title, "status": status, "detail": detail},
+        status=status,
+        content_type=PROBLEM,
+    )
 
 
 def build_app(api_key: str | None = None) -> web.Application:
@@ -41,7 +44,11 @@ def build_app(api_key: str | None = None) -> web.Application:
             limit = int(request.query.get("limit", "20"))
         except ValueError:
             return _problem(400, "Bad limit", "limit must be an integer")
-        found = [n for n in sorted(notes.values(), key=lambda n: -n["id"]) if tag is None or tag in n["tags"]]
+        found = [
+            n
+            for n in sorted(notes.values(), key=lambda n: -n["id"])
+            if tag is None or tag in n["tags"]
+        ]
         return web.json_response(found[:limit])
 
     async def create_note(request: web.Request) -> web.Response:
@@ -114,8 +121,12 @@ async def _serve(host: str, port: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "9101")),
-                        help="default: $PORT (the bridge sets it for a launch: whose URL names port 0), else 9101")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("PORT", "9101")),
+        help="default: $PORT (the bridge sets it for a launch: whose URL names port 0), else 9101",
+    )
     args = parser.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args.host, args.port))

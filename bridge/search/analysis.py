@@ -55,15 +55,19 @@ _CAMEL_LOWER_UPPER = re.compile(r"([a-z0-9])(?=[A-Z])")
 _CAMEL_ACRONYM = re.compile(r"([A-Z])(?=[A-Z][a-z])")
 # Tried only where a word starts, without backtracking: a run of letters with no separator fails
 # once, not once for each of its letters (a 20,000-letter query took 12 s).
-_IDENTIFIER = re.compile(r"(?<![A-Za-z0-9])(?:[A-Za-z][A-Za-z0-9]*+(?:[_.\-/][A-Za-z0-9]++)+|[a-z]++[A-Z][A-Za-z0-9]*+)")
+_IDENTIFIER = re.compile(
+    r"(?<![A-Za-z0-9])(?:[A-Za-z][A-Za-z0-9]*+(?:[_.\-/][A-Za-z0-9]++)+|[a-z]++[A-Z][A-Za-z0-9]*+)"
+)
 # Chinese and Japanese end a sentence with a full-width mark and no space after it.
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n")
 # Chinese and Japanese write no space between words, and a Korean word carries its particles
 # (날씨를, 날씨는): a run of these scripts is indexed and searched as its overlapping pairs of
 # characters (天气预报 as 天气 气预 预报), as CJK analyzers do. Han with its extensions and
 # compatibility forms, kana (not the middle dot) and Hangul syllables.
-_CJK_RUN = re.compile("[\u3005\u3040-\u309f\u30a0-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
-                      "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0002fa1f]+")
+_CJK_RUN = re.compile(
+    "[\u3005\u3040-\u309f\u30a0-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+    "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0002fa1f]+"
+)
 
 # Words that carry the request's tone, not its subject. A query is matched without them (unless
 # it has nothing else: then by them); the index keeps every word. The last two lines are the
@@ -114,7 +118,9 @@ def split_identifiers(text: str) -> str:
 
 def _pairs(match: re.Match[str]) -> str:
     run = match.group(0)
-    return " " + (run if len(run) < 3 else " ".join(run[i:i + 2] for i in range(len(run) - 1))) + " "
+    return (
+        " " + (run if len(run) < 3 else " ".join(run[i : i + 2] for i in range(len(run) - 1))) + " "
+    )
 
 
 def cjk_pairs(text: str) -> str:
@@ -167,10 +173,16 @@ def related_words() -> dict[str, tuple[str, ...]]:
         with np.load(RELATED_TABLE, allow_pickle=False) as data:
             words, related = data["words"], data["related"]
     except (OSError, KeyError, ValueError) as exc:
-        log.warning("related words of query expansion cannot be read from %s (%s); queries are not expanded",
-                    RELATED_TABLE, exc)
+        log.warning(
+            "related words of query expansion cannot be read from %s (%s); queries are not expanded",
+            RELATED_TABLE,
+            exc,
+        )
         return {}
-    return {str(word): tuple(str(r) for r in row if r) for word, row in zip(words.tolist(), related.tolist(), strict=True)}
+    return {
+        str(word): tuple(str(r) for r in row if r)
+        for word, row in zip(words.tolist(), related.tolist(), strict=True)
+    }
 
 
 @lru_cache(maxsize=1)
@@ -184,8 +196,11 @@ def spelled_words() -> frozenset[str]:
         with np.load(STATIC_TABLE, allow_pickle=False) as data:
             vocab = data["vocab"].tolist()
     except (OSError, KeyError, ValueError) as exc:
-        log.warning("the vocabulary of typing errors cannot be read from %s (%s); every unknown word may be one",
-                    STATIC_TABLE, exc)
+        log.warning(
+            "the vocabulary of typing errors cannot be read from %s (%s); every unknown word may be one",
+            STATIC_TABLE,
+            exc,
+        )
         return frozenset()
     return frozenset(str(token) for token in vocab if not token.startswith(("##", "[")))
 
@@ -197,7 +212,11 @@ _CAPITALISED = re.compile(r"(^|[.!?\n])?\s*\b([A-Z][a-z]+)\b")  # group 1: what 
 
 def _names(text: str) -> set[str]:
     """The query's capitalised words that do not open a sentence, lower case."""
-    return {m.group(2).lower() for m in _CAPITALISED.finditer(_squeeze_space(text)) if m.group(1) is None}
+    return {
+        m.group(2).lower()
+        for m in _CAPITALISED.finditer(_squeeze_space(text))
+        if m.group(1) is None
+    }
 
 
 _SPACE_RUN = re.compile(r"\s{2,}")
@@ -300,8 +319,14 @@ _NAME_JOINS = ("", "_", "-")
 def filler_names(words: Sequence[str]) -> list[str]:
     """The whole names a query of filler alone may mean (`FILLER_NAME_WORDS`), lower case."""
     words = words[:FILLER_NAME_READ]
-    runs = (words[i:i + n] for n in range(1, FILLER_NAME_WORDS + 1) for i in range(len(words) - n + 1))
-    return list(dict.fromkeys(join.join(run) for run in runs for join in (_NAME_JOINS if len(run) > 1 else ("",))))
+    runs = (
+        words[i : i + n] for n in range(1, FILLER_NAME_WORDS + 1) for i in range(len(words) - n + 1)
+    )
+    return list(
+        dict.fromkeys(
+            join.join(run) for run in runs for join in (_NAME_JOINS if len(run) > 1 else ("",))
+        )
+    )
 
 
 def _set_aside(word: str, term: str) -> bool:
@@ -360,24 +385,44 @@ def analyze_query(text: str, *, max_terms: int = 128) -> AnalyzedQuery:
         for word, term in words.items():
             if word in names:
                 continue
-            others = [t for other in table.get(word, ()) for t in term_stems(other) if t not in taken and t not in bases]
+            others = [
+                t
+                for other in table.get(word, ())
+                for t in term_stems(other)
+                if t not in taken and t not in bases
+            ]
             if others:
-                related[term] = tuple(others)  # a term is reached by one word only: the first to give it
+                related[term] = tuple(
+                    others
+                )  # a term is reached by one word only: the first to give it
                 taken.update(others)
     if content and _FILE_NAME.search(text):
-        outside = {term for word in query_words(_FILE_NAME.sub(" ", text)) for term in term_stems(word)}
+        outside = {
+            term for word in query_words(_FILE_NAME.sub(" ", text)) for term in term_stems(word)
+        }
         for term in content:
             if term not in outside:  # said only in the name of a file: a value, as a number is
                 content[term] = FILE_NAME_WEIGHT
         for term in term_stems("file"):
             content[term] = 1.0
-    joined_terms = tuple(t for t in joined if t not in content) if content and len(content) <= RELATED_MAX_TERMS else ()
+    joined_terms = (
+        tuple(t for t in joined if t not in content)
+        if content and len(content) <= RELATED_MAX_TERMS
+        else ()
+    )
     identifiers = identifier_words(text)
     filler_only = not content and not fill and bool(tone)
     if filler_only:
         identifiers += [name for name in filler_names(tone) if name not in identifiers]
-    return AnalyzedQuery(text=text, terms=content or fill, identifiers=identifiers, related=related,
-                         joined=joined_terms, spelled=frozenset(spelled & content.keys()), filler=filler_only)
+    return AnalyzedQuery(
+        text=text,
+        terms=content or fill,
+        identifiers=identifiers,
+        related=related,
+        joined=joined_terms,
+        spelled=frozenset(spelled & content.keys()),
+        filler=filler_only,
+    )
 
 
 # A request asking for several things ("Find the airport closest to Boston. Also book me a flight
@@ -446,7 +491,9 @@ def query_parts(text: str) -> list[AnalyzedQuery]:
     if len(parts) < 2:
         return []
     if len(parts) > MAX_PARTS:
-        keep = set(sorted(range(len(parts)), key=lambda i: (-_content_words(parts[i]), i))[:MAX_PARTS])
+        keep = set(
+            sorted(range(len(parts)), key=lambda i: (-_content_words(parts[i]), i))[:MAX_PARTS]
+        )
         parts = [part for i, part in enumerate(parts) if i in keep]
     return parts
 
@@ -455,11 +502,19 @@ def _content_words(part: AnalyzedQuery) -> int:
     """How many of a part's terms are neither filler nor numbers (`analyze_query` falls back to
     those when a text has nothing else)."""
     filler, bases = _filler_forms()
-    return sum(1 for term in part.terms if len(term) >= 2 and not term.isdigit() and term not in filler and term not in bases)
-
+    return sum(
+        1
+        for term in part.terms
+        if len(term) >= 2 and not term.isdigit() and term not in filler and term not in bases
+    )
 
 
 def content_terms(text: str) -> frozenset[str]:
     """The terms of `text`'s content words, read as a query's are (`analyze_query`): stemmed,
     with filler, numbers and single characters set aside."""
-    return frozenset(term for word in query_words(text) for term in term_stems(word) if not _set_aside(word, term))
+    return frozenset(
+        term
+        for word in query_words(text)
+        for term in term_stems(word)
+        if not _set_aside(word, term)
+    )

@@ -97,18 +97,24 @@ class _Compaction:
     batch: Batch
     path: str | None = None  # of the new index's folder (None: in memory)
     generation: int = 0  # the new index's
-    lock_file: Any = None  # held for the on-disk index a move writes (`_try_disk`), until it is searched
+    lock_file: Any = (
+        None  # held for the on-disk index a move writes (`_try_disk`), until it is searched
+    )
     segments: int = -1  # of the index searched, when it began (-1: not begun)
     deleted: int = 0  # documents of deleted tools in the index searched, when it began
     started: float = 0.0
     index: Any = None  # the new index (the next generation)
     writer: Any = None
-    digests: dict[str, dict[str, int]] = field(default_factory=dict)  # the new index's, by namespace
+    digests: dict[str, dict[str, int]] = field(
+        default_factory=dict
+    )  # the new index's, by namespace
     owner: dict[str, str] = field(default_factory=dict)  # tool_id -> namespace, in the new index
     touched: dict[str, IndexedTool | None] = field(default_factory=dict)  # `lock` held to change it
     lock: threading.Lock = field(default_factory=threading.Lock)
     thread: threading.Thread | None = None  # writing its tools, then committing them
-    done: threading.Event = field(default_factory=threading.Event)  # set when that thread is done, failed or not
+    done: threading.Event = field(
+        default_factory=threading.Event
+    )  # set when that thread is done, failed or not
     error: BaseException | None = None
     log_file: Any = None
 
@@ -119,8 +125,12 @@ class IndexCompaction(IndexStorage):
     queue, its condition and the counts are the writer thread's, which a compaction's thread
     wakes and the writer's `flush` and `compacted` wait on."""
 
-    wanted_path: str | None  # the on-disk index an index kept in memory moves to once its lock is free
-    listing: Callable[[], Sequence[Any] | None] | None  # every tool the index is to hold (None: not known yet)
+    wanted_path: (
+        str | None
+    )  # the on-disk index an index kept in memory moves to once its lock is free
+    listing: (
+        Callable[[], Sequence[Any] | None] | None
+    )  # every tool the index is to hold (None: not known yet)
     moved: Callable[[str], None] | None  # told the path once an index kept in memory moved to disk
     foreground: Foreground | None
     retry_last: float
@@ -181,7 +191,9 @@ class IndexCompaction(IndexStorage):
             handle.close()
             return False
         name_holder(handle)
-        self._compacting = _Compaction(Batch(upserts=list(tools), compact=True, move=True, seq=seq), lock_file=handle)
+        self._compacting = _Compaction(
+            Batch(upserts=list(tools), compact=True, move=True, seq=seq), lock_file=handle
+        )
         return True
 
     def _disk_generation(self, path: str) -> int:
@@ -231,18 +243,21 @@ class IndexCompaction(IndexStorage):
                 c.path = self.wanted_path
                 c.generation = self._disk_generation(c.path)
                 c.index = self._ready(self._new_index_at(c.path, c.generation))
-            elif (c.segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS) and not self._deleted_enough():
+            elif (
+                c.segments < COMPACT_SEGMENTS or self.tool_count < COMPACT_MIN_TOOLS
+            ) and not self._deleted_enough():
                 self._end_compaction()
                 return
             else:
                 c.path, c.generation = self.path, self._generation + 1
                 c.index = self._ready(self._new_index(c.generation))
             c.writer = c.index.writer(heap_size=self._heap_size, num_threads=self._threads)
-            c.thread = threading.Thread(target=self._compact_run, args=(c,), name="search-index-compaction", daemon=True)
+            c.thread = threading.Thread(
+                target=self._compact_run, args=(c,), name="search-index-compaction", daemon=True
+            )
             c.thread.start()
         except Exception as exc:
             self._leave_compaction(c, exc)
-
 
     @property
     def deleted(self) -> int:
@@ -281,8 +296,13 @@ class IndexCompaction(IndexStorage):
     def _compact_when_deleted(self) -> None:
         """On the writer thread, after a commit: begin a compaction (of `listing`) when deleted
         documents are COMPACT_DELETED or more of the index (and COMPACT_DELETED_MIN or more) and none is under way."""
-        if (self.listing is None or self._compacting is not None or self._closing or time.monotonic() < self._compact_retry_at
-                or not self._deleted_enough()):
+        if (
+            self.listing is None
+            or self._compacting is not None
+            or self._closing
+            or time.monotonic() < self._compact_retry_at
+            or not self._deleted_enough()
+        ):
             return
         seq, tools = self._list_tools("compact")
         if tools is None:
@@ -307,7 +327,9 @@ class IndexCompaction(IndexStorage):
                 if position % 64 == 0 and position and self.foreground is not None:
                     self.foreground.pause()
                 tool = self._tool(item)
-                if tool.tool_id not in c.touched:  # a change that has its last word on it comes after
+                if (
+                    tool.tool_id not in c.touched
+                ):  # a change that has its last word on it comes after
                     self._compact_add(c, tool)
             self._compact_touched(c)
             if self._closing:
@@ -315,7 +337,9 @@ class IndexCompaction(IndexStorage):
             c.writer.commit()
             c.index.reload()
             if c.path is not None:
-                c.log_file = open(Path(c.path) / _generation(c.generation) / _DIGEST_LOG, "w", encoding="utf-8")  # noqa: SIM115 - kept open for appends
+                c.log_file = open(  # noqa: SIM115 - kept open for appends
+                    Path(c.path) / _generation(c.generation) / _DIGEST_LOG, "w", encoding="utf-8"
+                )
                 c.log_file.writelines(_digest_lines(c.digests))
                 c.log_file.flush()
         except BaseException as exc:
@@ -337,8 +361,13 @@ class IndexCompaction(IndexStorage):
             self._leave_compaction(c, exc)
             return
         if c.batch.move:
-            log.warning("search index %s is free now: the %d tools of the index kept in memory were written to it in %.1f s, "
-                        "and it is kept on disk from now on", self.path, len(c.owner), time.monotonic() - c.started)
+            log.warning(
+                "search index %s is free now: the %d tools of the index kept in memory were written to it in %.1f s, "
+                "and it is kept on disk from now on",
+                self.path,
+                len(c.owner),
+                time.monotonic() - c.started,
+            )
             if self.moved is not None and self.path is not None:
                 try:
                     self.moved(self.path)
@@ -346,16 +375,26 @@ class IndexCompaction(IndexStorage):
                     log.exception("search index: what follows its move to disk failed")
             self._end_compaction()
             return
-        log.info("search index compacted: %d tools written again in %.1f s; %d segments before, %d after "
-                 "(Tantivy merges them further in the background); %d deleted documents before, %d after", len(c.owner),
-                 time.monotonic() - c.started, c.segments, self.segments, c.deleted, self.deleted)
+        log.info(
+            "search index compacted: %d tools written again in %.1f s; %d segments before, %d after "
+            "(Tantivy merges them further in the background); %d deleted documents before, %d after",
+            len(c.owner),
+            time.monotonic() - c.started,
+            c.segments,
+            self.segments,
+            c.deleted,
+            self.deleted,
+        )
         self._end_compaction()
 
     def _compact_touched(self, c: _Compaction, commit: bool = False) -> None:
         """Write into the new index what the changes said of their tools since the last time;
         with `commit` (after the compaction's own commit), commit that and log their digests."""
         with c.lock:
-            touched, c.touched = c.touched, {}  # what a change says from here on is written the next time
+            touched, c.touched = (
+                c.touched,
+                {},
+            )  # what a change says from here on is written the next time
         lines: list[str] = []
         for tool_id, changed in touched.items():
             if changed is not None:
@@ -372,7 +411,9 @@ class IndexCompaction(IndexStorage):
                 c.log_file.flush()
 
     def _compact_add(self, c: _Compaction, tool: IndexedTool) -> None:
-        if (namespace := c.owner.get(tool.tool_id)) is not None:  # listed again: the last listing stays
+        if (
+            namespace := c.owner.get(tool.tool_id)
+        ) is not None:  # listed again: the last listing stays
             del c.digests[namespace][tool.tool_id]
             c.writer.delete_documents_by_term("tool_id", tool.tool_id)
         c.owner[tool.tool_id] = tool.namespace
@@ -390,16 +431,35 @@ class IndexCompaction(IndexStorage):
             self._mark(generation, c.path)
         if self._log_file is not None:
             self._log_file.close()
-        gone: list[str] = []  # the tools of the old index that the new one does not hold: usually none
-        for namespace, tools in self._digests.items():  # namespace by namespace: small dicts, compared in C
+        gone: list[
+            str
+        ] = []  # the tools of the old index that the new one does not hold: usually none
+        for (
+            namespace,
+            tools,
+        ) in self._digests.items():  # namespace by namespace: small dicts, compared in C
             held = c.digests.get(namespace, {})
             if tools.keys() != held.keys():
-                gone.extend(tool_id for tool_id in tools.keys() - held.keys() if tool_id not in c.owner)
+                gone.extend(
+                    tool_id for tool_id in tools.keys() - held.keys() if tool_id not in c.owner
+                )
         old, old_path = self._generation, self.path
-        self._index, self._writer, self._digests, self._log_file = c.index, c.writer, c.digests, c.log_file
+        self._index, self._writer, self._digests, self._log_file = (
+            c.index,
+            c.writer,
+            c.digests,
+            c.log_file,
+        )
         if c.batch.move:  # kept on disk from now on, under the lock taken for it
-            self.path, self._lock_file, self.wanted_path, c.lock_file = c.path, c.lock_file, None, None
-        self._log_lines = self.tool_count  # the new log: the digests whole, and the lines since (about as many)
+            self.path, self._lock_file, self.wanted_path, c.lock_file = (
+                c.path,
+                c.lock_file,
+                None,
+                None,
+            )
+        self._log_lines = (
+            self.tool_count
+        )  # the new log: the digests whole, and the lines since (about as many)
         self._generation = generation
         c.index = c.writer = c.log_file = None
         for tool_id in gone:
@@ -407,7 +467,9 @@ class IndexCompaction(IndexStorage):
                 del self._by_key[key]
         self.documents_written += len(c.owner)
         self.commits += 1
-        if old_path is not None:  # searches under way keep reading the old files until they are done
+        if (
+            old_path is not None
+        ):  # searches under way keep reading the old files until they are done
             shutil.rmtree(Path(old_path) / _generation(old), ignore_errors=True)
         elif c.path is not None:  # moved to disk: the generation another process left there
             for other in Path(c.path).iterdir():
@@ -427,13 +489,19 @@ class IndexCompaction(IndexStorage):
             c.index = c.writer = None
         if c.path is not None and c.generation:
             shutil.rmtree(Path(c.path) / _generation(c.generation), ignore_errors=True)
-        if c.lock_file is not None:  # a move left off: the lock is let go, and taken again at the next try
+        if (
+            c.lock_file is not None
+        ):  # a move left off: the lock is let go, and taken again at the next try
             c.lock_file.close()
             c.lock_file = None
             if exc is not None:
                 self._disk_retry_at = time.monotonic() + DISK_RETRY_FAILED
         if exc is not None and not isinstance(exc, _Abandoned):
-            log.error("search index compaction left off (%s); the index is kept as it was", exc, exc_info=exc)
+            log.error(
+                "search index compaction left off (%s); the index is kept as it was",
+                exc,
+                exc_info=exc,
+            )
             self._compact_retry_at = time.monotonic() + self.retry_last
         self._end_compaction()
 

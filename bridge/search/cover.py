@@ -27,17 +27,28 @@ def over_best(scores: np.ndarray) -> np.ndarray:
     return scores / max(float(scores.max(initial=0.0)), 1e-9)
 
 
-def part_scores(index: ToolIndex, parts: list[AnalyzedQuery], tool_ids: list[str],
-                weights: dict[str, float] | None = None) -> list[dict[str, float]]:
+def part_scores(
+    index: ToolIndex,
+    parts: list[AnalyzedQuery],
+    tool_ids: list[str],
+    weights: dict[str, float] | None = None,
+) -> list[dict[str, float]]:
     """Each part's keyword score of each of these tools that has one of its words (the index
     query of the part, limited to the tools; no word widened as a typing error)."""
     among = index.among(tool_ids)
-    return [dict(index.search(index.query(part, weights=weights, widen=False, among=among), limit=len(tool_ids)))
-            for part in parts]
+    return [
+        dict(
+            index.search(
+                index.query(part, weights=weights, widen=False, among=among), limit=len(tool_ids)
+            )
+        )
+        for part in parts
+    ]
 
 
-def cover_order(overall: np.ndarray, parts: np.ndarray, weight: float = COVER_WEIGHT,
-                places: int | None = None) -> tuple[list[int], list[float]]:
+def cover_order(
+    overall: np.ndarray, parts: np.ndarray, weight: float = COVER_WEIGHT, places: int | None = None
+) -> tuple[list[int], list[float]]:
     """The candidates in the order that covers a request's parts, and each one's cover score
     (non-increasing). `overall[i]` is candidate i's relevance to the whole request, `parts[p, i]`
     its relevance to part p, all in [0, 1]. Each place goes to the candidate of the greatest

@@ -27,8 +27,18 @@ from bridge.search.tooltext import (
     unsaid,
 )
 
-__all__ = ["CHANGES_PREFIX", "FIELD_WEIGHTS", "INDEX_FORMAT", "Converter", "IndexedTool", "exact_names",
-           "indexed_tool", "name_text", "schema", "tool_key"]
+__all__ = [
+    "CHANGES_PREFIX",
+    "FIELD_WEIGHTS",
+    "INDEX_FORMAT",
+    "Converter",
+    "IndexedTool",
+    "exact_names",
+    "indexed_tool",
+    "name_text",
+    "schema",
+    "tool_key",
+]
 
 # Bump when the schema, the analyzer or the text put in a field changes: an index of another
 # format is rebuilt from the catalog instead of being reopened.
@@ -66,8 +76,12 @@ class IndexedTool:
     param_text: str = ""
     kind: str = "function"
     read_only: bool = False
-    looks_up: list[str] = field(default_factory=list)  # what the tool looks up by name (bridge.search.tooltext.looked_up)
-    changes: list[str] = field(default_factory=list)  # the current places it changes (bridge.search.tooltext.changes_current)
+    looks_up: list[str] = field(
+        default_factory=list
+    )  # what the tool looks up by name (bridge.search.tooltext.looked_up)
+    changes: list[str] = field(
+        default_factory=list
+    )  # the current places it changes (bridge.search.tooltext.changes_current)
     _digest: int | None = field(default=None, repr=False, compare=False)
     _key: int | None = field(default=None, repr=False, compare=False)
 
@@ -82,18 +96,47 @@ class IndexedTool:
     def digest(self) -> int:
         """64-bit digest of everything indexed: equal digests, equal documents."""
         if self._digest is None:
-            parts = [str(INDEX_FORMAT), self.namespace, self.name, "\x1e".join(self.exact_names), self.title,
-                     self.description, self.shared, self.hint, "\x1e".join(self.tags), self.params, self.param_text, self.kind,
-                     "1" if self.read_only else "0", "\x1e".join(self.looks_up), "\x1e".join(self.changes)]
+            parts = [
+                str(INDEX_FORMAT),
+                self.namespace,
+                self.name,
+                "\x1e".join(self.exact_names),
+                self.title,
+                self.description,
+                self.shared,
+                self.hint,
+                "\x1e".join(self.tags),
+                self.params,
+                self.param_text,
+                self.kind,
+                "1" if self.read_only else "0",
+                "\x1e".join(self.looks_up),
+                "\x1e".join(self.changes),
+            ]
             raw = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
             self._digest = int.from_bytes(raw, "big")
         return self._digest
 
     def document(self) -> tantivy.Document:
         # names and parameter names arrive split into words; only free text needs camelCase split
-        own = cjk_pairs(" ".join([*[self.name] * NAME_REPEAT, split_identifiers(f"{self.title} {self.hint} {self.description}"),
-                                  self.params]))
-        extra = cjk_pairs(split_identifiers(" ".join([self.shared, self.namespace, *self.tags, self.param_text]))).lower().split()
+        own = cjk_pairs(
+            " ".join(
+                [
+                    *[self.name] * NAME_REPEAT,
+                    split_identifiers(f"{self.title} {self.hint} {self.description}"),
+                    self.params,
+                ]
+            )
+        )
+        extra = (
+            cjk_pairs(
+                split_identifiers(
+                    " ".join([self.shared, self.namespace, *self.tags, self.param_text])
+                )
+            )
+            .lower()
+            .split()
+        )
         doc = tantivy.Document()  # add_text: twice as fast as keyword arguments
         doc.add_text("tool_id", self.tool_id)
         doc.add_unsigned("key", self.key)
@@ -133,7 +176,6 @@ def tool_key(tool_id: str) -> int:
     one batch and maps them to tool ids in memory, instead of fetching each hit's stored
     document (about 3 µs each at a million tools)."""
     return int.from_bytes(hashlib.blake2b(tool_id.encode(), digest_size=8).digest(), "big")
-
 
 
 def exact_names(*names: str) -> list[str]:

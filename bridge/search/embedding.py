@@ -40,6 +40,8 @@ class _ToDisk:
     """Queued by `keep_on_disk`: the vector file the stage writes from then on."""
 
     path: str
+
+
 # tools embedded by a search while they wait for the background thread (a cheap encoder's
 # `vectors`), kept for the searches after it and then handed to the thread: 16 MB at 256 dims
 _FRESH_KEPT = 32768
@@ -62,13 +64,23 @@ class ToolEmbeddings:
     searchable later; what a search needs first is the keyword index.
     """
 
-    def __init__(self, encoder: Encoder, path: str | None = None, *,
-                 after: Callable[[float], bool] | None = None, seed: str | None = None) -> None:
+    def __init__(
+        self,
+        encoder: Encoder,
+        path: str | None = None,
+        *,
+        after: Callable[[float], bool] | None = None,
+        seed: str | None = None,
+    ) -> None:
         self.encoder = encoder
         self.after = after
         self.path = path
-        self.embedded = 0  # texts its thread embedded since it opened (not read from the file, nor by a search)
-        self._model_key = hashlib.blake2b(f"{encoder.name}|{encoder.tool_tokens}".encode(), digest_size=8).digest()
+        self.embedded = (
+            0  # texts its thread embedded since it opened (not read from the file, nor by a search)
+        )
+        self._model_key = hashlib.blake2b(
+            f"{encoder.name}|{encoder.tool_tokens}".encode(), digest_size=8
+        ).digest()
         self._rows: dict[bytes, int] = {}  # text key -> row in _vectors
         self._vectors = np.zeros((0, encoder.dim), np.float16)
         self._count = 0
@@ -76,10 +88,14 @@ class ToolEmbeddings:
         self._file: Any = None
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._queue: queue.Queue[tuple[list[ToolDeclaration], list[str]] | object | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[list[ToolDeclaration], list[str]] | object | None] = (
+            queue.Queue()
+        )
         self._submitted = 0
         self._done = 0
-        self._todo: dict[bytes, str] = {}  # text key -> text, waiting for its embedding (writer thread)
+        self._todo: dict[
+            bytes, str
+        ] = {}  # text key -> text, waiting for its embedding (writer thread)
         self._todo_len = 0
         # rows that may have lost their last tool (a tool removed or its text changed) since the
         # vector file was last compacted: `_compact` looks at every row only when enough may have
@@ -94,17 +110,24 @@ class ToolEmbeddings:
             try:
                 self._load()
             except OSError as exc:  # a folder in the file's place, a read-only or full disk: the vectors stay in memory
-                log.warning("semantic vectors cannot be read from or written to %s (%s); kept in memory, and computed "
-                            "again at each start", path, exc)
+                log.warning(
+                    "semantic vectors cannot be read from or written to %s (%s); kept in memory, and computed "
+                    "again at each start",
+                    path,
+                    exc,
+                )
                 self.path, self._file = None, None
-                self._rows, self._vectors, self._count = {}, np.zeros((0, encoder.dim), np.float16), 0
+                self._rows, self._vectors, self._count = (
+                    {},
+                    np.zeros((0, encoder.dim), np.float16),
+                    0,
+                )
         elif seed is not None:
             self._seed(seed)
         self._dropped = self._count  # rows of the file no tool may have any more
         self._settled = not self._count  # the file's rows are kept until every tool is known
         self._thread = threading.Thread(target=self._run, name="search-semantic", daemon=True)
         self._thread.start()
-
 
     def vectors(self, decls: Sequence[ToolDeclaration]) -> np.ndarray | None:
         """The tools' unit vectors, one row each; None when one has no embedding yet and the
@@ -127,11 +150,17 @@ class ToolEmbeddings:
                         waiting.append(i)
                     row = 0
                 rows.append(row)
-            tools = self._vectors[rows].astype(np.float32) if self._count else np.zeros((len(rows), self.encoder.dim), np.float32)
+            tools = (
+                self._vectors[rows].astype(np.float32)
+                if self._count
+                else np.zeros((len(rows), self.encoder.dim), np.float32)
+            )
         for i, vector in kept.items():
             tools[i] = vector
         if waiting:
-            embedded = self.encoder.encode([tool_text(decls[i]) for i in waiting], self.encoder.tool_tokens).astype(np.float16)
+            embedded = self.encoder.encode(
+                [tool_text(decls[i]) for i in waiting], self.encoder.tool_tokens
+            ).astype(np.float16)
             tools[waiting] = embedded
             with self._lock:
                 for i, vector in zip(waiting, embedded, strict=True):
@@ -148,8 +177,12 @@ class ToolEmbeddings:
             raw = file.read_bytes()
             records = self._records(raw)
             if isinstance(records, int):
-                log.warning("semantic vectors at %s hold %d damaged record(s) (not unit length, or not numbers); "
-                            "they are all computed again", file, records)
+                log.warning(
+                    "semantic vectors at %s hold %d damaged record(s) (not unit length, or not numbers); "
+                    "they are all computed again",
+                    file,
+                    records,
+                )
                 file.unlink()
             elif records is not None:
                 self._take(records)
@@ -157,7 +190,9 @@ class ToolEmbeddings:
                     with open(file, "r+b") as fh:
                         fh.truncate(len(header) + records.nbytes)
             else:
-                log.info("semantic vectors at %s are of another model; they are computed again", file)
+                log.info(
+                    "semantic vectors at %s are of another model; they are computed again", file
+                )
                 file.unlink()
         if not file.exists():
             file.parent.mkdir(parents=True, exist_ok=True)
@@ -175,8 +210,9 @@ class ToolEmbeddings:
             return
         if isinstance(records, np.ndarray):  # (another model's, or damaged: every tool embedded)
             self._take(records)
-            log.info("semantic vectors: %d read from %s, which another process keeps", self._count,
-                     path)
+            log.info(
+                "semantic vectors: %d read from %s, which another process keeps", self._count, path
+            )
 
     def _header(self) -> bytes:
         return file_header(self._model_key, self.encoder.dim)
@@ -202,8 +238,10 @@ class ToolEmbeddings:
 
     def _grow(self, need: int) -> None:
         if need > len(self._vectors):
-            bigger = np.zeros((max(need, 2 * len(self._vectors), 1024), self.encoder.dim), np.float16)
-            bigger[:self._count] = self._vectors[:self._count]
+            bigger = np.zeros(
+                (max(need, 2 * len(self._vectors), 1024), self.encoder.dim), np.float16
+            )
+            bigger[: self._count] = self._vectors[: self._count]
             with self._lock:
                 self._vectors = bigger
 
@@ -213,7 +251,9 @@ class ToolEmbeddings:
         rows of an upstream that has not listed again are its tools' still."""
         if not self._settled:
             return
-        if 2 * self._dropped <= self._count + 1000:  # at least half the rows are live: nothing to do
+        if (
+            2 * self._dropped <= self._count + 1000
+        ):  # at least half the rows are live: nothing to do
             return
         live = set(self._keys.values())
         keep = [(k, r) for k, r in self._rows.items() if k in live]
@@ -223,7 +263,7 @@ class ToolEmbeddings:
         self._dropped = 0
         vectors = np.zeros((max(len(keep), 1024), self.encoder.dim), np.float16)
         if keep:
-            vectors[:len(keep)] = self._vectors[[row for _, row in keep]]
+            vectors[: len(keep)] = self._vectors[[row for _, row in keep]]
         rows = {k: i for i, (k, _) in enumerate(keep)}
         with self._lock:
             self._rows, self._vectors, self._count = rows, vectors, len(keep)
@@ -239,7 +279,11 @@ class ToolEmbeddings:
                 # a full disk (or a folder in the way): the file stays as it was, its records keyed,
                 # and takes the appends to come; the error ended the stage's thread, and every
                 # tool listed after it went without its vector
-                log.warning("semantic vectors at %s cannot be compacted (%s); the file is kept as it was", self.path, exc)
+                log.warning(
+                    "semantic vectors at %s cannot be compacted (%s); the file is kept as it was",
+                    self.path,
+                    exc,
+                )
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 return
@@ -247,7 +291,11 @@ class ToolEmbeddings:
             try:
                 self._file = open(self.path, "ab")  # noqa: SIM115
             except OSError as exc:
-                log.warning("semantic vectors cannot be written to %s (%s); kept in memory from now on", self.path, exc)
+                log.warning(
+                    "semantic vectors cannot be written to %s (%s); kept in memory from now on",
+                    self.path,
+                    exc,
+                )
                 self.path, self._file = None, None
 
     # ---------------------------------------------------------------- keeping in step
@@ -286,10 +334,12 @@ class ToolEmbeddings:
         except OSError as exc:
             log.warning("semantic vectors cannot be written to %s (%s); kept in memory", path, exc)
             return
-        if [row for _, row in by_row] != list(range(self._count)):  # rows no key has (never in memory alone): renumbered
+        if [row for _, row in by_row] != list(
+            range(self._count)
+        ):  # rows no key has (never in memory alone): renumbered
             with self._lock:
                 self._rows = {key: i for i, (key, _) in enumerate(by_row)}
-                self._vectors[:len(by_row)] = self._vectors[[row for _, row in by_row]]
+                self._vectors[: len(by_row)] = self._vectors[[row for _, row in by_row]]
                 self._count = len(by_row)
         self.path, self._file = path, file
 
@@ -357,7 +407,9 @@ class ToolEmbeddings:
                         with self._lock:
                             held = self._fresh.pop(decl.tool_id, None)
                         if held is not None and held[0] is decl:
-                            ready[key] = held[1]  # (`_store` takes it off `todo`, where another tool of its text may have put it)
+                            ready[key] = held[
+                                1
+                            ]  # (`_store` takes it off `todo`, where another tool of its text may have put it)
                         elif key not in ready:
                             todo[key] = text
                 if ready:
@@ -387,11 +439,17 @@ class ToolEmbeddings:
             self._cond.notify_all()
 
     def _embed(self, todo: dict[bytes, str]) -> None:
-        keys = list(itertools.islice(todo, _BATCH))  # not list(todo): a million waiting would be copied per batch
+        keys = list(
+            itertools.islice(todo, _BATCH)
+        )  # not list(todo): a million waiting would be copied per batch
         try:
-            vectors = self.encoder.encode([todo[k] for k in keys], self.encoder.tool_tokens).astype(np.float16)
+            vectors = self.encoder.encode([todo[k] for k in keys], self.encoder.tool_tokens).astype(
+                np.float16
+            )
         except Exception:
-            log.exception("semantic embedding failed for %d tools; they are ranked by keywords", len(keys))
+            log.exception(
+                "semantic embedding failed for %d tools; they are ranked by keywords", len(keys)
+            )
             with self._cond:
                 for key in keys:
                     todo.pop(key, None)
@@ -417,11 +475,17 @@ class ToolEmbeddings:
         if self._file is not None:
             whole = self._file.tell()  # the file's size: every append is flushed
             try:
-                self._file.write(b"".join(k + v.tobytes() for k, v in zip(keys, vectors, strict=True)))
+                self._file.write(
+                    b"".join(k + v.tobytes() for k, v in zip(keys, vectors, strict=True))
+                )
                 self._file.flush()
             except OSError as exc:  # a full disk: said once, and the file is let go of
-                log.warning("semantic vectors cannot be written to %s (%s); kept in memory from now on (those not in the "
-                            "file are computed again at the next start)", self.path, exc)
+                log.warning(
+                    "semantic vectors cannot be written to %s (%s); kept in memory from now on (those not in the "
+                    "file are computed again at the next start)",
+                    self.path,
+                    exc,
+                )
                 self._let_go(whole)
 
     def _let_go(self, whole: int) -> None:
@@ -446,7 +510,12 @@ class ToolEmbeddings:
         vector file is compacted, when that is due)."""
         with self._cond:
             return self._cond.wait_for(
-                lambda: self._closed or (self._done >= self._submitted and self._todo_len == 0 and not self._tidying), timeout)
+                lambda: (
+                    self._closed
+                    or (self._done >= self._submitted and self._todo_len == 0 and not self._tidying)
+                ),
+                timeout,
+            )
 
     def close(self) -> None:
         with self._cond:
@@ -460,4 +529,3 @@ class ToolEmbeddings:
             with contextlib.suppress(OSError):
                 self._file.close()
             self._file = None
-

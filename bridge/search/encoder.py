@@ -23,7 +23,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MODEL_NAME", "MODEL_PACKAGES", "Encoder", "MiniLMEncoder", "WordPiece", "load_encoder", "model_location"]
+__all__ = [
+    "MODEL_NAME",
+    "MODEL_PACKAGES",
+    "Encoder",
+    "MiniLMEncoder",
+    "WordPiece",
+    "load_encoder",
+    "model_location",
+]
 
 log = logging.getLogger("bridge.search")
 
@@ -104,15 +112,19 @@ def _open_files(location: str) -> _ModelFiles:
 def _safetensors(raw: bytes) -> dict[str, np.ndarray]:
     """Tensors of a safetensors file: an 8-byte header length, a JSON header, the data."""
     size = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + size])
+    header = json.loads(raw[8 : 8 + size])
     base = 8 + size
     out: dict[str, np.ndarray] = {}
     for name, meta in header.items():
         if name == "__metadata__" or meta["dtype"] not in _DTYPES:
             continue
         start, end = meta["data_offsets"]
-        array = np.frombuffer(raw, dtype=_DTYPES[meta["dtype"]], count=(end - start) // np.dtype(_DTYPES[meta["dtype"]]).itemsize,
-                              offset=base + start)
+        array = np.frombuffer(
+            raw,
+            dtype=_DTYPES[meta["dtype"]],
+            count=(end - start) // np.dtype(_DTYPES[meta["dtype"]]).itemsize,
+            offset=base + start,
+        )
         out[name] = array.reshape(meta["shape"])
     return out
 
@@ -128,8 +140,16 @@ def _is_punctuation(ch: str) -> bool:
 
 
 def _is_cjk(cp: int) -> bool:
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F
-            or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B73F
+        or 0x2B740 <= cp <= 0x2B81F
+        or 0x2B820 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
+    )
 
 
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -203,13 +223,13 @@ class WordPiece:
         """Token ids with [CLS] and [SEP], cut to `max_tokens` in all."""
         out = [self.cls]
         # no token is shorter than a character: a huge text is read no further than needed
-        for word in self._words(text[:max_tokens * 64]):
+        for word in self._words(text[: max_tokens * 64]):
             # a word too long for pieces is [UNK] without being kept: each request's own (a hash,
             # a blob) stayed in the cache, up to 8 KB a word
             out.extend(self._word(word) if len(word) <= self.max_word_chars else (self.unk,))
             if len(out) >= max_tokens - 1:
                 break
-        return [*out[:max_tokens - 1], self.sep]
+        return [*out[: max_tokens - 1], self.sep]
 
 
 # ---------------------------------------------------------------- the model
@@ -250,16 +270,28 @@ class MiniLMEncoder(Encoder):
         self.layers: list[tuple[np.ndarray, ...]] = []
         for i in range(int(config["num_hidden_layers"])):
             p = f"encoder.layer.{i}."
-            qkv_w = np.concatenate([w[p + f"attention.self.{n}.weight"] for n in ("query", "key", "value")]).T.copy()
-            qkv_b = np.concatenate([w[p + f"attention.self.{n}.bias"] for n in ("query", "key", "value")])
-            self.layers.append((
-                qkv_w, qkv_b,
-                w[p + "attention.output.dense.weight"].T.copy(), w[p + "attention.output.dense.bias"],
-                w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"],
-                w[p + "intermediate.dense.weight"].T.copy(), w[p + "intermediate.dense.bias"],
-                w[p + "output.dense.weight"].T.copy(), w[p + "output.dense.bias"],
-                w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"],
-            ))
+            qkv_w = np.concatenate(
+                [w[p + f"attention.self.{n}.weight"] for n in ("query", "key", "value")]
+            ).T.copy()
+            qkv_b = np.concatenate(
+                [w[p + f"attention.self.{n}.bias"] for n in ("query", "key", "value")]
+            )
+            self.layers.append(
+                (
+                    qkv_w,
+                    qkv_b,
+                    w[p + "attention.output.dense.weight"].T.copy(),
+                    w[p + "attention.output.dense.bias"],
+                    w[p + "attention.output.LayerNorm.weight"],
+                    w[p + "attention.output.LayerNorm.bias"],
+                    w[p + "intermediate.dense.weight"].T.copy(),
+                    w[p + "intermediate.dense.bias"],
+                    w[p + "output.dense.weight"].T.copy(),
+                    w[p + "output.dense.bias"],
+                    w[p + "output.LayerNorm.weight"],
+                    w[p + "output.LayerNorm.bias"],
+                )
+            )
         if files.archive is not None:
             files.archive.close()
 
@@ -272,7 +304,20 @@ class MiniLMEncoder(Encoder):
         head = hidden // self.heads
         scale = 1.0 / math.sqrt(head)
         bias = ((1.0 - mask[:, None, None, :]) * -1e9).astype(np.float32)
-        for qkv_w, qkv_b, out_w, out_b, n1_w, n1_b, in_w, in_b, down_w, down_b, n2_w, n2_b in self.layers:
+        for (
+            qkv_w,
+            qkv_b,
+            out_w,
+            out_b,
+            n1_w,
+            n1_b,
+            in_w,
+            in_b,
+            down_w,
+            down_b,
+            n2_w,
+            n2_b,
+        ) in self.layers:
             q, k, v = np.split(x @ qkv_w + qkv_b, 3, axis=-1)
             q = q.reshape(batch, length, self.heads, head).transpose(0, 2, 1, 3)
             k = k.reshape(batch, length, self.heads, head).transpose(0, 2, 3, 1)
@@ -295,15 +340,17 @@ class MiniLMEncoder(Encoder):
         max_tokens = max(2, min(max_tokens, self.max_positions))
         token_ids = [self.tokenizer.ids(t, max_tokens) for t in texts]
         out = np.zeros((len(texts), self.dim), np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(token_ids[i]))  # little padding per batch
+        order = sorted(
+            range(len(texts)), key=lambda i: len(token_ids[i])
+        )  # little padding per batch
         for start in range(0, len(order), _BATCH):
-            rows = order[start:start + _BATCH]
+            rows = order[start : start + _BATCH]
             length = max(len(token_ids[i]) for i in rows)
             ids = np.zeros((len(rows), length), np.int64)
             mask = np.zeros((len(rows), length), np.float32)
             for r, i in enumerate(rows):
-                ids[r, :len(token_ids[i])] = token_ids[i]
-                mask[r, :len(token_ids[i])] = 1.0
+                ids[r, : len(token_ids[i])] = token_ids[i]
+                mask[r, : len(token_ids[i])] = 1.0
             out[rows] = self._forward(ids, mask)
         return out
 
@@ -322,7 +369,10 @@ def load_encoder() -> Encoder | None:
                 try:
                     encoder = MiniLMEncoder(location)
                 except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-                    log.warning("semantic search model at %s cannot be loaded (%s); ranking by keywords only",
-                                location, exc)
+                    log.warning(
+                        "semantic search model at %s cannot be loaded (%s); ranking by keywords only",
+                        location,
+                        exc,
+                    )
             _loaded["encoder"] = encoder
         return _loaded["encoder"]

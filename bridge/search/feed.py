@@ -23,7 +23,9 @@ __all__ = ["CatalogFeed", "Listings"]
 _TOOL_ID = operator.attrgetter("tool_id")
 
 
-def _by_namespace(upstream: str | None, decls: list[ToolDeclaration]) -> dict[str, list[ToolDeclaration]]:
+def _by_namespace(
+    upstream: str | None, decls: list[ToolDeclaration]
+) -> dict[str, list[ToolDeclaration]]:
     """The declarations of a change by namespace: all of them its upstream's, when it names one."""
     if upstream is not None:
         return {upstream: decls} if decls else {}
@@ -59,7 +61,9 @@ class Listings:
                 for tool_id in map(_TOOL_ID, decls):
                     tools.pop(tool_id, None)
             for namespace, decls in upserts.items():
-                self._tools.setdefault(namespace, {}).update(zip(map(_TOOL_ID, decls), decls, strict=True))
+                self._tools.setdefault(namespace, {}).update(
+                    zip(map(_TOOL_ID, decls), decls, strict=True)
+                )
 
     def ready(self, namespace: str) -> bool:
         """Whether the namespace's upstream has listed its tools and is up, as last told."""
@@ -98,8 +102,9 @@ class CatalogFeed:
         self._refreshes: dict[str, int] = {}
         self._unsubscribe: Callable[[], None] | None = None
 
-    def start(self, index: ToolIndex, shared: SharedText,
-              stages: Callable[[], list[SemanticStage]]) -> None:
+    def start(
+        self, index: ToolIndex, shared: SharedText, stages: Callable[[], list[SemanticStage]]
+    ) -> None:
         """Follow the catalog from now on, into `index` (whose documents read `shared`) and the
         semantic stages `stages()` answers; what it lists now is handed over first."""
         self.index, self.shared, self._stages = index, shared, stages
@@ -171,15 +176,17 @@ class CatalogFeed:
         listed since the start (before, a compaction would drop the tools of one not back yet)."""
         return self.listed() if self.settled else None
 
-    def _refresh(self, namespace: str, listing: list[ToolDeclaration],
-                 relist: bool) -> Callable[[], tuple[str, list[ToolDeclaration]] | None]:
+    def _refresh(
+        self, namespace: str, listing: list[ToolDeclaration], relist: bool
+    ) -> Callable[[], tuple[str, list[ToolDeclaration]] | None]:
         """The `prepare` of a change of the namespace (`_refresh_shared`), numbered: a change
         submitted after it refreshes from a newer listing."""
         number = self._refreshes[namespace] = self._refreshes.get(namespace, 0) + 1
         return functools.partial(self._refresh_shared, namespace, listing, relist, number)
 
-    def _refresh_shared(self, namespace: str, listing: list[ToolDeclaration], relist: bool,
-                        number: int = 0) -> tuple[str, list[ToolDeclaration]] | None:
+    def _refresh_shared(
+        self, namespace: str, listing: list[ToolDeclaration], relist: bool, number: int = 0
+    ) -> tuple[str, list[ToolDeclaration]] | None:
         """On the writer thread: look at the namespace's shared description text again. When it
         changed (and `relist`), every tool of the namespace is compared with the index again;
         only those whose document changed are written. A change's look is left to a later change

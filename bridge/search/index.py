@@ -41,12 +41,21 @@ class ToolIndex(IndexWriter, IndexQueries):
     `lock_wait` seconds, every DISK_RETRY after.
     """
 
-    def __init__(self, path: str | None = None, *, convert: Converter | None = None, heap_size: int = 64_000_000,
-                 threads: int = 1, foreground: Foreground | None = None,
-                 listing: Callable[[], Sequence[Any] | None] | None = None,
-                 moved: Callable[[str], None] | None = None,
-                 lock_wait: float = 0.0) -> None:
-        self.moved = moved  # told the path, on the writer thread, once an index kept in memory moved to disk
+    def __init__(
+        self,
+        path: str | None = None,
+        *,
+        convert: Converter | None = None,
+        heap_size: int = 64_000_000,
+        threads: int = 1,
+        foreground: Foreground | None = None,
+        listing: Callable[[], Sequence[Any] | None] | None = None,
+        moved: Callable[[str], None] | None = None,
+        lock_wait: float = 0.0,
+    ) -> None:
+        self.moved = (
+            moved  # told the path, on the writer thread, once an index kept in memory moved to disk
+        )
         # why the on-disk index at `path` cannot be used (kept in memory instead, for the process's life)
         self.unusable: str | None = None
         self._lock_file: Any = None
@@ -65,9 +74,13 @@ class ToolIndex(IndexWriter, IndexQueries):
             looking = f"every {compaction.DISK_RETRY:g} s"
             if lock_wait > 0:
                 looking = f"every {compaction.LOCK_POLL:g} s for {lock_wait:g} s, then {looking}"
-            log.warning("search index %s is in use by %s; this process keeps its own index in "
-                        "memory, and moves it to disk once the other process has ended (looking %s)",
-                        path, lock_holder(path), looking)
+            log.warning(
+                "search index %s is in use by %s; this process keeps its own index in "
+                "memory, and moves it to disk once the other process has ended (looking %s)",
+                path,
+                lock_holder(path),
+                looking,
+            )
             self.wanted_path, path = path, None
         self.path = path
         self.schema = schema()
@@ -76,7 +89,9 @@ class ToolIndex(IndexWriter, IndexQueries):
         # every tool the index is to hold, as `compact` takes them (None: not known yet), read on the
         # writer thread when deleted documents are COMPACT_DELETED of the index; None: never compacted for that
         self.listing = listing
-        self._compact_retry_at = 0.0  # after a compaction failed, none is begun for deleted documents before then
+        self._compact_retry_at = (
+            0.0  # after a compaction failed, none is begun for deleted documents before then
+        )
         self._heap_size, self._threads = heap_size, threads
         self._generation = 0  # the folder of the index searched (`_generation`), on disk
         self.opened_existing = False  # an on-disk index was reopened as it was

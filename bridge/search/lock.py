@@ -57,5 +57,9 @@ def lock_holder(path: str) -> str:
     with contextlib.suppress(OSError):
         text = Path(path).with_name(Path(path).name + ".lock").read_text(errors="replace").strip()
         if text:
-            return f"process {text.split(' ', 1)[0]} (`{text.split(' ', 1)[1].strip()}`)" if " " in text else f"process {text}"
+            return (
+                f"process {text.split(' ', 1)[0]} (`{text.split(' ', 1)[1].strip()}`)"
+                if " " in text
+                else f"process {text}"
+            )
     return "another process"

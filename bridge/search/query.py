@@ -86,7 +86,11 @@ class IndexQueries(IndexStorage):
     def _held(self, searcher: tantivy.Searcher) -> tuple[int, int, int]:
         """What tells one state of the index from another for what is read of it: its tools, the
         documents its segments hold (deleted ones too: fewer after a merge), and our commits."""
-        return searcher.num_docs, searcher.doc_freq("f_ro", "0") + searcher.doc_freq("f_ro", "1"), self.commits
+        return (
+            searcher.num_docs,
+            searcher.doc_freq("f_ro", "0") + searcher.doc_freq("f_ro", "1"),
+            self.commits,
+        )
 
     def term_weights(self, terms: Iterable[str]) -> dict[str, float]:
         """Each term's inverse document frequency over the tools' text, `log(1 + N / (df + 1))`:
@@ -100,7 +104,10 @@ class IndexQueries(IndexStorage):
         kept_held, kept = self._weights
         if kept_held != held or len(kept) > WEIGHTS_KEPT:
             kept = {}
-            self._weights = (held, kept)  # a search in another thread may fill the old one meanwhile
+            self._weights = (
+                held,
+                kept,
+            )  # a search in another thread may fill the old one meanwhile
         out = {}
         for term in terms:
             weight = kept.get(term)
@@ -137,34 +144,68 @@ class IndexQueries(IndexStorage):
         named: list[tuple[tantivy.Occur, tantivy.Query]] = []
         if analyzed is not None:
             terms = analyzed.terms
-            short = widen and len(terms) <= FUZZY_MAX_TERMS  # as written, before the common words are left out
-            informative = len(terms) > MAX_QUERY_TERMS or (len(terms) > MIN_QUERY_TERMS and self.num_docs > COMMON_MIN_DOCS)
+            short = (
+                widen and len(terms) <= FUZZY_MAX_TERMS
+            )  # as written, before the common words are left out
+            informative = len(terms) > MAX_QUERY_TERMS or (
+                len(terms) > MIN_QUERY_TERMS and self.num_docs > COMMON_MIN_DOCS
+            )
             freq: dict[str, int] = {}
             if short or informative or analyzed.related or analyzed.joined:
                 searcher = self._index.searcher()
                 freq = {t: searcher.doc_freq("all", t) for t in terms}
             if informative:
                 terms = self._informative(terms, freq, searcher.num_docs)
-            unknown = [t for t in terms if short and not freq[t] and len(t) >= FUZZY_MIN_CHARS and t.isalpha()
-                       and t not in analyzed.spelled]
+            unknown = [
+                t
+                for t in terms
+                if short
+                and not freq[t]
+                and len(t) >= FUZZY_MIN_CHARS
+                and t.isalpha()
+                and t not in analyzed.spelled
+            ]
             typos = set(sorted(unknown, key=len, reverse=True)[:FUZZY_MAX_WORDS])
-            common = max(COMMON_SHARE * searcher.num_docs, COMMON_MIN_DOCS) if informative else math.inf
+            common = (
+                max(COMMON_SHARE * searcher.num_docs, COMMON_MIN_DOCS) if informative else math.inf
+            )
             if analyzed.related:
                 terms = {**terms, **self._related(terms, analyzed.related, freq, searcher, common)}
-            if analyzed.joined:  # those the catalog uses, but not too common to matter (as the query's own words)
-                terms = {**terms, **{t: JOINED_WEIGHT for t in analyzed.joined if t not in terms and 0 < searcher.doc_freq("all", t) <= common}}
+            if (
+                analyzed.joined
+            ):  # those the catalog uses, but not too common to matter (as the query's own words)
+                terms = {
+                    **terms,
+                    **{
+                        t: JOINED_WEIGHT
+                        for t in analyzed.joined
+                        if t not in terms and 0 < searcher.doc_freq("all", t) <= common
+                    },
+                }
             for term, term_weight in terms.items():
                 for name, field_weight in weights.items():
                     if field_weight > 0:
                         weight = field_weight * term_weight
                         if term in typos:
-                            clause = Q.fuzzy_term_query(schema, name, term, distance=1, transposition_cost_one=True)
+                            clause = Q.fuzzy_term_query(
+                                schema, name, term, distance=1, transposition_cost_one=True
+                            )
                             weight *= FUZZY_WEIGHT
                         else:
                             clause = Q.term_query(schema, name, term)
-                        words.append((occur.Should, clause if weight == 1.0 else Q.boost_query(clause, weight)))
+                        words.append(
+                            (
+                                occur.Should,
+                                clause if weight == 1.0 else Q.boost_query(clause, weight),
+                            )
+                        )
             for ident in analyzed.identifiers:
-                named.append((occur.Should, Q.boost_query(Q.term_query(schema, "exact", ident), exact_weight)))
+                named.append(
+                    (
+                        occur.Should,
+                        Q.boost_query(Q.term_query(schema, "exact", ident), exact_weight),
+                    )
+                )
         must = self._filters(namespace, tags, kind, read_only)
         if among is not None:
             must.append((occur.Must, among))
@@ -173,7 +214,11 @@ class IndexQueries(IndexStorage):
             return Q.boolean_query([(occur.Must, text), *must]) if must else text
 
         if not named:
-            return IndexQuery(filtered(Q.boolean_query(words))) if words else IndexQuery(filtered(Q.all_query()), scored=False)
+            return (
+                IndexQuery(filtered(Q.boolean_query(words)))
+                if words
+                else IndexQuery(filtered(Q.all_query()), scored=False)
+            )
         # the quoted names' tools: required to match one name, scored by every clause
         quoted = Q.const_score_query(Q.boolean_query(named), 0.0)
         exact = filtered(Q.boolean_query([(occur.Must, quoted), *named, *words]))
@@ -181,8 +226,13 @@ class IndexQueries(IndexStorage):
             return IndexQuery(exact)
         return IndexQuery(filtered(Q.boolean_query(words)), exact)
 
-    def _filters(self, namespace: str | None, tags: Sequence[str] | None, kind: str | None,
-                 read_only: bool | None) -> list[tuple[tantivy.Occur, tantivy.Query]]:
+    def _filters(
+        self,
+        namespace: str | None,
+        tags: Sequence[str] | None,
+        kind: str | None,
+        read_only: bool | None,
+    ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
         """The clauses a search's filters require."""
         schema, Q, must = self.schema, tantivy.Query, tantivy.Occur.Must
         clauses = [(must, Q.term_query(schema, "f_ns", namespace))] if namespace is not None else []
@@ -193,8 +243,16 @@ class IndexQueries(IndexStorage):
             clauses.append((must, Q.term_query(schema, "f_ro", "1" if read_only else "0")))
         return clauses
 
-    def lookups(self, words: Iterable[str], *, namespace: str | None = None, tags: Sequence[str] | None = None,
-                kind: str | None = None, read_only: bool | None = None, limit: int | None = None) -> list[str]:
+    def lookups(
+        self,
+        words: Iterable[str],
+        *,
+        namespace: str | None = None,
+        tags: Sequence[str] | None = None,
+        kind: str | None = None,
+        read_only: bool | None = None,
+        limit: int | None = None,
+    ) -> list[str]:
         """The tools that look up one of these stemmed words by name (`IndexedTool.looks_up`),
         those looking up more of them first, within the filters: at most `limit` tool ids
         (LOOKUP_LIMIT)."""
@@ -206,7 +264,12 @@ class IndexQueries(IndexStorage):
         must = self._filters(namespace, tags, kind, read_only)
         if must:
             query = Q.boolean_query([(tantivy.Occur.Must, query), *must])
-        return [tool_id for tool_id, _ in self.search(IndexQuery(query), LOOKUP_LIMIT if limit is None else limit)]
+        return [
+            tool_id
+            for tool_id, _ in self.search(
+                IndexQuery(query), LOOKUP_LIMIT if limit is None else limit
+            )
+        ]
 
     def among(self, tool_ids: Iterable[str]) -> tantivy.Query:
         """A filter for `query(among=...)`: these tools only, scoring nothing. Each tool is one
@@ -216,8 +279,13 @@ class IndexQueries(IndexStorage):
         return Q.const_score_query(Q.boolean_query(ids), 0.0)
 
     @staticmethod
-    def _related(terms: dict[str, float], related: dict[str, tuple[str, ...]], freq: dict[str, int],
-                 searcher: tantivy.Searcher, common: float) -> dict[str, float]:
+    def _related(
+        terms: dict[str, float],
+        related: dict[str, tuple[str, ...]],
+        freq: dict[str, int],
+        searcher: tantivy.Searcher,
+        common: float,
+    ) -> dict[str, float]:
         """The related words to match (`AnalyzedQuery.related`) of the query's `terms`: those in
         more of the tools than the term itself (the catalog's way of saying it, not a rarer
         look-alike), and no more than `common` of them, each at RELATED_WEIGHT of its term's weight."""
@@ -226,12 +294,18 @@ class IndexQueries(IndexStorage):
             if term not in terms:  # left out as too common
                 continue
             for other in others:
-                if other not in terms and other not in extra and freq[term] < searcher.doc_freq("all", other) <= common:
+                if (
+                    other not in terms
+                    and other not in extra
+                    and freq[term] < searcher.doc_freq("all", other) <= common
+                ):
                     extra[other] = RELATED_WEIGHT * terms[term]
         return extra
 
     @staticmethod
-    def _informative(terms: dict[str, float], freq: dict[str, int], num_docs: int) -> dict[str, float]:
+    def _informative(
+        terms: dict[str, float], freq: dict[str, int], num_docs: int
+    ) -> dict[str, float]:
         """The query's terms without those too common to matter (see COMMON_SHARE), at most
         MAX_QUERY_TERMS of them, the rarest (`freq`: each term's document frequency)."""
         common = max(COMMON_SHARE * num_docs, COMMON_MIN_DOCS)
@@ -251,13 +325,27 @@ class IndexQueries(IndexStorage):
         if not query.scored:
             hits = searcher.search(query.main, limit=limit, offset=offset, count=False).hits
             addresses = [address for _, address in hits]
-            return list(zip(self._tool_ids(searcher, addresses), (float(score) for score, _ in hits), strict=True))
+            return list(
+                zip(
+                    self._tool_ids(searcher, addresses),
+                    (float(score) for score, _ in hits),
+                    strict=True,
+                )
+            )
         hits = self._best(searcher, query, end + TIE_MARGIN)
         keys = searcher.fast_field_values("key", [address for _, address in hits])
-        ranked = sorted(zip(hits, keys, strict=True), key=lambda hit: (-hit[0][0], hit[1] if hit[1] is not None else -1))[offset:end]
+        ranked = sorted(
+            zip(hits, keys, strict=True),
+            key=lambda hit: (-hit[0][0], hit[1] if hit[1] is not None else -1),
+        )[offset:end]
         addresses = [address for (_, address), _ in ranked]
-        return list(zip(self._tool_ids(searcher, addresses, [key for _, key in ranked]), (float(score) for (score, _), _ in ranked),
-                        strict=True))
+        return list(
+            zip(
+                self._tool_ids(searcher, addresses, [key for _, key in ranked]),
+                (float(score) for (score, _), _ in ranked),
+                strict=True,
+            )
+        )
 
     @staticmethod
     def _best(searcher: tantivy.Searcher, query: IndexQuery, limit: int) -> list[tuple[float, Any]]:
@@ -271,15 +359,23 @@ class IndexQueries(IndexStorage):
                 key = (address.segment_ord, address.doc)
                 if key not in best or score > best[key][0]:
                     best[key] = (score, address)
-        return [hit for _, hit in sorted(best.items(), key=lambda item: (-item[1][0], item[0]))[:limit]]
+        return [
+            hit for _, hit in sorted(best.items(), key=lambda item: (-item[1][0], item[0]))[:limit]
+        ]
 
-    def _tool_ids(self, searcher: tantivy.Searcher, addresses: list[Any], keys: list[int | None] | None = None) -> list[str]:
+    def _tool_ids(
+        self, searcher: tantivy.Searcher, addresses: list[Any], keys: list[int | None] | None = None
+    ) -> list[str]:
         """The tool ids of these hits: by their keys (read here unless given), or (a key two ids
         share) their stored id."""
         if not addresses:
             return []
         by_key = self._by_key
-        found: list[Any] = keys if keys is not None else searcher.fast_field_values("key", addresses)
+        found: list[Any] = (
+            keys if keys is not None else searcher.fast_field_values("key", addresses)
+        )
         ids = [by_key.get(key) if key is not None else None for key in found]
-        return [tool_id if tool_id is not None else searcher.doc(address)["tool_id"][0] for tool_id, address in zip(ids, addresses, strict=True)]
-
+        return [
+            tool_id if tool_id is not None else searcher.doc(address)["tool_id"][0]
+            for tool_id, address in zip(ids, addresses, strict=True)
+        ]

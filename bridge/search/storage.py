@@ -23,7 +23,9 @@ __all__ = ["Batch", "IndexStorage"]
 
 log = logging.getLogger("bridge.search")
 
-_FORMAT_FILE = "bridge-search.json"  # the format, and which generation of the index is the current one
+_FORMAT_FILE = (
+    "bridge-search.json"  # the format, and which generation of the index is the current one
+)
 _DIGEST_LOG = "digests.log"  # in the generation's folder
 LOG_SLACK = 10_000  # lines a digest log may hold past twice its tools' before it is written anew
 
@@ -45,7 +47,11 @@ def _gone_line(tool_id: str) -> str:
 
 def _digest_lines(digests: dict[str, dict[str, int]]) -> Iterator[str]:
     """A whole digest log of what `digests` (namespace -> tool_id -> digest) says."""
-    return (_digest_line(tool_id, namespace, digest) for namespace, tools in digests.items() for tool_id, digest in tools.items())
+    return (
+        _digest_line(tool_id, namespace, digest)
+        for namespace, tools in digests.items()
+        for tool_id, digest in tools.items()
+    )
 
 
 @dataclass
@@ -63,7 +69,9 @@ class Batch:
     seq: int = 0
     submitted: float = 0.0  # time.monotonic() when it was submitted: its commit begins COMMIT_MAX after at the latest
     compact: bool = False  # `upserts` are every tool the index holds (`ToolIndex.compact`)
-    move: bool = False  # with `compact`: written into the on-disk index whose lock was free (`_try_disk`)
+    move: bool = (
+        False  # with `compact`: written into the on-disk index whose lock was free (`_try_disk`)
+    )
 
 
 def _emptied(folder: Path) -> None:
@@ -120,7 +128,9 @@ class IndexStorage:
         while True:
             try:
                 self._index = self._ready(self._open(path, fresh))
-                self._writer = self._index.writer(heap_size=self._heap_size, num_threads=self._threads)
+                self._writer = self._index.writer(
+                    heap_size=self._heap_size, num_threads=self._threads
+                )
                 if path is not None:
                     self._load_digests()
                 return
@@ -129,9 +139,14 @@ class IndexStorage:
                     raise
                 reopened, generation = self.opened_existing, self._generation
                 self._opened_nothing()
-                if reopened and not fresh:  # that generation is damaged: the catalog writes it again
-                    log.warning("search index at %s cannot be reopened (%s); rebuilding it", Path(path) / _generation(generation),
-                                _error_text(exc))
+                if (
+                    reopened and not fresh
+                ):  # that generation is damaged: the catalog writes it again
+                    log.warning(
+                        "search index at %s cannot be reopened (%s); rebuilding it",
+                        Path(path) / _generation(generation),
+                        _error_text(exc),
+                    )
                     fresh = True
                     continue
                 self._kept_in_memory(path, exc)
@@ -154,10 +169,14 @@ class IndexStorage:
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
-        log.warning("search index %s cannot be used (%s); this process keeps its index in memory, built again at each start. "
-                    "To keep it on disk, set search.path to a folder this process can create and write (left out, it is "
-                    "store.path with the suffix .index), or set search.persist: false to keep it in memory without this "
-                    "warning", path, self.unusable)
+        log.warning(
+            "search index %s cannot be used (%s); this process keeps its index in memory, built again at each start. "
+            "To keep it on disk, set search.path to a folder this process can create and write (left out, it is "
+            "store.path with the suffix .index), or set search.persist: false to keep it in memory without this "
+            "warning",
+            path,
+            self.unusable,
+        )
 
     def _open(self, path: str | None, fresh: bool = False) -> tantivy.Index:
         """The index at `path` (None: in memory): reopened when of this format and whole, else
@@ -180,12 +199,20 @@ class IndexStorage:
                 if not same:  # written by another version of the bridge: expected once
                     log.info("search index at %s is of another format; rebuilding it", folder)
                 else:
-                    log.warning("search index at %s names no index it holds (generation %r); rebuilding it", folder, generation)
+                    log.warning(
+                        "search index at %s names no index it holds (generation %r); rebuilding it",
+                        folder,
+                        generation,
+                    )
             except BaseException as exc:
                 if not _index_error(exc):
                     raise
                 self.opened_existing = False
-                log.warning("search index at %s cannot be reopened (%s); rebuilding it", folder, _error_text(exc))
+                log.warning(
+                    "search index at %s cannot be reopened (%s); rebuilding it",
+                    folder,
+                    _error_text(exc),
+                )
         _emptied(folder)
         self._generation = 1
         index = self._new_index(1)
@@ -266,9 +293,15 @@ class IndexStorage:
                         self._digests[gone].pop(parts[0], None)
                     elif len(parts) != 2:
                         unreadable += 1
-        if self.opened_existing and (unreadable or self._index.searcher().num_docs != self.tool_count):
-            log.warning("search index and its digest log disagree%s; the index is written again",
-                        f" ({unreadable} unreadable line{'s' if unreadable > 1 else ''} in {log_path})" if unreadable else "")
+        if self.opened_existing and (
+            unreadable or self._index.searcher().num_docs != self.tool_count
+        ):
+            log.warning(
+                "search index and its digest log disagree%s; the index is written again",
+                f" ({unreadable} unreadable line{'s' if unreadable > 1 else ''} in {log_path})"
+                if unreadable
+                else "",
+            )
             self._writer.delete_all_documents()
             self._writer.commit()
             self._index.reload()
@@ -336,7 +369,9 @@ class IndexStorage:
         digests are then as before, and the batches can be written again."""
         lines: list[str] = []
         written = 0  # documents added
-        before: list[tuple[str, str, int | None]] = []  # (namespace, tool_id, digest before), to undo
+        before: list[
+            tuple[str, str, int | None]
+        ] = []  # (namespace, tool_id, digest before), to undo
         writer = self._writer
         committing = False
         try:
@@ -347,8 +382,12 @@ class IndexStorage:
                         batch.reconcile, batch.upserts = expanded
                 deletes = list(batch.deletes)
                 if batch.keep_namespaces is not None:
-                    deletes += [(ns, tid) for ns, tools in self._digests.items() if ns not in batch.keep_namespaces
-                                for tid in tools]
+                    deletes += [
+                        (ns, tid)
+                        for ns, tools in self._digests.items()
+                        if ns not in batch.keep_namespaces
+                        for tid in tools
+                    ]
                 tools = [self._tool(item) for item in batch.upserts]
                 if batch.reconcile is not None:
                     listed = {t.tool_id for t in tools}
@@ -398,7 +437,9 @@ class IndexStorage:
                 log.exception("search index commit failed")
                 return False
             # a change that cannot be read into a document: trying it again would fail again
-            log.exception("search index change could not be applied; the tools concerned are written again on their next change")
+            log.exception(
+                "search index change could not be applied; the tools concerned are written again on their next change"
+            )
             return True
 
     @property

@@ -27,8 +27,15 @@ SUGGEST_POOL = 2_000
 SUGGEST_COSINE = 0.25
 
 
-def suggestions(search: RankingStages, analyzed: AnalyzedQuery, surface: Surface, filters: dict[str, Any], filtered: bool,
-                limit: int, fold: bool) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
+def suggestions(
+    search: RankingStages,
+    analyzed: AnalyzedQuery,
+    surface: Surface,
+    filters: dict[str, Any],
+    filtered: bool,
+    limit: int,
+    fold: bool,
+) -> list[tuple[ToolDeclaration, float, list[ToolDeclaration]]]:
     """For a free-text search no tool matched: the `limit` tools nearest to the request in
     meaning (the static table's cosine, at least SUGGEST_COSINE), best first, among the
     visible tools passing the filters (`filtered`: some are set), with their alternatives
@@ -40,14 +47,25 @@ def suggestions(search: RankingStages, analyzed: AnalyzedQuery, surface: Surface
         return []
     shown = surface.shown(SUGGEST_POOL)
     if shown is not None:  # a surface showing few tools, of however large a catalog
-        decls = [decl for tool_id in shown if (decl := search.catalog.get(tool_id)) is not None and search._passes(decl, filters)]
+        decls = [
+            decl
+            for tool_id in shown
+            if (decl := search.catalog.get(tool_id)) is not None and search._passes(decl, filters)
+        ]
     elif not filtered:
         return []  # known too many without asking the index
     else:
-        hits = search.index.search(search.index.query(None, weights=search.field_weights, **filters), limit=SUGGEST_POOL + 1)
+        hits = search.index.search(
+            search.index.query(None, weights=search.field_weights, **filters),
+            limit=SUGGEST_POOL + 1,
+        )
         if len(hits) > SUGGEST_POOL:
             return []
-        decls = [decl for tool_id, _ in hits if (decl := search._shown_hit(tool_id, surface, filters)) is not None]
+        decls = [
+            decl
+            for tool_id, _ in hits
+            if (decl := search._shown_hit(tool_id, surface, filters)) is not None
+        ]
     tools = stage.vectors(decls) if decls else None
     if tools is None:
         return []

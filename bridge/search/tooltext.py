@@ -64,7 +64,7 @@ def _runs(text: str) -> list[tuple[int, int]]:
         if end >= len(text):  # something must remain after the shared text
             break
         if sep.start() > 0:
-            out.append((hash(text[:sep.start()]), end))
+            out.append((hash(text[: sep.start()]), end))
             if len(out) == SHARED_MAX_SEGMENTS:
                 break
     return out
@@ -84,10 +84,16 @@ def _shared_end(text: str, runs: Collection[int] | None) -> int:
 def _first_key(text: str) -> int | None:
     """The key of the description's first segment as a run (`_runs`), None when it has none."""
     sep = _SEGMENT_END.search(text, 0, SHARED_SCAN)
-    return hash(text[:sep.start()]) if sep is not None and sep.start() > 0 and sep.end() < len(text) else None
+    return (
+        hash(text[: sep.start()])
+        if sep is not None and sep.start() > 0 and sep.end() < len(text)
+        else None
+    )
 
 
-def shared_runs(tools: Iterable[tuple[str, str]], min_tools: int = SHARED_MIN_TOOLS) -> frozenset[int]:
+def shared_runs(
+    tools: Iterable[tuple[str, str]], min_tools: int = SHARED_MIN_TOOLS
+) -> frozenset[int]:
     """The keys of the runs of leading segments that SHARED_MIN_TOOLS or more differently named
     tools start their description with, from (name, description) pairs of one namespace. Only
     tools whose first segment is written by that many names are looked at further."""
@@ -137,7 +143,9 @@ class SharedText:
         changed."""
         pairs = list(tools)
         # strings cache their hash: this costs a few milliseconds per 100,000 tools
-        fingerprint = hash((len(pairs), sum(hash(n) ^ hash(d) for n, d in pairs) & 0xFFFFFFFFFFFFFFFF))
+        fingerprint = hash(
+            (len(pairs), sum(hash(n) ^ hash(d) for n, d in pairs) & 0xFFFFFFFFFFFFFFFF)
+        )
         if self._seen.get(namespace) == fingerprint:
             return False
         self._seen[namespace] = fingerprint
@@ -173,7 +181,7 @@ class SharedText:
         """The description without the longest run of its leading segments that is shared in
         any namespace: a tool's own words also when it is served apart from the rest of its API
         (`split` looks at its own namespace alone)."""
-        return description[_shared_end(description, self._apis):]
+        return description[_shared_end(description, self._apis) :]
 
     def api(self, description: str) -> int | None:
         """Which API the description's tool belongs to: the key of the shortest shared text it
@@ -183,7 +191,9 @@ class SharedText:
         runs = self._apis
         if not runs or not description:
             return None
-        key = _first_key(description)  # a shared run's first segment is shared too (`shared_runs` groups tools by it)
+        key = _first_key(
+            description
+        )  # a shared run's first segment is shared too (`shared_runs` groups tools by it)
         return key if key in runs else None
 
 
@@ -219,8 +229,20 @@ def function_name(decl: ToolDeclaration) -> str:
     name = decl.native_name or decl.name
     mappings: Any = decl.external_mappings
     for _ in range(16):  # bridges in a chain; a mapping nested deeper is not followed
-        origin = next((m for m in mappings if isinstance(m, dict) and isinstance(m.get("upstream_native_name"), str)
-                       and m["upstream_native_name"]), None) if isinstance(mappings, list) else None
+        origin = (
+            next(
+                (
+                    m
+                    for m in mappings
+                    if isinstance(m, dict)
+                    and isinstance(m.get("upstream_native_name"), str)
+                    and m["upstream_native_name"]
+                ),
+                None,
+            )
+            if isinstance(mappings, list)
+            else None
+        )
         if origin is None:
             break
         name = origin["upstream_native_name"]
@@ -250,9 +272,15 @@ def searched_description(decl: ToolDeclaration) -> str:
     for kept in decl.annotations.values():
         if not isinstance(kept, dict):
             continue
-        summary, description = (value.strip() if isinstance(value := kept.get(key), str) else "" for key in ("summary", "description"))
+        summary, description = (
+            value.strip() if isinstance(value := kept.get(key), str) else ""
+            for key in ("summary", "description")
+        )
         # as the adapter joins them: the description alone when it opens with the summary
-        wholes = (description, f"{summary}\n\n{description}" if summary and description else summary)
+        wholes = (
+            description,
+            f"{summary}\n\n{description}" if summary and description else summary,
+        )
         whole = next((w for w in wholes if len(w) > len(opening) and w.startswith(opening)), None)
         if whole is not None:
             return whole[:FULL_DESCRIPTION_MAX]
@@ -274,7 +302,9 @@ def described_schema(decl: ToolDeclaration) -> Any:
 HEAD_WORDS = 4
 # The first words of a name that reads, and the words that end what it reads: `get_symbol_by_name`
 # looks up a symbol.
-READ_VERBS = frozenset({"get", "find", "lookup", "search", "fetch", "retrieve", "resolve", "query", "read"})
+READ_VERBS = frozenset(
+    {"get", "find", "lookup", "search", "fetch", "retrieve", "resolve", "query", "read"}
+)
 _READ_PREFIXES = tuple(READ_VERBS)
 _OBJECT_END = frozenset({"by", "based", "from", "for", "with", "using", "via", "in", "on", "of"})
 _NAME = "name"  # the stem of *name*, *names* and *named*
@@ -297,7 +327,12 @@ def input_heads(schema: Any, *, having: str | None = None) -> list[frozenset[str
         pschema = props.get(pname)
         if isinstance(pschema, dict):
             desc = pschema.get("description") or pschema.get("title")
-            head = _stems([*name_tokens(pname), *(_WORD.findall(desc[:200])[:HEAD_WORDS] if isinstance(desc, str) else ())])
+            head = _stems(
+                [
+                    *name_tokens(pname),
+                    *(_WORD.findall(desc[:200])[:HEAD_WORDS] if isinstance(desc, str) else ()),
+                ]
+            )
             if having is not None and having not in head:
                 return []
             heads.append(head)
@@ -336,10 +371,31 @@ def looked_up(decl: ToolDeclaration, name: str | None = None) -> frozenset[str]:
 # A tool that changes where its API's other tools act says so in a sentence of its description:
 # "Change the current working directory to the specified folder." Those other tools say where
 # they act: "Create a new directory in the current directory." (*Active* reads as *current*.)
-_CHANGES_CURRENT = re.compile(r"(?:^|[.!?:]\s+)(?:change|set|switch|select)(?:e?s)?\s+(?:the\s+)?(?:current|active)\s+([a-z]+(?:\s+[a-z]+){0,2})",
-                              re.IGNORECASE)
+_CHANGES_CURRENT = re.compile(
+    r"(?:^|[.!?:]\s+)(?:change|set|switch|select)(?:e?s)?\s+(?:the\s+)?(?:current|active)\s+([a-z]+(?:\s+[a-z]+){0,2})",
+    re.IGNORECASE,
+)
 _CURRENT = re.compile(r"\b(?:current|active)\s+([a-z]+(?:\s+[a-z]+){0,2})", re.IGNORECASE)
-_PLACE_END = frozenset({"to", "for", "of", "in", "on", "at", "into", "with", "from", "by", "and", "or", "that", "which", "as", "is"})
+_PLACE_END = frozenset(
+    {
+        "to",
+        "for",
+        "of",
+        "in",
+        "on",
+        "at",
+        "into",
+        "with",
+        "from",
+        "by",
+        "and",
+        "or",
+        "that",
+        "which",
+        "as",
+        "is",
+    }
+)
 # Text read for both: the description's first characters, and each parameter's description's.
 _CURRENT_CHARS = 1000
 
@@ -373,7 +429,11 @@ def here_words(text: str) -> frozenset[str]:
     """The stemmed words a request says of the place it is in: *this folder*, *the current
     (working) directory* (up to two words after *this*, *current* or *active*). A request naming
     the current place does not ask to change it."""
-    return _stems(word for match in _HERE.finditer(text[:MAX_QUERY_CHARS]) for word in _place_words(match.group(1)))
+    return _stems(
+        word
+        for match in _HERE.finditer(text[:MAX_QUERY_CHARS])
+        for word in _place_words(match.group(1))
+    )
 
 
 def place_terms(decl: ToolDeclaration) -> frozenset[str]:
@@ -391,9 +451,17 @@ def acts_in_current(decl: ToolDeclaration) -> frozenset[str]:
     schema = described_schema(decl)
     props = schema.get("properties") if isinstance(schema, dict) else None
     if isinstance(props, dict):
-        texts += [p["description"][:_CURRENT_CHARS] for p in props.values()
-                  if isinstance(p, dict) and isinstance(p.get("description"), str)]
-    return _stems(word for text in texts for match in _CURRENT.finditer(text) for word in _place_words(match.group(1)))
+        texts += [
+            p["description"][:_CURRENT_CHARS]
+            for p in props.values()
+            if isinstance(p, dict) and isinstance(p.get("description"), str)
+        ]
+    return _stems(
+        word
+        for text in texts
+        for match in _CURRENT.finditer(text)
+        for word in _place_words(match.group(1))
+    )
 
 
 # ---------------------------------------------------------------- titles
@@ -406,7 +474,6 @@ _TITLE_CHARS = 200
 TITLE_WORDS = 6
 
 
-
 def title_terms(decl: ToolDeclaration) -> frozenset[str]:
     """The content terms of a tool's title: the short label its upstream gives what the tool
     does (an OpenAPI operation's summary, an MCP tool's `title`, an A2A skill's name), of at most
@@ -416,7 +483,11 @@ def title_terms(decl: ToolDeclaration) -> frozenset[str]:
     words of its own (*Create a meeting* for `meetingCreate`) counts."""
     title = (decl.title or "").strip()[:_TITLE_CHARS]
     words = query_words(title)
-    if not words or len(words) > TITLE_WORDS or words == query_words(name_words(function_name(decl))):
+    if (
+        not words
+        or len(words) > TITLE_WORDS
+        or words == query_words(name_words(function_name(decl)))
+    ):
         return frozenset()
     return content_terms(title)
 
@@ -435,7 +506,9 @@ def _first_sentence(text: str) -> str:
     return SENTENCE_END.split(text, maxsplit=1)[0] if text else ""
 
 
-def derive_search_hint(decl: ToolDeclaration, description: str | None = None, shared: str = "") -> str:
+def derive_search_hint(
+    decl: ToolDeclaration, description: str | None = None, shared: str = ""
+) -> str:
     """The tool's search hint: the upstream's own when it gave one, else 3-10 words from its
     title or the first sentence of its description (`description`, when given, is the one to
     use: the tool's own text without the text its namespace's tools share), completed with its
@@ -481,10 +554,17 @@ def tool_text(decl: ToolDeclaration, description: str | None = None) -> str:
         for pname, pschema in props.items():
             desc = pschema.get("description") if isinstance(pschema, dict) else None
             words = name_words(str(pname))
-            params.append(f"{words} ({desc.strip()[:_PARAM_TEXT_CHARS]})" if isinstance(desc, str) and desc.strip()
-                          else words)
+            params.append(
+                f"{words} ({desc.strip()[:_PARAM_TEXT_CHARS]})"
+                if isinstance(desc, str) and desc.strip()
+                else words
+            )
     # a title the whole description says (the blurb's first sentence, say) is not the own words either
-    parts = [name_words(function_name(decl)) + ":", unsaid(decl.title, described), description.strip()]
+    parts = [
+        name_words(function_name(decl)) + ":",
+        unsaid(decl.title, described),
+        description.strip(),
+    ]
     if params:
         parts.append("Parameters: " + "; ".join(params))
     return " ".join(p for p in parts if p)

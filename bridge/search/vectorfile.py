@@ -33,9 +33,9 @@ def read_records(raw: bytes, header: bytes, dim: int) -> np.ndarray | int | None
     if not raw.startswith(header):
         return None
     record = KEY_BYTES + 2 * dim
-    body = memoryview(raw)[len(header):]
+    body = memoryview(raw)[len(header) :]
     n = len(body) // record
-    data = np.frombuffer(body[:n * record], dtype=np.uint8).reshape(n, record)
+    data = np.frombuffer(body[: n * record], dtype=np.uint8).reshape(n, record)
     return _damaged(data[:, KEY_BYTES:].copy().view(np.float16)) or data
 
 
@@ -43,8 +43,10 @@ def _damaged(vectors: np.ndarray) -> int:
     """How many stored vectors no encoder writes: every one is of unit length (or zero, a text
     of no known word); a flipped byte makes a number that is none, or another length."""
     bad = 0
-    for start in range(0, len(vectors), 65_536):  # a million vectors widened at once would take a GB
-        wide = vectors[start:start + 65_536].astype(np.float32)
+    for start in range(
+        0, len(vectors), 65_536
+    ):  # a million vectors widened at once would take a GB
+        wide = vectors[start : start + 65_536].astype(np.float32)
         finite = np.asarray(np.isfinite(wide).all(axis=1), dtype=bool)
         norms = np.linalg.norm(np.where(finite[:, None], wide, 0.0), axis=1)
         bad += int((~(finite & ((np.abs(norms - 1.0) < 0.02) | (norms < 1e-6)))).sum())

@@ -40,18 +40,29 @@ class IndexWriter(IndexCompaction):
     _committed: int
     _thread: threading.Thread
 
-    def submit(self, upserts: Sequence[Any] = (), deletes: Sequence[tuple[str, str]] = (), *,
-               reconcile: str | None = None, keep_namespaces: Iterable[str] | None = None,
-               prepare: Callable[[], tuple[str, Sequence[Any]] | None] | None = None) -> int:
+    def submit(
+        self,
+        upserts: Sequence[Any] = (),
+        deletes: Sequence[tuple[str, str]] = (),
+        *,
+        reconcile: str | None = None,
+        keep_namespaces: Iterable[str] | None = None,
+        prepare: Callable[[], tuple[str, Sequence[Any]] | None] | None = None,
+    ) -> int:
         """Queue changes and return a ticket for `flush`. `upserts` are IndexedTools (or items
         for the converter); `deletes` are (namespace, tool_id) pairs; with `reconcile`, the
         namespace's indexed tools missing from `upserts` are deleted; with `keep_namespaces`,
         every tool of another namespace is. `prepare` runs on the writer thread before the
         batch; when it answers (namespace, items), those items reconcile that namespace instead
         of `upserts`."""
-        batch = Batch(upserts=list(upserts), deletes=list(deletes), reconcile=reconcile,
-                       keep_namespaces=frozenset(keep_namespaces) if keep_namespaces is not None else None,
-                       prepare=prepare, submitted=time.monotonic())
+        batch = Batch(
+            upserts=list(upserts),
+            deletes=list(deletes),
+            reconcile=reconcile,
+            keep_namespaces=frozenset(keep_namespaces) if keep_namespaces is not None else None,
+            prepare=prepare,
+            submitted=time.monotonic(),
+        )
         with self._cond:
             if self._closed:
                 raise RuntimeError("search index is closed")
@@ -70,7 +81,9 @@ class IndexWriter(IndexCompaction):
         with self._cond:
             return self._committed >= ticket
 
-    def flush(self, timeout: float | None = 10.0, ticket: int | None = None, *, behind: int = 0) -> bool:
+    def flush(
+        self, timeout: float | None = 10.0, ticket: int | None = None, *, behind: int = 0
+    ) -> bool:
         """Wait until everything submitted (or up to `ticket`, or all but the last `behind`
         batches) is committed and searchable."""
         with self._cond:
@@ -81,7 +94,6 @@ class IndexWriter(IndexCompaction):
     def pending(self) -> bool:
         return self._committed < self._submitted
 
-
     def _gather(self, batches: list[Batch], window: float) -> bool:
         """Add to `batches` what is submitted within `window` seconds, and what was submitted
         before and is still queued (a compaction is set going instead); False when the index is
@@ -90,7 +102,11 @@ class IndexWriter(IndexCompaction):
         while True:
             remaining = deadline - time.monotonic()
             try:  # past the window, what is queued already is taken without waiting
-                more = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
+                more = (
+                    self._queue.get(timeout=remaining)
+                    if remaining > 0
+                    else self._queue.get_nowait()
+                )
             except queue.Empty:
                 return True
             if more is None:
@@ -148,15 +164,20 @@ class IndexWriter(IndexCompaction):
             going = self._gather(batches, min(COMMIT_WINDOW, first + COMMIT_MAX - time.monotonic()))
             while going and len(batches) > 1 and time.monotonic() - first < COMMIT_MAX:
                 gathered = len(batches)
-                going = self._gather(batches, min(COMMIT_WINDOW, first + COMMIT_MAX - time.monotonic()))
+                going = self._gather(
+                    batches, min(COMMIT_WINDOW, first + COMMIT_MAX - time.monotonic())
+                )
                 if len(batches) == gathered:
                     break  # a quiet window: commit what came
             delay = self.retry_first
             while not self._write(batches) and going:
                 # nothing of `batches` is lost: tried again with what arrives meanwhile
                 self.failing = True
-                log.warning("search index commit failed; %d change batches are tried again in %.1f s",
-                            len(batches), delay)
+                log.warning(
+                    "search index commit failed; %d change batches are tried again in %.1f s",
+                    len(batches),
+                    delay,
+                )
                 going = self._gather(batches, delay)
                 delay = min(2 * delay, self.retry_last)
             self.failing = False
@@ -225,7 +246,9 @@ class IndexWriter(IndexCompaction):
         with self._cond:
             if self._closed:
                 return
-            self._closing = True  # a compaction under way leaves off: the changes after it are written
+            self._closing = (
+                True  # a compaction under way leaves off: the changes after it are written
+            )
         self.flush(60.0)
         with self._cond:
             self._closed = True
@@ -240,4 +263,3 @@ class IndexWriter(IndexCompaction):
         if self._lock_file is not None:
             self._lock_file.close()  # releases the lock
             self._lock_file = None
-

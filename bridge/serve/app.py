@@ -74,30 +74,61 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         # `/tools/:invoke` or `/tools/<id>/versions/:invoke`: an empty id or version matched a
         # GET route; no such tool (or version) exists
         path = request.url.path
-        error = (ApiError(404, "unknown_tool", f"{path} names no version; use /tools/{{toolId}}/versions/{{n}}:invoke",
-                          error_code="unknown_version") if "/versions/" in path
-                 else not_found(path.removeprefix("/tools/").removesuffix(":invoke"), request.app.state.bridge.catalog))
+        error = (
+            ApiError(
+                404,
+                "unknown_tool",
+                f"{path} names no version; use /tools/{{toolId}}/versions/{{n}}:invoke",
+                error_code="unknown_version",
+            )
+            if "/versions/" in path
+            else not_found(
+                path.removeprefix("/tools/").removesuffix(":invoke"),
+                request.app.state.bridge.catalog,
+            )
+        )
     elif exc.status_code == 405:
-        error = ApiError(405, "invalid_arguments", f"{request.method} is not allowed on {request.url.path}",
-                         error_code="method_not_allowed", headers=dict(exc.headers or {}))
+        error = ApiError(
+            405,
+            "invalid_arguments",
+            f"{request.method} is not allowed on {request.url.path}",
+            error_code="method_not_allowed",
+            headers=dict(exc.headers or {}),
+        )
     elif exc.status_code == 404:
-        error = ApiError(404, "invalid_arguments", f"no route {request.url.path}; see /openapi.json", error_code="route_not_found")
+        error = ApiError(
+            404,
+            "invalid_arguments",
+            f"no route {request.url.path}; see /openapi.json",
+            error_code="route_not_found",
+        )
     else:
-        error = ApiError(exc.status_code, "invalid_arguments" if exc.status_code < 500 else "execution_failed",
-                         str(exc.detail), headers=dict(exc.headers or {}))
+        error = ApiError(
+            exc.status_code,
+            "invalid_arguments" if exc.status_code < 500 else "execution_failed",
+            str(exc.detail),
+            headers=dict(exc.headers or {}),
+        )
     return error_response(error)
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    return error_response(ApiError(500, "execution_failed", "the bridge failed to answer this request; it was logged"))
+    return error_response(
+        ApiError(500, "execution_failed", "the bridge failed to answer this request; it was logged")
+    )
 
 
 def rest_routes(bridge: Bridge) -> tuple[list[BaseRoute], list[Callable[[], Any]]]:
     """Every REST route over one bridge, and what must be called when the app is done."""
     ctx = ServeContext(bridge)
     views = CatalogViews(bridge.catalog)
-    routes = [*ietf_routes(ctx), *a2t_routes(ctx, views), *records_routes(ctx), *openapi_routes(ctx)]
+    routes = [
+        *ietf_routes(ctx),
+        *a2t_routes(ctx, views),
+        *records_routes(ctx),
+        *openapi_routes(ctx),
+    ]
     return routes, [views.close]
 
 
@@ -149,7 +180,9 @@ def served_urls(base: str) -> list[tuple[str, str]]:
 def started_line(bridge: Bridge) -> str:
     """What the bridge says once every upstream has listed or failed its first attempt."""
     slots = bridge.catalog.slots.values()
-    down = [f"{s.name} ({s.health.state})" for s in slots if s.health.state not in ("ready", "disabled")]
+    down = [
+        f"{s.name} ({s.health.state})" for s in slots if s.health.state not in ("ready", "disabled")
+    ]
     said = f"; not ready: {', '.join(down)}" if down else ""
     return f"upstreams started: serving {len(bridge.catalog)} tools from {len(bridge.catalog.slots)} upstreams{said}"
 
@@ -182,10 +215,17 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
     """`bridge serve`: start the bridge and serve it over HTTP until SIGINT or SIGTERM."""
     host = host or config.server.host
     port = config.server.port if port is None else port
-    if not config.server.tokens and config.server.oauth is None and not is_loopback(host) and not insecure:
-        say(f"bridge serve: refusing to serve {host} without authentication: add server.tokens or "
+    if (
+        not config.server.tokens
+        and config.server.oauth is None
+        and not is_loopback(host)
+        and not insecure
+    ):
+        say(
+            f"bridge serve: refusing to serve {host} without authentication: add server.tokens or "
             "server.oauth to the config, bind a loopback address (--host 127.0.0.1), or pass --insecure",
-            logging.ERROR)
+            logging.ERROR,
+        )
         return 2
     try:
         sock = _bind(host, port)
@@ -214,7 +254,9 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
     # another process holding the on-disk search index: the server answers at once, with an
     # index of its own in memory that moves to disk once the index is free
     bridge = Bridge(config, index_lock_wait=config.search.lock_wait)
-    stop_reloading = reload_on_hangup(bridge, config.source)  # SIGHUP: the config file read again and applied
+    stop_reloading = reload_on_hangup(
+        bridge, config.source
+    )  # SIGHUP: the config file read again and applied
     app = build_app(bridge, host=host)
     starting: asyncio.Task[None] | None = None
     try:
@@ -223,10 +265,16 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         # server on that import)
         # the protocol times and caps client connections (server.idle_timeout and the rest);
         # log_config None in the JSON format: uvicorn's own handlers would write text lines
-        uv_config = uvicorn.Config(app, http=http_protocol(config.server), ws="none",
-                                   log_level="warning", access_log=False, lifespan="on",
-                                   timeout_graceful_shutdown=math.ceil(config.server.shutdown_timeout),
-                                   log_config=None if json_logs() else LOGGING_CONFIG)
+        uv_config = uvicorn.Config(
+            app,
+            http=http_protocol(config.server),
+            ws="none",
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=math.ceil(config.server.shutdown_timeout),
+            log_config=None if json_logs() else LOGGING_CONFIG,
+        )
         server = _Server(uv_config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
@@ -248,8 +296,10 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         public = f" (public URL {base})" if config.server.public_url else ""
         waiting = bridge.starting()
         still = f" ({len(waiting)} still starting)" if waiting else ""
-        say(f"bridge: serving {len(bridge.catalog)} tools from {len(bridge.catalog.slots)} "
-            f"upstreams{still} on {bound}{public}")
+        say(
+            f"bridge: serving {len(bridge.catalog)} tools from {len(bridge.catalog.slots)} "
+            f"upstreams{still} on {bound}{public}"
+        )
         for label, url in served_urls(base):
             say(f"  {label + ':':<24}{url}")
         await asyncio.wait([task, starting], return_when=asyncio.FIRST_COMPLETED)
@@ -269,4 +319,3 @@ async def run_http(config: BridgeConfig, host: str | None, port: int | None, ins
         await close_app(app)
         await bridge.close()
         sock.close()
-

@@ -64,8 +64,12 @@ class DescriptorBudget:
     stdio children's pipes, the store and the search index. What the rest holds is counted at
     most every `DESCRIPTOR_RECOUNT` seconds; client connections are counted as they come and go."""
 
-    def __init__(self, reserve: int, count: Callable[[], int | None] = open_descriptors,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        reserve: int,
+        count: Callable[[], int | None] = open_descriptors,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.reserve = reserve
         self._count = count
         self._clock = clock
@@ -118,19 +122,26 @@ class ConnectionTable:
         if len(own) >= self.max_per_address:
             victim = _longest_idle(own)
             if victim is None:
-                return self._refuse(conn, _address_full(len(own)), (
-                    f"{len(own)} connections from {conn.address}, the most one address may hold "
-                    "(server.max_connections_per_address)"))
+                return self._refuse(
+                    conn,
+                    _address_full(len(own)),
+                    (
+                        f"{len(own)} connections from {conn.address}, the most one address may hold "
+                        "(server.max_connections_per_address)"
+                    ),
+                )
             self._let_go(victim)
         at_cap = self._count >= self.max_connections
         if at_cap or not self.budget.room_for(self._count + 1):
             victim = self._longest_idle_of_the_most()
             if victim is None:
-                holding = (f"{self._count} connections, the most it holds (server.max_connections)"
-                           if at_cap else
-                           f"{self._count} connections, as many as its open-file limit "
-                           f"({self.budget.limit()}) allows while keeping {self.budget.reserve} "
-                           "descriptors free (server.fd_reserve)")
+                holding = (
+                    f"{self._count} connections, the most it holds (server.max_connections)"
+                    if at_cap
+                    else f"{self._count} connections, as many as its open-file limit "
+                    f"({self.budget.limit()}) allows while keeping {self.budget.reserve} "
+                    "descriptors free (server.fd_reserve)"
+                )
                 return self._refuse(conn, _server_full(), holding)
             self._let_go(victim)
         self._by_address.setdefault(conn.address, {})[conn] = None
@@ -165,8 +176,14 @@ class ConnectionTable:
         now = time.monotonic()
         if self._warned_at is None or now - self._warned_at >= REFUSAL_WARNING_EVERY:
             since = "" if self._warned_at is None else f" in {now - self._warned_at:.0f} s"
-            log.warning("refused %d connection(s)%s, the last from %s: the bridge holds %s, "
-                        "none of them idle", self._refused, since, conn.address, holding)
+            log.warning(
+                "refused %d connection(s)%s, the last from %s: the bridge holds %s, "
+                "none of them idle",
+                self._refused,
+                since,
+                conn.address,
+                holding,
+            )
             self._warned_at, self._refused = now, 0
         return error
 
@@ -183,10 +200,19 @@ def _longest_idle(conns: dict[Held, None]) -> Held | None:
 
 
 def _address_full(count: int) -> ApiError:
-    return ApiError(429, "rate_limited", f"this address has {count} connections open to the "
-                    "bridge, the most it may; reuse or close them", headers={"Retry-After": "1"})
+    return ApiError(
+        429,
+        "rate_limited",
+        f"this address has {count} connections open to the "
+        "bridge, the most it may; reuse or close them",
+        headers={"Retry-After": "1"},
+    )
 
 
 def _server_full() -> ApiError:
-    return ApiError(503, "dependency_unavailable", "the bridge has no room for another connection "
-                    "now; retry shortly", headers={"Retry-After": "1"})
+    return ApiError(
+        503,
+        "dependency_unavailable",
+        "the bridge has no room for another connection now; retry shortly",
+        headers={"Retry-After": "1"},
+    )

@@ -116,8 +116,10 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request its parser rejects, as the bridge's structured error."""
         if len(getattr(self, "url", b"")) > MAX_URL_BYTES:  # set when a request line begins
-            message = (f"the request's URL is over {MAX_URL_BYTES:,} bytes, more than the server reads: send a shorter "
-                       f"URL (GET /search reads the first {MAX_QUERY_CHARS:,} characters of q; a tool's arguments go in a POST body)")
+            message = (
+                f"the request's URL is over {MAX_URL_BYTES:,} bytes, more than the server reads: send a shorter "
+                f"URL (GET /search reads the first {MAX_QUERY_CHARS:,} characters of q; a tool's arguments go in a POST body)"
+            )
         else:
             message = "the request is not HTTP/1.1 the server can read (its request line or headers are malformed)"
         self.answer_and_close(ApiError(400, "invalid_arguments", message))
@@ -130,8 +132,11 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
             head += [name, b": ", value, b"\r\n"]
         for key, text in error.headers.items():
             head += [key.lower().encode("latin-1"), b": ", text.encode("latin-1"), b"\r\n"]
-        head += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body),
-                 b"connection: close\r\n\r\n"]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n",
+        ]
         self.transport.write(b"".join([*head, body]))
         self.transport.close()
 
@@ -168,7 +173,8 @@ class BridgeHttpProtocol(CorkedHttpToolsProtocol):
         # uvicorn's keep-alive timer, armed here too: it closes a connection that sends nothing
         self.timeout_keep_alive = self.idle_timeout  # type: ignore[assignment]
         self.timeout_keep_alive_task = self.loop.call_later(
-            self.idle_timeout, self.timeout_keep_alive_handler)
+            self.idle_timeout, self.timeout_keep_alive_handler
+        )
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.table.release(self)
@@ -236,8 +242,12 @@ class BridgeHttpProtocol(CorkedHttpToolsProtocol):
             return
         cycle = self.cycle
         if cycle is None or cycle.response_started:
-            log.info("closed the connection from %s: its request's body did not arrive within "
-                     "%g s (server.body_timeout)", self.address, self.body_timeout)
+            log.info(
+                "closed the connection from %s: its request's body did not arrive within "
+                "%g s (server.body_timeout)",
+                self.address,
+                self.body_timeout,
+            )
             self.transport.close()
             return
         # the app waiting for the body hears the client is gone, and what it writes goes nowhere
@@ -246,20 +256,34 @@ class BridgeHttpProtocol(CorkedHttpToolsProtocol):
         self._timed_out("body", self.body_timeout)
 
     def _timed_out(self, part: Literal["headers", "body"], seconds: float) -> None:
-        log.info("closed the connection from %s: its request's %s did not arrive within %g s "
-                 "(server.%s_timeout)", self.address, part, seconds, part.removesuffix("s"))
+        log.info(
+            "closed the connection from %s: its request's %s did not arrive within %g s "
+            "(server.%s_timeout)",
+            self.address,
+            part,
+            seconds,
+            part.removesuffix("s"),
+        )
         key = f"{part.removesuffix('s')}_timeout"
-        self.answer_and_close(ApiError(
-            408, "invalid_arguments",
-            f"the request's {part} did not arrive within {seconds:g} s (server.{key})",
-            details={key: seconds}))
+        self.answer_and_close(
+            ApiError(
+                408,
+                "invalid_arguments",
+                f"the request's {part} did not arrive within {seconds:g} s (server.{key})",
+                details={key: seconds},
+            )
+        )
 
 
 def http_protocol(server: ServerConfig) -> type[BridgeHttpProtocol]:
     """The protocol class of one server: its own connection table, under `server`'s limits."""
-    return type("BridgeHttpProtocol", (BridgeHttpProtocol,), {
-        "table": ConnectionTable(server),
-        "idle_timeout": server.idle_timeout,
-        "header_timeout": server.header_timeout,
-        "body_timeout": server.body_timeout,
-    })
+    return type(
+        "BridgeHttpProtocol",
+        (BridgeHttpProtocol,),
+        {
+            "table": ConnectionTable(server),
+            "idle_timeout": server.idle_timeout,
+            "header_timeout": server.header_timeout,
+            "body_timeout": server.body_timeout,
+        },
+    )

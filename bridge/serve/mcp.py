@@ -74,10 +74,13 @@ INSTRUCTIONS = (
 
 
 # The keyword of the SDK server's handler of each method the frontend answers (`on_<name>`).
-_HANDLER_NAMES = {"tools/list": "list_tools", "tools/call": "call_tool",
-                  "resources/list": "list_resources",
-                  "resources/templates/list": "list_resource_templates",
-                  "resources/read": "read_resource"}
+_HANDLER_NAMES = {
+    "tools/list": "list_tools",
+    "tools/call": "call_tool",
+    "resources/list": "list_resources",
+    "resources/templates/list": "list_resource_templates",
+    "resources/read": "read_resource",
+}
 
 
 class _BridgeServer(Server[Any]):
@@ -91,7 +94,9 @@ class _BridgeServer(Server[Any]):
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
         return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
         )
 
 
@@ -107,14 +112,19 @@ def _offset(cursor: str | None) -> int:
         return 0
     if _CURSOR.fullmatch(cursor):
         return int(cursor[1:])
-    raise MCPError(INVALID_PARAMS, f"invalid cursor {cursor[:40]!r}: pass back the nextCursor of the previous page")
+    raise MCPError(
+        INVALID_PARAMS,
+        f"invalid cursor {cursor[:40]!r}: pass back the nextCursor of the previous page",
+    )
 
 
 def _progress_numbers(progress: ToolProgress) -> tuple[float, float | None]:
     if progress.percent is not None:
         return float(progress.percent), 100.0
     if progress.current_step is not None:
-        return float(progress.current_step), float(progress.total_steps) if progress.total_steps is not None else None
+        return float(progress.current_step), float(
+            progress.total_steps
+        ) if progress.total_steps is not None else None
     return float(progress.sequence), None
 
 
@@ -140,15 +150,21 @@ class MCPFrontend:
         self._surface_asked = default_surface
         self._listing_waits_for_start = listing_waits_for_start
         self.page_size = page_size
-        self.notifier = ChangeNotifier(bridge, debounce=debounce, session_load_limit=session_load_limit)
+        self.notifier = ChangeNotifier(
+            bridge, debounce=debounce, session_load_limit=session_load_limit
+        )
         self.sessions: SessionQuota | None = None  # the session caps of the HTTP app, once built
         self._running: set[asyncio.Task[Any]] = set()  # handlers of tools/call running the pipeline
-        self._stop_cancelled: set[asyncio.Task[Any]] = set()  # those cancelled because the server stops
+        self._stop_cancelled: set[asyncio.Task[Any]] = (
+            set()
+        )  # those cancelled because the server stops
         self._rendered: dict[tuple[str, bool], types.Tool] = {}
         self._rendered_generation = -1
         self._unwatch: list[Callable[[], None]] = []  # the metrics this frontend shows
         self._meta_schemas = {tool.name: tool.input_schema for tool in meta_tools()}
-        self._meta_output_schemas = {tool.name: tool.output_schema for tool in meta_tools() if tool.output_schema}
+        self._meta_output_schemas = {
+            tool.name: tool.output_schema for tool in meta_tools() if tool.output_schema
+        }
         self.server = _BridgeServer(
             "a2t-bridge",
             version=__version__,
@@ -162,16 +178,21 @@ class MCPFrontend:
     def _handlers(self) -> dict[str, Any]:
         """The request handlers, each in a span of its own when the bridge traces (a listen
         stream, which lasts as long as the client stays, is not traced)."""
-        handlers: dict[str, Any] = {"tools/list": self._list_tools, "tools/call": self._call_tool,
-                    "resources/list": self._list_resources,
-                    "resources/templates/list": self._list_resource_templates,
-                    "resources/read": self._read_resource}
+        handlers: dict[str, Any] = {
+            "tools/list": self._list_tools,
+            "tools/call": self._call_tool,
+            "resources/list": self._list_resources,
+            "resources/templates/list": self._list_resource_templates,
+            "resources/read": self._read_resource,
+        }
         tracing = self.bridge.telemetry.tracing
         if tracing is not None:
             from bridge.serve.traced import traced_mcp_handler
 
-            handlers = {method: traced_mcp_handler(tracing, method, handler)
-                        for method, handler in handlers.items()}
+            handlers = {
+                method: traced_mcp_handler(tracing, method, handler)
+                for method, handler in handlers.items()
+            }
         return {f"on_{_HANDLER_NAMES[method]}": handler for method, handler in handlers.items()}
 
     # ------------------------------------------------------------------ transports
@@ -202,17 +223,24 @@ class MCPFrontend:
         for index, route in enumerate(app.router.routes):
             if isinstance(route, Route) and route.path == path:
                 self.sessions = SessionQuota(
-                    route.endpoint, per_client=server_config.mcp_max_sessions_per_client,
+                    route.endpoint,
+                    per_client=server_config.mcp_max_sessions_per_client,
                     total=server_config.mcp_max_sessions,
-                    idle_timeout=server_config.mcp_session_idle_timeout, security=security,
-                    path=path)
+                    idle_timeout=server_config.mcp_session_idle_timeout,
+                    security=security,
+                    path=path,
+                )
                 gate = MCPAuthGate(self.sessions, self.bridge)
                 app.router.routes[index] = Route(path, endpoint=gate)
                 break
         manager = self.server.session_manager
-        self._unwatch.append(self.bridge.telemetry.metrics.gauge(
-            "bridge_mcp_sessions_open", "MCP sessions open over streamable HTTP",
-            lambda: len(open_transports(manager))))
+        self._unwatch.append(
+            self.bridge.telemetry.metrics.gauge(
+                "bridge_mcp_sessions_open",
+                "MCP sessions open over streamable HTTP",
+                lambda: len(open_transports(manager)),
+            )
+        )
         return app
 
     def end_streams(self) -> None:
@@ -278,8 +306,16 @@ class MCPFrontend:
             if parent is None:
                 parent = valid_traceparent(headers.get("traceparent"))
                 state = valid_tracestate(headers.get("tracestate")) if parent else None
-        return CallOrigin("mcp", caller, parent, state, session, ctx.request_id, subject=subject,
-                          client_id=client_id)
+        return CallOrigin(
+            "mcp",
+            caller,
+            parent,
+            state,
+            session,
+            ctx.request_id,
+            subject=subject,
+            client_id=client_id,
+        )
 
     def _state(self, ctx: ServerRequestContext[Any, Any], surface: Surface) -> SessionState | None:
         """A handshake-era connection's state; None in the sessionless 2026-07-28 era."""
@@ -328,12 +364,16 @@ class MCPFrontend:
         meta = meta_tools() if listing.meta_tools else []
         end = min(len(listing), offset + self.page_size)
         page = [
-            meta[i] if i < len(meta) else self._render(listing.tools[i - len(meta)], ctx.protocol_version)
+            meta[i]
+            if i < len(meta)
+            else self._render(listing.tools[i - len(meta)], ctx.protocol_version)
             for i in range(offset, end)
         ]
         if state is not None and offset == 0:
             state.fingerprint = listing.fingerprint
-        return types.ListToolsResult(tools=page, next_cursor=_cursor(end) if end < len(listing) else None)
+        return types.ListToolsResult(
+            tools=page, next_cursor=_cursor(end) if end < len(listing) else None
+        )
 
     # ------------------------------------------------------------------ tools/call
 
@@ -362,7 +402,9 @@ class MCPFrontend:
                 return await self._invoke(ctx, surface, target, target_arguments, None)
             # a tool hidden here is answered as a missing one (the pipeline logs why)
             decl = surface.lookup(name)
-            output_schema = render_output_schema(decl, ctx.protocol_version) if decl is not None else None
+            output_schema = (
+                render_output_schema(decl, ctx.protocol_version) if decl is not None else None
+            )
             if decl is not None and surface.place(decl).state == "deferred":
                 state = self._state(ctx, surface)
                 if state is None or decl.tool_id not in state.loaded:
@@ -381,8 +423,15 @@ class MCPFrontend:
             raise
         except Exception:
             log.exception("tools/call %s failed", name)
-            fault = BridgeError("the bridge failed to handle this call; it was logged", error_class="execution_failed")
-            return render_result(error_result(fault, invocation_id=new_id("inv"), decl=decl), ctx.protocol_version, output_schema)
+            fault = BridgeError(
+                "the bridge failed to handle this call; it was logged",
+                error_class="execution_failed",
+            )
+            return render_result(
+                error_result(fault, invocation_id=new_id("inv"), decl=decl),
+                ctx.protocol_version,
+                output_schema,
+            )
 
     async def _invoke(
         self,
@@ -405,25 +454,40 @@ class MCPFrontend:
         assert handler is not None
         self._running.add(handler)
         try:
-            result = await self.bridge.invoker.invoke(ref, arguments, surface=surface,
-                                                      progress=forward_progress,
-                                                      origin=self._origin(ctx))
+            result = await self.bridge.invoker.invoke(
+                ref, arguments, surface=surface, progress=forward_progress, origin=self._origin(ctx)
+            )
         except asyncio.CancelledError:
             if handler not in self._stop_cancelled:
                 raise
             handler.uncancel()
-            stopping = BridgeError("the bridge is stopping; the call was cancelled before it ended",
-                                   error_class="dependency_unavailable", recoverability="retry_later")
-            return render_result(error_result(stopping, invocation_id=new_id("inv")), ctx.protocol_version, output_schema)
+            stopping = BridgeError(
+                "the bridge is stopping; the call was cancelled before it ended",
+                error_class="dependency_unavailable",
+                recoverability="retry_later",
+            )
+            return render_result(
+                error_result(stopping, invocation_id=new_id("inv")),
+                ctx.protocol_version,
+                output_schema,
+            )
         finally:
             self._running.discard(handler)
             self._stop_cancelled.discard(handler)
-        if output_schema is not None and result.persisted is not None and result.structured_content is None:
+        if (
+            output_schema is not None
+            and result.persisted is not None
+            and result.structured_content is None
+        ):
             # a tool listed with an outputSchema must answer structured content (clients check):
             # a result kept in the store sends its structured content whole, its text as the preview
-            stored = self.bridge.invoker.get_persisted(str(result.persisted.persisted_ref.get("ref")), surface)
+            stored = self.bridge.invoker.get_persisted(
+                str(result.persisted.persisted_ref.get("ref")), surface
+            )
             if stored is not None:
-                result = result.model_copy(update={"structured_content": json.loads(stored[1]).get("structured_content")})
+                result = result.model_copy(
+                    update={"structured_content": json.loads(stored[1]).get("structured_content")}
+                )
         return render_result(result, ctx.protocol_version, output_schema)
 
     async def _search(
@@ -441,7 +505,9 @@ class MCPFrontend:
             deferred = [d for d in found if d is not None and surface.place(d).state == "deferred"]
             if self.notifier.load(state, deferred):
                 state.fingerprint = listing_for(surface, state).fingerprint
-                await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
+                await ctx.session.send_notification(
+                    types.ToolListChangedNotification(), related_request_id=ctx.request_id
+                )
         suggested = [catalog.get(ref.tool_id) for ref in result.suggestions or ()]
         native_names = {d.tool_id: d.native_name for d in (*found, *suggested) if d is not None}
         payload = search_payload(result, by_name=state is not None, native_names=native_names)
@@ -466,7 +532,9 @@ class MCPFrontend:
         found made them report a failure."""
         return types.ListResourceTemplatesResult(resource_templates=[])
 
-    async def _read_resource(self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
         """`bridge://results/<ref>`: a result too large to answer inline, read through the surface
         whose call made it (as REST's `/results/<ref>`). Any other URI: a resource an upstream
         linked in a result on this surface, read from that upstream (`ResourceLinks`)."""
@@ -477,9 +545,16 @@ class MCPFrontend:
         ref = uri.removeprefix(RESULTS_URI)
         found = self.bridge.invoker.get_persisted(ref, surface) if ref else None
         if found is None:
-            raise MCPError(RESOURCE_NOT_FOUND, f"no stored result at {uri[:100]!r}; a result's link is bridge://results/<ref>")
+            raise MCPError(
+                RESOURCE_NOT_FOUND,
+                f"no stored result at {uri[:100]!r}; a result's link is bridge://results/<ref>",
+            )
         media_type, payload = found
-        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type=media_type, text=payload.decode())])
+        return types.ReadResourceResult(
+            contents=[
+                types.TextResourceContents(uri=uri, mime_type=media_type, text=payload.decode())
+            ]
+        )
 
     async def _read_linked(self, uri: str, surface: Surface) -> types.ReadResourceResult:
         """A linked resource's contents, or an MCP error: -32002 for one no result on this surface
@@ -488,7 +563,11 @@ class MCPFrontend:
         try:
             contents = await self.bridge.invoker.resource_links.read(uri, surface)
         except BridgeError as exc:
-            data: dict[str, Any] = {"uri": uri[:200], "error_class": exc.error_class, "recoverability": exc.recoverability}
+            data: dict[str, Any] = {
+                "uri": uri[:200],
+                "error_class": exc.error_class,
+                "recoverability": exc.recoverability,
+            }
             if exc.retry_after is not None:
                 data["retryAfter"] = exc.retry_after
             code = RESOURCE_NOT_FOUND if exc.error_code == "resource_not_found" else INTERNAL_ERROR
@@ -496,8 +575,13 @@ class MCPFrontend:
         try:
             return types.ReadResourceResult.model_validate({"contents": contents}, by_name=False)
         except ValueError as exc:
-            log.warning("resources/read %s: the upstream's contents are not valid MCP: %s", uri[:200], exc)
-            raise MCPError(INTERNAL_ERROR, f"the upstream's contents of {uri[:100]!r} are not valid MCP resource contents") from None
+            log.warning(
+                "resources/read %s: the upstream's contents are not valid MCP: %s", uri[:200], exc
+            )
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"the upstream's contents of {uri[:100]!r} are not valid MCP resource contents",
+            ) from None
 
     # ------------------------------------------------------------------ subscriptions/listen (2026-07-28)
 

@@ -118,12 +118,23 @@ def _principal(caller: Identity, header: str | None) -> AuthenticatedUser | None
     """The SDK's user for a session's owner: never the token itself."""
     if caller.via == "static" and header:
         digest = hashlib.sha256(header.partition(" ")[2].strip().encode()).hexdigest()[:24]
-        return AuthenticatedUser(AccessToken(token=f"sha256:{digest}", client_id=f"token:{digest}",
-                                             scopes=[f"surface:{caller.surface}"]))
+        return AuthenticatedUser(
+            AccessToken(
+                token=f"sha256:{digest}",
+                client_id=f"token:{digest}",
+                scopes=[f"surface:{caller.surface}"],
+            )
+        )
     if caller.via in ("jwt", "introspection"):
-        return AuthenticatedUser(AccessToken(token=f"oauth:{caller.via}", client_id=caller.client_id or "",
-                                             scopes=sorted(caller.scopes), subject=caller.subject,
-                                             claims={"iss": caller.issuer}))
+        return AuthenticatedUser(
+            AccessToken(
+                token=f"oauth:{caller.via}",
+                client_id=caller.client_id or "",
+                scopes=sorted(caller.scopes),
+                subject=caller.subject,
+                claims={"iss": caller.issuer},
+            )
+        )
     return None
 
 
@@ -138,9 +149,14 @@ def _client_key(caller: Identity, user: AuthenticatedUser | None, scope: Scope) 
     return f"address {client[0] if client else 'unknown'}"
 
 
-async def send_jsonrpc_error(send: Send, status: int, code: int, message: str,
-                             data: dict[str, Any] | None = None,
-                             headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def send_jsonrpc_error(
+    send: Send,
+    status: int,
+    code: int,
+    message: str,
+    data: dict[str, Any] | None = None,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
     """A JSON-RPC error without a request id, as the SDK answers what its transport refuses."""
     error: dict[str, Any] = {"code": code, "message": message}
     if data:
@@ -171,28 +187,41 @@ def _method_of(body: bytes) -> str | None:
         message = _READER.decode(text)
     except RepeatedKey as exc:
         pointer, key = repeated_key_at(text) or ("", exc.key)
-        raise _Refused(INVALID_REQUEST, f"the request body gives the key {key!r} twice in one "
-                       "object; give each key once", {"pointer": pointer, "key": key}) from None
+        raise _Refused(
+            INVALID_REQUEST,
+            f"the request body gives the key {key!r} twice in one object; give each key once",
+            {"pointer": pointer, "key": key},
+        ) from None
     except UnicodeDecodeError:
         raise _Refused(PARSE_ERROR, "the request body is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
-        raise _Refused(PARSE_ERROR, f"the request body is not valid JSON: {exc.msg} at line "
-                       f"{exc.lineno} column {exc.colno}",
-                       {"line": exc.lineno, "column": exc.colno}) from None
+        raise _Refused(
+            PARSE_ERROR,
+            f"the request body is not valid JSON: {exc.msg} at line "
+            f"{exc.lineno} column {exc.colno}",
+            {"line": exc.lineno, "column": exc.colno},
+        ) from None
     except RecursionError:
         raise _Refused(PARSE_ERROR, "the request body nests too deep to read") from None
     except ValueError as exc:  # an integer of more digits than the interpreter converts
         raise _Refused(PARSE_ERROR, f"the request body is not valid JSON: {exc}") from None
     if not isinstance(message, dict):
-        what = ("an array (a batch, which MCP does not take)" if isinstance(message, list)
-                else f"a bare {_json_type(message)}")
-        raise _Refused(INVALID_REQUEST, f"the request body is {what}; send one JSON-RPC "
-                       "message, an object, per request")
+        what = (
+            "an array (a batch, which MCP does not take)"
+            if isinstance(message, list)
+            else f"a bare {_json_type(message)}"
+        )
+        raise _Refused(
+            INVALID_REQUEST,
+            f"the request body is {what}; send one JSON-RPC message, an object, per request",
+        )
     method = message.get("method")
     response = "id" in message and ("result" in message or "error" in message)
     if message.get("jsonrpc") != "2.0" or not (isinstance(method, str) or response):
-        raise _Refused(INVALID_REQUEST, 'the request body is no JSON-RPC 2.0 message: it needs '
-                       '"jsonrpc": "2.0" and a "method"')
+        raise _Refused(
+            INVALID_REQUEST,
+            'the request body is no JSON-RPC 2.0 message: it needs "jsonrpc": "2.0" and a "method"',
+        )
     return method
 
 
@@ -214,7 +243,9 @@ def transport_security_for(host: str, public_url: str | None = None) -> Transpor
     hosts, origins = list(_LOOPBACK_HOSTS), list(_LOOPBACK_ORIGINS)
     wildcard = host in ("", "0.0.0.0", "::", "[::]")
     name = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    if not wildcard and f"{name}:*" not in hosts:  # another loopback address (127.0.0.2) too: clients name it
+    if (
+        not wildcard and f"{name}:*" not in hosts
+    ):  # another loopback address (127.0.0.2) too: clients name it
         hosts += [name, f"{name}:*"]
         origins += [f"http://{name}", f"https://{name}", f"http://{name}:*", f"https://{name}:*"]
     if public_url:
@@ -225,6 +256,9 @@ def transport_security_for(host: str, public_url: str | None = None) -> Transpor
     elif wildcard:
         log.warning(
             "serving MCP on %s: Host checks accept loopback names only; set server.public_url to the "
-            "address clients use", host or "all interfaces"
+            "address clients use",
+            host or "all interfaces",
         )
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )

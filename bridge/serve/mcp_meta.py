@@ -41,12 +41,27 @@ _SEARCH_INPUT: dict[str, Any] = {
             "or 'select:name1,name2' to fetch tools by exact name.",
             "maxLength": MAX_QUERY_CHARS,
         },
-        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT, "default": 10,
-                  "description": "Most matches to return."},
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_SEARCH_LIMIT,
+            "default": 10,
+            "description": "Most matches to return.",
+        },
         "namespace": {"type": "string", "description": "Only tools of this upstream."},
-        "tags": {"type": "array", "items": {"type": "string"}, "description": "Only tools carrying every one of these tags."},
-        "kind": {"type": "string", "description": "Only tools of this kind, e.g. openapi_operation or mcp_tool."},
-        "read_only": {"type": "boolean", "description": "true: only read-only tools; false: only tools that change things."},
+        "tags": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Only tools carrying every one of these tags.",
+        },
+        "kind": {
+            "type": "string",
+            "description": "Only tools of this kind, e.g. openapi_operation or mcp_tool.",
+        },
+        "read_only": {
+            "type": "boolean",
+            "description": "true: only read-only tools; false: only tools that change things.",
+        },
     },
     "required": ["query"],
     "additionalProperties": False,
@@ -72,8 +87,11 @@ _SEARCH_OUTPUT: dict[str, Any] = {
         "matches": _SEARCH_MATCHES,
         "how_to_call": {"type": "string"},
         "total_deferred_tools": {"type": "integer"},
-        "suggestions": {**_SEARCH_MATCHES, "description": "When nothing matched: the tools nearest in meaning, "
-                        "which share none of the query's words; check one fits before calling it."},
+        "suggestions": {
+            **_SEARCH_MATCHES,
+            "description": "When nothing matched: the tools nearest in meaning, "
+            "which share none of the query's words; check one fits before calling it.",
+        },
         "hint": {"type": "string"},
     },
     "required": ["query", "matches", "how_to_call"],
@@ -82,7 +100,11 @@ _CALL_INPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "description": "Exact tool name, as search_tools returned it."},
-        "arguments": {"type": "object", "description": "Arguments matching that tool's input schema.", "default": {}},
+        "arguments": {
+            "type": "object",
+            "description": "Arguments matching that tool's input schema.",
+            "default": {},
+        },
     },
     "required": ["name"],
     "additionalProperties": False,
@@ -104,7 +126,11 @@ def meta_tools() -> list[types.Tool]:
             input_schema=_SEARCH_INPUT,
             output_schema=_SEARCH_OUTPUT,
             annotations=types.ToolAnnotations(
-                title="Search tools", read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+                title="Search tools",
+                read_only_hint=True,
+                destructive_hint=False,
+                idempotent_hint=True,
+                open_world_hint=False,
             ),
         ),
         types.Tool(
@@ -129,16 +155,28 @@ def search_arguments(arguments: Any) -> dict[str, Any]:
     """Checked keyword arguments for `ToolSearch.search` (a `limit` above the maximum is clamped;
     `1e400`, which the SDK's reader takes as infinity, is no integer)."""
     limit = arguments.get("limit") if isinstance(arguments, dict) else None
-    if isinstance(limit, int | float) and not isinstance(limit, bool) and MAX_SEARCH_LIMIT < limit < math.inf:
+    if (
+        isinstance(limit, int | float)
+        and not isinstance(limit, bool)
+        and MAX_SEARCH_LIMIT < limit < math.inf
+    ):
         arguments = {**arguments, "limit": MAX_SEARCH_LIMIT}
     _check(_SEARCH_VALIDATOR, SEARCH_TOOLS, arguments)
     tags = arguments.get("tags")
-    if not arguments["query"].strip() and not (arguments.get("namespace") or tags or arguments.get("kind")
-                                               or arguments.get("read_only") is not None):
+    if not arguments["query"].strip() and not (
+        arguments.get("namespace")
+        or tags
+        or arguments.get("kind")
+        or arguments.get("read_only") is not None
+    ):
         # as over REST: an empty query lists tools only when a filter says which
-        raise BridgeError("the query of search_tools is empty; give keywords, select:name1,name2, or a filter "
-                          "(namespace, tags, kind, read_only) that lists tools by itself",
-                          error_class="invalid_arguments", recoverability="change_arguments", details={"parameter": "query"})
+        raise BridgeError(
+            "the query of search_tools is empty; give keywords, select:name1,name2, or a filter "
+            "(namespace, tags, kind, read_only) that lists tools by itself",
+            error_class="invalid_arguments",
+            recoverability="change_arguments",
+            details={"parameter": "query"},
+        )
     return {
         "query": arguments["query"],
         "limit": int(arguments.get("limit", 10)),  # 5.0 is an integer to JSON Schema
@@ -168,7 +206,9 @@ def short_description(text: str | None, limit: int = 200) -> str:
     return cut[: ends[-1]] if ends and ends[-1] > limit // 3 else cut.rstrip() + "..."
 
 
-def search_payload(result: ToolSearchResult, *, by_name: bool, native_names: Mapping[str, str] | None = None) -> dict[str, Any]:
+def search_payload(
+    result: ToolSearchResult, *, by_name: bool, native_names: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The structured answer of `search_tools`. `by_name` says the matches were added to the
     caller's tool list (handshake-era sessions); `native_names` gives, by tool id, each match's
     name at its upstream (the MCP tool name, operationId, skill id, command or federated name)."""
@@ -212,7 +252,9 @@ def _search_match(ref: DeferredToolRef, native_names: Mapping[str, str] | None) 
         match["score"] = ref.score
     if ref.reason:
         match["reason"] = ref.reason
-    if ref.alternatives:  # other upstreams' tools of this name and meaning, callable through call_tool
+    if (
+        ref.alternatives
+    ):  # other upstreams' tools of this name and meaning, callable through call_tool
         match["alternatives"] = [c["name"] for c in ref.alternatives]
         if ref.alternatives_total:
             match["alternatives_total"] = ref.alternatives_total

@@ -60,8 +60,16 @@ class SessionQuota:
     """ASGI wrapper of the SDK's `/mcp` endpoint keeping the session caps. It sits behind the
     gate (`mcp_gate.py`), which leaves the client's key and a POST's method in the scope."""
 
-    def __init__(self, app: ASGIApp, *, per_client: int, total: int, idle_timeout: float,
-                 security: TransportSecuritySettings | None = None, path: str = "/mcp") -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        per_client: int,
+        total: int,
+        idle_timeout: float,
+        security: TransportSecuritySettings | None = None,
+        path: str = "/mcp",
+    ) -> None:
         self.app = app
         # the SDK's Host, Origin and Content-Type checks, made before a session is ended to make
         # room: a request they refuse (a web page's cross-site POST) ends nothing
@@ -105,8 +113,9 @@ class SessionQuota:
 
     # ------------------------------------------------------------------ requests of a session
 
-    async def _serve_session(self, session_id: str, scope: Scope, receive: Receive,
-                             send: Send) -> None:
+    async def _serve_session(
+        self, session_id: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         held = self._sessions.get(session_id)
         if held is None:  # ended, or never opened: the SDK answers 404
             await self.app(scope, receive, send)
@@ -165,8 +174,9 @@ class SessionQuota:
             ending = self._make_room(client)
         except _Full as full:
             log.warning("MCP initialize of %s refused: %s", client, full.message)
-            await send_jsonrpc_error(send, full.status, full.code, full.message,
-                                     headers=[(b"retry-after", b"1")])
+            await send_jsonrpc_error(
+                send, full.status, full.code, full.message, headers=[(b"retry-after", b"1")]
+            )
             return
         # counted from now on, so that openings at once cannot pass the caps together
         self._count[client] += 1
@@ -186,8 +196,12 @@ class SessionQuota:
 
         try:
             if ending is not None:
-                log.info("MCP session %s… of %s ended to make room for a new session of %s",
-                         ending[0][:8], ending[1].client, client)
+                log.info(
+                    "MCP session %s… of %s ended to make room for a new session of %s",
+                    ending[0][:8],
+                    ending[1].client,
+                    client,
+                )
                 await self._end(*ending)
             await self.app(scope, receive, watch)
         finally:
@@ -205,17 +219,23 @@ class SessionQuota:
             own = self._idle_of.get(client)
             if not own:
                 whose = "this token" if client.startswith("token") else "this client address"
-                raise _Full(429, INVALID_REQUEST,
-                            f"{whose} holds its {self.per_client} MCP sessions "
-                            "(server.mcp_max_sessions_per_client), each with a request in "
-                            "progress: end one (DELETE /mcp) before opening another")
+                raise _Full(
+                    429,
+                    INVALID_REQUEST,
+                    f"{whose} holds its {self.per_client} MCP sessions "
+                    "(server.mcp_max_sessions_per_client), each with a request in "
+                    "progress: end one (DELETE /mcp) before opening another",
+                )
             return self._take(next(iter(own)))
         if len(self._sessions) + self._opening >= self.total:
             if not self._idle_of:
-                raise _Full(503, INTERNAL_ERROR,
-                            f"the bridge holds its {self.total} MCP sessions "
-                            "(server.mcp_max_sessions), each with a request in progress: "
-                            "retry later")
+                raise _Full(
+                    503,
+                    INTERNAL_ERROR,
+                    f"the bridge holds its {self.total} MCP sessions "
+                    "(server.mcp_max_sessions), each with a request in progress: "
+                    "retry later",
+                )
             # the client's own first; else one of the client holding the most (its fair share
             # or more)
             whose = client
@@ -241,9 +261,17 @@ class SessionQuota:
     async def _end(self, session_id: str, held: _Held) -> None:
         """End a session through the SDK, as its client's DELETE would."""
         scope: dict[str, Any] = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "scheme": "http",
-            "method": "DELETE", "path": self.path, "raw_path": self.path.encode(), "root_path": "",
-            "query_string": b"", "client": None, "server": None,
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "scheme": "http",
+            "method": "DELETE",
+            "path": self.path,
+            "raw_path": self.path.encode(),
+            "root_path": "",
+            "query_string": b"",
+            "client": None,
+            "server": None,
             "headers": [(b"host", held.host), (_SESSION_HEADER, session_id.encode())],
         }
         if held.user is not None:

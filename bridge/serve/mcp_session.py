@@ -85,7 +85,9 @@ class ChangeNotifier:
     """Session states of handshake-era connections, subscription buses per surface, and the
     debounced catalog watcher that sends list-changed notices."""
 
-    def __init__(self, bridge: Bridge, *, debounce: float = 0.1, session_load_limit: int = 256) -> None:
+    def __init__(
+        self, bridge: Bridge, *, debounce: float = 0.1, session_load_limit: int = 256
+    ) -> None:
         self.bridge = bridge
         self.debounce = debounce
         self.session_load_limit = session_load_limit
@@ -204,7 +206,9 @@ class ChangeNotifier:
             surface = surfaces.get(state.surface)
             if surface is None or state.session is None:
                 continue
-            current = listing_for(surface, state).fingerprint if state.loaded else base.get(state.surface)
+            current = (
+                listing_for(surface, state).fingerprint if state.loaded else base.get(state.surface)
+            )
             if current == state.fingerprint:
                 continue
             state.fingerprint = current

@@ -24,7 +24,9 @@ log = logging.getLogger("bridge.serve.mcp")
 async def _start_then_settle(bridge: Bridge) -> None:
     await bridge.start(wait=True)
     settle_gc(collected=True)  # bridge.start(wait=True) ended with a full collection
-    if not_ready := [s.name for s in bridge.catalog.slots.values() if s.health.state not in ("ready", "disabled")]:
+    if not_ready := [
+        s.name for s in bridge.catalog.slots.values() if s.health.state not in ("ready", "disabled")
+    ]:
         log.info("upstreams started; not ready: %s", ", ".join(not_ready))
 
 
@@ -35,8 +37,11 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
     name = surface or config.server.default_surface
     known = {s.name for s in config.surfaces} | {"default"}
     if name not in known:
-        say(f"bridge serve --stdio: no surface named {name!r} "
-            f"(the config defines: {', '.join(sorted(known))})", logging.ERROR)
+        say(
+            f"bridge serve --stdio: no surface named {name!r} "
+            f"(the config defines: {', '.join(sorted(known))})",
+            logging.ERROR,
+        )
         return 2
     # SIGTERM (what supervisors and clients send) or SIGINT: the bridge closes (its launched
     # processes and ATIP commands stopped), then the process ends; the SDK's thread reading stdin
@@ -73,9 +78,13 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
             # timeout may be shorter than their start_timeout); tools/list waits for the start
             starting = asyncio.create_task(_start_then_settle(bridge), name="bridge start")
             try:
-                frontend = MCPFrontend(bridge, default_surface=surface, listing_waits_for_start=True)
+                frontend = MCPFrontend(
+                    bridge, default_surface=surface, listing_waits_for_start=True
+                )
                 try:
-                    await frontend.server.run(read, write, frontend.server.create_initialization_options())
+                    await frontend.server.run(
+                        read, write, frontend.server.create_initialization_options()
+                    )
                 finally:
                     closing = True
                     await frontend.aclose()
@@ -87,9 +96,13 @@ async def run_stdio(config: BridgeConfig, surface: str | None = None) -> int:
                     await starting
                 stop_reloading()
                 await bridge.close()
-                if signalled:  # leaving stdio_server would wait for its stdin reader, until stdin closes
+                if (
+                    signalled
+                ):  # leaving stdio_server would wait for its stdin reader, until stdin closes
                     sys.stderr.flush()
-                    os._exit(0)  # stopped as asked, everything closed: as `bridge serve` over HTTP, 0
+                    os._exit(
+                        0
+                    )  # stopped as asked, everything closed: as `bridge serve` over HTTP, 0
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)

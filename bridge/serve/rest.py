@@ -34,7 +34,11 @@ MAX_PAGE_LIMIT = 500
 
 
 def encode_cursor(position: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(position, separators=(",", ":")).encode()).decode().rstrip("=")
+    return (
+        base64.urlsafe_b64encode(json.dumps(position, separators=(",", ":")).encode())
+        .decode()
+        .rstrip("=")
+    )
 
 
 def decode_cursor(request: Request, key: str, kind: type) -> Any:
@@ -50,8 +54,12 @@ def decode_cursor(request: Request, key: str, kind: type) -> Any:
             raise TypeError
         return value
     except (ValueError, TypeError, KeyError, binascii.Error, RecursionError):
-        raise ApiError(400, "invalid_arguments", "pageCursor is not a cursor this server issued; start again without it",
-                       details={"parameter": "pageCursor"}) from None
+        raise ApiError(
+            400,
+            "invalid_arguments",
+            "pageCursor is not a cursor this server issued; start again without it",
+            details={"parameter": "pageCursor"},
+        ) from None
 
 
 def _paging(limit: int, next_cursor: str | None) -> dict[str, Any]:
@@ -64,7 +72,12 @@ def _paging(limit: int, next_cursor: str | None) -> dict[str, Any]:
 def _version_number(raw: str, decl: ToolDeclaration) -> int:
     number = decimal(raw)
     if number is None or number < 1:
-        raise ApiError(404, "unknown_tool", f"tool {decl.name!r} has no version {raw[:40]!r}", error_code="unknown_version")
+        raise ApiError(
+            404,
+            "unknown_tool",
+            f"tool {decl.name!r} has no version {raw[:40]!r}",
+            error_code="unknown_version",
+        )
     return number
 
 
@@ -72,8 +85,13 @@ def _not_an_invocation(request: Request, param: str) -> None:
     """`GET /tools/{id}:invoke` reaches the GET route of `/tools/{id}` with `:invoke` in the id:
     it is the invoke route asked with the wrong method."""
     if request.path_params[param].endswith(":invoke"):
-        raise ApiError(405, "invalid_arguments", f"{request.method} is not allowed on {request.url.path}; invoke with POST",
-                       error_code="method_not_allowed", headers={"Allow": "POST"})
+        raise ApiError(
+            405,
+            "invalid_arguments",
+            f"{request.method} is not allowed on {request.url.path}; invoke with POST",
+            error_code="method_not_allowed",
+            headers={"Allow": "POST"},
+        )
 
 
 def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
@@ -82,7 +100,9 @@ def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
     @endpoint
     async def list_tools(request: Request) -> Response:
         surface = ctx.caller(request)
-        limit = query_int(request, "pageLimit", DEFAULT_PAGE_LIMIT, minimum=1, maximum=MAX_PAGE_LIMIT, clamp=True)
+        limit = query_int(
+            request, "pageLimit", DEFAULT_PAGE_LIMIT, minimum=1, maximum=MAX_PAGE_LIMIT, clamp=True
+        )
         after = decode_cursor(request, "after", str)
         tags = query_list(request, "tags", "tag")
         tools, names = ctx.listing(surface)
@@ -94,9 +114,16 @@ def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
             if not tags or all(t in decl.tags for t in tags):
                 page.append(decl)
             index += 1
-        more = index < len(tools) and (not tags or any(all(t in d.tags for t in tags) for d in tools[index:]))
+        more = index < len(tools) and (
+            not tags or any(all(t in d.tags for t in tags) for d in tools[index:])
+        )
         next_cursor = encode_cursor({"after": page[-1].name}) if page and more else None
-        return JSONBody({"items": [ietf.render_declaration(d) for d in page], "paging": _paging(limit, next_cursor)})
+        return JSONBody(
+            {
+                "items": [ietf.render_declaration(d) for d in page],
+                "paging": _paging(limit, next_cursor),
+            }
+        )
 
     @endpoint
     async def get_tool(request: Request) -> Response:
@@ -109,12 +136,21 @@ def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
     async def list_versions(request: Request) -> Response:
         surface = ctx.caller(request)
         decl = ctx.visible(request.path_params["tool_id"], surface)
-        limit = query_int(request, "pageLimit", DEFAULT_PAGE_LIMIT, minimum=1, maximum=MAX_PAGE_LIMIT, clamp=True)
+        limit = query_int(
+            request, "pageLimit", DEFAULT_PAGE_LIMIT, minimum=1, maximum=MAX_PAGE_LIMIT, clamp=True
+        )
         below = decode_cursor(request, "below", int)
-        records = [r for r in bridge.catalog.versions.history(decl) if below is None or r.version < below]
+        records = [
+            r for r in bridge.catalog.versions.history(decl) if below is None or r.version < below
+        ]
         page = records[:limit]
         next_cursor = encode_cursor({"below": page[-1].version}) if len(records) > limit else None
-        return JSONBody({"items": [ietf.render_version(decl, r) for r in page], "paging": _paging(limit, next_cursor)})
+        return JSONBody(
+            {
+                "items": [ietf.render_version(decl, r) for r in page],
+                "paging": _paging(limit, next_cursor),
+            }
+        )
 
     @endpoint
     async def get_version(request: Request) -> Response:
@@ -124,8 +160,12 @@ def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
         number = _version_number(request.path_params["version"], decl)
         record = bridge.catalog.versions.get(decl, number)
         if record is None:
-            raise ApiError(404, "unknown_tool", f"tool {decl.name!r} has no version {number} (current is {decl.version})",
-                           error_code="unknown_version")
+            raise ApiError(
+                404,
+                "unknown_tool",
+                f"tool {decl.name!r} has no version {number} (current is {decl.version})",
+                error_code="unknown_version",
+            )
         return JSONBody(ietf.render_version(decl, record))
 
     async def _invoke(request: Request, version_raw: str | None) -> Response:
@@ -133,8 +173,12 @@ def ietf_routes(ctx: ServeContext) -> list[BaseRoute]:
         decl = ctx.callable(request.path_params["tool_id"], surface)
         version = _version_number(version_raw, decl) if version_raw is not None else None
         body = await ctx.read_json(request)
-        arguments = ietf.parse_invocation(body, tool_names=(decl.name, *decl.aliases, decl.native_name))
-        result = await ctx.invoke(request, decl.tool_id, arguments, version=version, surface=surface)
+        arguments = ietf.parse_invocation(
+            body, tool_names=(decl.name, *decl.aliases, decl.native_name)
+        )
+        result = await ctx.invoke(
+            request, decl.tool_id, arguments, version=version, surface=surface
+        )
         if result.is_error:
             return result_error_response(result)
         output_schema = decl.output_schema

@@ -29,7 +29,16 @@ from bridge.surface import Surface
 from bridge.text import QUOTED_CHARS, quoted
 from bridge.translate import a2t
 
-__all__ = ["GENERATION_HEADER", "GROUPS_PATH", "HISTORY_DECLARATIONS", "MAX_GROUPS", "MAX_TOOLS", "TOOLS_PATH", "CatalogViews", "a2t_routes"]
+__all__ = [
+    "GENERATION_HEADER",
+    "GROUPS_PATH",
+    "HISTORY_DECLARATIONS",
+    "MAX_GROUPS",
+    "MAX_TOOLS",
+    "TOOLS_PATH",
+    "CatalogViews",
+    "a2t_routes",
+]
 
 TOOLS_PATH = "/a2t/tools"
 GROUPS_PATH = "/a2t/groups"
@@ -51,8 +60,13 @@ class CatalogViews:
     """Which catalog generation each caller last listed, and which declarations changed at each
     generation, so an execute response can name the groups the caller should re-list."""
 
-    def __init__(self, catalog: Catalog, history: int = 2048, callers: int = 10_000,
-                 declarations: int = HISTORY_DECLARATIONS) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        history: int = 2048,
+        callers: int = 10_000,
+        declarations: int = HISTORY_DECLARATIONS,
+    ) -> None:
         self.catalog = catalog
         self.history = history
         self.declarations = declarations
@@ -95,8 +109,14 @@ class CatalogViews:
             for decl in decls:
                 if surface.place(decl).state != "blocked":
                     groups.add(decl.namespace)
-            slot = self.catalog.slots.get(upstream) if upstream and not decls else None  # None: gone since
-            if upstream and slot is not None and any(surface.visible(d) for d in slot.tools.values()):
+            slot = (
+                self.catalog.slots.get(upstream) if upstream and not decls else None
+            )  # None: gone since
+            if (
+                upstream
+                and slot is not None
+                and any(surface.visible(d) for d in slot.tools.values())
+            ):
                 groups.add(upstream)
         return sorted(groups)
 
@@ -113,20 +133,37 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
 
     def tools_page(request: Request, surface: Surface, group: str | None) -> Response:
         offset = query_int(request, "offset", 0, minimum=0)
-        limit = query_int(request, "limit", 0, minimum=0, maximum=MAX_TOOLS, clamp=True) or DEFAULT_TOOLS
+        limit = (
+            query_int(request, "limit", 0, minimum=0, maximum=MAX_TOOLS, clamp=True)
+            or DEFAULT_TOOLS
+        )
         query = search_query(request).strip()
         if query:
             # a page of tools, counted by `total`: each upstream's tool is one of them, alternatives too
-            found = bridge.find_tools(query, surface=surface, limit=SEARCH_MATCHES, namespace=group,
-                                      fold_alternatives=False)
-            tools = [d for m in found.matches if (d := bridge.catalog.get(m.tool_id)) is not None and surface.visible(d)]
+            found = bridge.find_tools(
+                query,
+                surface=surface,
+                limit=SEARCH_MATCHES,
+                namespace=group,
+                fold_alternatives=False,
+            )
+            tools = [
+                d
+                for m in found.matches
+                if (d := bridge.catalog.get(m.tool_id)) is not None and surface.visible(d)
+            ]
         else:
             tools, _ = ctx.listing(surface)
             if group is not None:
                 tools = [d for d in tools if d.namespace == group]
-        page = tools[offset: offset + limit]
+        page = tools[offset : offset + limit]
         views.saw(ctx.caller_key(request))
-        body = {"tools": [a2t.render_tool(d) for d in page], "total": len(tools), "offset": offset, "limit": limit}
+        body = {
+            "tools": [a2t.render_tool(d) for d in page],
+            "total": len(tools),
+            "offset": offset,
+            "limit": limit,
+        }
         return JSONBody(body, headers=generation_headers())
 
     def groups_of(surface: Surface) -> list[dict[str, Any]]:
@@ -136,14 +173,24 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
         out = []
         for name, slot in sorted(bridge.catalog.slots.items()):
             if counts.get(name):
-                out.append(a2t.render_group(name, name=name, tool_count=counts[name],
-                                            description=_group_description(slot.health.kind, name, slot.health.state)))
+                out.append(
+                    a2t.render_group(
+                        name,
+                        name=name,
+                        tool_count=counts[name],
+                        description=_group_description(slot.health.kind, name, slot.health.state),
+                    )
+                )
         return out
 
     @endpoint
     async def capabilities(request: Request) -> Response:
         ctx.caller(request)
-        return JSONBody(a2t.render_capabilities(TOOLS_PATH, GROUPS_PATH, max_tools=MAX_TOOLS, max_groups=MAX_GROUPS))
+        return JSONBody(
+            a2t.render_capabilities(
+                TOOLS_PATH, GROUPS_PATH, max_tools=MAX_TOOLS, max_groups=MAX_GROUPS
+            )
+        )
 
     @endpoint
     async def list_tools(request: Request) -> Response:
@@ -153,21 +200,33 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
     async def list_groups(request: Request) -> Response:
         surface = ctx.caller(request)
         offset = query_int(request, "offset", 0, minimum=0)
-        limit = query_int(request, "limit", 0, minimum=0, maximum=MAX_GROUPS, clamp=True) or DEFAULT_GROUPS
+        limit = (
+            query_int(request, "limit", 0, minimum=0, maximum=MAX_GROUPS, clamp=True)
+            or DEFAULT_GROUPS
+        )
         groups = groups_of(surface)
         if request.query_params.get("parent_id"):
             groups = []  # upstream groups are all top level
         query = (request.query_params.get("q") or "").strip().lower()
         if query:
-            groups = [g for g in groups if query in g["id"].lower() or query in g["description"].lower()]
+            groups = [
+                g for g in groups if query in g["id"].lower() or query in g["description"].lower()
+            ]
         views.saw(ctx.caller_key(request))
-        body = {"groups": groups[offset: offset + limit], "total": len(groups), "offset": offset, "limit": limit}
+        body = {
+            "groups": groups[offset : offset + limit],
+            "total": len(groups),
+            "offset": offset,
+            "limit": limit,
+        }
         return JSONBody(body, headers=generation_headers())
 
     def visible_group(request: Request, surface: Surface) -> str:
         group = request.path_params["group_id"]
         if not any(g["id"] == group for g in groups_of(surface)):
-            raise ApiError(404, "unknown_tool", f"no group {quoted(group)}", error_code="group_not_found")
+            raise ApiError(
+                404, "unknown_tool", f"no group {quoted(group)}", error_code="group_not_found"
+            )
         return group
 
     @endpoint
@@ -185,17 +244,35 @@ def a2t_routes(ctx: ServeContext, views: CatalogViews) -> list[BaseRoute]:
         if decl is None:
             # the reference's answer for an unknown tool: HTTP 200 with error code tool_not_found
             message = f"Tool not found: {name if len(name) <= QUOTED_CHARS else quoted(name)}{bridge.catalog.still_starting(name)}"
-            missing = error_result(BridgeError(message, error_class="unknown_tool"), invocation_id=new_id("inv"))
-            return JSONBody(a2t.render_execute(missing, refresh_meta(request, surface)), headers=generation_headers())
+            missing = error_result(
+                BridgeError(message, error_class="unknown_tool"), invocation_id=new_id("inv")
+            )
+            return JSONBody(
+                a2t.render_execute(missing, refresh_meta(request, surface)),
+                headers=generation_headers(),
+            )
         if not isinstance(body, dict):
-            raise ApiError(400, "invalid_arguments", "the request body must be a JSON object of tool arguments", pointer="")
-        if set(body) == {"body"} and isinstance(body["body"], dict) and "body" not in (decl.input_schema.get("properties") or {}):
+            raise ApiError(
+                400,
+                "invalid_arguments",
+                "the request body must be a JSON object of tool arguments",
+                pointer="",
+            )
+        if (
+            set(body) == {"body"}
+            and isinstance(body["body"], dict)
+            and "body" not in (decl.input_schema.get("properties") or {})
+        ):
             body = body["body"]  # the `{"body": {...}}` form some a2t clients send
         result = await ctx.invoke(request, decl.tool_id, body, surface=surface)
-        return JSONBody(a2t.render_execute(result, refresh_meta(request, surface)), headers=generation_headers())
+        return JSONBody(
+            a2t.render_execute(result, refresh_meta(request, surface)), headers=generation_headers()
+        )
 
     def refresh_meta(request: Request, surface: Surface) -> dict[str, Any] | None:
-        declared = decimal(request.headers.get(GENERATION_HEADER))  # one that is no number counts as absent
+        declared = decimal(
+            request.headers.get(GENERATION_HEADER)
+        )  # one that is no number counts as absent
         key = ctx.caller_key(request)
         since = declared if declared is not None else views.last_seen(key)
         if since is None:

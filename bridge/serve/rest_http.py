@@ -97,16 +97,26 @@ class JSONBody(Response):
         try:
             text = json.dumps(content, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (ValueError, TypeError):
-            text = json.dumps(json_safe(content), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            text = json.dumps(
+                json_safe(content), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            )
         return text.encode()
 
 
 class ApiError(Exception):
     """A request the bridge answers with an error status and a structured body."""
 
-    def __init__(self, status: int, error_class: str, message: str, *, pointer: str | None = None,
-                 details: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
-                 error_code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        error_class: str,
+        message: str,
+        *,
+        pointer: str | None = None,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        error_code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.error_class = error_class
@@ -122,8 +132,9 @@ class ApiError(Exception):
         if self.error_code:
             error["error_code"] = self.error_code
         # 429 and 5xx: the same request may succeed later
-        error["recoverability"] = ("retry_later" if self.status >= 500 or self.status == 429
-                                   else "change_arguments")
+        error["recoverability"] = (
+            "retry_later" if self.status >= 500 or self.status == 429 else "change_arguments"
+        )
         if self.details:
             error["details"] = self.details
         return {"error": error, "status": self.status}
@@ -152,7 +163,11 @@ def result_error_response(result: ToolResult, extra: dict[str, Any] | None = Non
 def not_found(ref: str, catalog: Catalog) -> ApiError:
     """The one answer for a tool that is missing or outside the caller's surface (naming the
     upstreams still starting, `Catalog.still_starting`)."""
-    return ApiError(404, "unknown_tool", f"no tool {quoted(ref)}; search the catalog for the right name{catalog.still_starting(ref)}")
+    return ApiError(
+        404,
+        "unknown_tool",
+        f"no tool {quoted(ref)}; search the catalog for the right name{catalog.still_starting(ref)}",
+    )
 
 
 _REST_ORIGIN = CallOrigin("rest")
@@ -180,12 +195,21 @@ class ServeContext:
         missing) or 503 (the identity provider cannot be read), with the challenge."""
         found = self.identity(request)
         if isinstance(found, AuthFailure):
-            error_class = {403: "permission_denied", 503: "dependency_unavailable"}.get(found.status, "credential_missing")
-            raise ApiError(found.status, error_class, found.description, error_code=found.error,
-                           headers=refusal_headers(self.server, found, request.scope))
+            error_class = {403: "permission_denied", 503: "dependency_unavailable"}.get(
+                found.status, "credential_missing"
+            )
+            raise ApiError(
+                found.status,
+                error_class,
+                found.description,
+                error_code=found.error,
+                headers=refusal_headers(self.server, found, request.scope),
+            )
         surface = self.bridge.surfaces.get(found.surface)
         if surface is None:
-            raise ApiError(403, "policy_blocked", f"the token's surface {found.surface!r} is not configured")
+            raise ApiError(
+                403, "policy_blocked", f"the token's surface {found.surface!r} is not configured"
+            )
         return surface
 
     def origin(self, request: Request) -> CallOrigin:
@@ -199,12 +223,23 @@ class ServeContext:
             return _REST_ORIGIN
         return CallOrigin("rest", caller, parent, state, subject=subject, client_id=client_id)
 
-    async def invoke(self, request: Request, ref: str, arguments: Any, *, surface: Surface, version: int | None = None) -> ToolResult:
+    async def invoke(
+        self,
+        request: Request,
+        ref: str,
+        arguments: Any,
+        *,
+        surface: Surface,
+        version: int | None = None,
+    ) -> ToolResult:
         """The pipeline's call for a request whose body was read, cancelled when the client
         closes the connection: the upstream call stops (an MCP cancel, an A2A CancelTask, an
         ATIP process group killed) and its concurrency slot is freed, as over MCP."""
-        call = asyncio.ensure_future(self.bridge.invoker.invoke(
-            ref, arguments, version=version, surface=surface, origin=self.origin(request)))
+        call = asyncio.ensure_future(
+            self.bridge.invoker.invoke(
+                ref, arguments, version=version, surface=surface, origin=self.origin(request)
+            )
+        )
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait([call, gone], return_when=asyncio.FIRST_COMPLETED)
@@ -214,7 +249,11 @@ class ServeContext:
             call.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await call
-            raise ApiError(503, "dependency_unavailable", "the bridge is stopping; the call was cancelled before it ended") from None
+            raise ApiError(
+                503,
+                "dependency_unavailable",
+                "the bridge is stopping; the call was cancelled before it ended",
+            ) from None
         finally:
             if not call.done():
                 call.cancel()
@@ -222,7 +261,9 @@ class ServeContext:
         if not call.done() or call.cancelled():
             with contextlib.suppress(asyncio.CancelledError):
                 await call
-            raise ApiError(400, "canceled", "the client closed the connection; the call was cancelled")
+            raise ApiError(
+                400, "canceled", "the client closed the connection; the call was cancelled"
+            )
         return call.result()
 
     def caller_key(self, request: Request) -> str:
@@ -253,7 +294,10 @@ class ServeContext:
         cached = self._listings.get(surface.name)
         if cached is not None and cached[0] == generation and cached[1] is surface:
             return cached[2], cached[3]
-        tools = sorted((d for d in self.bridge.catalog.declarations() if surface.visible(d)), key=lambda d: d.name)
+        tools = sorted(
+            (d for d in self.bridge.catalog.declarations() if surface.visible(d)),
+            key=lambda d: d.name,
+        )
         names = [d.name for d in tools]
         self._listings[surface.name] = (generation, surface, tools, names)
         return tools, names
@@ -267,10 +311,18 @@ class ServeContext:
             raise too_large(limit)
         raw = await read_body(request.receive, limit)
         if raw is None:
-            raise ApiError(400, "invalid_arguments",
-                           "the client closed the connection before sending the whole body")
+            raise ApiError(
+                400,
+                "invalid_arguments",
+                "the client closed the connection before sending the whole body",
+            )
         if not raw.strip():
-            raise ApiError(400, "invalid_arguments", "the request body is empty; send a JSON document", pointer="")
+            raise ApiError(
+                400,
+                "invalid_arguments",
+                "the request body is empty; send a JSON document",
+                pointer="",
+            )
         return parse_json(raw)
 
 
@@ -329,8 +381,9 @@ class _NotJson(ValueError):
 
 # made once: json.loads with hooks builds a new decoder at every call
 _STRICT = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=unique_object)
-_STRICT_FLOATS = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float,
-                                  object_pairs_hook=unique_object)
+_STRICT_FLOATS = json.JSONDecoder(
+    parse_constant=_no_constant, parse_float=_finite_float, object_pairs_hook=unique_object
+)
 
 
 def parse_json(raw: bytes) -> Any:
@@ -347,23 +400,46 @@ def parse_json(raw: bytes) -> Any:
         return (_STRICT_FLOATS if big else _STRICT).decode(text)
     except RepeatedKey as exc:
         pointer, key = repeated_key_at(text) or ("", exc.key)
-        raise ApiError(400, "invalid_arguments", f"the request body gives the key {key!r} twice in "
-                       "one object; give each key once", pointer=pointer, details={"key": key},
-                       error_code="repeated_key") from None
+        raise ApiError(
+            400,
+            "invalid_arguments",
+            f"the request body gives the key {key!r} twice in one object; give each key once",
+            pointer=pointer,
+            details={"key": key},
+            error_code="repeated_key",
+        ) from None
     except UnicodeDecodeError:
-        raise ApiError(400, "invalid_arguments", "the request body is not UTF-8 text", pointer="") from None
+        raise ApiError(
+            400, "invalid_arguments", "the request body is not UTF-8 text", pointer=""
+        ) from None
     except RecursionError:  # about a thousand levels of arrays or objects: a 2 KB body
-        raise ApiError(400, "invalid_arguments", "the request body nests too deep to read; send flatter JSON", pointer="") from None
+        raise ApiError(
+            400,
+            "invalid_arguments",
+            "the request body nests too deep to read; send flatter JSON",
+            pointer="",
+        ) from None
     except json.JSONDecodeError as exc:
-        raise ApiError(400, "invalid_arguments", f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-                       pointer="", details={"line": exc.lineno, "column": exc.colno, "position": exc.pos}) from None
+        raise ApiError(
+            400,
+            "invalid_arguments",
+            f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+            pointer="",
+            details={"line": exc.lineno, "column": exc.colno, "position": exc.pos},
+        ) from None
     except ValueError as exc:  # _NotJson, or an integer over the interpreter's digit limit
-        raise ApiError(400, "invalid_arguments", f"the request body is not valid JSON: {exc}", pointer="") from None
+        raise ApiError(
+            400, "invalid_arguments", f"the request body is not valid JSON: {exc}", pointer=""
+        ) from None
 
 
 def too_large(limit: int) -> ApiError:
-    return ApiError(413, "invalid_arguments", f"the request body is larger than {limit} bytes (server.max_body_bytes)",
-                    details={"max_body_bytes": limit})
+    return ApiError(
+        413,
+        "invalid_arguments",
+        f"the request body is larger than {limit} bytes (server.max_body_bytes)",
+        details={"max_body_bytes": limit},
+    )
 
 
 def wire_error(exc: WireFormatError) -> ApiError:
@@ -387,13 +463,26 @@ def endpoint(handler: Handler) -> Handler:
             return error_response(wire_error(exc))
         except Exception:
             log.exception("%s %s failed", request.method, request.url.path)
-            return error_response(ApiError(500, "execution_failed", "the bridge failed to answer this request; it was logged"))
+            return error_response(
+                ApiError(
+                    500,
+                    "execution_failed",
+                    "the bridge failed to answer this request; it was logged",
+                )
+            )
 
     return wrapped
 
 
-def query_int(request: Request, name: str, default: int, *, minimum: int, maximum: int | None = None,
-              clamp: bool = False) -> int:
+def query_int(
+    request: Request,
+    name: str,
+    default: int,
+    *,
+    minimum: int,
+    maximum: int | None = None,
+    clamp: bool = False,
+) -> int:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
@@ -404,13 +493,28 @@ def query_int(request: Request, name: str, default: int, *, minimum: int, maximu
     except ValueError:  # more digits than int() reads
         value = None
     if value is None:
-        raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be an integer", details={"parameter": name})
+        raise ApiError(
+            400,
+            "invalid_arguments",
+            f"query parameter {name!r} must be an integer",
+            details={"parameter": name},
+        )
     if value < minimum:
-        raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be at least {minimum}", details={"parameter": name})
+        raise ApiError(
+            400,
+            "invalid_arguments",
+            f"query parameter {name!r} must be at least {minimum}",
+            details={"parameter": name},
+        )
     if maximum is not None and value > maximum:
         if clamp:
             return maximum
-        raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be at most {maximum}", details={"parameter": name})
+        raise ApiError(
+            400,
+            "invalid_arguments",
+            f"query parameter {name!r} must be at most {maximum}",
+            details={"parameter": name},
+        )
     return value
 
 
@@ -418,9 +522,13 @@ def search_query(request: Request) -> str:
     """The `q` of a search (empty when not given), refused when longer than tool search takes."""
     query = request.query_params.get("q") or ""
     if len(query) > MAX_QUERY_CHARS:
-        raise ApiError(400, "invalid_arguments", f"query parameter 'q' is {len(query)} characters long; at most "
-                       f"{MAX_QUERY_CHARS} are taken: send the request itself, or the last turns of a conversation",
-                       details={"parameter": "q"})
+        raise ApiError(
+            400,
+            "invalid_arguments",
+            f"query parameter 'q' is {len(query)} characters long; at most "
+            f"{MAX_QUERY_CHARS} are taken: send the request itself, or the last turns of a conversation",
+            details={"parameter": "q"},
+        )
     return query
 
 
@@ -449,7 +557,12 @@ def query_bool(request: Request, name: str) -> bool | None:
         return True
     if raw.lower() in ("false", "0", "no"):
         return False
-    raise ApiError(400, "invalid_arguments", f"query parameter {name!r} must be true or false", details={"parameter": name})
+    raise ApiError(
+        400,
+        "invalid_arguments",
+        f"query parameter {name!r} must be true or false",
+        details={"parameter": name},
+    )
 
 
 async def _disconnected(request: Request) -> None:

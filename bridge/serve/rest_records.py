@@ -38,21 +38,41 @@ _INVOKE_KEYS = frozenset({"tool", "arguments", "version"})
 
 def _invoke_request(body: Any) -> tuple[str, dict[str, Any], int | None]:
     if not isinstance(body, dict):
-        raise ApiError(400, "invalid_arguments", "the request body must be a JSON object {tool, arguments, version?}", pointer="")
+        raise ApiError(
+            400,
+            "invalid_arguments",
+            "the request body must be a JSON object {tool, arguments, version?}",
+            pointer="",
+        )
     # a misspelt key (`argumnets`) would otherwise run the tool with no arguments
     unknown = next((key for key in body if key not in _INVOKE_KEYS), None)
     if unknown is not None:
-        raise ApiError(400, "invalid_arguments", f"unknown key {quoted(unknown)}; the body takes tool, arguments and version",
-                       pointer="/" + pointer_token(unknown)[:60])
+        raise ApiError(
+            400,
+            "invalid_arguments",
+            f"unknown key {quoted(unknown)}; the body takes tool, arguments and version",
+            pointer="/" + pointer_token(unknown)[:60],
+        )
     tool = body.get("tool")
     if not isinstance(tool, str) or not tool:
-        raise ApiError(400, "invalid_arguments", "`tool` must name a tool (exposed name, alias or tool_id)", pointer="/tool")
+        raise ApiError(
+            400,
+            "invalid_arguments",
+            "`tool` must name a tool (exposed name, alias or tool_id)",
+            pointer="/tool",
+        )
     arguments = body.get("arguments", {})
     if not isinstance(arguments, dict):
-        raise ApiError(400, "invalid_arguments", "`arguments` must be a JSON object", pointer="/arguments")
+        raise ApiError(
+            400, "invalid_arguments", "`arguments` must be a JSON object", pointer="/arguments"
+        )
     version = body.get("version")
-    if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
-        raise ApiError(400, "invalid_arguments", "`version` must be a positive integer", pointer="/version")
+    if version is not None and (
+        not isinstance(version, int) or isinstance(version, bool) or version < 1
+    ):
+        raise ApiError(
+            400, "invalid_arguments", "`version` must be a positive integer", pointer="/version"
+        )
     return tool, arguments, version
 
 
@@ -66,11 +86,19 @@ def _check_search_params(request: Request) -> None:
     would keep one value of several: both are the caller's mistake, said as such."""
     for name in request.query_params:
         if name not in SEARCH_PARAMS:
-            raise ApiError(400, "invalid_arguments", f"unknown query parameter {name[:60]!r}; /search takes "
-                           + ", ".join(SEARCH_PARAMS), details={"parameter": name[:60]})
+            raise ApiError(
+                400,
+                "invalid_arguments",
+                f"unknown query parameter {name[:60]!r}; /search takes " + ", ".join(SEARCH_PARAMS),
+                details={"parameter": name[:60]},
+            )
         if name not in _LIST_PARAMS and len(request.query_params.getlist(name)) > 1:
-            raise ApiError(400, "invalid_arguments", f"query parameter {name!r} is given more than once; give it once",
-                           details={"parameter": name})
+            raise ApiError(
+                400,
+                "invalid_arguments",
+                f"query parameter {name!r} is given more than once; give it once",
+                details={"parameter": name},
+            )
 
 
 def records_routes(ctx: ServeContext) -> list[BaseRoute]:
@@ -85,9 +113,20 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         tags = query_list(request, "tags", "tag") or None
         kind = request.query_params.get("kind") or None
         read_only = query_bool(request, "read_only")
-        if not query.strip() and namespace is None and tags is None and kind is None and read_only is None:
-            raise ApiError(400, "invalid_arguments", "query parameter 'q' is required (keywords, or select:a,b), "
-                           "unless a filter (namespace, tags, kind, read_only) lists tools by itself", details={"parameter": "q"})
+        if (
+            not query.strip()
+            and namespace is None
+            and tags is None
+            and kind is None
+            and read_only is None
+        ):
+            raise ApiError(
+                400,
+                "invalid_arguments",
+                "query parameter 'q' is required (keywords, or select:a,b), "
+                "unless a filter (namespace, tags, kind, read_only) lists tools by itself",
+                details={"parameter": "q"},
+            )
         result = bridge.find_tools(
             query,
             surface=surface,
@@ -107,7 +146,12 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         # a caller reads only its own surface (an open server's callers: server.default_surface):
         # another surface's record would name the tools this one hides
         if name != surface.name:
-            raise ApiError(404, "invalid_arguments", f"no surface {quoted(name)}", error_code="surface_not_found")
+            raise ApiError(
+                404,
+                "invalid_arguments",
+                f"no surface {quoted(name)}",
+                error_code="surface_not_found",
+            )
         limit = query_int(request, "deferred_limit", 1000, minimum=0)
         return JSONBody(surface.record(include_deferred=limit > 0, limit=limit).to_json())
 
@@ -126,10 +170,16 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
             # blocked for another reason is refused by the pipeline with that reason)
             result = error_result(unknown_tool(tool, bridge.catalog), invocation_id=new_id("inv"))
         else:
-            result = await ctx.invoke(request, decl.tool_id, arguments, version=version, surface=surface)
+            result = await ctx.invoke(
+                request, decl.tool_id, arguments, version=version, surface=surface
+            )
         if not result.is_error or result.error is None:
             return JSONBody(result.to_json())
-        return JSONBody(result.to_json(), status_code=status_for(result.error), headers=retry_after_headers(result.error))
+        return JSONBody(
+            result.to_json(),
+            status_code=status_for(result.error),
+            headers=retry_after_headers(result.error),
+        )
 
     @endpoint
     async def get_result(request: Request) -> Response:
@@ -137,7 +187,12 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         ref = request.path_params["ref"]
         found = bridge.invoker.get_persisted(ref, surface)  # another surface's result reads as none
         if found is None:
-            raise ApiError(404, "invalid_arguments", f"no persisted result {quoted(ref)}", error_code="result_not_found")
+            raise ApiError(
+                404,
+                "invalid_arguments",
+                f"no persisted result {quoted(ref)}",
+                error_code="result_not_found",
+            )
         media_type, payload = found
         return Response(payload, media_type=media_type)
 
@@ -148,15 +203,26 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         surface = ctx.caller(request)
         uri = request.query_params.get("uri")
         if not uri:
-            raise ApiError(400, "invalid_arguments", "query parameter 'uri' is required: the URI of a resource link in a result",
-                           details={"parameter": "uri"})
+            raise ApiError(
+                400,
+                "invalid_arguments",
+                "query parameter 'uri' is required: the URI of a resource link in a result",
+                details={"parameter": "uri"},
+            )
         try:
             contents = await bridge.invoker.resource_links.read(uri, surface)
         except BridgeError as exc:
             error = exc.to_error()
             if exc.error_code == "resource_not_found":
-                raise ApiError(404, error.error_class, exc.message, error_code="resource_not_found") from None
-            raise ApiError(status_for(error), error.error_class, exc.message, headers=retry_after_headers(error)) from None
+                raise ApiError(
+                    404, error.error_class, exc.message, error_code="resource_not_found"
+                ) from None
+            raise ApiError(
+                status_for(error),
+                error.error_class,
+                exc.message,
+                headers=retry_after_headers(error),
+            ) from None
         return JSONBody({"contents": contents})
 
     @endpoint
@@ -165,7 +231,9 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         if store.unwritable is None:
             return JSONBody({"status": "ok"})
         # still alive and answering calls; the store's disk refuses writes (its log line names the path and the fix)
-        return JSONBody({"status": "ok", "store": {"writable": False, "since": store.unwritable_since}})
+        return JSONBody(
+            {"status": "ok", "store": {"writable": False, "since": store.unwritable_since}}
+        )
 
     @endpoint
     async def metrics(request: Request) -> Response:
@@ -183,8 +251,11 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
         detailed = isinstance(ctx.identity(request), Identity)
         upstreams = []
         for health in bridge.catalog.health():
-            entry: dict[str, Any] = {"name": health.name, "kind": health.kind,
-                                     "state": health.state}
+            entry: dict[str, Any] = {
+                "name": health.name,
+                "kind": health.kind,
+                "state": health.state,
+            }
             if detailed:
                 entry["tool_count"] = health.tool_count
                 if health.reason:

@@ -84,7 +84,9 @@ class Meta:
 # ----------------------------------------------------------------------------- capabilities
 
 
-def render_capabilities(tools_path: str, groups_path: str, *, max_tools: int, max_groups: int) -> dict[str, Any]:
+def render_capabilities(
+    tools_path: str, groups_path: str, *, max_tools: int, max_groups: int
+) -> dict[str, Any]:
     return {
         "version": "1.0",
         "features": {"groups": True, "search": True, "dynamic_tools": True},
@@ -97,17 +99,33 @@ def parse_capabilities(doc: Any) -> Capabilities:
     if not isinstance(doc, dict):
         raise WireFormatError("the capabilities document must be a JSON object")
     endpoints = doc.get("endpoints")
-    if not isinstance(endpoints, dict) or not isinstance(endpoints.get("tools"), str) or not endpoints["tools"]:
-        raise WireFormatError("the capabilities document has no `endpoints.tools`", "/endpoints/tools")
+    if (
+        not isinstance(endpoints, dict)
+        or not isinstance(endpoints.get("tools"), str)
+        or not endpoints["tools"]
+    ):
+        raise WireFormatError(
+            "the capabilities document has no `endpoints.tools`", "/endpoints/tools"
+        )
     features = found if isinstance(found := doc.get("features"), dict) else {}
     features = {k: bool(v) for k, v in features.items()}
-    groups = endpoints.get("groups") if isinstance(endpoints.get("groups"), str) and endpoints.get("groups") else None
+    groups = (
+        endpoints.get("groups")
+        if isinstance(endpoints.get("groups"), str) and endpoints.get("groups")
+        else None
+    )
     if groups is not None and features.get("groups") is False:
         groups = None
     limits_raw = found if isinstance(found := doc.get("limits"), dict) else {}
-    limits = {k: v for k, v in limits_raw.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    limits = {
+        k: v
+        for k, v in limits_raw.items()
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0
+    }
     version = found if isinstance(found := doc.get("version"), str) else "1.0"
-    return Capabilities(version=version, tools=endpoints["tools"], groups=groups, features=features, limits=limits)
+    return Capabilities(
+        version=version, tools=endpoints["tools"], groups=groups, features=features, limits=limits
+    )
 
 
 # ----------------------------------------------------------------------------- tools and groups
@@ -143,12 +161,18 @@ def parse_tool(obj: Any, *, base_url: str, pointer: str = "") -> UpstreamTool:
     if not isinstance(schema, dict):
         schema = {"type": "object", "properties": {}}
     ext = read_extension(obj)
-    group = obj.get("group_id") if isinstance(obj.get("group_id"), str) and obj.get("group_id") else None
+    group = (
+        obj.get("group_id")
+        if isinstance(obj.get("group_id"), str) and obj.get("group_id")
+        else None
+    )
     mapping: dict[str, Any] = {"source": "a2t", "base_url": base_url, "tool_name": name}
     if group:
         mapping["group_id"] = group
     mapping.update(ext.origin())
-    description = ext.description or (obj.get("description") if isinstance(obj.get("description"), str) else "")
+    description = ext.description or (
+        obj.get("description") if isinstance(obj.get("description"), str) else ""
+    )
     return UpstreamTool(
         native_id=name,
         name=name,
@@ -176,7 +200,9 @@ def parse_listing(doc: Any, key: str) -> tuple[list[Any], int | None]:
     if not isinstance(items, list):
         raise WireFormatError(f"`{key}` must be an array", f"/{key}")
     total = doc.get("total")
-    return items, total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None
+    return items, total if isinstance(total, int) and not isinstance(
+        total, bool
+    ) and total > 0 else None
 
 
 # ----------------------------------------------------------------------------- errors
@@ -244,7 +270,9 @@ def _meta_of(raw: Any) -> Meta | None:
     return Meta(
         type=raw["type"],
         tools=[t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else [],
-        group_ids=[g for g in group_ids if isinstance(g, str)] if isinstance(group_ids, list) else [],
+        group_ids=[g for g in group_ids if isinstance(g, str)]
+        if isinstance(group_ids, list)
+        else [],
         raw=raw,
     )
 
@@ -276,15 +304,23 @@ def parse_execute(body: Any) -> tuple[UpstreamResult, Meta | None]:
     err = body.get("error")
     if isinstance(err, dict) and err:
         code = err.get("code")
-        message = found if isinstance(found := err.get("message"), str) else f"the upstream reported {code or 'an error'}"
+        message = (
+            found
+            if isinstance(found := err.get("message"), str)
+            else f"the upstream reported {code or 'an error'}"
+        )
         error = ToolError(
             error_class=error_class_of(err.get("error_class") or code),
             message=message,
             error_code=code if isinstance(code, str) else None,
             native_error_ref={k: v for k, v in err.items() if k in ("code", "message")},
         )
-        return UpstreamResult(is_error=True, error=error, content=[{"type": "text", "text": message}]), meta
+        return UpstreamResult(
+            is_error=True, error=error, content=[{"type": "text", "text": message}]
+        ), meta
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     # a result of any JSON type but text keeps its type (`{"result": 5}` is the number 5, not "5")
     structured = value if value is not None and not isinstance(value, str) else None
-    return UpstreamResult(content=[{"type": "text", "text": text}], structured_content=structured), meta
+    return UpstreamResult(
+        content=[{"type": "text", "text": text}], structured_content=structured
+    ), meta

@@ -64,11 +64,19 @@ _RESULT_OUTPUT_PARAM = {
 
 def _string_enum(schema: dict[str, Any]) -> list[str] | None:
     values = schema.get("enum")
-    if (isinstance(values, list) and values and all(isinstance(v, str) for v in values)
-            and schema.get("type") in (None, "string")):
+    if (
+        isinstance(values, list)
+        and values
+        and all(isinstance(v, str) for v in values)
+        and schema.get("type") in (None, "string")
+    ):
         return values
     one_of = schema.get("oneOf") or schema.get("anyOf")
-    if isinstance(one_of, list) and one_of and all(isinstance(o, dict) and isinstance(o.get("const"), str) for o in one_of):
+    if (
+        isinstance(one_of, list)
+        and one_of
+        and all(isinstance(o, dict) and isinstance(o.get("const"), str) for o in one_of)
+    ):
         return [o["const"] for o in one_of]
     return None
 
@@ -79,9 +87,15 @@ def _enum_descriptions(schema: dict[str, Any]) -> dict[str, str]:
     if isinstance(given, dict):
         out.update({str(k): v for k, v in given.items() if isinstance(v, str)})
     elif isinstance(given, list) and isinstance(schema.get("enum"), list):
-        out.update({str(k): v for k, v in zip(schema["enum"], given, strict=False) if isinstance(v, str)})
+        out.update(
+            {str(k): v for k, v in zip(schema["enum"], given, strict=False) if isinstance(v, str)}
+        )
     for option in schema.get("oneOf") or schema.get("anyOf") or []:
-        if isinstance(option, dict) and isinstance(option.get("const"), str) and isinstance(option.get("description"), str):
+        if (
+            isinstance(option, dict)
+            and isinstance(option.get("const"), str)
+            and isinstance(option.get("description"), str)
+        ):
             out.setdefault(option["const"], option["description"])
     return out
 
@@ -100,7 +114,8 @@ def _flat_parameter(name: str, schema: Any, required: bool) -> dict[str, Any] | 
         param["type"] = "enum"
         descriptions = _enum_descriptions(schema)
         param["allowed-values"] = [
-            {"name": v, **({"description": descriptions[v]} if v in descriptions else {})} for v in enum
+            {"name": v, **({"description": descriptions[v]} if v in descriptions else {})}
+            for v in enum
         ]
     elif declared == "string":
         param["type"] = "string"
@@ -109,7 +124,11 @@ def _flat_parameter(name: str, schema: Any, required: bool) -> dict[str, Any] | 
     elif declared == "integer":
         param["type"] = "int"
         maximum = schema.get("maximum")
-        param["max"] = int(maximum) if isinstance(maximum, (int, float)) and not isinstance(maximum, bool) else INT_UNBOUNDED
+        param["max"] = (
+            int(maximum)
+            if isinstance(maximum, (int, float)) and not isinstance(maximum, bool)
+            else INT_UNBOUNDED
+        )
         minimum = schema.get("minimum")
         if isinstance(minimum, (int, float)) and not isinstance(minimum, bool):
             param["min"] = int(minimum)
@@ -131,7 +150,9 @@ def flat_parameters(schema: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]
     props = schema.get("properties") if isinstance(schema, dict) else None
     props = props if isinstance(props, dict) else {}
     required = schema.get("required") if isinstance(schema, dict) else None
-    required_set = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
+    required_set = (
+        {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
+    )
     params = []
     for name, prop in props.items():
         param = _flat_parameter(str(name), prop, name in required_set)
@@ -164,7 +185,11 @@ def _parameter_schema(param: dict[str, Any], pointer: str) -> dict[str, Any]:
     elif kind == "int":
         schema = {"type": "integer"}
         maximum = param.get("max", DRAFT_INT_MAX)
-        if isinstance(maximum, (int, float)) and not isinstance(maximum, bool) and maximum < INT_UNBOUNDED:
+        if (
+            isinstance(maximum, (int, float))
+            and not isinstance(maximum, bool)
+            and maximum < INT_UNBOUNDED
+        ):
             schema["maximum"] = int(maximum)
         if isinstance(param.get("min"), (int, float)) and not isinstance(param.get("min"), bool):
             schema["minimum"] = int(param["min"])
@@ -175,14 +200,23 @@ def _parameter_schema(param: dict[str, Any], pointer: str) -> dict[str, Any]:
         if isinstance(allowed, dict):  # the drafts' examples wrap the array in braces
             allowed = next((v for v in allowed.values() if isinstance(v, list)), [])
         if not isinstance(allowed, list) or not allowed:
-            raise WireFormatError("an enum parameter needs a non-empty `allowed-values` array", f"{pointer}/allowed-values")
+            raise WireFormatError(
+                "an enum parameter needs a non-empty `allowed-values` array",
+                f"{pointer}/allowed-values",
+            )
         names, descriptions = [], {}
         for i, entry in enumerate(allowed):
             value = entry.get("name") if isinstance(entry, dict) else entry
             if not isinstance(value, str):
-                raise WireFormatError("each allowed value needs a string `name`", f"{pointer}/allowed-values/{i}")
+                raise WireFormatError(
+                    "each allowed value needs a string `name`", f"{pointer}/allowed-values/{i}"
+                )
             names.append(value)
-            if isinstance(entry, dict) and isinstance(entry.get("description"), str) and entry["description"]:
+            if (
+                isinstance(entry, dict)
+                and isinstance(entry.get("description"), str)
+                and entry["description"]
+            ):
                 descriptions[value] = entry["description"]
         schema = {"type": "string", "enum": names}
         if descriptions:
@@ -232,9 +266,15 @@ def _output_type(schema: Any) -> str:
     if _string_enum(schema) is not None:
         return "enum"
     declared = schema.get("type")
-    if isinstance(declared, list):  # ["string"] is a string; ["string", "null"] may be null, which only json says
+    if isinstance(
+        declared, list
+    ):  # ["string"] is a string; ["string", "null"] may be null, which only json says
         declared = declared[0] if len(declared) == 1 else None
-    return {"string": "string", "integer": "int"}.get(declared, "json") if isinstance(declared, str) else "json"
+    return (
+        {"string": "string", "integer": "int"}.get(declared, "json")
+        if isinstance(declared, str)
+        else "json"
+    )
 
 
 def output_parameters(output_schema: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -249,7 +289,8 @@ def output_parameters(output_schema: dict[str, Any] | None) -> list[dict[str, An
         if param["type"] == "enum":
             descriptions = _enum_descriptions(schema)
             param["allowed-values"] = [
-                {"name": v, **({"description": descriptions[v]} if v in descriptions else {})} for v in _string_enum(schema) or []
+                {"name": v, **({"description": descriptions[v]} if v in descriptions else {})}
+                for v in _string_enum(schema) or []
             ]
         if isinstance(schema, dict) and isinstance(schema.get("description"), str):
             param["description"] = schema["description"]
@@ -261,12 +302,19 @@ def schema_from_outputs(params: Any) -> dict[str, Any] | None:
     """An output schema for draft `output_parameters`; None for the single `result` output."""
     if not isinstance(params, list) or not params:
         return None
-    if len(params) == 1 and isinstance(params[0], dict) and params[0].get("name") == RESULT_OUTPUT and params[0].get("type") == "json":
+    if (
+        len(params) == 1
+        and isinstance(params[0], dict)
+        and params[0].get("name") == RESULT_OUTPUT
+        and params[0].get("type") == "json"
+    ):
         return None
     props: dict[str, Any] = {}
     for i, param in enumerate(params):
         if not isinstance(param, dict) or not isinstance(param.get("name") or param.get("id"), str):
-            raise WireFormatError("an output parameter needs a string `name`", f"/output_parameters/{i}")
+            raise WireFormatError(
+                "an output parameter needs a string `name`", f"/output_parameters/{i}"
+            )
         name = param.get("name") or param["id"]
         kind = param.get("type") or "string"
         if kind == "json":
@@ -274,7 +322,10 @@ def schema_from_outputs(params: Any) -> dict[str, Any] | None:
             if isinstance(param.get("description"), str):
                 schema["description"] = param["description"]
         else:
-            schema = _parameter_schema({**param, "max": INT_UNBOUNDED} if kind == "int" else param, f"/output_parameters/{i}")
+            schema = _parameter_schema(
+                {**param, "max": INT_UNBOUNDED} if kind == "int" else param,
+                f"/output_parameters/{i}",
+            )
         props[name] = schema
     return {"type": "object", "properties": props}
 
@@ -300,7 +351,9 @@ def render_signature(
     signature: dict[str, Any] = {
         "toolId": tool_id,
         "name": name,
-        "description": description if len(description) <= MAX_DESCRIPTION else description[: MAX_DESCRIPTION - 1] + "…",
+        "description": description
+        if len(description) <= MAX_DESCRIPTION
+        else description[: MAX_DESCRIPTION - 1] + "…",
         "version": version,
         "currentVersion": current_version,
         "tags": list(tags),
@@ -335,7 +388,9 @@ def render_version(decl: ToolDeclaration, record: VersionRecord) -> dict[str, An
     """One stored version of a catalog tool as a ToolSignature (its own description and schemas,
     the tool's current identity and `currentVersion`)."""
     signature = record.signature
-    description = found if isinstance(found := signature.get("description"), str) else decl.description
+    description = (
+        found if isinstance(found := signature.get("description"), str) else decl.description
+    )
     output_schema = found if isinstance(found := signature.get("output_schema"), dict) else None
     input_schema = found if isinstance(found := signature.get("input_schema"), dict) else {}
     ext = declaration_extension(decl, output_schema=output_schema)
@@ -395,10 +450,20 @@ def parse_signature(sig: Any, *, base_url: str) -> UpstreamTool:
         "parameter_ids": ids,
     }
     if isinstance(outputs, list):
-        mapping["output_ids"] = {o["name"]: str(o.get("id", o["name"])) for o in outputs if isinstance(o, dict) and isinstance(o.get("name"), str)}
+        mapping["output_ids"] = {
+            o["name"]: str(o.get("id", o["name"]))
+            for o in outputs
+            if isinstance(o, dict) and isinstance(o.get("name"), str)
+        }
     mapping.update(ext.origin())
-    tags = [t for t in sig.get("tags") or [] if isinstance(t, str)] if isinstance(sig.get("tags"), list) else []
-    description = ext.description or (sig.get("description") if isinstance(sig.get("description"), str) else "")
+    tags = (
+        [t for t in sig.get("tags") or [] if isinstance(t, str)]
+        if isinstance(sig.get("tags"), list)
+        else []
+    )
+    description = ext.description or (
+        sig.get("description") if isinstance(sig.get("description"), str) else ""
+    )
     return UpstreamTool(
         native_id=tool_id,
         name=name,
@@ -426,7 +491,12 @@ def parse_invocation(body: Any, *, tool_names: tuple[str, ...] = ()) -> dict[str
         raise WireFormatError("the request body must be a JSON object {name, input_parameters}", "")
     name = body.get("name")
     if name is not None and (not isinstance(name, str) or (tool_names and name not in tool_names)):
-        raise WireFormatError(f"`name` does not name this tool (expected {tool_names[0]!r})" if tool_names else "`name` must be a string", "/name")
+        raise WireFormatError(
+            f"`name` does not name this tool (expected {tool_names[0]!r})"
+            if tool_names
+            else "`name` must be a string",
+            "/name",
+        )
     arguments: dict[str, Any] = {}
     extra = body.get("arguments")
     if extra is not None:
@@ -435,27 +505,42 @@ def parse_invocation(body: Any, *, tool_names: tuple[str, ...] = ()) -> dict[str
         arguments.update(extra)
     params = body.get("input_parameters", [] if extra is not None else None)
     if params is None:
-        raise WireFormatError("`input_parameters` is required: an array of {name, value}", "/input_parameters")
+        raise WireFormatError(
+            "`input_parameters` is required: an array of {name, value}", "/input_parameters"
+        )
     if not isinstance(params, list):
-        raise WireFormatError("`input_parameters` must be an array of {name, value}", "/input_parameters")
+        raise WireFormatError(
+            "`input_parameters` must be an array of {name, value}", "/input_parameters"
+        )
     seen: set[str] = set()
     for i, entry in enumerate(params):
         if not isinstance(entry, dict):
-            raise WireFormatError("each input parameter must be an object {name, value}", f"/input_parameters/{i}")
+            raise WireFormatError(
+                "each input parameter must be an object {name, value}", f"/input_parameters/{i}"
+            )
         pname = entry.get("name")
         if not isinstance(pname, str) or not pname:
-            raise WireFormatError("each input parameter needs a string `name`", f"/input_parameters/{i}/name")
+            raise WireFormatError(
+                "each input parameter needs a string `name`", f"/input_parameters/{i}/name"
+            )
         if "value" not in entry:
-            raise WireFormatError(f"input parameter {pname!r} has no `value`", f"/input_parameters/{i}/value")
+            raise WireFormatError(
+                f"input parameter {pname!r} has no `value`", f"/input_parameters/{i}/value"
+            )
         if pname in seen:
-            raise WireFormatError(f"input parameter {pname!r} is given twice", f"/input_parameters/{i}/name")
+            raise WireFormatError(
+                f"input parameter {pname!r} is given twice", f"/input_parameters/{i}/name"
+            )
         seen.add(pname)
         arguments[pname] = entry["value"]
     return arguments
 
 
 def render_invocation(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "input_parameters": [{"name": k, "value": v} for k, v in arguments.items()]}
+    return {
+        "name": name,
+        "input_parameters": [{"name": k, "value": v} for k, v in arguments.items()],
+    }
 
 
 def render_outputs(result: ToolResult, output_schema: dict[str, Any] | None) -> dict[str, Any]:
@@ -481,15 +566,24 @@ def parse_invocation_response(body: Any) -> UpstreamResult:
         return from_envelope
     outputs = body.get("output_parameters")
     if not isinstance(outputs, list):
-        raise WireFormatError("the invocation response has no `output_parameters` array", "/output_parameters")
+        raise WireFormatError(
+            "the invocation response has no `output_parameters` array", "/output_parameters"
+        )
     values: dict[str, Any] = {}
     for i, entry in enumerate(outputs):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise WireFormatError("each output parameter needs a string `name`", f"/output_parameters/{i}")
+            raise WireFormatError(
+                "each output parameter needs a string `name`", f"/output_parameters/{i}"
+            )
         values[entry["name"]] = entry.get("value")
     if list(values) == [RESULT_OUTPUT]:
         value = values[RESULT_OUTPUT]
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        return UpstreamResult(content=[{"type": "text", "text": text}],
-                              structured_content=value if isinstance(value, dict) else None)
-    return UpstreamResult(content=[{"type": "text", "text": json.dumps(values, ensure_ascii=False)}], structured_content=values)
+        return UpstreamResult(
+            content=[{"type": "text", "text": text}],
+            structured_content=value if isinstance(value, dict) else None,
+        )
+    return UpstreamResult(
+        content=[{"type": "text", "text": json.dumps(values, ensure_ascii=False)}],
+        structured_content=values,
+    )

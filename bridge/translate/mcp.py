@@ -107,7 +107,11 @@ def tool_from_mcp(
     name = str(tool["name"])
     annotations = found if isinstance(found := tool.get("annotations"), Mapping) else None
     title = tool.get("title") or (annotations or {}).get("title")
-    kept = {key: tool[key] for key in ("annotations", "icons", "execution", "_meta") if tool.get(key) is not None}
+    kept = {
+        key: tool[key]
+        for key in ("annotations", "icons", "execution", "_meta")
+        if tool.get(key) is not None
+    }
     execution = found if isinstance(found := tool.get("execution"), Mapping) else {}
     input_schema = tool.get("inputSchema")
     output_schema = tool.get("outputSchema")
@@ -117,7 +121,9 @@ def tool_from_mcp(
         title=title if isinstance(title, str) else None,
         description=str(tool.get("description") or ""),
         tool_kind=MCP_TOOL_KIND,
-        input_schema=dict(input_schema) if isinstance(input_schema, Mapping) else dict(_EMPTY_OBJECT_SCHEMA),
+        input_schema=dict(input_schema)
+        if isinstance(input_schema, Mapping)
+        else dict(_EMPTY_OBJECT_SCHEMA),
         output_schema=dict(output_schema) if isinstance(output_schema, Mapping) else None,
         safety=safety_from_mcp(annotations),
         external_mapping={
@@ -129,8 +135,11 @@ def tool_from_mcp(
         },
         annotations={"mcp": kept} if kept else {},
         blocked_reason=TASK_REQUIRED_REASON if execution.get("taskSupport") == "required" else None,
-        blocked_detail=("the server runs it only as a task (execution.taskSupport: required), and the bridge calls tools directly"
-                        if execution.get("taskSupport") == "required" else None),
+        blocked_detail=(
+            "the server runs it only as a task (execution.taskSupport: required), and the bridge calls tools directly"
+            if execution.get("taskSupport") == "required"
+            else None
+        ),
     )
 
 
@@ -148,11 +157,15 @@ def content_from_mcp(blocks: Sequence[Any] | None) -> list[dict[str, Any]]:
 
 
 def _first_text(content: list[dict[str, Any]]) -> str:
-    texts = [b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)]
+    texts = [
+        b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)
+    ]
     return "\n".join(texts)
 
 
-def result_from_mcp(result: Mapping[str, Any], *, native_ref: dict[str, Any] | None = None) -> UpstreamResult:
+def result_from_mcp(
+    result: Mapping[str, Any], *, native_ref: dict[str, Any] | None = None
+) -> UpstreamResult:
     """A `CallToolResult` (wire dict) as an `UpstreamResult`: every content block, the
     structured content, `isError` (a tool-level failure the model can read and act on) and the
     native `_meta`."""
@@ -269,12 +282,16 @@ def _object_schema(schema: Any) -> dict[str, Any]:
     return dict(schema)
 
 
-def render_output_schema(decl: _ToolDeclaration, protocol_version: str | None) -> dict[str, Any] | None:
+def render_output_schema(
+    decl: _ToolDeclaration, protocol_version: str | None
+) -> dict[str, Any] | None:
     """The outputSchema to advertise: any schema in the 2026-07-28 era, object roots only before."""
     schema = decl.output_schema
     if not isinstance(schema, Mapping) or not schema:
         return None
-    if is_modern(protocol_version) or (schema.get("type") == "object" and object_shaped(dict(schema))):
+    if is_modern(protocol_version) or (
+        schema.get("type") == "object" and object_shaped(dict(schema))
+    ):
         return dict(schema)
     return None
 
@@ -334,7 +351,13 @@ def error_guidance(error: ToolError, tool_name: str | None) -> str:
         )
     if cls == "capability_gap":
         return "Call the current version of the tool with arguments its schema accepts."
-    if cls in ("permission_denied", "policy_blocked", "hook_blocked", "approval_rejected", "sandbox_violation"):
+    if cls in (
+        "permission_denied",
+        "policy_blocked",
+        "hook_blocked",
+        "approval_rejected",
+        "sandbox_violation",
+    ):
         return "This surface does not allow the call; use another tool or ask the operator to change the surface's rules."
     if cls == "credential_missing":
         return "The bridge has no credentials for this tool's upstream; an operator must configure them. Use another tool meanwhile."
@@ -342,12 +365,16 @@ def error_guidance(error: ToolError, tool_name: str | None) -> str:
         return "The tool's upstream needs setup by an operator before it can be used. Use another tool meanwhile."
     if error.recoverability == "setup":
         # a certificate the bridge cannot verify, a proxy it cannot use: every retry fails the same way
-        return ("The tool's upstream cannot be reached until an operator fixes the bridge's configuration, as the message above says; "
-                "do not retry. Use another tool meanwhile.")
+        return (
+            "The tool's upstream cannot be reached until an operator fixes the bridge's configuration, as the message above says; "
+            "do not retry. Use another tool meanwhile."
+        )
     if cls == "timeout":
         return "The call took too long; retry it, perhaps with a smaller request."
     if cls in ("rate_limited", "dependency_unavailable"):
-        wait = f" after {error.retry_after:g} seconds" if error.retry_after is not None else " later"
+        wait = (
+            f" after {error.retry_after:g} seconds" if error.retry_after is not None else " later"
+        )
         return f"The upstream is unavailable or busy; retry{wait}."
     if cls == "result_too_large":
         return "Narrow the request so the result is smaller."
@@ -367,7 +394,11 @@ def _content_blocks(blocks: list[dict[str, Any]]) -> list[Any]:
             out.append(_CONTENT_BLOCK.validate_python(block, by_name=False))
         except _ValidationError:
             # a block in no MCP shape still reaches the caller, as its JSON text
-            out.append(_types.TextContent(type="text", text=_json.dumps(block, ensure_ascii=False, default=str)))
+            out.append(
+                _types.TextContent(
+                    type="text", text=_json.dumps(block, ensure_ascii=False, default=str)
+                )
+            )
     return out
 
 
@@ -389,7 +420,9 @@ def _reserved_meta_key(key: str) -> bool:
     """A `_meta` key MCP reserves for itself: its prefix has a `modelcontextprotocol` or `mcp`
     label (`io.modelcontextprotocol/serverInfo`)."""
     prefix, slash, _ = key.partition("/")
-    return bool(slash) and any(label in ("modelcontextprotocol", "mcp") for label in prefix.split("."))
+    return bool(slash) and any(
+        label in ("modelcontextprotocol", "mcp") for label in prefix.split(".")
+    )
 
 
 def _result_meta(result: _ToolResult) -> dict[str, Any]:
@@ -434,7 +467,9 @@ def render_result(
     """
     modern = is_modern(protocol_version)
     if result.is_error:
-        error = result.error or ToolError(error_class="execution_failed", message="the tool reported an error")
+        error = result.error or ToolError(
+            error_class="execution_failed", message="the tool reported an error"
+        )
         text = _first_text(result.content)
         if error.message not in text:
             headline = f"{error.error_class}: {error.message}"
@@ -446,7 +481,9 @@ def render_result(
             meta[RESULT_META_KEY]["error"] = record["error"]
         return _types.CallToolResult(
             content=[
-                _types.TextContent(type="text", text=f"{text}\n{error_guidance(error, result.tool_name)}"),
+                _types.TextContent(
+                    type="text", text=f"{text}\n{error_guidance(error, result.tool_name)}"
+                ),
                 *_content_blocks(others),
             ],
             structured_content=record if output_schema is None else None,

@@ -42,17 +42,66 @@ FLAG_READ_ONLY = "\U0001f512 READ-ONLY"
 
 # Keywords OpenAI strict mode accepts; everything else is dropped (or, when dropping would let
 # the model send something the tool rejects, the tool falls back to non-strict).
-_STRICT_KEEP = {"type", "properties", "required", "additionalProperties", "items", "enum", "const", "anyOf", "description", "$ref", "$defs", "definitions"}
-_STRICT_REFUSE = {"allOf", "not", "if", "then", "else", "patternProperties", "dependentSchemas", "dependencies", "prefixItems", "contains", "unevaluatedProperties", "propertyNames"}
+_STRICT_KEEP = {
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "enum",
+    "const",
+    "anyOf",
+    "description",
+    "$ref",
+    "$defs",
+    "definitions",
+}
+_STRICT_REFUSE = {
+    "allOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "patternProperties",
+    "dependentSchemas",
+    "dependencies",
+    "prefixItems",
+    "contains",
+    "unevaluatedProperties",
+    "propertyNames",
+}
 _GEMINI_KEEP = {
-    "type", "format", "title", "description", "nullable", "enum", "maxItems", "minItems", "properties", "required",
-    "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "example", "anyOf", "default", "items",
-    "minimum", "maximum", "propertyOrdering",
+    "type",
+    "format",
+    "title",
+    "description",
+    "nullable",
+    "enum",
+    "maxItems",
+    "minItems",
+    "properties",
+    "required",
+    "minProperties",
+    "maxProperties",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "example",
+    "anyOf",
+    "default",
+    "items",
+    "minimum",
+    "maximum",
+    "propertyOrdering",
 }
 # `$ref`s inlined for Gemini, which takes no `$defs`: at most 8 nested on one path, 200 in a schema
 _GEMINI_REF_DEPTH = 8
 _GEMINI_REF_BUDGET = 200
-_GEMINI_FORMATS = {"string": {"enum", "date-time"}, "number": {"float", "double"}, "integer": {"int32", "int64"}}
+_GEMINI_FORMATS = {
+    "string": {"enum", "date-time"},
+    "number": {"float", "double"},
+    "integer": {"int32", "int64"},
+}
 _NAME_RULES = {
     "openai": (re.compile(r"[^A-Za-z0-9_-]"), 64, "[A-Za-z0-9_-]"),
     "anthropic": (re.compile(r"[^A-Za-z0-9_-]"), 64, "[A-Za-z0-9_-]"),
@@ -140,7 +189,9 @@ def _root(schema: dict[str, Any] | None) -> dict[str, Any]:
     schema = copy.deepcopy(schema) if isinstance(schema, dict) else {}
     schema.pop("$schema", None)
     schema.pop("$id", None)
-    if schema.get("type") == "object" or (schema.get("type") is None and not any(k in schema for k in ("anyOf", "oneOf", "allOf"))):
+    if schema.get("type") == "object" or (
+        schema.get("type") is None and not any(k in schema for k in ("anyOf", "oneOf", "allOf"))
+    ):
         # an object root stays as it is, its `anyOf`/`allOf` and `$ref` too (a call is checked
         # against the tool's own schema: arguments put under `value` would fail it)
         schema["type"] = "object"
@@ -156,9 +207,14 @@ def _merged(node: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
     merged = {**part, **node}
     own, more = node.get("properties") or {}, part.get("properties") or {}
     if own or more:
-        merged["properties"] = {**own, **{k: v for k, v in more.items() if k not in own}}  # the node's first
+        merged["properties"] = {
+            **own,
+            **{k: v for k, v in more.items() if k not in own},
+        }  # the node's first
     if part.get("required") or node.get("required"):
-        merged["required"] = list(dict.fromkeys([*(node.get("required") or []), *(part.get("required") or [])]))
+        merged["required"] = list(
+            dict.fromkeys([*(node.get("required") or []), *(part.get("required") or [])])
+        )
     return merged
 
 
@@ -184,7 +240,9 @@ def _nullable(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
-def strict_schema(schema: dict[str, Any] | None, omitted: list[str] | None = None) -> dict[str, Any]:
+def strict_schema(
+    schema: dict[str, Any] | None, omitted: list[str] | None = None
+) -> dict[str, Any]:
     """A parameters schema that passes OpenAI strict mode: every object closed
     (`additionalProperties: false`) with every property listed in `required`, optional ones
     made nullable, unsupported keywords dropped (a default is kept as a note in the
@@ -197,7 +255,9 @@ def strict_schema(schema: dict[str, Any] | None, omitted: list[str] | None = Non
     out = _strict(root, "", omitted)
     for key in ("$defs", "definitions"):
         if isinstance(root.get(key), dict):
-            out[key] = {name: _strict(sub, f"/{key}/{name}", omitted) for name, sub in root[key].items()}
+            out[key] = {
+                name: _strict(sub, f"/{key}/{name}", omitted) for name, sub in root[key].items()
+            }
     return out
 
 
@@ -214,17 +274,25 @@ def _strict(node: Any, pointer: str, omitted: list[str] | None = None) -> dict[s
         if refused:
             raise StrictSchemaError(pointer, f"uses {', '.join(refused)}")
     if not pointer and ("anyOf" in node or "oneOf" in node):
-        raise StrictSchemaError(pointer or "/", "is one of several shapes (strict mode takes one object at the top)")
+        raise StrictSchemaError(
+            pointer or "/", "is one of several shapes (strict mode takes one object at the top)"
+        )
     if "oneOf" in node:
         node["anyOf"] = node.pop("oneOf")
     if node.pop("nullable", False) is True:
         node = _nullable(node)
-    out: dict[str, Any] = {k: v for k, v in node.items() if k in _STRICT_KEEP - {"properties", "items", "anyOf", "$defs", "definitions"}}
+    out: dict[str, Any] = {
+        k: v
+        for k, v in node.items()
+        if k in _STRICT_KEEP - {"properties", "items", "anyOf", "$defs", "definitions"}
+    }
     if "default" in node:
         _with_note(out, f"default: {json.dumps(node['default'], ensure_ascii=False)}")
     kinds = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
     if "anyOf" in node:
-        out["anyOf"] = [_strict(sub, f"{pointer}/anyOf/{i}", omitted) for i, sub in enumerate(node["anyOf"])]
+        out["anyOf"] = [
+            _strict(sub, f"{pointer}/anyOf/{i}", omitted) for i, sub in enumerate(node["anyOf"])
+        ]
     if "object" in kinds or "properties" in node:
         properties = node.get("properties") or {}
         extra = node.get("additionalProperties", True)
@@ -265,7 +333,9 @@ def gemini_schema(schema: dict[str, Any] | None) -> dict[str, Any]:
     return _gemini(root, defs, (), [_GEMINI_REF_BUDGET])
 
 
-def _gemini(node: Any, defs: dict[str, Any], chain: tuple[str, ...], budget: list[int]) -> dict[str, Any]:
+def _gemini(
+    node: Any, defs: dict[str, Any], chain: tuple[str, ...], budget: list[int]
+) -> dict[str, Any]:
     """`chain` holds the `$ref`s being inlined around `node`; `budget` the inlinings left for the
     whole schema (one list shared by every call)."""
     if not isinstance(node, dict):
@@ -316,14 +386,20 @@ def _gemini(node: Any, defs: dict[str, Any], chain: tuple[str, ...], budget: lis
             out["enum"] = values
             out.setdefault("type", "string")
     if isinstance(out.get("properties"), dict):
-        out["properties"] = {k: _gemini(v, defs, chain, budget) for k, v in out["properties"].items()}
+        out["properties"] = {
+            k: _gemini(v, defs, chain, budget) for k, v in out["properties"].items()
+        }
         if "required" in out:
             out["required"] = [r for r in out["required"] if r in out["properties"]]
     if "items" in out:
         out["items"] = _gemini(out["items"], defs, chain, budget)
     if "anyOf" in out:
         branches = [s for s in out.pop("anyOf") if isinstance(s, dict)]
-        real = [_gemini(s, defs, chain, budget) for s in branches if s.get("type") not in ("null", ["null"])]
+        real = [
+            _gemini(s, defs, chain, budget)
+            for s in branches
+            if s.get("type") not in ("null", ["null"])
+        ]
         if len(real) < len(branches):  # `{anyOf: [X, {type: null}]}`: X, nullable
             out["nullable"] = True
         if len(real) == 1 and not set(real[0]) & (set(out) - {"description"}):
@@ -337,7 +413,10 @@ def _gemini(node: Any, defs: dict[str, Any], chain: tuple[str, ...], budget: lis
 
 
 def to_openai(
-    decl: ToolDeclaration, strict: bool = False, name: str | None = None, omitted: list[str] | None = None
+    decl: ToolDeclaration,
+    strict: bool = False,
+    name: str | None = None,
+    omitted: list[str] | None = None,
 ) -> dict[str, Any]:
     """`{"type": "function", "function": {...}}`; with `strict`, the parameters follow strict
     mode (raises StrictSchemaError when they cannot; see `strict_schema` for `omitted`)."""
@@ -354,7 +433,10 @@ def to_openai(
 
 def to_gemini(decl: ToolDeclaration, name: str | None = None) -> dict[str, Any]:
     """A Gemini `FunctionDeclaration`; a tool without parameters has no `parameters` key."""
-    out: dict[str, Any] = {"name": name or _provider_names([decl], "gemini")[0], "description": describe(decl)}
+    out: dict[str, Any] = {
+        "name": name or _provider_names([decl], "gemini")[0],
+        "description": describe(decl),
+    }
     parameters = gemini_schema(decl.input_schema)
     if parameters.get("properties"):
         out["parameters"] = parameters
@@ -362,7 +444,11 @@ def to_gemini(decl: ToolDeclaration, name: str | None = None) -> dict[str, Any]:
 
 
 def to_anthropic(decl: ToolDeclaration, name: str | None = None) -> dict[str, Any]:
-    return {"name": name or _provider_names([decl], "anthropic")[0], "description": describe(decl), "input_schema": _root(decl.input_schema)}
+    return {
+        "name": name or _provider_names([decl], "anthropic")[0],
+        "description": describe(decl),
+        "input_schema": _root(decl.input_schema),
+    }
 
 
 @dataclass
@@ -386,13 +472,17 @@ def compile_tools(decls: Iterable[ToolDeclaration], provider: str) -> Compiled:
     result = Compiled()
     for decl, name in zip(decls, names, strict=True):
         if name != decl.name:
-            result.notes.append(f"{decl.name}: sent as {name!r} ({family} names allow {_NAME_RULES[family][2]}, 64 characters)")
+            result.notes.append(
+                f"{decl.name}: sent as {name!r} ({family} names allow {_NAME_RULES[family][2]}, 64 characters)"
+            )
         try:
             _compile_one(result, decl, name, provider)
         except (TypeError, AttributeError, KeyError, ValueError) as exc:
             # an upstream schema the JSON Schema rules do not allow (`required` holding objects,
             # `properties` given as a list): left out, said in a note, the others still compiled
-            result.notes.append(f"{decl.name}: left out, its input schema is malformed ({type(exc).__name__}: {exc})")
+            result.notes.append(
+                f"{decl.name}: left out, its input schema is malformed ({type(exc).__name__}: {exc})"
+            )
     return result
 
 
@@ -402,7 +492,10 @@ def _compile_one(result: Compiled, decl: ToolDeclaration, name: str, provider: s
         omitted: list[str] = []
         try:
             result.tools.append(to_openai(decl, strict=True, name=name, omitted=omitted))
-            result.notes.extend(f"{decl.name}: optional property left out in strict mode, its schema at {why}" for why in omitted)
+            result.notes.extend(
+                f"{decl.name}: optional property left out in strict mode, its schema at {why}"
+                for why in omitted
+            )
         except StrictSchemaError as exc:
             tool = to_openai(decl, strict=False, name=name)
             tool["function"]["strict"] = False

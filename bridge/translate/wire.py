@@ -47,8 +47,12 @@ class WireFormatError(ValueError):
         self.pointer = pointer
 
 
-def declaration_extension(decl: ToolDeclaration, *, description: str | None = None,
-                          output_schema: dict[str, Any] | None = None) -> dict[str, Any]:
+def declaration_extension(
+    decl: ToolDeclaration,
+    *,
+    description: str | None = None,
+    output_schema: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The catalog facts of a declaration that neither wire format has a field for: enough for a
     federating bridge to keep the native mappings, safety facts and kind of the tool."""
     ext: dict[str, Any] = {
@@ -151,7 +155,9 @@ def read_extension(obj: dict[str, Any]) -> ExtensionFacts:
 
 
 def text_of(content: list[dict[str, Any]]) -> str:
-    return "\n".join(b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str))
+    return "\n".join(
+        b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)
+    )
 
 
 def result_from_envelope(envelope: Any) -> UpstreamResult | None:
@@ -197,7 +203,11 @@ def tool_error_from_body(body: Any, *, fallback_class: ErrorClass, message: str)
     if isinstance(remote_class, str) and remote_class in ERROR_CLASSES:
         recoverability = err.get("recoverability")
         try:
-            return ToolError(error_class=remote_class, recoverability=recoverability or "not_recoverable", **fields)
+            return ToolError(
+                error_class=remote_class,
+                recoverability=recoverability or "not_recoverable",
+                **fields,
+            )
         except ValueError:
             return ToolError(error_class=remote_class, **fields)
     code = err.get("code") or err.get("error_code")

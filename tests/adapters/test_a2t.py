@@ -59,12 +59,28 @@ class IETFServer:
             "tags": ["lookups"],
             "input_parameters": [
                 {"id": "city", "name": "City", "type": "string", "description": "The city."},
-                {"id": "cls", "name": "Flight Class", "type": "enum", "allowed-values": {"values": [
-                    {"name": "ECONOMY", "description": "Least expensive cabin."}, {"name": "BUSINESS", "description": "Next to top tier."}]},
-                 "required": False},
+                {
+                    "id": "cls",
+                    "name": "Flight Class",
+                    "type": "enum",
+                    "allowed-values": {
+                        "values": [
+                            {"name": "ECONOMY", "description": "Least expensive cabin."},
+                            {"name": "BUSINESS", "description": "Next to top tier."},
+                        ]
+                    },
+                    "required": False,
+                },
                 {"id": "n", "name": "nights", "type": "int", "required": False},
-            ] + ([{"id": "pets", "name": "pets", "type": "boolean", "required": True}] if version == 2 else []),
-            "output_parameters": [{"id": "temp-fh", "name": "Temperature in Fahrenheit", "type": "int"}],
+            ]
+            + (
+                [{"id": "pets", "name": "pets", "type": "boolean", "required": True}]
+                if version == 2
+                else []
+            ),
+            "output_parameters": [
+                {"id": "temp-fh", "name": "Temperature in Fahrenheit", "type": "int"}
+            ],
         }
 
     def app(self) -> web.Application:
@@ -73,7 +89,7 @@ class IETFServer:
             self.requests[f"pageLimit={request.query.get('pageLimit')}"] += 1
             start = int(request.query.get("pageCursor", "0").lstrip("c") or 0)
             ids = sorted(self.tools)
-            page = ids[start: start + self.page_size]
+            page = ids[start : start + self.page_size]
             paging: dict[str, Any] = {"pageLimit": self.page_size}
             if start + self.page_size < len(ids):
                 paging["next"] = f"c{start + self.page_size}"
@@ -91,9 +107,20 @@ class IETFServer:
             self.traceparents.append(request.headers.get("traceparent"))
             if self.failures:
                 status = self.failures.pop(0)
-                return web.Response(status=status, text="temporarily unavailable", headers={"Retry-After": "0"})
+                return web.Response(
+                    status=status, text="temporarily unavailable", headers={"Retry-After": "0"}
+                )
             values = {p["name"]: p["value"] for p in body["input_parameters"]}
-            return web.json_response({"output_parameters": [{"name": "Temperature in Fahrenheit", "value": 60 + len(values.get("City", ""))}]})
+            return web.json_response(
+                {
+                    "output_parameters": [
+                        {
+                            "name": "Temperature in Fahrenheit",
+                            "value": 60 + len(values.get("City", "")),
+                        }
+                    ]
+                }
+            )
 
         app = web.Application()
         app.router.add_get("/tools", list_tools)
@@ -117,19 +144,37 @@ async def test_ietf_pages_until_no_next_and_maps_signatures():
             mapping = t.external_mapping
             assert mapping["source"] == "ietf-a2t" and mapping["tool_id"] == t.native_id
             assert (mapping["version"], mapping["current_version"]) == (1, 1)
-            assert mapping["parameter_ids"] == {"City": "city", "Flight Class": "cls", "nights": "n"}
+            assert mapping["parameter_ids"] == {
+                "City": "city",
+                "Flight Class": "cls",
+                "nights": "n",
+            }
             schema = t.input_schema
             assert schema["required"] == ["City"]  # `required` defaults to true
             assert schema["properties"]["Flight Class"] == {
-                "type": "string", "enum": ["ECONOMY", "BUSINESS"],
-                "x-enum-descriptions": {"ECONOMY": "Least expensive cabin.", "BUSINESS": "Next to top tier."}}
-            assert schema["properties"]["nights"] == {"type": "integer", "maximum": 65535}  # the draft's default max
-            assert t.output_schema == {"type": "object", "properties": {"Temperature in Fahrenheit": {"type": "integer"}}}
+                "type": "string",
+                "enum": ["ECONOMY", "BUSINESS"],
+                "x-enum-descriptions": {
+                    "ECONOMY": "Least expensive cabin.",
+                    "BUSINESS": "Next to top tier.",
+                },
+            }
+            assert schema["properties"]["nights"] == {
+                "type": "integer",
+                "maximum": 65535,
+            }  # the draft's default max
+            assert t.output_schema == {
+                "type": "object",
+                "properties": {"Temperature in Fahrenheit": {"type": "integer"}},
+            }
             result = await up.invoke(t.native_id, {"City": "Omaha"}, ctx())
             assert result.structured_content == {"Temperature in Fahrenheit": 65}
             path, body = server.invocations[-1]
             assert path == f"/tools/{t.native_id}:invoke"
-            assert body == {"name": "lookup_1", "input_parameters": [{"name": "City", "value": "Omaha"}]}
+            assert body == {
+                "name": "lookup_1",
+                "input_parameters": [{"name": "City", "value": "Omaha"}],
+            }
         finally:
             await up.close()
 
@@ -150,7 +195,9 @@ async def test_an_invocation_carries_the_calls_w3c_trace_context():
             await up.close()
 
 
-async def test_the_server_is_reached_through_the_environment_proxy_unless_no_proxy_names_it(monkeypatch):
+async def test_the_server_is_reached_through_the_environment_proxy_unless_no_proxy_names_it(
+    monkeypatch,
+):
     clear_proxy_environment(monkeypatch)
     server = IETFServer(count=1)
     async with TestServer(server.app(), host="127.0.0.1") as http, forward_proxy() as (proxy, seen):
@@ -166,24 +213,37 @@ async def test_the_server_is_reached_through_the_environment_proxy_unless_no_pro
                 assert [t.name for t in await up.list_tools()] == ["lookup_0"]
             finally:
                 await up.close()
-            assert bool(seen) == (not bypass) and all(line.split(" ")[1].startswith(base) for line in seen), seen
+            assert bool(seen) == (not bypass) and all(
+                line.split(" ")[1].startswith(base) for line in seen
+            ), seen
 
 
 async def test_ietf_version_pins_use_the_tested_version():
     server = IETFServer(count=2)
     async with TestServer(server.app(), host="127.0.0.1") as http:
-        up = upstream(str(http.make_url("")).rstrip("/"), pins={"lookup_0": 1, "00000000-0000-4000-8000-000000000001": 7})
+        up = upstream(
+            str(http.make_url("")).rstrip("/"),
+            pins={"lookup_0": 1, "00000000-0000-4000-8000-000000000001": 7},
+        )
         await up.start()
         try:
             tools = {t.name: t for t in await up.list_tools()}
             pinned = tools["lookup_0"]
-            assert pinned.external_mapping["version"] == 1 and pinned.external_mapping["pinned"] is True
+            assert (
+                pinned.external_mapping["version"] == 1
+                and pinned.external_mapping["pinned"] is True
+            )
             assert pinned.external_mapping["current_version"] == 2
-            assert "pets" not in pinned.input_schema["properties"]  # version 1's signature, not the current one
+            assert (
+                "pets" not in pinned.input_schema["properties"]
+            )  # version 1's signature, not the current one
             await up.invoke(pinned.native_id, {"City": "Oslo"}, ctx())
             assert server.invocations[-1][0] == f"/tools/{pinned.native_id}/versions/1:invoke"
             missing = tools["lookup_1"]  # pinned to a version the server does not have
-            assert missing.blocked_reason == "setup_required" and "Pinned to version 7" in missing.description
+            assert (
+                missing.blocked_reason == "setup_required"
+                and "Pinned to version 7" in missing.description
+            )
         finally:
             await up.close()
 
@@ -201,10 +261,14 @@ async def test_ietf_retries_5xx_then_reports_dependency_unavailable():
             server.failures = [503, 503, 503, 503]
             result = await up.invoke(tool_id, {"City": "Rome"}, ctx())
             assert result.is_error and result.error.error_class == "dependency_unavailable"
-            assert len(server.invocations) == 6 and "temporarily unavailable" in result.error.message
+            assert (
+                len(server.invocations) == 6 and "temporarily unavailable" in result.error.message
+            )
             server.failures = [504]
             result = await up.invoke(tool_id, {"City": "Rome"}, ctx())
-            assert result.error.error_class == "timeout" and len(server.invocations) == 7  # not retried
+            assert (
+                result.error.error_class == "timeout" and len(server.invocations) == 7
+            )  # not retried
             server.failures = [400]
             result = await up.invoke(tool_id, {}, ctx())
             assert result.error.error_class == "invalid_arguments"
@@ -229,7 +293,9 @@ async def test_a_call_the_upstream_closes_under_is_dependency_unavailable():
                 await call
                 raise AssertionError("the call should fail")
             except BridgeError as exc:
-                assert exc.error_class == "dependency_unavailable" and "not connected" in exc.message
+                assert (
+                    exc.error_class == "dependency_unavailable" and "not connected" in exc.message
+                )
             assert len(server.invocations) == 1
         finally:
             await up.close()
@@ -240,7 +306,9 @@ async def test_a_server_that_went_away_marks_the_upstream_unavailable():
     http = TestServer(server.app(), host="127.0.0.1")
     await http.start_server()
     catalog = Catalog(Store())
-    up = upstream(str(http.make_url("")).rstrip("/"), retries={"count": 1, "backoff": 0.01}, retry_initial=30)
+    up = upstream(
+        str(http.make_url("")).rstrip("/"), retries={"count": 1, "backoff": 0.01}, retry_initial=30
+    )
     catalog.add_upstream(up)
     await catalog.start()
     try:
@@ -278,14 +346,30 @@ async def test_a2t_dialect_against_the_demo_server_through_a_catalog():
         try:
             assert up.dialect == "a2t"
             names = sorted(d.name for d in catalog.declarations())
-            assert names == ["remote__add", "remote__discover_math", "remote__divide", "remote__get_weather"]
+            assert names == [
+                "remote__add",
+                "remote__discover_math",
+                "remote__divide",
+                "remote__get_weather",
+            ]
             decl = catalog.resolve("remote__get_weather")
-            assert decl.external_mappings[0] == {"source": "a2t", "base_url": up.base, "tool_name": "get_weather", "group_id": "weather"}
+            assert decl.external_mappings[0] == {
+                "source": "a2t",
+                "base_url": up.base,
+                "tool_name": "get_weather",
+                "group_id": "weather",
+            }
             assert decl.input_schema["properties"]["units"]["enum"] == ["celsius", "fahrenheit"]
             result = await up.invoke("add", {"a": 2, "b": 40}, ctx())
             assert result.content == [{"type": "text", "text": "42"}]
-            result = await up.invoke("divide", {"a": 1, "b": 0}, ctx())  # HTTP 200 with an error object
-            assert result.is_error and result.error.error_class == "execution_failed" and result.error.error_code == "execution_error"
+            result = await up.invoke(
+                "divide", {"a": 1, "b": 0}, ctx()
+            )  # HTTP 200 with an error object
+            assert (
+                result.is_error
+                and result.error.error_class == "execution_failed"
+                and result.error.error_code == "execution_error"
+            )
             result = await up.invoke("nope", {}, ctx())
             assert result.error.error_class == "unknown_tool"
             # a meta nested in the result (the examples' shape): the new tool is in the catalog at once
@@ -302,8 +386,15 @@ class A2TQuirkServer:
     each meta shape on demand."""
 
     def __init__(self) -> None:
-        self.tools = {f"t{i}": {"name": f"t{i}", "description": f"tool {i}", "input_schema": {"type": "object"},
-                                "group_id": "g1" if i < 3 else "g2"} for i in range(5)}
+        self.tools = {
+            f"t{i}": {
+                "name": f"t{i}",
+                "description": f"tool {i}",
+                "input_schema": {"type": "object"},
+                "group_id": "g1" if i < 3 else "g2",
+            }
+            for i in range(5)
+        }
         self.requests: Counter[str] = Counter()
         self.bodies: list[Any] = []
         self.next_meta: dict[str, Any] | None = None
@@ -312,15 +403,22 @@ class A2TQuirkServer:
     def app(self) -> web.Application:
         async def capabilities(request: web.Request) -> web.Response:
             self.token_seen.append(request.headers.get("Authorization"))
-            return web.json_response({"version": "1.0", "features": {"groups": True, "search": False, "dynamic_tools": True},
-                                      "endpoints": {"tools": "/api/v2/tools", "groups": "/api/v2/groups"},
-                                      "limits": {"max_tools_per_request": 2}})
+            return web.json_response(
+                {
+                    "version": "1.0",
+                    "features": {"groups": True, "search": False, "dynamic_tools": True},
+                    "endpoints": {"tools": "/api/v2/tools", "groups": "/api/v2/groups"},
+                    "limits": {"max_tools_per_request": 2},
+                }
+            )
 
         def page(items: list[dict[str, Any]], request: web.Request) -> web.Response:
             random.shuffle(items)
             limit = min(int(request.query.get("limit") or 100), 2)
             offset = int(request.query.get("offset") or 0)
-            return web.json_response({"tools": items[offset: offset + limit], "total": len(items), "limit": limit})
+            return web.json_response(
+                {"tools": items[offset : offset + limit], "total": len(items), "limit": limit}
+            )
 
         async def tools(request: web.Request) -> web.Response:
             self.requests["tools"] += 1
@@ -351,12 +449,20 @@ async def test_a2t_endpoints_from_capabilities_paging_dedupe_and_meta_shapes():
     server = A2TQuirkServer()
     async with TestServer(server.app(), host="127.0.0.1") as http:
         catalog = Catalog(Store())
-        up = upstream(str(http.make_url("")).rstrip("/"), wrap_body=True, bearer_token="s3cret-token-value")
+        up = upstream(
+            str(http.make_url("")).rstrip("/"), wrap_body=True, bearer_token="s3cret-token-value"
+        )
         catalog.add_upstream(up)
         await catalog.start()
         try:
             assert server.token_seen == ["Bearer s3cret-token-value"]
-            assert sorted(d.native_name for d in catalog.declarations()) == ["t0", "t1", "t2", "t3", "t4"]
+            assert sorted(d.native_name for d in catalog.declarations()) == [
+                "t0",
+                "t1",
+                "t2",
+                "t3",
+                "t4",
+            ]
             assert "s3cret" not in str(await up.health())
 
             await up.invoke("t0", {"x": 1}, ctx())
@@ -364,15 +470,30 @@ async def test_a2t_endpoints_from_capabilities_paging_dedupe_and_meta_shapes():
 
             # top level with `data` (the Go helpers' shape): only that group is listed again
             before = server.requests.copy()
-            server.tools["t9"] = {"name": "t9", "description": "new in g2", "input_schema": {"type": "object"}, "group_id": "g2"}
+            server.tools["t9"] = {
+                "name": "t9",
+                "description": "new in g2",
+                "input_schema": {"type": "object"},
+                "group_id": "g2",
+            }
             server.next_meta = {"meta": {"type": "group_refresh", "data": {"group_ids": ["g2"]}}}
             await up.invoke("t0", {}, ctx())
             await until(lambda: catalog.resolve("remote__t9") is not None)
             assert server.requests["group:g2"] > before["group:g2"]
-            assert server.requests["tools"] == before["tools"] and server.requests["group:g1"] == before["group:g1"]
+            assert (
+                server.requests["tools"] == before["tools"]
+                and server.requests["group:g1"] == before["group:g1"]
+            )
 
             # top level, flat (the README's shape)
-            server.next_meta = {"meta": {"type": "tools_added", "tools": [{"name": "t7", "description": "added", "input_schema": {"type": "object"}}]}}
+            server.next_meta = {
+                "meta": {
+                    "type": "tools_added",
+                    "tools": [
+                        {"name": "t7", "description": "added", "input_schema": {"type": "object"}}
+                    ],
+                }
+            }
             await up.invoke("t0", {}, ctx())
             await until(lambda: catalog.resolve("remote__t7") is not None)
         finally:
@@ -402,7 +523,7 @@ async def test_answers_over_max_response_bytes_are_refused_with_or_without_a_len
         response.enable_chunked_encoding()
         await response.prepare(request)
         for start in range(0, len(big), 1000):
-            await response.write(big[start:start + 1000])
+            await response.write(big[start : start + 1000])
         await response.write_eof()
         return response
 
@@ -423,7 +544,10 @@ async def test_answers_over_max_response_bytes_are_refused_with_or_without_a_len
                             await up.invoke("big", {}, ctx())
                             raise AssertionError(f"{path}: an answer over the limit was read")
                         except BridgeError as exc:
-                            assert exc.error_class == "result_too_large" and "max_response_bytes" in exc.message
+                            assert (
+                                exc.error_class == "result_too_large"
+                                and "max_response_bytes" in exc.message
+                            )
                     else:
                         result = await up.invoke("big", {}, ctx())
                         assert not result.is_error, (path, result)
@@ -445,7 +569,9 @@ async def test_a_redirect_is_reported_not_followed_with_the_upstreams_headers():
         app = server.app()
 
         async def moved(request: web.Request) -> web.Response:
-            return web.Response(status=307, headers={"location": str(elsewhere.make_url("/landing"))})
+            return web.Response(
+                status=307, headers={"location": str(elsewhere.make_url("/landing"))}
+            )
 
         app.router.add_post("/moved:invoke", moved)
         async with TestServer(app, host="127.0.0.1") as http:
@@ -456,7 +582,10 @@ async def test_a_redirect_is_reported_not_followed_with_the_upstreams_headers():
                 up._invoke_urls["moved"] = f"{base}/moved:invoke"
                 result = await up.invoke("moved", {}, ctx())
                 assert result.is_error and "HTTP 307, a redirect to" in result.error.message
-                assert "/landing" in result.error.message and "a2t-Secret-1" not in result.error.message
+                assert (
+                    "/landing" in result.error.message
+                    and "a2t-Secret-1" not in result.error.message
+                )
                 assert received == []  # the other origin never saw the request, nor its key
             finally:
                 await up.close()
@@ -472,8 +601,11 @@ async def test_capabilities_naming_endpoints_on_another_origin_fail_the_start_wi
     other = web.Application()
     other.router.add_get("/a2t/tools", listing)
     async with TestServer(other, host="127.0.0.1") as elsewhere:
+
         async def capabilities(request: web.Request) -> web.Response:
-            return web.json_response({"version": "1.0", "endpoints": {"tools": str(elsewhere.make_url("/a2t/tools"))}})
+            return web.json_response(
+                {"version": "1.0", "endpoints": {"tools": str(elsewhere.make_url("/a2t/tools"))}}
+            )
 
         app = web.Application()
         app.router.add_get("/.well-known/a2t-capabilities.json", capabilities)
@@ -497,16 +629,27 @@ async def test_a_listing_whose_pages_never_end_stops_and_keeps_what_it_read(capl
 
     requests: Counter[str] = Counter()
     same = [IETFServer.signature(i) for i in range(3)]
-    a2t_tools = [{"name": f"t{i}", "description": f"tool {i}", "input_schema": {"type": "object"}} for i in range(4)]
+    a2t_tools = [
+        {"name": f"t{i}", "description": f"tool {i}", "input_schema": {"type": "object"}}
+        for i in range(4)
+    ]
 
     async def ietf_tools(request: web.Request) -> web.Response:
         requests["ietf"] += 1
         return web.json_response({"items": same, "paging": {"next": f"c{requests['ietf']}"}})
 
     async def capabilities(request: web.Request) -> web.Response:
-        return web.json_response({"version": "1.0", "endpoints": {"tools": "/a2t/tools"}, "limits": {"max_tools_per_request": 4}})
+        return web.json_response(
+            {
+                "version": "1.0",
+                "endpoints": {"tools": "/a2t/tools"},
+                "limits": {"max_tools_per_request": 4},
+            }
+        )
 
-    async def a2t_listing(request: web.Request) -> web.Response:  # says a million, lists the same four
+    async def a2t_listing(
+        request: web.Request,
+    ) -> web.Response:  # says a million, lists the same four
         requests["a2t"] += 1
         return web.json_response({"tools": a2t_tools, "total": 1_000_000, "limit": 4})
 
@@ -515,8 +658,10 @@ async def test_a_listing_whose_pages_never_end_stops_and_keeps_what_it_read(capl
     a2t.router.add_get("/.well-known/a2t-capabilities.json", capabilities)
     a2t.router.add_get("/a2t/tools", a2t_listing)
     async with TestServer(ietf, host="127.0.0.1") as one, TestServer(a2t, host="127.0.0.1") as two:
-        for http, dialect, names, read in ((one, "ietf", [f"lookup_{i}" for i in range(3)], 1 + STALE_PAGES),
-                                           (two, "a2t", [f"t{i}" for i in range(4)], 2)):
+        for http, dialect, names, read in (
+            (one, "ietf", [f"lookup_{i}" for i in range(3)], 1 + STALE_PAGES),
+            (two, "a2t", [f"t{i}" for i in range(4)], 2),
+        ):
             up = upstream(str(http.make_url("")).rstrip("/"))
             await up.start()
             try:
@@ -548,7 +693,9 @@ async def test_an_answer_nesting_past_the_json_reader_is_an_error_result_not_a_t
             try:
                 await up.invoke(tool.native_id, {"City": "x"}, ctx())
             except BridgeError as exc:  # the answer as text: no JSON object
-                assert exc.error_class == "execution_failed" and "must be a JSON object" in exc.message
+                assert (
+                    exc.error_class == "execution_failed" and "must be a JSON object" in exc.message
+                )
             else:
                 raise AssertionError("a deep answer was taken")
         finally:
@@ -556,7 +703,9 @@ async def test_an_answer_nesting_past_the_json_reader_is_an_error_result_not_a_t
     assert "RecursionError" not in caplog.text
 
 
-async def test_a_launched_process_that_exits_while_another_serves_the_address_is_not_launched_over_and_over(tmp_path, caplog):
+async def test_a_launched_process_that_exits_while_another_serves_the_address_is_not_launched_over_and_over(
+    tmp_path, caplog
+):
     # a second bridge on the same config (or a CLI command beside `bridge serve`): its launch
     # fails on a port in use, while the first bridge's process answers there
     import time
@@ -566,15 +715,40 @@ async def test_a_launched_process_that_exits_while_another_serves_the_address_is
 
     launches = tmp_path / "launches"
     async with TestServer(demo_app(), host="127.0.0.1") as http:
-        config = parse_config({"store": {"path": ":memory:"}, "search": {"persist": False}, "upstreams": [
-            {"name": "demo", "kind": "a2t", "url": str(http.make_url("")).rstrip("/"), "retry_initial": 0.05, "retry_max": 0.1,
-             "launch": {"command": "python", "args": ["-c", f"open({str(launches)!r}, 'a').write('x')"]}}]})
+        config = parse_config(
+            {
+                "store": {"path": ":memory:"},
+                "search": {"persist": False},
+                "upstreams": [
+                    {
+                        "name": "demo",
+                        "kind": "a2t",
+                        "url": str(http.make_url("")).rstrip("/"),
+                        "retry_initial": 0.05,
+                        "retry_max": 0.1,
+                        "launch": {
+                            "command": "python",
+                            "args": ["-c", f"open({str(launches)!r}, 'a').write('x')"],
+                        },
+                    }
+                ],
+            }
+        )
         async with Bridge(config) as bridge:
             slot = bridge.catalog.slot("demo")
-            await until(lambda: launches.exists() and slot.health.state == "ready" and not slot.sidecar.running, timeout=10)
-            ends = time.monotonic() + 1.5  # once a second it was launched again, and marked unavailable
+            await until(
+                lambda: (
+                    launches.exists() and slot.health.state == "ready" and not slot.sidecar.running
+                ),
+                timeout=10,
+            )
+            ends = (
+                time.monotonic() + 1.5
+            )  # once a second it was launched again, and marked unavailable
             while time.monotonic() < ends:
                 assert slot.health.state == "ready", slot.health.reason
                 await asyncio.sleep(0.05)
             assert launches.read_text() == "x"
-            assert (await bridge.invoker.invoke("demo__add", {"a": 2, "b": 3})).status == "succeeded"
+            assert (
+                await bridge.invoker.invoke("demo__add", {"a": 2, "b": 3})
+            ).status == "succeeded"

@@ -38,21 +38,47 @@ def comparable(result: Any) -> tuple[Any, ...]:
 
 
 async def start_a(notes_url: str) -> tuple[Bridge, FakeUpstream]:
-    fake = FakeUpstream(FakeConfig(name="fake", timeout=0.5), tools=[
-        tool("echo"), tool("wipe", destructive=True), tool("greet", props={"text": {"type": "string"}}, required=["text"])])
-    config = parse_config({
-        "store": {"path": ":memory:"},
-        "upstreams": [
-            {"name": "tools", "kind": "mcp", "command": "python", "args": ["-m", "bridge.demo.mcp_server"], "cwd": str(ROOT)},
-            {"name": "notes", "kind": "openapi", "spec": str(ROOT / "bridge" / "demo" / "openapi_demo.yaml"), "base_url": notes_url,
-             "auth": {"type": "apiKey", "value": "round-trip-key"}},
+    fake = FakeUpstream(
+        FakeConfig(name="fake", timeout=0.5),
+        tools=[
+            tool("echo"),
+            tool("wipe", destructive=True),
+            tool("greet", props={"text": {"type": "string"}}, required=["text"]),
         ],
-    })
+    )
+    config = parse_config(
+        {
+            "store": {"path": ":memory:"},
+            "upstreams": [
+                {
+                    "name": "tools",
+                    "kind": "mcp",
+                    "command": "python",
+                    "args": ["-m", "bridge.demo.mcp_server"],
+                    "cwd": str(ROOT),
+                },
+                {
+                    "name": "notes",
+                    "kind": "openapi",
+                    "spec": str(ROOT / "bridge" / "demo" / "openapi_demo.yaml"),
+                    "base_url": notes_url,
+                    "auth": {"type": "apiKey", "value": "round-trip-key"},
+                },
+            ],
+        }
+    )
     bridge = Bridge(config, extra_upstreams=[fake])
     await bridge.start()
-    assert {h.name: h.state for h in bridge.catalog.health()} == {"tools": "ready", "notes": "ready", "fake": "ready"}
+    assert {h.name: h.state for h in bridge.catalog.health()} == {
+        "tools": "ready",
+        "notes": "ready",
+        "fake": "ready",
+    }
     # a breaking change of fake__greet: version 1 took `text`, version 2 requires `name`
-    fake.tools = [*fake.tools[:2], tool("greet", props={"name": {"type": "string"}}, required=["name"])]
+    fake.tools = [
+        *fake.tools[:2],
+        tool("greet", props={"name": {"type": "string"}}, required=["name"]),
+    ]
     bridge.catalog.apply_tools("fake", fake.tools)
     await indexed(bridge)
     return bridge, fake
@@ -66,14 +92,28 @@ async def test_bridge_b_federates_bridge_a_through_each_dialect():
         try:
             async with serve_asgi(app) as base:
                 for dialect in ("ietf", "a2t"):
-                    b = federating[dialect] = Bridge(parse_config({
-                        "store": {"path": ":memory:"},
-                        "upstreams": [{"name": "a", "kind": "a2t", "url": base, "dialect": dialect, "retries": {"count": 0},
-                                       "pins": {"fake__greet": 1} if dialect == "ietf" else {}}],
-                        "surfaces": [{"name": "default", "allow_destructive": True}],
-                    }))
+                    b = federating[dialect] = Bridge(
+                        parse_config(
+                            {
+                                "store": {"path": ":memory:"},
+                                "upstreams": [
+                                    {
+                                        "name": "a",
+                                        "kind": "a2t",
+                                        "url": base,
+                                        "dialect": dialect,
+                                        "retries": {"count": 0},
+                                        "pins": {"fake__greet": 1} if dialect == "ietf" else {},
+                                    }
+                                ],
+                                "surfaces": [{"name": "default", "allow_destructive": True}],
+                            }
+                        )
+                    )
                     await b.start()
-                    assert b.catalog.slot("a").health.state == "ready", b.catalog.slot("a").health.reason
+                    assert b.catalog.slot("a").health.state == "ready", b.catalog.slot(
+                        "a"
+                    ).health.reason
                 for dialect, b in federating.items():
                     await check_declarations(a, b, dialect)
                     await check_calls(a, b, fake, dialect)
@@ -100,8 +140,12 @@ async def check_declarations(a: Bridge, b: Bridge, dialect: str) -> None:
         assert b_decl.title == a_decl.title and b_decl.tool_kind == a_decl.tool_kind, name
         assert b_decl.safety == a_decl.safety, name
         mapping = b_decl.external_mappings[0]
-        assert mapping["upstream_mappings"] == a_decl.external_mappings, name  # A's native mappings, kept
-        assert function_name(b_decl) == a_decl.native_name, name  # B's tool search knows the function by A's name
+        assert mapping["upstream_mappings"] == a_decl.external_mappings, (
+            name
+        )  # A's native mappings, kept
+        assert function_name(b_decl) == a_decl.native_name, (
+            name
+        )  # B's tool search knows the function by A's name
         assert mapping["source"] == ("ietf-a2t" if dialect == "ietf" else "a2t")
         if name != "fake__greet":
             assert normalized(b_decl.input_schema) == normalized(a_decl.input_schema), name
@@ -109,10 +153,17 @@ async def check_declarations(a: Bridge, b: Bridge, dialect: str) -> None:
     echo = b.catalog.resolve("a__tools__echo").external_mappings[0]["upstream_mappings"][0]
     assert (echo["source"], echo["tool_name"]) == ("mcp", "echo")
     create = b.catalog.resolve("a__notes__createNote").external_mappings[0]["upstream_mappings"][0]
-    assert (create["source"], create["operation_id"], create["method"]) == ("openapi", "createNote", "POST")
+    assert (create["source"], create["operation_id"], create["method"]) == (
+        "openapi",
+        "createNote",
+        "POST",
+    )
     if dialect == "ietf":
         greet = b.catalog.resolve("a__fake__greet")
-        assert greet.external_mappings[0]["version"] == 1 and greet.external_mappings[0]["current_version"] == 2
+        assert (
+            greet.external_mappings[0]["version"] == 1
+            and greet.external_mappings[0]["current_version"] == 2
+        )
         assert "text" in greet.input_schema["properties"]  # the pinned version's schema
 
 
@@ -124,14 +175,22 @@ async def same(a: Bridge, b: Bridge, name: str, arguments: dict[str, Any], **a_k
 
 
 async def check_calls(a: Bridge, b: Bridge, fake: FakeUpstream, dialect: str) -> None:
-    assert (await same(a, b, "tools__echo", {"text": "round trip"})).content == [{"type": "text", "text": "round trip"}]
+    assert (await same(a, b, "tools__echo", {"text": "round trip"})).content == [
+        {"type": "text", "text": "round trip"}
+    ]
     assert (await same(a, b, "tools__add", {"a": 2, "b": 3.5})).structured_content == {"sum": 5.5}
     await same(a, b, "tools__text_stats", {"text": "two words\nand lines"})
     # B validates with A's schema before anything runs: same class (the message names B's tool)
     refused = await b.invoker.invoke("a__tools__echo", {})
-    assert refused.error.error_class == (await a.invoker.invoke("tools__echo", {})).error.error_class == "invalid_arguments"
+    assert (
+        refused.error.error_class
+        == (await a.invoker.invoke("tools__echo", {})).error.error_class
+        == "invalid_arguments"
+    )
 
-    created = await b.invoker.invoke("a__notes__createNote", {"title": "from B", "body": "hello", "tags": ["rt"]})
+    created = await b.invoker.invoke(
+        "a__notes__createNote", {"title": "from B", "body": "hello", "tags": ["rt"]}
+    )
     assert not created.is_error, created.to_json()
     note_id = created.structured_content["id"]
     await same(a, b, "notes__getNote", {"id": note_id})
@@ -142,20 +201,31 @@ async def check_calls(a: Bridge, b: Bridge, fake: FakeUpstream, dialect: str) ->
     # A's failure classes arrive unchanged
     fake.raise_error = BridgeError("slow down", error_class="rate_limited", retry_after=0.1)
     assert (await same(a, b, "fake__echo", {"text": "x"})).error.error_class == "rate_limited"
-    fake.raise_error = BridgeError("vendor down", error_class="dependency_unavailable", retry_after=0.1)
-    assert (await same(a, b, "fake__echo", {"text": "x"})).error.error_class == "dependency_unavailable"
+    fake.raise_error = BridgeError(
+        "vendor down", error_class="dependency_unavailable", retry_after=0.1
+    )
+    assert (
+        await same(a, b, "fake__echo", {"text": "x"})
+    ).error.error_class == "dependency_unavailable"
     fake.raise_error = None
-    fake.result = UpstreamResult(is_error=True, error=ToolError(error_class="execution_failed", message="disk on fire"),
-                                 content=[{"type": "text", "text": "disk on fire"}])
+    fake.result = UpstreamResult(
+        is_error=True,
+        error=ToolError(error_class="execution_failed", message="disk on fire"),
+        content=[{"type": "text", "text": "disk on fire"}],
+    )
     assert (await same(a, b, "fake__echo", {"text": "x"})).error.message == "disk on fire"
     fake.result = None
     fake.gate = asyncio.Event()
     assert (await same(a, b, "fake__echo", {"text": "x"})).error.error_class == "timeout"
     fake.gate = None
-    denied = await b.invoker.invoke("a__fake__wipe", {})  # B allows destructive tools; A's surface does not
+    denied = await b.invoker.invoke(
+        "a__fake__wipe", {}
+    )  # B allows destructive tools; A's surface does not
     assert denied.error.error_class == "permission_denied" and "destructive" in denied.error.message
 
-    if dialect == "ietf":  # B pinned greet to version 1: A refuses it clearly, as A's own pinned call does
+    if (
+        dialect == "ietf"
+    ):  # B pinned greet to version 1: A refuses it clearly, as A's own pinned call does
         pinned = await b.invoker.invoke("a__fake__greet", {"text": "hi"})
         direct = await a.invoker.invoke("fake__greet", {"text": "hi"}, version=1)
         assert pinned.error.error_class == direct.error.error_class == "capability_gap"
@@ -175,21 +245,39 @@ async def test_a_large_a2t_listing_is_read_into_tools_off_the_event_loop(monkeyp
         return original(self, raw)
 
     monkeypatch.setattr(A2TUpstream, method, record)
-    many = FakeUpstream(FakeConfig(name="many"), tools=[tool(f"op_{i:04d}") for i in range(OFF_LOOP_TOOLS + 5)])
-    a = Bridge(parse_config({"store": {"path": ":memory:"}, "search": {"semantic": "off"}}), extra_upstreams=[many])
+    many = FakeUpstream(
+        FakeConfig(name="many"), tools=[tool(f"op_{i:04d}") for i in range(OFF_LOOP_TOOLS + 5)]
+    )
+    a = Bridge(
+        parse_config({"store": {"path": ":memory:"}, "search": {"semantic": "off"}}),
+        extra_upstreams=[many],
+    )
     await a.start()
     app = build_app(a)
     try:
         async with serve_asgi(app) as base:
-            b = Bridge(parse_config({"store": {"path": ":memory:"}, "search": {"semantic": "off"},
-                                     "upstreams": [{"name": "a", "kind": "a2t", "url": base, "dialect": dialect}]}))
+            b = Bridge(
+                parse_config(
+                    {
+                        "store": {"path": ":memory:"},
+                        "search": {"semantic": "off"},
+                        "upstreams": [
+                            {"name": "a", "kind": "a2t", "url": base, "dialect": dialect}
+                        ],
+                    }
+                )
+            )
             await b.start()
             try:
-                assert b.catalog.slot("a").health.state == "ready", b.catalog.slot("a").health.reason
+                assert b.catalog.slot("a").health.state == "ready", b.catalog.slot(
+                    "a"
+                ).health.reason
                 names = {function_name(d) for d in b.catalog.declarations()}
                 assert names == {f"op_{i:04d}" for i in range(OFF_LOOP_TOOLS + 5)}
                 assert ran_on == [False]
-                assert (await b.invoker.invoke(exposed_name("a", "many__op_0007"), {"text": "x"})).status == "succeeded"
+                assert (
+                    await b.invoker.invoke(exposed_name("a", "many__op_0007"), {"text": "x"})
+                ).status == "succeeded"
             finally:
                 await b.close()
     finally:

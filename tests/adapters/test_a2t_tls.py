@@ -29,7 +29,9 @@ def _chain(tmp_path: Path, name: str, issuer: tuple[Any, Any] | None) -> str:
     return str(tmp_path / name)
 
 
-async def test_a_certificate_that_fails_its_check_fails_at_once_and_does_not_mark_the_upstream_down(tmp_path, monkeypatch):
+async def test_a_certificate_that_fails_its_check_fails_at_once_and_does_not_mark_the_upstream_down(
+    tmp_path, monkeypatch
+):
     ca = _issue("test CA", None, ca=True)
     (tmp_path / "ca.pem").write_bytes(_pem(ca[0]))
     # the system's CAs, as the session sees them, with the test CA added
@@ -40,7 +42,9 @@ async def test_a_certificate_that_fails_its_check_fails_at_once_and_does_not_mar
     server = IETFServer(count=1)
     app = server.app()
 
-    async def close_each(request: Any, response: Any) -> None:  # each request a new connection, a new handshake
+    async def close_each(
+        request: Any, response: Any
+    ) -> None:  # each request a new connection, a new handshake
         response.headers["Connection"] = "close"
 
     app.on_response_prepare.append(close_each)
@@ -56,7 +60,9 @@ async def test_a_certificate_that_fails_its_check_fails_at_once_and_does_not_mar
         assert not (await up.invoke(tool_id, {"City": "Oslo"}, ctx())).is_error
         events: list[Any] = []
         monkeypatch.setattr(up, "emit", events.append)
-        context.load_cert_chain(_chain(tmp_path, "stranger.pem", None))  # self-signed: no CA the bridge knows
+        context.load_cert_chain(
+            _chain(tmp_path, "stranger.pem", None)
+        )  # self-signed: no CA the bridge knows
         loop = asyncio.get_running_loop()
         begun = loop.time()
         with pytest.raises(BridgeError) as info:
@@ -64,8 +70,13 @@ async def test_a_certificate_that_fails_its_check_fails_at_once_and_does_not_mar
         error = info.value
         assert loop.time() - begun < 0.2  # not retried (2 retries with backoff took 0.6 s)
         assert error.error_class == "dependency_unavailable" and error.recoverability == "setup"
-        assert error.message.startswith(f"POST {base}/tools/{tool_id}:invoke: the certificate of 127.0.0.1:{http.port} cannot be verified (")
-        assert "give the CA that signed it as `ca_file`" in error.message and "`verify_tls: false`" in error.message
+        assert error.message.startswith(
+            f"POST {base}/tools/{tool_id}:invoke: the certificate of 127.0.0.1:{http.port} cannot be verified ("
+        )
+        assert (
+            "give the CA that signed it as `ca_file`" in error.message
+            and "`verify_tls: false`" in error.message
+        )
         assert events == [] and catalog.slot("remote").health.state == "ready"
         assert len(server.invocations) == 1
         # a start says the same, and the catalog shows it as the reason
@@ -73,7 +84,10 @@ async def test_a_certificate_that_fails_its_check_fails_at_once_and_does_not_mar
         with pytest.raises(BridgeError) as info:
             await again.start()
         await again.close()
-        assert info.value.recoverability == "setup" and "cannot be verified (self-signed certificate" in info.value.message
+        assert (
+            info.value.recoverability == "setup"
+            and "cannot be verified (self-signed certificate" in info.value.message
+        )
         starting = Catalog(Store())
         starting.add_upstream(A2TUpstream(A2TConfig(name="fresh", url=base, retry_initial=30)))
         try:

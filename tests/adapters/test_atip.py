@@ -25,7 +25,12 @@ from tests.servers import process_ended
 
 FIXTURES = Path(__file__).parent / "atip_fixtures"
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = {"legacy": "legacy_cli.py", "cloud": "modern_cli.py", "broken": "broken_cli.py", "oldtool": "plain_tool.py"}
+TOOLS = {
+    "legacy": "legacy_cli.py",
+    "cloud": "modern_cli.py",
+    "broken": "broken_cli.py",
+    "oldtool": "plain_tool.py",
+}
 
 
 @pytest.fixture
@@ -74,7 +79,9 @@ async def started(cfg: ATIPConfig) -> ATIPUpstream:
     return upstream
 
 
-def bridge_for(home: dict[str, Any], entry: dict[str, Any], surfaces: list[dict[str, Any]] | None = None) -> Bridge:
+def bridge_for(
+    home: dict[str, Any], entry: dict[str, Any], surfaces: list[dict[str, Any]] | None = None
+) -> Bridge:
     entry = {
         "kind": "atip",
         "cwd": str(home["work"]),
@@ -109,7 +116,10 @@ async def test_full_discovery_of_legacy_string_form(home):
     upstream = await started(config(home, "legacy"))
     try:
         tools = {t.name: t for t in await upstream.list_tools()}
-        assert set(tools) == {f"legacy_{c}" for c in ("echo", "sleep", "linger", "doze", "fail", "ask", "wipe", "flood")}
+        assert set(tools) == {
+            f"legacy_{c}"
+            for c in ("echo", "sleep", "linger", "doze", "fail", "ask", "wipe", "flood")
+        }
         echo = tools["legacy_echo"]
         assert echo.tool_kind == "shell_command"
         assert echo.external_mapping == {
@@ -122,14 +132,29 @@ async def test_full_discovery_of_legacy_string_form(home):
         }
         props = echo.input_schema["properties"]
         assert echo.input_schema["additionalProperties"] is False
-        assert props["words"] == {"type": "array", "items": {"type": "string"}, "description": "Words"}
+        assert props["words"] == {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Words",
+        }
         assert props["count"]["type"] == "integer" and props["ratio"]["type"] == "number"
         assert props["verbose"]["type"] == "boolean"
         assert props["label"]["type"] == "array"
-        assert props["mode"] == {"type": "string", "enum": ["fast", "slow"], "default": "fast", "description": "Mode"}
-        assert props["input"] == {"type": "string", "format": "file-path", "description": "Input file (file path)"}
+        assert props["mode"] == {
+            "type": "string",
+            "enum": ["fast", "slow"],
+            "default": "fast",
+            "description": "Mode",
+        }
+        assert props["input"] == {
+            "type": "string",
+            "format": "file-path",
+            "description": "Input file (file path)",
+        }
         assert props["site"]["format"] == "uri" and props["site"]["description"].endswith("(URL)")
-        assert "required" not in echo.input_schema  # a non-required variadic argument, optional options
+        assert (
+            "required" not in echo.input_schema
+        )  # a non-required variadic argument, optional options
         assert tools["legacy_sleep"].input_schema["required"] == ["pid_file"]
         # declared effects become declared safety facts and a permission profile
         assert echo.safety.read_only is True and echo.safety.sources["read_only"] == "declared"
@@ -148,7 +173,9 @@ async def test_full_discovery_of_legacy_string_form(home):
 
 async def test_partial_discovery_of_object_form_expands_subtrees(home):
     log = home["tmp"] / "agent.log"
-    upstream = ATIPUpstream(config(home, "cloud", partial_discovery=True, env={"FIXTURE_LOG": str(log)}))
+    upstream = ATIPUpstream(
+        config(home, "cloud", partial_discovery=True, env={"FIXTURE_LOG": str(log)})
+    )
     added: list[UpstreamEvent] = []
     upstream.subscribe(added.append)
     await upstream.start()
@@ -158,7 +185,14 @@ async def test_partial_discovery_of_object_form_expands_subtrees(home):
         await until(lambda: bool(added))
         assert added[0].kind == "tools_added"
         names = {t.name for t in added[0].tools}
-        assert names == {"cloud_vm_create", "cloud_vm_delete", "cloud_vm_list", "cloud_vm_snapshot_create", "cloud_vm_snapshot_list", "cloud_disk_list"}
+        assert names == {
+            "cloud_vm_create",
+            "cloud_vm_delete",
+            "cloud_vm_list",
+            "cloud_vm_snapshot_create",
+            "cloud_vm_snapshot_list",
+            "cloud_disk_list",
+        }
         calls = [json.loads(line)["argv"] for line in log.read_text().splitlines()]
         assert calls == [["--depth=1"], ["--commands=vm,disk"]]
         snapshot = next(t for t in added[0].tools if t.name == "cloud_vm_snapshot_create")
@@ -176,7 +210,9 @@ async def test_partial_discovery_of_object_form_expands_subtrees(home):
 
 async def test_partial_discovery_expands_only_selected_subtrees_and_joins_the_catalog(home):
     catalog = Catalog(Store())
-    catalog.add_upstream(ATIPUpstream(config(home, "cloud", name="cloud", partial_discovery=True, expand=["disk"])))
+    catalog.add_upstream(
+        ATIPUpstream(config(home, "cloud", name="cloud", partial_discovery=True, expand=["disk"]))
+    )
     await catalog.start()
     try:
         await until(lambda: catalog.resolve("cloud__cloud_disk_list") is not None)
@@ -222,14 +258,34 @@ async def test_shim_system_folder_and_override_from_xdg_home(home):
         "name": "oldtool",
         "version": "9.9",
         "description": "A legacy program described by a shim",
-        "commands": {"": {"description": "Run oldtool", "options": [{"name": "level", "flags": ["--level"], "type": "integer", "description": "Level"}]}},
+        "commands": {
+            "": {
+                "description": "Run oldtool",
+                "options": [
+                    {
+                        "name": "level",
+                        "flags": ["--level"],
+                        "type": "integer",
+                        "description": "Level",
+                    }
+                ],
+            }
+        },
     }
     system = home["tmp"] / "system"
     (system / "shims").mkdir(parents=True)
     (system / "shims" / "oldtool.json").write_text(json.dumps(shim))
     overrides = home["config"] / "agent-tools" / "overrides"
     overrides.mkdir(parents=True)
-    (overrides / "oldtool.json").write_text(json.dumps({"commands": {"": {"description": "Run oldtool (reviewed)", "effects": {"destructive": True}}}}))
+    (overrides / "oldtool.json").write_text(
+        json.dumps(
+            {
+                "commands": {
+                    "": {"description": "Run oldtool (reviewed)", "effects": {"destructive": True}}
+                }
+            }
+        )
+    )
 
     upstream = await started(config(home, "oldtool", system_dirs=[str(system)]))
     try:
@@ -237,7 +293,9 @@ async def test_shim_system_folder_and_override_from_xdg_home(home):
         assert tool.name == "oldtool" and tool.description == "Run oldtool (reviewed)"
         assert tool.safety.destructive and tool.safety.sources["destructive"] == "declared"
         health = await upstream.health()
-        assert health["metadata_source"] == "system" and health["override"] == str(overrides / "oldtool.json")
+        assert health["metadata_source"] == "system" and health["override"] == str(
+            overrides / "oldtool.json"
+        )
         result = await upstream.invoke("oldtool", {"level": 2}, ctx())
         assert result.structured_content == {"argv": ["--level=2"]}
     finally:
@@ -245,7 +303,9 @@ async def test_shim_system_folder_and_override_from_xdg_home(home):
 
     # a shim in the user's data home wins over the system folder
     (home["data"] / "agent-tools" / "shims").mkdir(parents=True)
-    (home["data"] / "agent-tools" / "shims" / "oldtool.json").write_text(json.dumps({**shim, "version": "10"}))
+    (home["data"] / "agent-tools" / "shims" / "oldtool.json").write_text(
+        json.dumps({**shim, "version": "10"})
+    )
     upstream = await started(config(home, "oldtool", system_dirs=[str(system)]))
     try:
         assert (await upstream.health())["metadata_source"] == "shim"
@@ -257,7 +317,15 @@ async def test_shim_system_folder_and_override_from_xdg_home(home):
 @pytest.mark.parametrize(
     ("mode", "expected"),
     [
-        ("schema", ["invalid ATIP metadata from `broken --agent`", "commands.go", "'description' is a required property", "'text' is not one of"]),
+        (
+            "schema",
+            [
+                "invalid ATIP metadata from `broken --agent`",
+                "commands.go",
+                "'description' is a required property",
+                "'text' is not one of",
+            ],
+        ),
         ("json", ["not valid JSON"]),
         ("version", ["protocol version '0.9' is not supported"]),
         ("exit", ["`broken --agent` exited with code 1: broken: cannot describe myself"]),
@@ -265,7 +333,9 @@ async def test_shim_system_folder_and_override_from_xdg_home(home):
     ],
 )
 async def test_invalid_metadata_gives_a_clear_error(home, mode, expected):
-    cfg = config(home, "broken", discovery="agent", discovery_timeout=0.5, env={"BROKEN_MODE": mode})
+    cfg = config(
+        home, "broken", discovery="agent", discovery_timeout=0.5, env={"BROKEN_MODE": mode}
+    )
     with pytest.raises(ATIPMetadataError) as info:
         await started(cfg)
     for text in expected:
@@ -274,7 +344,11 @@ async def test_invalid_metadata_gives_a_clear_error(home, mode, expected):
 
 async def test_invalid_metadata_is_reported_in_catalog_health(home):
     catalog = Catalog(Store())
-    catalog.add_upstream(ATIPUpstream(config(home, "broken", name="broken", retry_initial=30, env={"BROKEN_MODE": "schema"})))
+    catalog.add_upstream(
+        ATIPUpstream(
+            config(home, "broken", name="broken", retry_initial=30, env={"BROKEN_MODE": "schema"})
+        )
+    )
     await catalog.start()
     try:
         health = catalog.slot("broken").health
@@ -300,7 +374,13 @@ async def test_injection_attempts_reach_the_program_as_plain_values(home):
         arguments = {
             "title": "--output=/etc/passwd",
             "short": "-x; rm -rf /",
-            "words": ["; rm -rf /", "$(touch pwned)", "--output=/etc/passwd", "-v", "`touch pwned2`"],
+            "words": [
+                "; rm -rf /",
+                "$(touch pwned)",
+                "--output=/etc/passwd",
+                "-v",
+                "`touch pwned2`",
+            ],
             "label": ["a b", "$HOME"],
             "verbose": True,
             "count": 3,
@@ -327,7 +407,9 @@ async def test_injection_attempts_reach_the_program_as_plain_values(home):
         ]
         assert not list(home["work"].glob("pwned*")) and not list(home["tmp"].glob("pwned*"))
         # false booleans and absent values put nothing on the argv; unknown keys are never read
-        result = await upstream.invoke("legacy echo", {"verbose": False, "--output": "/etc/passwd", "title": None}, ctx())
+        result = await upstream.invoke(
+            "legacy echo", {"verbose": False, "--output": "/etc/passwd", "title": None}, ctx()
+        )
         assert result.structured_content["argv"] == []
         with pytest.raises(BridgeError) as info:
             await upstream.invoke("legacy echo", {"title": "a\x00b"}, ctx())
@@ -365,14 +447,20 @@ async def test_minimal_environment_and_auth_variables_only_when_configured(home,
         env = (await plain.invoke("legacy echo", {}, ctx())).structured_content["env"]
         assert "FIXTURE_TOKEN" not in env and "UNRELATED_SECRET" not in env
         assert set(env) <= {"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"}
-        assert (await plain.invoke("legacy echo", {}, ctx())).structured_content["cwd"] == str(home["work"])
+        assert (await plain.invoke("legacy echo", {}, ctx())).structured_content["cwd"] == str(
+            home["work"]
+        )
     finally:
         await plain.close()
-    authed = await started(config(home, "cloud", auth_env=["FIXTURE_TOKEN"], env={"FIXTURE_LOG": str(log)}))
+    authed = await started(
+        config(home, "cloud", auth_env=["FIXTURE_TOKEN"], env={"FIXTURE_LOG": str(log)})
+    )
     try:
         result = await authed.invoke("cloud status", {}, ctx())
         assert result.structured_content["token"] == "tok-123456"
-        assert json.loads(log.read_text().splitlines()[0])["token_visible"] is False  # never to --agent
+        assert (
+            json.loads(log.read_text().splitlines()[0])["token_visible"] is False
+        )  # never to --agent
         assert (await authed.health()).get("auth_env_passed") is None  # cloud declares no auth env
     finally:
         await authed.close()
@@ -382,8 +470,9 @@ async def test_a_command_gets_the_calls_w3c_trace_context_in_its_environment(hom
     traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     upstream = await started(config(home, "legacy"))
     try:
-        traced = CallContext(invocation_id="inv_test", timeout=20.0, traceparent=traceparent,
-                             tracestate="vendor=1")
+        traced = CallContext(
+            invocation_id="inv_test", timeout=20.0, traceparent=traceparent, tracestate="vendor=1"
+        )
         env = (await upstream.invoke("legacy echo", {}, traced)).structured_content["env"]
         assert env["TRACEPARENT"] == traceparent and env["TRACESTATE"] == "vendor=1"
         plain = (await upstream.invoke("legacy echo", {}, ctx())).structured_content["env"]
@@ -412,7 +501,9 @@ async def test_cancel_kills_the_whole_process_group(home):
     upstream = await started(config(home, "legacy", command_timeouts={"sleep": 20}))
     pid_file = home["tmp"] / "pids"
     try:
-        call = asyncio.create_task(upstream.invoke("legacy sleep", {"pid_file": str(pid_file), "seconds": 30}, ctx()))
+        call = asyncio.create_task(
+            upstream.invoke("legacy sleep", {"pid_file": str(pid_file), "seconds": 30}, ctx())
+        )
         await until(lambda: pid_file.exists() and len(pid_file.read_text().split()) == 2)
         parent, child = map(int, pid_file.read_text().split())
         call.cancel()
@@ -446,15 +537,23 @@ async def test_a_run_and_what_it_started_end_when_the_bridge_is_killed(home):
     script = RUNS_WHEN_KILLED.format(config=cfg, pid_file=str(pid_file))
     bridge = await asyncio.create_subprocess_exec(sys.executable, "-c", script, cwd=ROOT)
     try:  # the command has started its child once both pids are written
-        await until(lambda: bridge.returncode is not None or (pid_file.exists() and len(pid_file.read_text().split()) == 2),
-                    timeout=30)
+        await until(
+            lambda: (
+                bridge.returncode is not None
+                or (pid_file.exists() and len(pid_file.read_text().split()) == 2)
+            ),
+            timeout=30,
+        )
         assert bridge.returncode is None, "the miniature bridge ended before the command ran"
         command, child = map(int, pid_file.read_text().split())
     finally:
         if bridge.returncode is None:
             bridge.kill()  # as a kill -9: nothing of the bridge's closes
         await bridge.wait()
-    assert [await process_ended(command), await process_ended(child)] == [True, True]  # each killed if not
+    assert [await process_ended(command), await process_ended(child)] == [
+        True,
+        True,
+    ]  # each killed if not
 
 
 async def test_configured_timeout_overrides_the_declared_one(home):
@@ -468,7 +567,9 @@ async def test_configured_timeout_overrides_the_declared_one(home):
             await until(lambda: not any(alive(int(p)) for p in pid_file.read_text().split()))
         # the pipeline's own limit is the ceiling
         with pytest.raises(BridgeError) as info:
-            await upstream.invoke("legacy sleep", {"pid_file": str(pid_file), "seconds": 30}, ctx(timeout=0.4))
+            await upstream.invoke(
+                "legacy sleep", {"pid_file": str(pid_file), "seconds": 30}, ctx(timeout=0.4)
+            )
         assert "within 0.4s" in info.value.message
         # invoke.default_timeout (a fixed timeout) overrides command_timeouts, longer or shorter
         pid_file.unlink(missing_ok=True)
@@ -486,15 +587,27 @@ async def test_declared_timeout_never_outlasts_the_upstream_timeout(home):
     async with bridge_for(home, {"name": "legacy", "command": "legacy", "timeout": 1}) as bridge:
         timeouts = {d.native_name: d.timeout for d in bridge.catalog.declarations()}
         # unreadable as a number of seconds: the upstream's `timeout` applies; longer: cut to it
-        assert (timeouts["legacy_linger"], timeouts["legacy_doze"], timeouts["legacy_sleep"]) == (None, 1, 1)
+        assert (timeouts["legacy_linger"], timeouts["legacy_doze"], timeouts["legacy_sleep"]) == (
+            None,
+            1,
+            1,
+        )
         for name in ("linger", "doze"):
             pid_file = home["tmp"] / f"{name}.pids"
             started_at = time.monotonic()
             async with asyncio.timeout(10):
-                result = await bridge.invoker.invoke(f"legacy__legacy_{name}", {"pid_file": str(pid_file), "seconds": 30})
-            assert result.status == "timed_out" and result.error.error_class == "timeout", result.content
+                result = await bridge.invoker.invoke(
+                    f"legacy__legacy_{name}", {"pid_file": str(pid_file), "seconds": 30}
+                )
+            assert result.status == "timed_out" and result.error.error_class == "timeout", (
+                result.content
+            )
             assert time.monotonic() - started_at < 5
-            await until(lambda f=pid_file: f.exists() and not any(alive(int(p)) for p in f.read_text().split()))
+            await until(
+                lambda f=pid_file: (
+                    f.exists() and not any(alive(int(p)) for p in f.read_text().split())
+                )
+            )
     with pytest.raises(ValueError, match="finite"):
         config(home, "legacy", command_timeouts={"sleep": float("inf")})
 
@@ -503,7 +616,10 @@ async def test_nonzero_exit_is_an_error_envelope_with_exit_code_and_stderr(home)
     async with bridge_for(home, {"name": "legacy", "command": "legacy"}) as bridge:
         result = await bridge.invoker.invoke("legacy__legacy_fail", {"message": "disk full"})
         assert result.is_error and result.status == "failed"
-        assert result.error.error_class == "execution_failed" and result.error.error_code == "nonzero_exit"
+        assert (
+            result.error.error_class == "execution_failed"
+            and result.error.error_code == "nonzero_exit"
+        )
         assert result.error.native_error_ref["exit_code"] == 3
         assert "legacy: disk full" in result.error.native_error_ref["stderr_tail"]
         assert "exited with code 3: legacy: disk full" in result.error.message
@@ -526,12 +642,25 @@ async def test_json_stdout_is_structured_and_output_is_capped(home):
 async def test_interactive_command_blocked_with_reason_unless_answered(home):
     async with bridge_for(home, {"name": "legacy", "command": "legacy"}) as bridge:
         record = bridge.surfaces.get("default").record()
-        assert any(b.name == "legacy__legacy_ask" and b.reason == "requires_user_interaction" for b in record.blocked_tools)
+        assert any(
+            b.name == "legacy__legacy_ask" and b.reason == "requires_user_interaction"
+            for b in record.blocked_tools
+        )
         result = await bridge.invoker.invoke("legacy__legacy_ask", {})
         assert result.is_error and result.status == "denied"
-        assert result.error.error_class == "policy_blocked" and result.error.error_code == "requires_user_interaction"
-        assert "`legacy ask` waits for input on stdin and answers to prompts" in result.error.message and "`answers:`" in result.error.message
-    answered = {"name": "legacy", "command": "legacy", "answers": [{"commands": ["ask"], "stdin": "yes\n", "flags": ["--assume-yes"]}]}
+        assert (
+            result.error.error_class == "policy_blocked"
+            and result.error.error_code == "requires_user_interaction"
+        )
+        assert (
+            "`legacy ask` waits for input on stdin and answers to prompts" in result.error.message
+            and "`answers:`" in result.error.message
+        )
+    answered = {
+        "name": "legacy",
+        "command": "legacy",
+        "answers": [{"commands": ["ask"], "stdin": "yes\n", "flags": ["--assume-yes"]}],
+    }
     async with bridge_for(home, answered) as bridge:
         result = await bridge.invoker.invoke("legacy__legacy_ask", {})
         assert result.status == "succeeded"
@@ -539,11 +668,18 @@ async def test_interactive_command_blocked_with_reason_unless_answered(home):
 
 
 async def test_destructive_command_denied_unless_the_surface_allows_it(home):
-    surfaces = [{"name": "default"}, {"name": "admin", "allow_destructive": True}, {"name": "picked", "allow": ["*_wipe"]}]
+    surfaces = [
+        {"name": "default"},
+        {"name": "admin", "allow_destructive": True},
+        {"name": "picked", "allow": ["*_wipe"]},
+    ]
     async with bridge_for(home, {"name": "legacy", "command": "legacy"}, surfaces) as bridge:
         denied = await bridge.invoker.invoke("legacy__legacy_wipe", {})
         assert denied.is_error and denied.status == "denied"
-        assert denied.error.error_class == "permission_denied" and denied.error.error_code == "destructive_not_allowed"
+        assert (
+            denied.error.error_class == "permission_denied"
+            and denied.error.error_code == "destructive_not_allowed"
+        )
         for surface in ("admin", "picked"):
             allowed = await bridge.invoker.invoke("legacy__legacy_wipe", {}, surface=surface)
             assert allowed.status == "succeeded" and allowed.structured_content == {"wiped": True}
@@ -554,7 +690,9 @@ def test_config_rejects_bad_answers_and_resolves_relative_paths(home):
         ATIPConfig(name="x", command="x", answers=[{"commands": ["*"]}])
     with pytest.raises(ValueError):
         ATIPConfig(name="x", command="x", answers=[{"flags": ["yes"]}])
-    cfg = ATIPConfig(name="x", command=["./bin/legacy", "extra"], xdg_data_home="data", base_dir=str(home["tmp"]))
+    cfg = ATIPConfig(
+        name="x", command=["./bin/legacy", "extra"], xdg_data_home="data", base_dir=str(home["tmp"])
+    )
     upstream = ATIPUpstream(cfg)
     upstream._probe_env = upstream._environment(with_auth=False)
     assert upstream._resolve_command() == [str(home["tmp"] / "bin" / "legacy"), "extra"]
@@ -566,8 +704,12 @@ def test_scan_cli_probes_path_with_a_skip_list(home, capsys):
     # the command's own entry, run in this process (an exception other than its exit fails here)
     from bridge.cli import main
 
-    for wrong, said in ((["-c", "bridge.yaml"], "unrecognized arguments: -c"), (["--timeout", "-1"], "above 0"),
-                        (["--timeout", "nan"], "above 0"), (["--path", str(home["tmp"] / "nowhere")], "is no folder")):
+    for wrong, said in (
+        (["-c", "bridge.yaml"], "unrecognized arguments: -c"),
+        (["--timeout", "-1"], "above 0"),
+        (["--timeout", "nan"], "above 0"),
+        (["--path", str(home["tmp"] / "nowhere")], "is no folder"),
+    ):
         try:
             status = main(["atip", "scan", *wrong, "--dry-run"])
         except SystemExit as exc:
@@ -575,9 +717,26 @@ def test_scan_cli_probes_path_with_a_skip_list(home, capsys):
         stderr = capsys.readouterr().err
         assert status == 2 and said in stderr, (wrong, stderr)
     run = subprocess.run(
-        [sys.executable, "-m", "bridge.cli", "atip", "scan", "--path", str(home["bin"]),
-         "--skip", "oldtool", "--data-home", str(home["data"]), "--json", "--all"],
-        capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, "PATH": home["path"]},
+        [
+            sys.executable,
+            "-m",
+            "bridge.cli",
+            "atip",
+            "scan",
+            "--path",
+            str(home["bin"]),
+            "--skip",
+            "oldtool",
+            "--data-home",
+            str(home["data"]),
+            "--json",
+            "--all",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "PATH": home["path"]},
     )
     assert run.returncode == 0, run.stderr
     results = {Path(r["executable"]).name: r for r in json.loads(run.stdout)}
@@ -596,14 +755,25 @@ async def test_a_program_leaving_a_child_on_its_output_is_done_at_its_own_exit(t
     from adapters.atip.exec import run_process
 
     pid_file = tmp_path / "child.pid"
-    code = ("import json, subprocess, sys\n"
-            f"child = subprocess.Popen(['sleep', '60'])\nopen({str(pid_file)!r}, 'w').write(str(child.pid))\n"
-            "print(json.dumps({'atip': '0.6'}))\n")
+    code = (
+        "import json, subprocess, sys\n"
+        f"child = subprocess.Popen(['sleep', '60'])\nopen({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "print(json.dumps({'atip': '0.6'}))\n"
+    )
     began = time.perf_counter()
-    outcome = await run_process([sys.executable, "-c", code], env=dict(os.environ), cwd=None, timeout=10)
-    assert not outcome.timed_out and outcome.returncode == 0 and json.loads(outcome.stdout) == {"atip": "0.6"}
+    outcome = await run_process(
+        [sys.executable, "-c", code], env=dict(os.environ), cwd=None, timeout=10
+    )
+    assert (
+        not outcome.timed_out
+        and outcome.returncode == 0
+        and json.loads(outcome.stdout) == {"atip": "0.6"}
+    )
     assert time.perf_counter() - began < 5
     child = int(pid_file.read_text())
     async with asyncio.timeout(5):  # the child, in the program's process group, is killed with it
-        while os.path.exists(f"/proc/{child}") and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
+        while (
+            os.path.exists(f"/proc/{child}")
+            and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]
+        ):
             await asyncio.sleep(0.01)

@@ -14,8 +14,11 @@ from tests.servers import serve_asgi
 
 # codes of JSON-RPC's server-error range the SDK also uses for errors it makes up itself
 # (-32000 for a closed connection, -32001 for a request timeout), and one it does not
-SERVER_ERRORS = [(-32000, "plain failure"), (-32001, "the backend timed out"),
-                 (-32099, "quota spent")]
+SERVER_ERRORS = [
+    (-32000, "plain failure"),
+    (-32001, "the backend timed out"),
+    (-32099, "quota spent"),
+]
 
 
 @pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])

@@ -51,12 +51,23 @@ async def until(predicate: Callable[[], Any], timeout: float = 30.0, step: float
 
 
 def make_bridge(*upstreams: dict[str, Any]) -> Bridge:
-    config = parse_config({"store": {"path": ":memory:"}, "upstreams": list(upstreams)}, source="test", base_dir=str(ROOT))
+    config = parse_config(
+        {"store": {"path": ":memory:"}, "upstreams": list(upstreams)},
+        source="test",
+        base_dir=str(ROOT),
+    )
     return Bridge(config)
 
 
 def stdio(name: str, *args: str, **settings: Any) -> dict[str, Any]:
-    return {"name": name, "kind": "mcp", "command": "python", "args": [FIXTURE, *args], **FAST_RETRY, **settings}
+    return {
+        "name": name,
+        "kind": "mcp",
+        "command": "python",
+        "args": [FIXTURE, *args],
+        **FAST_RETRY,
+        **settings,
+    }
 
 
 class Outages:
@@ -87,7 +98,9 @@ async def pid_of(bridge: Bridge, upstream: str) -> int:
 
 
 async def test_exited_and_killed_servers_are_reported_then_reconnected_without_zombies() -> None:
-    bridge = make_bridge(stdio("srv", protocol="2026-07-28", env={"SERVICE_TOKEN": "hunter2-token"}))
+    bridge = make_bridge(
+        stdio("srv", protocol="2026-07-28", env={"SERVICE_TOKEN": "hunter2-token"})
+    )
     outages = Outages(bridge, "srv")
     pids: list[int] = []
     async with bridge:
@@ -95,16 +108,25 @@ async def test_exited_and_killed_servers_are_reported_then_reconnected_without_z
         pids.append(await pid_of(bridge, "srv"))
 
         # 1. the server exits on its own, saying why on stderr
-        crashed = await bridge.invoker.invoke("srv__crash", {"code": 7, "message": "fatal: disk on fire (token hunter2-token)"})
+        crashed = await bridge.invoker.invoke(
+            "srv__crash", {"code": 7, "message": "fatal: disk on fire (token hunter2-token)"}
+        )
         assert crashed.error.error_class == "dependency_unavailable"
-        assert "exited with code 7" in crashed.error.message and "fatal: disk on fire" in crashed.error.message
-        assert "hunter2-token" not in crashed.error.message and "(token ***)" in crashed.error.message
+        assert (
+            "exited with code 7" in crashed.error.message
+            and "fatal: disk on fire" in crashed.error.message
+        )
+        assert (
+            "hunter2-token" not in crashed.error.message and "(token ***)" in crashed.error.message
+        )
         await until(lambda: slot.health.state == "ready" and outages.down())
         state, reason, tool_states = outages.down()[0]
         assert state == "unavailable" and tool_states == ["unavailable"]  # its tools stay listed
         assert "exited with code 7" in reason and "stderr: fatal: disk on fire" in reason
         pids.append(await pid_of(bridge, "srv"))
-        assert (await bridge.invoker.invoke("srv__echo", {"text": "back"})).content[0]["text"] == "back"
+        assert (await bridge.invoker.invoke("srv__echo", {"text": "back"})).content[0][
+            "text"
+        ] == "back"
 
         # 2. the server is killed from outside
         os.kill(pids[-1], signal.SIGKILL)
@@ -118,14 +140,22 @@ async def test_exited_and_killed_servers_are_reported_then_reconnected_without_z
     await until(lambda: all(reaped(pid) for pid in pids), timeout=5)
 
 
-async def test_calls_during_an_outage_get_dependency_unavailable_with_retry_after(tmp_path: Path) -> None:
+async def test_calls_during_an_outage_get_dependency_unavailable_with_retry_after(
+    tmp_path: Path,
+) -> None:
     marker = tmp_path / "down"
-    bridge = make_bridge(stdio("srv", "--refuse-if", str(marker), protocol="legacy", retry_initial=0.3, retry_max=0.6))
+    bridge = make_bridge(
+        stdio(
+            "srv", "--refuse-if", str(marker), protocol="legacy", retry_initial=0.3, retry_max=0.6
+        )
+    )
     async with bridge:
         slot = bridge.catalog.slot("srv")
         marker.touch()  # restarts fail until it is removed
         await bridge.invoker.invoke("srv__crash", {"code": 1})
-        await until(lambda: slot.health.reason is not None and "refusing to start" in slot.health.reason)
+        await until(
+            lambda: slot.health.reason is not None and "refusing to start" in slot.health.reason
+        )
         assert slot.health.state == "unavailable"
         assert bridge.catalog.resolve("srv__echo").loading_state == "unavailable"
 
@@ -159,7 +189,9 @@ async def test_hung_servers_time_out_without_blocking_other_upstreams() -> None:
             hung = asyncio.create_task(bridge.invoker.invoke("frozen__freeze", {"seconds": 30}))
             begun = loop.time()
             for _ in range(5):
-                assert (await bridge.invoker.invoke("fine__echo", {"text": "ok"})).status == "succeeded"
+                assert (
+                    await bridge.invoker.invoke("fine__echo", {"text": "ok"})
+                ).status == "succeeded"
             assert not hung.done()  # the other upstream answered while this one hangs
             result = await hung
             assert result.status == "timed_out" and result.error.error_class == "timeout"
@@ -167,11 +199,20 @@ async def test_hung_servers_time_out_without_blocking_other_upstreams() -> None:
 
 
 @pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
-async def test_http_server_going_away_is_reported_and_reconnected(protocol: str, caplog: pytest.LogCaptureFixture) -> None:
+async def test_http_server_going_away_is_reported_and_reconnected(
+    protocol: str, caplog: pytest.LogCaptureFixture
+) -> None:
     server, _ = build_server()
     port = free_port()
-    upstream = {"name": "remote", "kind": "mcp", "url": f"http://127.0.0.1:{port}/mcp", "protocol": protocol,
-                "ping_interval": 0.1, "ping_timeout": 1, **FAST_RETRY}
+    upstream = {
+        "name": "remote",
+        "kind": "mcp",
+        "url": f"http://127.0.0.1:{port}/mcp",
+        "protocol": protocol,
+        "ping_interval": 0.1,
+        "ping_timeout": 1,
+        **FAST_RETRY,
+    }
     bridge = make_bridge(upstream)
     outages = Outages(bridge, "remote")
     async with serve_asgi(server.streamable_http_app(), port=port):
@@ -180,22 +221,35 @@ async def test_http_server_going_away_is_reported_and_reconnected(protocol: str,
         slot = bridge.catalog.slot("remote")
         # a liveness probe under way as the server went may be the first to fail (unanswered);
         # the connections tried after it are refused, and the reason says so
-        await until(lambda: slot.health.state != "ready" and "HTTP connection to http://127.0.0.1" in (slot.health.reason or ""))
+        await until(
+            lambda: (
+                slot.health.state != "ready"
+                and "HTTP connection to http://127.0.0.1" in (slot.health.reason or "")
+            )
+        )
         assert outages.down()[0][2] == ["unavailable"]
         result = await bridge.invoker.invoke("remote__echo", {"text": "x"})
         assert result.error.error_class == "dependency_unavailable" and result.error.retry_after
 
         async with serve_asgi(server.streamable_http_app(), port=port):  # back on the same port
             await until(lambda: slot.health.state == "ready")
-            assert (await bridge.invoker.invoke("remote__echo", {"text": "back"})).content[0]["text"] == "back"
+            assert (await bridge.invoker.invoke("remote__echo", {"text": "back"})).content[0][
+                "text"
+            ] == "back"
             assert bridge.catalog.resolve("remote__echo").loading_state == "loaded"
     finally:
         await bridge.close()
     # the lost session's DELETE could not reach the server either: said once, as the loss's reason
-    assert not [r for r in caplog.records if "ending the HTTP session" in r.message and r.levelno >= logging.WARNING]
+    assert not [
+        r
+        for r in caplog.records
+        if "ending the HTTP session" in r.message and r.levelno >= logging.WARNING
+    ]
 
 
-async def test_a_session_end_the_server_refuses_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_session_end_the_server_refuses_is_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     server, _ = build_server()
     app = server.streamable_http_app()
 
@@ -207,10 +261,15 @@ async def test_a_session_end_the_server_refuses_is_a_warning(caplog: pytest.LogC
         await app(scope, receive, send)
 
     async with serve_asgi(refusing_delete) as base:
-        async with make_bridge({"name": "remote", "kind": "mcp", "url": f"{base}/mcp", "protocol": "legacy"}) as bridge:
+        async with make_bridge(
+            {"name": "remote", "kind": "mcp", "url": f"{base}/mcp", "protocol": "legacy"}
+        ) as bridge:
             assert bridge.catalog.slot("remote").health.state == "ready"
     [record] = [r for r in caplog.records if "ending the HTTP session" in r.message]
-    assert record.levelno == logging.WARNING and record.message == "mcp upstream remote: ending the HTTP session failed: HTTP 500"
+    assert (
+        record.levelno == logging.WARNING
+        and record.message == "mcp upstream remote: ending the HTTP session failed: HTTP 500"
+    )
 
 
 def forgets_sessions_with_400(app: Any) -> Any:
@@ -220,16 +279,38 @@ def forgets_sessions_with_400(app: Any) -> Any:
     opened: set[str] = set()
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
-        session = dict(scope.get("headers") or []).get(b"mcp-session-id") if scope["type"] == "http" else None
+        session = (
+            dict(scope.get("headers") or []).get(b"mcp-session-id")
+            if scope["type"] == "http"
+            else None
+        )
         if session is not None and session.decode() not in opened:
-            body = json.dumps({"jsonrpc": "2.0", "error": {"code": -32000, "message": "Bad Request: No valid session ID provided"}}).encode()
-            await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json")]})
+            body = json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "error": {
+                        "code": -32000,
+                        "message": "Bad Request: No valid session ID provided",
+                    },
+                }
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 400,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
 
         async def remember(message: Any) -> None:
             if message["type"] == "http.response.start":
-                opened.update(v.decode() for k, v in message.get("headers", []) if k.lower() == b"mcp-session-id")
+                opened.update(
+                    v.decode()
+                    for k, v in message.get("headers", [])
+                    if k.lower() == b"mcp-session-id"
+                )
             await send(message)
 
         await app(scope, receive, remember)
@@ -248,7 +329,9 @@ def recording(app: Any, seen: list[tuple[str, str | None, int]]) -> Any:
 
         async def note(message: Any) -> None:
             if message["type"] == "http.response.start":
-                seen.append((scope["method"], session.decode() if session else None, message["status"]))
+                seen.append(
+                    (scope["method"], session.decode() if session else None, message["status"])
+                )
             await send(message)
 
         await app(scope, receive, note)
@@ -257,22 +340,34 @@ def recording(app: Any, seen: list[tuple[str, str | None, int]]) -> Any:
 
 
 @pytest.mark.parametrize("answer", [404, 400])
-async def test_an_http_server_restarted_under_the_session_is_connected_again_at_once(answer: int, caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_http_server_restarted_under_the_session_is_connected_again_at_once(
+    answer: int, caplog: pytest.LogCaptureFixture
+) -> None:
     # a restarted server knows none of the old sessions: MCP has it answer 404, and the client
     # MUST open a new session; servers built on the TypeScript SDK's example answer 400. Every
     # call failed with execution_failed until the next liveness probe, ping_interval (30 s) later
     port = free_port()
-    upstream = {"name": "remote", "kind": "mcp", "url": f"http://127.0.0.1:{port}/mcp", "protocol": "legacy", **FAST_RETRY}
+    upstream = {
+        "name": "remote",
+        "kind": "mcp",
+        "url": f"http://127.0.0.1:{port}/mcp",
+        "protocol": "legacy",
+        **FAST_RETRY,
+    }
     bridge: Bridge | None = make_bridge(upstream)
     first, _ = build_server()
     async with serve_asgi(first.streamable_http_app(), port=port):
         await bridge.start()
-        assert (await bridge.invoker.invoke("remote__echo", {"text": "before"})).status == "succeeded"
+        assert (
+            await bridge.invoker.invoke("remote__echo", {"text": "before"})
+        ).status == "succeeded"
     seen: list[tuple[str, str | None, int]] = []
     try:
         second, _ = build_server()
         app = second.streamable_http_app()
-        async with serve_asgi(recording(app if answer == 404 else forgets_sessions_with_400(app), seen), port=port):
+        async with serve_asgi(
+            recording(app if answer == 404 else forgets_sessions_with_400(app), seen), port=port
+        ):
             results = []
             async with asyncio.timeout(10):
                 while not results or results[-1].status != "succeeded":
@@ -293,11 +388,16 @@ async def test_an_http_server_restarted_under_the_session_is_connected_again_at_
             closing, bridge = bridge, None
             await closing.close()
             # ... and the session it knows is, when the bridge closes
-            assert [r for r in seen if r[0] == "DELETE"] == [("DELETE", seen[-1][1], 200)] and seen[-1][1] not in forgotten, seen
+            assert [r for r in seen if r[0] == "DELETE"] == [("DELETE", seen[-1][1], 200)] and seen[
+                -1
+            ][1] not in forgotten, seen
     finally:
         if bridge is not None:
             await bridge.close()
-    assert "Session termination failed" not in caplog.text and "ending the HTTP session" not in caplog.text
+    assert (
+        "Session termination failed" not in caplog.text
+        and "ending the HTTP session" not in caplog.text
+    )
 
 
 async def test_an_http_server_that_stops_answering_is_unavailable_within_ping_timeout() -> None:
@@ -313,8 +413,18 @@ async def test_an_http_server_that_stops_answering_is_unavailable_within_ping_ti
         await app(scope, receive, send)
 
     async with serve_asgi(stalling) as base:
-        bridge = make_bridge({"name": "remote", "kind": "mcp", "url": f"{base}/mcp", "protocol": "legacy",
-                              "ping_interval": 0.2, "ping_timeout": 0.5, "retry_initial": 30, "retry_max": 30})
+        bridge = make_bridge(
+            {
+                "name": "remote",
+                "kind": "mcp",
+                "url": f"{base}/mcp",
+                "protocol": "legacy",
+                "ping_interval": 0.2,
+                "ping_timeout": 0.5,
+                "retry_initial": 30,
+                "retry_max": 30,
+            }
+        )
         try:
             await bridge.start()
             slot = bridge.catalog.slot("remote")
@@ -339,8 +449,18 @@ def refuses_a_call_with_400(app: Any, text: str) -> Any:
         body = await read_body(receive)
         request = json.loads(body)
         if request.get("method") == "tools/call" and text in json.dumps(request.get("params")):
-            error = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32602, "message": f"{text} is not accepted here"}}
-            await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json")]})
+            error = {
+                "jsonrpc": "2.0",
+                "id": request["id"],
+                "error": {"code": -32602, "message": f"{text} is not accepted here"},
+            }
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 400,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
             await send({"type": "http.response.body", "body": json.dumps(error).encode()})
             return
         await app(scope, replaying(body, receive), send)
@@ -351,14 +471,28 @@ def refuses_a_call_with_400(app: Any, text: str) -> Any:
 async def test_a_request_the_server_answers_with_400_keeps_its_error_and_the_session() -> None:
     # a 400 asks for a liveness probe: the session is alive, so the call's own error stands
     server, _ = build_server()
-    async with serve_asgi(refuses_a_call_with_400(server.streamable_http_app(), "forbidden-word")) as base:
-        bridge = make_bridge({"name": "remote", "kind": "mcp", "url": f"{base}/mcp", "protocol": "legacy", **FAST_RETRY})
+    async with serve_asgi(
+        refuses_a_call_with_400(server.streamable_http_app(), "forbidden-word")
+    ) as base:
+        bridge = make_bridge(
+            {
+                "name": "remote",
+                "kind": "mcp",
+                "url": f"{base}/mcp",
+                "protocol": "legacy",
+                **FAST_RETRY,
+            }
+        )
         async with bridge:
             refused = await bridge.invoker.invoke("remote__echo", {"text": "forbidden-word"})
-            assert refused.error is not None and refused.error.error_class == "invalid_arguments", refused.error
+            assert refused.error is not None and refused.error.error_class == "invalid_arguments", (
+                refused.error
+            )
             assert "forbidden-word is not accepted here" in refused.error.message
             assert bridge.catalog.slot("remote").health.state == "ready"
-            assert (await bridge.invoker.invoke("remote__echo", {"text": "fine"})).content[0]["text"] == "fine"
+            assert (await bridge.invoker.invoke("remote__echo", {"text": "fine"})).content[0][
+                "text"
+            ] == "fine"
 
 
 def failing_after_initialize(failure: str, seen: list[tuple[str, str | None]]) -> Any:
@@ -377,20 +511,41 @@ def failing_after_initialize(failure: str, seen: list[tuple[str, str | None]]) -
         answer: dict[str, Any] | None = None
         if request.get("method") == "initialize":
             version = {"version": "1999-01-01"}.get(failure, "2025-06-18")
-            result: dict[str, Any] = {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}
+            result: dict[str, Any] = {
+                "protocolVersion": version,
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "s", "version": "1"},
+            }
             if failure == "invalid":
                 result["capabilities"] = "none"
             answer = {"jsonrpc": "2.0", "id": request["id"], "result": result}
         elif request.get("method") == "tools/list":
             if failure == "listing_hangs":
                 await asyncio.Event().wait()
-            answer = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32603, "message": "the listing broke"}}
+            answer = {
+                "jsonrpc": "2.0",
+                "id": request["id"],
+                "error": {"code": -32603, "message": "the listing broke"},
+            }
         elif "id" in request:
             answer = {"jsonrpc": "2.0", "id": request["id"], "result": {}}
-        status = 200 if answer is not None or scope["method"] == "DELETE" else 202 if scope["method"] == "POST" else 405
-        headers = [(b"mcp-session-id", b"s1")] + ([(b"content-type", b"application/json")] if answer is not None else [])
+        status = (
+            200
+            if answer is not None or scope["method"] == "DELETE"
+            else 202
+            if scope["method"] == "POST"
+            else 405
+        )
+        headers = [(b"mcp-session-id", b"s1")] + (
+            [(b"content-type", b"application/json")] if answer is not None else []
+        )
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": json.dumps(answer).encode() if answer is not None else b""})
+        await send(
+            {
+                "type": "http.response.body",
+                "body": json.dumps(answer).encode() if answer is not None else b"",
+            }
+        )
 
     return app
 
@@ -402,8 +557,16 @@ async def test_a_start_that_fails_after_initialize_ends_the_session_it_opened(fa
     # initialize answer was refused sent no other request naming the session, and was left open
     seen: list[tuple[str, str | None]] = []
     async with serve_asgi(failing_after_initialize(failure, seen), lifespan="off") as base:
-        upstream = {"name": "remote", "kind": "mcp", "url": f"{base}/mcp", "protocol": "legacy", "start_timeout": 1, "ping_timeout": 1,
-                    "retry_initial": 30, "retry_max": 30}
+        upstream = {
+            "name": "remote",
+            "kind": "mcp",
+            "url": f"{base}/mcp",
+            "protocol": "legacy",
+            "start_timeout": 1,
+            "ping_timeout": 1,
+            "retry_initial": 30,
+            "retry_max": 30,
+        }
         async with make_bridge(upstream) as bridge:
             assert bridge.catalog.slot("remote").health.state == "failed"
             await until(lambda: ("DELETE", "s1") in seen, timeout=5)
@@ -411,23 +574,50 @@ async def test_a_start_that_fails_after_initialize_ends_the_session_it_opened(fa
 
 
 async def test_unstartable_command_fails_with_a_clear_reason() -> None:
-    bridge = make_bridge({"name": "ghost", "kind": "mcp", "command": "no-such-mcp-server-binary", "retry_initial": 30})
+    bridge = make_bridge(
+        {
+            "name": "ghost",
+            "kind": "mcp",
+            "command": "no-such-mcp-server-binary",
+            "retry_initial": 30,
+        }
+    )
     async with bridge:
         health = bridge.catalog.slot("ghost").health
         assert health.state == "failed"
         assert "cannot start `no-such-mcp-server-binary`" in health.reason
 
 
-async def test_a_listing_whose_cursor_repeats_fails_with_the_reason_and_an_endless_one_stops_at_max_pages(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_listing_whose_cursor_repeats_fails_with_the_reason_and_an_endless_one_stops_at_max_pages(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     bridge = make_bridge(
-        {"name": "same", "kind": "mcp", "command": "python", "args": [TINY, "--cursors", "same"], "retry_initial": 30, "retry_max": 30},
-        {"name": "endless", "kind": "mcp", "command": "python", "args": [TINY, "--cursors", "endless"], "max_pages": 5},
+        {
+            "name": "same",
+            "kind": "mcp",
+            "command": "python",
+            "args": [TINY, "--cursors", "same"],
+            "retry_initial": 30,
+            "retry_max": 30,
+        },
+        {
+            "name": "endless",
+            "kind": "mcp",
+            "command": "python",
+            "args": [TINY, "--cursors", "endless"],
+            "max_pages": 5,
+        },
     )
     async with asyncio.timeout(10), bridge:
         same = bridge.catalog.slot("same").health
-        assert same.state == "failed" and same.reason == "MCP upstream 'same' repeated the tools/list cursor '1'", same
+        assert (
+            same.state == "failed"
+            and same.reason == "MCP upstream 'same' repeated the tools/list cursor '1'"
+        ), same
         assert bridge.catalog.slot("endless").health.state == "ready"
-        assert sorted(d.name for d in bridge.catalog.declarations()) == [f"endless__echo_{page}" for page in range(5)]
+        assert sorted(d.name for d in bridge.catalog.declarations()) == [
+            f"endless__echo_{page}" for page in range(5)
+        ]
     assert "mcp upstream endless: tools/list still had pages after max_pages=5" in caplog.text
 
 
@@ -435,45 +625,79 @@ async def test_a_listing_whose_cursor_repeats_fails_with_the_reason_and_an_endle
 
 
 @pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
-async def test_invalid_tools_are_skipped_with_a_warning_and_the_others_kept(protocol: str, caplog: pytest.LogCaptureFixture) -> None:
+async def test_invalid_tools_are_skipped_with_a_warning_and_the_others_kept(
+    protocol: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="bridge.adapters.mcp")
     server, state = build_server(page_size=4)
     state.bad_tools = list(BAD_TOOLS)  # on the first of several pages
     async with serve_asgi(server.streamable_http_app()) as base:
         bridge = make_bridge(
             stdio("local", "--bad-tools", "--page-size", "4", protocol=protocol),
-            {"name": "remote", "kind": "mcp", "url": f"{base}/mcp", "protocol": protocol, **FAST_RETRY},
+            {
+                "name": "remote",
+                "kind": "mcp",
+                "url": f"{base}/mcp",
+                "protocol": protocol,
+                **FAST_RETRY,
+            },
         )
         async with bridge:
             # the SDK's 2026-07-28 types accept a `required` that is not a list of names
-            kept = {t.name for t in base_tools()} | ({"bad_required"} if protocol != "legacy" else set())
+            kept = {t.name for t in base_tools()} | (
+                {"bad_required"} if protocol != "legacy" else set()
+            )
             for up in ("local", "remote"):
                 slot = bridge.catalog.slot(up)
                 assert slot.health.state == "ready"
-                assert {d.native_name for d in bridge.catalog.declarations() if d.upstream == up} == kept
+                assert {
+                    d.native_name for d in bridge.catalog.declarations() if d.upstream == up
+                } == kept
                 skipped = (await slot.upstream.health())["skipped_tools"]
                 assert skipped["not_an_object"] == "inputSchema.type: Input should be 'object'"
-                assert skipped["schema_is_text"].startswith("inputSchema: Input should be a valid dictionary")
+                assert skipped["schema_is_text"].startswith(
+                    "inputSchema: Input should be a valid dictionary"
+                )
                 assert skipped["#8 of page 1"] == "name: Field required"
                 assert ("bad_required" in skipped) == (protocol == "legacy")
                 # a nameless tool cannot be called, nor a second of a name: the first echo is kept
-                assert [why for label, why in skipped.items() if label.endswith("of the listing")] == ["a tool needs a name"]
-                assert skipped["echo"] == "another tool of the listing has this name (the first is kept)"
-                assert next(d for d in bridge.catalog.declarations() if d.upstream == up and d.native_name == "echo").description \
+                assert [
+                    why for label, why in skipped.items() if label.endswith("of the listing")
+                ] == ["a tool needs a name"]
+                assert (
+                    skipped["echo"]
+                    == "another tool of the listing has this name (the first is kept)"
+                )
+                assert (
+                    next(
+                        d
+                        for d in bridge.catalog.declarations()
+                        if d.upstream == up and d.native_name == "echo"
+                    ).description
                     == "Echo the given text."
+                )
                 warning = f"mcp upstream {up}: skipped tool 'not_an_object': inputSchema.type: Input should be 'object'"
                 assert warning in caplog.messages
-                assert (await bridge.invoker.invoke(f"{up}__echo", {"text": "still here"})).content[0]["text"] == "still here"
+                assert (await bridge.invoker.invoke(f"{up}__echo", {"text": "still here"})).content[
+                    0
+                ]["text"] == "still here"
 
             # a re-list keeps the upstream ready and does not repeat the warnings
             await bridge.invoker.invoke("local__set_extra", {"names": ["late"], "notify": True})
             await until(lambda: bridge.catalog.resolve("local__late") is not None)
             assert bridge.catalog.slot("local").health.state == "ready"
-            assert sum("mcp upstream local: skipped tool 'not_an_object'" in m for m in caplog.messages) == 1
+            assert (
+                sum(
+                    "mcp upstream local: skipped tool 'not_an_object'" in m for m in caplog.messages
+                )
+                == 1
+            )
 
 
 @pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
-async def test_a_large_listing_is_checked_and_converted_off_the_event_loop(protocol: str, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_large_listing_is_checked_and_converted_off_the_event_loop(
+    protocol: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A page of OFF_LOOP_TOOLS tools or more is checked, and the listing converted, on a worker
     thread (the event loop serves calls meanwhile); a small one on the loop. Nothing else differs."""
     ran_on: dict[tuple[str, str], set[bool]] = {}
@@ -482,7 +706,9 @@ async def test_a_large_listing_is_checked_and_converted_off_the_event_loop(proto
         original = getattr(MCPUpstream, method)
 
         def record(self: MCPUpstream, *args: Any) -> Any:
-            ran_on.setdefault((self.name, method), set()).add(threading.current_thread() is threading.main_thread())
+            ran_on.setdefault((self.name, method), set()).add(
+                threading.current_thread() is threading.main_thread()
+            )
             return original(self, *args)
 
         monkeypatch.setattr(MCPUpstream, method, record)
@@ -490,22 +716,48 @@ async def test_a_large_listing_is_checked_and_converted_off_the_event_loop(proto
     spy("_tools_page")
     spy("_converted")
     filler = OFF_LOOP_TOOLS + 20
-    bridge = make_bridge(stdio("large", "--bad-tools", "--filler", str(filler), "--page-size", "10000", protocol=protocol),
-                         stdio("small", "--bad-tools", "--page-size", "4", protocol=protocol))
+    bridge = make_bridge(
+        stdio(
+            "large",
+            "--bad-tools",
+            "--filler",
+            str(filler),
+            "--page-size",
+            "10000",
+            protocol=protocol,
+        ),
+        stdio("small", "--bad-tools", "--page-size", "4", protocol=protocol),
+    )
     async with bridge:
-        listed = {up: {d.native_name for d in bridge.catalog.declarations() if d.upstream == up} for up in ("large", "small")}
+        listed = {
+            up: {d.native_name for d in bridge.catalog.declarations() if d.upstream == up}
+            for up in ("large", "small")
+        }
         assert listed["large"] == listed["small"] | {f"filler_{i:03d}" for i in range(filler)}
-        skipped = {up: (await bridge.catalog.slot(up).upstream.health())["skipped_tools"] for up in ("large", "small")}
-        for found in skipped.values():  # a tool without a name is labelled by its place in the page, or the listing
-            assert sorted(found.pop(label) for label in [k for k in found if k.startswith("#")]) == ["a tool needs a name", "name: Field required"]
-        assert skipped["large"] == skipped["small"] and skipped["large"]["not_an_object"].startswith("inputSchema.type")
-        assert (await bridge.invoker.invoke("large__echo", {"text": "hi"})).content[0]["text"] == "hi"
+        skipped = {
+            up: (await bridge.catalog.slot(up).upstream.health())["skipped_tools"]
+            for up in ("large", "small")
+        }
+        for found in (
+            skipped.values()
+        ):  # a tool without a name is labelled by its place in the page, or the listing
+            assert sorted(
+                found.pop(label) for label in [k for k in found if k.startswith("#")]
+            ) == ["a tool needs a name", "name: Field required"]
+        assert skipped["large"] == skipped["small"] and skipped["large"][
+            "not_an_object"
+        ].startswith("inputSchema.type")
+        assert (await bridge.invoker.invoke("large__echo", {"text": "hi"})).content[0][
+            "text"
+        ] == "hi"
     assert ran_on[("large", "_tools_page")] == ran_on[("large", "_converted")] == {False}
     assert ran_on[("small", "_tools_page")] == ran_on[("small", "_converted")] == {True}
 
 
 @pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
-async def test_unreadable_answers_fail_their_call_at_once_and_repairable_ones_are_kept(protocol: str) -> None:
+async def test_unreadable_answers_fail_their_call_at_once_and_repairable_ones_are_kept(
+    protocol: str,
+) -> None:
     bridge = make_bridge(stdio("srv", protocol=protocol, timeout=20, ping_interval=None))
     loop = asyncio.get_running_loop()
     async with bridge:
@@ -527,30 +779,43 @@ async def test_unreadable_answers_fail_their_call_at_once_and_repairable_ones_ar
             assert loop.time() - begun < 5
             assert failed.status == "failed" and failed.error.error_class == "execution_failed"
             assert failed.error.recoverability != "retry"
-            assert "the server's answer could not be read" in failed.error.message and problem in failed.error.message
+            assert (
+                "the server's answer could not be read" in failed.error.message
+                and problem in failed.error.message
+            )
 
-        assert (await bridge.invoker.invoke("srv__echo", {"text": "fine"})).content[0]["text"] == "fine"
+        assert (await bridge.invoker.invoke("srv__echo", {"text": "fine"})).content[0][
+            "text"
+        ] == "fine"
         assert await pid_of(bridge, "srv") == pid  # the same session throughout
 
 
 async def test_a_line_over_max_line_bytes_fails_its_call_and_the_session_goes_on() -> None:
     limit = 1 << 20
-    bridge = make_bridge(stdio("srv", protocol="legacy", timeout=20, ping_interval=None, max_line_bytes=limit))
+    bridge = make_bridge(
+        stdio("srv", protocol="legacy", timeout=20, ping_interval=None, max_line_bytes=limit)
+    )
     loop = asyncio.get_running_loop()
     async with bridge:
         pid = await pid_of(bridge, "srv")
         # the request id at the head of the line (answered as soon as the line is too long) or at its end
         for kind in ("big", "big_id_last"):
             begun = loop.time()
-            result = await bridge.invoker.invoke("srv__raw_answer", {"kind": kind, "size": 6 * limit})
+            result = await bridge.invoker.invoke(
+                "srv__raw_answer", {"kind": kind, "size": 6 * limit}
+            )
             assert loop.time() - begun < 5
             assert result.status == "too_large" and result.error.error_class == "result_too_large"
             assert f"longer than max_line_bytes={limit} bytes" in result.error.message
 
         # a line just within the limit is read whole, and the session is the same one
-        within = await bridge.invoker.invoke("srv__raw_answer", {"kind": "big", "size": limit - 200})
+        within = await bridge.invoker.invoke(
+            "srv__raw_answer", {"kind": "big", "size": limit - 200}
+        )
         assert within.status == "succeeded"
-        assert (await bridge.invoker.invoke("srv__echo", {"text": "fine"})).content[0]["text"] == "fine"
+        assert (await bridge.invoker.invoke("srv__echo", {"text": "fine"})).content[0][
+            "text"
+        ] == "fine"
         assert await pid_of(bridge, "srv") == pid
 
 
@@ -580,7 +845,9 @@ def nested(levels: int) -> dict[str, Any]:
     return {"text": "deep", "extra": value}
 
 
-async def test_arguments_json_cannot_carry_are_refused_before_the_upstream_and_its_session_goes_on() -> None:
+async def test_arguments_json_cannot_carry_are_refused_before_the_upstream_and_its_session_goes_on() -> (
+    None
+):
     """A lone surrogate escape (`"\\ud800"` reads into a string no UTF-8 writer takes) once failed
     the SDK's writer inside the shared stdio session: the session closed, and every call in it
     with it. NaN and nesting past MAX_ARGUMENT_DEPTH are refused the same way."""
@@ -590,35 +857,83 @@ async def test_arguments_json_cannot_carry_are_refused_before_the_upstream_and_i
     async with bridge:
         pid = await pid_of(bridge, "srv")
         slow = asyncio.ensure_future(bridge.invoker.invoke("srv__slow", {"steps": 4, "delay": 0.2}))
-        cases = [({"text": "a\ud800b"}, "/text", "not valid Unicode"),
-                 ({"text": "x", "odd/\udfffkey": 1}, "/odd~1\ufffdkey", "not valid Unicode"),
-                 ({"text": "x", "list": ["ok", "\ud83d"]}, "/list/1", "not valid Unicode"),
-                 ({"text": "x", "n": [1.5, float("-inf")]}, "/n/1", "NaN or Infinity"),
-                 # the arguments object, then "extra" and 63 arrays: the 65th level
-                 (nested(MAX_ARGUMENT_DEPTH + 1), "/extra" + "/0" * (MAX_ARGUMENT_DEPTH - 1), f"deeper than {MAX_ARGUMENT_DEPTH} levels")]
+        cases = [
+            ({"text": "a\ud800b"}, "/text", "not valid Unicode"),
+            ({"text": "x", "odd/\udfffkey": 1}, "/odd~1\ufffdkey", "not valid Unicode"),
+            ({"text": "x", "list": ["ok", "\ud83d"]}, "/list/1", "not valid Unicode"),
+            ({"text": "x", "n": [1.5, float("-inf")]}, "/n/1", "NaN or Infinity"),
+            # the arguments object, then "extra" and 63 arrays: the 65th level
+            (
+                nested(MAX_ARGUMENT_DEPTH + 1),
+                "/extra" + "/0" * (MAX_ARGUMENT_DEPTH - 1),
+                f"deeper than {MAX_ARGUMENT_DEPTH} levels",
+            ),
+        ]
         for arguments, pointer, said in cases:
             result = await bridge.invoker.invoke("srv__echo", arguments)
-            assert result.status == "rejected" and result.error.error_class == "invalid_arguments", arguments
-            assert said in result.error.message and result.error.recoverability == "change_arguments"
-            assert result.error.details["errors"][0]["path"] == pointer and result.error.message.endswith(f"at {pointer}")
-            json.dumps(result.model_dump(mode="json"), ensure_ascii=False).encode()  # the answer itself is sendable
+            assert (
+                result.status == "rejected" and result.error.error_class == "invalid_arguments"
+            ), arguments
+            assert (
+                said in result.error.message and result.error.recoverability == "change_arguments"
+            )
+            assert result.error.details["errors"][0][
+                "path"
+            ] == pointer and result.error.message.endswith(f"at {pointer}")
+            json.dumps(
+                result.model_dump(mode="json"), ensure_ascii=False
+            ).encode()  # the answer itself is sendable
         # the call under way and the session are untouched; a pair (an emoji) and 64 levels pass
         assert (await slow).status == "succeeded"
         paired = json.loads('{"text": "\\ud83d\\ude00"}')  # as a JSON reader reads an escaped pair
         assert (await bridge.invoker.invoke("srv__echo", paired)).content[0]["text"] == "\U0001f600"
-        assert (await bridge.invoker.invoke("srv__echo", nested(MAX_ARGUMENT_DEPTH))).content[0]["text"] == "deep"
+        assert (await bridge.invoker.invoke("srv__echo", nested(MAX_ARGUMENT_DEPTH))).content[0][
+            "text"
+        ] == "deep"
         assert await pid_of(bridge, "srv") == pid
-        assert [e for e in (await bridge.invoker.invoke("srv__events", {})).content[0]["text"].split("\n") if "echo" in e]
+        assert [
+            e
+            for e in (await bridge.invoker.invoke("srv__events", {})).content[0]["text"].split("\n")
+            if "echo" in e
+        ]
 
 
-def check_with_open_files_limit(tmp_path: Path, servers: int, soft: int, hard: int) -> subprocess.CompletedProcess[str]:
+def check_with_open_files_limit(
+    tmp_path: Path, servers: int, soft: int, hard: int
+) -> subprocess.CompletedProcess[str]:
     """`bridge check --json` on `servers` stdio servers, run under the given limits of open files."""
-    config = {"store": {"path": ":memory:"}, "search": {"semantic": "off"},
-              "upstreams": [{"name": f"s{i}", "kind": "mcp", "command": "python", "args": [TINY], "retry_initial": 30} for i in range(servers)]}
+    config = {
+        "store": {"path": ":memory:"},
+        "search": {"semantic": "off"},
+        "upstreams": [
+            {
+                "name": f"s{i}",
+                "kind": "mcp",
+                "command": "python",
+                "args": [TINY],
+                "retry_initial": 30,
+            }
+            for i in range(servers)
+        ],
+    }
     (tmp_path / "bridge.json").write_text(json.dumps(config))
-    return subprocess.run([sys.executable, "-m", "bridge.cli", "check", "--json", "-c", str(tmp_path / "bridge.json")],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bridge.cli",
+            "check",
+            "--json",
+            "-c",
+            str(tmp_path / "bridge.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)),
+    )
 
 
 def test_many_stdio_servers_start_under_a_low_soft_limit_of_open_files(tmp_path):
@@ -632,21 +947,35 @@ def test_many_stdio_servers_start_under_a_low_soft_limit_of_open_files(tmp_path)
     assert [u["state"] for u in json.loads(done.stdout)] == ["ready"] * 40
 
 
-def test_stdio_servers_past_the_hard_limit_of_open_files_fail_naming_the_limit_and_its_fix(tmp_path):
+def test_stdio_servers_past_the_hard_limit_of_open_files_fail_naming_the_limit_and_its_fix(
+    tmp_path,
+):
     done = check_with_open_files_limit(tmp_path, 40, 64, 64)
     assert done.returncode == 1
     failed = [u for u in json.loads(done.stdout) if u["state"] == "failed"]
-    assert failed and all("out of file descriptors" in u["reason"] and "ulimit -n) is 64" in u["reason"] for u in failed), failed
+    assert failed and all(
+        "out of file descriptors" in u["reason"] and "ulimit -n) is 64" in u["reason"]
+        for u in failed
+    ), failed
 
 
 async def test_an_http_server_that_cannot_be_reached_costs_little_cpu_to_try_again():
     # each connection made a TLS context, reading the CA bundle: 30 ms of CPU on the event loop
     # at every retry of each server that could not be reached
-    config = parse_config({"upstreams": [{"name": "gone", "kind": "mcp", "url": f"http://127.0.0.1:{free_port()}/mcp"}]}, source="test")
+    config = parse_config(
+        {
+            "upstreams": [
+                {"name": "gone", "kind": "mcp", "url": f"http://127.0.0.1:{free_port()}/mcp"}
+            ]
+        },
+        source="test",
+    )
     up = MCPUpstream(config.upstreams[0])
     begun = time.process_time()
     for _ in range(30):
-        with pytest.raises(ConnectionError, match=r"HTTP connection to http://127\.0\.0\.1:.* failed"):
+        with pytest.raises(
+            ConnectionError, match=r"HTTP connection to http://127\.0\.0\.1:.* failed"
+        ):
             await up.start()
     await up.close()
     assert time.process_time() - begun < 0.6
@@ -668,6 +997,9 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("setpriv") is None, reason="setpriv --pdeathsig is Linux's")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or shutil.which("setpriv") is None,
+    reason="setpriv --pdeathsig is Linux's",
+)
 async def test_a_stdio_server_that_ignores_its_stdin_ends_when_the_bridge_is_killed():
     assert await process_ended(await left_by_a_killed_parent(ORPHAN_PARENT, ROOT))

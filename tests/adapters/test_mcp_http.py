@@ -40,13 +40,25 @@ async def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
 
 
 def make_bridge(base: str, **settings: Any) -> Bridge:
-    upstream = {"name": "big", "kind": "mcp", "url": f"{base}/mcp", "protocol": "legacy", "ping_interval": None,
-                "max_response_bytes": LIMIT, "timeout": 20, **settings}
-    return Bridge(parse_config({"store": {"path": ":memory:"}, "upstreams": [upstream]}, source="test"))
+    upstream = {
+        "name": "big",
+        "kind": "mcp",
+        "url": f"{base}/mcp",
+        "protocol": "legacy",
+        "ping_interval": None,
+        "max_response_bytes": LIMIT,
+        "timeout": 20,
+        **settings,
+    }
+    return Bridge(
+        parse_config({"store": {"path": ":memory:"}, "upstreams": [upstream]}, source="test")
+    )
 
 
 @pytest.mark.parametrize("json_answers", [True, False], ids=["json", "sse"])
-async def test_an_answer_past_max_response_bytes_fails_its_call_and_the_session_goes_on(json_answers: bool) -> None:
+async def test_an_answer_past_max_response_bytes_fails_its_call_and_the_session_goes_on(
+    json_answers: bool,
+) -> None:
     app, server = build_app(json_answers)
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
         loop = asyncio.get_running_loop()
@@ -54,7 +66,9 @@ async def test_an_answer_past_max_response_bytes_fails_its_call_and_the_session_
             begun = loop.time()
             result = await bridge.invoker.invoke(f"big__{tool}", {"size": BIG})
             assert loop.time() - begun < 5, tool
-            assert result.status == "too_large" and result.error.error_class == "result_too_large", (tool, result.error)
+            assert (
+                result.status == "too_large" and result.error.error_class == "result_too_large"
+            ), (tool, result.error)
             assert f"answered more than max_response_bytes={LIMIT}" in result.error.message
             assert bridge.catalog.slot("big").health.state == "ready"
             echoed = await bridge.invoker.invoke("big__echo", {"text": f"after {tool}"})
@@ -70,11 +84,17 @@ async def test_an_answer_past_max_response_bytes_fails_its_call_and_the_session_
             async with make_bridge(base, max_response_bytes=limit) as bridge:
                 within = await bridge.invoker.invoke("big__sized", {"size": size})
                 assert within.status == "succeeded", within.error
-                assert f"Result of {size} characters" in within.content[0]["text"]  # stored whole, as large results are
+                assert (
+                    f"Result of {size} characters" in within.content[0]["text"]
+                )  # stored whole, as large results are
 
 
-@pytest.mark.parametrize("resumed", [{"endless": True}, {"size": 300_000}], ids=["endless", "ends_again"])
-async def test_a_resumed_answer_is_bounded_whole_like_the_post_stream_it_resumes(resumed: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "resumed", [{"endless": True}, {"size": 300_000}], ids=["endless", "ends_again"]
+)
+async def test_a_resumed_answer_is_bounded_whole_like_the_post_stream_it_resumes(
+    resumed: dict[str, Any],
+) -> None:
     """A POST's event stream that ends without the answer, having given an event id, is resumed
     by the SDK with a GET naming it (Last-Event-ID), in the POST's own task. The resumed stream
     counts toward the same bound as the POST's: an endless one is cut at max_response_bytes, and
@@ -85,15 +105,21 @@ async def test_a_resumed_answer_is_bounded_whole_like_the_post_stream_it_resumes
         begun = asyncio.get_running_loop().time()
         result = await bridge.invoker.invoke("big__resumed", resumed)
         assert asyncio.get_running_loop().time() - begun < 5
-        assert result.status == "too_large" and result.error.error_class == "result_too_large", result.error
+        assert result.status == "too_large" and result.error.error_class == "result_too_large", (
+            result.error
+        )
         assert f"answered more than max_response_bytes={LIMIT}" in result.error.message
         assert server.resumptions == (1 if "endless" in resumed else LIMIT // resumed["size"] + 1)
         assert server.sent["resumed"] < 20 * LIMIT, server.sent
-        assert (await bridge.invoker.invoke("big__echo", {"text": "after"})).content[0]["text"] == "after"
+        assert (await bridge.invoker.invoke("big__echo", {"text": "after"})).content[0][
+            "text"
+        ] == "after"
         assert bridge.catalog.slot("big").health.state == "ready" and server.sessions == 1
 
 
-async def test_an_answer_whose_stream_the_server_keeps_ending_is_resumed_a_bounded_number_of_times() -> None:
+async def test_an_answer_whose_stream_the_server_keeps_ending_is_resumed_a_bounded_number_of_times() -> (
+    None
+):
     """A server that ends every resumed stream at once, without an event, asking for the next
     resumption at once (`retry: 0`): the SDK resumed it some 280 times a second, also after the
     call had timed out, until about 950 nested resumptions failed the whole session. The answer
@@ -105,13 +131,19 @@ async def test_an_answer_whose_stream_the_server_keeps_ending_is_resumed_a_bound
         begun = asyncio.get_running_loop().time()
         result = await bridge.invoker.invoke("big__resumed", {"size": 0})
         assert asyncio.get_running_loop().time() - begun < 5
-        assert result.status == "failed" and result.error.error_class == "execution_failed", result.error
-        assert result.error.message == (f"resumed: {base}/mcp ended the event stream of one answer {MAX_RESUMPTIONS} times "
-                                        "without the answer; it is not resumed again")
+        assert result.status == "failed" and result.error.error_class == "execution_failed", (
+            result.error
+        )
+        assert result.error.message == (
+            f"resumed: {base}/mcp ended the event stream of one answer {MAX_RESUMPTIONS} times "
+            "without the answer; it is not resumed again"
+        )
         assert server.resumptions == MAX_RESUMPTIONS + 1
         await asyncio.sleep(0.3)
         assert server.resumptions == MAX_RESUMPTIONS + 1  # not resumed after its call
-        assert (await bridge.invoker.invoke("big__echo", {"text": "after"})).content[0]["text"] == "after"
+        assert (await bridge.invoker.invoke("big__echo", {"text": "after"})).content[0][
+            "text"
+        ] == "after"
         assert bridge.catalog.slot("big").health.state == "ready" and server.sessions == 1
 
 
@@ -123,7 +155,9 @@ async def test_the_get_stream_of_server_messages_is_bounded_per_event_not_in_all
         await until(lambda: server.listings >= 2)
 
 
-async def test_a_session_closed_while_server_messages_arrive_logs_no_error(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_session_closed_while_server_messages_arrive_logs_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The SDK logged `Error parsing SSE message` with a traceback (an ERROR) for an event of
     the GET stream that arrived as the session closed, its reader gone: no parse failed."""
     # events of the GET stream still arriving as the session closes
@@ -131,7 +165,11 @@ async def test_a_session_closed_while_server_messages_arrive_logs_no_error(caplo
     async with serve_asgi(app, lifespan="off") as base:
         async with make_bridge(base):
             await until(lambda: server.gets >= 1)
-    assert not [r.getMessage() for r in caplog.records if r.name.startswith("mcp.") and r.levelno >= logging.ERROR]
+    assert not [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("mcp.") and r.levelno >= logging.ERROR
+    ]
 
 
 RSS_SCRIPT = """
@@ -168,7 +206,13 @@ asyncio.run(main())
 def test_an_oversize_answer_does_not_grow_the_bridges_memory_by_its_size(answers: str) -> None:
     """Three answers of 50 MiB each (a JSON body, a gzip one, one event) past a 1 MiB bound, in a
     process of its own: its peak resident memory grows by a few MiB, not by 50."""
-    done = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(ROOT), answers], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", RSS_SCRIPT, str(ROOT), answers],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["classes"] == ["result_too_large"] * 3
@@ -177,7 +221,9 @@ def test_an_oversize_answer_does_not_grow_the_bridges_memory_by_its_size(answers
 
 @pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
 @pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
-async def test_the_sdks_server_answering_too_much_in_either_era(protocol: str, json_response: bool) -> None:
+async def test_the_sdks_server_answering_too_much_in_either_era(
+    protocol: str, json_response: bool
+) -> None:
     """The mcp SDK's own server, over both eras: an echo of 300 KB past a 100 KB bound fails
     with result_too_large, and the session serves the next call."""
     from tests.adapters.mcp_fixtures.server import build_server
@@ -186,46 +232,69 @@ async def test_the_sdks_server_answering_too_much_in_either_era(protocol: str, j
     async with serve_asgi(server.streamable_http_app(json_response=json_response)) as base:
         async with make_bridge(base, protocol=protocol, max_response_bytes=100_000) as bridge:
             refused = await bridge.invoker.invoke("big__echo", {"text": "x" * 300_000})
-            assert refused.error is not None and refused.error.error_class == "result_too_large", refused.error
+            assert refused.error is not None and refused.error.error_class == "result_too_large", (
+                refused.error
+            )
             assert "answered more than max_response_bytes=100000" in refused.error.message
-            assert (await bridge.invoker.invoke("big__echo", {"text": "fine"})).content[0]["text"] == "fine"
-            assert (await bridge.invoker.invoke("big__echo", {"text": "y" * 90_000})).status == "succeeded"
+            assert (await bridge.invoker.invoke("big__echo", {"text": "fine"})).content[0][
+                "text"
+            ] == "fine"
+            assert (
+                await bridge.invoker.invoke("big__echo", {"text": "y" * 90_000})
+            ).status == "succeeded"
             assert bridge.catalog.slot("big").health.state == "ready"
 
 
-async def test_the_server_is_reached_through_the_environment_proxy_unless_no_proxy_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_server_is_reached_through_the_environment_proxy_unless_no_proxy_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """HTTP_PROXY and NO_PROXY count as for any httpx client, for the POSTs and the GET stream."""
     clear_proxy_environment(monkeypatch)
     app, _ = build_app(json_answers=True)
     async with serve_asgi(app, lifespan="off") as base, forward_proxy() as (proxy, seen):
         monkeypatch.setenv("HTTP_PROXY", proxy)
         async with make_bridge(base) as bridge:
-            assert (await bridge.invoker.invoke("big__echo", {"text": "loopback"})).content[0]["text"] == "loopback"
+            assert (await bridge.invoker.invoke("big__echo", {"text": "loopback"})).content[0][
+                "text"
+            ] == "loopback"
         assert seen == []  # a loopback host is reached directly, whatever the proxies
         proxy_loopback_too(monkeypatch)
         async with make_bridge(base) as bridge:
-            assert (await bridge.invoker.invoke("big__echo", {"text": "via proxy"})).content[0]["text"] == "via proxy"
+            assert (await bridge.invoker.invoke("big__echo", {"text": "via proxy"})).content[0][
+                "text"
+            ] == "via proxy"
             await until(lambda: f"GET {base}/mcp" in seen)
         assert f"POST {base}/mcp" in seen
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
         seen.clear()
         async with make_bridge(base) as bridge:
-            assert (await bridge.invoker.invoke("big__echo", {"text": "direct"})).content[0]["text"] == "direct"
+            assert (await bridge.invoker.invoke("big__echo", {"text": "direct"})).content[0][
+                "text"
+            ] == "direct"
         assert seen == []
 
 
-async def test_a_server_on_another_loopback_address_is_reached_directly_whatever_the_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_server_on_another_loopback_address_is_reached_directly_whatever_the_proxies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """httpx's mounts name hosts, not 127.0.0.0/8: the upstream's own loopback host is named too."""
     clear_proxy_environment(monkeypatch)
     app, _ = build_app(json_answers=True)
-    async with serve_asgi(app, lifespan="off", host="127.0.0.2") as base, forward_proxy() as (proxy, seen):
+    async with (
+        serve_asgi(app, lifespan="off", host="127.0.0.2") as base,
+        forward_proxy() as (proxy, seen),
+    ):
         monkeypatch.setenv("HTTP_PROXY", proxy)
         async with make_bridge(base) as bridge:
-            assert (await bridge.invoker.invoke("big__echo", {"text": "direct"})).content[0]["text"] == "direct"
+            assert (await bridge.invoker.invoke("big__echo", {"text": "direct"})).content[0][
+                "text"
+            ] == "direct"
         assert seen == []
 
 
-def test_the_servers_own_loopback_host_is_mounted_direct_in_any_of_its_forms(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_servers_own_loopback_host_is_mounted_direct_in_any_of_its_forms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """`localhost.` (a fully qualified `localhost`) is loopback too; a name under another domain is not."""
     from adapters.http.proxy import loopback_mounts
 
@@ -234,25 +303,41 @@ def test_the_servers_own_loopback_host_is_mounted_direct_in_any_of_its_forms(mon
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     assert "all://localhost." in loopback_mounts("https://localhost.:8/mcp")
     assert "all://127.0.0.2" in loopback_mounts("http://127.0.0.2:8/mcp")
-    assert set(loopback_mounts("https://localhost.example/mcp")) == {"all://localhost", "all://127.0.0.1", "all://[::1]"}
+    assert set(loopback_mounts("https://localhost.example/mcp")) == {
+        "all://localhost",
+        "all://127.0.0.1",
+        "all://[::1]",
+    }
 
 
 @pytest.mark.parametrize("failure", ["oversize", "cut", "502"])
-async def test_a_get_stream_the_sdk_gives_up_on_is_noticed_and_the_session_replaced(failure: str, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_get_stream_the_sdk_gives_up_on_is_noticed_and_the_session_replaced(
+    failure: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """The SDK stops re-opening the GET stream of server messages after two failures in a row
     (an event past max_response_bytes, a connection cut): the bridge connects a new session,
     whose stream brings the server's change notices again."""
     app, server = build_app(get_failures=2, get_failure=failure)
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
-        await until(lambda: server.sessions == 2 and server.listings >= 3)  # listed again, then the notice on the new stream
+        await until(
+            lambda: server.sessions == 2 and server.listings >= 3
+        )  # listed again, then the notice on the new stream
         await until(lambda: bridge.catalog.slot("big").health.state == "ready")
-        assert (await bridge.invoker.invoke("big__echo", {"text": "after"})).content[0]["text"] == "after"
+        assert (await bridge.invoker.invoke("big__echo", {"text": "after"})).content[0][
+            "text"
+        ] == "after"
         assert server.gets == 3
     said = [r.getMessage() for r in caplog.records if "connecting a new session" in r.getMessage()]
-    assert len(said) == 1 and "(GET) failed 2 times in a row" in said[0] and "no longer re-opened" in said[0], said
+    assert (
+        len(said) == 1
+        and "(GET) failed 2 times in a row" in said[0]
+        and "no longer re-opened" in said[0]
+    ), said
 
 
-async def test_sessions_whose_streams_keep_failing_are_replaced_after_growing_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_sessions_whose_streams_keep_failing_are_replaced_after_growing_pauses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from adapters.mcp import http_session
 
     monkeypatch.setattr(http_session, "_RENEW_RETRY", (0.5, 300.0))
@@ -260,7 +345,9 @@ async def test_sessions_whose_streams_keep_failing_are_replaced_after_growing_pa
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
         await until(lambda: server.gets == 4)
         listings, begun = server.listings, asyncio.get_running_loop().time()
-        await until(lambda: server.listings > listings)  # the second give-up: re-listed at once, replaced after the pause
+        await until(
+            lambda: server.listings > listings
+        )  # the second give-up: re-listed at once, replaced after the pause
         assert server.sessions == 2
         await until(lambda: server.sessions == 3)
         assert asyncio.get_running_loop().time() - begun >= 0.4
@@ -272,13 +359,16 @@ async def test_a_server_that_offers_no_get_stream_keeps_its_session(status: str)
     app, server = build_app(get_failures=100, get_failure=status)
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
         await until(lambda: server.gets == 2)
-        await asyncio.sleep(1.5)  # the SDK has given up (it waits 1 s between tries); nothing follows
+        await asyncio.sleep(
+            1.5
+        )  # the SDK has given up (it waits 1 s between tries); nothing follows
         assert server.sessions == 1 and server.gets == 2
         assert bridge.catalog.slot("big").health.state == "ready"
 
 
-async def test_a_server_certificate_that_fails_its_check_is_a_setup_problem_at_start_and_in_calls(tmp_path: Path,
-                                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_server_certificate_that_fails_its_check_is_a_setup_problem_at_start_and_in_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A certificate no known CA signed fails every attempt alike: the start says so, with the
     fix, as the upstream's reason (not an unreachable server), and a call of a session whose
     server took such a certificate fails with recoverability `setup`, not `retry_later`."""
@@ -288,7 +378,10 @@ async def test_a_server_certificate_that_fails_its_check_is_a_setup_problem_at_s
 
     ca = _issue("test CA", None, ca=True)
     (tmp_path / "ca.pem").write_bytes(_pem(ca[0]))
-    for name, issuer in (("server.pem", ca), ("stranger.pem", None)):  # the stranger's is self-signed
+    for name, issuer in (
+        ("server.pem", ca),
+        ("stranger.pem", None),
+    ):  # the stranger's is self-signed
         cert, key = _issue("127.0.0.1", issuer, ip="127.0.0.1")
         (tmp_path / name).write_bytes(_pem(cert) + _key_pem(key))
     # the system's CAs, as the sessions see them, with the test CA added
@@ -301,28 +394,46 @@ async def test_a_server_certificate_that_fails_its_check_is_a_setup_problem_at_s
     await first.__aenter__()
     try:
         async with make_bridge(base, retry_initial=30) as bridge:
-            assert (await bridge.invoker.invoke("big__echo", {"text": "trusted"})).content[0]["text"] == "trusted"
+            assert (await bridge.invoker.invoke("big__echo", {"text": "trusted"})).content[0][
+                "text"
+            ] == "trusted"
             await first.__aexit__(None, None, None)
-            first = serve_asgi(app, port=port, lifespan="off", ssl_certfile=str(tmp_path / "stranger.pem"))
+            first = serve_asgi(
+                app, port=port, lifespan="off", ssl_certfile=str(tmp_path / "stranger.pem")
+            )
             await first.__aenter__()
             begun = asyncio.get_running_loop().time()
             failed = await bridge.invoker.invoke("big__echo", {"text": "stranger"})
             assert asyncio.get_running_loop().time() - begun < 1
-            assert failed.error is not None and failed.error.error_class == "dependency_unavailable", failed.error
+            assert (
+                failed.error is not None and failed.error.error_class == "dependency_unavailable"
+            ), failed.error
             assert failed.error.recoverability == "setup" and failed.error.retry_after is None
             said = f"{base}/mcp: the certificate of 127.0.0.1:{port} cannot be verified (self-signed certificate): give the CA that signed it as `ca_file`"
-            assert said in failed.error.message and "verify_tls" not in failed.error.message  # an MCP upstream has no such key
+            assert (
+                said in failed.error.message and "verify_tls" not in failed.error.message
+            )  # an MCP upstream has no such key
             slot = bridge.catalog.slot("big")
-            await until(lambda: slot.health.next_retry_in is not None)  # lost, and a reconnect failed the same way
-            assert slot.health.state == "unavailable" and said in (slot.health.reason or ""), slot.health
+            await until(
+                lambda: slot.health.next_retry_in is not None
+            )  # lost, and a reconnect failed the same way
+            assert slot.health.state == "unavailable" and said in (slot.health.reason or ""), (
+                slot.health
+            )
             # its tools answer so while it is down: an operator must act, waiting will not help
             down = await bridge.invoker.invoke("big__echo", {"text": "meanwhile"})
-            assert down.error is not None and down.error.recoverability == "setup" and down.error.retry_after is None, down.error
+            assert (
+                down.error is not None
+                and down.error.recoverability == "setup"
+                and down.error.retry_after is None
+            ), down.error
             assert said in down.error.message
         async with make_bridge(base, retry_initial=30) as bridge:
             slot = bridge.catalog.slot("big")
             await until(lambda: slot.health.state == "failed")
-            assert (slot.health.reason or "").startswith(said) and "unreachable" not in slot.health.reason
+            assert (slot.health.reason or "").startswith(
+                said
+            ) and "unreachable" not in slot.health.reason
         assert server.calls == ["echo"]
     finally:
         await first.__aexit__(None, None, None)

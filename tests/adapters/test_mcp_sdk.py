@@ -16,30 +16,44 @@ from adapters.mcp import sdk
 
 def test_the_client_builds_its_session_in_one_overridable_method() -> None:
     assert inspect.iscoroutinefunction(getattr(Client, "_build_session", None)), (
-        "mcp SDK: Client._build_session is gone; update adapters/mcp/sdk.BridgeClient")
+        "mcp SDK: Client._build_session is gone; update adapters/mcp/sdk.BridgeClient"
+    )
 
 
 def test_the_session_stamps_and_dispatches_raw_requests() -> None:
     init = inspect.getsource(ClientSession.__init__)
-    assert "self._stamp" in init, "mcp SDK: ClientSession no longer sets `_stamp`; update adapters/mcp/sdk.send_raw"
-    assert "self._dispatcher" in init, "mcp SDK: ClientSession no longer sets `_dispatcher`; update adapters/mcp/sdk.send_raw"
+    assert "self._stamp" in init, (
+        "mcp SDK: ClientSession no longer sets `_stamp`; update adapters/mcp/sdk.send_raw"
+    )
+    assert "self._dispatcher" in init, (
+        "mcp SDK: ClientSession no longer sets `_dispatcher`; update adapters/mcp/sdk.send_raw"
+    )
 
 
 def test_the_session_absorbs_a_listing_page() -> None:
     absorb = getattr(ClientSession, "_absorb_tool_listing", None)
-    assert absorb is not None, "mcp SDK: ClientSession._absorb_tool_listing is gone; update adapters/mcp/sdk"
+    assert absorb is not None, (
+        "mcp SDK: ClientSession._absorb_tool_listing is gone; update adapters/mcp/sdk"
+    )
     assert "complete" in inspect.signature(absorb).parameters
 
 
 def test_the_get_stream_task_is_named_as_the_adapter_looks_for_it() -> None:
-    assert streamable_http.StreamableHTTPTransport.handle_get_stream.__qualname__ == sdk.GET_STREAM_TASK
+    assert (
+        streamable_http.StreamableHTTPTransport.handle_get_stream.__qualname__
+        == sdk.GET_STREAM_TASK
+    )
     assert "start_soon(transport.handle_get_stream" in inspect.getsource(streamable_http), (
-        "mcp SDK: the GET stream no longer runs as a task of its own; update adapters/mcp/get_stream.py")
+        "mcp SDK: the GET stream no longer runs as a task of its own; update adapters/mcp/get_stream.py"
+    )
 
 
 def test_the_transport_types_and_timeouts_are_importable() -> None:
     assert sdk.TransportStreams is not None
-    assert isinstance(sdk.MCP_DEFAULT_SSE_READ_TIMEOUT, int | float) and sdk.MCP_DEFAULT_SSE_READ_TIMEOUT > 0
+    assert (
+        isinstance(sdk.MCP_DEFAULT_SSE_READ_TIMEOUT, int | float)
+        and sdk.MCP_DEFAULT_SSE_READ_TIMEOUT > 0
+    )
 
 
 def test_the_errors_the_sdk_makes_up_for_a_closed_connection_say_what_the_adapter_reads() -> None:
@@ -47,10 +61,13 @@ def test_the_errors_the_sdk_makes_up_for_a_closed_connection_say_what_the_adapte
     # answer
     assert f'message="{sdk.SDK_CLOSED}"' in inspect.getsource(dispatcher), (
         "mcp SDK: the dispatcher's error for a closed connection changed; "
-        "update adapters/mcp/sdk.SDK_CLOSED")
+        "update adapters/mcp/sdk.SDK_CLOSED"
+    )
     transport = inspect.getsource(streamable_http)
     assert "code: int = CONNECTION_CLOSED" in transport, (
-        "mcp SDK: _resolve_abandoned_request changed; update adapters/mcp/sdk")
+        "mcp SDK: _resolve_abandoned_request changed; update adapters/mcp/sdk"
+    )
     for text in sdk.SDK_HTTP_CLOSED:
         assert f'"{text}' in transport or f'f"{text}' in transport, (
-            f"mcp SDK: no error made up as {text!r}; update adapters/mcp/sdk.SDK_HTTP_CLOSED")
+            f"mcp SDK: no error made up as {text!r}; update adapters/mcp/sdk.SDK_HTTP_CLOSED"
+        )

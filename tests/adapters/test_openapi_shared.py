@@ -31,11 +31,20 @@ def _entity_paths() -> dict[str, Any]:
     answer = {"200": {"description": "ok", "content": {"application/json": {"schema": entity}}}}
     paths: dict[str, Any] = {}
     for parent in PARENTS:
-        param = [{"name": f"{parent}-id", "in": "path", "required": True, "schema": {"type": "string"}}]
+        param = [
+            {"name": f"{parent}-id", "in": "path", "required": True, "schema": {"type": "string"}}
+        ]
         paths[f"/{parent}/{{{parent}-id}}/obj"] = {
             "get": {"operationId": f"{parent}.get", "parameters": param, "responses": answer},
-            "patch": {"operationId": f"{parent}.update", "parameters": param, "responses": answer,
-                      "requestBody": {"required": True, "content": {"application/json": {"schema": entity}}}},
+            "patch": {
+                "operationId": f"{parent}.update",
+                "parameters": param,
+                "responses": answer,
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": entity}},
+                },
+            },
         }
     return paths
 
@@ -47,7 +56,9 @@ def _mapped(tmp_path) -> tuple[Any, list[Any]]:
 
 def _declared(doc: Any, tools: list[Any]) -> dict[str, Any]:
     catalog = Catalog(Store())
-    catalog.add_upstream(OpenAPIUpstream(OpenAPIConfig(name="svc", spec=doc.source, base_url="http://127.0.0.1:1")))
+    catalog.add_upstream(
+        OpenAPIUpstream(OpenAPIConfig(name="svc", spec=doc.source, base_url="http://127.0.0.1:1"))
+    )
     catalog.apply_tools("svc", tools)
     return {d.native_id: d for d in catalog.declarations()}
 
@@ -63,7 +74,11 @@ def test_operations_answering_one_big_schema_hold_one_object(tmp_path, monkeypat
     patches = [t.input_schema for t in tools if t.native_id.endswith(".update")]
     assert len({id(p) for p in patches}) == len(PARENTS)
     assert all(p["properties"]["link_1"] is patches[0]["properties"]["link_1"] for p in patches)
-    assert all(p["properties"]["users-id"] is patches[0]["properties"]["users-id"] for p in patches if "users-id" in p["properties"])
+    assert all(
+        p["properties"]["users-id"] is patches[0]["properties"]["users-id"]
+        for p in patches
+        if "users-id" in p["properties"]
+    )
 
     declared = _declared(doc, tools)
     assert all(d.output_schema is outputs[0] for d in declared.values())
@@ -72,7 +87,9 @@ def test_operations_answering_one_big_schema_hold_one_object(tmp_path, monkeypat
     # held once, written out as before: every schema as the mapping makes it without sharing
     monkeypatch.setattr(operations.SharedSchemas, "intern", lambda self, value: value)
     _, apart = _mapped(tmp_path)
-    assert [json.dumps([t.input_schema, t.output_schema]) for t in apart] == [json.dumps([t.input_schema, t.output_schema]) for t in tools]
+    assert [json.dumps([t.input_schema, t.output_schema]) for t in apart] == [
+        json.dumps([t.input_schema, t.output_schema]) for t in tools
+    ]
     assert len({id(t.output_schema) for t in apart}) == len(apart)
 
 
@@ -88,9 +105,15 @@ def test_a_translated_copy_changed_leaves_the_other_tools_as_they_were(tmp_path)
     tool.input_schema["required"] = ["x"]
     assert tool.output_schema is not None
     tool.output_schema.clear()
-    for made in (providers.to_openai(first), providers.to_openai(first, strict=True, omitted=[]),
-                 providers.to_anthropic(first), providers.to_gemini(first)):
-        params = made.get("input_schema") or made.get("parameters") or made["function"]["parameters"]
+    for made in (
+        providers.to_openai(first),
+        providers.to_openai(first, strict=True, omitted=[]),
+        providers.to_anthropic(first),
+        providers.to_gemini(first),
+    ):
+        params = (
+            made.get("input_schema") or made.get("parameters") or made["function"]["parameters"]
+        )
         for prop in params["properties"].values():
             prop["description"] = "changed"
         params["properties"].clear()
@@ -118,10 +141,23 @@ def test_shared_schemas_hold_equal_values_once():
 
 def test_shared_schemas_tell_apart_what_json_tells_apart():
     shared = SharedSchemas()
-    values = [{"const": 1}, {"const": 1.0}, {"const": True}, {"const": 0.0}, {"const": -0.0}, {"const": "1"},
-              {"const": None}, {"const": [1]}, {"const": {"1": 1}}, {"a": 1, "b": 2}, {"b": 2, "a": 1}]
+    values = [
+        {"const": 1},
+        {"const": 1.0},
+        {"const": True},
+        {"const": 0.0},
+        {"const": -0.0},
+        {"const": "1"},
+        {"const": None},
+        {"const": [1]},
+        {"const": {"1": 1}},
+        {"a": 1, "b": 2},
+        {"b": 2, "a": 1},
+    ]
     held = [shared.intern(json.loads(json.dumps(v))) for v in values]
-    assert [json.dumps(h) for h in held] == [json.dumps(v) for v in values]  # types, and the order of keys
+    assert [json.dumps(h) for h in held] == [
+        json.dumps(v) for v in values
+    ]  # types, and the order of keys
     assert len({id(h) for h in held}) == len(values)
     assert len(shared) == len(values) + 2  # and the [1] and {"1": 1} inside them
     assert shared.intern(3) == 3 and shared.intern(None) is None
@@ -133,10 +169,29 @@ def test_the_parts_an_operation_builds_for_itself_go_once_it_is_mapped(tmp_path)
     # each operation's schema is built anew, and its tool holds the one equal to the first; the
     # others go as soon as their operation is mapped (the peak stays near 0.1 MB; kept until the
     # whole document was mapped, they would peak at 4 MB here, not held by the tools)
-    fields = {"type": "object", "properties": {f"field_{k}": {"type": "string", "description": f"field {k}"} for k in range(200)}}
-    paths = {f"/things{i}": {"get": {"operationId": f"list{i}", "parameters": [
-        {"name": "filter", "in": "query", "style": "deepObject", "schema": json.loads(json.dumps(fields))}],
-        "responses": {"204": {"description": "none"}}}} for i in range(60)}
+    fields = {
+        "type": "object",
+        "properties": {
+            f"field_{k}": {"type": "string", "description": f"field {k}"} for k in range(200)
+        },
+    }
+    paths = {
+        f"/things{i}": {
+            "get": {
+                "operationId": f"list{i}",
+                "parameters": [
+                    {
+                        "name": "filter",
+                        "in": "query",
+                        "style": "deepObject",
+                        "schema": json.loads(json.dumps(fields)),
+                    }
+                ],
+                "responses": {"204": {"description": "none"}},
+            }
+        }
+        for i in range(60)
+    }
     doc = _parse(tmp_path, _document(paths))
     tracemalloc.start()
     try:
@@ -144,5 +199,8 @@ def test_the_parts_an_operation_builds_for_itself_go_once_it_is_mapped(tmp_path)
         held, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert all(t.input_schema["properties"]["filter"] is tools[0].input_schema["properties"]["filter"] for t in tools)
+    assert all(
+        t.input_schema["properties"]["filter"] is tools[0].input_schema["properties"]["filter"]
+        for t in tools
+    )
     assert peak - held < 1_000_000, (held, peak)

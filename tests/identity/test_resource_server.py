@@ -40,11 +40,20 @@ OIDC = Path(__file__).resolve().parents[1] / "oidc"
 AUDIENCE = "https://bridge.test/mcp"
 STATIC = "static-token-0001"
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": HANDSHAKE,
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
 
 
 # ----------------------------------------------------------------------------- the provider
+
 
 def _missing_provider() -> str | None:
     if shutil.which("node") is None:
@@ -62,8 +71,14 @@ def provider() -> Iterator[str]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the OpenID provider cannot run under CI: {missing}")
         pytest.skip(missing)
-    process = subprocess.Popen(["node", "provider.mjs"], cwd=OIDC, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
+    process = subprocess.Popen(
+        ["node", "provider.mjs"],
+        cwd=OIDC,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()  # printed once it listens
@@ -82,13 +97,21 @@ def provider() -> Iterator[str]:
 def _post(url: str, form: dict[str, str], auth: tuple[str, str] | None = None) -> dict[str, Any]:
     request = urllib.request.Request(url, data=urllib.parse.urlencode(form).encode(), method="POST")
     if auth:
-        request.add_header("Authorization", "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
+        request.add_header(
+            "Authorization", "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 
 
-def issued(issuer: str, *, client: str = "bridge-cc", scope: str = "tools", resource: str = AUDIENCE,
-           groups: str | None = None) -> str:
+def issued(
+    issuer: str,
+    *,
+    client: str = "bridge-cc",
+    scope: str = "tools",
+    resource: str = AUDIENCE,
+    groups: str | None = None,
+) -> str:
     """An access token from the provider's token endpoint (client credentials, resource indicator)."""
     form = {"grant_type": "client_credentials", "scope": scope, "resource": resource}
     if groups:
@@ -97,6 +120,7 @@ def issued(issuer: str, *, client: str = "bridge-cc", scope: str = "tools", reso
 
 
 # ----------------------------------------------------------------------------- our own issuer
+
 
 def _rsa() -> rsa.RSAPrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -138,14 +162,31 @@ class OwnIssuer:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def sign(self, *, key: rsa.RSAPrivateKey | None = None, kid: str = "k1", alg: str = "RS256", **claims: Any) -> str:
+    def sign(
+        self,
+        *,
+        key: rsa.RSAPrivateKey | None = None,
+        kid: str = "k1",
+        alg: str = "RS256",
+        **claims: Any,
+    ) -> str:
         now = int(time.time())
-        payload = {"iss": self.url, "aud": AUDIENCE, "sub": "alice", "client_id": "own-client", "scope": "tools",
-                   "iat": now, "exp": now + 300, **claims}
+        payload = {
+            "iss": self.url,
+            "aud": AUDIENCE,
+            "sub": "alice",
+            "client_id": "own-client",
+            "scope": "tools",
+            "iat": now,
+            "exp": now + 300,
+            **claims,
+        }
         return jwt.encode(payload, key or self.key, algorithm=alg, headers={"kid": kid})
 
     def public_pem(self) -> bytes:
-        return self.key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        return self.key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
 
 
 @pytest.fixture(scope="module")
@@ -178,18 +219,31 @@ def hs256_with_public_key(own: OwnIssuer) -> str:
 
 # ----------------------------------------------------------------------------- the bridge
 
+
 def upstream() -> FakeUpstream:
-    return FakeUpstream(name="svc", tools=[tool("read", read_only=True), tool("ledger", read_only=True)])
+    return FakeUpstream(
+        name="svc", tools=[tool("read", read_only=True), tool("ledger", read_only=True)]
+    )
 
 
 def bridge_config(issuer: str, **oauth: Any) -> dict[str, Any]:
     return config_with(
-        server={"tokens": [{"token": STATIC, "name": "ops-script"}],
-                "oauth": {"issuer": issuer, "audience": AUDIENCE, "scopes_required": ["tools"], "surface_claim": "groups",
-                          "surfaces": {"finance-team": "finance", "everyone": "default"}, "keys_refetch_interval": 0,
-                          **oauth}},
-        surfaces=[{"name": "default", "load": ["svc__read"], "block": [{"name": "svc__ledger"}]},
-                  {"name": "finance", "load": ["svc__*"]}],
+        server={
+            "tokens": [{"token": STATIC, "name": "ops-script"}],
+            "oauth": {
+                "issuer": issuer,
+                "audience": AUDIENCE,
+                "scopes_required": ["tools"],
+                "surface_claim": "groups",
+                "surfaces": {"finance-team": "finance", "everyone": "default"},
+                "keys_refetch_interval": 0,
+                **oauth,
+            },
+        },
+        surfaces=[
+            {"name": "default", "load": ["svc__read"], "block": [{"name": "svc__ledger"}]},
+            {"name": "finance", "load": ["svc__*"]},
+        ],
     )
 
 
@@ -199,7 +253,11 @@ async def invoke(served: Any, token: str, name: str = "svc__read") -> tuple[int,
 
 async def mcp_status(served: Any, token: str) -> tuple[int, httpx2.Response]:
     async with httpx2.AsyncClient(timeout=10) as http:
-        response = await http.post(f"{served.base}/mcp", json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Bearer {token}"})
+        response = await http.post(
+            f"{served.base}/mcp",
+            json=INITIALIZE,
+            headers={**ACCEPT, "Authorization": f"Bearer {token}"},
+        )
     return response.status_code, response
 
 
@@ -210,23 +268,41 @@ def logged(served: Any) -> list[dict[str, Any]]:
 
 # ----------------------------------------------------------------------------- the tests
 
+
 async def test_discovery_and_the_challenge_name_the_resource_metadata(provider):
     async with serving(upstream(), config=bridge_config(provider)) as served:
-        for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"):
+        for path in (
+            "/.well-known/oauth-protected-resource",
+            "/.well-known/oauth-protected-resource/mcp",
+        ):
             status, body, _ = await served.get(path)
             assert status == 200
-            assert body == {"resource": AUDIENCE, "authorization_servers": [provider], "bearer_methods_supported": ["header"],
-                            "resource_name": "a2t-bridge", "scopes_supported": ["tools"]}
-        status, body, response = await served.post("/invoke", {"tool": "svc__read", "arguments": {}})
+            assert body == {
+                "resource": AUDIENCE,
+                "authorization_servers": [provider],
+                "bearer_methods_supported": ["header"],
+                "resource_name": "a2t-bridge",
+                "scopes_supported": ["tools"],
+            }
+        status, body, response = await served.post(
+            "/invoke", {"tool": "svc__read", "arguments": {}}
+        )
         assert status == 401
         challenge = response.headers["WWW-Authenticate"]
-        assert challenge.startswith("Bearer ") and "error=" not in challenge  # no token sent: no error (RFC 6750 3.1)
-        assert f'resource_metadata="{served.base}/.well-known/oauth-protected-resource"' in challenge
+        assert (
+            challenge.startswith("Bearer ") and "error=" not in challenge
+        )  # no token sent: no error (RFC 6750 3.1)
+        assert (
+            f'resource_metadata="{served.base}/.well-known/oauth-protected-resource"' in challenge
+        )
         assert 'scope="tools"' in challenge
         async with httpx2.AsyncClient(timeout=10) as http:
             response = await http.post(f"{served.base}/mcp", json=INITIALIZE, headers=ACCEPT)
         assert response.status_code == 401
-        assert f'resource_metadata="{served.base}/.well-known/oauth-protected-resource/mcp"' in response.headers["www-authenticate"]
+        assert (
+            f'resource_metadata="{served.base}/.well-known/oauth-protected-resource/mcp"'
+            in response.headers["www-authenticate"]
+        )
 
 
 async def test_without_oauth_the_metadata_is_no_route():
@@ -235,7 +311,9 @@ async def test_without_oauth_the_metadata_is_no_route():
         assert status == 404 and body["error"]["error_code"] == "route_not_found"
 
 
-async def test_a_providers_token_is_accepted_over_rest_and_mcp_and_its_caller_logged(provider, caplog):
+async def test_a_providers_token_is_accepted_over_rest_and_mcp_and_its_caller_logged(
+    provider, caplog
+):
     caplog.set_level(logging.DEBUG)
     token = issued(provider)
     async with serving(upstream(), config=bridge_config(provider)) as served:
@@ -249,16 +327,24 @@ async def test_a_providers_token_is_accepted_over_rest_and_mcp_and_its_caller_lo
         assert status == 200
         rows = logged(served)
     callers = sorted((str(r["subject"]), str(r["client_id"])) for r in rows)
-    assert callers == [("None", "ops-script"), ("bridge-cc", "bridge-cc"), ("bridge-cc", "bridge-cc")]
+    assert callers == [
+        ("None", "ops-script"),
+        ("bridge-cc", "bridge-cc"),
+        ("bridge-cc", "bridge-cc"),
+    ]
     assert token not in caplog.text and token not in json.dumps(rows)
 
 
 async def test_a_group_claim_chooses_the_surface(provider):
-    finance = issued(provider, groups="everyone,finance-team")  # two matches: the first the config lists wins
+    finance = issued(
+        provider, groups="everyone,finance-team"
+    )  # two matches: the first the config lists wins
     plain = issued(provider, groups="everyone")
     async with serving(upstream(), config=bridge_config(provider)) as served:
         assert (await invoke(served, finance, "svc__ledger"))[0] == 200
-        assert (await invoke(served, plain, "svc__ledger"))[0] == 404  # hidden on the default surface
+        assert (await invoke(served, plain, "svc__ledger"))[
+            0
+        ] == 404  # hidden on the default surface
         async with http_client(served.base, HANDSHAKE, token=finance) as client:
             assert await client.names() == {"svc__read", "svc__ledger"}
 
@@ -301,7 +387,9 @@ async def test_an_opaque_token_is_introspected_and_its_answer_kept(provider):
         checks = served.bridge.identity._oauth
         assert checks is not None and checks.introspection is not None
         assert len(checks.introspection._answers) == 2
-    async with serving(upstream(), config=bridge_config(provider)) as served:  # no introspection client
+    async with serving(
+        upstream(), config=bridge_config(provider)
+    ) as served:  # no introspection client
         status, body, _ = await invoke(served, opaque)
         assert status == 401 and "no JWT" in body["error"]["message"]
 
@@ -328,8 +416,14 @@ def bad_tokens(own: OwnIssuer) -> dict[str, str]:
 async def test_bad_tokens_are_refused_with_401_never_500_and_never_echoed(own, caplog):
     caplog.set_level(logging.DEBUG)
     async with serving(upstream(), config=bridge_config(own.url)) as served:
-        assert (await invoke(served, own.sign()))[0] == 200  # the issuer is right: only each flaw refuses
-        assert (await invoke(served, own.sign(sub="bob", scope="tools", groups=["finance-team"]), "svc__ledger"))[0] == 200
+        assert (await invoke(served, own.sign()))[
+            0
+        ] == 200  # the issuer is right: only each flaw refuses
+        assert (
+            await invoke(
+                served, own.sign(sub="bob", scope="tools", groups=["finance-team"]), "svc__ledger"
+            )
+        )[0] == 200
         for case, token in bad_tokens(own).items():
             status, body, response = await invoke(served, token)
             assert status == 401, (case, body)
@@ -339,7 +433,10 @@ async def test_bad_tokens_are_refused_with_401_never_500_and_never_echoed(own, c
             assert status == 401 and response.json()["error"] == "invalid_token", case
             assert token not in json.dumps(body) and token not in response.text, case
         rows = logged(served)
-    assert {(r["subject"], r["client_id"]) for r in rows} == {("alice", "own-client"), ("bob", "own-client")}
+    assert {(r["subject"], r["client_id"]) for r in rows} == {
+        ("alice", "own-client"),
+        ("bob", "own-client"),
+    }
     for token in bad_tokens(own).values():
         assert token[-40:] not in caplog.text
 

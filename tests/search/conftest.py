@@ -11,9 +11,22 @@ from tests.search.support import start_env, tools_a
 
 @pytest.fixture
 async def env():
-    e = await start_env([FakeUpstream(name="api", tools=tools_a()), FakeUpstream(name="billing", tools=[
-        tool("create_invoice", description="Create a draft invoice.", tool_kind="openapi_operation"),
-        tool("refund", description="Refund a payment.", tool_kind="openapi_operation")])])
+    e = await start_env(
+        [
+            FakeUpstream(name="api", tools=tools_a()),
+            FakeUpstream(
+                name="billing",
+                tools=[
+                    tool(
+                        "create_invoice",
+                        description="Create a draft invoice.",
+                        tool_kind="openapi_operation",
+                    ),
+                    tool("refund", description="Refund a payment.", tool_kind="openapi_operation"),
+                ],
+            ),
+        ]
+    )
     yield e
     await e.close()
 

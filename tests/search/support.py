@@ -26,32 +26,68 @@ from tests.fakes import FakeUpstream, tool
 
 
 def forecast_desk():
-    return [FakeUpstream(name="desk", tools=[
-        tool("weather_forecast", description="Get the weather forecast for a city for the coming days: temperature, wind and rain."),
-        tool("weather_forecast_hourly", description="Get the hourly weather forecast for a city: temperature, wind and rain hour by hour."),
-        tool("weather_now", description="Get the current weather in a city: temperature, wind and rain."),
-        tool("weather_alerts", description="Get the weather alerts and storm warnings for a city."),
-        tool("weather_history", description="Get the past weather of a city: temperature, wind and rain by day."),
-        tool("book_flight", description="Book a seat on a flight between two airports."),
-        tool("flight_status", description="Get the status of a flight: on time, delayed or cancelled."),
-        tool("book_hotel", description="Book a hotel room in a city for given dates."),
-        tool("book_table", description="Book a table at a restaurant."),
-    ])]
+    return [
+        FakeUpstream(
+            name="desk",
+            tools=[
+                tool(
+                    "weather_forecast",
+                    description="Get the weather forecast for a city for the coming days: temperature, wind and rain.",
+                ),
+                tool(
+                    "weather_forecast_hourly",
+                    description="Get the hourly weather forecast for a city: temperature, wind and rain hour by hour.",
+                ),
+                tool(
+                    "weather_now",
+                    description="Get the current weather in a city: temperature, wind and rain.",
+                ),
+                tool(
+                    "weather_alerts",
+                    description="Get the weather alerts and storm warnings for a city.",
+                ),
+                tool(
+                    "weather_history",
+                    description="Get the past weather of a city: temperature, wind and rain by day.",
+                ),
+                tool("book_flight", description="Book a seat on a flight between two airports."),
+                tool(
+                    "flight_status",
+                    description="Get the status of a flight: on time, delayed or cancelled.",
+                ),
+                tool("book_hotel", description="Book a hotel room in a city for given dates."),
+                tool("book_table", description="Book a table at a restaurant."),
+            ],
+        )
+    ]
 
 
-DEFERRED_SCHEMA = json.loads((ROOT / "specs/agenttool/agenttool-deferred-tool.schema.json").read_text())
+DEFERRED_SCHEMA = json.loads(
+    (ROOT / "specs/agenttool/agenttool-deferred-tool.schema.json").read_text()
+)
 
 
 # The tool_search_result shape (the Agent Tool spec defines it in prose; no JSON Schema ships).
 SEARCH_RESULT_SCHEMA = {
     "type": "object",
-    "required": ["schema_version", "query", "query_type", "matches", "total_deferred_tools", "pending_providers",
-                 "missing_names", "next_action"],
+    "required": [
+        "schema_version",
+        "query",
+        "query_type",
+        "matches",
+        "total_deferred_tools",
+        "pending_providers",
+        "missing_names",
+        "next_action",
+    ],
     "properties": {
         "schema_version": {"const": "0.2.0"},
         "query": {"type": "string"},
         "query_type": {"enum": ["select", "keyword"]},
-        "matches": {"type": "array", "items": {"type": "object", "required": ["tool_id", "name", "score"]}},
+        "matches": {
+            "type": "array",
+            "items": {"type": "object", "required": ["tool_id", "name", "score"]},
+        },
         "total_deferred_tools": {"type": "integer", "minimum": 0},
         "pending_providers": {"type": "array", "items": {"type": "string"}},
         "missing_names": {"type": "array", "items": {"type": "string"}},
@@ -63,11 +99,29 @@ SEARCH_RESULT_SCHEMA = {
 
 def tools_a():
     return [
-        tool("getUserById", description="Fetch one user account by its id.", read_only=True, tags=["users"]),
-        tool("list_repositories", description="List the repositories of an organization.", read_only=True),
+        tool(
+            "getUserById",
+            description="Fetch one user account by its id.",
+            read_only=True,
+            tags=["users"],
+        ),
+        tool(
+            "list_repositories",
+            description="List the repositories of an organization.",
+            read_only=True,
+        ),
         tool("files/read-text", description="Read a text file from the workspace.", read_only=True),
-        tool("delete_user", description="Delete a user account for good.", destructive=True, tags=["users", "admin"]),
-        tool("send_invoice", description="Email an invoice to a customer.", props={"customerEmail": {"type": "string", "description": "where the invoice goes"}}),
+        tool(
+            "delete_user",
+            description="Delete a user account for good.",
+            destructive=True,
+            tags=["users", "admin"],
+        ),
+        tool(
+            "send_invoice",
+            description="Email an invoice to a customer.",
+            props={"customerEmail": {"type": "string", "description": "where the invoice goes"}},
+        ),
     ]
 
 
@@ -79,14 +133,18 @@ class Env:
         self.surface = Surface(SurfaceConfig(name="default"), catalog)
 
     def names(self, query: str, surface: Surface | None = None, **kw) -> list[str]:
-        return [m.name for m in self.search.search(query, surface=surface or self.surface, **kw).matches]
+        return [
+            m.name for m in self.search.search(query, surface=surface or self.surface, **kw).matches
+        ]
 
     async def close(self) -> None:
         self.search.close()
         await self.catalog.close()
 
 
-async def start_env(ups: list[FakeUpstream], path: str | None = None, store: Store | None = None, **search_kw) -> Env:
+async def start_env(
+    ups: list[FakeUpstream], path: str | None = None, store: Store | None = None, **search_kw
+) -> Env:
     catalog = Catalog(store or Store())
     for up in ups:
         catalog.add_upstream(up)
@@ -126,7 +184,11 @@ def assert_reopens_as(path: str, digests: dict, docs: int) -> None:
 
     reopened = si.ToolIndex(path)
     try:
-        assert reopened.opened_existing and reopened._digests == digests and reopened.num_docs == reopened.tool_count == docs
+        assert (
+            reopened.opened_existing
+            and reopened._digests == digests
+            and reopened.num_docs == reopened.tool_count == docs
+        )
     finally:
         reopened.close()
 
@@ -162,9 +224,11 @@ class FailingIndex:
         return getattr(self.index, name)
 
 
-FS_BLURB = ("This tool belongs to the Gorilla file system. It is a simple file system that allows users to perform "
-            "basic file operations such as navigating directories, creating files and directories, reading and "
-            "writing to files, etc. Tool description: ")
+FS_BLURB = (
+    "This tool belongs to the Gorilla file system. It is a simple file system that allows users to perform "
+    "basic file operations such as navigating directories, creating files and directories, reading and "
+    "writing to files, etc. Tool description: "
+)
 
 
 FS_TOOLS = {
@@ -185,9 +249,11 @@ def fs_tools(names=tuple(FS_TOOLS)):
 
 def others():
     # tools of another upstream whose own words are close to the file system's blurb
-    return [tool("list_files", description="List the files of a storage bucket."),
-            tool("word_count", description="Count words in a text."),
-            tool("move_to", description="Move the robot arm to a position.")]
+    return [
+        tool("list_files", description="List the files of a storage bucket."),
+        tool("word_count", description="Count words in a text."),
+        tool("move_to", description="Move the robot arm to a position."),
+    ]
 
 
 MSG_BLURB = "This tool belongs to the Message API, which is used to manage user interactions in a workspace. Tool description: "
@@ -200,13 +266,31 @@ def msg_tool(name, description, /, **params):
 
 
 def msg_tools():
-    return [msg_tool("send_message", "Send a message to a user.", receiver_id="User ID of the user to send the message to.",
-                     message="Message to be sent."),
-            msg_tool("delete_message", "Delete the latest message sent to a receiver.", receiver_id="User ID of the user to send the message to."),
-            msg_tool("view_messages_sent", "View all historical messages sent by the current user."),
-            msg_tool("search_messages", "Search for messages containing a specific keyword.", keyword="The keyword to search for in messages."),
-            msg_tool("add_contact", "Add a contact to the workspace.", user_name="User name of contact to be added."),
-            msg_tool("list_users", "List all users in the workspace.")]
+    return [
+        msg_tool(
+            "send_message",
+            "Send a message to a user.",
+            receiver_id="User ID of the user to send the message to.",
+            message="Message to be sent.",
+        ),
+        msg_tool(
+            "delete_message",
+            "Delete the latest message sent to a receiver.",
+            receiver_id="User ID of the user to send the message to.",
+        ),
+        msg_tool("view_messages_sent", "View all historical messages sent by the current user."),
+        msg_tool(
+            "search_messages",
+            "Search for messages containing a specific keyword.",
+            keyword="The keyword to search for in messages.",
+        ),
+        msg_tool(
+            "add_contact",
+            "Add a contact to the workspace.",
+            user_name="User name of contact to be added.",
+        ),
+        msg_tool("list_users", "List all users in the workspace."),
+    ]
 
 
 def fs_tool(name, description, /, **params):
@@ -216,12 +300,26 @@ def fs_tool(name, description, /, **params):
 
 
 def place_fs_tools():
-    return [fs_tool("cd", FS_TOOLS["cd"], folder="The folder of the directory to change to."),
-            fs_tool("wc", FS_TOOLS["wc"], file_name="Name of the file of current directory to perform wc operation on."),
-            fs_tool("cat", FS_TOOLS["cat"], file_name="The name of the file from current directory to display."),
-            fs_tool("mkdir", FS_TOOLS["mkdir"], dir_name="The name of the new directory at current directory."),
-            fs_tool("ls", FS_TOOLS["ls"]),
-            fs_tool("rm", FS_TOOLS["rm"], file_name="The name of the file or directory to remove.")]
+    return [
+        fs_tool("cd", FS_TOOLS["cd"], folder="The folder of the directory to change to."),
+        fs_tool(
+            "wc",
+            FS_TOOLS["wc"],
+            file_name="Name of the file of current directory to perform wc operation on.",
+        ),
+        fs_tool(
+            "cat",
+            FS_TOOLS["cat"],
+            file_name="The name of the file from current directory to display.",
+        ),
+        fs_tool(
+            "mkdir",
+            FS_TOOLS["mkdir"],
+            dir_name="The name of the new directory at current directory.",
+        ),
+        fs_tool("ls", FS_TOOLS["ls"]),
+        fs_tool("rm", FS_TOOLS["rm"], file_name="The name of the file or directory to remove."),
+    ]
 
 
 class WordsEncoder(Encoder):
@@ -275,5 +373,11 @@ async def started(ups, path=None, encoder=None):
 
 def relisted(catalog: Catalog, number: int) -> list:
     """Upstream `a` lists 1,200 tools again, every description changed: their declarations."""
-    catalog.apply_tools("a", [tool(f"t{i}", description=f"Tool {i} of edition {number} alpha{number}") for i in range(1200)])
+    catalog.apply_tools(
+        "a",
+        [
+            tool(f"t{i}", description=f"Tool {i} of edition {number} alpha{number}")
+            for i in range(1200)
+        ],
+    )
     return list(catalog.slots["a"].tools.values())

@@ -24,21 +24,42 @@ def test_name_tokens_split_every_style():
     assert name_tokens("get_user_by_id") == ["get", "user", "by", "id"]
     assert name_tokens("users/get-by.id") == ["users", "get", "by", "id"]
     assert name_tokens("HTTPServerError") == ["http", "server", "error"]
-    assert name_words("users/getById") == "users get by id" == name_words("users/getById")  # kept, the same
+    assert (
+        name_words("users/getById") == "users get by id" == name_words("users/getById")
+    )  # kept, the same
 
 
 async def test_conversational_filler_does_not_decide(env):
-    assert env.names("could you please help me, I would like to read the text of a file")[0] == "api__files_read-text"
+    assert (
+        env.names("could you please help me, I would like to read the text of a file")[0]
+        == "api__files_read-text"
+    )
 
 
 async def test_a_query_of_filler_alone_matches_whole_names_only():
-    env = await start_env([FakeUpstream(name="ops", tools=[
-        tool("who_is", description="Look up who owns a domain name."),
-        tool("more", description="Show a file one page at a time."),
-        tool("purge_cache", description="Purge the cache; do that when it is stale.",
-             props={"missing_ok": {"type": "boolean", "description": "Do not fail when there is no cache: ok."}}),
-        tool("http_status", description="Explain an HTTP status code such as 404."),
-    ])], semantic="static")
+    env = await start_env(
+        [
+            FakeUpstream(
+                name="ops",
+                tools=[
+                    tool("who_is", description="Look up who owns a domain name."),
+                    tool("more", description="Show a file one page at a time."),
+                    tool(
+                        "purge_cache",
+                        description="Purge the cache; do that when it is stale.",
+                        props={
+                            "missing_ok": {
+                                "type": "boolean",
+                                "description": "Do not fail when there is no cache: ok.",
+                            }
+                        },
+                    ),
+                    tool("http_status", description="Explain an HTTP status code such as 404."),
+                ],
+            )
+        ],
+        semantic="static",
+    )
     try:
         # its words are in descriptions and parameters (`missing_ok`, *do that*): no tool is meant
         for query in ("ok thanks", "yes please do that", "OK, thank you!"):
@@ -61,8 +82,19 @@ async def test_a_query_of_filler_alone_matches_whole_names_only():
 
 async def test_a_word_the_language_knows_is_not_read_as_a_typing_error():
     assert {"monkey", "money", "weather"} <= spelled_words() and "califronia" not in spelled_words()
-    env = await start_env([FakeUpstream(name="fx", tools=[
-        tool("convert_currency", description="Convert an amount of money between currencies.")])])
+    env = await start_env(
+        [
+            FakeUpstream(
+                name="fx",
+                tools=[
+                    tool(
+                        "convert_currency",
+                        description="Convert an amount of money between currencies.",
+                    )
+                ],
+            )
+        ]
+    )
     try:
         # *monkey* is one edit from *money*, but a word of its own: no match
         assert env.names("purple monkey dishwasher") == []
@@ -76,11 +108,17 @@ async def test_a_word_the_language_knows_is_not_read_as_a_typing_error():
 
 def test_cjk_runs_are_read_as_overlapping_pairs_of_characters():
     assert cjk_pairs("天气预报") == " 天气 气预 预报 "
-    assert cjk_pairs("mbox系统") == "mbox 系统 "  # a run of two is its own pair, set apart from the Latin word
+    assert (
+        cjk_pairs("mbox系统") == "mbox 系统 "
+    )  # a run of two is its own pair, set apart from the Latin word
     assert cjk_pairs("东 x") == " 东  x"  # a lone character stays
     assert cjk_pairs("天気予報を取得") == " 天気 気予 予報 報を を取 取得 "  # kanji and kana alike
-    assert cjk_pairs("날씨 예보를") == " 날씨   예보 보를 "  # a Korean word keeps its stem apart from its particle
-    assert cjk_pairs("Café déjà vu・テスト") == "Café déjà vu・ テス スト "  # other scripts as they are; the middle dot splits
+    assert (
+        cjk_pairs("날씨 예보를") == " 날씨   예보 보를 "
+    )  # a Korean word keeps its stem apart from its particle
+    assert (
+        cjk_pairs("Café déjà vu・テスト") == "Café déjà vu・ テス スト "
+    )  # other scripts as they are; the middle dot splits
     text = "get_weather: Get the weather for a city."
     assert cjk_pairs(text) is text  # ASCII text, without a look
     # a query's pairs are its terms; a lone character, like a one-letter word, is set aside
@@ -89,10 +127,21 @@ def test_cjk_runs_are_read_as_overlapping_pairs_of_characters():
 
 
 CJK_TOOLS = [
-    tool("weather_forecast", description="获取指定城市未来几天的天气预报，包括温度和降水概率。",
-         props={"city": {"type": "string", "description": "城市名称"}}),
-    tool("stock_quote", description="查询股票的实时价格和涨跌幅。", props={"symbol": {"type": "string", "description": "股票代码"}}),
-    tool("ticket_list", description="列出指定公司所有未解决的工单。", props={"company": {"type": "string", "description": "公司名称"}}),
+    tool(
+        "weather_forecast",
+        description="获取指定城市未来几天的天气预报，包括温度和降水概率。",
+        props={"city": {"type": "string", "description": "城市名称"}},
+    ),
+    tool(
+        "stock_quote",
+        description="查询股票的实时价格和涨跌幅。",
+        props={"symbol": {"type": "string", "description": "股票代码"}},
+    ),
+    tool(
+        "ticket_list",
+        description="列出指定公司所有未解决的工单。",
+        props={"company": {"type": "string", "description": "公司名称"}},
+    ),
     tool("translate", description="将文本翻译成目标语言。"),
     tool("tenki", description="指定した都市の天気予報を取得します。"),
     tool("norikae", description="出発駅から到着駅までの電車の乗り換え案内を検索します。"),
@@ -125,13 +174,20 @@ async def test_tools_described_in_chinese_japanese_or_korean_are_found_in_their_
 
 
 async def test_a_word_the_catalog_says_otherwise_finds_its_tools():
-    e = await start_env([FakeUpstream(name="fs", tools=[
-        tool("mkdir", description="Create a new directory."),
-        tool("ls", description="List the contents of the current directory."),
-        tool("start_engine", description="Start the vehicle's engine."),
-        tool("archive", description="Pack a folder into a zip archive."),
-        tool("flights", description="Find flights to a city."),
-    ])])
+    e = await start_env(
+        [
+            FakeUpstream(
+                name="fs",
+                tools=[
+                    tool("mkdir", description="Create a new directory."),
+                    tool("ls", description="List the contents of the current directory."),
+                    tool("start_engine", description="Start the vehicle's engine."),
+                    tool("archive", description="Pack a folder into a zip archive."),
+                    tool("flights", description="Find flights to a city."),
+                ],
+            )
+        ]
+    )
     try:
         # no tool says *car*; *vehicle* is among its related words
         assert e.names("start the car") == ["fs__start_engine"]
@@ -184,7 +240,9 @@ def test_long_queries_are_read_in_time_linear_in_their_length():
         "assert [p.text for p in query_parts('Book a flight to Paris.   Also    reserve a hotel there')] == "
         "['Book a flight to Paris.', 'reserve a hotel there']\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -196,10 +254,28 @@ async def test_a_file_named_in_a_request_is_searched_as_a_file():
         assert "file" not in analyze_query(text).terms
     # the file's own words are a value, as a number is: they weigh less, unless said elsewhere too
     assert analyze_query("notes.txt").terms == {"note": 0.25, "txt": 0.25, "file": 1.0}
-    assert analyze_query("Read the notes in notes.txt").terms == {"read": 1.0, "note": 1.0, "txt": 0.25, "file": 1.0}
-    assert meaning_text("Copy notes.txt to ./backup/notes.bak, then show it") == "Copy file to ./backup/file, then show it"
-    e = await start_env([FakeUpstream(name="fs", tools=fs_tools()), FakeUpstream(name="docs", tools=[
-        tool("delete", description="Delete an entry."), tool("show_notes", description="Show the speaker notes of a slide.")])])
+    assert analyze_query("Read the notes in notes.txt").terms == {
+        "read": 1.0,
+        "note": 1.0,
+        "txt": 0.25,
+        "file": 1.0,
+    }
+    assert (
+        meaning_text("Copy notes.txt to ./backup/notes.bak, then show it")
+        == "Copy file to ./backup/file, then show it"
+    )
+    e = await start_env(
+        [
+            FakeUpstream(name="fs", tools=fs_tools()),
+            FakeUpstream(
+                name="docs",
+                tools=[
+                    tool("delete", description="Delete an entry."),
+                    tool("show_notes", description="Show the speaker notes of a slide."),
+                ],
+            ),
+        ]
+    )
     try:
         assert "fs__rm" in e.names("get rid of draft.txt", limit=3)  # nothing matched before
         assert set(e.names("how big is data.csv", limit=3)) <= {f"fs__{n}" for n in FS_TOOLS}
@@ -210,19 +286,37 @@ async def test_a_file_named_in_a_request_is_searched_as_a_file():
 @pytest.mark.parametrize("semantic", ["static", "off"])
 async def test_the_words_of_a_named_file_do_not_choose_the_tool(semantic):
     # *quarterly.txt* names the file to show, not a request for the quarterly earnings
-    e = await start_env([FakeUpstream(name="fs", tools=fs_tools()), FakeUpstream(name="fin", tools=[
-        tool("quarterly_earnings", description="Get the quarterly earnings report of a company."),
-        tool("notes_summary", description="Summarize the notes of a meeting.")])], semantic=semantic)
+    e = await start_env(
+        [
+            FakeUpstream(name="fs", tools=fs_tools()),
+            FakeUpstream(
+                name="fin",
+                tools=[
+                    tool(
+                        "quarterly_earnings",
+                        description="Get the quarterly earnings report of a company.",
+                    ),
+                    tool("notes_summary", description="Summarize the notes of a meeting."),
+                ],
+            ),
+        ],
+        semantic=semantic,
+    )
     try:
         assert e.names("Show me what's in quarterly.txt", limit=1) == ["fs__cat"]
         assert e.names("Count the words of meeting_notes.txt", limit=1) == ["fs__wc"]
-        assert e.names("Show me the quarterly earnings of ACME", limit=1) == ["fin__quarterly_earnings"]
+        assert e.names("Show me the quarterly earnings of ACME", limit=1) == [
+            "fin__quarterly_earnings"
+        ]
     finally:
         await e.close()
 
 
 def test_conversational_connectives_are_filler():
-    assert set(analyze_query("Alright, go ahead and afterwards delete it, oops").terms) == {"go", "delet"}
+    assert set(analyze_query("Alright, go ahead and afterwards delete it, oops").terms) == {
+        "go",
+        "delet",
+    }
 
 
 def test_filler_is_matched_as_written_not_by_its_stem():
@@ -241,20 +335,31 @@ def test_a_request_is_read_in_parts_at_sentences_and_connectives():
         return [sorted(p.terms) for p in query_parts(text)]
 
     assert parts("Find the airport closest to Boston. Also book me a flight from there.") == [
-        ["airport", "boston", "closest", "find"], ["book", "flight"]]
+        ["airport", "boston", "closest", "find"],
+        ["book", "flight"],
+    ]
     assert parts("Copy notes.txt to backup.txt, then show me what's inside the copy") == [
-        ["backup", "copi", "file", "note", "txt"], ["copi", "insid", "show"]]
+        ["backup", "copi", "file", "note", "txt"],
+        ["copi", "insid", "show"],
+    ]
     # one task: no parts; `next` qualifies a value, `and` alone joins words of one task
     assert parts("Get the weather forecast for the next 10 days") == []
     assert parts("Find the area of a rectangle with length 7 and breadth 3") == []
     # a part needs two words besides filler; at most four parts, those with the most words
     assert parts("Could you help me? I want it. Then list the open tickets") == []
-    assert query_parts("Get the sales report. Then get the sales report") == []  # the same words count once
-    many = query_parts(". ".join(f"get the {w} sales report" for w in ("north", "south", "east", "west", "central")))
+    assert (
+        query_parts("Get the sales report. Then get the sales report") == []
+    )  # the same words count once
+    many = query_parts(
+        ". ".join(
+            f"get the {w} sales report" for w in ("north", "south", "east", "west", "central")
+        )
+    )
     assert len(many) == 4
     # Chinese and Japanese end a sentence with a full-width mark and no space
-    assert [sorted(p.terms)[:2] for p in query_parts("请问北京的天气如何？还有，上海的股票价格是多少？")] == [
-        ["京的", "北京"], ["上海", "价格"]]
+    assert [
+        sorted(p.terms)[:2] for p in query_parts("请问北京的天气如何？还有，上海的股票价格是多少？")
+    ] == [["京的", "北京"], ["上海", "价格"]]
 
 
 async def test_a_sentence_that_sets_the_scene_gets_no_tool_of_its_own():
@@ -270,11 +375,16 @@ async def test_a_sentence_that_sets_the_scene_gets_no_tool_of_its_own():
     assert parts("I lost the room code. Please find my messages about it") == []
     assert parts("We need the room code. The printer on the third floor is jammed.") == []
     assert parts("The printer on the third floor is jammed. The room code is lost.") == [
-        "The printer on the third floor is jammed.", "The room code is lost."]
+        "The printer on the third floor is jammed.",
+        "The room code is lost.",
+    ]
     e = await start_env(forecast_desk())
     try:
         # the scene's hotel, a part of its own, took the second place from the flight
-        assert e.names(scene + ask, limit=2) == ["desk__weather_forecast_hourly", "desk__book_flight"]
+        assert e.names(scene + ask, limit=2) == [
+            "desk__weather_forecast_hourly",
+            "desk__book_flight",
+        ]
     finally:
         await e.close()
 
@@ -285,14 +395,24 @@ async def test_two_words_of_a_request_are_matched_as_the_one_word_a_tool_writes(
     assert "zipcod" in analyzed.joined and "preheat" in analyzed.joined
     assert "getzip" not in analyzed.joined  # filler between: *the* stands between *get* and *zip*
     assert analyze_query("Get the zipcode of Paris").joined == ()  # one word: nothing to join
-    e = await start_env([FakeUpstream(name="geo", tools=[
-        tool("get_zipcode_based_on_city", description="Find the zipcode of a city."),
-        tool("get_country_code", description="Get the dialling code of a country."),
-        tool("format_code", description="Format a piece of source code."),
-        tool("zip_files", description="Compress files into a zip archive.")])])
+    e = await start_env(
+        [
+            FakeUpstream(
+                name="geo",
+                tools=[
+                    tool("get_zipcode_based_on_city", description="Find the zipcode of a city."),
+                    tool("get_country_code", description="Get the dialling code of a country."),
+                    tool("format_code", description="Format a piece of source code."),
+                    tool("zip_files", description="Compress files into a zip archive."),
+                ],
+            )
+        ]
+    )
     try:
         found = e.names("what is the zip code of Paris", limit=4)
-        assert set(found[:2]) == {"geo__get_zipcode_based_on_city", "geo__zip_files"}, found  # not found before
+        assert set(found[:2]) == {"geo__get_zipcode_based_on_city", "geo__zip_files"}, (
+            found
+        )  # not found before
         # a word the catalog does not use is not matched: the ranking is the one of the two words
         assert e.names("format the code block", limit=1) == ["geo__format_code"]
     finally:

@@ -28,13 +28,17 @@ from tests.search.support import (
 )
 
 
-def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_content(tmp_path, monkeypatch):
+def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_content(
+    tmp_path, monkeypatch
+):
     import bridge.search.index as si
 
     monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 3)
     monkeypatch.setattr("bridge.search.compaction.COMPACT_MIN_TOOLS", 100)
     path = str(tmp_path / "compact.index")
-    tools = {f"t{i}": indexed(f"t{i}", f"report number {i}", namespace=f"ns{i % 3}") for i in range(300)}
+    tools = {
+        f"t{i}": indexed(f"t{i}", f"report number {i}", namespace=f"ns{i % 3}") for i in range(300)
+    }
     index = si.ToolIndex(path)
     try:
         for batch in range(3):  # three commits, three segments (Tantivy merges eight at a time)
@@ -48,9 +52,13 @@ def test_a_compaction_writes_the_index_again_in_fewer_segments_and_keeps_its_con
         monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 3)
         kept = [t for tool_id, t in tools.items() if tool_id != "t7"]  # t7 no longer listed
         kept[0] = indexed("t0", "forecast of the weather", namespace="ns0")  # t0 changed
-        kept[1] = indexed("t1", "report number 1", namespace="moved")  # t1 listed by another upstream
+        kept[1] = indexed(
+            "t1", "report number 1", namespace="moved"
+        )  # t1 listed by another upstream
         index.compact(kept)
-        index.submit([indexed("late", "late report", namespace="ns1")])  # written after the compaction
+        index.submit(
+            [indexed("late", "late report", namespace="ns1")]
+        )  # written after the compaction
         assert index.flush() and index.compacted()
         # the compaction's segment, and the late tool's unless it came in time to be written into the new index too
         assert index.segments <= 2 and index.num_docs == index.tool_count == 300
@@ -77,7 +85,9 @@ def test_a_compaction_left_off_at_close_keeps_the_index_as_it_was(tmp_path, monk
     compacting, started, go_on = threading.Event(), threading.Event(), threading.Event()
 
     def convert(tool_id: str):
-        if tool_id == "t5" and compacting.is_set():  # the compaction waits here until `close` has begun
+        if (
+            tool_id == "t5" and compacting.is_set()
+        ):  # the compaction waits here until `close` has begun
             started.set()
             go_on.wait(10)
         return indexed(tool_id, f"report number {tool_id}")
@@ -94,7 +104,9 @@ def test_a_compaction_left_off_at_close_keeps_the_index_as_it_was(tmp_path, monk
     closing = threading.Thread(target=index.close)
     closing.start()
     deadline = time.monotonic() + 10
-    while not index._closing and time.monotonic() < deadline:  # close has begun: the compaction leaves off
+    while (
+        not index._closing and time.monotonic() < deadline
+    ):  # close has begun: the compaction leaves off
         time.sleep(0.001)
     go_on.set()
     closing.join(30)
@@ -107,7 +119,9 @@ def test_a_compaction_left_off_at_close_keeps_the_index_as_it_was(tmp_path, monk
         reopened.close()
 
 
-def test_changes_arriving_during_a_compaction_are_searchable_before_it_ends_and_win_over_it(tmp_path, monkeypatch):
+def test_changes_arriving_during_a_compaction_are_searchable_before_it_ends_and_win_over_it(
+    tmp_path, monkeypatch
+):
     import bridge.search.index as si
 
     monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 3)
@@ -120,8 +134,10 @@ def test_changes_arriving_during_a_compaction_are_searchable_before_it_ends_and_
         if "compacting" in seen and tool_id == "t100":
             # the compaction is under way, and its writing is held up here (as Tantivy's writer holds
             # its caller while it writes a full segment to a busy disk): the catalog changes
-            seen["ticket"] = index.submit([indexed("t500", "forecast of the weather"), indexed("new", "fresh ledger")],
-                                          deletes=[("ns", "t501")])
+            seen["ticket"] = index.submit(
+                [indexed("t500", "forecast of the weather"), indexed("new", "fresh ledger")],
+                deletes=[("ns", "t501")],
+            )
             seen["committed"] = index.flush(10) and not index.compacted(0)
             seen["found"] = hits(index, "weather forecast")
         return indexed(tool_id, texts[tool_id])
@@ -150,7 +166,9 @@ def test_changes_arriving_during_a_compaction_are_searchable_before_it_ends_and_
     assert_reopens_as(path, digests, 600)  # the digest log agrees with the index
 
 
-def test_a_change_whose_commit_fails_during_a_compaction_is_tried_again_and_kept_by_it(tmp_path, monkeypatch):
+def test_a_change_whose_commit_fails_during_a_compaction_is_tried_again_and_kept_by_it(
+    tmp_path, monkeypatch
+):
 
     import bridge.search.index as si
 
@@ -161,7 +179,9 @@ def test_a_change_whose_commit_fails_during_a_compaction_is_tried_again_and_kept
     changed = threading.Event()
 
     def convert(tool_id: str):
-        if tool_id == "t100" and index.segments == 3 and disk.tries == 0:  # under way: a change whose commit fails
+        if (
+            tool_id == "t100" and index.segments == 3 and disk.tries == 0
+        ):  # under way: a change whose commit fails
             disk.failing = True
             index.submit([indexed("t5", "forecast of the weather")])
             changed.set()
@@ -177,7 +197,9 @@ def test_a_change_whose_commit_fails_during_a_compaction_is_tried_again_and_kept
         disk = index._writer = FullDisk(index._writer)
         index.compact([f"t{i}" for i in range(300)])  # t5 as it was
         assert changed.wait(10)
-        assert not index.flush(0.2) and disk.tries >= 2  # the change is tried again; the compaction waits
+        assert (
+            not index.flush(0.2) and disk.tries >= 2
+        )  # the change is tried again; the compaction waits
         assert not index.compacted(0) and index.segments == 3
         disk.failing = False
         assert index.flush(10.0) and index.compacted(30)
@@ -190,7 +212,9 @@ def test_a_change_whose_commit_fails_during_a_compaction_is_tried_again_and_kept
         index.close()
     reopened = si.ToolIndex(path)
     try:
-        assert reopened.opened_existing and reopened._digests == digests and reopened.num_docs == 300
+        assert (
+            reopened.opened_existing and reopened._digests == digests and reopened.num_docs == 300
+        )
         assert hits(reopened, "weather forecast") == ["t5"]
     finally:
         reopened.close()
@@ -207,14 +231,24 @@ def test_a_compaction_whose_commit_fails_leaves_the_index_as_it_was(tmp_path, mo
     index._new_index = lambda generation: FailingIndex(new_index(generation))
     try:
         for batch in range(3):
-            index.submit([indexed(f"t{i}", f"report number {i}") for i in range(batch * 100, batch * 100 + 100)])
+            index.submit(
+                [
+                    indexed(f"t{i}", f"report number {i}")
+                    for i in range(batch * 100, batch * 100 + 100)
+                ]
+            )
             assert index.flush()
         index.compact([indexed(f"t{i}", f"report number {i}") for i in range(300)])
         assert index.compacted(30)
         assert "compaction left off (No space left on device" in caplog.text
         assert index.segments == 3 and index.num_docs == index.tool_count == 300
-        assert sorted(p.name for p in Path(path).iterdir()) == ["bridge-search.json", "g1"]  # the new one dropped
-        index.submit([indexed("t5", "forecast of the weather")])  # and the index searched takes changes as before
+        assert sorted(p.name for p in Path(path).iterdir()) == [
+            "bridge-search.json",
+            "g1",
+        ]  # the new one dropped
+        index.submit(
+            [indexed("t5", "forecast of the weather")]
+        )  # and the index searched takes changes as before
         assert index.flush()
         assert hits(index, "weather forecast") == ["t5"]
         digests = {ns: dict(d) for ns, d in index._digests.items()}
@@ -244,10 +278,32 @@ async def test_tools_removed_and_listed_again_score_as_in_a_fresh_index():
     requests over the same tools score as in an index that never lost one."""
     from bridge.search.compaction import COMPACT_DELETED
 
-    words = ["invoice", "customer", "refund", "payment", "report", "weather", "forecast", "city", "user", "account",
-             "file", "folder", "message", "channel", "ticket", "flight"]
-    listing = [tool(f"tool_{i}", description=f"{words[i % 16].title()} the {words[(i * 7) % 16]} of a {words[(i * 3 + 1) % 16]} "
-                    f"and its {words[(i * 5 + 2) % 16]}.") for i in range(48)]
+    words = [
+        "invoice",
+        "customer",
+        "refund",
+        "payment",
+        "report",
+        "weather",
+        "forecast",
+        "city",
+        "user",
+        "account",
+        "file",
+        "folder",
+        "message",
+        "channel",
+        "ticket",
+        "flight",
+    ]
+    listing = [
+        tool(
+            f"tool_{i}",
+            description=f"{words[i % 16].title()} the {words[(i * 7) % 16]} of a {words[(i * 3 + 1) % 16]} "
+            f"and its {words[(i * 5 + 2) % 16]}.",
+        )
+        for i in range(48)
+    ]
     fresh = await start_env([FakeUpstream(name="ops", tools=listing)])
     churned = await start_env([FakeUpstream(name="ops", tools=listing)])
     try:
@@ -258,27 +314,39 @@ async def test_tools_removed_and_listed_again_score_as_in_a_fresh_index():
             assert await churned.search.wait_indexed()
         index = churned.search.index
         assert index.compacted() and index.deleted_share < COMPACT_DELETED and index.num_docs == 48
-        for request in ["refund a customer payment", "weather forecast for a city", "user account", "file in a folder", "ticket"]:
+        for request in [
+            "refund a customer payment",
+            "weather forecast for a city",
+            "user account",
+            "file in a folder",
+            "ticket",
+        ]:
             analyzed = analyze_query(request)
             want = fresh.search.index.search(fresh.search.index.query(analyzed), 20)
             got = index.search(index.query(analyzed), 20)
             # the same statistics: the same scores, whatever the segments (float sums aside)
             assert [tool_id for tool_id, _ in got] == [tool_id for tool_id, _ in want], request
-            assert [score for _, score in got] == pytest.approx([score for _, score in want], rel=1e-6), request
+            assert [score for _, score in got] == pytest.approx(
+                [score for _, score in want], rel=1e-6
+            ), request
             assert fresh.names(request) == churned.names(request)
     finally:
         await fresh.close()
         await churned.close()
 
 
-async def test_a_small_catalog_losing_and_listing_again_its_tools_does_not_write_a_generation_each_time(tmp_path, monkeypatch):
+async def test_a_small_catalog_losing_and_listing_again_its_tools_does_not_write_a_generation_each_time(
+    tmp_path, monkeypatch
+):
     """Five tools, one gone from a listing and back in the next, 50 times: each removal was 20% of
     the index's documents (COMPACT_DELETED), and wrote a new generation of it; the index now waits
     for COMPACT_DELETED_MIN deleted documents, and never holds more than two generations on disk."""
 
     monkeypatch.setattr("bridge.search.writer.COMMIT_WINDOW", 0.005)
-    listing = [tool(f"tool_{i}", description=f"Report the {word} of the ledger.")
-               for i, word in enumerate(["invoice", "weather", "ticket", "flight", "folder"])]
+    listing = [
+        tool(f"tool_{i}", description=f"Report the {word} of the ledger.")
+        for i, word in enumerate(["invoice", "weather", "ticket", "flight", "folder"])
+    ]
     path = tmp_path / "bridge.index"
 
     def folders() -> list[str]:
@@ -295,12 +363,16 @@ async def test_a_small_catalog_losing_and_listing_again_its_tools_does_not_write
             assert await env.search.wait_indexed() and env.search.index.compacted()
             most = max(most, len(folders()))
         generation = env.search.index._generation
-        assert generation <= 1 + 100 // 8  # a compaction for every 8 deleted documents (COMPACT_DELETED_MIN) at most, not 50
+        assert (
+            generation <= 1 + 100 // 8
+        )  # a compaction for every 8 deleted documents (COMPACT_DELETED_MIN) at most, not 50
         assert env.names("flight ledger")[:1] == ["ops__tool_3"]
     finally:
         await env.close()
     assert most <= 2 and folders() == [f"g{generation}"]
-    env = await start_env([FakeUpstream(name="ops", tools=listing)], path=str(path))  # a restart reopens it, and leaves no other
+    env = await start_env(
+        [FakeUpstream(name="ops", tools=listing)], path=str(path)
+    )  # a restart reopens it, and leaves no other
     try:
         assert env.search.index.opened_existing and env.search.index.num_docs == 5
         assert folders() == [f"g{generation}"]
@@ -319,10 +391,21 @@ async def test_the_index_is_compacted_once_every_upstream_has_listed(tmp_path, m
     search = ToolSearch(catalog, str(tmp_path / "bridge.index"))
     try:
         for name in names[:3]:  # listed one after another: a commit, and a segment, each
-            catalog.apply_tools(name, [tool(f"{name}_report_{i}", description=f"Report {i} of {name}.") for i in range(40)])
+            catalog.apply_tools(
+                name,
+                [
+                    tool(f"{name}_report_{i}", description=f"Report {i} of {name}.")
+                    for i in range(40)
+                ],
+            )
             assert await search.wait_indexed()
-        assert search.index.segments == 3 and search.index.compacted() and search.index.segments == 3
-        catalog.apply_tools("delta", [tool(f"delta_report_{i}", description=f"Report {i} of delta.") for i in range(40)])
+        assert (
+            search.index.segments == 3 and search.index.compacted() and search.index.segments == 3
+        )
+        catalog.apply_tools(
+            "delta",
+            [tool(f"delta_report_{i}", description=f"Report {i} of delta.") for i in range(40)],
+        )
         assert await search.wait_indexed() and search.index.compacted()
         assert search.index.segments == 1 and search.index.num_docs == 160
         surface = Surface(SurfaceConfig(name="default"), catalog)

@@ -23,7 +23,10 @@ async def test_index_follows_tool_add_change_and_removal(env):
     assert await env.search.wait_indexed()
     assert env.names("signing keys")[0] == "api__rotate_keys"
 
-    changed = [t if t.name != "rotate_keys" else tool("rotate_keys", description="Renew TLS certificates.") for t in up.tools]
+    changed = [
+        t if t.name != "rotate_keys" else tool("rotate_keys", description="Renew TLS certificates.")
+        for t in up.tools
+    ]
     up.change_tools(changed)
     await until(lambda: "TLS" in env.catalog.resolve("api__rotate_keys").description)
     assert await env.search.wait_indexed()
@@ -39,7 +42,10 @@ async def test_index_follows_tool_add_change_and_removal(env):
 
 async def test_a_matchs_hint_follows_its_tool_and_the_text_its_api_shares(env):
     blurb = "Part of the Acme API for orders and carts. Tool description: "
-    orders = [tool("create_order", description=blurb + "Create an order."), tool("cancel_order", description=blurb + "Cancel an order.")]
+    orders = [
+        tool("create_order", description=blurb + "Create an order."),
+        tool("cancel_order", description=blurb + "Cancel an order."),
+    ]
 
     def hint(query: str) -> tuple[str, str | None]:
         first = env.search.search(query, surface=env.surface).matches[0]
@@ -48,12 +54,26 @@ async def test_a_matchs_hint_follows_its_tool_and_the_text_its_api_shares(env):
     env.catalog.apply_tools("billing", orders)
     assert await env.search.wait_indexed()
     # two tools do not share a text yet: the blurb's first sentence is the tool's own
-    assert hint("cancel an order") == ("billing__cancel_order", "Part of the Acme API for orders and carts")
-    env.catalog.apply_tools("billing", [*orders, tool("refund_order", description=blurb + "Refund an order.")])
+    assert hint("cancel an order") == (
+        "billing__cancel_order",
+        "Part of the Acme API for orders and carts",
+    )
+    env.catalog.apply_tools(
+        "billing", [*orders, tool("refund_order", description=blurb + "Refund an order.")]
+    )
     assert await env.search.wait_indexed()
-    assert hint("cancel an order") == ("billing__cancel_order", "Cancel an order")  # a third: the blurb is shared
-    env.catalog.apply_tools("billing", [orders[0], tool("cancel_order", description=blurb + "Void an order before it ships."),
-                                        tool("refund_order", description=blurb + "Refund an order.")])
+    assert hint("cancel an order") == (
+        "billing__cancel_order",
+        "Cancel an order",
+    )  # a third: the blurb is shared
+    env.catalog.apply_tools(
+        "billing",
+        [
+            orders[0],
+            tool("cancel_order", description=blurb + "Void an order before it ships."),
+            tool("refund_order", description=blurb + "Refund an order."),
+        ],
+    )
     assert await env.search.wait_indexed()
     assert hint("void an order") == ("billing__cancel_order", "Void an order before it ships")
 
@@ -85,15 +105,21 @@ async def test_shared_text_follows_the_listing_tool_by_tool():
     up = FakeUpstream(name="fs", tools=fs_tools(("cd", "ls")))
     e = await start_env([up])
     try:
+
         def hint(query: str) -> str:
             return e.search.search(query, surface=e.surface).matches[0].search_hint
 
-        assert hint("working directory").startswith("This tool belongs")  # two tools: not shared yet
+        assert hint("working directory").startswith(
+            "This tool belongs"
+        )  # two tools: not shared yet
         up.change_tools(fs_tools(("cd", "ls", "rm")))
         await until(lambda: e.catalog.resolve("fs__rm") is not None)
         assert await e.search.wait_indexed()
         # the third tool makes the blurb shared: the first two are written again
-        assert hint("working directory") == "Change the current working directory to the specified folder"
+        assert (
+            hint("working directory")
+            == "Change the current working directory to the specified folder"
+        )
         assert e.search.index.num_docs == 3
         up.change_tools(fs_tools(("cd", "rm")))
         await until(lambda: e.catalog.resolve("fs__ls") is None)
@@ -121,7 +147,10 @@ async def test_shared_text_is_looked_at_on_the_index_thread_not_the_event_loop()
         await until(lambda: e.catalog.resolve("fs__rm") is not None)
         assert await e.search.wait_indexed()
         assert threads and threading.main_thread().name not in threads
-        assert e.search.search("remove a file", surface=e.surface).matches[0].search_hint == "Remove a file or directory"
+        assert (
+            e.search.search("remove a file", surface=e.surface).matches[0].search_hint
+            == "Remove a file or directory"
+        )
     finally:
         await e.close()
 
@@ -150,16 +179,23 @@ async def test_changes_of_one_upstream_committed_together_look_at_its_shared_tex
     try:
         e.search.index.submit(prepare=hold)
         assert holding.wait(10)
-        e.catalog.apply_tools("fs", fs_tools(("cd", "ls", "rm")))  # the third tool makes the blurb shared
+        e.catalog.apply_tools(
+            "fs", fs_tools(("cd", "ls", "rm"))
+        )  # the third tool makes the blurb shared
         e.catalog.apply_tools("fs", fs_tools(("cd", "ls", "rm", "mkdir")))
         e.catalog.apply_tools("fs", fs_tools(("cd", "ls", "mkdir")))
         held.set()
         assert await e.search.wait_indexed()
         assert looked == ["fs"]
-        hints = {m.name: m.search_hint for m in e.search.search("directory", surface=e.surface, limit=5).matches}
-        assert hints == {"fs__cd": "Change the current working directory to the specified folder",
-                         "fs__ls": "List the contents of the current directory",
-                         "fs__mkdir": "Create a new directory in the current directory"}
+        hints = {
+            m.name: m.search_hint
+            for m in e.search.search("directory", surface=e.surface, limit=5).matches
+        }
+        assert hints == {
+            "fs__cd": "Change the current working directory to the specified folder",
+            "fs__ls": "List the contents of the current directory",
+            "fs__mkdir": "Create a new directory in the current directory",
+        }
         assert e.search.index.num_docs == e.search.index.tool_count == 3
     finally:
         held.set()
@@ -210,8 +246,10 @@ async def test_search_follows_the_catalog_from_its_changes_not_its_upstreams(mon
     upstreams, which the catalog's thread changes meanwhile."""
     monkeypatch.setattr("bridge.search.compaction.COMPACT_DELETED_MIN", 1)
     monkeypatch.setattr("bridge.search.compaction.COMPACT_DELETED", 0.1)
-    listing = [tool(f"tool_{i}", description=f"Report the {word} of the ledger.")
-               for i, word in enumerate(["invoice", "weather", "ticket", "flight", "folder"])]
+    listing = [
+        tool(f"tool_{i}", description=f"Report the {word} of the ledger.")
+        for i, word in enumerate(["invoice", "weather", "ticket", "flight", "folder"])
+    ]
     catalog = Catalog(Store())
     catalog.add_upstream(FakeUpstream(name="ledger", tools=listing))
     catalog.apply_tools("ledger", listing)  # listed before search starts: told by the replay

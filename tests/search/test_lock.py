@@ -22,8 +22,10 @@ from tests.conftest import ROOT
 from tests.servers import TINY_MCP_SERVER
 
 # holds the index's lock as a `bridge search` on the same config does, until a line comes on its stdin
-HOLDER = ("import sys; from bridge.search.lock import take_lock; held = take_lock(sys.argv[1]); "
-          "print('held' if held else 'busy', flush=True); sys.stdin.readline()")
+HOLDER = (
+    "import sys; from bridge.search.lock import take_lock; held = take_lock(sys.argv[1]); "
+    "print('held' if held else 'busy', flush=True); sys.stdin.readline()"
+)
 
 
 class Process:
@@ -45,7 +47,9 @@ class Process:
         async with asyncio.timeout(timeout):
             while text not in self.stderr:
                 if self.process.returncode is not None:
-                    raise AssertionError(f"ended ({self.process.returncode}) before saying {text!r}:\n{self.stderr}")
+                    raise AssertionError(
+                        f"ended ({self.process.returncode}) before saying {text!r}:\n{self.stderr}"
+                    )
                 await asyncio.sleep(0.05)
 
     async def stop(self) -> int:
@@ -57,8 +61,15 @@ class Process:
 
 
 async def start(*args: str, stdin: int | None = asyncio.subprocess.DEVNULL) -> Process:
-    process = await asyncio.create_subprocess_exec(sys.executable, *args, cwd=ROOT, stdin=stdin, stdout=asyncio.subprocess.PIPE,
-                                                   stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *args,
+        cwd=ROOT,
+        stdin=stdin,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     return Process(process)
 
 
@@ -78,10 +89,21 @@ async def release(holder: Process) -> None:
 def config(tmp_path: Path, lock_wait: float) -> str:
     """A config on a store in `tmp_path`, with one MCP upstream (the tiny server's `echo`)."""
     path = tmp_path / "bridge.yaml"
-    tiny = {"name": "tiny", "kind": "mcp", "command": sys.executable,
-            "args": [str(TINY_MCP_SERVER)]}
-    path.write_text(yaml.safe_dump({"store": {"path": str(tmp_path / "bridge.db")},
-                                    "search": {"lock_wait": lock_wait}, "upstreams": [tiny]}))
+    tiny = {
+        "name": "tiny",
+        "kind": "mcp",
+        "command": sys.executable,
+        "args": [str(TINY_MCP_SERVER)],
+    }
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "store": {"path": str(tmp_path / "bridge.db")},
+                "search": {"lock_wait": lock_wait},
+                "upstreams": [tiny],
+            }
+        )
+    )
     return str(path)
 
 
@@ -90,9 +112,15 @@ async def send(process: Process, message: dict[str, Any]) -> None:
     await process.process.stdin.drain()
 
 
-INITIALIZE = {"id": 1, "method": "initialize",
-              "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                         "clientInfo": {"name": "t", "version": "0"}}}
+INITIALIZE = {
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    },
+}
 
 
 async def test_bridge_serve_stdio_beside_a_bridge_serve_answers_initialize_at_once(tmp_path):
@@ -104,8 +132,9 @@ async def test_bridge_serve_stdio_beside_a_bridge_serve_answers_initialize_at_on
     try:
         await http.said("bridge: upstreams started")  # it holds the on-disk index
         began = time.monotonic()
-        stdio = await start("-m", "bridge.cli", "serve", "--stdio", "-c", path,
-                            stdin=asyncio.subprocess.PIPE)
+        stdio = await start(
+            "-m", "bridge.cli", "serve", "--stdio", "-c", path, stdin=asyncio.subprocess.PIPE
+        )
         await send(stdio, INITIALIZE)
         answer = json.loads(await asyncio.wait_for(stdio.process.stdout.readline(), 30))
         answered = time.monotonic() - began  # the process's start (its imports) included
@@ -147,8 +176,15 @@ async def test_bridge_serve_beside_a_command_holding_the_index_moves_it_to_disk_
 async def test_bridge_serve_stdio_beside_a_command_holding_the_index_stops_on_a_signal(tmp_path):
     index = tmp_path / "bridge.index"
     holder = await hold(index)
-    serve = await start("-m", "bridge.cli", "serve", "--stdio", "-c", config(tmp_path, 30),
-                        stdin=asyncio.subprocess.PIPE)
+    serve = await start(
+        "-m",
+        "bridge.cli",
+        "serve",
+        "--stdio",
+        "-c",
+        config(tmp_path, 30),
+        stdin=asyncio.subprocess.PIPE,
+    )
     try:
         await send(serve, INITIALIZE)
         assert json.loads(await asyncio.wait_for(serve.process.stdout.readline(), 30))["id"] == 1
@@ -159,7 +195,9 @@ async def test_bridge_serve_stdio_beside_a_command_holding_the_index_stops_on_a_
     assert not index.exists()  # the index stayed in memory: nothing written where the command's is
 
 
-def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_change_and_always_answering(tmp_path, monkeypatch, caplog):
+def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_change_and_always_answering(
+    tmp_path, monkeypatch, caplog
+):
     """A process that found the on-disk index locked kept its own in memory for its whole life,
     built again at each start. It now looks every DISK_RETRY seconds, and once the lock is free
     writes its tools into the on-disk index (in place of what another process left there) as a
@@ -176,6 +214,7 @@ def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_c
     written_index(path, indexed("stale", "stale ledger"))  # what the other process left there (g1)
     holder = take_lock(path)  # another process holds it
     assert holder is not None
+
     def word(i: int) -> str:  # a word of its own for each tool
         return "zq" + "".join("abcdefghij"[int(c)] for c in str(i))
 
@@ -184,10 +223,18 @@ def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_c
     changed: list[int] = []
 
     def convert(tool_id: str):
-        if tool_id == "t100" and threading.current_thread().name == "search-index-compaction" and not changed:
+        if (
+            tool_id == "t100"
+            and threading.current_thread().name == "search-index-compaction"
+            and not changed
+        ):
             # the move is under way: the catalog changes (a tool changed, one added, one removed)
-            changed.append(index.submit([indexed("t5", "forecast of the weather"), indexed("new", "fresh ledger")],
-                                        deletes=[("ns", "t7")]))
+            changed.append(
+                index.submit(
+                    [indexed("t5", "forecast of the weather"), indexed("new", "fresh ledger")],
+                    deletes=[("ns", "t7")],
+                )
+            )
         return indexed(tool_id, listed[tool_id])
 
     index = si.ToolIndex(path, convert=convert, listing=lambda: list(listed))
@@ -218,9 +265,17 @@ def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_c
         assert hits(index, "weather forecast") == ["t5"] and hits(index, "ledger") == ["new"]
         assert hits(index, word(7)) == [] and hits(index, word(8)) == ["t8"]
         assert index.num_docs == index.tool_count == 300
-        assert sorted(p.name for p in Path(path).iterdir()) == ["bridge-search.json", "g2"]  # the stale g1 gone
+        assert sorted(p.name for p in Path(path).iterdir()) == [
+            "bridge-search.json",
+            "g2",
+        ]  # the stale g1 gone
         assert (tmp_path / "bridge.index.lock").read_text().startswith(f"{os.getpid()} ")
-        assert caplog.text.count("is free now: the 300 tools of the index kept in memory were written to it") == 1
+        assert (
+            caplog.text.count(
+                "is free now: the 300 tools of the index kept in memory were written to it"
+            )
+            == 1
+        )
         index.submit([indexed("later", "later ledger")])  # and changes go to disk from now on
         assert index.flush() and hits(index, "later") == ["later"]
         digests = {ns: dict(d) for ns, d in index._digests.items()}
@@ -231,7 +286,9 @@ def test_an_index_kept_in_memory_moves_to_disk_once_the_lock_is_free_losing_no_c
     assert_reopens_as(path, digests, 301)
 
 
-async def test_a_bridge_whose_index_was_kept_in_memory_moves_it_and_its_vectors_to_disk_and_reopens_both(tmp_path, monkeypatch, caplog):
+async def test_a_bridge_whose_index_was_kept_in_memory_moves_it_and_its_vectors_to_disk_and_reopens_both(
+    tmp_path, monkeypatch, caplog
+):
     from bridge.search.vectorfile import vector_path
     from tests.fakes import FakeUpstream, tool
     from tests.search.support import start_env
@@ -239,32 +296,45 @@ async def test_a_bridge_whose_index_was_kept_in_memory_moves_it_and_its_vectors_
 
     monkeypatch.setattr("bridge.search.compaction.DISK_RETRY", 0.2)
     path = str(tmp_path / "bridge.index")
-    listing = [tool(f"{word}_report", description=f"Report the {word} of an account.") for word in ("invoice", "refund", "weather")]
+    listing = [
+        tool(f"{word}_report", description=f"Report the {word} of an account.")
+        for word in ("invoice", "refund", "weather")
+    ]
     holder = take_lock(path)  # a `bridge search` on the same store
     env = await start_env([FakeUpstream(name="ops", tools=listing)], path=path, semantic="static")
     try:
         assert env.search.index.path is None and env.search.semantic.path is None
         assert env.search.semantic.flush() and env.search.semantic.embedded == 3
         holder.close()  # it ends
-        await until(lambda: env.search.index.path == path and env.search.index.compacted(0), timeout=10)
+        await until(
+            lambda: env.search.index.path == path and env.search.index.compacted(0), timeout=10
+        )
         assert env.search.semantic.flush()
         vectors = vector_path(path, static=True)
         assert env.search.path == path and env.search.semantic.path == vectors
         assert env.names("weather report")[:1] == ["ops__weather_report"]
-        assert "is free now: the 3 tools of the index kept in memory were written to it" in caplog.text
+        assert (
+            "is free now: the 3 tools of the index kept in memory were written to it" in caplog.text
+        )
     finally:
         holder.close()
         await env.close()
-    env = await start_env([FakeUpstream(name="ops", tools=listing)], path=path, semantic="static")  # the next start
+    env = await start_env(
+        [FakeUpstream(name="ops", tools=listing)], path=path, semantic="static"
+    )  # the next start
     try:
         assert env.search.index.opened_existing and env.search.index.documents_written == 0
-        assert env.search.semantic.flush() and env.search.semantic.embedded == 0  # read from the file, not embedded again
+        assert (
+            env.search.semantic.flush() and env.search.semantic.embedded == 0
+        )  # read from the file, not embedded again
         assert env.names("weather report")[:1] == ["ops__weather_report"]
     finally:
         await env.close()
 
 
-def test_a_move_to_disk_that_fails_keeps_the_index_in_memory_lets_the_lock_go_and_leaves_the_disk_as_it_was(tmp_path, monkeypatch, caplog):
+def test_a_move_to_disk_that_fails_keeps_the_index_in_memory_lets_the_lock_go_and_leaves_the_disk_as_it_was(
+    tmp_path, monkeypatch, caplog
+):
     import time
 
     import bridge.search.index as si
@@ -275,10 +345,15 @@ def test_a_move_to_disk_that_fails_keeps_the_index_in_memory_lets_the_lock_go_an
     path = str(tmp_path / "bridge.index")
     written_index(path, indexed("stale", "stale ledger"))
     holder = take_lock(path)
-    tools = [indexed(f"t{i}", f"report {name}") for i, name in enumerate(["invoice", "refund", "weather"])]
+    tools = [
+        indexed(f"t{i}", f"report {name}")
+        for i, name in enumerate(["invoice", "refund", "weather"])
+    ]
     index = si.ToolIndex(path, listing=lambda: tools)
     new_index_at = index._new_index_at
-    index._new_index_at = lambda where, generation: FailingIndex(new_index_at(where, generation))  # a full disk
+    index._new_index_at = lambda where, generation: FailingIndex(
+        new_index_at(where, generation)
+    )  # a full disk
     try:
         index.submit(tools)
         assert index.flush()
@@ -288,7 +363,10 @@ def test_a_move_to_disk_that_fails_keeps_the_index_in_memory_lets_the_lock_go_an
             time.sleep(0.02)
         assert index.compacted(10) and "compaction left off (No space left on device" in caplog.text
         assert index.path is None and index.wanted_path == path and hits(index, "weather") == ["t2"]
-        assert sorted(p.name for p in Path(path).iterdir()) == ["bridge-search.json", "g1"]  # as the other process left it
+        assert sorted(p.name for p in Path(path).iterdir()) == [
+            "bridge-search.json",
+            "g1",
+        ]  # as the other process left it
         other = take_lock(path, note=False)  # the lock is let go
         assert other is not None
         other.close()
@@ -336,11 +414,14 @@ async def test_an_index_in_memory_reads_the_holders_vectors_and_leaves_them(tmp_
     from tests.servers import until
 
     path = str(tmp_path / "bridge.index")
-    listing = [tool(f"{word}_report", description=f"Report the {word} of an account.")
-               for word in ("invoice", "refund", "weather")]
+    listing = [
+        tool(f"{word}_report", description=f"Report the {word} of an account.")
+        for word in ("invoice", "refund", "weather")
+    ]
     # a `bridge serve`, holding the index
-    holding = await start_env([FakeUpstream(name="ops", tools=listing)], path=path,
-                              semantic="static")
+    holding = await start_env(
+        [FakeUpstream(name="ops", tools=listing)], path=path, semantic="static"
+    )
     kept, holds = None, True
     try:
         assert holding.search.semantic.flush() and holding.search.semantic.embedded == 3
@@ -348,8 +429,9 @@ async def test_an_index_in_memory_reads_the_holders_vectors_and_leaves_them(tmp_
         written = await asyncio.to_thread(vectors.read_bytes)
         more = [*listing, tool("parcel_report", description="Report the parcels of an account.")]
         # a `bridge serve --stdio` on the same config
-        kept = await start_env([FakeUpstream(name="ops", tools=more)], path=path, semantic="static",
-                               lock_wait=30)
+        kept = await start_env(
+            [FakeUpstream(name="ops", tools=more)], path=path, semantic="static", lock_wait=30
+        )
         assert kept.search.index.path is None and kept.search.semantic.path is None
         # the one tool the holder has no vector of
         assert kept.search.semantic.flush() and kept.search.semantic.embedded == 1

@@ -35,14 +35,24 @@ def test_a_search_of_no_place_answers_nothing_rather_than_failing():
         index.close()
 
 
-def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id(tmp_path, monkeypatch):
+def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id(
+    tmp_path, monkeypatch
+):
     import bridge.search.index as si
 
     path = str(tmp_path / "keys.index")
     index = si.ToolIndex(path)
     try:
-        index.bulk_load([indexed("a", "alpha report"), indexed("b", "beta report"), indexed("c", "gamma report")])
-        assert sorted(t for t, _ in index.search(index.query(analyze_query("report")), limit=10)) == ["a", "b", "c"]
+        index.bulk_load(
+            [
+                indexed("a", "alpha report"),
+                indexed("b", "beta report"),
+                indexed("c", "gamma report"),
+            ]
+        )
+        assert sorted(
+            t for t, _ in index.search(index.query(analyze_query("report")), limit=10)
+        ) == ["a", "b", "c"]
         assert index._by_key == {tool_key(t): t for t in "abc"}
         index.submit(deletes=[("ns", "c")])
         assert index.flush() and tool_key("c") not in index._by_key
@@ -51,7 +61,9 @@ def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id
     reopened = si.ToolIndex(path)  # the keys of a reopened index's tools are known again
     try:
         assert reopened.opened_existing and reopened._by_key == {tool_key(t): t for t in "ab"}
-        assert [t for t, _ in reopened.search(reopened.query(analyze_query("beta")), limit=1)] == ["b"]
+        assert [t for t, _ in reopened.search(reopened.query(analyze_query("beta")), limit=1)] == [
+            "b"
+        ]
     finally:
         reopened.close()
     # every id one key: each hit reads its stored id
@@ -62,7 +74,9 @@ def test_hits_are_read_by_their_keys_and_a_key_two_ids_share_reads_the_stored_id
         shared.bulk_load([indexed("a", "alpha report"), indexed("b", "beta report")])
         assert shared._by_key == {7: None}
         assert [t for t, _ in shared.search(shared.query(analyze_query("beta")), limit=5)] == ["b"]
-        assert sorted(t for t, _ in shared.search(shared.query(analyze_query("report")), limit=5)) == ["a", "b"]
+        assert sorted(
+            t for t, _ in shared.search(shared.query(analyze_query("report")), limit=5)
+        ) == ["a", "b"]
     finally:
         shared.close()
 
@@ -74,7 +88,9 @@ def test_tools_scoring_alike_stand_in_one_order_whatever_order_they_came_in():
     a tie running on past the TIE_MARGIN hits read after those asked for is cut among those.)"""
     import bridge.search.index as si
 
-    tools = [indexed(f"t{i:02}", f"report {chr(97 + i // 26)}{chr(97 + i % 26)}") for i in range(40)]
+    tools = [
+        indexed(f"t{i:02}", f"report {chr(97 + i // 26)}{chr(97 + i % 26)}") for i in range(40)
+    ]
     by_key = [tool.tool_id for tool in sorted(tools, key=lambda tool: tool.key)]
     for batches in ([tools], [tools[::-1]], [tools[1::2], tools[::2]]):
         index = si.ToolIndex()
@@ -105,7 +121,10 @@ def test_term_weights_follow_a_change_of_a_tools_words():
         assert index.term_weights(["beta"]) == {"beta": math.log(1 + 2 / 2)}
         index.submit([indexed("b", "beta delta")])  # two tools still, and beta in both
         assert index.flush()
-        assert index.term_weights(["beta", "delta"]) == {"beta": math.log(1 + 2 / 3), "delta": math.log(1 + 2 / 2)}
+        assert index.term_weights(["beta", "delta"]) == {
+            "beta": math.log(1 + 2 / 3),
+            "delta": math.log(1 + 2 / 2),
+        }
     finally:
         index.close()
 
@@ -115,8 +134,14 @@ def test_a_joined_word_too_common_in_a_large_catalog_is_not_matched(monkeypatch)
 
     index = si.ToolIndex(None)
     try:
-        index.bulk_load([indexed("a", "zipcode of city"), indexed("b", "zipcode by address"),
-                         indexed("c", "zipcode of place"), indexed("d", "weather of city")])
+        index.bulk_load(
+            [
+                indexed("a", "zipcode of city"),
+                indexed("b", "zipcode by address"),
+                indexed("c", "zipcode of place"),
+                indexed("d", "weather of city"),
+            ]
+        )
         query = analyze_query("zip code weather city")
         assert "zipcod" in query.joined
         assert {t for t, _ in index.search(index.query(query), limit=10)} == {"a", "b", "c", "d"}

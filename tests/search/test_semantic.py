@@ -30,7 +30,9 @@ from tests.search.support import WordsEncoder, one_upstream, relisted, started, 
 
 async def test_tools_are_embedded_once_and_follow_catalog_changes():
     enc = WordsEncoder()
-    catalog, search, stage = await started([FakeUpstream(name="a", tools=three_tools())], encoder=enc)
+    catalog, search, stage = await started(
+        [FakeUpstream(name="a", tools=three_tools())], encoder=enc
+    )
     try:
         assert stage.embedded == 3 and stage.missing == 0
         # an identical re-listing embeds nothing; a changed description embeds that tool alone
@@ -68,8 +70,12 @@ async def test_the_keyword_index_takes_in_a_change_before_the_stage_embeds_it():
         stage.submit(list(catalog.slots["a"].tools.values()))
         assert await asyncio.to_thread(stage.flush, 10.0)
         # a second one (the catalog's, waiting behind it) is not
-        catalog.apply_tools("a", [*three_tools(), tool("tide_table", description="Tide times of a harbour.")])
-        assert not await asyncio.to_thread(stage.flush, 0.5)  # not embedded while the index is behind
+        catalog.apply_tools(
+            "a", [*three_tools(), tool("tide_table", description="Tide times of a harbour.")]
+        )
+        assert not await asyncio.to_thread(
+            stage.flush, 0.5
+        )  # not embedded while the index is behind
         assert len(stage._keys) == 3  # the new tool not even taken in
         gate.set()
         assert await search.wait_indexed() and await asyncio.to_thread(stage.flush, 10.0)
@@ -92,12 +98,14 @@ def test_waiting_texts_stay_declarations_until_their_turn():
             return super().encode(texts, max_tokens)
 
     catalog = one_upstream([])
-    catalog.apply_tools("a", [tool(f"t{i}", description=f"Tool number {i} of many.") for i in range(3000)])
+    catalog.apply_tools(
+        "a", [tool(f"t{i}", description=f"Tool number {i} of many.") for i in range(3000)]
+    )
     decls = list(catalog.slots["a"].tools.values())
     stage = SemanticStage(Held())
     try:
         for start in range(0, 3000, 500):
-            stage.submit(decls[start:start + 500])
+            stage.submit(decls[start : start + 500])
         assert held.wait(10.0)  # the first batch is being embedded
         assert stage._todo_len <= embedding_module._AHEAD + 500 < 3000
         release.set()
@@ -144,7 +152,12 @@ def test_tools_a_search_embedded_are_kept_for_the_next_and_handed_to_the_stage()
         whole.submit(decls)
         assert whole.vectors(decls) is not None
         gate.set()
-        assert whole.flush(10.0) and whole.missing == 0 and whole.embedded == 0 and len(enc.encoded) == 3
+        assert (
+            whole.flush(10.0)
+            and whole.missing == 0
+            and whole.embedded == 0
+            and len(enc.encoded) == 3
+        )
     finally:
         gate.set()
         whole.close()
@@ -158,13 +171,23 @@ async def test_the_stage_steps_aside_while_a_search_runs():
     search = ToolSearch(catalog, semantic="static")
     stage = search.semantic
     try:
-        assert stage is not None and await search.wait_indexed() and await asyncio.to_thread(stage.flush, 10.0)
+        assert (
+            stage is not None
+            and await search.wait_indexed()
+            and await asyncio.to_thread(stage.flush, 10.0)
+        )
         search.foreground.most = 10.0
         with search.foreground.running():
-            catalog.apply_tools("a", [*three_tools(), tool("tide_table", description="Tide times of a harbour.")])
+            catalog.apply_tools(
+                "a", [*three_tools(), tool("tide_table", description="Tide times of a harbour.")]
+            )
             assert await search.wait_indexed()  # the keyword index does not wait
             assert not await asyncio.to_thread(stage.flush, 0.3)
-        assert await asyncio.to_thread(stage.flush, 10.0) and stage.missing == 0 and len(stage._keys) == 4
+        assert (
+            await asyncio.to_thread(stage.flush, 10.0)
+            and stage.missing == 0
+            and len(stage._keys) == 4
+        )
     finally:
         search.close()
         await catalog.close()
@@ -241,7 +264,9 @@ def test_the_vector_file_is_compacted_once_most_of_its_rows_belong_to_no_tool(tm
         assert stage._count == 1200  # 2,400 dropped: compacted to the live rows
         assert sorted(stage._rows.values()) == list(range(1200))
         decls = list(catalog.slots["a"].tools.values())
-        assert np.allclose(stage.vectors(decls), WordsEncoder().encode([tool_text(d) for d in decls]), atol=1e-2)
+        assert np.allclose(
+            stage.vectors(decls), WordsEncoder().encode([tool_text(d) for d in decls]), atol=1e-2
+        )
     finally:
         stage.close()
     reopened = SemanticStage(WordsEncoder(), path)
@@ -254,9 +279,13 @@ def test_the_vector_file_is_compacted_once_most_of_its_rows_belong_to_no_tool(tm
         removed.submit(decls)
         assert removed.flush(30.0) and removed.embedded == 0
         removed.submit(deletes=[d.tool_id for d in decls[:1101]])
-        removed.submit([decls[0].model_copy(update={"description": "a new text"})])  # embeds: then looks again
+        removed.submit(
+            [decls[0].model_copy(update={"description": "a new text"})]
+        )  # embeds: then looks again
         assert removed.flush(30.0)
-        assert removed._count == 1201  # opened on a file: its rows are kept until the stage is settled
+        assert (
+            removed._count == 1201
+        )  # opened on a file: its rows are kept until the stage is settled
         removed.settle()
         assert removed.flush(30.0)
         assert removed._count == 100  # 1,101 of 1,201 rows no tool's: compacted
@@ -270,7 +299,10 @@ async def test_a_restart_keeps_the_vectors_of_upstreams_not_listed_yet(tmp_path)
     path = str(tmp_path / "bridge.index")
 
     def edition(catalog, name: str, count: int, edition: int = 1) -> list:
-        return [tool(f"{name}{i}", description=f"Tool {i} of {name} edition {edition}.") for i in range(count)]
+        return [
+            tool(f"{name}{i}", description=f"Tool {i} of {name} edition {edition}.")
+            for i in range(count)
+        ]
 
     def bridge():
         catalog = Catalog(Store())
@@ -282,7 +314,11 @@ async def test_a_restart_keeps_the_vectors_of_upstreams_not_listed_yet(tmp_path)
     try:
         catalog.apply_tools("small", edition(catalog, "small", 100))
         catalog.apply_tools("large", edition(catalog, "large", 1500))
-        assert await search.wait_indexed() and search.semantic is not None and search.semantic.flush(30.0)
+        assert (
+            await search.wait_indexed()
+            and search.semantic is not None
+            and search.semantic.flush(30.0)
+        )
         assert search.semantic.embedded == 1600
     finally:
         search.close()
@@ -290,7 +326,9 @@ async def test_a_restart_keeps_the_vectors_of_upstreams_not_listed_yet(tmp_path)
     stage = search.semantic
     try:
         assert stage is not None and stage._count == 1600
-        catalog.apply_tools("small", edition(catalog, "small", 100, edition=2))  # 100 new texts embedded, then a look
+        catalog.apply_tools(
+            "small", edition(catalog, "small", 100, edition=2)
+        )  # 100 new texts embedded, then a look
         assert stage.flush(30.0) and stage._count == 1700  # the large upstream's rows are kept
         catalog.apply_tools("large", edition(catalog, "large", 1500))
         assert stage.flush(30.0)
@@ -318,7 +356,9 @@ def test_the_stage_copies_its_vectors_without_holding_its_lock():
             return super().__getitem__(item)
 
     stage = SemanticStage(WordsEncoder())
-    stage._lock = threading.RLock()  # (nothing submitted yet: the thread holds neither) one that knows its owner
+    stage._lock = (
+        threading.RLock()
+    )  # (nothing submitted yet: the thread holds neither) one that knows its owner
     stage._cond = threading.Condition(stage._lock)
     try:
         stage._vectors = stage._vectors.view(Watched)
@@ -332,7 +372,9 @@ def test_the_stage_copies_its_vectors_without_holding_its_lock():
         assert stage.flush(30.0) and stage._count == 1200  # compacted to the live rows
         assert held_while_copying and not any(held_while_copying)
         decls = list(catalog.slots["a"].tools.values())
-        assert np.allclose(stage.vectors(decls), WordsEncoder().encode([tool_text(d) for d in decls]), atol=1e-2)
+        assert np.allclose(
+            stage.vectors(decls), WordsEncoder().encode([tool_text(d) for d in decls]), atol=1e-2
+        )
     finally:
         stage.close()
 
@@ -389,8 +431,16 @@ async def test_rerank_mixes_keyword_and_cosine_and_waits_for_embeddings():
 def test_tool_text_has_name_words_description_and_parameters():
     catalog = Catalog(Store())
     catalog.add_upstream(FakeUpstream(name="a"))
-    catalog.apply_tools("a", [tool("getUserById", description="Fetch one user.",
-                                   props={"userId": {"type": "string", "description": "the user's id"}})])
+    catalog.apply_tools(
+        "a",
+        [
+            tool(
+                "getUserById",
+                description="Fetch one user.",
+                props={"userId": {"type": "string", "description": "the user's id"}},
+            )
+        ],
+    )
     decl = next(iter(catalog.slots["a"].tools.values()))
     assert tool_text(decl) == "get user by id: Fetch one user. Parameters: user id (the user's id)"
 
@@ -399,7 +449,9 @@ def test_config_switch():
     assert BridgeConfig().search.semantic == "auto"
     assert BridgeConfig.model_validate({"search": {"semantic": False}}).search.semantic == "off"
     assert BridgeConfig.model_validate({"search": {"semantic": True}}).search.semantic == "auto"
-    assert BridgeConfig.model_validate({"search": {"semantic": "static"}}).search.semantic == "static"
+    assert (
+        BridgeConfig.model_validate({"search": {"semantic": "static"}}).search.semantic == "static"
+    )
     with pytest.raises(ValidationError, match="'auto', 'model', 'static' or 'off'"):
         BridgeConfig.model_validate({"search": {"semantic": "fast"}})
     catalog = Catalog(Store())
@@ -430,10 +482,12 @@ class HeldEncoder(WordsEncoder):
 async def test_the_static_table_reranks_until_the_full_model_has_embedded():
     """`auto` with the full model installed: a search whose candidates the model has not embedded
     yet is reranked by the static table (not left in keyword order)."""
-    catalog = one_upstream([
-        tool("drop_user", description="Remove a user account."),
-        tool("rmdir", description="Remove an empty directory from the file system."),
-    ])
+    catalog = one_upstream(
+        [
+            tool("drop_user", description="Remove a user account."),
+            tool("rmdir", description="Remove an empty directory from the file system."),
+        ]
+    )
     await catalog.start()
     search = ToolSearch(catalog, semantic=False)
     held = HeldEncoder()
@@ -449,7 +503,9 @@ async def test_the_static_table_reranks_until_the_full_model_has_embedded():
         held.release.set()
         assert await asyncio.to_thread(search.semantic.flush, 10.0)
         after = search.search(query, surface=surface).matches
-        assert held.encoded and [m.score for m in after] != [m.score for m in before]  # by the model now
+        assert held.encoded and [m.score for m in after] != [
+            m.score for m in before
+        ]  # by the model now
     finally:
         held.release.set()
         search.close()
@@ -494,9 +550,15 @@ async def test_static_stage_reranks_by_meaning_at_once(tmp_path):
         # a tool added now: searchable and reranked before the stage's thread embeds it
         stage = search.semantic
         assert stage is not None
-        catalog.apply_tools("a", [*listed, tool("delete_folder", description="Delete a folder and its contents.")])
+        catalog.apply_tools(
+            "a", [*listed, tool("delete_folder", description="Delete a folder and its contents.")]
+        )
         assert await search.wait_indexed()
-        ranked = [(d, 1.0) for d in catalog.slots["a"].tools.values() if d.native_name in ("delete_folder", "send_mail")]
+        ranked = [
+            (d, 1.0)
+            for d in catalog.slots["a"].tools.values()
+            if d.native_name in ("delete_folder", "send_mail")
+        ]
         unknown = ranked[0][0].model_copy(update={"tool_id": "never-submitted"})
         order = stage.rerank("erase a folder", [*ranked, (unknown, 1.0)])
         assert order is not None and order[0][0].native_name == "delete_folder"
@@ -529,7 +591,7 @@ async def test_searches_with_long_words_keep_none_of_them(static):
         await catalog.close()
 
 
-VECTORS_ON_A_FULL_DISK = '''
+VECTORS_ON_A_FULL_DISK = """
 import logging, os, resource, sys
 from bridge.catalog import Catalog
 from bridge.search.semantic import SemanticStage
@@ -551,7 +613,7 @@ print(os.path.getsize(path))
 reopened = SemanticStage(WordsEncoder(), path)
 print(reopened._count)
 reopened.close()
-'''
+"""
 
 
 def test_vectors_a_full_disk_refuses_are_warned_once_and_leave_the_file_of_whole_records(tmp_path):
@@ -559,24 +621,39 @@ def test_vectors_a_full_disk_refuses_are_warned_once_and_leave_the_file_of_whole
     import sys
 
     path = tmp_path / "x.vectors"
-    done = subprocess.run([sys.executable, "-c", VECTORS_ON_A_FULL_DISK, str(path)], capture_output=True, text=True, timeout=60,
-                          cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", VECTORS_ON_A_FULL_DISK, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr
     size, reopened = (int(line) for line in done.stdout.split())
     header = size - reopened * (16 + 2 * WordsEncoder.dim)
-    assert size <= 50_000 and 0 < header < 100 and 0 < reopened < 1200  # the records written whole, read back at their place
+    assert (
+        size <= 50_000 and 0 < header < 100 and 0 < reopened < 1200
+    )  # the records written whole, read back at their place
     warnings = done.stderr.strip().splitlines()
-    assert len(warnings) == 1 and "semantic vectors cannot be written to" in warnings[0], done.stderr
+    assert len(warnings) == 1 and "semantic vectors cannot be written to" in warnings[0], (
+        done.stderr
+    )
 
 
-def test_a_compaction_the_disk_refuses_keeps_the_file_as_it_was_and_the_stage_embedding(tmp_path, caplog):
+def test_a_compaction_the_disk_refuses_keeps_the_file_as_it_was_and_the_stage_embedding(
+    tmp_path, caplog
+):
     path, catalog, stage = listed_twice(tmp_path)
     try:
-        (tmp_path / "x.vectors.tmp").mkdir()  # where the compacted file is written: refused, as a full disk would
+        (
+            tmp_path / "x.vectors.tmp"
+        ).mkdir()  # where the compacted file is written: refused, as a full disk would
         stage.submit(relisted(catalog, 3))
         assert stage.flush(30.0)
         assert "cannot be compacted" in caplog.text
-        stage.submit(relisted(catalog, 4))  # still embedded (the error ended the stage's thread: flush timed out)
+        stage.submit(
+            relisted(catalog, 4)
+        )  # still embedded (the error ended the stage's thread: flush timed out)
         assert stage.flush(30.0) and stage.missing == 0
     finally:
         stage.close()
@@ -586,7 +663,11 @@ def test_a_compaction_the_disk_refuses_keeps_the_file_as_it_was_and_the_stage_em
         assert reopened._count == 4800  # every record appended, uncompacted, each read at its place
         decls = list(catalog.slots["a"].tools.values())
         reopened.submit(decls)
-        assert reopened.flush(30.0) and encoder.encoded == []  # the tools' vectors read, none computed again
-        assert np.allclose(reopened.vectors(decls), WordsEncoder().encode([tool_text(d) for d in decls]), atol=1e-2)
+        assert (
+            reopened.flush(30.0) and encoder.encoded == []
+        )  # the tools' vectors read, none computed again
+        assert np.allclose(
+            reopened.vectors(decls), WordsEncoder().encode([tool_text(d) for d in decls]), atol=1e-2
+        )
     finally:
         reopened.close()

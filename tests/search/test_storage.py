@@ -17,10 +17,16 @@ async def test_restart_reopens_the_index_without_rewriting_it(tmp_path):
 
     async def run(tools, upstreams=("api",)):
         store = Store(db)
-        ups = [FakeUpstream(name=n, tools=tools if n == "api" else [tool("other")]) for n in upstreams]
+        ups = [
+            FakeUpstream(name=n, tools=tools if n == "api" else [tool("other")]) for n in upstreams
+        ]
         e = await start_env(ups, path, store)
-        stats = (e.search.index.opened_existing, e.search.index.documents_written, e.search.index.num_docs,
-                 e.names("repositories"))
+        stats = (
+            e.search.index.opened_existing,
+            e.search.index.documents_written,
+            e.search.index.num_docs,
+            e.names("repositories"),
+        )
         await e.close()
         store.close()
         return stats
@@ -49,17 +55,23 @@ def test_segments_merged_after_the_last_commit_are_searched_without_another_comm
     try:
         # eight commits of small segments: the eighth starts a merge of all eight in the background
         for batch in range(8):
-            index.submit([indexed(f"t{batch}-{i}", f"report {batch} number {i}") for i in range(2_000)])
+            index.submit(
+                [indexed(f"t{batch}-{i}", f"report {batch} number {i}") for i in range(2_000)]
+            )
             assert index.flush(60.0)
         assert index.num_docs == 16_000
 
-        def merged(segments, seconds: float) -> int:  # the segment count, once under 8 or after `seconds`
+        def merged(
+            segments, seconds: float
+        ) -> int:  # the segment count, once under 8 or after `seconds`
             deadline = time.monotonic() + seconds
             while (count := segments()) >= 8 and time.monotonic() < deadline:
                 time.sleep(0.02)
             return count
 
-        on_disk = tantivy.Index.open(str(Path(path) / "g1"))  # a reader of what the index holds now, merges included
+        on_disk = tantivy.Index.open(
+            str(Path(path) / "g1")
+        )  # a reader of what the index holds now, merges included
         done = merged(lambda: (on_disk.reload(), on_disk.searcher().num_segments)[1], 60)
         assert done < 8
         assert merged(lambda: index.segments, 10) == done
@@ -81,13 +93,17 @@ def test_a_torn_or_unreadable_digest_log_empties_the_index_which_is_written_agai
             fh.write(damage)
         reopened = si.ToolIndex(path)
         try:
-            assert not reopened.opened_existing and reopened.num_docs == reopened.tool_count == 0, damage
+            assert not reopened.opened_existing and reopened.num_docs == reopened.tool_count == 0, (
+                damage
+            )
         finally:
             reopened.close()
     assert caplog.text.count("unreadable line") == 3
 
 
-def test_the_digest_log_of_a_running_index_is_written_anew_once_it_outgrows_its_tools(tmp_path, monkeypatch):
+def test_the_digest_log_of_a_running_index_is_written_anew_once_it_outgrows_its_tools(
+    tmp_path, monkeypatch
+):
     # a line a change, for the process's whole life: a bridge whose tools kept changing grew it
     # without end (it was rewritten only at the next start)
     import bridge.search.index as si

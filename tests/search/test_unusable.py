@@ -39,14 +39,21 @@ def config(tmp_path: Path) -> str:
     """A config whose one upstream lists one tool from a document on disk (no server is called)."""
     (tmp_path / "weather.yaml").write_text(SPEC)
     path = tmp_path / "bridge.yaml"
-    path.write_text(f"store: {{path: {tmp_path / 'bridge.db'}}}\nsearch: {{semantic: static, lock_wait: 0}}\n"
-                    f"upstreams:\n  - {{name: wx, kind: openapi, spec: weather.yaml, base_url: 'http://127.0.0.1:9'}}\n")
+    path.write_text(
+        f"store: {{path: {tmp_path / 'bridge.db'}}}\nsearch: {{semantic: static, lock_wait: 0}}\n"
+        f"upstreams:\n  - {{name: wx, kind: openapi, spec: weather.yaml, base_url: 'http://127.0.0.1:9'}}\n"
+    )
     return str(path)
 
 
 def bridge_search(cfg: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bridge.cli", "search", "weather forecast", "-c", cfg], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "search", "weather forecast", "-c", cfg],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def truncate_segments(generation: Path) -> None:
@@ -69,8 +76,16 @@ def test_a_truncated_segment_is_rebuilt_with_one_warning_naming_the_folder(tmp_p
     truncate_segments(path / "g1")
     index = si.ToolIndex(str(path))
     try:
-        assert index.path == str(path) and not index.opened_existing and index.unusable is None and index.num_docs == 0
-        assert caplog.text.count("cannot be reopened") == 1 and f"{path} cannot be reopened" in caplog.text
+        assert (
+            index.path == str(path)
+            and not index.opened_existing
+            and index.unusable is None
+            and index.num_docs == 0
+        )
+        assert (
+            caplog.text.count("cannot be reopened") == 1
+            and f"{path} cannot be reopened" in caplog.text
+        )
         index.submit([indexed("t1", "weather forecast")])  # the catalog writes it again
         assert index.flush() and hits(index, "forecast") == ["t1"]
     finally:
@@ -91,8 +106,15 @@ def test_a_digest_log_that_cannot_be_read_has_its_generation_rebuilt(tmp_path, c
     (path / "g1" / "digests.log").mkdir()  # a folder where the log goes
     index = si.ToolIndex(str(path))
     try:
-        assert index.path == str(path) and not index.opened_existing and index.num_docs == index.tool_count == 0
-        assert caplog.text.count("cannot be reopened") == 1 and f"{path / 'g1'} cannot be reopened (" in caplog.text
+        assert (
+            index.path == str(path)
+            and not index.opened_existing
+            and index.num_docs == index.tool_count == 0
+        )
+        assert (
+            caplog.text.count("cannot be reopened") == 1
+            and f"{path / 'g1'} cannot be reopened (" in caplog.text
+        )
         index.submit([indexed("t1", "weather forecast")])
         assert index.flush() and hits(index, "forecast") == ["t1"]
         assert (path / "g1" / "digests.log").is_file()
@@ -100,16 +122,23 @@ def test_a_digest_log_that_cannot_be_read_has_its_generation_rebuilt(tmp_path, c
         index.close()
 
 
-def test_a_lock_file_that_cannot_be_opened_keeps_the_index_in_memory_with_one_warning_and_the_fix(tmp_path, caplog):
+def test_a_lock_file_that_cannot_be_opened_keeps_the_index_in_memory_with_one_warning_and_the_fix(
+    tmp_path, caplog
+):
     import bridge.search.index as si
 
     path = tmp_path / "bridge.index"
     (tmp_path / "bridge.index.lock").mkdir()  # a folder where the lock file goes
     index = si.ToolIndex(str(path), listing=list)
     try:
-        assert index.path is None and index.wanted_path is None and "Is a directory" in index.unusable
+        assert (
+            index.path is None and index.wanted_path is None and "Is a directory" in index.unusable
+        )
         assert caplog.text.count("cannot be used") == 1
-        assert f"search index {path} cannot be used (" in caplog.text and "set search.path to a folder" in caplog.text
+        assert (
+            f"search index {path} cannot be used (" in caplog.text
+            and "set search.path to a folder" in caplog.text
+        )
         index.submit([indexed("t1", "weather forecast")])
         assert index.flush() and hits(index, "forecast") == ["t1"]
         assert not path.exists()
@@ -117,7 +146,9 @@ def test_a_lock_file_that_cannot_be_opened_keeps_the_index_in_memory_with_one_wa
         index.close()
 
 
-def test_an_index_that_cannot_be_built_on_disk_is_kept_in_memory_and_its_lock_let_go(tmp_path, monkeypatch, caplog):
+def test_an_index_that_cannot_be_built_on_disk_is_kept_in_memory_and_its_lock_let_go(
+    tmp_path, monkeypatch, caplog
+):
     import bridge.search.index as si
 
     def full_disk(self, path, generation):
@@ -186,14 +217,19 @@ async def _serve_until_ready(cfg: str) -> str:
             async with asyncio.timeout(30):
                 while (await client.get("/readyz")).status_code != 200:
                     await asyncio.sleep(0.05)
-                while "wx__getForecast" not in (await client.get("/search", params={"q": "weather forecast"})).text:
+                while (
+                    "wx__getForecast"
+                    not in (await client.get("/search", params={"q": "weather forecast"})).text
+                ):
                     await asyncio.sleep(0.05)
     finally:
         assert await serve.stop() == 0
     return serve.stderr
 
 
-async def test_bridge_serve_reaches_readyz_over_a_damaged_index_and_a_lock_file_it_cannot_open(tmp_path):
+async def test_bridge_serve_reaches_readyz_over_a_damaged_index_and_a_lock_file_it_cannot_open(
+    tmp_path,
+):
     cfg = config(tmp_path)
     assert bridge_search(cfg).returncode == 0  # the index on disk
     truncate_segments(tmp_path / "bridge.index" / "g1")
@@ -203,4 +239,8 @@ async def test_bridge_serve_reaches_readyz_over_a_damaged_index_and_a_lock_file_
     lock.unlink()
     lock.mkdir()
     stderr = await _serve_until_ready(cfg)
-    assert "Traceback" not in stderr and stderr.count("cannot be used") == 1 and "set search.path" in stderr
+    assert (
+        "Traceback" not in stderr
+        and stderr.count("cannot be used") == 1
+        and "set search.path" in stderr
+    )

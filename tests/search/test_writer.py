@@ -17,7 +17,9 @@ from tests.search.support import FullDisk, hits, indexed, start_env
 async def test_thousand_changes_are_searchable_within_a_second():
     e = await start_env([FakeUpstream(name="bulk", tools=[tool("seed")])])
     try:
-        many = [tool(f"op_{i}", description=f"Operation number {i} on widget{i}") for i in range(1000)]
+        many = [
+            tool(f"op_{i}", description=f"Operation number {i} on widget{i}") for i in range(1000)
+        ]
         loop = asyncio.get_running_loop()
         e.catalog.apply_tools("bulk", many)  # the change is announced when this returns
         started = loop.time()
@@ -62,7 +64,9 @@ def test_a_change_submitted_while_a_long_commit_is_written_is_committed_within_c
             time.sleep(0.02)
         assert found is not None and ended
         # its COMMIT_MAX (0.5 s) had passed when the long commit ended: committed at once, with what was queued
-        assert found - ended[0] < 0.45, found - ended[0]  # before, it waited a whole COMMIT_MAX more
+        assert found - ended[0] < 0.45, (
+            found - ended[0]
+        )  # before, it waited a whole COMMIT_MAX more
         assert index.flush() and hits(index, "waiting") == ["waiting"]
     finally:
         index.close()
@@ -85,7 +89,9 @@ def test_a_failed_commit_is_tried_again_and_loses_no_change(tmp_path, caplog):
         index.submit([indexed("c", "gamma report")], deletes=[("ns", "b")])
         assert not index.flush(timeout=0.3)  # not searchable while the commits fail
         assert disk.tries >= 2 and index.failing and found() == ["a", "b"]
-        index.submit([indexed("d", "delta report")])  # a change arriving meanwhile joins the retries
+        index.submit(
+            [indexed("d", "delta report")]
+        )  # a change arriving meanwhile joins the retries
         disk.failing = False
         assert index.flush(timeout=10.0)
         assert found() == ["a", "c", "d"] and index.tool_count == 3 and not index.failing
@@ -118,7 +124,9 @@ def test_a_bulk_load_whose_commit_fails_keeps_nothing_and_can_be_run_again(tmp_p
         with pytest.raises(ValueError, match="No space left"):
             index.bulk_load(load)
         # the index and its digests are as before the load: `a` keeps its old text, `c` is unknown
-        assert index.tool_count == 2 and found("report") == ["a", "b"] and found("ledger gamma") == []
+        assert (
+            index.tool_count == 2 and found("report") == ["a", "b"] and found("ledger gamma") == []
+        )
         disk.failing = False
         assert index.bulk_load(load) == 3  # nothing of the failed load is taken for written
         assert found("report") == ["b", "c"] and found("ledger") == ["a"] and index.tool_count == 3

@@ -29,7 +29,11 @@ INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
-    "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}},
+    "params": {
+        "protocolVersion": HANDSHAKE,
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
 }
 MODERN_META = {
     "io.modelcontextprotocol/protocolVersion": MODERN,
@@ -80,7 +84,9 @@ class EraClient:
     async def page(self, cursor: str | None) -> types.ListToolsResult:
         raise NotImplementedError
 
-    async def call(self, name: str, arguments: dict[str, Any], progress: Any = None) -> types.CallToolResult:
+    async def call(
+        self, name: str, arguments: dict[str, Any], progress: Any = None
+    ) -> types.CallToolResult:
         raise NotImplementedError
 
     async def tools(self) -> list[types.Tool]:
@@ -113,9 +119,13 @@ class HandshakeClient(EraClient):
         self.notices = notices
 
     async def page(self, cursor: str | None) -> types.ListToolsResult:
-        return await self.session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+        return await self.session.list_tools(
+            params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
 
-    async def call(self, name: str, arguments: dict[str, Any], progress: Any = None) -> types.CallToolResult:
+    async def call(
+        self, name: str, arguments: dict[str, Any], progress: Any = None
+    ) -> types.CallToolResult:
         return await self.session.call_tool(name, arguments, progress_callback=progress)
 
     async def read(self, uri: str) -> types.ReadResourceResult:
@@ -131,7 +141,9 @@ class ModernClient(EraClient):
     async def page(self, cursor: str | None) -> types.ListToolsResult:
         return await self.client.list_tools(cursor=cursor, cache_mode="refresh")
 
-    async def call(self, name: str, arguments: dict[str, Any], progress: Any = None) -> types.CallToolResult:
+    async def call(
+        self, name: str, arguments: dict[str, Any], progress: Any = None
+    ) -> types.CallToolResult:
         return await self.client.call_tool(name, arguments, progress_callback=progress)
 
     async def read(self, uri: str) -> types.ReadResourceResult:
@@ -143,7 +155,10 @@ async def connect(transport: Any, era: str) -> AsyncIterator[EraClient]:
     """An initialized client over `transport` (an SDK transport context manager) in `era`."""
     if era == HANDSHAKE:
         notices = Notices()
-        async with transport as (read, write), ClientSession(read, write, message_handler=notices.handle) as session:
+        async with (
+            transport as (read, write),
+            ClientSession(read, write, message_handler=notices.handle) as session,
+        ):
             await session.initialize()
             yield HandshakeClient(session, notices)
     else:
@@ -167,10 +182,16 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def served_bridge(config: dict[str, Any], upstreams: list[FakeUpstream], host: str = "127.0.0.1",
-                        **frontend_options: Any) -> AsyncIterator[Served]:
+async def served_bridge(
+    config: dict[str, Any],
+    upstreams: list[FakeUpstream],
+    host: str = "127.0.0.1",
+    **frontend_options: Any,
+) -> AsyncIterator[Served]:
     """A started Bridge over FakeUpstreams, its MCP frontend on uvicorn at `host` (127.0.0.1)."""
-    bridge = Bridge(parse_config({"store": {"path": ":memory:"}, **config}), extra_upstreams=list(upstreams))
+    bridge = Bridge(
+        parse_config({"store": {"path": ":memory:"}, **config}), extra_upstreams=list(upstreams)
+    )
     await bridge.start()
     frontend = MCPFrontend(bridge, **frontend_options)
     try:

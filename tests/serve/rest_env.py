@@ -29,12 +29,23 @@ class Served:
     def headers(self, token: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {token}"} if token else {}
 
-    async def get(self, path: str, *, token: str | None = None, **params: Any) -> tuple[int, Any, aiohttp.ClientResponse]:
-        async with self.http.get(path, params=params or None, headers=self.headers(token)) as response:
+    async def get(
+        self, path: str, *, token: str | None = None, **params: Any
+    ) -> tuple[int, Any, aiohttp.ClientResponse]:
+        async with self.http.get(
+            path, params=params or None, headers=self.headers(token)
+        ) as response:
             return response.status, await _body(response), response
 
-    async def post(self, path: str, body: Any = None, *, token: str | None = None, raw: bytes | None = None,
-                   headers: dict[str, str] | None = None) -> tuple[int, Any, aiohttp.ClientResponse]:
+    async def post(
+        self,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any, aiohttp.ClientResponse]:
         all_headers = {**self.headers(token), **(headers or {})}
         if raw is not None:
             all_headers.setdefault("Content-Type", "application/json")
@@ -64,15 +75,19 @@ def config_with(**sections: Any) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def serving(*upstreams: Upstream, config: dict[str, Any] | None = None) -> AsyncIterator[Served]:
+async def serving(
+    *upstreams: Upstream, config: dict[str, Any] | None = None
+) -> AsyncIterator[Served]:
     """A started bridge over `upstreams`, served on loopback; closed (app and bridge) on exit."""
     bridge = Bridge(parse_config(config or config_with()), extra_upstreams=list(upstreams))
     await bridge.start()
     await indexed(bridge)
     app = build_app(bridge)
     try:
-        async with (serve_asgi(app, server=bridge.config.server) as base,
-                    aiohttp.ClientSession(base_url=base, timeout=aiohttp.ClientTimeout(total=20)) as http):
+        async with (
+            serve_asgi(app, server=bridge.config.server) as base,
+            aiohttp.ClientSession(base_url=base, timeout=aiohttp.ClientTimeout(total=20)) as http,
+        ):
             yield Served(bridge, base, http)
     finally:
         await close_app(app)
@@ -89,8 +104,11 @@ async def indexed(bridge: Bridge) -> None:
 def narrow_surfaces() -> dict[str, Any]:
     """Two tokens: one sees everything, one sees only `fake__echo`-like tools outside `secret*`."""
     return {
-        "server": {"tokens": [{"token": TOKEN_ALL, "surface": "default"}, {"token": TOKEN_NARROW, "surface": "narrow"}]},
+        "server": {
+            "tokens": [
+                {"token": TOKEN_ALL, "surface": "default"},
+                {"token": TOKEN_NARROW, "surface": "narrow"},
+            ]
+        },
         "surfaces": [{"name": "default"}, {"name": "narrow", "block": ["*secret*"]}],
     }
-
-

@@ -121,6 +121,7 @@ CALLS = 60
 async def _open_idle_connections(host: str, port: int, count: int) -> list[asyncio.StreamWriter]:
     """`count` connections from 127.0.0.1 that never finish a request: half send nothing, half
     part of a head."""
+
     async def one(i: int) -> asyncio.StreamWriter:
         _, writer = await asyncio.open_connection(host, port, local_addr=("127.0.0.1", 0))
         if i % 2:
@@ -145,9 +146,20 @@ async def bridge_serve(config_file: Path, open_files: int) -> AsyncIterator[Serv
         resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
 
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "-c", str(config_file), "--port", "0",
-        cwd=ROOT, preexec_fn=limited, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "bridge.cli",
+        "serve",
+        "-c",
+        str(config_file),
+        "--port",
+        "0",
+        cwd=ROOT,
+        preexec_fn=limited,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert process.stderr is not None
     said: list[str] = []
 
@@ -195,8 +207,11 @@ async def test_one_address_holding_idle_connections_past_the_file_limit_keeps_no
     included. Here 127.0.0.1 opens 300 that never finish a request, and 300 more halfway
     through, while 127.0.0.2 calls, each call on a new connection; then an upstream added by a
     reload starts its stdio child in the descriptors kept free."""
-    config = {"store": {"path": ":memory:"}, "upstreams": [tiny("tiny")],
-              "server": {"idle_timeout": 60, "header_timeout": 60}}  # only the caps let them go
+    config = {
+        "store": {"path": ":memory:"},
+        "upstreams": [tiny("tiny")],
+        "server": {"idle_timeout": 60, "header_timeout": 60},
+    }  # only the caps let them go
     config_file = tmp_path / "bridge.json"
     config_file.write_text(json.dumps(config))
     async with bridge_serve(config_file, OPEN_FILES) as served:
@@ -207,17 +222,19 @@ async def test_one_address_holding_idle_connections_past_the_file_limit_keeps_no
         latencies: list[float] = []
         loop = asyncio.get_running_loop()
         connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0), force_close=True)
-        session = aiohttp.ClientSession(served.base, connector=connector,
-                                        timeout=aiohttp.ClientTimeout(total=10))
+        session = aiohttp.ClientSession(
+            served.base, connector=connector, timeout=aiohttp.ClientTimeout(total=10)
+        )
         try:
             async with session as http:
                 burst = None
                 for i in range(CALLS):
                     if i == CALLS // 2:
                         burst = asyncio.create_task(
-                            _open_idle_connections(host, int(port), IDLE_CONNECTIONS))
+                            _open_idle_connections(host, int(port), IDLE_CONNECTIONS)
+                        )
                     began = loop.time()
-                    async with (echo(http, "tiny") if i % 2 else http.get("/healthz")) as response:
+                    async with echo(http, "tiny") if i % 2 else http.get("/healthz") as response:
                         statuses.append(response.status)
                     latencies.append(loop.time() - began)
                 assert burst is not None

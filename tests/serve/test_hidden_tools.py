@@ -23,17 +23,23 @@ TOKEN_OPS = "token-of-the-ops-surface"
 HIDDEN, MISSING = "x__leak", "x__nope"  # of one length: the answers compare byte for byte
 HIDDEN_ID, MISSING_ID = tool_uuid("x", "leak"), tool_uuid("x", "nope")
 
-TOKENS = [{"token": TOKEN_GUARDED, "surface": "guarded"},
-          {"token": TOKEN_READONLY, "surface": "readonly"},
-          {"token": TOKEN_OPS, "surface": "ops"}]
+TOKENS = [
+    {"token": TOKEN_GUARDED, "surface": "guarded"},
+    {"token": TOKEN_READONLY, "surface": "readonly"},
+    {"token": TOKEN_OPS, "surface": "ops"},
+]
 CONFIG = config_with(
     server={"tokens": TOKENS},
-    surfaces=[{"name": "guarded", "block": [{"name": HIDDEN, "reason": "secret_tool"}]},
-              {"name": "readonly", "read_only": True},
-              {"name": "ops"}],
+    surfaces=[
+        {"name": "guarded", "block": [{"name": HIDDEN, "reason": "secret_tool"}]},
+        {"name": "readonly", "read_only": True},
+        {"name": "ops"},
+    ],
 )
-SURFACES = [pytest.param(TOKEN_GUARDED, id="block-rule"),
-            pytest.param(TOKEN_READONLY, id="read-only")]
+SURFACES = [
+    pytest.param(TOKEN_GUARDED, id="block-rule"),
+    pytest.param(TOKEN_READONLY, id="read-only"),
+]
 
 
 def upstream() -> FakeUpstream:
@@ -43,8 +49,9 @@ def upstream() -> FakeUpstream:
         "zone": {"type": "string", "x-mcp-header": "Zone"},
     }
     output = {"type": "object", "properties": {"echo": {"type": "object"}}, "required": ["echo"]}
-    leak = tool("leak", description="Leak the keys.", props=props, required=["text"],
-                output_schema=output)
+    leak = tool(
+        "leak", description="Leak the keys.", props=props, required=["text"], output_schema=output
+    )
     asks = SafetyHints(read_only=True, requires_user_interaction=True)
     edit = tool("edit", read_only=True).model_copy(update={"safety": asks})
     return FakeUpstream(name="x", tools=[leak, tool("look", read_only=True), edit])
@@ -76,15 +83,17 @@ def rest_requests(served: Served, token: str) -> dict[str, Ask]:
     """Each REST request that names a tool, as a function of (name, tool id): its status, body
     and every header."""
 
-    async def send(method: str, path: str, body: Any = None, raw: bytes | None = None,
-                   **params: Any) -> Any:
+    async def send(
+        method: str, path: str, body: Any = None, raw: bytes | None = None, **params: Any
+    ) -> Any:
         headers = {"Authorization": f"Bearer {token}"}
         payload: dict[str, Any] = {"json": body} if body is not None else {}
         if raw is not None:
             headers["Content-Type"] = "application/json"
             payload = {"data": raw}
-        request = served.http.request(method, path, params=params or None, headers=headers,
-                                      **payload)
+        request = served.http.request(
+            method, path, params=params or None, headers=headers, **payload
+        )
         async with request as response:
             text = await response.text()
             kept = {k.lower(): v for k, v in response.headers.items() if k.lower() not in _VARYING}
@@ -94,27 +103,33 @@ def rest_requests(served: Served, token: str) -> dict[str, Ask]:
         return lambda n, i: send("POST", path.format(n=n, i=i), body(n, i) if body else None, raw)
 
     def get(path: str, **params: str) -> Ask:
-        return lambda n, i: send("GET", path.format(n=n, i=i),
-                                 **{k: v.format(n=n, i=i) for k, v in params.items()})
+        return lambda n, i: send(
+            "GET", path.format(n=n, i=i), **{k: v.format(n=n, i=i) for k, v in params.items()}
+        )
 
     no_arguments = {"arguments": {}}
     return {
         "POST /invoke": post("/invoke", lambda n, i: {"tool": n, **no_arguments}),
         "POST /invoke by id": post("/invoke", lambda n, i: {"tool": i, **no_arguments}),
-        "POST /invoke, bad arguments": post("/invoke",
-                                            lambda n, i: {"tool": n, "arguments": {"text": 5}}),
+        "POST /invoke, bad arguments": post(
+            "/invoke", lambda n, i: {"tool": n, "arguments": {"text": 5}}
+        ),
         "POST /invoke, pinned": post("/invoke", lambda n, i: {"tool": n, "version": 9}),
         "POST /tools/{name}:invoke {}": post("/tools/{n}:invoke", lambda n, i: {}),
         "POST /tools/{id}:invoke {}": post("/tools/{i}:invoke", lambda n, i: {}),
         "POST /tools/{name}:invoke, wrong name": post(
-            "/tools/{n}:invoke", lambda n, i: {"name": "other", **no_arguments}),
+            "/tools/{n}:invoke", lambda n, i: {"name": "other", **no_arguments}
+        ),
         "POST /tools/{name}:invoke, a good call": post(
-            "/tools/{n}:invoke", lambda n, i: {"arguments": {"text": "a"}}),
+            "/tools/{n}:invoke", lambda n, i: {"arguments": {"text": "a"}}
+        ),
         "POST /tools/{name}:invoke, not JSON": post("/tools/{n}:invoke", raw=b"{not json"),
-        "POST /tools/{name}/versions/1:invoke": post("/tools/{n}/versions/1:invoke",
-                                                     lambda n, i: no_arguments),
-        "POST /tools/{name}/versions/x:invoke": post("/tools/{n}/versions/x:invoke",
-                                                     lambda n, i: {}),
+        "POST /tools/{name}/versions/1:invoke": post(
+            "/tools/{n}/versions/1:invoke", lambda n, i: no_arguments
+        ),
+        "POST /tools/{name}/versions/x:invoke": post(
+            "/tools/{n}/versions/x:invoke", lambda n, i: {}
+        ),
         "GET /tools/{name}": get("/tools/{n}"),
         "GET /tools/{id}": get("/tools/{i}"),
         "GET /tools/{name}:invoke": get("/tools/{n}:invoke"),
@@ -125,8 +140,9 @@ def rest_requests(served: Served, token: str) -> dict[str, Ask]:
         "POST /a2t/tools/{name}": post("/a2t/tools/{n}", lambda n, i: {"text": "a"}),
         "POST /a2t/tools/{id}": post("/a2t/tools/{i}", lambda n, i: {}),
         "POST /a2t/tools/{name}, not an object": post("/a2t/tools/{n}", lambda n, i: [1]),
-        "POST /a2t/groups/x/tools/{name}": post("/a2t/groups/x/tools/{n}",
-                                                lambda n, i: {"text": "a"}),
+        "POST /a2t/groups/x/tools/{name}": post(
+            "/a2t/groups/x/tools/{n}", lambda n, i: {"text": "a"}
+        ),
         "GET /search select:": get("/search", q="select:{n},{i}", include_schema="true"),
         "GET /a2t/tools select:": get("/a2t/tools", q="select:{n}"),
     }
@@ -149,8 +165,9 @@ def mcp_requests(client: EraClient) -> dict[str, Ask]:
         "call_tool {name}": lambda n, i: call("call_tool", {"name": n, "arguments": {"text": "a"}}),
         "call_tool {id}": lambda n, i: call("call_tool", {"name": i}),
         "search_tools select:": lambda n, i: call("search_tools", {"query": f"select:{n},{i}"}),
-        "call_tool search_tools": lambda n, i: call("call_tool", through("search_tools",
-                                                                         f"select:{i}")),
+        "call_tool search_tools": lambda n, i: call(
+            "call_tool", through("search_tools", f"select:{i}")
+        ),
     }
 
 
@@ -167,13 +184,24 @@ async def differences(requests: dict[str, Ask]) -> dict[str, tuple[Any, Any]]:
 
 async def modern_call_with_a_header(base: str, token: str, name: str) -> tuple[int, Any]:
     """A raw 2026-07-28 `tools/call` giving `zone`, without its `Mcp-Param-Zone` header."""
-    meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
-            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
-            "io.modelcontextprotocol/clientCapabilities": {}}
-    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-            "params": {"name": name, "arguments": {"text": "a", "zone": "eu"}, "_meta": meta}}
-    headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {token}",
-               "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": name}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": {"text": "a", "zone": "eu"}, "_meta": meta},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {token}",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": name,
+    }
     async with httpx2.AsyncClient(timeout=10) as http:
         response = await http.post(f"{base}/mcp", json=body, headers=headers)
     return response.status_code, _same_shape(response.json(), name, name)
@@ -236,8 +264,9 @@ async def test_a_block_the_tool_imposes_stays_visible_with_its_reason(era):
         status, body, _ = await served.post("/invoke", call, token=TOKEN_GUARDED)
         assert status == 403 and body["error"]["error_code"] == "requires_user_interaction"
         assert "x__edit" in body["error"]["message"]
-        status, body, _ = await served.post("/tools/x__edit:invoke", {"arguments": {}},
-                                            token=TOKEN_READONLY)
+        status, body, _ = await served.post(
+            "/tools/x__edit:invoke", {"arguments": {}}, token=TOKEN_READONLY
+        )
         assert status == 403 and body["error"]["error_code"] == "requires_user_interaction"
         status, body, _ = await served.post("/a2t/tools/x__edit", {}, token=TOKEN_GUARDED)
         assert status == 200 and body["error"]["code"] == "policy_blocked"
@@ -251,8 +280,9 @@ async def test_a_block_the_tool_imposes_stays_visible_with_its_reason(era):
 async def test_a_surface_rule_hides_a_tool_its_upstream_blocks_too():
     # the operator's rule decides first: a tool it blocks is hidden, whatever else blocks it
     surfaces = [{"name": "guarded", "block": ["x__edit"]}, {"name": "readonly"}, {"name": "ops"}]
-    async with serving(upstream(), config=config_with(server=CONFIG["server"],
-                                                      surfaces=surfaces)) as served:
+    async with serving(
+        upstream(), config=config_with(server=CONFIG["server"], surfaces=surfaces)
+    ) as served:
         call = {"tool": "x__edit", "arguments": {}}
         status, body, _ = await served.post("/invoke", call, token=TOKEN_GUARDED)
         assert status == 404 and body["error"]["error_class"] == "unknown_tool"
@@ -265,14 +295,26 @@ async def test_health_detail_needs_a_token_when_tokens_are_configured():
     async with serving(upstream(), down, config=CONFIG) as served:
         for token in (None, "not-a-token-at-all"):
             status, body, _ = await served.get("/readyz", token=token)
-            assert status == 200 and body == {"ready": True, "starting": [], "search": "ready", "upstreams": [
-                {"name": "x", "kind": "fake", "state": "ready"},
-                {"name": "down", "kind": "fake", "state": "failed"}]}
+            assert status == 200 and body == {
+                "ready": True,
+                "starting": [],
+                "search": "ready",
+                "upstreams": [
+                    {"name": "x", "kind": "fake", "state": "ready"},
+                    {"name": "down", "kind": "fake", "state": "failed"},
+                ],
+            }
         _, body, _ = await served.get("/readyz", token=TOKEN_GUARDED)
         assert body["tools"] == 3 and body["upstreams"] == [
             {"name": "x", "kind": "fake", "state": "ready", "tool_count": 3},
-            {"name": "down", "kind": "fake", "state": "failed", "tool_count": 0,
-             "reason": "connection refused to 10.0.0.7"}]
+            {
+                "name": "down",
+                "kind": "fake",
+                "state": "failed",
+                "tool_count": 0,
+                "reason": "connection refused to 10.0.0.7",
+            },
+        ]
 
 
 async def test_the_log_says_why_a_hidden_tool_was_answered_as_missing(caplog):
@@ -282,5 +324,6 @@ async def test_the_log_says_why_a_hidden_tool_was_answered_as_missing(caplog):
             status, _, _ = await served.post("/invoke", call, token=TOKEN_GUARDED)
         assert status == 404
         said = [r.getMessage() for r in caplog.records if r.name == "bridge.surface"]
-        assert any(HIDDEN in line and "(secret_tool)" in line and "guarded" in line
-                   for line in said), said
+        assert any(
+            HIDDEN in line and "(secret_tool)" in line and "guarded" in line for line in said
+        ), said

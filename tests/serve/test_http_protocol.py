@@ -90,12 +90,22 @@ async def test_streamed_response_reaches_the_client_event_by_event():
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
         await send({"type": "http.response.body", "body": b"data: first\n\n", "more_body": True})
         await second.wait()  # only set once the client has the first event
         await send({"type": "http.response.body", "body": b"data: second\n\n"})
 
-    async with serve_asgi(app) as base, aiohttp.ClientSession() as http, http.get(base + "/") as response:
+    async with (
+        serve_asgi(app) as base,
+        aiohttp.ClientSession() as http,
+        http.get(base + "/") as response,
+    ):
         assert response.status == 200
         async with asyncio.timeout(5):  # a cork held past the turn would never deliver it
             assert await response.content.readline() == b"data: first\n"
@@ -122,19 +132,32 @@ async def test_a_request_the_parser_rejects_gets_a_structured_error():
     async with serve_asgi(Starlette(routes=[Route("/search", echo)]), lifespan="off") as base:
         longest = "/search?q=" + "a" * (MAX_URL_BYTES - len("/search?q="))
         head, body = await _raw(base, f"GET {longest} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        assert head.startswith(b"HTTP/1.1 200") and json.loads(body) == {"q": MAX_URL_BYTES - len("/search?q=")}
+        assert head.startswith(b"HTTP/1.1 200") and json.loads(body) == {
+            "q": MAX_URL_BYTES - len("/search?q=")
+        }
         # one byte more: the bridge's error, as JSON, saying what to do
         head, body = await _raw(base, f"GET {longest}a HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head
         error = json.loads(body)
         assert error["status"] == 400 and error["error"]["error_class"] == "invalid_arguments"
-        assert "over 65,535 bytes" in error["error"]["message"] and "16,384 characters of q" in error["error"]["message"]
-        for garbage in (b"NOT HTTP\r\n\r\n", b"\x00\x01\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00"):  # the last: TLS to a plain port
+        assert (
+            "over 65,535 bytes" in error["error"]["message"]
+            and "16,384 characters of q" in error["error"]["message"]
+        )
+        for garbage in (
+            b"NOT HTTP\r\n\r\n",
+            b"\x00\x01\r\n\r\n",
+            b"\x16\x03\x01\x02\x00\x01\x00",
+        ):  # the last: TLS to a plain port
             head, body = await _raw(base, garbage)
-            assert head.startswith(b"HTTP/1.1 400") and "not HTTP/1.1" in json.loads(body)["error"]["message"], garbage
+            assert (
+                head.startswith(b"HTTP/1.1 400")
+                and "not HTTP/1.1" in json.loads(body)["error"]["message"]
+            ), garbage
 
 
 # ---------------------------------------------------------------- connection limits
+
 
 class Recorder:
     """An ASGI app that answers each request with the length of its body, once `gate` is set,
@@ -270,34 +293,68 @@ async def test_the_uvicorn_internals_the_protocol_uses_are_where_it_expects_them
     from uvicorn.server import ServerState
 
     fix = f"uvicorn {uvicorn.__version__} changed %s: update bridge/serve/http_protocol.py"
-    moved = [name for name in ("STATUS_LINE", "HttpToolsProtocol", "RequestResponseCycle")
-             if not hasattr(httptools_impl, name)]
+    moved = [
+        name
+        for name in ("STATUS_LINE", "HttpToolsProtocol", "RequestResponseCycle")
+        if not hasattr(httptools_impl, name)
+    ]
     assert not moved, fix % moved
     protocol_class = httptools_impl.HttpToolsProtocol
-    hooks = ("connection_made", "connection_lost", "data_received", "send_400_response",
-             "on_message_begin", "on_headers_complete", "on_message_complete",
-             "on_response_complete", "shutdown", "timeout_keep_alive_handler")
+    hooks = (
+        "connection_made",
+        "connection_lost",
+        "data_received",
+        "send_400_response",
+        "on_message_begin",
+        "on_headers_complete",
+        "on_message_complete",
+        "on_response_complete",
+        "shutdown",
+        "timeout_keep_alive_handler",
+    )
     moved = [name for name in hooks if not callable(getattr(protocol_class, name, None))]
     # the cycle calls the protocol back when a response is whole (where idle time starts)
     source = inspect.getsource(protocol_class.on_headers_complete)
     if "on_response=self.on_response_complete" not in source:
         moved.append("RequestResponseCycle(on_response=self.on_response_complete)")
     config = uvicorn.Config(app=lambda scope, receive, send: None, http=protocol_class)
-    protocol = protocol_class(config=config, server_state=ServerState(), app_state={},
-                              _loop=asyncio.get_running_loop())
-    moved += [name for name in ("loop", "client", "transport", "flow", "cycle", "server_state",
-                                "timeout_keep_alive", "timeout_keep_alive_task")
-              if name not in vars(protocol)]
+    protocol = protocol_class(
+        config=config, server_state=ServerState(), app_state={}, _loop=asyncio.get_running_loop()
+    )
+    moved += [
+        name
+        for name in (
+            "loop",
+            "client",
+            "transport",
+            "flow",
+            "cycle",
+            "server_state",
+            "timeout_keep_alive",
+            "timeout_keep_alive_task",
+        )
+        if name not in vars(protocol)
+    ]
     if not hasattr(protocol.server_state, "default_headers"):
         moved.append("ServerState.default_headers")
     cycle = httptools_impl.RequestResponseCycle(
-        scope={}, transport=None, flow=None,  # type: ignore[arg-type]
-        logger=None, access_logger=None, access_log=False,  # type: ignore[arg-type]
-        default_headers=[], message_event=asyncio.Event(), expect_100_continue=False,
-        keep_alive=True, on_response=lambda: None)
-    moved += [f"RequestResponseCycle.{name}" for name in
-              ("response_started", "response_complete", "disconnected", "message_event")
-              if name not in vars(cycle)]
+        scope={},
+        transport=None,
+        flow=None,  # type: ignore[arg-type]
+        logger=None,
+        access_logger=None,
+        access_log=False,  # type: ignore[arg-type]
+        default_headers=[],
+        message_event=asyncio.Event(),
+        expect_100_continue=False,
+        keep_alive=True,
+        on_response=lambda: None,
+    )
+    moved += [
+        f"RequestResponseCycle.{name}"
+        for name in ("response_started", "response_complete", "disconnected", "message_event")
+        if name not in vars(cycle)
+    ]
     if "read_paused" not in vars(FlowControl(None)):  # type: ignore[arg-type]
         moved.append("FlowControl.read_paused")
     assert not moved, fix % moved

@@ -27,7 +27,9 @@ from tests.serve.mcp_support import (
 DEFAULT_TOKEN = "token-default-0001"
 OPS_TOKEN = "token-ops-0002"
 CONFIG = {
-    "server": {"tokens": [{"token": DEFAULT_TOKEN}, {"token": OPS_TOKEN, "surface": "ops", "name": "ops"}]},
+    "server": {
+        "tokens": [{"token": DEFAULT_TOKEN}, {"token": OPS_TOKEN, "surface": "ops", "name": "ops"}]
+    },
     "surfaces": [
         {"name": "default", "load": ["svc__read"], "defer": ["*"]},
         {"name": "ops", "load": ["svc__*"], "allow_destructive": True},
@@ -38,7 +40,12 @@ MODERN_HEADERS = {**ACCEPT, "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools
 
 
 def upstreams() -> list[FakeUpstream]:
-    return [FakeUpstream(name="svc", tools=[tool("read", read_only=True), tool("other"), tool("wipe", destructive=True)])]
+    return [
+        FakeUpstream(
+            name="svc",
+            tools=[tool("read", read_only=True), tool("other"), tool("wipe", destructive=True)],
+        )
+    ]
 
 
 async def post(url: str, body: dict, headers: dict[str, str]) -> httpx2.Response:
@@ -48,14 +55,20 @@ async def post(url: str, body: dict, headers: dict[str, str]) -> httpx2.Response
 
 @pytest.mark.parametrize("token", [None, "not-a-configured-token", "Basic abc"])
 async def test_missing_or_wrong_token_is_refused_in_both_eras(token):
-    headers = {} if token is None else {"Authorization": token if token.startswith("Basic") else f"Bearer {token}"}
+    headers = (
+        {}
+        if token is None
+        else {"Authorization": token if token.startswith("Basic") else f"Bearer {token}"}
+    )
     async with served_bridge(CONFIG, upstreams()) as srv:
         for body, extra in ((INITIALIZE, ACCEPT), (MODERN_LIST, MODERN_HEADERS)):
             response = await post(srv.url, body, {**extra, **headers})
             assert response.status_code == 401
             assert response.json()["error"] == "invalid_token"
             assert response.headers["www-authenticate"].startswith("Bearer ")
-            assert token is None or token.split()[-1] not in response.text  # the token is never echoed
+            assert (
+                token is None or token.split()[-1] not in response.text
+            )  # the token is never echoed
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -71,7 +84,9 @@ async def test_tokens_pick_their_surface(era):
 
 async def test_a_session_is_bound_to_the_token_that_opened_it():
     async with served_bridge(CONFIG, upstreams()) as srv:
-        opened = await post(srv.url, INITIALIZE, {**ACCEPT, "Authorization": f"Bearer {DEFAULT_TOKEN}"})
+        opened = await post(
+            srv.url, INITIALIZE, {**ACCEPT, "Authorization": f"Bearer {DEFAULT_TOKEN}"}
+        )
         assert opened.status_code == 200
         session = opened.headers["mcp-session-id"]
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
@@ -100,9 +115,15 @@ async def test_a_bridge_bound_to_another_loopback_address_accepts_that_host():
 
 def test_transport_security_for_names_and_public_url():
     loopback = transport_security_for("127.0.0.1")
-    assert loopback.enable_dns_rebinding_protection and loopback.allowed_hosts == ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    assert loopback.enable_dns_rebinding_protection and loopback.allowed_hosts == [
+        "127.0.0.1:*",
+        "localhost:*",
+        "[::1]:*",
+    ]
     named = transport_security_for("bridge.internal", "https://tools.example.com")
-    assert {"bridge.internal:*", "tools.example.com", "tools.example.com:*"} <= set(named.allowed_hosts)
+    assert {"bridge.internal:*", "tools.example.com", "tools.example.com:*"} <= set(
+        named.allowed_hosts
+    )
     assert "https://tools.example.com" in named.allowed_origins
     wildcard = transport_security_for("0.0.0.0")
     assert wildcard.enable_dns_rebinding_protection and "0.0.0.0:*" not in wildcard.allowed_hosts
@@ -117,7 +138,8 @@ async def test_a_body_that_stops_partway_is_408_and_a_chunked_one_past_the_limit
     async with served_bridge(config, upstreams()) as srv:
         host, port = srv.url.removeprefix("http://").rsplit(":", 1)
         head = f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\n" + "".join(
-            f"{name}: {value}\r\n" for name, value in authorized.items())
+            f"{name}: {value}\r\n" for name, value in authorized.items()
+        )
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(f"{head}Content-Length: 1000\r\n\r\n".encode() + b'{"jsonrpc":"')
         async with asyncio.timeout(10):

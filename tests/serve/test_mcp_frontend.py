@@ -41,15 +41,26 @@ SURFACE = {
 
 def svc_tools() -> list:
     return [
-        tool("echo", read_only=True, output_schema={"type": "object", "properties": {"echo": {"type": "object"}}}),
+        tool(
+            "echo",
+            read_only=True,
+            output_schema={"type": "object", "properties": {"echo": {"type": "object"}}},
+        ),
         tool("slow"),
-        tool("weather", description="Get the weather forecast for a city.", props={"city": {"type": "string"}}, required=["city"]),
+        tool(
+            "weather",
+            description="Get the weather forecast for a city.",
+            props={"city": {"type": "string"}},
+            required=["city"],
+        ),
         tool("wipe", description="Delete every weather record.", destructive=True),
     ]
 
 
 def upstream() -> CancelAwareUpstream:
-    return CancelAwareUpstream(FakeConfig(name="svc", retry_initial=0.05, retry_max=0.1), tools=svc_tools())
+    return CancelAwareUpstream(
+        FakeConfig(name="svc", retry_initial=0.05, retry_max=0.1), tools=svc_tools()
+    )
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -83,7 +94,10 @@ async def test_tools_list_is_paginated(era):
         for cursor in ("o²", "o" + "9" * 5000, "x3"):
             with pytest.raises(MCPError) as refused:
                 await client.page(cursor)
-            assert refused.value.error.code == types.INVALID_PARAMS and "invalid cursor" in refused.value.error.message
+            assert (
+                refused.value.error.code == types.INVALID_PARAMS
+                and "invalid cursor" in refused.value.error.message
+            )
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -94,8 +108,13 @@ async def test_search_returns_matches_with_full_schemas(era):
         assert match["input_schema"]["required"] == ["city"]
         assert match["description"].startswith("Get the weather forecast")
         assert match["loading_state"] == "deferred"
-        assert (match["namespace"], match["native_name"]) == ("svc", "weather")  # the upstream's own name, as REST's native_ref
-        assert (await client.search("weather forecast", limit=1.0))["matches"][0]["name"] == "svc__weather"  # 1.0 is an integer
+        assert (match["namespace"], match["native_name"]) == (
+            "svc",
+            "weather",
+        )  # the upstream's own name, as REST's native_ref
+        assert (await client.search("weather forecast", limit=1.0))["matches"][0][
+            "name"
+        ] == "svc__weather"  # 1.0 is an integer
         selected = await client.search("select:svc__weather,svc__nope")
         assert [m["name"] for m in selected["matches"]] == ["svc__weather"]
         assert selected["missing_names"] == ["svc__nope"]
@@ -119,8 +138,12 @@ async def test_an_error_of_a_tool_listed_with_an_output_schema_keeps_to_that_sch
         ]
         svc.raise_error = BridgeError("the service is down", error_class="dependency_unavailable")
         refused.append(await client.call("svc__echo", {"text": "hi"}))
-        for result, name, expected in zip(refused, ("svc__echo", "search_tools", "svc__echo"),
-                                          ("invalid_arguments", "invalid_arguments", "dependency_unavailable"), strict=True):
+        for result, name, expected in zip(
+            refused,
+            ("svc__echo", "search_tools", "svc__echo"),
+            ("invalid_arguments", "invalid_arguments", "dependency_unavailable"),
+            strict=True,
+        ):
             assert result.structured_content is None, name
             assert result.meta["a2t-bridge/result"]["error"]["error_class"] == expected
             assert expected in text_of(result)
@@ -134,23 +157,41 @@ async def test_search_refuses_an_empty_or_overlong_query_as_rest_does(era):
     from bridge.search.analysis import MAX_QUERY_CHARS
 
     async with served_bridge(SURFACE, [upstream()]) as srv, http_client(srv.url, era) as client:
-        for arguments in ({"query": ""}, {"query": "  ", "limit": 3}, {"query": "w" * (MAX_QUERY_CHARS + 1)}):
+        for arguments in (
+            {"query": ""},
+            {"query": "  ", "limit": 3},
+            {"query": "w" * (MAX_QUERY_CHARS + 1)},
+        ):
             refused = await client.call("search_tools", arguments)
             assert error_class(refused) == "invalid_arguments", arguments
             assert len(text_of(refused)) < 2000  # the query is not echoed back
         # a filter lists tools by itself; an empty namespace or kind filters nothing, as over REST
         listed = await client.search("", namespace="svc")
         assert "svc__weather" in [m["name"] for m in listed["matches"]]
-        assert [m["name"] for m in (await client.search("weather forecast", namespace="", kind=""))["matches"]][:1] == ["svc__weather"]
+        assert [
+            m["name"]
+            for m in (await client.search("weather forecast", namespace="", kind=""))["matches"]
+        ][:1] == ["svc__weather"]
         # the longest query taken is searched (by its first 128 distinct words)
         longest = ("weather forecast " * MAX_QUERY_CHARS)[:MAX_QUERY_CHARS]
         assert (await client.search(longest))["matches"][0]["name"] == "svc__weather"
 
 
 async def test_search_names_the_alternatives_other_upstreams_list():
-    alt = FakeUpstream(name="alt", tools=[tool("weather", description="Get the weather forecast of a city.", props={"city": {"type": "string"}})])
-    async with served_bridge({"search": {"semantic": "static"}, **SURFACE}, [upstream(), alt]) as srv, \
-            http_client(srv.url, MODERN) as client:
+    alt = FakeUpstream(
+        name="alt",
+        tools=[
+            tool(
+                "weather",
+                description="Get the weather forecast of a city.",
+                props={"city": {"type": "string"}},
+            )
+        ],
+    )
+    async with (
+        served_bridge({"search": {"semantic": "static"}, **SURFACE}, [upstream(), alt]) as srv,
+        http_client(srv.url, MODERN) as client,
+    ):
         await srv.bridge.search.wait_indexed()
         found = await client.search("weather forecast for a city", limit=2)
         weather = [m for m in found["matches"] if m["name"].endswith("__weather")]
@@ -160,8 +201,10 @@ async def test_search_names_the_alternatives_other_upstreams_list():
         result = await client.call("call_tool", {"name": other, "arguments": {"city": "Oslo"}})
         assert not result.is_error
     apart = {"search": {"semantic": "static", "fold_alternatives": False}, **SURFACE}
-    async with served_bridge(apart, [upstream(), FakeUpstream(name="alt", tools=list(alt.tools))]) as srv, \
-            http_client(srv.url, MODERN) as client:
+    async with (
+        served_bridge(apart, [upstream(), FakeUpstream(name="alt", tools=list(alt.tools))]) as srv,
+        http_client(srv.url, MODERN) as client,
+    ):
         await srv.bridge.search.wait_indexed()
         found = await client.search("weather forecast for a city", limit=2)
         assert sorted(m["name"] for m in found["matches"]) == ["alt__weather", "svc__weather"]
@@ -170,19 +213,27 @@ async def test_search_names_the_alternatives_other_upstreams_list():
 
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_search_nothing_matched_suggests_tools_callable_through_call_tool(era):
-    async with served_bridge({"search": {"semantic": "static"}, **SURFACE}, [upstream()]) as srv, \
-            http_client(srv.url, era) as client:
+    async with (
+        served_bridge({"search": {"semantic": "static"}, **SURFACE}, [upstream()]) as srv,
+        http_client(srv.url, era) as client,
+    ):
         await srv.bridge.search.wait_indexed()
-        found = await client.search("will it rain in Paris tomorrow")  # the SDK checks it against the output schema
+        found = await client.search(
+            "will it rain in Paris tomorrow"
+        )  # the SDK checks it against the output schema
         assert found["matches"] == [] and "suggestions" in found["hint"]
         suggested = [s["name"] for s in found["suggestions"]]
-        assert suggested[0] == "svc__weather" and "svc__wipe" not in suggested  # a blocked tool is never suggested
+        assert (
+            suggested[0] == "svc__weather" and "svc__wipe" not in suggested
+        )  # a blocked tool is never suggested
         first = found["suggestions"][0]
         assert first["input_schema"]["required"] == ["city"] and first["native_name"] == "weather"
         assert "call_tool" in found["how_to_call"] and "suggestion" in found["how_to_call"]
         if era == HANDSHAKE:  # a suggestion is not added to the tool list
             assert "svc__weather" not in await client.names()
-        result = await client.call("call_tool", {"name": "svc__weather", "arguments": {"city": "Paris"}})
+        result = await client.call(
+            "call_tool", {"name": "svc__weather", "arguments": {"city": "Paris"}}
+        )
         assert not result.is_error
 
 
@@ -217,7 +268,9 @@ async def test_direct_call_of_unloaded_deferred_tool_is_schema_not_loaded(era):
 async def test_call_tool_validates_then_runs_a_deferred_tool(era):
     up = upstream()
     async with served_bridge(SURFACE, [up]) as srv, http_client(srv.url, era) as client:
-        bad = await client.call("call_tool", {"name": "svc__weather", "arguments": {"town": "Oslo"}})
+        bad = await client.call(
+            "call_tool", {"name": "svc__weather", "arguments": {"town": "Oslo"}}
+        )
         assert error_class(bad) == "invalid_arguments"
         assert "city" in text_of(bad)
         assert up.calls == []
@@ -226,7 +279,9 @@ async def test_call_tool_validates_then_runs_a_deferred_tool(era):
         unknown = await client.call("call_tool", {"name": "svc__nope"})
         assert error_class(unknown) == "unknown_tool"
         assert "search_tools" in text_of(unknown)
-        good = await client.call("call_tool", {"name": "svc__weather", "arguments": {"city": "Oslo"}})
+        good = await client.call(
+            "call_tool", {"name": "svc__weather", "arguments": {"city": "Oslo"}}
+        )
         assert not good.is_error
         assert good.structured_content == {"echo": {"city": "Oslo"}}
         assert up.calls == [("weather", {"city": "Oslo"})]
@@ -285,7 +340,9 @@ async def test_upstream_errors_become_is_error_results_with_guidance(era):
         assert error_class(limited) == "rate_limited"
         assert "retry after 2 seconds" in text_of(limited)
         up.raise_error = None
-        up.result = UpstreamResult(content=[{"type": "text", "text": "no such city"}], is_error=True)
+        up.result = UpstreamResult(
+            content=[{"type": "text", "text": "no such city"}], is_error=True
+        )
         failed = await client.call("svc__echo", {"text": "x"})
         assert error_class(failed) == "execution_failed"
         assert text_of(failed).startswith("no such city")
@@ -294,7 +351,10 @@ async def test_upstream_errors_become_is_error_results_with_guidance(era):
 async def test_handshake_session_hears_catalog_changes():
     up = upstream()
     without_slow = [t for t in svc_tools() if t.name != "slow"]
-    async with served_bridge(SURFACE, [up], debounce=0.02) as srv, http_client(srv.url, HANDSHAKE) as client:
+    async with (
+        served_bridge(SURFACE, [up], debounce=0.02) as srv,
+        http_client(srv.url, HANDSHAKE) as client,
+    ):
         assert "svc__slow" in await client.names()
         # The notice rides the session's GET stream, which the client opens on its own schedule:
         # flip the loaded set until a notice arrives.
@@ -314,7 +374,10 @@ async def test_handshake_session_hears_catalog_changes():
 
 async def test_modern_listen_stream_hears_catalog_changes():
     up = upstream()
-    async with served_bridge(SURFACE, [up], debounce=0.02) as srv, http_client(srv.url, MODERN) as client:
+    async with (
+        served_bridge(SURFACE, [up], debounce=0.02) as srv,
+        http_client(srv.url, MODERN) as client,
+    ):
         async with client.client.listen(tools_list_changed=True) as events:
             up.change_tools([t for t in svc_tools() if t.name != "slow"])
             async with asyncio.timeout(5):
@@ -342,7 +405,10 @@ async def test_upstream_outage_takes_its_tools_off_the_list_and_back():
     up = upstream()
     other = FakeUpstream(name="other", tools=[tool("ping")])
     config = {"surfaces": [{"name": "default", "load": ["*__echo", "other__*"], "defer": ["*"]}]}
-    async with served_bridge(config, [up, other], debounce=0.02) as srv, http_client(srv.url, MODERN) as client:
+    async with (
+        served_bridge(config, [up, other], debounce=0.02) as srv,
+        http_client(srv.url, MODERN) as client,
+    ):
         assert {"svc__echo", "other__ping"} <= await client.names()
         async with client.client.listen(tools_list_changed=True) as events:
             up.config = FakeConfig(name="svc", fail_start="refused", retry_initial=30)
@@ -367,7 +433,9 @@ async def test_notices_go_only_to_surfaces_whose_listing_changed():
     async with served_bridge(config, [up]) as srv:
         heard = {"default": 0, "wide": 0}
         for name in heard:
-            srv.frontend.notifier.bus(name).subscribe(lambda event, name=name: heard.__setitem__(name, heard[name] + 1))
+            srv.frontend.notifier.bus(name).subscribe(
+                lambda event, name=name: heard.__setitem__(name, heard[name] + 1)
+            )
         up.change_tools([*svc_tools(), tool("extra")])
         await until(lambda: srv.bridge.catalog.resolve("svc__extra") is not None)
         await srv.frontend.notifier.flush()
@@ -382,15 +450,23 @@ async def test_an_mcp_upstreams_result_meta_comes_through_without_the_keys_mcp_r
     stamps its `serverInfo` on each result, which named it, not the bridge, as the server."""
     up = FakeUpstream(name="svc", tools=[tool("echo")])
     up.result = UpstreamResult(
-        content=[{"type": "text", "text": "hi"}], native_ref={"source": "mcp"},
-        meta={"io.modelcontextprotocol/serverInfo": {"name": "upstream-server", "version": "1"},
-              "tools.mcp.com/x": 1, "example.com/trace": "t-1", "plain": True},
+        content=[{"type": "text", "text": "hi"}],
+        native_ref={"source": "mcp"},
+        meta={
+            "io.modelcontextprotocol/serverInfo": {"name": "upstream-server", "version": "1"},
+            "tools.mcp.com/x": 1,
+            "example.com/trace": "t-1",
+            "plain": True,
+        },
     )
     async with served_bridge({}, [up]) as srv, http_client(srv.url, era) as client:
         result = await client.call("svc__echo", {"text": "hi"})
         assert result.meta["example.com/trace"] == "t-1" and result.meta["plain"] is True
         assert "tools.mcp.com/x" not in result.meta
-        assert result.meta.get("io.modelcontextprotocol/serverInfo", {}).get("name") != "upstream-server"
+        assert (
+            result.meta.get("io.modelcontextprotocol/serverInfo", {}).get("name")
+            != "upstream-server"
+        )
         if era == MODERN:  # the SDK stamps the bridge's own
             assert result.meta["io.modelcontextprotocol/serverInfo"]["name"] == "a2t-bridge"
 
@@ -425,7 +501,10 @@ def test_meta_tool_definitions_are_valid_mcp():
     from bridge.serve.mcp_meta import meta_tools
 
     for item in meta_tools():
-        assert types.Tool.model_validate(item.model_dump(by_alias=True, mode="json")).name in ("search_tools", "call_tool")
+        assert types.Tool.model_validate(item.model_dump(by_alias=True, mode="json")).name in (
+            "search_tools",
+            "call_tool",
+        )
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -436,8 +515,16 @@ async def test_a_tool_whose_input_is_no_object_is_blocked_and_the_list_stays_val
     # nor are `properties` other than an object of schemas, or `required` other than a list of
     # names: before 2026-07-28 the SDK refused the whole page for one of them
     shapes = [tool(f"shape{i}") for i in range(4)]
-    for shape, schema in zip(shapes, ({"type": "object", "properties": [1, 2]}, {"type": "object", "required": "a"},
-                                      {"type": "object", "required": [1]}, {"type": "object", "properties": {"a": 5}}), strict=True):
+    for shape, schema in zip(
+        shapes,
+        (
+            {"type": "object", "properties": [1, 2]},
+            {"type": "object", "required": "a"},
+            {"type": "object", "required": [1]},
+            {"type": "object", "properties": {"a": 5}},
+        ),
+        strict=True,
+    ):
         shape.input_schema = schema
     # an output schema of that shape is left out of the listing before 2026-07-28
     answers = tool("answers", output_schema={"type": "object", "properties": [1]})
@@ -445,13 +532,23 @@ async def test_a_tool_whose_input_is_no_object_is_blocked_and_the_list_stays_val
     async with served_bridge({}, [up]) as srv, http_client(srv.url, era) as client:
         tools = {t.name: t for t in await client.tools()}
         assert set(tools) == {"svc__echo", "svc__answers"}
-        assert tools["svc__answers"].output_schema == (None if era == HANDSHAKE else {"type": "object", "properties": [1]})
+        assert tools["svc__answers"].output_schema == (
+            None if era == HANDSHAKE else {"type": "object", "properties": [1]}
+        )
         for name in ("svc__shout", "svc__shape0", "svc__shape1", "svc__shape2", "svc__shape3"):
             result = await client.call(name, {})
-            assert error_class(result) == "policy_blocked" and "unsupported_input_schema" in text_of(result), name
-    shown = {"surfaces": [{"name": "default", "allow": [{"name": "svc__shout"}]}]}  # an allow rule lifts the block
-    async with served_bridge(shown, [FakeUpstream(FakeConfig(name="svc"), tools=[tool("echo"), odd])]) as srv, \
-            http_client(srv.url, era) as client:
+            assert error_class(
+                result
+            ) == "policy_blocked" and "unsupported_input_schema" in text_of(result), name
+    shown = {
+        "surfaces": [{"name": "default", "allow": [{"name": "svc__shout"}]}]
+    }  # an allow rule lifts the block
+    async with (
+        served_bridge(
+            shown, [FakeUpstream(FakeConfig(name="svc"), tools=[tool("echo"), odd])]
+        ) as srv,
+        http_client(srv.url, era) as client,
+    ):
         tools = {t.name: t for t in await client.tools()}
         assert tools["svc__shout"].input_schema == {"type": "object", "properties": {}}
 
@@ -459,27 +556,60 @@ async def test_a_tool_whose_input_is_no_object_is_blocked_and_the_list_stays_val
 async def test_nan_and_infinity_in_arguments_are_invalid_arguments():
     # the SDK's JSON reader takes NaN and 1e400 (inf), which JSON cannot carry on to an upstream;
     # a client that writes them (the SDK's own client writes null) sends raw JSON
-    meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
-            "io.modelcontextprotocol/clientCapabilities": {}}
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-               "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "svc__echo"}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "svc__echo",
+    }
     up = upstream()
     async with served_bridge(SURFACE, [up]) as srv, httpx2.AsyncClient(timeout=10) as http:
         for odd in (b"NaN", b"-Infinity", b"1e400"):
-            body = (b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "svc__echo", '
-                    b'"arguments": {"text": "x", "n": ' + odd + b'}, "_meta": ' + json.dumps(meta).encode() + b"}}")
+            body = (
+                b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "svc__echo", '
+                b'"arguments": {"text": "x", "n": '
+                + odd
+                + b'}, "_meta": '
+                + json.dumps(meta).encode()
+                + b"}}"
+            )
             response = await http.post(f"{srv.url}/mcp", content=body, headers=headers)
             result = response.json()["result"]
-            assert result["isError"] is True and "NaN or Infinity" in result["content"][0]["text"], (odd, result)
+            assert (
+                result["isError"] is True and "NaN or Infinity" in result["content"][0]["text"]
+            ), (odd, result)
         # nesting past MAX_ARGUMENT_DEPTH (within what the SDK's reader takes), and a search's
         # limit of 1e400, are refused too
-        body = (b'{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "svc__echo", '
-                b'"arguments": {"text": "x", "d": ' + b"[" * 80 + b"]" * 80 + b'}, "_meta": ' + json.dumps(meta).encode() + b"}}")
+        body = (
+            b'{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "svc__echo", '
+            b'"arguments": {"text": "x", "d": '
+            + b"[" * 80
+            + b"]" * 80
+            + b'}, "_meta": '
+            + json.dumps(meta).encode()
+            + b"}}"
+        )
         result = (await http.post(f"{srv.url}/mcp", content=body, headers=headers)).json()["result"]
-        assert result["isError"] is True and "deeper than 64 levels" in result["content"][0]["text"], result
-        body = (b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "search_tools", '
-                b'"arguments": {"query": "echo", "limit": 1e400}, "_meta": ' + json.dumps(meta).encode() + b"}}")
-        result = (await http.post(f"{srv.url}/mcp", content=body, headers={**headers, "Mcp-Name": "search_tools"})).json()["result"]
+        assert (
+            result["isError"] is True and "deeper than 64 levels" in result["content"][0]["text"]
+        ), result
+        body = (
+            b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "search_tools", '
+            b'"arguments": {"query": "echo", "limit": 1e400}, "_meta": '
+            + json.dumps(meta).encode()
+            + b"}}"
+        )
+        result = (
+            await http.post(
+                f"{srv.url}/mcp", content=body, headers={**headers, "Mcp-Name": "search_tools"}
+            )
+        ).json()["result"]
         assert result["isError"] is True and "limit" in result["content"][0]["text"], result
         assert up.calls == []
 
@@ -514,18 +644,32 @@ async def test_a_setup_failure_is_not_answered_with_retry_later(tmp_path):
     (tmp_path / "server.pem").write_bytes(_pem(cert) + _key_pem(key))
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(str(tmp_path / "server.pem"))
+
     async def answer(request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
     app = web.Application()
     app.router.add_get("/open", answer)
-    doc = {"openapi": "3.1.0", "info": {"title": "t", "version": "1"},
-           "paths": {"/open": {"get": {"operationId": "open", "responses": {"200": {"description": "ok"}}}}}}
+    doc = {
+        "openapi": "3.1.0",
+        "info": {"title": "t", "version": "1"},
+        "paths": {
+            "/open": {"get": {"operationId": "open", "responses": {"200": {"description": "ok"}}}}
+        },
+    }
     (tmp_path / "api.json").write_text(json.dumps(doc))
     server = TestServer(app, host="127.0.0.1", scheme="https")
     await server.start_server(ssl=context)
-    config = {"upstreams": [{"name": "svc", "kind": "openapi", "spec": str(tmp_path / "api.json"),
-                             "base_url": f"https://127.0.0.1:{server.port}"}]}
+    config = {
+        "upstreams": [
+            {
+                "name": "svc",
+                "kind": "openapi",
+                "spec": str(tmp_path / "api.json"),
+                "base_url": f"https://127.0.0.1:{server.port}",
+            }
+        ]
+    }
     try:
         async with served_bridge(config, []) as srv, http_client(srv.url, MODERN) as client:
             failed = await client.call("svc__open", {})
@@ -533,4 +677,6 @@ async def test_a_setup_failure_is_not_answered_with_retry_later(tmp_path):
         await server.close()
     assert error_class(failed) == "dependency_unavailable"
     text = text_of(failed)
-    assert "cannot be verified" in text and "do not retry" in text and "retry later" not in text, text
+    assert "cannot be verified" in text and "do not retry" in text and "retry later" not in text, (
+        text
+    )

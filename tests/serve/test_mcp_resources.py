@@ -33,9 +33,22 @@ def config(protocol: str, *, default_blocks: tuple[str, ...] = ()) -> dict[str, 
     return {
         "store": {"path": ":memory:"},
         "server": {"tokens": [{"token": ALL}, {"token": NARROW, "surface": "narrow"}]},
-        "surfaces": [{"name": name, "block": [{"name": rule, "reason": "policy_blocked"} for rule in rules]} for name, rules in blocks.items()],
-        "upstreams": [{"name": "fx", "kind": "mcp", "command": "python", "args": [FIXTURE], "protocol": protocol,
-                       "retry_initial": 30, "retry_max": 30, "shutdown_timeout": 0.2}],
+        "surfaces": [
+            {"name": name, "block": [{"name": rule, "reason": "policy_blocked"} for rule in rules]}
+            for name, rules in blocks.items()
+        ],
+        "upstreams": [
+            {
+                "name": "fx",
+                "kind": "mcp",
+                "command": "python",
+                "args": [FIXTURE],
+                "protocol": protocol,
+                "retry_initial": 30,
+                "retry_max": 30,
+                "shutdown_timeout": 0.2,
+            }
+        ],
     }
 
 
@@ -45,7 +58,9 @@ async def served(protocol: str) -> AsyncIterator[tuple[str, Bridge]]:
     await bridge.start()
     app = build_app(bridge)
     try:
-        assert bridge.catalog.slot("fx").health.state == "ready", bridge.catalog.slot("fx").health.reason
+        assert bridge.catalog.slot("fx").health.state == "ready", bridge.catalog.slot(
+            "fx"
+        ).health.reason
         async with serve_asgi(app) as url:
             yield url, bridge
     finally:
@@ -65,18 +80,27 @@ async def refused(client: Any, uri: str) -> MCPError:
 
 
 @pytest.mark.parametrize(("era", "protocol"), PAIRS)
-async def test_resources_an_upstream_linked_are_read_through_it_by_callers_of_that_surface(era: str, protocol: str) -> None:
+async def test_resources_an_upstream_linked_are_read_through_it_by_callers_of_that_surface(
+    era: str, protocol: str
+) -> None:
     async with served(protocol) as (url, bridge), http_client(url, era, ALL) as client:
         result = await client.call("fx__linked", {})
         assert not result.is_error, result.content
         link = next(b for b in result.content if isinstance(b, types.ResourceLink))
         embedded = next(b for b in result.content if isinstance(b, types.EmbeddedResource))
-        assert (str(link.uri), str(embedded.resource.uri)) == ("fixture://notes/1", "fixture://notes/2")  # as the upstream gave them
+        assert (str(link.uri), str(embedded.resource.uri)) == (
+            "fixture://notes/1",
+            "fixture://notes/2",
+        )  # as the upstream gave them
 
         text = await client.read("fixture://notes/1")
-        assert [(str(c.uri), c.mime_type, c.text) for c in text.contents] == [("fixture://notes/1", "text/plain", "note one")]
+        assert [(str(c.uri), c.mime_type, c.text) for c in text.contents] == [
+            ("fixture://notes/1", "text/plain", "note one")
+        ]
         blob = await client.read("fixture://notes/2")
-        assert [(c.mime_type, c.blob) for c in blob.contents] == [("application/octet-stream", "AAEC")]
+        assert [(c.mime_type, c.blob) for c in blob.contents] == [
+            ("application/octet-stream", "AAEC")
+        ]
 
         # linked, but the upstream has no such resource: its not-found, passed on
         gone = await refused(client, "fixture://notes/gone")
@@ -84,20 +108,40 @@ async def test_resources_an_upstream_linked_are_read_through_it_by_callers_of_th
         # the upstream has it, but no result linked it: never forwarded
         secret = await refused(client, "fixture://notes/secret")
         assert secret.code == -32002 and "was linked by a result on this surface" in secret.message
-        assert await upstream_reads(bridge) == ["read fixture://notes/1", "read fixture://notes/2", "read fixture://notes/gone"]
+        assert await upstream_reads(bridge) == [
+            "read fixture://notes/1",
+            "read fixture://notes/2",
+            "read fixture://notes/gone",
+        ]
 
         # a caller of another surface (which blocks the upstream's tools) reads none of them
         async with http_client(url, era, NARROW) as narrow:
             assert (await refused(narrow, "fixture://notes/1")).code == -32002
         # REST reads the same way, behind the same rule
         async with httpx2.AsyncClient(base_url=url, timeout=10) as http:
-            rest = await http.get("/resources", params={"uri": "fixture://notes/1"}, headers={"Authorization": f"Bearer {ALL}"})
+            rest = await http.get(
+                "/resources",
+                params={"uri": "fixture://notes/1"},
+                headers={"Authorization": f"Bearer {ALL}"},
+            )
             assert rest.status_code == 200 and rest.json() == {
-                "contents": [{"uri": "fixture://notes/1", "mimeType": "text/plain", "text": "note one"}]}
-            other = await http.get("/resources", params={"uri": "fixture://notes/1"}, headers={"Authorization": f"Bearer {NARROW}"})
-            assert other.status_code == 404 and other.json()["error"]["error_code"] == "resource_not_found"
+                "contents": [
+                    {"uri": "fixture://notes/1", "mimeType": "text/plain", "text": "note one"}
+                ]
+            }
+            other = await http.get(
+                "/resources",
+                params={"uri": "fixture://notes/1"},
+                headers={"Authorization": f"Bearer {NARROW}"},
+            )
+            assert (
+                other.status_code == 404
+                and other.json()["error"]["error_code"] == "resource_not_found"
+            )
             missing = await http.get("/resources", headers={"Authorization": f"Bearer {ALL}"})
-            assert missing.status_code == 400 and missing.json()["error"]["details"] == {"parameter": "uri"}
+            assert missing.status_code == 400 and missing.json()["error"]["details"] == {
+                "parameter": "uri"
+            }
         assert len(await upstream_reads(bridge)) == 4
 
         # the links kept are the last `kept`: older ones are no longer readable
@@ -123,9 +167,19 @@ async def test_a_link_of_an_upstream_now_down_or_now_hidden_is_refused_clearly()
         await until(lambda: bridge.catalog.slot("fx").health.state != "ready", timeout=10)
         down = await refused(client, "fixture://notes/1")
         assert down.code == types.INTERNAL_ERROR
-        assert down.error.data["error_class"] == "dependency_unavailable" and down.error.data["recoverability"] == "retry_later"
+        assert (
+            down.error.data["error_class"] == "dependency_unavailable"
+            and down.error.data["recoverability"] == "retry_later"
+        )
         assert "exited with code 3" in down.message
         async with httpx2.AsyncClient(base_url=url, timeout=10) as http:
-            rest = await http.get("/resources", params={"uri": "fixture://notes/1"}, headers={"Authorization": f"Bearer {ALL}"})
-            assert rest.status_code == 503 and rest.json()["error"]["error_class"] == "dependency_unavailable"
+            rest = await http.get(
+                "/resources",
+                params={"uri": "fixture://notes/1"},
+                headers={"Authorization": f"Bearer {ALL}"},
+            )
+            assert (
+                rest.status_code == 503
+                and rest.json()["error"]["error_class"] == "dependency_unavailable"
+            )
             assert "retry-after" in rest.headers

@@ -55,31 +55,60 @@ async def test_second_bridge_calls_an_openapi_tool_of_the_first_over_mcp(tmp_pat
     (tmp_path / "pets.yaml").write_text(SPEC)
     pets_api = Starlette(routes=[Route("/pets/{pet_id:int}", get_pet)])
     async with serve_asgi(pets_api) as api_url:
-        first = Bridge(parse_config({
-            "server": {"tokens": [{"token": TOKEN}]},
-            "store": {"path": ":memory:"},
-            "upstreams": [{"name": "pets", "kind": "openapi", "spec": "pets.yaml", "base_url": api_url}],
-        }, base_dir=str(tmp_path)))
+        first = Bridge(
+            parse_config(
+                {
+                    "server": {"tokens": [{"token": TOKEN}]},
+                    "store": {"path": ":memory:"},
+                    "upstreams": [
+                        {
+                            "name": "pets",
+                            "kind": "openapi",
+                            "spec": "pets.yaml",
+                            "base_url": api_url,
+                        }
+                    ],
+                },
+                base_dir=str(tmp_path),
+            )
+        )
         await first.start()
         frontend = MCPFrontend(first)
         try:
-            assert first.catalog.slot("pets").health.state == "ready", first.catalog.slot("pets").health.reason
+            assert first.catalog.slot("pets").health.state == "ready", first.catalog.slot(
+                "pets"
+            ).health.reason
             (pet_tool,) = [d for d in first.catalog.declarations() if d.upstream == "pets"]
             async with serve_asgi(frontend.http_app([], host="127.0.0.1")) as first_url:
-                second = Bridge(parse_config({
-                    "store": {"path": ":memory:"},
-                    "upstreams": [{
-                        "name": "first", "kind": "mcp", "url": f"{first_url}/mcp", "protocol": protocol,
-                        "headers": {"Authorization": f"Bearer {TOKEN}"},
-                    }],
-                }))
+                second = Bridge(
+                    parse_config(
+                        {
+                            "store": {"path": ":memory:"},
+                            "upstreams": [
+                                {
+                                    "name": "first",
+                                    "kind": "mcp",
+                                    "url": f"{first_url}/mcp",
+                                    "protocol": protocol,
+                                    "headers": {"Authorization": f"Bearer {TOKEN}"},
+                                }
+                            ],
+                        }
+                    )
+                )
                 await second.start()
                 try:
-                    assert second.catalog.slot("first").health.state == "ready", second.catalog.slot("first").health.reason
-                    (federated,) = [d for d in second.catalog.declarations() if d.native_name == pet_tool.name]
+                    assert second.catalog.slot("first").health.state == "ready", (
+                        second.catalog.slot("first").health.reason
+                    )
+                    (federated,) = [
+                        d for d in second.catalog.declarations() if d.native_name == pet_tool.name
+                    ]
                     assert federated.name == f"first__{pet_tool.name}"
                     assert federated.input_schema["required"] == pet_tool.input_schema["required"]
-                    assert federated.safety.read_only  # GET: inferred read-only, rendered, parsed back
+                    assert (
+                        federated.safety.read_only
+                    )  # GET: inferred read-only, rendered, parsed back
 
                     result = await second.invoker.invoke(federated.name, {"petId": 7})
                     assert not result.is_error, result.content
@@ -88,7 +117,11 @@ async def test_second_bridge_calls_an_openapi_tool_of_the_first_over_mcp(tmp_pat
                     missing = await second.invoker.invoke(federated.name, {"petId": 8})
                     assert missing.is_error
                     bad = await second.invoker.invoke(federated.name, {"petId": "seven"})
-                    assert bad.is_error and bad.error is not None and bad.error.error_class == "invalid_arguments"
+                    assert (
+                        bad.is_error
+                        and bad.error is not None
+                        and bad.error.error_class == "invalid_arguments"
+                    )
                 finally:
                     await second.close()
         finally:

@@ -12,10 +12,12 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 def test_the_session_proxy_keeps_its_connection() -> None:
     assert "self._connection" in inspect.getsource(ServerSession), (
-        "mcp SDK: ServerSession no longer keeps `_connection`; update bridge/serve/mcp_sdk.session_connection")
+        "mcp SDK: ServerSession no longer keeps `_connection`; update bridge/serve/mcp_sdk.session_connection"
+    )
 
 
 def test_the_session_manager_keeps_its_transports_by_session_id() -> None:
     assert "self._server_instances" in inspect.getsource(StreamableHTTPSessionManager.__init__), (
         "mcp SDK: StreamableHTTPSessionManager no longer keeps `_server_instances`; "
-        "update bridge/serve/mcp_sdk.open_transports")
+        "update bridge/serve/mcp_sdk.open_transports"
+    )

@@ -39,7 +39,14 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "mcp_tools_server.py"
 def bridge_config(tmp_path: Path) -> Path:
     config = {
         "store": {"path": str(tmp_path / "bridge.db")},
-        "upstreams": [{"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(FIXTURE), str(tmp_path)]}],
+        "upstreams": [
+            {
+                "name": "fx",
+                "kind": "mcp",
+                "command": sys.executable,
+                "args": [str(FIXTURE), str(tmp_path)],
+            }
+        ],
         "surfaces": [
             {"name": "default", "read_only": True},
             {
@@ -57,7 +64,16 @@ def bridge_config(tmp_path: Path) -> Path:
 
 def bridge_command(tmp_path: Path) -> StdioServerParameters:
     """The bridge serving surface `agents` over stdio (the default surface would list other tools)."""
-    args = ["-m", "bridge.cli", "serve", "--stdio", "-c", str(bridge_config(tmp_path)), "--surface", "agents"]
+    args = [
+        "-m",
+        "bridge.cli",
+        "serve",
+        "--stdio",
+        "-c",
+        str(bridge_config(tmp_path)),
+        "--surface",
+        "agents",
+    ]
     return StdioServerParameters(command=sys.executable, args=args, cwd=str(ROOT))
 
 
@@ -82,12 +98,20 @@ async def exercise(client: EraClient, tmp_path: Path) -> None:
     assert tools["fx__echo"].output_schema["required"] == ["text"]
     # the upstream's icons reach the client as it listed them
     (icon,) = tools["fx__echo"].icons or []
-    assert (icon.src, icon.mime_type, icon.sizes, icon.theme) == ("data:image/png;base64,iVBORw0KGgo=", "image/png", ["16x16"], "light")
+    assert (icon.src, icon.mime_type, icon.sizes, icon.theme) == (
+        "data:image/png;base64,iVBORw0KGgo=",
+        "image/png",
+        ["16x16"],
+        "light",
+    )
     assert tools["fx__slow"].icons is None
     echo = await client.call("fx__echo", {"text": "hi"})
     assert not echo.is_error and echo.structured_content == {"text": "hi"}
     # the upstream result's _meta comes along, beside the bridge's own
-    assert echo.meta["example.invalid/trace"] == "t-1" and echo.meta["a2t-bridge/result"]["status"] == "succeeded"
+    assert (
+        echo.meta["example.invalid/trace"] == "t-1"
+        and echo.meta["a2t-bridge/result"]["status"] == "succeeded"
+    )
 
     # a deferred tool called by its own name before it was loaded: refused, not run
     early = await client.call("fx__weather", {"city": "Oslo"})
@@ -98,7 +122,9 @@ async def exercise(client: EraClient, tmp_path: Path) -> None:
     found = await client.search("weather forecast city")
     match = next(m for m in found["matches"] if m["name"] == "fx__weather")
     assert match["input_schema"]["required"] == ["city"]
-    assert "fx__wipe" not in [m["name"] for m in (await client.search("delete every record"))["matches"]]
+    assert "fx__wipe" not in [
+        m["name"] for m in (await client.search("delete every record"))["matches"]
+    ]
     # the surface's rule hides it: called, it reads as a tool that does not exist
     assert error_class(await client.call("fx__wipe", {})) == "unknown_tool"
     assert error_class(await client.call("call_tool", {"name": "fx__wipe"})) == "unknown_tool"
@@ -110,9 +136,13 @@ async def exercise(client: EraClient, tmp_path: Path) -> None:
         assert "fx__weather" in {t.name for t in await client.tools()}
         loaded = await client.call("fx__weather", {"city": "Oslo"})
         assert text_of(loaded) == "sunny in Oslo"
-    through = await client.call("call_tool", {"name": "fx__weather", "arguments": {"city": "Bergen"}})
+    through = await client.call(
+        "call_tool", {"name": "fx__weather", "arguments": {"city": "Bergen"}}
+    )
     assert text_of(through) == "sunny in Bergen"
-    invalid = await client.call("call_tool", {"name": "fx__weather", "arguments": {"town": "Bergen"}})
+    invalid = await client.call(
+        "call_tool", {"name": "fx__weather", "arguments": {"town": "Bergen"}}
+    )
     assert error_class(invalid) == "invalid_arguments"
 
     # progress comes through; canceling the call cancels it upstream
@@ -153,27 +183,53 @@ async def test_stdio_refuses_an_unknown_surface_before_serving(tmp_path, capsys)
 
 
 @contextlib.asynccontextmanager
-async def stdio_bridge(config: dict, tmp_path: Path, *args: str, started: bool = True) -> AsyncIterator[asyncio.subprocess.Process]:
+async def stdio_bridge(
+    config: dict, tmp_path: Path, *args: str, started: bool = True
+) -> AsyncIterator[asyncio.subprocess.Process]:
     """`bridge serve --stdio` on `config`, initialized, once its upstreams have started (its
     first `tools/list`, which waits for them, answered; with `started=False`, at once); killed
     if still running at the end."""
     (tmp_path / "bridge.json").write_text(json.dumps(config))
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "--stdio", "-c", str(tmp_path / "bridge.json"), *args, cwd=ROOT,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "bridge.cli",
+        "serve",
+        "--stdio",
+        "-c",
+        str(tmp_path / "bridge.json"),
+        *args,
+        cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert process.stdin is not None and process.stdout is not None
     try:
-        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                      "params": {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": HANDSHAKE,
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        }
         process.stdin.write(json.dumps(initialize).encode() + b"\n")
         await process.stdin.drain()
         async with asyncio.timeout(30):
             assert json.loads(await process.stdout.readline())["id"] == 1
             if started:
-                for message in ({"method": "notifications/initialized"}, {"id": "started", "method": "tools/list"}):
+                for message in (
+                    {"method": "notifications/initialized"},
+                    {"id": "started", "method": "tools/list"},
+                ):
                     process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
                 await process.stdin.drain()
-                assert json.loads(await process.stdout.readline())["id"] == "started"  # its upstreams have listed
+                assert (
+                    json.loads(await process.stdout.readline())["id"] == "started"
+                )  # its upstreams have listed
         yield process
     finally:
         if process.returncode is None:
@@ -186,9 +242,22 @@ async def test_a_signal_stops_the_stdio_bridge_and_what_it_launched(sig, tmp_pat
     # SIGTERM once killed it at once, its launched processes left running on their ports; SIGINT
     # stopped them but the process hung until stdin closed
     port = free_port()
-    config = {"store": {"path": str(tmp_path / "bridge.db")},
-              "upstreams": [{"name": "a2t_demo", "kind": "a2t", "url": f"http://127.0.0.1:{port}", "start_timeout": 15,
-                             "launch": {"command": "python", "args": ["-m", "bridge.demo.a2t_server", "--port", str(port)], "cwd": str(ROOT)}}]}
+    config = {
+        "store": {"path": str(tmp_path / "bridge.db")},
+        "upstreams": [
+            {
+                "name": "a2t_demo",
+                "kind": "a2t",
+                "url": f"http://127.0.0.1:{port}",
+                "start_timeout": 15,
+                "launch": {
+                    "command": "python",
+                    "args": ["-m", "bridge.demo.a2t_server", "--port", str(port)],
+                    "cwd": str(ROOT),
+                },
+            }
+        ],
+    }
     async with stdio_bridge(config, tmp_path) as process:
         os.kill(process.pid, getattr(signal, sig))
         async with asyncio.timeout(15):
@@ -205,9 +274,18 @@ async def test_sigterm_while_closing_after_stdin_closed_lets_the_close_finish(tm
     # upstream still busy (it ignores its own stdin closing) held the close up past that, and the
     # SIGTERM cancelled the close: a traceback, exit status 1, the upstream left running
     tiny = ROOT / "tests" / "adapters" / "mcp_fixtures" / "tiny_server.py"
-    config = {"store": {"path": str(tmp_path / "bridge.db")},
-              "upstreams": [{"name": "busy", "kind": "mcp", "command": sys.executable, "args": [str(tiny), "--linger", "30"],
-                             "shutdown_timeout": 1}]}
+    config = {
+        "store": {"path": str(tmp_path / "bridge.db")},
+        "upstreams": [
+            {
+                "name": "busy",
+                "kind": "mcp",
+                "command": sys.executable,
+                "args": [str(tiny), "--linger", "30"],
+                "shutdown_timeout": 1,
+            }
+        ],
+    }
     async with stdio_bridge(config, tmp_path) as process:
         upstreams = child_pids(process.pid)
         assert upstreams
@@ -219,13 +297,20 @@ async def test_sigterm_while_closing_after_stdin_closed_lets_the_close_finish(tm
         stderr = (await process.stderr.read()).decode()
         assert status == 0, stderr[-2000:]
         assert "Traceback" not in stderr, stderr
-        assert not any(process_running(pid) for pid in upstreams)  # stopped by the close, not left lingering
+        assert not any(
+            process_running(pid) for pid in upstreams
+        )  # stopped by the close, not left lingering
 
 
 def tiny_config(tmp_path: Path, **settings: Any) -> dict[str, Any]:
     """A config of one upstream `fx`, the tiny MCP server (its tool `echo`)."""
-    return {"store": {"path": str(tmp_path / "bridge.db")},
-            "upstreams": [{"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(TINY_MCP_SERVER)]}], **settings}
+    return {
+        "store": {"path": str(tmp_path / "bridge.db")},
+        "upstreams": [
+            {"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(TINY_MCP_SERVER)]}
+        ],
+        **settings,
+    }
 
 
 async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path):
@@ -249,11 +334,16 @@ async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path)
             config["upstreams"].append({**config["upstreams"][0], "name": "gx"})
             path.write_text(json.dumps(config))
             os.kill(process.pid, signal.SIGHUP)
-            while json.loads(await process.stdout.readline()).get("method") != "notifications/tools/list_changed":
+            while (
+                json.loads(await process.stdout.readline()).get("method")
+                != "notifications/tools/list_changed"
+            ):
                 pass
             names: set[str] = set()
             request_id = 3
-            while "gx__echo" not in names:  # told once the surface changed; its tools follow as gx lists them
+            while (
+                "gx__echo" not in names
+            ):  # told once the surface changed; its tools follow as gx lists them
                 await send({"id": request_id, "method": "tools/list"})
                 names = {t["name"] for t in (await answer(request_id))["tools"]}
                 request_id += 1
@@ -268,10 +358,15 @@ async def test_a_reload_that_removes_the_stdio_sessions_surface_is_refused(tmp_p
     # is configured", without a notice nor a line in the log saying why
     path, config = tmp_path / "bridge.json", tiny_config(tmp_path, surfaces=[{"name": "agents"}])
     async with stdio_bridge(config, tmp_path, "--surface", "agents") as process:
-        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        assert (
+            process.stdin is not None and process.stdout is not None and process.stderr is not None
+        )
 
         async def listed(request_id: int) -> set[str]:
-            process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}).encode() + b"\n")
+            process.stdin.write(
+                json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}).encode()
+                + b"\n"
+            )
             await process.stdin.drain()
             answer = json.loads(await process.stdout.readline())
             assert answer["id"] == request_id, answer
@@ -286,24 +381,41 @@ async def test_a_reload_that_removes_the_stdio_sessions_surface_is_refused(tmp_p
             while "config reload" not in (line := (await process.stderr.readline()).decode()):
                 pass
             assert "ERROR bridge.runtime: config reload: " in line, line
-            assert ("surfaces: no surface named 'agents', which this stdio session serves (--surface agents) "
-                    "(fix: define surface 'agents' again, or restart the bridge with another surface); nothing changed") in line, line
-            assert not any(n.startswith("gx__") for n in await listed(3))  # nothing else of the config applied
+            assert (
+                "surfaces: no surface named 'agents', which this stdio session serves (--surface agents) "
+                "(fix: define surface 'agents' again, or restart the bridge with another surface); nothing changed"
+            ) in line, line
+            assert not any(
+                n.startswith("gx__") for n in await listed(3)
+            )  # nothing else of the config applied
             assert "fx__echo" in await listed(4)
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(15):
             assert await process.wait() == 0
 
 
-async def test_the_stdio_bridge_answers_initialize_at_once_and_its_first_listing_waits_for_the_start(tmp_path):
+async def test_the_stdio_bridge_answers_initialize_at_once_and_its_first_listing_waits_for_the_start(
+    tmp_path,
+):
     # a client's connect timeout (10 to 30 s) was shorter than a slow upstream's start_timeout,
     # and initialize waited for every upstream's first attempt
     fifo = tmp_path / "slow.fifo"
-    config = {"store": {"path": ":memory:"},
-              "upstreams": [{"name": "fast", "kind": "mcp", "command": sys.executable, "args": [str(TINY_MCP_SERVER)]},
-                            held_upstream("slow", fifo)]}
+    config = {
+        "store": {"path": ":memory:"},
+        "upstreams": [
+            {
+                "name": "fast",
+                "kind": "mcp",
+                "command": sys.executable,
+                "args": [str(TINY_MCP_SERVER)],
+            },
+            held_upstream("slow", fifo),
+        ],
+    }
     try:
-        async with stdio_bridge(config, tmp_path, started=False) as process:  # initialized while slow is held
+        async with stdio_bridge(
+            config, tmp_path, started=False
+        ) as process:  # initialized while slow is held
             assert process.stdin is not None and process.stdout is not None
 
             async def send(message: dict) -> None:
@@ -314,10 +426,17 @@ async def test_the_stdio_bridge_answers_initialize_at_once_and_its_first_listing
                 await send({"method": "notifications/initialized"})
                 await send({"id": 2, "method": "tools/list"})
                 await send({"id": 3, "method": "ping"})
-                assert json.loads(await process.stdout.readline()) == {"jsonrpc": "2.0", "id": 3, "result": {}}  # the listing waits
+                assert json.loads(await process.stdout.readline()) == {
+                    "jsonrpc": "2.0",
+                    "id": 3,
+                    "result": {},
+                }  # the listing waits
                 await release(fifo)
                 listing = json.loads(await process.stdout.readline())
-                assert listing["id"] == 2 and {t["name"] for t in listing["result"]["tools"]} == {"fast__echo", "slow__echo"}
+                assert listing["id"] == 2 and {t["name"] for t in listing["result"]["tools"]} == {
+                    "fast__echo",
+                    "slow__echo",
+                }
             process.send_signal(signal.SIGTERM)
             async with asyncio.timeout(15):
                 assert await process.wait() == 0
@@ -329,10 +448,15 @@ async def test_sigterm_while_an_upstream_starts_stops_the_stdio_bridge_at_once(t
     fifo = tmp_path / "slow.fifo"
     config = {"store": {"path": ":memory:"}, "upstreams": [held_upstream("slow", fifo)]}
     try:
-        async with stdio_bridge(config, tmp_path, started=False) as process:  # initialized while slow is held
+        async with stdio_bridge(
+            config, tmp_path, started=False
+        ) as process:  # initialized while slow is held
             process.send_signal(signal.SIGTERM)
             async with asyncio.timeout(15):  # the upstream's start_timeout is 60 s
                 assert await process.wait() == 0
-            assert process.stderr is not None and "Traceback" not in (await process.stderr.read()).decode()
+            assert (
+                process.stderr is not None
+                and "Traceback" not in (await process.stderr.read()).decode()
+            )
     finally:
         unblock(fifo)

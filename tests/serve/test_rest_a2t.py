@@ -20,8 +20,17 @@ from tests.servers import raw_exchange
 
 
 def two_upstreams() -> tuple[FakeUpstream, FakeUpstream]:
-    weather = FakeUpstream(name="weather", tools=[tool("forecast", description="Weather forecast for a city"), tool("secret_radar")])
-    math = FakeUpstream(name="math", tools=[tool("add", description="Add numbers"), tool("multiply", description="Multiply numbers")])
+    weather = FakeUpstream(
+        name="weather",
+        tools=[tool("forecast", description="Weather forecast for a city"), tool("secret_radar")],
+    )
+    math = FakeUpstream(
+        name="math",
+        tools=[
+            tool("add", description="Add numbers"),
+            tool("multiply", description="Multiply numbers"),
+        ],
+    )
     return weather, math
 
 
@@ -29,7 +38,11 @@ async def test_capabilities_point_to_the_served_endpoints():
     async with serving(*two_upstreams()) as served:
         status, caps, _ = await served.get("/.well-known/a2t-capabilities.json")
         assert status == 200
-        assert caps["version"] == "1.0" and caps["features"] == {"groups": True, "search": True, "dynamic_tools": True}
+        assert caps["version"] == "1.0" and caps["features"] == {
+            "groups": True,
+            "search": True,
+            "dynamic_tools": True,
+        }
         assert caps["endpoints"] == {"tools": "/a2t/tools", "groups": "/a2t/groups"}
         status, tools, _ = await served.get(caps["endpoints"]["tools"])
         status2, groups, _ = await served.get(caps["endpoints"]["groups"])
@@ -68,7 +81,10 @@ async def test_tool_listing_offsets_search_and_group_listing():
 
 
 async def test_search_on_tools_gives_the_best_hundred_matches():
-    many = FakeUpstream(name="many", tools=[tool(f"report_{i:03}", description=f"Build report number {i}") for i in range(130)])
+    many = FakeUpstream(
+        name="many",
+        tools=[tool(f"report_{i:03}", description=f"Build report number {i}") for i in range(130)],
+    )
     async with serving(many) as served:
         status, body, _ = await served.get("/a2t/tools", q="report " * 3000)
         assert status == 400 and body["error"]["details"]["parameter"] == "q"
@@ -77,37 +93,63 @@ async def test_search_on_tools_gives_the_best_hundred_matches():
 
 
 async def test_search_on_tools_lists_each_upstreams_tool():
-    ups = [FakeUpstream(name=n, tools=[tool("forecast", description="Weather forecast for a city.")]) for n in ("east", "west")]
+    ups = [
+        FakeUpstream(name=n, tools=[tool("forecast", description="Weather forecast for a city.")])
+        for n in ("east", "west")
+    ]
     async with serving(*ups) as served:
         _, body, _ = await served.get("/a2t/tools", q="weather forecast")
-        assert sorted(t["name"] for t in body["tools"]) == ["east__forecast", "west__forecast"] and body["total"] == 2
-        _, found, _ = await served.get("/search", q="weather forecast")  # the search record folds them
+        assert (
+            sorted(t["name"] for t in body["tools"]) == ["east__forecast", "west__forecast"]
+            and body["total"] == 2
+        )
+        _, found, _ = await served.get(
+            "/search", q="weather forecast"
+        )  # the search record folds them
         assert len(found["matches"]) == 1 and len(found["matches"][0]["alternatives"]) == 1
 
 
 async def test_execute_answers_200_with_result_or_error_object():
     weather, math = two_upstreams()
     async with serving(weather, math, config=config_with(**narrow_surfaces())) as served:
-        status, body, _ = await served.post("/a2t/tools/math__add", {"text": "2+2"}, token=TOKEN_ALL)
+        status, body, _ = await served.post(
+            "/a2t/tools/math__add", {"text": "2+2"}, token=TOKEN_ALL
+        )
         assert status == 200 and body["result"] == {"echo": {"text": "2+2"}} and "error" not in body
-        status, body, _ = await served.post("/a2t/groups/math/tools/math__add", {"body": {"text": "wrapped"}}, token=TOKEN_ALL)
+        status, body, _ = await served.post(
+            "/a2t/groups/math/tools/math__add", {"body": {"text": "wrapped"}}, token=TOKEN_ALL
+        )
         assert status == 200 and body["result"] == {"echo": {"text": "wrapped"}}
 
-        math.result = UpstreamResult(is_error=True, error=ToolError(error_class="execution_failed", message="overflow"))
+        math.result = UpstreamResult(
+            is_error=True, error=ToolError(error_class="execution_failed", message="overflow")
+        )
         status, body, _ = await served.post("/a2t/tools/math__add", {}, token=TOKEN_ALL)
         assert status == 200 and body["result"] is None
-        assert body["error"] == {"code": "execution_failed", "message": "overflow", "error_class": "execution_failed",
-                                 "recoverability": "not_recoverable"}
+        assert body["error"] == {
+            "code": "execution_failed",
+            "message": "overflow",
+            "error_class": "execution_failed",
+            "recoverability": "not_recoverable",
+        }
         status, body, _ = await served.post("/a2t/tools/math__add", {"text": 5}, token=TOKEN_ALL)
         assert status == 200 and body["error"]["code"] == "invalid_arguments"
 
         # unknown tools answer the reference's tool_not_found, and so does a tool a rule of the
         # caller's surface blocks
         missing = await served.post("/a2t/tools/weather__nothing", {}, token=TOKEN_NARROW)
-        wrong_group = await served.post("/a2t/groups/math/tools/weather__forecast", {}, token=TOKEN_ALL)
+        wrong_group = await served.post(
+            "/a2t/groups/math/tools/weather__forecast", {}, token=TOKEN_ALL
+        )
         for status, body, _ in (missing, wrong_group):
-            assert status == 200 and body["result"] is None and body["error"]["code"] == "tool_not_found"
-        status, body, _ = await served.post("/a2t/tools/weather__secret_radar", {}, token=TOKEN_NARROW)
+            assert (
+                status == 200
+                and body["result"] is None
+                and body["error"]["code"] == "tool_not_found"
+            )
+        status, body, _ = await served.post(
+            "/a2t/tools/weather__secret_radar", {}, token=TOKEN_NARROW
+        )
         message = missing[1]["error"]["message"].replace("nothing", "secret_radar")
         assert status == 200 and body["result"] is None
         assert body["error"] == {**missing[1]["error"], "message": message}
@@ -139,18 +181,30 @@ async def test_group_refresh_names_the_groups_changed_since_the_callers_last_vie
         seen = response.headers[GENERATION_HEADER]
         math.change_tools(math.tools[:1])
         await until_gone(served, "math__multiply")
-        _, body, response = await served.post("/a2t/tools/math__add", {}, headers={GENERATION_HEADER: seen})
+        _, body, response = await served.post(
+            "/a2t/tools/math__add", {}, headers={GENERATION_HEADER: seen}
+        )
         assert body["meta"]["data"]["group_ids"] == ["math"]
         assert int(response.headers[GENERATION_HEADER]) > int(seen)
-        _, body, _ = await served.post("/a2t/tools/math__add", {}, headers={GENERATION_HEADER: response.headers[GENERATION_HEADER]})
+        _, body, _ = await served.post(
+            "/a2t/tools/math__add",
+            {},
+            headers={GENERATION_HEADER: response.headers[GENERATION_HEADER]},
+        )
         assert "meta" not in body
         # a header that is no generation number is read as absent, never a 500
         for odd in ("1" * 40, "-3", "abc"):
-            status, body, _ = await served.post("/a2t/tools/math__add", {}, headers={GENERATION_HEADER: odd})
+            status, body, _ = await served.post(
+                "/a2t/tools/math__add", {}, headers={GENERATION_HEADER: odd}
+            )
             assert status == 200 and "error" not in body, (odd, body)
         # the byte 0xB2 is '²' in Latin-1, which passes str.isdigit(); aiohttp would send it as UTF-8
-        answer = await raw_exchange(served.base, b"POST /a2t/tools/math__add HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                     + GENERATION_HEADER.encode() + b": \xb2\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+        answer = await raw_exchange(
+            served.base,
+            b"POST /a2t/tools/math__add HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + GENERATION_HEADER.encode()
+            + b": \xb2\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+        )
         assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
 
 
@@ -174,17 +228,25 @@ async def test_the_change_history_holds_a_bounded_number_of_declarations():
         first_view = response.headers[GENERATION_HEADER]
         catalog = served.bridge.catalog
         for n in range(250):  # 12,500 declarations
-            catalog.apply_tools("weather", [tool(f"t{i}", description=f"Tool {i}, listing {n}.") for i in range(50)])
+            catalog.apply_tools(
+                "weather", [tool(f"t{i}", description=f"Tool {i}, listing {n}.") for i in range(50)]
+            )
         _, _, response = await served.get("/a2t/tools")
         recent_view = response.headers[GENERATION_HEADER]
         catalog.apply_tools("math", [tool("add", description="Add two numbers")])
-        await indexed(served.bridge)  # the index's writer lets go of the changes it committed before
+        await indexed(
+            served.bridge
+        )  # the index's writer lets go of the changes it committed before
         gc.collect()
         alive = sum(isinstance(o, ToolDeclaration) for o in gc.get_objects())
         assert alive <= len(catalog) + HISTORY_DECLARATIONS
-        _, body, _ = await served.post("/a2t/tools/math__add", {}, headers={GENERATION_HEADER: recent_view})
+        _, body, _ = await served.post(
+            "/a2t/tools/math__add", {}, headers={GENERATION_HEADER: recent_view}
+        )
         assert body["meta"]["data"]["group_ids"] == ["math"]
-        _, body, _ = await served.post("/a2t/tools/math__add", {}, headers={GENERATION_HEADER: first_view})
+        _, body, _ = await served.post(
+            "/a2t/tools/math__add", {}, headers={GENERATION_HEADER: first_view}
+        )
         assert body["meta"]["data"]["group_ids"] == ["math", "weather"]
 
 
@@ -218,7 +280,9 @@ async def test_group_refresh_notices_survive_an_upstream_removed():
         since = catalog.generation
         await catalog.remove_upstream("empty")  # a change of no tool, naming an upstream gone
         await catalog.remove_upstream("math")
-        assert views.changed_groups(since, Surface(SurfaceConfig(name="default"), catalog)) == ["math"]
+        assert views.changed_groups(since, Surface(SurfaceConfig(name="default"), catalog)) == [
+            "math"
+        ]
     finally:
         views.close()
         await catalog.close()

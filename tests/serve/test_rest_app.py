@@ -27,21 +27,50 @@ from tests.fakes import FakeUpstream
 from tests.servers import TINY_MCP_SERVER, child_pids, free_port, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
-MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}
+MCP_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path, server: dict | None = None) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+async def serving(
+    tmp_path: Path, server: dict | None = None
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
     """`bridge serve` over the tiny MCP server (its `hang` never answers), and its base URL once
     its upstream has started; killed if still running at the end."""
-    config = {"store": {"path": ":memory:"}, "server": server or {},
-              "upstreams": [{"name": "fx", "kind": "mcp", "command": sys.executable, "args": [str(TINY_MCP_SERVER), "--hang"]}]}
+    config = {
+        "store": {"path": ":memory:"},
+        "server": server or {},
+        "upstreams": [
+            {
+                "name": "fx",
+                "kind": "mcp",
+                "command": sys.executable,
+                "args": [str(TINY_MCP_SERVER), "--hang"],
+            }
+        ],
+    }
     (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "-c", str(tmp_path / "bridge.yaml"), "--port", "0",
-        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "bridge.cli",
+        "serve",
+        "-c",
+        str(tmp_path / "bridge.yaml"),
+        "--port",
+        "0",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert process.stderr is not None
@@ -62,8 +91,16 @@ async def serving(tmp_path: Path, server: dict | None = None) -> AsyncIterator[t
 
 async def _mcp_session(http: aiohttp.ClientSession) -> dict[str, str]:
     async with http.post("/mcp", data=json.dumps(MCP_INITIALIZE), headers=MCP_HEADERS) as response:
-        headers = {**MCP_HEADERS, "Mcp-Session-Id": response.headers["Mcp-Session-Id"], "MCP-Protocol-Version": "2025-11-25"}
-    async with http.post("/mcp", data=json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}), headers=headers) as response:
+        headers = {
+            **MCP_HEADERS,
+            "Mcp-Session-Id": response.headers["Mcp-Session-Id"],
+            "MCP-Protocol-Version": "2025-11-25",
+        }
+    async with http.post(
+        "/mcp",
+        data=json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        headers=headers,
+    ) as response:
         assert response.status == 202
     return headers
 
@@ -75,13 +112,18 @@ async def test_refuses_a_public_bind_without_tokens(capsys):
 
 
 async def test_mcp_and_rest_answer_on_one_port():
-    bridge = Bridge(parse_config({"store": {"path": ":memory:"}}), extra_upstreams=[FakeUpstream(name="f")])
+    bridge = Bridge(
+        parse_config({"store": {"path": ":memory:"}}), extra_upstreams=[FakeUpstream(name="f")]
+    )
     await bridge.start()
     app = build_app(bridge)
     try:
         async with serve_asgi(app) as base, aiohttp.ClientSession(base_url=base) as http:
             async with http.get("/tools") as response:
-                assert response.status == 200 and (await response.json())["items"][0]["name"] == "f__echo"
+                assert (
+                    response.status == 200
+                    and (await response.json())["items"][0]["name"] == "f__echo"
+                )
             async with http.get("/tools/", allow_redirects=False) as response:
                 assert response.status == 404  # no undocumented slash redirect
             async with http.post("/mcp", json=MCP_INITIALIZE, headers=MCP_HEADERS) as response:
@@ -97,13 +139,33 @@ async def test_bridge_serve_starts_its_upstreams_serves_and_stops_on_sigterm(tmp
     a2t_port = free_port()
     config = {
         "store": {"path": str(tmp_path / "bridge.db")},
-        "upstreams": [{"name": "a2t_demo", "kind": "a2t", "url": f"http://127.0.0.1:{a2t_port}", "start_timeout": 15,
-                       "launch": {"command": "python", "args": ["-m", "bridge.demo.a2t_server", "--port", str(a2t_port)], "cwd": str(ROOT)}}],
+        "upstreams": [
+            {
+                "name": "a2t_demo",
+                "kind": "a2t",
+                "url": f"http://127.0.0.1:{a2t_port}",
+                "start_timeout": 15,
+                "launch": {
+                    "command": "python",
+                    "args": ["-m", "bridge.demo.a2t_server", "--port", str(a2t_port)],
+                    "cwd": str(ROOT),
+                },
+            }
+        ],
     }
     (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "-c", str(tmp_path / "bridge.yaml"), "--port", "0",
-        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "bridge.cli",
+        "serve",
+        "-c",
+        str(tmp_path / "bridge.yaml"),
+        "--port",
+        "0",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
@@ -118,21 +180,36 @@ async def test_bridge_serve_starts_its_upstreams_serves_and_stops_on_sigterm(tmp
             base = lines[-1].rsplit(" on ", 1)[1].strip()
             for _ in range(6):  # the URL lines
                 lines.append((await process.stderr.readline()).decode())
-            while not lines[-1].startswith("bridge: upstreams started"):  # printed once a2t_demo has listed
+            while not lines[-1].startswith(
+                "bridge: upstreams started"
+            ):  # printed once a2t_demo has listed
                 lines.append((await process.stderr.readline()).decode())
-        assert any("/mcp" in line for line in lines) and any(f"{base}/openapi.json" in line for line in lines)
-        assert re.fullmatch(r"bridge: upstreams started: serving [1-9][0-9]* tools from 1 upstreams\n", lines[-1]), lines[-1]
+        assert any("/mcp" in line for line in lines) and any(
+            f"{base}/openapi.json" in line for line in lines
+        )
+        assert re.fullmatch(
+            r"bridge: upstreams started: serving [1-9][0-9]* tools from 1 upstreams\n", lines[-1]
+        ), lines[-1]
         async with aiohttp.ClientSession(base_url=base) as http:
             async with http.get("/tools") as response:
                 names = [i["name"] for i in (await response.json())["items"]]
                 assert "a2t_demo__add" in names
-            async with http.post("/tools/a2t_demo__add:invoke", json={"input_parameters": [{"name": "a", "value": 2}, {"name": "b", "value": 3}]}) as response:
-                assert (await response.json())["output_parameters"] == [{"name": "result", "value": 5}]  # a number, as the upstream said
-            async with http.post("/mcp", data=json.dumps(MCP_INITIALIZE), headers=MCP_HEADERS) as response:
+            async with http.post(
+                "/tools/a2t_demo__add:invoke",
+                json={"input_parameters": [{"name": "a", "value": 2}, {"name": "b", "value": 3}]},
+            ) as response:
+                assert (await response.json())["output_parameters"] == [
+                    {"name": "result", "value": 5}
+                ]  # a number, as the upstream said
+            async with http.post(
+                "/mcp", data=json.dumps(MCP_INITIALIZE), headers=MCP_HEADERS
+            ) as response:
                 assert response.status == 200
         # the launched process holds no descriptor of the bridge's listening socket (it kept the
         # port after a kill -9 of the bridge)
-        assert _socket_inodes(process.pid) and not _socket_inodes(process.pid) & _socket_inodes(*child_pids(process.pid))
+        assert _socket_inodes(process.pid) and not _socket_inodes(process.pid) & _socket_inodes(
+            *child_pids(process.pid)
+        )
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(15):
             assert await process.wait() == 0
@@ -163,7 +240,10 @@ async def test_a_call_still_running_when_sigterm_grace_ends_is_answered_and_canc
                 body = await response.json()
             assert loop.time() - began < 3  # the grace set, not the default 5 s
         assert response.status == 503
-        assert body["error"]["error_class"] == "dependency_unavailable" and "stopping" in body["error"]["message"]
+        assert (
+            body["error"]["error_class"] == "dependency_unavailable"
+            and "stopping" in body["error"]["message"]
+        )
         async with asyncio.timeout(15):
             assert await process.wait() == 0
         stderr = (await process.stderr.read()).decode()
@@ -174,8 +254,11 @@ async def test_an_mcp_call_still_running_when_sigterm_grace_ends_is_answered(tmp
     # the call's POST stream was cancelled when the grace ended: no answer, a traceback logged
     async with serving(tmp_path, {"shutdown_timeout": 1}) as (process, base):
         async with asyncio.timeout(20):
-            async with httpx2.AsyncClient(timeout=30) as http, streamable_http_client(f"{base}/mcp", http_client=http) as (read, write), \
-                    ClientSession(read, write) as session:
+            async with (
+                httpx2.AsyncClient(timeout=30) as http,
+                streamable_http_client(f"{base}/mcp", http_client=http) as (read, write),
+                ClientSession(read, write) as session,
+            ):
                 await session.initialize()
                 call = asyncio.ensure_future(session.call_tool("fx__hang", {}))
                 await asyncio.sleep(0.5)  # running upstream
@@ -197,19 +280,38 @@ async def test_bridge_serve_stops_on_sigterm_while_an_upstream_is_still_connecti
     server = ROOT / "tests" / "adapters" / "mcp_fixtures" / "server.py"
     config = {
         "store": {"path": ":memory:"},
-        "upstreams": [{"name": "frozen", "kind": "mcp", "command": "python", "args": [str(server), "--freeze-on-start"],
-                       "start_timeout": 60, "shutdown_timeout": 0.1}],
+        "upstreams": [
+            {
+                "name": "frozen",
+                "kind": "mcp",
+                "command": "python",
+                "args": [str(server), "--freeze-on-start"],
+                "start_timeout": 60,
+                "shutdown_timeout": 0.1,
+            }
+        ],
     }
     (tmp_path / "bridge.yaml").write_text(yaml.safe_dump(config))
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "-c", str(tmp_path / "bridge.yaml"), "--port", "0",
-        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        sys.executable,
+        "-m",
+        "bridge.cli",
+        "serve",
+        "-c",
+        str(tmp_path / "bridge.yaml"),
+        "--port",
+        "0",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     children: list[int] = []
     try:
         async with asyncio.timeout(20):
-            while not (children := child_pids(process.pid)):  # the upstream's server runs: the bridge is starting
+            while not (
+                children := child_pids(process.pid)
+            ):  # the upstream's server runs: the bridge is starting
                 await asyncio.sleep(0.05)
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(10):
@@ -240,7 +342,10 @@ async def test_the_collector_waits_while_the_upstreams_first_list_then_runs_once
         if phase == "stop" and info["generation"] == 2:
             collections.append(1)
 
-    bridge = Bridge(parse_config({"store": {"path": ":memory:"}}), extra_upstreams=[Listing(name="f"), Listing(name="g")])
+    bridge = Bridge(
+        parse_config({"store": {"path": ":memory:"}}),
+        extra_upstreams=[Listing(name="f"), Listing(name="g")],
+    )
     gc.callbacks.append(full)
     try:
         await bridge.start()
@@ -264,7 +369,9 @@ async def test_a_servers_start_freezes_what_it_built_before_so_its_collection_wa
             frozen.append(gc.get_freeze_count())
             return await super().list_tools()
 
-    bridge = Bridge(parse_config({"store": {"path": ":memory:"}}), extra_upstreams=[Listing(name="f")])
+    bridge = Bridge(
+        parse_config({"store": {"path": ":memory:"}}), extra_upstreams=[Listing(name="f")]
+    )
     gc.unfreeze()
     try:
         await bridge.start(freeze_first=True)
@@ -281,7 +388,9 @@ def test_a_started_server_settles_the_garbage_collector():
 
     threshold = gc.get_threshold()
     try:
-        settle_gc(collected=True)  # after Bridge.start's full collection, the young generations alone
+        settle_gc(
+            collected=True
+        )  # after Bridge.start's full collection, the young generations alone
         # what was built so far is out of the collector's reach; young collections are rarer
         assert gc.get_freeze_count() > 1000
         assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, threshold[1], threshold[2])
@@ -293,9 +402,23 @@ def test_a_started_server_settles_the_garbage_collector():
 def test_only_loopback_addresses_and_localhost_count_as_loopback():
     from bridge.net import is_loopback
 
-    assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "localhost.", "LOCALHOST", "::1", "[::1]"))
+    assert all(
+        is_loopback(h)
+        for h in ("127.0.0.1", "127.1.2.3", "localhost", "localhost.", "LOCALHOST", "::1", "[::1]")
+    )
     # a name that starts like one resolves wherever its DNS says
-    assert not any(is_loopback(h) for h in ("127.0.0.1.nip.io", "127.example", "localhost.example", "0.0.0.0", "::", "10.0.0.1", ""))
+    assert not any(
+        is_loopback(h)
+        for h in (
+            "127.0.0.1.nip.io",
+            "127.example",
+            "localhost.example",
+            "0.0.0.0",
+            "::",
+            "10.0.0.1",
+            "",
+        )
+    )
 
 
 def _socket_inodes(*pids: int) -> set[str]:
@@ -317,7 +440,9 @@ async def test_sigterm_does_not_wait_for_open_mcp_sessions_streams_of_notices(tm
     async with serving(tmp_path) as (process, base):
         async with aiohttp.ClientSession(base_url=base) as http:
             headers = await _mcp_session(http)
-            async with http.get("/mcp", headers={**headers, "Accept": "text/event-stream"}) as stream:
+            async with http.get(
+                "/mcp", headers={**headers, "Accept": "text/event-stream"}
+            ) as stream:
                 assert stream.status == 200
                 loop = asyncio.get_running_loop()
                 began = loop.time()

@@ -21,8 +21,16 @@ from tests.serve.mcp_support import HANDSHAKE, http_client, served_bridge
 from tests.servers import TINY_MCP_SERVER, child_pids, free_port, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
-MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}
+MCP_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -40,12 +48,24 @@ def _mcp_upstream(name: str) -> dict:
 
 async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):
     path = tmp_path / "bridge.yaml"
-    base_config = {"store": {"path": str(tmp_path / "bridge.db")}, "surfaces": [{"name": "default", "defer": ["*"]}]}
+    base_config = {
+        "store": {"path": str(tmp_path / "bridge.db")},
+        "surfaces": [{"name": "default", "defer": ["*"]}],
+    }
     path.write_text(yaml.safe_dump({**base_config, "upstreams": [_mcp_upstream("alpha")]}))
     port = free_port()
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge.cli", "serve", "-c", str(path), "--port", str(port),
-        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "bridge.cli",
+        "serve",
+        "-c",
+        str(path),
+        "--port",
+        str(port),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     lines: list[str] = []
@@ -62,6 +82,7 @@ async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):
     try:
         await until(lambda: said("bridge: upstreams started"), 30)
         async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
+
             async def get(route: str, **params) -> dict:
                 async with http.get(route, params=params) as response:
                     return await response.json()
@@ -87,7 +108,11 @@ async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):
 
             await until(swapped)
             await until(lambda: said("config reloaded from"))
-            assert next(line for line in lines if "config reloaded from" in line).rstrip().endswith("added: beta; removed: alpha")
+            assert (
+                next(line for line in lines if "config reloaded from" in line)
+                .rstrip()
+                .endswith("added: beta; removed: alpha")
+            )
             assert [u["name"] for u in (await get("/readyz"))["upstreams"]] == ["beta"]
 
             async def searched_beta() -> bool:
@@ -101,12 +126,14 @@ async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):
             await until(alpha_stopped)
 
             # a broken config: said on one line, nothing changes, the bridge keeps serving
-            path.write_text("upstreams:\n  - {name: beta, kind: mcp, command: python, args: [-m, bridge.demo.mcp_server\n")
+            path.write_text(
+                "upstreams:\n  - {name: beta, kind: mcp, command: python, args: [-m, bridge.demo.mcp_server\n"
+            )
             process.send_signal(signal.SIGHUP)
             await until(lambda: said("nothing changed"))
             (error,) = [line for line in lines if "nothing changed" in line]
             assert "ERROR bridge.runtime: config reload: " in error and "not valid YAML" in error
-            following = lines[lines.index(error) + 1:]
+            following = lines[lines.index(error) + 1 :]
             assert not any(line.startswith((" ", "Traceback")) for line in following)
             assert "beta__echo" in await names() and await found("echo") == ["beta__echo"]
             assert (await get("/healthz"))["status"] == "ok"
@@ -123,28 +150,41 @@ async def test_bridge_serve_applies_its_config_again_on_sighup(tmp_path):
 
 async def test_rest_and_mcp_over_http_take_new_tokens_and_surfaces_at_the_next_request():
     def config(token: str, block: list[str]) -> dict:
-        return {"store": {"path": ":memory:"}, "server": {"tokens": [{"token": token}]},
-                "surfaces": [{"name": "default", "block": block}]}
+        return {
+            "store": {"path": ":memory:"},
+            "server": {"tokens": [{"token": token}]},
+            "surfaces": [{"name": "default", "block": block}],
+        }
 
-    bridge = Bridge(parse_config(config("the-first-token", ["svc__echo"])),
-                    extra_upstreams=[FakeUpstream(name="svc", tools=[tool("echo"), tool("other")])])
+    bridge = Bridge(
+        parse_config(config("the-first-token", ["svc__echo"])),
+        extra_upstreams=[FakeUpstream(name="svc", tools=[tool("echo"), tool("other")])],
+    )
     await bridge.start()
     app = build_app(bridge)
     try:
         async with serve_asgi(app) as base, aiohttp.ClientSession(base_url=base) as http:
+
             async def tools(token: str) -> tuple[int, list[str]]:
-                async with http.get("/tools", headers={"Authorization": f"Bearer {token}"}) as response:
+                async with http.get(
+                    "/tools", headers={"Authorization": f"Bearer {token}"}
+                ) as response:
                     body = await response.json()
                     return response.status, [i["name"] for i in body.get("items", [])]
 
             async def initialize(token: str) -> int:
-                async with http.post("/mcp", data=json.dumps(MCP_INITIALIZE),
-                                     headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"}) as response:
+                async with http.post(
+                    "/mcp",
+                    data=json.dumps(MCP_INITIALIZE),
+                    headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"},
+                ) as response:
                     return response.status
 
             assert await tools("the-first-token") == (200, ["svc__other"])
             await bridge.reload(parse_config(config("the-second-token", [])))
-            assert (await tools("the-first-token"))[0] == 401 and await initialize("the-first-token") == 401
+            assert (await tools("the-first-token"))[0] == 401 and await initialize(
+                "the-first-token"
+            ) == 401
             # the same surface name, another surface: its listing is made again
             assert await tools("the-second-token") == (200, ["svc__echo", "svc__other"])
             assert await initialize("the-second-token") == 200
@@ -159,8 +199,16 @@ async def test_an_mcp_session_is_told_when_a_reload_changes_its_surface():
     async with served_bridge({"surfaces": surfaces}, [upstream], debounce=0.01) as served:
         async with http_client(served.url, HANDSHAKE) as client:
             assert await client.names() == {"svc__other"}
-            await served.bridge.reload(parse_config({"store": {"path": ":memory:"},
-                                                     "surfaces": [{"name": "default", "load": ["*"]}, {"name": "added"}]}))
+            await served.bridge.reload(
+                parse_config(
+                    {
+                        "store": {"path": ":memory:"},
+                        "surfaces": [{"name": "default", "load": ["*"]}, {"name": "added"}],
+                    }
+                )
+            )
             await client.notices.next()
             assert await client.names() == {"svc__echo", "svc__other"}
-            served.frontend.notifier.listen_handler("added")  # a surface added gets its change stream
+            served.frontend.notifier.listen_handler(
+                "added"
+            )  # a surface added gets its change stream

@@ -46,18 +46,40 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 SKILLS = [
-    AgentSkill(id="echo", name="Echo", description="Repeat the input back.", tags=["util", "echo"], examples=["say hi"],
-               input_modes=["text/plain", "application/json"], output_modes=["text/plain", "application/json"]),
-    AgentSkill(id="slow", name="Slow", description="A long task reporting each step.", tags=["long"]),
-    AgentSkill(id="ask", name="Booking", description="Books a trip; asks which city.", tags=["travel"]),
-    AgentSkill(id="reask", name="Insist", description="Asks which city; asks again, with no new question, until told Lisbon.",
-               tags=["travel"]),
+    AgentSkill(
+        id="echo",
+        name="Echo",
+        description="Repeat the input back.",
+        tags=["util", "echo"],
+        examples=["say hi"],
+        input_modes=["text/plain", "application/json"],
+        output_modes=["text/plain", "application/json"],
+    ),
+    AgentSkill(
+        id="slow", name="Slow", description="A long task reporting each step.", tags=["long"]
+    ),
+    AgentSkill(
+        id="ask", name="Booking", description="Books a trip; asks which city.", tags=["travel"]
+    ),
+    AgentSkill(
+        id="reask",
+        name="Insist",
+        description="Asks which city; asks again, with no new question, until told Lisbon.",
+        tags=["travel"],
+    ),
     AgentSkill(id="fail", name="Fail", description="Always fails.", tags=["broken"]),
     AgentSkill(id="reject", name="Reject", description="Always rejects.", tags=["broken"]),
     AgentSkill(id="wait", name="Wait", description="Works until canceled.", tags=["long"]),
-    AgentSkill(id="reply", name="Reply", description="Answers with a message, no task.", tags=["chat"]),
-    AgentSkill(id="files", name="Files", description="Returns a link, an image and data.", tags=["files"],
-               input_modes=["application/json"]),
+    AgentSkill(
+        id="reply", name="Reply", description="Answers with a message, no task.", tags=["chat"]
+    ),
+    AgentSkill(
+        id="files",
+        name="Files",
+        description="Returns a link, an image and data.",
+        tags=["files"],
+        input_modes=["application/json"],
+    ),
 ]
 
 
@@ -89,7 +111,13 @@ class AgentControl:
 
 
 def _agent_message(text: str, task_id: str, context_id: str) -> Message:
-    return Message(message_id=str(uuid.uuid4()), role=Role.ROLE_AGENT, parts=[Part(text=text)], task_id=task_id, context_id=context_id)
+    return Message(
+        message_id=str(uuid.uuid4()),
+        role=Role.ROLE_AGENT,
+        parts=[Part(text=text)],
+        task_id=task_id,
+        context_id=context_id,
+    )
 
 
 class ScriptedExecutor(AgentExecutor):
@@ -105,7 +133,12 @@ class ScriptedExecutor(AgentExecutor):
         data = [MessageToDict(p.data) for p in message.parts if p.HasField("data")]
         if skill == "reply":
             await event_queue.enqueue_event(
-                Message(message_id=str(uuid.uuid4()), role=Role.ROLE_AGENT, parts=[Part(text=f"hello {text}")], context_id=context.context_id)
+                Message(
+                    message_id=str(uuid.uuid4()),
+                    role=Role.ROLE_AGENT,
+                    parts=[Part(text=f"hello {text}")],
+                    context_id=context.context_id,
+                )
             )
             return
         task = context.current_task or new_task_from_user_message(message)
@@ -113,13 +146,17 @@ class ScriptedExecutor(AgentExecutor):
             await event_queue.enqueue_event(task)
         up = TaskUpdater(event_queue, task.id, task.context_id)
         if skill == "echo":
-            parts = [new_text_part(f"echo: {text}")] + [new_data_part({"received": d}) for d in data]
+            parts = [new_text_part(f"echo: {text}")] + [
+                new_data_part({"received": d}) for d in data
+            ]
             await up.add_artifact(parts, name="echo")
             await up.complete()
         elif skill == "slow":
             steps = int(data[0].get("steps", 3)) if data else 3
             for i in range(1, steps + 1):
-                await up.start_work(_agent_message(f"step {i} of {steps}", task.id, task.context_id))
+                await up.start_work(
+                    _agent_message(f"step {i} of {steps}", task.id, task.context_id)
+                )
                 await asyncio.sleep(0.03)
             await up.add_artifact([new_text_part(f"done after {steps} steps")], name="report")
             await up.complete()
@@ -151,7 +188,11 @@ class ScriptedExecutor(AgentExecutor):
         elif skill == "files":
             await up.add_artifact(
                 [
-                    new_url_part("https://example.org/report.pdf", media_type="application/pdf", filename="report.pdf"),
+                    new_url_part(
+                        "https://example.org/report.pdf",
+                        media_type="application/pdf",
+                        filename="report.pdf",
+                    ),
                     new_raw_part(b"\x89PNG fake", media_type="image/png", filename="dot.png"),
                     new_data_part({"rows": 2, "ok": True}),
                 ],
@@ -169,11 +210,15 @@ class ScriptedExecutor(AgentExecutor):
 
 def _security(card: AgentCard, bearer: bool, api_key_header: str | None) -> None:
     if bearer:
-        card.security_schemes["bearer"].CopyFrom(SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="bearer")))
+        card.security_schemes["bearer"].CopyFrom(
+            SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="bearer"))
+        )
         card.security_requirements.append(SecurityRequirement(schemes={"bearer": StringList()}))
     if api_key_header:
         card.security_schemes["key"].CopyFrom(
-            SecurityScheme(api_key_security_scheme=APIKeySecurityScheme(location="header", name=api_key_header))
+            SecurityScheme(
+                api_key_security_scheme=APIKeySecurityScheme(location="header", name=api_key_header)
+            )
         )
         card.security_requirements.append(SecurityRequirement(schemes={"key": StringList()}))
 
@@ -194,9 +239,13 @@ def build_agent(
     0.3: a 0.3 card (top-level url, preferredTransport) only at the older /.well-known/agent.json,
     JSON-RPC with the 0.3 method names."""
     root = base_url.rstrip("/")
-    interfaces = [AgentInterface(url=f"{root}/", protocol_binding="JSONRPC", protocol_version=version)]
+    interfaces = [
+        AgentInterface(url=f"{root}/", protocol_binding="JSONRPC", protocol_version=version)
+    ]
     if version == "1.0":
-        interfaces.append(AgentInterface(url=f"{root}/rest", protocol_binding="HTTP+JSON", protocol_version="1.0"))
+        interfaces.append(
+            AgentInterface(url=f"{root}/rest", protocol_binding="HTTP+JSON", protocol_version="1.0")
+        )
     card = AgentCard(
         name=name,
         description="An agent for tests.",
@@ -209,7 +258,9 @@ def build_agent(
     )
     _security(card, bearer is not None, api_key[0] if api_key else None)
     control = AgentControl(card=card, required_bearer=bearer, required_api_key=api_key)
-    handler = DefaultRequestHandlerV2(agent_executor=ScriptedExecutor(control), task_store=InMemoryTaskStore(), agent_card=card)
+    handler = DefaultRequestHandlerV2(
+        agent_executor=ScriptedExecutor(control), task_store=InMemoryTaskStore(), agent_card=card
+    )
 
     async def current_card(_: AgentCard) -> AgentCard:
         return control.card
@@ -221,7 +272,9 @@ def build_agent(
     else:
 
         async def legacy_card(_: Any) -> JSONResponse:
-            body = to_compat_agent_card(control.card).model_dump(by_alias=True, exclude_none=True, mode="json")
+            body = to_compat_agent_card(control.card).model_dump(
+                by_alias=True, exclude_none=True, mode="json"
+            )
             body["protocolVersion"] = "0.3.0"
             return JSONResponse(body)
 
@@ -249,11 +302,19 @@ class _Recorder:
             await self.app(scope, receive, send)
             return
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        entry: dict[str, Any] = {"path": scope["path"], "method": scope["method"], "headers": headers, "body": b"",
-                                 "client": tuple(scope.get("client") or ())}  # (host, port): the connection it came on
+        entry: dict[str, Any] = {
+            "path": scope["path"],
+            "method": scope["method"],
+            "headers": headers,
+            "body": b"",
+            "client": tuple(scope.get("client") or ()),
+        }  # (host, port): the connection it came on
         self.control.requests.append(entry)
         if not scope["path"].startswith("/.well-known"):
-            denied = self.control.required_bearer is not None and headers.get("authorization") != f"Bearer {self.control.required_bearer}"
+            denied = (
+                self.control.required_bearer is not None
+                and headers.get("authorization") != f"Bearer {self.control.required_bearer}"
+            )
             if self.control.required_api_key is not None:
                 header, value = self.control.required_api_key
                 denied = denied or headers.get(header.lower()) != value

@@ -13,8 +13,14 @@ Rpc = Callable[[str, dict[str, Any]], Awaitable[Any]]
 REQUESTS = web.AppKey("requests", list)
 
 
-def old_agent_app(protocol_version: str, rpc: Rpc | None = None, *, streaming: bool = False, skills: tuple[str, ...] = ("echo",),
-                  preferred_transport: str = "JSONRPC") -> web.Application:
+def old_agent_app(
+    protocol_version: str,
+    rpc: Rpc | None = None,
+    *,
+    streaming: bool = False,
+    skills: tuple[str, ...] = ("echo",),
+    preferred_transport: str = "JSONRPC",
+) -> web.Application:
     """The card as a2a-sdk 0.2.x/0.3.x serves it (top-level `url`; 0.2.x names no
     `preferredTransport` and serves it only at /.well-known/agent.json), and JSON-RPC at `/`
     answered by `rpc(method, params)`; every request is kept in `app[REQUESTS]`. With
@@ -22,10 +28,20 @@ def old_agent_app(protocol_version: str, rpc: Rpc | None = None, *, streaming: b
     requests: list[dict[str, Any]] = []
 
     async def card(request: web.Request) -> web.Response:
-        body: dict[str, Any] = {"protocolVersion": protocol_version, "name": "Old Agent", "description": "an older agent",
-                                "url": f"http://{request.host}/", "version": "0.1", "capabilities": {"streaming": streaming},
-                                "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
-                                "skills": [{"id": s, "name": s.title(), "description": f"The {s} skill", "tags": [s]} for s in skills]}
+        body: dict[str, Any] = {
+            "protocolVersion": protocol_version,
+            "name": "Old Agent",
+            "description": "an older agent",
+            "url": f"http://{request.host}/",
+            "version": "0.1",
+            "capabilities": {"streaming": streaming},
+            "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"],
+            "skills": [
+                {"id": s, "name": s.title(), "description": f"The {s} skill", "tags": [s]}
+                for s in skills
+            ],
+        }
         if not protocol_version.startswith("0.2"):
             body["preferredTransport"] = preferred_transport
         return web.json_response(body)
@@ -45,5 +61,11 @@ def old_agent_app(protocol_version: str, rpc: Rpc | None = None, *, streaming: b
 
 
 def text_message(text: str, role: str, task_id: str, context_id: str) -> dict[str, Any]:
-    return {"kind": "message", "messageId": str(uuid.uuid4()), "role": role, "parts": [{"kind": "text", "text": text}],
-            "taskId": task_id, "contextId": context_id}
+    return {
+        "kind": "message",
+        "messageId": str(uuid.uuid4()),
+        "role": role,
+        "parts": [{"kind": "text", "text": text}],
+        "taskId": task_id,
+        "contextId": context_id,
+    }

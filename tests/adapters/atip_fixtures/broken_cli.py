@@ -9,7 +9,13 @@ import os
 import sys
 import time
 
-GOOD = {"atip": "0.2", "name": "broken", "version": "1", "description": "Broken on purpose", "commands": {}}
+GOOD = {
+    "atip": "0.2",
+    "name": "broken",
+    "version": "1",
+    "description": "Broken on purpose",
+    "commands": {},
+}
 
 
 def main(argv):
@@ -18,7 +24,14 @@ def main(argv):
         print("broken: ran")
         return 0
     if mode == "schema":
-        doc = dict(GOOD, commands={"go": {"options": [{"name": "x", "flags": ["x"], "type": "text", "description": "X"}]}})
+        doc = dict(
+            GOOD,
+            commands={
+                "go": {
+                    "options": [{"name": "x", "flags": ["x"], "type": "text", "description": "X"}]
+                }
+            },
+        )
         print(json.dumps(doc))
     elif mode == "json":
         print('{"atip": "0.2", "name": ')

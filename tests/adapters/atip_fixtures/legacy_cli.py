@@ -19,54 +19,150 @@ METADATA = {
     "name": "legacy",
     "version": "0.3.1",
     "description": "Fixture tool in the legacy metadata form",
-    "authentication": {"required": False, "methods": [{"type": "token", "envVar": "FIXTURE_TOKEN", "description": "A token"}]},
+    "authentication": {
+        "required": False,
+        "methods": [{"type": "token", "envVar": "FIXTURE_TOKEN", "description": "A token"}],
+    },
     "commands": {
         "echo": {
             "description": "Print the argv it received as JSON",
-            "arguments": [{"name": "words", "type": "string", "variadic": True, "required": False, "description": "Words"}],
+            "arguments": [
+                {
+                    "name": "words",
+                    "type": "string",
+                    "variadic": True,
+                    "required": False,
+                    "description": "Words",
+                }
+            ],
             "options": [
-                {"name": "title", "flags": ["-t", "--title"], "type": "string", "description": "A title"},
-                {"name": "count", "flags": ["-c", "--count"], "type": "integer", "description": "A count"},
+                {
+                    "name": "title",
+                    "flags": ["-t", "--title"],
+                    "type": "string",
+                    "description": "A title",
+                },
+                {
+                    "name": "count",
+                    "flags": ["-c", "--count"],
+                    "type": "integer",
+                    "description": "A count",
+                },
                 {"name": "ratio", "flags": ["--ratio"], "type": "number", "description": "A ratio"},
-                {"name": "verbose", "flags": ["-v", "--verbose"], "type": "boolean", "description": "Talk more"},
-                {"name": "label", "flags": ["-l", "--label"], "type": "array", "description": "Labels"},
-                {"name": "mode", "flags": ["--mode"], "type": "enum", "enum": ["fast", "slow"], "default": "fast", "description": "Mode"},
-                {"name": "short", "flags": ["-s"], "type": "string", "description": "A short-only option"},
-                {"name": "input", "flags": ["--input"], "type": "file", "description": "Input file"},
+                {
+                    "name": "verbose",
+                    "flags": ["-v", "--verbose"],
+                    "type": "boolean",
+                    "description": "Talk more",
+                },
+                {
+                    "name": "label",
+                    "flags": ["-l", "--label"],
+                    "type": "array",
+                    "description": "Labels",
+                },
+                {
+                    "name": "mode",
+                    "flags": ["--mode"],
+                    "type": "enum",
+                    "enum": ["fast", "slow"],
+                    "default": "fast",
+                    "description": "Mode",
+                },
+                {
+                    "name": "short",
+                    "flags": ["-s"],
+                    "type": "string",
+                    "description": "A short-only option",
+                },
+                {
+                    "name": "input",
+                    "flags": ["--input"],
+                    "type": "file",
+                    "description": "Input file",
+                },
                 {"name": "site", "flags": ["--site"], "type": "url", "description": "A site"},
             ],
-            "effects": {"network": False, "filesystem": {"read": True, "write": False}, "idempotent": True},
+            "effects": {
+                "network": False,
+                "filesystem": {"read": True, "write": False},
+                "idempotent": True,
+            },
         },
         "sleep": {
             "description": "Start a child process, write its pid to a file, then sleep",
-            "arguments": [{"name": "pid_file", "type": "file", "description": "Where the child's pid goes"}],
-            "options": [{"name": "seconds", "flags": ["--seconds"], "type": "number", "description": "How long"}],
+            "arguments": [
+                {"name": "pid_file", "type": "file", "description": "Where the child's pid goes"}
+            ],
+            "options": [
+                {
+                    "name": "seconds",
+                    "flags": ["--seconds"],
+                    "type": "number",
+                    "description": "How long",
+                }
+            ],
             "effects": {"duration": {"typical": "1-2s", "timeout": "1s"}},
         },
         "linger": {
             "description": "Like sleep, declaring a timeout that reads as infinity",
-            "arguments": [{"name": "pid_file", "type": "file", "description": "Where the child's pid goes"}],
-            "options": [{"name": "seconds", "flags": ["--seconds"], "type": "number", "description": "How long"}],
+            "arguments": [
+                {"name": "pid_file", "type": "file", "description": "Where the child's pid goes"}
+            ],
+            "options": [
+                {
+                    "name": "seconds",
+                    "flags": ["--seconds"],
+                    "type": "number",
+                    "description": "How long",
+                }
+            ],
             "effects": {"duration": {"timeout": "9" * 400 + "s"}},
         },
         "doze": {
             "description": "Like sleep, declaring a timeout of an hour",
-            "arguments": [{"name": "pid_file", "type": "file", "description": "Where the child's pid goes"}],
-            "options": [{"name": "seconds", "flags": ["--seconds"], "type": "number", "description": "How long"}],
+            "arguments": [
+                {"name": "pid_file", "type": "file", "description": "Where the child's pid goes"}
+            ],
+            "options": [
+                {
+                    "name": "seconds",
+                    "flags": ["--seconds"],
+                    "type": "number",
+                    "description": "How long",
+                }
+            ],
             "effects": {"duration": {"timeout": "1h"}},
         },
         "fail": {
             "description": "Write a message to stderr and exit with code 3",
-            "options": [{"name": "message", "flags": ["--message"], "type": "string", "description": "Message"}],
+            "options": [
+                {
+                    "name": "message",
+                    "flags": ["--message"],
+                    "type": "string",
+                    "description": "Message",
+                }
+            ],
         },
         "ask": {
             "description": "Read an answer from stdin",
             "effects": {"interactive": {"stdin": "required", "prompts": True, "tty": False}},
         },
-        "wipe": {"description": "Claim to wipe everything", "effects": {"destructive": True, "reversible": False}},
+        "wipe": {
+            "description": "Claim to wipe everything",
+            "effects": {"destructive": True, "reversible": False},
+        },
         "flood": {
             "description": "Print many bytes",
-            "options": [{"name": "bytes", "flags": ["--bytes"], "type": "integer", "description": "How many"}],
+            "options": [
+                {
+                    "name": "bytes",
+                    "flags": ["--bytes"],
+                    "type": "integer",
+                    "description": "How many",
+                }
+            ],
         },
     },
 }

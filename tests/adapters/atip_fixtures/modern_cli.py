@@ -24,7 +24,15 @@ METADATA = {
                 "create": {
                     "description": "Create a virtual machine",
                     "arguments": [{"name": "name", "type": "string", "description": "VM name"}],
-                    "options": [{"name": "size", "flags": ["--size"], "type": "enum", "enum": ["s", "m", "l"], "description": "Size"}],
+                    "options": [
+                        {
+                            "name": "size",
+                            "flags": ["--size"],
+                            "type": "enum",
+                            "enum": ["s", "m", "l"],
+                            "description": "Size",
+                        }
+                    ],
                     "effects": {"network": True, "idempotent": False, "cost": {"billable": True}},
                 },
                 "delete": {
@@ -36,13 +44,19 @@ METADATA = {
                 "snapshot": {
                     "description": "Snapshots",
                     "commands": {
-                        "create": {"description": "Snapshot a VM", "arguments": [{"name": "vm", "type": "string", "description": "VM"}]},
+                        "create": {
+                            "description": "Snapshot a VM",
+                            "arguments": [{"name": "vm", "type": "string", "description": "VM"}],
+                        },
                         "list": {"description": "List snapshots", "effects": _RO},
                     },
                 },
             },
         },
-        "disk": {"description": "Disks", "commands": {"list": {"description": "List disks", "effects": _RO}}},
+        "disk": {
+            "description": "Disks",
+            "commands": {"list": {"description": "List disks", "effects": _RO}},
+        },
     },
 }
 
@@ -55,7 +69,11 @@ def _leaves(node):
 def _cut(node, depth, level):
     out = {k: v for k, v in node.items() if k != "commands"}
     if node.get("commands"):
-        out["commands"] = {} if depth is not None and level >= depth else {n: _cut(c, depth, level + 1) for n, c in node["commands"].items()}
+        out["commands"] = (
+            {}
+            if depth is not None and level >= depth
+            else {n: _cut(c, depth, level + 1) for n, c in node["commands"].items()}
+        )
     return out
 
 
@@ -63,7 +81,9 @@ def agent(args):
     log = os.environ.get("FIXTURE_LOG")
     if log:
         with open(log, "a") as fh:
-            fh.write(json.dumps({"argv": args, "token_visible": "FIXTURE_TOKEN" in os.environ}) + "\n")
+            fh.write(
+                json.dumps({"argv": args, "token_visible": "FIXTURE_TOKEN" in os.environ}) + "\n"
+            )
     depth = commands = None
     for word in args:
         if word.startswith("--depth="):
@@ -78,7 +98,10 @@ def agent(args):
     doc["partial"] = True
     doc["filter"] = {"depth": depth, **({"commands": commands} if commands else {})}
     doc["totalCommands"] = sum(_leaves(c) for c in METADATA["commands"].values())
-    doc["omitted"] = {"reason": "depth-limited" if depth else "filtered", "safetyAssumption": "unknown"}
+    doc["omitted"] = {
+        "reason": "depth-limited" if depth else "filtered",
+        "safetyAssumption": "unknown",
+    }
     return doc
 
 

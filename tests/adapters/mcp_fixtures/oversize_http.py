@@ -27,7 +27,16 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 CHUNK = 1 << 16
 GET_LOG_BYTES = 3 << 20
-TOOLS = ["echo", "big_json", "big_json_declared", "big_gzip", "big_event", "endless_events", "sized", "resumed"]
+TOOLS = [
+    "echo",
+    "big_json",
+    "big_json_declared",
+    "big_gzip",
+    "big_event",
+    "endless_events",
+    "sized",
+    "resumed",
+]
 
 
 @dataclass
@@ -36,13 +45,19 @@ class ServerLog:
     listings: int = 0
     gets: int = 0  # GET streams asked for
     calls: list[str] = field(default_factory=list)
-    sent: dict[str, int] = field(default_factory=dict)  # bytes each oversize answer got out before it was stopped
+    sent: dict[str, int] = field(
+        default_factory=dict
+    )  # bytes each oversize answer got out before it was stopped
     resumptions: int = 0  # GETs resuming a POST's stream (with Last-Event-ID)
     resumed: dict[str, Any] = field(default_factory=dict)  # what the `resumed` call asked for
 
 
 def _head(request_id: Any) -> str:
-    return '{"jsonrpc": "2.0", "id": ' + json.dumps(request_id) + ', "result": {"content": [{"type": "text", "text": "'
+    return (
+        '{"jsonrpc": "2.0", "id": '
+        + json.dumps(request_id)
+        + ', "result": {"content": [{"type": "text", "text": "'
+    )
 
 
 def _tail() -> str:
@@ -57,7 +72,9 @@ async def _text_body(request_id: Any, size: int, log: ServerLog, name: str) -> A
             piece = min(CHUNK, size - sent)
             yield b"x" * piece
             sent += piece
-            await asyncio.sleep(0)  # a client gone is seen (uvicorn drops what is sent after it, at once)
+            await asyncio.sleep(
+                0
+            )  # a client gone is seen (uvicorn drops what is sent after it, at once)
     finally:
         log.sent[name] = sent
     yield _tail().encode()
@@ -80,8 +97,11 @@ async def _one_event(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 
 
 async def _endless_events(log: ServerLog) -> AsyncIterator[bytes]:
-    event = ('event: message\ndata: {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "debug", "data": "'
-             + "y" * 900 + '"}}\n\n').encode()
+    event = (
+        'event: message\ndata: {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "debug", "data": "'
+        + "y" * 900
+        + '"}}\n\n'
+    ).encode()
     sent = 0
     try:
         while True:
@@ -92,8 +112,10 @@ async def _endless_events(log: ServerLog) -> AsyncIterator[bytes]:
         log.sent["endless_events"] = sent
 
 
-_LOG_EVENT = ('id: r{n}\nevent: message\ndata: {{"jsonrpc": "2.0", "method": "notifications/message", "params": {{"level": "debug", '
-              '"data": "' + "v" * 900 + '"}}}}\n\n')
+_LOG_EVENT = (
+    'id: r{n}\nevent: message\ndata: {{"jsonrpc": "2.0", "method": "notifications/message", "params": {{"level": "debug", '
+    '"data": "' + "v" * 900 + '"}}}}\n\n'
+)
 
 
 async def _resumption_begun() -> AsyncIterator[bytes]:
@@ -118,8 +140,11 @@ async def _resumed_events(log: ServerLog) -> AsyncIterator[bytes]:
 
 
 async def _server_messages(log_bytes: int) -> AsyncIterator[bytes]:
-    event = ('event: message\ndata: {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "debug", "data": "'
-             + "z" * 900 + '"}}\n\n').encode()
+    event = (
+        'event: message\ndata: {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "debug", "data": "'
+        + "z" * 900
+        + '"}}\n\n'
+    ).encode()
     for _ in range(log_bytes // len(event) + 1):
         yield event
         await asyncio.sleep(0)
@@ -148,15 +173,23 @@ async def _changes_at_once() -> AsyncIterator[bytes]:
     await asyncio.Event().wait()
 
 
-def build_app(json_answers: bool = True, get_failures: int = 0, get_failure: str = "oversize",
-              get_log_bytes: int = 1 << 16) -> tuple[Any, ServerLog]:
+def build_app(
+    json_answers: bool = True,
+    get_failures: int = 0,
+    get_failure: str = "oversize",
+    get_log_bytes: int = 1 << 16,
+) -> tuple[Any, ServerLog]:
     log = ServerLog()
 
     def small(request_id: Any, result: dict[str, Any]) -> Response:
         message = {"jsonrpc": "2.0", "id": request_id, "result": result}
         if json_answers:
             return JSONResponse(message, headers={"mcp-session-id": "s1"})
-        return Response(f"event: message\ndata: {json.dumps(message)}\n\n", media_type="text/event-stream", headers={"mcp-session-id": "s1"})
+        return Response(
+            f"event: message\ndata: {json.dumps(message)}\n\n",
+            media_type="text/event-stream",
+            headers={"mcp-session-id": "s1"},
+        )
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -164,15 +197,23 @@ def build_app(json_answers: bool = True, get_failures: int = 0, get_failure: str
         request = Request(scope, receive)
         if request.method == "GET" and "last-event-id" in request.headers:
             log.resumptions += 1
-            response: Response = StreamingResponse(_resumed_events(log), media_type="text/event-stream")
+            response: Response = StreamingResponse(
+                _resumed_events(log), media_type="text/event-stream"
+            )
         elif request.method == "GET":
             log.gets += 1
             if not get_failures:
                 stream = _server_messages(get_log_bytes)
             else:
-                stream = _failing_messages(get_failure) if log.gets <= get_failures else _changes_at_once()
+                stream = (
+                    _failing_messages(get_failure)
+                    if log.gets <= get_failures
+                    else _changes_at_once()
+                )
             response = StreamingResponse(stream, media_type="text/event-stream")
-            if get_failure.isdigit() and log.gets <= get_failures:  # an HTTP status: 405, no stream offered
+            if (
+                get_failure.isdigit() and log.gets <= get_failures
+            ):  # an HTTP status: 405, no stream offered
                 response = Response(status_code=int(get_failure))
         elif request.method == "DELETE":
             response = Response(status_code=200)
@@ -186,11 +227,20 @@ def build_app(json_answers: bool = True, get_failures: int = 0, get_failure: str
         method, request_id, params = message["method"], message["id"], message.get("params") or {}
         if method == "initialize":
             log.sessions += 1
-            return small(request_id, {"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": True}},
-                                      "serverInfo": {"name": "oversize", "version": "1"}})
+            return small(
+                request_id,
+                {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {"tools": {"listChanged": True}},
+                    "serverInfo": {"name": "oversize", "version": "1"},
+                },
+            )
         if method == "tools/list":
             log.listings += 1
-            schema = {"type": "object", "properties": {"size": {"type": "integer"}, "text": {"type": "string"}}}
+            schema = {
+                "type": "object",
+                "properties": {"size": {"type": "integer"}, "text": {"type": "string"}},
+            }
             return small(request_id, {"tools": [{"name": n, "inputSchema": schema} for n in TOOLS]})
         if method != "tools/call":
             return small(request_id, {})
@@ -204,9 +254,13 @@ def build_app(json_answers: bool = True, get_failures: int = 0, get_failure: str
             return StreamingResponse(body, media_type="application/json")
         if name == "big_json_declared":
             length = len(_head(request_id)) + size + len(_tail())
-            return StreamingResponse(body, media_type="application/json", headers={"content-length": str(length)})
+            return StreamingResponse(
+                body, media_type="application/json", headers={"content-length": str(length)}
+            )
         if name == "big_gzip":
-            return StreamingResponse(_gzipped(body), media_type="application/json", headers={"content-encoding": "gzip"})
+            return StreamingResponse(
+                _gzipped(body), media_type="application/json", headers={"content-encoding": "gzip"}
+            )
         if name in ("big_event", "sized"):
             if name == "sized" and json_answers:
                 return StreamingResponse(body, media_type="application/json")

@@ -68,22 +68,43 @@ BAD_TOOLS: list[Any] = [
 ]
 # the blocks the middleware adds to the result of `odd_blocks`: a type from the future, and a
 # text block whose text is not a string
-ODD_BLOCKS: list[Any] = [{"type": "hologram", "uri": "x://1", "_meta": {"k": 1}}, {"type": "text", "text": 5}]
+ODD_BLOCKS: list[Any] = [
+    {"type": "hologram", "uri": "x://1", "_meta": {"k": 1}},
+    {"type": "text", "text": 5},
+]
 
 
 # what the `ask` tool asks its client: a request of each kind a server may send a client
 ASKS: dict[str, types.InputRequest] = {
-    "sampling": types.CreateMessageRequest(params=types.CreateMessageRequestParams(
-        messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text="Summarize the report."))], max_tokens=50)),
-    "elicitation": types.ElicitRequest(params=types.ElicitRequestFormParams(
-        message="Which account?", requested_schema={"type": "object", "properties": {"account": {"type": "string"}}})),
-    "url_elicitation": types.ElicitRequest(params=types.ElicitRequestURLParams(
-        message="Sign in first.", url="https://example.invalid/login", elicitation_id="e1")),
+    "sampling": types.CreateMessageRequest(
+        params=types.CreateMessageRequestParams(
+            messages=[
+                types.SamplingMessage(
+                    role="user",
+                    content=types.TextContent(type="text", text="Summarize the report."),
+                )
+            ],
+            max_tokens=50,
+        )
+    ),
+    "elicitation": types.ElicitRequest(
+        params=types.ElicitRequestFormParams(
+            message="Which account?",
+            requested_schema={"type": "object", "properties": {"account": {"type": "string"}}},
+        )
+    ),
+    "url_elicitation": types.ElicitRequest(
+        params=types.ElicitRequestURLParams(
+            message="Sign in first.", url="https://example.invalid/login", elicitation_id="e1"
+        )
+    ),
     "roots": types.ListRootsRequest(),
 }
 
 
-def _schema(props: dict[str, Any] | None = None, required: list[str] | None = None) -> dict[str, Any]:
+def _schema(
+    props: dict[str, Any] | None = None, required: list[str] | None = None
+) -> dict[str, Any]:
     return {"type": OBJ, "properties": props or {}, "required": required or []}
 
 
@@ -95,7 +116,11 @@ def base_tools() -> list[types.Tool]:
             description="Echo the given text.",
             input_schema=_schema({"text": {"type": "string"}}, ["text"]),
             annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
-            icons=[types.Icon(src="https://example.invalid/echo.png", mime_type="image/png", sizes=["48x48"])],
+            icons=[
+                types.Icon(
+                    src="https://example.invalid/echo.png", mime_type="image/png", sizes=["48x48"]
+                )
+            ],
             _meta={"example.invalid/owner": "tests"},
         ),
         types.Tool(
@@ -103,7 +128,9 @@ def base_tools() -> list[types.Tool]:
             description="Add two numbers.",
             input_schema=_schema({"a": {"type": "number"}, "b": {"type": "number"}}, ["a", "b"]),
             output_schema=_schema({"sum": {"type": "number"}}, ["sum"]),
-            annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True),
+            annotations=types.ToolAnnotations(
+                read_only_hint=False, destructive_hint=False, idempotent_hint=True
+            ),
         ),
         types.Tool(name="plain", description="No annotations at all.", input_schema=_schema()),
         types.Tool(
@@ -112,20 +139,31 @@ def base_tools() -> list[types.Tool]:
             input_schema=_schema(),
             annotations=types.ToolAnnotations(destructive_hint=True),
         ),
-        types.Tool(name="every_content", description="One block of each content type.", input_schema=_schema()),
+        types.Tool(
+            name="every_content",
+            description="One block of each content type.",
+            input_schema=_schema(),
+        ),
         types.Tool(
             name="fail",
             description="Fails as a tool (isError) saying `text`; given a `code`, answers with "
             "that JSON-RPC error instead.",
-            input_schema=_schema({"text": {"type": "string"}, "code": {"type": "integer"},
-                                  "message": {"type": "string"}}),
+            input_schema=_schema(
+                {
+                    "text": {"type": "string"},
+                    "code": {"type": "integer"},
+                    "message": {"type": "string"},
+                }
+            ),
         ),
         types.Tool(
             name="slow",
             description="Reports progress each step.",
             input_schema=_schema({"steps": {"type": "integer"}, "delay": {"type": "number"}}),
         ),
-        types.Tool(name="hang", description="Never answers (until cancelled).", input_schema=_schema()),
+        types.Tool(
+            name="hang", description="Never answers (until cancelled).", input_schema=_schema()
+        ),
         types.Tool(
             name="freeze",
             description="Blocks the whole server for N seconds.",
@@ -145,12 +183,22 @@ def base_tools() -> list[types.Tool]:
         types.Tool(
             name="log",
             description="Sends a log message (notifications/message) at each level given.",
-            input_schema=_schema({"levels": {"type": "array", "items": {"type": "string"}}, "text": {"type": "string"}}),
+            input_schema=_schema(
+                {
+                    "levels": {"type": "array", "items": {"type": "string"}},
+                    "text": {"type": "string"},
+                }
+            ),
         ),
         types.Tool(
             name="set_extra",
             description="Replace the extra tools; optionally announce the change.",
-            input_schema=_schema({"names": {"type": "array", "items": {"type": "string"}}, "notify": {"type": "boolean"}}),
+            input_schema=_schema(
+                {
+                    "names": {"type": "array", "items": {"type": "string"}},
+                    "notify": {"type": "boolean"},
+                }
+            ),
         ),
         types.Tool(
             name="task_only",
@@ -158,13 +206,21 @@ def base_tools() -> list[types.Tool]:
             input_schema=_schema(),
             execution=types.ToolExecution(task_support="required"),
         ),
-        types.Tool(name="odd_blocks", description="Content blocks the SDK does not know.", input_schema=_schema()),
+        types.Tool(
+            name="odd_blocks",
+            description="Content blocks the SDK does not know.",
+            input_schema=_schema(),
+        ),
         types.Tool(
             name="storm",
             description="Announces a tool list change every `every` seconds for `seconds`.",
             input_schema=_schema({"seconds": {"type": "number"}, "every": {"type": "number"}}),
         ),
-        types.Tool(name="linked", description="Links resources the server serves (resources/read).", input_schema=_schema()),
+        types.Tool(
+            name="linked",
+            description="Links resources the server serves (resources/read).",
+            input_schema=_schema(),
+        ),
         types.Tool(
             name="raw_answer",
             description="stdio: writes its own answer line (surrogate, deep, very_deep, shape, "
@@ -191,11 +247,25 @@ class FixtureState:
         tools = base_tools()
         if self.header_on:
             props: dict[str, Any] = {"region": {"type": "string"}, "zone": {"type": "string"}}
-            props[self.header_on] = {**props[self.header_on], "x-mcp-header": self.header_on.title()}
-            tools.append(types.Tool(name="route", description="Route by region and zone.", input_schema=_schema(props)))
-        tools += [types.Tool(name=n, description=f"Extra tool {n}.", input_schema=_schema()) for n in self.extra]
+            props[self.header_on] = {
+                **props[self.header_on],
+                "x-mcp-header": self.header_on.title(),
+            }
+            tools.append(
+                types.Tool(
+                    name="route",
+                    description="Route by region and zone.",
+                    input_schema=_schema(props),
+                )
+            )
         tools += [
-            types.Tool(name=f"filler_{i:03d}", description=f"Filler tool {i}.", input_schema=_schema())
+            types.Tool(name=n, description=f"Extra tool {n}.", input_schema=_schema())
+            for n in self.extra
+        ]
+        tools += [
+            types.Tool(
+                name=f"filler_{i:03d}", description=f"Filler tool {i}.", input_schema=_schema()
+            )
             for i in range(self.filler)
         ]
         return tools
@@ -203,9 +273,15 @@ class FixtureState:
 
 # what resources/read serves: `linked` links the first two, never the last
 RESOURCES: dict[str, types.TextResourceContents | types.BlobResourceContents] = {
-    "fixture://notes/1": types.TextResourceContents(uri="fixture://notes/1", mime_type="text/plain", text="note one"),
-    "fixture://notes/2": types.BlobResourceContents(uri="fixture://notes/2", mime_type="application/octet-stream", blob="AAEC"),
-    "fixture://notes/secret": types.TextResourceContents(uri="fixture://notes/secret", mime_type="text/plain", text="never linked"),
+    "fixture://notes/1": types.TextResourceContents(
+        uri="fixture://notes/1", mime_type="text/plain", text="note one"
+    ),
+    "fixture://notes/2": types.BlobResourceContents(
+        uri="fixture://notes/2", mime_type="application/octet-stream", blob="AAEC"
+    ),
+    "fixture://notes/secret": types.TextResourceContents(
+        uri="fixture://notes/secret", mime_type="text/plain", text="never linked"
+    ),
 }
 
 
@@ -262,54 +338,84 @@ def _odd_shapes(state: FixtureState) -> Any:
 def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], FixtureState]:
     state = FixtureState(filler=filler, page_size=page_size)
 
-    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def list_tools(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         tools = state.tools()
         start = int(params.cursor) if params is not None and params.cursor else 0
         if not state.page_size:
             return types.ListToolsResult(tools=tools)
         end = start + state.page_size
         state.events.append(f"list {start}")
-        return types.ListToolsResult(tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None)
+        return types.ListToolsResult(
+            tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None
+        )
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         args = params.arguments or {}
         name = params.name
         state.events.append(f"call {name} {ctx.protocol_version}")
         headers = getattr(ctx.request, "headers", None)  # over HTTP
-        traced = ((ctx.meta or {}).get("traceparent"),
-                  headers.get("traceparent") if headers is not None else None)
+        traced = (
+            (ctx.meta or {}).get("traceparent"),
+            headers.get("traceparent") if headers is not None else None,
+        )
         if any(traced):  # the W3C trace context the call came with: in _meta, and as a header
             state.events.append(f"traceparent {traced[0]} {traced[1]}")
         if name in ("echo", "plain", "wipe") or name in state.extra or name.startswith("filler_"):
             return types.CallToolResult(content=_text(str(args.get("text", name))))
         if name == "add":
             total = args["a"] + args["b"]
-            return types.CallToolResult(content=_text(json.dumps({"sum": total})), structured_content={"sum": total})
+            return types.CallToolResult(
+                content=_text(json.dumps({"sum": total})), structured_content={"sum": total}
+            )
         if name == "every_content":
             return types.CallToolResult(
                 content=[
-                    types.TextContent(type="text", text="hello", _meta={"example.invalid/block": 1}),
+                    types.TextContent(
+                        type="text", text="hello", _meta={"example.invalid/block": 1}
+                    ),
                     types.ImageContent(type="image", data=PNG, mime_type="image/png"),
                     types.AudioContent(type="audio", data=WAV, mime_type="audio/wav"),
-                    types.ResourceLink(type="resource_link", uri="file:///tmp/report.txt", name="report", mime_type="text/plain"),
-                    types.EmbeddedResource(
-                        type="resource",
-                        resource=types.TextResourceContents(uri="memo://one", mime_type="text/plain", text="embedded text"),
+                    types.ResourceLink(
+                        type="resource_link",
+                        uri="file:///tmp/report.txt",
+                        name="report",
+                        mime_type="text/plain",
                     ),
                     types.EmbeddedResource(
                         type="resource",
-                        resource=types.BlobResourceContents(uri="memo://two", mime_type="application/octet-stream", blob="AAEC"),
+                        resource=types.TextResourceContents(
+                            uri="memo://one", mime_type="text/plain", text="embedded text"
+                        ),
+                    ),
+                    types.EmbeddedResource(
+                        type="resource",
+                        resource=types.BlobResourceContents(
+                            uri="memo://two", mime_type="application/octet-stream", blob="AAEC"
+                        ),
                     ),
                 ],
                 structured_content={"blocks": 6},
                 _meta={"example.invalid/trace": "abc"},
             )
         if name == "linked":
-            return types.CallToolResult(content=[
-                types.ResourceLink(type="resource_link", uri="fixture://notes/1", name="note 1", mime_type="text/plain"),
-                types.EmbeddedResource(type="resource", resource=RESOURCES["fixture://notes/2"]),
-                types.ResourceLink(type="resource_link", uri="fixture://notes/gone", name="a link to nothing"),
-            ])
+            return types.CallToolResult(
+                content=[
+                    types.ResourceLink(
+                        type="resource_link",
+                        uri="fixture://notes/1",
+                        name="note 1",
+                        mime_type="text/plain",
+                    ),
+                    types.EmbeddedResource(
+                        type="resource", resource=RESOURCES["fixture://notes/2"]
+                    ),
+                    types.ResourceLink(
+                        type="resource_link", uri="fixture://notes/gone", name="a link to nothing"
+                    ),
+                ]
+            )
         if name == "fail":
             if "code" in args:
                 raise MCPError(int(args["code"]), str(args.get("message", "failed")))
@@ -343,24 +449,38 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
         if name == "ask":
             request = ASKS[str(args.get("what"))]
             declared = ctx.session.client_capabilities
-            state.events.append(f"ask {args.get('what')}: client declares {sorted(declared.model_dump(exclude_none=True) if declared else {})}")
-            if ctx.protocol_version == MODERN:  # no requests to the client: the result asks for input
-                return types.InputRequiredResult(input_requests={"q": request}, request_state="asked")
+            state.events.append(
+                f"ask {args.get('what')}: client declares {sorted(declared.model_dump(exclude_none=True) if declared else {})}"
+            )
+            if (
+                ctx.protocol_version == MODERN
+            ):  # no requests to the client: the result asks for input
+                return types.InputRequiredResult(
+                    input_requests={"q": request}, request_state="asked"
+                )
             try:
-                answer = await ctx.session.send_request(request, types.EmptyResult, request_read_timeout_seconds=5)
+                answer = await ctx.session.send_request(
+                    request, types.EmptyResult, request_read_timeout_seconds=5
+                )
             except MCPError as exc:
                 return types.CallToolResult(content=_text(f"refused: {exc.code} {exc.message}"))
             return types.CallToolResult(content=_text(f"answered: {answer.model_dump_json()}"))
         if name == "log":
             for level in args.get("levels") or ["info"]:
                 data = {"text": args.get("text", "a line"), "level": level}
-                with warnings.catch_warnings(category=MCPDeprecationWarning, action="ignore"):  # deprecated in 2026-07-28 only
-                    await ctx.session.send_log_message(level, data, logger="fixture", related_request_id=ctx.request_id)
+                with warnings.catch_warnings(
+                    category=MCPDeprecationWarning, action="ignore"
+                ):  # deprecated in 2026-07-28 only
+                    await ctx.session.send_log_message(
+                        level, data, logger="fixture", related_request_id=ctx.request_id
+                    )
             return types.CallToolResult(content=_text("logged"))
         if name == "route":
             return types.CallToolResult(content=_text(f"{args.get('region')}/{args.get('zone')}"))
         if name == "odd_blocks":
-            return types.CallToolResult(content=_text("order 42 created"), structured_content={"order": 42})
+            return types.CallToolResult(
+                content=_text("order 42 created"), structured_content={"order": 42}
+            )
         if name == "storm":
             seconds, every = float(args.get("seconds", 2)), float(args.get("every", 0.005))
             sent, deadline = 0, time.monotonic() + seconds
@@ -374,8 +494,12 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
             return types.CallToolResult(content=_text(str(sent)))
         if name == "raw_answer":
             if state.wire is None:
-                return types.CallToolResult(content=_text("raw_answer works over stdio only"), is_error=True)
-            await state.wire.write(_raw_answer(ctx, str(args.get("kind")), int(args.get("size", 0))) + "\n")
+                return types.CallToolResult(
+                    content=_text("raw_answer works over stdio only"), is_error=True
+                )
+            await state.wire.write(
+                _raw_answer(ctx, str(args.get("kind")), int(args.get("size", 0))) + "\n"
+            )
             await state.wire.flush()
             await anyio.sleep_forever()  # that line was the answer; wait to be cancelled
         if name == "set_extra":
@@ -388,7 +512,9 @@ def build_server(filler: int = 0, page_size: int = 0) -> tuple[Server[Any], Fixt
             return types.CallToolResult(content=_text("ok"))
         return types.CallToolResult(content=_text(f"unknown tool {name}"), is_error=True)
 
-    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    async def read_resource(
+        ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
         uri = str(params.uri)
         state.events.append(f"read {uri}")
         if uri not in RESOURCES:
@@ -411,7 +537,11 @@ async def _serve_stdio(server: Server[Any], state: FixtureState) -> None:
     # the wire passed in (so not diverted from fd 1), for `raw_answer` to write on it too
     state.wire = anyio.wrap_file(io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8"))
     async with stdio_server(stdout=state.wire) as (read, write):
-        await server.run(read, write, server.create_initialization_options(NotificationOptions(tools_changed=True)))
+        await server.run(
+            read,
+            write,
+            server.create_initialization_options(NotificationOptions(tools_changed=True)),
+        )
 
 
 def main() -> None:

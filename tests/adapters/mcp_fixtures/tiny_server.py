@@ -16,15 +16,26 @@ import json
 import sys
 import time
 
-ECHO = {"name": "echo", "description": "Echo the given text.", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}
-HANG = {"name": "hang", "description": "Never answer.", "inputSchema": {"type": "object", "properties": {}}}
+ECHO = {
+    "name": "echo",
+    "description": "Echo the given text.",
+    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+}
+HANG = {
+    "name": "hang",
+    "description": "Never answer.",
+    "inputSchema": {"type": "object", "properties": {}},
+}
 
 
 def answer(message: dict) -> dict:
     method, params = message.get("method"), message.get("params") or {}
     if method == "initialize":
-        return {"protocolVersion": params.get("protocolVersion", "2025-11-25"), "capabilities": {"tools": {}},
-                "serverInfo": {"name": "tiny", "version": "1"}}
+        return {
+            "protocolVersion": params.get("protocolVersion", "2025-11-25"),
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "tiny", "version": "1"},
+        }
     if method == "tools/list":
         if "--cursors" not in sys.argv:
             return {"tools": [ECHO, HANG] if "--hang" in sys.argv else [ECHO]}
@@ -32,7 +43,11 @@ def answer(message: dict) -> dict:
         cursor = "1" if sys.argv[sys.argv.index("--cursors") + 1] == "same" else str(page + 1)
         return {"tools": [{**ECHO, "name": f"echo_{page}"}], "nextCursor": cursor}
     if method == "tools/call":
-        return {"content": [{"type": "text", "text": str((params.get("arguments") or {}).get("text", ""))}]}
+        return {
+            "content": [
+                {"type": "text", "text": str((params.get("arguments") or {}).get("text", ""))}
+            ]
+        }
     return {}
 
 
@@ -42,9 +57,15 @@ def main() -> None:
             held.read()
     for line in sys.stdin:
         message = json.loads(line)
-        hangs = message.get("method") == "tools/call" and (message.get("params") or {}).get("name") == "hang"
+        hangs = (
+            message.get("method") == "tools/call"
+            and (message.get("params") or {}).get("name") == "hang"
+        )
         if "id" in message and "method" in message and not hangs:
-            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": answer(message)}) + "\n")
+            sys.stdout.write(
+                json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": answer(message)})
+                + "\n"
+            )
             sys.stdout.flush()
     if "--linger" in sys.argv:
         time.sleep(float(sys.argv[sys.argv.index("--linger") + 1]))
