@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
 import logging
-import re
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +24,7 @@ from bridge.model import (
     takes_objects,
     tool_uuid,
 )
+from bridge.names import MAX_NAME, RESERVED_NAMES, exposed_name, pick_name
 from bridge.store import Store
 from bridge.supervisor import NAME_SEPARATOR, UpstreamSlot, UpstreamSupervisor
 from bridge.text import has_surrogates, without_surrogates
@@ -47,12 +46,10 @@ UNSUPPORTED_INPUT = "unsupported_input_schema"
 log = logging.getLogger("bridge.catalog")
 T = TypeVar("T")
 
-MAX_NAME = 64
 # Longest tool description kept (characters). Real ones run to a few thousand; a longer one (a
 # whole manual, or a runaway upstream) would be sent in every listing and indexed whole, so it is
 # cut here, with a warning, and ends in "…".
 MAX_DESCRIPTION_CHARS = 32_768
-_INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
 # A listing of this many tools or more is declared on a worker thread (`Catalog._take`): about
 # 40 µs a tool, so a smaller one holds the event loop under 10 ms.
 OFF_LOOP_TOOLS = 200
@@ -69,25 +66,6 @@ JOURNAL_IDS = 100_000
 # set of them (pydantic adds a field's name to it when the field is assigned: already there).
 _DECLARED_FIELDS = set(ToolDeclaration.model_fields)
 _CONTRACT_FIELDS = {"model_input_schema"}
-
-
-def _short_hash(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()[:8]
-
-
-def exposed_name(namespace: str, native_name: str) -> str:
-    """`<namespace>__<native name>` cleaned to `^[A-Za-z0-9_.-]{1,64}$`; a longer name keeps its
-    head and gets a short hash of the whole, so distinct long names stay distinct."""
-    raw = f"{namespace}{NAME_SEPARATOR}{native_name}"
-    name = _INVALID.sub("_", raw).strip("_") or _short_hash(raw)
-    if len(name) > MAX_NAME:
-        name = name[: MAX_NAME - 9].rstrip("_.-") + "_" + _short_hash(raw)
-    return name
-
-
-def _suffixed(base: str, tool_id: str, attempt: int = 0) -> str:
-    tag = _short_hash(f"{tool_id}:{attempt}")
-    return base[: MAX_NAME - 9].rstrip("_.-") + "_" + tag
 
 
 @dataclass
@@ -120,6 +98,7 @@ class Catalog(UpstreamSupervisor):
         self._by_name: dict[str, str] = {}  # exposed name or alias -> tool_id
         self._kinds: Counter[str] = Counter()  # tool_kind -> its tools
         self._assigned = self.store.assigned_names()
+        self._holders: dict[str, str] | None = None  # name -> the tool given it, when asked
         self._listeners: list[Callable[[CatalogChange], None]] = []
         self.generation = 0
         self._journal: deque[tuple[int, tuple[str, ...] | None]] = (
@@ -203,22 +182,42 @@ class Catalog(UpstreamSupervisor):
         object.__setattr__(decl, "__pydantic_fields_set__", _DECLARED_FIELDS)
         return decl
 
-    def _name(self, decl: ToolDeclaration) -> str:
-        """A tool keeps the name it was given before (store); else the clean base name; else the
-        base name with a suffix derived from its id (deterministic, whatever the order)."""
-        taken = self._by_name
-        previous = self._assigned.get(decl.tool_id)
-        if previous and taken.get(previous, decl.tool_id) == decl.tool_id:
-            return previous
-        base = exposed_name(decl.namespace, decl.native_name)
-        if taken.get(base, decl.tool_id) == decl.tool_id:
-            return base
-        attempt = 0
-        while True:
-            candidate = _suffixed(base, decl.tool_id, attempt)
-            if taken.get(candidate, decl.tool_id) == decl.tool_id:
-                return candidate
-            attempt += 1
+    def _name(self, decl: ToolDeclaration, prefix: str = "always") -> str:
+        """The name a tool is given (`bridge.names.pick_name`): with `prefix: always` a name is
+        free when no other tool has it now; otherwise also when none was given it before."""
+        taken, tool_id = self._by_name, decl.tool_id
+        if prefix == "always":
+            free: Callable[[str], bool] = lambda name: taken.get(name, tool_id) == tool_id  # noqa: E731
+        else:
+            free = lambda name: self._free(name, tool_id)  # noqa: E731
+        name, own = pick_name(
+            decl.namespace,
+            decl.native_name,
+            prefix,
+            self._assigned.get(tool_id),
+            free,
+            tool_id,
+            lambda name: taken.get(name, tool_id) == tool_id,
+        )
+        if not own and prefix == "never":
+            log.warning(
+                "upstream %s (prefix: never): tool %s is named %s, as another tool holds "
+                "its own name",
+                decl.namespace,
+                decl.native_name,
+                name,
+            )
+        return name
+
+    def _free(self, name: str, tool_id: str) -> bool:
+        """Whether `name` may be given to `tool_id`: no other tool has it now, nor was given it
+        before (the store's names, looked up by name once a `prefix` asks for it), and it is
+        not reserved."""
+        if name in RESERVED_NAMES or self._by_name.get(name, tool_id) != tool_id:
+            return False
+        if self._holders is None:
+            self._holders = {given: holder for holder, given in self._assigned.items()}
+        return self._holders.get(name, tool_id) == tool_id
 
     def _apply(
         self,
@@ -367,9 +366,11 @@ class Catalog(UpstreamSupervisor):
                 change.updated.append(decl)
                 self._kinds[old.tool_kind] -= 1
             else:
-                decl.name = self._name(decl)
+                decl.name = self._name(decl, slot.upstream.config.prefix)
                 if self._assigned.get(decl.tool_id) != decl.name:
                     self._assigned[decl.tool_id] = decl.name
+                    if self._holders is not None:
+                        self._holders[decl.name] = decl.tool_id
                     new_names.append((decl.namespace, decl.tool_id, decl.name, decl.native_id))
                 change.added.append(decl)
             slot.tools[decl.native_id] = decl

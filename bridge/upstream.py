@@ -76,6 +76,10 @@ class UpstreamConfig(BaseModel):
     retry_initial: float = Field(default=0.5, gt=0, description="first reconnect delay, seconds")
     retry_max: float = Field(default=30.0, gt=0, description="longest reconnect delay, seconds")
     tags: list[str] = Field(default_factory=list, description="tags added to every tool")
+    prefix: Literal["always", "never", "when_needed"] = Field(
+        default="always",
+        description="name tools (and prompts, resource URIs) with the upstream's name",
+    )
     launch: LaunchConfig | None = Field(default=None, description="a local process to start first")
     base_dir: str = Field(
         default=".", exclude=True, description="set by the loader: relative paths start here"
