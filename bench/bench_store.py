@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from bridge.model import now_iso  # noqa: E402
 from bridge.store import Store  # noqa: E402
-from bridge.store_postgres import PostgresStore  # noqa: E402
+from bridge.store.postgres import PostgresStore  # noqa: E402
 from tests.pgserver import PostgresServer  # noqa: E402
 
 BATCHES = (1, 64, 512)

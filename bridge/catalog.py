@@ -24,8 +24,8 @@ from bridge.model import (
     takes_objects,
     tool_uuid,
 )
-from bridge.names import MAX_NAME, RESERVED_NAMES, exposed_name, pick_name
-from bridge.store import Store
+from bridge.names import MAX_NAME, RESERVED_NAMES, exposed_name, pick_name, take_claimed_names
+from bridge.store import Store, StoreInterface
 from bridge.supervisor import NAME_SEPARATOR, UpstreamSlot, UpstreamSupervisor
 from bridge.text import has_surrogates, without_surrogates
 from bridge.versions import Signed, UnencodableText, VersionRegistry, sign
@@ -90,9 +90,9 @@ class Catalog(UpstreamSupervisor):
     """The merged catalog. Lookups are dictionary reads; changes come from the upstream
     supervisors (one asyncio task per upstream) or from `apply_tools`."""
 
-    def __init__(self, store: Store | None = None) -> None:
+    def __init__(self, store: StoreInterface | None = None) -> None:
         super().__init__()
-        self.store = store or Store()
+        self.store: StoreInterface = store or Store()
         self.versions = VersionRegistry(self.store)
         self._by_id: dict[str, ToolDeclaration] = {}
         self._by_name: dict[str, str] = {}  # exposed name or alias -> tool_id
@@ -380,6 +380,11 @@ class Catalog(UpstreamSupervisor):
             for alias in decl.aliases:
                 self._by_name.setdefault(alias, decl.tool_id)
         slot.health.tool_count = len(slot.tools)
+        if new_names and self.store.shared:  # named by the store, which then holds the names
+            self._assigned.update(
+                take_claimed_names(self.store, new_names, self._by_id, self._by_name)
+            )
+            self._holders, new_names = None, []
         self._emit(change)
         return change, new_names
 

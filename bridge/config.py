@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -173,6 +174,31 @@ class ServerConfig(_Strict):
 
 class StoreConfig(_Strict):
     path: str = ".bridge-data/bridge.db"
+    # postgresql://USER:PASSWORD@HOST:PORT/DATABASE: the store in that database, shared by
+    # replicas (bridge/store/postgres.py); `path` then only places the search index
+    url: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _a_postgresql_url(cls, url: str | None) -> str | None:
+        """A postgresql:// URL naming a host and a database; the refusal never quotes the URL,
+        whose password it may hold."""
+        if url is None:
+            return None
+        fix = "write postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+        try:
+            parts = urlsplit(url)
+            port = parts.port  # a port that is no number raises here
+        except ValueError as exc:
+            raise ConfigValueError(f"is no URL ({exc})", fix) from None
+        if parts.scheme not in ("postgresql", "postgres"):
+            scheme = repr(parts.scheme) if parts.scheme else "missing"
+            raise ConfigValueError(f"its scheme is {scheme}, not postgresql", fix)
+        if not parts.hostname or port == 0:
+            raise ConfigValueError("names no host (or port 0)", fix)
+        if not parts.path.strip("/"):
+            raise ConfigValueError("names no database", fix)
+        return url
 
 
 class InvokeConfig(_Strict):

@@ -30,7 +30,7 @@ from bridge.model import (
 )
 from bridge.policy import blocked_error, check_permission, unknown_tool
 from bridge.resource_links import ResourceLinks
-from bridge.store import Store, StoreFull
+from bridge.store import StoreFull, StoreInterface, StoreUnavailable
 from bridge.surface import Surface, Surfaces
 from bridge.telemetry import CallOrigin, Telemetry
 from bridge.text import has_surrogates, without_surrogates
@@ -98,7 +98,7 @@ class Invoker:
         self,
         catalog: Catalog,
         surfaces: Surfaces,
-        store: Store,
+        store: StoreInterface,
         config: InvokeConfig | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
@@ -204,12 +204,25 @@ class Invoker:
         return envelope
 
     def get_persisted(
-        self, ref: str, surface: str | Surface | None = None
+        self, ref: str, surface: str | Surface | None = None, *, away_as_none: bool = False
     ) -> tuple[str, bytes] | None:
         """(media type, payload) of a persisted large result; with `surface`, only one a call
         through that surface made (a result stored before surfaces were kept with it: any). A
-        token's caller never reads another surface's results, as it never sees its tools."""
-        found = self.store.get_result(ref)
+        token's caller never reads another surface's results, as it never sees its tools. A
+        store whose database is away: BridgeError `dependency_unavailable`, naming the store
+        (None with `away_as_none`)."""
+        try:
+            found = self.store.get_result(ref)
+        except StoreUnavailable as exc:
+            if away_as_none:
+                return None
+            raise BridgeError(
+                str(exc),
+                error_class="dependency_unavailable",
+                recoverability="retry_later",
+                retry_after=1.0,
+                error_code="store_unavailable",
+            ) from None
         if found is None:
             return None
         media_type, payload, made_by = found

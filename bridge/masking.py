@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
-__all__ = ["MASK", "SHORTEST_SECRET", "masked", "masked_value", "secret_values"]
+__all__ = ["MASK", "SHORTEST_SECRET", "masked", "masked_url", "masked_value", "secret_values"]
 
 MASK = "***"
 # A value this short is no secret (`DEBUG: "1"`, `MODE: "on"`), and masking it would garble every
@@ -32,6 +33,18 @@ def masked(text: str, secrets: Iterable[str]) -> str:
         if secret in text:
             text = text.replace(secret, MASK)
     return text
+
+
+def masked_url(url: str) -> str:
+    """`url` with the password in it replaced by MASK (a database's URL in a log line or in
+    health)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    port = f":{parts.port}" if parts.port else ""
+    return parts._replace(
+        netloc=f"{parts.username or ''}:{MASK}@{parts.hostname or ''}{port}"
+    ).geturl()
 
 
 def masked_value(value: Any, secrets: Iterable[str]) -> Any:

@@ -1,21 +1,38 @@
 """Exposed tool names: the upstream's name cleaned to `^[A-Za-z0-9_.-]{1,64}$`, prefixed with its
 namespace or not (an upstream's `prefix`), and told apart by a suffix derived from the tool's id
-when two tools would share one."""
+when two tools would share one; and the names a store that replicas share gives (the first
+replica to name a tool names it for all)."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Callable
 
+from bridge.model import ToolDeclaration
+from bridge.store import StoreInterface
 from bridge.supervisor import NAME_SEPARATOR
 
-__all__ = ["MAX_NAME", "RESERVED_NAMES", "bare_name", "exposed_name", "pick_name"]
+__all__ = [
+    "MAX_NAME",
+    "RESERVED_NAMES",
+    "bare_name",
+    "claimed_names",
+    "exposed_name",
+    "pick_name",
+    "suffixed",
+    "take_claimed_names",
+]
+
+log = logging.getLogger("bridge.catalog")
 
 MAX_NAME = 64
 # Names no tool is given: the MCP frontend's meta tools have them.
 RESERVED_NAMES = frozenset({"search_tools", "call_tool"})
 _INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
+# other names a tool tries when the one it was to have is another tool's in a shared store
+CLAIM_ATTEMPTS = 8
 
 
 def _short_hash(text: str) -> str:
@@ -42,6 +59,11 @@ def bare_name(native_name: str) -> str:
 
 def _head(base: str) -> str:
     return base[: MAX_NAME - 9].rstrip("_.-") + "_"
+
+
+def suffixed(base: str, tool_id: str, attempt: int = 0) -> str:
+    """`base` with a suffix derived from the tool's id and the attempt: alike on every replica."""
+    return _head(base) + _short_hash(f"{tool_id}:{attempt}")
 
 
 def _follows(name: str, bases: list[str]) -> bool:
@@ -80,7 +102,67 @@ def pick_name(
             return base, base is bases[0]
     attempt = 0
     while True:
-        candidate = _head(bases[-1]) + _short_hash(f"{tool_id}:{attempt}")
+        candidate = suffixed(bases[-1], tool_id, attempt)
         if unused(candidate):
             return candidate, False
         attempt += 1
+
+
+def claimed_names(
+    store: StoreInterface,
+    rows: list[tuple[str, str, str, str]],
+    bases: dict[str, str],
+    unused: Callable[[str, str], bool],
+) -> dict[str, str]:
+    """tool_id -> the name `store` holds for each tool of `rows` (namespace, tool_id, proposed
+    name, native_id) once claimed: the proposed one, or the one another replica gave the tool
+    first. A tool whose proposed name is another tool's there tries the suffixes of its last
+    base name (`bases`) that no other tool holds here (`unused(name, tool_id)`) or there; past
+    CLAIM_ATTEMPTS it keeps the proposed name (said)."""
+    held = store.claim_names(rows)
+    waiting = [row for row in rows if row[1] not in held]
+    for attempt in range(CLAIM_ATTEMPTS):
+        if not waiting:
+            break
+        retry = []
+        for namespace, tool_id, _, native_id in waiting:
+            candidate = suffixed(bases[tool_id], tool_id, attempt)
+            if unused(candidate, tool_id):
+                retry.append((namespace, tool_id, candidate, native_id))
+        if retry:
+            held.update(store.claim_names(retry))
+        waiting = [row for row in waiting if row[1] not in held]
+    for _, tool_id, name, _ in waiting:
+        log.warning(
+            "tool %s: no name of its own in the store after %d tries; named %s here only",
+            tool_id,
+            CLAIM_ATTEMPTS,
+            name,
+        )
+        held[tool_id] = name
+    return held
+
+
+def take_claimed_names(
+    store: StoreInterface,
+    given: list[tuple[str, str, str, str]],
+    by_id: dict[str, ToolDeclaration],
+    by_name: dict[str, str],
+) -> dict[str, str]:
+    """Rename the tools just named (`given`: namespace, tool_id, name, native_id) to the names a
+    shared store holds for them (`claimed_names`): another replica may have named one first, or
+    given its name to another tool. `by_id` and `by_name` are the catalog's maps, renamed in
+    place; returns tool_id -> name of every tool given."""
+    bases = {row[1]: exposed_name(row[0], by_id[row[1]].native_name) for row in given}
+    held = claimed_names(
+        store, given, bases, lambda name, tool_id: by_name.get(name, tool_id) == tool_id
+    )
+    moves = {tool_id: held[tool_id] for _, tool_id, name, _ in given if held[tool_id] != name}
+    for tool_id in moves:  # every old name is let go first: two tools may swap theirs
+        del by_name[by_id[tool_id].name]
+    for tool_id, name in moves.items():
+        decl = by_id[tool_id]
+        if by_name.get(name, tool_id) == tool_id:  # else it keeps its own (held by another here)
+            decl.name = name
+        by_name[decl.name] = tool_id
+    return {tool_id: by_id[tool_id].name for _, tool_id, _, _ in given}

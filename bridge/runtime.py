@@ -21,7 +21,7 @@ from bridge.invoke import Invoker
 from bridge.model import ToolSearchResult
 from bridge.search import ToolSearch
 from bridge.sidecar import with_free_port
-from bridge.store import Store, StoreError
+from bridge.store import StoreError, open_store
 from bridge.supervisor import UpstreamSlot
 from bridge.surface import Surface, Surfaces
 from bridge.telemetry import Telemetry, configured_tracing
@@ -71,8 +71,9 @@ class Bridge:
             _index_folder(
                 index_path, beside_store=not config.search.path
             )  # before the store is made: a bad path leaves nothing behind
-        self.store = Store(
-            store_path if store_path == ":memory:" else config.resolve_path(store_path)
+        self.store = open_store(
+            store_path if store_path == ":memory:" else config.resolve_path(store_path),
+            config.store.url,
         )
         self.catalog = Catalog(self.store)
         for upstream_config in config.upstreams:

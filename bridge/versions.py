@@ -8,7 +8,7 @@ import json
 from typing import Any, Literal
 
 from bridge.model import ToolDeclaration, VersionRecord, now_iso
-from bridge.store import Store
+from bridge.store import StoreInterface
 
 __all__ = [
     "Signed",
@@ -160,7 +160,7 @@ class VersionRegistry:
     """Assigns version numbers. The latest version and digest of every tool are held in memory;
     the full signature of every version is in the store, read back when a tool changes."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreInterface) -> None:
         self.store = store
         self._latest: dict[str, tuple[int, str]] = store.latest_versions()
 

@@ -4,6 +4,7 @@ comes back loses nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -14,11 +15,17 @@ from typing import Any
 import psycopg
 import pytest
 
+from bridge.catalog import Catalog
+from bridge.config import ConfigError, parse_config
+from bridge.masking import masked_url
 from bridge.model import now_iso
-from bridge.store import StoreError, StoreFull
-from bridge.store_postgres import PostgresStore, StoreUnavailable
-from bridge.store_schema import MIGRATIONS, masked_url
+from bridge.store import StoreError, StoreFull, StoreUnavailable
+from bridge.store.migrations import MIGRATIONS
+from bridge.store.postgres import PostgresStore
+from tests.fakes import FakeUpstream, tool
 from tests.pgserver import PostgresServer
+from tests.serve.rest_env import config_with, serving
+from tests.servers import until
 
 
 @pytest.fixture
@@ -159,16 +166,22 @@ def test_a_database_migrated_by_a_newer_bridge_is_refused(postgres_url: str) -> 
 def test_a_bad_url_or_a_database_away_names_the_store_not_the_password(
     postgres_server: PostgresServer,
 ) -> None:
-    with pytest.raises(StoreError, match=r"scheme is 'mysql'.*fix: set store.url to postgresql://"):
-        PostgresStore("mysql://u:p@127.0.0.1/db")
-    with pytest.raises(StoreError, match="names no database"):
-        PostgresStore("postgresql://u:p@127.0.0.1:5432")
+    for url, said in (
+        ("mysql://u:secret-pw@127.0.0.1/db", "its scheme is 'mysql', not postgresql"),
+        ("postgresql://u:secret-pw@127.0.0.1:5432", "names no database"),
+        ("postgresql://u:secret-pw@127.0.0.1:port/db", "is no URL"),
+    ):
+        with pytest.raises(ConfigError) as refused:
+            parse_config({"store": {"url": url}})
+        assert f"store.url: {said}" in str(refused.value)
+        assert "fix: write postgresql://USER:PASSWORD@HOST:PORT/DATABASE" in str(refused.value)
+        assert "secret-pw" not in str(refused.value)
     wrong = postgres_server.url().replace(postgres_server.password, "not-the-password")
-    with pytest.raises(StoreError) as refused:
+    with pytest.raises(StoreError) as away:
         PostgresStore(wrong)
-    assert "not-the-password" not in str(refused.value)
-    assert masked_url(wrong) in str(refused.value) and ":***@127.0.0.1:" in str(refused.value)
-    assert "fix: start that database" in str(refused.value)
+    assert "not-the-password" not in str(away.value)
+    assert masked_url(wrong) in str(away.value) and ":***@127.0.0.1:" in str(away.value)
+    assert "fix: start that database" in str(away.value)
 
 
 def test_a_database_away_loses_nothing_and_is_written_once_back(
@@ -200,3 +213,88 @@ def test_a_database_away_loses_nothing_and_is_written_once_back(
     assert sorted(ids) == sorted(f"inv-{n}" for n in range(30))  # each once
     assert store.get_result("blob-before") == ("text/plain", b"kept", None)
     assert _rows(postgres_url, "SELECT version FROM versions WHERE tool_id = 't9'") == [(1,)]
+
+
+def test_the_catalogs_of_replicas_give_each_tool_one_name_and_id(postgres_url: str) -> None:
+    """Two replicas each list, at once, one of two tools whose names collide (each would give
+    its own the clean name), then both list both: every replica, a later one too, gives every
+    tool the same name and id."""
+    stores = [PostgresStore(postgres_url) for _ in range(3)]
+    catalogs = [Catalog(s) for s in stores]
+    for catalog in catalogs:
+        catalog.add_upstream(FakeUpstream(name="api", tools=[]))
+    first = [tool("get pet", native_id="a"), tool("get/pet", native_id="b")]
+    both = [*first, tool("get_pet", native_id="c")]
+    try:
+        barrier = threading.Barrier(2)
+
+        def lists(index: int, tools: list[Any]) -> None:
+            barrier.wait()
+            catalogs[index].apply_tools("api", tools)
+
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lists, (0, 1), ([first[0]], [first[1]])))
+            list(pool.map(lists, (0, 1), (both, both)))
+        catalogs[2].apply_tools("api", both)
+        named = [{d.tool_id: d.name for d in c.declarations()} for c in catalogs]
+        assert named[0] == named[1] == named[2]
+        assert len(set(named[0].values())) == 3
+        assert dict(_rows(postgres_url, "SELECT tool_id, name FROM tool_names")) == named[0]
+    finally:
+        for s in stores:
+            s.close()
+
+
+async def test_calls_go_on_while_the_database_is_away_and_nothing_is_lost(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    """PostgreSQL stopped during a stream of calls, then started again: every call is answered,
+    /healthz says the store is degraded and why, a stored result's read names the store, and
+    once the database is back every call's log row is in it, without a restart."""
+    config = config_with(
+        store={"url": postgres_url}, search={"persist": False}, invoke={"inline_result_limit": 256}
+    )
+    async with serving(FakeUpstream(name="svc", tools=[tool("echo")]), config=config) as served:
+        status, big, _ = await served.post(
+            "/invoke", {"tool": "svc__echo", "arguments": {"text": "x" * 500}}
+        )
+        assert status == 200, big
+        ref = big["persisted"]["persisted_ref"]["ref"]
+        calls = 1
+        stopping = asyncio.create_task(asyncio.to_thread(postgres_server.stop))
+        while not stopping.done() or calls < 40:
+            status, body, _ = await served.post(
+                "/invoke", {"tool": "svc__echo", "arguments": {"text": f"t{calls}"}}
+            )
+            assert status == 200 and body["status"] == "succeeded", body
+            calls += 1
+        await stopping
+        await until(lambda: served.bridge.store.unwritable is not None)
+        status, health, _ = await served.get("/healthz")
+        assert status == 200 and health["status"] == "degraded", health
+        assert health["store"]["writable"] is False and "database away" in health["store"]["reason"]
+        assert postgres_server.password not in json.dumps(health)
+        status, refused, _ = await served.get(f"/results/{ref}")
+        assert status == 503 and refused["error"]["error_class"] == "dependency_unavailable", (
+            refused
+        )
+        assert "postgresql://bridge:***@127.0.0.1" in refused["error"]["message"]
+        status, whole, _ = await served.post(
+            "/invoke", {"tool": "svc__echo", "arguments": {"text": "y" * 500}}
+        )
+        assert status == 200 and whole["content"][0]["text"] == "y" * 500  # answered inline
+        calls += 1
+        await asyncio.to_thread(postgres_server.start)
+        await until(lambda: served.bridge.store.unwritable is None, timeout=20)
+        status, health, _ = await served.get("/healthz")
+        assert health == {"status": "ok"}
+        status, payload, _ = await served.get(f"/results/{ref}")
+        assert status == 200 and "x" * 500 in json.dumps(payload)
+        await until(
+            lambda: _rows(postgres_url, "SELECT COUNT(*) FROM invocations")[0][0] == calls,
+            timeout=20,
+        )
+    assert (
+        len({row[0] for row in _rows(postgres_url, "SELECT invocation_id FROM invocations")})
+        == calls
+    )

@@ -10,7 +10,7 @@ import pytest
 
 from bridge.catalog import Catalog
 from bridge.store import LAYOUT, Store, StoreError
-from bridge.store_layout import layout_of
+from bridge.store.layout import layout_of
 from bridge.versions import classify_change
 from tests.fakes import FakeUpstream, tool
 

@@ -481,9 +481,8 @@ class MCPFrontend:
         ):
             # a tool listed with an outputSchema must answer structured content (clients check):
             # a result kept in the store sends its structured content whole, its text as the preview
-            stored = self.bridge.invoker.get_persisted(
-                str(result.persisted.persisted_ref.get("ref")), surface
-            )
+            ref = str(result.persisted.persisted_ref.get("ref"))
+            stored = self.bridge.invoker.get_persisted(ref, surface, away_as_none=True)
             if stored is not None:
                 result = result.model_copy(
                     update={"structured_content": json.loads(stored[1]).get("structured_content")}
@@ -543,7 +542,10 @@ class MCPFrontend:
         if not uri.startswith(RESULTS_URI):
             return await self._read_linked(uri, surface)
         ref = uri.removeprefix(RESULTS_URI)
-        found = self.bridge.invoker.get_persisted(ref, surface) if ref else None
+        try:
+            found = self.bridge.invoker.get_persisted(ref, surface) if ref else None
+        except BridgeError as exc:  # the store's database away
+            raise _resource_error(uri, exc) from None
         if found is None:
             raise MCPError(
                 RESOURCE_NOT_FOUND,
@@ -563,15 +565,7 @@ class MCPFrontend:
         try:
             contents = await self.bridge.invoker.resource_links.read(uri, surface)
         except BridgeError as exc:
-            data: dict[str, Any] = {
-                "uri": uri[:200],
-                "error_class": exc.error_class,
-                "recoverability": exc.recoverability,
-            }
-            if exc.retry_after is not None:
-                data["retryAfter"] = exc.retry_after
-            code = RESOURCE_NOT_FOUND if exc.error_code == "resource_not_found" else INTERNAL_ERROR
-            raise MCPError(code, exc.message, data) from None
+            raise _resource_error(uri, exc) from None
         try:
             return types.ReadResourceResult.model_validate({"contents": contents}, by_name=False)
         except ValueError as exc:
@@ -590,3 +584,16 @@ class MCPFrontend:
     ) -> types.SubscriptionsListenResult:
         surface = self._surface(ctx)
         return await self.notifier.listen_handler(surface.name)(ctx, params)
+
+
+def _resource_error(uri: str, exc: BridgeError) -> MCPError:
+    """-32002 for a resource not found, else -32603 with the error class and `retryAfter`."""
+    data: dict[str, Any] = {
+        "uri": uri[:200],
+        "error_class": exc.error_class,
+        "recoverability": exc.recoverability,
+    }
+    if exc.retry_after is not None:
+        data["retryAfter"] = exc.retry_after
+    code = RESOURCE_NOT_FOUND if exc.error_code == "resource_not_found" else INTERNAL_ERROR
+    return MCPError(code, exc.message, data)

@@ -336,7 +336,12 @@ def component_schemas() -> dict[str, Any]:
         ),
         "Health": obj(
             ["status"],
-            {"status": STR, "store": obj(["writable", "since"], {"writable": BOOL, "since": STR})},
+            {
+                "status": {"type": "string", "enum": ["ok", "degraded"]},
+                "store": obj(
+                    ["writable", "since", "reason"], {"writable": BOOL, "since": STR, "reason": STR}
+                ),
+            },
         ),
         "Ready": obj(
             ["ready", "upstreams"],

@@ -185,7 +185,17 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
     async def get_result(request: Request) -> Response:
         surface = ctx.caller(request)
         ref = request.path_params["ref"]
-        found = bridge.invoker.get_persisted(ref, surface)  # another surface's result reads as none
+        try:  # another surface's result reads as none
+            found = bridge.invoker.get_persisted(ref, surface)
+        except BridgeError as exc:  # the store's database away
+            error = exc.to_error()
+            raise ApiError(
+                status_for(error),
+                error.error_class,
+                exc.message,
+                error_code=exc.error_code,
+                headers=retry_after_headers(error),
+            ) from None
         if found is None:
             raise ApiError(
                 404,
@@ -227,13 +237,14 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
 
     @endpoint
     async def healthz(request: Request) -> Response:
+        """ok; or, while the store cannot be written, why and since when: still alive and
+        answering calls, `degraded` when a shared store's database is away (its log line names
+        the store, the SQLite one's names the path and the fix)."""
         store = bridge.store
         if store.unwritable is None:
             return JSONBody({"status": "ok"})
-        # still alive and answering calls; the store's disk refuses writes (its log line names the path and the fix)
-        return JSONBody(
-            {"status": "ok", "store": {"writable": False, "since": store.unwritable_since}}
-        )
+        said = {"writable": False, "since": store.unwritable_since, "reason": store.unwritable}
+        return JSONBody({"status": "degraded" if store.shared else "ok", "store": said})
 
     @endpoint
     async def metrics(request: Request) -> Response:

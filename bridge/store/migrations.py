@@ -1,21 +1,18 @@
-"""The PostgreSQL store's schema (bridge/store_postgres.py): its migrations, applied once
-however many replicas start at once, and what a `store.url` must be."""
+"""The PostgreSQL store's schema (bridge/store/postgres.py): its migrations, applied once
+however many replicas start at once."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 
-from bridge.masking import MASK
-from bridge.store import StoreError
+from bridge.store.layout import StoreError
 
 log = logging.getLogger("bridge.store")
 
-__all__ = ["MIGRATIONS", "masked_url", "migrate", "store_url_problem"]
+__all__ = ["MIGRATIONS", "migrate"]
 
 # The schema, one migration a step, applied in order at start under an advisory lock (so that
 # replicas starting at once apply each once); `bridge_migrations` holds the steps applied. A
@@ -43,37 +40,6 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 # the key of the advisory lock held while migrations are applied ("a2t-brdg" as a number)
 MIGRATION_LOCK = 0x6132_742D_6272_6467
-
-
-def masked_url(url: str) -> str:
-    """`url` with its password replaced by MASK, for logs and health."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    netloc = f"{user}:{MASK}@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-    return parts._replace(netloc=netloc).geturl()
-
-
-def store_url_problem(url: str) -> str | None:
-    """What is wrong with a `store.url`, or None: a postgresql:// URL with a host and a database."""
-    try:
-        parts = urlsplit(url)
-        if parts.port == 0:  # a port that is no number raises ValueError here
-            return "its port is 0"
-    except ValueError as exc:
-        return f"it is no URL ({exc})"
-    if parts.scheme not in ("postgresql", "postgres"):
-        return f"its scheme is {parts.scheme or 'missing'!r}, not postgresql"
-    if not parts.hostname:
-        return "it names no host"
-    if not parts.path.strip("/"):
-        return "it names no database (postgresql://USER:PASSWORD@HOST:PORT/DATABASE)"
-    try:
-        conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
-        return f"psycopg cannot read it ({exc})"
-    return None
 
 
 async def migrate(conn: psycopg.AsyncConnection[Any], name: str) -> None:

@@ -23,14 +23,15 @@ from urllib.parse import urlsplit
 import psycopg
 import psycopg_pool
 
-from bridge.masking import MASK
+from bridge.masking import MASK, masked_url
 from bridge.model import VersionRecord, now_iso
-from bridge.store import PENDING_LOG_ROWS, StoreError, StoreFull
-from bridge.store_schema import masked_url, migrate, store_url_problem
+from bridge.store.errors import StoreError, StoreUnavailable
+from bridge.store.migrations import migrate
+from bridge.store.sqlite import PENDING_LOG_ROWS
 
 log = logging.getLogger("bridge.store")
 
-__all__ = ["PostgresStore", "StoreUnavailable"]
+__all__ = ["PostgresStore"]
 
 T = TypeVar("T")
 
@@ -59,24 +60,17 @@ _AWAY = (psycopg.OperationalError, psycopg.InterfaceError, OSError, TimeoutError
 _UNSTORABLE = (psycopg.DataError, OverflowError, ValueError, TypeError)
 
 
-class StoreUnavailable(StoreFull):
-    """The store's database is away: a read that needs it, or a result that cannot be kept (the
-    caller then gets the result whole, as for a full disk). The message names the store."""
-
-
 class PostgresStore:
     """The store in one PostgreSQL database, shared by every replica that names it. Opening it
     connects and applies the migrations this bridge knows; a database away at start, or one a
     newer bridge migrated, raises StoreError."""
 
+    # the names of tools are given in the database, where every replica reads them (`claim_names`)
+    shared = True
+
     def __init__(self, url: str, *, pool_size: int = 4) -> None:
-        problem = store_url_problem(url)
+        """`url`: postgresql://USER:PASSWORD@HOST:PORT/DATABASE (the config checks its form)."""
         self.path = masked_url(url)  # what every message names, the password masked
-        if problem:
-            raise StoreError(
-                f"{self.path}: {problem}; fix: set store.url to "
-                "postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
-            )
         self._url = url
         self._password = urlsplit(url).password
         # while the database is away: why, and since when (health); what waits to be written

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 
+from bridge.store.errors import StoreError, StoreFull
+
 log = logging.getLogger("bridge.store")
 
 __all__ = [
@@ -96,14 +98,6 @@ _FROM_LAYOUT_0 = (
     "DROP TABLE versions_layout0",
     "DROP TABLE tool_names_layout0",
 )
-
-
-class StoreError(Exception):
-    """A store file this bridge cannot use; the message names the file and the fix."""
-
-
-class StoreFull(StoreError):
-    """A write the store's disk refused (full, or past the process's file size limit)."""
 
 
 def disk_refused(exc: BaseException) -> bool:

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from bridge.model import VersionRecord, now_iso
-from bridge.store_layout import (
+from bridge.store.errors import StoreError, StoreFull
+from bridge.store.layout import (
     DISK_FIX,
     LAYOUT,
-    StoreError,
-    StoreFull,
     disk_refused,
     lay_out,
     not_a_store,
@@ -70,6 +69,9 @@ def _packed(signature: str) -> str | bytes:
 
 class Store:
     """One SQLite file (or `:memory:`), created on first use, safe across threads."""
+
+    # one process names its tools itself; a store that replicas share gives the names
+    shared = False
 
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(path)
@@ -320,6 +322,12 @@ class Store:
         with self._lock:
             self._pending_names.update(((row[0], row[1]), row) for row in rows)
             self._write_pending()
+
+    def claim_names(self, rows: list[tuple[str, str, str, str]]) -> dict[str, str]:
+        """The names of `rows` (namespace, tool_id, name, native_id), saved: one process names
+        its tools itself, so each holds the name given."""
+        self.save_names(rows)
+        return {row[1]: row[2] for row in rows}
 
     # invocation log ---------------------------------------------------------------------------
 
