@@ -163,7 +163,7 @@ def main() -> None:
         "surfaces": [{"name": "default", "defer": ["*"]}],
     }
     began = time.perf_counter()
-    with ThreadedBridge(config, upstreams(args.tools, args.upstreams)) as served:
+    with ThreadedBridge(config, upstreams(args.tools, args.upstreams), start_timeout=900) as served:
         rows = [
             ("tools", f"{args.tools:,} from {args.upstreams} upstreams"),
             ("bridge started and indexed", f"{time.perf_counter() - began:8.1f} s"),

@@ -76,8 +76,11 @@ def console_app(bridge: Bridge) -> Starlette:
 class ThreadedBridge:
     """A started bridge over `upstreams`, served on loopback by a thread's event loop."""
 
-    def __init__(self, config: dict[str, Any], upstreams: list[Upstream]) -> None:
+    def __init__(
+        self, config: dict[str, Any], upstreams: list[Upstream], start_timeout: float = 60
+    ) -> None:
         self.config = config
+        self.start_timeout = start_timeout
         self.upstreams = upstreams
         self.base = ""
         self.bridge: Bridge | None = None
@@ -90,8 +93,8 @@ class ThreadedBridge:
 
     def __enter__(self) -> ThreadedBridge:
         self._thread.start()
-        if not self._ready.wait(60):
-            raise TimeoutError("the bridge did not start within 60 s")
+        if not self._ready.wait(self.start_timeout):
+            raise TimeoutError(f"the bridge did not start within {self.start_timeout} s")
         if self._failed is not None:
             raise self._failed
         return self

@@ -171,6 +171,8 @@ def test_a_call_streams_its_progress_then_its_envelope(served: ThreadedBridge) -
     assert bad[-1]["result"]["error"]["recoverability"] == "change_arguments"
     status, kind, body = post(served, "/ui/api/invoke", {"tool": "small__echo", "version": 0})
     assert status == 400 and json.loads(body)["error"]["details"]["pointer"] == "/version"
+    status, kind, body = post(served, "/ui/api/invoke", {"tool": "small__echo", "arguments": [1]})
+    assert status == 400 and json.loads(body)["error"]["details"]["pointer"] == "/arguments"
 
 
 def signature(

@@ -280,3 +280,34 @@ def test_another_surface_sees_no_hidden_tool(world: Any, browser: Any, tmp_path:
     assert any("/ui/api/catalog" in url for url in urls)
     assert not any(hidden in url for url in urls for hidden in (*HIDDEN, *hidden_ids))
     shot(browser, tmp_path, "narrow")
+
+
+UNLABELLED = """
+return [...document.querySelectorAll('input, select, textarea, button')].filter((el) => {
+  if (el.getAttribute('aria-hidden') === 'true') return false;
+  const named = el.getAttribute('aria-label') || (el.id && document.querySelector(`label[for="${el.id}"]`))
+    || (el.tagName === 'BUTTON' && el.textContent.trim());
+  return !named;
+}).map((el) => el.outerHTML.slice(0, 80));
+"""
+
+
+def test_pages_read_at_phone_width_and_label_every_control(
+    world: Any, browser: Any, tmp_path: Path
+) -> None:
+    served, _ = world
+    browser.set_window_size(390, 844)
+    try:
+        for route, name in (
+            ("/catalog", "phone-catalog"),
+            ("/tool/crm__find_customer", "phone-tool"),
+        ):
+            visit(browser, served.base, route)
+            # nothing wider than the screen: the page scrolls down, not sideways
+            assert browser.execute_script(
+                "return document.documentElement.scrollWidth <= window.innerWidth + 1"
+            ), route
+            assert browser.execute_script(UNLABELLED) == [], route
+            shot(browser, tmp_path, name)
+    finally:
+        browser.set_window_size(1200, 900)

@@ -370,6 +370,13 @@ def console_api_routes(ctx: ServeContext) -> list[BaseRoute]:
                     pointer="",
                 )
             arguments = body.get("arguments", {})
+            if not isinstance(arguments, dict):
+                raise ApiError(
+                    400,
+                    "invalid_arguments",
+                    "`arguments` must be a JSON object",
+                    pointer="/arguments",
+                )
             version = body.get("version")
             if version is not None and (
                 not isinstance(version, int) or isinstance(version, bool) or version < 1

@@ -6,7 +6,9 @@ a list made once."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,14 +38,24 @@ class CatalogFilters:
     destructive: bool | None = None
     placement: str | None = None  # loaded, deferred or blocked
 
+    def checks(self) -> list[Callable[[ToolDeclaration], bool]]:
+        """One test per filter given (a listing applies them one after the other, each pass over
+        what the one before kept)."""
+        out: list[Callable[[ToolDeclaration], bool]] = []
+        if self.upstream is not None:
+            out.append(lambda d, v=self.upstream: d.namespace == v)
+        if self.kind is not None:
+            out.append(lambda d, v=self.kind: d.tool_kind == v)
+        if self.tag is not None:
+            out.append(lambda d, v=self.tag: v in d.tags)
+        if self.read_only is not None:
+            out.append(lambda d, v=self.read_only: d.safety.read_only == v)
+        if self.destructive is not None:
+            out.append(lambda d, v=self.destructive: d.safety.destructive == v)
+        return out
+
     def keeps(self, decl: ToolDeclaration) -> bool:
-        return (
-            (self.upstream is None or decl.namespace == self.upstream)
-            and (self.kind is None or decl.tool_kind == self.kind)
-            and (self.tag is None or self.tag in decl.tags)
-            and (self.read_only is None or decl.safety.read_only == self.read_only)
-            and (self.destructive is None or decl.safety.destructive == self.destructive)
-        )
+        return all(check(decl) for check in self.checks())
 
 
 def tool_summary(decl: ToolDeclaration, surface: Surface) -> dict[str, Any]:
@@ -116,15 +128,12 @@ class CatalogListing:
         key = self._key(surface, filters)
         found = self._lists.get(key)
         if found is None:
-            source = (
-                self.blocked(surface) if filters.placement == "blocked" else self.shown(surface)
-            )
-            wanted = filters.placement if filters.placement in ("loaded", "deferred") else None
-            found = [
-                d
-                for d in source
-                if filters.keeps(d) and (wanted is None or surface.place(d).state == wanted)
-            ]
+            found = self.blocked(surface) if filters.placement == "blocked" else self.shown(surface)
+            for check in filters.checks():
+                found = [d for d in found if check(d)]
+            if filters.placement in ("loaded", "deferred"):
+                place = surface.place
+                found = [d for d in found if place(d).state == filters.placement]
             self._lists[key] = found
         return found
 
@@ -185,13 +194,10 @@ class CatalogListing:
         key = self._key(surface, "facets")
         found = self._facets.get(key)
         if found is None:
-            upstreams: Counter[str] = Counter()
-            kinds: Counter[str] = Counter()
-            tags: Counter[str] = Counter()
-            for decl in self.shown(surface):
-                upstreams[decl.namespace] += 1
-                kinds[decl.tool_kind] += 1
-                tags.update(decl.tags)
+            shown = self.shown(surface)
+            upstreams = Counter(d.namespace for d in shown)
+            kinds = Counter(d.tool_kind for d in shown)
+            tags = Counter(itertools.chain.from_iterable(d.tags for d in shown))
             found = {
                 "upstreams": sorted(upstreams.items()),
                 "kinds": sorted(kinds.items()),

@@ -30,6 +30,11 @@
     return el;
   }
 
+  // replaceChildren, leaving out the null and false of conditional parts
+  function fill(el, ...kids) {
+    el.replaceChildren(...kids.flat(Infinity).filter((kid) => kid != null && kid !== false));
+  }
+
   function say(text) {
     statusRegion.textContent = '';
     setTimeout(() => { statusRegion.textContent = text; }, 30);
@@ -79,7 +84,7 @@
 
   function show(title, ...kids) {
     const heading = h('h1', { tabindex: '-1', text: title });
-    main.replaceChildren(heading, ...kids);
+    fill(main, heading, kids);
     document.title = `${title} · a2t-bridge console`;
     heading.focus({ preventScroll: false });
     renderCount += 1;
@@ -140,7 +145,7 @@
   function renderWho() {
     const who = document.getElementById('who');
     if (!session) { who.replaceChildren(); return; }
-    who.replaceChildren(
+    fill(who,
       h('span', {}, 'Surface ', h('strong', { text: session.surface }),
         session.caller ? ` · ${session.caller}` : ''),
       h('button', { type: 'button', text: token() ? 'Change token' : 'Sign in',
@@ -362,13 +367,14 @@
         table(`Inputs of version ${v.version}`, ['Name', 'Type', 'Required'],
           v.inputs.map((r) => [h('code', { text: r.name }), r.type, r.required ? 'yes' : 'no']),
           (i) => changed.get(`input.${v.inputs[i].name}`) || null),
-        table(`Outputs of version ${v.version}`, ['Name', 'Type'],
+        v.outputs.length ? table(`Outputs of version ${v.version}`, ['Name', 'Type'],
           v.outputs.map((r) => [h('code', { text: r.name }), r.type]),
-          (i) => changed.get(`output.${v.outputs[i].name}`) || null),
+          (i) => changed.get(`output.${v.outputs[i].name}`) || null)
+          : h('p', { class: 'muted', text: 'No declared outputs.' }),
         h('details', {}, h('summary', { text: 'Signature' }), h('pre', { text: pretty(v.signature) })));
     };
     const word = verdict === 'same' ? 'The same signature' : `${verdict[0].toUpperCase()}${verdict.slice(1)} change`;
-    target.replaceChildren(
+    fill(target,
       h('div', { id: 'diff-verdict', class: `notice ${verdict === 'breaking' ? 'bad' : 'ok'}`, role: 'status' },
         h('strong', { text: word }), ` from version ${diff.from.version} to ${diff.to.version}`,
         verdict === 'breaking' ? ': a caller of the older version may not be served.' : '.'),
@@ -376,6 +382,7 @@
         diff.changes.map((c) => [h('code', { text: c.where }), c.what, badge(c.effect), c.why])) : null,
       h('div', { class: 'sides' }, side('from'), side('to')));
     say(`${word} from version ${diff.from.version} to ${diff.to.version}`);
+    document.getElementById('versions').scrollIntoView();
   }
 
   // ------------------------------------------------------------------ try it
@@ -514,7 +521,7 @@
           error.retry_after != null ? ` · retry after ${error.retry_after} s` : ''))
       : h('div', { class: 'notice ok', role: 'status' }, h('strong', { text: result.status }), ` (HTTP ${event.status})`,
         result.duration_ms != null ? ` in ${result.duration_ms} ms` : '');
-    outcome.replaceChildren(head, h('h3', { text: 'Result envelope' }),
+    fill(outcome, head, h('h3', { text: 'Result envelope' }),
       h('pre', { id: 'try-envelope', text: pretty(result) }));
   }
 
