@@ -27,6 +27,7 @@ from bridge.config import BridgeConfig
 from bridge.net import is_loopback
 from bridge.runtime import Bridge, reload_on_hangup, settle_gc
 from bridge.serve.auth import IdentifyCallers, resource_metadata_routes
+from bridge.serve.console import console_routes
 from bridge.serve.http_protocol import http_protocol
 from bridge.serve.mcp import MCPFrontend
 from bridge.serve.openapi_doc import openapi_routes
@@ -134,9 +135,10 @@ def rest_routes(bridge: Bridge) -> tuple[list[BaseRoute], list[Callable[[], Any]
 
 def build_app(bridge: Bridge, *, host: str = "127.0.0.1") -> Starlette:
     """One Starlette app: the MCP frontend's app (whose lifespan runs its session manager) with
-    the REST routes beside `/mcp`."""
+    the REST routes and the designers' console (`/ui`) beside `/mcp`."""
     routes, closers = rest_routes(bridge)
     routes += resource_metadata_routes(bridge)
+    routes += console_routes(ServeContext(bridge))
     frontend = MCPFrontend(bridge)
     app: Starlette = frontend.http_app(routes, host)
     closers.append(frontend.aclose)
@@ -173,6 +175,7 @@ def served_urls(base: str) -> list[tuple[str, str]]:
         ("MCP (streamable HTTP)", f"{base}/mcp"),
         ("Agent Tool records", f"{base}/search?q=..  {base}/invoke"),
         ("OpenAPI", f"{base}/openapi.json"),
+        ("designers' console", f"{base}/ui"),
         ("health", f"{base}/healthz  {base}/readyz"),
     ]
 

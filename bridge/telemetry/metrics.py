@@ -157,6 +157,19 @@ class Metrics:
         if upstream_seconds is not None:
             series.upstream.observe(CALL_BUCKETS, upstream_seconds)
 
+    def upstream_calls(self, surface: str) -> dict[str, tuple[int, int]]:
+        """(calls, errors) by upstream of the calls made through `surface` since the start: what
+        the designers' console shows that surface's callers (another surface's are not theirs)."""
+        out: dict[str, tuple[int, int]] = {}
+        for (upstream, _tool, called_from), series in self._calls.items():
+            if called_from != surface or not upstream:
+                continue
+            calls = sum(series.outcomes.values())
+            errors = calls - series.outcomes.get("ok", 0)
+            before = out.get(upstream, (0, 0))
+            out[upstream] = (before[0] + calls, before[1] + errors)
+        return out
+
     def searched(self, surface: str, seconds: float, matched: bool) -> None:
         counts = self._searches.get(surface)
         if counts is None:

@@ -11,14 +11,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app
-from bridge.serve.console import CONSOLE_PATH, console_routes
-from bridge.serve.rest_http import ServeContext
 from bridge.upstream import Upstream
 from tests.serve.rest_env import indexed
 from tests.servers import serve_asgi
@@ -65,14 +62,6 @@ class Recorder:
         await self.app(scope, receive, recording)
 
 
-def console_app(bridge: Bridge) -> Starlette:
-    """`build_app` of the bridge: the console is among its routes."""
-    app = build_app(bridge)
-    if not any(getattr(r, "path", None) == CONSOLE_PATH for r in app.router.routes):
-        app.router.routes[0:0] = console_routes(ServeContext(bridge))
-    return app
-
-
 class ThreadedBridge:
     """A started bridge over `upstreams`, served on loopback by a thread's event loop."""
 
@@ -117,7 +106,7 @@ class ThreadedBridge:
         bridge = self.bridge = Bridge(parse_config(self.config), extra_upstreams=self.upstreams)
         await bridge.start()
         await indexed(bridge)
-        app = console_app(bridge)
+        app = build_app(bridge)
         self.recorder = Recorder(app)
         try:
             async with serve_asgi(self.recorder, server=bridge.config.server) as base:

@@ -272,3 +272,18 @@ def test_the_diff_route_compares_any_two_versions(served: ThreadedBridge) -> Non
     assert diff["from"]["version"] == diff["to"]["version"] == 1
     status, body, _ = get(served, "/ui/api/tools/small__echo/diff?from=1&to=2")
     assert status == 404 and body["error"]["error_code"] == "unknown_version"
+
+
+def test_upstreams_count_the_calls_of_the_callers_surface_alone(served: ThreadedBridge) -> None:
+    def counted(token: str) -> dict[str, Any]:
+        items = get(served, "/ui/api/upstreams", token=token)[1]["items"]
+        return {u["name"]: u for u in items}
+
+    before, narrow_before = counted(TOKEN)["small"], counted(TOKEN_NARROW)["small"]
+    assert before["kind"] == "fake" and before["state"] == "ready" and before["tools"] == 1
+    post(served, "/ui/api/invoke", {"tool": "small__echo", "arguments": {"text": "a"}})
+    post(served, "/ui/api/invoke", {"tool": "small__echo", "arguments": {"text": 5}})
+    after = counted(TOKEN)["small"]
+    assert (after["calls"] - before["calls"], after["errors"] - before["errors"]) == (2, 1)
+    narrow = counted(TOKEN_NARROW)["small"]
+    assert (narrow["calls"], narrow["errors"]) == (narrow_before["calls"], narrow_before["errors"])

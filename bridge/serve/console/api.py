@@ -255,7 +255,7 @@ def console_api_routes(ctx: ServeContext) -> list[BaseRoute]:
         surface = ctx.caller(request)
         shown = listing.facets(surface)["upstreams"]
         counts = dict(shown)
-        calls = _calls_by_upstream(bridge, surface)
+        calls = bridge.telemetry.metrics.upstream_calls(surface.name)
         items = []
         for health in bridge.catalog.health():
             item: dict[str, Any] = {
@@ -270,11 +270,10 @@ def console_api_routes(ctx: ServeContext) -> list[BaseRoute]:
                 item["reason"] = health.reason
             if health.next_retry_in is not None:
                 item["next_retry_in"] = round(health.next_retry_in, 1)
-            if calls is not None:
-                item["calls"], item["errors"] = calls.get(health.name, (0, 0))
+            item["calls"], item["errors"] = calls.get(health.name, (0, 0))
             items.append(item)
         items.sort(key=lambda u: u["name"])
-        return JSONBody({"items": items, "metrics": calls is not None})
+        return JSONBody({"items": items})
 
     @endpoint
     async def catalog(request: Request) -> Response:
@@ -406,12 +405,6 @@ def console_api_routes(ctx: ServeContext) -> list[BaseRoute]:
         Route(f"{p}/tools/{{ref}}", tool_page, methods=["GET"]),
         Route(f"{p}/invoke", invoke, methods=["POST"]),
     ]
-
-
-def _calls_by_upstream(bridge: Any, surface: Surface) -> dict[str, tuple[int, int]] | None:
-    """(calls, errors) of this surface's callers by upstream, from the metrics; None when the
-    bridge keeps none."""
-    return None
 
 
 def _line(kind: str, **fields: Any) -> bytes:

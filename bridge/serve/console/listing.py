@@ -6,6 +6,7 @@ a list made once."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter
 from collections.abc import Callable
@@ -41,21 +42,37 @@ class CatalogFilters:
     def checks(self) -> list[Callable[[ToolDeclaration], bool]]:
         """One test per filter given (a listing applies them one after the other, each pass over
         what the one before kept)."""
-        out: list[Callable[[ToolDeclaration], bool]] = []
-        if self.upstream is not None:
-            out.append(lambda d, v=self.upstream: d.namespace == v)
-        if self.kind is not None:
-            out.append(lambda d, v=self.kind: d.tool_kind == v)
-        if self.tag is not None:
-            out.append(lambda d, v=self.tag: v in d.tags)
-        if self.read_only is not None:
-            out.append(lambda d, v=self.read_only: d.safety.read_only == v)
-        if self.destructive is not None:
-            out.append(lambda d, v=self.destructive: d.safety.destructive == v)
-        return out
+        given: tuple[tuple[Any, Callable[[Any, ToolDeclaration], bool]], ...] = (
+            (self.upstream, _in_upstream),
+            (self.kind, _of_kind),
+            (self.tag, _tagged),
+            (self.read_only, _read_only_is),
+            (self.destructive, _destructive_is),
+        )
+        return [functools.partial(test, value) for value, test in given if value is not None]
 
     def keeps(self, decl: ToolDeclaration) -> bool:
         return all(check(decl) for check in self.checks())
+
+
+def _in_upstream(name: str, decl: ToolDeclaration) -> bool:
+    return decl.namespace == name
+
+
+def _of_kind(kind: str, decl: ToolDeclaration) -> bool:
+    return decl.tool_kind == kind
+
+
+def _tagged(tag: str, decl: ToolDeclaration) -> bool:
+    return tag in decl.tags
+
+
+def _read_only_is(value: bool, decl: ToolDeclaration) -> bool:
+    return decl.safety.read_only == value
+
+
+def _destructive_is(value: bool, decl: ToolDeclaration) -> bool:
+    return decl.safety.destructive == value
 
 
 def tool_summary(decl: ToolDeclaration, surface: Surface) -> dict[str, Any]:

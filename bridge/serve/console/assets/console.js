@@ -169,15 +169,13 @@
   async function upstreamsPage() {
     const answer = await api('/ui/api/upstreams');
     if (!answer.ok) return show('Upstreams', errorNotice(answer.body, answer.status));
-    const withCalls = answer.body.metrics;
-    const headers = ['Upstream', 'Kind', 'State', 'Tools on your surface', 'Last listing'];
-    if (withCalls) headers.push('Calls', 'Errors');
-    headers.push('Reason');
+    const headers = ['Upstream', 'Kind', 'State', 'Tools on your surface', 'Last listing',
+      'Calls on your surface', 'Errors', 'Reason'];
     const rows = answer.body.items.map((u) => {
       const cells = [
         h('a', { href: `#/catalog?upstream=${encodeURIComponent(u.name)}`, text: u.name }),
         u.kind, badge(u.state), String(u.tools), u.last_listing || '—'];
-      if (withCalls) cells.push(String(u.calls ?? 0), String(u.errors ?? 0));
+      cells.push(String(u.calls), String(u.errors));
       cells.push(u.reason ? [u.reason, u.next_retry_in != null ? ` (retry in ${u.next_retry_in} s)` : ''] : '—');
       return cells;
     });
