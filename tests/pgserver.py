@@ -266,7 +266,8 @@ class PostgresServer:
             self._databases += 1
             name = f"test_{os.getpid()}_{self._databases}"
         with psycopg.connect(self.url(), autocommit=True, connect_timeout=10) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            # a copy of the template's files: 0.13 s, where the default (WAL_LOG) took 0.3 s
+            conn.execute(f'CREATE DATABASE "{name}" STRATEGY FILE_COPY')
         return self.url(name)
 
 
