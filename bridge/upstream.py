@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import urllib.parse
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -20,8 +21,11 @@ from bridge.model import BridgeError, ToolProgress, UpstreamResult, UpstreamTool
 from bridge.net import is_loopback
 
 __all__ = [
+    "CALLER_ASKS",
     "KINDS",
     "KIND_COMMANDS",
+    "AskRefused",
+    "Asker",
     "CallContext",
     "LaunchConfig",
     "Upstream",
@@ -159,6 +163,20 @@ class UpstreamEvent:
 
 
 ProgressSink = Callable[[ToolProgress], Awaitable[None]]
+# Puts a server's request made during a call (`elicitation/create`, `sampling/createMessage`:
+# the method and its params) to the client that made the call, and answers its result.
+Asker = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+# The Asker of the call running in this context, set by a frontend whose caller can answer.
+CALLER_ASKS: ContextVar[Asker | None] = ContextVar("caller_asks", default=None)
+
+
+class AskRefused(Exception):
+    """The caller's client refused, or cannot take, a request put to it: the JSON-RPC error to
+    answer the upstream with."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
 
 
 @dataclass

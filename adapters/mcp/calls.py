@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
@@ -46,6 +47,9 @@ class ToolCalls:
     _certificate: str | None
     _lost_reason: str | None
     _child: StdioChild | None
+    if TYPE_CHECKING:  # ServerRequests' own, after this mixin in MCPUpstream's bases
+
+        def _asking(self) -> AbstractContextManager[None]: ...
 
     def _session(self) -> Client:
         raise NotImplementedError
@@ -77,7 +81,8 @@ class ToolCalls:
         # SDK send notifications/cancelled for the request (or abort its POST on 2026-07-28 HTTP).
         try:
             try:
-                raw = await send_raw(client, request, progress, ctx.trace_headers())
+                with self._asking():  # the caller answers the server's questions, if it can
+                    raw = await send_raw(client, request, progress, ctx.trace_headers())
             except MCPError as exc:
                 if (
                     exc.code != types.HEADER_MISMATCH

@@ -76,24 +76,21 @@ def client_info() -> types.Implementation:
     return types.Implementation(name="a2t-bridge", version=version)
 
 
-# What the bridge answers a server that asks it, as a client, for what it does not declare. The MCP
-# spec has a client without the roots capability answer -32601 (method not found), and one sent an
-# elicitation/create of a mode it did not declare answer -32602 (invalid params); it names no code
-# for sampling, so -32601, JSON-RPC's answer for a method not offered. The SDK's default is -32600
-# (invalid request) for all three.
+# What the bridge answers a server that asks it, as a client, for what it does not declare: the MCP
+# spec has a client without the roots capability answer -32601 (method not found); the SDK's
+# default is -32600 (invalid request). Sampling and elicitation go to the callbacks the client is
+# given (adapters/mcp/asking.py), which refuse them alike when no caller can answer.
 _REFUSALS: dict[type[Any], tuple[int, str]] = {
-    types.CreateMessageRequest: (types.METHOD_NOT_FOUND, "Sampling not supported"),
-    types.ElicitRequest: (types.INVALID_PARAMS, "Elicitation not supported"),
     types.ListRootsRequest: (types.METHOD_NOT_FOUND, "List roots not supported"),
 }
 
 
 class BridgeClient(Client):
-    """The SDK's client, but a server asking for `sampling/createMessage`, `elicitation/create` or
-    `roots/list` gets the error the MCP spec asks of a client without the capability (`_REFUSALS`),
-    and `on_refused(method)` is called. The bridge declares none of them (a federated tool's caller
-    is not the bridge's to ask), and the SDK would declare each one a callback is given for, so the
-    session's dispatch answers the request before the callback table is looked at."""
+    """The SDK's client, but a server asking for `roots/list` gets the error the MCP spec asks of a
+    client without the capability (`_REFUSALS`), and `on_refused(method)` is called. The bridge
+    does not declare it (the bridge has no roots of its own), and the SDK would declare each one a
+    callback is given for, so the session's dispatch answers the request before the callback table
+    is looked at."""
 
     def __init__(self, *args: Any, on_refused: Callable[[str], None], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

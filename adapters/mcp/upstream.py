@@ -32,8 +32,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from adapters.http.proxy import loopback_mounts
 from adapters.http.tls import added_cas, system_cas
+from adapters.mcp.asking import ServerRequests
 from adapters.mcp.calls import ToolCalls
 from adapters.mcp.config import MCPConfig
+from adapters.mcp.features import ServerFeatures
 from adapters.mcp.get_stream import GetStreamWatch
 from adapters.mcp.http import quiet_sdk_refusals
 from adapters.mcp.http_session import HTTPSessionCare
@@ -60,7 +62,9 @@ _RELIST_GAP = (
 )
 
 
-class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
+class MCPUpstream(
+    HTTPSessionCare, ToolListing, ToolCalls, ServerFeatures, ServerRequests, Upstream
+):
     kind: ClassVar[str] = "mcp"
     config_model: ClassVar[type[UpstreamConfig]] = MCPConfig
     reads_resources: ClassVar[bool] = True
@@ -68,6 +72,8 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
     def __init__(self, config: UpstreamConfig) -> None:
         super().__init__(config)
         self.config: MCPConfig = config  # type: ignore[assignment]
+        self._init_features()
+        self._askers: list[Any] = []  # the Askers of the calls in flight whose callers can answer
         self._client: Client | None = None
         self._owner: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -172,6 +178,8 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
                     logging_callback=self._on_log,
                     client_info=client_info(),
                     on_refused=self._on_refused,
+                    sampling_callback=self._sampling,
+                    elicitation_callback=self._elicitation,
                 )
                 await stack.enter_async_context(client)
                 if self.config.protocol in MODERN_PROTOCOL_VERSIONS:
@@ -320,6 +328,8 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self._tools_changed("notifications/tools/list_changed")
+        elif self._feature_notice(message):
+            pass
         elif isinstance(message, Exception):
             log.warning(
                 "mcp upstream %s: transport error: %s",
@@ -357,6 +367,7 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
             where,
             masked(data, self.config.secrets()),
         )
+        self._log_notice(params)
 
     def _tools_changed(self, reason: str) -> None:
         """Ask the catalog to re-list, coalesced: while a request is out and no listing has begun
@@ -394,12 +405,17 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
         """2026-07-28 delivers change notices only on a `subscriptions/listen` stream; keep one
         open, re-open it when it drops (and re-list then: notices may have been missed)."""
         pause = _LISTEN_RETRY[0]
+
+        def opened() -> None:
+            nonlocal pause
+            pause = _LISTEN_RETRY[0]
+
         while True:
             try:
-                async with client.listen(tools_list_changed=True) as subscription:
-                    pause = _LISTEN_RETRY[0]
-                    async for _event in subscription:
-                        self._tools_changed("subscriptions/listen")
+                if await self._listen_stream(
+                    client, lambda: self._tools_changed("subscriptions/listen"), opened
+                ):
+                    continue  # opened again at once, following other resources
             except ListenNotSupportedError:
                 return
             except Exception as exc:
@@ -492,8 +508,12 @@ class MCPUpstream(HTTPSessionCare, ToolListing, ToolCalls, Upstream):
 
 
 def _lists_change(client: Client) -> bool:
-    tools = client.server_capabilities.tools
-    return bool(tools and tools.list_changed)
+    """Whether the server announces changes: of its tools, prompts or resources."""
+    caps = client.server_capabilities
+    resources = caps.resources
+    return any(
+        bool(kind and kind.list_changed) for kind in (caps.tools, caps.prompts, resources)
+    ) or bool(resources and resources.subscribe)
 
 
 def _leaf(exc: BaseException) -> BaseException:

@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -21,8 +22,8 @@ import mcp.types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 
@@ -31,6 +32,7 @@ from bridge.envelopes import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
 from bridge.runtime import Bridge
 from bridge.serve.auth import IDENTITY_SCOPE_KEY, caller_facts
+from bridge.serve.mcp_asking import asker_for
 from bridge.serve.mcp_gate import (
     CALLER_SURFACE,
     SURFACE_SCOPE_KEY,
@@ -45,19 +47,22 @@ from bridge.serve.mcp_meta import (
     search_arguments,
     search_payload,
 )
+from bridge.serve.mcp_notices import FeatureNotices
+from bridge.serve.mcp_prompts import PromptHandlers
 from bridge.serve.mcp_quota import SessionQuota
+from bridge.serve.mcp_resources import RESOURCE_NOT_FOUND, ResourceHandlers, resource_error
 from bridge.serve.mcp_sdk import open_transports, session_connection
 from bridge.serve.mcp_session import ChangeNotifier, SessionState, listing_for
 from bridge.surface import Surface
 from bridge.telemetry import CallOrigin, from_meta, valid_traceparent, valid_tracestate
 from bridge.translate.mcp import is_modern, render_output_schema, render_result, render_tool
+from bridge.upstream import CALLER_ASKS
 
 __all__ = ["MCPFrontend"]
 
 log = logging.getLogger("bridge.serve.mcp")
 
 RESULTS_URI = "bridge://results/"
-RESOURCE_NOT_FOUND = -32002  # MCP's code for a resource that does not exist
 
 # Longest a search waits for catalog changes still being indexed, in seconds.
 SEARCH_INDEX_WAIT = 2.0
@@ -80,7 +85,15 @@ _HANDLER_NAMES = {
     "resources/list": "list_resources",
     "resources/templates/list": "list_resource_templates",
     "resources/read": "read_resource",
+    "resources/subscribe": "subscribe_resource",
+    "resources/unsubscribe": "unsubscribe_resource",
+    "prompts/list": "list_prompts",
+    "prompts/get": "get_prompt",
+    "completion/complete": "completion",
+    "logging/setLevel": "set_logging_level",
 }
+# What handshake-era clients are told changes (the 2026-07-28 era derives it from listen).
+_NOTIFIES = NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
 
 
 class _BridgeServer(Server[Any]):
@@ -94,9 +107,7 @@ class _BridgeServer(Server[Any]):
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
         return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True),
-            experimental_capabilities,
-            extensions,
+            notification_options or _NOTIFIES, experimental_capabilities, extensions
         )
 
 
@@ -165,7 +176,20 @@ class MCPFrontend:
         self._meta_output_schemas = {
             tool.name: tool.output_schema for tool in meta_tools() if tool.output_schema
         }
-        self.server = _BridgeServer(
+        self.feature_notices = FeatureNotices(bridge, self.notifier.bus, bridge.surfaces.get)
+        self.federated = self.feature_notices.federated
+        self.resources = ResourceHandlers(
+            self.federated, self.feature_notices, self._surface, page_size
+        )
+        self.prompts = PromptHandlers(
+            self.federated, self.feature_notices, self._surface, page_size
+        )
+        with warnings.catch_warnings():  # logging/setLevel is served to handshake-era clients
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            self.server = self._build_server()
+
+    def _build_server(self) -> _BridgeServer:
+        return _BridgeServer(
             "a2t-bridge",
             version=__version__,
             title="Tool federation bridge",
@@ -181,9 +205,15 @@ class MCPFrontend:
         handlers: dict[str, Any] = {
             "tools/list": self._list_tools,
             "tools/call": self._call_tool,
-            "resources/list": self._list_resources,
-            "resources/templates/list": self._list_resource_templates,
+            "resources/list": self.resources.list_resources,
+            "resources/templates/list": self.resources.list_templates,
             "resources/read": self._read_resource,
+            "resources/subscribe": self.resources.subscribe,
+            "resources/unsubscribe": self.resources.unsubscribe,
+            "prompts/list": self.prompts.list_prompts,
+            "prompts/get": self.prompts.get_prompt,
+            "completion/complete": self.prompts.complete,
+            "logging/setLevel": self.prompts.set_logging_level,
         }
         tracing = self.bridge.telemetry.tracing
         if tracing is not None:
@@ -260,6 +290,8 @@ class MCPFrontend:
     async def aclose(self) -> None:
         while self._unwatch:
             self._unwatch.pop()()
+        self.federated.close()
+        await self.feature_notices.aclose()
         await self.notifier.aclose()
 
     def stopping(self, grace: float) -> None:
@@ -453,6 +485,9 @@ class MCPFrontend:
         handler = asyncio.current_task()
         assert handler is not None
         self._running.add(handler)
+        # a client that can answer an upstream's elicitation or sampling is asked during the call
+        asker = asker_for(ctx)
+        asking = CALLER_ASKS.set(asker) if asker is not None else None
         try:
             result = await self.bridge.invoker.invoke(
                 ref, arguments, surface=surface, progress=forward_progress, origin=self._origin(ctx)
@@ -472,6 +507,8 @@ class MCPFrontend:
                 output_schema,
             )
         finally:
+            if asking is not None:
+                CALLER_ASKS.reset(asking)
             self._running.discard(handler)
             self._stop_cancelled.discard(handler)
         if (
@@ -517,35 +554,26 @@ class MCPFrontend:
 
     # ------------------------------------------------------------------ stored results
 
-    async def _list_resources(
-        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListResourcesResult:
-        """None listed: a stored result, or a resource an upstream linked, is reached by the
-        `resource_link` a call answered."""
-        return types.ListResourcesResult(resources=[])
-
-    async def _list_resource_templates(
-        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListResourceTemplatesResult:
-        """None: clients ask for templates once `resources` is advertised, and a method not
-        found made them report a failure."""
-        return types.ListResourceTemplatesResult(resource_templates=[])
-
     async def _read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         """`bridge://results/<ref>`: a result too large to answer inline, read through the surface
-        whose call made it (as REST's `/results/<ref>`). Any other URI: a resource an upstream
-        linked in a result on this surface, read from that upstream (`ResourceLinks`)."""
+        whose call made it (as REST's `/results/<ref>`). A URI of a resource an upstream lists
+        (or of its templates): read from that upstream (`ResourceHandlers`). Any other URI: a
+        resource an upstream linked in a result on this surface, read from that upstream
+        (`ResourceLinks`)."""
         uri = str(params.uri)
         surface = self._surface(ctx)
         if not uri.startswith(RESULTS_URI):
-            return await self._read_linked(uri, surface)
+            upstream = await self.resources.route(surface, uri)
+            if upstream is not None:
+                return await self.resources.read(upstream, uri)
+            return await self.resources.read_linked(uri, surface)
         ref = uri.removeprefix(RESULTS_URI)
         try:
             found = self.bridge.invoker.get_persisted(ref, surface) if ref else None
         except BridgeError as exc:  # the store's database away
-            raise _resource_error(uri, exc) from None
+            raise resource_error(uri, exc) from None
         if found is None:
             raise MCPError(
                 RESOURCE_NOT_FOUND,
@@ -558,42 +586,10 @@ class MCPFrontend:
             ]
         )
 
-    async def _read_linked(self, uri: str, surface: Surface) -> types.ReadResourceResult:
-        """A linked resource's contents, or an MCP error: -32002 for one no result on this surface
-        linked (or that its upstream no longer has), -32603 with the error class, and
-        `retryAfter` when known, for any other failure (the upstream down, say)."""
-        try:
-            contents = await self.bridge.invoker.resource_links.read(uri, surface)
-        except BridgeError as exc:
-            raise _resource_error(uri, exc) from None
-        try:
-            return types.ReadResourceResult.model_validate({"contents": contents}, by_name=False)
-        except ValueError as exc:
-            log.warning(
-                "resources/read %s: the upstream's contents are not valid MCP: %s", uri[:200], exc
-            )
-            raise MCPError(
-                INTERNAL_ERROR,
-                f"the upstream's contents of {uri[:100]!r} are not valid MCP resource contents",
-            ) from None
-
     # ------------------------------------------------------------------ subscriptions/listen (2026-07-28)
 
     async def _subscriptions_listen(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
         surface = self._surface(ctx)
-        return await self.notifier.listen_handler(surface.name)(ctx, params)
-
-
-def _resource_error(uri: str, exc: BridgeError) -> MCPError:
-    """-32002 for a resource not found, else -32603 with the error class and `retryAfter`."""
-    data: dict[str, Any] = {
-        "uri": uri[:200],
-        "error_class": exc.error_class,
-        "recoverability": exc.recoverability,
-    }
-    if exc.retry_after is not None:
-        data["retryAfter"] = exc.retry_after
-    code = RESOURCE_NOT_FOUND if exc.error_code == "resource_not_found" else INTERNAL_ERROR
-    return MCPError(code, exc.message, data)
+        return await self.resources.listen(ctx, params, self.notifier.listen_handler(surface.name))
