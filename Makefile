@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	@# the OpenID provider the identity tests start (tests/oidc), when npm is here; they skip without it
 	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tests/oidc --no-audit --no-fund --loglevel=error; fi
+	@# the MCP conformance suite (with Node 22 from npm) and its reference server (tests/conformance)
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix tests/conformance/runner --no-audit --no-fund --loglevel=error && \
+		npm ci --prefix tests/conformance/server --no-audit --no-fund --loglevel=error; fi
 	@touch $(STAMP)
 
 # bridge serve's options, passed only when given on make's command line (`make serve PORT=9000`,
