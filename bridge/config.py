@@ -32,7 +32,7 @@ from bridge.config_sources import (
 )
 from bridge.documents import RepeatedKey, expanded_size, unique_object
 from bridge.oauth_config import OAuthConfig
-from bridge.telemetry_config import AuditConfig, LoggingConfig, TelemetryConfig
+from bridge.telemetry_config import AuditConfig, LoggingConfig, TelemetryConfig, audit_problems
 from bridge.upstream import ConfigValueError, UpstreamConfig, known_kinds, upstream_class
 
 __all__ = [
@@ -448,6 +448,8 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
                         f"define it under `surfaces:` or use one of {known}",
                     )
                 )
+    if config is not None:
+        problems += audit_problems(config.audit, config.telemetry)
     if problems:
         raise ConfigError(source, problems)
     assert config is not None

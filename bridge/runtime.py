@@ -24,7 +24,7 @@ from bridge.sidecar import with_free_port
 from bridge.store import StoreError, open_store
 from bridge.supervisor import UpstreamSlot
 from bridge.surface import Surface, Surfaces
-from bridge.telemetry import Telemetry, configured_tracing
+from bridge.telemetry import Telemetry, configured_tracing, logs_endpoint
 from bridge.upstream import Upstream, upstream_class
 
 __all__ = [
@@ -100,6 +100,10 @@ class Bridge:
             audit_max_bytes=audit.max_mb << 20,
             audit_keep=audit.keep,
             tracing=tracing,
+            audit_otlp=logs_endpoint(audit.otlp_endpoint or telemetry.otlp_endpoint)
+            if audit.otlp
+            else None,
+            service_name=telemetry.service_name,
         )
         metrics = self.telemetry.metrics
         metrics.watch_upstreams(lambda: [(s.health, s.calls) for s in self.catalog.slots.values()])

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["AuditConfig", "LoggingConfig", "TelemetryConfig"]
+__all__ = ["AuditConfig", "LoggingConfig", "TelemetryConfig", "audit_problems"]
 
 
 class TelemetryConfig(BaseModel):
@@ -38,3 +38,22 @@ class AuditConfig(BaseModel):
     path: str | None = None  # a JSON-lines file of every invocation; none: no audit stream
     max_mb: int = Field(default=100, strict=True, ge=1)  # size at which the file is rotated
     keep: int = Field(default=10, strict=True, ge=1)  # rotated files kept: path.1 to path.N
+    otlp: bool = False  # each record sent as an OTLP log record too
+    # the OTLP/HTTP collector of the records; none: telemetry.otlp_endpoint, else the environment
+    otlp_endpoint: str | None = None
+
+
+def audit_problems(audit: AuditConfig, telemetry: TelemetryConfig) -> list[tuple[str, str, str]]:
+    """`audit.otlp` with no collector named anywhere (the config or the environment)."""
+    from bridge.telemetry.audit_otlp import logs_endpoint
+
+    if audit.otlp and logs_endpoint(audit.otlp_endpoint or telemetry.otlp_endpoint) is None:
+        return [
+            (
+                "audit.otlp",
+                "is true, and no OTLP collector is named to send the records to",
+                "set audit.otlp_endpoint or telemetry.otlp_endpoint (http://HOST:4318), or export "
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            )
+        ]
+    return []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bridge.telemetry.audit_otlp import logs_endpoint
 from bridge.telemetry.calls import CallOrigin, Telemetry
 from bridge.telemetry.context import from_meta, valid_traceparent, valid_tracestate
 from bridge.telemetry.logs import configure_logging, json_logs, say
@@ -24,6 +25,7 @@ __all__ = [
     "configured_tracing",
     "from_meta",
     "json_logs",
+    "logs_endpoint",
     "say",
     "valid_traceparent",
     "valid_tracestate",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.model import ToolDeclaration
 from bridge.telemetry.audit import AuditLog
+from bridge.telemetry.audit_otlp import OtlpAudit
 from bridge.telemetry.context import trace_id_of
 from bridge.telemetry.logs import ACCESS_LOGGER, access_fields, access_text, json_logs
 from bridge.telemetry.metrics import Metrics
@@ -57,16 +58,20 @@ class Telemetry:
         audit_max_bytes: int = 100 << 20,
         audit_keep: int = 10,
         tracing: Tracing | None = None,
+        audit_otlp: str | None = None,
+        service_name: str = "a2t-bridge",
     ) -> None:
         self.metrics = Metrics(tool_label)
         self.tracing = tracing
         self.audit = AuditLog(audit_path, audit_max_bytes, audit_keep) if audit_path else None
-        if self.audit is not None:
-            audit = self.audit
+        self.otlp_audit = OtlpAudit(audit_otlp, service_name) if audit_otlp else None
+        sinks = [sink for sink in (self.audit, self.otlp_audit) if sink is not None]
+        if sinks:
             self.metrics.gauge(
                 "bridge_audit_records_lost",
-                "Audit records the audit file's disk refused since the start",
-                lambda: audit.dropped,
+                "Audit records lost since the start: refused by the audit file's disk, or not "
+                "taken by the OTLP collector",
+                lambda: sum(sink.dropped for sink in sinks),
             )
         self._access = logging.getLogger(ACCESS_LOGGER)
 
@@ -135,7 +140,7 @@ class Telemetry:
                 )
             self.tracing.call_ended(trace, decl.name if decl else None, attributes, error_class)
         access = self._access.isEnabledFor(logging.INFO)
-        if not access and self.audit is None:
+        if not access and self.audit is None and self.otlp_audit is None:
             return
         if trace is not None:
             trace_id: str | None = f"{trace.span.get_span_context().trace_id:032x}"
@@ -158,26 +163,28 @@ class Telemetry:
             )
             text = f"call {fields['tool']} {outcome}" if json_logs() else access_text(fields)
             self._access.info(text, extra=fields)
-        if self.audit is not None:
-            self.audit.record(
-                (
-                    created_at,
-                    invocation_id,
-                    caller,
-                    frontend,
-                    surface,
-                    decl.name if decl else None,
-                    decl.tool_id if decl else None,
-                    decl.upstream if decl else None,
-                    version,
-                    outcome,
-                    status,
-                    error_class,
-                    seconds,
-                    upstream_seconds,
-                    trace_id,
-                )
+        if self.audit is not None or self.otlp_audit is not None:
+            record = (
+                created_at,
+                invocation_id,
+                caller,
+                frontend,
+                surface,
+                decl.name if decl else None,
+                decl.tool_id if decl else None,
+                decl.upstream if decl else None,
+                version,
+                outcome,
+                status,
+                error_class,
+                seconds,
+                upstream_seconds,
+                trace_id,
             )
+            if self.audit is not None:
+                self.audit.record(record)
+            if self.otlp_audit is not None:
+                self.otlp_audit.record(record)
 
     def searched(self, surface: str, seconds: float, matched: bool) -> None:
         self.metrics.searched(surface, seconds, matched)
@@ -186,5 +193,7 @@ class Telemetry:
         """Write out what is still buffered (audit records, spans)."""
         if self.audit is not None:
             await self.audit.aclose()
+        if self.otlp_audit is not None:
+            await self.otlp_audit.aclose()
         if self.tracing is not None:
             await asyncio.to_thread(self.tracing.close)
