@@ -31,6 +31,8 @@ from bridge.config_sources import (
     mcp_servers_to_upstreams,
 )
 from bridge.documents import RepeatedKey, expanded_size, unique_object
+from bridge.exchange_config import TokenExchangeConfig, exchange_problems, take_exchange
+from bridge.limits_config import RateLimitConfig
 from bridge.oauth_config import OAuthConfig
 from bridge.telemetry_config import AuditConfig, LoggingConfig, TelemetryConfig, audit_problems
 from bridge.upstream import ConfigValueError, UpstreamConfig, known_kinds, upstream_class
@@ -273,8 +275,11 @@ class BridgeConfig(_Strict):
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     mcpServers: dict[str, Any] = Field(default_factory=dict)
     surfaces: list[SurfaceConfig] = Field(default_factory=list)
+    rate_limits: list[RateLimitConfig] = Field(default_factory=list)
     source: str = Field(default="<memory>", exclude=True)
     base_dir: str = Field(default=".", exclude=True)
+    # each upstream's `auth: {type: token_exchange}`, which the loader takes out of its entry
+    upstream_exchanges: dict[str, TokenExchangeConfig] = Field(default_factory=dict, exclude=True)
 
     def surface(self, name: str) -> SurfaceConfig | None:
         return next((s for s in self.surfaces if s.name == name), None)
@@ -314,10 +319,13 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
 
     upstreams: list[UpstreamConfig] = []
     names: dict[str, str] = {}
+    exchanges: dict[str, tuple[str, TokenExchangeConfig]] = {}
     for path, entry in upstream_entries:
         if not isinstance(entry, dict):
             problems.append((path, "must be a mapping", "write `{name: ..., kind: ...}`"))
             continue
+        entry, exchange, found = take_exchange(entry, path)
+        problems.extend(found)
         kind = entry.get("kind")
         if kind not in known_kinds():
             close = difflib.get_close_matches(str(kind).lower(), known_kinds(), n=1)  # `MCP`: mcp
@@ -362,11 +370,12 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
             continue
         names[cfg.name] = path
         upstreams.append(cfg)
+        if exchange is not None:
+            exchanges[cfg.name] = (path, exchange)
 
-    rest = {
-        k: v for k, v in data.items() if k not in ("upstreams", "mcpServers", "source", "base_dir")
-    }
-    for key in ("source", "base_dir"):  # the bridge's own fields, set from the file read
+    own = ("source", "base_dir", "upstream_exchanges")  # set by the loader, never written
+    rest = {k: v for k, v in data.items() if k not in ("upstreams", "mcpServers", *own)}
+    for key in own:  # the bridge's own fields, set from the file read
         if key in data:
             problems.append(
                 (
@@ -449,11 +458,13 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
                     )
                 )
     if config is not None:
+        problems += exchange_problems(exchanges, config.server.oauth)
         problems += audit_problems(config.audit, config.telemetry)
     if problems:
         raise ConfigError(source, problems)
     assert config is not None
     config.upstreams = upstreams
+    config.upstream_exchanges = {name: exchange for name, (_, exchange) in exchanges.items()}
     config.mcpServers = {}
     config.source = source
     config.base_dir = base_dir

@@ -17,6 +17,7 @@ from bridge.arguments import SchemaValidators, invalid_arguments, refuse_unsenda
 from bridge.catalog import Catalog
 from bridge.config import InvokeConfig
 from bridge.envelopes import error_result, status_of
+from bridge.identity import Admission, Identity
 from bridge.masking import masked_value
 from bridge.model import (
     BridgeError,
@@ -81,14 +82,18 @@ _MAX_VERSION = 2**63 - 1  # what an SQLite INTEGER holds
 class _Call:
     """What telemetry follows of one call: where it came from, its trace (when tracing), and the
     upstream's part in seconds, from the moment it holds a concurrency slot to its answer or
-    failure (None while the call has not reached the upstream)."""
+    failure (None while the call has not reached the upstream); and the caller's own
+    `authorization` for an upstream that acts for it (a token exchanged for the caller's)."""
 
-    __slots__ = ("origin", "trace", "upstream_seconds")
+    __slots__ = ("authorization", "origin", "trace", "upstream_seconds")
+    authorization: str | None
+    upstream_seconds: float | None
 
     def __init__(self, origin: CallOrigin | None, trace: CallTrace | None) -> None:
         self.origin = origin
         self.trace = trace
-        self.upstream_seconds: float | None = None
+        self.upstream_seconds = None
+        self.authorization = None
 
 
 class Invoker:
@@ -101,8 +106,10 @@ class Invoker:
         store: StoreInterface,
         config: InvokeConfig | None = None,
         telemetry: Telemetry | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.catalog = catalog
+        self.admission: Admission = admission or Admission()
         self.surfaces = surfaces
         self.store = store
         self.config = config or InvokeConfig()
@@ -128,9 +135,11 @@ class Invoker:
         invocation_id: str | None = None,
         meta: dict[str, Any] | None = None,
         origin: CallOrigin | None = None,
+        identity: Identity | None = None,
     ) -> ToolResult:
         """Run one call through the pipeline. `origin` says which frontend and caller it came
-        from, with the caller's trace context (telemetry and the audit stream record it)."""
+        from, with the caller's trace context (telemetry and the audit stream record it);
+        `identity`, who the caller is, for its rate limits and token exchanges."""
         invocation_id = invocation_id or new_id("inv")
         started = time.perf_counter()
         telemetry = self.telemetry
@@ -150,11 +159,13 @@ class Invoker:
                 refuse_unsendable(arguments)
                 self._validate(decl, version, schema, arguments)
             check_permission(decl, surface_obj)
+            if self.admission.active:
+                call.authorization = await self.admission.admit(decl, surface_obj.name, identity)
             result = await self._execute(
                 decl, arguments, invocation_id, progress, meta or {}, config, call
             )
             if result.is_error:
-                result = self._masked(decl, result)
+                result = self._masked(decl, result, call)
             self.resource_links.remember(surface_obj.name, decl.upstream, result.content)
             envelope, size = self._map(decl, version, invocation_id, result, config)
             if size > config.inline_result_limit:
@@ -162,7 +173,7 @@ class Invoker:
                     await self._persist(envelope, size, surface_obj.name, config)
         except BridgeError as exc:
             envelope = error_result(exc, invocation_id=invocation_id, decl=decl, version=version)
-            envelope = self._masked(decl, envelope)
+            envelope = self._masked(decl, envelope, call)
             if has_surrogates(exc.message):  # an upstream's text quoted in the message
                 envelope = without_surrogates(envelope)
         except asyncio.CancelledError:
@@ -188,6 +199,7 @@ class Invoker:
                     decl=decl,
                     version=version,
                 ),
+                call,
             )
         envelope.duration_ms = round((time.perf_counter() - started) * 1000, 3)
         self._log(
@@ -249,12 +261,17 @@ class Invoker:
 
     # ----------------------------------------------------------------- steps
 
-    def _masked(self, decl: ToolDeclaration | None, failure: T) -> T:
+    def _masked(self, decl: ToolDeclaration | None, failure: T, call: _Call) -> T:
         """`failure` (an error envelope, or an upstream's error result) with the secret values of
         the tool's upstream masked in all it says: an upstream may quote what it was given (an
         environment value in a tool's error text, a key in a stack trace), whatever its kind."""
         slot = self.catalog.slots.get(decl.upstream) if decl is not None else None
-        return masked_value(failure, slot.upstream.secrets()) if slot is not None else failure
+        if slot is None:
+            return failure
+        hidden = slot.upstream.secrets()
+        if call.authorization is not None:  # a token exchanged for the caller, and its client's
+            hidden = hidden + self.admission.secrets(slot.name, call.authorization)
+        return masked_value(failure, hidden)
 
     def _resolve(self, ref: str, surface: Surface) -> ToolDeclaration:
         decl = surface.resolve(ref)
@@ -329,6 +346,7 @@ class Invoker:
         )
         if call.origin is not None:  # passed on as it came, unless the bridge traces the call
             ctx.traceparent, ctx.tracestate = call.origin.traceparent, call.origin.tracestate
+        ctx.authorization = call.authorization
         assert slot.semaphore is not None
         try:
             async with asyncio.timeout(timeout):

@@ -16,7 +16,7 @@ from typing import Any
 
 from bridge.catalog import Catalog
 from bridge.config import BridgeConfig, ConfigError, load_config
-from bridge.identity import Authenticator
+from bridge.identity import Admission, Authenticator
 from bridge.invoke import Invoker
 from bridge.model import ToolSearchResult
 from bridge.search import ToolSearch
@@ -107,8 +107,11 @@ class Bridge:
         )
         metrics = self.telemetry.metrics
         metrics.watch_upstreams(lambda: [(s.health, s.calls) for s in self.catalog.slots.values()])
+        # rate limits and the upstreams that act for the caller (token exchange)
+        self.admission = Admission(on_limited=metrics.rate_limited)
+        self.admission.update(config.rate_limits, config.upstream_exchanges, config.server.oauth)
         self.invoker = Invoker(
-            self.catalog, self.surfaces, self.store, config.invoke, self.telemetry
+            self.catalog, self.surfaces, self.store, config.invoke, self.telemetry, self.admission
         )
         self.identity = Authenticator()  # who each HTTP request's caller is (tokens, oauth)
         metrics.gauge(
@@ -276,6 +279,9 @@ class Bridge:
             await self.catalog.start(wait=False)
             surfaces = self.surfaces.update(config.surfaces)
             self.invoker.config = config.invoke
+            self.admission.update(
+                config.rate_limits, config.upstream_exchanges, config.server.oauth
+            )
             self.config = config
             for listener in list(self._reload_listeners):
                 listener()
@@ -319,6 +325,7 @@ class Bridge:
         await self.catalog.close()
         await self.invoker.aclose()
         await self.identity.aclose()
+        await self.admission.aclose()
         await self.telemetry.aclose()
         self.search.close()
         self.store.close()

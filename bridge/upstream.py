@@ -196,6 +196,10 @@ class CallContext:
     # TRACEPARENT): the bridge's span of this upstream call when it traces, else the caller's
     traceparent: str | None = None
     tracestate: str | None = None
+    # the caller's own credential for this upstream (`Bearer …`, a token the identity provider
+    # exchanged for the caller's): sent as the call's Authorization header, in place of the
+    # upstream's configured credential, by the HTTP kinds that take it (docs/identity.md)
+    authorization: str | None = field(default=None, repr=False)
     _sequence: int = 0
 
     def trace_headers(self) -> dict[str, str]:
@@ -205,6 +209,14 @@ class CallContext:
         if self.tracestate is None:
             return {"traceparent": self.traceparent}
         return {"traceparent": self.traceparent, "tracestate": self.tracestate}
+
+    def request_headers(self) -> dict[str, str]:
+        """The headers an HTTP request of this call carries: the trace context, and the
+        caller's `Authorization` when the bridge obtained one for it."""
+        headers = self.trace_headers()
+        if self.authorization is not None:
+            headers["Authorization"] = self.authorization
+        return headers
 
     async def report_progress(
         self,

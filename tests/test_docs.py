@@ -19,7 +19,11 @@ from bridge.upstream import LaunchConfig, UpstreamConfig, known_kinds, upstream_
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 README = DOCS.parent / "README.md"
-LOADER_FIELDS = {"base_dir", "source"}  # set by the loader from the file read, never written
+LOADER_FIELDS = {
+    "base_dir",
+    "source",
+    "upstream_exchanges",
+}  # set by the loader from the file read, never written
 
 
 def keys(model: type[BaseModel]) -> set[str]:
@@ -84,6 +88,15 @@ def test_each_key_table_of_the_config_reference_is_the_models_keys(heading, mode
 def test_the_identity_pages_table_is_the_oauth_sections_keys():
     text = (DOCS / "identity.md").read_text(encoding="utf-8")
     assert table_keys(text, "## Configuration (`server.oauth`)") == keys(bridge_config.OAuthConfig)
+
+
+def test_the_identity_pages_tables_are_the_rate_limit_and_token_exchange_keys():
+    from bridge.exchange_config import TokenExchangeConfig
+    from bridge.limits_config import RateLimitConfig
+
+    text = (DOCS / "identity.md").read_text(encoding="utf-8")
+    assert table_keys(text, "## Rate limits and quotas") == keys(RateLimitConfig)
+    assert table_keys(text, "## Upstreams that act for the caller") == keys(TokenExchangeConfig)
 
 
 def test_the_rest_pages_server_table_is_the_server_sections_keys():

@@ -513,7 +513,7 @@ class A2TUpstream(Upstream):
         return result
 
     async def _call(self, url: str, body: Any, ctx: CallContext) -> HTTPAnswer:
-        headers = ctx.trace_headers()
+        headers = ctx.request_headers()  # the caller's Authorization over the configured one
         if self._generation:
             headers[GENERATION_HEADER] = self._generation
         try:

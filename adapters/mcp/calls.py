@@ -82,7 +82,9 @@ class ToolCalls:
         try:
             try:
                 with self._asking():  # the caller answers the server's questions, if it can
-                    raw = await send_raw(client, request, progress, ctx.trace_headers())
+                    raw = await send_raw(
+                        client, request, progress, ctx.trace_headers(), ctx.authorization
+                    )
             except MCPError as exc:
                 if (
                     exc.code != types.HEADER_MISMATCH
@@ -93,7 +95,9 @@ class ToolCalls:
                 # session's header maps) and send once more, as the SDK's call_tool does.
                 await self.list_tools()
                 self._tools_changed(f"tools/call {native_id}: header mismatch")
-                raw = await send_raw(client, request, progress, ctx.trace_headers())
+                raw = await send_raw(
+                    client, request, progress, ctx.trace_headers(), ctx.authorization
+                )
             result = await self._call_result(client, native_id, raw)
         except Exception as exc:
             raise await self._settled(exc, native_id) from None

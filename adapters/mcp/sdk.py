@@ -119,6 +119,7 @@ async def send_raw(
     request: types.ListToolsRequest | types.CallToolRequest,
     progress_callback: ProgressFnT | None = None,
     trace: dict[str, str] | None = None,
+    authorization: str | None = None,
 ) -> dict[str, Any]:
     """Send `request` on the client's session as `ClientSession.send_request` does (the era's
     `_meta` and headers stamped; progress, timeout and cancellation wired by the dispatcher)
@@ -127,7 +128,7 @@ async def send_raw(
     away; the callers check the pieces instead. The SDK's own `subscriptions/listen` sends the
     same way, through the same two private members of the session. `trace`, the W3C trace
     context, goes in `params._meta` (as MCP reserves those keys for it) and, over HTTP, in the
-    request's headers too."""
+    request's headers too; `authorization`, the caller's own credential, in its headers only."""
     session = client.session
     data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
     opts: CallOptions = {}
@@ -135,6 +136,8 @@ async def send_raw(
     if trace:
         data.setdefault("params", {}).setdefault("_meta", {}).update(trace)
         opts.setdefault("headers", {}).update(trace)
+    if authorization is not None:
+        opts.setdefault("headers", {})["Authorization"] = authorization
     if client.read_timeout_seconds is not None:
         opts["timeout"] = client.read_timeout_seconds
     if progress_callback is not None:

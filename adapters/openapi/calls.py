@@ -62,7 +62,10 @@ class OperationCalls:
         cfg = self.config
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ctx.timeout
-        bound = credentials.choose(op.security, f"{op.method} {op.path}")
+        # the caller's own credential (a token exchanged for it) replaces the configured ones
+        bound = (
+            [] if ctx.authorization else credentials.choose(op.security, f"{op.method} {op.path}")
+        )
         redactor = credentials.redactor
         attempt = 0
         refreshed = False
@@ -85,6 +88,8 @@ class OperationCalls:
                 parts.set_header(name, value)
             plain = parts.header_items()
             used = await credentials.apply(parts, bound, session, remaining)
+            if ctx.authorization is not None:
+                parts.set_header("Authorization", ctx.authorization)
             secret = {k.lower() for k, v in parts.header_items().items() if plain.get(k) != v}
             try:
                 status, reason, headers, payload, charset = await self._send(

@@ -34,6 +34,9 @@ class Identity:
     client_id: str | None = None
     issuer: str | None = None
     scopes: frozenset[str] = field(default_factory=frozenset)
+    # the OAuth access token itself, for an exchange at its issuer (never logged, never shown,
+    # never sent to an upstream)
+    token: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ class _OAuth:
             client_id=_text(client),
             issuer=config.issuer,
             scopes=frozenset(scopes),
+            token=token,
         )
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "METADATA_PATH",
     "IdentifyCallers",
     "caller_facts",
+    "caller_identity",
     "identified",
     "identify",
     "refusal_headers",
@@ -95,6 +96,13 @@ def refusal_headers(
     if failure.status == 503:
         headers["Retry-After"] = "5"
     return headers
+
+
+def caller_identity(scope: object) -> Identity | None:
+    """The identity `IdentifyCallers` accepted for a request with this ASGI scope (None over
+    stdio, for a refused request, or with no scope)."""
+    found = scope.get(IDENTITY_SCOPE_KEY) if isinstance(scope, dict) else None
+    return found if isinstance(found, Identity) else None
 
 
 def caller_facts(found: object) -> tuple[str | None, str | None, str | None]:

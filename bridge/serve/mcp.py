@@ -31,7 +31,7 @@ from bridge import __version__
 from bridge.envelopes import error_result
 from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
 from bridge.runtime import Bridge
-from bridge.serve.auth import IDENTITY_SCOPE_KEY, caller_facts
+from bridge.serve.auth import IDENTITY_SCOPE_KEY, caller_facts, caller_identity
 from bridge.serve.mcp_asking import asker_for
 from bridge.serve.mcp_gate import (
     CALLER_SURFACE,
@@ -473,13 +473,14 @@ class MCPFrontend:
         arguments: dict[str, Any],
         output_schema: dict[str, Any] | None,
     ) -> types.CallToolResult:
-        async def forward_progress(progress: ToolProgress) -> None:
+        async def report(progress: ToolProgress) -> None:
             value, total = _progress_numbers(progress)
             try:
                 await ctx.session.report_progress(value, total, progress.message)
             except Exception as exc:
                 log.debug("progress notice not delivered: %s", exc)
 
+        origin, identity = self._origin(ctx), caller_identity(getattr(ctx.request, "scope", None))
         # The client's cancellation cancels this handler, and with it the pipeline and the upstream
         # call; so does the end of a stopping server's grace (`stopping`), which is answered.
         handler = asyncio.current_task()
@@ -490,7 +491,7 @@ class MCPFrontend:
         asking = CALLER_ASKS.set(asker) if asker is not None else None
         try:
             result = await self.bridge.invoker.invoke(
-                ref, arguments, surface=surface, progress=forward_progress, origin=self._origin(ctx)
+                ref, arguments, surface=surface, progress=report, origin=origin, identity=identity
             )
         except asyncio.CancelledError:
             if handler not in self._stop_cancelled:

@@ -25,7 +25,13 @@ from bridge.identity import AuthFailure, Identity
 from bridge.model import ToolDeclaration, ToolError, ToolResult
 from bridge.runtime import Bridge
 from bridge.search import MAX_QUERY_CHARS
-from bridge.serve.auth import IDENTITY_SCOPE_KEY, caller_facts, identified, refusal_headers
+from bridge.serve.auth import (
+    IDENTITY_SCOPE_KEY,
+    caller_facts,
+    caller_identity,
+    identified,
+    refusal_headers,
+)
 from bridge.surface import Surface
 from bridge.telemetry import CallOrigin, valid_traceparent, valid_tracestate
 from bridge.text import quoted
@@ -237,7 +243,12 @@ class ServeContext:
         ATIP process group killed) and its concurrency slot is freed, as over MCP."""
         call = asyncio.ensure_future(
             self.bridge.invoker.invoke(
-                ref, arguments, version=version, surface=surface, origin=self.origin(request)
+                ref,
+                arguments,
+                version=version,
+                surface=surface,
+                origin=self.origin(request),
+                identity=caller_identity(request.scope),
             )
         )
         gone = asyncio.ensure_future(_disconnected(request))

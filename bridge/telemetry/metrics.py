@@ -119,7 +119,8 @@ class ToolLabels:
 
 class Metrics:
     """What `GET /metrics` shows. `call_begun` and `call_ended` frame each call of the pipeline;
-    `searched` counts each tool search; `gauge` and `watch_upstreams` register what a scrape
+    `searched` counts each tool search, `rate_limited` each call a rate limit refused; `gauge`
+    and `watch_upstreams` register what a scrape
     reads. Used from the event loop only."""
 
     def __init__(self, tool_label: str = "top_100") -> None:
@@ -127,6 +128,7 @@ class Metrics:
         self.in_flight = 0
         self._calls: dict[tuple[str, str, str], _CallSeries] = {}
         self._searches: dict[str, list[Any]] = {}  # surface -> [queries, no match, latency]
+        self._limited: dict[tuple[str, str], int] = {}  # (limit, caller class) -> refused
         self._gauges: list[tuple[str, str, Callable[[], float]]] = []
         self._upstreams: Callable[[], Iterable[tuple[UpstreamHealth, int]]] | None = None
         self._registry: Any = None
@@ -169,6 +171,12 @@ class Metrics:
             before = out.get(upstream, (0, 0))
             out[upstream] = (before[0] + calls, before[1] + errors)
         return out
+
+    def rate_limited(self, limit: str, caller_class: str) -> None:
+        """A call a rate limit refused: counted by the limit's name and the caller's class, never
+        by caller, so the series are as many as the limits."""
+        key = (limit, caller_class)
+        self._limited[key] = self._limited.get(key, 0) + 1
 
     def searched(self, surface: str, seconds: float, matched: bool) -> None:
         counts = self._searches.get(surface)
@@ -271,6 +279,14 @@ class Metrics:
             empty.add_metric([surface], unmatched)
             search_latency.add_metric([surface], histogram.buckets(SEARCH_BUCKETS), histogram.total)
         yield from (queries, empty, search_latency)
+        limited = CounterMetricFamily(
+            "bridge_rate_limited_calls",
+            "Calls a rate limit refused, by limit and caller class",
+            labels=["limit", "caller_class"],
+        )
+        for (limit, caller_class), count in self._limited.items():
+            limited.add_metric([limit, caller_class], count)
+        yield limited
 
         if self._upstreams is not None:
             state = GaugeMetricFamily(

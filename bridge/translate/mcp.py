@@ -375,6 +375,8 @@ def error_guidance(error: ToolError, tool_name: str | None) -> str:
         wait = (
             f" after {error.retry_after:g} seconds" if error.retry_after is not None else " later"
         )
+        if cls == "rate_limited":
+            return f"Too many calls for now (a rate limit); retry{wait}."
         return f"The upstream is unavailable or busy; retry{wait}."
     if cls == "result_too_large":
         return "Narrow the request so the result is smaller."

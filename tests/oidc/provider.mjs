@@ -4,16 +4,27 @@
 // Clients (secret "<client id>-secret", client_secret_basic or _post):
 //   bridge-cc      client credentials; JWT access tokens for any resource it asks for
 //   bridge-opaque  client credentials; opaque access tokens (read back through introspection)
-//   bridge-rs      the bridge itself, as a resource server calling the introspection endpoint
+//   bridge-rs      the bridge itself, as a resource server calling the introspection endpoint;
+//                  it may also exchange tokens (RFC 8693, below)
 // A token request may pass `groups=a,b`: the access token then carries {"groups": ["a", "b"]}.
+// RFC 8693 token exchange (oidc-provider has no such grant: it is registered here): a client
+// with the grant posts an access token of this provider as `subject_token` and the upstream as
+// `audience` (or `resource`); it gets a JWT for that audience, signed with the provider's key,
+// with the subject's `sub` and `groups` and the exchanging client as `act`. The audience
+// `https://refused.test` is refused (invalid_target). GET /test/exchanges counts the exchanges.
 // POST /test/rotate puts a new signing key in front of the old ones (key rotation without a
 // restart: the same issuer, a new `kid`).
-import { generateKeyPairSync, randomUUID } from 'node:crypto';
+import {
+  createPrivateKey, createPublicKey, generateKeyPairSync, randomUUID, sign, verify,
+} from 'node:crypto';
 import { createServer } from 'node:http';
 
 import Provider from 'oidc-provider';
 
 const SCOPES = 'tools admin';
+const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
+const ACCESS_TOKEN = 'urn:ietf:params:oauth:token-type:access_token';
+let exchanges = 0;
 
 function signingKey() {
   const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
@@ -34,7 +45,11 @@ function client(id, extra = {}) {
 
 function makeProvider(issuer, keys) {
   const provider = new Provider(issuer, {
-    clients: [client('bridge-cc'), client('bridge-opaque'), client('bridge-rs')],
+    clients: [
+      client('bridge-cc'),
+      client('bridge-opaque'),
+      client('bridge-rs', { grant_types: ['client_credentials', TOKEN_EXCHANGE] }),
+    ],
     jwks: { keys },
     scopes: ['openid', 'tools', 'admin'],
     features: {
@@ -60,12 +75,65 @@ function makeProvider(issuer, keys) {
     },
   });
   provider.on('server_error', (ctx, err) => console.error('provider error:', err));
+  provider.registerGrantType(
+    TOKEN_EXCHANGE,
+    (ctx) => tokenExchange(ctx, issuer, keys),
+    ['subject_token', 'subject_token_type', 'requested_token_type', 'audience', 'resource', 'scope'],
+  );
   return provider;
+}
+
+const b64url = (data) => Buffer.from(data).toString('base64url');
+
+function signed(claims, key) {
+  const header = b64url(JSON.stringify({ alg: 'RS256', typ: 'at+jwt', kid: key.kid }));
+  const input = `${header}.${b64url(JSON.stringify(claims))}`;
+  return `${input}.${b64url(sign('sha256', Buffer.from(input), createPrivateKey({ key, format: 'jwk' })))}`;
+}
+
+function verified(token, issuer, keys) {
+  const [header, payload, signature] = String(token).split('.');
+  if (!signature) return null;
+  const { kid } = JSON.parse(Buffer.from(header, 'base64url'));
+  const key = keys.find((k) => k.kid === kid);
+  if (!key) return null;
+  const { d, p, q, dp, dq, qi, ...pub } = key;
+  const ok = verify('sha256', Buffer.from(`${header}.${payload}`), createPublicKey({ key: pub, format: 'jwk' }),
+    Buffer.from(signature, 'base64url'));
+  const claims = ok ? JSON.parse(Buffer.from(payload, 'base64url')) : null;
+  return claims && claims.iss === issuer && claims.exp > Date.now() / 1000 ? claims : null;
+}
+
+function tokenExchange(ctx, issuer, keys) {
+  const { params, client } = ctx.oidc;
+  const refuse = (error, description) => {
+    ctx.status = 400;
+    ctx.body = { error, error_description: description };
+  };
+  if (params.subject_token_type !== ACCESS_TOKEN) return refuse('invalid_request', 'subject_token_type');
+  const subject = verified(params.subject_token, issuer, keys);
+  if (!subject) return refuse('invalid_grant', 'the subject token is not valid');
+  const audience = params.audience || params.resource;
+  if (!audience || audience === 'https://refused.test') return refuse('invalid_target', 'no such audience');
+  exchanges += 1;
+  const now = Math.floor(Date.now() / 1000);
+  const claims = {
+    iss: issuer, sub: subject.sub, aud: audience, client_id: client.clientId, act: { sub: client.clientId },
+    scope: params.scope, groups: subject.groups, iat: now, exp: now + 120, jti: randomUUID(),
+  };
+  ctx.body = {
+    access_token: signed(claims, keys[0]), issued_token_type: ACCESS_TOKEN, token_type: 'Bearer', expires_in: 120,
+  };
 }
 
 const keys = [signingKey()];
 let handler = null;
 const server = createServer((req, res) => {
+  if (req.method === 'GET' && req.url === '/test/exchanges') {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ exchanges }));
+    return;
+  }
   if (req.method === 'POST' && req.url === '/test/rotate') {
     keys.unshift(signingKey());
     handler = makeProvider(issuer, keys).callback();

@@ -1,0 +1,121 @@
+"""What the caller's identity decides about a call once its tool is known: whether the rate limits
+let it through (`rate_limits`), and the credential its upstream gets when that upstream takes the
+caller's own identity (`auth: {type: token_exchange}`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from bridge.exchange_config import TokenExchangeConfig
+from bridge.identity.authenticate import Identity
+from bridge.identity.exchange import TokenExchange
+from bridge.identity.limits import ANONYMOUS, CallKeys, RateCounters, RateLimiter
+from bridge.limits_config import RateLimitConfig
+from bridge.model import BridgeError, ToolDeclaration
+from bridge.oauth_config import OAuthConfig
+
+__all__ = ["Admission", "caller_keys"]
+
+
+def caller_keys(identity: Identity | None) -> tuple[str, str]:
+    """(caller, caller class) of a call, as rate limits key and match it: an OAuth caller is its
+    token's `sub` (a token without one: `client:<client_id>`), class `oauth`; a static token's
+    caller is its `name` (else its place, `server.tokens[2]`), class `static`; a call with no
+    identity (an open server, stdio) is `anonymous`, one caller for all."""
+    if identity is None or identity.via == "open":
+        return ANONYMOUS, "anonymous"
+    if identity.via == "static":
+        return identity.client_id or ANONYMOUS, "static"
+    if identity.subject is not None:
+        return identity.subject, "oauth"
+    return f"client:{identity.client_id or ''}", "oauth"
+
+
+class Admission:
+    """The rate limits and the token exchanges of the config of the moment (`update` at a
+    reload). `on_limited(limit, caller_class)` is told of each call a limit refuses."""
+
+    def __init__(
+        self,
+        limits: Sequence[RateLimitConfig] = (),
+        counters: RateCounters | None = None,
+        on_limited: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.limiter = RateLimiter(limits, counters)
+        self.exchange = TokenExchange()
+        self.on_limited = on_limited
+        self._exchanges: Mapping[str, TokenExchangeConfig] = {}
+        self._oauth: OAuthConfig | None = None
+
+    def update(
+        self,
+        limits: Sequence[RateLimitConfig],
+        exchanges: Mapping[str, TokenExchangeConfig],
+        oauth: OAuthConfig | None,
+    ) -> None:
+        self.limiter.update(limits)
+        self._exchanges = exchanges
+        self._oauth = oauth
+
+    @property
+    def active(self) -> bool:
+        """Whether any call needs looking at (else the pipeline skips `admit`)."""
+        return self.limiter.active or bool(self._exchanges)
+
+    async def admit(
+        self, decl: ToolDeclaration, surface: str, identity: Identity | None
+    ) -> str | None:
+        """Let the call through, or raise BridgeError (`rate_limited` with `retry_after`; an
+        exchange's failure). Answers the `Authorization` value the upstream is sent in place of
+        its own credential (None: its own)."""
+        if self.limiter.active:
+            caller, caller_class = caller_keys(identity)
+            keys = CallKeys(caller, caller_class, surface, decl.name, decl.upstream)
+            refused = await self.limiter.check(keys)
+            if refused is not None:
+                if self.on_limited is not None:
+                    self.on_limited(refused.limit, caller_class)
+                wait = round(refused.retry_after, 3)
+                raise BridgeError(
+                    f"rate limit {refused.limit!r} reached; retry after {wait:g} seconds",
+                    error_class="rate_limited",
+                    recoverability="retry_later",
+                    retry_after=wait,
+                    status="denied",
+                    details={"limit": refused.limit},
+                )
+        exchange = self._exchanges.get(decl.upstream)
+        if exchange is None:
+            return None
+        oauth = self._oauth
+        token = identity.token if identity is not None else None
+        if oauth is None or token is None or identity is None or identity.issuer is None:
+            raise BridgeError(
+                f"upstream {decl.upstream!r} acts for the caller, with a token the identity "
+                "provider exchanges for the caller's own: call with an OAuth access token of "
+                f"{oauth.issuer if oauth is not None else 'server.oauth.issuer'}",
+                error_class="credential_missing",
+                error_code="caller_token_required",
+                recoverability="setup",
+                status="denied",
+            )
+        client = (
+            (oauth.client_id, oauth.client_secret)
+            if oauth.client_id is not None and oauth.client_secret is not None
+            else None
+        )
+        exchanged = await self.exchange.token(decl.upstream, exchange, token, oauth.issuer, client)
+        return f"Bearer {exchanged}"
+
+    def secrets(self, upstream: str, authorization: str) -> list[str]:
+        """What an upstream's answer to a call carrying `authorization` must not show: the token
+        exchanged for the caller, and the exchange client's secret."""
+        secrets = [authorization.removeprefix("Bearer ")]
+        config = self._exchanges.get(upstream)
+        if config is not None and config.client_secret is not None:
+            secrets.append(config.client_secret.get_secret_value())
+        return secrets
+
+    async def aclose(self) -> None:
+        await self.limiter.aclose()
+        await self.exchange.aclose()
