@@ -221,20 +221,14 @@ class Invoker:
         """(media type, payload) of a persisted large result; with `surface`, only one a call
         through that surface made (a result stored before surfaces were kept with it: any). A
         token's caller never reads another surface's results, as it never sees its tools. A
-        store whose database is away: BridgeError `dependency_unavailable`, naming the store
-        (None with `away_as_none`)."""
+        store whose database is away raises StoreUnavailable (a BridgeError naming the store;
+        None with `away_as_none`)."""
         try:
             found = self.store.get_result(ref)
-        except StoreUnavailable as exc:
+        except StoreUnavailable:
             if away_as_none:
                 return None
-            raise BridgeError(
-                str(exc),
-                error_class="dependency_unavailable",
-                recoverability="retry_later",
-                retry_after=1.0,
-                error_code="store_unavailable",
-            ) from None
+            raise
         if found is None:
             return None
         media_type, payload, made_by = found

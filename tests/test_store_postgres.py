@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from bridge.catalog import Catalog
 from bridge.config import ConfigError, parse_config
@@ -24,6 +25,7 @@ from bridge.store.migrations import MIGRATIONS
 from bridge.store.postgres import PostgresStore
 from tests.fakes import FakeUpstream, tool
 from tests.pgserver import PostgresServer
+from tests.serve.mcp_support import MODERN, http_client
 from tests.serve.rest_env import config_with, serving
 from tests.servers import until
 
@@ -279,6 +281,14 @@ async def test_calls_go_on_while_the_database_is_away_and_nothing_is_lost(
             refused
         )
         assert "postgresql://bridge:***@127.0.0.1" in refused["error"]["message"]
+        status, refused, answer = await served.get(f"/tools/{served.tool_id('svc__echo')}/versions")
+        assert status == 503 and refused["error"]["error_class"] == "dependency_unavailable"
+        assert "store postgresql://bridge:***@" in refused["error"]["message"]
+        assert answer.headers["Retry-After"] == "1"
+        async with http_client(served.base, MODERN) as mcp:  # MCP's read of the result: an error
+            with pytest.raises(MCPError, match=r"store postgresql://bridge:\*\*\*@") as caught:
+                await mcp.read(f"bridge://results/{ref}")
+            assert caught.value.error.data["error_class"] == "dependency_unavailable"
         status, whole, _ = await served.post(
             "/invoke", {"tool": "svc__echo", "arguments": {"text": "y" * 500}}
         )

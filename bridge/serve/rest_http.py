@@ -32,6 +32,7 @@ from bridge.serve.auth import (
     identified,
     refusal_headers,
 )
+from bridge.store import StoreUnavailable
 from bridge.surface import Surface
 from bridge.telemetry import CallOrigin, valid_traceparent, valid_tracestate
 from bridge.text import quoted
@@ -472,6 +473,17 @@ def endpoint(handler: Handler) -> Handler:
             return error_response(exc)
         except WireFormatError as exc:
             return error_response(wire_error(exc))
+        except StoreUnavailable as exc:  # a read of the store while its database is away
+            error = exc.to_error()
+            return error_response(
+                ApiError(
+                    status_for(error),
+                    error.error_class,
+                    exc.message,
+                    error_code=exc.error_code,
+                    headers=retry_after_headers(error),
+                )
+            )
         except Exception:
             log.exception("%s %s failed", request.method, request.url.path)
             return error_response(

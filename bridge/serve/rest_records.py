@@ -185,17 +185,8 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
     async def get_result(request: Request) -> Response:
         surface = ctx.caller(request)
         ref = request.path_params["ref"]
-        try:  # another surface's result reads as none
-            found = bridge.invoker.get_persisted(ref, surface)
-        except BridgeError as exc:  # the store's database away
-            error = exc.to_error()
-            raise ApiError(
-                status_for(error),
-                error.error_class,
-                exc.message,
-                error_code=exc.error_code,
-                headers=retry_after_headers(error),
-            ) from None
+        # another surface's result reads as none; the store's database away: 503 (`endpoint`)
+        found = bridge.invoker.get_persisted(ref, surface)
         if found is None:
             raise ApiError(
                 404,

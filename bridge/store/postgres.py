@@ -245,7 +245,9 @@ class PostgresStore:
     def _unavailable(self, what: str) -> StoreUnavailable:
         return StoreUnavailable(
             f"store {self.path}: {what} cannot be read: its {self.unwritable} "
-            f"(since {self.unwritable_since}); retry once it is back"
+            f"(since {self.unwritable_since}); retry once it is back",
+            retry_after=1.0,
+            error_code="store_unavailable",
         )
 
     def _read(self, what: str, query: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
