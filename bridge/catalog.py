@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from bridge import names as naming
 from bridge.model import (
     SCHEMA_VERSION,
     InputContract,
@@ -24,7 +25,7 @@ from bridge.model import (
     takes_objects,
     tool_uuid,
 )
-from bridge.names import MAX_NAME, RESERVED_NAMES, exposed_name, pick_name, take_claimed_names
+from bridge.names import MAX_NAME, RESERVED_NAMES, exposed_name, pick_name
 from bridge.store import Store, StoreInterface
 from bridge.supervisor import NAME_SEPARATOR, UpstreamSlot, UpstreamSupervisor
 from bridge.text import has_surrogates, without_surrogates
@@ -256,8 +257,13 @@ class Catalog(UpstreamSupervisor):
                 prepared = await self._off_loop(self._prepare, slot, tools, added)
             finally:
                 slot.phase = None
-            change, names = self._commit(slot, *prepared, ready=True)
-        if names:  # kept for the next start; meanwhile the catalog has them
+            change, names = self._commit(slot, *prepared, ready=True, claim_now=False)
+        if names and self.store.shared:  # claimed off the loop, and renamed where another named
+            held = await self._off_loop(naming.claim, self.store, names, self._by_id, self._by_name)
+            renamed = naming.adopt(held, names, self._by_id, self._by_name, self._assigned)
+            self._holders = None
+            self._emit(CatalogChange(upstream=slot.name, updated=renamed))
+        elif names:  # kept for the next start; meanwhile the catalog has them
             await self._off_loop(self.store.save_names, names)
         return change
 
@@ -341,11 +347,16 @@ class Catalog(UpstreamSupervisor):
         return changed
 
     def _commit(
-        self, slot: UpstreamSlot, seen: set[str], changed: list[ToolDeclaration], ready: bool
+        self,
+        slot: UpstreamSlot,
+        seen: set[str],
+        changed: list[ToolDeclaration],
+        ready: bool,
+        claim_now: bool = True,
     ) -> tuple[CatalogChange, list[tuple[str, str, str, str]]]:
         """Merge prepared declarations (those new or changed, versioned) into the catalog: names,
         maps, change event; `seen` is every native id listed. Returns the change and the names
-        given, for the store."""
+        given, for the store (a shared one has them already, unless not `claim_now`)."""
         change = CatalogChange(
             upstream=slot.name, state_changed=ready and slot.health.state != "ready"
         )
@@ -380,10 +391,9 @@ class Catalog(UpstreamSupervisor):
             for alias in decl.aliases:
                 self._by_name.setdefault(alias, decl.tool_id)
         slot.health.tool_count = len(slot.tools)
-        if new_names and self.store.shared:  # named by the store, which then holds the names
-            self._assigned.update(
-                take_claimed_names(self.store, new_names, self._by_id, self._by_name)
-            )
+        if new_names and self.store.shared and claim_now:  # the store then holds the names
+            held = naming.claim(self.store, new_names, self._by_id, self._by_name)
+            naming.adopt(held, new_names, self._by_id, self._by_name, self._assigned)
             self._holders, new_names = None, []
         self._emit(change)
         return change, new_names

@@ -17,12 +17,13 @@ from bridge.supervisor import NAME_SEPARATOR
 __all__ = [
     "MAX_NAME",
     "RESERVED_NAMES",
+    "adopt",
     "bare_name",
+    "claim",
     "claimed_names",
     "exposed_name",
     "pick_name",
     "suffixed",
-    "take_claimed_names",
 ]
 
 log = logging.getLogger("bridge.catalog")
@@ -143,26 +144,46 @@ def claimed_names(
     return held
 
 
-def take_claimed_names(
+def claim(
     store: StoreInterface,
     given: list[tuple[str, str, str, str]],
     by_id: dict[str, ToolDeclaration],
     by_name: dict[str, str],
 ) -> dict[str, str]:
-    """Rename the tools just named (`given`: namespace, tool_id, name, native_id) to the names a
-    shared store holds for them (`claimed_names`): another replica may have named one first, or
-    given its name to another tool. `by_id` and `by_name` are the catalog's maps, renamed in
-    place; returns tool_id -> name of every tool given."""
+    """`claimed_names` of the tools just named (`given`: namespace, tool_id, name, native_id),
+    with `by_id` and `by_name` the catalog's maps (only read: it may run off the event loop)."""
     bases = {row[1]: exposed_name(row[0], by_id[row[1]].native_name) for row in given}
-    held = claimed_names(
+    return claimed_names(
         store, given, bases, lambda name, tool_id: by_name.get(name, tool_id) == tool_id
     )
-    moves = {tool_id: held[tool_id] for _, tool_id, name, _ in given if held[tool_id] != name}
+
+
+def adopt(
+    held: dict[str, str],
+    given: list[tuple[str, str, str, str]],
+    by_id: dict[str, ToolDeclaration],
+    by_name: dict[str, str],
+    assigned: dict[str, str],
+) -> list[ToolDeclaration]:
+    """Adopt the names a shared store holds (`held`, from `claim`) for the tools of `given`
+    still named so: another replica may have named one first, or given its name to
+    another tool. The catalog's maps (`by_id`, `by_name`, `assigned`: tool_id -> name given)
+    change in place; returns the tools renamed."""
+    moves = {
+        tool_id: held[tool_id]
+        for _, tool_id, name, _ in given
+        if held.get(tool_id, name) != name and tool_id in by_id and by_id[tool_id].name == name
+    }
     for tool_id in moves:  # every old name is let go first: two tools may swap theirs
         del by_name[by_id[tool_id].name]
+    renamed = []
     for tool_id, name in moves.items():
         decl = by_id[tool_id]
         if by_name.get(name, tool_id) == tool_id:  # else it keeps its own (held by another here)
             decl.name = name
+            renamed.append(decl)
         by_name[decl.name] = tool_id
-    return {tool_id: by_id[tool_id].name for _, tool_id, _, _ in given}
+    assigned.update(
+        (tool_id, by_id[tool_id].name) for _, tool_id, _, _ in given if tool_id in by_id
+    )
+    return renamed

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from bridge.catalog import Catalog
+from bridge.catalog import OFF_LOOP_TOOLS, Catalog
 from bridge.config import ConfigError, parse_config
 from bridge.masking import masked_url
 from bridge.model import now_iso
@@ -242,6 +242,34 @@ def test_the_catalogs_of_replicas_give_each_tool_one_name_and_id(postgres_url: s
         assert named[0] == named[1] == named[2]
         assert len(set(named[0].values())) == 3
         assert dict(_rows(postgres_url, "SELECT tool_id, name FROM tool_names")) == named[0]
+    finally:
+        for s in stores:
+            s.close()
+
+
+async def test_replicas_taking_large_listings_at_once_agree_on_names(postgres_url: str) -> None:
+    """Listings of OFF_LOOP_TOOLS tools or more claim their names off the event loop, then
+    adopt the store's: two replicas each take one half of colliding tools at once, then both
+    take all of them, and give each the same name."""
+    count = OFF_LOOP_TOOLS + 50
+    halves = (
+        [tool(f"get pet {n}", native_id=f"a{n}") for n in range(count)],
+        [tool(f"get/pet {n}", native_id=f"b{n}") for n in range(count)],
+    )
+    stores = [PostgresStore(postgres_url) for _ in range(2)]
+    catalogs = [Catalog(s) for s in stores]
+    try:
+        for catalog in catalogs:
+            catalog.add_upstream(FakeUpstream(name="api", tools=[]))
+        await asyncio.gather(
+            *(c.take_tools("api", half) for c, half in zip(catalogs, halves, strict=True))
+        )
+        every = [*halves[0], *halves[1]]
+        await asyncio.gather(*(c.take_tools("api", every) for c in catalogs))
+        named = [{d.tool_id: d.name for d in c.declarations()} for c in catalogs]
+        assert named[0] == named[1] and len(set(named[0].values())) == 2 * count
+        assert dict(_rows(postgres_url, "SELECT tool_id, name FROM tool_names")) == named[0]
+        assert all(c.resolve(name).tool_id == i for c in catalogs for i, name in named[0].items())
     finally:
         for s in stores:
             s.close()
