@@ -338,12 +338,13 @@ class MCPUpstream(
             )
 
     def _on_refused(self, method: str) -> None:
-        """A server asked for what the bridge does not declare (it should not have): said once per
-        method, not at every call of a tool that asks."""
+        """A server asked for what the bridge does not declare (roots), or what no caller of the
+        call can answer: said once per method, not at every call of a tool that asks."""
         if method not in self._refused_methods:
             self._refused_methods.add(method)
             log.warning(
-                "mcp upstream %s: the server sent %s, which the bridge does not declare; refused",
+                "mcp upstream %s: the server sent %s, which the bridge does not declare or the "
+                "call's caller cannot answer; refused",
                 self.name,
                 method,
             )

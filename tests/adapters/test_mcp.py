@@ -366,8 +366,9 @@ async def test_structured_output_and_is_error(bridge: Bridge, up: str) -> None:
 async def test_requests_for_sampling_elicitation_and_roots_are_refused_at_once(
     bridge: Bridge, up: str, what: str, method: str, refusal: str
 ) -> None:
-    # the bridge declares none of these client capabilities; a server that asks anyway is told
-    # no at once (handshake era), and a 2026-07-28 result asking for input fails the call
+    # the bridge declares sampling and elicitation (put to the caller of a call that can answer),
+    # not roots; a call with no such caller is told no at once (handshake era), and a 2026-07-28
+    # result asking for input fails the call
     async with asyncio.timeout(5):
         result = await call(bridge, f"{up}__ask", {"what": what})
     if UPSTREAMS[up] == MODERN:
@@ -379,15 +380,16 @@ async def test_requests_for_sampling_elicitation_and_roots_are_refused_at_once(
     else:
         assert result.status == "succeeded"
         assert result.content[0]["text"] == f"refused: {refusal}"
-    assert f"ask {what}: client declares []" in await server_events(bridge, up)
+    declared = "['elicitation', 'sampling']"
+    assert f"ask {what}: client declares {declared}" in await server_events(bridge, up)
 
 
 @module_loop
 async def test_a_refused_request_of_the_server_is_logged_once_per_method(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # a server that asks for what the bridge does not declare is told no at every ask, and the
-    # warning naming the method is said once per upstream, not at every call of the tool
+    # a server that asks for what the bridge does not declare, or no caller can answer, is told no
+    # at every ask, and the warning naming the method is said once per upstream
     caplog.set_level(logging.WARNING, logger="bridge.adapters.mcp")
     upstream = MCPUpstream(MCPConfig.model_validate(stdio_entry("asker", "legacy")))
     await upstream.start()
@@ -402,10 +404,11 @@ async def test_a_refused_request_of_the_server_is_logged_once_per_method(
     said = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "bridge.adapters.mcp" and "does not declare" in r.getMessage()
+        if r.name == "bridge.adapters.mcp" and "does not declare or" in r.getMessage()
     ]
     assert said == [
-        f"mcp upstream asker: the server sent {method}, which the bridge does not declare; refused"
+        f"mcp upstream asker: the server sent {method}, which the bridge does not declare or the "
+        "call's caller cannot answer; refused"
         for method in ("sampling/createMessage", "elicitation/create", "roots/list")
     ]
 
