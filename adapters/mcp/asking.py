@@ -11,7 +11,7 @@ capability: -32602 for elicitation, -32601 for sampling.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -21,6 +21,10 @@ from mcp.client.session import ClientRequestContext
 from bridge.upstream import CALLER_ASKS, Asker, AskRefused
 
 __all__ = ["ServerRequests"]
+
+_ROUNDS = 8  # rounds of questions one call may ask
+# sends the call again with the answers to its questions and the server's request state
+Resend = Callable[[dict[str, Any], str | None], Awaitable[dict[str, Any]]]
 
 _REFUSED = {
     "elicitation/create": (types.INVALID_PARAMS, "Elicitation not supported"),
@@ -86,3 +90,26 @@ class ServerRequests:
             return types.CreateMessageResult.model_validate(answer, by_name=False)
 
         return await self._put("sampling/createMessage", params, read)
+
+    async def _answered(self, raw: dict[str, Any], resend: Resend) -> dict[str, Any]:
+        """A 2026-07-28 server's `input_required` result of a call, its questions put to the
+        caller (as above) and the call sent again with the answers, until it answers otherwise
+        (at most `_ROUNDS` times). A question left unanswered leaves the result as it is: the
+        call then fails, saying what the server asked for."""
+        for _ in range(_ROUNDS):
+            if raw.get("resultType") != "input_required":
+                break
+            wanted = types.InputRequiredResult.model_validate(raw, by_name=False)
+            answers: dict[str, Any] = {}
+            for key, asked in (wanted.input_requests or {}).items():
+                if isinstance(asked, types.ElicitRequest):
+                    answer = await self._elicitation(None, asked.params)  # type: ignore[arg-type]
+                elif isinstance(asked, types.CreateMessageRequest):
+                    answer = await self._sampling(None, asked.params)  # type: ignore[arg-type]
+                else:
+                    return raw
+                if isinstance(answer, types.ErrorData):
+                    return raw
+                answers[key] = answer
+            raw = await resend(answers, wanted.request_state)
+        return raw

@@ -51,6 +51,8 @@ class ToolCalls:
 
         def _asking(self) -> AbstractContextManager[None]: ...
 
+        async def _answered(self, raw: dict[str, Any], resend: Any) -> dict[str, Any]: ...
+
     def _session(self) -> Client:
         raise NotImplementedError
 
@@ -85,6 +87,21 @@ class ToolCalls:
                     raw = await send_raw(
                         client, request, progress, ctx.trace_headers(), ctx.authorization
                     )
+                    if raw.get("resultType") == "input_required":
+
+                        async def resend(answers: dict[str, Any], state: str | None) -> Any:
+                            params = types.CallToolRequestParams(
+                                name=native_id,
+                                arguments=arguments,
+                                input_responses=answers,
+                                request_state=state,
+                            )
+                            again = types.CallToolRequest(params=params)
+                            return await send_raw(
+                                client, again, progress, ctx.trace_headers(), ctx.authorization
+                            )
+
+                        raw = await self._answered(raw, resend)
             except MCPError as exc:
                 if (
                     exc.code != types.HEADER_MISMATCH

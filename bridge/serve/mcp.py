@@ -51,6 +51,7 @@ from bridge.serve.mcp_notices import FeatureNotices
 from bridge.serve.mcp_prompts import PromptHandlers
 from bridge.serve.mcp_quota import SessionQuota
 from bridge.serve.mcp_resources import RESOURCE_NOT_FOUND, ResourceHandlers, resource_error
+from bridge.serve.mcp_rounds import Rounds
 from bridge.serve.mcp_sdk import open_transports, session_connection
 from bridge.serve.mcp_session import ChangeNotifier, SessionState, listing_for
 from bridge.surface import Surface
@@ -178,12 +179,9 @@ class MCPFrontend:
         }
         self.feature_notices = FeatureNotices(bridge, self.notifier.bus, bridge.surfaces.get)
         self.federated = self.feature_notices.federated
-        self.resources = ResourceHandlers(
-            self.federated, self.feature_notices, self._surface, page_size
-        )
-        self.prompts = PromptHandlers(
-            self.federated, self.feature_notices, self._surface, page_size
-        )
+        self.rounds = Rounds()
+        self.resources = ResourceHandlers(self.feature_notices, self._surface, page_size)
+        self.prompts = PromptHandlers(self.feature_notices, self._surface, page_size)
         with warnings.catch_warnings():  # logging/setLevel is served to handshake-era clients
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             self.server = self._build_server()
@@ -291,6 +289,7 @@ class MCPFrontend:
         while self._unwatch:
             self._unwatch.pop()()
         self.federated.close()
+        self.rounds.close()
         await self.feature_notices.aclose()
         await self.notifier.aclose()
 
@@ -411,8 +410,10 @@ class MCPFrontend:
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         surface = self._surface(ctx)
+        if self.rounds.takes(ctx, params):  # a 2026-07-28 client an upstream may ask
+            return await self.rounds.call(ctx, params, surface.name, self._call_tool)
         name, arguments = params.name, params.arguments or {}
         decl: ToolDeclaration | None = None
         # the output schema the client was listed for `name`: an error result must not carry

@@ -17,7 +17,6 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from bridge.model import BridgeError
-from bridge.serve.mcp_federated import Federated
 from bridge.serve.mcp_notices import LOG_LEVELS, FeatureNotices
 from bridge.serve.mcp_resources import mcp_error, page_of
 from bridge.surface import Surface
@@ -32,12 +31,11 @@ class PromptHandlers:
 
     def __init__(
         self,
-        federated: Federated,
         notices: FeatureNotices,
         surface_of: Callable[[ServerRequestContext[Any, Any]], Surface],
         page_size: int,
     ) -> None:
-        self.federated = federated
+        self.federated = notices.federated
         self.notices = notices
         self.surface_of = surface_of
         self.page_size = page_size

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from bridge.model import BridgeError
-from bridge.serve.mcp_federated import Federated, FederatedItem
+from bridge.serve.mcp_federated import FederatedItem
 from bridge.serve.mcp_notices import FeatureNotices
 from bridge.supervisor import UpstreamSlot
 from bridge.surface import Surface
@@ -67,12 +67,11 @@ class ResourceHandlers:
 
     def __init__(
         self,
-        federated: Federated,
         notices: FeatureNotices,
         surface_of: Callable[[ServerRequestContext[Any, Any]], Surface],
         page_size: int,
     ) -> None:
-        self.federated = federated
+        self.federated = notices.federated
         self.notices = notices
         self.surface_of = surface_of
         self.page_size = page_size

@@ -134,13 +134,12 @@ async def handshake(
 
 
 @contextlib.asynccontextmanager
-async def modern(url: str, token: str = ALL) -> AsyncIterator[Client]:
+async def modern(url: str, token: str = ALL, **callbacks: Any) -> AsyncIterator[Client]:
     async with httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(10, read=30)
     ) as http:
-        async with Client(
-            streamable_http_client(f"{url}/mcp", http_client=http), mode=MODERN, cache=None
-        ) as client:
+        transport = streamable_http_client(f"{url}/mcp", http_client=http)
+        async with Client(transport, mode=MODERN, cache=None, **callbacks) as client:
             yield client
 
 
@@ -374,3 +373,34 @@ async def test_a_client_that_cannot_answer_has_the_upstreams_request_refused_wit
     async with modern(fed.url) as client:
         result = await client.call_tool("fx__ask", {})
         assert text(result) == f"refused {types.INVALID_PARAMS}"
+
+
+ASKED = {"action": "accept", "content": {"name": "Ann"}}
+
+
+@pytest.mark.parametrize("tool", ["fx__", ""])
+async def test_a_modern_client_is_asked_through_input_required_results(
+    fed: Federation, tool: str
+) -> None:
+    """A 2026-07-28 client gets the question as an input_required result and its retry resumes
+    the call, whether the upstream asked on its session (fx) or in a result of its own (plain)."""
+    async with modern(fed.url, elicitation_callback=elicited, sampling_callback=sampled) as client:
+        assert json.loads(text(await client.call_tool(f"{tool}ask", {}))) == ASKED
+        assert text(await client.call_tool(f"{tool}sample", {})) == "test-model: Say hi!"
+        with pytest.raises(MCPError) as caught:  # a state no held call has
+            await client.session.call_tool("ask", {}, request_state="made-up")
+        assert caught.value.code == types.INVALID_PARAMS
+
+
+async def test_an_upstreams_input_required_result_is_put_to_a_handshake_client(
+    fed: Federation,
+) -> None:
+    async with handshake(fed.url, elicitation_callback=elicited, sampling_callback=sampled) as (
+        session,
+        _,
+    ):
+        assert json.loads(text(await session.call_tool("ask", {}))) == ASKED
+        assert text(await session.call_tool("sample", {})) == "test-model: Say hi!"
+    async with modern(fed.url) as client:  # nobody to answer: the call fails, saying so
+        result = await client.call_tool("ask", {})
+        assert result.is_error and "elicitation/create" in result.content[0].text  # type: ignore[union-attr]

@@ -88,6 +88,8 @@ def build_server(label: str = "fx") -> tuple[Server[Any], FeaturesState]:
                 if LEVELS.index(level) >= LEVELS.index(state.level):
                     await ctx.session.send_log_message(level, {"said": level}, "talk")
             return types.CallToolResult(content=_text("logged"))
+        if params.name in ("ask", "sample") and modern:
+            return _ask_modern(params)
         if params.name in ("ask", "sample"):
             return types.CallToolResult(content=_text(await _ask(ctx, params.name)))
         if params.name == "events":
@@ -190,6 +192,32 @@ def build_server(label: str = "fx") -> tuple[Server[Any], FeaturesState]:
     return server, state
 
 
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}}
+SAY_HI = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="Say hi"))
+
+
+def _said(answer: Any) -> str:
+    if isinstance(answer, types.ElicitResult):
+        return json.dumps({"action": answer.action, "content": answer.content})
+    content = answer.content
+    return f"{answer.model}: {content.text if isinstance(content, types.TextContent) else content}"
+
+
+def _ask_modern(params: types.CallToolRequestParams) -> Any:
+    """The same questions in the 2026-07-28 way: an input_required result, answered on retry."""
+    answer = (params.input_responses or {}).get("q")
+    if answer is not None and params.request_state == "asked":
+        return types.CallToolResult(content=_text(_said(answer)))
+    question: Any
+    if params.name == "ask":
+        form = types.ElicitRequestFormParams(message="Who are you?", requested_schema=SCHEMA)
+        question = types.ElicitRequest(params=form)
+    else:
+        sampling = types.CreateMessageRequestParams(messages=[SAY_HI], max_tokens=10)
+        question = types.CreateMessageRequest(params=sampling)
+    return types.InputRequiredResult(input_requests={"q": question}, request_state="asked")
+
+
 async def _ask(ctx: Any, what: str) -> str:
     """Put an elicitation or a sampling request to the client during the call; its answer, or
     `refused <code>`."""
@@ -197,19 +225,14 @@ async def _ask(ctx: Any, what: str) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             if what == "ask":
-                schema = {"type": "object", "properties": {"name": {"type": "string"}}}
                 answer = await ctx.session.elicit_form(
-                    "Who are you?", schema, related_request_id=ctx.request_id
+                    "Who are you?", SCHEMA, related_request_id=ctx.request_id
                 )
-                return json.dumps({"action": answer.action, "content": answer.content})
-            message = types.SamplingMessage(
-                role="user", content=types.TextContent(type="text", text="Say hi")
-            )
+                return _said(answer)
             sampled = await ctx.session.create_message(
-                [message], max_tokens=10, related_request_id=ctx.request_id
+                [SAY_HI], max_tokens=10, related_request_id=ctx.request_id
             )
-            content = sampled.content
-            return f"{sampled.model}: {content.text if isinstance(content, types.TextContent) else content}"
+            return _said(sampled)
     except MCPError as exc:
         return f"refused {exc.code}"
 
