@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bridge.config import parse_config
-from bridge.runtime import Bridge
+from bridge.runtime import Bridge, settle_gc
 from bridge.serve.app import build_app, close_app
 from bridge.upstream import Upstream
 from tests.serve.rest_env import indexed
@@ -66,9 +66,14 @@ class ThreadedBridge:
     """A started bridge over `upstreams`, served on loopback by a thread's event loop."""
 
     def __init__(
-        self, config: dict[str, Any], upstreams: list[Upstream], start_timeout: float = 60
+        self,
+        config: dict[str, Any],
+        upstreams: list[Upstream],
+        start_timeout: float = 60,
+        settle_gc: bool = False,
     ) -> None:
         self.config = config
+        self.settle_gc = settle_gc
         self.start_timeout = start_timeout
         self.upstreams = upstreams
         self.base = ""
@@ -106,6 +111,8 @@ class ThreadedBridge:
         bridge = self.bridge = Bridge(parse_config(self.config), extra_upstreams=self.upstreams)
         await bridge.start()
         await indexed(bridge)
+        if self.settle_gc:  # as bridge serve does once started (process-wide: for benches)
+            settle_gc()
         app = build_app(bridge)
         self.recorder = Recorder(app)
         try:

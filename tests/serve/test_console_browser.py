@@ -257,8 +257,8 @@ def test_another_surface_sees_no_hidden_tool(world: Any, browser: Any, tmp_path:
         "/catalog?placement=blocked",
         "/upstreams",
         "/surface",
-        "/tool/crm__find_customer",
         "/catalog?q=read",
+        "/tool/crm__find_customer",
     ):
         visit(browser, served.base, route)
         pages.append(browser.page_source)
