@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from typing import Any, Literal
 
 from bridge.model import ToolDeclaration, VersionRecord, now_iso
-from bridge.store import StoreInterface
+from bridge.store import StoreInterface, StoreUnavailable
 
 __all__ = [
     "Signed",
@@ -19,6 +20,8 @@ __all__ = [
     "sign",
     "signature_of",
 ]
+
+log = logging.getLogger("bridge.catalog")
 
 
 def signature_of(decl: ToolDeclaration) -> dict[str, Any]:
@@ -181,9 +184,10 @@ class VersionRegistry:
                 decl.version, decl.signature_digest = known[0], digest
                 continue
             else:
-                stored = self.store.get_version(decl.namespace, decl.tool_id, known[0])
-                previous = stored.signature if stored else {}
-                version, compatibility = known[0] + 1, classify_change(previous, signature)
+                version, compatibility = (
+                    known[0] + 1,
+                    self._compatibility(decl, known[0], signature),
+                )
             added.append((decl.tool_id, version, compatibility))
             rows.append(
                 (decl.namespace, decl.tool_id, version, digest, compatibility, created_at, blob)
@@ -192,6 +196,26 @@ class VersionRegistry:
             decl.version, decl.signature_digest = version, digest
         self.store.add_version_rows(rows)
         return added
+
+    def _compatibility(
+        self, decl: ToolDeclaration, latest: int, signature: dict[str, Any]
+    ) -> Literal["compatible", "breaking"]:
+        """How a tool's new signature compares with its latest version's. While a shared store's
+        database is away that one cannot be read: the change counts as breaking (said), so the
+        listing is taken and a pinned call to an older version is refused rather than served
+        against a signature that may not take its arguments."""
+        try:
+            stored = self.store.get_version(decl.namespace, decl.tool_id, latest)
+        except StoreUnavailable as exc:
+            log.warning(
+                "tool %s of %s: version %d counted breaking: %s",
+                decl.native_name,
+                decl.namespace,
+                latest + 1,
+                exc,
+            )
+            return "breaking"
+        return classify_change(stored.signature if stored else {}, signature)
 
     def latest(self, tool_id: str) -> int | None:
         known = self._latest.get(tool_id)

@@ -275,6 +275,28 @@ async def test_replicas_taking_large_listings_at_once_agree_on_names(postgres_ur
             s.close()
 
 
+def test_a_tool_that_changes_while_the_database_is_away_gets_its_version(
+    postgres_server: PostgresServer, store: PostgresStore, postgres_url: str
+) -> None:
+    """Its last version's signature cannot be read to compare: the new one counts as breaking,
+    and the listing is taken (a listing that failed took the upstream's tools away)."""
+    catalog = Catalog(store)
+    catalog.add_upstream(FakeUpstream(name="api", tools=[]))
+    catalog.apply_tools("api", [tool("echo")])
+    postgres_server.stop()
+    try:
+        catalog.apply_tools("api", [tool("echo", props={"other": {"type": "string"}})])
+        decl = catalog.resolve("api__echo")
+        assert decl is not None and decl.version == 2 and decl.loading_state == "loaded"
+    finally:
+        postgres_server.start()
+    _until(lambda: store.unwritable is None)
+    assert _rows(postgres_url, "SELECT version, compatibility FROM versions ORDER BY version") == [
+        (1, "initial"),
+        (2, "breaking"),
+    ]
+
+
 async def test_calls_go_on_while_the_database_is_away_and_nothing_is_lost(
     postgres_server: PostgresServer, postgres_url: str
 ) -> None:
