@@ -39,6 +39,9 @@ TOO_LARGE = "answered more than max_response_bytes="
 RESUMED_TOO_OFTEN = "times without the answer"
 MAX_RESUMPTIONS = 100
 _LISTEN = "subscriptions/listen"
+# What of an event stream the adapter reads on, once it has what it wanted, to reuse the connection.
+DRAIN_BYTES = 64 << 10
+DRAIN_SECONDS = 0.1
 
 
 class _Count:
@@ -101,6 +104,7 @@ class _BoundedStream(httpx2.AsyncByteStream):
             what,
         )
         self.count = count
+        self.ended = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         count = self.count
@@ -111,11 +115,27 @@ class _BoundedStream(httpx2.AsyncByteStream):
         async for chunk in self.chunks:
             count.seen += len(chunk)
             if count.seen > self.limit:
+                self.ended = True  # refused: nothing more of it is read
                 raise self.error(f"{self.what} {TOO_LARGE}{self.limit}")
             yield chunk
+        self.ended = True
 
     async def aclose(self) -> None:
-        await self.close()
+        """Close the body; an event stream left once its answer is in is first read to its end
+        (`DRAIN_BYTES` and `DRAIN_SECONDS` at most), which the server writes right after the
+        answer: a body read to its end leaves its connection to the pool for the next request,
+        where one closed early is dropped and the next request pays a new connection (and TLS
+        handshake)."""
+        try:
+            if not self.ended and self.error is _SSEAnswerTooLarge:
+                with anyio.move_on_after(DRAIN_SECONDS):
+                    drained = 0
+                    async for chunk in self.chunks:
+                        drained += len(chunk)
+                        if drained > DRAIN_BYTES:
+                            break
+        finally:
+            await self.close()
 
 
 def bound_answer(response: httpx2.Response, limit: int, what: str) -> None:

@@ -25,6 +25,8 @@ from tests.servers import (
     forward_proxy,
     free_port,
     proxy_loopback_too,
+    read_body,
+    replaying,
     serve_asgi,
 )
 
@@ -437,3 +439,30 @@ async def test_a_server_certificate_that_fails_its_check_is_a_setup_problem_at_s
         assert server.calls == ["echo"]
     finally:
         await first.__aexit__(None, None, None)
+
+
+async def test_calls_reuse_one_connection_when_each_answer_comes_as_an_event_stream() -> None:
+    """The SDK's server answers each POST with an event stream it ends right after the answer:
+    the calls go over one kept-alive connection, not a new one each (the answer's stream is
+    read to its end before it is closed)."""
+    from tests.adapters.mcp_fixtures.server import build_server
+
+    server, _ = build_server()
+    app = server.streamable_http_app()
+    calls_from: list[tuple[str, int]] = []
+
+    async def recording(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            body = await read_body(receive)
+            if b'"tools/call"' in body:
+                calls_from.append(scope["client"])
+            receive = replaying(body, receive)
+        await app(scope, receive, send)
+
+    async with serve_asgi(recording) as base:
+        async with make_bridge(base) as bridge:
+            for n in range(5):
+                result = await bridge.invoker.invoke("big__echo", {"text": f"call {n}"})
+                assert result.content[0]["text"] == f"call {n}", result
+    assert len(calls_from) == 5
+    assert len(set(calls_from)) == 1, calls_from
