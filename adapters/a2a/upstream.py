@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 from pydantic import ValidationError
 
 from adapters.a2a.agent import Agent
+from adapters.a2a.asking import answered_by_caller
 from adapters.a2a.card import (
     CardFetch,
     CardSource,
@@ -406,7 +407,13 @@ class A2AUpstream(CallFailures, Upstream):
                 details={"task_id": tracker.task_id} if tracker.task_id else None,
             ) from None
         self._remember_question(tracker)
-        return result_from_tracker(tracker, ref)
+        result = result_from_tracker(tracker, ref)
+
+        async def reply(text: str, task_id: str, context_id: str) -> UpstreamResult:
+            answer = {"message": text, "task_id": task_id, "context_id": context_id}
+            return await self.invoke(native_id, answer, ctx)
+
+        return await answered_by_caller(result, reply)
 
     def _remember_question(self, tracker: TaskTracker) -> None:
         """The status timestamp of a question given back (`needs_input`), by task id: the snapshot
