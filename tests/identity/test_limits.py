@@ -164,3 +164,16 @@ async def test_a_limit_hit_is_429_with_retry_after_and_lifted_when_the_bucket_re
         )
         == 2
     )
+
+
+async def test_a_reload_applies_new_limits_and_a_kept_name_keeps_its_buckets():
+    upstream = svc()
+    async with serving(upstream, config=limited()) as served:
+        call = {"tool": "svc__read", "arguments": {"text": "x"}}
+        for _ in range(2):
+            assert (await served.post("/invoke", call, token="token-of-alice"))[0] == 200
+        await served.bridge.reload(parse_config(limited(rate="5/min")))  # same name, a larger rate
+        # the bucket was kept with its 0 tokens; 5/min would have given a fresh one 5
+        assert (await served.post("/invoke", call, token="token-of-alice"))[0] == 429
+        await served.bridge.reload(parse_config(config_with(server=limited()["server"])))
+        assert (await served.post("/invoke", call, token="token-of-alice"))[0] == 200
