@@ -6,10 +6,9 @@ a list made once."""
 
 from __future__ import annotations
 
-import functools
 import itertools
+import operator
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,40 +38,29 @@ class CatalogFilters:
     destructive: bool | None = None
     placement: str | None = None  # loaded, deferred or blocked
 
-    def checks(self) -> list[Callable[[ToolDeclaration], bool]]:
-        """One test per filter given (a listing applies them one after the other, each pass over
-        what the one before kept)."""
-        given: tuple[tuple[Any, Callable[[Any, ToolDeclaration], bool]], ...] = (
-            (self.upstream, _in_upstream),
-            (self.kind, _of_kind),
-            (self.tag, _tagged),
-            (self.read_only, _read_only_is),
-            (self.destructive, _destructive_is),
-        )
-        return [functools.partial(test, value) for value, test in given if value is not None]
-
     def keeps(self, decl: ToolDeclaration) -> bool:
-        return all(check(decl) for check in self.checks())
+        return (
+            (self.upstream is None or decl.namespace == self.upstream)
+            and (self.kind is None or decl.tool_kind == self.kind)
+            and (self.tag is None or self.tag in decl.tags)
+            and (self.read_only is None or decl.safety.read_only == self.read_only)
+            and (self.destructive is None or decl.safety.destructive == self.destructive)
+        )
 
-
-def _in_upstream(name: str, decl: ToolDeclaration) -> bool:
-    return decl.namespace == name
-
-
-def _of_kind(kind: str, decl: ToolDeclaration) -> bool:
-    return decl.tool_kind == kind
-
-
-def _tagged(tag: str, decl: ToolDeclaration) -> bool:
-    return tag in decl.tags
-
-
-def _read_only_is(value: bool, decl: ToolDeclaration) -> bool:
-    return decl.safety.read_only == value
-
-
-def _destructive_is(value: bool, decl: ToolDeclaration) -> bool:
-    return decl.safety.destructive == value
+    def apply(self, tools: list[ToolDeclaration]) -> list[ToolDeclaration]:
+        """The tools that pass, in their order: one pass per filter given, each over what the one
+        before kept, with the comparison written out (a call per tool and filter cost as much)."""
+        if self.upstream is not None:
+            tools = [d for d in tools if d.namespace == self.upstream]
+        if self.kind is not None:
+            tools = [d for d in tools if d.tool_kind == self.kind]
+        if self.tag is not None:
+            tools = [d for d in tools if self.tag in d.tags]
+        if self.read_only is not None:
+            tools = [d for d in tools if d.safety.read_only == self.read_only]
+        if self.destructive is not None:
+            tools = [d for d in tools if d.safety.destructive == self.destructive]
+        return tools
 
 
 def tool_summary(decl: ToolDeclaration, surface: Surface) -> dict[str, Any]:
@@ -110,44 +98,48 @@ class CatalogListing:
         # (surface name, catalog generation, filters) -> the sorted declarations that pass
         self._lists: LRUCache[tuple[Any, ...], list[ToolDeclaration]] = LRUCache(maxsize=32)
         self._facets: LRUCache[tuple[Any, ...], dict[str, Any]] = LRUCache(maxsize=16)
+        # (surface name, catalog generation) -> (the tools it lists, those it blocks and tells of)
+        self._placements: LRUCache[tuple[Any, ...], tuple[list[Any], list[Any]]] = LRUCache(8)
 
     def _key(self, surface: Surface, *rest: Any) -> tuple[Any, ...]:
         return (surface.name, id(surface), self.bridge.catalog.generation, *rest)
 
+    def _placed(self, surface: Surface) -> tuple[list[ToolDeclaration], list[ToolDeclaration]]:
+        """(the tools the surface lists, those it blocks and tells of), each by name, from one
+        pass over the catalog."""
+        key = self._key(surface)
+        found = self._placements.get(key)
+        if found is None:
+            shown: list[ToolDeclaration] = []
+            blocked: list[ToolDeclaration] = []
+            place = surface.place
+            for decl in self.bridge.catalog.declarations():
+                placement = place(decl)
+                if placement.state != "blocked":
+                    shown.append(decl)
+                elif not placement.hidden:
+                    blocked.append(decl)
+            by_name = operator.attrgetter("name")
+            shown.sort(key=by_name)
+            blocked.sort(key=by_name)
+            found = self._placements[key] = (shown, blocked)
+        return found
+
     def shown(self, surface: Surface) -> list[ToolDeclaration]:
         """Every tool the surface lists (loaded and deferred), by name."""
-        key = self._key(surface, "shown")
-        found = self._lists.get(key)
-        if found is None:
-            found = sorted(
-                (d for d in self.bridge.catalog.declarations() if surface.visible(d)),
-                key=lambda d: d.name,
-            )
-            self._lists[key] = found
-        return found
+        return self._placed(surface)[0]
 
     def blocked(self, surface: Surface) -> list[ToolDeclaration]:
         """The tools the surface blocks and tells its callers of (with a reason they can act on),
         by name; those its own rules block are hidden, and left out."""
-        key = self._key(surface, "blocked")
-        found = self._lists.get(key)
-        if found is None:
-            found = []
-            for decl in self.bridge.catalog.declarations():
-                placement = surface.place(decl)
-                if placement.state == "blocked" and not placement.hidden:
-                    found.append(decl)
-            found.sort(key=lambda d: d.name)
-            self._lists[key] = found
-        return found
+        return self._placed(surface)[1]
 
     def listed(self, surface: Surface, filters: CatalogFilters) -> list[ToolDeclaration]:
         key = self._key(surface, filters)
         found = self._lists.get(key)
         if found is None:
             found = self.blocked(surface) if filters.placement == "blocked" else self.shown(surface)
-            for check in filters.checks():
-                found = [d for d in found if check(d)]
+            found = filters.apply(found)
             if filters.placement in ("loaded", "deferred"):
                 place = surface.place
                 found = [d for d in found if place(d).state == filters.placement]
