@@ -8,7 +8,7 @@ EXTRAS ?= test
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: setup serve lint test bench clean
+.PHONY: setup serve serve-cluster lint test bench clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,14 @@ SERVE_OPTIONS = $(if $(call given,HOST), --host $(call given,HOST))$(if $(call g
 
 serve: $(STAMP)
 	$(VENV)/bin/bridge serve -c $(CONFIG)$(SERVE_OPTIONS)
+
+# Redis from its wheel and three replicas of `bridge serve` on free loopback ports, sharing it
+# (configs/cluster.yaml, docs/deploy.md); Ctrl-C stops them all
+REPLICAS ?= 3
+CLUSTER_CONFIG ?= configs/cluster.yaml
+
+serve-cluster: $(STAMP)
+	$(PY) -m bridge.demo.cluster --config $(CLUSTER_CONFIG) --replicas $(REPLICAS)
 
 # lint and format check (ruff) and types (mypy, over bridge/ and adapters/); `make test` runs it
 # first; `$(VENV)/bin/ruff format .` formats the tree

@@ -34,6 +34,7 @@ from bridge.documents import RepeatedKey, expanded_size, unique_object
 from bridge.exchange_config import TokenExchangeConfig, exchange_problems, take_exchange
 from bridge.limits_config import RateLimitConfig
 from bridge.oauth_config import OAuthConfig
+from bridge.redis_config import RedisConfig
 from bridge.telemetry_config import AuditConfig, LoggingConfig, TelemetryConfig, audit_problems
 from bridge.upstream import ConfigValueError, UpstreamConfig, known_kinds, upstream_class
 
@@ -272,6 +273,8 @@ class BridgeConfig(_Strict):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    # what replicas share while they run (docs/deploy.md); none: MCP sessions in this process
+    redis: RedisConfig | None = None
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     mcpServers: dict[str, Any] = Field(default_factory=dict)
     surfaces: list[SurfaceConfig] = Field(default_factory=list)

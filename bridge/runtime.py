@@ -20,6 +20,7 @@ from bridge.identity import Admission, Authenticator
 from bridge.invoke import Invoker
 from bridge.model import ToolSearchResult
 from bridge.search import ToolSearch
+from bridge.shared_state import SharedState
 from bridge.sidecar import with_free_port
 from bridge.store import StoreError, open_store
 from bridge.supervisor import UpstreamSlot
@@ -120,6 +121,27 @@ class Bridge:
             "(all of them while its disk refuses writes)",
             lambda: self.store.waiting() + self.invoker.log_rows_waiting(),
         )
+        # what replicas share through Redis (redis.url); None: one process keeps it in memory
+        self.shared: SharedState | None = None
+        if config.redis is not None:
+            redis = config.redis
+            self.shared = SharedState(
+                redis.url,
+                session_ttl=redis.session_ttl or config.server.mcp_session_idle_timeout,
+                prefix=redis.key_prefix,
+                timeout=redis.timeout,
+            )
+            link = self.shared.link
+            metrics.gauge(
+                "bridge_redis_round_trips",
+                "Round trips to Redis (a pipeline of commands is one) since the start",
+                lambda: link.round_trips,
+            )
+            metrics.gauge(
+                "bridge_redis_reachable",
+                "1 while Redis answers, 0 while it cannot be reached",
+                lambda: 1.0 if link.available else 0.0,
+            )
         self._reloading = asyncio.Lock()
         self._reload_listeners: list[Callable[[], None]] = []
         self._started = asyncio.Event()
@@ -329,6 +351,8 @@ class Bridge:
         await self.telemetry.aclose()
         self.search.close()
         self.store.close()
+        if self.shared is not None:
+            await self.shared.aclose()
 
     async def __aenter__(self) -> Bridge:
         await self.start()

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from bridge import config as bridge_config
 from bridge.cli import build_parser
+from bridge.redis_config import RedisConfig
 from bridge.upstream import LaunchConfig, UpstreamConfig, known_kinds, upstream_class
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -78,6 +79,7 @@ def config_page() -> str:
         ("### `telemetry`", bridge_config.TelemetryConfig),
         ("### `logging`", bridge_config.LoggingConfig),
         ("### `audit`", bridge_config.AuditConfig),
+        ("### `redis`", RedisConfig),
         ("## Upstreams", UpstreamConfig),
     ],
 )

@@ -90,3 +90,24 @@ def test_the_demo_surface_loads_the_demo_catalog():
         catalog.apply_tools(name, upstream.tools)
     surface = Surfaces(config.surfaces, catalog).require(None)
     assert {surface.place(d).state for d in catalog.declarations()} == {"loaded"}
+
+
+@needs_make
+def test_make_serve_cluster_starts_the_cluster_launcher_on_the_cluster_config():
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    done = subprocess.run(
+        ["make", "-n", "-s", "serve-cluster", "REPLICAS=2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    line = [line for line in done.stdout.splitlines() if "bridge.demo.cluster" in line][-1]
+    assert (
+        line == ".venv/bin/python -m bridge.demo.cluster --config configs/cluster.yaml --replicas 2"
+    )
+    # every replica's store is its own, and each reads Redis's URL from its environment
+    config = load_config(ROOT / "configs" / "cluster.yaml")
+    assert config.redis is not None and config.store.path.endswith("replica-1.db")

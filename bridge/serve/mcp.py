@@ -54,6 +54,7 @@ from bridge.serve.mcp_resources import RESOURCE_NOT_FOUND, ResourceHandlers, res
 from bridge.serve.mcp_rounds import Rounds
 from bridge.serve.mcp_sdk import open_transports, session_connection
 from bridge.serve.mcp_session import ChangeNotifier, SessionState, listing_for
+from bridge.serve.mcp_shared import shared_gate, shared_record
 from bridge.surface import Surface
 from bridge.telemetry import CallOrigin, from_meta, valid_traceparent, valid_tracestate
 from bridge.translate.mcp import is_modern, render_output_schema, render_result, render_tool
@@ -251,7 +252,7 @@ class MCPFrontend:
         for index, route in enumerate(app.router.routes):
             if isinstance(route, Route) and route.path == path:
                 self.sessions = SessionQuota(
-                    route.endpoint,
+                    shared_gate(route.endpoint, self.bridge, self.server, self.notifier),
                     per_client=server_config.mcp_max_sessions_per_client,
                     total=server_config.mcp_max_sessions,
                     idle_timeout=server_config.mcp_session_idle_timeout,
@@ -357,7 +358,7 @@ class MCPFrontend:
         connection = session_connection(ctx.session)
         if connection is None:
             return None
-        return self.notifier.state_for(connection, ctx.session, surface)
+        return self.notifier.state_for(connection, surface, shared_record(ctx.request))
 
     def _input_schema_of(self, name: str) -> dict[str, Any] | None:
         """The schema the SDK checks a 2026-07-28 call's `Mcp-Param-*` headers against before
@@ -541,11 +542,13 @@ class MCPFrontend:
         found = [catalog.get(ref.tool_id) for ref in result.matches]
         if state is not None:
             deferred = [d for d in found if d is not None and surface.place(d).state == "deferred"]
-            if self.notifier.load(state, deferred):
+            grew = await self.notifier.load(state, deferred)
+            if grew:
                 state.fingerprint = listing_for(surface, state).fingerprint
                 await ctx.session.send_notification(
                     types.ToolListChangedNotification(), related_request_id=ctx.request_id
                 )
+            state = None if grew is None else state  # not added (Redis away): use call_tool
         suggested = [catalog.get(ref.tool_id) for ref in result.suggestions or ()]
         native_names = {d.tool_id: d.native_name for d in (*found, *suggested) if d is not None}
         payload = search_payload(result, by_name=state is not None, native_names=native_names)

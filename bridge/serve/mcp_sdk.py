@@ -1,13 +1,28 @@
 """What the MCP frontend takes from the MCP SDK's server beyond its public API, in one place: the
-connection behind a request's session proxy (what lives as long as a client's session), and the
-session manager's table of open streamable HTTP transports. tests/serve/test_mcp_sdk.py fails,
-naming the member, when an SDK release moves one of them."""
+connection behind a request's session proxy (what lives as long as a client's session), the
+session manager's table of open streamable HTTP transports, and the manager's members a session
+opened by another replica is taken up with (its task group, lifespan state, owners and discard).
+tests/serve/test_mcp_sdk.py fails, naming the member, when an SDK release moves one of them."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["open_transports", "session_connection"]
+import anyio
+from anyio.abc import TaskStatus
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
+from mcp.server.connection import Connection
+from mcp.server.runner import serve_connection
+from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.transport_context import TransportContext
+from mcp_types import InitializeRequestParams
+
+__all__ = ["adopt_session", "end_session", "held_session", "open_transports", "session_connection"]
+
+log = logging.getLogger("bridge.serve.mcp")
 
 
 def session_connection(session: Any) -> Any:
@@ -18,3 +33,72 @@ def session_connection(session: Any) -> Any:
 def open_transports(manager: Any) -> list[Any]:
     """The streamable HTTP transports a session manager holds open (one per session)."""
     return list(manager._server_instances.values())
+
+
+def held_session(manager: Any, session_id: str) -> Any:
+    """The transport of a session the manager holds, or None."""
+    return manager._server_instances.get(session_id)
+
+
+async def end_session(manager: Any, session_id: str) -> None:
+    """End a session the manager holds (its streams close), as its client's DELETE would."""
+    transport = manager._server_instances.get(session_id)
+    if transport is not None:
+        await manager._discard_session(session_id, transport)
+
+
+async def adopt_session(
+    manager: Any,
+    session_id: str,
+    user: Any,
+    protocol_version: str,
+    client_params: dict[str, Any],
+    adopted: Callable[[Connection], object],
+) -> None:
+    """Hold a session opened by another server (a replica) as if its `initialize` had been
+    answered here: a transport with its id, owned by `user`'s principal, and a connection that
+    starts initialized with the protocol version and client parameters it negotiated. The
+    connection is handed to `adopted` before the first request reaches it. It ends as a session
+    of the manager's own does: by DELETE, by its idle timeout, or with the manager."""
+    transport = StreamableHTTPServerTransport(
+        mcp_session_id=session_id,
+        is_json_response_enabled=manager.json_response,
+        event_store=manager.event_store,
+        security_settings=manager.security_settings,
+        retry_interval=manager.retry_interval,
+        idle_timeout=manager.session_idle_timeout,
+    )
+    if isinstance(user, AuthenticatedUser):
+        manager._session_owners[session_id] = authorization_context(user)
+    manager._server_instances[session_id] = transport
+    params = InitializeRequestParams.model_validate(client_params, by_name=False)
+
+    async def run_server(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with transport.connect() as (read_stream, write_stream):
+            dispatcher: JSONRPCDispatcher[TransportContext] = JSONRPCDispatcher(
+                read_stream, write_stream, inline_methods=frozenset({"initialize"})
+            )
+            connection = Connection.for_loop(dispatcher, session_id=session_id)
+            connection.client_params = params
+            connection.protocol_version = protocol_version
+            connection.initialized.set()
+            adopted(connection)
+            task_status.started()
+            try:
+                with transport.idle_scope or anyio.CancelScope():
+                    await serve_connection(
+                        manager.app,
+                        dispatcher,
+                        connection=connection,
+                        lifespan_state=manager._lifespan_state,
+                    )
+            except Exception:
+                log.exception("MCP session %s… crashed", session_id[:8])
+            finally:
+                await manager._discard_session(session_id, transport)
+
+    try:
+        await manager._task_group.start(run_server)
+    except BaseException:
+        await manager._discard_session(session_id, transport)
+        raise

@@ -5,7 +5,9 @@ deferred, the `search_tools` and `call_tool` meta tools. A handshake-era session
 deferred tools it loaded through search. When the catalog changes, the notifier recomputes each
 listing after a short debounce and tells only the callers whose listing changed: handshake-era
 sessions with `notifications/tools/list_changed` on their connection, 2026-07-28 callers through
-the `subscriptions/listen` streams of their surface.
+the `subscriptions/listen` streams of their surface. With Redis (`redis.url`), a change is also
+published to the other replicas, and a change another replica published is told to the callers
+whose streams this one holds (`remote_change`).
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
 from bridge.catalog import CatalogChange
 from bridge.model import ToolDeclaration
 from bridge.runtime import Bridge
+from bridge.shared_state import Notice, SessionRecord, SharedStateUnavailable
 from bridge.surface import Surface
 
 __all__ = ["ChangeNotifier", "Listing", "SessionState", "listing_for"]
@@ -36,12 +38,24 @@ log = logging.getLogger("bridge.serve.mcp")
 @dataclass
 class SessionState:
     """One handshake-era connection: its surface, the deferred tools it loaded through search
-    (oldest first) and a handle on its connection for notices sent outside any request."""
+    (oldest first), its connection (the SDK's, for notices sent outside any request) and, when
+    replicas share sessions, its id (the key of its record in Redis)."""
 
     surface: str
     loaded: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    session: ServerSession | None = None
+    connection: Any = None
     fingerprint: str | None = None
+    session_id: str | None = None
+
+    async def tell_list_changed(self) -> None:
+        """`notifications/tools/list_changed` on the session's stream (lost when none is open,
+        as MCP allows)."""
+        if self.connection is None:
+            return
+        try:
+            await self.connection.notify("notifications/tools/list_changed", None)
+        except Exception as exc:
+            log.debug("list_changed notice not delivered: %s", exc)
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,8 @@ class ChangeNotifier:
         self, bridge: Bridge, *, debounce: float = 0.1, session_load_limit: int = 256
     ) -> None:
         self.bridge = bridge
+        # the upstreams the changes of this burst concern (None: all), told to the other replicas
+        self._changed: set[str] | None = set()
         self.debounce = debounce
         self.session_load_limit = session_load_limit
         # keyed by the SDK's per-connection object; an entry goes when its connection closes
@@ -126,16 +142,34 @@ class ChangeNotifier:
 
     # ------------------------------------------------------------------ sessions
 
-    def state_for(self, connection: Any, session: ServerSession, surface: Surface) -> SessionState:
-        """The state of a handshake-era connection, created on its first request."""
+    def state_for(self, connection: Any, surface: Surface, record: Any = None) -> SessionState:
+        """The state of a handshake-era connection, created on its first request; `record`, the
+        session's record as Redis had it at the start of the request (replicas sharing
+        sessions), is what it loaded on any replica."""
         state = self._states.get(connection)
         if state is None or state.surface != surface.name:
-            state = SessionState(surface=surface.name)
-            self._states[connection] = state
-            exit_stack = getattr(connection, "exit_stack", None)
-            if exit_stack is not None:
-                exit_stack.callback(self._forget, weakref.ref(connection))
-        state.session = session
+            state = self._hold(connection, SessionState(surface=surface.name))
+        if isinstance(record, SessionRecord):
+            state.session_id = record.session_id
+            state.loaded = OrderedDict.fromkeys(record.loaded)
+        return state
+
+    def adopt(self, connection: Any, record: SessionRecord) -> SessionState:
+        """The state of a connection taken up from its record in Redis (opened on another
+        replica): known from the start, so that changes reach its stream here."""
+        state = SessionState(
+            surface=record.surface,
+            loaded=OrderedDict.fromkeys(record.loaded),
+            session_id=record.session_id,
+        )
+        return self._hold(connection, state)
+
+    def _hold(self, connection: Any, state: SessionState) -> SessionState:
+        state.connection = connection
+        self._states[connection] = state
+        exit_stack = getattr(connection, "exit_stack", None)
+        if exit_stack is not None:
+            exit_stack.callback(self._forget, weakref.ref(connection))
         return state
 
     def _forget(self, ref: weakref.ref[Any]) -> None:
@@ -143,9 +177,20 @@ class ChangeNotifier:
         if connection is not None:
             self._states.pop(connection, None)
 
-    def load(self, state: SessionState, decls: Iterable[ToolDeclaration]) -> bool:
+    async def load(self, state: SessionState, decls: Iterable[ToolDeclaration]) -> bool | None:
         """Add deferred tools to a session's listing; True when the listing grew. The oldest
-        loads drop out beyond `session_load_limit`."""
+        loads drop out beyond `session_load_limit`. A session shared through Redis is added to
+        there, for every replica: None when Redis cannot be reached (nothing was added)."""
+        shared = self.bridge.shared
+        if shared is not None and state.session_id is not None:
+            ids = [decl.tool_id for decl in decls]
+            before = state.loaded
+            try:
+                loaded = await shared.sessions.load(state.session_id, ids, self.session_load_limit)
+            except SharedStateUnavailable:
+                return None
+            state.loaded = OrderedDict.fromkeys(loaded)
+            return any(i in state.loaded and i not in before for i in ids)
         grew = False
         for decl in decls:
             if decl.tool_id in state.loaded:
@@ -173,6 +218,11 @@ class ChangeNotifier:
     # ------------------------------------------------------------------ catalog changes
 
     def _on_change(self, change: CatalogChange | None) -> None:
+        if self._changed is not None:
+            if change is None or change.upstream is None:
+                self._changed = None
+            else:
+                self._changed.add(change.upstream)
         # the first change of a burst schedules one recompute; later ones ride along with it
         if self._closed or self._handle is not None:
             return
@@ -194,6 +244,7 @@ class ChangeNotifier:
         """Recompute every listing now and notify the callers whose listing changed."""
         surfaces = self.bridge.surfaces
         base: dict[str, str] = {}
+        changed_surfaces = []
         for name, bus in self._buses.items():
             surface = surfaces.get(name)
             if surface is None:
@@ -201,10 +252,11 @@ class ChangeNotifier:
             base[name] = fingerprint = listing_for(surface, None).fingerprint
             if fingerprint != self._surface_prints.get(name):
                 self._surface_prints[name] = fingerprint
+                changed_surfaces.append(name)
                 await bus.publish(ToolsListChanged())
         for state in list(self._states.values()):
             surface = surfaces.get(state.surface)
-            if surface is None or state.session is None:
+            if surface is None or state.connection is None:
                 continue
             current = (
                 listing_for(surface, state).fingerprint if state.loaded else base.get(state.surface)
@@ -212,10 +264,35 @@ class ChangeNotifier:
             if current == state.fingerprint:
                 continue
             state.fingerprint = current
-            try:
-                await state.session.send_tool_list_changed()
-            except Exception as exc:
-                log.debug("list_changed notice not delivered: %s", exc)
+            await state.tell_list_changed()
+        changed, self._changed = self._changed, set()
+        shared = self.bridge.shared
+        if shared is not None and (changed_surfaces or changed is None or changed):
+            upstreams = None if changed is None else sorted(changed)
+            notice = {"kind": "catalog", "surfaces": changed_surfaces, "upstreams": upstreams}
+            await shared.link.publish(notice)
+
+    async def remote_change(self, notice: Notice) -> None:
+        """Another replica's catalog changed: its surfaces' listen streams here get an event, and
+        the sessions here on those surfaces, or that loaded a tool of the upstreams it names,
+        `notifications/tools/list_changed` (their next listing may come from that replica)."""
+        named = notice.get("surfaces")
+        surfaces = {s for s in named if isinstance(s, str)} if isinstance(named, list) else set()
+        named = notice.get("upstreams")
+        upstreams = set(named) if isinstance(named, list) else None  # None: every upstream
+        for name in surfaces & self._buses.keys():
+            await self._buses[name].publish(ToolsListChanged())
+        catalog = self.bridge.catalog
+        for state in list(self._states.values()):
+            concerned = state.surface in surfaces
+            if not concerned and state.loaded:
+                loaded = [catalog.get(tool_id) for tool_id in state.loaded]
+                concerned = upstreams is None or any(
+                    d is not None and d.namespace in upstreams for d in loaded
+                )
+            if concerned:
+                state.fingerprint = None
+                await state.tell_list_changed()
 
     def end_listening(self) -> None:
         """End every open listen stream (2026-07-28 era) gracefully: the bridge is stopping."""

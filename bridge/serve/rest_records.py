@@ -230,12 +230,20 @@ def records_routes(ctx: ServeContext) -> list[BaseRoute]:
     async def healthz(request: Request) -> Response:
         """ok; or, while the store cannot be written, why and since when: still alive and
         answering calls, `degraded` when a shared store's database is away (its log line names
-        the store, the SQLite one's names the path and the fix)."""
+        the store, the SQLite one's names the path and the fix), or when Redis is."""
         store = bridge.store
-        if store.unwritable is None:
-            return JSONBody({"status": "ok"})
-        said = {"writable": False, "since": store.unwritable_since, "reason": store.unwritable}
-        return JSONBody({"status": "degraded" if store.shared else "ok", "store": said})
+        body: dict[str, Any] = {"status": "ok"}
+        if store.unwritable is not None:
+            said = {"writable": False, "since": store.unwritable_since, "reason": store.unwritable}
+            body["store"] = said
+            if store.shared:
+                body["status"] = "degraded"
+        shared = bridge.shared
+        if shared is not None and not await shared.check():
+            # still serving what needs no Redis (2026-07-28 MCP, REST); a restart would not help
+            body["status"] = "degraded"
+            body["redis"] = shared.health()
+        return JSONBody(body)
 
     @endpoint
     async def metrics(request: Request) -> Response:

@@ -21,3 +21,23 @@ def test_the_session_manager_keeps_its_transports_by_session_id() -> None:
         "mcp SDK: StreamableHTTPSessionManager no longer keeps `_server_instances`; "
         "update bridge/serve/mcp_sdk.open_transports"
     )
+
+
+def test_the_session_manager_keeps_what_a_session_is_taken_up_with() -> None:
+    """A session opened by another replica is registered, owned, run and discarded as the
+    manager's own (bridge/serve/mcp_sdk.adopt_session)."""
+    init = inspect.getsource(StreamableHTTPSessionManager.__init__)
+    run = inspect.getsource(StreamableHTTPSessionManager.run)
+    for member, where in (
+        ("self._session_owners", init),
+        ("self._task_group", run),
+        ("self._lifespan_state", run),
+    ):
+        assert member in where, (
+            f"mcp SDK: StreamableHTTPSessionManager no longer keeps `{member[5:]}`; "
+            "update bridge/serve/mcp_sdk.adopt_session"
+        )
+    assert hasattr(StreamableHTTPSessionManager, "_discard_session"), (
+        "mcp SDK: StreamableHTTPSessionManager no longer has `_discard_session`; "
+        "update bridge/serve/mcp_sdk.adopt_session and end_session"
+    )

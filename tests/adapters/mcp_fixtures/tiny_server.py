@@ -6,14 +6,19 @@ closes, as a server with work still under way does (a Node server with a timer p
 `--hold FIFO` reads nothing until a writer has opened and closed the named pipe FIFO: a server
 slow to start, for as long as the test wants. `--hang` lists a second tool, `hang`, whose calls
 are never answered (the server reads on): a call still running when the test wants one.
+`--slow` lists a third tool, `slow`, whose calls are answered after `seconds` (an argument), each on
+a thread of its own so that calls overlap: calls in flight for as long as the test wants.
+`--log FILE` appends the `text` argument of each call, a line each, as the call is answered: what
+reached this server and was answered.
 
-    python tests/adapters/mcp_fixtures/tiny_server.py [--linger N] [--cursors same|endless] [--hold FIFO] [--hang]
+    python tests/adapters/mcp_fixtures/tiny_server.py [--linger N] [--cursors same|endless] [--hold FIFO] [--hang] [--slow] [--log FILE]
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 
 ECHO = {
@@ -26,6 +31,12 @@ HANG = {
     "description": "Never answer.",
     "inputSchema": {"type": "object", "properties": {}},
 }
+SLOW = {
+    "name": "slow",
+    "description": "Answer after a while.",
+    "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}},
+}
+WRITING = threading.Lock()
 
 
 def answer(message: dict) -> dict:
@@ -38,7 +49,13 @@ def answer(message: dict) -> dict:
         }
     if method == "tools/list":
         if "--cursors" not in sys.argv:
-            return {"tools": [ECHO, HANG] if "--hang" in sys.argv else [ECHO]}
+            return {
+                "tools": [
+                    ECHO,
+                    *([HANG] if "--hang" in sys.argv else []),
+                    *([SLOW] if "--slow" in sys.argv else []),
+                ]
+            }
         page = int(params.get("cursor") or "0")
         cursor = "1" if sys.argv[sys.argv.index("--cursors") + 1] == "same" else str(page + 1)
         return {"tools": [{**ECHO, "name": f"echo_{page}"}], "nextCursor": cursor}
@@ -51,22 +68,38 @@ def answer(message: dict) -> dict:
     return {}
 
 
+def reply(message: dict) -> None:
+    with WRITING:
+        if "--log" in sys.argv and message.get("method") == "tools/call":
+            with open(sys.argv[sys.argv.index("--log") + 1], "a") as log:
+                log.write(
+                    str(((message.get("params") or {}).get("arguments") or {}).get("text", ""))
+                    + "\n"
+                )
+        sys.stdout.write(
+            json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": answer(message)}) + "\n"
+        )
+        sys.stdout.flush()
+
+
 def main() -> None:
     if "--hold" in sys.argv:
         with open(sys.argv[sys.argv.index("--hold") + 1]) as held:  # blocks until a writer opens it
             held.read()
     for line in sys.stdin:
         message = json.loads(line)
-        hangs = (
-            message.get("method") == "tools/call"
-            and (message.get("params") or {}).get("name") == "hang"
+        called = (
+            (message.get("params") or {}).get("name")
+            if message.get("method") == "tools/call"
+            else None
         )
-        if "id" in message and "method" in message and not hangs:
-            sys.stdout.write(
-                json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": answer(message)})
-                + "\n"
+        if called == "slow":
+            seconds = float(
+                ((message.get("params") or {}).get("arguments") or {}).get("seconds", 0.1)
             )
-            sys.stdout.flush()
+            threading.Timer(seconds, reply, (message,)).start()
+        elif "id" in message and "method" in message and called != "hang":
+            reply(message)
     if "--linger" in sys.argv:
         time.sleep(float(sys.argv[sys.argv.index("--linger") + 1]))
 

@@ -1,0 +1,266 @@
+"""Three replicas of `bridge serve` sharing one Redis, each request sent to another replica: a
+handshake-era session lives on every replica at once, a change one replica sees reaches the
+streams another holds, the 2026-07-28 era needs nothing shared, and Redis going away and coming
+back breaks nothing. The replicas start once for the module."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+import pytest_asyncio
+import yaml
+
+from bridge.demo.redis_server import RedisServer
+from tests.servers import TINY_MCP_SERVER
+from tests.shared_state.cluster import (
+    ACCEPT,
+    MODERN,
+    MODERN_META,
+    McpClient,
+    Replica,
+    cluster,
+    event_stream,
+    load,
+)
+
+module_loop = pytest.mark.asyncio(loop_scope="module")
+pytestmark = module_loop
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def replicas(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[list[Replica]]:
+    async with cluster(tmp_path_factory.mktemp("cluster"), redis_server.url) as started:
+        yield started
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        yield session
+
+
+def payload(answer) -> dict:
+    result = answer.result
+    return result.get("structuredContent") or json.loads(result["content"][0]["text"])
+
+
+async def test_a_session_is_served_by_every_replica_in_turn(replicas, http):
+    a, b, c = replicas
+    client = McpClient(http, replicas)
+    await client.initialize(a)  # its `initialized` notice goes to b
+    assert await client.names(b) == ["search_tools", "call_tool"]
+    found = await client.call(c, "search_tools", {"query": "echo"})
+    assert [m["name"] for m in payload(found)["matches"]][:1] == ["tiny__echo"]
+    assert found.notices("notifications/tools/list_changed")  # on the search's own stream
+    assert "tiny__echo" in await client.names(a)
+    called = await client.call(b, "tiny__echo", {"text": "hello"})
+    assert not called.result.get("isError"), called.result
+    assert called.result["content"][0]["text"] == "hello"
+    # ended on one replica, the session is gone from all
+    async with http.delete(f"{c.url}/mcp", headers=client.headers()) as response:
+        assert response.status == 200
+    for replica in (a, b):
+        gone = await client.post(replica, "tools/list")
+        assert gone.status == 404
+
+
+async def test_a_deferred_tool_not_loaded_in_the_session_is_refused_on_every_replica(
+    replicas, http
+):
+    client = McpClient(http, replicas)
+    await client.initialize()
+    for replica in replicas:
+        refused = await client.call(replica, "tiny__echo", {"text": "x"})
+        assert refused.result["isError"]
+        assert "schema_not_loaded" in json.dumps(refused.result)
+
+
+async def test_the_modern_era_needs_no_shared_session(replicas, http):
+    a, b, c = replicas
+    client = McpClient(http, replicas, era=MODERN)
+    found = await client.call(a, "search_tools", {"query": "echo"})
+    assert [m["name"] for m in payload(found)["matches"]][:1] == ["tiny__echo"]
+    through = await client.call(b, "call_tool", {"name": "tiny__echo", "arguments": {"text": "hi"}})
+    assert through.result["content"][0]["text"] == "hi"
+    # as documented: a deferred tool called by its own name has no session to be loaded in
+    direct = await client.call(c, "tiny__echo", {"text": "hi"})
+    assert direct.result["isError"] and "schema_not_loaded" in json.dumps(direct.result)
+
+
+async def test_a_change_on_one_replica_reaches_a_stream_another_holds(replicas, http):
+    a, b, _ = replicas
+    client = McpClient(http, replicas)
+    await client.initialize(a)
+    listen = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": True}, "_meta": MODERN_META},
+    }
+    listen_headers = {
+        **ACCEPT,
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "subscriptions/listen",
+    }
+    async with (
+        event_stream(http, a, client.headers()) as handshake_stream,
+        event_stream(http, a, listen_headers, listen) as listen_stream,
+    ):
+        # b alone learns of a new upstream, whose tools its surface loads
+        config = {
+            **b.config,
+            "upstreams": [
+                *b.config["upstreams"],
+                {
+                    "name": "later",
+                    "kind": "mcp",
+                    "command": sys.executable,
+                    "args": [str(TINY_MCP_SERVER)],
+                },
+            ],
+        }
+        b.config_path.write_text(yaml.safe_dump(config))
+        b.send(signal.SIGHUP)
+        try:
+            async with asyncio.timeout(20):
+                notice = await handshake_stream.get()
+                assert notice["method"] == "notifications/tools/list_changed"
+                while (await listen_stream.get()).get("method") != (
+                    "notifications/tools/list_changed"
+                ):
+                    pass
+            assert "later__echo" in await client.names(b)
+        finally:
+            b.config_path.write_text(yaml.safe_dump(b.config))
+            b.send(signal.SIGHUP)
+
+
+def loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def live(replicas, http) -> list[Replica]:
+    """The replicas, each running: one a test stopped is started again first."""
+    dead = [replica for replica in replicas if not replica.alive]
+    for replica in dead:
+        await replica.start()
+    await asyncio.gather(*(replica.ready(http) for replica in dead))
+    return replicas
+
+
+async def test_redis_going_away_and_back_breaks_nothing(live, http, redis_server):
+    a, b, c = live
+    client = McpClient(http, live)
+    await client.initialize(a)
+    modern = McpClient(http, live, era=MODERN)
+    redis_server.stop()
+    try:
+        refused = await client.post(b, "tools/list")
+        assert refused.status == 503
+        assert refused.headers["retry-after"] == "1"
+        error = refused.reply["error"]
+        assert "Redis" in error["message"] and error["data"]["unavailable"] == "redis"
+        # a new session cannot be opened either; the 2026-07-28 era and REST go on
+        opening = await McpClient(http, live).post(
+            c,
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        )
+        assert opening.status == 503 and "Redis" in opening.reply["error"]["message"]
+        through = await modern.call(
+            c, "call_tool", {"name": "tiny__echo", "arguments": {"text": "on"}}
+        )
+        assert through.result["content"][0]["text"] == "on"
+        async with http.get(f"{a.url}/tools") as response:
+            assert response.status == 200
+        async with http.get(f"{a.url}/healthz") as response:
+            health = await response.json()
+        assert health["status"] == "degraded" and health["redis"]["reachable"] is False
+    finally:
+        redis_server.start()
+    # back without a restart of any replica: the session opened before goes on
+    async with asyncio.timeout(10):
+        while (answer := await client.post(b, "tools/list")).status != 200:
+            await asyncio.sleep(0.1)
+    assert answer.result["tools"]
+    async with http.get(f"{a.url}/healthz") as response:
+        assert (await response.json())["status"] == "ok"
+    assert all(replica.alive for replica in live)
+
+
+async def test_kill_9_of_a_replica_fails_only_the_calls_in_flight_on_it(live, http):
+    c = live[2]
+    outcomes = await load(
+        live,
+        clients=16,
+        calls=200,
+        tool="tiny__slow",
+        arguments={"seconds": 0.05},
+        at=60,
+        action=lambda: c.send(signal.SIGKILL),
+    )
+    failed = [o for o in outcomes if not o.ok]
+    assert len(outcomes) == 200
+    # only calls on c failed, at most one in flight per client, each of them one c was running
+    assert all(o.replica == "c" for o in failed), failed
+    assert len(failed) <= 16, failed
+    answered_by_c = set(c.answered())
+    assert not [o for o in failed if o.detail.startswith("HTTP")], failed
+    # every call after those succeeded, on the replicas left, in the same sessions
+    last_failure = max(outcomes.index(o) for o in failed) if failed else 0
+    assert all(o.ok for o in outcomes[last_failure + 1 :])
+    assert {o.replica for o in outcomes[last_failure + 1 :]} <= {"a", "b"}
+    assert answered_by_c  # c did serve calls before it was killed
+
+
+async def test_sigterm_lets_every_call_a_replica_accepted_complete(live, http):
+    b = live[1]
+    stopped_at = []
+    answered_before = len(b.answered())
+    exit_watch: list[asyncio.Future[int]] = []
+
+    def stop_b() -> None:
+        stopped_at.append(asyncio.get_running_loop().time())
+        b.send(signal.SIGTERM)
+        assert b.process is not None
+        exit_watch.append(asyncio.ensure_future(b.process.wait()))
+        exit_watch[0].add_done_callback(lambda _: stopped_at.append(loop_time()))
+
+    outcomes = await load(
+        live,
+        clients=16,
+        calls=200,
+        tool="tiny__slow",
+        arguments={"seconds": 0.3},
+        at=40,
+        action=stop_b,
+    )
+    assert len(outcomes) == 200
+    # a connection b had not read a request from yet when it stopped is closed: no call was
+    # accepted on it (none reached b's upstream), and a client sends it again elsewhere
+    failed = [o for o in outcomes if not o.ok]
+    assert all(o.replica == "b" and not o.detail.startswith("HTTP") for o in failed), failed
+    assert len(failed) <= 16, failed
+    answered = set(b.answered()[answered_before:])
+    assert not answered & {o.text for o in failed}
+    # every call b's upstream answered reached its client through b
+    through_b = {o.text for o in outcomes if o.ok and o.replica == "b"}
+    assert answered <= through_b
+    assert through_b  # b served calls until it stopped
+    # it exited within its shutdown_timeout (and the second its upstream gets to stop), cleanly
+    grace = b.config["server"]["shutdown_timeout"] + 1.5
+    assert await exit_watch[0] == 0
+    assert stopped_at[1] - stopped_at[0] <= grace
