@@ -17,6 +17,7 @@ import asyncio
 import fnmatch
 import logging
 import re
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -127,6 +128,10 @@ class Federated:
         self._listings: dict[tuple[str, ItemKind], list[dict[str, Any]]] = {}
         self._fetching: dict[tuple[str, ItemKind], asyncio.Future[list[dict[str, Any]]]] = {}
         self._warned: set[tuple[str, str]] = set()
+        # (surface, upstream) -> (catalog generation, whether the surface shows the upstream)
+        self._upstreams_shown: weakref.WeakKeyDictionary[Surface, dict[str, tuple[int, bool]]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._unsubscribe = bridge.catalog.subscribe(self._on_catalog_change)
 
     def close(self) -> None:
@@ -265,10 +270,22 @@ class Federated:
             return True
         if any(_rule_matches(rule, item, kind) for rule in cfg.block):
             return False
-        slot = self.bridge.catalog.slots.get(item.upstream)
-        if slot is None:
-            return False
-        return not slot.tools or any(surface.visible(decl) for decl in slot.tools.values())
+        return self._shows_upstream(surface, item.upstream)
+
+    def _shows_upstream(self, surface: Surface, upstream: str) -> bool:
+        """Whether `surface` shows any tool of `upstream` (or it has none), kept until the
+        catalog changes: a listing asks it once an item."""
+        catalog = self.bridge.catalog
+        per_upstream = self._upstreams_shown.setdefault(surface, {})
+        kept = per_upstream.get(upstream)
+        if kept is not None and kept[0] == catalog.generation:
+            return kept[1]
+        slot = catalog.slots.get(upstream)
+        shown = slot is not None and (
+            not slot.tools or any(surface.visible(decl) for decl in slot.tools.values())
+        )
+        per_upstream[upstream] = (catalog.generation, shown)
+        return shown
 
     async def listing(self, surface: Surface, kind: ItemKind) -> list[FederatedItem]:
         """What `surface` shows of `kind`."""
