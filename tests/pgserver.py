@@ -16,6 +16,7 @@ server away and bring it back on the same port and data, for outage tests.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib.util
 import os
 import pwd
@@ -76,13 +77,16 @@ def _free_port() -> int:
 
 
 def _server_account() -> pwd.struct_passwd | None:
-    """The account to run PostgreSQL as: None when this process is not root (it runs as us)."""
+    """The account to run PostgreSQL as: None when this process is not root (it runs as us).
+    Test processes starting at once make it one at a time (two `useradd` at once left one of
+    them with a user id that no longer existed)."""
     if os.geteuid() != 0:
         return None
-    try:
-        return pwd.getpwnam(SERVER_ACCOUNT)
-    except KeyError:
-        subprocess.run(
+    with open(Path(tempfile.gettempdir()) / "bridge-pg-account.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with contextlib.suppress(KeyError):
+            return pwd.getpwnam(SERVER_ACCOUNT)
+        made = subprocess.run(
             [
                 "useradd",
                 "--system",
@@ -91,10 +95,16 @@ def _server_account() -> pwd.struct_passwd | None:
                 "/usr/sbin/nologin",
                 SERVER_ACCOUNT,
             ],
-            check=True,
             capture_output=True,
+            text=True,
         )
-        return pwd.getpwnam(SERVER_ACCOUNT)
+        try:
+            return pwd.getpwnam(SERVER_ACCOUNT)
+        except KeyError:
+            raise PostgresUnavailable(
+                f"cannot make the account {SERVER_ACCOUNT} to run PostgreSQL as (it refuses "
+                f"root): useradd said {made.stderr.strip() or made.returncode}"
+            ) from None
 
 
 class PostgresServer:
