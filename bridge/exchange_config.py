@@ -8,9 +8,19 @@ it before the kind reads the rest (`take_exchange`), so the kinds need not know 
 from __future__ import annotations
 
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from bridge.net import is_loopback
 from bridge.upstream import ConfigValueError
 
 __all__ = ["EXCHANGE_KINDS", "TokenExchangeConfig", "take_exchange"]
@@ -35,6 +45,22 @@ class TokenExchangeConfig(BaseModel):
     client_secret: SecretStr | None = None
     client_auth: Literal["basic", "body"] = "basic"
     refresh_margin: float = Field(default=30.0, strict=True, ge=0, le=3600, allow_inf_nan=False)
+
+    @field_validator("token_url")
+    @classmethod
+    def _private_url(cls, value: str | None) -> str | None:
+        parts = urlsplit(value or "")
+        if value is not None and (
+            parts.scheme not in ("https", "http")
+            or not parts.hostname
+            or (parts.scheme == "http" and not is_loopback(parts.hostname))
+        ):
+            raise ConfigValueError(
+                f"token_url {value!r} is no https URL: the caller's token and the bridge's "
+                "client secret would travel in the clear",
+                "use the identity provider's https:// token endpoint",
+            )
+        return value
 
     @model_validator(mode="after")
     def _names_the_upstream(self) -> TokenExchangeConfig:

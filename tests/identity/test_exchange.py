@@ -213,7 +213,7 @@ async def test_a_bridge_federating_a_bridge_exchanges_for_its_audience_over_a2t_
     assert sorted((r["subject"], r["client_id"]) for r in rows) == [("bridge-cc", "bridge-rs")] * 2
 
 
-def test_a_token_exchange_on_a_command_upstream_or_without_audience_is_a_config_error():
+def test_a_token_exchange_on_a_command_without_audience_or_over_http_is_a_config_error():
     with pytest.raises(ConfigError) as caught:
         parse_config(
             {
@@ -230,12 +230,23 @@ def test_a_token_exchange_on_a_command_upstream_or_without_audience_is_a_config_
                         "spec": "x.yaml",
                         "auth": [{"type": "token_exchange"}],
                     },
+                    {
+                        "name": "plain",
+                        "kind": "a2t",
+                        "url": "http://127.0.0.1:9",
+                        "auth": {
+                            "type": "token_exchange",
+                            "audience": "x",
+                            "token_url": "http://idp.example/token",
+                        },
+                    },
                 ]
             }
         )
     text = str(caught.value)
     assert "upstreams[0].auth.type: a token exchange gives HTTP requests a header" in text
     assert "upstreams[1].auth[0]: a token exchange needs the upstream it is for" in text
+    assert "upstreams[2].auth.token_url: token_url 'http://idp.example/token' is no https" in text
 
 
 async def test_without_oauth_a_token_exchange_is_a_config_error():
