@@ -41,7 +41,9 @@ def replica_config(
     every tool, Redis for what the replicas share."""
     return {
         "server": {"shutdown_timeout": shutdown_timeout},
-        "store": store or {"path": str(folder / "bridge.db")},
+        "store": {**(store or {}), "path": str(folder / "bridge.db")},
+        # a result past 256 characters is kept in the store, read back through /results/<ref>
+        "invoke": {"inline_result_limit": 256},
         "search": {"semantic": "off"},
         "redis": {"url": redis_url},
         "upstreams": [

