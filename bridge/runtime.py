@@ -132,6 +132,7 @@ class Bridge:
                 timeout=redis.timeout,
             )
             link = self.shared.link
+            self.admission.limiter.counters = self.shared.counters  # the replicas' buckets
             metrics.gauge(
                 "bridge_redis_round_trips",
                 "Round trips to Redis (a pipeline of commands is one) since the start",

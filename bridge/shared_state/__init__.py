@@ -1,17 +1,20 @@
 """What running replicas share through Redis (`redis.url`): the state of handshake-era MCP
-sessions, so that any replica serves any request of any session, and the notices that carry a
-change seen by one replica to the clients whose streams another holds."""
+sessions, so that any replica serves any request of any session, the notices that carry a
+change seen by one replica to the clients whose streams another holds, and the rate limits'
+buckets."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from bridge.shared_state.counters import SharedCounters
 from bridge.shared_state.link import Notice, RedisLink, SharedStateUnavailable, shown_url
 from bridge.shared_state.sessions import SessionRecord, SharedSessions
 
 __all__ = [
     "Notice",
     "SessionRecord",
+    "SharedCounters",
     "SharedSessions",
     "SharedState",
     "SharedStateUnavailable",
@@ -28,6 +31,7 @@ class SharedState:
     ) -> None:
         self.link = RedisLink(url, prefix=prefix, timeout=timeout)
         self.sessions = SharedSessions(self.link, ttl=session_ttl)
+        self.counters = SharedCounters(self.link)
 
     @property
     def available(self) -> bool:

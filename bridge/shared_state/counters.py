@@ -1,11 +1,11 @@
-"""Rate-limit buckets in Redis (`RateCounters`), so that replicas share them: a caller's calls
-count against one bucket whichever replica serves them.
+"""Rate-limit buckets in Redis (`RateCounters` of bridge/identity/limits.py), so that replicas
+share them: a caller's calls count against one bucket whichever replica serves them.
 
 One Lua script takes a token from each of a call's buckets, all or none, atomically, on Redis's
 own clock (the replicas' clocks may differ). A bucket is a hash (`t`: tokens, `at`: when) that
 expires once it would be full again, so Redis holds only the callers seen lately. While Redis
-cannot be reached, calls are let through, with one warning when it goes and one when it is back:
-a limit never takes the bridge down with Redis."""
+cannot be reached (the link fails fast then), calls are let through, with one warning when it
+goes and one when it is back: a limit never takes the bridge down with Redis."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from bridge.identity.limits import Bucket
+from bridge.shared_state.link import RedisLink, SharedStateUnavailable
 
-__all__ = ["TAKE_SCRIPT", "RedisCounters"]
+__all__ = ["TAKE_SCRIPT", "SharedCounters"]
 
-log = logging.getLogger("bridge.identity")
+log = logging.getLogger("bridge.shared_state")
 
 TAKE_SCRIPT = """
 local clock = redis.call('TIME')
@@ -46,34 +46,33 @@ return waits
 """
 
 
-class RedisCounters:
-    """Buckets under `<prefix>limit:` in the Redis `client` (redis-py's asyncio client, which
-    the caller owns and closes)."""
+class SharedCounters:
+    """Buckets under `<prefix>limit:` in the Redis of `link`."""
 
-    def __init__(self, client: Any, prefix: str = "a2t-bridge:") -> None:
-        self.client = client
-        self.prefix = f"{prefix}limit:"
-        self._script = client.register_script(TAKE_SCRIPT)
-        self._away: str | None = None
+    def __init__(self, link: RedisLink) -> None:
+        self.link = link
+        self._script = link.client.register_script(TAKE_SCRIPT)
+        self._away = False
 
-    async def take(self, buckets: Sequence[Bucket]) -> list[float]:
-        from redis.exceptions import RedisError
-
-        keys = [self.prefix + bucket.key for bucket in buckets]
+    async def take(self, buckets: Sequence[Any]) -> list[float]:
+        """`RateCounters.take` (bridge/identity/limits.py): each bucket has `key`, `rate` and
+        `burst`."""
+        keys = [self.link.key("limit", bucket.key) for bucket in buckets]
         args: list[float] = []
         for bucket in buckets:
             args += [bucket.rate, bucket.burst]
+        script = self._script
         try:
-            answer = await self._script(keys=keys, args=args)
-        except (RedisError, OSError) as exc:
-            if self._away is None:
-                log.warning("rate limits let every call through while Redis is away (%s)", exc)
-            self._away = str(exc) or type(exc).__name__
+            answer = await self.link.run(lambda client: script(keys=keys, args=args, client=client))
+        except SharedStateUnavailable as exc:
+            if not self._away:
+                log.warning("rate limits let every call through while %s", exc)
+            self._away = True
             return [0.0] * len(buckets)
-        if self._away is not None:
+        if self._away:
             log.warning("rate limits count in Redis again")
-            self._away = None
+            self._away = False
         return [float(wait) for wait in answer]
 
     async def aclose(self) -> None:
-        """Nothing of its own to close: the client is its owner's."""
+        """Nothing of its own to close: the link is the shared state's."""
