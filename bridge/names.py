@@ -85,19 +85,19 @@ def pick_name(
     unused: Callable[[str], bool],
 ) -> tuple[str, bool]:
     """The name of a tool, and whether it is its first base name. A tool keeps `previous` (the
-    name it was given before) while that still follows `prefix` and is `unused` by another tool;
+    name it was given before) while that still follows `prefix` and is `unused` by another tool:
+    with `always`, any name in its namespace (`<namespace>__...`, whatever rule once gave it);
     else it gets the first `free` one of its base names: `<namespace>__<native>` with `always`,
     the native name then that with `never` and `when_needed`; else the last base name with a
     suffix derived from its id (deterministic, whatever the order)."""
     prefixed = exposed_name(namespace, native_name)
     bases = [prefixed] if prefix == "always" else [bare_name(native_name), prefixed]
-    if (
-        previous
-        and unused(previous)
-        and _follows(previous, bases)
-        and (_follows(previous, bases[:1]) or not free(bases[0]))
-    ):
-        return previous, _follows(previous, bases[:1])
+    if previous and unused(previous):
+        first = _follows(previous, bases[:1]) or (
+            prefix == "always" and previous.startswith(namespace + NAME_SEPARATOR)
+        )
+        if first or (_follows(previous, bases) and not free(bases[0])):
+            return previous, first
     for base in bases:
         if free(base):
             return base, base is bases[0]
