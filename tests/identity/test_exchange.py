@@ -21,7 +21,7 @@ from bridge.config import ConfigError, parse_config
 from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app
 from tests.fakes import FakeUpstream, tool
-from tests.identity.test_resource_server import AUDIENCE, issued, provider  # noqa: F401
+from tests.identity.test_resource_server import AUDIENCE, issued
 from tests.serve.rest_env import config_with, serving
 from tests.servers import serve_asgi
 
@@ -78,7 +78,7 @@ class Ledger:
 
 
 @pytest.fixture
-async def ledger(provider: str) -> AsyncIterator[tuple[Ledger, str]]:  # noqa: F811
+async def ledger(provider: str) -> AsyncIterator[tuple[Ledger, str]]:
     found = Ledger(provider)
     app = web.Application()
     app.router.add_get("/balance", found.balance)
@@ -124,7 +124,7 @@ def ledger_config(issuer: str, base: str, audience: str = LEDGER) -> dict[str, A
     )
 
 
-async def test_each_call_carries_a_token_exchanged_for_the_upstream_and_kept(provider, ledger):  # noqa: F811
+async def test_each_call_carries_a_token_exchanged_for_the_upstream_and_kept(provider, ledger):
     api, base = ledger
     caller = issued(provider)
     before = exchanges(provider)
@@ -151,7 +151,7 @@ async def test_each_call_carries_a_token_exchanged_for_the_upstream_and_kept(pro
     assert all(caller not in seen for seen in api.seen)
 
 
-async def test_an_exchange_the_provider_refuses_is_permission_denied(provider, ledger):  # noqa: F811
+async def test_an_exchange_the_provider_refuses_is_permission_denied(provider, ledger):
     _, base = ledger
     async with serving(
         config=ledger_config(provider, base, audience="https://refused.test")
@@ -165,7 +165,7 @@ async def test_an_exchange_the_provider_refuses_is_permission_denied(provider, l
     assert "invalid_target" in body["error"]["message"]
 
 
-async def test_a_bridge_federating_a_bridge_exchanges_for_its_audience_over_a2t_and_mcp(provider):  # noqa: F811
+async def test_a_bridge_federating_a_bridge_exchanges_for_its_audience_over_a2t_and_mcp(provider):
     inner = Bridge(
         parse_config(config_with(server={"oauth": oauth(provider, INNER)})),
         extra_upstreams=[FakeUpstream(name="svc", tools=[tool("echo")])],

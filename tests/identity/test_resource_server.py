@@ -14,16 +14,12 @@ import hashlib
 import hmac
 import json
 import logging
-import os
-import shutil
-import subprocess
 import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -36,7 +32,6 @@ from tests.fakes import FakeUpstream, tool
 from tests.serve.mcp_support import HANDSHAKE, http_client
 from tests.serve.rest_env import config_with, serving
 
-OIDC = Path(__file__).resolve().parents[1] / "oidc"
 AUDIENCE = "https://bridge.test/mcp"
 STATIC = "static-token-0001"
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -53,45 +48,6 @@ INITIALIZE = {
 
 
 # ----------------------------------------------------------------------------- the provider
-
-
-def _missing_provider() -> str | None:
-    if shutil.which("node") is None:
-        return "Node.js is not installed"
-    if not (OIDC / "node_modules" / "oidc-provider").is_dir():
-        return "oidc-provider is not installed (make setup runs npm ci in tests/oidc when npm is present)"
-    return None
-
-
-@pytest.fixture(scope="module")
-def provider() -> Iterator[str]:
-    """The provider's issuer URL; the process ends with the module (its stdin closes)."""
-    missing = _missing_provider()
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the OpenID provider cannot run under CI: {missing}")
-        pytest.skip(missing)
-    process = subprocess.Popen(
-        ["node", "provider.mjs"],
-        cwd=OIDC,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()  # printed once it listens
-        assert line, "the provider ended before it listened"
-        yield json.loads(line)["issuer"]
-    finally:
-        assert process.stdin is not None
-        process.stdin.close()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _post(url: str, form: dict[str, str], auth: tuple[str, str] | None = None) -> dict[str, Any]:
