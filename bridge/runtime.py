@@ -273,7 +273,7 @@ class Bridge:
             server = old.server.model_copy(
                 update={key: getattr(config.server, key) for key in LIVE_SERVER_KEYS}
             )
-            kept = {section: getattr(old, section) for section in RESTART_SECTIONS}
+            kept = {section: getattr(old, section) for section in (*RESTART_SECTIONS, "redis")}
             config = config.model_copy(update={"server": server, **kept})
             changed = [name for name in after if name in before and after[name] != before[name]]
             made = {
@@ -431,7 +431,7 @@ def reload_on_hangup(bridge: Bridge, path: str) -> Callable[[], None]:
 
 def _restart_keys(old: BridgeConfig, new: BridgeConfig) -> list[str]:
     """The keys of `server` and the RESTART_SECTIONS a new config changes that a running bridge
-    cannot take (all but LIVE_SERVER_KEYS), as `section.key`."""
+    cannot take (all but LIVE_SERVER_KEYS), as `section.key`, and `redis` when it changed."""
     keys = []
     for section in ("server", *RESTART_SECTIONS):
         before, after = getattr(old, section), getattr(new, section)
@@ -441,6 +441,8 @@ def _restart_keys(old: BridgeConfig, new: BridgeConfig) -> list[str]:
             if getattr(before, key) != getattr(after, key)
             and not (section == "server" and key in LIVE_SERVER_KEYS)
         ]
+    if old.redis != new.redis:  # a section that may be absent: named whole
+        keys.append("redis")
     return keys
 
 

@@ -206,6 +206,7 @@ async def test_keys_that_need_a_restart_keep_their_running_values_with_a_warning
             search={"semantic": "off"},
         )
         new["store"] = {"path": "elsewhere.db"}
+        new["redis"] = {"url": "redis://127.0.0.1:1/0"}
         with caplog.at_level(logging.WARNING, logger="bridge.runtime"):
             summary = await bridge.reload(parse_config(new))
         warned = [
@@ -218,11 +219,12 @@ async def test_keys_that_need_a_restart_keep_their_running_values_with_a_warning
             "config reload: server.body_timeout",
             "config reload: store.path",
             "config reload: search.semantic",
+            "config reload: redis",
         ]
-        assert (
-            summary
-            == "needs a restart: server.port, server.body_timeout, store.path, search.semantic"
+        assert summary == (
+            "needs a restart: server.port, server.body_timeout, store.path, search.semantic, redis"
         )
+        assert bridge.config.redis is None and bridge.shared is None
         running = bridge.config
         assert (
             running.server.port,
