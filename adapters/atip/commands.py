@@ -14,6 +14,7 @@ from bridge.model import SCHEMA_VERSION, SafetyHints, UpstreamTool
 __all__ = [
     "ATIPCommand",
     "Param",
+    "asks_caller",
     "atip_version_of",
     "flatten",
     "merge_effects",
@@ -235,6 +236,16 @@ def needs_interaction(effects: dict[str, Any]) -> bool:
     return bool(interaction_needs(effects))
 
 
+def asks_caller(effects: dict[str, Any]) -> bool:
+    """A command whose wait for a user the caller can answer in a form: input on stdin or answers
+    to prompts. Not a terminal, which the bridge has none of, nor a password, which MCP forbids
+    asking for in a form."""
+    interactive = effects.get("interactive") or {}
+    if interactive.get("tty") is True or interactive.get("stdin") == "password":
+        return False
+    return needs_interaction(effects)
+
+
 def interaction_needs(effects: dict[str, Any]) -> list[str]:
     """What a command waits for from a user, as its metadata says (empty when nothing)."""
     interactive = effects.get("interactive") or {}
@@ -366,20 +377,22 @@ def to_upstream_tool(
     metadata: dict[str, Any],
     interaction_answered: bool = False,
 ) -> UpstreamTool:
-    """The catalog record of one command. A command that needs a user at a terminal is blocked
-    with `requires_user_interaction` unless the config answers it."""
+    """The catalog record of one command. A command that waits for a user is blocked with
+    `requires_user_interaction` unless the config answers it or its caller can be asked
+    (`asks_caller`): the bridge then gives it what it waits for."""
     hints = safety_of(command.effects)
     blocked = detail = None
     line = " ".join((command.tool, *command.path))
+    asked = not interaction_answered and asks_caller(command.effects)
     if hints.requires_user_interaction:
-        if interaction_answered:
+        if interaction_answered or asked:
             hints.requires_user_interaction = False
             hints.sources["requires_user_interaction"] = "declared"
         else:
             blocked = "requires_user_interaction"
             detail = (
-                f"`{line}` waits for {' and '.join(interaction_needs(command.effects)) or 'a user'}, and the bridge has no user "
-                f"to ask; an `answers:` entry of the upstream matching it (stdin or flags) lets it run"
+                f"`{line}` waits for {' and '.join(interaction_needs(command.effects)) or 'a user'}, "
+                f"which the bridge cannot ask its caller for; an `answers:` entry of the upstream matching it (stdin or flags) lets it run"
             )
     annotations: dict[str, Any] = {
         "permission_profile": permission_profile(command, hints, metadata.get("authentication")),
@@ -388,6 +401,7 @@ def to_upstream_tool(
             **({"examples": command.examples} if command.examples else {}),
             **({"trust": metadata["trust"]} if metadata.get("trust") else {}),
             **({"interaction_answered": True} if interaction_answered else {}),
+            **({"interaction_asked": interaction_needs(command.effects)} if asked else {}),
         },
     }
     return UpstreamTool(

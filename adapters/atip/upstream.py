@@ -17,8 +17,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from adapters.atip.asking import input_from_caller
 from adapters.atip.commands import (
     ATIPCommand,
+    asks_caller,
     atip_version_of,
     flatten,
     needs_interaction,
@@ -220,7 +222,11 @@ class ATIPUpstream(Upstream):
         if command is None:
             raise BridgeError(f"{self.name}: no command {native_id!r}", error_class="unknown_tool")
         answer = self._answers.get(native_id)
-        if answer is None and needs_interaction(command.effects):
+        if (
+            answer is None
+            and needs_interaction(command.effects)
+            and not asks_caller(command.effects)
+        ):
             raise BridgeError(
                 f"`{command.native_id}` waits for a user (stdin, prompt or terminal) and no answer is configured",
                 error_class="policy_blocked",
@@ -241,6 +247,9 @@ class ATIPUpstream(Upstream):
             extra_flags=answer.flags if answer else None,
             option_style=self.config.option_style,
         )
+        stdin = answer.stdin if answer else None
+        if answer is None and asks_caller(command.effects):
+            stdin = await input_from_caller(command, arguments)
         timeout = ctx.timeout if ctx.timeout_fixed else self._timeout_for(command, ctx.timeout)
         env = self._run_env
         if ctx.traceparent is not None:  # the W3C trace context, as OpenTelemetry's SDKs read it
@@ -252,7 +261,7 @@ class ATIPUpstream(Upstream):
             env=env,
             cwd=self._cwd,
             timeout=timeout,
-            stdin=answer.stdin if answer else None,
+            stdin=stdin,
             stdout_limit=self.config.max_stdout_bytes,
             stderr_limit=self.config.max_stderr_bytes,
             kill_grace=self.config.kill_grace,

@@ -337,6 +337,11 @@ def error_guidance(error: ToolError, tool_name: str | None) -> str:
     """What the caller should do next, in words a model can follow."""
     name = tool_name or "the tool"
     cls = error.error_class
+    if error.recoverability == "provide_input":
+        return (
+            f"{name} waits for input from a user, which this client was not asked for or did not "
+            "give: call it again from a client that answers elicitations, and answer the question."
+        )
     if cls == "schema_not_loaded":
         return (
             f'Call search_tools with query "select:{name}" to load its schema, then call {name} again; '

@@ -118,7 +118,7 @@ async def test_full_discovery_of_legacy_string_form(home):
         tools = {t.name: t for t in await upstream.list_tools()}
         assert set(tools) == {
             f"legacy_{c}"
-            for c in ("echo", "sleep", "linger", "doze", "fail", "ask", "wipe", "flood")
+            for c in ("echo", "sleep", "linger", "doze", "fail", "ask", "login", "wipe", "flood")
         }
         echo = tools["legacy_echo"]
         assert echo.tool_kind == "shell_command"
@@ -163,8 +163,15 @@ async def test_full_discovery_of_legacy_string_form(home):
         assert wipe.safety.sources["destructive"] == "declared"
         assert wipe.annotations["permission_profile"]["risk_level"] == "critical"
         assert wipe.annotations["permission_profile"]["credential_refs"] == ["env:FIXTURE_TOKEN"]
-        assert tools["legacy_ask"].blocked_reason == "requires_user_interaction"
-        assert tools["legacy_ask"].safety.requires_user_interaction is True
+        # a password is never asked of the caller; stdin and prompts are (asked, not blocked)
+        assert tools["legacy_login"].blocked_reason == "requires_user_interaction"
+        assert tools["legacy_login"].safety.requires_user_interaction is True
+        ask = tools["legacy_ask"]
+        assert ask.blocked_reason is None and ask.safety.requires_user_interaction is False
+        assert ask.annotations["atip"]["interaction_asked"] == [
+            "input on stdin",
+            "answers to prompts",
+        ]
         health = await upstream.health()
         assert health["metadata_source"] == "agent" and health["atip_version"] == "0.3"
     finally:
@@ -227,7 +234,7 @@ async def test_partial_discovery_expands_only_selected_subtrees_and_joins_the_ca
 async def test_partial_discovery_falls_back_to_full_when_unsupported(home):
     upstream = await started(config(home, "legacy", partial_discovery=True))
     try:
-        assert len(await upstream.list_tools()) == 8
+        assert len(await upstream.list_tools()) == 9
     finally:
         await upstream.close()
 
@@ -244,7 +251,7 @@ async def test_cache_and_registry_are_written_atomically_and_used_when_agent_fai
 
     broken = await started(config(home, "legacy", env={"LEGACY_AGENT_BROKEN": "1"}))
     try:
-        assert len(await broken.list_tools()) == 8
+        assert len(await broken.list_tools()) == 9
         health = await broken.health()
         assert health["metadata_source"] == "cache"
         assert "exited with code 1" in health["problems"][0]
@@ -643,28 +650,33 @@ async def test_interactive_command_blocked_with_reason_unless_answered(home):
     async with bridge_for(home, {"name": "legacy", "command": "legacy"}) as bridge:
         record = bridge.surfaces.get("default").record()
         assert any(
-            b.name == "legacy__legacy_ask" and b.reason == "requires_user_interaction"
+            b.name == "legacy__legacy_login" and b.reason == "requires_user_interaction"
             for b in record.blocked_tools
         )
-        result = await bridge.invoker.invoke("legacy__legacy_ask", {})
+        result = await bridge.invoker.invoke("legacy__legacy_login", {})
         assert result.is_error and result.status == "denied"
         assert (
             result.error.error_class == "policy_blocked"
             and result.error.error_code == "requires_user_interaction"
         )
         assert (
-            "`legacy ask` waits for input on stdin and answers to prompts" in result.error.message
+            "`legacy login` waits for a password on stdin" in result.error.message
             and "`answers:`" in result.error.message
         )
     answered = {
         "name": "legacy",
         "command": "legacy",
-        "answers": [{"commands": ["ask"], "stdin": "yes\n", "flags": ["--assume-yes"]}],
+        "answers": [
+            {"commands": ["ask"], "stdin": "yes\n", "flags": ["--assume-yes"]},
+            {"commands": ["legacy_login"], "stdin": "hunter2\n"},
+        ],
     }
     async with bridge_for(home, answered) as bridge:
         result = await bridge.invoker.invoke("legacy__legacy_ask", {})
         assert result.status == "succeeded"
         assert result.structured_content == {"answer": "yes", "argv": ["--assume-yes"]}
+        result = await bridge.invoker.invoke("legacy__legacy_login", {})
+        assert result.structured_content == {"logged_in": True}
 
 
 async def test_destructive_command_denied_unless_the_surface_allows_it(home):
@@ -741,7 +753,7 @@ def test_scan_cli_probes_path_with_a_skip_list(home, capsys):
     assert run.returncode == 0, run.stderr
     results = {Path(r["executable"]).name: r for r in json.loads(run.stdout)}
     assert set(results) == {"legacy", "cloud", "broken"}  # oldtool skipped
-    assert results["legacy"]["name"] == "legacy" and results["legacy"]["commands"] == 8
+    assert results["legacy"]["name"] == "legacy" and results["legacy"]["commands"] == 9
     assert results["cloud"]["atip_version"] == "0.6"
     assert "invalid ATIP metadata" in results["broken"]["error"]
     registry = json.loads((home["data"] / "agent-tools" / "registry.json").read_text())

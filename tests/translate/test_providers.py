@@ -362,7 +362,7 @@ def test_translate_command_prints_a_json_array(tmp_path):
     for tool in strict:
         assert_openai_strict(tool)
     names = [t["function"]["name"] for t in strict]
-    assert "notes_cli__notes_note_edit" not in names  # blocked: waits for stdin
+    assert "notes_cli__notes_note_edit" in names  # its caller is asked for its stdin
     assert "notes_cli__notes_note_delete" in names  # visible; calls are denied by policy
     assert {t["name"] for t in outputs["gemini"]} == {
         "notes_cli__notes_note_list",

@@ -149,6 +149,10 @@ METADATA = {
             "description": "Read an answer from stdin",
             "effects": {"interactive": {"stdin": "required", "prompts": True, "tty": False}},
         },
+        "login": {
+            "description": "Read a password from stdin",
+            "effects": {"interactive": {"stdin": "password"}},
+        },
         "wipe": {
             "description": "Claim to wipe everything",
             "effects": {"destructive": True, "reversible": False},
@@ -199,6 +203,8 @@ def main(argv: list[str]) -> int:
             print("legacy: no answer", file=sys.stderr)
             return 2
         print(json.dumps({"answer": answer.strip(), "argv": rest}))
+    elif command == "login":
+        print(json.dumps({"logged_in": bool(sys.stdin.read().strip())}))
     elif command == "wipe":
         print(json.dumps({"wiped": True}))
     elif command == "flood":
