@@ -7,12 +7,14 @@ from __future__ import annotations
 import hmac
 import logging
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from bridge.config import OAuthConfig, ServerConfig
 from bridge.identity.claims import scopes_of, surface_for
 from bridge.identity.issuer import Issuer, IssuerUnavailable
-from bridge.identity.tokens import Introspection, JWTChecker, TokenRefused, jwt_header
+
+if TYPE_CHECKING:
+    from bridge.identity.tokens import Introspection, JWTChecker
 
 __all__ = ["AuthFailure", "Authenticator", "Identity", "static_identity"]
 
@@ -55,10 +57,15 @@ class _OAuth:
     """The checks of one `server.oauth` section (rebuilt when a reload changes it)."""
 
     def __init__(self, config: OAuthConfig) -> None:
+        # the JWT checks load PyJWT and cryptography: a server without `server.oauth` never does
+        from bridge.identity.tokens import Introspection, JWTChecker
+
         self.config = config
         self.issuer = Issuer(config.issuer, refetch_interval=config.keys_refetch_interval)
-        self.jwt = JWTChecker(self.issuer, config.audience, config.algorithms, config.leeway)
-        self.introspection = (
+        self.jwt: JWTChecker = JWTChecker(
+            self.issuer, config.audience, config.algorithms, config.leeway
+        )
+        self.introspection: Introspection | None = (
             Introspection(
                 self.issuer,
                 config.audience,
@@ -71,6 +78,8 @@ class _OAuth:
         )
 
     async def identify(self, token: str, default_surface: str) -> Identity | AuthFailure:
+        from bridge.identity.tokens import TokenRefused, jwt_header
+
         config = self.config
         try:
             header = jwt_header(token)

@@ -16,13 +16,15 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from urllib.parse import quote_plus
-
-import aiohttp
 
 from bridge.exchange_config import TokenExchangeConfig
 from bridge.identity.issuer import FETCH_TIMEOUT, MAX_DOCUMENT_BYTES, Issuer, IssuerUnavailable
 from bridge.model import BridgeError
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["GRANT_TYPE", "TOKEN_TYPE", "TokenExchange"]
 
@@ -106,6 +108,9 @@ class TokenExchange:
         return kept[0]
 
     def _session(self) -> aiohttp.ClientSession:
+        # aiohttp loads with the first exchange: most servers never exchange a token
+        import aiohttp
+
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT))
         return self._http
@@ -153,6 +158,8 @@ class TokenExchange:
         issuer: str,
         client: tuple[str, str] | None,
     ) -> tuple[str, float]:
+        import aiohttp
+
         if config.client_id is not None and config.client_secret is not None:
             client = (config.client_id, config.client_secret.get_secret_value())
         if client is None:

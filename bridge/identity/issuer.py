@@ -9,12 +9,12 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
-import aiohttp
-from jwt import PyJWK
-from jwt.exceptions import PyJWKError
+if TYPE_CHECKING:
+    import aiohttp
+    from jwt import PyJWK
 
 __all__ = ["Issuer", "IssuerUnavailable", "SigningKey"]
 
@@ -73,11 +73,16 @@ class Issuer:
             self._http = None
 
     def http(self) -> aiohttp.ClientSession:
+        # aiohttp loads with the first fetch: a server without OAuth may never need it
+        import aiohttp
+
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT))
         return self._http
 
     async def get_json(self, url: str) -> dict[str, Any]:
+        import aiohttp
+
         try:
             async with self.http().get(url, headers={"Accept": "application/json"}) as response:
                 if response.status != 200:
@@ -159,6 +164,10 @@ class Issuer:
         if not isinstance(jwks_uri, str):
             raise IssuerUnavailable(f"the metadata of {self.issuer} names no jwks_uri")
         document = await self.get_json(jwks_uri)
+        # PyJWT (and the cryptography it loads, a quarter second of CPU) only once keys are read
+        from jwt import PyJWK
+        from jwt.exceptions import PyJWKError
+
         keys: dict[str | None, SigningKey] = {}
         for entry in document.get("keys") or []:
             # a symmetric key ("oct") is never the issuer's: a token it verifies could be anyone's

@@ -15,13 +15,11 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
 
 __all__ = ["RECHECK", "RedisLink", "SharedStateUnavailable", "shown_url"]
 
@@ -64,6 +62,14 @@ class RedisLink:
     publishes, so it can tell its own from the others'."""
 
     def __init__(self, url: str, *, prefix: str = "a2t-bridge:", timeout: float = 1.0) -> None:
+        # redis (and the OpenTelemetry metrics SDK it loads) imported only here: a bridge
+        # without `redis` in its config starts half a second of CPU sooner
+        import redis.asyncio as aioredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+        from redis.exceptions import RedisError
+
+        self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
         self.url = shown_url(url)
         self.prefix = prefix
         self.replica = uuid.uuid4().hex
@@ -99,7 +105,7 @@ class RedisLink:
         self.round_trips += 1
         try:
             answer = await command(self.client)
-        except (RedisError, OSError) as exc:
+        except self._errors as exc:
             self._away(exc)
             raise SharedStateUnavailable(self.url, self.reason or "unreachable") from None
         self._back()
@@ -162,7 +168,7 @@ class RedisLink:
                     self._deliver(message)
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as exc:
+            except self._errors as exc:
                 self._away(exc)
             finally:
                 self.listening = False

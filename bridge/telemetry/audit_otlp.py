@@ -13,11 +13,12 @@ import logging
 import os
 import urllib.parse
 from datetime import datetime
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from bridge.telemetry.audit import FIELDS
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["FLUSH_LINES", "FLUSH_SECONDS", "MAX_WAITING", "OtlpAudit", "logs_endpoint"]
 
@@ -113,6 +114,9 @@ class OtlpAudit:
             await self._send(records)
 
     async def _send(self, records: list[tuple[Any, ...]]) -> None:
+        # aiohttp loads with the first batch: a bridge without an OTLP audit never needs it
+        import aiohttp
+
         async with self._lock:
             body = await asyncio.to_thread(encode, records, self.service_name)
             try:
