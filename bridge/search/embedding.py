@@ -85,6 +85,8 @@ class ToolEmbeddings:
         self._vectors = np.zeros((0, encoder.dim), np.float16)
         self._count = 0
         self._keys: dict[str, bytes] = {}  # tool_id -> text key
+        # counts the changes of the tools' keys or the rows, under the lock (`every_vector`)
+        self.generation = 0
         self._file: Any = None
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -267,6 +269,7 @@ class ToolEmbeddings:
         rows = {k: i for i, (k, _) in enumerate(keep)}
         with self._lock:
             self._rows, self._vectors, self._count = rows, vectors, len(keep)
+            self.generation += 1
         if self.path is not None and self._file is not None:
             tmp = self.path + ".tmp"
             try:
@@ -341,6 +344,7 @@ class ToolEmbeddings:
                 self._rows = {key: i for i, (key, _) in enumerate(by_row)}
                 self._vectors[: len(by_row)] = self._vectors[[row for _, row in by_row]]
                 self._count = len(by_row)
+                self.generation += 1
         self.path, self._file = path, file
 
     def submit(self, upserts: Iterable[ToolDeclaration] = (), deletes: Iterable[str] = ()) -> None:
@@ -397,6 +401,7 @@ class ToolEmbeddings:
                     for tool_id in deletes:
                         if self._keys.pop(tool_id, None) is not None:
                             self._dropped += 1
+                    self.generation += 1
                 pending: list[tuple[str, bytes]] = []
                 ready: dict[bytes, np.ndarray] = {}  # embedded by a search already
                 for decl in upserts:
@@ -421,6 +426,7 @@ class ToolEmbeddings:
                         if self._keys.get(tool_id, key) != key:
                             self._dropped += 1
                         self._keys[tool_id] = key
+                    self.generation += 1
                     self._todo_len = len(todo)
                     self._done += 1
                     self._cond.notify_all()
@@ -469,6 +475,7 @@ class ToolEmbeddings:
                 self._rows[key] = self._count
                 self._count += 1
                 todo.pop(key, None)
+            self.generation += 1
             self._todo_len = len(todo)
             self._tidying = not todo
             self._cond.notify_all()
@@ -498,6 +505,16 @@ class ToolEmbeddings:
             with contextlib.suppress(OSError):
                 os.truncate(self.path, whole)
         self.path, self._file = None, None
+
+    def every_vector(self) -> tuple[int, list[str], np.ndarray]:
+        """Every tool with a vector: the `generation` read, the tool ids and their vectors
+        (float32, one row each). The rows are copied after the lock is let go: the array read
+        keeps them, as the stage only appends to it or replaces it whole."""
+        with self._lock:
+            generation, vectors, rows = self.generation, self._vectors, self._rows
+            pairs = [(tool_id, rows[key]) for tool_id, key in self._keys.items() if key in rows]
+        at = np.fromiter((row for _, row in pairs), np.int64, len(pairs))
+        return generation, [tool_id for tool_id, _ in pairs], vectors[at].astype(np.float32)
 
     @property
     def missing(self) -> int:

@@ -17,6 +17,7 @@ from bridge.model import ToolDeclaration
 from bridge.search.analysis import meaning_text
 from bridge.search.embedding import ToolEmbeddings
 from bridge.search.encoder import Encoder, load_encoder
+from bridge.search.onnxencoder import load_onnx_encoder
 from bridge.search.static import load_static
 from bridge.search.vectorfile import vector_path
 
@@ -43,7 +44,7 @@ def choose_encoder(kind: str) -> Encoder | None:
     if kind == "off":
         return None
     if kind in ("auto", "model"):
-        encoder = load_encoder()
+        encoder = load_onnx_encoder() or load_encoder()
         if encoder is not None:
             return encoder
         if kind == "model":

@@ -26,6 +26,7 @@ from bridge.search.analysis import (
     related_words,
     spelled_words,
 )
+from bridge.search.dense import DenseCandidates
 from bridge.search.document import IndexedTool, indexed_tool
 from bridge.search.feed import CatalogFeed
 from bridge.search.foreground import Foreground
@@ -62,7 +63,7 @@ FILTER_PROBE = 2_000
 FILTER_NEAR = 3
 
 
-class ToolSearch(RankingStages):
+class ToolSearch(RankingStages, DenseCandidates):
     """The search index of one catalog, kept in step through the catalog's change events.
 
     `path` is the index folder (reopened when it still matches the catalog), None for an index
@@ -534,14 +535,14 @@ class ToolSearch(RankingStages):
         to cover the request's parts, with the lookups of the first. With the candidates' vectors
         in the ranking's order (None when a step dropped them) and the cosine at which two are one
         tool."""
+        ranked = self._dense_added(analyzed, ranked, parts, surface, filters)
         vectors: np.ndarray | None = None  # the candidates' rows, in `ranked`'s order
         threshold: float | None = None
         reranked_by: SemanticStage | None = None
         if self.semantic is not None and ranked:
             decls = [decl for decl, _ in ranked]
-            for (
-                stage
-            ) in self._stages:  # the model, then (`auto`) the table until the model has them all
+            # the model, then (`auto`) the table until the model has them all
+            for stage in self._stages:
                 tools = stage.vectors(decls)
                 if tools is not None:
                     order, mixed = stage.mix(analyzed.text, ranked, tools)
@@ -549,9 +550,8 @@ class ToolSearch(RankingStages):
                     vectors, threshold = tools[order], stage.encoder.same_tool_cosine
                     reranked_by = stage
                     break
-        if (
-            self.title_weight and len(ranked) > 1
-        ):  # keyword scores (no stage reranked them) over the best one
+        # keyword scores (no stage reranked them) over the best one
+        if self.title_weight and len(ranked) > 1:
             scale = 1.0 if reranked_by is not None else max(score for _, score in ranked) or 1.0
             ranked, vectors = self._titled(analyzed, ranked, vectors, scale)
         if self.sibling_weight and len(ranked) > 1:

@@ -12,6 +12,7 @@ import pytest
 
 from bridge.config import SurfaceConfig
 from bridge.search.encoder import MiniLMEncoder, model_location
+from bridge.search.onnxencoder import OnnxMiniLMEncoder
 from bridge.search.service import ToolSearch
 from bridge.search.static import StaticEncoder
 from bridge.surface import Surface
@@ -69,7 +70,8 @@ async def test_bundled_model_ranks_by_meaning(tmp_path):
         ]
     )
     search = ToolSearch(catalog, str(tmp_path / "bridge.index"), semantic=True)
-    assert search.semantic is not None and isinstance(search.semantic.encoder, MiniLMEncoder)
+    full = (MiniLMEncoder, OnnxMiniLMEncoder)  # (onnxruntime's when installed)
+    assert search.semantic is not None and isinstance(search.semantic.encoder, full)
     # until the model has embedded a search's candidates, the static table reranks it
     assert search.fallback is not None and isinstance(search.fallback.encoder, StaticEncoder)
     assert {Path(stage.path).name for stage in search._stages} == {

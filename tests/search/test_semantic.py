@@ -17,6 +17,7 @@ from bridge.catalog import Catalog
 from bridge.config import BridgeConfig, SurfaceConfig
 from bridge.search import embedding as embedding_module
 from bridge.search.encoder import MiniLMEncoder, model_location
+from bridge.search.onnxencoder import OnnxMiniLMEncoder, onnx_model_location
 from bridge.search.semantic import SemanticStage, choose_encoder
 from bridge.search.service import ToolSearch
 from bridge.search.static import StaticEncoder, load_static
@@ -462,7 +463,14 @@ def test_config_switch():
     search = ToolSearch(catalog, semantic="static")
     assert search.semantic is not None and isinstance(search.semantic.encoder, StaticEncoder)
     search.close()
-    assert isinstance(choose_encoder("auto"), MiniLMEncoder if model_location() else StaticEncoder)
+    best = (
+        OnnxMiniLMEncoder
+        if onnx_model_location()
+        else MiniLMEncoder
+        if model_location()
+        else StaticEncoder
+    )
+    assert isinstance(choose_encoder("auto"), best)
 
 
 class HeldEncoder(WordsEncoder):

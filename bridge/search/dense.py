@@ -1,0 +1,144 @@
+"""Dense candidates of a free-text search: the tools nearest the request in meaning, over every
+embedded tool's vector, added to the keyword candidates the ranking stages read. A request that
+names no word of its tool (*book me a table for two tonight* for `reserve_restaurant`) still has
+it among the candidates, where the semantic stage's mix of keyword score and cosine ranks it.
+
+A request of several parts (bridge.search.analysis.query_parts) has candidates drawn for each
+part as well, so the tools of one ask do not take every place of another's."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from bridge.model import ToolDeclaration
+from bridge.search.analysis import AnalyzedQuery
+from bridge.search.embedding import ToolEmbeddings
+from bridge.search.semantic import SemanticStage
+from bridge.surface import Surface
+
+__all__ = ["DENSE_CANDIDATES", "DenseCandidates", "DenseIndex"]
+
+# Tools drawn by meaning for the request, and again for each of its parts, that the keyword
+# candidates do not hold already (bench/search_quality.py, docs/search.md: Dense candidates).
+DENSE_CANDIDATES = 10
+# The parts of a request drawn for, at most (each costs a query embedding).
+DENSE_PARTS = 5
+# A tool drawn by meaning has at least this cosine with the request (or the part): a request
+# of no known word, or for no tool here, draws nothing, and its answer says so.
+DENSE_FLOOR = 0.25
+_INDEXES_LOCK = threading.Lock()  # around a search's first look for its stage's index
+
+
+class DenseIndex:
+    """Every embedded tool's unit vector of one `ToolEmbeddings`, in one float32 matrix searched
+    exactly (a matrix product). The matrix is built again, on a thread of its own, once the
+    embeddings changed (`ToolEmbeddings.generation`): a search reads the last one built and
+    never waits for a build, and a change is searchable once it is embedded and built (at
+    5,596 tools a build takes a few milliseconds)."""
+
+    def __init__(self, embeddings: ToolEmbeddings) -> None:
+        self.embeddings = embeddings
+        self._ids: list[str] = []
+        self._matrix = np.zeros((0, embeddings.encoder.dim), np.float32)
+        self._built = -1
+        self._building: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _build(self) -> None:
+        try:
+            generation, ids, matrix = self.embeddings.every_vector()
+            with self._lock:
+                self._ids, self._matrix, self._built = ids, matrix, generation
+        finally:
+            with self._lock:
+                self._building = None
+
+    def current(self, wait: bool = False) -> tuple[list[str], np.ndarray]:
+        """The tool ids and their rows as last built; a build is started when the embeddings
+        changed since (and, with `wait`, waited for: a first search, or a test)."""
+        with self._lock:
+            building = self._building
+            if building is None and self._built != self.embeddings.generation:
+                building = self._building = threading.Thread(
+                    target=self._build, name="search-dense", daemon=True
+                )
+                building.start()
+        if building is not None and (wait or self._built < 0):
+            building.join()
+        with self._lock:
+            return self._ids, self._matrix
+
+    def nearest(self, query: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """The `k` tools of the greatest cosine with `query` (a unit vector), best first."""
+        ids, matrix = self.current()
+        if not ids or k <= 0:
+            return []
+        scores = matrix @ query.astype(np.float32)
+        k = min(k, len(ids))
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(ids[i], float(scores[i])) for i in top]
+
+
+class DenseCandidates:
+    """Mixed into `ToolSearch`: the dense candidates added to a page of keyword candidates.
+    `dense_candidates` tools are drawn for the request and for each part (0: none); with the
+    static table (a sum of token vectors, which draws poorly from a whole catalog) only when
+    `dense_static` is set."""
+
+    dense_candidates = DENSE_CANDIDATES
+    dense_static = False
+
+    semantic: SemanticStage | None
+
+    def _shown_hit(
+        self, tool_id: str, surface: Surface, filters: dict[str, Any]
+    ) -> ToolDeclaration | None:
+        raise NotImplementedError  # RankingStages'
+
+    def _dense_index(self, stage: SemanticStage) -> DenseIndex:
+        with _INDEXES_LOCK:
+            indexes: dict[int, DenseIndex] = self.__dict__.setdefault("_dense_indexes", {})
+            index = indexes.get(id(stage))
+            if index is None:
+                index = indexes[id(stage)] = DenseIndex(stage)
+            return index
+
+    def _dense_added(
+        self,
+        analyzed: AnalyzedQuery,
+        ranked: list[tuple[ToolDeclaration, float]],
+        parts: list[AnalyzedQuery],
+        surface: Surface,
+        filters: dict[str, Any],
+    ) -> list[tuple[ToolDeclaration, float]]:
+        """`ranked` and after it, with a keyword score of 0, the tools nearest in meaning to the
+        request and to each of its parts that it does not hold, shown on the surface and passing
+        the filters."""
+        stage = self.semantic
+        k = self.dense_candidates
+        if stage is None or k <= 0 or (stage.encoder.cheap and not self.dense_static):
+            return ranked
+        index = self._dense_index(stage)
+        if not index.current()[0]:  # nothing embedded yet: the query is not embedded either
+            return ranked
+        have = {decl.tool_id for decl, _ in ranked}
+        added: list[tuple[ToolDeclaration, float]] = []
+        for text in [analyzed.text, *(part.text for part in parts[:DENSE_PARTS])]:
+            taken = 0
+            # a few more than k: some may be held already, hidden here or filtered out
+            for tool_id, cosine in index.nearest(stage.query_vector(text), 2 * k):
+                if taken >= k or cosine < DENSE_FLOOR:
+                    break
+                if tool_id in have:
+                    taken += 1
+                    continue
+                decl = self._shown_hit(tool_id, surface, filters)
+                if decl is not None:
+                    have.add(tool_id)
+                    added.append((decl, 0.0))
+                    taken += 1
+        return ranked + added

@@ -1,0 +1,117 @@
+"""Dense candidates of tool search (bridge.search.dense): tools drawn by meaning from the whole
+catalog, so a request sharing no word with its tool finds it, per part of a request asking for
+several things, following the catalog's changes."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import numpy as np
+import pytest
+
+from bridge.config import SurfaceConfig
+from bridge.search.onnxencoder import OnnxMiniLMEncoder, onnx_model_location
+from bridge.surface import Surface
+from tests.fakes import FakeUpstream, tool
+from tests.search.support import WordsEncoder, started
+
+# words an encoder of meaning would read alike: each stands for the word it maps to
+SAME_MEANING = {
+    "supper": "restaurant",
+    "reservation": "book",
+    "tomorrow": "forecast",
+    "rainfall": "weather",
+}
+
+
+class MeaningEncoder(WordsEncoder):
+    """WordsEncoder with a few words read as others (as a model reads *supper* near *restaurant*)."""
+
+    name = "test-meaning"
+
+    def encode(self, texts, max_tokens=128):
+        return super().encode(
+            [
+                re.sub(r"[a-z]+", lambda m: SAME_MEANING.get(m.group(0), m.group(0)), t.lower())
+                for t in texts
+            ],
+            max_tokens,
+        )
+
+
+def desk():
+    return [
+        tool("book_table", description="Book a table at a restaurant."),
+        tool("weather_forecast", description="Get the weather forecast for a city."),
+        tool("send_mail", description="Send an email message to someone."),
+        tool("read_file", description="Read a text file from disk."),
+        tool("list_repositories", description="List the repositories of an organization."),
+    ]
+
+
+@pytest.fixture
+async def desk_search():
+    catalog, search, stage = await started(
+        [FakeUpstream(name="desk", tools=desk())], encoder=MeaningEncoder()
+    )
+    yield catalog, search, stage, Surface(SurfaceConfig(name="default"), catalog)
+    search.close()
+    await catalog.close()
+
+
+def names(search, surface, query, **kw):
+    return [m.name for m in search.search(query, surface=surface, **kw).matches]
+
+
+async def test_a_request_naming_no_word_of_its_tool_finds_it(desk_search):
+    _, search, _, surface = desk_search
+    search.dense_candidates = 0  # keywords alone: not a word in common
+    assert names(search, surface, "supper reservation") == []
+    search.dense_candidates = 3
+    assert names(search, surface, "supper reservation")[0] == "desk__book_table"
+    # a request near no tool draws nothing (the cosine floor): no match, as before
+    assert names(search, surface, "zebra quantum") == []
+    # the filters and the surface hold for tools drawn by meaning too
+    assert names(search, surface, "supper reservation", namespace="other") == []
+
+
+async def test_each_part_of_a_request_draws_its_own_tools(desk_search):
+    _, search, _, surface = desk_search
+    search.dense_candidates = 1
+    found = names(
+        search, surface, "Make a supper reservation. Then send the rainfall tomorrow to Ann."
+    )
+    assert {"desk__book_table", "desk__weather_forecast"} <= set(found[:3])
+
+
+async def test_tools_added_and_removed_are_drawn_once_embedded(desk_search):
+    catalog, search, stage, surface = desk_search
+    assert "desk__book_table" in names(search, surface, "supper reservation")
+    catalog.apply_tools(
+        "desk", [*desk()[1:], tool("order_pizza", description="Order a pizza from a restaurant.")]
+    )
+    assert await search.wait_indexed() and await asyncio.to_thread(stage.flush, 10.0)
+    index = search._dense_index(stage)
+    index.current(wait=True)  # the matrix a search reads is built again on a thread of its own
+    index.current(wait=True)  # (and once more, should a build have begun before the change)
+    assert names(search, surface, "supper") == ["desk__order_pizza"]
+
+
+needs_onnx = pytest.mark.skipif(
+    onnx_model_location() is None, reason="the semantic extra is not installed"
+)
+
+
+@needs_onnx
+def test_the_onnx_model_embeds_by_meaning():
+    location = onnx_model_location()
+    assert location is not None
+    enc = OnnxMiniLMEncoder(location)
+    vectors = enc.encode(
+        ["book a table at a restaurant", "reserve dinner for two", "delete a git branch"]
+    )
+    assert vectors.shape == (3, 384) and np.allclose(
+        np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4
+    )
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
