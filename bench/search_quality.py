@@ -84,7 +84,9 @@ import tantivy  # noqa: E402
 from bridge.catalog import Catalog  # noqa: E402
 from bridge.config import SurfaceConfig  # noqa: E402
 from bridge.model import UpstreamResult, UpstreamTool  # noqa: E402
+from bridge.search.dense import DENSE_CANDIDATES  # noqa: E402
 from bridge.search.encoder import model_location  # noqa: E402
+from bridge.search.onnxencoder import onnx_model_location  # noqa: E402
 from bridge.search.service import ToolSearch  # noqa: E402
 from bridge.search.stages import (  # noqa: E402
     COVER_WEIGHT,
@@ -604,7 +606,7 @@ def stage_rows(
 ) -> list[tuple[str, dict[str, dict[str, float]]]]:
     """Plain BM25, then `bridge.search` with each stage of STAGE_STEPS switched on in turn, on
     one ranker (its attributes changed between rows); with `model`, also the full model with
-    every stage (its tool vectors kept in bench/.cache)."""
+    every stage, without and with its dense candidates (its tool vectors kept in bench/.cache)."""
     results = [("plain BM25", score_sets(plain_bm25(rows), sets))]
     ranker = BridgeRanker(rows, semantic="static", fold_alternatives=False)
     search = ranker.search
@@ -623,10 +625,13 @@ def stage_rows(
     finally:
         search.semantic = stage
         ranker.close()
-    if model and model_location() is not None:
+    if model and (model_location() is not None or onnx_model_location() is not None):
         cache = ROOT / "bench" / ".cache" / f"stages-{len(rows)}.index"
         full = BridgeRanker(rows, str(cache), semantic="model")
         try:
+            full.search.dense_candidates = 0
+            results.append(("full model, every stage but dense", score_sets(full, sets)))
+            full.search.dense_candidates = DENSE_CANDIDATES
             results.append(("full model, every stage", score_sets(full, sets)))
         finally:
             full.close()
