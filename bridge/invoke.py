@@ -155,9 +155,8 @@ class Invoker:
                 )
             decl = self._resolve(ref, surface_obj)
             schema, version = self._schema_for(decl, version)
-            with telemetry.stage(call.trace, "validate"):
-                refuse_unsendable(arguments)
-                self._validate(decl, version, schema, arguments)
+            refuse_unsendable(arguments)
+            self._validate(decl, version, schema, arguments)
             check_permission(decl, surface_obj)
             if self.admission.active:
                 call.authorization = await self.admission.admit(decl, surface_obj.name, identity)

@@ -58,10 +58,11 @@ class TracedHTTP:
             valid_tracestate(headers.get("tracestate")) if parent else None,
         )
 
+        ended: dict[str, Any] = {}  # what the response tells, set on the span in one go
+
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
-                status = message["status"]
-                span.set_attribute("http.response.status_code", status)
+                ended["http.response.status_code"] = status = message["status"]
                 if status >= 500:
                     failed(span, str(status))
             await send(message)
@@ -73,7 +74,9 @@ class TracedHTTP:
                 route = getattr(scope.get("route"), "path", None)
                 if route:
                     span.update_name(f"{method} {route}")
-                    span.set_attribute("http.route", route)
+                    ended["http.route"] = route
+                if ended:
+                    span.set_attributes(ended)
 
 
 def traced_mcp_handler(tracing: Tracing, method: str, handler: Handler) -> Handler:

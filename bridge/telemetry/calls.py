@@ -85,9 +85,9 @@ class Telemetry:
         return self.tracing.call_begun(ref, origin.traceparent, origin.tracestate)
 
     def stage(self, trace: CallTrace | None, name: str) -> contextlib.AbstractContextManager[None]:
-        """A stage of a call that may take a while (`validate`, `persist`): a span when sampled.
-        Resolving the name and the permission check take microseconds and get none: a refusal
-        there marks the call's span."""
+        """A stage of a call that does I/O (`persist`, a large result stored): a span when
+        sampled. Resolving the name, validating the arguments and the permission check take
+        microseconds and get none: a refusal there marks the call's span."""
         if trace is None or trace.token is None or self.tracing is None:
             return _UNTRACED
         return self.tracing.stage(name)
@@ -126,7 +126,6 @@ class Telemetry:
         self.metrics.call_ended(upstream, tool, surface, outcome, seconds, upstream_seconds)
         if trace is not None and trace.token is not None and self.tracing is not None:
             attributes: dict[str, Any] = {
-                "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.call.id": invocation_id,
                 "bridge.surface": surface,
             }

@@ -65,13 +65,20 @@ def _parent(traceparent: str | None, tracestate: str | None) -> otel_context.Con
 
 class CallTrace:
     """The span of one call through the pipeline, current while the call runs; `token` None:
-    the trace is not sampled, and the span was never made current."""
+    the trace is not sampled, and the span was never made current. `ref` is the name the call
+    was made with, which names the span until the tool is known."""
 
-    __slots__ = ("span", "token")
+    __slots__ = ("ref", "span", "token")
 
-    def __init__(self, span: Span, token: contextvars.Token[otel_context.Context] | None) -> None:
+    def __init__(
+        self,
+        span: Span,
+        token: contextvars.Token[otel_context.Context] | None,
+        ref: str | None = None,
+    ) -> None:
         self.span = span
         self.token = token
+        self.ref = ref
 
 
 class _Current:
@@ -110,7 +117,7 @@ class Tracing:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 
         if exporter is None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -122,7 +129,11 @@ class Tracing:
             )  # None: the OTEL_EXPORTER_OTLP_* variables
         # a ratio of the traces begun here; a caller's sampled flag is followed (None: the
         # OTEL_TRACES_SAMPLER variables, else always, parent-based)
-        sampler = ParentBased(TraceIdRatioBased(sample_ratio)) if sample_ratio is not None else None
+        sampler = None
+        if sample_ratio is not None:
+            sampler = ParentBased(
+                ALWAYS_ON if sample_ratio >= 1 else TraceIdRatioBased(sample_ratio)
+            )
         resource = Resource.create({"service.name": service_name})
         self.provider = TracerProvider(sampler=sampler, resource=resource, shutdown_on_exit=False)
         self.provider.add_span_processor(BatchSpanProcessor(exporter))
@@ -164,12 +175,11 @@ class Tracing:
             return CallTrace(current, None)
         parent = None if context.is_valid else _parent(traceparent, tracestate)
         span = self.tracer.start_span(
-            "execute_tool", parent, SpanKind.INTERNAL, None, record_exception=False
+            f"execute_tool {ref}", parent, SpanKind.INTERNAL, TOOL_CALL, record_exception=False
         )
         if not span.is_recording():
             return CallTrace(span, None)
-        span.update_name(f"execute_tool {ref}")
-        return CallTrace(span, otel_context.attach(trace.set_span_in_context(span)))
+        return CallTrace(span, otel_context.attach(trace.set_span_in_context(span)), ref)
 
     def call_ended(
         self,
@@ -181,7 +191,7 @@ class Tracing:
         span = call.span
         if call.token is None:  # not sampled
             return
-        if tool is not None:
+        if tool is not None and tool != call.ref:
             span.update_name(f"execute_tool {tool}")
         span.set_attributes(attributes)
         if error_class is not None:
@@ -190,7 +200,7 @@ class Tracing:
         span.end()
 
     def stage(self, name: str) -> _Current:
-        """A span for a stage of a sampled call (`validate`, `persist`)."""
+        """A span for a stage of a sampled call that does I/O (`persist`)."""
         return _Current(
             self.tracer.start_span(name, None, SpanKind.INTERNAL, None, record_exception=False)
         )
