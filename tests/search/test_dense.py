@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bridge.config import SurfaceConfig
+from bridge.search import dense
 from bridge.search.onnxencoder import OnnxMiniLMEncoder, onnx_model_location
 from bridge.surface import Surface
 from tests.fakes import FakeUpstream, tool
@@ -74,6 +75,12 @@ async def test_a_request_naming_no_word_of_its_tool_finds_it(desk_search):
     assert names(search, surface, "zebra quantum") == []
     # the filters and the surface hold for tools drawn by meaning too
     assert names(search, surface, "supper reservation", namespace="other") == []
+
+
+async def test_a_catalog_past_the_exact_limit_draws_none(desk_search, monkeypatch):
+    _, search, _, surface = desk_search
+    monkeypatch.setattr(dense, "DENSE_EXACT_LIMIT", 4)  # five tools embedded
+    assert names(search, surface, "supper reservation") == []
 
 
 async def test_each_part_of_a_request_draws_its_own_tools(desk_search):
