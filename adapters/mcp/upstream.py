@@ -47,6 +47,7 @@ from adapters.mcp.sdk import (
     client_info,
 )
 from adapters.mcp.stdio import LINE_LIMIT, StdioChild
+from adapters.mcp.wire import AiohttpTransport, proxied_by_environment
 from bridge.masking import masked
 from bridge.model import BridgeError
 from bridge.processes import minimal_environment
@@ -243,15 +244,18 @@ class MCPUpstream(
         # until the first listing, half of start_timeout at most, so that the listing has the other half
         self._notices = NoticePosts(min(cfg.ping_timeout, cfg.start_timeout / 2), self._notice_lost)
         # the SDK's create_mcp_http_client, with the TLS context made once
+        tls = self._tls or system_cas()
+        wire = {} if proxied_by_environment() else {"transport": AiohttpTransport(tls)}
         http = NoticeClient(
             headers=dict(cfg.headers),
             timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),
-            verify=self._tls or system_cas(),
+            verify=tls,
             event_hooks={"response": [self._on_http_response]},
             mounts=loopback_mounts(cfg.url),
             watch=GetStreamWatch(self._get_stream_given_up),
             notices=self._notices,
             on_error=self._on_http_error,
+            **wire,
         )
         await stack.enter_async_context(http)
         stack.push_async_callback(
