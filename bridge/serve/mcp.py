@@ -252,7 +252,7 @@ class MCPFrontend:
         for index, route in enumerate(app.router.routes):
             if isinstance(route, Route) and route.path == path:
                 self.sessions = SessionQuota(
-                    shared_gate(route.endpoint, self.bridge, self.server, self.notifier),
+                    shared_gate(route.endpoint, self),
                     per_client=server_config.mcp_max_sessions_per_client,
                     total=server_config.mcp_max_sessions,
                     idle_timeout=server_config.mcp_session_idle_timeout,

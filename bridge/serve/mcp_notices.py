@@ -41,6 +41,8 @@ __all__ = ["LOG_LEVELS", "FeatureClient", "FeatureNotices"]
 
 log = logging.getLogger("bridge.serve.mcp")
 
+# the upstream notices replicas sharing sessions hand to each other
+RELAYED = frozenset(["notifications/resources/updated", "notifications/message"])
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
@@ -70,6 +72,9 @@ class FeatureNotices:
         # (upstream, its URI) -> the exposed URIs clients follow it by, one count per follower
         self._followed: dict[tuple[str, str], Counter[str]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # told each resource update and log message of an upstream, with the exposed URIs the
+        # update concerns (replicas sharing sessions hand them to each other)
+        self.relay: Callable[[str, str, dict[str, Any], list[str]], None] | None = None
 
     # ------------------------------------------------------------------ clients
 
@@ -159,6 +164,9 @@ class FeatureNotices:
             self.federated.forget(upstream, ("resources", "templates"))
         elif method == "notifications/prompts/list_changed":
             self.federated.forget(upstream, ("prompts",))
+        elif self.relay is not None and method in RELAYED:
+            native = str(params.get("uri", ""))
+            self.relay(upstream, method, params, sorted(self._followed.get((upstream, native), ())))
         self._spawn(self._deliver(upstream, method, params))
 
     def _spawn(self, work: Any) -> None:
@@ -207,6 +215,15 @@ class FeatureNotices:
             return self._buses(surface)
         except KeyError:
             return None
+
+    def local_client(self, connection: Any) -> FeatureClient | None:
+        return self._clients.get(connection)
+
+    def surfaces_showing(self, upstream: str) -> set[str]:
+        """The surfaces that show `upstream`'s resources, prompts and logs."""
+        return {
+            n for n in self._surface_names() if self._shows_upstream(self._surface(n), upstream)
+        }
 
     def _surface_names(self) -> list[str]:
         return list(self.federated.bridge.surfaces.names())

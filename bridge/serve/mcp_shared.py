@@ -10,7 +10,9 @@ The `/mcp` endpoint is wrapped so that:
   expiry back): a session this replica does not hold yet is taken up from it, served as if it
   had been opened here; one that has no record (ended, expired) answers 404 on every replica,
   and a copy held here is ended;
-- a `DELETE` removes the record and tells the other replicas, which end their copies.
+- a `DELETE` removes the record and tells the other replicas, which end their copies;
+- the resource subscriptions and logging level of a session are shared as well
+  (bridge/serve/mcp_shared_features.py).
 
 While Redis cannot be reached, requests of the handshake era that need a session answer HTTP
 503 with a JSON-RPC error naming Redis; the 2026-07-28 era, which needs none, is served as
@@ -32,8 +34,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bridge.runtime import Bridge
 from bridge.serve.mcp_gate import METHOD_SCOPE_KEY, SURFACE_SCOPE_KEY, send_jsonrpc_error
+from bridge.serve.mcp_notices import FeatureNotices
 from bridge.serve.mcp_sdk import adopt_session, end_session, held_session, session_connection
 from bridge.serve.mcp_session import ChangeNotifier
+from bridge.serve.mcp_shared_features import FOLLOWED_METHODS, SharedFeatures
 from bridge.serve.rest_http import read_body, replaying
 from bridge.shared_state import Notice, SessionRecord, SharedState, SharedStateUnavailable
 
@@ -50,15 +54,20 @@ _HANDSHAKE_ERA = frozenset([None, *HANDSHAKE_PROTOCOL_VERSIONS])
 _RETRY_AFTER = [(b"retry-after", b"1")]
 
 
-def shared_gate(
-    endpoint: ASGIApp, bridge: Bridge, server: Any, notifier: ChangeNotifier
-) -> ASGIApp:
-    """`endpoint` (the SDK's `/mcp`) behind the shared-session gate when the bridge shares
-    sessions through Redis (`redis.url`), else `endpoint` itself. The SDK `server` then also
-    tells the notifier of each session opened here, so that changes reach its stream."""
+def shared_gate(endpoint: ASGIApp, frontend: Any) -> ASGIApp:
+    """`endpoint` (the SDK's `/mcp`) behind the shared-session gate when the frontend's bridge
+    shares sessions through Redis (`redis.url`), else `endpoint` itself. The frontend's SDK
+    server then also tells its change notifier of each session opened here, so that changes
+    reach its stream, and what each session follows (resource updates, log messages) is shared
+    through its feature notices."""
+    bridge: Bridge = frontend.bridge
+    server: Any = frontend.server
+    notifier: ChangeNotifier = frontend.notifier
+    notices: FeatureNotices = frontend.feature_notices
     shared = bridge.shared
     if shared is None:
         return endpoint
+    features = SharedFeatures(notices, shared)
 
     async def track(ctx: Any, call_next: Any) -> Any:
         result = await call_next(ctx)
@@ -69,6 +78,11 @@ def shared_gate(
             connection = session_connection(ctx.session)
             if surface is not None and connection is not None:
                 notifier.state_for(connection, surface)
+                features.hold(connection, surface.name)
+        elif ctx.method in FOLLOWED_METHODS:
+            record = shared_record(ctx.request)
+            if record is not None:
+                await features.changed(record, ctx.method, ctx.params)
         return result
 
     server.middleware.append(track)
@@ -77,6 +91,7 @@ def shared_gate(
         shared,
         lambda: server.session_manager,
         notifier,
+        features,
         max_body_bytes=bridge.config.server.max_body_bytes,
     )
 
@@ -98,7 +113,8 @@ def _owner(scope: Scope) -> dict[str, Any] | None:
 class SharedSessionGate:
     """ASGI wrapper of the SDK's `/mcp` endpoint keeping handshake-era sessions in Redis.
     `manager` gives the SDK's session manager (built with the app); the `notifier` is given
-    each connection taken up from a record, and the changes other replicas publish."""
+    each connection taken up from a record, and the changes other replicas publish; `features`
+    what the sessions follow."""
 
     def __init__(
         self,
@@ -106,6 +122,7 @@ class SharedSessionGate:
         shared: SharedState,
         manager: Callable[[], Any],
         notifier: ChangeNotifier,
+        features: SharedFeatures,
         *,
         max_body_bytes: int,
     ) -> None:
@@ -113,6 +130,7 @@ class SharedSessionGate:
         self.shared = shared
         self._manager = manager
         self._notifier = notifier
+        self.features = features
         self._max_body_bytes = max_body_bytes
         self._adopting: dict[str, asyncio.Future[None]] = {}
         self._listening = False
@@ -125,6 +143,7 @@ class SharedSessionGate:
         elif kind == "ended":
             work = self.on_notice(notice)
         else:
+            self.features.on_notice(notice)
             return
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
@@ -191,6 +210,7 @@ class SharedSessionGate:
                 return
             await self._adopt(manager, record, scope)
         scope[SESSION_RECORD_KEY] = record
+        self.features.seen(record)
         if scope["method"] != "DELETE":
             await self.app(scope, receive, send)
             return
@@ -221,12 +241,16 @@ class SharedSessionGate:
                 scope.get("user"),
                 record.protocol_version,
                 record.client_params,
-                lambda connection: self._notifier.adopt(connection, record),
+                lambda connection: self._adopted(connection, record),
             )
             log.info("MCP session %s… taken up from the shared state", record.session_id[:8])
         finally:
             del self._adopting[record.session_id]
             done.set_result(None)
+
+    def _adopted(self, connection: Any, record: SessionRecord) -> None:
+        self._notifier.adopt(connection, record)
+        self.features.hold(connection, record.surface, record)
 
     async def forget(self, session_id: str) -> None:
         """The session ended here: its record goes, and the other replicas end their copies."""

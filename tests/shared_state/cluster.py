@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HANDSHAKE = "2025-11-25"
 MODERN = "2026-07-28"
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+FEATURES = ROOT / "tests" / "adapters" / "mcp_fixtures" / "features_server.py"
 MODERN_META = {
     "io.modelcontextprotocol/protocolVersion": MODERN,
     "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"},
@@ -37,8 +38,8 @@ def replica_config(
     store: dict[str, Any] | None = None,
     shutdown_timeout: float = 3.0,
 ) -> dict[str, Any]:
-    """One replica's config: the tiny MCP server (its own child) behind a surface that defers
-    every tool, Redis for what the replicas share."""
+    """One replica's config: the tiny MCP server and the features server (its own children)
+    behind a surface that defers every tool, Redis for what the replicas share."""
     return {
         "server": {"shutdown_timeout": shutdown_timeout},
         "store": {**(store or {}), "path": str(folder / "bridge.db")},
@@ -52,7 +53,16 @@ def replica_config(
                 "kind": "mcp",
                 "command": sys.executable,
                 "args": [str(TINY_MCP_SERVER), "--slow", "--log", str(folder / "calls.log")],
-            }
+            },
+            # resources to subscribe to, and log messages: in the handshake era, whose server
+            # sends a call's log messages as notices of its own
+            {
+                "name": "fx",
+                "kind": "mcp",
+                "command": sys.executable,
+                "args": [str(FEATURES)],
+                "protocol": "legacy",
+            },
         ],
         # every tool deferred, but those of an upstream named `later` (one a test adds) loaded
         "surfaces": [{"name": "default", "load": ["later__*"], "defer": ["*"]}],

@@ -160,6 +160,55 @@ async def test_a_change_on_one_replica_reaches_a_stream_another_holds(replicas, 
                     await asyncio.sleep(0.1)
 
 
+async def fx_call(http: aiohttp.ClientSession, replica: Replica, name: str, **arguments) -> str:
+    """Call a tool of the features upstream of `replica` (its own child), its text answered."""
+    modern = McpClient(http, [replica], era=MODERN)
+    answer = await modern.call(
+        replica, "call_tool", {"name": f"fx__{name}", "arguments": arguments}
+    )
+    assert not answer.result.get("isError"), answer.result
+    return answer.result["content"][0]["text"]
+
+
+async def next_notice(stream: asyncio.Queue[dict], *methods: str) -> dict:
+    async with asyncio.timeout(10):
+        while True:
+            message = await stream.get()
+            if message.get("method") in methods:
+                return message
+
+
+async def test_what_a_session_follows_reaches_its_stream_on_another_replica(replicas, http):
+    a, b, c = replicas
+    uri = "bridge://upstream/fx/note://a"
+    client = McpClient(http, replicas)
+    await client.initialize(a)
+    async with event_stream(http, a, client.headers()) as stream:
+        subscribed = await client.post(b, "resources/subscribe", {"uri": uri})
+        assert subscribed.result == {}, subscribed.messages
+        # b's upstream tells b, which holds no stream of the session: a delivers it
+        assert await fx_call(http, b, "touch", uri="note://a") == "touched"
+        updated = await next_notice(stream, "notifications/resources/updated")
+        assert updated["params"] == {"uri": uri}
+        leveled = await client.post(c, "logging/setLevel", {"level": "warning"})
+        assert leveled.result == {}, leveled.messages
+        await fx_call(http, c, "log")
+        said = await next_notice(stream, "notifications/message")
+        assert said["params"]["level"] == "warning"
+        assert said["params"]["logger"] == "fx/talk"
+        # unsubscribed on c: b unsubscribes its upstream, and nothing more reaches a
+        assert (await client.post(c, "resources/unsubscribe", {"uri": uri})).result == {}
+        async with asyncio.timeout(10):
+            while "unsubscribe note://a" not in json.loads(await fx_call(http, b, "events")):
+                await asyncio.sleep(0.05)
+        await fx_call(http, b, "touch", uri="note://a")
+        await fx_call(http, c, "log")  # its messages come after any update b would have sent
+        after = await next_notice(
+            stream, "notifications/resources/updated", "notifications/message"
+        )
+        assert after["method"] == "notifications/message", after
+
+
 async def rest_names(http: aiohttp.ClientSession, replica: Replica) -> list[str]:
     async with http.get(f"{replica.url}/tools") as response:
         return [item["name"] for item in (await response.json())["items"]]
