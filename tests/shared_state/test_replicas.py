@@ -336,8 +336,14 @@ async def test_postgresql_going_away_and_back_loses_no_log_row(live, http, share
     postgres_server.stop()
     try:
         await calls("away")  # served while the database is away, their log rows kept
-        async with http.get(f"{live[0].url}/healthz") as response:
-            health = await response.json()
+        # a replica finds the database away when it next writes its log rows (every 0.25 s)
+        async with asyncio.timeout(15):
+            while True:
+                async with http.get(f"{live[0].url}/healthz") as response:
+                    health = await response.json()
+                if health["status"] != "ok":
+                    break
+                await asyncio.sleep(0.1)
         assert health["status"] == "degraded" and "store" in health, health
     finally:
         postgres_server.start()
