@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import mcp.types as types
@@ -17,28 +16,16 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from bridge.model import BridgeError
-from bridge.serve.mcp_notices import LOG_LEVELS, FeatureNotices
-from bridge.serve.mcp_resources import mcp_error, page_of
-from bridge.surface import Surface
+from bridge.serve.mcp_notices import LOG_LEVELS
+from bridge.serve.mcp_resources import FeatureHandlers, mcp_error, page_of, valid_items
 
 __all__ = ["PromptHandlers"]
 
 log = logging.getLogger("bridge.serve.mcp")
 
 
-class PromptHandlers:
+class PromptHandlers(FeatureHandlers):
     """The `prompts/*`, `completion/complete` and `logging/setLevel` handlers."""
-
-    def __init__(
-        self,
-        notices: FeatureNotices,
-        surface_of: Callable[[ServerRequestContext[Any, Any]], Surface],
-        page_size: int,
-    ) -> None:
-        self.federated = notices.federated
-        self.notices = notices
-        self.surface_of = surface_of
-        self.page_size = page_size
 
     async def list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -47,17 +34,7 @@ class PromptHandlers:
         self.notices.client(ctx, surface)
         items = await self.federated.listing(surface, "prompts")
         page, cursor = page_of(items, params.cursor if params else None, self.page_size)
-        prompts = []
-        for item in page:
-            try:
-                prompts.append(types.Prompt.model_validate(item.wire, by_name=False))
-            except ValueError as exc:
-                log.warning(
-                    "mcp upstream %s: prompt %s left out of the listing: %s",
-                    item.upstream,
-                    item.native[:200],
-                    exc,
-                )
+        prompts = valid_items(types.Prompt, page, "prompt")
         return types.ListPromptsResult(prompts=prompts, next_cursor=cursor)
 
     async def get_prompt(

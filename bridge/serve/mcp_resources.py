@@ -62,8 +62,9 @@ def mcp_error(exc: BridgeError, what: str, not_found: int | None = None) -> MCPE
     )
 
 
-class ResourceHandlers:
-    """The `resources/*` handlers over the federated resources."""
+class FeatureHandlers:
+    """What the handlers of the federated features share: the notices (and their federated
+    listings), the caller's surface of a request, and the page size."""
 
     def __init__(
         self,
@@ -76,6 +77,10 @@ class ResourceHandlers:
         self.surface_of = surface_of
         self.page_size = page_size
 
+
+class ResourceHandlers(FeatureHandlers):
+    """The `resources/*` handlers over the federated resources."""
+
     async def list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
@@ -83,7 +88,9 @@ class ResourceHandlers:
         self.notices.client(ctx, surface)
         items = await self.federated.listing(surface, "resources")
         page, cursor = page_of(items, params.cursor if params else None, self.page_size)
-        return types.ListResourcesResult(resources=_valid(types.Resource, page), next_cursor=cursor)
+        return types.ListResourcesResult(
+            resources=valid_items(types.Resource, page, "resource"), next_cursor=cursor
+        )
 
     async def list_templates(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -93,7 +100,8 @@ class ResourceHandlers:
         items = await self.federated.listing(surface, "templates")
         page, cursor = page_of(items, params.cursor if params else None, self.page_size)
         return types.ListResourceTemplatesResult(
-            resource_templates=_valid(types.ResourceTemplate, page), next_cursor=cursor
+            resource_templates=valid_items(types.ResourceTemplate, page, "resource template"),
+            next_cursor=cursor,
         )
 
     async def route(self, surface: Surface, uri: str) -> tuple[UpstreamSlot, str] | None:
@@ -205,16 +213,17 @@ def _modern(slot: UpstreamSlot) -> bool:
     return bool(version) and is_modern(version)
 
 
-def _valid(model: Any, items: list[FederatedItem]) -> list[Any]:
-    """The items the SDK's model accepts (an upstream's odd entry is left out, logged)."""
+def valid_items(model: Any, items: list[FederatedItem], what: str) -> list[Any]:
+    """The items the SDK's model accepts (an upstream's odd entry, a `what`, is left out, logged)."""
     out = []
     for item in items:
         try:
             out.append(model.model_validate(item.wire, by_name=False))
         except ValueError as exc:
             log.warning(
-                "mcp upstream %s: %s left out of the listing: %s",
+                "mcp upstream %s: %s %s left out of the listing: %s",
                 item.upstream,
+                what,
                 item.native[:200],
                 exc,
             )
