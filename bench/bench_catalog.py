@@ -50,7 +50,12 @@ NOUNS = [
 ]
 
 
-def synthetic_tools(n: int, upstreams: int) -> dict[str, list[UpstreamTool]]:
+def synthetic_tools(
+    n: int, upstreams: int, *, destructive_deletes: bool = False
+) -> dict[str, list[UpstreamTool]]:
+    """`n` tools of a few verbs and nouns over `upstreams` vendors (`vendor0`...), by vendor; the
+    get, list and search tools read-only, and with `destructive_deletes` the delete tools
+    destructive."""
     out: dict[str, list[UpstreamTool]] = {f"vendor{i}": [] for i in range(upstreams)}
     for i in range(n):
         verb, noun = VERBS[i % len(VERBS)], NOUNS[(i // len(VERBS)) % len(NOUNS)]
@@ -68,7 +73,10 @@ def synthetic_tools(n: int, upstreams: int) -> dict[str, list[UpstreamTool]]:
                     },
                     "required": ["id"],
                 },
-                safety=SafetyHints(read_only=verb in ("get", "list", "search")),
+                safety=SafetyHints(
+                    read_only=verb in ("get", "list", "search"),
+                    destructive=destructive_deletes and verb == "delete",
+                ),
                 tags=[noun],
             )
         )

@@ -16,63 +16,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bridge.model import SafetyHints, UpstreamTool
+from bench.bench_catalog import synthetic_tools
 from tests.browser import find_chromium, headless_chromium
 from tests.fakes import FakeConfig, FakeUpstream
 from tests.serve.console_env import ThreadedBridge
 
 TOKEN = "bench-console-token"
-VERBS = [
-    "get",
-    "list",
-    "create",
-    "update",
-    "delete",
-    "search",
-    "export",
-    "sync",
-    "archive",
-    "restore",
-]
-NOUNS = [
-    "user",
-    "invoice",
-    "repo",
-    "issue",
-    "ticket",
-    "order",
-    "payment",
-    "file",
-    "report",
-    "device",
-]
 QUERY = "export the invoices of a customer"
 
 
 def upstreams(n: int, count: int) -> list[FakeUpstream]:
-    tools: list[list[UpstreamTool]] = [[] for _ in range(count)]
-    for i in range(n):
-        verb, noun = VERBS[i % len(VERBS)], NOUNS[(i // len(VERBS)) % len(NOUNS)]
-        tools[i % count].append(
-            UpstreamTool(
-                native_id=f"{verb}_{noun}_{i}",
-                name=f"{verb}_{noun}_{i}",
-                description=f"{verb.title()} a {noun} record number {i} in the vendor system.",
-                input_schema={
-                    "type": "object",
-                    "required": ["id"],
-                    "properties": {"id": {"type": "string"}, "limit": {"type": "integer"}},
-                },
-                safety=SafetyHints(
-                    read_only=verb in ("get", "list", "search"), destructive=verb == "delete"
-                ),
-                tags=[noun],
-            )
-        )
+    tools = synthetic_tools(n, count, destructive_deletes=True)
     # a loaded machine may take more than the default 20 s to declare 10,000 tools of one upstream
     return [
-        FakeUpstream(FakeConfig(name=f"vendor{i}", start_timeout=900), tools=t)
-        for i, t in enumerate(tools)
+        FakeUpstream(FakeConfig(name=name, start_timeout=900), tools=listed)
+        for name, listed in tools.items()
     ]
 
 
