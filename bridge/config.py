@@ -356,7 +356,7 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
                 )
             )
             continue
-        entry = {**entry, "base_dir": base_dir}
+        entry = {**entry, "base_dir": base_dir, "acts_for_caller": exchange is not None}
         try:
             cfg = model.model_validate(entry)
         except ValidationError as exc:

@@ -26,7 +26,7 @@ from bridge.upstream import ConfigValueError
 __all__ = ["EXCHANGE_KINDS", "TokenExchangeConfig", "take_exchange"]
 
 # The kinds whose calls are HTTP requests that can carry a per-call Authorization header.
-EXCHANGE_KINDS = ("openapi", "a2t", "mcp")
+EXCHANGE_KINDS = ("openapi", "a2t", "a2a", "mcp")
 
 
 class TokenExchangeConfig(BaseModel):

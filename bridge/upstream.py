@@ -88,6 +88,12 @@ class UpstreamConfig(BaseModel):
     base_dir: str = Field(
         default=".", exclude=True, description="set by the loader: relative paths start here"
     )
+    acts_for_caller: bool = Field(
+        default=False,
+        exclude=True,
+        description="set by the loader: calls carry the caller's own credential, obtained by the "
+        "bridge (docs/identity.md), in place of the configured ones",
+    )
 
     @model_validator(mode="after")
     def _retry_order(self) -> UpstreamConfig:

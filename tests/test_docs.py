@@ -21,6 +21,7 @@ from bridge.upstream import LaunchConfig, UpstreamConfig, known_kinds, upstream_
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 README = DOCS.parent / "README.md"
 LOADER_FIELDS = {
+    "acts_for_caller",
     "base_dir",
     "source",
     "upstream_exchanges",

@@ -321,10 +321,15 @@ class AgentCredentials(httpx.Auth):
     )  # (header/query/cookie, name; a header's lower case) -> its scheme
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        if (
-            not request.extensions.get(CARD_REQUEST)
-            and (request.url.scheme, request.url.host, request.url.port) in self.origins
-        ):
+        # an Authorization the call carries is the caller's own credential (a token obtained for
+        # the caller): it replaces the configured ones, and goes to the same origins only
+        bound = not request.extensions.get(CARD_REQUEST) and (
+            (request.url.scheme, request.url.host, request.url.port) in self.origins
+        )
+        if "Authorization" in request.headers:
+            if not bound:
+                del request.headers["Authorization"]
+        elif bound:
             for name, value in self.headers.items():
                 request.headers[name] = value
             if self.params:

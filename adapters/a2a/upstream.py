@@ -198,7 +198,7 @@ class A2AUpstream(CallFailures, Upstream):
             credentials.check_interface(interface.url, interface.protocol_binding)
         self._http.auth = credentials
         tools = tools_from_card(card, fetched.url)
-        if credentials.blocked:
+        if credentials.withheld or (credentials.missing and not cfg.acts_for_caller):
             # surfaces block these (reason credential_missing) until the config gives the values,
             # or lets them go to the card's interface
             for tool in tools:
@@ -328,9 +328,11 @@ class A2AUpstream(CallFailures, Upstream):
                 f"agent {agent.card.name!r} no longer offers the skill {native_id!r}",
                 error_class="unknown_tool",
             )
-        if agent.credentials.blocked:
+        # a call carrying the caller's own credential needs none of the configured ones
+        blocked = agent.credentials.withheld if ctx.authorization else agent.credentials.blocked
+        if blocked:
             raise BridgeError(
-                agent.credentials.blocked,
+                blocked,
                 error_class="credential_missing",
                 recoverability="setup",
                 status="denied",
@@ -348,9 +350,10 @@ class A2AUpstream(CallFailures, Upstream):
             "agent_skill_id": skill_id,
             "message_id": message.message_id,
         }
-        # HTTP headers of every request of the call (its polls too): the W3C trace context
+        # HTTP headers of every request of the call (its polls too): the W3C trace context, and
+        # the caller's own credential where the bridge obtained one for it
         call = ClientCallContext(
-            timeout=ctx.timeout, service_parameters=ctx.trace_headers() or None
+            timeout=ctx.timeout, service_parameters=ctx.request_headers() or None
         )
         try:
             if not agent.streaming:

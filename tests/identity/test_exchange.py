@@ -20,10 +20,11 @@ from aiohttp import web
 from bridge.config import ConfigError, parse_config
 from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app
+from tests.adapters.a2a_fixtures.agent import build_agent
 from tests.fakes import FakeUpstream, tool
 from tests.identity.test_resource_server import AUDIENCE, issued
 from tests.serve.rest_env import config_with, serving
-from tests.servers import serve_asgi
+from tests.servers import free_port, serve_asgi
 
 LEDGER = "https://ledger.test"
 INNER = "https://inner-bridge.test/mcp"
@@ -211,6 +212,39 @@ async def test_a_bridge_federating_a_bridge_exchanges_for_its_audience_over_a2t_
         await inner.close()
     # the inner bridge saw the exchanged token's caller (the subject, the exchanging client)
     assert sorted((r["subject"], r["client_id"]) for r in rows) == [("bridge-cc", "bridge-rs")] * 2
+
+
+async def test_an_a2a_agent_is_called_with_a_token_exchanged_for_it(provider):
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    app, control = build_agent(base, bearer="never-configured")
+    control.required_bearer = None  # the card asks for a bearer; the agent records what it gets
+    async with serve_asgi(app, port=port):
+        config = config_with(
+            server={"oauth": oauth(provider)},
+            upstreams=[
+                {
+                    "name": "agent",
+                    "kind": "a2a",
+                    "base_url": base,
+                    "auth": {"type": "token_exchange", "audience": base},
+                }
+            ],
+        )
+        caller = issued(provider)
+        async with serving(config=config) as served:
+            status, body, _ = await served.post(
+                "/invoke",
+                {"tool": "agent__echo", "arguments": {"message": "hi"}},
+                token=caller,
+            )
+    assert status == 200, body["error"]
+    sent = [r["headers"].get("authorization", "") for r in control.requests]
+    calls = [h for r, h in zip(control.requests, sent, strict=True) if r["path"] == "/"]
+    assert calls and all(h.startswith("Bearer ") for h in calls)
+    claims = jwt.decode(calls[0].removeprefix("Bearer "), options={"verify_signature": False})
+    assert claims["aud"] == base and claims["sub"] == "bridge-cc"
+    assert all(caller not in h for h in sent)
 
 
 def test_a_token_exchange_on_a_command_without_audience_or_over_http_is_a_config_error():
