@@ -31,7 +31,7 @@ from bridge.config_sources import (
     mcp_servers_to_upstreams,
 )
 from bridge.documents import RepeatedKey, expanded_size, unique_object
-from bridge.exchange_config import TokenExchangeConfig, exchange_problems, take_exchange
+from bridge.exchange_config import ActingConfig, exchange_problems, take_exchange
 from bridge.limits_config import RateLimitConfig
 from bridge.oauth_config import OAuthConfig
 from bridge.redis_config import RedisConfig
@@ -281,8 +281,9 @@ class BridgeConfig(_Strict):
     rate_limits: list[RateLimitConfig] = Field(default_factory=list)
     source: str = Field(default="<memory>", exclude=True)
     base_dir: str = Field(default=".", exclude=True)
-    # each upstream's `auth: {type: token_exchange}`, which the loader takes out of its entry
-    upstream_exchanges: dict[str, TokenExchangeConfig] = Field(default_factory=dict, exclude=True)
+    # each upstream's `auth` acting for the caller (`token_exchange`, `user_oauth`), which the
+    # loader takes out of its entry
+    upstream_exchanges: dict[str, ActingConfig] = Field(default_factory=dict, exclude=True)
 
     def surface(self, name: str) -> SurfaceConfig | None:
         return next((s for s in self.surfaces if s.name == name), None)
@@ -322,7 +323,7 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
 
     upstreams: list[UpstreamConfig] = []
     names: dict[str, str] = {}
-    exchanges: dict[str, tuple[str, TokenExchangeConfig]] = {}
+    exchanges: dict[str, tuple[str, ActingConfig]] = {}
     for path, entry in upstream_entries:
         if not isinstance(entry, dict):
             problems.append((path, "must be a mapping", "write `{name: ..., kind: ...}`"))
@@ -461,7 +462,7 @@ def parse_config(data: Any, source: str = "<memory>", base_dir: str = ".") -> Br
                     )
                 )
     if config is not None:
-        problems += exchange_problems(exchanges, config.server.oauth)
+        problems += exchange_problems(exchanges, config.server.oauth, config.server.public_url)
         problems += audit_problems(config.audit, config.telemetry)
     if problems:
         raise ConfigError(source, problems)

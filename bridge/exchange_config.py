@@ -22,8 +22,9 @@ from pydantic import (
 
 from bridge.net import is_loopback
 from bridge.upstream import ConfigValueError
+from bridge.user_oauth_config import UserOAuthConfig
 
-__all__ = ["EXCHANGE_KINDS", "TokenExchangeConfig", "take_exchange"]
+__all__ = ["EXCHANGE_KINDS", "ActingConfig", "TokenExchangeConfig", "take_exchange"]
 
 # The kinds whose calls are HTTP requests that can carry a per-call Authorization header.
 EXCHANGE_KINDS = ("openapi", "a2t", "a2a", "mcp")
@@ -77,41 +78,51 @@ class TokenExchangeConfig(BaseModel):
         return self
 
 
+# the `auth` types that act for the caller, and what the config errors call them
+_ACTING = {"token_exchange": "a token exchange", "user_oauth": "a user's OAuth token"}
+ActingConfig = TokenExchangeConfig | UserOAuthConfig
+
+
 def take_exchange(
     entry: dict[str, Any], path: str
-) -> tuple[dict[str, Any], TokenExchangeConfig | None, list[tuple[str, str, str]]]:
-    """`entry` (an upstream's config mapping) without its `token_exchange` credential, that
-    credential, and the problems found (path, what, fix). `auth` may be one mapping or a list of
-    them (OpenAPI's); at most one entry is a token exchange."""
+) -> tuple[dict[str, Any], ActingConfig | None, list[tuple[str, str, str]]]:
+    """`entry` (an upstream's config mapping) without its credential that acts for the caller
+    (`token_exchange` or `user_oauth`), that credential, and the problems found (path, what,
+    fix). `auth` may be one mapping or a list of them (OpenAPI's); at most one entry acts for
+    the caller."""
     auth = entry.get("auth")
     items = auth if isinstance(auth, list) else [auth]
     found = [
         (i, item)
         for i, item in enumerate(items)
-        if isinstance(item, dict) and item.get("type") == "token_exchange"
+        if isinstance(item, dict) and item.get("type") in _ACTING
     ]
     if not found:
         return entry, None, []
     where = f"{path}.auth" + ("[{}]" if isinstance(auth, list) else "")
     if len(found) > 1:
-        return entry, None, [(f"{path}.auth", "names token_exchange twice", "keep one")]
+        return entry, None, [(f"{path}.auth", "acts for the caller twice", "keep one")]
     index, item = found[0]
     at = where.format(index)
     kind = entry.get("kind")
+    label = _ACTING[item["type"]]
     problems: list[tuple[str, str, str]] = []
     if kind not in EXCHANGE_KINDS or (kind == "mcp" and "url" not in entry):
         problems.append(
             (
                 f"{at}.type",
-                f"a token exchange gives HTTP requests a header; a {kind} upstream"
+                f"{label} gives HTTP requests a header; a {kind} upstream"
                 + (" run as a command" if kind == "mcp" else "")
                 + " makes none",
                 f"use it on an upstream of kind {', '.join(EXCHANGE_KINDS)} (mcp with `url`)",
             )
         )
+    model: type[BaseModel] = (
+        TokenExchangeConfig if item["type"] == "token_exchange" else UserOAuthConfig
+    )
     config = None
     try:
-        config = TokenExchangeConfig.model_validate(item)
+        config = model.model_validate(item)
     except ValidationError as exc:
         for error in exc.errors():
             refusal = error.get("ctx", {}).get("error")
@@ -119,7 +130,7 @@ def take_exchange(
             if isinstance(refusal, ConfigValueError):
                 problems.append((f"{at}{'.' + loc if loc else ''}", refusal.what, refusal.fix))
             elif error["type"] == "extra_forbidden":
-                known = ", ".join(TokenExchangeConfig.model_fields)
+                known = ", ".join(model.model_fields)
                 problems.append((f"{at}.{loc}", f"unknown key `{loc}`", f"known keys: {known}"))
             else:
                 problems.append((f"{at}.{loc}", error["msg"], "see docs/identity.md"))
@@ -129,25 +140,40 @@ def take_exchange(
         entry["auth"] = rest
     else:
         del entry["auth"]
-    return entry, config, problems
+    return entry, config, problems  # type: ignore[return-value]
 
 
 def exchange_problems(
-    exchanges: dict[str, tuple[str, TokenExchangeConfig]], oauth: Any
+    exchanges: dict[str, tuple[str, ActingConfig]], oauth: Any, public_url: str | None = None
 ) -> list[tuple[str, str, str]]:
-    """What the token exchanges (upstream name -> (path, config)) lack of `server.oauth`."""
+    """What the credentials acting for callers (upstream name -> (path, config)) lack of
+    `server.oauth` and `server.public_url`."""
     problems = []
     for path, exchange in exchanges.values():
         if oauth is None:
             problems.append(
                 (
                     f"{path}.auth",
-                    "exchanges the caller's OAuth access token, and server.oauth is not configured, "
-                    "so no caller has one",
+                    (
+                        "exchanges the caller's OAuth access token"
+                        if isinstance(exchange, TokenExchangeConfig)
+                        else "keeps a token for each user, known by their OAuth access token"
+                    )
+                    + ", and server.oauth is not configured, so no caller has one",
                     "configure server.oauth (docs/identity.md), or give the upstream a credential "
                     "of its own",
                 )
             )
+        elif isinstance(exchange, UserOAuthConfig):
+            if public_url is None:
+                problems.append(
+                    (
+                        f"{path}.auth",
+                        "sends users to the vendor, which sends them back to the bridge's "
+                        "/oauth/callback, and server.public_url is not set",
+                        "set server.public_url to the URL users' browsers reach the bridge at",
+                    )
+                )
         elif exchange.client_id is None and oauth.client_id is None:
             problems.append(
                 (

@@ -110,7 +110,13 @@ class Bridge:
         metrics.watch_upstreams(lambda: [(s.health, s.calls) for s in self.catalog.slots.values()])
         # rate limits and the upstreams that act for the caller (token exchange)
         self.admission = Admission(on_limited=metrics.rate_limited)
-        self.admission.update(config.rate_limits, config.upstream_exchanges, config.server.oauth)
+        self.admission.user_tokens.store = self.store
+        self.admission.update(
+            config.rate_limits,
+            config.upstream_exchanges,
+            config.server.oauth,
+            config.server.public_url,
+        )
         self.invoker = Invoker(
             self.catalog, self.surfaces, self.store, config.invoke, self.telemetry, self.admission
         )
@@ -303,7 +309,10 @@ class Bridge:
             surfaces = self.surfaces.update(config.surfaces)
             self.invoker.config = config.invoke
             self.admission.update(
-                config.rate_limits, config.upstream_exchanges, config.server.oauth
+                config.rate_limits,
+                config.upstream_exchanges,
+                config.server.oauth,
+                config.server.public_url,
             )
             self.config = config
             for listener in list(self._reload_listeners):

@@ -17,6 +17,7 @@ from bridge import config as bridge_config
 from bridge.cli import build_parser
 from bridge.redis_config import RedisConfig
 from bridge.upstream import LaunchConfig, UpstreamConfig, known_kinds, upstream_class
+from bridge.user_oauth_config import UserOAuthConfig
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 README = DOCS.parent / "README.md"
@@ -96,10 +97,12 @@ def test_the_identity_pages_table_is_the_oauth_sections_keys():
 def test_the_identity_pages_tables_are_the_rate_limit_and_token_exchange_keys():
     from bridge.exchange_config import TokenExchangeConfig
     from bridge.limits_config import RateLimitConfig
+    from bridge.user_oauth_config import UserOAuthConfig
 
     text = (DOCS / "identity.md").read_text(encoding="utf-8")
     assert table_keys(text, "## Rate limits and quotas") == keys(RateLimitConfig)
     assert table_keys(text, "## Upstreams that act for the caller") == keys(TokenExchangeConfig)
+    assert table_keys(text, "## Users' own accounts at an upstream") == keys(UserOAuthConfig)
 
 
 def test_the_rest_pages_server_table_is_the_server_sections_keys():
@@ -218,6 +221,9 @@ def documented_models() -> list[tuple[str, type[BaseModel], str]]:
     out.append(("config.md#### `audit`", bridge_config.AuditConfig, ""))
     out.append(("surfaces.md", bridge_config.SurfaceConfig, ""))
     out.append(("identity.md", bridge_config.OAuthConfig, ""))
+    out.append(
+        ("identity.md### Users' own accounts at an upstream (`user_oauth`)", UserOAuthConfig, "")
+    )
     out.append(("frontends/rest.md", bridge_config.ServerConfig, ""))
     for kind in shipped_kinds():
         model = upstream_class(kind).config_model

@@ -1,6 +1,7 @@
 """What the caller's identity decides about a call once its tool is known: whether the rate limits
 let it through (`rate_limits`), and the credential its upstream gets when that upstream takes the
-caller's own identity (`auth: {type: token_exchange}`)."""
+caller's own identity (`auth: {type: token_exchange}`, or the user's own account there:
+`user_oauth`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from bridge.exchange_config import TokenExchangeConfig
 from bridge.identity.authenticate import Identity
 from bridge.identity.exchange import TokenExchange
 from bridge.identity.limits import ANONYMOUS, CallKeys, RateCounters, RateLimiter
+from bridge.identity.vault import UserTokens
 from bridge.limits_config import RateLimitConfig
 from bridge.model import BridgeError, ToolDeclaration
 from bridge.oauth_config import OAuthConfig
+from bridge.user_oauth_config import UserOAuthConfig
 
 __all__ = ["Admission", "caller_keys"]
 
@@ -43,19 +46,23 @@ class Admission:
     ) -> None:
         self.limiter = RateLimiter(limits, counters)
         self.exchange = TokenExchange()
+        self.user_tokens = UserTokens()  # its store is set by the runtime
         self.on_limited = on_limited
-        self._exchanges: Mapping[str, TokenExchangeConfig] = {}
+        self._exchanges: Mapping[str, TokenExchangeConfig | UserOAuthConfig] = {}
         self._oauth: OAuthConfig | None = None
 
     def update(
         self,
         limits: Sequence[RateLimitConfig],
-        exchanges: Mapping[str, TokenExchangeConfig],
+        exchanges: Mapping[str, TokenExchangeConfig | UserOAuthConfig],
         oauth: OAuthConfig | None,
+        public_url: str | None = None,
     ) -> None:
         self.limiter.update(limits)
         self._exchanges = exchanges
         self._oauth = oauth
+        users = {k: v for k, v in exchanges.items() if isinstance(v, UserOAuthConfig)}
+        self.user_tokens.update(users, public_url)
 
     @property
     def active(self) -> bool:
@@ -87,6 +94,8 @@ class Admission:
         exchange = self._exchanges.get(decl.upstream)
         if exchange is None:
             return None
+        if isinstance(exchange, UserOAuthConfig):
+            return await self.user_tokens.authorization(decl.upstream, exchange, identity)
         oauth = self._oauth
         token = identity.token if identity is not None else None
         if oauth is None or token is None or identity is None or identity.issuer is None:
@@ -109,7 +118,7 @@ class Admission:
 
     def secrets(self, upstream: str, authorization: str) -> list[str]:
         """What an upstream's answer to a call carrying `authorization` must not show: the token
-        exchanged for the caller, and the exchange client's secret."""
+        obtained for the caller, and the secret of the bridge's client that obtained it."""
         secrets = [authorization.removeprefix("Bearer ")]
         config = self._exchanges.get(upstream)
         if config is not None and config.client_secret is not None:
@@ -119,3 +128,4 @@ class Admission:
     async def aclose(self) -> None:
         await self.limiter.aclose()
         await self.exchange.aclose()
+        await self.user_tokens.aclose()

@@ -27,6 +27,7 @@ from bridge.config import BridgeConfig
 from bridge.net import is_loopback
 from bridge.runtime import Bridge, reload_on_hangup, settle_gc
 from bridge.serve.auth import IdentifyCallers, resource_metadata_routes
+from bridge.serve.connect import connect_routes
 from bridge.serve.console import console_routes
 from bridge.serve.http_protocol import http_protocol
 from bridge.serve.mcp import MCPFrontend
@@ -138,6 +139,7 @@ def build_app(bridge: Bridge, *, host: str = "127.0.0.1") -> Starlette:
     the REST routes and the designers' console (`/ui`) beside `/mcp`."""
     routes, closers = rest_routes(bridge)
     routes += resource_metadata_routes(bridge)
+    routes += connect_routes(bridge)
     routes += console_routes(ServeContext(bridge))
     frontend = MCPFrontend(bridge)
     app: Starlette = frontend.http_app(routes, host)

@@ -33,6 +33,7 @@ from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
 from bridge.runtime import Bridge
 from bridge.serve.auth import IDENTITY_SCOPE_KEY, caller_facts, caller_identity
 from bridge.serve.mcp_asking import asker_for
+from bridge.serve.mcp_connect import connecting
 from bridge.serve.mcp_gate import (
     CALLER_SURFACE,
     SURFACE_SCOPE_KEY,
@@ -492,9 +493,8 @@ class MCPFrontend:
         asker = asker_for(ctx)
         asking = CALLER_ASKS.set(asker) if asker is not None else None
         try:
-            result = await self.bridge.invoker.invoke(
-                ref, arguments, surface=surface, progress=report, origin=origin, identity=identity
-            )
+            options: dict[str, Any] = {"surface": surface, "progress": report, "origin": origin}
+            result = await connecting(ctx, self.bridge, ref, arguments, options, identity)
         except asyncio.CancelledError:
             if handler not in self._stop_cancelled:
                 raise

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from bridge.model import VersionRecord
+from bridge.store.credentials import FlowRow
 from bridge.store.errors import StoreError, StoreFull, StoreUnavailable
 from bridge.store.layout import LAYOUT
 from bridge.store.sqlite import PENDING_LOG_ROWS, SIGNATURE_PACKED_CHARS, WAL_KEPT_BYTES, Store
@@ -16,6 +17,7 @@ __all__ = [
     "PENDING_LOG_ROWS",
     "SIGNATURE_PACKED_CHARS",
     "WAL_KEPT_BYTES",
+    "FlowRow",
     "Store",
     "StoreError",
     "StoreFull",
@@ -59,6 +61,12 @@ class StoreInterface(Protocol):
         keep_bytes: int | None = None,
     ) -> None: ...
     def get_result(self, ref: str) -> tuple[str, bytes, str | None] | None: ...
+    # users' sealed upstream credentials and OAuth flows under way (bridge/store/credentials.py)
+    def get_credential(self, upstream: str, issuer: str, subject: str) -> bytes | None: ...
+    def put_credential(self, upstream: str, issuer: str, subject: str, sealed: bytes) -> None: ...
+    def drop_credential(self, upstream: str, issuer: str, subject: str) -> None: ...
+    def put_flow(self, key: str, purpose: str, row: FlowRow, expires_at: float) -> None: ...
+    def take_flow(self, key: str, purpose: str) -> FlowRow | None: ...
 
 
 def open_store(path: str, url: str | None = None) -> StoreInterface:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
+from bridge.store.credentials import SQLITE_TABLES
 from bridge.store.errors import StoreError, StoreFull
 
 log = logging.getLogger("bridge.store")
@@ -38,8 +39,9 @@ _DISK_REFUSED = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
 # none, and any surface may read it, as before. Layout 3 keeps a signature longer than
 # SIGNATURE_PACKED_CHARS compressed (zlib, as a blob); the text ones written before are read as
 # they are. Layout 4 keeps with each invocation log row the caller's subject and client id
-# (`invocations.subject`, `client_id`); rows logged before have none.
-LAYOUT = 4
+# (`invocations.subject`, `client_id`); rows logged before have none. Layout 5 adds users'
+# sealed upstream credentials and the OAuth flows under way (bridge/store/credentials.py).
+LAYOUT = 5
 
 
 _TABLES = (
@@ -100,6 +102,16 @@ _FROM_LAYOUT_0 = (
 )
 
 
+_KNOWN_TABLES = (
+    "versions",
+    "tool_names",
+    "invocations",
+    "results",
+    "user_credentials",
+    "oauth_flows",
+)
+
+
 def disk_refused(exc: BaseException) -> bool:
     """Whether an SQLite error is a write the disk refused (full, or past the file size limit)."""
     return (
@@ -112,11 +124,7 @@ def not_a_store(db: sqlite3.Connection) -> str | None:
     """Why the file is no bridge store of any layout (another application's database, or half
     of a store), or None: an empty file, or a store."""
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    foreign = sorted(
-        t
-        for t in tables - {"versions", "tool_names", "invocations", "results"}
-        if not t.startswith("sqlite_")
-    )
+    foreign = sorted(t for t in tables - {*_KNOWN_TABLES} if not t.startswith("sqlite_"))
     if foreign:
         return f"it holds tables no bridge store has ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''})"
     keyed = tables & {"versions", "tool_names"}
@@ -142,7 +150,7 @@ def lay_out(db: sqlite3.Connection, path: str) -> None:
             row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }
         steps = _FROM_LAYOUT_0 if layout == 0 and "versions" in tables else ()
-        for statement in (*steps, *_TABLES):
+        for statement in (*steps, *_TABLES, *SQLITE_TABLES):
             db.execute(statement)
         columns = {row[1] for row in db.execute("PRAGMA table_info(results)")}
         if "surface" not in columns:  # layouts 0 and 1

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from bridge.store.credentials import POSTGRES_MIGRATION
 from bridge.store.layout import StoreError
 
 log = logging.getLogger("bridge.store")
@@ -37,6 +38,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         invocation_id TEXT NOT NULL, media_type TEXT NOT NULL, size BIGINT NOT NULL,
         payload BYTEA NOT NULL, created_at TEXT NOT NULL, surface TEXT)""",
     ),
+    POSTGRES_MIGRATION,  # users' sealed upstream credentials, and OAuth flows under way
 )
 # the key of the advisory lock held while migrations are applied ("a2t-brdg" as a number)
 MIGRATION_LOCK = 0x6132_742D_6272_6467

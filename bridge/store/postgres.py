@@ -25,6 +25,7 @@ import psycopg_pool
 
 from bridge.masking import MASK, masked_url
 from bridge.model import VersionRecord, now_iso
+from bridge.store.credentials import PostgresCredentials
 from bridge.store.errors import StoreError, StoreUnavailable
 from bridge.store.migrations import migrate
 from bridge.store.sqlite import PENDING_LOG_ROWS
@@ -68,7 +69,7 @@ _AWAY = (psycopg.OperationalError, psycopg.InterfaceError, OSError, TimeoutError
 _UNSTORABLE = (psycopg.DataError, OverflowError, ValueError, TypeError)
 
 
-class PostgresStore:
+class PostgresStore(PostgresCredentials):
     """The store in one PostgreSQL database, shared by every replica that names it. Opening it
     connects and applies the migrations this bridge knows; a database away at start, or one a
     newer bridge migrated, raises StoreError."""

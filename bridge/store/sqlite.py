@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.model import VersionRecord, now_iso
+from bridge.store.credentials import SqliteCredentials
 from bridge.store.errors import StoreError, StoreFull
 from bridge.store.layout import (
     DISK_FIX,
@@ -67,7 +68,7 @@ def _packed(signature: str) -> str | bytes:
     return zlib.compress(signature.encode(), 1)
 
 
-class Store:
+class Store(SqliteCredentials):
     """One SQLite file (or `:memory:`), created on first use, safe across threads."""
 
     # one process names its tools itself; a store that replicas share gives the names

@@ -52,3 +52,4 @@ def provider() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        process.stdout.close()

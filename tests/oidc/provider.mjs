@@ -3,6 +3,7 @@
 //
 // Clients (secret "<client id>-secret", client_secret_basic or _post):
 //   bridge-cc      client credentials; JWT access tokens for any resource it asks for
+//   bridge-cc2     the same, another subject
 //   bridge-opaque  client credentials; opaque access tokens (read back through introspection)
 //   bridge-rs      the bridge itself, as a resource server calling the introspection endpoint;
 //                  it may also exchange tokens (RFC 8693, below)
@@ -12,6 +13,11 @@
 // `audience` (or `resource`); it gets a JWT for that audience, signed with the provider's key,
 // with the subject's `sub` and `groups` and the exchanging client as `act`. The audience
 // `https://refused.test` is refused (invalid_target). GET /test/exchanges counts the exchanges.
+// vendor-app is a vendor's application the bridge connects users' accounts with: authorization
+// code with PKCE, refresh tokens, a native client (so that any loopback port of the redirect URI
+// http://127.0.0.1/oauth/callback is accepted, RFC 8252). Its login and consent are driven over
+// HTTP: GET /interaction/<uid> says the prompt; POST /interaction/<uid>/login with `login=<name>`
+// signs that account in; POST /interaction/<uid>/confirm grants what the client asked for.
 // POST /test/rotate puts a new signing key in front of the old ones (key rotation without a
 // restart: the same issuer, a new `kid`).
 import {
@@ -47,10 +53,20 @@ function makeProvider(issuer, keys) {
   const provider = new Provider(issuer, {
     clients: [
       client('bridge-cc'),
+      client('bridge-cc2'),
+      client('vendor-app', {
+        application_type: 'native',
+        grant_types: ['authorization_code', 'refresh_token'],
+        response_types: ['code'],
+        redirect_uris: ['http://127.0.0.1/oauth/callback'],
+        scope: `openid ${SCOPES}`,
+      }),
       client('bridge-opaque'),
       client('bridge-rs', { grant_types: ['client_credentials', TOKEN_EXCHANGE] }),
     ],
     jwks: { keys },
+    findAccount: async (ctx, sub) => ({ accountId: sub, claims: async () => ({ sub }) }),
+    issueRefreshToken: async (ctx, client) => client.grantTypeAllowed('refresh_token'),
     scopes: ['openid', 'tools', 'admin'],
     features: {
       devInteractions: { enabled: false },
@@ -126,9 +142,51 @@ function tokenExchange(ctx, issuer, keys) {
   };
 }
 
+async function interact(provider, req, res) {
+  const [, , uid, step] = req.url.split('?')[0].split('/');
+  const details = await provider.interactionDetails(req, res);
+  const reply = (status, body) => {
+    res.writeHead(status, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(body));
+  };
+  if (details.uid !== uid) return reply(400, { error: 'another interaction' });
+  if (req.method === 'GET' && !step) {
+    return reply(200, { uid, prompt: details.prompt.name, client_id: details.params.client_id });
+  }
+  if (req.method === 'POST' && step === 'login') {
+    let body = '';
+    for await (const chunk of req) body += chunk;
+    const accountId = new URLSearchParams(body).get('login');
+    if (!accountId) return reply(400, { error: 'login is required' });
+    return provider.interactionFinished(req, res, { login: { accountId } }, { mergeWithLastSubmission: false });
+  }
+  if (req.method === 'POST' && step === 'confirm') {
+    const { prompt: { details: missing }, params, session } = details;
+    const grant = details.grantId
+      ? await provider.Grant.find(details.grantId)
+      : new provider.Grant({ accountId: session.accountId, clientId: params.client_id });
+    if (missing.missingOIDCScope) grant.addOIDCScope(missing.missingOIDCScope.join(' '));
+    for (const [indicator, scopes] of Object.entries(missing.missingResourceScopes || {})) {
+      grant.addResourceScope(indicator, scopes.join(' '));
+    }
+    const grantId = await grant.save();
+    const consent = details.grantId ? {} : { grantId };
+    return provider.interactionFinished(req, res, { consent }, { mergeWithLastSubmission: true });
+  }
+  return reply(404, { error: 'no such step' });
+}
+
 const keys = [signingKey()];
 let handler = null;
+let current = null;
 const server = createServer((req, res) => {
+  if (req.url.startsWith('/interaction/')) {
+    interact(current, req, res).catch((err) => {
+      res.writeHead(400, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: String(err.message || err) }));
+    });
+    return;
+  }
   if (req.method === 'GET' && req.url === '/test/exchanges') {
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify({ exchanges }));
@@ -136,7 +194,8 @@ const server = createServer((req, res) => {
   }
   if (req.method === 'POST' && req.url === '/test/rotate') {
     keys.unshift(signingKey());
-    handler = makeProvider(issuer, keys).callback();
+    current = makeProvider(issuer, keys);
+    handler = current.callback();
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify({ kid: keys[0].kid }));
     return;
@@ -146,7 +205,8 @@ const server = createServer((req, res) => {
 let issuer = '';
 server.listen(0, '127.0.0.1', () => {
   issuer = `http://127.0.0.1:${server.address().port}`;
-  handler = makeProvider(issuer, keys).callback();
+  current = makeProvider(issuer, keys);
+  handler = current.callback();
   process.stdout.write(`${JSON.stringify({ issuer })}\n`);
 });
 process.stdin.on('end', () => process.exit(0));

@@ -1,0 +1,96 @@
+"""A call that needs the user's own account at an upstream (`user_oauth`) and finds none
+connected, over MCP: where the client declared URL-mode elicitation (2025-11-25), the bridge
+puts the connect link to the user as an `elicitation/create` of mode `url` instead of failing,
+waits for the account to be connected, says so (`notifications/elicitation/complete`), and runs
+the call again. A client that declines or cancels, or cannot be asked, gets the call's
+`credential_missing` with the link (a 2026-07-28 client has no requests during a call)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import mcp.types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+
+from bridge.identity import Identity
+from bridge.model import ToolResult, new_id
+from bridge.runtime import Bridge
+from bridge.translate.mcp import is_modern
+
+__all__ = ["connecting"]
+
+log = logging.getLogger("bridge.serve.mcp")
+
+
+def _asks_urls(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the client of `ctx` declared URL-mode elicitation (and may be asked mid-call)."""
+    if is_modern(ctx.protocol_version):
+        return False
+    client = getattr(ctx.session, "client_params", None)
+    capabilities = client.capabilities if client is not None else None
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    return elicitation is not None and elicitation.url is not None
+
+
+async def connecting(
+    ctx: ServerRequestContext[Any, Any],
+    bridge: Bridge,
+    ref: str,
+    arguments: dict[str, Any],
+    options: dict[str, Any],
+    identity: Identity | None,
+) -> ToolResult:
+    """The result of the call of `ref` (the pipeline's `options` and `identity`); when it ends
+    for want of the user's account and the client can take a URL, the result of the call again
+    once the user has connected the account."""
+
+    async def call() -> ToolResult:
+        return await bridge.invoker.invoke(ref, arguments, identity=identity, **options)
+
+    result = await call()
+    error = result.error
+    details = (error.details or {}) if error is not None else {}
+    url, upstream = details.get("connect_url"), details.get("upstream")
+    if (
+        error is None
+        or error.error_code != "account_not_connected"
+        or not isinstance(url, str)
+        or not isinstance(upstream, str)
+        or identity is None
+        or identity.issuer is None
+        or identity.subject is None
+        or not _asks_urls(ctx)
+    ):
+        return result
+    elicitation_id = new_id("eli")
+    request = types.ElicitRequest(
+        params=types.ElicitRequestURLParams(
+            message=f"Connect your account at {upstream} to the tool bridge: the call waits, "
+            "and runs once it is connected.",
+            url=url,
+            elicitation_id=elicitation_id,
+        )
+    )
+    related = ServerMessageMetadata(related_request_id=ctx.request_id)
+    try:
+        answer = await ctx.session.send_request(request, types.ElicitResult, metadata=related)
+    except MCPError as exc:
+        log.info("the client did not take the connect link of %s (%s)", upstream, exc.message)
+        return result
+    if answer.action != "accept":
+        return result  # its link still connects the account, for a later call
+    tokens = bridge.admission.user_tokens
+    key = (upstream, identity.issuer, identity.subject)
+    if not await tokens.wait_connected(key, tokens.connect_timeout(upstream)):
+        return await call()  # a new link: the one given may have been used
+    complete = types.ElicitCompleteNotification(
+        params=types.ElicitCompleteNotificationParams(elicitation_id=elicitation_id)
+    )
+    try:
+        await ctx.session.send_notification(complete, ctx.request_id)
+    except Exception as exc:  # the notice is a courtesy: the call goes on without it
+        log.debug("elicitation complete notice not delivered: %s", exc)
+    return await call()

@@ -1,0 +1,66 @@
+"""Users' sealed upstream credentials and the OAuth flows under way, in both stores (SQLite, and
+PostgreSQL through its migration 2): one blob per (upstream, issuer, subject), replaced and
+dropped; a flow taken once, and not after it expires. A store file of layout 4 gets the tables."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from bridge.store import LAYOUT, Store
+from bridge.store.layout import layout_of
+
+
+def _exercise(store: Any) -> None:
+    assert store.get_credential("vendor", "https://idp", "alice") is None
+    store.put_credential("vendor", "https://idp", "alice", b"\x01sealed-1")
+    store.put_credential("vendor", "https://idp", "alice", b"\x01sealed-2")
+    store.put_credential("vendor", "https://other-idp", "alice", b"\x01other")
+    assert store.get_credential("vendor", "https://idp", "alice") == b"\x01sealed-2"
+    assert store.get_credential("vendor", "https://idp", "bob") is None
+    store.drop_credential("vendor", "https://idp", "alice")
+    assert store.get_credential("vendor", "https://idp", "alice") is None
+    assert store.get_credential("vendor", "https://other-idp", "alice") == b"\x01other"
+    row = ("vendor", "https://idp", "alice", b"\x01verifier")
+    store.put_flow("k1", "state", row, time.time() + 60)
+    store.put_flow("k2", "state", row, time.time() - 1)  # expired already
+    assert store.take_flow("k1", "connect") is None  # another purpose
+    assert store.take_flow("k1", "state") == row
+    assert store.take_flow("k1", "state") is None  # taken once
+    assert store.take_flow("k2", "state") is None
+
+
+def test_the_sqlite_store_keeps_credentials_and_flows(tmp_path: Path) -> None:
+    path = tmp_path / "bridge.db"
+    store = Store(path)
+    try:
+        _exercise(store)
+    finally:
+        store.close()
+
+
+def test_a_layout_4_file_gets_the_credential_tables(tmp_path: Path) -> None:
+    path = tmp_path / "bridge.db"
+    Store(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE user_credentials")
+        db.execute("DROP TABLE oauth_flows")
+        db.execute("PRAGMA user_version = 4")
+    store = Store(path)
+    try:
+        assert layout_of(store._db) == LAYOUT == 5
+        _exercise(store)
+    finally:
+        store.close()
+
+
+def test_the_postgres_store_keeps_credentials_and_flows(postgres_url: str) -> None:
+    from bridge.store.postgres import PostgresStore
+
+    store = PostgresStore(postgres_url)
+    try:
+        _exercise(store)
+    finally:
+        store.close()
