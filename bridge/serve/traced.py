@@ -2,7 +2,8 @@
 conventions: `POST /invoke`) and one per MCP request (MCP conventions: `tools/call {tool}` with
 `mcp.method.name`, `mcp.session.id`, `jsonrpc.request.id`, `gen_ai.operation.name`,
 `gen_ai.tool.name`), each the child of the caller's W3C trace context: the `traceparent`
-header, or for MCP `params._meta.traceparent` first."""
+header, or for MCP `params._meta.traceparent` first. The sampler decides here, once per
+request: a request whose trace it drops gets no span, and its calls pass the trace context on."""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ class TracedHTTP:
             return
         headers = Headers(scope=scope)
         parent = valid_traceparent(headers.get("traceparent"))
+        state = valid_tracestate(headers.get("tracestate")) if parent else None
+        passed = self.tracing.dropped(parent, state)
+        if passed is not None:  # no span: the request's calls pass the trace context on
+            with self.tracing.unsampled(passed):
+                await self.app(scope, receive, send)
+            return
         method = scope["method"]
         attributes: dict[str, Any] = {
             "http.request.method": method,
@@ -51,12 +58,7 @@ class TracedHTTP:
             attributes["client.address"] = scope["client"][0]
         if agent := headers.get("user-agent"):
             attributes["user_agent.original"] = agent
-        span = self.tracing.server_span(
-            method,
-            attributes,
-            parent,
-            valid_tracestate(headers.get("tracestate")) if parent else None,
-        )
+        span = self.tracing.server_span(method, attributes, parent, state)
 
         ended: dict[str, Any] = {}  # what the response tells, set on the span in one go
 
@@ -85,18 +87,26 @@ def traced_mcp_handler(tracing: Tracing, method: str, handler: Handler) -> Handl
     async def traced(ctx: Any, params: Any) -> Any:
         parent, state = from_meta(ctx.meta)
         request = ctx.request
+        headers = request.headers if isinstance(getattr(request, "scope", None), dict) else None
+        if (
+            headers is not None
+            and parent is None
+            and (parent := valid_traceparent(headers.get("traceparent")))
+        ):
+            state = valid_tracestate(headers.get("tracestate"))
+        passed = tracing.dropped(parent, state)
+        if passed is not None:  # no span: the request's calls pass the trace context on
+            with tracing.unsampled(passed):
+                return await handler(ctx, params)
         attributes: dict[str, Any] = {"mcp.method.name": method, "network.transport": "pipe"}
         if ctx.request_id is not None:
             attributes["jsonrpc.request.id"] = str(ctx.request_id)
         if ctx.protocol_version:
             attributes["mcp.protocol.version"] = ctx.protocol_version
-        if isinstance(getattr(request, "scope", None), dict):
-            headers = request.headers
+        if headers is not None:
             attributes["network.transport"] = "tcp"
             if session := headers.get("mcp-session-id"):
                 attributes["mcp.session.id"] = session
-            if parent is None and (parent := valid_traceparent(headers.get("traceparent"))):
-                state = valid_tracestate(headers.get("tracestate"))
         name = method
         if method == "tools/call" and params is not None:
             name = f"tools/call {params.name}"

@@ -88,7 +88,7 @@ class Telemetry:
         """A stage of a call that does I/O (`persist`, a large result stored): a span when
         sampled. Resolving the name, validating the arguments and the permission check take
         microseconds and get none: a refusal there marks the call's span."""
-        if trace is None or trace.token is None or self.tracing is None:
+        if trace is None or trace.span is None or self.tracing is None:
             return _UNTRACED
         return self.tracing.stage(name)
 
@@ -100,10 +100,8 @@ class Telemetry:
         the call is not traced)."""
         if trace is None or self.tracing is None:
             return _UNTRACED
-        if trace.token is None:  # not sampled: the call's own span names the context passed on
-            from bridge.telemetry.tracing import traceparent_of
-
-            return contextlib.nullcontext(traceparent_of(trace.span))
+        if trace.span is None:  # dropped: the caller's context, or one saying not sampled
+            return contextlib.nullcontext(trace.passed)
         return self.tracing.upstream_call(upstream, kind, native_name)
 
     def call_ended(
@@ -124,7 +122,7 @@ class Telemetry:
         outcome = error_class or "ok"
         upstream, tool = (decl.upstream, decl.name) if decl is not None else ("", "")
         self.metrics.call_ended(upstream, tool, surface, outcome, seconds, upstream_seconds)
-        if trace is not None and trace.token is not None and self.tracing is not None:
+        if trace is not None and trace.span is not None and self.tracing is not None:
             attributes: dict[str, Any] = {
                 "gen_ai.tool.call.id": invocation_id,
                 "bridge.surface": surface,
@@ -142,7 +140,7 @@ class Telemetry:
         if not access and self.audit is None and self.otlp_audit is None:
             return
         if trace is not None:
-            trace_id: str | None = f"{trace.span.get_span_context().trace_id:032x}"
+            trace_id: str | None = trace.trace_id
         else:
             trace_id = trace_id_of(origin.traceparent) if origin is not None else None
         frontend, caller = (origin.frontend, origin.caller) if origin is not None else (None, None)

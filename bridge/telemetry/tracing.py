@@ -4,18 +4,25 @@ upstream call (`CLIENT`), named and attributed per the OpenTelemetry conventions
 generative AI (`mcp.method.name`, `mcp.session.id`, `jsonrpc.request.id`,
 `gen_ai.operation.name`, `gen_ai.tool.name`) and HTTP.
 
-The bridge keeps a tracer provider of its own (never the process's global one) and imports the
-SDK only when tracing is configured."""
+The sampler decides once per trace, where the trace enters the bridge (a frontend request, else
+the pipeline): a trace it drops gets no span at all, and its upstream calls are passed the
+caller's trace context, or a new one that says it is not sampled. The bridge keeps a tracer
+provider of its own (never the process's global one) and imports the SDK only when tracing is
+configured."""
 
 from __future__ import annotations
 
 import contextvars
 import os
-from collections.abc import Mapping
+import random
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import (
     NonRecordingSpan,
     Span,
@@ -35,6 +42,17 @@ ENV_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPO
 TOOL_CALL = {"gen_ai.operation.name": "execute_tool"}
 # The MCP method an upstream kind's call is, for the attributes of the span of that call.
 _METHODS = {"mcp": "tools/call"}
+# What a ParentBased sampler that follows a caller's sampled flag says of its remote parents.
+_FOLLOWS_CALLER = "remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler"
+_NO_PARENT = otel_context.Context()
+Passed = tuple[str, str | None]  # (traceparent, tracestate) passed on to an upstream
+# The decision of the frontend request a call runs in: _KEPT (its span is current), else the
+# trace context to pass on of a trace dropped; None: no frontend decided.
+_decided: contextvars.ContextVar[Passed | None] = contextvars.ContextVar(
+    "bridge_trace_decided", default=None
+)
+_KEPT: Passed = ("", None)
+_ID_LIMIT = (1 << 64) - 1  # the bits of a trace id a ratio sampler reads
 
 
 def endpoint_configured(endpoint: str | None) -> bool:
@@ -42,7 +60,7 @@ def endpoint_configured(endpoint: str | None) -> bool:
     return bool(endpoint) or any(os.environ.get(name) for name in ENV_ENDPOINTS)
 
 
-def traceparent_of(span: Span) -> tuple[str, str | None]:
+def traceparent_of(span: Span) -> Passed:
     """The W3C `traceparent` (and `tracestate`) naming `span` as the parent of what follows."""
     ctx = span.get_span_context()
     state = ctx.trace_state.to_header() if ctx.trace_state else None
@@ -63,22 +81,51 @@ def _parent(traceparent: str | None, tracestate: str | None) -> otel_context.Con
     return trace.set_span_in_context(NonRecordingSpan(remote))
 
 
-class CallTrace:
-    """The span of one call through the pipeline, current while the call runs; `token` None:
-    the trace is not sampled, and the span was never made current. `ref` is the name the call
-    was made with, which names the span until the tool is known."""
+class _DecidedIds(RandomIdGenerator):
+    """Random ids, but a root span begun right after the sampler decided to keep a new trace
+    gets the trace id the sampler was asked about: a ratio sampler, asked again by the SDK,
+    answers the same."""
 
-    __slots__ = ("ref", "span", "token")
+    def __init__(self) -> None:
+        self._decided = threading.local()
+
+    def decided(self, trace_id: int) -> None:
+        self._decided.trace_id = trace_id
+
+    def generate_trace_id(self) -> int:
+        trace_id: int | None = getattr(self._decided, "trace_id", None)
+        if trace_id is None:
+            return super().generate_trace_id()
+        self._decided.trace_id = None
+        return trace_id
+
+
+class CallTrace:
+    """The tracing of one call through the pipeline. Sampled: `span`, current while the call
+    runs (`token`), and `ref`, the name the call was made with, which names the span until the
+    tool is known. Dropped: no span, and `passed`, the trace context passed on to the
+    upstream."""
+
+    __slots__ = ("passed", "ref", "span", "token")
 
     def __init__(
         self,
-        span: Span,
-        token: contextvars.Token[otel_context.Context] | None,
+        span: Span | None,
+        token: contextvars.Token[otel_context.Context] | None = None,
         ref: str | None = None,
+        passed: Passed | None = None,
     ) -> None:
         self.span = span
         self.token = token
         self.ref = ref
+        self.passed = passed
+
+    @property
+    def trace_id(self) -> str:
+        if self.span is not None:
+            return f"{self.span.get_span_context().trace_id:032x}"
+        assert self.passed is not None
+        return self.passed[0][3:35]
 
 
 class _Current:
@@ -102,6 +149,23 @@ class _Current:
             failed(self.span, getattr(exc, "error_class", None) or type(exc).__name__)
         otel_context.detach(self.token)
         self.span.end()
+
+
+class _Request(_Current):
+    """A frontend request's span, current for a `with` block: the calls it makes are its
+    children, the trace kept."""
+
+    __slots__ = ("decided",)
+
+    def __enter__(self) -> Any:
+        self.decided = _decided.set(_KEPT)
+        return super().__enter__()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        _decided.reset(self.decided)
+        super().__exit__(kind, exc, tb)
 
 
 class Tracing:
@@ -135,10 +199,58 @@ class Tracing:
                 ALWAYS_ON if sample_ratio >= 1 else TraceIdRatioBased(sample_ratio)
             )
         resource = Resource.create({"service.name": service_name})
-        self.provider = TracerProvider(sampler=sampler, resource=resource, shutdown_on_exit=False)
+        self._ids = _DecidedIds()
+        self.provider = TracerProvider(
+            sampler=sampler, resource=resource, shutdown_on_exit=False, id_generator=self._ids
+        )
+        self.sampler = self.provider.sampler
+        # a caller's sampled flag alone decides (read from its traceparent, without the SDK)
+        self._follows_caller = _FOLLOWS_CALLER in self.sampler.get_description()
+        # a new trace is kept when the low 64 bits of its id are under this (the ratio sampler's
+        # own test, made without the SDK's call chain); None: the sampler is asked
+        self._root_bound: int | None = None
+        if sample_ratio is not None:
+            self._root_bound = TraceIdRatioBased(min(sample_ratio, 1.0)).bound
         self.provider.add_span_processor(BatchSpanProcessor(exporter))
         self.tracer = self.provider.get_tracer("a2t-bridge")
         logs.current_trace = _current_ids
+
+    # ------------------------------------------------------------------ sampling
+
+    def dropped(
+        self, traceparent: str | None, tracestate: str | None, name: str = ""
+    ) -> Passed | None:
+        """The sampler's decision on the trace a request continues (the caller's valid trace
+        context) or begins: None when it is kept, and then the next span begun here is that
+        trace's; else the trace context to pass on instead of spans: the caller's, or a new
+        one whose flags say it is not sampled."""
+        if traceparent is not None:
+            if self._follows_caller:
+                sampled = int(traceparent[53:55], 16) & 1
+            else:
+                parent_id = int(traceparent[3:35], 16)
+                sampled = self.sampler.should_sample(
+                    _parent(traceparent, tracestate), parent_id, name
+                ).decision.is_sampled()
+            return None if sampled else (traceparent, tracestate)
+        trace_id = random.getrandbits(128) or 1
+        if self._root_bound is not None:
+            sampled = trace_id & _ID_LIMIT < self._root_bound
+        else:
+            sampled = self.sampler.should_sample(_NO_PARENT, trace_id, name).decision.is_sampled()
+        if sampled:
+            self._ids.decided(trace_id)
+            return None
+        return f"00-{trace_id:032x}-{random.getrandbits(64) or 1:016x}-02", None
+
+    @contextmanager
+    def unsampled(self, passed: Passed) -> Iterator[None]:
+        """A request whose trace is dropped, for a `with` block: its calls pass `passed` on."""
+        token = _decided.set(passed)
+        try:
+            yield
+        finally:
+            _decided.reset(token)
 
     # ------------------------------------------------------------------ frontends
 
@@ -149,7 +261,8 @@ class Tracing:
         traceparent: str | None = None,
         tracestate: str | None = None,
     ) -> Span:
-        """A frontend request's span, the child of the caller's (when it sent a trace context)."""
+        """A frontend request's span, the child of the caller's (when it sent a trace context);
+        `dropped` said the trace is kept."""
         return self.tracer.start_span(
             name,
             _parent(traceparent, tracestate),
@@ -159,26 +272,28 @@ class Tracing:
         )
 
     def active(self, span: Span) -> _Current:
-        """`span` current for a `with` block, then ended; an exception marks it failed."""
-        return _Current(span, span)
+        """A request's `span` current for a `with` block, then ended; an exception marks it
+        failed."""
+        return _Request(span, span)
 
     # ------------------------------------------------------------------ the pipeline
 
     def call_begun(self, ref: str, traceparent: str | None, tracestate: str | None) -> CallTrace:
-        """The span of a call through the pipeline: the child of the span current (a frontend's),
-        else of the caller's trace context; current until `call_ended`. A call whose trace the
-        sampler drops gets no span for its stages and upstream call: the upstream is passed this
-        span's context, which says it is not sampled."""
-        current = trace.get_current_span()
-        context = current.get_span_context()
-        if context.is_valid and not context.trace_flags.sampled:  # a frontend's span, dropped
-            return CallTrace(current, None)
-        parent = None if context.is_valid else _parent(traceparent, tracestate)
+        """The tracing of a call through the pipeline: a span, the child of the current one (a
+        frontend's), else of the caller's trace context, current until `call_ended`; none when
+        the trace is dropped (by the frontend's decision, else the sampler's here)."""
+        passed = _decided.get()
+        if passed is not None and passed is not _KEPT:
+            return CallTrace(None, passed=passed)
+        parent = None
+        if passed is None:  # no frontend request decided: decide here
+            passed = self.dropped(traceparent, tracestate, ref)
+            if passed is not None:
+                return CallTrace(None, passed=passed)
+            parent = _parent(traceparent, tracestate)
         span = self.tracer.start_span(
             f"execute_tool {ref}", parent, SpanKind.INTERNAL, TOOL_CALL, record_exception=False
         )
-        if not span.is_recording():
-            return CallTrace(span, None)
         return CallTrace(span, otel_context.attach(trace.set_span_in_context(span)), ref)
 
     def call_ended(
@@ -189,7 +304,7 @@ class Tracing:
         error_class: str | None,
     ) -> None:
         span = call.span
-        if call.token is None:  # not sampled
+        if span is None or call.token is None:  # not sampled
             return
         if tool is not None and tool != call.ref:
             span.update_name(f"execute_tool {tool}")
@@ -241,5 +356,9 @@ def failed(span: Span, error_type: str) -> None:
 
 
 def _current_ids() -> tuple[str, str] | None:
+    """The ids of the span current, else of the trace context a dropped trace passes on."""
     ctx = trace.get_current_span().get_span_context()
-    return (f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}") if ctx.is_valid else None
+    if ctx.is_valid:
+        return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
+    passed = _decided.get()
+    return (passed[0][3:35], passed[0][36:52]) if passed and passed is not _KEPT else None

@@ -3,7 +3,8 @@ gets the spans of a call through two bridges to an OpenAPI server as one trace: 
 REST request, pipeline and MCP client call) federates bridge A's MCP endpoint (its MCP
 request, pipeline and HTTP client call), and the OpenAPI server sees A's span as the parent in
 its `traceparent` header. A caller's `params._meta.traceparent` is followed over MCP; without
-tracing, the caller's own trace context is passed on unchanged."""
+tracing, or when the sampler drops the trace, the caller's own trace context is passed on
+unchanged and no span is made."""
 
 from __future__ import annotations
 
@@ -22,12 +23,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app
+from bridge.telemetry import CallOrigin, Telemetry
 from tests.serve.mcp_support import HANDSHAKE, http_client
 from tests.servers import read_body, serve_asgi
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+UNSAMPLED = f"00-{CALLER_TRACE}-{CALLER_SPAN}-00"
 SERVER, CLIENT, INTERNAL = 2, 3, 1  # the protobuf's SpanKind values
 
 
@@ -160,8 +163,10 @@ def traced(receiver: str, service: str) -> dict[str, Any]:
     return {"otlp_endpoint": receiver, "service_name": service}
 
 
-async def test_a_call_through_two_bridges_to_an_openapi_server_is_one_trace():
-    receiver, api = Receiver(), ThingsApi()
+@contextlib.asynccontextmanager
+async def two_bridges(receiver: Receiver, api: ThingsApi) -> AsyncIterator[str]:
+    """Bridge B (its REST endpoint's URL given) federating bridge A's MCP endpoint, which
+    calls the OpenAPI server `api`; both export their spans to `receiver`."""
     async with serve_asgi(receiver) as otlp, serve_asgi(api, lifespan="off") as api_url:
         config_a = {
             "upstreams": [
@@ -179,12 +184,18 @@ async def test_a_call_through_two_bridges_to_an_openapi_server_is_one_trace():
                 "upstreams": [{"name": "a", "kind": "mcp", "url": f"{a_url}/mcp"}],
                 "telemetry": traced(otlp, "bridge-b"),
             }
-            async with bridge_served(config_b) as (_, b_url), aiohttp.ClientSession() as http:
-                body = {"tool": "a__api__getThing", "arguments": {"id": "42"}}
-                async with http.post(
-                    f"{b_url}/invoke", json=body, headers={"traceparent": TRACEPARENT}
-                ) as response:
-                    assert response.status == 200, await response.text()
+            async with bridge_served(config_b) as (_, b_url):
+                yield b_url
+
+
+async def test_a_call_through_two_bridges_to_an_openapi_server_is_one_trace():
+    receiver, api = Receiver(), ThingsApi()
+    async with two_bridges(receiver, api) as b_url, aiohttp.ClientSession() as http:
+        body = {"tool": "a__api__getThing", "arguments": {"id": "42"}}
+        async with http.post(
+            f"{b_url}/invoke", json=body, headers={"traceparent": TRACEPARENT}
+        ) as response:
+            assert response.status == 200, await response.text()
     assert receiver.paths and set(receiver.paths) == {"/v1/traces"}
     called = [s for s in receiver.spans if s.name not in ("tools/list", "GET /openapi.json")]
     assert called and {s.trace_id for s in called} == {CALLER_TRACE}  # one trace, the caller's
@@ -245,6 +256,18 @@ async def test_a_call_through_two_bridges_to_an_openapi_server_is_one_trace():
     assert a_client.attributes["bridge.upstream.kind"] == "openapi" and not any(
         s.error for s in chain
     )
+
+
+async def test_a_callers_unsampled_trace_is_passed_on_as_it_came_and_makes_no_span():
+    receiver, api = Receiver(), ThingsApi()
+    async with two_bridges(receiver, api) as b_url, aiohttp.ClientSession() as http:
+        headers = {"traceparent": UNSAMPLED, "tracestate": "vendor=1"}
+        body = {"tool": "a__api__getThing", "arguments": {"id": "7"}}
+        async with http.post(f"{b_url}/invoke", json=body, headers=headers) as response:
+            assert response.status == 200, await response.text()
+    # B passed the caller's context on to A over MCP, and A on to the OpenAPI server
+    assert api.seen == [{"traceparent": UNSAMPLED, "tracestate": "vendor=1"}]
+    assert not [s for s in receiver.spans if s.trace_id == CALLER_TRACE]
 
 
 async def test_an_mcp_callers_meta_traceparent_is_followed_and_a_tool_error_marked():
@@ -337,23 +360,26 @@ async def test_a_trace_the_sampler_drops_exports_nothing_and_says_so_to_the_upst
     assert receiver.one("bridge", "POST /invoke").parent_id == CALLER_SPAN
 
 
+class Discard:
+    """A span exporter that keeps nothing."""
+
+    def export(self, spans: Any) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 0) -> bool:
+        return True
+
+
 def test_a_json_log_record_made_inside_a_span_carries_its_ids():
     import logging
 
     from bridge.telemetry.logs import JsonFormatter
     from bridge.telemetry.tracing import Tracing
-
-    class Discard:
-        def export(self, spans: Any) -> Any:
-            from opentelemetry.sdk.trace.export import SpanExportResult
-
-            return SpanExportResult.SUCCESS
-
-        def shutdown(self) -> None:
-            pass
-
-        def force_flush(self, timeout_millis: int = 0) -> bool:
-            return True
 
     tracing = Tracing(sample_ratio=1.0, exporter=Discard())
     try:
@@ -365,7 +391,47 @@ def test_a_json_log_record_made_inside_a_span_carries_its_ids():
         with tracing.active(span):
             inside = json.loads(JsonFormatter().format(record))
         ids = span.get_span_context()
+        with tracing.unsampled((UNSAMPLED, None)):  # a dropped trace: the ids passed on
+            dropped = json.loads(JsonFormatter().format(record))
     finally:
         tracing.close()
     assert "trace_id" not in outside
     assert inside["trace_id"] == CALLER_TRACE and inside["span_id"] == f"{ids.span_id:016x}"
+    assert dropped["trace_id"] == CALLER_TRACE and dropped["span_id"] == CALLER_SPAN
+
+
+def test_the_configured_sampler_decides_once_on_a_callers_trace(monkeypatch):
+    from bridge.telemetry.tracing import Tracing
+
+    follows = Tracing(sample_ratio=1.0, exporter=Discard())
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_on")  # keeps what a caller dropped
+    ignores = Tracing(exporter=Discard())
+    try:
+        assert follows.dropped(UNSAMPLED, "vendor=1") == (UNSAMPLED, "vendor=1")
+        assert follows.dropped(TRACEPARENT, None) is None
+        assert ignores.dropped(UNSAMPLED, None) is None
+        # a call no frontend request carries decides in the pipeline, and passes on the same
+        telemetry = Telemetry(tracing=follows)
+        call = telemetry.call_begun("x", CallOrigin("cli", traceparent=UNSAMPLED))
+        with telemetry.upstream_call(call, "up", "openapi", "x") as passed:
+            assert passed == (UNSAMPLED, None) and call is not None and call.span is None
+    finally:
+        follows.close()
+        ignores.close()
+
+
+def test_a_new_trace_a_ratio_keeps_is_begun_with_the_trace_id_it_was_kept_for():
+    from bridge.telemetry.tracing import Tracing
+
+    tracing = Tracing(sample_ratio=0.5, exporter=Discard())
+    try:
+        kept = 0
+        for _ in range(400):
+            if tracing.dropped(None, None) is None:
+                span = tracing.server_span("GET /x", {})
+                assert span.is_recording()  # the SDK's sampler, asked again, says the same
+                span.end()
+                kept += 1
+        assert 100 < kept < 300
+    finally:
+        tracing.close()
