@@ -383,7 +383,7 @@ class A2AUpstream(CallFailures, Upstream):
                 await self._poll_once(agent, tracker, ctx, call)
         except asyncio.CancelledError:
             if tracker.task_id and tracker.state not in TERMINAL_STATES:
-                await self._cancel_task(agent, tracker.task_id)
+                await self._cancel_task(agent, tracker.task_id, call.service_parameters)
             raise
         except (A2AError, httpx.HTTPError) as exc:
             stream_unbegun = (
@@ -487,13 +487,16 @@ class A2AUpstream(CallFailures, Upstream):
             self._lost = True
             self.emit(UpstreamEvent("unavailable", reason=reason))
 
-    async def _cancel_task(self, agent: Agent, task_id: str) -> None:
-        """Tell the agent to cancel; wait for it (bounded) even though this call is being cancelled."""
+    async def _cancel_task(
+        self, agent: Agent, task_id: str, headers: dict[str, str] | None = None
+    ) -> None:
+        """Tell the agent to cancel, with the call's `headers` (the caller's own credential);
+        wait for it (bounded) even though this call is being cancelled."""
 
         async def send() -> None:
             request, context = (
                 CancelTaskRequest(id=task_id),
-                ClientCallContext(timeout=self.config.cancel_timeout),
+                ClientCallContext(timeout=self.config.cancel_timeout, service_parameters=headers),
             )
             try:
                 try:

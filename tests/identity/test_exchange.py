@@ -8,6 +8,7 @@ structured errors."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.request
 from collections.abc import AsyncIterator
@@ -228,6 +229,7 @@ async def test_an_a2a_agent_is_called_with_a_token_exchanged_for_it(provider):
                     "kind": "a2a",
                     "base_url": base,
                     "auth": {"type": "token_exchange", "audience": base},
+                    "timeout": 1.0,
                 }
             ],
         )
@@ -238,13 +240,24 @@ async def test_an_a2a_agent_is_called_with_a_token_exchanged_for_it(provider):
                 {"tool": "agent__echo", "arguments": {"message": "hi"}},
                 token=caller,
             )
+            # a call that times out cancels its task at the agent, with the same token
+            _, late, _ = await served.post(
+                "/invoke",
+                {"tool": "agent__wait", "arguments": {"message": "hold"}},
+                token=caller,
+            )
+            async with asyncio.timeout(5):
+                await control.cancel_seen.wait()
     assert status == 200, body["error"]
+    assert late["error"]["error_class"] == "timeout"
     sent = [r["headers"].get("authorization", "") for r in control.requests]
     calls = [h for r, h in zip(control.requests, sent, strict=True) if r["path"] == "/"]
     assert calls and all(h.startswith("Bearer ") for h in calls)
     claims = jwt.decode(calls[0].removeprefix("Bearer "), options={"verify_signature": False})
     assert claims["aud"] == base and claims["sub"] == "bridge-cc"
     assert all(caller not in h for h in sent)
+    cancels = [h for r, h in zip(control.requests, sent, strict=True) if b"CancelTask" in r["body"]]
+    assert cancels and cancels[0] == calls[0]
 
 
 def test_a_token_exchange_on_a_command_without_audience_or_over_http_is_a_config_error():
