@@ -165,6 +165,17 @@ def exchange_problems(
                 )
             )
         elif isinstance(exchange, UserOAuthConfig):
+            if exchange.verify_user and oauth.client_id is None:
+                problems.append(
+                    (
+                        f"{path}.auth.verify_user",
+                        "the user who opens a connect link signs in at server.oauth.issuer "
+                        "with the bridge's client there, and server.oauth.client_id is not set",
+                        "set server.oauth.client_id and client_secret (a client allowed the "
+                        "authorization code grant, with <public_url>/oauth/signed-in as a "
+                        "redirect URI), or verify_user: false (docs/identity.md)",
+                    )
+                )
             if public_url is None:
                 problems.append(
                     (

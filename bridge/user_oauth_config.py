@@ -81,6 +81,9 @@ class UserOAuthConfig(BaseModel):
     refresh_margin: float = Field(default=60.0, strict=True, ge=0, le=86400, allow_inf_nan=False)
     # seconds a connect link, and then the flow it starts, may take
     connect_timeout: float = Field(default=600.0, strict=True, gt=0, le=86400, allow_inf_nan=False)
+    # the user who opens a connect link signs in at server.oauth.issuer first, and must be the
+    # user it was made for (else whoever opened it could connect their account to that user)
+    verify_user: bool = True
     _key: bytes = PrivateAttr(default=b"")
 
     @field_validator("authorize_url")

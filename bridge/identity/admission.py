@@ -62,7 +62,7 @@ class Admission:
         self._exchanges = exchanges
         self._oauth = oauth
         users = {k: v for k, v in exchanges.items() if isinstance(v, UserOAuthConfig)}
-        self.user_tokens.update(users, public_url)
+        self.user_tokens.update(users, public_url, oauth)
 
     @property
     def active(self) -> bool:

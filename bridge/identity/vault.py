@@ -11,7 +11,6 @@ starts the flow, whose `state` is kept for the same user and upstream, and taken
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import json
 import logging
@@ -20,10 +19,13 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote_plus, urlencode
 
-from bridge.identity.issuer import FETCH_TIMEOUT, MAX_DOCUMENT_BYTES
+from bridge.identity.issuer import FETCH_TIMEOUT, Issuer, IssuerUnavailable
+from bridge.identity.oauth_client import authorization_url, new_pkce, token_request
+from bridge.identity.tokens import JWTChecker, TokenRefused, jwt_header
 from bridge.model import BridgeError
+from bridge.oauth_config import OAuthConfig
+from bridge.store.credentials import FlowRow
 from bridge.user_oauth_config import UserOAuthConfig
 
 if TYPE_CHECKING:
@@ -32,12 +34,13 @@ if TYPE_CHECKING:
     from bridge.identity.authenticate import Identity
     from bridge.store import StoreInterface
 
-__all__ = ["CALLBACK_PATH", "CONNECT_PATH", "FlowRefused", "UserTokens"]
+__all__ = ["CALLBACK_PATH", "CONNECT_PATH", "SIGNED_IN_PATH", "FlowRefused", "UserTokens"]
 
 log = logging.getLogger("bridge.identity")
 
 CONNECT_PATH = "/oauth/connect"
 CALLBACK_PATH = "/oauth/callback"
+SIGNED_IN_PATH = "/oauth/signed-in"  # where the bridge's identity provider sends users back
 _SEALED_VERSION = b"\x01"
 # how often a call waiting for its user to connect looks in the store, for a flow another
 # replica finished
@@ -97,12 +100,23 @@ class UserTokens:
         self._refreshing: dict[UserKey, asyncio.Future[dict[str, Any]]] = {}
         self._connected: dict[UserKey, asyncio.Event] = {}
         self._http: aiohttp.ClientSession | None = None
+        self._oauth: OAuthConfig | None = None
+        self._issuers: dict[str, Issuer] = {}
 
-    def update(self, configs: Mapping[str, UserOAuthConfig], public_url: str | None) -> None:
+    def update(
+        self,
+        configs: Mapping[str, UserOAuthConfig],
+        public_url: str | None,
+        oauth: OAuthConfig | None = None,
+    ) -> None:
         self._configs = configs
         self.public_url = public_url.rstrip("/") if public_url else None
+        self._oauth = oauth
 
     async def aclose(self) -> None:
+        for issuer in self._issuers.values():
+            await issuer.aclose()
+        self._issuers.clear()
         if self._http is not None:
             await self._http.close()
             self._http = None
@@ -263,11 +277,10 @@ class UserTokens:
     # ------------------------------------------------------------------ the flow
 
     async def connect(self, ticket: str) -> str:
-        """The vendor's authorization URL that a connect link's `ticket` sends its user's
-        browser to; the flow's state and PKCE verifier are kept for that user. Raises
-        FlowRefused for a ticket unknown, used or expired."""
-        assert self.store is not None
-        row = await asyncio.to_thread(self.store.take_flow, _digest(ticket), "connect")
+        """Where a connect link's `ticket` sends its user's browser: to sign in at
+        `server.oauth.issuer` first (`verify_user`), else to the vendor. Raises FlowRefused for
+        a ticket unknown, used or expired."""
+        row = await self._take(ticket, "connect")
         if row is None:
             raise FlowRefused(
                 400,
@@ -277,25 +290,120 @@ class UserTokens:
             )
         key: UserKey = (row[0], row[1], row[2])
         config = self._config(key[0])
-        state, verifier = secrets.token_urlsafe(32), secrets.token_urlsafe(48)
-        kept = (*key, seal(config.key, "state", key, verifier.encode()))
-        expires = self.clock() + config.connect_timeout
-        await asyncio.to_thread(self.store.put_flow, _digest(state), "state", kept, expires)
-        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
-        query = {
-            "response_type": "code",
-            "client_id": config.client_id,
-            "redirect_uri": self.redirect_uri,
+        if not config.verify_user:
+            return await self._to_vendor(key, config)
+        oauth = self._oauth
+        if oauth is None or oauth.client_id is None:
+            raise FlowRefused(
+                404, "unknown_upstream", "server.oauth names no client (the config changed)"
+            )
+        state, verifier = await self._begin(key, config, "sign-in")
+        try:
+            endpoint = (await self._issuer(oauth.issuer).metadata()).get("authorization_endpoint")
+        except IssuerUnavailable as exc:
+            raise FlowRefused(
+                502, "issuer_unavailable", f"the identity provider cannot be read ({exc})"
+            ) from None
+        if not isinstance(endpoint, str):
+            raise FlowRefused(
+                502, "issuer_unavailable", "the identity provider names no authorization_endpoint"
+            )
+        params = {
+            "client_id": oauth.client_id,
+            "redirect_uri": f"{self.public_url}{SIGNED_IN_PATH}",
             "state": state,
-            "code_challenge": challenge.rstrip(b"=").decode(),
-            "code_challenge_method": "S256",
+            "scope": "openid",
         }
+        return authorization_url(endpoint, params, verifier)
+
+    async def signed_in(self, params: Mapping[str, str]) -> str:
+        """Where the browser goes once the user signed in at `server.oauth.issuer`: on to the
+        vendor when they are the user the connect link was made for. Raises FlowRefused."""
+        row = await self._take(params.get("state") or "", "sign-in")
+        if row is None:
+            raise _bad_state()
+        key: UserKey = (row[0], row[1], row[2])
+        config = self._config(key[0])
+        verifier = unseal(config.key, "sign-in", key, row[3])
+        oauth = self._oauth
+        if verifier is None or oauth is None or oauth.client_id is None:
+            raise _bad_state()
+        if params.get("error") or not params.get("code"):
+            said = str(params.get("error") or "no code")[:100]
+            raise FlowRefused(
+                403, "sign_in_refused", f"the identity provider did not sign you in ({said})"
+            )
+        issuer = self._issuer(oauth.issuer)
+        try:
+            endpoint = (await issuer.metadata()).get("token_endpoint")
+        except IssuerUnavailable as exc:
+            raise FlowRefused(
+                502, "issuer_unavailable", f"the identity provider cannot be read ({exc})"
+            ) from None
+        form = {
+            "grant_type": "authorization_code",
+            "code": params["code"],
+            "redirect_uri": f"{self.public_url}{SIGNED_IN_PATH}",
+            "code_verifier": verifier.decode(),
+        }
+        client = (oauth.client_id, oauth.client_secret)
+        try:
+            status, answer = await token_request(
+                self._session(), str(endpoint), client, "basic", form
+            )
+        except BridgeError as exc:
+            raise FlowRefused(502, "issuer_unavailable", exc.message) from None
+        id_token = answer.get("id_token") if status == 200 else None
+        header = jwt_header(id_token) if isinstance(id_token, str) else None
+        if not isinstance(id_token, str) or header is None:
+            raise FlowRefused(
+                403, "sign_in_refused", f"the identity provider gave no ID token (HTTP {status})"
+            )
+        checker = JWTChecker(issuer, oauth.client_id, oauth.algorithms, oauth.leeway)
+        try:
+            claims = await checker.claims(id_token, header)
+        except TokenRefused as exc:
+            raise FlowRefused(403, "sign_in_refused", f"the ID token is refused: {exc}") from None
+        if claims.get("iss") != key[1] or claims.get("sub") != key[2]:
+            log.warning(
+                "identity: a connect link of upstream %s was opened by another user", key[0]
+            )
+            raise FlowRefused(
+                403,
+                "another_user",
+                "you signed in as another user than the one this link was made for: nothing was "
+                "connected; open a link your own call answered",
+            )
+        return await self._to_vendor(key, config)
+
+    async def _begin(self, key: UserKey, config: UserOAuthConfig, purpose: str) -> tuple[str, str]:
+        """A new (state, PKCE verifier), the verifier kept sealed under the state for `key`."""
+        assert self.store is not None
+        state, verifier = new_pkce()
+        kept = (*key, seal(config.key, purpose, key, verifier.encode()))
+        expires = self.clock() + config.connect_timeout
+        await asyncio.to_thread(self.store.put_flow, _digest(state), purpose, kept, expires)
+        return state, verifier
+
+    async def _take(self, secret: str, purpose: str) -> FlowRow | None:
+        assert self.store is not None
+        return await asyncio.to_thread(self.store.take_flow, _digest(secret), purpose)
+
+    async def _to_vendor(self, key: UserKey, config: UserOAuthConfig) -> str:
+        """The vendor's authorization URL for the user of `key`, its flow kept for them."""
+        state, verifier = await self._begin(key, config, "state")
+        params = {"client_id": config.client_id, "redirect_uri": self.redirect_uri, "state": state}
         if config.scopes:
-            query["scope"] = " ".join(config.scopes)
+            params["scope"] = " ".join(config.scopes)
         if config.resource is not None:
-            query["resource"] = config.resource
-        joiner = "&" if "?" in config.authorize_url else "?"
-        return f"{config.authorize_url}{joiner}{urlencode(query)}"
+            params["resource"] = config.resource
+        return authorization_url(config.authorize_url, params, verifier)
+
+    def _issuer(self, url: str) -> Issuer:
+        known = self._issuers.get(url)
+        if known is None:
+            known = self._issuers[url] = Issuer(url)
+        return known
 
     @property
     def redirect_uri(self) -> str:
@@ -305,21 +413,14 @@ class UserTokens:
         """Finish the flow the vendor sends the user back from: its `state` taken (once), its
         `code` exchanged, with the PKCE verifier, for the user's tokens, which are kept sealed.
         Answers the upstream connected; raises FlowRefused."""
-        assert self.store is not None
-        state = params.get("state") or ""
-        row = await asyncio.to_thread(self.store.take_flow, _digest(state), "state")
+        row = await self._take(params.get("state") or "", "state")
         if row is None:
-            raise FlowRefused(
-                400,
-                "invalid_state",
-                "the state of this answer is unknown, was used already, or expired: nothing "
-                "was connected; call the tool again for a new link",
-            )
+            raise _bad_state()
         key: UserKey = (row[0], row[1], row[2])
         config = self._config(key[0])
         verifier = unseal(config.key, "state", key, row[3])
         if verifier is None:
-            raise FlowRefused(400, "invalid_state", "the state of this answer does not open")
+            raise _bad_state()
         if params.get("error"):
             said = str(params.get("error"))[:100]
             raise FlowRefused(
@@ -375,34 +476,21 @@ class UserTokens:
     async def _token_request(
         self, config: UserOAuthConfig, form: dict[str, str], upstream: str
     ) -> tuple[int, dict[str, Any]]:
-        """(HTTP status, JSON answer or {}) of a request to the vendor's token endpoint, with
-        the bridge's client; BridgeError `dependency_unavailable` when it cannot be reached."""
-        import aiohttp
-
-        headers = {"Accept": "application/json"}
+        """(HTTP status, JSON answer or {}) of `form` at the vendor's token endpoint."""
         secret = config.client_secret.get_secret_value() if config.client_secret else None
-        if secret is not None and config.client_auth == "basic":  # RFC 6749 2.3.1
-            pair = f"{quote_plus(config.client_id)}:{quote_plus(secret)}"
-            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        else:
-            form = {**form, "client_id": config.client_id}
-            if secret is not None:
-                form["client_secret"] = secret
-        try:
-            async with self._session().post(
-                config.token_url, data=form, headers=headers, allow_redirects=False
-            ) as response:
-                status = response.status
-                body = await response.content.read(MAX_DOCUMENT_BYTES + 1)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _unavailable(
-                f"{config.token_url} cannot be reached ({type(exc).__name__})"
-            ) from None
-        try:
-            answer = json.loads(body) if len(body) <= MAX_DOCUMENT_BYTES else None
-        except ValueError:
-            answer = None
-        return status, answer if isinstance(answer, dict) else {}
+        client = (config.client_id, secret)
+        return await token_request(
+            self._session(), config.token_url, client, config.client_auth, form
+        )
+
+
+def _bad_state() -> FlowRefused:
+    return FlowRefused(
+        400,
+        "invalid_state",
+        "the state of this answer is unknown, was used already, or expired: nothing was "
+        "connected; call the tool again for a new link",
+    )
 
 
 def _unavailable(why: str) -> BridgeError:

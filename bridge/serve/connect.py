@@ -1,7 +1,9 @@
 """The routes a user's browser takes to connect an account at a `user_oauth` upstream
 (bridge/identity/vault.py): `GET /oauth/connect?ticket=…`, the link a `credential_missing`
-answer carries, which sends the browser on to the vendor; and `GET /oauth/callback`, where the
-vendor sends it back. Neither needs the caller's bearer token: the ticket and the state, each
+answer carries, which sends the browser to sign in at the bridge's identity provider;
+`GET /oauth/signed-in`, where the provider sends it back, and which sends it on to the vendor
+once the user is the one the link was made for; and `GET /oauth/callback`, where the vendor
+sends it back. Neither needs the caller's bearer token: the ticket and the state, each
 kept for one user and taken once, say whose account it is."""
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from bridge.identity.vault import CALLBACK_PATH, CONNECT_PATH, FlowRefused
+from bridge.identity.vault import CALLBACK_PATH, CONNECT_PATH, SIGNED_IN_PATH, FlowRefused
 from bridge.runtime import Bridge
 
 __all__ = ["connect_routes"]
@@ -44,6 +46,13 @@ def connect_routes(bridge: Bridge) -> list[Route]:
             return _refused(refusal)
         return RedirectResponse(url, status_code=302, headers=_HEADERS)
 
+    async def signed_in(request: Request) -> Response:
+        try:
+            url = await tokens.signed_in(dict(request.query_params))
+        except FlowRefused as refusal:
+            return _refused(refusal)
+        return RedirectResponse(url, status_code=302, headers=_HEADERS)
+
     async def callback(request: Request) -> Response:
         try:
             upstream = await tokens.callback(dict(request.query_params))
@@ -58,5 +67,6 @@ def connect_routes(bridge: Bridge) -> list[Route]:
 
     return [
         Route(CONNECT_PATH, connect, methods=["GET"]),
+        Route(SIGNED_IN_PATH, signed_in, methods=["GET"]),
         Route(CALLBACK_PATH, callback, methods=["GET"]),
     ]

@@ -148,13 +148,18 @@ async def env(provider: str) -> AsyncIterator[Env]:
             "base_url": vendor,
             "auth": user_oauth(provider),
         }
-        for name in ("rest", "refresh", "ask")
+        for name in ("rest", "refresh", "ask", "other")
     ]
     config = config_with(
         server={
             "public_url": public,
             "tokens": [{"token": STATIC, "name": "ops"}],
-            "oauth": {"issuer": provider, "audience": AUDIENCE},
+            "oauth": {
+                "issuer": provider,
+                "audience": AUDIENCE,
+                "client_id": "bridge-rs",  # users who open a connect link sign in with it
+                "client_secret": "bridge-rs-secret",
+            },
         },
         upstreams=upstreams,
     )
@@ -171,25 +176,30 @@ async def env(provider: str) -> AsyncIterator[Env]:
         del os.environ[KEY_ENV]
 
 
-async def follow(url: str, login: str) -> tuple[str, int, str]:
-    """A browser at `url` (a connect link) that signs `login` in at the provider and consents,
-    up to the bridge's callback: (the callback URL, its status, its body)."""
+async def follow(url: str, login: str, user: str = "bridge-cc") -> tuple[str, int, str]:
+    """A browser at `url` (a connect link) that signs in at the provider as the bridge's `user`,
+    then as `login` at the vendor (the same provider), consenting each time, up to the bridge's
+    callback: (the callback URL, its status, its body)."""
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser:
-        for _ in range(12):
-            if "/interaction/" in urlsplit(url).path:
+        for _ in range(20):
+            path = urlsplit(url).path
+            if "/interaction/" in path:
                 async with browser.get(url) as response:
-                    prompt = (await response.json())["prompt"]
-                step = "login" if prompt == "login" else "confirm"
-                form = {"login": login} if step == "login" else {}
+                    asked = await response.json()
+                step = "login" if asked["prompt"] == "login" else "confirm"
+                name = user if asked["client_id"] == "bridge-rs" else login
+                form = {"login": name} if step == "login" else {}
                 async with browser.post(f"{url}/{step}", data=form, allow_redirects=False) as r:
                     assert r.status in (302, 303), await r.text()
                     url = urljoin(url, r.headers["Location"])
                 continue
             async with browser.get(url, allow_redirects=False) as response:
-                if urlsplit(url).path == "/oauth/callback":
+                if path == "/oauth/callback" or response.status not in (302, 303):
                     return url, response.status, await response.text()
-                assert response.status in (302, 303), await response.text()
                 url = urljoin(url, response.headers["Location"])
+            if path == "/oauth/signed-in":
+                # the bridge's identity provider and the vendor are two sites: no shared session
+                browser.cookie_jar.clear()
     raise AssertionError("the flow did not reach the callback")
 
 
@@ -251,6 +261,18 @@ async def test_a_user_connects_an_account_and_calls_with_their_own_token(env: En
     said = caplog.text
     assert all(t not in said for t in (first, second, kept["access_token"], kept["refresh_token"]))
     assert link.split("ticket=")[1] not in said
+
+
+async def test_a_link_opened_by_another_user_connects_nothing(env: Env):
+    caller = issued(env.issuer, client="bridge-cc2")
+    status, body = await env.invoke("other__me", caller)
+    assert status == 403, body
+    link = body["error"]["details"]["connect_url"]
+    _, status, page = await follow(link, "mallory", user="bridge-cc")  # not the link's user
+    assert status == 403 and json.loads(page)["error"]["error_code"] == "another_user", page
+    assert env.stored("other", "bridge-cc2") is None
+    status, body = await env.invoke("other__me", caller)
+    assert status == 403 and body["error"]["error_code"] == "account_not_connected"
 
 
 async def test_a_token_near_its_expiry_is_refreshed_before_the_call(env: Env):
@@ -353,3 +375,6 @@ async def test_a_missing_or_malformed_key_or_no_public_url_is_a_config_error(mon
         )
     assert "upstreams[0].auth: sends users to the vendor" in str(caught.value)
     assert "set server.public_url" in str(caught.value)
+    assert "upstreams[0].auth.verify_user: the user who opens a connect link signs in" in str(
+        caught.value
+    )

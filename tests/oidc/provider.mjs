@@ -6,7 +6,8 @@
 //   bridge-cc2     the same, another subject
 //   bridge-opaque  client credentials; opaque access tokens (read back through introspection)
 //   bridge-rs      the bridge itself, as a resource server calling the introspection endpoint;
-//                  it may also exchange tokens (RFC 8693, below)
+//                  it may also exchange tokens (RFC 8693, below), and sign users in (authorization
+//                  code, redirect URI http://127.0.0.1/oauth/signed-in on any loopback port)
 // A token request may pass `groups=a,b`: the access token then carries {"groups": ["a", "b"]}.
 // RFC 8693 token exchange (oidc-provider has no such grant: it is registered here): a client
 // with the grant posts an access token of this provider as `subject_token` and the upstream as
@@ -62,7 +63,13 @@ function makeProvider(issuer, keys) {
         scope: `openid ${SCOPES}`,
       }),
       client('bridge-opaque'),
-      client('bridge-rs', { grant_types: ['client_credentials', TOKEN_EXCHANGE] }),
+      client('bridge-rs', {
+        application_type: 'native',
+        grant_types: ['client_credentials', TOKEN_EXCHANGE, 'authorization_code'],
+        response_types: ['code'],
+        redirect_uris: ['http://127.0.0.1/oauth/signed-in'],
+        scope: `openid ${SCOPES}`,
+      }),
     ],
     jwks: { keys },
     findAccount: async (ctx, sub) => ({ accountId: sub, claims: async () => ({ sub }) }),
