@@ -200,6 +200,10 @@ class Invoker:
                 ),
                 call,
             )
+        refused = envelope.error is not None and envelope.error.error_class == "credential_missing"
+        if refused and call.authorization is not None and decl is not None:
+            # the upstream refused the token obtained for the caller: it is not used again
+            await self.admission.refused(decl.upstream, identity, call.authorization)
         envelope.duration_ms = round((time.perf_counter() - started) * 1000, 3)
         self._log(
             invocation_id,

@@ -116,6 +116,19 @@ class Admission:
         exchanged = await self.exchange.token(decl.upstream, exchange, token, oauth.issuer, client)
         return f"Bearer {exchanged}"
 
+    async def refused(self, upstream: str, identity: Identity | None, authorization: str) -> None:
+        """The upstream refused the credential obtained for the caller (HTTP 401): an
+        exchanged token is exchanged again, a user's token refreshed (or, without a refresh
+        token, dropped, and the user asked to connect again) before the next call."""
+        config = self._exchanges.get(upstream)
+        token = authorization.removeprefix("Bearer ")
+        if isinstance(config, UserOAuthConfig):
+            if identity is not None and identity.issuer is not None and identity.subject:
+                key = (upstream, identity.issuer, identity.subject)
+                await self.user_tokens.refused(key, config, token)
+        elif config is not None:
+            self.exchange.forget(token)
+
     def secrets(self, upstream: str, authorization: str) -> list[str]:
         """What an upstream's answer to a call carrying `authorization` must not show: the token
         obtained for the caller, and the secret of the bridge's client that obtained it."""

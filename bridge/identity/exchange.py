@@ -62,6 +62,12 @@ class TokenExchange:
             self._http = None
         self._kept.clear()
 
+    def forget(self, token: str) -> None:
+        """Drop an exchanged token its upstream refused: the next call exchanges again."""
+        for key, (kept, _) in list(self._kept.items()):
+            if kept == token:
+                del self._kept[key]
+
     def held(self) -> list[str]:
         """The exchanged tokens held now (masked in whatever an upstream answers)."""
         return [token for token, _ in self._kept.values()]

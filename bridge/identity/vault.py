@@ -194,6 +194,19 @@ class UserTokens:
         sealed = seal(config.key, "token", key, json.dumps(record).encode())
         await asyncio.to_thread(self.store.put_credential, *key, sealed)
 
+    async def refused(self, key: UserKey, config: UserOAuthConfig, token: str) -> None:
+        """The upstream refused `token`, the user's kept for `key`: it is refreshed before the
+        next call, or, without a refresh token, dropped (the next call asks to connect)."""
+        record = await self._stored(key, config)
+        if record is None or record.get("access_token") != token:
+            return  # refreshed or connected again meanwhile
+        log.info("identity: upstream %s refused a user's token; it is not used again", key[0])
+        if isinstance(record.get("refresh_token"), str):
+            await self._keep(key, config, {**record, "expires_at": 0.0})
+        else:
+            assert self.store is not None
+            await asyncio.to_thread(self.store.drop_credential, *key)
+
     async def _refresh(
         self, key: UserKey, config: UserOAuthConfig, record: dict[str, Any]
     ) -> dict[str, Any]:

@@ -60,10 +60,14 @@ class Ledger:
             self.keys = {key["kid"]: jwt.PyJWK(key) for key in json.loads(response.read())["keys"]}
         self.seen: list[str] = []  # the Authorization headers of the calls
         self.claims: list[dict[str, Any]] = []
+        self.refuse_next = False  # answer the next call 401, as for a token revoked
 
     async def balance(self, request: web.Request) -> web.Response:
         header = request.headers.get("Authorization", "")
         self.seen.append(header)
+        if self.refuse_next:
+            self.refuse_next = False
+            return web.json_response({"error": "revoked"}, status=401)
         token = header.removeprefix("Bearer ")
         try:
             kid = jwt.get_unverified_header(token)["kid"]
@@ -138,12 +142,23 @@ async def test_each_call_carries_a_token_exchanged_for_the_upstream_and_kept(pro
             assert status == 200, body
             assert body["structured_content"] == {"balance": 42, "for": "bridge-cc"}
         assert exchanges(provider) - before == 1  # the second call used the token kept
+        # a token the upstream refuses is not used again: the next call exchanges anew
+        api.refuse_next = True
+        status, body, _ = await served.post(
+            "/invoke", {"tool": "ledger__balance", "arguments": {}}, token=caller
+        )
+        assert status == 403 and body["error"]["error_class"] == "credential_missing", body
+        status, body, _ = await served.post(
+            "/invoke", {"tool": "ledger__balance", "arguments": {}}, token=caller
+        )
+        assert status == 200, body
+        assert exchanges(provider) - before == 2
         status, body, _ = await served.post(
             "/invoke", {"tool": "ledger__balance", "arguments": {}}, token=STATIC
         )
         assert status == 403 and body["error"]["error_class"] == "credential_missing"
         assert "OAuth access token" in body["error"]["message"]
-    assert len(api.claims) == 2
+    assert len(api.claims) == 3
     claims = api.claims[0]
     assert (
         claims["aud"] == LEDGER

@@ -71,10 +71,13 @@ class VendorApi:
         with urllib.request.urlopen(f"{issuer}/jwks", timeout=10) as response:
             self.keys = {key["kid"]: jwt.PyJWK(key) for key in json.loads(response.read())["keys"]}
         self.tokens: list[str] = []
+        self.revoked: set[str] = set()  # tokens answered 401, as a vendor answers revoked ones
 
     async def me(self, request: web.Request) -> web.Response:
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         self.tokens.append(token)
+        if token in self.revoked:
+            return web.json_response({"error": "token revoked"}, status=401)
         try:
             kid = jwt.get_unverified_header(token)["kid"]
             claims = jwt.decode(
@@ -148,7 +151,7 @@ async def env(provider: str) -> AsyncIterator[Env]:
             "base_url": vendor,
             "auth": user_oauth(provider),
         }
-        for name in ("rest", "refresh", "ask", "other")
+        for name in ("rest", "refresh", "ask", "other", "revoked")
     ]
     config = config_with(
         server={
@@ -292,6 +295,21 @@ async def test_a_token_near_its_expiry_is_refreshed_before_the_call(env: Env):
     assert fresh["access_token"] != kept["access_token"]
     assert fresh["expires_at"] > time.time() + 200
     assert env.api.tokens[-1] == fresh["access_token"]
+
+
+async def test_a_token_the_vendor_refuses_is_refreshed_before_the_next_call(env: Env):
+    caller = issued(env.issuer)
+    await connected(env, "revoked", caller, "dave")
+    kept = record(env, "revoked", "bridge-cc")
+    env.api.revoked.add(kept["access_token"])
+    status, body = await env.invoke("revoked__me", caller)
+    assert status == 403 and body["error"]["error_class"] == "credential_missing", body
+    assert kept["access_token"] not in json.dumps(body)
+    assert record(env, "revoked", "bridge-cc")["expires_at"] == 0
+    status, body = await env.invoke("revoked__me", caller)
+    assert status == 200 and body["structured_content"] == {"login": "dave"}, body
+    assert env.api.tokens[-1] == record(env, "revoked", "bridge-cc")["access_token"]
+    assert env.api.tokens[-1] != kept["access_token"]
 
 
 async def test_over_mcp_a_client_taking_urls_is_asked_to_connect_and_the_call_goes_on(env: Env):
