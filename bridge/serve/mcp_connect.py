@@ -1,9 +1,11 @@
 """A call that needs the user's own account at an upstream (`user_oauth`) and finds none
-connected, over MCP: where the client declared URL-mode elicitation (2025-11-25), the bridge
-puts the connect link to the user as an `elicitation/create` of mode `url` instead of failing,
-waits for the account to be connected, says so (`notifications/elicitation/complete`), and runs
-the call again. A client that declines or cancels, or cannot be asked, gets the call's
-`credential_missing` with the link (a 2026-07-28 client has no requests during a call)."""
+connected, over MCP: where the client declared URL-mode elicitation (`elicitation.url`), the
+bridge puts the connect link to the user as an `elicitation/create` of mode `url` instead of
+failing, waits for the account to be connected, and runs the call again. The question goes the
+way of the client's era, through the call's `Asker` (bridge/serve/mcp_asking.py for 2025-11-25,
+which is then told `notifications/elicitation/complete`; an `input_required` result for
+2026-07-28, bridge/serve/mcp_rounds.py). A client that declines or cancels, or cannot be asked,
+gets the call's `credential_missing` with the link."""
 
 from __future__ import annotations
 
@@ -12,13 +14,12 @@ from typing import Any
 
 import mcp.types as types
 from mcp.server.context import ServerRequestContext
-from mcp.shared.exceptions import MCPError
-from mcp.shared.message import ServerMessageMetadata
 
 from bridge.identity import Identity
 from bridge.model import ToolResult, new_id
 from bridge.runtime import Bridge
 from bridge.translate.mcp import is_modern
+from bridge.upstream import CALLER_ASKS, AskRefused
 
 __all__ = ["connecting"]
 
@@ -26,11 +27,12 @@ log = logging.getLogger("bridge.serve.mcp")
 
 
 def _asks_urls(ctx: ServerRequestContext[Any, Any]) -> bool:
-    """Whether the client of `ctx` declared URL-mode elicitation (and may be asked mid-call)."""
+    """Whether the client of `ctx` declared URL-mode elicitation."""
     if is_modern(ctx.protocol_version):
-        return False
-    client = getattr(ctx.session, "client_params", None)
-    capabilities = client.capabilities if client is not None else None
+        capabilities = getattr(ctx.session, "client_capabilities", None)
+    else:
+        client = getattr(ctx.session, "client_params", None)
+        capabilities = client.capabilities if client is not None else None
     elicitation = capabilities.elicitation if capabilities is not None else None
     return elicitation is not None and elicitation.url is not None
 
@@ -54,6 +56,7 @@ async def connecting(
     error = result.error
     details = (error.details or {}) if error is not None else {}
     url, upstream = details.get("connect_url"), details.get("upstream")
+    ask = CALLER_ASKS.get()
     if (
         error is None
         or error.error_code != "account_not_connected"
@@ -62,35 +65,37 @@ async def connecting(
         or identity is None
         or identity.issuer is None
         or identity.subject is None
+        or ask is None
         or not _asks_urls(ctx)
     ):
         return result
+    handshake = not is_modern(ctx.protocol_version)
     elicitation_id = new_id("eli")
-    request = types.ElicitRequest(
-        params=types.ElicitRequestURLParams(
-            message=f"Connect your account at {upstream} to the tool bridge: the call waits, "
-            "and runs once it is connected.",
-            url=url,
-            elicitation_id=elicitation_id,
-        )
-    )
-    related = ServerMessageMetadata(related_request_id=ctx.request_id)
+    question = {
+        "mode": "url",
+        "message": f"Connect your account at {upstream} to the tool bridge: the call waits, "
+        "and runs once it is connected.",
+        "url": url,
+    }
+    if handshake:  # the id is 2025-11-25's, for its completion notice
+        question["elicitationId"] = elicitation_id
     try:
-        answer = await ctx.session.send_request(request, types.ElicitResult, metadata=related)
-    except MCPError as exc:
-        log.info("the client did not take the connect link of %s (%s)", upstream, exc.message)
+        answer = await ask("elicitation/create", question)
+    except AskRefused as exc:
+        log.info("the client did not take the connect link of %s (%s)", upstream, exc)
         return result
-    if answer.action != "accept":
+    if answer.get("action") != "accept":
         return result  # its link still connects the account, for a later call
     tokens = bridge.admission.user_tokens
     key = (upstream, identity.issuer, identity.subject)
     if not await tokens.wait_connected(key, tokens.connect_timeout(upstream)):
         return await call()  # a new link: the one given may have been used
-    complete = types.ElicitCompleteNotification(
-        params=types.ElicitCompleteNotificationParams(elicitation_id=elicitation_id)
-    )
-    try:
-        await ctx.session.send_notification(complete, ctx.request_id)
-    except Exception as exc:  # the notice is a courtesy: the call goes on without it
-        log.debug("elicitation complete notice not delivered: %s", exc)
+    if handshake:
+        complete = types.ElicitCompleteNotification(
+            params=types.ElicitCompleteNotificationParams(elicitation_id=elicitation_id)
+        )
+        try:
+            await ctx.session.send_notification(complete, ctx.request_id)
+        except Exception as exc:  # the notice is a courtesy: the call goes on without it
+            log.debug("elicitation complete notice not delivered: %s", exc)
     return await call()

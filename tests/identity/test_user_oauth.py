@@ -10,6 +10,7 @@ asked to connect instead of failing."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ import mcp.types as types
 import pytest
 import pytest_asyncio
 from aiohttp import web
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from bridge.config import ConfigError, load_config, parse_config
@@ -34,6 +35,7 @@ from bridge.identity.vault import seal, unseal
 from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app
 from tests.identity.test_resource_server import AUDIENCE, issued
+from tests.serve.mcp_support import HANDSHAKE, MODERN
 from tests.serve.rest_env import config_with
 from tests.servers import free_port, serve_asgi
 
@@ -151,7 +153,7 @@ async def env(provider: str) -> AsyncIterator[Env]:
             "base_url": vendor,
             "auth": user_oauth(provider),
         }
-        for name in ("rest", "refresh", "ask", "other", "revoked")
+        for name in ("rest", "refresh", "ask", "ask_modern", "other", "revoked")
     ]
     config = config_with(
         server={
@@ -312,8 +314,32 @@ async def test_a_token_the_vendor_refuses_is_refreshed_before_the_next_call(env:
     assert env.api.tokens[-1] != kept["access_token"]
 
 
-async def test_over_mcp_a_client_taking_urls_is_asked_to_connect_and_the_call_goes_on(env: Env):
+@contextlib.asynccontextmanager
+async def mcp_client(base: str, era: str, token: str, answer: Any) -> AsyncIterator[Any]:
+    """A client of `era` that declares elicitation (form and URL), answered by `answer`."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10, read=30)) as http:
+        transport = streamable_http_client(f"{base}/mcp", http_client=http)
+        if era == MODERN:
+            async with Client(transport, mode=MODERN, cache=None, elicitation_callback=answer) as c:
+                yield c
+        else:
+            async with (
+                transport as (read, write),
+                ClientSession(read, write, elicitation_callback=answer) as session,
+            ):
+                await session.initialize()
+                yield session
+
+
+@pytest.mark.parametrize("era", [HANDSHAKE, MODERN])
+async def test_over_mcp_a_client_taking_urls_is_asked_to_connect_and_the_call_goes_on(
+    env: Env, era: str
+):
+    """A 2025-11-25 client is sent the question during the call; a 2026-07-28 client gets it
+    as an input_required result, and its retry with the answer resumes the call."""
     asked: list[types.ElicitRequestURLParams] = []
+    upstream = "ask" if era == HANDSHAKE else "ask_modern"
 
     async def connect_in_browser(ctx: Any, params: Any) -> types.ElicitResult:
         asked.append(params)
@@ -326,14 +352,9 @@ async def test_over_mcp_a_client_taking_urls_is_asked_to_connect_and_the_call_go
 
     results = []
     for client, answer in (("bridge-cc", connect_in_browser), ("bridge-cc2", decline)):
-        headers = {"Authorization": f"Bearer {issued(env.issuer, client=client)}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10, read=30)) as http,
-            streamable_http_client(f"{env.base}/mcp", http_client=http) as (read, write),
-            ClientSession(read, write, elicitation_callback=answer) as session,
-        ):
-            await session.initialize()
-            results.append(await session.call_tool("ask__me", {}))
+        token = issued(env.issuer, client=client)
+        async with mcp_client(env.base, era, token, answer) as session:
+            results.append(await session.call_tool(f"{upstream}__me", {}))
     done, declined = results
     assert not done.is_error, done.content
     assert done.structured_content == {"login": "carol"}
