@@ -53,11 +53,13 @@ class Encoder:
     name: str = ""
     dim: int = 0
     # tokens embedded of a tool's text (a query: its first 128); `cheap`: a search's candidates
-    # that wait for their vectors may be embedded while it runs; `words_cap`: a longer query's
-    # cosine weighs less (bridge.search.semantic.SemanticStage.weight_for), None: never
+    # that wait for their vectors may be embedded while it runs; `shares_by_words`: (words,
+    # share) bounds, the cosine's weight of a query of at most that many words being that share
+    # of the stage's, and that of a longer query than the last bound 0: the encoder does not
+    # rerank it (bridge.search.semantic.SemanticStage.weight_for); empty: the whole weight always
     tool_tokens: int = 128
     cheap: bool = False
-    words_cap: int | None = None
+    shares_by_words: tuple[tuple[int, float], ...] = ()
     # two tools of one native name at least this close are taken for one function listed twice
     # (ToolSearch folds them into `alternatives`). The full model's same-named pairs on the
     # development set: 95% above 0.6; random pairs: 95% below 0.33; "delete: Delete a file" and

@@ -110,14 +110,15 @@ class SemanticStage(ToolEmbeddings):
         return self.encoder.encode(list(texts), self.encoder.tool_tokens).astype(np.float32)
 
     def weight_for(self, query: str) -> float:
-        """The cosine's weight for this query: `weight`, scaled down by `words_cap / words` for
-        a query of more words than the encoder's `words_cap` (a sum of many tokens' vectors
-        says less about what is asked; the keywords, matched by the rarest words, then decide)."""
-        cap = self.encoder.words_cap
-        if cap is None:
+        """The cosine's weight for this query: `weight` times the share of the encoder's
+        `shares_by_words` for the query's number of words, 0 past its last bound (the encoder
+        then reranks nothing: a sum of many tokens' vectors says less about what is asked than
+        the keywords, matched by the rarest words, do)."""
+        shares = self.encoder.shares_by_words
+        if not shares:
             return self.weight
         words = len(query.split())
-        return self.weight if words <= cap else self.weight * cap / words
+        return next((self.weight * share for bound, share in shares if words <= bound), 0.0)
 
     def rerank(
         self, query: str, ranked: Sequence[tuple[ToolDeclaration, float]]

@@ -521,19 +521,55 @@ async def test_the_static_table_reranks_until_the_full_model_has_embedded():
 
 
 def test_a_long_query_leans_on_keywords_with_the_static_table(static):
-    """A sum of many tokens' vectors says less: past 30 words the cosine's weight shrinks."""
+    """A sum of many tokens' vectors says less: the cosine's whole weight up to 12 words, 0.3 up
+    to 25, none past that; an encoder without bounds (the full model's case) keeps it whole."""
     stage = SemanticStage(static)
     try:
         assert stage.weight_for("remove the old folder") == pytest.approx(0.7)
-        assert stage.weight_for(" ".join(["word"] * 30)) == pytest.approx(0.7)
-        assert stage.weight_for(" ".join(["word"] * 60)) == pytest.approx(0.35)
+        assert stage.weight_for(" ".join(["word"] * 12)) == pytest.approx(0.7)
+        assert stage.weight_for(" ".join(["word"] * 13)) == pytest.approx(0.3)
+        assert stage.weight_for(" ".join(["word"] * 25)) == pytest.approx(0.3)
+        assert stage.weight_for(" ".join(["word"] * 26)) == 0.0
     finally:
         stage.close()
-    words = SemanticStage(WordsEncoder())  # an encoder without a cap (the full model's case)
+    words = SemanticStage(WordsEncoder())
     try:
         assert words.weight_for(" ".join(["word"] * 60)) == pytest.approx(0.7)
     finally:
         words.close()
+
+
+async def test_a_long_request_keeps_the_keyword_order_with_the_static_table():
+    """Past 25 words the static table reranks nothing: the request's keywords order it, as with
+    `semantic: off`; a short request is still reranked by meaning."""
+    catalog = one_upstream(
+        [
+            tool("drop_user", description="Remove a user account."),
+            tool("rmdir", description="Remove an empty directory from the file system."),
+            tool("send_mail", description="Send an email message."),
+        ]
+    )
+    await catalog.start()
+    surface = Surface(SurfaceConfig(name="default"), catalog)
+    keyword = ToolSearch(catalog, semantic="off")
+    search = ToolSearch(catalog, semantic="static")
+    try:
+        assert await keyword.wait_indexed() and await search.wait_indexed()
+        short = "remove the old subfolder"
+        assert search.search(short, surface=surface).matches[0].name == "a__rmdir"
+        long = (
+            "The laptop has been filling up for months with things from projects that ended long "
+            "ago and nobody opens them any more, so today I would like you to remove the old "
+            "subfolder"
+        )
+        assert len(long.split()) > 25
+        names = [m.name for m in search.search(long, surface=surface).matches]
+        assert names == [m.name for m in keyword.search(long, surface=surface).matches]
+        assert names[0] == "a__drop_user"
+    finally:
+        search.close()
+        keyword.close()
+        await catalog.close()
 
 
 async def test_static_stage_reranks_by_meaning_at_once(tmp_path):
