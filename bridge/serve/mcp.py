@@ -40,6 +40,7 @@ from bridge.serve.mcp_gate import (
     MCPAuthGate,
     transport_security_for,
 )
+from bridge.serve.mcp_lean import LeanCalls
 from bridge.serve.mcp_meta import (
     CALL_TOOL,
     SEARCH_TOOLS,
@@ -72,7 +73,6 @@ SEARCH_INDEX_WAIT = 2.0
 # Seconds before a stopping HTTP server's grace ends at which calls still running are cancelled
 # and answered, so that each request has finished when the grace is over.
 STOP_MARGIN = 0.5
-# Where the auth gate leaves the caller's surface in the ASGI scope of an /mcp request.
 
 INSTRUCTIONS = (
     "Tools from many upstream services, federated by one bridge. When the tool you need is not in "
@@ -168,10 +168,9 @@ class MCPFrontend:
             bridge, debounce=debounce, session_load_limit=session_load_limit
         )
         self.sessions: SessionQuota | None = None  # the session caps of the HTTP app, once built
+        self.lean: LeanCalls | None = None  # its lean path of tools/call, once built
         self._running: set[asyncio.Task[Any]] = set()  # handlers of tools/call running the pipeline
-        self._stop_cancelled: set[asyncio.Task[Any]] = (
-            set()
-        )  # those cancelled because the server stops
+        self._stop_cancelled: set[asyncio.Task[Any]] = set()  # cancelled as the server stops
         self._rendered: dict[tuple[str, bool], types.Tool] = {}
         self._rendered_generation = -1
         self._unwatch: list[Callable[[], None]] = []  # the metrics this frontend shows
@@ -252,8 +251,9 @@ class MCPFrontend:
         )
         for index, route in enumerate(app.router.routes):
             if isinstance(route, Route) and route.path == path:
+                self.lean = LeanCalls(route.endpoint, self, security)
                 self.sessions = SessionQuota(
-                    shared_gate(route.endpoint, self),
+                    shared_gate(self.lean, self),
                     per_client=server_config.mcp_max_sessions_per_client,
                     total=server_config.mcp_max_sessions,
                     idle_timeout=server_config.mcp_session_idle_timeout,

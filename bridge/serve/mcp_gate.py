@@ -29,6 +29,7 @@ from bridge.serve.rest_http import ApiError, error_response, read_body, replayin
 __all__ = [
     "CALLER_SURFACE",
     "CLIENT_SCOPE_KEY",
+    "MESSAGE_SCOPE_KEY",
     "METHOD_SCOPE_KEY",
     "SURFACE_SCOPE_KEY",
     "MCPAuthGate",
@@ -49,6 +50,9 @@ CALLER_SURFACE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 # caps (`mcp_quota.py`).
 CLIENT_SCOPE_KEY = "a2t_bridge.client"
 METHOD_SCOPE_KEY = "a2t_bridge.method"
+# The JSON-RPC message of a POST as the gate read it, for the lean `tools/call` path
+# (`mcp_lean.py`), which so reads no body twice.
+MESSAGE_SCOPE_KEY = "a2t_bridge.message"
 
 
 class MCPAuthGate:
@@ -90,10 +94,12 @@ class MCPAuthGate:
             if whole is None:
                 return
             try:
-                scope[METHOD_SCOPE_KEY] = _method_of(whole)
+                message = _message_of(whole)
             except _Refused as refused:
                 await send_jsonrpc_error(send, 400, refused.code, refused.message, refused.data)
                 return
+            scope[MESSAGE_SCOPE_KEY] = message
+            scope[METHOD_SCOPE_KEY] = message.get("method")
             receive = replaying(whole, receive)
         scope[SURFACE_SCOPE_KEY] = caller.surface
         CALLER_SURFACE.set(caller.surface)  # this request's task and those it starts
@@ -178,9 +184,9 @@ class _Refused(Exception):
 _READER = json.JSONDecoder(object_pairs_hook=unique_object)
 
 
-def _method_of(body: bytes) -> str | None:
-    """The method of the one JSON-RPC message `body` holds (None for a response); _Refused when
-    it holds none."""
+def _message_of(body: bytes) -> dict[str, Any]:
+    """The one JSON-RPC message `body` holds (a request, a notification or a response);
+    _Refused when it holds none."""
     text = ""
     try:
         text = body.decode()
@@ -222,7 +228,7 @@ def _method_of(body: bytes) -> str | None:
             INVALID_REQUEST,
             'the request body is no JSON-RPC 2.0 message: it needs "jsonrpc": "2.0" and a "method"',
         )
-    return method
+    return message
 
 
 def _json_type(value: Any) -> str:

@@ -1,26 +1,39 @@
 """What the MCP frontend takes from the MCP SDK's server beyond its public API, in one place: the
 connection behind a request's session proxy (what lives as long as a client's session), the
-session manager's table of open streamable HTTP transports, and the manager's members a session
-opened by another replica is taken up with (its task group, lifespan state, owners and discard).
+session manager's table of open streamable HTTP transports and of their owners, and the manager's
+members a session opened by another replica is taken up with (its task group, lifespan state,
+owners and discard); for the lean `tools/call` path (`mcp_lean.py`), a transport's count of
+requests in flight and idle countdown, and the server runner's shaping of a result for the wire.
 tests/serve/test_mcp_sdk.py fails, naming the member, when an SDK release moves one of them."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.connection import Connection
-from mcp.server.runner import serve_connection
+from mcp.server.runner import ServerRunner, serve_connection
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.transport_context import TransportContext
 from mcp_types import InitializeRequestParams
 
-__all__ = ["adopt_session", "end_session", "held_session", "open_transports", "session_connection"]
+__all__ = [
+    "adopt_session",
+    "end_session",
+    "held_session",
+    "open_transports",
+    "request_in_flight",
+    "result_shaper",
+    "session_connection",
+    "session_owner",
+]
 
 log = logging.getLogger("bridge.serve.mcp")
 
@@ -38,6 +51,42 @@ def open_transports(manager: Any) -> list[Any]:
 def held_session(manager: Any, session_id: str) -> Any:
     """The transport of a session the manager holds, or None."""
     return manager._server_instances.get(session_id)
+
+
+def session_owner(manager: Any, session_id: str) -> Any:
+    """The authorization context of the credential that opened a session (None without one)."""
+    return manager._session_owners.get(session_id)
+
+
+@contextlib.contextmanager
+def request_in_flight(transport: Any) -> Iterator[bool]:
+    """Count a request served beside the transport as one in flight on its session, as the
+    transport's own `handle_request` does: the session's idle countdown stops meanwhile and
+    starts again when its last request ends. Yields False (and counts nothing) when the idle
+    period already ran out and the session is ending."""
+    scope, timeout = transport.idle_scope, transport._idle_timeout
+    if scope is None or timeout is None:
+        yield not transport.is_terminated
+        return
+    if scope.cancel_called or transport.is_terminated:
+        yield False
+        return
+    transport._requests_in_flight += 1
+    scope.deadline = math.inf
+    try:
+        yield True
+    finally:
+        transport._requests_in_flight -= 1
+        if not transport._requests_in_flight:
+            scope.deadline = anyio.current_time() + timeout
+
+
+def result_shaper(server: Any) -> Callable[[str, str, Any], dict[str, Any]]:
+    """`shape(method, protocol_version, result)`: a handler's result as the SDK's server puts it
+    on the wire (dumped, sieved by the protocol version's surface, stamped with `serverInfo` on
+    2026-07-28)."""
+    runner = ServerRunner(server, None, None)  # type: ignore[arg-type]  # shaping reads neither
+    return runner._serialize
 
 
 async def end_session(manager: Any, session_id: str) -> None:

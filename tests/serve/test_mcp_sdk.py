@@ -41,3 +41,24 @@ def test_the_session_manager_keeps_what_a_session_is_taken_up_with() -> None:
         "mcp SDK: StreamableHTTPSessionManager no longer has `_discard_session`; "
         "update bridge/serve/mcp_sdk.adopt_session and end_session"
     )
+
+
+def test_a_transport_counts_its_requests_in_flight_and_a_runner_shapes_results() -> None:
+    """The lean path of tools/call (bridge/serve/mcp_lean.py) counts its requests as the
+    transport's own and shapes its results as the server runner does."""
+    from mcp.server.runner import ServerRunner
+    from mcp.server.streamable_http import StreamableHTTPServerTransport
+
+    init = inspect.getsource(StreamableHTTPServerTransport.__init__)
+    handle = inspect.getsource(StreamableHTTPServerTransport.handle_request)
+    for member in ("self._requests_in_flight", "self._idle_timeout", "self.idle_scope"):
+        assert member in init and member in handle, (
+            f"mcp SDK: StreamableHTTPServerTransport no longer keeps `{member[5:]}`; "
+            "update bridge/serve/mcp_sdk.request_in_flight"
+        )
+    assert list(inspect.signature(ServerRunner._serialize).parameters) == [
+        "self",
+        "method",
+        "version",
+        "result",
+    ], "mcp SDK: ServerRunner._serialize changed; update bridge/serve/mcp_sdk.result_shaper"

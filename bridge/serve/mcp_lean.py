@@ -1,0 +1,443 @@
+"""The lean path of `tools/call` over streamable HTTP: a plain call of a catalog tool is answered
+without the SDK's server session, its memory streams and its JSON-RPC models, by the frontend's
+own `tools/call` handler (the same pipeline, surfaces, policy, rate limits, audit, metrics and
+spans as the SDK path), and written in the bytes the SDK would write.
+
+It sits right in front of the SDK's `/mcp` endpoint, behind the auth gate, the session caps and
+the shared-session gate, so those apply to it as to every request. A POST takes it when it is
+one `tools/call` request (the gate's parsed message, `MESSAGE_SCOPE_KEY`) that
+
+- in the handshake era names a session this server holds, opened by the same credential, whose
+  client finished `initialize` and declared neither elicitation nor sampling (an upstream's
+  question during the call goes to the client through the SDK's back channel);
+- in the 2026-07-28 era passes the SDK's own checks of the era's headers and `_meta` envelope
+  (`classify_inbound_request`, `Mcp-Param-*` headers) and declares neither capability either;
+- accepts both JSON and an event stream, passes the SDK's Host, Origin and Content-Type checks,
+  carries only `name`, `arguments` and a `_meta` of trace context (and the era's envelope): no
+  progress token, no log level, no request state;
+- calls a tool by its own name that is not deferred on the caller's surface (not `search_tools`
+  or `call_tool`, which may load tools into the session).
+
+Anything else goes to the SDK unchanged. A handshake-era answer is the event stream the SDK's
+transport writes (one `message` event); a 2026-07-28 one is JSON, or an event stream with
+keep-alive comments once the call runs past the SDK's deferral window. A handshake-era client
+cancels a lean call as any other, by `notifications/cancelled` naming its request id; a
+2026-07-28 client by closing the response stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pydantic_core
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
+from mcp.server.streamable_http import REQUEST_CANCELLED, check_accept_headers
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import (
+    ERROR_CODE_HTTP_STATUS,
+    InboundLadderRejection,
+    classify_inbound_request,
+    find_duplicated_routing_header,
+    validate_mcp_param_headers,
+)
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    INTERNAL_ERROR,
+    PROTOCOL_VERSION_META_KEY,
+)
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from bridge.serve.mcp_gate import MESSAGE_SCOPE_KEY, SURFACE_SCOPE_KEY
+from bridge.serve.mcp_meta import CALL_TOOL, SEARCH_TOOLS
+from bridge.serve.mcp_sdk import (
+    held_session,
+    request_in_flight,
+    result_shaper,
+    session_connection,
+    session_owner,
+)
+
+__all__ = ["LeanCalls"]
+
+log = logging.getLogger("bridge.serve.mcp")
+
+# Seconds a 2026-07-28 call may run before its answer becomes an event stream with keep-alive
+# comments, and between those comments (and between a handshake-era stream's pings): the SDK's.
+KEEPALIVE = 15.0
+
+_MESSAGE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+_PARAMS_KEYS = frozenset({"name", "arguments", "_meta"})
+_TRACE_META = frozenset({"traceparent", "tracestate"})
+_MODERN_META = _TRACE_META | {
+    PROTOCOL_VERSION_META_KEY,
+    CLIENT_INFO_META_KEY,
+    CLIENT_CAPABILITIES_META_KEY,
+}
+_HANDSHAKE = frozenset([None, *HANDSHAKE_PROTOCOL_VERSIONS])
+_ASKING = ("elicitation", "sampling")  # capabilities whose clients an upstream may ask
+_PARAM_HEADER = "mcp-param-"
+
+# What the SDK's transports send before a handshake-era event stream and a 2026-07-28 one.
+_HANDSHAKE_SSE_HEADERS = [
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"connection", b"keep-alive"),
+    (b"content-type", b"text/event-stream"),
+]
+_MODERN_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"connection", b"keep-alive"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class _Session:
+    """Stands in for the SDK's per-request session proxy: the connection behind it, the client's
+    parameters and capabilities, and a progress report that goes nowhere (a lean call carries no
+    progress token, so the SDK would send nothing either)."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+        self.client_params = getattr(connection, "client_params", None)
+        self.client_capabilities = None
+
+    async def report_progress(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+@dataclass
+class _Context:
+    """Stands in for the SDK's `ServerRequestContext` of one request."""
+
+    request: Request
+    meta: dict[str, Any] | None
+    request_id: int | str
+    protocol_version: str
+    session: _Session
+
+
+@dataclass
+class _Params:
+    """Stands in for `CallToolRequestParams`: the tool's name and arguments, nothing more."""
+
+    name: str
+    arguments: dict[str, Any] | None
+    request_state: None = None
+    input_responses: None = None
+
+
+@dataclass
+class _Call:
+    """A request the lean path answers."""
+
+    ctx: _Context
+    params: _Params
+    session_id: str | None
+    transport: Any  # the SDK's transport of the handshake-era session, None on 2026-07-28
+
+
+class LeanCalls:
+    """ASGI wrapper of the SDK's `/mcp` endpoint answering plain `tools/call` requests itself
+    with the frontend's `tools/call` handler (in its span when the bridge traces). `frontend`
+    also gives the surfaces, the default surface and the schemas the SDK checks
+    `Mcp-Param-*` headers against. `enabled` may be turned off, sending every request to the
+    SDK; `served` counts the requests answered here."""
+
+    def __init__(
+        self, app: ASGIApp, frontend: Any, security: TransportSecuritySettings | None
+    ) -> None:
+        self.app = app
+        self.frontend = frontend
+        self.handler: Callable[[Any, Any], Awaitable[Any]] = frontend._call_tool
+        tracing = frontend.bridge.telemetry.tracing
+        if tracing is not None:
+            from bridge.serve.traced import traced_mcp_handler
+
+            self.handler = traced_mcp_handler(tracing, "tools/call", self.handler)
+        self.enabled = True
+        self.served = 0
+        self._security = TransportSecurityMiddleware(security)
+        self._shape = result_shaper(frontend.server)
+        # the connection of each handshake-era session, learnt from its requests to the SDK
+        self._connections: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        # the lean calls running, by session and request id, for notifications/cancelled
+        self._running: dict[tuple[str, int | str], asyncio.Task[Any]] = {}
+        self._cancelled: set[asyncio.Task[Any]] = set()
+        frontend.server.middleware.append(self._learn)
+
+    async def _learn(self, ctx: Any, call_next: Any) -> Any:
+        """SDK middleware: notes the connection of the session each request comes on."""
+        connection = session_connection(ctx.session)
+        session_id = getattr(connection, "session_id", None)
+        if isinstance(session_id, str) and session_id not in self._connections:
+            self._connections[session_id] = connection
+        return await call_next(ctx)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = scope.get(MESSAGE_SCOPE_KEY) if scope["type"] == "http" else None
+        if message is not None and self.enabled and scope["method"] == "POST":
+            method = message.get("method")
+            if method == "tools/call":
+                call = await self._plan(scope, message)
+                if call is not None:
+                    self.served += 1
+                    if call.transport is not None:
+                        await self._serve_handshake(call, send)
+                    else:
+                        await self._serve_modern(call, receive, send)
+                    return
+            elif method == "notifications/cancelled":
+                self._cancel(scope, message)
+        await self.app(scope, receive, send)
+
+    # ------------------------------------------------------------------ which requests
+
+    async def _plan(self, scope: Scope, message: dict[str, Any]) -> _Call | None:
+        """The call to answer here, or None for the SDK to answer the request."""
+        params = message.get("params")
+        request_id = message.get("id")
+        if (
+            not message.keys() <= _MESSAGE_KEYS
+            or not isinstance(params, dict)
+            or not params.keys() <= _PARAMS_KEYS
+            or not isinstance(request_id, int | str)
+            or isinstance(request_id, bool)
+        ):
+            return None
+        name, arguments, meta = params.get("name"), params.get("arguments"), params.get("_meta")
+        if (
+            not isinstance(name, str)
+            or name in (SEARCH_TOOLS, CALL_TOOL)
+            or not (arguments is None or isinstance(arguments, dict))
+            or not (meta is None or isinstance(meta, dict))
+        ):
+            return None
+        headers: dict[str, str] = {}
+        for key, value in scope["headers"]:
+            text = key.decode("latin-1")
+            if text in headers:
+                if text.startswith("mcp-"):
+                    return None  # a routing header given twice: the SDK says so
+                continue
+            headers[text] = value.decode("latin-1")
+        request = Request(scope)
+        has_json, has_sse = check_accept_headers(request)
+        if not (has_json and has_sse):
+            return None
+        if await self._security.validate_request(request, is_post=True) is not None:
+            return None
+        version = headers.get("mcp-protocol-version")
+        session_id = headers.get("mcp-session-id")
+        if version in _HANDSHAKE:
+            if meta is not None and not meta.keys() <= _TRACE_META:
+                return None
+            found = self._handshake_session(scope, session_id)
+            if found is None:
+                return None
+            transport, connection = found
+            protocol_version = connection.protocol_version
+        elif version in MODERN_PROTOCOL_VERSIONS and session_id is None:
+            if meta is None or not meta.keys() <= _MODERN_META:
+                return None
+            protocol_version = self._modern_version(message, headers, name, arguments)
+            if protocol_version is None:
+                return None
+            transport = connection = None
+        else:
+            return None
+        if not self._plain_tool(scope, name):
+            return None
+        ctx = _Context(request, meta, request_id, protocol_version, _Session(connection))
+        return _Call(ctx, _Params(name, arguments), session_id, transport)
+
+    def _handshake_session(self, scope: Scope, session_id: str | None) -> tuple[Any, Any] | None:
+        """(transport, connection) of a held session the request may use, whose client
+        finished `initialize` and cannot be asked; else None."""
+        if session_id is None:
+            return None
+        manager = self.frontend.server.session_manager
+        transport = held_session(manager, session_id)
+        connection = self._connections.get(session_id)
+        if transport is None or connection is None or transport.is_terminated:
+            return None
+        user = scope.get("user")
+        requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
+        if requestor != session_owner(manager, session_id):
+            return None
+        if not connection.initialize_accepted or not connection.initialized.is_set():
+            return None
+        capabilities = connection.client_capabilities
+        if capabilities is None or any(getattr(capabilities, c, None) for c in _ASKING):
+            return None
+        return transport, connection
+
+    def _modern_version(
+        self,
+        message: dict[str, Any],
+        headers: dict[str, str],
+        name: str,
+        arguments: dict[str, Any] | None,
+    ) -> str | None:
+        """The protocol version of a 2026-07-28 request the SDK's checks pass, whose client
+        cannot be asked; else None."""
+        verdict = classify_inbound_request(message, headers=headers)
+        if isinstance(verdict, InboundLadderRejection):
+            return None
+        capabilities = verdict.client_capabilities
+        if not isinstance(capabilities, dict) or any(c in capabilities for c in _ASKING):
+            return None
+        if arguments or any(key.startswith(_PARAM_HEADER) for key in headers):
+            schema = self.frontend._input_schema_of(name)
+            if schema is not None and validate_mcp_param_headers(schema, arguments or {}, headers):
+                return None
+        if find_duplicated_routing_header(headers.items()) is not None:
+            return None
+        return str(verdict.protocol_version)
+
+    def _plain_tool(self, scope: Scope, name: str) -> bool:
+        """Whether `name` needs nothing of a session: a tool not deferred on the caller's surface
+        (a missing or blocked one is answered by the pipeline, as on the SDK path)."""
+        bridge = self.frontend.bridge
+        surface = bridge.surfaces.get(scope.get(SURFACE_SCOPE_KEY, self.frontend.default_surface))
+        if surface is None:
+            return False
+        decl = surface.lookup(name)
+        return decl is None or surface.place(decl).state != "deferred"
+
+    def _cancel(self, scope: Scope, message: dict[str, Any]) -> None:
+        """A handshake-era `notifications/cancelled` naming a lean call cancels it (the SDK,
+        which answers the notification, knows no such request)."""
+        params = message.get("params")
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        session_id = next((v for k, v in scope["headers"] if k == b"mcp-session-id"), None)
+        if session_id is None or not isinstance(request_id, int | str):
+            return
+        task = self._running.get((session_id.decode("latin-1"), request_id))
+        if task is not None:
+            self._cancelled.add(task)
+            task.cancel()
+
+    # ------------------------------------------------------------------ answering
+
+    async def _answer(self, call: _Call) -> dict[str, Any]:
+        """The JSON-RPC response to the call, as the SDK's dispatcher would make it."""
+        ctx = call.ctx
+        try:
+            result = await self.handler(ctx, call.params)
+            return {
+                "jsonrpc": "2.0",
+                "id": ctx.request_id,
+                "result": self._shape("tools/call", ctx.protocol_version, result),
+            }
+        except MCPError as exc:
+            error = exc.error.model_dump(by_alias=True, exclude_none=True, mode="json")
+        except Exception:
+            log.exception("tools/call %s failed", call.params.name)
+            error = {"code": INTERNAL_ERROR, "message": "Internal error"}
+        return {"jsonrpc": "2.0", "id": ctx.request_id, "error": error}
+
+    async def _serve_handshake(self, call: _Call, send: Send) -> None:
+        """Answer on an event stream, as the SDK's transport does in its session."""
+        assert call.session_id is not None
+        key = (call.session_id, call.ctx.request_id)
+        with request_in_flight(call.transport) as open_:
+            headers = [
+                *_HANDSHAKE_SSE_HEADERS,
+                (b"mcp-session-id", call.session_id.encode()),
+                (b"x-accel-buffering", b"no"),
+            ]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            task = asyncio.current_task()
+            assert task is not None
+            self._running[key] = task
+            pinging = asyncio.get_running_loop().call_later(KEEPALIVE, self._ping_later, send)
+            try:
+                if not open_:
+                    raise asyncio.CancelledError  # the session is ending: as the SDK cancels it
+                answer = await self._answer(call)
+            except asyncio.CancelledError:
+                if task not in self._cancelled:
+                    raise
+                task.uncancel()
+                error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
+                answer = {"jsonrpc": "2.0", "id": call.ctx.request_id, "error": error}
+            finally:
+                pinging.cancel()
+                self._cancelled.discard(task)
+                if self._running.get(key) is task:
+                    del self._running[key]
+            body = b"event: message\r\ndata: " + pydantic_core.to_json(answer) + b"\r\n\r\n"
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _ping_later(self, send: Send) -> None:
+        """A handshake-era call still running: keep-alive comments on its stream, as the SDK's
+        event stream sends them."""
+
+        async def ping() -> None:
+            while True:
+                comment = f": ping - {datetime.now(UTC)}\r\n\r\n".encode()
+                await send({"type": "http.response.body", "body": comment, "more_body": True})
+                await asyncio.sleep(KEEPALIVE)
+
+        task = asyncio.current_task()
+        pinger = asyncio.ensure_future(ping())
+        if task is not None:
+            task.add_done_callback(lambda _: pinger.cancel())
+
+    async def _serve_modern(self, call: _Call, receive: Receive, send: Send) -> None:
+        """Answer in JSON, or on an event stream once the call runs past `KEEPALIVE`; a client
+        that closes the stream cancels the call."""
+        handler = asyncio.ensure_future(self._answer(call))
+        watcher = asyncio.ensure_future(_disconnected(receive))
+        try:
+            done, _ = await asyncio.wait(
+                {handler, watcher}, timeout=KEEPALIVE, return_when="FIRST_COMPLETED"
+            )
+            if handler in done:
+                answer = handler.result()
+                body = json.dumps(answer, separators=(",", ":")).encode()
+                headers = [
+                    (b"content-length", str(len(body)).encode()),
+                    (b"content-type", b"application/json"),
+                ]
+                error = answer.get("error")
+                status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200) if error else 200
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+            if watcher in done:
+                return  # the client left: the call is cancelled below
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": _MODERN_SSE_HEADERS}
+            )
+            while handler not in done:
+                await send(
+                    {"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True}
+                )
+                done, _ = await asyncio.wait(
+                    {handler, watcher}, timeout=KEEPALIVE, return_when="FIRST_COMPLETED"
+                )
+                if watcher in done:
+                    return
+            data = json.dumps(handler.result(), separators=(",", ":"))
+            body = f"event: message\r\ndata: {data}\r\n\r\n".encode()
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+        finally:
+            for task in (handler, watcher):
+                task.cancel()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive()).get("type") != "http.disconnect":
+        pass
