@@ -21,13 +21,14 @@ from pydantic import ValidationError
 
 from adapters.mcp.config import MCPConfig
 from adapters.mcp.http import RESUMED_TOO_OFTEN, answer_too_large
+from adapters.mcp.lean import LeanCall
 from adapters.mcp.listing import check_result
-from adapters.mcp.sdk import closed_by_sdk, send_raw
+from adapters.mcp.sdk import closed_by_sdk, deliver_notification, send_raw, session_stamp
 from adapters.mcp.stdio import UNREADABLE, StdioChild
 from bridge.masking import masked
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.translate.mcp import progress_from_mcp, result_from_mcp
-from bridge.upstream import CallContext
+from bridge.upstream import CALLER_ASKS, CallContext
 
 __all__ = ["ToolCalls"]
 
@@ -37,7 +38,12 @@ _RESOURCE_NOT_FOUND = -32002  # resources/read of an unknown URI, before 2026-07
 
 
 class ToolCalls:
-    """The calls side of `MCPUpstream` (a mixin: the upstream holds the session)."""
+    """The calls side of `MCPUpstream` (a mixin: the upstream holds the session). `lean` may be
+    turned off, sending every call through the SDK's session; `lean_calls` counts those sent
+    beside it (adapters/mcp/lean.py)."""
+
+    lean: bool = True
+    lean_calls: int = 0
 
     name: str
     config: MCPConfig
@@ -47,6 +53,8 @@ class ToolCalls:
     _certificate: str | None
     _lost_reason: str | None
     _child: StdioChild | None
+    _http: httpx2.AsyncClient | None
+    _http_session: dict[str, str]
     if TYPE_CHECKING:  # ServerRequests' own, after this mixin in MCPUpstream's bases
 
         def _asking(self) -> AbstractContextManager[None]: ...
@@ -62,6 +70,12 @@ class ToolCalls:
     def _tools_changed(self, reason: str) -> None:
         raise NotImplementedError
 
+    def _on_refused(self, method: str) -> None:
+        raise NotImplementedError
+
+    def _failure_text(self, exc: BaseException | None, *, connecting: bool) -> str:
+        raise NotImplementedError
+
     async def _settled(self, exc: BaseException, what: str) -> BridgeError:
         raise NotImplementedError
 
@@ -75,31 +89,31 @@ class ToolCalls:
         ) -> None:
             await ctx.report_progress(**progress_from_mcp(progress, total, message))
 
-        request = types.CallToolRequest(
-            params=types.CallToolRequestParams(name=native_id, arguments=arguments)
-        )
         progress = forward_progress if ctx.progress_sink is not None else None
+        lean = self._lean_call(client)
+
+        async def send(**more: Any) -> dict[str, Any]:
+            """Send the call (with `more` of its params, by their wire names, when not None)."""
+            params = {"name": native_id, "arguments": arguments}
+            params.update((key, value) for key, value in more.items() if value is not None)
+            if lean is not None:
+                self.lean_calls += 1
+                return await lean.send(params, progress, ctx.trace_headers(), ctx.authorization)
+            request = types.CallToolRequest(
+                params=types.CallToolRequestParams.model_validate(params, by_name=False)
+            )
+            return await send_raw(client, request, progress, ctx.trace_headers(), ctx.authorization)
+
         # Cancelling this coroutine (the pipeline's timeout, or the caller going away) makes the
         # SDK send notifications/cancelled for the request (or abort its POST on 2026-07-28 HTTP).
         try:
             try:
                 with self._asking():  # the caller answers the server's questions, if it can
-                    raw = await send_raw(
-                        client, request, progress, ctx.trace_headers(), ctx.authorization
-                    )
+                    raw = await send()
                     if raw.get("resultType") == "input_required":
 
                         async def resend(answers: dict[str, Any], state: str | None) -> Any:
-                            params = types.CallToolRequestParams(
-                                name=native_id,
-                                arguments=arguments,
-                                input_responses=answers,
-                                request_state=state,
-                            )
-                            again = types.CallToolRequest(params=params)
-                            return await send_raw(
-                                client, again, progress, ctx.trace_headers(), ctx.authorization
-                            )
+                            return await send(inputResponses=answers, requestState=state)
 
                         raw = await self._answered(raw, resend)
             except MCPError as exc:
@@ -112,9 +126,7 @@ class ToolCalls:
                 # session's header maps) and send once more, as the SDK's call_tool does.
                 await self.list_tools()
                 self._tools_changed(f"tools/call {native_id}: header mismatch")
-                raw = await send_raw(
-                    client, request, progress, ctx.trace_headers(), ctx.authorization
-                )
+                raw = await send()
             result = await self._call_result(client, native_id, raw)
         except Exception as exc:
             raise await self._settled(exc, native_id) from None
@@ -126,6 +138,36 @@ class ToolCalls:
             "mcp_protocol_version": self.protocol_version,
         }
         return result_from_mcp(result, native_ref=native_ref)
+
+    def _lean_call(self, client: Client) -> LeanCall | None:
+        """The lean sender of a call over HTTP (adapters/mcp/lean.py) whose caller cannot answer
+        the server's requests; None where the SDK's session sends it: over stdio, and for a
+        caller the server's requests are put to (through the session's callbacks)."""
+        http = self._http
+        if not self.lean or http is None or self.config.url is None:
+            return None
+        if CALLER_ASKS.get() is not None:
+            return None
+        if client.read_timeout_seconds is not None:
+            return None
+        return LeanCall(
+            http,
+            self.config.url,
+            session_id=self._http_session.get("mcp-session-id"),
+            stamp=session_stamp(client),
+            deliver=lambda method, params: deliver_notification(client, method, params),
+            refused=self._on_refused,
+            unanswered=self._post_unanswered,
+            max_event_size=self.config.max_response_bytes,
+            modern=self.protocol_version in MODERN_PROTOCOL_VERSIONS,
+        )
+
+    def _post_unanswered(self, exc: Exception) -> None:
+        """A call's POST got no answer: the session is over, as the SDK's is when its writer
+        fails on a POST, and the upstream connects again."""
+        if not self._wake.is_set():
+            self._lost_reason = self._lost_reason or self._failure_text(exc, connecting=False)
+            self._wake.set()
 
     async def read_resource(self, uri: str) -> list[dict[str, Any]]:
         """`resources/read` of `uri` on the session: the contents as the server gave them. A

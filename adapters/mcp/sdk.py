@@ -1,7 +1,8 @@
 """What the MCP adapter takes from the MCP SDK's client beyond its public API, in one place:
 the client that refuses the server requests the bridge does not serve, requests sent and their
 results read as they came (through the session's `_stamp` and `_dispatcher`), a listing's
-bookkeeping (`_absorb_tool_listing`), the transport streams type and the SSE read timeout, and
+bookkeeping (`_absorb_tool_listing`), a request's stamp (`_stamp`) and a notification's delivery
+(`_on_notify`) for requests sent beside the session, the transport streams type and the SSE read timeout, and
 the name the SDK gives its GET stream task, and the messages of the errors it makes up for a
 closed connection. tests/adapters/test_mcp_sdk.py fails, naming the member, when an SDK release
 moves one of them."""
@@ -31,7 +32,9 @@ __all__ = [
     "absorb_tool_listing",
     "client_info",
     "closed_by_sdk",
+    "deliver_notification",
     "send_raw",
+    "session_stamp",
 ]
 
 # The name the SDK gives the task that holds a streamable HTTP session's GET stream.
@@ -112,6 +115,18 @@ class BridgeClient(Client):
 
         session.dispatch_input_request = refused  # type: ignore[method-assign]
         return session
+
+
+def session_stamp(client: Client) -> Callable[[dict[str, Any], Any], None]:
+    """The session's stamp of a request (`stamp(data, opts)`): the era's `_meta` and headers,
+    as `ClientSession.send_request` adds them."""
+    return client.session._stamp
+
+
+async def deliver_notification(client: Client, method: str, params: dict[str, Any] | None) -> None:
+    """Hand a server's notification to the session's handlers (its logging callback and message
+    handler), as the session does with one read from its transport."""
+    await client.session._on_notify(None, method, params)  # type: ignore[arg-type]
 
 
 async def send_raw(

@@ -76,6 +76,7 @@ class MCPUpstream(
         self._init_features()
         self._askers: list[Any] = []  # the Askers of the calls in flight whose callers can answer
         self._client: Client | None = None
+        self._http: httpx2.AsyncClient | None = None  # the HTTP session's client, while open
         self._owner: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
         self._wake = asyncio.Event()
@@ -203,7 +204,7 @@ class MCPUpstream(
         except BaseException as exc:
             failure = exc
         finally:
-            self._client = None
+            self._client = self._http = None
         if not ready.done():
             text = self._failure_text(failure, connecting=True)
             certificate = self._certificate or (
@@ -258,6 +259,7 @@ class MCPUpstream(
             **wire,
         )
         await stack.enter_async_context(http)
+        self._http = http
         stack.push_async_callback(
             self._end_http_session, http
         )  # once the session has closed, before the client

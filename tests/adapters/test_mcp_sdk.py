@@ -71,3 +71,13 @@ def test_the_errors_the_sdk_makes_up_for_a_closed_connection_say_what_the_adapte
         assert f'"{text}' in transport or f'f"{text}' in transport, (
             f"mcp SDK: no error made up as {text!r}; update adapters/mcp/sdk.SDK_HTTP_CLOSED"
         )
+
+
+def test_the_session_routes_a_notification_it_is_handed() -> None:
+    """A call sent beside the session (adapters/mcp/lean.py) hands the notifications on its
+    stream to the session, which routes them as those it reads itself."""
+    on_notify = getattr(ClientSession, "_on_notify", None)
+    assert on_notify is not None, (
+        "mcp SDK: ClientSession._on_notify is gone; update adapters/mcp/sdk.deliver_notification"
+    )
+    assert list(inspect.signature(on_notify).parameters) == ["self", "dctx", "method", "params"]
