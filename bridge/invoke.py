@@ -155,6 +155,7 @@ class Invoker:
                 )
             decl = self._resolve(ref, surface_obj)
             schema, version = self._schema_for(decl, version)
+            telemetry.call_resolved(call.trace, decl, version, surface_obj.name, invocation_id)
             refuse_unsendable(arguments)
             self._validate(decl, version, schema, arguments)
             check_permission(decl, surface_obj)

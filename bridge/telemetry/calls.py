@@ -84,13 +84,28 @@ class Telemetry:
             return self.tracing.call_begun(ref, None, None)
         return self.tracing.call_begun(ref, origin.traceparent, origin.tracestate)
 
+    def call_resolved(
+        self,
+        trace: CallTrace | None,
+        decl: ToolDeclaration,
+        version: int,
+        surface: str,
+        invocation_id: str,
+    ) -> None:
+        """The call's tool is known: a kept call's span begins, with all its attributes."""
+        if trace is None or trace.passed is not None or self.tracing is None:
+            return
+        self.tracing.call_resolved(
+            trace, decl.name, _call_attributes(invocation_id, surface, decl, version)
+        )
+
     def stage(self, trace: CallTrace | None, name: str) -> contextlib.AbstractContextManager[None]:
         """A stage of a call that does I/O (`persist`, a large result stored): a span when
         sampled. Resolving the name, validating the arguments and the permission check take
         microseconds and get none: a refusal there marks the call's span."""
-        if trace is None or trace.span is None or self.tracing is None:
+        if trace is None or trace.passed is not None or self.tracing is None:
             return _UNTRACED
-        return self.tracing.stage(name)
+        return self.tracing.stage(trace, name)
 
     def upstream_call(
         self, trace: CallTrace | None, upstream: str, kind: str, native_name: str
@@ -100,9 +115,9 @@ class Telemetry:
         the call is not traced)."""
         if trace is None or self.tracing is None:
             return _UNTRACED
-        if trace.span is None:  # dropped: the caller's context, or one saying not sampled
+        if trace.passed is not None:  # dropped: the caller's context, or one saying not sampled
             return contextlib.nullcontext(trace.passed)
-        return self.tracing.upstream_call(upstream, kind, native_name)
+        return self.tracing.upstream_call(trace, upstream, kind, native_name)
 
     def call_ended(
         self,
@@ -122,20 +137,15 @@ class Telemetry:
         outcome = error_class or "ok"
         upstream, tool = (decl.upstream, decl.name) if decl is not None else ("", "")
         self.metrics.call_ended(upstream, tool, surface, outcome, seconds, upstream_seconds)
-        if trace is not None and trace.span is not None and self.tracing is not None:
-            attributes: dict[str, Any] = {
-                "gen_ai.tool.call.id": invocation_id,
-                "bridge.surface": surface,
-            }
-            if decl is not None:
-                attributes.update(
-                    {
-                        "gen_ai.tool.name": decl.name,
-                        "bridge.upstream.name": decl.upstream,
-                        "bridge.tool.version": version or decl.version,
-                    }
-                )
-            self.tracing.call_ended(trace, decl.name if decl else None, attributes, error_class)
+        if trace is not None and trace.passed is None and self.tracing is not None:
+            self.tracing.call_ended(
+                trace,
+                decl.name if decl is not None else None,
+                None
+                if trace.span is not None
+                else _call_attributes(invocation_id, surface, decl, version),
+                error_class,
+            )
         access = self._access.isEnabledFor(logging.INFO)
         if not access and self.audit is None and self.otlp_audit is None:
             return
@@ -194,3 +204,19 @@ class Telemetry:
             await self.otlp_audit.aclose()
         if self.tracing is not None:
             await asyncio.to_thread(self.tracing.close)
+
+
+def _call_attributes(
+    invocation_id: str, surface: str, decl: ToolDeclaration | None, version: int | None
+) -> dict[str, Any]:
+    """The attributes of a call's span: the tool's, once it is known."""
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.call.id": invocation_id,
+        "bridge.surface": surface,
+    }
+    if decl is not None:
+        attributes["gen_ai.tool.name"] = decl.name
+        attributes["bridge.upstream.name"] = decl.upstream
+        attributes["bridge.tool.version"] = version or decl.version
+    return attributes

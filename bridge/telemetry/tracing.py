@@ -16,6 +16,7 @@ import contextvars
 import os
 import random
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -42,6 +43,8 @@ ENV_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPO
 TOOL_CALL = {"gen_ai.operation.name": "execute_tool"}
 # The MCP method an upstream kind's call is, for the attributes of the span of that call.
 _METHODS = {"mcp": "tools/call"}
+# The upstream kinds whose SDK passes on the current context, over what the adapter passes.
+_CURRENT_KINDS = frozenset({"mcp"})
 # What a ParentBased sampler that follows a caller's sampled flag says of its remote parents.
 _FOLLOWS_CALLER = "remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler"
 _NO_PARENT = otel_context.Context()
@@ -92,6 +95,12 @@ class _DecidedIds(RandomIdGenerator):
     def decided(self, trace_id: int) -> None:
         self._decided.trace_id = trace_id
 
+    def take(self) -> int | None:
+        """The trace id decided on and not yet begun, no longer waiting."""
+        trace_id: int | None = getattr(self._decided, "trace_id", None)
+        self._decided.trace_id = None
+        return trace_id
+
     def generate_trace_id(self) -> int:
         trace_id: int | None = getattr(self._decided, "trace_id", None)
         if trace_id is None:
@@ -101,45 +110,55 @@ class _DecidedIds(RandomIdGenerator):
 
 
 class CallTrace:
-    """The tracing of one call through the pipeline. Sampled: `span`, current while the call
-    runs (`token`), and `ref`, the name the call was made with, which names the span until the
-    tool is known. Dropped: no span, and `passed`, the trace context passed on to the
-    upstream."""
+    """The tracing of one call through the pipeline. Kept: its span, begun once the tool is
+    known (`call_resolved`, with every attribute at once) or at the call's end (named for
+    `ref`, the name the call was made with), dated from the call's start (`begun`), the child
+    of `parent`; `context` names it as the parent of the upstream's call and the stages.
+    Dropped: no span, and `passed`, the trace context passed on to the upstream."""
 
-    __slots__ = ("passed", "ref", "span", "token")
+    __slots__ = ("begun", "context", "parent", "passed", "ref", "root_id", "span")
 
     def __init__(
         self,
-        span: Span | None,
-        token: contextvars.Token[otel_context.Context] | None = None,
-        ref: str | None = None,
+        ref: str,
         passed: Passed | None = None,
+        parent: otel_context.Context | None = None,
+        root_id: int | None = None,
     ) -> None:
-        self.span = span
-        self.token = token
         self.ref = ref
         self.passed = passed
+        self.parent = parent
+        self.root_id = root_id  # the trace id a new trace was kept for
+        self.begun = time.time_ns() if passed is None else 0
+        self.span: Span | None = None
+        self.context: otel_context.Context | None = None
 
     @property
     def trace_id(self) -> str:
         if self.span is not None:
             return f"{self.span.get_span_context().trace_id:032x}"
-        assert self.passed is not None
-        return self.passed[0][3:35]
+        if self.passed is not None:
+            return self.passed[0][3:35]
+        if self.root_id is not None:
+            return f"{self.root_id:032x}"
+        return f"{trace.get_current_span(self.parent).get_span_context().trace_id:032x}"
 
 
 class _Current:
-    """A span current for a `with` block, then ended; an exception marks it failed (with the
-    error class of a BridgeError). The block gets `given`."""
+    """A span for a `with` block, current in it unless `current` is false, then ended; an
+    exception marks it failed (with the error class of a BridgeError). The block gets
+    `given`."""
 
-    __slots__ = ("given", "span", "token")
+    __slots__ = ("current", "given", "span", "token")
 
-    def __init__(self, span: Span, given: Any = None) -> None:
+    def __init__(self, span: Span, given: Any = None, current: bool = True) -> None:
         self.span = span
         self.given = given
+        self.current = current
 
     def __enter__(self) -> Any:
-        self.token = otel_context.attach(trace.set_span_in_context(self.span))
+        if self.current:
+            self.token = otel_context.attach(trace.set_span_in_context(self.span))
         return self.given
 
     def __exit__(
@@ -147,7 +166,8 @@ class _Current:
     ) -> None:
         if exc is not None:
             failed(self.span, getattr(exc, "error_class", None) or type(exc).__name__)
-        otel_context.detach(self.token)
+        if self.current:
+            otel_context.detach(self.token)
         self.span.end()
 
 
@@ -203,7 +223,7 @@ class Tracing:
         self.provider = TracerProvider(
             sampler=sampler, resource=resource, shutdown_on_exit=False, id_generator=self._ids
         )
-        self.sampler = self.provider.sampler
+        self.sampler = self.provider.sampler  # asked once per trace (`dropped`)
         # a caller's sampled flag alone decides (read from its traceparent, without the SDK)
         self._follows_caller = _FOLLOWS_CALLER in self.sampler.get_description()
         # a new trace is kept when the low 64 bits of its id are under this (the ratio sampler's
@@ -212,6 +232,8 @@ class Tracing:
         if sample_ratio is not None:
             self._root_bound = TraceIdRatioBased(min(sample_ratio, 1.0)).bound
         self.provider.add_span_processor(BatchSpanProcessor(exporter))
+        # the spans begun are of kept traces only: the tracer asks no sampler again
+        self.provider.sampler = ALWAYS_ON
         self.tracer = self.provider.get_tracer("a2t-bridge")
         logs.current_trace = _current_ids
 
@@ -228,9 +250,8 @@ class Tracing:
             if self._follows_caller:
                 sampled = int(traceparent[53:55], 16) & 1
             else:
-                parent_id = int(traceparent[3:35], 16)
                 sampled = self.sampler.should_sample(
-                    _parent(traceparent, tracestate), parent_id, name
+                    _parent(traceparent, tracestate), int(traceparent[3:35], 16), name
                 ).decision.is_sampled()
             return None if sampled else (traceparent, tracestate)
         trace_id = random.getrandbits(128) or 1
@@ -279,51 +300,68 @@ class Tracing:
     # ------------------------------------------------------------------ the pipeline
 
     def call_begun(self, ref: str, traceparent: str | None, tracestate: str | None) -> CallTrace:
-        """The tracing of a call through the pipeline: a span, the child of the current one (a
-        frontend's), else of the caller's trace context, current until `call_ended`; none when
-        the trace is dropped (by the frontend's decision, else the sampler's here)."""
+        """The tracing of a call through the pipeline: kept, its span the child of the current
+        one (a frontend's), else of the caller's trace context; dropped by the frontend's
+        decision, else by the sampler's here."""
         passed = _decided.get()
-        if passed is not None and passed is not _KEPT:
-            return CallTrace(None, passed=passed)
-        parent = None
-        if passed is None:  # no frontend request decided: decide here
-            passed = self.dropped(traceparent, tracestate, ref)
-            if passed is not None:
-                return CallTrace(None, passed=passed)
-            parent = _parent(traceparent, tracestate)
+        if passed is _KEPT:
+            return CallTrace(ref, parent=otel_context.get_current())
+        if passed is not None:
+            return CallTrace(ref, passed)
+        passed = self.dropped(traceparent, tracestate, ref)  # no frontend decided: decide here
+        if passed is not None:
+            return CallTrace(ref, passed)
+        if traceparent is None:
+            return CallTrace(ref, parent=_NO_PARENT, root_id=self._ids.take())
+        return CallTrace(ref, parent=_parent(traceparent, tracestate))
+
+    def call_resolved(self, call: CallTrace, tool: str, attributes: Mapping[str, Any]) -> None:
+        """The call's span begins (dated from the call's start): `execute_tool {tool}`."""
+        if call.root_id is not None:
+            self._ids.decided(call.root_id)
         span = self.tracer.start_span(
-            f"execute_tool {ref}", parent, SpanKind.INTERNAL, TOOL_CALL, record_exception=False
+            f"execute_tool {tool}",
+            call.parent,
+            SpanKind.INTERNAL,
+            attributes,
+            start_time=call.begun,
+            record_exception=False,
         )
-        return CallTrace(span, otel_context.attach(trace.set_span_in_context(span)), ref)
+        call.span, call.context = span, trace.set_span_in_context(span)
 
     def call_ended(
         self,
         call: CallTrace,
         tool: str | None,
-        attributes: Mapping[str, Any],
+        attributes: Mapping[str, Any] | None,
         error_class: str | None,
     ) -> None:
+        """A kept call's end: its span, begun now if it was not yet (`attributes` given then),
+        ends."""
+        if call.span is None:
+            assert attributes is not None
+            self.call_resolved(call, tool or call.ref, attributes)
         span = call.span
-        if span is None or call.token is None:  # not sampled
-            return
-        if tool is not None and tool != call.ref:
-            span.update_name(f"execute_tool {tool}")
-        span.set_attributes(attributes)
+        assert span is not None
         if error_class is not None:
             failed(span, error_class)
-        otel_context.detach(call.token)
         span.end()
 
-    def stage(self, name: str) -> _Current:
-        """A span for a stage of a sampled call that does I/O (`persist`)."""
+    def stage(self, call: CallTrace, name: str) -> _Current:
+        """A span for a stage of a kept call that does I/O (`persist`)."""
         return _Current(
-            self.tracer.start_span(name, None, SpanKind.INTERNAL, None, record_exception=False)
+            self.tracer.start_span(
+                name, call.context, SpanKind.INTERNAL, None, record_exception=False
+            ),
+            current=False,
         )
 
-    def upstream_call(self, upstream: str, kind: str, native_name: str) -> _Current:
-        """The span of a sampled call's upstream call (`CLIENT`, the child of the current one),
-        current for the block (an SDK that propagates the current context, as MCP's does, names
-        it too); the block gets its `traceparent` and `tracestate`."""
+    def upstream_call(
+        self, call: CallTrace, upstream: str, kind: str, native_name: str
+    ) -> _Current:
+        """The span of a kept call's upstream call (`CLIENT`, the child of the call's); the
+        block gets its `traceparent` and `tracestate`, which the adapter passes on, and for a
+        kind whose SDK passes on the current context itself (MCP's), the span is current."""
         method = _METHODS.get(kind)
         attributes = {
             **TOOL_CALL,
@@ -335,12 +373,12 @@ class Tracing:
             attributes["mcp.method.name"] = method
         span = self.tracer.start_span(
             f"{method or 'execute_tool'} {native_name}",
-            None,
+            call.context,
             SpanKind.CLIENT,
             attributes,
             record_exception=False,
         )
-        return _Current(span, traceparent_of(span))
+        return _Current(span, traceparent_of(span), kind in _CURRENT_KINDS)
 
     def close(self) -> None:
         """Export the spans still waiting, then stop (blocks: call it off the event loop)."""

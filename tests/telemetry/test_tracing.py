@@ -424,14 +424,54 @@ def test_a_new_trace_a_ratio_keeps_is_begun_with_the_trace_id_it_was_kept_for():
     from bridge.telemetry.tracing import Tracing
 
     tracing = Tracing(sample_ratio=0.5, exporter=Discard())
+    telemetry = Telemetry(tracing=tracing)
     try:
-        kept = 0
-        for _ in range(400):
-            if tracing.dropped(None, None) is None:
-                span = tracing.server_span("GET /x", {})
-                assert span.is_recording()  # the SDK's sampler, asked again, says the same
-                span.end()
-                kept += 1
-        assert 100 < kept < 300
+        kept = []
+        for _ in range(200):
+            if tracing.dropped(None, None) is None:  # a frontend's request
+                kept.append(tracing.server_span("GET /x", {}))
+            call = telemetry.call_begun("x", None)  # a call no frontend request carries
+            assert call is not None
+            if call.passed is None:
+                tracing.call_ended(call, "x", {}, None)
+                kept.append(call.span)
+        # the ratio's test holds on the trace ids the spans got: the low 64 bits under half
+        ids = [span.get_span_context().trace_id for span in kept if span is not None]
+        assert 100 < len(ids) < 300 and all(i & ((1 << 64) - 1) < 1 << 63 for i in ids)
     finally:
         tracing.close()
+
+
+async def test_a_kept_call_no_frontend_carries_records_its_pipeline_upstream_and_stage_spans():
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from bridge.telemetry.tracing import Tracing
+    from tests.fakes import FakeUpstream
+
+    config = {"store": {"path": ":memory:"}, "invoke": {"inline_result_limit": 256}}
+    bridge = Bridge(parse_config(config), extra_upstreams=[FakeUpstream(name="fake")])
+    await bridge.start()
+    exporter = InMemorySpanExporter()
+    bridge.invoker.telemetry = telemetry = Telemetry(
+        tracing=Tracing(sample_ratio=0.0, exporter=exporter)  # a caller's sampled flag decides
+    )
+    try:
+        origin = CallOrigin("cli", traceparent=TRACEPARENT)
+        result = await bridge.invoker.invoke(
+            "fake__echo", {"text": "x" * 600}, surface="default", origin=origin
+        )
+        assert not result.is_error
+        await telemetry.aclose()
+    finally:
+        await bridge.close()
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert set(spans) == {"execute_tool fake__echo", "execute_tool echo", "persist"}
+    call, upstream, persist = (
+        spans[name] for name in ("execute_tool fake__echo", "execute_tool echo", "persist")
+    )
+    assert {f"{s.context.trace_id:032x}" for s in spans.values()} == {CALLER_TRACE}
+    assert call.parent is not None and f"{call.parent.span_id:016x}" == CALLER_SPAN
+    assert upstream.parent == persist.parent == call.context
+    assert call.start_time <= upstream.start_time and upstream.end_time <= call.end_time
+    assert call.attributes["gen_ai.tool.name"] == "fake__echo"
+    assert call.attributes["bridge.tool.version"] == 1
