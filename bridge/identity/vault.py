@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.identity.issuer import FETCH_TIMEOUT, Issuer, IssuerUnavailable
 from bridge.identity.oauth_client import authorization_url, new_pkce, token_request
-from bridge.identity.tokens import JWTChecker, TokenRefused, jwt_header
 from bridge.model import BridgeError
 from bridge.oauth_config import OAuthConfig
 from bridge.store.credentials import FlowRow
@@ -366,6 +365,9 @@ class UserTokens:
             )
         except BridgeError as exc:
             raise FlowRefused(502, "issuer_unavailable", exc.message) from None
+        # PyJWT loads with the first sign-in: most servers never run one
+        from bridge.identity.tokens import JWTChecker, TokenRefused, jwt_header
+
         id_token = answer.get("id_token") if status == 200 else None
         header = jwt_header(id_token) if isinstance(id_token, str) else None
         if not isinstance(id_token, str) or header is None:
