@@ -28,6 +28,7 @@ from tests.pgserver import PostgresServer
 from tests.serve.mcp_support import MODERN, http_client
 from tests.serve.rest_env import config_with, serving
 from tests.servers import until
+from tests.test_store_credentials import exercise
 
 
 @pytest.fixture
@@ -358,3 +359,7 @@ async def test_calls_go_on_while_the_database_is_away_and_nothing_is_lost(
         len({row[0] for row in _rows(postgres_url, "SELECT invocation_id FROM invocations")})
         == calls
     )
+
+
+def test_users_credentials_and_flows_are_kept(store: PostgresStore) -> None:
+    exercise(store)
