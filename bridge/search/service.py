@@ -49,9 +49,8 @@ MAX_LIMIT = 1000
 HINT_NAMES = 10
 # A listing by filters alone asks the index for this many candidates (at least) before surface
 # filtering. A free-text search ranks its first SEMANTIC_CANDIDATES in every mode: the steps after
-# the keyword score (the rerank, the gain of another tool of the API, the cover of a request's
-# parts, the lookups) read the same candidates with or without a semantic stage. Further
-# candidates are ranked in pages below them, so a search's first matches do not depend on its limit.
+# the keyword score (rerank, API siblings, cover of parts, lookups) read the same candidates either
+# way; later ones are ranked in pages below them, so the first matches do not depend on the limit.
 CANDIDATES = 20
 # A match names at most this many alternatives (`alternatives_total` counts them all when there are more).
 MAX_ALTERNATIVES = 20
