@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import contextlib
+import gc
+import importlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +17,28 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the test process holds once its tests are collected (the modules of the bridge, its
+    dependencies and the tests, a few hundred thousand objects) lives until the process ends:
+    frozen, out of the cyclic collector's reach, so that the full collection each in-process
+    `Bridge.start` ends with, and the collector's own full runs, walk only what the tests made.
+    Hypothesis is loaded first: as it loads, it looks up by the collector (which sees no frozen
+    object) what refers to the random generators of the modules already loaded."""
+    with contextlib.suppress(ImportError):
+        importlib.import_module("hypothesis")
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """A test of the collector itself may unfreeze what was frozen: frozen again once its
+    fixtures are gone and its garbage collected."""
+    if gc.get_freeze_count() == 0:
+        gc.collect()
+        gc.freeze()
 
 
 @pytest.fixture(scope="session")
