@@ -17,8 +17,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -95,12 +94,6 @@ class _DecidedIds(RandomIdGenerator):
     def decided(self, trace_id: int) -> None:
         self._decided.trace_id = trace_id
 
-    def take(self) -> int | None:
-        """The trace id decided on and not yet begun, no longer waiting."""
-        trace_id: int | None = getattr(self._decided, "trace_id", None)
-        self._decided.trace_id = None
-        return trace_id
-
     def generate_trace_id(self) -> int:
         trace_id: int | None = getattr(self._decided, "trace_id", None)
         if trace_id is None:
@@ -169,6 +162,21 @@ class _Current:
         if self.current:
             otel_context.detach(self.token)
         self.span.end()
+
+
+class _Unsampled:
+    """A request whose trace is dropped, for a `with` block."""
+
+    __slots__ = ("passed", "token")
+
+    def __init__(self, passed: Passed) -> None:
+        self.passed = passed
+
+    def __enter__(self) -> None:
+        self.token = _decided.set(self.passed)
+
+    def __exit__(self, *exc: object) -> None:
+        _decided.reset(self.token)
 
 
 class _Request(_Current):
@@ -254,24 +262,25 @@ class Tracing:
                     _parent(traceparent, tracestate), int(traceparent[3:35], 16), name
                 ).decision.is_sampled()
             return None if sampled else (traceparent, tracestate)
+        trace_id, passed = self._new_trace(name)
+        if passed is None:
+            self._ids.decided(trace_id)
+        return passed
+
+    def _new_trace(self, name: str) -> tuple[int, Passed | None]:
+        """A new trace's id, and the sampler's decision on it as `dropped` gives it."""
         trace_id = random.getrandbits(128) or 1
         if self._root_bound is not None:
             sampled = trace_id & _ID_LIMIT < self._root_bound
         else:
             sampled = self.sampler.should_sample(_NO_PARENT, trace_id, name).decision.is_sampled()
         if sampled:
-            self._ids.decided(trace_id)
-            return None
-        return f"00-{trace_id:032x}-{random.getrandbits(64) or 1:016x}-02", None
+            return trace_id, None
+        return trace_id, (f"00-{trace_id:032x}-{random.getrandbits(64) or 1:016x}-02", None)
 
-    @contextmanager
-    def unsampled(self, passed: Passed) -> Iterator[None]:
+    def unsampled(self, passed: Passed) -> _Unsampled:
         """A request whose trace is dropped, for a `with` block: its calls pass `passed` on."""
-        token = _decided.set(passed)
-        try:
-            yield
-        finally:
-            _decided.reset(token)
+        return _Unsampled(passed)
 
     # ------------------------------------------------------------------ frontends
 
@@ -308,11 +317,14 @@ class Tracing:
             return CallTrace(ref, parent=otel_context.get_current())
         if passed is not None:
             return CallTrace(ref, passed)
-        passed = self.dropped(traceparent, tracestate, ref)  # no frontend decided: decide here
+        if traceparent is None:  # no frontend decided: decide here
+            trace_id, passed = self._new_trace(ref)
+            if passed is not None:
+                return CallTrace(ref, passed)
+            return CallTrace(ref, parent=_NO_PARENT, root_id=trace_id)
+        passed = self.dropped(traceparent, tracestate, ref)
         if passed is not None:
             return CallTrace(ref, passed)
-        if traceparent is None:
-            return CallTrace(ref, parent=_NO_PARENT, root_id=self._ids.take())
         return CallTrace(ref, parent=_parent(traceparent, tracestate))
 
     def call_resolved(self, call: CallTrace, tool: str, attributes: Mapping[str, Any]) -> None:
