@@ -11,6 +11,7 @@ import logging
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import anyio
 import httpx2
 import mcp.types as types
@@ -23,8 +24,15 @@ from adapters.mcp.config import MCPConfig
 from adapters.mcp.http import RESUMED_TOO_OFTEN, answer_too_large
 from adapters.mcp.lean import LeanCall
 from adapters.mcp.listing import check_result
-from adapters.mcp.sdk import closed_by_sdk, deliver_notification, send_raw, session_stamp
+from adapters.mcp.sdk import (
+    MCP_DEFAULT_SSE_READ_TIMEOUT,
+    closed_by_sdk,
+    deliver_notification,
+    send_raw,
+    session_stamp,
+)
 from adapters.mcp.stdio import UNREADABLE, StdioChild
+from adapters.mcp.wire import AiohttpTransport
 from bridge.masking import masked
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.translate.mcp import progress_from_mcp, result_from_mcp
@@ -44,6 +52,8 @@ class ToolCalls:
 
     lean: bool = True
     lean_calls: int = 0
+    _lean_key: tuple[Any, ...] = ()
+    _lean_sender: LeanCall | None = None
 
     name: str
     config: MCPConfig
@@ -54,6 +64,7 @@ class ToolCalls:
     _lost_reason: str | None
     _child: StdioChild | None
     _http: httpx2.AsyncClient | None
+    _wire: AiohttpTransport | None
     _http_session: dict[str, str]
     if TYPE_CHECKING:  # ServerRequests' own, after this mixin in MCPUpstream's bases
 
@@ -74,6 +85,12 @@ class ToolCalls:
         raise NotImplementedError
 
     def _failure_text(self, exc: BaseException | None, *, connecting: bool) -> str:
+        raise NotImplementedError
+
+    def _session_answered(self, status: int) -> None:
+        raise NotImplementedError
+
+    def _on_http_error(self, exc: Exception) -> None:
         raise NotImplementedError
 
     async def _settled(self, exc: BaseException, what: str) -> BridgeError:
@@ -141,26 +158,40 @@ class ToolCalls:
 
     def _lean_call(self, client: Client) -> LeanCall | None:
         """The lean sender of a call over HTTP (adapters/mcp/lean.py) whose caller cannot answer
-        the server's requests; None where the SDK's session sends it: over stdio, and for a
-        caller the server's requests are put to (through the session's callbacks)."""
-        http = self._http
-        if not self.lean or http is None or self.config.url is None:
+        the server's questions; None where the SDK's session sends it: over stdio, over httpx2's
+        own transports (a proxy named by the environment), and for a caller the server's
+        questions are put to (through the session's callbacks)."""
+        http, wire, cfg = self._http, self._wire, self.config
+        if not self.lean or http is None or wire is None or cfg.url is None:
             return None
-        if CALLER_ASKS.get() is not None:
+        if CALLER_ASKS.get() is not None or client.read_timeout_seconds is not None:
             return None
-        if client.read_timeout_seconds is not None:
-            return None
-        return LeanCall(
-            http,
-            self.config.url,
-            session_id=self._http_session.get("mcp-session-id"),
-            stamp=session_stamp(client),
-            deliver=lambda method, params: deliver_notification(client, method, params),
-            refused=self._on_refused,
-            unanswered=self._post_unanswered,
-            max_event_size=self.config.max_response_bytes,
-            modern=self.protocol_version in MODERN_PROTOCOL_VERSIONS,
-        )
+        # one sender a session: it holds what its calls share
+        key = (http, client, self._http_session.get("mcp-session-id"), self.protocol_version)
+        if self._lean_key != key:
+            self._lean_key = key
+            self._lean_sender = LeanCall(
+                wire.session(),
+                http,
+                cfg.url,
+                headers=cfg.headers,
+                timeout=aiohttp.ClientTimeout(
+                    total=None,
+                    sock_connect=cfg.start_timeout,
+                    sock_read=max(MCP_DEFAULT_SSE_READ_TIMEOUT, cfg.timeout * 2),
+                ),
+                session_id=key[2],
+                stamp=session_stamp(client),
+                limit=cfg.max_response_bytes,
+                what=cfg.display_url,
+                modern=self.protocol_version in MODERN_PROTOCOL_VERSIONS,
+                deliver=lambda method, params: deliver_notification(client, method, params),
+                refused=self._on_refused,
+                answered=self._session_answered,
+                failed=self._on_http_error,
+                unanswered=self._post_unanswered,
+            )
+        return self._lean_sender
 
     def _post_unanswered(self, exc: Exception) -> None:
         """A call's POST got no answer: the session is over, as the SDK's is when its writer

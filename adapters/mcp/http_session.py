@@ -84,9 +84,14 @@ class HTTPSessionCare:
         self._http_session = {
             name: request.headers[name] for name in _SESSION_HEADERS if name in request.headers
         }
-        if self._closing or response.status_code not in (400, 404):
+        self._session_answered(response.status_code)
+
+    def _session_answered(self, status: int) -> None:
+        """A request naming the session was answered with HTTP `status`: a 404 ends the session,
+        a 400 asks for a liveness probe (see `_on_http_response`)."""
+        if self._closing or status not in (400, 404):
             return
-        if response.status_code == 400:
+        if status == 400:
             if self._doubt is None:
                 self._doubt = asyncio.get_running_loop().create_future()
             self._probe_now.set()

@@ -1,30 +1,40 @@
-"""A `tools/call` sent to an MCP server over streamable HTTP without the SDK's client session: the
+"""A `tools/call` sent to an MCP server over streamable HTTP beside the SDK's client session: the
 request is stamped by the session (`_meta` and headers of the era, as the SDK sends it), POSTed
-with the session's own HTTP client (so the answer bounds, the session's care and the pooled
-aiohttp connections apply, as to every request of the session), and its answer read as plain
-JSON, or from the event stream, without the SDK's JSON-RPC models and memory streams.
+over the session's pooled aiohttp connections (`adapters/mcp/wire.py`) with the session's
+configured headers and timeouts, and its answer read as plain JSON, or from the event stream,
+without the SDK's dispatcher, memory streams, JSON-RPC models and httpx2's request machinery.
 
-What the SDK's client does with the rest of such a stream is done here alike: progress
-notifications of the request go to the call's progress callback, other notifications to the
-session's own handlers (`deliver_notification`), a stream that ends without the answer after an
-event id is resumed with GETs naming it, and `notifications/cancelled` is sent (handshake era)
-when the call is cancelled. A server's request on the stream (`elicitation/create`,
-`sampling/createMessage`, `roots/list`) is refused with the error the MCP spec asks of a client
-without the capability: this path is taken only for a call whose caller cannot answer such a
-request (`CALLER_ASKS` unset); a call whose caller can goes through the SDK's session, which
-routes the request to that caller. Failures are raised as the SDK raises them (`MCPError` with
-the SDK's codes and messages), so the adapter classifies them alike.
+What the session's HTTP care does with an answer is done alike: the answer is bounded to
+`max_response_bytes` (its resumptions included), a 404 or 400 of the session is reported
+(`answered`), a POST that gets no answer ends the session (`unanswered`), a server certificate
+that fails its check is kept to be said (`failed`), and an event stream is read to its end
+before its connection goes back to the pool. What the SDK's client does with the rest of such a
+stream is done alike too: progress notifications of the request go to the call's progress
+callback, other notifications to the session's own handlers (`deliver`), a stream that ends
+without the answer after an event id is resumed with GETs naming it, and
+`notifications/cancelled` is sent (handshake era) when the call is cancelled.
+
+A server's request on the stream (`elicitation/create`, `sampling/createMessage`,
+`roots/list`) is refused with the error the MCP spec asks of a client without the capability:
+this path is taken only for a call whose caller cannot answer such a request (`CALLER_ASKS`
+unset); a call whose caller can goes through the SDK's session, which routes the request to
+that caller. Failures are raised as the SDK raises them (`MCPError` with the SDK's codes and
+messages, httpx2's errors for a request without an answer), so the adapter classifies them
+alike.
 """
 
 from __future__ import annotations
 
-import asyncio
+import codecs
 import itertools
 import json
 import logging
-from collections.abc import Awaitable, Callable
+import re
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import anyio
 import httpx2
 from mcp.client.streamable_http import MAX_RECONNECTION_ATTEMPTS
@@ -39,6 +49,15 @@ from mcp_types import (
     ErrorData,
 )
 
+from adapters.mcp.http import (
+    DRAIN_BYTES,
+    DRAIN_SECONDS,
+    MAX_RESUMPTIONS,
+    RESUMED_TOO_OFTEN,
+    TOO_LARGE,
+)
+from adapters.mcp.wire import httpx_error
+
 __all__ = ["LeanCall"]
 
 log = logging.getLogger("bridge.adapters.mcp")
@@ -52,36 +71,59 @@ _REFUSED = {
     "sampling/createMessage": (METHOD_NOT_FOUND, "Sampling not supported"),
     "roots/list": (METHOD_NOT_FOUND, "List roots not supported"),
 }
-_RESUME_PAUSE = 1.0  # seconds before a resumption when the server named no `retry`
+_RESUME_PAUSE_MS = 1000  # before a resumption when the server named no `retry` (the SDK's)
 _IDS = itertools.count(1)
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_KEPT = ("mcp-session-id", "mcp-protocol-version")  # what a notice POST carries of the headers
+_NO_ANSWER = (aiohttp.ClientError, OSError, TimeoutError)  # a request's, as aiohttp raises them
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Count:
+    """Bytes of one call's answer read so far, over its POST and the GETs resuming it."""
+
+    seen = 0
 
 
 class LeanCall:
-    """One `tools/call` sent by `send` (see the module's docstring). `http` is the session's
-    HTTP client, `url` the server's; `session_id` the HTTP session's id, if the server gave
-    one; `stamp` the session's stamp of the era; `deliver(method, params)` hands a
+    """The `tools/call`s of one HTTP session, each sent by `send` (see the module's docstring). `session` is the aiohttp
+    session of the upstream's pooled connections and `http` its SDK's HTTP client (for the
+    rare POSTs that carry no request, bounded as the SDK's are); `url` the server's;
+    `headers` the configured ones; `timeout` the session's; `session_id` the HTTP session's
+    id, if the server gave one; `stamp` the session's stamp of the era; `limit` and `what`
+    the answer's bound and the server's name in errors. `deliver(method, params)` hands a
     notification to the session's handlers; `refused(method)` is told of each request of the
-    server refused; `unanswered(error)` of a POST that got no answer at all, which ends the
-    session as it ends the SDK's; `max_event_size` bounds one event, as the SDK's client does."""
+    server refused; `answered(status)` of a 404 or 400 to the session; `failed(error)` and
+    `unanswered(error)` of a request without an answer."""
 
     def __init__(
         self,
+        session: aiohttp.ClientSession,
         http: httpx2.AsyncClient,
         url: str,
         *,
+        headers: dict[str, str],
+        timeout: aiohttp.ClientTimeout,
         session_id: str | None,
         stamp: Callable[[dict[str, Any], dict[str, Any]], None],
+        limit: int,
+        what: Callable[[], str],
+        modern: bool,
         deliver: Deliver,
         refused: Callable[[str], None],
+        answered: Callable[[int], None],
+        failed: Callable[[Exception], None],
         unanswered: Callable[[Exception], None],
-        max_event_size: int,
-        modern: bool,
     ) -> None:
-        self.http, self.url, self.session_id = http, url, session_id
-        self.stamp, self.deliver, self.refused = stamp, deliver, refused
-        self.unanswered = unanswered
-        self.max_event_size = max_event_size
-        self.modern = modern
+        self.session, self.http, self.url = session, http, url
+        self.headers = {key.lower(): value for key, value in headers.items()}
+        self.timeout, self.session_id, self.stamp = timeout, session_id, stamp
+        self.limit, self.what, self.modern = limit, what, modern
+        self.deliver, self.refused, self.answered = deliver, refused, answered
+        self.failed, self.unanswered = failed, unanswered
 
     async def send(
         self,
@@ -93,122 +135,184 @@ class LeanCall:
         """The result of `tools/call` with `params` (name, arguments, ...), as it came; an
         MCPError for an error the server answered, or one the SDK would make up. `trace`, the
         W3C trace context, goes in `params._meta` and the headers; `authorization`, the
-        caller's own credential, in the headers only (as `sdk.send_raw` sends them)."""
-        meta = trace or {}
-        headers = dict(meta)
-        if authorization is not None:
-            headers["authorization"] = authorization
+        caller's own credential, in the headers only (replacing a configured one)."""
         request_id = f"bridge-{next(_IDS)}"  # never one of the SDK's integer ids
         data: dict[str, Any] = {"method": "tools/call", "params": params}
         opts: dict[str, Any] = {}
         self.stamp(data, opts)
-        if meta or progress is not None:
-            extra = data["params"].setdefault("_meta", {})
-            extra.update(meta)
+        if trace or progress is not None:
+            meta = data["params"].setdefault("_meta", {})
+            meta.update(trace or {})
             if progress is not None:
-                extra["progressToken"] = request_id
-        sent = {
+                meta["progressToken"] = request_id
+        headers = {
+            **self.headers,
             "accept": "application/json, text/event-stream",
+            "accept-encoding": "identity",
             "content-type": "application/json",
-            **opts.get("headers", {}),
-            **headers,
         }
+        headers.update((key.lower(), value) for key, value in opts.get("headers", {}).items())
+        headers.update(trace or {})
+        if authorization is not None:
+            headers["authorization"] = authorization
         if self.session_id is not None:
-            sent["mcp-session-id"] = self.session_id
+            headers["mcp-session-id"] = self.session_id
         body = json.dumps({"jsonrpc": "2.0", "id": request_id, **data}, separators=(",", ":"))
         try:
-            return await self._post(request_id, body.encode(), sent, progress)
-        except asyncio.CancelledError:
+            return await self._post(request_id, body.encode(), headers, progress, _Count())
+        except anyio.get_cancelled_exc_class():
             if not self.modern:  # 2026-07-28: the POST closed is the cancellation
                 # sent before the cancellation goes on, as the SDK's session sends it before the
                 # session's next message: its POST is bounded by `ping_timeout` (NoticePosts)
                 with anyio.CancelScope(shield=True):
-                    await self._cancelled(request_id, sent)
+                    await self._cancelled(request_id, headers)
             raise
 
+    async def _request(
+        self, method: str, headers: dict[str, str], body: bytes | None = None
+    ) -> aiohttp.ClientResponse:
+        try:
+            return await self.session.request(
+                method,
+                self.url,
+                data=body,
+                headers=headers,
+                timeout=self.timeout,
+                allow_redirects=False,
+            )
+        except _NO_ANSWER as exc:
+            error = httpx_error(exc, method, self.url, connecting=True)
+            assert isinstance(error, Exception)
+            self.failed(error)
+            if method == "POST":
+                self.unanswered(error)
+            raise error from error.__cause__
+
     async def _post(
-        self, request_id: str, body: bytes, headers: dict[str, str], progress: Progress | None
+        self,
+        request_id: str,
+        body: bytes,
+        headers: dict[str, str],
+        progress: Progress | None,
+        count: _Count,
     ) -> dict[str, Any]:
-        request = self.http.build_request("POST", self.url, content=body, headers=headers)
+        response = await self._request("POST", headers, body)
+        events = False  # an event stream, which `_events` closes
         try:
-            response = await self.http.send(request, stream=True)
-        except httpx2.TransportError as exc:
-            self.unanswered(exc)
-            raise
-        try:
-            status = response.status_code
-            kind = response.headers.get("content-type", "").lower()
+            status = response.status
+            if self.session_id is not None and status in (400, 404):
+                self.answered(status)
             if status == 202:
                 raise MCPError(INVALID_REQUEST, "server answered a request with 202 Accepted")
-            if 300 <= status < 400 or status >= 400:
-                raise await _refusal(response, self.session_id is not None)
+            if status >= 300:
+                raise await self._refusal(response, count)
+            kind = response.headers.get("content-type", "").lower()
             if kind.startswith("application/json"):
-                return _answer(await _read_json(response))
+                return _answer(await self._json(response, count))
             if not kind.startswith("text/event-stream"):
                 raise MCPError(INVALID_REQUEST, f"Unexpected content type: {kind}")
-            return await self._events(request_id, response, headers, progress)
+            events = True
+            return await self._events(request_id, response, headers, progress, count)
         finally:
-            await response.aclose()
+            if not events:
+                await _close(response, False)
+
+    async def _json(self, response: aiohttp.ClientResponse, count: _Count) -> Any:
+        """The JSON body of `response`, read within the bound."""
+        try:
+            chunks = [chunk async for chunk in self._bounded(response, count)]
+        except _TooLarge:
+            raise MCPError(
+                PARSE_ERROR, f"Failed to parse JSON response: {self.what()} {TOO_LARGE}{self.limit}"
+            ) from None
+        except _NO_ANSWER as exc:
+            error = httpx_error(exc, "POST", self.url, connecting=False)
+            raise error from error.__cause__
+        try:
+            return json.loads(b"".join(chunks))
+        except ValueError as exc:
+            raise MCPError(PARSE_ERROR, f"Failed to parse JSON response: {exc}") from None
+
+    async def _bounded(
+        self, response: aiohttp.ClientResponse, count: _Count
+    ) -> AsyncIterator[bytes]:
+        """The body's bytes as they come, decoded, counted toward the answer's bound."""
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and count.seen + int(length) > self.limit:
+            raise _TooLarge
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        inflate = None if coding == "identity" else _inflater(coding)
+        async for chunk in response.content.iter_any():
+            if inflate is not None:
+                chunk = inflate.decompress(chunk)
+            count.seen += len(chunk)
+            if count.seen > self.limit:
+                raise _TooLarge
+            yield chunk
 
     async def _events(
         self,
         request_id: str,
-        response: httpx2.Response,
+        response: aiohttp.ClientResponse,
         headers: dict[str, str],
         progress: Progress | None,
+        count: _Count,
     ) -> dict[str, Any]:
         """The answer on the event stream of `response`, resumed while it ends without one, as
         the SDK resumes it: a stream that ended is resumed at once again, a resumption that
         failed at most `MAX_RECONNECTION_ATTEMPTS` times in a row."""
-        last_id: str | None = None
-        retry: int | None = None
-        failures = 0
-        events = True  # the stream read is an event stream (a POST's is, by its content type)
+        parser = _EventParser()
+        failures = resumptions = 0
         while True:
             ended = False
             try:
-                if response.status_code >= 400:
-                    raise httpx2.HTTPStatusError(
-                        f"HTTP {response.status_code}",
-                        request=response.request,
-                        response=response,
+                if response.status >= 400:
+                    raise aiohttp.ClientResponseError(
+                        response.request_info, (), status=response.status
                     )
-                async for event in httpx2.EventSource(response, max_event_size=self.max_event_size):
-                    if event.id:
-                        last_id = event.id
-                    if event.retry is not None:
-                        retry = event.retry
-                    if event.event != "message" or not event.data:
-                        continue
-                    answer = await self._message(event.data, request_id, headers, progress)
-                    if answer is not None:
-                        return answer
+                kind = response.headers.get("content-type", "").partition(";")[0].strip()
+                if kind.lower() != "text/event-stream":
+                    raise ValueError(f"a resumption answered {kind or 'no content type'}")
+                text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+                async for chunk in self._bounded(response, count):
+                    for event, data in parser.feed(text.decode(chunk)):
+                        if event != "message" or not data:
+                            continue
+                        answer = await self._message(data, request_id, headers, progress)
+                        if answer is not None:
+                            await _close(response, True)
+                            return answer
                 ended = True
-            except httpx2.SSEError as exc:
-                if events:
-                    raise MCPError(CONNECTION_CLOSED, f"SSE stream failed: {exc}") from None
+            except _TooLarge:
+                raise MCPError(
+                    CONNECTION_CLOSED, f"SSE stream failed: {self.what()} {TOO_LARGE}{self.limit}"
+                ) from None
             except MCPError:
                 raise
             except Exception as exc:
                 log.debug("SSE stream ended: %s", exc)
             finally:
-                await response.aclose()
-            if last_id is None:
+                await _close(response, False)
+            if parser.last_id is None:
                 raise MCPError(CONNECTION_CLOSED, "SSE stream ended without a response")
             failures = 0 if ended else failures + 1
             if failures >= MAX_RECONNECTION_ATTEMPTS:
                 raise MCPError(
-                    CONNECTION_CLOSED,
-                    "SSE stream ended and reconnection attempts were exhausted",
+                    CONNECTION_CLOSED, "SSE stream ended and reconnection attempts were exhausted"
                 )
-            await anyio.sleep((retry if retry is not None else _RESUME_PAUSE * 1000) / 1000)
+            retry = parser.retry if parser.retry is not None else _RESUME_PAUSE_MS
+            await anyio.sleep(retry / 1000)
             again = {k: v for k, v in headers.items() if k != "content-type"}
-            again["last-event-id"] = last_id
-            response = await self.http.send(
-                self.http.build_request("GET", self.url, headers=again), stream=True
-            )
-            kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-            events = kind == "text/event-stream"
+            again["last-event-id"] = parser.last_id
+            response = await self._request("GET", again)
+            resumptions += 1
+            if resumptions > MAX_RESUMPTIONS:  # refused before a byte of it is read
+                await _close(response, False)
+                raise MCPError(
+                    CONNECTION_CLOSED,
+                    f"SSE stream failed: {self.what()} ended the event stream of one answer "
+                    f"{MAX_RESUMPTIONS} {RESUMED_TOO_OFTEN}; it is not resumed again",
+                )
 
     async def _message(
         self,
@@ -266,12 +370,73 @@ class LeanCall:
             log.debug("notifications/cancelled not delivered: %s", exc)
 
     async def _post_notice(self, message: dict[str, Any], headers: dict[str, str]) -> None:
+        """POST what carries no request with the SDK's HTTP client, whose notice POSTs are
+        bounded (adapters/mcp/notices.py)."""
         plain = {k: v for k, v in headers.items() if not k.startswith("mcp-") or k in _KEPT}
+        plain.pop("accept-encoding", None)
         response = await self.http.post(self.url, json=message, headers=plain)
         await response.aclose()
 
+    async def _refusal(self, response: aiohttp.ClientResponse, count: _Count) -> MCPError:
+        """The SDK's error for a POST answered with a redirect or an HTTP error."""
+        status = response.status
+        if status < 400:
+            where = response.headers.get("location", "")
+            return MCPError(
+                INVALID_REQUEST,
+                f"the server answered HTTP {status} redirecting to {where!r}; not followed",
+            )
+        if response.headers.get("content-type", "").lower().startswith("application/json"):
+            try:
+                error = (await self._json(response, count)).get("error")
+                if isinstance(error, dict):
+                    return MCPError.from_error_data(ErrorData.model_validate(error))
+            except (MCPError, httpx2.HTTPError, ValueError, AttributeError):
+                pass
+        if status == 404:
+            if self.session_id is not None:
+                return MCPError(INVALID_REQUEST, "Session terminated")
+            return MCPError(METHOD_NOT_FOUND, "Not Found")
+        return MCPError(INTERNAL_ERROR, "Server returned an error response")
 
-_KEPT = ("mcp-session-id", "mcp-protocol-version")
+
+class _EventParser:
+    """Server-sent events as they come in text chunks: (event type, data) of each event, and the
+    last event id and `retry` the stream gave."""
+
+    def __init__(self) -> None:
+        self.last_id: str | None = None
+        self.retry: int | None = None
+        self._rest = ""
+        self._cr = False  # the last chunk ended in CR, whose LF may open the next one
+        self._event = ""
+        self._data: list[str] = []
+
+    def feed(self, text: str) -> list[tuple[str, str]]:
+        if self._cr and text.startswith("\n"):
+            text = text[1:]
+        if text:
+            self._cr = text.endswith("\r")
+        lines = _LINE_BREAK.split(self._rest + text)
+        self._rest = lines.pop()
+        events = []
+        for line in lines:
+            if not line:
+                if self._data:
+                    events.append((self._event or "message", "\n".join(self._data)))
+                self._event, self._data = "", []
+                continue
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "data":
+                self._data.append(value)
+            elif field == "event":
+                self._event = value
+            elif field == "id" and "\0" not in value:
+                self.last_id = value
+            elif field == "retry" and value.isdigit():
+                self.retry = int(value)
+        return events
 
 
 def _answer(message: Any) -> dict[str, Any]:
@@ -287,31 +452,26 @@ def _answer(message: Any) -> dict[str, Any]:
     raise MCPError(PARSE_ERROR, "Failed to parse JSON response: no result and no error")
 
 
-async def _read_json(response: httpx2.Response) -> Any:
-    try:
-        return json.loads(await response.aread())
-    except (httpx2.StreamError, ValueError) as exc:
-        raise MCPError(PARSE_ERROR, f"Failed to parse JSON response: {exc}") from None
+def _inflater(coding: str) -> Any:
+    """A decompressor of a body the server compressed although asked not to."""
+    if coding in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(wbits=47)  # gzip or zlib, told from the header
+    raise MCPError(PARSE_ERROR, f"Failed to parse the response: content-encoding {coding!r}")
 
 
-async def _refusal(response: httpx2.Response, in_session: bool) -> MCPError:
-    """The SDK's error for a POST answered with a redirect or an HTTP error."""
-    status = response.status_code
-    if status < 400:
-        where = response.headers.get("location", "")
-        return MCPError(
-            INVALID_REQUEST,
-            f"the server answered HTTP {status} redirecting to {where!r}; not followed",
-        )
-    if response.headers.get("content-type", "").lower().startswith("application/json"):
-        try:
-            error = json.loads(await response.aread()).get("error")
-            if isinstance(error, dict):
-                return MCPError.from_error_data(ErrorData.model_validate(error))
-        except (httpx2.StreamError, ValueError, AttributeError):
-            pass
-    if status == 404:
-        if in_session:
-            return MCPError(INVALID_REQUEST, "Session terminated")
-        return MCPError(METHOD_NOT_FOUND, "Not Found")
-    return MCPError(INTERNAL_ERROR, "Server returned an error response")
+async def _close(response: aiohttp.ClientResponse, drain: bool) -> None:
+    """Close a response; an event stream whose answer is in is first read to its end
+    (`DRAIN_BYTES` and `DRAIN_SECONDS` at most), which the server writes right after the answer,
+    so that its connection goes back to the pool."""
+    content = response.content
+    if drain and not content.at_eof():
+        with anyio.move_on_after(DRAIN_SECONDS):
+            drained = 0
+            async for chunk in content.iter_any():
+                drained += len(chunk)
+                if drained > DRAIN_BYTES:
+                    break
+    if content.at_eof():
+        response.release()
+    else:
+        response.close()

@@ -77,6 +77,7 @@ class MCPUpstream(
         self._askers: list[Any] = []  # the Askers of the calls in flight whose callers can answer
         self._client: Client | None = None
         self._http: httpx2.AsyncClient | None = None  # the HTTP session's client, while open
+        self._wire: AiohttpTransport | None = None  # the pooled connections under it, if aiohttp's
         self._owner: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
         self._wake = asyncio.Event()
@@ -246,7 +247,8 @@ class MCPUpstream(
         self._notices = NoticePosts(min(cfg.ping_timeout, cfg.start_timeout / 2), self._notice_lost)
         # the SDK's create_mcp_http_client, with the TLS context made once
         tls = self._tls or system_cas()
-        wire = {} if proxied_by_environment() else {"transport": AiohttpTransport(tls)}
+        self._wire = None if proxied_by_environment() else AiohttpTransport(tls)
+        wire = {} if self._wire is None else {"transport": self._wire}
         http = NoticeClient(
             headers=dict(cfg.headers),
             timeout=httpx2.Timeout(cfg.start_timeout, read=read_timeout),

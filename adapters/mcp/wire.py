@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import httpx2
 
-__all__ = ["AiohttpTransport", "proxied_by_environment"]
+__all__ = ["AiohttpTransport", "httpx_error", "proxied_by_environment"]
 
 _HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding"})
 
@@ -39,6 +39,10 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         self.tls = tls
         self.limit = limit
         self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        """The aiohttp session the requests go over (made at the first request)."""
+        return self._client()
 
     def _client(self) -> aiohttp.ClientSession:
         session = self._session
@@ -112,6 +116,15 @@ class _Body(httpx2.AsyncByteStream):
             response.release()
         else:
             response.close()
+
+
+def httpx_error(exc: BaseException, method: str, url: str, *, connecting: bool) -> BaseException:
+    """httpx2's error for an aiohttp (or socket) error of a request sent over the session
+    directly, its cause kept as `AiohttpTransport` keeps it."""
+    mapped = _mapped(exc, httpx2.Request(method, url), connecting=connecting)
+    if mapped is not exc:
+        mapped.__cause__ = _cause(exc)
+    return mapped
 
 
 def _cause(exc: BaseException) -> BaseException:

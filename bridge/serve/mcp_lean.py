@@ -87,6 +87,9 @@ _MODERN_META = _TRACE_META | {
 _HANDSHAKE = frozenset([None, *HANDSHAKE_PROTOCOL_VERSIONS])
 _ASKING = ("elicitation", "sampling")  # capabilities whose clients an upstream may ask
 _PARAM_HEADER = "mcp-param-"
+# the headers the checks of `_accepted` read, and how many verdicts on them are kept
+_CHECKED = ("accept", "content-type", "host", "origin")
+_VERDICTS = 256
 
 # What the SDK's transports send before a handshake-era event stream and a 2026-07-28 one.
 _HANDSHAKE_SSE_HEADERS = [
@@ -168,6 +171,7 @@ class LeanCalls:
         self.enabled = True
         self.served = 0
         self._security = TransportSecurityMiddleware(security)
+        self._verdicts: dict[tuple[str | None, ...], bool] = {}
         self._shape = result_shaper(frontend.server)
         # the connection of each handshake-era session, learnt from its requests to the SDK
         self._connections: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
@@ -232,10 +236,7 @@ class LeanCalls:
                 continue
             headers[text] = value.decode("latin-1")
         request = Request(scope)
-        has_json, has_sse = check_accept_headers(request)
-        if not (has_json and has_sse):
-            return None
-        if await self._security.validate_request(request, is_post=True) is not None:
+        if not await self._accepted(request, headers):
             return None
         version = headers.get("mcp-protocol-version")
         session_id = headers.get("mcp-session-id")
@@ -260,6 +261,21 @@ class LeanCalls:
             return None
         ctx = _Context(request, meta, request_id, protocol_version, _Session(connection))
         return _Call(ctx, _Params(name, arguments), session_id, transport)
+
+    async def _accepted(self, request: Request, headers: dict[str, str]) -> bool:
+        """Whether the request accepts JSON and an event stream and passes the SDK's Host,
+        Origin and Content-Type checks; the verdict on each set of those headers is kept (the
+        checks match the Host against patterns)."""
+        key = tuple(headers.get(name) for name in _CHECKED)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            has_json, has_sse = check_accept_headers(request)
+            refused = await self._security.validate_request(request, is_post=True)
+            verdict = has_json and has_sse and refused is None
+            if len(self._verdicts) >= _VERDICTS:
+                self._verdicts.clear()
+            self._verdicts[key] = verdict
+        return verdict
 
     def _handshake_session(self, scope: Scope, session_id: str | None) -> tuple[Any, Any] | None:
         """(transport, connection) of a held session the request may use, whose client
