@@ -542,9 +542,8 @@ class ToolSearch(RankingStages, DenseCandidates):
             decls = [decl for decl, _ in ranked]
             # the model, then (`auto`) the table until the model has them all
             for stage in self._stages:
-                if not stage.weight_for(analyzed.text):
-                    continue  # a request longer than this encoder says anything of
-                tools = stage.vectors(decls)
+                # a request longer than this encoder says anything of is not reranked by it
+                tools = stage.vectors(decls) if stage.weight_for(analyzed.text) else None
                 if tools is not None:
                     order, mixed = stage.mix(analyzed.text, ranked, tools)
                     ranked = [(decls[i], float(mixed[i])) for i in order]
