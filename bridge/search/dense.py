@@ -15,6 +15,7 @@ import numpy as np
 
 from bridge.model import ToolDeclaration
 from bridge.search.analysis import AnalyzedQuery
+from bridge.search.ann import AnnIndex
 from bridge.search.embedding import ToolEmbeddings
 from bridge.search.semantic import SemanticStage
 from bridge.surface import Surface
@@ -29,40 +30,60 @@ DENSE_PARTS = 5
 # A tool drawn by meaning has at least this cosine with the request (or the part): a request
 # of no known word, or for no tool here, draws nothing, and its answer says so.
 DENSE_FLOOR = 0.25
-# Past this many embedded tools none are drawn: the exact product over every vector grows with
-# the catalog (over 200,000 tools of 384 dimensions it took 146 ms at the median on the loaded
-# 2-core development machine), and a search is to answer in milliseconds.
+# Up to this many embedded tools the nearest are found exactly, by a product with every vector
+# (at 20,000 tools of 384 dimensions a few milliseconds); past it, by an approximate index
+# (bridge.search.ann), whose answers agree with the exact product's on nearly every tool drawn.
 DENSE_EXACT_LIMIT = 20_000
 _INDEXES_LOCK = threading.Lock()  # around a search's first look for its stage's index
 
 
 class DenseIndex:
-    """Every embedded tool's unit vector of one `ToolEmbeddings`, in one float32 matrix searched
-    exactly (a matrix product). The matrix is built again, on a thread of its own, once the
-    embeddings changed (`ToolEmbeddings.generation`): a search reads the last one built and
-    never waits for a build, and a change is searchable once it is embedded and built (at
-    5,596 tools a build takes a few milliseconds)."""
+    """Every embedded tool's unit vector of one `ToolEmbeddings`, searched for the nearest to a
+    request. Up to `exact_limit` tools: one float32 matrix searched exactly (a matrix product),
+    built again whole once the embeddings changed (`ToolEmbeddings.generation`). Past it: an
+    approximate index (`AnnIndex`), built once whole and then kept in step with the tools whose
+    vectors changed (`ToolEmbeddings.changes`), so 1,000 tools added or removed are drawn within
+    a second over a million. Builds and updates run on a thread of their own: a search reads
+    what was last built and never waits for it."""
+
+    exact_limit = DENSE_EXACT_LIMIT
 
     def __init__(self, embeddings: ToolEmbeddings) -> None:
         self.embeddings = embeddings
         self._ids: list[str] = []
         self._matrix = np.zeros((0, embeddings.encoder.dim), np.float32)
+        self._ann: AnnIndex | None = None
         self._built = -1
         self._building: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def _build(self) -> None:
         try:
-            generation, ids, matrix = self.embeddings.every_vector()
-            with self._lock:
-                self._ids, self._matrix, self._built = ids, matrix, generation
+            ann = self._ann
+            if ann is not None:  # in step with the tools changed since the last update
+                generation, ids, matrix, gone = self.embeddings.changes()
+                ann.update(ids, matrix, gone)
+                with self._lock:
+                    self._built = generation
+            elif self.embeddings.tools > self.exact_limit:  # the approximate index, whole
+                generation, ids, matrix = self.embeddings.every_vector(follow=True)
+                ann = AnnIndex(self.embeddings.encoder.dim)
+                ann.update(ids, matrix, [])
+                del matrix
+                with self._lock:
+                    self._ann, self._built = ann, generation
+                    self._ids, self._matrix = [], self._matrix[:0]
+            else:
+                generation, ids, matrix = self.embeddings.every_vector()
+                with self._lock:
+                    self._ids, self._matrix, self._built = ids, matrix, generation
         finally:
             with self._lock:
                 self._building = None
 
-    def current(self, wait: bool = False) -> tuple[list[str], np.ndarray]:
-        """The tool ids and their rows as last built; a build is started when the embeddings
-        changed since (and, with `wait`, waited for: a first search, or a test)."""
+    def current(self, wait: bool = False) -> int:
+        """How many tools a search draws from as last built; a build (or an update) is started
+        when the embeddings changed since, and with `wait` waited for (a first search, a test)."""
         with self._lock:
             building = self._building
             if building is None and self._built != self.embeddings.generation:
@@ -73,11 +94,17 @@ class DenseIndex:
         if building is not None and (wait or self._built < 0):
             building.join()
         with self._lock:
-            return self._ids, self._matrix
+            return len(self._ann) if self._ann is not None else len(self._ids)
 
     def nearest(self, query: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """The `k` tools of the greatest cosine with `query` (a unit vector), best first."""
-        ids, matrix = self.current()
+        """The `k` tools of the greatest cosine with `query` (a unit vector), best first: exact
+        up to `exact_limit` tools, approximate past it."""
+        with self._lock:
+            ids, matrix, ann = self._ids, self._matrix, self._ann
+        if ann is not None:  # the graph's candidates, scored by their own vectors
+            ids, matrix = self.embeddings.vectors_of(
+                [tool_id for tool_id, _ in ann.nearest(query, k)]
+            )
         if not ids or k <= 0:
             return []
         scores = matrix @ query.astype(np.float32)
@@ -127,10 +154,7 @@ class DenseCandidates:
         if stage is None or k <= 0 or (stage.encoder.cheap and not self.dense_static):
             return ranked
         index = self._dense_index(stage)
-        embedded = len(index.current()[0])
-        if (
-            not embedded or embedded > DENSE_EXACT_LIMIT
-        ):  # (nothing embedded: no query embedded either)
+        if not index.current():  # (nothing embedded: no query embedded either)
             return ranked
         have = {decl.tool_id for decl, _ in ranked}
         added: list[tuple[ToolDeclaration, float]] = []

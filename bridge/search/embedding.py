@@ -75,9 +75,8 @@ class ToolEmbeddings:
         self.encoder = encoder
         self.after = after
         self.path = path
-        self.embedded = (
-            0  # texts its thread embedded since it opened (not read from the file, nor by a search)
-        )
+        # texts its thread embedded since it opened (not read from the file, nor by a search)
+        self.embedded = 0
         self._model_key = hashlib.blake2b(
             f"{encoder.name}|{encoder.tool_tokens}".encode(), digest_size=8
         ).digest()
@@ -95,9 +94,7 @@ class ToolEmbeddings:
         )
         self._submitted = 0
         self._done = 0
-        self._todo: dict[
-            bytes, str
-        ] = {}  # text key -> text, waiting for its embedding (writer thread)
+        self._todo: dict[bytes, str] = {}  # text key -> text, waiting for its embedding
         self._todo_len = 0
         # rows that may have lost their last tool (a tool removed or its text changed) since the
         # vector file was last compacted: `_compact` looks at every row only when enough may have
@@ -107,6 +104,10 @@ class ToolEmbeddings:
         self._settled = True
         # tool_id -> (declaration, vector): embedded by a search before the thread came to it
         self._fresh: LRUCache[str, tuple[ToolDeclaration, np.ndarray]] = LRUCache(_FRESH_KEPT)
+        # tools whose vector changed since `changes()` last read them (None: no one follows), and
+        # text key -> the tools waiting for that text's vector (bridge.search.dense)
+        self._journal: list[str] | None = None
+        self._awaiting: dict[bytes, list[str]] = {}
         self._closed = False
         if path is not None:
             try:
@@ -401,6 +402,8 @@ class ToolEmbeddings:
                     for tool_id in deletes:
                         if self._keys.pop(tool_id, None) is not None:
                             self._dropped += 1
+                            if self._journal is not None:
+                                self._journal.append(tool_id)
                     self.generation += 1
                 pending: list[tuple[str, bytes]] = []
                 ready: dict[bytes, np.ndarray] = {}  # embedded by a search already
@@ -426,6 +429,10 @@ class ToolEmbeddings:
                         if self._keys.get(tool_id, key) != key:
                             self._dropped += 1
                         self._keys[tool_id] = key
+                        if self._journal is not None:
+                            self._journal.append(tool_id)
+                            if key not in self._rows:
+                                self._awaiting.setdefault(key, []).append(tool_id)
                     self.generation += 1
                     self._todo_len = len(todo)
                     self._done += 1
@@ -459,6 +466,7 @@ class ToolEmbeddings:
             with self._cond:
                 for key in keys:
                     todo.pop(key, None)
+                    self._awaiting.pop(key, None)
                 self._todo_len = len(todo)
                 self._tidying = not todo
                 self._cond.notify_all()
@@ -475,6 +483,8 @@ class ToolEmbeddings:
                 self._rows[key] = self._count
                 self._count += 1
                 todo.pop(key, None)
+                if self._journal is not None:
+                    self._journal.extend(self._awaiting.pop(key, ()))
             self.generation += 1
             self._todo_len = len(todo)
             self._tidying = not todo
@@ -506,15 +516,55 @@ class ToolEmbeddings:
                 os.truncate(self.path, whole)
         self.path, self._file = None, None
 
-    def every_vector(self) -> tuple[int, list[str], np.ndarray]:
+    def every_vector(self, follow: bool = False) -> tuple[int, list[str], np.ndarray]:
         """Every tool with a vector: the `generation` read, the tool ids and their vectors
-        (float32, one row each). The rows are copied after the lock is let go: the array read
-        keeps them, as the stage only appends to it or replaces it whole."""
+        (float32, one row each; copied after the lock is let go: the array read keeps them, as the
+        stage only appends to it or replaces it whole); with `follow`, journal the changes."""
         with self._lock:
             generation, vectors, rows = self.generation, self._vectors, self._rows
             pairs = [(tool_id, rows[key]) for tool_id, key in self._keys.items() if key in rows]
+            if follow:
+                self._journal = []
+                self._awaiting = {}
+                for tool_id, key in self._keys.items():
+                    if key not in rows:
+                        self._awaiting.setdefault(key, []).append(tool_id)
         at = np.fromiter((row for _, row in pairs), np.int64, len(pairs))
         return generation, [tool_id for tool_id, _ in pairs], vectors[at].astype(np.float32)
+
+    def vectors_of(self, tool_ids: Sequence[str]) -> tuple[list[str], np.ndarray]:
+        """The tools of `tool_ids` that have a vector, and those vectors (float32, one row each)."""
+        with self._lock:
+            found = [
+                (tool_id, row)
+                for tool_id in tool_ids
+                if (row := self._rows.get(self._keys.get(tool_id, b""))) is not None
+            ]
+            vectors = self._vectors[[row for _, row in found]].astype(np.float32)
+        return [tool_id for tool_id, _ in found], vectors
+
+    def changes(self) -> tuple[int, list[str], np.ndarray, list[str]]:
+        """Since `every_vector(follow=True)` or the last call: the `generation` read, the changed
+        tools with a vector, their vectors (float32) and the tools with none (removed, waiting)."""
+        with self._lock:
+            journal = self._journal or []
+            self._journal = None if self._journal is None else []
+            generation, vectors, rows, keys = self.generation, self._vectors, self._rows, self._keys
+            have: dict[str, int] = {}
+            gone: list[str] = []
+            for tool_id in dict.fromkeys(journal):
+                row = rows.get(keys.get(tool_id, b""))
+                if row is None:
+                    gone.append(tool_id)
+                else:
+                    have[tool_id] = row
+        at = np.fromiter(have.values(), np.int64, len(have))
+        return generation, list(have), vectors[at].astype(np.float32), gone
+
+    @property
+    def tools(self) -> int:
+        """How many tools the embeddings know (with a vector or waiting for one)."""
+        return len(self._keys)
 
     @property
     def missing(self) -> int:

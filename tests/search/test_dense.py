@@ -12,6 +12,7 @@ import pytest
 
 from bridge.config import SurfaceConfig
 from bridge.search import dense
+from bridge.search.ann import AnnIndex
 from bridge.search.onnxencoder import OnnxMiniLMEncoder, onnx_model_location
 from bridge.surface import Surface
 from tests.fakes import FakeUpstream, tool
@@ -77,10 +78,54 @@ async def test_a_request_naming_no_word_of_its_tool_finds_it(desk_search):
     assert names(search, surface, "supper reservation", namespace="other") == []
 
 
-async def test_a_catalog_past_the_exact_limit_draws_none(desk_search, monkeypatch):
-    _, search, _, surface = desk_search
-    monkeypatch.setattr(dense, "DENSE_EXACT_LIMIT", 4)  # five tools embedded
-    assert names(search, surface, "supper reservation") == []
+async def test_past_the_exact_limit_the_approximate_index_draws_and_follows(
+    desk_search, monkeypatch
+):
+    """Past the exact limit the nearest tools come from the approximate index, which draws what
+    the exact product does and follows the tools added and removed."""
+    catalog, search, stage, surface = desk_search
+    exact = names(search, surface, "supper reservation")
+    monkeypatch.setattr(dense.DenseIndex, "exact_limit", 4)  # five tools embedded
+    search.__dict__.pop("_dense_indexes")  # a new index, built past the limit
+    assert names(search, surface, "supper reservation") == exact
+    index = search._dense_index(stage)
+    assert index._ann is not None and len(index._ann) == 5
+    catalog.apply_tools(
+        "desk", [*desk()[1:], tool("order_pizza", description="Order a pizza from a restaurant.")]
+    )
+    assert await search.wait_indexed() and await asyncio.to_thread(stage.flush, 10.0)
+    index.current(wait=True)  # updated on a thread of its own
+    index.current(wait=True)  # (and once more, should an update have begun before the change)
+    assert names(search, surface, "supper") == ["desk__order_pizza"]
+    assert len(index._ann) == 5 and index._ann._ids
+
+
+def test_the_approximate_index_agrees_with_the_exact_product():
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((2000, 48)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = [f"t{i}" for i in range(2000)]
+    ann = AnnIndex(48)
+    ann.update(ids, vectors, [])
+    queries = vectors[:50] + 0.3 * rng.standard_normal((50, 48)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    agree = first = 0
+    for q in queries:
+        order = np.argsort(-(vectors @ q))
+        exact = {ids[i] for i in order[:10]}
+        found = ann.nearest(q, 10)
+        agree += len(exact & {tool_id for tool_id, _ in found})
+        first += ids[order[0]] in {tool_id for tool_id, _ in found}
+        cosines = [cosine for _, cosine in found]
+        assert cosines == sorted(cosines, reverse=True)
+        assert abs(cosines[0] - float(vectors[ids.index(found[0][0])] @ q)) < 0.02
+    assert first == 50 and agree >= 0.9 * 500  # random vectors: the hardest to draw from
+    # a removed tool is never drawn; an added one, and one whose vector changed, are
+    ann.update(["new", "t1"], np.stack([vectors[0], vectors[2]]), ["t0"])
+    assert ann.nearest(vectors[0], 2)[0][0] == "new"
+    assert "t0" not in {tool_id for tool_id, _ in ann.nearest(vectors[0], 20)}
+    assert {tool_id for tool_id, _ in ann.nearest(vectors[2], 2)} == {"t1", "t2"}
+    assert len(ann) == 2000
 
 
 async def test_each_part_of_a_request_draws_its_own_tools(desk_search):
