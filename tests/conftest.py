@@ -33,10 +33,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item) -> None:
-    """A test of the collector itself may unfreeze what was frozen: frozen again once its
-    fixtures are gone and its garbage collected."""
-    if gc.get_freeze_count() == 0:
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """At the end of each test module, once its fixtures are gone: its garbage collected, and
+    what it left alive (caches, logs, reports) frozen too, so that the collections of the next
+    modules do not walk it again. A test of the collector itself may have unfrozen everything."""
+    if nextitem is None or nextitem.path != item.path:
         gc.collect()
         gc.freeze()
 
