@@ -1860,7 +1860,7 @@ async def test_a_cancel_on_a_kept_alive_connection_the_agent_closed_is_sent_agai
         proxy.armed, proxy.only = 1, b":cancel"
         result = await b.invoker.invoke("peer__wait", {"message": "hold"})
         assert result.is_error and result.error.error_class == "timeout"
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(20):  # a guard: the cancel comes at once, later under load
             await control.cancel_seen.wait()
         [dropped] = proxy.dropped
         assert dropped.startswith(b"POST /rest/tasks/") and b":cancel " in dropped, dropped

@@ -33,6 +33,8 @@ from tests.servers import (
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 1 << 20
 BIG = 50 << 20
+# seconds a call cut at its bound may take: well within its timeout (20 s), on a loaded machine too
+CUT_WITHIN = 12
 
 
 async def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
@@ -67,7 +69,7 @@ async def test_an_answer_past_max_response_bytes_fails_its_call_and_the_session_
         for tool in ("big_json", "big_json_declared", "big_gzip", "big_event", "endless_events"):
             begun = loop.time()
             result = await bridge.invoker.invoke(f"big__{tool}", {"size": BIG})
-            assert loop.time() - begun < 5, tool
+            assert loop.time() - begun < CUT_WITHIN, tool
             assert (
                 result.status == "too_large" and result.error.error_class == "result_too_large"
             ), (tool, result.error)
@@ -106,7 +108,7 @@ async def test_a_resumed_answer_is_bounded_whole_like_the_post_stream_it_resumes
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
         begun = asyncio.get_running_loop().time()
         result = await bridge.invoker.invoke("big__resumed", resumed)
-        assert asyncio.get_running_loop().time() - begun < 5
+        assert asyncio.get_running_loop().time() - begun < CUT_WITHIN
         assert result.status == "too_large" and result.error.error_class == "result_too_large", (
             result.error
         )
@@ -133,7 +135,7 @@ async def test_an_answer_whose_stream_the_server_keeps_ending_is_resumed_a_bound
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
         begun = asyncio.get_running_loop().time()
         result = await bridge.invoker.invoke("big__resumed", {"size": 0})
-        assert asyncio.get_running_loop().time() - begun < 5
+        assert asyncio.get_running_loop().time() - begun < CUT_WITHIN
         assert result.status == "failed" and result.error.error_class == "execution_failed", (
             result.error
         )

@@ -151,7 +151,9 @@ async def test_a_start_whose_server_answers_nothing_after_initialize_fails_at_st
 ):
     async with hanging("all") as (base, _):
         async with started(base, start_timeout=1, ping_timeout=30) as (bridge, took):
-            assert took < 2.5
+            # it ends at start_timeout (with room for a loaded machine), not at ping_timeout or
+            # the call timeout (30 s each)
+            assert took < 5
             slot = bridge.catalog.slot("remote")
             assert slot.health.state == "failed"
             assert slot.health.reason == (
