@@ -179,8 +179,9 @@ def related_words() -> dict[str, tuple[str, ...]]:
             exc,
         )
         return {}
+    # tolist() gives Python strings already; an empty one pads a row of fewer related words
     return {
-        str(word): tuple(str(r) for r in row if r)
+        word: tuple(filter(None, row))
         for word, row in zip(words.tolist(), related.tolist(), strict=True)
     }
 
