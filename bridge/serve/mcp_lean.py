@@ -1,7 +1,7 @@
 """The lean path of `tools/call` over streamable HTTP: a plain call of a catalog tool is answered
 without the SDK's server session, its memory streams and its JSON-RPC models, by the frontend's
 own `tools/call` handler (the same pipeline, surfaces, policy, rate limits, audit, metrics and
-spans as the SDK path), and written in the bytes the SDK would write.
+spans as the SDK path), its JSON-RPC message written in the bytes the SDK would write.
 
 It sits right in front of the SDK's `/mcp` endpoint, behind the auth gate, the session caps and
 the shared-session gate, so those apply to it as to every request. A POST takes it when it is
@@ -18,11 +18,14 @@ one `tools/call` request (the gate's parsed message, `MESSAGE_SCOPE_KEY`) that
 - calls a tool by its own name that is not deferred on the caller's surface (not `search_tools`
   or `call_tool`, which may load tools into the session).
 
-Anything else goes to the SDK unchanged. A handshake-era answer is the event stream the SDK's
-transport writes (one `message` event); a 2026-07-28 one is JSON, or an event stream with
-keep-alive comments once the call runs past the SDK's deferral window. A handshake-era client
-cancels a lean call as any other, by `notifications/cancelled` naming its request id; a
-2026-07-28 client by closing the response stream.
+Anything else goes to the SDK unchanged. The answer is JSON in both eras, or an event stream
+with keep-alive comments and then the message once the call runs past the SDK's deferral window
+(as the SDK answers on 2026-07-28; in the handshake era, whose SDK transport answers every POST
+with an event stream, the era lets a server answer a POST either way and its clients take both;
+JSON spares a client that closes an event stream as soon as its message is in, as the SDK's
+does, a new connection for each call). A handshake-era client cancels a lean call as any other,
+by `notifications/cancelled` naming its request id; a 2026-07-28 client by closing the response
+stream.
 """
 
 from __future__ import annotations
@@ -364,20 +367,18 @@ class LeanCalls:
         return {"jsonrpc": "2.0", "id": ctx.request_id, "error": error}
 
     async def _serve_handshake(self, call: _Call, send: Send) -> None:
-        """Answer on an event stream, as the SDK's transport does in its session."""
+        """Answer in JSON, or on an event stream with keep-alive comments once the call runs
+        past `KEEPALIVE` (the era lets a server answer a POST either way, and its clients take
+        both); a `notifications/cancelled` naming the call cancels it."""
         assert call.session_id is not None
+        session = (b"mcp-session-id", call.session_id.encode())
         key = (call.session_id, call.ctx.request_id)
+        stream = _Stream(send, [*_HANDSHAKE_SSE_HEADERS, session, (b"x-accel-buffering", b"no")])
         with request_in_flight(call.transport) as open_:
-            headers = [
-                *_HANDSHAKE_SSE_HEADERS,
-                (b"mcp-session-id", call.session_id.encode()),
-                (b"x-accel-buffering", b"no"),
-            ]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
             task = asyncio.current_task()
             assert task is not None
             self._running[key] = task
-            pinging = asyncio.get_running_loop().call_later(KEEPALIVE, self._ping_later, send)
+            timer = asyncio.get_running_loop().call_later(KEEPALIVE, stream.keep_alive)
             try:
                 if not open_:
                     raise asyncio.CancelledError  # the session is ending: as the SDK cancels it
@@ -389,27 +390,23 @@ class LeanCalls:
                 error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
                 answer = {"jsonrpc": "2.0", "id": call.ctx.request_id, "error": error}
             finally:
-                pinging.cancel()
+                timer.cancel()
+                await stream.settle()
                 self._cancelled.discard(task)
                 if self._running.get(key) is task:
                     del self._running[key]
-            body = b"event: message\r\ndata: " + pydantic_core.to_json(answer) + b"\r\n\r\n"
-            await send({"type": "http.response.body", "body": body, "more_body": False})
-
-    def _ping_later(self, send: Send) -> None:
-        """A handshake-era call still running: keep-alive comments on its stream, as the SDK's
-        event stream sends them."""
-
-        async def ping() -> None:
-            while True:
-                comment = f": ping - {datetime.now(UTC)}\r\n\r\n".encode()
-                await send({"type": "http.response.body", "body": comment, "more_body": True})
-                await asyncio.sleep(KEEPALIVE)
-
-        task = asyncio.current_task()
-        pinger = asyncio.ensure_future(ping())
-        if task is not None:
-            task.add_done_callback(lambda _: pinger.cancel())
+            body = pydantic_core.to_json(answer)  # as the SDK's transport writes a message
+            if stream.open:
+                event = b"event: message\r\ndata: " + body + b"\r\n\r\n"
+                await send({"type": "http.response.body", "body": event, "more_body": False})
+                return
+            headers = [
+                (b"content-type", b"application/json"),
+                session,
+                (b"content-length", str(len(body)).encode()),
+            ]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
 
     async def _serve_modern(self, call: _Call, receive: Receive, send: Send) -> None:
         """Answer in JSON, or on an event stream once the call runs past `KEEPALIVE`; a client
@@ -452,6 +449,33 @@ class LeanCalls:
         finally:
             for task in (handler, watcher):
                 task.cancel()
+
+
+class _Stream:
+    """The event stream a handshake-era call's answer goes on once it runs past `KEEPALIVE`:
+    `keep_alive` opens it and sends a comment every `KEEPALIVE` seconds, as the SDK's event
+    stream does; `settle` stops the comments before the answer is written."""
+
+    def __init__(self, send: Send, headers: list[tuple[bytes, bytes]]) -> None:
+        self.send, self.headers = send, headers
+        self.open = False
+        self._pinger: asyncio.Task[None] | None = None
+
+    def keep_alive(self) -> None:
+        self._pinger = asyncio.ensure_future(self._ping())
+
+    async def _ping(self) -> None:
+        self.open = True
+        await self.send({"type": "http.response.start", "status": 200, "headers": self.headers})
+        while True:
+            comment = f": ping - {datetime.now(UTC)}\r\n\r\n".encode()
+            await self.send({"type": "http.response.body", "body": comment, "more_body": True})
+            await asyncio.sleep(KEEPALIVE)
+
+    async def settle(self) -> None:
+        if self._pinger is not None:
+            self._pinger.cancel()
+            await asyncio.gather(self._pinger, return_exceptions=True)
 
 
 async def _disconnected(receive: Receive) -> None:

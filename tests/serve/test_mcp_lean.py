@@ -1,11 +1,11 @@
 """The lean path of `tools/call` (bridge/serve/mcp_lean.py): a plain call is answered without the
-SDK's server session, in the bytes the SDK's path answers (results and errors alike, in both
-eras, on an event stream and in JSON), and anything unusual still goes to the SDK."""
+SDK's server session, with the message the SDK's path answers (results and errors alike, in both
+eras; in JSON, or on an event stream once a call runs long), and anything unusual still goes to
+the SDK."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -91,7 +91,15 @@ class Env:
         finally:
             self.lean.enabled = True
         assert self.lean.served == served + 1
-        assert _seen(lean) == _seen(sdk)
+        if era == MODERN:
+            assert _seen(lean) == _seen(sdk)
+        else:  # the lean answer is JSON, the SDK's an event stream: the same message in each
+            assert lean.headers["content-type"] == "application/json"
+            assert sdk.headers["content-type"] == "text/event-stream"
+            assert lean.status_code == sdk.status_code == 200
+            assert lean.headers["mcp-session-id"] == sdk.headers["mcp-session-id"]
+            (data,) = [x for x in sdk.text.splitlines() if x.startswith("data: ")]
+            assert _VARYING.sub("N", lean.text) == _VARYING.sub("N", data.removeprefix("data: "))
 
 
 def _seen(response: httpx2.Response) -> tuple[int, list[tuple[str, str]], str]:
@@ -190,6 +198,36 @@ async def test_a_modern_call_past_the_keepalive_window_answers_on_an_event_strea
     assert events[0] == events[1] and len(events[0]) == 1
 
 
+async def test_a_handshake_call_past_the_keepalive_window_answers_on_an_event_stream(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+):
+    """Keep-alive comments, as the SDK's event stream sends them, then the answer as one
+    `message` event: the message the SDK's path answers."""
+    monkeypatch.setattr(mcp_lean, "KEEPALIVE", 0.05)
+    svc = env.srv.bridge.catalog.slot("svc").upstream
+    svc.gate = asyncio.Event()
+    try:
+        served = env.lean.served
+        pending = asyncio.ensure_future(env.call(HANDSHAKE, "svc__slow", {"text": "z"}))
+        await asyncio.sleep(0.3)
+        svc.gate.set()
+        lean = await pending
+    finally:
+        svc.gate = None
+    assert env.lean.served == served + 1
+    assert lean.headers["content-type"] == "text/event-stream"
+    assert lean.headers["mcp-session-id"] == env.session["Mcp-Session-Id"]
+    assert lean.text.startswith(": ping - ")
+    (data,) = [x for x in lean.text.splitlines() if x.startswith("data: ")]
+    env.lean.enabled = False
+    try:
+        sdk = await env.call(HANDSHAKE, "svc__slow", {"text": "z"})
+    finally:
+        env.lean.enabled = True
+    (sdk_data,) = [x for x in sdk.text.splitlines() if x.startswith("data: ")]
+    assert _VARYING.sub("N", data) == _VARYING.sub("N", sdk_data)
+
+
 async def test_a_handshake_call_is_cancelled_by_notifications_cancelled(env: Env):
     svc = env.srv.bridge.catalog.slot("svc").upstream
     svc.gate = asyncio.Event()
@@ -210,13 +248,9 @@ async def test_a_handshake_call_is_cancelled_by_notifications_cancelled(env: Env
     finally:
         svc.gate = None
     assert env.lean.served == served + 1
-    (event,) = _events(response.text)
-    assert event == {
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {
         "jsonrpc": "2.0",
         "id": 7,
         "error": {"code": -32800, "message": "Request cancelled"},
     }
-
-
-def _events(text: str) -> list[Any]:
-    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
