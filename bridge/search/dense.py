@@ -8,19 +8,25 @@ part as well, so the tools of one ask do not take every place of another's."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bridge.model import ToolDeclaration
 from bridge.search.analysis import AnalyzedQuery
-from bridge.search.ann import AnnIndex
 from bridge.search.embedding import ToolEmbeddings
 from bridge.search.semantic import SemanticStage
 from bridge.surface import Surface
 
+if TYPE_CHECKING:
+    from bridge.search.ann import AnnIndex
+
 __all__ = ["DENSE_CANDIDATES", "DenseCandidates", "DenseIndex"]
+
+log = logging.getLogger("bridge.search")
 
 # Tools drawn by meaning for the request, and again for each of its parts, that the keyword
 # candidates do not hold already (bench/search_quality.py, docs/search.md: Dense candidates).
@@ -65,7 +71,10 @@ class DenseIndex:
                 ann.update(ids, matrix, gone)
                 with self._lock:
                     self._built = generation
-            elif self.embeddings.tools > self.exact_limit:  # the approximate index, whole
+            elif self.embeddings.tools > self.exact_limit and _ann_installed():
+                # the approximate index, whole
+                from bridge.search.ann import AnnIndex
+
                 generation, ids, matrix = self.embeddings.every_vector(follow=True)
                 ann = AnnIndex(self.embeddings.encoder.dim)
                 ann.update(ids, matrix, [])
@@ -112,6 +121,22 @@ class DenseIndex:
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.argsort(-scores[top], kind="stable")]
         return [(ids[i], float(scores[i])) for i in top]
+
+
+@functools.cache
+def _ann_installed() -> bool:
+    """Whether the approximate index's library is there (the `semantic` extra brings it); without
+    it the nearest are found exactly at any size, which is said once."""
+    try:
+        import hnswlib  # noqa: F401
+    except ImportError:
+        log.warning(
+            "search: hnswlib is not installed, so dense candidates are found exactly past %d "
+            "tools (slower); install the bridge's `semantic` extra",
+            DENSE_EXACT_LIMIT,
+        )
+        return False
+    return True
 
 
 class DenseCandidates:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -98,6 +99,25 @@ async def test_past_the_exact_limit_the_approximate_index_draws_and_follows(
     index.current(wait=True)  # (and once more, should an update have begun before the change)
     assert names(search, surface, "supper") == ["desk__order_pizza"]
     assert len(index._ann) == 5 and index._ann._ids
+
+
+async def test_without_the_approximate_index_library_the_nearest_are_found_exactly(
+    desk_search, monkeypatch, caplog
+):
+    """Without hnswlib (the `semantic` extra brings it) a catalog past the exact limit is still
+    drawn from, exactly, and the log says what to install."""
+    _, search, stage, surface = desk_search
+    exact = names(search, surface, "supper reservation")
+    monkeypatch.setitem(sys.modules, "hnswlib", None)  # its import fails
+    dense._ann_installed.cache_clear()
+    monkeypatch.setattr(dense.DenseIndex, "exact_limit", 4)
+    search.__dict__.pop("_dense_indexes")
+    try:
+        assert names(search, surface, "supper reservation") == exact
+        assert search._dense_index(stage)._ann is None
+        assert "install the bridge's `semantic` extra" in caplog.text
+    finally:
+        dense._ann_installed.cache_clear()
 
 
 def test_the_approximate_index_agrees_with_the_exact_product():
