@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.search.encoder import model_location
+from bridge.search.onnxencoder import onnx_model_location
 from bridge.search.semantic import choose_encoder
 from bridge.search.static import STATIC_TABLE, load_static
 
@@ -18,7 +19,7 @@ def test_a_missing_or_damaged_table_leaves_keyword_ranking(tmp_path, caplog):
         with caplog.at_level("WARNING", logger="bridge.search"):
             assert load_static(path) is None
         assert f"semantic search table {path} cannot be loaded" in caplog.text
-    if model_location() is None:
+    if model_location() is None and onnx_model_location() is None:  # no `semantic` extra
         with caplog.at_level("WARNING", logger="bridge.search"):
             assert choose_encoder("model") is None
         assert "pip install 'a2t-bridge[semantic]'" in caplog.text
