@@ -10,19 +10,28 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: setup serve serve-cluster lint test bench clean
 
-setup: $(STAMP)
+# the Node packages of the tests are installed again only when their lock files change, not with
+# every change of pyproject.toml (three `npm ci`, about a minute)
+NODE_LOCKS := tests/oidc/package-lock.json tests/conformance/runner/package-lock.json \
+	tests/conformance/server/package-lock.json
+NODE_STAMP := $(VENV)/.installed-node
+
+setup: $(STAMP) $(NODE_STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	@touch $(STAMP)
+
+$(NODE_STAMP): $(NODE_LOCKS) | $(STAMP)
 	@# the OpenID provider the identity tests start (tests/oidc), when npm is here; they skip without it
 	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tests/oidc --no-audit --no-fund --loglevel=error; fi
 	@# the MCP conformance suite (with Node 22 from npm) and its reference server (tests/conformance)
 	@if command -v npm >/dev/null 2>&1; then \
 		npm ci --prefix tests/conformance/runner --no-audit --no-fund --loglevel=error && \
 		npm ci --prefix tests/conformance/server --no-audit --no-fund --loglevel=error; fi
-	@touch $(STAMP)
+	@touch $(NODE_STAMP)
 
 # bridge serve's options, passed only when given on make's command line (`make serve PORT=9000`,
 # `make serve HOST=127.0.0.2 ARGS=-v`), not from the environment, where shells and hosting
@@ -58,7 +67,7 @@ TEST_WORKERS ?= 2
 # skipped, and said so here; under CI=true they fail instead
 BROWSER_HINT = the console's browser tests are skipped: no chromium and chromedriver found (apt-get install -y chromium chromium-driver)
 
-test: $(STAMP) lint
+test: $(STAMP) $(NODE_STAMP) lint
 	@if ! { command -v chromium || command -v chromium-browser; } >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then echo "make test: $(BROWSER_HINT)"; fi
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
