@@ -10,7 +10,8 @@ The `/mcp` endpoint is wrapped so that:
   expiry back): a session this replica does not hold yet is taken up from it, served as if it
   had been opened here; one that has no record (ended, expired) answers 404 on every replica,
   and a copy held here is ended;
-- a `DELETE` removes the record and tells the other replicas, which end their copies;
+- a `DELETE` removes the record and tells the other replicas, which end their copies, before
+  its answer is sent;
 - the resource subscriptions and logging level of a session are shared as well
   (bridge/serve/mcp_shared_features.py).
 
@@ -214,17 +215,18 @@ class SharedSessionGate:
         if scope["method"] != "DELETE":
             await self.app(scope, receive, send)
             return
-        status = 0
+        # the answer (a few bytes) is held until the record is gone and the other replicas are
+        # told, so no replica serves the session once its client has read that it ended
+        answer: list[Message] = []
 
-        async def watch(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
+        async def hold(message: Message) -> None:
+            answer.append(message)
 
-        await self.app(scope, receive, watch)
-        if status < 400:
+        await self.app(scope, receive, hold)
+        if answer and answer[0]["type"] == "http.response.start" and answer[0]["status"] < 400:
             await self.forget(session_id)
+        for message in answer:
+            await send(message)
 
     async def _adopt(self, manager: Any, record: SessionRecord, scope: Scope) -> None:
         """Take the session up here, once however many of its requests arrive at once."""
