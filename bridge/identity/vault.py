@@ -331,14 +331,9 @@ class UserTokens:
     async def signed_in(self, params: Mapping[str, str]) -> str:
         """Where the browser goes once the user signed in at `server.oauth.issuer`: on to the
         vendor when they are the user the connect link was made for. Raises FlowRefused."""
-        row = await self._take(params.get("state") or "", "sign-in")
-        if row is None:
-            raise _bad_state()
-        key: UserKey = (row[0], row[1], row[2])
-        config = self._config(key[0])
-        verifier = unseal(config.key, "sign-in", key, row[3])
+        key, config, verifier = await self._flow(params, "sign-in")
         oauth = self._oauth
-        if verifier is None or oauth is None or oauth.client_id is None:
+        if oauth is None or oauth.client_id is None:
             raise _bad_state()
         if params.get("error") or not params.get("code"):
             said = str(params.get("error") or "no code")[:100]
@@ -404,6 +399,21 @@ class UserTokens:
         assert self.store is not None
         return await asyncio.to_thread(self.store.take_flow, _digest(secret), purpose)
 
+    async def _flow(
+        self, params: Mapping[str, str], purpose: str
+    ) -> tuple[UserKey, UserOAuthConfig, bytes]:
+        """The user, upstream config and PKCE verifier of the flow whose `state` the browser
+        brings back (taken once). Raises FlowRefused for a state unknown, used or not opening."""
+        row = await self._take(params.get("state") or "", purpose)
+        if row is None:
+            raise _bad_state()
+        key: UserKey = (row[0], row[1], row[2])
+        config = self._config(key[0])
+        verifier = unseal(config.key, purpose, key, row[3])
+        if verifier is None:
+            raise _bad_state()
+        return key, config, verifier
+
     async def _to_vendor(self, key: UserKey, config: UserOAuthConfig) -> str:
         """The vendor's authorization URL for the user of `key`, its flow kept for them."""
         state, verifier = await self._begin(key, config, "state")
@@ -428,14 +438,7 @@ class UserTokens:
         """Finish the flow the vendor sends the user back from: its `state` taken (once), its
         `code` exchanged, with the PKCE verifier, for the user's tokens, which are kept sealed.
         Answers the upstream connected; raises FlowRefused."""
-        row = await self._take(params.get("state") or "", "state")
-        if row is None:
-            raise _bad_state()
-        key: UserKey = (row[0], row[1], row[2])
-        config = self._config(key[0])
-        verifier = unseal(config.key, "state", key, row[3])
-        if verifier is None:
-            raise _bad_state()
+        key, config, verifier = await self._flow(params, "state")
         if params.get("error"):
             said = str(params.get("error"))[:100]
             raise FlowRefused(
