@@ -16,15 +16,12 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 from urllib.parse import quote_plus
 
 from bridge.exchange_config import TokenExchangeConfig
-from bridge.identity.issuer import FETCH_TIMEOUT, MAX_DOCUMENT_BYTES, Issuer, IssuerUnavailable
+from bridge.identity.issuer import MAX_DOCUMENT_BYTES, IssuerUnavailable
+from bridge.identity.oauth_client import IssuerClients
 from bridge.model import BridgeError
-
-if TYPE_CHECKING:
-    import aiohttp
 
 __all__ = ["GRANT_TYPE", "TOKEN_TYPE", "TokenExchange"]
 
@@ -50,16 +47,10 @@ class TokenExchange:
         self.exchanges = 0  # asked of the issuer since the start
         self._kept: OrderedDict[tuple[str, bytes], tuple[str, float]] = OrderedDict()
         self._running: dict[tuple[str, bytes], asyncio.Future[str]] = {}
-        self._issuers: dict[str, Issuer] = {}
-        self._http: aiohttp.ClientSession | None = None
+        self._clients = IssuerClients()
 
     async def aclose(self) -> None:
-        for issuer in self._issuers.values():
-            await issuer.aclose()
-        self._issuers.clear()
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
+        await self._clients.aclose()
         self._kept.clear()
 
     def forget(self, token: str) -> None:
@@ -113,20 +104,10 @@ class TokenExchange:
         self._kept.move_to_end(key)
         return kept[0]
 
-    def _session(self) -> aiohttp.ClientSession:
-        # aiohttp loads with the first exchange: most servers never exchange a token
-        import aiohttp
-
-        if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT))
-        return self._http
-
     async def _token_url(self, config: TokenExchangeConfig, issuer: str) -> str:
         if config.token_url is not None:
             return config.token_url
-        known = self._issuers.get(issuer)
-        if known is None:
-            known = self._issuers[issuer] = Issuer(issuer)
+        known = self._clients.issuer(issuer)
         try:
             endpoint = (await known.metadata()).get("token_endpoint")
         except IssuerUnavailable as exc:
@@ -197,7 +178,7 @@ class TokenExchange:
             form["client_id"], form["client_secret"] = client
         self.exchanges += 1
         try:
-            async with self._session().post(
+            async with self._clients.session().post(
                 url, data=form, headers=headers, allow_redirects=False
             ) as response:
                 status = response.status

@@ -1,5 +1,6 @@
-"""The bridge as an OAuth client (bridge/identity/vault.py): authorization requests with PKCE,
-and requests to a token endpoint."""
+"""The bridge as an OAuth client (bridge/identity/vault.py, bridge/identity/exchange.py):
+authorization requests with PKCE, requests to a token endpoint, and the issuers and HTTP session
+they are sent with."""
 
 from __future__ import annotations
 
@@ -10,13 +11,44 @@ import secrets
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus, urlencode
 
-from bridge.identity.issuer import MAX_DOCUMENT_BYTES
+from bridge.identity.issuer import FETCH_TIMEOUT, MAX_DOCUMENT_BYTES, Issuer
 from bridge.model import BridgeError
 
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["authorization_url", "new_pkce", "token_request"]
+__all__ = ["IssuerClients", "authorization_url", "new_pkce", "token_request"]
+
+
+class IssuerClients:
+    """The issuers an OAuth client reads (metadata and keys, each kept once by URL) and the HTTP
+    session it asks them and token endpoints over, made on first use: aiohttp loads then, since
+    most servers never act as a client."""
+
+    def __init__(self) -> None:
+        self._issuers: dict[str, Issuer] = {}
+        self._http: aiohttp.ClientSession | None = None
+
+    def issuer(self, url: str) -> Issuer:
+        known = self._issuers.get(url)
+        if known is None:
+            known = self._issuers[url] = Issuer(url)
+        return known
+
+    def session(self) -> aiohttp.ClientSession:
+        import aiohttp
+
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT))
+        return self._http
+
+    async def aclose(self) -> None:
+        for issuer in self._issuers.values():
+            await issuer.aclose()
+        self._issuers.clear()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
 
 def new_pkce() -> tuple[str, str]:

@@ -20,16 +20,19 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bridge.identity.issuer import FETCH_TIMEOUT, Issuer, IssuerUnavailable
-from bridge.identity.oauth_client import authorization_url, new_pkce, token_request
+from bridge.identity.issuer import IssuerUnavailable
+from bridge.identity.oauth_client import (
+    IssuerClients,
+    authorization_url,
+    new_pkce,
+    token_request,
+)
 from bridge.model import BridgeError
 from bridge.oauth_config import OAuthConfig
 from bridge.store.credentials import FlowRow
 from bridge.user_oauth_config import UserOAuthConfig
 
 if TYPE_CHECKING:
-    import aiohttp
-
     from bridge.identity.authenticate import Identity
     from bridge.store import StoreInterface
 
@@ -98,9 +101,8 @@ class UserTokens:
         self._configs: Mapping[str, UserOAuthConfig] = {}
         self._refreshing: dict[UserKey, asyncio.Future[dict[str, Any]]] = {}
         self._connected: dict[UserKey, asyncio.Event] = {}
-        self._http: aiohttp.ClientSession | None = None
         self._oauth: OAuthConfig | None = None
-        self._issuers: dict[str, Issuer] = {}
+        self._clients = IssuerClients()
 
     def update(
         self,
@@ -113,12 +115,7 @@ class UserTokens:
         self._oauth = oauth
 
     async def aclose(self) -> None:
-        for issuer in self._issuers.values():
-            await issuer.aclose()
-        self._issuers.clear()
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
+        await self._clients.aclose()
 
     # ------------------------------------------------------------------ calls
 
@@ -311,7 +308,9 @@ class UserTokens:
             )
         state, verifier = await self._begin(key, config, "sign-in")
         try:
-            endpoint = (await self._issuer(oauth.issuer).metadata()).get("authorization_endpoint")
+            endpoint = (await self._clients.issuer(oauth.issuer).metadata()).get(
+                "authorization_endpoint"
+            )
         except IssuerUnavailable as exc:
             raise FlowRefused(
                 502, "issuer_unavailable", f"the identity provider cannot be read ({exc})"
@@ -340,7 +339,7 @@ class UserTokens:
             raise FlowRefused(
                 403, "sign_in_refused", f"the identity provider did not sign you in ({said})"
             )
-        issuer = self._issuer(oauth.issuer)
+        issuer = self._clients.issuer(oauth.issuer)
         try:
             endpoint = (await issuer.metadata()).get("token_endpoint")
         except IssuerUnavailable as exc:
@@ -356,7 +355,7 @@ class UserTokens:
         client = (oauth.client_id, oauth.client_secret)
         try:
             status, answer = await token_request(
-                self._session(), str(endpoint), client, "basic", form
+                self._clients.session(), str(endpoint), client, "basic", form
             )
         except BridgeError as exc:
             raise FlowRefused(502, "issuer_unavailable", exc.message) from None
@@ -424,12 +423,6 @@ class UserTokens:
             params["resource"] = config.resource
         return authorization_url(config.authorize_url, params, verifier)
 
-    def _issuer(self, url: str) -> Issuer:
-        known = self._issuers.get(url)
-        if known is None:
-            known = self._issuers[url] = Issuer(url)
-        return known
-
     @property
     def redirect_uri(self) -> str:
         return f"{self.public_url}{CALLBACK_PATH}"
@@ -484,13 +477,6 @@ class UserTokens:
 
     # ------------------------------------------------------------------ the vendor
 
-    def _session(self) -> aiohttp.ClientSession:
-        import aiohttp  # loaded with the first flow: most servers never run one
-
-        if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT))
-        return self._http
-
     async def _token_request(
         self, config: UserOAuthConfig, form: dict[str, str], upstream: str
     ) -> tuple[int, dict[str, Any]]:
@@ -498,7 +484,7 @@ class UserTokens:
         secret = config.client_secret.get_secret_value() if config.client_secret else None
         client = (config.client_id, secret)
         return await token_request(
-            self._session(), config.token_url, client, config.client_auth, form
+            self._clients.session(), config.token_url, client, config.client_auth, form
         )
 
 
