@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from _procs import table
 from aiohttp import web
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,16 +61,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    out = [
-        "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)),
-        "  ".join("-" * w for w in widths),
-    ]
-    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
-    return "\n".join(out)
 
 
 def vendor_document(vendor: int, base: str) -> dict[str, Any]:

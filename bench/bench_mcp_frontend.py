@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx2  # noqa: E402
 import uvicorn  # noqa: E402
+from _procs import pct  # noqa: E402
 from mcp import Client, ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
@@ -52,11 +53,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def rss_mb() -> float:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import contextlib
 import json
 import os
 import shutil
@@ -32,7 +31,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import httpx2  # noqa: E402
+from _procs import pct, process  # noqa: E402
 from mcp import Client  # noqa: E402
 
 PY = sys.executable
@@ -59,34 +58,6 @@ def cpu_seconds(pid: int | None = None) -> float:
     stat = Path(f"/proc/{pid or 'self'}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-@contextlib.asynccontextmanager
-async def process(*argv: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=str(ROOT),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                async with asyncio.timeout(10):
-                    await proc.wait()
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
 
 
 async def wait_listening(port: int, proc: asyncio.subprocess.Process, timeout: float = 120) -> None:

@@ -26,7 +26,6 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import aiohttp  # noqa: E402
+from _procs import pct, process, table  # noqa: E402
 
 from bridge.config import ConfigError, parse_config  # noqa: E402
 from bridge.demo.redis_server import RedisServer  # noqa: E402
@@ -54,44 +54,6 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICKS
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    out = [
-        "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)),
-        "  ".join("-" * w for w in widths),
-    ]
-    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
-    return "\n".join(out)
-
-
-@contextlib.asynccontextmanager
-async def process(*argv: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=str(ROOT),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                async with asyncio.timeout(15):
-                    await proc.wait()
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
 
 
 async def wait_ready(
@@ -229,7 +191,7 @@ async def run_setup(
             path = work / f"{label.replace(' ', '-')}-{n}.json"
             path.write_text(json.dumps(config))
             proc = await stack.enter_async_context(
-                process(PY, "-m", "bridge.cli", "serve", "-c", str(path))
+                process(PY, "-m", "bridge.cli", "serve", "-c", str(path), grace=15)
             )
             procs.append(proc)
             urls.append(f"http://127.0.0.1:{port}")
@@ -282,7 +244,9 @@ async def main() -> None:
         try:
             up_port = free_port()
             async with (
-                process(PY, str(ROOT / "bench" / "_mcp_echo_server.py"), str(up_port)) as up,
+                process(
+                    PY, str(ROOT / "bench" / "_mcp_echo_server.py"), str(up_port), grace=15
+                ) as up,
                 aiohttp.ClientSession() as http,
             ):
                 await wait_ready(http, f"http://127.0.0.1:{up_port}", up, path="/mcp")
