@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
@@ -135,15 +135,9 @@ class ServerFeatures:
         error code `prompt_not_found`."""
         client = self._session()
         what = f"prompts/get {name[:200]}"
-        try:
-            result = await client.get_prompt(name, arguments)
-        except MCPError as exc:
-            if exc.code == types.INVALID_PARAMS:
-                raise self._refused(what, exc, "prompt_not_found") from None
-            raise await self._settled(exc, what) from None
-        except Exception as exc:
-            raise await self._settled(exc, what) from None
-        return _wire(result)
+        return _wire(
+            await self._asked(what, client.get_prompt(name, arguments), "prompt_not_found")
+        )
 
     async def complete(
         self, ref: dict[str, Any], argument: dict[str, str], context: dict[str, str] | None
@@ -151,21 +145,16 @@ class ServerFeatures:
         """`completion/complete` for a prompt's or a resource template's argument; `ref` as the
         wire has it, with the upstream's own name or template."""
         client = self._session()
-        what = "completion/complete"
-        try:
+
+        async def send() -> Any:
             reference: types.PromptReference | types.ResourceTemplateReference
             if ref.get("type") == "ref/prompt":
                 reference = types.PromptReference.model_validate(ref, by_name=False)
             else:
                 reference = types.ResourceTemplateReference.model_validate(ref, by_name=False)
-            result = await client.complete(reference, argument, context)
-        except MCPError as exc:
-            if exc.code == types.INVALID_PARAMS:
-                raise self._refused(what, exc, "completion_refused") from None
-            raise await self._settled(exc, what) from None
-        except Exception as exc:
-            raise await self._settled(exc, what) from None
-        return _wire(result)
+            return await client.complete(reference, argument, context)
+
+        return _wire(await self._asked("completion/complete", send(), "completion_refused"))
 
     async def subscribe_resource(self, uri: str, subscribe: bool = True) -> None:
         """`resources/subscribe` (or unsubscribe) of `uri` on a handshake-era session; on a
@@ -186,19 +175,17 @@ class ServerFeatures:
                         await opened.wait()
             return
         what = f"resources/{'subscribe' if subscribe else 'unsubscribe'} {uri[:200]}"
-        try:
+
+        async def send() -> None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", MCPDeprecationWarning)
                 if subscribe:
                     await client.subscribe_resource(uri)
                 else:
                     await client.unsubscribe_resource(uri)
-        except MCPError as exc:
-            if exc.code in (_RESOURCE_NOT_FOUND, types.INVALID_PARAMS):
-                raise self._refused(what, exc, "resource_not_found") from None
-            raise await self._settled(exc, what) from None
-        except Exception as exc:
-            raise await self._settled(exc, what) from None
+
+        not_found = (_RESOURCE_NOT_FOUND, types.INVALID_PARAMS)
+        await self._asked(what, send(), "resource_not_found", not_found)
 
     async def set_logging_level(self, level: str) -> None:
         """`logging/setLevel` on a handshake-era session (the 2026-07-28 era has no logging)."""
@@ -209,6 +196,23 @@ class ServerFeatures:
                 await client.set_logging_level(level)  # type: ignore[arg-type]
         except Exception as exc:
             raise await self._settled(exc, f"logging/setLevel {level[:20]}") from None
+
+    async def _asked(
+        self,
+        what: str,
+        sent: Awaitable[Any],
+        refusal: str,
+        refused: tuple[int, ...] = (types.INVALID_PARAMS,),
+    ) -> Any:
+        """The answer to a request `sent` to the server. Raises BridgeError: `invalid_arguments`
+        with error code `refusal` for a JSON-RPC error of a code in `refused`, else the error
+        the failure settles to (`what` names the request in its message)."""
+        try:
+            return await sent
+        except Exception as exc:
+            if isinstance(exc, MCPError) and exc.code in refused:
+                raise self._refused(what, exc, refusal) from None
+            raise await self._settled(exc, what) from None
 
     def _refused(self, what: str, exc: MCPError, code: str) -> BridgeError:
         text = masked(exc.message, self.config.secrets())
