@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import httpx2
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from adapters.mcp.wire import AiohttpTransport
 from tests.servers import free_port
@@ -48,15 +49,13 @@ async def server() -> AsyncIterator[tuple[str, list[tuple[str, int]]]]:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", echo)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    port = server.port
     try:
         yield f"http://127.0.0.1:{port}", peers
     finally:
-        await runner.cleanup()
+        await server.close()
 
 
 def client(**kwargs: object) -> httpx2.AsyncClient:

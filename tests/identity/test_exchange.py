@@ -17,6 +17,7 @@ from typing import Any
 import jwt
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from bridge.config import ConfigError, parse_config
 from bridge.runtime import Bridge
@@ -89,15 +90,13 @@ async def ledger(provider: str) -> AsyncIterator[tuple[Ledger, str]]:
     app = web.Application()
     app.router.add_get("/balance", found.balance)
     app.router.add_get("/openapi.json", found.spec)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    port = server.port
     try:
         yield found, f"http://127.0.0.1:{port}"
     finally:
-        await runner.cleanup()
+        await server.close()
 
 
 def oauth(issuer: str, audience: str = AUDIENCE) -> dict[str, Any]:

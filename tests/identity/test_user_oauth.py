@@ -28,6 +28,7 @@ import mcp.types as types
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -138,11 +139,9 @@ async def env(provider: str) -> AsyncIterator[Env]:
     app = web.Application()
     app.router.add_get("/me", api.me)
     app.router.add_get("/openapi.json", api.spec)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    bound = server.port
     vendor = f"http://127.0.0.1:{bound}"
     port = free_port()
     public = f"http://127.0.0.1:{port}"
@@ -178,7 +177,7 @@ async def env(provider: str) -> AsyncIterator[Env]:
     finally:
         await close_app(served)
         await bridge.close()
-        await runner.cleanup()
+        await server.close()
         del os.environ[KEY_ENV]
 
 
