@@ -1,5 +1,6 @@
 """Users' sealed upstream credentials and the OAuth flows under way in the store: one blob per
-(upstream, issuer, subject), replaced and dropped; a flow taken once, and not after it expires.
+(upstream, issuer, subject), replaced and dropped; a flow taken once, and not after it expires;
+a user's flows of one purpose capped at the newest few.
 A store file of layout 4 gets the tables. (PostgreSQL's, through its migration 2, are checked
 with the same steps in tests/test_store_postgres.py, where its server already runs.)"""
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.store import LAYOUT, Store
+from bridge.store.credentials import FLOWS_PER_USER
 from bridge.store.layout import layout_of
 
 
@@ -31,6 +33,13 @@ def exercise(store: Any) -> None:
     assert store.take_flow("k1", "state") == row
     assert store.take_flow("k1", "state") is None  # taken once
     assert store.take_flow("k2", "state") is None
+    # A user's connect links are capped at the newest FLOWS_PER_USER; others' are not touched.
+    store.put_flow("bob", "connect", ("vendor", "https://idp", "bob", b""), time.time() + 60)
+    for n in range(FLOWS_PER_USER + 3):
+        store.put_flow(f"c{n}", "connect", row, time.time() + 60 + n)
+    kept = [n for n in range(FLOWS_PER_USER + 3) if store.take_flow(f"c{n}", "connect")]
+    assert kept == list(range(3, FLOWS_PER_USER + 3))
+    assert store.take_flow("bob", "connect") is not None
 
 
 def test_the_sqlite_store_keeps_credentials_and_flows(tmp_path: Path) -> None:

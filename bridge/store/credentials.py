@@ -71,6 +71,14 @@ _PUT_FLOW = (
     "VALUES ({0},{0},{0},{0},{0},{0},{0})"
 )
 _EXPIRED_FLOWS = "DELETE FROM oauth_flows WHERE expires_at < {0}"
+# A user's flows of one purpose beyond the newest FLOWS_PER_USER: each `credential_missing` makes
+# a connect link, and a client calling again and again would otherwise keep adding rows.
+_SURPLUS_FLOWS = (
+    "DELETE FROM oauth_flows WHERE purpose = {0} AND upstream = {0} AND issuer = {0} "
+    "AND subject = {0} AND key NOT IN (SELECT key FROM oauth_flows WHERE purpose = {0} "
+    "AND upstream = {0} AND issuer = {0} AND subject = {0} ORDER BY expires_at DESC LIMIT {0})"
+)
+FLOWS_PER_USER = 16
 _TAKE_FLOW = (
     "DELETE FROM oauth_flows WHERE key = {0} AND purpose = {0} AND expires_at >= {0} "
     "RETURNING upstream, issuer, subject, sealed"
@@ -94,9 +102,12 @@ class _Credentials:
         self._credentials_sql(_DROP_CREDENTIAL, (upstream, issuer, subject))
 
     def put_flow(self, key: str, purpose: str, row: FlowRow, expires_at: float) -> None:
-        """Keep a flow under way until `expires_at` (time.time()); the expired ones go."""
+        """Keep a flow under way until `expires_at` (time.time()); the expired ones go, and so
+        do the user's flows of `purpose` past the newest FLOWS_PER_USER (the oldest first)."""
         self._credentials_sql(_EXPIRED_FLOWS, (time.time(),))
         self._credentials_sql(_PUT_FLOW, (key, purpose, *row, expires_at))
+        user = (purpose, *row[:3])
+        self._credentials_sql(_SURPLUS_FLOWS, (*user, *user, FLOWS_PER_USER))
 
     def take_flow(self, key: str, purpose: str) -> FlowRow | None:
         """The flow kept under `key` for `purpose`, removed: a second take finds none."""
