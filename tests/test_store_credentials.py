@@ -1,6 +1,6 @@
 """Users' sealed upstream credentials and the OAuth flows under way in the store: one blob per
 (upstream, issuer, subject), replaced and dropped; a flow taken once, and not after it expires;
-a user's flows of one purpose capped at the newest few.
+a user's flows of one purpose capped at the newest few; a claimed flow refused a second claim.
 A store file of layout 4 gets the tables. (PostgreSQL's, through its migration 2, are checked
 with the same steps in tests/test_store_postgres.py, where its server already runs.)"""
 
@@ -40,6 +40,12 @@ def exercise(store: Any) -> None:
     kept = [n for n in range(FLOWS_PER_USER + 3) if store.take_flow(f"c{n}", "connect")]
     assert kept == list(range(3, FLOWS_PER_USER + 3))
     assert store.take_flow("bob", "connect") is not None
+    # A claim holds its key until taken or expired; a second claim meanwhile is refused.
+    assert store.claim_flow("lease", "refresh", row, time.time() + 60)
+    assert not store.claim_flow("lease", "refresh", row, time.time() + 60)
+    assert store.take_flow("lease", "refresh") == row
+    assert store.claim_flow("lease", "refresh", row, time.time() - 1)  # expired at once
+    assert store.claim_flow("lease", "refresh", row, time.time() + 60)
 
 
 def test_the_sqlite_store_keeps_credentials_and_flows(tmp_path: Path) -> None:

@@ -47,6 +47,12 @@ _SEALED_VERSION = b"\x01"
 # how often a call waiting for its user to connect looks in the store, for a flow another
 # replica finished
 _POLL_INTERVAL = 1.0
+# A refresh of a user's token is leased in the store, so that of replicas sharing it one
+# refreshes and the others wait for what it keeps: a vendor that rotates refresh tokens refuses
+# the second use of one, and may revoke the whole grant for it. The lease outlives the token
+# request's timeout; the others look for the new token this often.
+_REFRESH_LEASE = 60.0
+_REFRESH_POLL = 0.2
 
 UserKey = tuple[str, str, str]  # (upstream, issuer, subject)
 
@@ -220,6 +226,38 @@ class UserTokens:
             task.exception()  # retrieved: every caller waiting may have gone
 
     async def _refreshed(
+        self, key: UserKey, config: UserOAuthConfig, record: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The record refreshed by this bridge, or by a replica sharing the store that held the
+        refresh's lease meanwhile."""
+        assert self.store is not None
+        lease = _digest("refresh\x1f" + "\x1f".join(key))
+        row = (*key, b"")
+        while not await asyncio.to_thread(
+            self.store.claim_flow, lease, "refresh", row, self.clock() + _REFRESH_LEASE
+        ):
+            await asyncio.sleep(_REFRESH_POLL)  # a replica is refreshing it: wait for its token
+            renewed = await self._renewed(key, config, record)
+            if renewed is not None:
+                return renewed
+        try:
+            renewed = await self._renewed(key, config, record)  # by the lease's last holder
+            return renewed if renewed is not None else await self._refresh_now(key, config, record)
+        finally:
+            await asyncio.to_thread(self.store.take_flow, lease, "refresh")
+
+    async def _renewed(
+        self, key: UserKey, config: UserOAuthConfig, record: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The user's record in the store when it is no longer `record` (renewed or connected
+        again elsewhere); None while it is. Raises `credential_missing` when it is gone."""
+        current = await self._stored(key, config)
+        if current is None:
+            raise await self.missing(key, config)
+        same = current.get("access_token") == record.get("access_token")
+        return None if same else current
+
+    async def _refresh_now(
         self, key: UserKey, config: UserOAuthConfig, record: dict[str, Any]
     ) -> dict[str, Any]:
         refresh = record.get("refresh_token")

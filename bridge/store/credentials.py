@@ -70,6 +70,7 @@ _PUT_FLOW = (
     "INSERT INTO oauth_flows (key, purpose, upstream, issuer, subject, sealed, expires_at) "
     "VALUES ({0},{0},{0},{0},{0},{0},{0})"
 )
+_CLAIM_FLOW = _PUT_FLOW + " ON CONFLICT (key) DO NOTHING RETURNING key"
 _EXPIRED_FLOWS = "DELETE FROM oauth_flows WHERE expires_at < {0}"
 # A user's flows of one purpose beyond the newest FLOWS_PER_USER: each `credential_missing` makes
 # a connect link, and a client calling again and again would otherwise keep adding rows.
@@ -108,6 +109,12 @@ class _Credentials:
         self._credentials_sql(_PUT_FLOW, (key, purpose, *row, expires_at))
         user = (purpose, *row[:3])
         self._credentials_sql(_SURPLUS_FLOWS, (*user, *user, FLOWS_PER_USER))
+
+    def claim_flow(self, key: str, purpose: str, row: FlowRow, expires_at: float) -> bool:
+        """Keep a flow under `key` until `expires_at` unless one is kept there already (and not
+        expired): whether this call kept it. Replicas sharing the store take turns with it."""
+        self._credentials_sql(_EXPIRED_FLOWS, (time.time(),))
+        return bool(self._credentials_sql(_CLAIM_FLOW, (key, purpose, *row, expires_at)))
 
     def take_flow(self, key: str, purpose: str) -> FlowRow | None:
         """The flow kept under `key` for `purpose`, removed: a second take finds none."""
