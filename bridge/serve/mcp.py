@@ -180,7 +180,7 @@ class MCPFrontend:
         }
         self.feature_notices = FeatureNotices(bridge, self.notifier.bus, bridge.surfaces.get)
         self.federated = self.feature_notices.federated
-        self.rounds = Rounds()
+        self.rounds = Rounds(shared=bridge.shared)
         self.resources = ResourceHandlers(self.feature_notices, self._surface, page_size)
         self.prompts = PromptHandlers(self.feature_notices, self._surface, page_size)
         with warnings.catch_warnings():  # logging/setLevel is served to handshake-era clients

@@ -73,7 +73,8 @@ class RedisLink:
         self.url = shown_url(url)
         self.prefix = prefix
         self.replica = uuid.uuid4().hex
-        self.channel = f"{prefix}notices"
+        self.channel = f"{prefix}notices"  # what every replica hears
+        self.own_channel = self.replica_channel(self.replica)  # what is told to this one alone
         # one retry without backoff: a pooled connection that a Redis restart broke is replaced
         # at once, while a Redis that is away is found away in one attempt
         self.client: aioredis.Redis = aioredis.from_url(
@@ -89,6 +90,7 @@ class RedisLink:
         self._listeners: list[Callable[[Notice], None]] = []
         self._listening: asyncio.Task[None] | None = None
         self.listening = False  # subscribed to the notices channel right now
+        self._subscribed: asyncio.Event | None = None  # set while subscribed
         self.round_trips = 0  # commands (or pipelines) sent, for the metrics
 
     @property
@@ -144,6 +146,30 @@ class RedisLink:
         except SharedStateUnavailable as exc:
             log.info("notice %s not published to the other replicas: %s", notice.get("kind"), exc)
 
+    def replica_channel(self, replica: str) -> str:
+        return f"{self.prefix}replica:{replica}"
+
+    async def tell(self, replica: str, notice: Notice) -> bool:
+        """Tell one replica (named by its `replica`): whether it heard, that is whether it is
+        still running and listening. Raises SharedStateUnavailable when Redis is away."""
+        body = json.dumps({**notice, "origin": self.replica}, separators=(",", ":"))
+        channel = self.replica_channel(replica)
+        heard = await self.run(lambda client: client.publish(channel, body))
+        return bool(heard)
+
+    async def wait_listening(self, timeout: float) -> bool:
+        """Whether this replica hears notices within `timeout` seconds (it listens once
+        `on_notice` was called)."""
+        if self.listening:
+            return True
+        if self._subscribed is None:
+            self._subscribed = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._subscribed.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
     def on_notice(self, listener: Callable[[Notice], None]) -> Callable[[], None]:
         """Call `listener` with each notice another replica publishes; returns its removal."""
         self._listeners.append(listener)
@@ -160,8 +186,11 @@ class RedisLink:
         while True:
             pubsub = self.client.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(self.channel)
+                await pubsub.subscribe(self.channel, self.own_channel)
                 self.listening = True
+                if self._subscribed is None:
+                    self._subscribed = asyncio.Event()
+                self._subscribed.set()
                 self._back()
                 delay = 0.05
                 async for message in pubsub.listen():
@@ -172,6 +201,8 @@ class RedisLink:
                 self._away(exc)
             finally:
                 self.listening = False
+                if self._subscribed is not None:
+                    self._subscribed.clear()
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
             await asyncio.sleep(delay)

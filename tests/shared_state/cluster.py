@@ -252,7 +252,7 @@ class McpClient:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         params = dict(params or {})
         if self.era == MODERN:
-            params["_meta"] = {**params.get("_meta", {}), **MODERN_META}
+            params["_meta"] = {**MODERN_META, **params.get("_meta", {})}
         if params:
             message["params"] = params
         if not notification:

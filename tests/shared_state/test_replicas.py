@@ -209,6 +209,27 @@ async def test_what_a_session_follows_reaches_its_stream_on_another_replica(repl
         assert after["method"] == "notifications/message", after
 
 
+async def test_a_modern_retry_reaching_another_replica_resumes_the_call(replicas, http):
+    """A 2026-07-28 client's retry after an input_required result may reach any replica: the
+    one that holds the call is told through Redis, and its answer comes back the same way."""
+    a, b, c = replicas
+    client = McpClient(http, replicas, era=MODERN)
+    asks = {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
+    call = {"name": "call_tool", "arguments": {"name": "fx__ask", "arguments": {}}, "_meta": asks}
+    asked = (await client.post(a, "tools/call", call)).result
+    assert asked["resultType"] == "input_required", asked
+    ((key, question),) = asked["inputRequests"].items()
+    assert question["method"] == "elicitation/create"
+    said = {"action": "accept", "content": {"name": "Ann"}}
+    retry = {**call, "inputResponses": {key: said}, "requestState": asked["requestState"]}
+    done = await client.post(b, "tools/call", retry)
+    assert json.loads(done.result["content"][0]["text"]) == said
+    again = await client.post(c, "tools/call", retry)  # taken once
+    assert again.reply["error"]["code"] == -32602, again.messages
+    gone = await client.post(c, "tools/call", {**retry, "requestState": "no-replica.x"})
+    assert "gone" in gone.reply["error"]["message"], gone.messages
+
+
 async def rest_names(http: aiohttp.ClientSession, replica: Replica) -> list[str]:
     async with http.get(f"{replica.url}/tools") as response:
         return [item["name"] for item in (await response.json())["items"]]
