@@ -22,7 +22,6 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import (
     NonRecordingSpan,
     Span,
@@ -35,6 +34,7 @@ from opentelemetry.trace import (
 )
 
 from bridge.telemetry import logs
+from bridge.telemetry.spans import BridgeSpan, Spans
 
 __all__ = ["CallTrace", "Tracing", "endpoint_configured", "traceparent_of"]
 
@@ -47,6 +47,7 @@ _CURRENT_KINDS = frozenset({"mcp"})
 # What a ParentBased sampler that follows a caller's sampled flag says of its remote parents.
 _FOLLOWS_CALLER = "remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler"
 _NO_PARENT = otel_context.Context()
+_SCOPE = "a2t-bridge"  # the instrumentation scope of the bridge's spans
 Passed = tuple[str, str | None]  # (traceparent, tracestate) passed on to an upstream
 # The decision of the frontend request a call runs in: _KEPT (its span is current), else the
 # trace context to pass on of a trace dropped; None: no frontend decided.
@@ -69,53 +70,36 @@ def traceparent_of(span: Span) -> Passed:
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}", state or None
 
 
-def _parent(traceparent: str | None, tracestate: str | None) -> otel_context.Context | None:
-    """The context of a caller's span, from its (valid) W3C trace context."""
-    if traceparent is None:
-        return None
-    remote = SpanContext(
+def _parent(traceparent: str | None, tracestate: str | None) -> SpanContext | None:
+    """A caller's span, from its (valid) W3C trace context, if it sent one."""
+    return None if traceparent is None else _remote(traceparent, tracestate)
+
+
+def _remote(traceparent: str, tracestate: str | None) -> SpanContext:
+    """A caller's span, from its valid W3C trace context."""
+    return SpanContext(
         trace_id=int(traceparent[3:35], 16),
         span_id=int(traceparent[36:52], 16),
         is_remote=True,
         trace_flags=TraceFlags(int(traceparent[53:55], 16)),
         trace_state=TraceState.from_header([tracestate]) if tracestate else None,
     )
-    return trace.set_span_in_context(NonRecordingSpan(remote))
-
-
-class _DecidedIds(RandomIdGenerator):
-    """Random ids, but a root span begun right after the sampler decided to keep a new trace
-    gets the trace id the sampler was asked about: a ratio sampler, asked again by the SDK,
-    answers the same."""
-
-    def __init__(self) -> None:
-        self._decided = threading.local()
-
-    def decided(self, trace_id: int) -> None:
-        self._decided.trace_id = trace_id
-
-    def generate_trace_id(self) -> int:
-        trace_id: int | None = getattr(self._decided, "trace_id", None)
-        if trace_id is None:
-            return super().generate_trace_id()
-        self._decided.trace_id = None
-        return trace_id
 
 
 class CallTrace:
     """The tracing of one call through the pipeline. Kept: its span, begun once the tool is
     known (`call_resolved`, with every attribute at once) or at the call's end (named for
     `ref`, the name the call was made with), dated from the call's start (`begun`), the child
-    of `parent`; `context` names it as the parent of the upstream's call and the stages.
-    Dropped: no span, and `passed`, the trace context passed on to the upstream."""
+    of `parent` (else the root of trace `root_id`) and the parent of the upstream's call and
+    the stages. Dropped: no span, and `passed`, the trace context passed on to the upstream."""
 
-    __slots__ = ("begun", "context", "parent", "passed", "ref", "root_id", "span")
+    __slots__ = ("begun", "parent", "passed", "ref", "root_id", "span")
 
     def __init__(
         self,
         ref: str,
         passed: Passed | None = None,
-        parent: otel_context.Context | None = None,
+        parent: SpanContext | None = None,
         root_id: int | None = None,
     ) -> None:
         self.ref = ref
@@ -123,8 +107,7 @@ class CallTrace:
         self.parent = parent
         self.root_id = root_id  # the trace id a new trace was kept for
         self.begun = time.time_ns() if passed is None else 0
-        self.span: Span | None = None
-        self.context: otel_context.Context | None = None
+        self.span: BridgeSpan | None = None
 
     @property
     def trace_id(self) -> str:
@@ -134,7 +117,8 @@ class CallTrace:
             return self.passed[0][3:35]
         if self.root_id is not None:
             return f"{self.root_id:032x}"
-        return f"{trace.get_current_span(self.parent).get_span_context().trace_id:032x}"
+        assert self.parent is not None
+        return f"{self.parent.trace_id:032x}"
 
 
 class _Current:
@@ -210,6 +194,7 @@ class Tracing:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
         if exporter is None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -227,10 +212,9 @@ class Tracing:
                 ALWAYS_ON if sample_ratio >= 1 else TraceIdRatioBased(sample_ratio)
             )
         resource = Resource.create({"service.name": service_name})
-        self._ids = _DecidedIds()
-        self.provider = TracerProvider(
-            sampler=sampler, resource=resource, shutdown_on_exit=False, id_generator=self._ids
-        )
+        # the trace id a new trace was kept for, until its root span begins (`dropped`)
+        self._decided = threading.local()
+        self.provider = TracerProvider(sampler=sampler, resource=resource, shutdown_on_exit=False)
         self.sampler = self.provider.sampler  # asked once per trace (`dropped`)
         # a caller's sampled flag alone decides (read from its traceparent, without the SDK)
         self._follows_caller = _FOLLOWS_CALLER in self.sampler.get_description()
@@ -239,10 +223,11 @@ class Tracing:
         self._root_bound: int | None = None
         if sample_ratio is not None:
             self._root_bound = TraceIdRatioBased(min(sample_ratio, 1.0)).bound
-        self.provider.add_span_processor(BatchSpanProcessor(exporter))
-        # the spans begun are of kept traces only: the tracer asks no sampler again
-        self.provider.sampler = ALWAYS_ON
-        self.tracer = self.provider.get_tracer("a2t-bridge")
+        # the provider holds the processor (its shutdown exports what waits); the bridge's
+        # spans, all of kept traces, are handed to it straight (`spans`), no tracer between
+        processor = BatchSpanProcessor(exporter)
+        self.provider.add_span_processor(processor)
+        self.spans = Spans(self.provider.resource, InstrumentationScope(_SCOPE), processor.on_end)
         logs.current_trace = _current_ids
 
     # ------------------------------------------------------------------ sampling
@@ -258,13 +243,14 @@ class Tracing:
             if self._follows_caller:
                 sampled = int(traceparent[53:55], 16) & 1
             else:
+                caller = NonRecordingSpan(_remote(traceparent, tracestate))
                 sampled = self.sampler.should_sample(
-                    _parent(traceparent, tracestate), int(traceparent[3:35], 16), name
+                    trace.set_span_in_context(caller), int(traceparent[3:35], 16), name
                 ).decision.is_sampled()
             return None if sampled else (traceparent, tracestate)
         trace_id, passed = self._new_trace(name)
         if passed is None:
-            self._ids.decided(trace_id)
+            self._decided.trace_id = trace_id
         return passed
 
     def _new_trace(self, name: str) -> tuple[int, Passed | None]:
@@ -293,13 +279,11 @@ class Tracing:
     ) -> Span:
         """A frontend request's span, the child of the caller's (when it sent a trace context);
         `dropped` said the trace is kept."""
-        return self.tracer.start_span(
-            name,
-            _parent(traceparent, tracestate),
-            SpanKind.SERVER,
-            attributes,
-            record_exception=False,
-        )
+        parent = _parent(traceparent, tracestate)
+        trace_id = None
+        if parent is None:  # the new trace `dropped` kept
+            trace_id, self._decided.trace_id = getattr(self._decided, "trace_id", None), None
+        return self.spans.begin(name, SpanKind.SERVER, parent, attributes, trace_id)
 
     def active(self, span: Span) -> _Current:
         """A request's `span` current for a `with` block, then ended; an exception marks it
@@ -314,14 +298,14 @@ class Tracing:
         decision, else by the sampler's here."""
         passed = _decided.get()
         if passed is _KEPT:
-            return CallTrace(ref, parent=otel_context.get_current())
+            return CallTrace(ref, parent=trace.get_current_span().get_span_context())
         if passed is not None:
             return CallTrace(ref, passed)
         if traceparent is None:  # no frontend decided: decide here
             trace_id, passed = self._new_trace(ref)
             if passed is not None:
                 return CallTrace(ref, passed)
-            return CallTrace(ref, parent=_NO_PARENT, root_id=trace_id)
+            return CallTrace(ref, root_id=trace_id)
         passed = self.dropped(traceparent, tracestate, ref)
         if passed is not None:
             return CallTrace(ref, passed)
@@ -329,17 +313,14 @@ class Tracing:
 
     def call_resolved(self, call: CallTrace, tool: str, attributes: Mapping[str, Any]) -> None:
         """The call's span begins (dated from the call's start): `execute_tool {tool}`."""
-        if call.root_id is not None:
-            self._ids.decided(call.root_id)
-        span = self.tracer.start_span(
+        call.span = self.spans.begin(
             f"execute_tool {tool}",
-            call.parent,
             SpanKind.INTERNAL,
+            call.parent,
             attributes,
-            start_time=call.begun,
-            record_exception=False,
+            call.root_id,
+            call.begun,
         )
-        call.span, call.context = span, trace.set_span_in_context(span)
 
     def call_ended(
         self,
@@ -361,11 +342,9 @@ class Tracing:
 
     def stage(self, call: CallTrace, name: str) -> _Current:
         """A span for a stage of a kept call that does I/O (`persist`)."""
+        assert call.span is not None
         return _Current(
-            self.tracer.start_span(
-                name, call.context, SpanKind.INTERNAL, None, record_exception=False
-            ),
-            current=False,
+            self.spans.begin(name, SpanKind.INTERNAL, call.span.context, None), current=False
         )
 
     def upstream_call(
@@ -383,12 +362,12 @@ class Tracing:
         }
         if method is not None:
             attributes["mcp.method.name"] = method
-        span = self.tracer.start_span(
+        assert call.span is not None
+        span = self.spans.begin(
             f"{method or 'execute_tool'} {native_name}",
-            call.context,
             SpanKind.CLIENT,
+            call.span.context,
             attributes,
-            record_exception=False,
         )
         return _Current(span, traceparent_of(span), kind in _CURRENT_KINDS)
 

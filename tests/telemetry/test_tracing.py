@@ -475,3 +475,34 @@ async def test_a_kept_call_no_frontend_carries_records_its_pipeline_upstream_and
     assert call.start_time <= upstream.start_time and upstream.end_time <= call.end_time
     assert call.attributes["gen_ai.tool.name"] == "fake__echo"
     assert call.attributes["bridge.tool.version"] == 1
+
+
+def test_a_span_is_handed_to_the_exporter_once_as_it_was_when_it_ended():
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    from bridge.telemetry.tracing import Tracing, failed
+
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(sample_ratio=1.0, exporter=exporter)
+    try:
+        span = tracing.server_span("GET /x", {"url.path": "/x"}, TRACEPARENT)
+        span.set_attributes({"http.response.status_code": 200, "odd": object()})
+        failed(span, "500")
+        span.update_name("GET /{x}")
+        span.end()
+        assert not span.is_recording()
+        span.set_attribute("late", 1)
+        span.update_name("late")
+        span.end()
+    finally:
+        tracing.close()
+    [ended] = exporter.get_finished_spans()
+    assert ended.name == "GET /{x}" and f"{ended.context.trace_id:032x}" == CALLER_TRACE
+    assert ended.parent is not None and ended.parent.is_remote
+    assert dict(ended.attributes) == {
+        "url.path": "/x",
+        "http.response.status_code": 200,
+        "error.type": "500",
+    }
+    assert ended.status.status_code is StatusCode.ERROR and ended.start_time <= ended.end_time
