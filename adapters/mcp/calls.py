@@ -170,16 +170,20 @@ class ToolCalls:
         key = (http, client, self._http_session.get("mcp-session-id"), self.protocol_version)
         if self._lean_key != key:
             self._lean_key = key
+            timeout = aiohttp.ClientTimeout(
+                total=None,
+                sock_connect=cfg.start_timeout,
+                sock_read=max(MCP_DEFAULT_SSE_READ_TIMEOUT, cfg.timeout * 2),
+            )
             self._lean_sender = LeanCall(
                 wire.session(),
                 http,
                 cfg.url,
-                headers=cfg.headers,
-                timeout=aiohttp.ClientTimeout(
-                    total=None,
-                    sock_connect=cfg.start_timeout,
-                    sock_read=max(MCP_DEFAULT_SSE_READ_TIMEOUT, cfg.timeout * 2),
+                kept=wire.kept(
+                    cfg.url, connect_timeout=timeout.sock_connect, read_timeout=timeout.sock_read
                 ),
+                headers=cfg.headers,
+                timeout=timeout,
                 session_id=key[2],
                 stamp=session_stamp(client),
                 limit=cfg.max_response_bytes,

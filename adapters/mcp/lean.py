@@ -49,6 +49,7 @@ from mcp_types import (
     ErrorData,
 )
 
+from adapters.http.kept import KeptConnections, KeptResponse
 from adapters.mcp.http import (
     DRAIN_BYTES,
     DRAIN_SECONDS,
@@ -78,6 +79,10 @@ _KEPT = ("mcp-session-id", "mcp-protocol-version")  # what a notice POST carries
 _NO_ANSWER = (aiohttp.ClientError, OSError, TimeoutError)  # a request's, as aiohttp raises them
 
 
+# A response of the narrow client's or of aiohttp's: the same few members are read of both.
+_Response = aiohttp.ClientResponse | KeptResponse
+
+
 class _TooLarge(Exception):
     pass
 
@@ -105,6 +110,7 @@ class LeanCall:
         http: httpx2.AsyncClient,
         url: str,
         *,
+        kept: KeptConnections | None = None,
         headers: dict[str, str],
         timeout: aiohttp.ClientTimeout,
         session_id: str | None,
@@ -118,7 +124,7 @@ class LeanCall:
         failed: Callable[[Exception], None],
         unanswered: Callable[[Exception], None],
     ) -> None:
-        self.session, self.http, self.url = session, http, url
+        self.session, self.http, self.url, self.kept = session, http, url, kept
         self.headers = {key.lower(): value for key, value in headers.items()}
         self.timeout, self.session_id, self.stamp = timeout, session_id, stamp
         self.limit, self.what, self.modern = limit, what, modern
@@ -170,8 +176,12 @@ class LeanCall:
 
     async def _request(
         self, method: str, headers: dict[str, str], body: bytes | None = None
-    ) -> aiohttp.ClientResponse:
+    ) -> _Response:
+        """The response to `method`: a POST over the narrow client's kept connections where
+        there are any, else (and every GET) over the aiohttp session; both answer alike."""
         try:
+            if body is not None and self.kept is not None:
+                return await self.kept.request(method, headers, body)
             return await self.session.request(
                 method,
                 self.url,
@@ -217,7 +227,7 @@ class LeanCall:
             if not events:
                 await _close(response, False)
 
-    async def _json(self, response: aiohttp.ClientResponse, count: _Count) -> Any:
+    async def _json(self, response: _Response, count: _Count) -> Any:
         """The JSON body of `response`, read within the bound."""
         try:
             chunks = [chunk async for chunk in self._bounded(response, count)]
@@ -233,9 +243,7 @@ class LeanCall:
         except ValueError as exc:
             raise MCPError(PARSE_ERROR, f"Failed to parse JSON response: {exc}") from None
 
-    async def _bounded(
-        self, response: aiohttp.ClientResponse, count: _Count
-    ) -> AsyncIterator[bytes]:
+    async def _bounded(self, response: _Response, count: _Count) -> AsyncIterator[bytes]:
         """The body's bytes as they come, decoded, counted toward the answer's bound."""
         length = response.headers.get("content-length", "")
         if length.isdigit() and count.seen + int(length) > self.limit:
@@ -253,7 +261,7 @@ class LeanCall:
     async def _events(
         self,
         request_id: str,
-        response: aiohttp.ClientResponse,
+        response: _Response,
         headers: dict[str, str],
         progress: Progress | None,
         count: _Count,
@@ -267,9 +275,7 @@ class LeanCall:
             ended = False
             try:
                 if response.status >= 400:
-                    raise aiohttp.ClientResponseError(
-                        response.request_info, (), status=response.status
-                    )
+                    raise ValueError(f"a resumption answered HTTP {response.status}")
                 kind = response.headers.get("content-type", "").partition(";")[0].strip()
                 if kind.lower() != "text/event-stream":
                     raise ValueError(f"a resumption answered {kind or 'no content type'}")
@@ -377,7 +383,7 @@ class LeanCall:
         response = await self.http.post(self.url, json=message, headers=plain)
         await response.aclose()
 
-    async def _refusal(self, response: aiohttp.ClientResponse, count: _Count) -> MCPError:
+    async def _refusal(self, response: _Response, count: _Count) -> MCPError:
         """The SDK's error for a POST answered with a redirect or an HTTP error."""
         status = response.status
         if status < 400:
@@ -459,7 +465,7 @@ def _inflater(coding: str) -> Any:
     raise MCPError(PARSE_ERROR, f"Failed to parse the response: content-encoding {coding!r}")
 
 
-async def _close(response: aiohttp.ClientResponse, drain: bool) -> None:
+async def _close(response: _Response, drain: bool) -> None:
     """Close a response; an event stream whose answer is in is first read to its end
     (`DRAIN_BYTES` and `DRAIN_SECONDS` at most), which the server writes right after the answer,
     so that its connection goes back to the pool."""

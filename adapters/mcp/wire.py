@@ -20,6 +20,8 @@ from typing import Any
 import aiohttp
 import httpx2
 
+from adapters.http.kept import KeptConnections, plain_origin
+
 __all__ = ["AiohttpTransport", "httpx_error", "proxied_by_environment"]
 
 _HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding"})
@@ -39,6 +41,22 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         self.tls = tls
         self.limit = limit
         self._session: aiohttp.ClientSession | None = None
+        self._kept: dict[tuple[str, float | None, float | None], KeptConnections] = {}
+
+    def kept(
+        self, url: str, *, connect_timeout: float | None, read_timeout: float | None
+    ) -> KeptConnections | None:
+        """The narrow client's kept connections to `url` (adapters/http/kept.py), for the
+        requests it can send; None for a URL it cannot send to (TLS, credentials)."""
+        if not plain_origin(url):
+            return None
+        key = (url, connect_timeout, read_timeout)
+        found = self._kept.get(key)
+        if found is None:
+            found = self._kept[key] = KeptConnections(
+                url, limit=self.limit, connect_timeout=connect_timeout, read_timeout=read_timeout
+            )
+        return found
 
     def session(self) -> aiohttp.ClientSession:
         """The aiohttp session the requests go over (made at the first request)."""
@@ -90,6 +108,9 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
+        kept, self._kept = self._kept, {}
+        for connections in kept.values():
+            await connections.aclose()
         session, self._session = self._session, None
         if session is not None:
             await session.close()

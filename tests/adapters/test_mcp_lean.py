@@ -133,3 +133,16 @@ async def test_a_call_whose_caller_can_be_asked_goes_through_the_sdk(bridge: Bri
         CALLER_ASKS.reset(token)
     assert upstream.lean_calls == sent
     assert "answered" in result.content[0]["text"], result.content
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_call_goes_over_the_kept_connections_of_the_narrow_client(bridge: Bridge, era: str):
+    upstream = upstream_of(bridge, era)
+    assert upstream._wire is not None
+    (kept,) = upstream._wire._kept.values()
+    sent, opened = kept.sent, kept.opened
+    for _ in range(3):
+        result = await bridge.invoker.invoke(f"{era.replace('-', '_')}__echo", {"text": "kept"})
+        assert result.content == [{"type": "text", "text": "kept"}]
+    assert kept.sent == sent + 3
+    assert kept.opened <= opened + 1  # one kept connection carries them

@@ -1,0 +1,353 @@
+"""A narrow HTTP/1.1 client for one plain-HTTP origin: requests over kept connections, each an
+asyncio protocol whose responses `httptools` (llhttp, C) parses, their bodies read as they come.
+
+It serves the one request an MCP upstream sends per call (a POST whose answer is JSON or an
+event stream) for a fraction of aiohttp's CPU: no request or response objects beyond one small
+one, no header multidicts, no per-request tasks or timers beyond the read timeout. What it does
+not do is done by aiohttp, which its callers keep for everything else: TLS, proxies, redirects,
+authentication, cookies, compression, `Expect`, upgrades.
+
+Its failures are aiohttp's, so that a caller classifies them alike: a connection refused or
+reset is an `OSError`, a connection not made within `connect_timeout` an
+`aiohttp.ConnectionTimeoutError`, no byte within `read_timeout` while one is awaited an
+`aiohttp.SocketTimeoutError`, a connection ended before its response did an
+`aiohttp.ServerDisconnectedError`, a response the parser rejects an `aiohttp.ClientPayloadError`.
+Like aiohttp, it never sends a request again on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
+
+import aiohttp
+import httptools
+
+__all__ = ["KeptConnections", "KeptResponse", "plain_origin"]
+
+# Bytes of a body read ahead of its reader before the connection stops reading.
+READ_AHEAD = 256 * 1024
+# Seconds a connection may stay idle in the pool before it is not used again (aiohttp's).
+IDLE_SECONDS = 15.0
+_FORBIDDEN = frozenset("\r\n\0")
+
+
+def plain_origin(url: str) -> bool:
+    """Whether `url` is one `KeptConnections` can send to: plain HTTP, with no credentials."""
+    parts = urlsplit(url)
+    return (
+        parts.scheme == "http"
+        and parts.hostname is not None
+        and "@" not in parts.netloc
+        and parts.netloc.isascii()
+    )
+
+
+class KeptConnections:
+    """Kept connections to the origin of `url` (see `plain_origin`), at most `limit` in use at
+    once (a request waits for one beyond), each kept while its server keeps it alive."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        limit: int = 100,
+        connect_timeout: float | None,
+        read_timeout: float | None,
+    ) -> None:
+        parts = urlsplit(url)
+        assert parts.hostname is not None
+        self.host, self.port = parts.hostname, parts.port or 80
+        self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self._host_header = parts.netloc.encode("ascii")
+        self.limit = limit
+        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
+        self._idle: list[tuple[float, _Connection]] = []
+        self._in_use = 0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._open: set[_Connection] = set()
+        self.opened = 0  # connections made, in all
+        self.sent = 0  # requests sent, in all
+
+    async def request(self, method: str, headers: dict[str, str], body: bytes) -> KeptResponse:
+        """Send `method` with `headers` (names in lower case; Host and Content-Length are added)
+        and `body` to the origin's URL; the response once its head is in. A header with a line
+        break is refused with ValueError, as aiohttp refuses it."""
+        head = [f"{method} {self.target} HTTP/1.1\r\n".encode(), b"host: ", self._host_header]
+        head.append(b"\r\ncontent-length: %d\r\n" % len(body))
+        for name, value in headers.items():
+            if not _FORBIDDEN.isdisjoint(name) or not _FORBIDDEN.isdisjoint(value):
+                raise ValueError(f"a line break or NUL in the header {name!r}")
+            head.append(f"{name}: {value}\r\n".encode())
+        head.append(b"\r\n")
+        head.append(body)
+        await self._take_slot()
+        self.sent += 1
+        connection: _Connection | None = None
+        try:
+            connection = await self._connection()
+            return await connection.exchange(b"".join(head), self.read_timeout)
+        except BaseException:
+            if connection is not None:
+                connection.close()
+            self._free_slot()
+            raise
+
+    async def aclose(self) -> None:
+        for connection in list(self._open):
+            connection.close()
+        self._idle.clear()
+
+    # ------------------------------------------------------------------ the pool
+
+    async def _take_slot(self) -> None:
+        while self._in_use >= self.limit:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # the slot it was given goes to the next one
+                raise
+        self._in_use += 1
+
+    def _free_slot(self) -> None:
+        self._in_use -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def _connection(self) -> _Connection:
+        """A kept connection still open and not idle too long, else a new one."""
+        now = time.monotonic()
+        while self._idle:
+            since, connection = self._idle.pop()
+            if not connection.lost and now - since < IDLE_SECONDS:
+                return connection
+            connection.close()
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(self), self.host, self.port
+                )
+        except TimeoutError:
+            raise aiohttp.ConnectionTimeoutError(
+                f"Connection timeout to host http://{self.host}:{self.port}"
+            ) from None
+        self.opened += 1
+        self._open.add(connection)
+        return connection
+
+    def _done(self, connection: _Connection, keep: bool) -> None:
+        """A response's connection is free again: kept when its server keeps it alive."""
+        if keep and not connection.lost:
+            self._idle.append((time.monotonic(), connection))
+        else:
+            connection.close()
+        self._free_slot()
+
+    def _lost(self, connection: _Connection) -> None:
+        self._open.discard(connection)
+
+
+class KeptResponse:
+    """A response whose head is in: `status`, `headers` (names in lower case, repeated values
+    joined by commas), and its body as it comes (`iter_any`). `release()` once the body is read
+    to its end gives the connection back to the pool; `close()` drops it."""
+
+    __slots__ = ("_connection", "_finished", "headers", "status")
+
+    def __init__(self, connection: _Connection, status: int, headers: dict[str, str]) -> None:
+        self._connection = connection
+        self.status, self.headers = status, headers
+        self._finished = False
+
+    @property
+    def content(self) -> KeptResponse:
+        """The body's reader (the response itself), named as aiohttp's is."""
+        return self
+
+    def at_eof(self) -> bool:
+        """Whether the body was read to its end."""
+        connection = self._connection
+        return connection.complete and not connection.chunks
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive."""
+        connection = self._connection
+        while True:
+            if connection.chunks:
+                yield connection.take()
+            elif connection.complete:
+                return
+            else:
+                await connection.wait(self._read_timeout())
+
+    def _read_timeout(self) -> float | None:
+        return self._connection.pool.read_timeout
+
+    def release(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        connection = self._connection
+        if not self.at_eof():
+            connection.close()
+            connection.pool._done(connection, False)
+            return
+        connection.pool._done(connection, connection.keep_alive)
+
+    def close(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self._connection.close()
+        self._connection.pool._done(self._connection, False)
+
+
+class _Connection(asyncio.Protocol):
+    """One connection and the response in flight on it, fed by `httptools`' callbacks."""
+
+    def __init__(self, pool: KeptConnections) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.lost = False
+        self.complete = False  # the response's body is all in
+        self.keep_alive = False
+        self.chunks: list[bytes] = []
+        self._buffered = 0
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._headers: dict[str, str] = {}
+        self._head: tuple[int, dict[str, str]] | None = None
+        self._informational = False
+        self._close_delimited = False
+
+    # ------------------------------------------------------------------ what the caller does
+
+    async def exchange(self, request: bytes, read_timeout: float | None) -> KeptResponse:
+        """Send `request` and wait for the head of its response."""
+        assert self.transport is not None
+        self.complete, self.keep_alive, self._head = False, False, None
+        self._headers = {}
+        self.transport.write(request)
+        while self._head is None:
+            await self.wait(read_timeout)
+        status, headers = self._head
+        return KeptResponse(self, status, headers)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until the parser gives more, the connection ends, or `timeout` seconds pass."""
+        if self._error is not None:
+            raise self._error
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+        if self._error is not None and not self.chunks and not self.complete:
+            raise self._error
+
+    def take(self) -> bytes:
+        data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+        self.chunks.clear()
+        self._buffered = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
+    def close(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # ------------------------------------------------------------------ asyncio's callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's subclasses none
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(aiohttp.ClientPayloadError(f"the server's response is not HTTP: {exc}"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.pool._lost(self)
+        if self._head is not None and self._close_delimited and not self.complete:
+            self.complete = True  # a body without a length ends with its connection
+            self._wake()
+        elif not self.complete:
+            self._fail(aiohttp.ServerDisconnectedError())
+
+    # ------------------------------------------------------------------ httptools' callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        known = self._headers.get(key)
+        self._headers[key] = text if known is None else f"{known}, {text}"
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        headers, self._headers = self._headers, {}
+        if 100 <= status < 200:  # an interim response: the final one follows
+            self._informational = True
+            return
+        self._close_delimited = "content-length" not in headers and "chunked" not in headers.get(
+            "transfer-encoding", ""
+        )
+        self._head = (status, headers)
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self._buffered += len(body)
+        if self._buffered > READ_AHEAD and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        if self._informational:
+            self._informational = False
+            return
+        self.complete = True
+        self.keep_alive = self.parser.should_keep_alive()
+        self._wake()
+
+    # ------------------------------------------------------------------ waking the caller
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _fail(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        self._wake()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
