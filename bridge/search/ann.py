@@ -4,6 +4,7 @@ the tools whose vectors change, searched in place of the exact product over ever
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 
@@ -19,8 +20,17 @@ LINKS = 16
 EXPANSION_ADD = 64
 EXPANSION_SEARCH = 64
 # Tools added in one call: the map from the graph's labels to tool ids is changed between
-# chunks, and a search runs alongside each (hnswlib lets go of the interpreter's lock).
-_CHUNK = 1024
+# chunks, so a search draws the tools added so far, and runs alongside each (hnswlib lets go of
+# the interpreter's lock while it adds).
+_CHUNK = 2048
+# Threads adding a chunk. A build's time is hnswlib's own search of the graph for each tool's
+# links (no Python per tool): two threads use both cores of an idle machine, and take two shares
+# of a busy one.
+THREADS = max(1, min(2, os.cpu_count() or 1))
+# Places reserved past those needed when the graph grows: tools added after a build of a million
+# take no resize (a copy of the whole graph while searches wait). Places never written to take
+# little resident memory.
+_SLACK = 8
 
 
 class AnnIndex:
@@ -50,7 +60,7 @@ class AnnIndex:
     @property
     def memory_bytes(self) -> int:
         """About what the graph holds in memory: float32 vectors and the links of each place."""
-        places = self._graph.get_max_elements()
+        places = self._graph.get_current_count()
         return places * (4 * self._graph.dim + 4 * 2 * LINKS + 16)
 
     def update(self, ids: Sequence[str], vectors: np.ndarray, gone: Sequence[str]) -> None:
@@ -63,18 +73,21 @@ class AnnIndex:
         for label in stale:
             self._graph.mark_deleted(label)
         self._deleted += len(stale)
+        # every place needed, reserved at once (removed tools' places are taken first)
+        need = self._graph.get_current_count() + max(0, len(ids) - self._deleted)
+        if need > self._graph.get_max_elements():
+            with self._lock:  # a resize runs alone
+                self._graph.resize_index(need + need // _SLACK)
         for start in range(0, len(ids), _CHUNK):
             chunk = list(ids[start : start + _CHUNK])
             labels = list(range(self._next, self._next + len(chunk)))  # a label is never reused
             self._next += len(chunk)
-            reused = min(len(chunk), self._deleted)  # removed tools' places taken first
-            self._deleted -= reused
-            need = self._graph.get_current_count() + len(chunk) - reused
-            if need > self._graph.get_max_elements():
-                with self._lock:  # a resize runs alone
-                    self._graph.resize_index(max(need, 2 * self._graph.get_max_elements()))
+            self._deleted -= min(len(chunk), self._deleted)
             self._graph.add_items(
-                vectors[start : start + len(chunk)], labels, num_threads=1, replace_deleted=True
+                vectors[start : start + len(chunk)],
+                labels,
+                num_threads=THREADS,
+                replace_deleted=True,
             )
             with self._lock:
                 for label, tool_id in zip(labels, chunk, strict=True):

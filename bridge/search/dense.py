@@ -77,6 +77,9 @@ class DenseIndex:
 
                 generation, ids, matrix = self.embeddings.every_vector(follow=True)
                 ann = AnnIndex(self.embeddings.encoder.dim)
+                if self._built < 0:  # nothing built yet: searches draw what is added so far
+                    with self._lock:
+                        self._ann = ann
                 ann.update(ids, matrix, [])
                 del matrix
                 with self._lock:
@@ -92,7 +95,9 @@ class DenseIndex:
 
     def current(self, wait: bool = False) -> int:
         """How many tools a search draws from as last built; a build (or an update) is started
-        when the embeddings changed since, and with `wait` waited for (a first search, a test)."""
+        when the embeddings changed since, and with `wait` waited for (a test). A first search
+        waits for the first build of the exact matrix (milliseconds), never for the approximate
+        index's: that draws the tools added so far (a million take minutes)."""
         with self._lock:
             building = self._building
             if building is None and self._built != self.embeddings.generation:
@@ -100,10 +105,17 @@ class DenseIndex:
                     target=self._build, name="search-dense", daemon=True
                 )
                 building.start()
-        if building is not None and (wait or self._built < 0):
+            first = self._built < 0 and self._ann is None
+        if building is not None and (wait or (first and not self._approximate())):
             building.join()
         with self._lock:
             return len(self._ann) if self._ann is not None else len(self._ids)
+
+    def _approximate(self) -> bool:
+        """Whether a build now is of the approximate index."""
+        return self._ann is not None or (
+            self.embeddings.tools > self.exact_limit and _ann_installed()
+        )
 
     def nearest(self, query: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The `k` tools of the greatest cosine with `query` (a unit vector), best first: exact

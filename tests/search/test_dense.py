@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -88,8 +89,9 @@ async def test_past_the_exact_limit_the_approximate_index_draws_and_follows(
     exact = names(search, surface, "supper reservation")
     monkeypatch.setattr(dense.DenseIndex, "exact_limit", 4)  # five tools embedded
     search.__dict__.pop("_dense_indexes")  # a new index, built past the limit
-    assert names(search, surface, "supper reservation") == exact
     index = search._dense_index(stage)
+    index.current(wait=True)  # a first search does not wait for it
+    assert names(search, surface, "supper reservation") == exact
     assert index._ann is not None and len(index._ann) == 5
     catalog.apply_tools(
         "desk", [*desk()[1:], tool("order_pizza", description="Order a pizza from a restaurant.")]
@@ -99,6 +101,33 @@ async def test_past_the_exact_limit_the_approximate_index_draws_and_follows(
     index.current(wait=True)  # (and once more, should an update have begun before the change)
     assert names(search, surface, "supper") == ["desk__order_pizza"]
     assert len(index._ann) == 5 and index._ann._ids
+
+
+async def test_a_first_search_never_waits_for_the_approximate_index(desk_search, monkeypatch):
+    """The approximate index of a large catalog takes minutes to build: a first search answers
+    meanwhile, drawing what the graph holds so far, and the tools drawn once it is built."""
+    _, search, stage, surface = desk_search
+    monkeypatch.setattr(dense.DenseIndex, "exact_limit", 4)
+    adding, go_on = threading.Event(), threading.Event()
+    update = AnnIndex.update
+
+    def held(ann, ids, vectors, gone):  # the build held before it adds its first tool
+        adding.set()
+        go_on.wait(30.0)
+        update(ann, ids, vectors, gone)
+
+    def drawn():
+        return names(search, surface, "supper reservation")
+
+    monkeypatch.setattr(AnnIndex, "update", held)
+    try:  # answered while the build is held
+        assert await asyncio.wait_for(asyncio.to_thread(drawn), 5.0) == []
+        assert adding.wait(10.0)
+        assert await asyncio.wait_for(asyncio.to_thread(drawn), 5.0) == []
+    finally:
+        go_on.set()
+    search._dense_index(stage).current(wait=True)
+    assert names(search, surface, "supper reservation")[0] == "desk__book_table"
 
 
 async def test_without_the_approximate_index_library_the_nearest_are_found_exactly(
@@ -146,6 +175,38 @@ def test_the_approximate_index_agrees_with_the_exact_product():
     assert "t0" not in {tool_id for tool_id, _ in ann.nearest(vectors[0], 20)}
     assert {tool_id for tool_id, _ in ann.nearest(vectors[2], 2)} == {"t1", "t2"}
     assert len(ann) == 2000
+
+
+def test_the_graph_grows_once_for_a_build_and_keeps_room_for_more():
+    """A build reserves its places at once, with room past them: tools added after it take no
+    resize of the graph (a copy of it while searches wait)."""
+    rng = np.random.default_rng(6)
+    vectors = rng.standard_normal((2300, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ann = AnnIndex(16)
+    resizes = []
+    ann._graph = Resizes(ann._graph, resizes)
+    ann.update([f"t{i}" for i in range(2000)], vectors[:2000], [])
+    assert resizes == [2250]
+    ann.update(
+        [f"t{i}" for i in range(2000, 2200)], vectors[2000:2200], [f"t{i}" for i in range(50)]
+    )
+    assert resizes == [2250] and len(ann) == 2150
+    assert ann.nearest(vectors[2100], 1)[0][0] == "t2100"
+
+
+class Resizes:
+    """An hnswlib graph whose resizes are counted."""
+
+    def __init__(self, graph, resizes):
+        self.graph, self.resizes = graph, resizes
+
+    def resize_index(self, places):
+        self.resizes.append(places)
+        self.graph.resize_index(places)
+
+    def __getattr__(self, name):
+        return getattr(self.graph, name)
 
 
 async def test_each_part_of_a_request_draws_its_own_tools(desk_search):
