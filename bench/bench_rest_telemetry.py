@@ -10,8 +10,10 @@ upstream (bridge/demo/a2t_server.py), each a process of its own:
 Spans and audit records go to a collector that discards them (bench/_otlp_sink.py). The three
 bridges take turns, a round of requests each at 1 and at 16 concurrent clients, so that the
 machine's drift falls on all alike; a row gives the median over the rounds of each round's
-requests per second and p50, the p99 of all requests, and the bridge process's CPU time per
-request (independent of other load on the machine).
+requests per second and p50, the p99 of all requests, the bridge process's CPU time per
+request (independent of other load on the machine), and that of its span export child, which
+encodes and sends the spans (over all rounds and both concurrencies, once it is idle: it
+exports a few seconds behind).
 
     python bench/bench_rest_telemetry.py [--rounds 5] [--requests 2000]
 """
@@ -22,9 +24,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import aiohttp
@@ -32,9 +36,32 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_rest_invoke import cpu_seconds, free_port, measure, quantile, start, stop
+from bench_rest_invoke import WARMUP, cpu_seconds, free_port, measure, quantile, start, stop
 
 CONCURRENCY = (1, 16)
+
+
+def children_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) the live child processes of process `pid` have used so far."""
+    total = 0.0
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in children.read_text().split():
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+async def idle_children_cpu_seconds(pid: int) -> float:
+    """`children_cpu_seconds` once it stops growing (for a second; 20 s at most)."""
+    last, deadline = children_cpu_seconds(pid), time.monotonic() + 20
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1)
+        now = children_cpu_seconds(pid)
+        if now == last:
+            break
+        last = now
+    return last
 
 
 def config(folder: Path, upstream: int, sink: int, mode: str) -> Path:
@@ -127,8 +154,13 @@ async def main(rounds: int, requests: int) -> int:
                         latencies.setdefault(key, []).extend(lat)
                         if before is not None and after is not None:
                             cpu[key] = cpu.get(key, 0.0) + (after - before) / (
-                                requests + min(300, requests)
+                                requests + min(WARMUP, requests)
                             )
+            served = rounds * len(CONCURRENCY) * (requests + min(WARMUP, requests))
+            child_cpu = {
+                mode: await idle_children_cpu_seconds(process.pid) / served
+                for mode, (process, _) in bridges.items()
+            }
     finally:
         for process in reversed(processes):
             await stop(process)
@@ -146,6 +178,7 @@ async def main(rounds: int, requests: int) -> int:
         "p99 ms",
         "bridge CPU µs/req",
         "+CPU µs",
+        "child CPU µs/req",
     )
     print("".join(f"{h:>19}" for h in header))
     for concurrency in CONCURRENCY:
@@ -168,6 +201,7 @@ async def main(rounds: int, requests: int) -> int:
                 f"{quantile(latencies[key], 0.99):.2f}",
                 f"{used * 1e6:.0f}",
                 f"{(used - base[2]) * 1e6:+.0f}",
+                f"{child_cpu[mode] * 1e6:.0f}",
             )
             print("".join(f"{c:>19}" for c in row))
     return 0

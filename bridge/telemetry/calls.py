@@ -73,6 +73,13 @@ class Telemetry:
                 "taken by the OTLP collector",
                 lambda: sum(sink.dropped for sink in sinks),
             )
+        if tracing is not None and tracing.child is not None:
+            child = tracing.child
+            self.metrics.gauge(
+                "bridge_trace_spans_lost",
+                "Spans lost since the start as the span export child had stopped",
+                lambda: child.lost,
+            )
         self._access = logging.getLogger(ACCESS_LOGGER)
 
     def call_begun(self, ref: str, origin: CallOrigin | None) -> CallTrace | None:

@@ -13,6 +13,7 @@ configured."""
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import random
 import threading
@@ -34,9 +35,12 @@ from opentelemetry.trace import (
 )
 
 from bridge.telemetry import logs
+from bridge.telemetry.export_child import SCOPE, ChildExporter
 from bridge.telemetry.spans import BridgeSpan, Spans
 
 __all__ = ["CallTrace", "Tracing", "endpoint_configured", "traceparent_of"]
+
+log = logging.getLogger("bridge.telemetry")
 
 ENV_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 TOOL_CALL = {"gen_ai.operation.name": "execute_tool"}
@@ -47,7 +51,8 @@ _CURRENT_KINDS = frozenset({"mcp"})
 # What a ParentBased sampler that follows a caller's sampled flag says of its remote parents.
 _FOLLOWS_CALLER = "remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler"
 _NO_PARENT = otel_context.Context()
-_SCOPE = "a2t-bridge"  # the instrumentation scope of the bridge's spans
+# how long ended spans wait to be written to the export child, at most (a write costs little)
+_CHILD_DELAY_MS = 200
 Passed = tuple[str, str | None]  # (traceparent, tracestate) passed on to an upstream
 # The decision of the frontend request a call runs in: _KEPT (its span is current), else the
 # trace context to pass on of a trace dropped; None: no frontend decided.
@@ -181,7 +186,9 @@ class _Request(_Current):
 
 
 class Tracing:
-    """The tracer of one bridge. `exporter` replaces the OTLP/HTTP one (a benchmark's)."""
+    """The tracer of one bridge. Its spans are exported over OTLP/HTTP by the span export
+    child (`export_child`), else, if that cannot start, from a thread of the bridge's own;
+    `exporter` replaces both (a test's, a benchmark's), on the thread."""
 
     def __init__(
         self,
@@ -196,14 +203,22 @@ class Tracing:
         from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+        resource = Resource.create({"service.name": service_name})
+        self.child: ChildExporter | None = None
+        delay: int | None = None  # the batch span processor's wait (None: OTEL_BSP_*, 5 s)
         if exporter is None:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
             if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/traces"):
                 endpoint = endpoint.rstrip("/") + "/v1/traces"
-            exporter = OTLPSpanExporter(
-                endpoint=endpoint
-            )  # None: the OTEL_EXPORTER_OTLP_* variables
+            try:
+                exporter = self.child = ChildExporter(endpoint, resource)
+                delay = _CHILD_DELAY_MS
+            except OSError as exc:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                    OTLPSpanExporter,
+                )
+
+                log.warning("spans are exported from a thread: no export child (%s)", exc)
+                exporter = OTLPSpanExporter(endpoint=endpoint)  # None: the OTEL_* variables
         # a ratio of the traces begun here; a caller's sampled flag is followed (None: the
         # OTEL_TRACES_SAMPLER variables, else always, parent-based)
         sampler = None
@@ -211,7 +226,6 @@ class Tracing:
             sampler = ParentBased(
                 ALWAYS_ON if sample_ratio >= 1 else TraceIdRatioBased(sample_ratio)
             )
-        resource = Resource.create({"service.name": service_name})
         # the trace id a new trace was kept for, until its root span begins (`dropped`)
         self._decided = threading.local()
         self.provider = TracerProvider(sampler=sampler, resource=resource, shutdown_on_exit=False)
@@ -225,9 +239,9 @@ class Tracing:
             self._root_bound = TraceIdRatioBased(min(sample_ratio, 1.0)).bound
         # the provider holds the processor (its shutdown exports what waits); the bridge's
         # spans, all of kept traces, are handed to it straight (`spans`), no tracer between
-        processor = BatchSpanProcessor(exporter)
+        processor = BatchSpanProcessor(exporter, schedule_delay_millis=delay)
         self.provider.add_span_processor(processor)
-        self.spans = Spans(self.provider.resource, InstrumentationScope(_SCOPE), processor.on_end)
+        self.spans = Spans(self.provider.resource, InstrumentationScope(SCOPE), processor.on_end)
         logs.current_trace = _current_ids
 
     # ------------------------------------------------------------------ sampling

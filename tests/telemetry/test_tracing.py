@@ -11,90 +11,23 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 
 from bridge.config import parse_config
 from bridge.runtime import Bridge
 from bridge.serve.app import build_app, close_app
 from bridge.telemetry import CallOrigin, Telemetry
 from tests.serve.mcp_support import HANDSHAKE, http_client
-from tests.servers import read_body, serve_asgi
+from tests.servers import serve_asgi
+from tests.telemetry.otlp_receiver import Receiver
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
 UNSAMPLED = f"00-{CALLER_TRACE}-{CALLER_SPAN}-00"
 SERVER, CLIENT, INTERNAL = 2, 3, 1  # the protobuf's SpanKind values
-
-
-@dataclass
-class Span:
-    service: str
-    name: str
-    kind: int
-    trace_id: str
-    span_id: str
-    parent_id: str
-    attributes: dict[str, Any]
-    error: bool
-
-
-def _value(any_value: Any) -> Any:
-    return (
-        getattr(any_value, any_value.WhichOneof("value")) if any_value.WhichOneof("value") else None
-    )
-
-
-class Receiver:
-    """An OTLP/HTTP trace receiver: POST /v1/traces, protobuf."""
-
-    def __init__(self) -> None:
-        self.spans: list[Span] = []
-        self.paths: list[str] = []
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        self.paths.append(scope["path"])
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(await read_body(receive))
-        for resource_spans in request.resource_spans:
-            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    self.spans.append(
-                        Span(
-                            resource["service.name"],
-                            span.name,
-                            span.kind,
-                            span.trace_id.hex(),
-                            span.span_id.hex(),
-                            span.parent_span_id.hex(),
-                            {a.key: _value(a.value) for a in span.attributes},
-                            span.status.code == 2,
-                        )
-                    )
-        body = ExportTraceServiceResponse().SerializeToString()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/x-protobuf")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-
-    def one(self, service: str, name: str) -> Span:
-        found = [s for s in self.spans if s.service == service and s.name == name]
-        assert len(found) == 1, (service, name, [(s.service, s.name) for s in self.spans])
-        return found[0]
 
 
 OPENAPI = {
