@@ -58,7 +58,8 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # the suite runs on TEST_WORKERS processes of pytest-xdist (`make test TEST_WORKERS=0`: in one), a
-# test file on one of them, so that the servers a module's tests share start once. pytest keeps the
+# test file on one of them, so that the servers a module's tests share start once; the files go
+# in the order tests/conftest.py gives them (the slowest first). pytest keeps the
 # test modules it rewrites for their asserts as bytecode, which PYTHONDONTWRITEBYTECODE (set on
 # some machines) forbids: each worker then rewrote them all again, 12 s of CPU
 TEST_WORKERS ?= 2
@@ -69,7 +70,7 @@ BROWSER_HINT = the console's browser tests are skipped: no chromium and chromedr
 
 test: $(STAMP) $(NODE_STAMP) lint
 	@if ! { command -v chromium || command -v chromium-browser; } >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then echo "make test: $(BROWSER_HINT)"; fi
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 bench: $(STAMP)
 	@status=0; for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b || status=1; done; exit $$status

@@ -19,6 +19,62 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+# The test files that take longest, longest first (wall time of `make test`'s workers). Under
+# `--dist loadfile` a worker that ends a file takes the next one in collection order, so these
+# run first and the run ends on short files, not on one worker finishing a long file alone;
+# `make test` passes `--no-loadscope-reorder` for pytest-xdist to keep this order.
+SLOW_FILES = (
+    "tests/adapters/test_mcp_failures.py",
+    "tests/serve/test_mcp_stdio.py",
+    "tests/adapters/test_openapi.py",
+    "tests/search/test_lock.py",
+    "tests/serve/test_rest_app.py",
+    "tests/adapters/test_a2a.py",
+    "tests/adapters/test_mcp_http.py",
+    "tests/search/test_unusable.py",
+    "tests/shared_state/test_replicas.py",
+    "tests/search/test_semantic.py",
+    "tests/serve/test_serve_start.py",
+    "tests/adapters/test_mcp.py",
+    "tests/serve/test_mcp_frontend.py",
+    "tests/test_store_full.py",
+    "tests/adapters/test_atip.py",
+    "tests/search/test_analysis.py",
+    "tests/test_cli.py",
+    "tests/test_schema_check.py",
+    "tests/conformance/test_conformance.py",
+    "tests/search/test_compaction.py",
+    "tests/serve/test_rest_records.py",
+    "tests/translate/test_providers.py",
+    "tests/serve/test_serve_reload.py",
+    "tests/serve/test_rest_fuzz.py",
+    "tests/serve/test_mcp_resources.py",
+    "tests/serve/test_console_browser.py",
+    "tests/test_startup.py",
+    "tests/identity/test_resource_server.py",
+    "tests/serve/test_mcp_federation.py",
+    "tests/adapters/test_a2t_roundtrip.py",
+    "tests/serve/test_rest_a2t.py",
+    "tests/adapters/test_mcp_errors.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow files first, in the order of SLOW_FILES; then the others, those of more tests
+    first (pytest-xdist's own order), so that the last files to run are small."""
+    slow = {path: rank for rank, path in enumerate(SLOW_FILES)}
+    sizes: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.partition("::")[0]
+        sizes[path] = sizes.get(path, 0) + 1
+    items.sort(
+        key=lambda item: (
+            slow.get(path := item.nodeid.partition("::")[0], len(slow)),
+            -sizes[path],
+        )
+    )
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What the test process holds once its tests are collected (the modules of the bridge, its
     dependencies and the tests, a few hundred thousand objects) lives until the process ends:
