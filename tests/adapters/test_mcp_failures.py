@@ -17,11 +17,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from adapters.mcp.listing import OFF_LOOP_TOOLS
 from adapters.mcp.upstream import MCPUpstream
@@ -625,10 +626,30 @@ async def test_a_listing_whose_cursor_repeats_fails_with_the_reason_and_an_endle
 
 
 @pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
-async def test_invalid_tools_are_skipped_with_a_warning_and_the_others_kept(
-    protocol: str, caplog: pytest.LogCaptureFixture
+async def test_invalid_tools_are_skipped_with_a_warning_and_a_large_listing_is_checked_off_the_loop(
+    protocol: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Tools the SDK's types reject are skipped, each with a warning, the others kept, over stdio
+    and HTTP alike. A page of OFF_LOOP_TOOLS tools or more is checked, and the listing converted,
+    on a worker thread (the event loop serves calls meanwhile); a small one on the loop. Nothing
+    else differs."""
     caplog.set_level(logging.WARNING, logger="bridge.adapters.mcp")
+    ran_on: dict[tuple[str, str], set[bool]] = {}
+
+    def spy(method: str) -> None:
+        original = getattr(MCPUpstream, method)
+
+        def record(self: MCPUpstream, *args: Any) -> Any:
+            ran_on.setdefault((self.name, method), set()).add(
+                threading.current_thread() is threading.main_thread()
+            )
+            return original(self, *args)
+
+        monkeypatch.setattr(MCPUpstream, method, record)
+
+    spy("_tools_page")
+    spy("_converted")
+    filler = OFF_LOOP_TOOLS + 20
     server, state = build_server(page_size=4)
     state.bad_tools = list(BAD_TOOLS)  # on the first of several pages
     async with serve_asgi(server.streamable_http_app()) as base:
@@ -641,6 +662,15 @@ async def test_invalid_tools_are_skipped_with_a_warning_and_the_others_kept(
                 "protocol": protocol,
                 **FAST_RETRY,
             },
+            stdio(
+                "large",
+                "--bad-tools",
+                "--filler",
+                str(filler),
+                "--page-size",
+                "10000",
+                protocol=protocol,
+            ),
         )
         async with bridge:
             # the SDK's 2026-07-28 types accept a `required` that is not a list of names
@@ -682,6 +712,29 @@ async def test_invalid_tools_are_skipped_with_a_warning_and_the_others_kept(
                     0
                 ]["text"] == "still here"
 
+            # the large listing, read in one page, keeps and skips what the small one does
+            listed = {
+                up: {d.native_name for d in bridge.catalog.declarations() if d.upstream == up}
+                for up in ("large", "local")
+            }
+            assert listed["large"] == listed["local"] | {f"filler_{i:03d}" for i in range(filler)}
+            skipped_by = {
+                up: (await bridge.catalog.slot(up).upstream.health())["skipped_tools"]
+                for up in ("large", "local")
+            }
+            for found in (
+                skipped_by.values()
+            ):  # a tool without a name is labelled by its place in the page, or the listing
+                assert sorted(
+                    found.pop(label) for label in [k for k in found if k.startswith("#")]
+                ) == ["a tool needs a name", "name: Field required"]
+            assert skipped_by["large"] == skipped_by["local"] and skipped_by["large"][
+                "not_an_object"
+            ].startswith("inputSchema.type")
+            assert (await bridge.invoker.invoke("large__echo", {"text": "hi"})).content[0][
+                "text"
+            ] == "hi"
+
             # a re-list keeps the upstream ready and does not repeat the warnings
             await bridge.invoker.invoke("local__set_extra", {"names": ["late"], "notify": True})
             await until(lambda: bridge.catalog.resolve("local__late") is not None)
@@ -692,149 +745,126 @@ async def test_invalid_tools_are_skipped_with_a_warning_and_the_others_kept(
                 )
                 == 1
             )
+    assert ran_on[("large", "_tools_page")] == ran_on[("large", "_converted")] == {False}
+    assert ran_on[("local", "_tools_page")] == ran_on[("local", "_converted")] == {True}
 
 
-@pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
-async def test_a_large_listing_is_checked_and_converted_off_the_event_loop(
-    protocol: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A page of OFF_LOOP_TOOLS tools or more is checked, and the listing converted, on a worker
-    thread (the event loop serves calls meanwhile); a small one on the loop. Nothing else differs."""
-    ran_on: dict[tuple[str, str], set[bool]] = {}
+# ------------------------------------------------------------------------------ one server per era
 
-    def spy(method: str) -> None:
-        original = getattr(MCPUpstream, method)
+SHARED_LINE_LIMIT = 1 << 20
+# the upstream of the shared bridge speaking each era
+SHARED = {"legacy": "legacy", "2026-07-28": "modern"}
+module_loop = pytest.mark.asyncio(loop_scope="module")
 
-        def record(self: MCPUpstream, *args: Any) -> Any:
-            ran_on.setdefault((self.name, method), set()).add(
-                threading.current_thread() is threading.main_thread()
-            )
-            return original(self, *args)
 
-        monkeypatch.setattr(MCPUpstream, method, record)
-
-    spy("_tools_page")
-    spy("_converted")
-    filler = OFF_LOOP_TOOLS + 20
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def shared() -> AsyncIterator[Bridge]:
+    """One bridge for the tests below, which call tools of a server that stays up and check that
+    its session (its process) is the same throughout: the fixture server over stdio in each era,
+    `legacy` reading lines of at most SHARED_LINE_LIMIT bytes."""
+    settings: dict[str, Any] = {"timeout": 20, "ping_interval": None}
     bridge = make_bridge(
         stdio(
-            "large",
-            "--bad-tools",
-            "--filler",
-            str(filler),
+            "legacy",
             "--page-size",
-            "10000",
-            protocol=protocol,
+            "8",
+            protocol="legacy",
+            max_line_bytes=SHARED_LINE_LIMIT,
+            **settings,
         ),
-        stdio("small", "--bad-tools", "--page-size", "4", protocol=protocol),
+        stdio("modern", "--page-size", "8", protocol="2026-07-28", **settings),
     )
     async with bridge:
-        listed = {
-            up: {d.native_name for d in bridge.catalog.declarations() if d.upstream == up}
-            for up in ("large", "small")
-        }
-        assert listed["large"] == listed["small"] | {f"filler_{i:03d}" for i in range(filler)}
-        skipped = {
-            up: (await bridge.catalog.slot(up).upstream.health())["skipped_tools"]
-            for up in ("large", "small")
-        }
-        for found in (
-            skipped.values()
-        ):  # a tool without a name is labelled by its place in the page, or the listing
-            assert sorted(
-                found.pop(label) for label in [k for k in found if k.startswith("#")]
-            ) == ["a tool needs a name", "name: Field required"]
-        assert skipped["large"] == skipped["small"] and skipped["large"][
-            "not_an_object"
-        ].startswith("inputSchema.type")
-        assert (await bridge.invoker.invoke("large__echo", {"text": "hi"})).content[0][
-            "text"
-        ] == "hi"
-    assert ran_on[("large", "_tools_page")] == ran_on[("large", "_converted")] == {False}
-    assert ran_on[("small", "_tools_page")] == ran_on[("small", "_converted")] == {True}
+        yield bridge
 
 
+async def echoes(bridge: Bridge) -> int:
+    """How many calls of `echo` the shared bridge's `modern` server has seen."""
+    events = (await bridge.invoker.invoke("modern__events", {})).content[0]["text"]
+    return sum(e.startswith("call echo") for e in json.loads(events))
+
+
+@module_loop
 @pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
 async def test_unreadable_answers_fail_their_call_at_once_and_repairable_ones_are_kept(
-    protocol: str,
+    protocol: str, shared: Bridge
 ) -> None:
-    bridge = make_bridge(stdio("srv", protocol=protocol, timeout=20, ping_interval=None))
+    bridge, srv = shared, SHARED[protocol]
     loop = asyncio.get_running_loop()
-    async with bridge:
-        pid = await pid_of(bridge, "srv")
-        # a lone surrogate escape: replaced by U+FFFD, the answer kept
-        kept = await bridge.invoker.invoke("srv__raw_answer", {"kind": "surrogate"})
-        assert kept.status == "succeeded" and kept.content == [{"type": "text", "text": "x\ufffdy"}]
+    pid = await pid_of(bridge, srv)
+    # a lone surrogate escape: replaced by U+FFFD, the answer kept
+    kept = await bridge.invoker.invoke(f"{srv}__raw_answer", {"kind": "surrogate"})
+    assert kept.status == "succeeded" and kept.content == [{"type": "text", "text": "x\ufffdy"}]
 
-        # deeper than the parser allows, or not a JSON-RPC answer: the call fails now, clearly,
-        # and not as a timeout that invites a retry (the call may have run)
-        for kind, problem in (
-            ("deep", "Invalid JSON: recursion limit exceeded"),
-            ("very_deep", "Invalid JSON: recursion limit exceeded"),
-            ("shape", "result: Input should be a valid dictionary"),
-            ("no_result", "an answer needs a `result` or an `error`, and this one has neither"),
-        ):
-            begun = loop.time()
-            failed = await bridge.invoker.invoke("srv__raw_answer", {"kind": kind})
-            assert loop.time() - begun < 5
-            assert failed.status == "failed" and failed.error.error_class == "execution_failed"
-            assert failed.error.recoverability != "retry"
-            assert (
-                "the server's answer could not be read" in failed.error.message
-                and problem in failed.error.message
-            )
-
-        assert (await bridge.invoker.invoke("srv__echo", {"text": "fine"})).content[0][
-            "text"
-        ] == "fine"
-        assert await pid_of(bridge, "srv") == pid  # the same session throughout
-
-
-async def test_a_line_over_max_line_bytes_fails_its_call_and_the_session_goes_on() -> None:
-    limit = 1 << 20
-    bridge = make_bridge(
-        stdio("srv", protocol="legacy", timeout=20, ping_interval=None, max_line_bytes=limit)
-    )
-    loop = asyncio.get_running_loop()
-    async with bridge:
-        pid = await pid_of(bridge, "srv")
-        # the request id at the head of the line (answered as soon as the line is too long) or at its end
-        for kind in ("big", "big_id_last"):
-            begun = loop.time()
-            result = await bridge.invoker.invoke(
-                "srv__raw_answer", {"kind": kind, "size": 6 * limit}
-            )
-            assert loop.time() - begun < 5
-            assert result.status == "too_large" and result.error.error_class == "result_too_large"
-            assert f"longer than max_line_bytes={limit} bytes" in result.error.message
-
-        # a line just within the limit is read whole, and the session is the same one
-        within = await bridge.invoker.invoke(
-            "srv__raw_answer", {"kind": "big", "size": limit - 200}
+    # deeper than the parser allows, or not a JSON-RPC answer: the call fails now, clearly,
+    # and not as a timeout that invites a retry (the call may have run)
+    for kind, problem in (
+        ("deep", "Invalid JSON: recursion limit exceeded"),
+        ("very_deep", "Invalid JSON: recursion limit exceeded"),
+        ("shape", "result: Input should be a valid dictionary"),
+        ("no_result", "an answer needs a `result` or an `error`, and this one has neither"),
+    ):
+        begun = loop.time()
+        failed = await bridge.invoker.invoke(f"{srv}__raw_answer", {"kind": kind})
+        assert loop.time() - begun < 5
+        assert failed.status == "failed" and failed.error.error_class == "execution_failed"
+        assert failed.error.recoverability != "retry"
+        assert (
+            "the server's answer could not be read" in failed.error.message
+            and problem in failed.error.message
         )
-        assert within.status == "succeeded"
-        assert (await bridge.invoker.invoke("srv__echo", {"text": "fine"})).content[0][
-            "text"
-        ] == "fine"
-        assert await pid_of(bridge, "srv") == pid
+
+    assert (await bridge.invoker.invoke(f"{srv}__echo", {"text": "fine"})).content[0][
+        "text"
+    ] == "fine"
+    assert await pid_of(bridge, srv) == pid  # the same session throughout
 
 
+@module_loop
+async def test_a_line_over_max_line_bytes_fails_its_call_and_the_session_goes_on(
+    shared: Bridge,
+) -> None:
+    bridge, limit = shared, SHARED_LINE_LIMIT
+    loop = asyncio.get_running_loop()
+    pid = await pid_of(bridge, "legacy")
+    # the request id at the head of the line (answered as soon as the line is too long) or at its end
+    for kind in ("big", "big_id_last"):
+        begun = loop.time()
+        result = await bridge.invoker.invoke(
+            "legacy__raw_answer", {"kind": kind, "size": 6 * limit}
+        )
+        assert loop.time() - begun < 5
+        assert result.status == "too_large" and result.error.error_class == "result_too_large"
+        assert f"longer than max_line_bytes={limit} bytes" in result.error.message
+
+    # a line just within the limit is read whole, and the session is the same one
+    within = await bridge.invoker.invoke("legacy__raw_answer", {"kind": "big", "size": limit - 200})
+    assert within.status == "succeeded"
+    assert (await bridge.invoker.invoke("legacy__echo", {"text": "fine"})).content[0][
+        "text"
+    ] == "fine"
+    assert await pid_of(bridge, "legacy") == pid
+
+
+@module_loop
 @pytest.mark.parametrize("protocol", ["legacy", "2026-07-28"])
-async def test_a_storm_of_change_notices_costs_a_few_listings(protocol: str) -> None:
-    bridge = make_bridge(stdio("srv", "--page-size", "8", protocol=protocol, ping_interval=None))
-    async with bridge:
+async def test_a_storm_of_change_notices_costs_a_few_listings(
+    protocol: str, shared: Bridge
+) -> None:
+    bridge, srv = shared, SHARED[protocol]
 
-        async def listings() -> int:
-            events = (await bridge.invoker.invoke("srv__events", {})).content[0]["text"]
-            return json.loads(events).count("list 0")
+    async def listings() -> int:
+        events = (await bridge.invoker.invoke(f"{srv}__events", {})).content[0]["text"]
+        return json.loads(events).count("list 0")
 
-        before = await listings()
-        sent = await bridge.invoker.invoke("srv__storm", {"seconds": 2.5, "every": 0.005})
-        assert int(sent.content[0]["text"]) > 100
-        await bridge.invoker.invoke("srv__set_extra", {"names": ["after_storm"], "notify": True})
-        await until(lambda: bridge.catalog.resolve("srv__after_storm") is not None, timeout=10)
-        # one listing per second at most (not one per notice), and the last change is listed
-        assert 1 <= await listings() - before <= 6
+    before = await listings()
+    # a storm outlasting the least time between two listings (a second)
+    sent = await bridge.invoker.invoke(f"{srv}__storm", {"seconds": 1.2, "every": 0.002})
+    assert int(sent.content[0]["text"]) > 100
+    await bridge.invoker.invoke(f"{srv}__set_extra", {"names": ["after_storm"], "notify": True})
+    await until(lambda: bridge.catalog.resolve(f"{srv}__after_storm") is not None, timeout=10)
+    # one listing per second at most (not one per notice), and the last change is listed
+    assert 1 <= await listings() - before <= 6
 
 
 def nested(levels: int) -> dict[str, Any]:
@@ -845,57 +875,52 @@ def nested(levels: int) -> dict[str, Any]:
     return {"text": "deep", "extra": value}
 
 
-async def test_arguments_json_cannot_carry_are_refused_before_the_upstream_and_its_session_goes_on() -> (
-    None
-):
+@module_loop
+async def test_arguments_json_cannot_carry_are_refused_before_the_upstream_and_its_session_goes_on(
+    shared: Bridge,
+) -> None:
     """A lone surrogate escape (`"\\ud800"` reads into a string no UTF-8 writer takes) once failed
     the SDK's writer inside the shared stdio session: the session closed, and every call in it
     with it. NaN and nesting past MAX_ARGUMENT_DEPTH are refused the same way."""
     from bridge.arguments import MAX_ARGUMENT_DEPTH
 
-    bridge = make_bridge(stdio("srv", timeout=20, ping_interval=None))
-    async with bridge:
-        pid = await pid_of(bridge, "srv")
-        slow = asyncio.ensure_future(bridge.invoker.invoke("srv__slow", {"steps": 4, "delay": 0.2}))
-        cases = [
-            ({"text": "a\ud800b"}, "/text", "not valid Unicode"),
-            ({"text": "x", "odd/\udfffkey": 1}, "/odd~1\ufffdkey", "not valid Unicode"),
-            ({"text": "x", "list": ["ok", "\ud83d"]}, "/list/1", "not valid Unicode"),
-            ({"text": "x", "n": [1.5, float("-inf")]}, "/n/1", "NaN or Infinity"),
-            # the arguments object, then "extra" and 63 arrays: the 65th level
-            (
-                nested(MAX_ARGUMENT_DEPTH + 1),
-                "/extra" + "/0" * (MAX_ARGUMENT_DEPTH - 1),
-                f"deeper than {MAX_ARGUMENT_DEPTH} levels",
-            ),
-        ]
-        for arguments, pointer, said in cases:
-            result = await bridge.invoker.invoke("srv__echo", arguments)
-            assert (
-                result.status == "rejected" and result.error.error_class == "invalid_arguments"
-            ), arguments
-            assert (
-                said in result.error.message and result.error.recoverability == "change_arguments"
-            )
-            assert result.error.details["errors"][0][
-                "path"
-            ] == pointer and result.error.message.endswith(f"at {pointer}")
-            json.dumps(
-                result.model_dump(mode="json"), ensure_ascii=False
-            ).encode()  # the answer itself is sendable
-        # the call under way and the session are untouched; a pair (an emoji) and 64 levels pass
-        assert (await slow).status == "succeeded"
-        paired = json.loads('{"text": "\\ud83d\\ude00"}')  # as a JSON reader reads an escaped pair
-        assert (await bridge.invoker.invoke("srv__echo", paired)).content[0]["text"] == "\U0001f600"
-        assert (await bridge.invoker.invoke("srv__echo", nested(MAX_ARGUMENT_DEPTH))).content[0][
-            "text"
-        ] == "deep"
-        assert await pid_of(bridge, "srv") == pid
-        assert [
-            e
-            for e in (await bridge.invoker.invoke("srv__events", {})).content[0]["text"].split("\n")
-            if "echo" in e
-        ]
+    bridge = shared
+    echoed = await echoes(bridge)
+    pid = await pid_of(bridge, "modern")
+    slow = asyncio.ensure_future(bridge.invoker.invoke("modern__slow", {"steps": 4, "delay": 0.2}))
+    cases = [
+        ({"text": "a\ud800b"}, "/text", "not valid Unicode"),
+        ({"text": "x", "odd/\udfffkey": 1}, "/odd~1\ufffdkey", "not valid Unicode"),
+        ({"text": "x", "list": ["ok", "\ud83d"]}, "/list/1", "not valid Unicode"),
+        ({"text": "x", "n": [1.5, float("-inf")]}, "/n/1", "NaN or Infinity"),
+        # the arguments object, then "extra" and 63 arrays: the 65th level
+        (
+            nested(MAX_ARGUMENT_DEPTH + 1),
+            "/extra" + "/0" * (MAX_ARGUMENT_DEPTH - 1),
+            f"deeper than {MAX_ARGUMENT_DEPTH} levels",
+        ),
+    ]
+    for arguments, pointer, said in cases:
+        result = await bridge.invoker.invoke("modern__echo", arguments)
+        assert result.status == "rejected" and result.error.error_class == "invalid_arguments", (
+            arguments
+        )
+        assert said in result.error.message and result.error.recoverability == "change_arguments"
+        assert result.error.details["errors"][0][
+            "path"
+        ] == pointer and result.error.message.endswith(f"at {pointer}")
+        json.dumps(
+            result.model_dump(mode="json"), ensure_ascii=False
+        ).encode()  # the answer itself is sendable
+    # the call under way and the session are untouched; a pair (an emoji) and 64 levels pass
+    assert (await slow).status == "succeeded"
+    paired = json.loads('{"text": "\\ud83d\\ude00"}')  # as a JSON reader reads an escaped pair
+    assert (await bridge.invoker.invoke("modern__echo", paired)).content[0]["text"] == "\U0001f600"
+    assert (await bridge.invoker.invoke("modern__echo", nested(MAX_ARGUMENT_DEPTH))).content[0][
+        "text"
+    ] == "deep"
+    assert await pid_of(bridge, "modern") == pid
+    assert await echoes(bridge) == echoed + 2  # the two calls that passed, and no other
 
 
 def check_with_open_files_limit(
