@@ -313,70 +313,35 @@ def tiny_config(tmp_path: Path, **settings: Any) -> dict[str, Any]:
     }
 
 
-async def test_sighup_applies_the_config_again_and_the_session_is_told(tmp_path):
-    path, config = tmp_path / "bridge.json", tiny_config(tmp_path)
-    async with stdio_bridge(config, tmp_path) as process:
-
-        async def send(message: dict) -> None:
-            process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
-            await process.stdin.drain()
-
-        async def answer(request_id: int) -> dict:
-            while True:
-                message = json.loads(await process.stdout.readline())
-                if message.get("id") == request_id:
-                    return message["result"]
-
-        async with asyncio.timeout(45):
-            await send({"id": 2, "method": "tools/list"})
-            assert "fx__echo" in {t["name"] for t in (await answer(2))["tools"]}
-
-            config["upstreams"].append({**config["upstreams"][0], "name": "gx"})
-            path.write_text(json.dumps(config))
-            os.kill(process.pid, signal.SIGHUP)
-            while (
-                json.loads(await process.stdout.readline()).get("method")
-                != "notifications/tools/list_changed"
-            ):
-                pass
-            names: set[str] = set()
-            request_id = 3
-            while (
-                "gx__echo" not in names
-            ):  # told once the surface changed; its tools follow as gx lists them
-                await send({"id": request_id, "method": "tools/list"})
-                names = {t["name"] for t in (await answer(request_id))["tools"]}
-                request_id += 1
-            assert "fx__echo" in names
-        os.kill(process.pid, signal.SIGTERM)
-        async with asyncio.timeout(15):
-            assert await process.wait() == 0
-
-
-async def test_a_reload_that_removes_the_stdio_sessions_surface_is_refused(tmp_path):
-    # it applied, and every request of the session answered -32600 "no surface named 'agents'
-    # is configured", without a notice nor a line in the log saying why
+async def test_sighup_applies_the_config_again_and_the_session_is_told_unless_it_removes_its_surface(
+    tmp_path,
+):
+    # a reload removing the session's surface applied, and every request of the session answered
+    # -32600 "no surface named 'agents' is configured", without a notice nor a line in the log
+    # saying why; it is refused, and a reload that keeps the surface applies
     path, config = tmp_path / "bridge.json", tiny_config(tmp_path, surfaces=[{"name": "agents"}])
     async with stdio_bridge(config, tmp_path, "--surface", "agents") as process:
         assert (
             process.stdin is not None and process.stdout is not None and process.stderr is not None
         )
 
-        async def listed(request_id: int) -> set[str]:
-            process.stdin.write(
-                json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}).encode()
-                + b"\n"
-            )
+        async def send(message: dict) -> None:
+            process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
             await process.stdin.drain()
+
+        async def listed(request_id: int) -> set[str]:
+            await send({"id": request_id, "method": "tools/list"})
             answer = json.loads(await process.stdout.readline())
             assert answer["id"] == request_id, answer
             return {t["name"] for t in answer["result"]["tools"]}
 
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(45):
             assert "fx__echo" in await listed(2)
-            config["surfaces"] = [s for s in config["surfaces"] if s["name"] != "agents"]
-            config["upstreams"].append({**config["upstreams"][0], "name": "gx"})
-            path.write_text(json.dumps(config))
+            gx = {**config["upstreams"][0], "name": "gx"}
+
+            # the surface removed: nothing of the reload applies
+            refused = {**config, "surfaces": [], "upstreams": [*config["upstreams"], gx]}
+            path.write_text(json.dumps(refused))
             os.kill(process.pid, signal.SIGHUP)
             while "config reload" not in (line := (await process.stderr.readline()).decode()):
                 pass
@@ -389,6 +354,28 @@ async def test_a_reload_that_removes_the_stdio_sessions_surface_is_refused(tmp_p
                 n.startswith("gx__") for n in await listed(3)
             )  # nothing else of the config applied
             assert "fx__echo" in await listed(4)
+
+            # the surface kept: the reload applies, and the session is told
+            config["upstreams"].append(gx)
+            path.write_text(json.dumps(config))
+            os.kill(process.pid, signal.SIGHUP)
+            while (
+                json.loads(await process.stdout.readline()).get("method")
+                != "notifications/tools/list_changed"
+            ):
+                pass
+            names: set[str] = set()
+            request_id = 5
+            while "gx__echo" not in names:
+                # told once the surface changed; its tools follow as gx lists them
+                await send({"id": request_id, "method": "tools/list"})
+                while (answer := json.loads(await process.stdout.readline())).get(
+                    "id"
+                ) != request_id:
+                    pass
+                names = {t["name"] for t in answer["result"]["tools"]}
+                request_id += 1
+            assert "fx__echo" in names
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(15):
             assert await process.wait() == 0
