@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 
 from tests.serve.mcp_support import HANDSHAKE, http_client
-from tests.servers import held_upstream, release, unblock
+from tests.servers import child_pids, held_upstream, release, unblock
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -167,16 +167,22 @@ async def test_bridge_serve_listens_while_an_upstream_starts(tmp_path):
         assert await served.stop() == 0
 
 
-async def test_a_signal_while_an_upstream_starts_stops_at_once(tmp_path):
+async def test_a_signal_while_an_upstream_starts_stops_at_once_and_stops_the_upstream(tmp_path):
+    # it waited for the upstream's start_timeout (a minute here) before it looked at the signal
     async with serving(tmp_path, [held_upstream("slow", tmp_path / "slow.fifo")]) as served:
         async with (
             aiohttp.ClientSession(base_url=served.base) as http,
             http.get("/readyz") as response,
         ):
             assert response.status == 503 and (await response.json())["starting"] == ["slow"]
+        # the upstream's server runs (held, it reads nothing: not even its stdin closing)
+        async with asyncio.timeout(30):
+            while not (children := child_pids(served.process.pid)):
+                await asyncio.sleep(0.05)
         assert await served.stop() == 0  # within 15 s; the upstream's start_timeout is 60
         stderr = "".join(served.lines) + (await served.process.stderr.read()).decode()
         assert "Traceback" not in stderr and "upstreams started" not in stderr, stderr
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in children)
 
 
 async def test_a_reload_while_an_upstream_starts_applies_and_the_start_ends_without_the_removed_one(
