@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import tantivy
 
+from bridge.config import load_config
+from bridge.runtime import Bridge
 from bridge.search.lock import take_lock
 from tests.conftest import ROOT
 from tests.search.support import hits, indexed, written_index
@@ -231,7 +233,10 @@ async def test_bridge_serve_reaches_readyz_over_a_damaged_index_and_a_lock_file_
     tmp_path,
 ):
     cfg = config(tmp_path)
-    assert bridge_search(cfg).returncode == 0  # the index on disk
+    async with Bridge(
+        load_config(cfg)
+    ) as bridge:  # the index on disk, as `bridge search` leaves it
+        assert await bridge.wait_indexed() == "ready"
     truncate_segments(tmp_path / "bridge.index" / "g1")
     stderr = await _serve_until_ready(cfg)
     assert "Traceback" not in stderr and stderr.count("cannot be reopened") == 1
