@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Route, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.config import LOGGING_CONFIG
 
@@ -38,7 +38,15 @@ from bridge.serve.rest_http import ApiError, ServeContext, error_response, not_f
 from bridge.serve.rest_records import records_routes
 from bridge.telemetry import json_logs, say
 
-__all__ = ["build_app", "close_app", "rest_routes", "run_http", "served_urls", "started_line"]
+__all__ = [
+    "MCPLane",
+    "build_app",
+    "close_app",
+    "rest_routes",
+    "run_http",
+    "served_urls",
+    "started_line",
+]
 
 log = logging.getLogger("bridge.serve")
 
@@ -67,6 +75,32 @@ class ContentLengthLimit:
                         await error_response(too_large(self.limit))(scope, receive, send)
                         return
                     break
+        await self.app(scope, receive, send)
+
+
+class MCPLane:
+    """Sends a request for the MCP endpoint (`route`) straight to it, past Starlette's exception
+    middleware and routing, which would only find that route: the scope gets what routing gives
+    it (`router`, `route`, `endpoint`, `path_params`), and the middleware outside this one (the
+    server-error answer, spans, the body limit, the caller's identity) applies as to every
+    request. The endpoint raises no `HTTPException`, the one thing the skipped exception
+    middleware answers."""
+
+    def __init__(self, app: ASGIApp, router: Router, route: Route) -> None:
+        self.app = app
+        self.router, self.route = router, route
+        self.endpoint = route.app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"] == self.route.path
+            and not scope.get("root_path")
+        ):
+            scope["router"], scope["route"] = self.router, self.route
+            scope["endpoint"], scope["path_params"] = self.route.endpoint, {}
+            await self.endpoint(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 
@@ -148,6 +182,9 @@ def build_app(bridge: Bridge, *, host: str = "127.0.0.1") -> Starlette:
     app.router.redirect_slashes = False
     app.exception_handlers[HTTPException] = _http_error
     app.exception_handlers[Exception] = _server_error
+    for route in app.router.routes:
+        if isinstance(route, Route) and route.path == "/mcp" and route.methods is None:
+            app.add_middleware(MCPLane, router=app.router, route=route)
     app.add_middleware(IdentifyCallers, bridge=bridge)
     app.add_middleware(ContentLengthLimit, limit=bridge.config.server.max_body_bytes)
     if bridge.telemetry.tracing is not None:  # outermost: its span covers the whole request

@@ -46,9 +46,9 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import (
     ERROR_CODE_HTTP_STATUS,
+    X_MCP_HEADER_KEY,
     InboundLadderRejection,
     classify_inbound_request,
-    find_duplicated_routing_header,
     validate_mcp_param_headers,
 )
 from mcp_types import (
@@ -90,6 +90,7 @@ _MODERN_META = _TRACE_META | {
 _HANDSHAKE = frozenset([None, *HANDSHAKE_PROTOCOL_VERSIONS])
 _ASKING = ("elicitation", "sampling")  # capabilities whose clients an upstream may ask
 _PARAM_HEADER = "mcp-param-"
+_PARAM_KEYWORD = f'"{X_MCP_HEADER_KEY}"'  # how a schema's property names its header
 # the headers the checks of `_accepted` read, and how many verdicts on them are kept
 _CHECKED = ("accept", "content-type", "host", "origin")
 _VERDICTS = 256
@@ -175,6 +176,7 @@ class LeanCalls:
         self.served = 0
         self._security = TransportSecurityMiddleware(security)
         self._verdicts: dict[tuple[str | None, ...], bool] = {}
+        self._param_schemas: dict[int, tuple[dict[str, Any], bool]] = {}
         self._shape = result_shaper(frontend.server)
         # the connection of each handshake-era session, learnt from its requests to the SDK
         self._connections: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
@@ -318,11 +320,26 @@ class LeanCalls:
             return None
         if arguments or any(key.startswith(_PARAM_HEADER) for key in headers):
             schema = self.frontend._input_schema_of(name)
-            if schema is not None and validate_mcp_param_headers(schema, arguments or {}, headers):
+            if (
+                schema is not None
+                and self._declares_param_headers(schema)
+                and validate_mcp_param_headers(schema, arguments or {}, headers)
+            ):
                 return None
-        if find_duplicated_routing_header(headers.items()) is not None:
-            return None
+        # a routing header given twice was sent to the SDK by `_plan`, which says so
         return str(verdict.protocol_version)
+
+    def _declares_param_headers(self, schema: dict[str, Any]) -> bool:
+        """Whether `schema` may declare `x-mcp-header` properties: the SDK's check of the
+        `Mcp-Param-*` headers passes every request whose tool's schema declares none. The
+        answer is kept for each schema object the catalog holds."""
+        found = self._param_schemas.get(id(schema))
+        if found is None or found[0] is not schema:
+            if len(self._param_schemas) >= _VERDICTS:
+                self._param_schemas.clear()
+            declares = _PARAM_KEYWORD in json.dumps(schema, default=str)
+            found = self._param_schemas[id(schema)] = (schema, declares)
+        return found[1]
 
     def _plain_tool(self, scope: Scope, name: str) -> bool:
         """Whether `name` needs nothing of a session: a tool not deferred on the caller's surface

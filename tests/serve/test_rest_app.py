@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import httpx2
@@ -126,10 +127,22 @@ async def test_mcp_and_rest_answer_on_one_port():
                 )
             async with http.get("/tools/", allow_redirects=False) as response:
                 assert response.status == 404  # no undocumented slash redirect
+            routed: list[str] = []
+            router_app = app.router.middleware_stack
+
+            async def routing(scope: Any, receive: Any, send: Any) -> None:
+                routed.append(scope["path"])
+                await router_app(scope, receive, send)
+
+            app.router.middleware_stack = routing
             async with http.post("/mcp", json=MCP_INITIALIZE, headers=MCP_HEADERS) as response:
                 assert response.status == 200 and "serverInfo" in await response.text()
             async with http.post("/mcp", data=b"x" * (2 << 20), headers=MCP_HEADERS) as response:
                 assert response.status == 413  # the body limit covers every path
+            async with http.get("/mcp/", allow_redirects=False) as response:
+                assert response.status == 404
+            # /mcp is served past the routing, which only finds its one route
+            assert routed == ["/mcp/"]
     finally:
         await close_app(app)
         await bridge.close()
