@@ -6,7 +6,9 @@ called over and over in process (no HTTP), with
 - `metrics+audit`: and an audit record per call (a file in a temporary folder);
 - `traced, dropped`: metrics and tracing with a sampler that drops every trace begun here;
 - `traced, sampled`: metrics and tracing, every call's spans made and handed to a batch
-  processor whose exporter discards them.
+  processor whose exporter discards them: two a call, the pipeline's and the upstream call's;
+- `traced, 3 spans`: the same, each call made inside a frontend request's span as the REST and
+  MCP frontends make it (its sampling decision, the span, current for the call), three a call.
 
 The configurations take turns, a round of calls each, so that the machine's drift falls on all
 alike; what a configuration adds at p50 is the median, over the rounds, of its p50 less that of
@@ -26,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +95,23 @@ def telemetries(folder: str) -> dict[str, Telemetry]:
         "metrics+audit": Telemetry(audit_path=Path(folder) / "audit.jsonl"),
         "traced, dropped": Telemetry(tracing=Tracing(sample_ratio=0.0, exporter=Discard())),
         "traced, sampled": Telemetry(tracing=Tracing(sample_ratio=1.0, exporter=Discard())),
+        "traced, 3 spans": Telemetry(tracing=Tracing(sample_ratio=1.0, exporter=Discard())),
     }
+
+
+REQUEST = {"http.request.method": "POST", "url.path": "/invoke", "url.scheme": "http"}
+
+
+async def in_request(tracing: Tracing, call: Awaitable[Any]) -> None:
+    """`call` in a frontend request's span, as TracedHTTP makes it."""
+    passed = tracing.dropped(None, None)
+    if passed is not None:
+        with tracing.unsampled(passed):
+            await call
+        return
+    span = tracing.server_span("POST", REQUEST)
+    with tracing.active(span):
+        await call
 
 
 async def run(calls: int, rounds: int) -> None:
@@ -109,10 +128,14 @@ async def run(calls: int, rounds: int) -> None:
         times: dict[str, list[int]] = {name: [] for name in kinds}
         cpu: dict[str, list[int]] = {name: [] for name in kinds}
         round_p50: dict[str, list[float]] = {name: [] for name in kinds}
-        for telemetry in kinds.values():  # warm up each
+        # the configurations whose calls are made in a frontend request's span
+        framed = {name: t.tracing for name, t in kinds.items() if name.endswith("3 spans")}
+        for name, telemetry in kinds.items():  # warm up each
             invoker.telemetry = telemetry
             for _ in range(500):
-                await invoker.invoke("noop__echo", {"text": "x"}, surface=surface, origin=origin)
+                call = invoker.invoke("noop__echo", {"text": "x"}, surface=surface, origin=origin)
+                tracing = framed.get(name)
+                await (call if tracing is None else in_request(tracing, call))
         gc.collect()
         gc.freeze()
         per_round = max(1, calls // rounds)
@@ -121,11 +144,13 @@ async def run(calls: int, rounds: int) -> None:
             for name, telemetry in kinds.items():
                 invoker.telemetry = telemetry
                 taken, used = [], cpu[name]
+                tracing = framed.get(name)
                 for _ in range(per_round):
                     began, began_cpu = clock(), thread_clock()
-                    await invoker.invoke(
+                    call = invoker.invoke(
                         "noop__echo", {"text": "x"}, surface=surface, origin=origin
                     )
+                    await (call if tracing is None else in_request(tracing, call))
                     taken.append(clock() - began)
                     used.append(thread_clock() - began_cpu)
                 times[name] += taken
