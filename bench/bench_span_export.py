@@ -2,7 +2,8 @@
 its span export child: the no-op upstream of bench_telemetry.py called over and over in process
 (two spans a call, every trace kept), its spans
 
-- `discarded`: handed to an exporter that keeps nothing (no encoding), the floor;
+- `discarded`: handed to the SDK's batch span processor in process, whose exporter keeps
+  nothing (no encoding);
 - `thread`: encoded and sent by the SDK's OTLP/HTTP exporter on the batch processor's thread,
   in the bridge's process;
 - `child`: handed to the span export child, which encodes and sends them (the bridge's way).

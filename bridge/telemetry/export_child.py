@@ -5,35 +5,44 @@ SDK's batch span processor (which reads the `OTEL_BSP_*` and `OTEL_EXPORTER_OTLP
 
 The SDK's OTLP encoder is pure Python, about 50 to 90 µs a span on 2 shared cores, and in the
 bridge's process it holds the interpreter against the event loop; here the bridge pays a tuple
-and a pipe write a span. The child stops when the pipe closes (the bridge stops, or dies), once
+a span, and a pickle and a pipe write a batch. The child stops when the pipe closes (the bridge stops, or dies), once
 it has exported what it took; it ignores Ctrl-C and SIGTERM, which reach the bridge, so that the
 spans the bridge still holds are taken on its way out. If the child dies, the bridge drops its
 spans from then on and says so once.
 
-Run by `ChildExporter` as `python -P export_child.py ENDPOINT` (empty: the `OTEL_*` variables);
+Run by `ChildProcessor` as `python -P export_child.py ENDPOINT` (empty: the `OTEL_*` variables);
 it imports nothing of the bridge, so that it starts in the time the SDK takes to import."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import io
 import logging
 import pickle
 import signal
+import struct
 import subprocess
 import sys
-from collections.abc import Sequence
-from typing import IO, Any
+import threading
+from typing import IO, TYPE_CHECKING, Any
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-__all__ = ["ChildExporter"]
+if TYPE_CHECKING:
+    from bridge.telemetry.spans import BridgeSpan
+
+__all__ = ["ChildProcessor"]
 
 log = logging.getLogger("bridge.telemetry")
 
 SCOPE = "a2t-bridge"  # the instrumentation scope of the bridge's spans
 STOP_SECONDS = 30.0  # how long the bridge waits, stopping, for the child to export what it took
+BATCH = 512  # spans a message to the child holds at most
+DELAY_SECONDS = 0.2  # how long a span waits to be written to the child, at most
+_LENGTH = struct.Struct(">I")  # each message: its length, then its pickle
+MAX_WAITING = 8192  # spans waiting for the child, at most (it is stuck): later ones are dropped
 # (name, trace id, span id, flags, tracestate header, parent span id or 0, parent remote, kind,
 # attributes, status code, status description, start ns, end ns): built-in types only
 Compact = tuple[
@@ -41,9 +50,8 @@ Compact = tuple[
 ]
 
 
-def compact(span: ReadableSpan) -> Compact:
+def compact(span: BridgeSpan, end: int) -> Compact:
     ctx, parent, status = span.context, span.parent, span.status
-    assert ctx is not None
     return (
         span.name,
         ctx.trace_id,
@@ -53,56 +61,104 @@ def compact(span: ReadableSpan) -> Compact:
         parent.span_id if parent is not None else 0,
         parent is not None and parent.is_remote,
         span.kind.value,
-        dict(span.attributes or {}),
-        status.status_code.value,
-        status.description,
-        span.start_time,
-        span.end_time,
+        span.attributes,  # no longer changed: the span ended
+        status.status_code.value if status is not None else 0,
+        status.description if status is not None else None,
+        span.start,
+        end,
     )
 
 
-class ChildExporter(SpanExporter):
-    """The bridge's side: a span exporter (behind the SDK's batch span processor, on its
-    thread) that writes each batch to the export child (`process`). `lost` counts the spans
-    the child did not take, as it had stopped."""
+class ChildProcessor(SpanProcessor):
+    """The bridge's side: takes each span that ends (`take`, on the event loop) into a queue,
+    which a thread of its own writes to the export child (`process`) in batches, at once when
+    a batch is full, else every 0.2 s; a span provider's `force_flush` and `shutdown` write
+    what waits. `lost` counts the spans the child did not take: it had stopped, or too many
+    were waiting for it."""
 
     def __init__(self, endpoint: str | None, resource: Resource) -> None:
-        self.lost = 0
         self.process = subprocess.Popen(
             [sys.executable, "-P", __file__, endpoint or ""],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,  # the bridge's stdout may be an MCP stdio stream
             start_new_session=True,  # out of reach of the terminal's Ctrl-C
         )
-        self._stopped = False
+        self._queue: collections.deque[Compact] = collections.deque()
+        self._overflowed = 0  # spans not queued, the queue full (counted on the event loop)
+        self._unsent = 0  # spans the child did not take (counted by the writer)
+        self._gone = False  # the child's end of the pipe closed
+        self._closing = False
+        self._writing = threading.Lock()  # one writer at a time: the thread, a flush, the stop
+        self._wake = threading.Event()
         self._send(("resource", dict(resource.attributes), resource.schema_url))
+        self._writer = threading.Thread(target=self._run, name="span-export-writer", daemon=True)
+        self._writer.start()
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._send([compact(span) for span in spans]):
-            return SpanExportResult.SUCCESS
-        self.lost += len(spans)
-        return SpanExportResult.FAILURE
+    @property
+    def lost(self) -> int:
+        return self._overflowed + self._unsent
+
+    def take(self, span: BridgeSpan, end: int) -> None:
+        queue = self._queue
+        if len(queue) >= MAX_WAITING:
+            if not self._overflowed:
+                log.warning(
+                    "%d spans wait for the span export child: later ones are dropped until it "
+                    "takes them",
+                    MAX_WAITING,
+                )
+            self._overflowed += 1
+            return
+        queue.append(compact(span, end))
+        if len(queue) >= BATCH:
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._closing:
+            self._wake.wait(DELAY_SECONDS)
+            self._wake.clear()
+            self._write_waiting()
+
+    def _write_waiting(self) -> None:
+        with self._writing:
+            queue = self._queue
+            while queue:
+                batch = [queue.popleft() for _ in range(min(BATCH, len(queue)))]
+                if not self._send(batch):
+                    self._unsent += len(batch)
 
     def _send(self, message: Any) -> bool:
         """Write one message to the child; False (and a warning, the first time) when it is
         gone."""
-        if not self._stopped:
-            assert self.process.stdin is not None
-            try:
-                self.process.stdin.write(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
-                self.process.stdin.flush()
-                return True
-            except (OSError, ValueError):  # its end of the pipe closed
-                self._stopped = True
-                log.warning(
-                    "the span export child stopped (exit code %s): spans are dropped from now on",
-                    self.process.poll(),
-                )
-        return False
+        if self._gone:
+            return False
+        assert self.process.stdin is not None
+        try:
+            data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+            self.process.stdin.write(_LENGTH.pack(len(data)) + data)
+            self.process.stdin.flush()
+            return True
+        except (OSError, ValueError):  # its end of the pipe closed
+            self._gone = True
+            log.warning(
+                "the span export child stopped (exit code %s): spans are dropped from now on",
+                self.process.poll(),
+            )
+            return False
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self._write_waiting()
+        return True
 
     def shutdown(self) -> None:
-        """Close the pipe and wait for the child to export what it took."""
-        self._stopped = True
+        """Write what waits, close the pipe and wait for the child to export what it took."""
+        if self._closing:
+            return
+        self._closing = True
+        self._wake.set()
+        self._writer.join()
+        self._write_waiting()
+        self._gone = True
         assert self.process.stdin is not None
         with contextlib.suppress(OSError):  # it is gone: what it did not take is lost
             self.process.stdin.close()
@@ -113,15 +169,25 @@ class ChildExporter(SpanExporter):
             self.process.kill()
             self.process.wait()
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
-
 
 class _Plain(pickle.Unpickler):
     """Reads built-in types only: a message names no class to load."""
 
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"{module}.{name} is not a span's field")
+
+
+def _message(source: IO[bytes]) -> Any:
+    """The next message from the bridge (EOFError: the pipe closed); pickle.UnpicklingError
+    for one that holds what is not a built-in type, and then the next one follows."""
+    head = source.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        raise EOFError
+    (size,) = _LENGTH.unpack(head)
+    data = source.read(size)
+    if len(data) < size:
+        raise EOFError
+    return _Plain(io.BytesIO(data)).load()
 
 
 def _rebuilt(item: Compact, resource: Resource, scope: Any) -> ReadableSpan:
@@ -158,15 +224,18 @@ def main(endpoint: str | None, source: IO[bytes]) -> None:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    _, attributes, schema_url = _Plain(source).load()
+    _, attributes, schema_url = _message(source)
     resource, scope = Resource(attributes, schema_url), InstrumentationScope(SCOPE)
     processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint))
     try:
         while True:
             try:
-                batch = _Plain(source).load()  # a message of its own: no memo of the last
+                batch = _message(source)
             except EOFError:
                 break
+            except pickle.UnpicklingError as exc:  # an attribute of a type of its own
+                log.warning("a batch of spans is dropped: %s", exc)
+                continue
             for item in batch:
                 processor.on_end(_rebuilt(item, resource, scope))
     finally:

@@ -1,5 +1,6 @@
 """The bridge's spans: OpenTelemetry API spans the bridge makes itself, handed once ended to the
-SDK's span processor as the SDK's `ReadableSpan`, which its exporters read.
+span export child (`export_child`) as compact tuples, or to an SDK span processor as the SDK's
+`ReadableSpan`, which its exporters read.
 
 The SDK's tracer takes about 50 µs to begin and end a span on a small machine (a sampler, an
 id generator, its attribute checks with a lock taken per attribute, each processor's start and
@@ -15,28 +16,26 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Span, SpanContext, SpanKind, Status, TraceFlags
 
-__all__ = ["BridgeSpan", "Spans"]
+__all__ = ["BridgeSpan", "Spans", "handed_to"]
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _PLAIN = (str, bool, int, float)  # the attribute values the bridge sets
 _UNSET = Status()
 
 
+Ended = Callable[["BridgeSpan", int], None]  # takes a span that ended, and its end (ns)
+
+
 class Spans:
-    """What every span of one bridge shares: its resource, instrumentation scope and where an
-    ended span goes (`ended`: the span processor's `on_end`)."""
+    """The spans of one bridge, and where each goes once ended (`ended`)."""
 
-    __slots__ = ("ended", "resource", "scope")
+    __slots__ = ("ended",)
 
-    def __init__(
-        self, resource: Resource, scope: InstrumentationScope, ended: Callable[[Any], None]
-    ) -> None:
-        self.resource = resource
-        self.scope = scope
+    def __init__(self, ended: Ended) -> None:
         self.ended = ended
 
     def begin(
@@ -123,20 +122,28 @@ class BridgeSpan(Span):
 
     def end(self, end_time: int | None = None) -> None:
         spans = self.spans
-        if spans is None:
-            return
-        self.spans = None
-        spans.ended(
+        if spans is not None:
+            self.spans = None
+            spans.ended(self, end_time or time.time_ns())
+
+
+def handed_to(processor: SpanProcessor, resource: Resource, scope: InstrumentationScope) -> Ended:
+    """Where spans go to an SDK span processor: each as the SDK's `ReadableSpan`."""
+
+    def ended(span: BridgeSpan, end: int) -> None:
+        processor.on_end(
             ReadableSpan(
-                name=self.name,
-                context=self.context,
-                parent=self.parent,
-                resource=spans.resource,
-                attributes=self.attributes,
-                kind=self.kind,
-                status=self.status or _UNSET,
-                start_time=self.start,
-                end_time=end_time or time.time_ns(),
-                instrumentation_scope=spans.scope,
+                name=span.name,
+                context=span.context,
+                parent=span.parent,
+                resource=resource,
+                attributes=span.attributes,
+                kind=span.kind,
+                status=span.status or _UNSET,
+                start_time=span.start,
+                end_time=end,
+                instrumentation_scope=scope,
             )
         )
+
+    return ended

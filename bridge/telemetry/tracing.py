@@ -35,8 +35,8 @@ from opentelemetry.trace import (
 )
 
 from bridge.telemetry import logs
-from bridge.telemetry.export_child import SCOPE, ChildExporter
-from bridge.telemetry.spans import BridgeSpan, Spans
+from bridge.telemetry.export_child import SCOPE, ChildProcessor
+from bridge.telemetry.spans import BridgeSpan, Spans, handed_to
 
 __all__ = ["CallTrace", "Tracing", "endpoint_configured", "traceparent_of"]
 
@@ -51,8 +51,6 @@ _CURRENT_KINDS = frozenset({"mcp"})
 # What a ParentBased sampler that follows a caller's sampled flag says of its remote parents.
 _FOLLOWS_CALLER = "remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler"
 _NO_PARENT = otel_context.Context()
-# how long ended spans wait to be written to the export child, at most (a write costs little)
-_CHILD_DELAY_MS = 200
 Passed = tuple[str, str | None]  # (traceparent, tracestate) passed on to an upstream
 # The decision of the frontend request a call runs in: _KEPT (its span is current), else the
 # trace context to pass on of a trace dropped; None: no frontend decided.
@@ -188,7 +186,8 @@ class _Request(_Current):
 class Tracing:
     """The tracer of one bridge. Its spans are exported over OTLP/HTTP by the span export
     child (`export_child`), else, if that cannot start, from a thread of the bridge's own;
-    `exporter` replaces both (a test's, a benchmark's), on the thread."""
+    `exporter` replaces both (a test's, a benchmark's), behind the SDK's batch span processor
+    on that thread."""
 
     def __init__(
         self,
@@ -204,14 +203,12 @@ class Tracing:
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
         resource = Resource.create({"service.name": service_name})
-        self.child: ChildExporter | None = None
-        delay: int | None = None  # the batch span processor's wait (None: OTEL_BSP_*, 5 s)
+        self.child: ChildProcessor | None = None
         if exporter is None:
             if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/traces"):
                 endpoint = endpoint.rstrip("/") + "/v1/traces"
             try:
-                exporter = self.child = ChildExporter(endpoint, resource)
-                delay = _CHILD_DELAY_MS
+                self.child = ChildProcessor(endpoint, resource)
             except OSError as exc:
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
                     OTLPSpanExporter,
@@ -239,9 +236,14 @@ class Tracing:
             self._root_bound = TraceIdRatioBased(min(sample_ratio, 1.0)).bound
         # the provider holds the processor (its shutdown exports what waits); the bridge's
         # spans, all of kept traces, are handed to it straight (`spans`), no tracer between
-        processor = BatchSpanProcessor(exporter, schedule_delay_millis=delay)
-        self.provider.add_span_processor(processor)
-        self.spans = Spans(self.provider.resource, InstrumentationScope(SCOPE), processor.on_end)
+        if self.child is not None:
+            self.provider.add_span_processor(self.child)
+            self.spans = Spans(self.child.take)
+        else:
+            processor = BatchSpanProcessor(exporter)
+            self.provider.add_span_processor(processor)
+            scope = InstrumentationScope(SCOPE)
+            self.spans = Spans(handed_to(processor, self.provider.resource, scope))
         logs.current_trace = _current_ids
 
     # ------------------------------------------------------------------ sampling
