@@ -81,6 +81,7 @@ class ChildProcessor(SpanProcessor):
             [sys.executable, "-P", __file__, endpoint or ""],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,  # the bridge's stdout may be an MCP stdio stream
+            stderr=subprocess.PIPE,  # its log lines become the bridge's records (`_relay_logs`)
             start_new_session=True,  # out of reach of the terminal's Ctrl-C
         )
         self._queue: collections.deque[Compact] = collections.deque()
@@ -93,6 +94,8 @@ class ChildProcessor(SpanProcessor):
         self._send(("resource", dict(resource.attributes), resource.schema_url))
         self._writer = threading.Thread(target=self._run, name="span-export-writer", daemon=True)
         self._writer.start()
+        self._logs = threading.Thread(target=self._relay_logs, name="span-export-logs", daemon=True)
+        self._logs.start()
 
     @property
     def lost(self) -> int:
@@ -146,6 +149,19 @@ class ChildProcessor(SpanProcessor):
             )
             return False
 
+    def _relay_logs(self) -> None:
+        """Log each line the child writes on stderr as a record of the bridge's, so that it
+        takes the bridge's log format (JSON lines with `logging.format: json`)."""
+        assert self.process.stderr is not None
+        for raw in self.process.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            name, _, text = line.partition(" ")
+            level = logging.getLevelName(name)  # the child's lines begin with their level
+            if not isinstance(level, int):  # a line of its own (a traceback's)
+                level, text = logging.WARNING, line
+            if line:
+                log.log(level, "span export child: %s", text)
+
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self._write_waiting()
         return True
@@ -168,6 +184,7 @@ class ChildProcessor(SpanProcessor):
             log.warning("the span export child took over %gs to stop: ended", STOP_SECONDS)
             self.process.kill()
             self.process.wait()
+        self._logs.join(STOP_SECONDS)  # its stderr ends with it
 
 
 class _Plain(pickle.Unpickler):
@@ -245,5 +262,5 @@ def main(endpoint: str | None, source: IO[bytes]) -> None:
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    logging.basicConfig(format="%(levelname)s span export child: %(message)s")
+    logging.basicConfig(format="%(levelname)s %(message)s")  # read by _relay_logs
     main(sys.argv[1] or None, sys.stdin.buffer)

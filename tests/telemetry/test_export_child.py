@@ -1,6 +1,7 @@
 """The span export child: the spans a bridge ends reach the OTLP receiver on loopback through
-it, every one of them when the bridge stops at once (but a batch the child cannot read), and a
-child that dies costs its spans (counted, said once) but no call."""
+it, every one of them when the bridge stops at once (but a batch the child cannot read, which
+it logs through the bridge), and a child that dies costs its spans (counted, said once) but no
+call."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ class Kind(enum.StrEnum):
     ODD = "odd"
 
 
-async def test_every_span_ended_reaches_the_collector_through_the_child_when_the_bridge_stops():
+async def test_every_span_ended_reaches_the_collector_through_the_child_when_the_bridge_stops(
+    caplog,
+):
     receiver = Receiver()
     async with serve_asgi(receiver) as otlp:
         tracing = Tracing(otlp, "bridge-x", 1.0)
@@ -42,6 +45,10 @@ async def test_every_span_ended_reaches_the_collector_through_the_child_when_the
         parent.end()
         await asyncio.to_thread(tracing.close)
         assert tracing.child.process.poll() == 0  # the child stopped with the bridge
+    # the child's warning is a record of the bridge's, in the bridge's log format
+    dropped = [r for r in caplog.records if "a batch of spans is dropped" in r.getMessage()]
+    assert len(dropped) == 1 and dropped[0].name == "bridge.telemetry", caplog.text
+    assert dropped[0].levelno == logging.WARNING
     assert len(receiver.spans) == 701 and {s.service for s in receiver.spans} == {"bridge-x"}
     got = {s.name: s for s in receiver.spans}
     assert got["span 7"].attributes == {"bridge.index": 7, "bridge.even": False}
