@@ -577,7 +577,7 @@ STAGE_STEPS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("+ tools of one API", {"sibling_weight": SIBLING_WEIGHT}),
     ("+ own words", {"own_weight": OWN_WEIGHT}),
     ("+ parts covered", {"cover_weight": COVER_WEIGHT}),
-    ("+ lookups and places", {"lookup_places": LOOKUP_PLACES}),
+    ("+ lookups, sources and places", {"lookup_places": LOOKUP_PLACES}),
     ("+ alternatives folded", {"fold_alternatives": True}),
 )
 STAGES_OFF = {

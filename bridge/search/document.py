@@ -17,6 +17,7 @@ from bridge.search.analysis import (
     name_words,
     split_identifiers,
 )
+from bridge.search.sources import name_key
 from bridge.search.tooltext import (
     SharedText,
     changes_current,
@@ -42,7 +43,7 @@ __all__ = [
 
 # Bump when the schema, the analyzer or the text put in a field changes: an index of another
 # format is rebuilt from the catalog instead of being reopened.
-INDEX_FORMAT = 9
+INDEX_FORMAT = 10
 # One text field, `all`, holds every text of the tool: its own words (name, title, hint,
 # description, parameter names), the name's words `NAME_REPEAT` times, then its namespace, tags
 # and parameters' descriptions with each word once (a BM25F-like weighting in one field: the
@@ -82,6 +83,7 @@ class IndexedTool:
     changes: list[str] = field(
         default_factory=list
     )  # the current places it changes (bridge.search.tooltext.changes_current)
+    named: str = ""  # its function name as a parameter names its source (bridge.search.sources)
     _digest: int | None = field(default=None, repr=False, compare=False)
     _key: int | None = field(default=None, repr=False, compare=False)
 
@@ -112,6 +114,7 @@ class IndexedTool:
                 "1" if self.read_only else "0",
                 "\x1e".join(self.looks_up),
                 "\x1e".join(self.changes),
+                self.named,
             ]
             raw = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
             self._digest = int.from_bytes(raw, "big")
@@ -152,6 +155,8 @@ class IndexedTool:
             doc.add_text("f_lookup", word)
         for noun in self.changes:
             doc.add_text("f_lookup", CHANGES_PREFIX + noun)
+        if self.named:
+            doc.add_text("f_lookup", self.named)
         return doc
 
 
@@ -246,4 +251,5 @@ def indexed_tool(decl: ToolDeclaration, shared: SharedText | None = None) -> Ind
         read_only=decl.safety.read_only,
         looks_up=sorted(looked_up(decl, native)),
         changes=sorted(changes_current(decl)),
+        named=name_key(native),
     )

@@ -21,6 +21,7 @@ from bridge.search.cover import COVER_PLACES, COVER_WEIGHT, cover_order, over_be
 from bridge.search.document import CHANGES_PREFIX
 from bridge.search.index import ToolIndex
 from bridge.search.semantic import SemanticStage
+from bridge.search.sources import SOURCE_DEPTH, name_key, named_sources
 from bridge.search.tooltext import (
     SharedText,
     acts_in_current,
@@ -290,11 +291,14 @@ class RankingStages:
         )  # what a place the request names could be
         changers: dict[tuple[str, int, frozenset[str]], list[ToolDeclaration]] = {}
         for decl, score in ranked[: self.lookup_places]:
+            found = self._sources(decl, surface, filters)
             api = self.shared.api(searched_description(decl))
             if api is None:
+                if found:
+                    moved = _place_after(out, decl, found, score) or moved
                 continue
             heads = input_heads(described_schema(decl))
-            found = self._api_tools(
+            found += self._api_tools(
                 decl,
                 api,
                 frozenset().union(*heads),
@@ -317,20 +321,53 @@ class RankingStages:
                 found += [
                     other for other in changers[key] if function_name(other) != function_name(decl)
                 ]
-            at = next(i for i, (d, _) in enumerate(out) if d is decl)
-            for other in sorted(found, key=function_name, reverse=True):
-                where = next(
-                    (i for i, (d, _) in enumerate(out) if d.tool_id == other.tool_id), None
-                )
-                if where is not None and where < at:
-                    continue
-                if where is not None:
-                    del out[where]
-                out.insert(at + 1, (other, score))
-                moved = (
-                    moved or where != at + 1
-                )  # one already right after the tool only takes its score
+            moved = _place_after(out, decl, found, score) or moved
         return out, None if moved else vectors
+
+    def _sources(
+        self, decl: ToolDeclaration, surface: Surface, filters: dict[str, Any]
+    ) -> list[ToolDeclaration]:
+        """The tools that `decl`'s required parameters name as their sources
+        (bridge.search.sources.named_sources: a parameter's first name the catalog holds), and
+        theirs in turn, SOURCE_DEPTH steps deep; each asked of the index (`ToolIndex.lookups`)
+        in the tool's upstream first, then in any the filters allow, within the filters and
+        visible on the surface."""
+        found: dict[str, ToolDeclaration] = {}
+        seen, todo = {function_name(decl)}, [decl]
+        for _ in range(SOURCE_DEPTH):
+            step = []
+            for tool in todo:
+                for other in self._named(tool, surface, filters):
+                    name = function_name(other)
+                    if name not in seen:
+                        seen.add(name)
+                        found[other.tool_id] = other
+                        step.append(other)
+            todo = step
+        return list(found.values())
+
+    def _named(
+        self, decl: ToolDeclaration, surface: Surface, filters: dict[str, Any]
+    ) -> list[ToolDeclaration]:
+        """The first tool each required parameter of `decl` names that the catalog holds."""
+        params = named_sources(decl)  # a few µs: most tools' parameters name none
+        if not params:
+            return []
+        asked = list(dict.fromkeys(key for keys in params for key in keys))
+        held: dict[str, ToolDeclaration] = {}
+        for namespace in dict.fromkeys([decl.namespace, filters["namespace"]]):
+            for tool_id in self.index.lookups(asked, **{**filters, "namespace": namespace}):
+                other = self.catalog.get(tool_id)
+                if other is not None and self._passes(other, filters) and surface.visible(other):
+                    held.setdefault(name_key(function_name(other)), other)
+            if held:
+                break
+        out: dict[str, ToolDeclaration] = {}
+        for keys in params:
+            key = next((key for key in keys if key in held), None)
+            if key is not None:
+                out[held[key].tool_id] = held[key]
+        return list(out.values())
 
     def _kept(
         self,
@@ -526,6 +563,27 @@ class RankingStages:
             and (filters["kind"] is None or decl.tool_kind == filters["kind"])
             and (filters["read_only"] is None or decl.safety.read_only == filters["read_only"])
         )
+
+
+def _place_after(
+    out: list[tuple[ToolDeclaration, float]],
+    decl: ToolDeclaration,
+    found: list[ToolDeclaration],
+    score: float,
+) -> bool:
+    """`found` placed in `out` right after `decl`, with its score, but those already above it;
+    whether a tool moved (one already right after `decl` only takes its score)."""
+    moved = False
+    at = next(i for i, (d, _) in enumerate(out) if d is decl)
+    for other in sorted(found, key=function_name, reverse=True):
+        where = next((i for i, (d, _) in enumerate(out) if d.tool_id == other.tool_id), None)
+        if where is not None and where < at:
+            continue
+        if where is not None:
+            del out[where]
+        out.insert(at + 1, (other, score))
+        moved = moved or where != at + 1
+    return moved
 
 
 def _looks_up_one_of(heads: list[frozenset[str]], other: ToolDeclaration) -> bool:
