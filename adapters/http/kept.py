@@ -30,8 +30,10 @@ __all__ = ["KeptConnections", "KeptResponse", "plain_origin"]
 
 # Bytes of a body read ahead of its reader before the connection stops reading.
 READ_AHEAD = 256 * 1024
-# Seconds a connection may stay idle in the pool before it is not used again (aiohttp's).
-IDLE_SECONDS = 15.0
+# Seconds a connection may stay idle in the pool before it is not used again: less than the
+# 5 s uvicorn (and so the MCP SDK's servers) keeps an idle connection, so that the client, not
+# the server, ends it, and a request is not sent on a connection its server is closing.
+IDLE_SECONDS = 4.0
 _FORBIDDEN = frozenset("\r\n\0")
 
 
@@ -131,7 +133,7 @@ class KeptConnections:
         now = time.monotonic()
         while self._idle:
             since, connection = self._idle.pop()
-            if not connection.lost and now - since < IDLE_SECONDS:
+            if connection.usable() and now - since < IDLE_SECONDS:
                 return connection
             connection.close()
         loop = asyncio.get_running_loop()
@@ -150,7 +152,7 @@ class KeptConnections:
 
     def _done(self, connection: _Connection, keep: bool) -> None:
         """A response's connection is free again: kept when its server keeps it alive."""
-        if keep and not connection.lost:
+        if keep and connection.usable():
             self._idle.append((time.monotonic(), connection))
         else:
             connection.close()
@@ -278,7 +280,16 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def usable(self) -> bool:
+        """Whether a request may be sent on it: its server has not ended it (an end the loop
+        has seen but not yet reported as lost included)."""
+        return not self.lost and self.transport is not None and not self.transport.is_closing()
+
     # ------------------------------------------------------------------ asyncio's callbacks
+
+    def eof_received(self) -> bool:
+        self.lost = True  # the server ended its side: no request goes on it again
+        return False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's subclasses none

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 import aiohttp
 import pytest
 
+from adapters.http import kept
 from adapters.http.kept import KeptConnections, KeptResponse, plain_origin
 
 Answer = Callable[[bytes], bytes | None]  # a request's bytes -> what to write (None: close)
@@ -207,3 +208,18 @@ def test_only_plain_http_without_credentials_is_sent():
     assert plain_origin("http://127.0.0.1:8000/mcp")
     assert not plain_origin("https://example.test/mcp")
     assert not plain_origin("http://user:secret@example.test/mcp")
+
+
+async def test_a_connection_idle_too_long_is_not_used_again(
+    scripted: tuple[Scripted, str], monkeypatch: pytest.MonkeyPatch
+):
+    """The client ends an idle connection before its server would (uvicorn's 5 s), so that no
+    request goes on a connection its server is closing."""
+    assert kept.IDLE_SECONDS < 5
+    _, url = scripted
+    pool = _pool(url)
+    await _read(await pool.request("POST", {}, b"{}"))
+    monkeypatch.setattr(kept, "IDLE_SECONDS", 0.0)
+    await _read(await pool.request("POST", {}, b"{}"))
+    assert pool.opened == 2
+    await pool.aclose()
