@@ -390,7 +390,8 @@ class LeanCalls:
         assert call.session_id is not None
         session = (b"mcp-session-id", call.session_id.encode())
         key = (call.session_id, call.ctx.request_id)
-        stream = _Stream(send, [*_HANDSHAKE_SSE_HEADERS, session, (b"x-accel-buffering", b"no")])
+        headers = [*_HANDSHAKE_SSE_HEADERS, session, (b"x-accel-buffering", b"no")]
+        stream = _Stream(send, headers, _handshake_ping)
         with request_in_flight(call.transport) as open_:
             task = asyncio.current_task()
             assert task is not None
@@ -426,55 +427,61 @@ class LeanCalls:
             await send({"type": "http.response.body", "body": body})
 
     async def _serve_modern(self, call: _Call, receive: Receive, send: Send) -> None:
-        """Answer in JSON, or on an event stream once the call runs past `KEEPALIVE`; a client
-        that closes the stream cancels the call."""
-        handler = asyncio.ensure_future(self._answer(call))
-        watcher = asyncio.ensure_future(_disconnected(receive))
+        """Answer in JSON, or on an event stream with keep-alive comments once the call runs past
+        `KEEPALIVE`; a client that closes the stream cancels the call. The call runs in the
+        request's own task, which a watcher of the connection cancels when the client leaves."""
+        task = asyncio.current_task()
+        assert task is not None
+        stream = _Stream(send, _MODERN_SSE_HEADERS, _modern_ping)
+        left = False
+
+        async def watch() -> None:
+            nonlocal left
+            await _disconnected(receive)
+            left = True
+            task.cancel()
+
+        watcher = asyncio.ensure_future(watch())
+        timer = asyncio.get_running_loop().call_later(KEEPALIVE, stream.keep_alive)
         try:
-            done, _ = await asyncio.wait(
-                {handler, watcher}, timeout=KEEPALIVE, return_when="FIRST_COMPLETED"
-            )
-            if handler in done:
-                answer = handler.result()
-                body = json.dumps(answer, separators=(",", ":")).encode()
-                headers = [
-                    (b"content-length", str(len(body)).encode()),
-                    (b"content-type", b"application/json"),
-                ]
-                error = answer.get("error")
-                status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200) if error else 200
-                await send({"type": "http.response.start", "status": status, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
-                return
-            if watcher in done:
-                return  # the client left: the call is cancelled below
-            await send(
-                {"type": "http.response.start", "status": 200, "headers": _MODERN_SSE_HEADERS}
-            )
-            while handler not in done:
-                await send(
-                    {"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True}
-                )
-                done, _ = await asyncio.wait(
-                    {handler, watcher}, timeout=KEEPALIVE, return_when="FIRST_COMPLETED"
-                )
-                if watcher in done:
-                    return
-            data = json.dumps(handler.result(), separators=(",", ":"))
+            answer = await self._answer(call)
+        except asyncio.CancelledError:
+            if not left:
+                raise
+            task.uncancel()
+            return  # the client left, and the call was cancelled
+        finally:
+            timer.cancel()
+            watcher.cancel()
+            await stream.settle()
+        if left:  # it left as the call ended
+            task.uncancel()
+            return
+        if stream.open:
+            data = json.dumps(answer, separators=(",", ":"))
             body = f"event: message\r\ndata: {data}\r\n\r\n".encode()
             await send({"type": "http.response.body", "body": body, "more_body": False})
-        finally:
-            for task in (handler, watcher):
-                task.cancel()
+            return
+        body = json.dumps(answer, separators=(",", ":")).encode()
+        headers = [
+            (b"content-length", str(len(body)).encode()),
+            (b"content-type", b"application/json"),
+        ]
+        error = answer.get("error")
+        status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200) if error else 200
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 class _Stream:
-    """The event stream a handshake-era call's answer goes on once it runs past `KEEPALIVE`:
-    `keep_alive` opens it and sends a comment every `KEEPALIVE` seconds, as the SDK's event
-    stream does; `settle` stops the comments before the answer is written."""
+    """The event stream a call's answer goes on once it runs past `KEEPALIVE`: `keep_alive`
+    opens it and sends a comment (`ping()`) every `KEEPALIVE` seconds, as the SDK's event
+    stream of the era does; `settle` stops the comments before the answer is written."""
 
-    def __init__(self, send: Send, headers: list[tuple[bytes, bytes]]) -> None:
-        self.send, self.headers = send, headers
+    def __init__(
+        self, send: Send, headers: list[tuple[bytes, bytes]], ping: Callable[[], bytes]
+    ) -> None:
+        self.send, self.headers, self.ping = send, headers, ping
         self.open = False
         self._pinger: asyncio.Task[None] | None = None
 
@@ -485,14 +492,21 @@ class _Stream:
         self.open = True
         await self.send({"type": "http.response.start", "status": 200, "headers": self.headers})
         while True:
-            comment = f": ping - {datetime.now(UTC)}\r\n\r\n".encode()
-            await self.send({"type": "http.response.body", "body": comment, "more_body": True})
+            await self.send({"type": "http.response.body", "body": self.ping(), "more_body": True})
             await asyncio.sleep(KEEPALIVE)
 
     async def settle(self) -> None:
         if self._pinger is not None:
             self._pinger.cancel()
             await asyncio.gather(self._pinger, return_exceptions=True)
+
+
+def _handshake_ping() -> bytes:
+    return f": ping - {datetime.now(UTC)}\r\n\r\n".encode()
+
+
+def _modern_ping() -> bytes:
+    return b": ping\r\n\r\n"
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -254,3 +254,22 @@ async def test_a_handshake_call_is_cancelled_by_notifications_cancelled(env: Env
         "id": 7,
         "error": {"code": -32800, "message": "Request cancelled"},
     }
+
+
+async def test_a_modern_call_is_cancelled_when_its_client_leaves(env: Env):
+    svc = env.srv.bridge.catalog.slot("svc").upstream
+    svc.gate = asyncio.Event()
+    running = env.srv.frontend._running  # the handlers of tools/call running the pipeline
+    try:
+        served = env.lean.served
+        pending = asyncio.ensure_future(env.call(MODERN, "svc__slow", {"text": "z"}))
+        async with asyncio.timeout(10):
+            while not running:
+                await asyncio.sleep(0.01)
+        pending.cancel()  # the client closes its connection
+        async with asyncio.timeout(10):
+            while running:  # the call is cancelled without its upstream answering
+                await asyncio.sleep(0.01)
+        assert not svc.gate.is_set() and env.lean.served == served + 1
+    finally:
+        svc.gate = None
