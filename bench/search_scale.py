@@ -446,7 +446,7 @@ def no_match_search(sizes: list[int], synthetic: Synthetic) -> list[dict[str, An
     from bridge.catalog import Catalog
     from bridge.config import SurfaceConfig
     from bridge.search.service import ToolSearch
-    from bridge.search.stages import SUGGEST_POOL
+    from bridge.search.suggest import SUGGEST_POOL
     from bridge.store import Store
     from bridge.surface import Surface
 
