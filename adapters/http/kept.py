@@ -216,6 +216,19 @@ class KeptResponse:
         self._connection.close()
         self._connection.pool._done(self._connection, False)
 
+    def release_when_read(self, limit: int, seconds: float) -> None:
+        """Give the connection back once the rest of the body is in, read and dropped as it
+        comes, without waiting for it here: at most `limit` more bytes within `seconds`, else
+        the connection is dropped. (A server that ends an event stream right after its answer
+        writes the end in a packet of its own.)"""
+        if self._finished:
+            return
+        if self.at_eof():
+            self.release()
+            return
+        self._finished = True
+        self._connection.drop_rest(limit, seconds)
+
 
 class _Connection(asyncio.Protocol):
     """One connection and the response in flight on it, fed by `httptools`' callbacks."""
@@ -236,6 +249,8 @@ class _Connection(asyncio.Protocol):
         self._head: tuple[int, dict[str, str]] | None = None
         self._informational = False
         self._close_delimited = False
+        self._dropping: int | None = None  # bytes of the body still to drop, once released
+        self._drop_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ what the caller does
 
@@ -280,6 +295,36 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def drop_rest(self, limit: int, seconds: float) -> None:
+        """The response's reader is done: the rest of its body is dropped as it comes, and the
+        connection given back once it is all in (see `KeptResponse.release_when_read`)."""
+        self._dropping = limit - self._buffered
+        self.chunks.clear()
+        self._buffered = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        if self._dropping < 0 or self._error is not None or self.lost:
+            self._dropped(False)
+        elif self.complete:
+            self._dropped(self.keep_alive)
+        else:
+            loop = asyncio.get_running_loop()
+            self._drop_timer = loop.call_later(seconds, self._dropped, False)
+
+    def _dropped(self, keep: bool) -> None:
+        """The rest of a released body is in (`keep`: and the connection may serve again), or
+        will not be: the connection goes back to the pool, or is closed."""
+        if self._dropping is None:
+            return
+        self._dropping = None
+        if self._drop_timer is not None:
+            self._drop_timer.cancel()
+            self._drop_timer = None
+        if not keep:
+            self.close()
+        self.pool._done(self, keep)
+
     def usable(self) -> bool:
         """Whether a request may be sent on it: its server has not ended it (an end the loop
         has seen but not yet reported as lost included)."""
@@ -304,6 +349,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.pool._lost(self)
+        self._dropped(False)
         if self._head is not None and self._close_delimited and not self.complete:
             self.complete = True  # a body without a length ends with its connection
             self._wake()
@@ -331,6 +377,11 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self._dropping is not None:
+            self._dropping -= len(body)
+            if self._dropping < 0:
+                self._dropped(False)
+            return
         self.chunks.append(body)
         self._buffered += len(body)
         if self._buffered > READ_AHEAD and not self._paused and self.transport is not None:
@@ -344,6 +395,9 @@ class _Connection(asyncio.Protocol):
             return
         self.complete = True
         self.keep_alive = self.parser.should_keep_alive()
+        if self._dropping is not None:
+            self._dropped(self.keep_alive)
+            return
         self._wake()
 
     # ------------------------------------------------------------------ waking the caller

@@ -469,6 +469,9 @@ async def _close(response: _Response, drain: bool) -> None:
     """Close a response; an event stream whose answer is in is first read to its end
     (`DRAIN_BYTES` and `DRAIN_SECONDS` at most), which the server writes right after the answer,
     so that its connection goes back to the pool."""
+    if drain and isinstance(response, KeptResponse):  # read to its end without waiting here
+        response.release_when_read(DRAIN_BYTES, DRAIN_SECONDS)
+        return
     content = response.content
     if drain and not content.at_eof():
         with anyio.move_on_after(DRAIN_SECONDS):

