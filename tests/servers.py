@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ import uvicorn
 from bridge.config import ServerConfig
 from bridge.serve.http_protocol import http_protocol
 
+uvicorn_log = logging.getLogger("uvicorn.error")
 TINY_MCP_SERVER = Path(__file__).resolve().parent / "adapters" / "mcp_fixtures" / "tiny_server.py"
 
 
@@ -85,6 +87,55 @@ def replaying(body: bytes, receive: Callable[[], Awaitable[Any]]) -> Callable[[]
     return replay
 
 
+class TestServer(uvicorn.Server):
+    """uvicorn's server as the tests run it: the test owns the signals, and a stop takes as long
+    as the connections and requests still open take to end (uvicorn looks at its stop flag every
+    0.1 s and gives the connections a fixed 0.1 s first: 0.15 s for each server a test starts).
+    Open requests get `timeout_graceful_shutdown` to end, then are cancelled, as in uvicorn."""
+
+    __test__ = False  # not a test class
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.stopping = asyncio.Event()
+
+    def capture_signals(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def stop(self) -> None:
+        self.should_exit = True
+        self.stopping.set()
+
+    async def main_loop(self) -> None:
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.1):  # uvicorn's tick
+                    await self.stopping.wait()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        try:
+            async with asyncio.timeout(self.config.timeout_graceful_shutdown):
+                while self.server_state.connections or self.server_state.tasks:
+                    await asyncio.sleep(0.005)
+                for server in self.servers:
+                    await server.wait_closed()
+        except TimeoutError:
+            uvicorn_log.error(
+                "Cancel %s running task(s), timeout graceful shutdown exceeded",
+                len(self.server_state.tasks),
+            )
+            for task in self.server_state.tasks:
+                task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+
+
 @contextlib.asynccontextmanager
 async def serve_asgi(
     app: Any,
@@ -112,9 +163,7 @@ async def serve_asgi(
         timeout_graceful_shutdown=1,
         ssl_certfile=ssl_certfile,
     )
-    uv_server = uvicorn.Server(config)
-    # the test owns signals
-    uv_server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+    uv_server = TestServer(config)
     task = asyncio.create_task(uv_server.serve(sockets=[sock]))
     try:
         async with asyncio.timeout(15):
@@ -124,7 +173,7 @@ async def serve_asgi(
                 await asyncio.sleep(0.01)
         yield f"{'https' if ssl_certfile else 'http'}://{host}:{port}"
     finally:
-        uv_server.should_exit = True
+        uv_server.stop()
         with contextlib.suppress(BaseException):
             async with asyncio.timeout(5):
                 await task
