@@ -94,13 +94,14 @@ class IndexWriter(IndexCompaction):
     def pending(self) -> bool:
         return self._committed < self._submitted
 
-    def _gather(self, batches: list[Batch], window: float) -> bool:
+    def _gather(self, batches: list[Batch], window: float, *, commit: bool = True) -> bool:
         """Add to `batches` what is submitted within `window` seconds, and what was submitted
         before and is still queued (a compaction is set going instead); False when the index is
-        closing (nothing more comes)."""
+        closed (nothing more comes). A window before a `commit` ends when `close` begins: what
+        is queued then is all there is to wait for."""
         deadline = time.monotonic() + window
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = 0.0 if commit and self._closing else deadline - time.monotonic()
             try:  # past the window, what is queued already is taken without waiting
                 more = (
                     self._queue.get(timeout=remaining)
@@ -178,7 +179,7 @@ class IndexWriter(IndexCompaction):
                     len(batches),
                     delay,
                 )
-                going = self._gather(batches, delay)
+                going = self._gather(batches, delay, commit=False)
                 delay = min(2 * delay, self.retry_last)
             self.failing = False
             self._compact_when_deleted()  # before the commit is told: `flush` then `compacted` waits for it
@@ -249,6 +250,7 @@ class IndexWriter(IndexCompaction):
             self._closing = (
                 True  # a compaction under way leaves off: the changes after it are written
             )
+        self._queue.put(WAKE)  # a commit window under way ends now
         self.flush(60.0)
         with self._cond:
             self._closed = True

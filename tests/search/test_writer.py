@@ -72,6 +72,30 @@ def test_a_change_submitted_while_a_long_commit_is_written_is_committed_within_c
         index.close()
 
 
+def test_a_close_commits_what_was_submitted_without_waiting_out_the_commit_window(
+    tmp_path, monkeypatch
+):
+    """An index closed soon after a change (a bridge that stops right after its start) waited
+    for the commit window to end, and for each further window while changes kept coming; the
+    close ends the window under way, and the change is committed all the same."""
+    import bridge.search.index as si
+    import bridge.search.writer as writer
+
+    monkeypatch.setattr(writer, "COMMIT_WINDOW", 5.0)
+    monkeypatch.setattr(writer, "COMMIT_MAX", 10.0)
+    path = str(tmp_path / "closing.index")
+    index = si.ToolIndex(path)
+    index.submit([indexed("t1", "weather forecast")])
+    began = time.monotonic()
+    index.close()
+    assert time.monotonic() - began < 2.5  # not the 5 s window
+    reopened = si.ToolIndex(path)
+    try:
+        assert reopened.opened_existing and hits(reopened, "forecast") == ["t1"]
+    finally:
+        reopened.close()
+
+
 def test_a_failed_commit_is_tried_again_and_loses_no_change(tmp_path, caplog):
     import bridge.search.index as si
 
