@@ -14,6 +14,7 @@ from typing import Any
 import httpx2
 import mcp.types as types
 import pytest
+import pytest_asyncio
 from mcp.shared.exceptions import MCPError
 
 from bridge.config import parse_config
@@ -68,6 +69,17 @@ async def served(protocol: str) -> AsyncIterator[tuple[str, Bridge]]:
         await bridge.close()
 
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def served_legacy() -> AsyncIterator[tuple[str, Bridge]]:
+    """The bridge on a legacy session of the fixture server, for the module: its last test
+    leaves the upstream down."""
+    async with served("legacy") as both:
+        yield both
+
+
 async def upstream_reads(bridge: Bridge) -> list[str]:
     events = json.loads((await bridge.invoker.invoke("fx__events", {})).content[0]["text"])
     return [event for event in events if event.startswith("read ")]
@@ -81,78 +93,88 @@ async def refused(client: Any, uri: str) -> MCPError:
 
 @pytest.mark.parametrize(("era", "protocol"), PAIRS)
 async def test_resources_an_upstream_linked_are_read_through_it_by_callers_of_that_surface(
-    era: str, protocol: str
+    era: str, protocol: str, served_legacy: tuple[str, Bridge]
 ) -> None:
-    async with served(protocol) as (url, bridge), http_client(url, era, ALL) as client:
-        result = await client.call("fx__linked", {})
-        assert not result.is_error, result.content
-        link = next(b for b in result.content if isinstance(b, types.ResourceLink))
-        embedded = next(b for b in result.content if isinstance(b, types.EmbeddedResource))
-        assert (str(link.uri), str(embedded.resource.uri)) == (
-            "fixture://notes/1",
-            "fixture://notes/2",
-        )  # as the upstream gave them
-
-        text = await client.read("fixture://notes/1")
-        assert [(str(c.uri), c.mime_type, c.text) for c in text.contents] == [
-            ("fixture://notes/1", "text/plain", "note one")
-        ]
-        blob = await client.read("fixture://notes/2")
-        assert [(c.mime_type, c.blob) for c in blob.contents] == [
-            ("application/octet-stream", "AAEC")
-        ]
-
-        # linked, but the upstream has no such resource: its not-found, passed on
-        gone = await refused(client, "fixture://notes/gone")
-        assert gone.code == -32002 and "no resource fixture://notes/gone" in gone.message
-        # the upstream has it, but no result linked it: never forwarded
-        secret = await refused(client, "fixture://notes/secret")
-        assert secret.code == -32002 and "was linked by a result on this surface" in secret.message
-        assert await upstream_reads(bridge) == [
-            "read fixture://notes/1",
-            "read fixture://notes/2",
-            "read fixture://notes/gone",
-        ]
-
-        # a caller of another surface (which blocks the upstream's tools) reads none of them
-        async with http_client(url, era, NARROW) as narrow:
-            assert (await refused(narrow, "fixture://notes/1")).code == -32002
-        # REST reads the same way, behind the same rule
-        async with httpx2.AsyncClient(base_url=url, timeout=10) as http:
-            rest = await http.get(
-                "/resources",
-                params={"uri": "fixture://notes/1"},
-                headers={"Authorization": f"Bearer {ALL}"},
-            )
-            assert rest.status_code == 200 and rest.json() == {
-                "contents": [
-                    {"uri": "fixture://notes/1", "mimeType": "text/plain", "text": "note one"}
-                ]
-            }
-            other = await http.get(
-                "/resources",
-                params={"uri": "fixture://notes/1"},
-                headers={"Authorization": f"Bearer {NARROW}"},
-            )
-            assert (
-                other.status_code == 404
-                and other.json()["error"]["error_code"] == "resource_not_found"
-            )
-            missing = await http.get("/resources", headers={"Authorization": f"Bearer {ALL}"})
-            assert missing.status_code == 400 and missing.json()["error"]["details"] == {
-                "parameter": "uri"
-            }
-        assert len(await upstream_reads(bridge)) == 4
-
-        # the links kept are the last `kept`: older ones are no longer readable
-        bridge.invoker.resource_links.kept = 2
-        await client.call("fx__linked", {})  # three links: notes/1 is the oldest
-        assert (await refused(client, "fixture://notes/1")).code == -32002
-        assert (await client.read("fixture://notes/2")).contents[0].blob == "AAEC"
+    async with contextlib.AsyncExitStack() as stack:
+        if protocol == "legacy":
+            url, bridge = served_legacy
+        else:
+            url, bridge = await stack.enter_async_context(served(protocol))
+        client = await stack.enter_async_context(http_client(url, era, ALL))
+        kept = bridge.invoker.resource_links.kept
+        stack.callback(setattr, bridge.invoker.resource_links, "kept", kept)
+        await read_through(url, bridge, era, client)
 
 
-async def test_a_link_of_an_upstream_now_down_or_now_hidden_is_refused_clearly() -> None:
-    async with served("legacy") as (url, bridge), http_client(url, HANDSHAKE, ALL) as client:
+async def read_through(url: str, bridge: Bridge, era: str, client: Any) -> None:
+    reads = len(await upstream_reads(bridge))
+    result = await client.call("fx__linked", {})
+    assert not result.is_error, result.content
+    link = next(b for b in result.content if isinstance(b, types.ResourceLink))
+    embedded = next(b for b in result.content if isinstance(b, types.EmbeddedResource))
+    assert (str(link.uri), str(embedded.resource.uri)) == (
+        "fixture://notes/1",
+        "fixture://notes/2",
+    )  # as the upstream gave them
+
+    text = await client.read("fixture://notes/1")
+    assert [(str(c.uri), c.mime_type, c.text) for c in text.contents] == [
+        ("fixture://notes/1", "text/plain", "note one")
+    ]
+    blob = await client.read("fixture://notes/2")
+    assert [(c.mime_type, c.blob) for c in blob.contents] == [("application/octet-stream", "AAEC")]
+
+    # linked, but the upstream has no such resource: its not-found, passed on
+    gone = await refused(client, "fixture://notes/gone")
+    assert gone.code == -32002 and "no resource fixture://notes/gone" in gone.message
+    # the upstream has it, but no result linked it: never forwarded
+    secret = await refused(client, "fixture://notes/secret")
+    assert secret.code == -32002 and "was linked by a result on this surface" in secret.message
+    assert (await upstream_reads(bridge))[reads:] == [
+        "read fixture://notes/1",
+        "read fixture://notes/2",
+        "read fixture://notes/gone",
+    ]
+
+    # a caller of another surface (which blocks the upstream's tools) reads none of them
+    async with http_client(url, era, NARROW) as narrow:
+        assert (await refused(narrow, "fixture://notes/1")).code == -32002
+    # REST reads the same way, behind the same rule
+    async with httpx2.AsyncClient(base_url=url, timeout=10) as http:
+        rest = await http.get(
+            "/resources",
+            params={"uri": "fixture://notes/1"},
+            headers={"Authorization": f"Bearer {ALL}"},
+        )
+        assert rest.status_code == 200 and rest.json() == {
+            "contents": [{"uri": "fixture://notes/1", "mimeType": "text/plain", "text": "note one"}]
+        }
+        other = await http.get(
+            "/resources",
+            params={"uri": "fixture://notes/1"},
+            headers={"Authorization": f"Bearer {NARROW}"},
+        )
+        assert (
+            other.status_code == 404 and other.json()["error"]["error_code"] == "resource_not_found"
+        )
+        missing = await http.get("/resources", headers={"Authorization": f"Bearer {ALL}"})
+        assert missing.status_code == 400 and missing.json()["error"]["details"] == {
+            "parameter": "uri"
+        }
+    assert len(await upstream_reads(bridge)) == reads + 4
+
+    # the links kept are the last `kept`: older ones are no longer readable
+    bridge.invoker.resource_links.kept = 2
+    await client.call("fx__linked", {})  # three links: notes/1 is the oldest
+    assert (await refused(client, "fixture://notes/1")).code == -32002
+    assert (await client.read("fixture://notes/2")).contents[0].blob == "AAEC"
+
+
+async def test_a_link_of_an_upstream_now_down_or_now_hidden_is_refused_clearly(
+    served_legacy: tuple[str, Bridge],
+) -> None:
+    url, bridge = served_legacy
+    async with http_client(url, HANDSHAKE, ALL) as client:
         await client.call("fx__linked", {})
         assert (await client.read("fixture://notes/1")).contents[0].text == "note one"
 
