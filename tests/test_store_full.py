@@ -3,12 +3,19 @@ past it fails as on a disk with no space left (Python ignores SIGXFSZ)."""
 
 from __future__ import annotations
 
+import asyncio
 import resource
 import subprocess
 import sys
 from pathlib import Path
 
+from bridge.config import load_config
+from bridge.runtime import Bridge
+from bridge.upstream import register_kind
+from tests.fakes import FakeUpstream
+
 ROOT = Path(__file__).resolve().parents[1]
+register_kind("fake", FakeUpstream)
 
 
 def limited(kilobytes: int):
@@ -132,14 +139,12 @@ def test_bridge_serve_on_a_full_disk_answers_calls_says_so_in_health_and_writes_
         f"server: {{host: 127.0.0.1, port: 0}}\nstore: {{path: {store}}}\nsearch: {{persist: false}}\n"
         "invoke: {inline_result_limit: 256}\nupstreams:\n  - {name: svc, kind: fake}\n"
     )
-    laid_out = subprocess.run(
-        [sys.executable, "-c", SERVE, "check", "-c", str(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert laid_out.returncode == 0, laid_out.stderr
+
+    async def lay_out() -> None:
+        async with Bridge(load_config(cfg)):  # the store laid out, as `bridge check` leaves it
+            pass
+
+    asyncio.run(lay_out())
     err = tmp_path / "err"
     with err.open("w") as stderr:  # the limit: the store as laid out, and 24 KB to write more
         server = subprocess.Popen(
