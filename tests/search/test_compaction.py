@@ -338,7 +338,7 @@ async def test_tools_removed_and_listed_again_score_as_in_a_fresh_index():
 async def test_a_small_catalog_losing_and_listing_again_its_tools_does_not_write_a_generation_each_time(
     tmp_path, monkeypatch
 ):
-    """Five tools, one gone from a listing and back in the next, 50 times: each removal was 20% of
+    """Five tools, one gone from a listing and back in the next, 20 times: each removal was 20% of
     the index's documents (COMPACT_DELETED), and wrote a new generation of it; the index now waits
     for COMPACT_DELETED_MIN deleted documents, and never holds more than two generations on disk."""
 
@@ -355,7 +355,7 @@ async def test_a_small_catalog_losing_and_listing_again_its_tools_does_not_write
     env = await start_env([FakeUpstream(name="ops", tools=listing)], path=str(path))
     most = 0  # generation folders on disk at once
     try:
-        for round_ in range(50):
+        for round_ in range(20):
             env.catalog.apply_tools("ops", [t for i, t in enumerate(listing) if i != round_ % 5])
             assert await env.search.wait_indexed() and env.search.index.compacted()
             most = max(most, len(folders()))
@@ -364,8 +364,8 @@ async def test_a_small_catalog_losing_and_listing_again_its_tools_does_not_write
             most = max(most, len(folders()))
         generation = env.search.index._generation
         assert (
-            generation <= 1 + 100 // 8
-        )  # a compaction for every 8 deleted documents (COMPACT_DELETED_MIN) at most, not 50
+            generation <= 1 + 40 // 8
+        )  # a compaction for every 8 deleted documents (COMPACT_DELETED_MIN) at most, not 20
         assert env.names("flight ledger")[:1] == ["ops__tool_3"]
     finally:
         await env.close()
