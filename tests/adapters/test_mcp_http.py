@@ -315,9 +315,20 @@ def test_the_servers_own_loopback_host_is_mounted_direct_in_any_of_its_forms(
     }
 
 
+@pytest.fixture
+def quick_get_retries(monkeypatch: pytest.MonkeyPatch) -> float:
+    """The mcp SDK waits a second before it opens a GET stream again (the server can say
+    otherwise, with an event's `retry`, which these servers do not send); 50 ms here. The
+    delay, in seconds."""
+    from mcp.client import streamable_http
+
+    monkeypatch.setattr(streamable_http, "DEFAULT_RECONNECTION_DELAY_MS", 50)
+    return 0.05
+
+
 @pytest.mark.parametrize("failure", ["oversize", "cut", "502"])
 async def test_a_get_stream_the_sdk_gives_up_on_is_noticed_and_the_session_replaced(
-    failure: str, caplog: pytest.LogCaptureFixture
+    failure: str, caplog: pytest.LogCaptureFixture, quick_get_retries: float
 ) -> None:
     """The SDK stops re-opening the GET stream of server messages after two failures in a row
     (an event past max_response_bytes, a connection cut): the bridge connects a new session,
@@ -360,13 +371,14 @@ async def test_sessions_whose_streams_keep_failing_are_replaced_after_growing_pa
 
 
 @pytest.mark.parametrize("status", ["405", "403"])
-async def test_a_server_that_offers_no_get_stream_keeps_its_session(status: str) -> None:
+async def test_a_server_that_offers_no_get_stream_keeps_its_session(
+    status: str, quick_get_retries: float
+) -> None:
     app, server = build_app(get_failures=100, get_failure=status)
     async with serve_asgi(app, lifespan="off") as base, make_bridge(base) as bridge:
         await until(lambda: server.gets == 2)
-        await asyncio.sleep(
-            1.5
-        )  # the SDK has given up (it waits 1 s between tries); nothing follows
+        # the SDK has given up (it would have tried again after its delay); nothing follows
+        await asyncio.sleep(10 * quick_get_retries)
         assert server.sessions == 1 and server.gets == 2
         assert bridge.catalog.slot("big").health.state == "ready"
 
