@@ -961,21 +961,24 @@ def check_with_open_files_limit(
     )
 
 
+SERVERS = 25  # stdio servers of the two tests below
+
+
 def test_many_stdio_servers_start_under_a_low_soft_limit_of_open_files(tmp_path):
-    # each server holds three descriptors: 40 of them past a soft limit of 64 failed, though
-    # the hard limit let the bridge raise it
+    # each server holds three descriptors: 25 of them pass a soft limit of 64 (the next test
+    # shows it), which failed them, though the hard limit let the bridge raise it
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard < 1024:
         pytest.skip(f"the hard limit of open files is {hard}")
-    done = check_with_open_files_limit(tmp_path, 40, 64, hard)
+    done = check_with_open_files_limit(tmp_path, SERVERS, 64, hard)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert [u["state"] for u in json.loads(done.stdout)] == ["ready"] * 40
+    assert [u["state"] for u in json.loads(done.stdout)] == ["ready"] * SERVERS
 
 
 def test_stdio_servers_past_the_hard_limit_of_open_files_fail_naming_the_limit_and_its_fix(
     tmp_path,
 ):
-    done = check_with_open_files_limit(tmp_path, 40, 64, 64)
+    done = check_with_open_files_limit(tmp_path, SERVERS, 64, 64)
     assert done.returncode == 1
     failed = [u for u in json.loads(done.stdout) if u["state"] == "failed"]
     assert failed and all(
