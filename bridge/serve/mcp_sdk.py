@@ -85,8 +85,26 @@ def result_shaper(server: Any) -> Callable[[str, str, Any], dict[str, Any]]:
     """`shape(method, protocol_version, result)`: a handler's result as the SDK's server puts it
     on the wire (dumped, sieved by the protocol version's surface, stamped with `serverInfo` on
     2026-07-28)."""
-    runner = ServerRunner(server, None, None)  # type: ignore[arg-type]  # shaping reads neither
+    shaping: Any = _Shaping(server)
+    runner = ServerRunner(shaping, None, None)  # type: ignore[arg-type]  # shaping reads neither
     return runner._serialize
+
+
+class _Shaping:
+    """The server as the runner's shaping reads it, its `serverInfo` stamp dumped once: the SDK
+    deep-copies the stamp into each result, for a handler that keeps and changes the result it
+    returned; a shaped result of the lean path is written out at once and never changed."""
+
+    def __init__(self, server: Any) -> None:
+        self._server = server
+        self._stamp: dict[str, Any] = server.server_info_stamp
+
+    @property
+    def server_info_stamp(self) -> dict[str, Any]:
+        return dict(self._stamp)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
 
 
 async def end_session(manager: Any, session_id: str) -> None:
