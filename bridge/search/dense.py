@@ -66,7 +66,9 @@ class DenseIndex:
     def _build(self) -> None:
         try:
             ann = self._ann
-            if ann is not None:  # in step with the tools changed since the last update
+            # in step with the tools changed since the last update (a first build that failed
+            # part way is begun again whole)
+            if ann is not None and self._built >= 0:
                 generation, ids, matrix, gone = self.embeddings.changes()
                 ann.update(ids, matrix, gone)
                 with self._lock:

@@ -130,6 +130,27 @@ async def test_a_first_search_never_waits_for_the_approximate_index(desk_search,
     assert names(search, surface, "supper reservation")[0] == "desk__book_table"
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+async def test_a_first_build_that_fails_part_way_is_begun_again_whole(desk_search, monkeypatch):
+    _, search, stage, surface = desk_search
+    monkeypatch.setattr(dense.DenseIndex, "exact_limit", 4)
+    update, calls = AnnIndex.update, []
+
+    def failing_once(ann, ids, vectors, gone):  # the first build dies after two tools
+        calls.append(len(ids))
+        if len(calls) == 1:
+            update(ann, ids[:2], vectors[:2], gone)
+            raise MemoryError
+        update(ann, ids, vectors, gone)
+
+    monkeypatch.setattr(AnnIndex, "update", failing_once)
+    index = search._dense_index(stage)
+    index.current(wait=True)
+    index.current(wait=True)
+    assert calls == [5, 5] and len(index._ann) == 5
+    assert names(search, surface, "supper reservation")[0] == "desk__book_table"
+
+
 async def test_without_the_approximate_index_library_the_nearest_are_found_exactly(
     desk_search, monkeypatch, caplog
 ):
