@@ -6,7 +6,10 @@ first match that needs it (bridge.search.stages, `_lookups`): an agent calls it 
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
+
+from cachetools import LRUCache
 
 from bridge.model import ToolDeclaration
 from bridge.search.analysis import name_words
@@ -31,6 +34,12 @@ _MENTION = re.compile(
     r"|\b([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+|[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*)\b"
 )
 _PHRASE_WORDS = 8
+# The sources read of the last tools asked, each kept while its declaration stays: the first
+# matches of one request recur in the next ones, and reading a tool's parameters costs about
+# 70 µs.
+_KEPT = 4096
+_kept: LRUCache[str, tuple[ToolDeclaration, tuple[tuple[str, ...], ...]]] = LRUCache(_KEPT)
+_kept_lock = threading.Lock()
 
 
 def name_key(name: str) -> str:
@@ -41,15 +50,27 @@ def name_key(name: str) -> str:
 
 def named_sources(decl: ToolDeclaration) -> tuple[tuple[str, ...], ...]:
     """For each required top-level parameter whose description names tools, the `name_key` of
-    each name it says (of two words or more, other than the tool's own), in the order said. A
-    parameter's source is the first of them the catalog holds."""
+    each name it says (of two words or more, other than the tool's own and its parameters'), in
+    the order said. A parameter's source is the first of them the catalog holds."""
+    with _kept_lock:
+        entry = _kept.get(decl.tool_id)
+    if entry is not None and entry[0] is decl:
+        return entry[1]
+    found = _read_sources(decl)
+    with _kept_lock:
+        _kept[decl.tool_id] = (decl, found)
+    return found
+
+
+def _read_sources(decl: ToolDeclaration) -> tuple[tuple[str, ...], ...]:
     schema: Any = described_schema(decl)
     if not isinstance(schema, dict):
         return ()
     props, required = schema.get("properties"), schema.get("required")
     if not isinstance(props, dict) or not isinstance(required, list):
         return ()
-    own = name_key(function_name(decl))
+    # the tool's own name and its parameters' (`vehicle_id` can be retrieved from …) name none
+    own = {name_key(function_name(decl)), *(name_key(str(p)) for p in props)}
     out: list[tuple[str, ...]] = []
     for pname in dict.fromkeys(p for p in required if isinstance(p, str)):
         pschema = props.get(pname)
@@ -63,7 +84,7 @@ def named_sources(decl: ToolDeclaration) -> tuple[tuple[str, ...], ...]:
             if words.count(" ") < 1 or (phrase and words.count(" ") >= _PHRASE_WORDS):
                 continue
             key = NAMED_PREFIX + words
-            if key != own:
+            if key not in own:
                 keys[key] = None
             if len(keys) == _NAMES_PER_PARAM:
                 break

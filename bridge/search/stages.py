@@ -20,6 +20,7 @@ from bridge.search.analysis import AnalyzedQuery
 from bridge.search.cover import COVER_PLACES, COVER_WEIGHT, cover_order, over_best, part_scores
 from bridge.search.document import CHANGES_PREFIX
 from bridge.search.index import ToolIndex
+from bridge.search.query import LOOKUP_LIMIT
 from bridge.search.semantic import SemanticStage
 from bridge.search.sources import SOURCE_DEPTH, name_key, named_sources
 from bridge.search.tooltext import (
@@ -329,9 +330,9 @@ class RankingStages:
     ) -> list[ToolDeclaration]:
         """The tools that `decl`'s required parameters name as their sources
         (bridge.search.sources.named_sources: a parameter's first name the catalog holds), and
-        theirs in turn, SOURCE_DEPTH steps deep; each asked of the index (`ToolIndex.lookups`)
-        in the tool's upstream first, then in any the filters allow, within the filters and
-        visible on the surface."""
+        theirs in turn, SOURCE_DEPTH steps deep; asked of the index (`ToolIndex.lookups`), a
+        tool of the match's own upstream taken before another's, within the filters and visible
+        on the surface."""
         found: dict[str, ToolDeclaration] = {}
         seen, todo = {function_name(decl)}, [decl]
         for _ in range(SOURCE_DEPTH):
@@ -350,23 +351,25 @@ class RankingStages:
         self, decl: ToolDeclaration, surface: Surface, filters: dict[str, Any]
     ) -> list[ToolDeclaration]:
         """The first tool each required parameter of `decl` names that the catalog holds."""
-        params = named_sources(decl)  # a few µs: most tools' parameters name none
+        params = named_sources(decl)
         if not params:
             return []
         asked = list(dict.fromkeys(key for keys in params for key in keys))
-        held: dict[str, ToolDeclaration] = {}
-        for namespace in dict.fromkeys([decl.namespace, filters["namespace"]]):
-            for tool_id in self.index.lookups(asked, **{**filters, "namespace": namespace}):
-                other = self.catalog.get(tool_id)
-                if other is not None and self._passes(other, filters) and surface.visible(other):
-                    held.setdefault(name_key(function_name(other)), other)
-            if held:
-                break
+        hits = self.index.lookups(asked, **filters)
+        if len(hits) >= LOOKUP_LIMIT and filters["namespace"] is None:  # many vendors name them
+            hits = self.index.lookups(asked, **{**filters, "namespace": decl.namespace}) + hits
+        held: dict[str, ToolDeclaration] = {}  # a name's tool: of the tool's upstream first
+        for tool_id in hits:
+            other = self.catalog.get(tool_id)
+            if other is not None and self._passes(other, filters) and surface.visible(other):
+                key = name_key(function_name(other))
+                if key not in held or (other.namespace == decl.namespace != held[key].namespace):
+                    held[key] = other
         out: dict[str, ToolDeclaration] = {}
         for keys in params:
-            key = next((key for key in keys if key in held), None)
-            if key is not None:
-                out[held[key].tool_id] = held[key]
+            source = next((held[key] for key in keys if key in held), None)
+            if source is not None:
+                out[source.tool_id] = source
         return list(out.values())
 
     def _kept(

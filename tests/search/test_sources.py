@@ -48,9 +48,15 @@ def test_a_parameter_names_its_sources_as_code_or_in_parentheses():
         {"pageIdx": "The index of the page, as list_pages gives it.", "tab": "A tab name."},
     )
     assert named_sources(page) == ((name_key("list_pages"),),)
-    # the tool's own name and one-word names are no sources
-    own = decl("get_order", {"order_id": "Read it with get_order or (lookup)."})
+    # the tool's own name, its parameters' and one-word names are no sources
+    own = decl(
+        "get_order",
+        {"order_id": "`order_id`: read it with get_order or (lookup)."},
+        {"item_id": "item_id"},
+    )
     assert named_sources(own) == ()
+    details = decl("Vehicle_Details", {"vehicle_id": "`vehicle_id` is from `searchCarRentals`."})
+    assert named_sources(details) == ((name_key("Search_Car_Rentals"),),)
     assert name_key("searchCarLocation") == name_key("Search Car Location\n")
 
 
