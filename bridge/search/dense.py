@@ -197,10 +197,11 @@ class DenseCandidates:
             return ranked
         have = {decl.tool_id for decl, _ in ranked}
         added: list[tuple[ToolDeclaration, float]] = []
-        for text in [analyzed.text, *(part.text for part in parts[:DENSE_PARTS])]:
+        asked = stage.query_vectors(analyzed.text, [part.text for part in parts[:DENSE_PARTS]])
+        for vector in asked:
             taken = 0
             # a few more than k: some may be held already, hidden here or filtered out
-            for tool_id, cosine in index.nearest(stage.query_vector(text), 2 * k):
+            for tool_id, cosine in index.nearest(vector, 2 * k):
                 if taken >= k or cosine < DENSE_FLOOR:
                     break
                 if tool_id in have:

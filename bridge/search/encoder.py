@@ -15,7 +15,7 @@ import re
 import threading
 import unicodedata
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +31,7 @@ __all__ = [
     "WordPiece",
     "load_encoder",
     "model_location",
+    "pooled_parts",
 ]
 
 log = logging.getLogger("bridge.search")
@@ -69,6 +70,49 @@ class Encoder:
     def encode(self, texts: Sequence[str], max_tokens: int = 128) -> np.ndarray:
         """(len(texts), dim) float32 unit vectors."""
         raise NotImplementedError
+
+    def encode_parts(self, text: str, parts: Sequence[str], max_tokens: int = 128) -> np.ndarray:
+        """(1 + len(parts), dim) float32 unit vectors of `text` and of `parts`, pieces of it."""
+        return self.encode([text, *parts], max_tokens)
+
+
+def pooled_parts(
+    encoder: Encoder,
+    tokenizer: WordPiece,
+    hidden: Callable[[list[int]], np.ndarray],
+    text: str,
+    parts: Sequence[str],
+    max_tokens: int,
+) -> np.ndarray:
+    """`Encoder.encode_parts` by one run of a model over `text` (`hidden`: its tokens' outputs,
+    (length, dim)): the text's vector pools every output, as `encode` does, and a part's those
+    of its own tokens, found in the text's in order. A part not found there (past the text's
+    first `max_tokens`) is encoded alone."""
+    ids = tokenizer.ids(text, max_tokens)
+    states = hidden(ids)
+    rows: list[np.ndarray | None] = [states.mean(0)]
+    start = 1
+    for part in parts:
+        own = tokenizer.ids(part, max_tokens)[1:-1]
+        at = _sublist(ids, own, start) if own else -1
+        rows.append(None if at < 0 else states[at : at + len(own)].mean(0))
+        if at >= 0:
+            start = at + len(own)
+    alone = [part for part, row in zip(parts, rows[1:], strict=True) if row is None]
+    if alone:
+        fresh = iter(encoder.encode(alone, max_tokens))
+        rows = [row if row is not None else next(fresh) for row in rows]
+    out = np.stack([row for row in rows if row is not None]).astype(np.float32)
+    return out / np.maximum(np.linalg.norm(out, axis=-1, keepdims=True), 1e-9)
+
+
+def _sublist(ids: list[int], own: list[int], start: int) -> int:
+    """Where `own` first stands in `ids` from `start` on; -1 if nowhere."""
+    first, size = own[0], len(own)
+    for at in range(start, len(ids) - size + 1):
+        if ids[at] == first and ids[at : at + size] == own:
+            return at
+    return -1
 
 
 # ---------------------------------------------------------------- finding the model
@@ -337,6 +381,14 @@ class MiniLMEncoder(Encoder):
         m = mask[..., None]
         pooled = (x * m).sum(1) / np.maximum(m.sum(1), 1e-9)
         return pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-9)
+
+    def encode_parts(self, text: str, parts: Sequence[str], max_tokens: int = 128) -> np.ndarray:
+        max_tokens = max(2, min(max_tokens, self.max_positions))
+
+        def hidden(ids: list[int]) -> np.ndarray:
+            return self.hidden_states(np.array([ids]), np.ones((1, len(ids)), np.float32))[0]
+
+        return pooled_parts(self, self.tokenizer, hidden, text, parts, max_tokens)
 
     def encode(self, texts: Sequence[str], max_tokens: int = 128) -> np.ndarray:
         max_tokens = max(2, min(max_tokens, self.max_positions))

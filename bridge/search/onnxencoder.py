@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bridge.search.encoder import MODEL_NAME, Encoder, WordPiece
+from bridge.search.encoder import MODEL_NAME, Encoder, WordPiece, pooled_parts
 from bridge.search.static import STATIC_TABLE
 
 __all__ = ["ONNX_PACKAGE", "OnnxMiniLMEncoder", "load_onnx_encoder", "onnx_model_location"]
@@ -67,6 +67,20 @@ class OnnxMiniLMEncoder(Encoder):
         self.name = f"{MODEL_NAME}:onnx-int8"
         self.location = location
         self.dim = int(self.session.get_outputs()[0].shape[-1])
+
+    def encode_parts(self, text: str, parts: Sequence[str], max_tokens: int = 128) -> np.ndarray:
+        max_tokens = max(2, min(max_tokens, 512))
+
+        def hidden(ids: list[int]) -> np.ndarray:
+            feeds = {
+                "input_ids": np.array([ids], np.int64),
+                "attention_mask": np.ones((1, len(ids)), np.int64),
+            }
+            if "token_type_ids" in self.inputs:
+                feeds["token_type_ids"] = np.zeros((1, len(ids)), np.int64)
+            return np.asarray(self.session.run(None, feeds)[0][0], np.float32)
+
+        return pooled_parts(self, self.tokenizer, hidden, text, parts, max_tokens)
 
     def encode(self, texts: Sequence[str], max_tokens: int = 128) -> np.ndarray:
         max_tokens = max(2, min(max_tokens, 512))

@@ -104,6 +104,22 @@ class SemanticStage(ToolEmbeddings):
             self._query_vectors[query] = vector
         return vector
 
+    def query_vectors(self, query: str, parts: Sequence[str]) -> np.ndarray:
+        """The unit vectors of a request and of its `parts` (pieces of it, kept beside the
+        request's as `query_vector`'s are): one run of a model gives them all (`encode_parts`),
+        a part's being its tokens' share of the request's outputs."""
+        keys = [query, *(f"{query}\x00{part}" for part in parts)]
+        found = [self._query_vectors.get(key) for key in keys]
+        if all(vector is not None for vector in found):
+            return np.stack([vector for vector in found if vector is not None])
+        texts = [meaning_text(part) for part in parts]
+        vectors = self.encoder.encode_parts(meaning_text(query), texts, QUERY_TOKENS)
+        for key, vector in zip(keys, vectors, strict=True):
+            if len(self._query_vectors) >= _QUERY_CACHE:
+                self._query_vectors.pop(next(iter(self._query_vectors)), None)
+            self._query_vectors[key] = vector
+        return vectors
+
     def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
         """The texts' unit vectors, embedded now (for a cheap encoder: texts that are no tool's
         own, such as a tool's words without its API's shared text; the caller keeps them)."""

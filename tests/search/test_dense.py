@@ -239,6 +239,22 @@ async def test_each_part_of_a_request_draws_its_own_tools(desk_search):
     assert {"desk__book_table", "desk__weather_forecast"} <= set(found[:3])
 
 
+async def test_a_request_and_its_parts_are_embedded_together_once(desk_search):
+    _, search, stage, surface = desk_search
+    asked = []
+    encode_parts = stage.encoder.encode_parts
+
+    def counted(text, parts, max_tokens=128):
+        asked.append((text, list(parts)))
+        return encode_parts(text, parts, max_tokens)
+
+    stage.encoder.encode_parts = counted
+    query = "Make a supper reservation. Then send the rainfall tomorrow to Ann."
+    first = names(search, surface, query)
+    assert len(asked) == 1 and len(asked[0][1]) == 2  # the request and its two parts
+    assert names(search, surface, query) == first and len(asked) == 1  # kept
+
+
 async def test_tools_added_and_removed_are_drawn_once_embedded(desk_search):
     catalog, search, stage, surface = desk_search
     assert "desk__book_table" in names(search, surface, "supper reservation")

@@ -11,16 +11,19 @@ import numpy as np
 import pytest
 
 from bridge.config import SurfaceConfig
-from bridge.search.encoder import MiniLMEncoder, model_location
-from bridge.search.onnxencoder import OnnxMiniLMEncoder
+from bridge.search.encoder import MiniLMEncoder, WordPiece, model_location, pooled_parts
+from bridge.search.onnxencoder import OnnxMiniLMEncoder, onnx_model_location
 from bridge.search.service import ToolSearch
-from bridge.search.static import StaticEncoder
+from bridge.search.static import STATIC_TABLE, StaticEncoder
 from bridge.surface import Surface
 from tests.fakes import tool
 from tests.search.support import one_upstream
 
 needs_model = pytest.mark.skipif(
     model_location() is None, reason="the semantic extra is not installed"
+)
+needs_onnx = pytest.mark.skipif(
+    onnx_model_location() is None, reason="the semantic extra is not installed"
 )
 
 
@@ -101,3 +104,54 @@ async def test_bundled_model_ranks_by_meaning(tmp_path):
     finally:
         search.close()
         await catalog.close()
+
+
+class _Counted:
+    """An encoder stand-in for `pooled_parts`: a part not found in the text is encoded alone."""
+
+    def __init__(self) -> None:
+        self.alone: list[str] = []
+
+    def encode(self, texts, max_tokens=128):
+        self.alone += texts
+        return np.ones((len(texts), 8), np.float32)
+
+
+def test_a_request_and_its_parts_are_read_from_one_run_of_the_model():
+    with np.load(STATIC_TABLE, allow_pickle=False) as data:
+        tokenizer = WordPiece([str(t) for t in data["vocab"]])
+    rows = np.random.default_rng(7).normal(size=(len(tokenizer.vocab), 8)).astype(np.float32)
+    runs: list[list[int]] = []
+
+    def hidden(ids):  # each token's output its own row, whatever its context
+        runs.append(ids)
+        return rows[ids]
+
+    def unit(v):
+        return v / np.linalg.norm(v)
+
+    text = "Find the airport closest to Boston. Also check what a flight to LAX costs."
+    parts = ["Find the airport closest to Boston.", "check what a flight to LAX costs."]
+    encoder = _Counted()
+    vectors = pooled_parts(encoder, tokenizer, hidden, text, parts, 128)
+    ids = tokenizer.ids(text, 128)
+    assert runs == [ids] and not encoder.alone  # one run: the text's
+    assert np.allclose(vectors[0], unit(rows[ids].mean(0)), atol=1e-6)
+    for part, vector in zip(parts, vectors[1:], strict=True):
+        assert np.allclose(vector, unit(rows[tokenizer.ids(part, 128)[1:-1]].mean(0)), atol=1e-6)
+    # a part past the text's first tokens is encoded alone
+    vectors = pooled_parts(encoder, tokenizer, hidden, text, [parts[0], parts[1]], 12)
+    assert encoder.alone == [parts[1]] and np.allclose(vectors[2], unit(np.ones(8)))
+
+
+@needs_onnx
+def test_the_onnx_model_reads_the_parts_of_a_request_in_its_run():
+    location = onnx_model_location()
+    assert location is not None
+    enc = OnnxMiniLMEncoder(location)
+    text = "Make a supper reservation for two. Then send the weather forecast to Ann."
+    parts = ["Make a supper reservation for two.", "send the weather forecast to Ann."]
+    pooled, alone = enc.encode_parts(text, parts), enc.encode([text, *parts])
+    assert pooled.shape == (3, 384) and float(pooled[0] @ alone[0]) > 0.999
+    assert all(float(pooled[i] @ alone[i]) > 0.7 for i in (1, 2))
+    assert float(pooled[1] @ alone[1]) > float(pooled[1] @ alone[2]) + 0.1
