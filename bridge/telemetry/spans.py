@@ -24,6 +24,21 @@ __all__ = ["BridgeSpan", "Spans", "handed_to"]
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _PLAIN = (str, bool, int, float)  # the attribute values the bridge sets
+
+
+def _plain(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """`attributes` with built-in values only: a subclass's value (an enum's) as its base
+    type's, any other value left out. The export child reads built-in types alone, and would
+    refuse the whole batch of a span with a value of another type."""
+    kept = {}
+    for key, value in attributes.items():
+        if type(value) in _PLAIN:
+            kept[key] = value
+        elif isinstance(value, _PLAIN):
+            kept[key] = next(kind for kind in _PLAIN if isinstance(value, kind))(value)
+    return kept
+
+
 _UNSET = Status()
 
 
@@ -50,7 +65,8 @@ class Spans:
         """A span of a kept trace, the child of `parent` (a span of this bridge or a caller's),
         else the root of trace `trace_id` (a new one when None), begun at `start_time` (ns since
         the epoch; now when None). The values of `attributes` are strings, booleans and numbers
-        (the exporter leaves out any other, and logs it)."""
+        (an enum's as its base type's; any other
+        is left out)."""
         if parent is not None:
             trace_id, state = parent.trace_id, parent.trace_state
         else:
@@ -62,7 +78,7 @@ class Spans:
             context,
             parent,
             kind,
-            dict(attributes) if attributes else {},
+            _plain(attributes) if attributes else {},
             start_time or time.time_ns(),
         )
 
@@ -100,7 +116,7 @@ class BridgeSpan(Span):
 
     def set_attribute(self, key: str, value: Any) -> None:
         if self.spans is not None and isinstance(value, _PLAIN):
-            self.attributes[key] = value
+            self.attributes.update(_plain({key: value}))
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         for key, value in attributes.items():

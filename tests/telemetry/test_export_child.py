@@ -1,7 +1,7 @@
 """The span export child: the spans a bridge ends reach the OTLP receiver on loopback through
-it, every one of them when the bridge stops at once (but a batch the child cannot read, which
-it logs through the bridge), and a child that dies costs its spans (counted, said once) but no
-call."""
+it, every one of them when the bridge stops at once (an enum's attribute as its value; a message
+the child cannot read is logged through the bridge and skipped), and a child that dies costs its
+spans (counted, said once) but no call."""
 
 from __future__ import annotations
 
@@ -33,9 +33,11 @@ async def test_every_span_ended_reaches_the_collector_through_the_child_when_the
     async with serve_asgi(receiver) as otlp:
         tracing = Tracing(otlp, "bridge-x", 1.0)
         assert tracing.child is not None
-        # a value of a type of its own costs its batch (the child reads built-in types only)
-        tracing.server_span("odd", {"bridge.kind": Kind.ODD}).end()
+        # an enum's value goes as its base type's (the child reads built-in types only) ...
+        tracing.server_span("odd", {"bridge.kind": Kind.ODD, "bridge.x": object()}).end()
         await asyncio.to_thread(tracing.provider.force_flush)
+        # ... and a message the child cannot read costs that message alone
+        assert tracing.child._send([Kind.ODD])
         parent = tracing.server_span("GET /x", {"url.path": "/x"}, TRACEPARENT, "vendor=1")
         for i in range(700):  # more than a batch; stopped at once, nothing is left behind
             span = tracing.server_span(f"span {i}", {"bridge.index": i, "bridge.even": i % 2 == 0})
@@ -49,8 +51,9 @@ async def test_every_span_ended_reaches_the_collector_through_the_child_when_the
     dropped = [r for r in caplog.records if "a batch of spans is dropped" in r.getMessage()]
     assert len(dropped) == 1 and dropped[0].name == "bridge.telemetry", caplog.text
     assert dropped[0].levelno == logging.WARNING
-    assert len(receiver.spans) == 701 and {s.service for s in receiver.spans} == {"bridge-x"}
+    assert len(receiver.spans) == 702 and {s.service for s in receiver.spans} == {"bridge-x"}
     got = {s.name: s for s in receiver.spans}
+    assert got["odd"].attributes == {"bridge.kind": "odd"}
     assert got["span 7"].attributes == {"bridge.index": 7, "bridge.even": False}
     assert got["span 0"].error and not got["span 1"].error
     request = got["GET /x"]
