@@ -29,6 +29,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.trace import (
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 
 if TYPE_CHECKING:
     from bridge.telemetry.spans import BridgeSpan
@@ -208,15 +216,6 @@ def _message(source: IO[bytes]) -> Any:
 
 
 def _rebuilt(item: Compact, resource: Resource, scope: Any) -> ReadableSpan:
-    from opentelemetry.trace import (
-        SpanContext,
-        SpanKind,
-        Status,
-        StatusCode,
-        TraceFlags,
-        TraceState,
-    )
-
     name, trace_id, span_id, flags, state, parent_id, remote, kind, attributes = item[:9]
     code, description, start, end = item[9:]
     trace_state = TraceState.from_header([state]) if state else None
