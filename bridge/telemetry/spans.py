@@ -26,16 +26,26 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _PLAIN = (str, bool, int, float)  # the attribute values the bridge sets
 
 
+def _plain_value(value: Any) -> Any:
+    """`value` as a built-in type: a subclass's (an enum's) as its base type's; None for a value
+    of any other type. The export child reads built-in types alone, and would refuse the whole
+    batch of a span with a value of another type."""
+    if type(value) in _PLAIN:
+        return value
+    for kind in _PLAIN:
+        if isinstance(value, kind):
+            return kind(value)
+    return None
+
+
 def _plain(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """`attributes` with built-in values only: a subclass's value (an enum's) as its base
-    type's, any other value left out. The export child reads built-in types alone, and would
-    refuse the whole batch of a span with a value of another type."""
+    """`attributes` with their values as `_plain_value` gives them, those of no built-in type
+    left out."""
     kept = {}
     for key, value in attributes.items():
-        if type(value) in _PLAIN:
-            kept[key] = value
-        elif isinstance(value, _PLAIN):
-            kept[key] = next(kind for kind in _PLAIN if isinstance(value, kind))(value)
+        plain = _plain_value(value)
+        if plain is not None:
+            kept[key] = plain
     return kept
 
 
@@ -115,8 +125,9 @@ class BridgeSpan(Span):
         return self.spans is not None
 
     def set_attribute(self, key: str, value: Any) -> None:
-        if self.spans is not None and isinstance(value, _PLAIN):
-            self.attributes.update(_plain({key: value}))
+        plain = _plain_value(value)
+        if self.spans is not None and plain is not None:
+            self.attributes[key] = plain
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         for key, value in attributes.items():
