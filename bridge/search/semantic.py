@@ -99,10 +99,14 @@ class SemanticStage(ToolEmbeddings):
         vector = self._query_vectors.get(query)
         if vector is None:
             vector = self.encoder.encode([meaning_text(query)], QUERY_TOKENS)[0]
-            if len(self._query_vectors) >= _QUERY_CACHE:
-                self._query_vectors.pop(next(iter(self._query_vectors)), None)
-            self._query_vectors[query] = vector
+            self._keep_query_vector(query, vector)
         return vector
+
+    def _keep_query_vector(self, key: str, vector: np.ndarray) -> None:
+        """Keep `vector` under `key`, the oldest kept going past _QUERY_CACHE."""
+        if len(self._query_vectors) >= _QUERY_CACHE:
+            self._query_vectors.pop(next(iter(self._query_vectors)), None)
+        self._query_vectors[key] = vector
 
     def query_vectors(self, query: str, parts: Sequence[str]) -> np.ndarray:
         """The unit vectors of a request and of its `parts` (pieces of it, kept beside the
@@ -115,9 +119,7 @@ class SemanticStage(ToolEmbeddings):
         texts = [meaning_text(part) for part in parts]
         vectors = self.encoder.encode_parts(meaning_text(query), texts, QUERY_TOKENS)
         for key, vector in zip(keys, vectors, strict=True):
-            if len(self._query_vectors) >= _QUERY_CACHE:
-                self._query_vectors.pop(next(iter(self._query_vectors)), None)
-            self._query_vectors[key] = vector
+            self._keep_query_vector(key, vector)
         return vectors
 
     def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
