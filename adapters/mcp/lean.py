@@ -94,12 +94,12 @@ class _Count:
 
 
 class LeanCall:
-    """The `tools/call`s of one HTTP session, each sent by `send` (see the module's docstring). `session` is the aiohttp
-    session of the upstream's pooled connections and `http` its SDK's HTTP client (for the
-    rare POSTs that carry no request, bounded as the SDK's are); `url` the server's;
-    `headers` the configured ones; `timeout` the session's; `session_id` the HTTP session's
-    id, if the server gave one; `stamp` the session's stamp of the era; `limit` and `what`
-    the answer's bound and the server's name in errors. `deliver(method, params)` hands a
+    """The `tools/call`s of one HTTP session, each sent by `send` (see the module's docstring).
+    `session` is the aiohttp session of the upstream's pooled connections and `http` its SDK's
+    HTTP client (for the rare POSTs that carry no request, bounded as the SDK's are); `url` the
+    server's; `headers` the configured ones; `timeout` the session's; `session_id` the HTTP
+    session's id, if the server gave one; `stamp` the session's stamp of the era; `limit` and
+    `what` the answer's bound and the server's name in errors. `deliver(method, params)` hands a
     notification to the session's handlers; `refused(method)` is told of each request of the
     server refused; `answered(status)` of a 404 or 400 to the session; `failed(error)` and
     `unanswered(error)` of a request without an answer."""
