@@ -13,15 +13,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.asynccontextmanager
-async def process(*argv: str, grace: float = 10.0) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`argv` run from the repository's root, with it on PYTHONPATH and no output kept; ended
-    with SIGTERM on the way out, and killed if it has not exited within `grace` seconds."""
+async def process(
+    *argv: str, grace: float = 10.0, stderr: int = asyncio.subprocess.DEVNULL
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`argv` run from the repository's root, with it on PYTHONPATH and no output kept but its
+    `stderr` if asked (PIPE); ended with SIGTERM on the way out, and killed if it has not
+    exited within `grace` seconds."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=str(ROOT),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+        stderr=stderr,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx2  # noqa: E402
 import uvicorn  # noqa: E402
-from _procs import pct  # noqa: E402
+from _procs import pct, process, table  # noqa: E402
 from mcp import Client, ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
@@ -57,36 +57,6 @@ def free_port() -> int:
 
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)) for r in rows]
-    return "\n".join(out)
-
-
-@contextlib.asynccontextmanager
-async def process(*argv: str, cwd: Path = ROOT) -> AsyncIterator[asyncio.subprocess.Process]:
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=str(cwd),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                async with asyncio.timeout(5):
-                    await proc.wait()
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
 
 
 async def wait_listening(port: int, proc: asyncio.subprocess.Process, timeout: float = 60) -> None:
@@ -178,11 +148,11 @@ async def bench_calls(calls: int, work: Path) -> list[list[str]]:
     }
     (work / "bridge.json").write_text(json.dumps(config))
     rows = []
-    async with process(PY, str(ROOT / "bench" / "_mcp_echo_server.py"), str(up_port)) as upstream:
+    echo = (PY, str(ROOT / "bench" / "_mcp_echo_server.py"), str(up_port))
+    async with process(*echo, grace=5, stderr=asyncio.subprocess.PIPE) as upstream:
         await wait_listening(up_port, upstream)
-        async with process(
-            PY, "-m", "bridge.cli", "serve", "-c", str(work / "bridge.json")
-        ) as bridge:
+        serve = (PY, "-m", "bridge.cli", "serve", "-c", str(work / "bridge.json"))
+        async with process(*serve, grace=5, stderr=asyncio.subprocess.PIPE) as bridge:
             await wait_listening(bridge_port, bridge)
             await wait_ready(f"http://127.0.0.1:{bridge_port}")
             direct_url, bridge_url = (

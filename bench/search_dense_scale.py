@@ -57,11 +57,6 @@ QUERIES = 300
 CHANGED = 1000  # tools added, then removed
 
 
-def rss_mb() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q))
 
@@ -113,7 +108,7 @@ def dense_row(size: int, synthetic: search_scale.Synthetic, cache: Path | None) 
     assert encoder is not None
     q = encoder.encode(requests(), 128).astype(np.float32) @ projection().T
     gc.collect()
-    before = rss_mb()
+    before = search_scale.resident_mb()
     ann = AnnIndex(DIM)
     during: list[float] = []
     built = threading.Event()
@@ -133,7 +128,7 @@ def dense_row(size: int, synthetic: search_scale.Synthetic, cache: Path | None) 
     build, build_cpu = time.perf_counter() - started, time.process_time() - cpu
     built.set()
     searcher.join()
-    after = rss_mb()
+    after = search_scale.resident_mb()
     rows = {tool_id: i for i, tool_id in enumerate(ids)}
     times, cpu_times, agree = [], [], 0
     for n, query in enumerate(q):
