@@ -139,10 +139,12 @@ async def test_a_call_whose_caller_can_be_asked_goes_through_the_sdk(bridge: Bri
 async def test_a_call_goes_over_the_kept_connections_of_the_narrow_client(bridge: Bridge, era: str):
     upstream = upstream_of(bridge, era)
     assert upstream._wire is not None
+    tool = f"{era.replace('-', '_')}__echo"
+    await bridge.invoker.invoke(tool, {"text": "kept"})  # the first call makes the pool
     (kept,) = upstream._wire._kept.values()
     sent, opened = kept.sent, kept.opened
     for _ in range(3):
-        result = await bridge.invoker.invoke(f"{era.replace('-', '_')}__echo", {"text": "kept"})
+        result = await bridge.invoker.invoke(tool, {"text": "kept"})
         assert result.content == [{"type": "text", "text": "kept"}]
     assert kept.sent == sent + 3
     assert kept.opened <= opened + 1  # one kept connection carries them
