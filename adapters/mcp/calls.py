@@ -24,6 +24,7 @@ from adapters.mcp.config import MCPConfig
 from adapters.mcp.http import RESUMED_TOO_OFTEN, answer_too_large
 from adapters.mcp.lean import LeanCall
 from adapters.mcp.listing import check_result
+from adapters.mcp.result_head import checked_head
 from adapters.mcp.sdk import (
     MCP_DEFAULT_SSE_READ_TIMEOUT,
     closed_by_sdk,
@@ -248,18 +249,21 @@ class ToolCalls:
         if not isinstance(blocks, list):
             check_result("tools/call", version, raw)  # the SDK's own words for what is wrong
             raise TypeError("the tools/call result has no list of content blocks")
-        rest = {key: value for key, value in raw.items() if key != "content"} | {"content": []}
-        check_result("tools/call", version, rest)
-        result = types.CallToolResult.model_validate(rest, by_name=False)
+        rest = {key: value for key, value in raw.items() if key != "content"}
+        rest["content"] = []
+        result, wire = checked_head(version, rest)
         if not result.is_error:
             await client.session.validate_tool_result(name, result)
-        wire = result.model_dump(by_alias=True, exclude_none=True, mode="json")
         wire["content"] = [self._content_block(name, block) for block in blocks]
         return wire
 
     def _content_block(self, tool: str, block: Any) -> Any:
         """One content block, checked with the SDK's model of its type; kept as it came when
         the SDK knows no such type or rejects it (the caller still gets what the tool said)."""
+        if type(block) is dict and len(block) == 2 and block.get("type") == "text":
+            text = block.get("text")
+            if type(text) is str:  # what the SDK's model of it dumps, without the model
+                return {"type": "text", "text": text}
         kind = block.get("type") if isinstance(block, dict) else None
         model = _CONTENT_MODELS.get(kind) if isinstance(kind, str) else None
         if model is None:

@@ -397,6 +397,11 @@ def error_guidance(error: ToolError, tool_name: str | None) -> str:
 def _content_blocks(blocks: list[dict[str, Any]]) -> list[Any]:
     out = []
     for block in blocks:
+        if type(block) is dict and len(block) == 2 and block.get("type") == "text":
+            text = block.get("text")
+            if type(text) is str:  # the model the union's validation makes, made directly
+                out.append(_types.TextContent(type="text", text=text))
+                continue
         try:
             out.append(_CONTENT_BLOCK.validate_python(block, by_name=False))
         except _ValidationError:
@@ -425,11 +430,22 @@ def _single_json_text(blocks: list[dict[str, Any]]) -> Any:
 
 def _reserved_meta_key(key: str) -> bool:
     """A `_meta` key MCP reserves for itself: its prefix has a `modelcontextprotocol` or `mcp`
-    label (`io.modelcontextprotocol/serverInfo`)."""
-    prefix, slash, _ = key.partition("/")
-    return bool(slash) and any(
-        label in ("modelcontextprotocol", "mcp") for label in prefix.split(".")
-    )
+    label (`io.modelcontextprotocol/serverInfo`). The verdicts on the keys seen are kept (an
+    upstream stamps the same few keys on every result)."""
+    reserved = _RESERVED.get(key)
+    if reserved is None:
+        prefix, slash, _ = key.partition("/")
+        reserved = bool(slash) and any(
+            label in ("modelcontextprotocol", "mcp") for label in prefix.split(".")
+        )
+        if len(_RESERVED) >= _RESERVED_KEPT:
+            _RESERVED.clear()
+        _RESERVED[key] = reserved
+    return reserved
+
+
+_RESERVED: dict[str, bool] = {}
+_RESERVED_KEPT = 1024
 
 
 def _result_meta(result: _ToolResult) -> dict[str, Any]:
