@@ -64,7 +64,7 @@ class KeptConnections:
         assert parts.hostname is not None
         self.host, self.port = parts.hostname, parts.port or 80
         self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self._host_header = parts.netloc.encode("ascii")
+        self._host_header = parts.netloc
         self.limit = limit
         self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
         self._idle: list[tuple[float, _Connection]] = []
@@ -78,20 +78,26 @@ class KeptConnections:
         """Send `method` with `headers` (names in lower case; Host and Content-Length are added)
         and `body` to the origin's URL; the response once its head is in. A header with a line
         break is refused with ValueError, as aiohttp refuses it."""
-        head = [f"{method} {self.target} HTTP/1.1\r\n".encode(), b"host: ", self._host_header]
-        head.append(b"\r\ncontent-length: %d\r\n" % len(body))
-        for name, value in headers.items():
-            if not _FORBIDDEN.isdisjoint(name) or not _FORBIDDEN.isdisjoint(value):
-                raise ValueError(f"a line break or NUL in the header {name!r}")
-            head.append(f"{name}: {value}\r\n".encode())
-        head.append(b"\r\n")
-        head.append(body)
-        await self._take_slot()
+        lines = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+        # each line has one CR and one LF of its own: any other is in a name or value
+        count = len(headers)
+        if lines.count("\r") != count or lines.count("\n") != count or "\0" in lines:
+            for name, value in headers.items():
+                if not _FORBIDDEN.isdisjoint(name) or not _FORBIDDEN.isdisjoint(value):
+                    raise ValueError(f"a line break or NUL in the header {name!r}")
+        head = (
+            f"{method} {self.target} HTTP/1.1\r\nhost: {self._host_header}\r\n"
+            f"content-length: {len(body)}\r\n{lines}\r\n"
+        ).encode()
+        if self._in_use < self.limit:
+            self._in_use += 1
+        else:
+            await self._take_slot()
         self.sent += 1
         connection: _Connection | None = None
         try:
             connection = await self._connection()
-            return await connection.exchange(b"".join(head), self.read_timeout)
+            return await connection.exchange(head + body, self.read_timeout)
         except BaseException:
             if connection is not None:
                 connection.close()

@@ -77,6 +77,7 @@ _IDS = itertools.count(1)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _KEPT = ("mcp-session-id", "mcp-protocol-version")  # what a notice POST carries of the headers
 _NO_ANSWER = (aiohttp.ClientError, OSError, TimeoutError)  # a request's, as aiohttp raises them
+_JSON = json.JSONEncoder(separators=(",", ":")).encode  # as json.dumps with those separators
 
 
 # A response of the narrow client's or of aiohttp's: the same few members are read of both.
@@ -130,6 +131,13 @@ class LeanCall:
         self.limit, self.what, self.modern = limit, what, modern
         self.deliver, self.refused, self.answered = deliver, refused, answered
         self.failed, self.unanswered = failed, unanswered
+        # what every call's headers begin with
+        self._headers = {
+            **self.headers,
+            "accept": "application/json, text/event-stream",
+            "accept-encoding": "identity",
+            "content-type": "application/json",
+        }
 
     async def send(
         self,
@@ -151,19 +159,16 @@ class LeanCall:
             meta.update(trace or {})
             if progress is not None:
                 meta["progressToken"] = request_id
-        headers = {
-            **self.headers,
-            "accept": "application/json, text/event-stream",
-            "accept-encoding": "identity",
-            "content-type": "application/json",
-        }
-        headers.update((key.lower(), value) for key, value in opts.get("headers", {}).items())
-        headers.update(trace or {})
+        headers = self._headers.copy()
+        for key, value in opts.get("headers", {}).items():
+            headers[key.lower()] = value
+        if trace:
+            headers.update(trace)
         if authorization is not None:
             headers["authorization"] = authorization
         if self.session_id is not None:
             headers["mcp-session-id"] = self.session_id
-        body = json.dumps({"jsonrpc": "2.0", "id": request_id, **data}, separators=(",", ":"))
+        body = _JSON({"jsonrpc": "2.0", "id": request_id, **data})
         try:
             return await self._post(request_id, body.encode(), headers, progress, _Count())
         except anyio.get_cancelled_exc_class():
