@@ -201,6 +201,16 @@ class KeptResponse:
             else:
                 await connection.wait(self._read_timeout())
 
+    async def readany(self) -> bytes:
+        """The body's bytes that arrived, once some have; b"" at its end (as aiohttp's)."""
+        connection = self._connection
+        while True:
+            if connection.chunks:
+                return connection.take()
+            if connection.complete:
+                return b""
+            await connection.wait(self._read_timeout())
+
     def _read_timeout(self) -> float | None:
         return self._connection.pool.read_timeout
 

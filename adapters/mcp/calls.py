@@ -127,7 +127,13 @@ class ToolCalls:
         try:
             try:
                 with self._asking():  # the caller answers the server's questions, if it can
-                    raw = await send()
+                    if lean is not None:  # as `send` sends it, one coroutine fewer
+                        self.lean_calls += 1
+                        params = {"name": native_id, "arguments": arguments}
+                        trace = ctx.trace_headers()
+                        raw = await lean.send(params, progress, trace, ctx.authorization)
+                    else:
+                        raw = await send()
                     if raw.get("resultType") == "input_required":
 
                         async def resend(answers: dict[str, Any], state: str | None) -> Any:

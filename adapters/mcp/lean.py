@@ -78,6 +78,7 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _KEPT = ("mcp-session-id", "mcp-protocol-version")  # what a notice POST carries of the headers
 _NO_ANSWER = (aiohttp.ClientError, OSError, TimeoutError)  # a request's, as aiohttp raises them
 _JSON = json.JSONEncoder(separators=(",", ":")).encode  # as json.dumps with those separators
+_DECODE = json.JSONDecoder().decode  # as json.loads decodes text
 
 
 # A response of the narrow client's or of aiohttp's: the same few members are read of both.
@@ -196,12 +197,17 @@ class LeanCall:
                 allow_redirects=False,
             )
         except _NO_ANSWER as exc:
-            error = httpx_error(exc, method, self.url, connecting=True)
-            assert isinstance(error, Exception)
-            self.failed(error)
-            if method == "POST":
-                self.unanswered(error)
+            error = self._no_answer(exc, method)
             raise error from error.__cause__
+
+    def _no_answer(self, exc: BaseException, method: str) -> Exception:
+        """A request's failure to be answered as httpx2 raises it, said to the session."""
+        error = httpx_error(exc, method, self.url, connecting=True)
+        assert isinstance(error, Exception)
+        self.failed(error)
+        if method == "POST":
+            self.unanswered(error)
+        return error
 
     async def _post(
         self,
@@ -211,7 +217,15 @@ class LeanCall:
         progress: Progress | None,
         count: _Count,
     ) -> dict[str, Any]:
-        response = await self._request("POST", headers, body)
+        kept = self.kept
+        if kept is None:
+            response = await self._request("POST", headers, body)
+        else:  # as `_request` sends it, one coroutine fewer
+            try:
+                response = await kept.request("POST", headers, body)
+            except _NO_ANSWER as exc:
+                error = self._no_answer(exc, "POST")
+                raise error from error.__cause__
         events = False  # an event stream, which `_events` closes
         try:
             status = response.status
@@ -230,12 +244,12 @@ class LeanCall:
             return await self._events(request_id, response, headers, progress, count)
         finally:
             if not events:
-                await _close(response, False)
+                _let_go(response)
 
     async def _json(self, response: _Response, count: _Count) -> Any:
         """The JSON body of `response`, read within the bound."""
         try:
-            chunks = [chunk async for chunk in self._bounded(response, count)]
+            body = await self._body(response, count)
         except _TooLarge:
             raise MCPError(
                 PARSE_ERROR, f"Failed to parse JSON response: {self.what()} {TOO_LARGE}{self.limit}"
@@ -244,9 +258,30 @@ class LeanCall:
             error = httpx_error(exc, "POST", self.url, connecting=False)
             raise error from error.__cause__
         try:
-            return json.loads(b"".join(chunks))
+            if body[:2] == b'{"':  # UTF-8, as json.loads finds it, read without finding it
+                return _DECODE(body.decode("utf-8", "surrogatepass"))
+            return json.loads(body)
         except ValueError as exc:
             raise MCPError(PARSE_ERROR, f"Failed to parse JSON response: {exc}") from None
+
+    async def _body(self, response: _Response, count: _Count) -> bytes:
+        """The whole body of `response`, decoded, counted toward the answer's bound (as
+        `_bounded` reads it, without an asynchronous generator)."""
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and count.seen + int(length) > self.limit:
+            raise _TooLarge
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        inflate = None if coding == "identity" else _inflater(coding)
+        content = response.content
+        chunks = []
+        while chunk := await content.readany():
+            if inflate is not None:
+                chunk = inflate.decompress(chunk)
+            count.seen += len(chunk)
+            if count.seen > self.limit:
+                raise _TooLarge
+            chunks.append(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _bounded(self, response: _Response, count: _Count) -> AsyncIterator[bytes]:
         """The body's bytes as they come, decoded, counted toward the answer's bound."""
@@ -485,7 +520,13 @@ async def _close(response: _Response, drain: bool) -> None:
                 drained += len(chunk)
                 if drained > DRAIN_BYTES:
                     break
-    if content.at_eof():
+    _let_go(response)
+
+
+def _let_go(response: _Response) -> None:
+    """Give a response's connection back to the pool if its body was read to its end, else
+    drop it."""
+    if response.content.at_eof():
         response.release()
     else:
         response.close()
