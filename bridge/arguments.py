@@ -164,6 +164,8 @@ def _error_message(error: jsonschema.ValidationError) -> str:
 # no tool's input needs as many, and what walks them is recursive: the schema validators, the
 # adapters' encoders (the A2A SDK's stops at 100 levels of its own, and a Python reader near 1,000).
 MAX_ARGUMENT_DEPTH = 64
+# the arguments as JSON text, refusing NaN and ±Infinity (json.dumps with these options)
+_UNSENDABLE_CHECK = json.JSONEncoder(allow_nan=False, ensure_ascii=False, default=str).encode
 
 
 def _unsendable(message: str, pointer: str) -> BridgeError:
@@ -183,7 +185,7 @@ def refuse_unsendable(arguments: Any) -> None:
     into a string no UTF-8 writer takes: an upstream's session would fail on it, and every call
     sharing it); and nesting deeper than MAX_ARGUMENT_DEPTH levels."""
     try:
-        text = json.dumps(arguments, allow_nan=False, ensure_ascii=False, default=str)
+        text = _UNSENDABLE_CHECK(arguments)
     except RecursionError:
         text = None  # deeper than the encoder goes: found by the walk below
     except ValueError:

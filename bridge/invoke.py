@@ -352,6 +352,8 @@ class Invoker:
                     with slot.calling():
                         began = time.perf_counter()
                         try:
+                            if call.trace is None:  # untraced: no span, the context as it came
+                                return await slot.upstream.invoke(decl.native_id, arguments, ctx)
                             with self.telemetry.upstream_call(
                                 call.trace, decl.upstream, slot.upstream.kind, decl.native_name
                             ) as parent:

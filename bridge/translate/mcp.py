@@ -41,6 +41,8 @@ CONTENT_TYPES = ("text", "image", "audio", "resource_link", "resource")
 # the bridge calls tools directly, so such a call could never succeed.
 TASK_REQUIRED_REASON = "mcp_task_required"
 _EMPTY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+# a dict is told a Mapping at once, without the ABC's check (a Python call)
+_MAPPING = (dict, Mapping)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,7 +151,7 @@ def content_from_mcp(blocks: Sequence[Any] | None) -> list[dict[str, Any]]:
     of a type this bridge does not know yet is kept as it came."""
     out: list[dict[str, Any]] = []
     for block in blocks or ():
-        if isinstance(block, Mapping):
+        if isinstance(block, _MAPPING):
             out.append(dict(block))
         else:  # not an object: keep what it said, as text
             out.append({"type": "text", "text": str(block)})
@@ -188,7 +190,7 @@ def result_from_mcp(
         is_error=is_error,
         error=error,
         native_ref=native_ref,
-        meta=dict(meta) if isinstance(meta, Mapping) else None,
+        meta=dict(meta) if meta is not None and isinstance(meta, _MAPPING) else None,
     )
 
 
@@ -287,7 +289,7 @@ def render_output_schema(
 ) -> dict[str, Any] | None:
     """The outputSchema to advertise: any schema in the 2026-07-28 era, object roots only before."""
     schema = decl.output_schema
-    if not isinstance(schema, Mapping) or not schema:
+    if schema is None or not isinstance(schema, _MAPPING) or not schema:
         return None
     if is_modern(protocol_version) or (
         schema.get("type") == "object" and object_shaped(dict(schema))
@@ -456,7 +458,9 @@ def _result_meta(result: _ToolResult) -> dict[str, Any]:
     native = result.native_ref or {}
     upstream = (
         {key: value for key, value in result.meta.items() if not _reserved_meta_key(str(key))}
-        if native.get("source") == MCP_SOURCE and isinstance(result.meta, Mapping)
+        if native.get("source") == MCP_SOURCE
+        and result.meta is not None
+        and isinstance(result.meta, _MAPPING)
         else {}
     )
     meta: dict[str, Any] = {
