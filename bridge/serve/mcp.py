@@ -28,12 +28,11 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 
 from bridge import __version__
-from bridge.envelopes import error_result
-from bridge.model import BridgeError, ToolDeclaration, ToolProgress, new_id
+from bridge.model import BridgeError, ToolDeclaration, ToolProgress
 from bridge.runtime import Bridge
 from bridge.serve.auth import IDENTITY_SCOPE_KEY, caller_facts, caller_identity
 from bridge.serve.mcp_asking import asker_for
-from bridge.serve.mcp_connect import connecting
+from bridge.serve.mcp_calls import Calls
 from bridge.serve.mcp_gate import (
     CALLER_SURFACE,
     SURFACE_SCOPE_KEY,
@@ -59,7 +58,7 @@ from bridge.serve.mcp_session import ChangeNotifier, SessionState, listing_for
 from bridge.serve.mcp_shared import shared_gate, shared_record
 from bridge.surface import Surface
 from bridge.telemetry import CallOrigin, from_meta, valid_traceparent, valid_tracestate
-from bridge.translate.mcp import is_modern, render_output_schema, render_result, render_tool
+from bridge.translate.mcp import is_modern, render_output_schema, render_tool
 from bridge.upstream import CALLER_ASKS
 
 __all__ = ["MCPFrontend"]
@@ -169,8 +168,8 @@ class MCPFrontend:
         )
         self.sessions: SessionQuota | None = None  # the session caps of the HTTP app, once built
         self.lean: LeanCalls | None = None  # its lean path of tools/call, once built
-        self._running: set[asyncio.Task[Any]] = set()  # handlers of tools/call running the pipeline
-        self._stop_cancelled: set[asyncio.Task[Any]] = set()  # cancelled as the server stops
+        self.calls = Calls(bridge)
+        self._running = self.calls.running  # handlers of tools/call running the pipeline
         self._rendered: dict[tuple[str, bool], types.Tool] = {}
         self._rendered_generation = -1
         self._unwatch: list[Callable[[], None]] = []  # the metrics this frontend shows
@@ -301,12 +300,8 @@ class MCPFrontend:
         cancelled (upstream too) and answered `dependency_unavailable`. The server cancelled
         them at the end of the grace, unanswered and with a traceback logged."""
         self.end_streams()
-        asyncio.get_running_loop().call_later(max(0.0, grace - STOP_MARGIN), self._cancel_running)
-
-    def _cancel_running(self) -> None:
-        for handler in list(self._running):
-            self._stop_cancelled.add(handler)
-            handler.cancel()
+        loop = asyncio.get_running_loop()
+        loop.call_later(max(0.0, grace - STOP_MARGIN), self.calls.cancel_running)
 
     @property
     def default_surface(self) -> str:
@@ -451,22 +446,10 @@ class MCPFrontend:
                         status="rejected",
                     )
             return await self._invoke(ctx, surface, name, arguments, output_schema)
-        except BridgeError as exc:
-            envelope = error_result(exc, invocation_id=new_id("inv"), decl=decl)
-            return render_result(envelope, ctx.protocol_version, output_schema)
-        except (MCPError, asyncio.CancelledError):
+        except MCPError:
             raise
-        except Exception:
-            log.exception("tools/call %s failed", name)
-            fault = BridgeError(
-                "the bridge failed to handle this call; it was logged",
-                error_class="execution_failed",
-            )
-            return render_result(
-                error_result(fault, invocation_id=new_id("inv"), decl=decl),
-                ctx.protocol_version,
-                output_schema,
-            )
+        except Exception as exc:
+            return self.calls.failed(exc, ctx, name, decl, output_schema)
 
     async def _invoke(
         self,
@@ -484,50 +467,15 @@ class MCPFrontend:
                 log.debug("progress notice not delivered: %s", exc)
 
         origin, identity = self._origin(ctx), caller_identity(getattr(ctx.request, "scope", None))
-        # The client's cancellation cancels this handler, and with it the pipeline and the upstream
-        # call; so does the end of a stopping server's grace (`stopping`), which is answered.
-        handler = asyncio.current_task()
-        assert handler is not None
-        self._running.add(handler)
         # a client that can answer an upstream's elicitation or sampling is asked during the call
         asker = asker_for(ctx)
         asking = CALLER_ASKS.set(asker) if asker is not None else None
+        options: dict[str, Any] = {"surface": surface, "progress": report, "origin": origin}
         try:
-            options: dict[str, Any] = {"surface": surface, "progress": report, "origin": origin}
-            result = await connecting(ctx, self.bridge, ref, arguments, options, identity)
-        except asyncio.CancelledError:
-            if handler not in self._stop_cancelled:
-                raise
-            handler.uncancel()
-            stopping = BridgeError(
-                "the bridge is stopping; the call was cancelled before it ended",
-                error_class="dependency_unavailable",
-                recoverability="retry_later",
-            )
-            return render_result(
-                error_result(stopping, invocation_id=new_id("inv")),
-                ctx.protocol_version,
-                output_schema,
-            )
+            return await self.calls.run(ctx, ref, arguments, output_schema, options, identity)
         finally:
             if asking is not None:
                 CALLER_ASKS.reset(asking)
-            self._running.discard(handler)
-            self._stop_cancelled.discard(handler)
-        if (
-            output_schema is not None
-            and result.persisted is not None
-            and result.structured_content is None
-        ):
-            # a tool listed with an outputSchema must answer structured content (clients check):
-            # a result kept in the store sends its structured content whole, its text as the preview
-            ref = str(result.persisted.persisted_ref.get("ref"))
-            stored = self.bridge.invoker.get_persisted(ref, surface, away_as_none=True)
-            if stored is not None:
-                result = result.model_copy(
-                    update={"structured_content": json.loads(stored[1]).get("structured_content")}
-                )
-        return render_result(result, ctx.protocol_version, output_schema)
 
     async def _search(
         self, ctx: ServerRequestContext[Any, Any], surface: Surface, arguments: dict[str, Any]

@@ -35,7 +35,6 @@ import json
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -61,6 +60,8 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from bridge.model import ToolDeclaration, ToolProgress
+from bridge.serve.auth import caller_identity
 from bridge.serve.mcp_gate import MESSAGE_SCOPE_KEY, SURFACE_SCOPE_KEY
 from bridge.serve.mcp_meta import CALL_TOOL, SEARCH_TOOLS
 from bridge.serve.mcp_sdk import (
@@ -70,6 +71,8 @@ from bridge.serve.mcp_sdk import (
     session_connection,
     session_owner,
 )
+from bridge.surface import Surface
+from bridge.translate.mcp import render_output_schema
 
 __all__ = ["LeanCalls"]
 
@@ -91,8 +94,7 @@ _HANDSHAKE = frozenset([None, *HANDSHAKE_PROTOCOL_VERSIONS])
 _ASKING = ("elicitation", "sampling")  # capabilities whose clients an upstream may ask
 _PARAM_HEADER = "mcp-param-"
 _PARAM_KEYWORD = f'"{X_MCP_HEADER_KEY}"'  # how a schema's property names its header
-# the headers the checks of `_accepted` read, and how many verdicts on them are kept
-_CHECKED = ("accept", "content-type", "host", "origin")
+# how many verdicts of `_accepted` (and of `_declares_param_headers`) are kept
 _VERDICTS = 256
 
 # What the SDK's transports send before a handshake-era event stream and a 2026-07-28 one.
@@ -123,35 +125,61 @@ class _Session:
         return None
 
 
-@dataclass
-class _Context:
-    """Stands in for the SDK's `ServerRequestContext` of one request."""
+class _Request:
+    """Stands in for the Starlette request of a call: its ASGI scope and its headers (by lower-
+    case name, the first of any given twice, as Starlette's `Headers.get` reads them)."""
 
-    request: Request
-    meta: dict[str, Any] | None
-    request_id: int | str
-    protocol_version: str
-    session: _Session
+    __slots__ = ("headers", "scope")
 
-
-@dataclass
-class _Params:
-    """Stands in for `CallToolRequestParams`: the tool's name and arguments, nothing more."""
-
-    name: str
-    arguments: dict[str, Any] | None
-    request_state: None = None
-    input_responses: None = None
+    def __init__(self, scope: Scope, headers: dict[str, str]) -> None:
+        self.scope, self.headers = scope, headers
 
 
-@dataclass
 class _Call:
-    """A request the lean path answers."""
+    """A request the lean path answers. It stands in both for the SDK's `ServerRequestContext`
+    of the request (`request`, `meta`, `request_id`, `protocol_version`, `session`) and for its
+    `CallToolRequestParams` (the tool's `name` and `arguments`, nothing more); it also keeps the
+    caller's surface and the tool's declaration there (None for a missing or hidden tool)
+    found when the request was planned, the session's id and, in the handshake era, the SDK's
+    transport and connection of the session (None on 2026-07-28)."""
 
-    ctx: _Context
-    params: _Params
-    session_id: str | None
-    transport: Any  # the SDK's transport of the handshake-era session, None on 2026-07-28
+    __slots__ = (
+        "arguments",
+        "connection",
+        "decl",
+        "meta",
+        "name",
+        "protocol_version",
+        "request",
+        "request_id",
+        "session_id",
+        "surface",
+        "transport",
+    )
+    request_state = None
+    input_responses = None
+
+    def __init__(
+        self,
+        request: _Request,
+        message: tuple[int | str, str, dict[str, Any] | None, dict[str, Any] | None],
+        protocol_version: str,
+        found: tuple[Surface, ToolDeclaration | None],
+        session: tuple[str | None, Any, Any],
+    ) -> None:
+        self.request = request
+        self.request_id, self.name, self.arguments, self.meta = message
+        self.protocol_version = protocol_version
+        self.surface, self.decl = found
+        self.session_id, self.transport, self.connection = session
+
+    @property
+    def session(self) -> _Session:
+        return _Session(self.connection)
+
+
+async def _unheard(progress: ToolProgress) -> None:
+    """Where a lean call's progress goes: nowhere, as the SDK sends none without a token."""
 
 
 class LeanCalls:
@@ -166,7 +194,7 @@ class LeanCalls:
     ) -> None:
         self.app = app
         self.frontend = frontend
-        self.handler: Callable[[Any, Any], Awaitable[Any]] = frontend._call_tool
+        self.handler: Callable[[Any, Any], Awaitable[Any]] = self._call
         tracing = frontend.bridge.telemetry.tracing
         if tracing is not None:
             from bridge.serve.traced import traced_mcp_handler
@@ -175,7 +203,7 @@ class LeanCalls:
         self.enabled = True
         self.served = 0
         self._security = TransportSecurityMiddleware(security)
-        self._verdicts: dict[tuple[str | None, ...], bool] = {}
+        self._verdicts: dict[tuple[str | None, str | None, str | None, str | None], bool] = {}
         self._param_schemas: dict[int, tuple[dict[str, Any], bool]] = {}
         self._shape = result_shaper(frontend.server)
         # the connection of each handshake-era session, learnt from its requests to the SDK
@@ -232,54 +260,59 @@ class LeanCalls:
             or not (meta is None or isinstance(meta, dict))
         ):
             return None
-        headers: dict[str, str] = {}
-        for key, value in scope["headers"]:
-            text = key.decode("latin-1")
-            if text in headers:
-                if text.startswith("mcp-"):
-                    return None  # a routing header given twice: the SDK says so
-                continue
-            headers[text] = value.decode("latin-1")
-        request = Request(scope)
-        if not await self._accepted(request, headers):
+        raw = scope["headers"]
+        # the first of a header given twice, as Starlette's `Headers.get` reads it
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in reversed(raw)}
+        if len(headers) < len(raw) and _routing_header_twice(raw):
+            return None  # a routing header given twice: the SDK says so
+        get = headers.get
+        key = (get("accept"), get("content-type"), get("host"), get("origin"))
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = await self._accepted(scope, key)
+        if not verdict:
             return None
-        version = headers.get("mcp-protocol-version")
-        session_id = headers.get("mcp-session-id")
+        version = get("mcp-protocol-version")
+        session_id = get("mcp-session-id")
         if version in _HANDSHAKE:
             if meta is not None and not meta.keys() <= _TRACE_META:
                 return None
-            found = self._handshake_session(scope, session_id)
+            held = self._handshake_session(scope, session_id)
+            if held is None:
+                return None
+            found = self._plain_tool(scope, name)
             if found is None:
                 return None
-            transport, connection = found
-            protocol_version = connection.protocol_version
+            protocol_version = held[1].protocol_version
+            session = (session_id, *held)
         elif version in MODERN_PROTOCOL_VERSIONS and session_id is None:
             if meta is None or not meta.keys() <= _MODERN_META:
                 return None
-            protocol_version = self._modern_version(message, headers, name, arguments)
+            found = self._plain_tool(scope, name)
+            if found is None:
+                return None
+            protocol_version = self._modern_version(message, headers, found[1], arguments)
             if protocol_version is None:
                 return None
-            transport = connection = None
+            session = (None, None, None)
         else:
             return None
-        if not self._plain_tool(scope, name):
-            return None
-        ctx = _Context(request, meta, request_id, protocol_version, _Session(connection))
-        return _Call(ctx, _Params(name, arguments), session_id, transport)
+        request = _Request(scope, headers)
+        return _Call(request, (request_id, name, arguments, meta), protocol_version, found, session)
 
-    async def _accepted(self, request: Request, headers: dict[str, str]) -> bool:
-        """Whether the request accepts JSON and an event stream and passes the SDK's Host,
-        Origin and Content-Type checks; the verdict on each set of those headers is kept (the
-        checks match the Host against patterns)."""
-        key = tuple(headers.get(name) for name in _CHECKED)
-        verdict = self._verdicts.get(key)
-        if verdict is None:
-            has_json, has_sse = check_accept_headers(request)
-            refused = await self._security.validate_request(request, is_post=True)
-            verdict = has_json and has_sse and refused is None
-            if len(self._verdicts) >= _VERDICTS:
-                self._verdicts.clear()
-            self._verdicts[key] = verdict
+    async def _accepted(
+        self, scope: Scope, key: tuple[str | None, str | None, str | None, str | None]
+    ) -> bool:
+        """Whether the request accepts JSON and an event stream and passes the SDK's Host, Origin
+        and Content-Type checks; the verdict is kept under `key`, the Accept, Content-Type, Host
+        and Origin headers the checks read (they match the Host against patterns)."""
+        request = Request(scope)
+        has_json, has_sse = check_accept_headers(request)
+        refused = await self._security.validate_request(request, is_post=True)
+        verdict = has_json and has_sse and refused is None
+        if len(self._verdicts) >= _VERDICTS:
+            self._verdicts.clear()
+        self._verdicts[key] = verdict
         return verdict
 
     def _handshake_session(self, scope: Scope, session_id: str | None) -> tuple[Any, Any] | None:
@@ -307,25 +340,29 @@ class LeanCalls:
         self,
         message: dict[str, Any],
         headers: dict[str, str],
-        name: str,
+        decl: ToolDeclaration | None,
         arguments: dict[str, Any] | None,
     ) -> str | None:
         """The protocol version of a 2026-07-28 request the SDK's checks pass, whose client
-        cannot be asked; else None."""
+        cannot be asked; else None. `decl` is the tool the request calls on the caller's
+        surface, whose schema the SDK checks `Mcp-Param-*` headers against."""
         verdict = classify_inbound_request(message, headers=headers)
         if isinstance(verdict, InboundLadderRejection):
             return None
         capabilities = verdict.client_capabilities
-        if not isinstance(capabilities, dict) or any(c in capabilities for c in _ASKING):
+        if (
+            not isinstance(capabilities, dict)
+            or "elicitation" in capabilities
+            or "sampling" in capabilities
+        ):
             return None
-        if arguments or any(key.startswith(_PARAM_HEADER) for key in headers):
-            schema = self.frontend._input_schema_of(name)
-            if (
-                schema is not None
-                and self._declares_param_headers(schema)
-                and validate_mcp_param_headers(schema, arguments or {}, headers)
-            ):
-                return None
+        if (
+            decl is not None
+            and (arguments or any(key.startswith(_PARAM_HEADER) for key in headers))
+            and self._declares_param_headers(decl.input_schema)
+            and validate_mcp_param_headers(decl.input_schema, arguments or {}, headers)
+        ):
+            return None
         # a routing header given twice was sent to the SDK by `_plan`, which says so
         return str(verdict.protocol_version)
 
@@ -341,15 +378,18 @@ class LeanCalls:
             found = self._param_schemas[id(schema)] = (schema, declares)
         return found[1]
 
-    def _plain_tool(self, scope: Scope, name: str) -> bool:
-        """Whether `name` needs nothing of a session: a tool not deferred on the caller's surface
-        (a missing or blocked one is answered by the pipeline, as on the SDK path)."""
+    def _plain_tool(self, scope: Scope, name: str) -> tuple[Surface, ToolDeclaration | None] | None:
+        """The caller's surface and the declaration of `name` on it (None for a missing or
+        hidden tool, which the pipeline answers, as on the SDK path), when `name` needs nothing
+        of a session: a tool not deferred on the surface; else None."""
         bridge = self.frontend.bridge
         surface = bridge.surfaces.get(scope.get(SURFACE_SCOPE_KEY, self.frontend.default_surface))
         if surface is None:
-            return False
+            return None
         decl = surface.lookup(name)
-        return decl is None or surface.place(decl).state != "deferred"
+        if decl is not None and surface.place(decl).state == "deferred":
+            return None
+        return surface, decl
 
     def _cancel(self, scope: Scope, message: dict[str, Any]) -> None:
         """A handshake-era `notifications/cancelled` naming a lean call cancels it (the SDK,
@@ -366,22 +406,43 @@ class LeanCalls:
 
     # ------------------------------------------------------------------ answering
 
+    async def _call(self, call: _Call, params: _Call) -> Any:
+        """The frontend's `tools/call` of a plain catalog tool (its handler, `_call_tool`, with
+        the surface and the declaration the plan found, and the caller's headers as read)."""
+        frontend, decl = self.frontend, call.decl
+        output_schema: dict[str, Any] | None = None
+        try:
+            if decl is not None:
+                output_schema = render_output_schema(decl, call.protocol_version)
+            options = {
+                "surface": call.surface,
+                "progress": _unheard,
+                "origin": frontend._origin(call),
+            }
+            identity = caller_identity(call.request.scope)
+            return await frontend.calls.run(
+                call, call.name, call.arguments or {}, output_schema, options, identity
+            )
+        except MCPError:
+            raise
+        except Exception as exc:
+            return frontend.calls.failed(exc, call, call.name, decl, output_schema)
+
     async def _answer(self, call: _Call) -> dict[str, Any]:
         """The JSON-RPC response to the call, as the SDK's dispatcher would make it."""
-        ctx = call.ctx
         try:
-            result = await self.handler(ctx, call.params)
+            result = await self.handler(call, call)
             return {
                 "jsonrpc": "2.0",
-                "id": ctx.request_id,
-                "result": self._shape("tools/call", ctx.protocol_version, result),
+                "id": call.request_id,
+                "result": self._shape("tools/call", call.protocol_version, result),
             }
         except MCPError as exc:
             error = exc.error.model_dump(by_alias=True, exclude_none=True, mode="json")
         except Exception:
-            log.exception("tools/call %s failed", call.params.name)
+            log.exception("tools/call %s failed", call.name)
             error = {"code": INTERNAL_ERROR, "message": "Internal error"}
-        return {"jsonrpc": "2.0", "id": ctx.request_id, "error": error}
+        return {"jsonrpc": "2.0", "id": call.request_id, "error": error}
 
     async def _serve_handshake(self, call: _Call, send: Send) -> None:
         """Answer in JSON, or on an event stream with keep-alive comments once the call runs
@@ -389,7 +450,7 @@ class LeanCalls:
         both); a `notifications/cancelled` naming the call cancels it."""
         assert call.session_id is not None
         session = (b"mcp-session-id", call.session_id.encode())
-        key = (call.session_id, call.ctx.request_id)
+        key = (call.session_id, call.request_id)
         headers = [*_HANDSHAKE_SSE_HEADERS, session, (b"x-accel-buffering", b"no")]
         stream = _Stream(send, headers, _handshake_ping)
         with request_in_flight(call.transport) as open_:
@@ -406,7 +467,7 @@ class LeanCalls:
                     raise
                 task.uncancel()
                 error = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
-                answer = {"jsonrpc": "2.0", "id": call.ctx.request_id, "error": error}
+                answer = {"jsonrpc": "2.0", "id": call.request_id, "error": error}
             finally:
                 timer.cancel()
                 await stream.settle()
@@ -507,6 +568,12 @@ def _handshake_ping() -> bytes:
 
 def _modern_ping() -> bytes:
     return b": ping\r\n\r\n"
+
+
+def _routing_header_twice(raw: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a header of `raw` that routes a request (`Mcp-*`) is given twice."""
+    names = [key for key, _ in raw if key.startswith(b"mcp-")]
+    return len(names) != len(set(names))
 
 
 async def _disconnected(receive: Receive) -> None:
