@@ -12,7 +12,11 @@ A request that is not HTTP/1.1 the parser can read gets the bridge's structured 
 `invalid_arguments`) instead of uvicorn's plain text; a URL over `MAX_URL_BYTES`, the most the
 parser's URL splitting takes, is told so.
 
-`BridgeHttpProtocol` adds what uvicorn leaves out (it arms its keep-alive timeout only after a
+`BridgeHttpProtocol` also tells an app that asks (`LEAVE_SCOPE_KEY`) when the client of a
+request goes away before its answer is complete, without a task waiting on `receive()` per
+request for an `http.disconnect`.
+
+It adds what uvicorn leaves out (it arms its keep-alive timeout only after a
 response, disarms it at a request's first byte, and its `limit_concurrency` counts connections
 only once a request's headers are in): every connection is timed while it waits for a request
 (`server.idle_timeout`), for the rest of a request's head once its first byte came
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -37,6 +42,7 @@ from bridge.serve.rest_http import ApiError, error_response
 
 __all__ = [
     "CORK_LIMIT",
+    "LEAVE_SCOPE_KEY",
     "MAX_URL_BYTES",
     "BridgeHttpProtocol",
     "CorkedHttpToolsProtocol",
@@ -47,6 +53,10 @@ __all__ = [
 log = logging.getLogger("bridge.serve")
 
 CORK_LIMIT = 64 * 1024
+# Where `BridgeHttpProtocol` leaves, in a request's scope, `on_leave(callback)`: `callback()` is
+# called once if the connection is lost while the request is being answered; `on_leave(None)`
+# takes it back (an app does before it writes the answer's end).
+LEAVE_SCOPE_KEY = "a2t_bridge.on_leave"
 # httptools splits a URL with 16-bit offsets: a longer one cannot be read.
 MAX_URL_BYTES = 65_535
 
@@ -160,6 +170,11 @@ class BridgeHttpProtocol(CorkedHttpToolsProtocol):
     _timed: Waiting = None  # the part `_deadline` times
     _deadline: asyncio.TimerHandle | None = None
     _admitted = False
+    _leaving: Callable[[], object] | None = None  # `on_leave`'s callback
+
+    def on_leave(self, callback: Callable[[], object] | None) -> None:
+        """Call `callback` if the connection is lost (None: call nothing)."""
+        self._leaving = callback
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -180,6 +195,9 @@ class BridgeHttpProtocol(CorkedHttpToolsProtocol):
         self.table.release(self)
         self._disarm()
         super().connection_lost(exc)
+        leaving, self._leaving = self._leaving, None
+        if leaving is not None:
+            leaving()
 
     def let_go(self) -> None:
         """Held: close an idle connection to make room for a new one."""
@@ -204,6 +222,8 @@ class BridgeHttpProtocol(CorkedHttpToolsProtocol):
         self._waiting = "headers"
 
     def on_headers_complete(self) -> None:
+        scope: Any = self.scope  # the scope uvicorn's cycle is given
+        scope[LEAVE_SCOPE_KEY] = self.on_leave
         super().on_headers_complete()
         self._waiting = "body"
         self.idle_since = None

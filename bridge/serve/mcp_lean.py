@@ -62,6 +62,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.model import ToolDeclaration, ToolProgress
 from bridge.serve.auth import caller_identity
+from bridge.serve.http_protocol import LEAVE_SCOPE_KEY
 from bridge.serve.mcp_gate import MESSAGE_SCOPE_KEY, SURFACE_SCOPE_KEY
 from bridge.serve.mcp_meta import CALL_TOOL, SEARCH_TOOLS
 from bridge.serve.mcp_sdk import (
@@ -96,6 +97,8 @@ _PARAM_HEADER = "mcp-param-"
 _PARAM_KEYWORD = f'"{X_MCP_HEADER_KEY}"'  # how a schema's property names its header
 # how many verdicts of `_accepted` (and of `_declares_param_headers`) are kept
 _VERDICTS = 256
+# JSON as the SDK's 2026-07-28 transport writes a message (`json.dumps` with these separators)
+_encode = json.JSONEncoder(separators=(",", ":")).encode
 
 # What the SDK's transports send before a handshake-era event stream and a 2026-07-28 one.
 _HANDSHAKE_SSE_HEADERS = [
@@ -490,19 +493,24 @@ class LeanCalls:
     async def _serve_modern(self, call: _Call, receive: Receive, send: Send) -> None:
         """Answer in JSON, or on an event stream with keep-alive comments once the call runs past
         `KEEPALIVE`; a client that closes the stream cancels the call. The call runs in the
-        request's own task, which a watcher of the connection cancels when the client leaves."""
+        request's own task, which is cancelled when the client leaves: the HTTP protocol says
+        when (`LEAVE_SCOPE_KEY`), else a watcher of the connection does."""
         task = asyncio.current_task()
         assert task is not None
         stream = _Stream(send, _MODERN_SSE_HEADERS, _modern_ping)
         left = False
 
-        async def watch() -> None:
+        def leave() -> None:
             nonlocal left
-            await _disconnected(receive)
             left = True
             task.cancel()
 
-        watcher = asyncio.ensure_future(watch())
+        on_leave = call.request.scope.get(LEAVE_SCOPE_KEY)
+        watcher: asyncio.Future[None] | None = None
+        if on_leave is not None:
+            on_leave(leave)
+        else:
+            watcher = asyncio.ensure_future(_watch(receive, leave))
         timer = asyncio.get_running_loop().call_later(KEEPALIVE, stream.keep_alive)
         try:
             answer = await self._answer(call)
@@ -513,17 +521,20 @@ class LeanCalls:
             return  # the client left, and the call was cancelled
         finally:
             timer.cancel()
-            watcher.cancel()
+            if on_leave is not None:
+                on_leave(None)
+            if watcher is not None:
+                watcher.cancel()
             await stream.settle()
         if left:  # it left as the call ended
             task.uncancel()
             return
         if stream.open:
-            data = json.dumps(answer, separators=(",", ":"))
+            data = _encode(answer)
             body = f"event: message\r\ndata: {data}\r\n\r\n".encode()
             await send({"type": "http.response.body", "body": body, "more_body": False})
             return
-        body = json.dumps(answer, separators=(",", ":")).encode()
+        body = _encode(answer).encode()
         headers = [
             (b"content-length", str(len(body)).encode()),
             (b"content-type", b"application/json"),
@@ -576,6 +587,8 @@ def _routing_header_twice(raw: list[tuple[bytes, bytes]]) -> bool:
     return len(names) != len(set(names))
 
 
-async def _disconnected(receive: Receive) -> None:
+async def _watch(receive: Receive, leave: Callable[[], None]) -> None:
+    """Call `leave` once `receive` says the client left."""
     while (await receive()).get("type") != "http.disconnect":
         pass
+    leave()

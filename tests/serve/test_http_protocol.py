@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from bridge.config import ServerConfig
-from bridge.serve.http_protocol import CORK_LIMIT, CorkedTransport
+from bridge.serve.http_protocol import CORK_LIMIT, LEAVE_SCOPE_KEY, CorkedTransport
 from tests.servers import raw_exchange, serve_asgi, until
 
 
@@ -279,6 +279,25 @@ async def test_past_its_address_cap_a_connection_takes_an_idle_ones_place_or_is_
         app.gate.set()
         head, body, _ = await _closing_answer(reader)
         assert head.startswith(b"HTTP/1.1 200") and body == {"length": 0}
+
+
+async def test_an_app_is_told_when_its_client_leaves_before_the_answer():
+    told = asyncio.Event()
+    asked = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            scope[LEAVE_SCOPE_KEY](told.set)
+            asked.set()
+            await told.wait()  # no answer: the client leaves first
+
+    async with serve_asgi(app, lifespan="off") as base:
+        _reader, writer = await _connect(base)
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        async with asyncio.timeout(10):
+            await asked.wait()
+            writer.close()
+            await told.wait()
 
 
 async def test_the_uvicorn_internals_the_protocol_uses_are_where_it_expects_them():

@@ -256,7 +256,14 @@ async def test_a_handshake_call_is_cancelled_by_notifications_cancelled(env: Env
     }
 
 
-async def test_a_modern_call_is_cancelled_when_its_client_leaves(env: Env):
+@pytest.mark.parametrize("told_by", ["protocol", "watcher"])
+async def test_a_modern_call_is_cancelled_when_its_client_leaves(
+    env: Env, told_by: str, monkeypatch: pytest.MonkeyPatch
+):
+    """The HTTP protocol tells the lean path that the client left; a server that does not
+    (no such key in the scope) has a watcher of the connection tell it."""
+    if told_by == "watcher":
+        monkeypatch.setattr(mcp_lean, "LEAVE_SCOPE_KEY", "no such key")
     svc = env.srv.bridge.catalog.slot("svc").upstream
     svc.gate = asyncio.Event()
     running = env.srv.frontend._running  # the handlers of tools/call running the pipeline
