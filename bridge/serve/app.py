@@ -26,7 +26,7 @@ from uvicorn.config import LOGGING_CONFIG
 from bridge.config import BridgeConfig
 from bridge.net import is_loopback
 from bridge.runtime import Bridge, reload_on_hangup, settle_gc
-from bridge.serve.auth import IdentifyCallers, resource_metadata_routes
+from bridge.serve.auth import identify, resource_metadata_routes
 from bridge.serve.connect import connect_routes
 from bridge.serve.console import console_routes
 from bridge.serve.http_protocol import http_protocol
@@ -39,7 +39,7 @@ from bridge.serve.rest_records import records_routes
 from bridge.telemetry import json_logs, say
 
 __all__ = [
-    "MCPLane",
+    "Entrance",
     "build_app",
     "close_app",
     "rest_routes",
@@ -59,48 +59,46 @@ class _Server(uvicorn.Server):
         yield
 
 
-class ContentLengthLimit:
-    """Refuses, before any route runs, a request whose declared body is over the limit (every
-    path, MCP included). Bodies without a Content-Length are counted by the routes as they read."""
+class Entrance:
+    """What every HTTP request passes first, inside the server-error answer and the spans: a
+    request whose declared body is over `limit` is refused before any route runs (every path,
+    MCP included; bodies without a Content-Length are counted by the routes as they read).
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    A request for the MCP endpoint (`route`) then goes straight to it, past Starlette's
+    exception middleware and routing, which would only find that route: the scope gets what
+    routing gives it (`router`, `route`, `endpoint`, `path_params`). The endpoint raises no
+    `HTTPException`, the one thing the skipped exception middleware answers, and identifies its
+    callers itself (its gate, `mcp_gate.py`). Any other request has its caller identified
+    before its route runs (`identify`: an OAuth token may need the issuer's keys fetched, which
+    the synchronous route helpers cannot wait for); a route that needs no caller ignores it."""
+
+    def __init__(
+        self, app: ASGIApp, bridge: Bridge, limit: int, mcp: tuple[Router, Route] | None
+    ) -> None:
         self.app = app
+        self.bridge = bridge
         self.limit = limit
+        self.router: Router | None = mcp[0] if mcp is not None else None
+        self.route: Route | None = mcp[1] if mcp is not None else None
+        self.path = self.route.path if self.route is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for key, value in scope.get("headers", ()):
-                if key == b"content-length":
-                    if value.isdigit() and int(value) > self.limit:
-                        await error_response(too_large(self.limit))(scope, receive, send)
-                        return
-                    break
-        await self.app(scope, receive, send)
-
-
-class MCPLane:
-    """Sends a request for the MCP endpoint (`route`) straight to it, past Starlette's exception
-    middleware and routing, which would only find that route: the scope gets what routing gives
-    it (`router`, `route`, `endpoint`, `path_params`), and the middleware outside this one (the
-    server-error answer, spans, the body limit, the caller's identity) applies as to every
-    request. The endpoint raises no `HTTPException`, the one thing the skipped exception
-    middleware answers."""
-
-    def __init__(self, app: ASGIApp, router: Router, route: Route) -> None:
-        self.app = app
-        self.router, self.route = router, route
-        self.endpoint = route.app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] == "http"
-            and scope["path"] == self.route.path
-            and not scope.get("root_path")
-        ):
-            scope["router"], scope["route"] = self.router, self.route
-            scope["endpoint"], scope["path_params"] = self.route.endpoint, {}
-            await self.endpoint(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
+        for key, value in scope["headers"]:
+            if key == b"content-length":
+                if value.isdigit() and int(value) > self.limit:
+                    await error_response(too_large(self.limit))(scope, receive, send)
+                    return
+                break
+        route = self.route
+        if route is not None and scope["path"] == self.path and not scope.get("root_path"):
+            scope["router"], scope["route"] = self.router, route
+            scope["endpoint"], scope["path_params"] = route.endpoint, {}
+            await route.app(scope, receive, send)
+            return
+        await identify(self.bridge, scope)
         await self.app(scope, receive, send)
 
 
@@ -182,11 +180,16 @@ def build_app(bridge: Bridge, *, host: str = "127.0.0.1") -> Starlette:
     app.router.redirect_slashes = False
     app.exception_handlers[HTTPException] = _http_error
     app.exception_handlers[Exception] = _server_error
-    for route in app.router.routes:
-        if isinstance(route, Route) and route.path == "/mcp" and route.methods is None:
-            app.add_middleware(MCPLane, router=app.router, route=route)
-    app.add_middleware(IdentifyCallers, bridge=bridge)
-    app.add_middleware(ContentLengthLimit, limit=bridge.config.server.max_body_bytes)
+    mcp = next(
+        (
+            (app.router, route)
+            for route in app.router.routes
+            if isinstance(route, Route) and route.path == "/mcp" and route.methods is None
+        ),
+        None,
+    )
+    limit = bridge.config.server.max_body_bytes
+    app.add_middleware(Entrance, bridge=bridge, limit=limit, mcp=mcp)
     if bridge.telemetry.tracing is not None:  # outermost: its span covers the whole request
         from bridge.serve.traced import TracedHTTP
 

@@ -10,7 +10,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
 from bridge.config import ServerConfig
 from bridge.identity import AuthFailure, Identity, challenge, resource_metadata
@@ -19,7 +19,7 @@ from bridge.runtime import Bridge
 __all__ = [
     "IDENTITY_SCOPE_KEY",
     "METADATA_PATH",
-    "IdentifyCallers",
+    "authorization",
     "caller_facts",
     "caller_identity",
     "identified",
@@ -37,36 +37,29 @@ async def identify(bridge: Bridge, scope: Scope) -> Identity | AuthFailure:
     settings are read at each request: a reload may change the tokens and `oauth`."""
     found = scope.get(IDENTITY_SCOPE_KEY)
     if found is None:
-        header = Headers(scope=scope).get("authorization")
         found = scope[IDENTITY_SCOPE_KEY] = await bridge.identity.identify(
-            bridge.config.server, header
+            bridge.config.server, authorization(scope)
         )
     return found
+
+
+def authorization(scope: Scope) -> str | None:
+    """The request's `Authorization` header (the first, as Starlette's `Headers.get` reads it)."""
+    value: bytes
+    for key, value in scope["headers"]:
+        if key == b"authorization":
+            return value.decode("latin-1")
+    return None
 
 
 def identified(scope: Scope) -> Identity | AuthFailure:
-    """The caller `IdentifyCallers` found for this request."""
+    """The caller `identify` found for this request before its route ran."""
     found = scope.get(IDENTITY_SCOPE_KEY)
     if found is None:
         raise RuntimeError(
-            "the REST routes are served behind IdentifyCallers (bridge.serve.app.build_app)"
+            "the REST routes are served behind the Entrance (bridge.serve.app.build_app)"
         )
     return found
-
-
-class IdentifyCallers:
-    """ASGI middleware: identifies the caller of every HTTP request before any route runs (an
-    OAuth token may need the issuer's keys fetched, which the synchronous route helpers cannot
-    wait for). A route that needs no caller ignores the outcome."""
-
-    def __init__(self, app: ASGIApp, bridge: Bridge) -> None:
-        self.app = app
-        self.bridge = bridge
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            await identify(self.bridge, scope)
-        await self.app(scope, receive, send)
 
 
 def metadata_url(server: ServerConfig, scope: Scope, suffix: str = "") -> str | None:
@@ -99,7 +92,7 @@ def refusal_headers(
 
 
 def caller_identity(scope: object) -> Identity | None:
-    """The identity `IdentifyCallers` accepted for a request with this ASGI scope (None over
+    """The identity `identify` accepted for a request with this ASGI scope (None over
     stdio, for a refused request, or with no scope)."""
     found = scope.get(IDENTITY_SCOPE_KEY) if isinstance(scope, dict) else None
     return found if isinstance(found, Identity) else None

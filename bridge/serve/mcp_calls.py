@@ -17,7 +17,7 @@ from bridge.envelopes import error_result
 from bridge.identity import Identity
 from bridge.model import BridgeError, ToolDeclaration, new_id
 from bridge.runtime import Bridge
-from bridge.serve.mcp_connect import connecting
+from bridge.serve.mcp_connect import connected
 from bridge.translate.mcp import render_result
 
 __all__ = ["Calls"]
@@ -55,7 +55,12 @@ class Calls:
         assert handler is not None
         self.running.add(handler)
         try:
-            result = await connecting(ctx, self.bridge, ref, arguments, options, identity)
+            result = await self.bridge.invoker.invoke(ref, arguments, identity=identity, **options)
+            error = result.error
+            if error is not None and error.error_code == "account_not_connected":
+                result = await connected(
+                    ctx, self.bridge, ref, arguments, options, identity, result
+                )
         except asyncio.CancelledError:
             if handler not in self._stop_cancelled:
                 raise

@@ -21,7 +21,7 @@ from bridge.runtime import Bridge
 from bridge.translate.mcp import is_modern
 from bridge.upstream import CALLER_ASKS, AskRefused
 
-__all__ = ["connected", "connecting"]
+__all__ = ["connected"]
 
 log = logging.getLogger("bridge.serve.mcp")
 
@@ -37,24 +37,6 @@ def _asks_urls(ctx: ServerRequestContext[Any, Any]) -> bool:
     return elicitation is not None and elicitation.url is not None
 
 
-async def connecting(
-    ctx: ServerRequestContext[Any, Any],
-    bridge: Bridge,
-    ref: str,
-    arguments: dict[str, Any],
-    options: dict[str, Any],
-    identity: Identity | None,
-) -> ToolResult:
-    """The result of the call of `ref` (the pipeline's `options` and `identity`); when it ends
-    for want of the user's account and the client can take a URL, the result of the call again
-    once the user has connected the account."""
-    result = await bridge.invoker.invoke(ref, arguments, identity=identity, **options)
-    error = result.error
-    if error is None or error.error_code != "account_not_connected":
-        return result
-    return await connected(ctx, bridge, ref, arguments, options, identity, result)
-
-
 async def connected(
     ctx: ServerRequestContext[Any, Any],
     bridge: Bridge,
@@ -64,8 +46,9 @@ async def connected(
     identity: Identity | None,
     result: ToolResult,
 ) -> ToolResult:
-    """`result`, a call of `ref` that ended `account_not_connected`; or, when the client can
-    take the connect link as a URL and the user connects the account, the call again."""
+    """`result`, a call of `ref` (the pipeline's `options` and `identity`) that ended
+    `account_not_connected`; or, when the client can take the connect link as a URL and the
+    user connects the account, the result of the call again."""
 
     async def call() -> ToolResult:
         return await bridge.invoker.invoke(ref, arguments, identity=identity, **options)

@@ -16,14 +16,13 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import INVALID_REQUEST, PARSE_ERROR
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge.config import ServerConfig
 from bridge.documents import RepeatedKey, repeated_key_at, unique_object
 from bridge.identity import AuthFailure, Identity
 from bridge.runtime import Bridge
-from bridge.serve.auth import identify, refusal_headers
+from bridge.serve.auth import authorization, identify, refusal_headers
 from bridge.serve.rest_http import ApiError, error_response, read_body, replaying
 
 __all__ = [
@@ -103,7 +102,7 @@ class MCPAuthGate:
             receive = replaying(whole, receive)
         scope[SURFACE_SCOPE_KEY] = caller.surface
         CALLER_SURFACE.set(caller.surface)  # this request's task and those it starts
-        user = _principal(caller, Headers(scope=scope).get("authorization"))
+        user = _principal(caller, authorization(scope) if caller.via == "static" else None)
         if user is not None:
             scope["user"] = user
         scope[CLIENT_SCOPE_KEY] = _client_key(caller, user, scope)

@@ -473,7 +473,8 @@ class LeanCalls:
                 answer = {"jsonrpc": "2.0", "id": call.request_id, "error": error}
             finally:
                 timer.cancel()
-                await stream.settle()
+                if stream.pinger is not None:
+                    await stream.settle()
                 self._cancelled.discard(task)
                 if self._running.get(key) is task:
                     del self._running[key]
@@ -525,7 +526,8 @@ class LeanCalls:
                 on_leave(None)
             if watcher is not None:
                 watcher.cancel()
-            await stream.settle()
+            if stream.pinger is not None:
+                await stream.settle()
         if left:  # it left as the call ended
             task.uncancel()
             return
@@ -548,17 +550,18 @@ class LeanCalls:
 class _Stream:
     """The event stream a call's answer goes on once it runs past `KEEPALIVE`: `keep_alive`
     opens it and sends a comment (`ping()`) every `KEEPALIVE` seconds, as the SDK's event
-    stream of the era does; `settle` stops the comments before the answer is written."""
+    stream of the era does (`pinger`, the task that sends them, None until then); `settle`
+    stops the comments before the answer is written."""
 
     def __init__(
         self, send: Send, headers: list[tuple[bytes, bytes]], ping: Callable[[], bytes]
     ) -> None:
         self.send, self.headers, self.ping = send, headers, ping
         self.open = False
-        self._pinger: asyncio.Task[None] | None = None
+        self.pinger: asyncio.Task[None] | None = None
 
     def keep_alive(self) -> None:
-        self._pinger = asyncio.ensure_future(self._ping())
+        self.pinger = asyncio.ensure_future(self._ping())
 
     async def _ping(self) -> None:
         self.open = True
@@ -568,9 +571,9 @@ class _Stream:
             await asyncio.sleep(KEEPALIVE)
 
     async def settle(self) -> None:
-        if self._pinger is not None:
-            self._pinger.cancel()
-            await asyncio.gather(self._pinger, return_exceptions=True)
+        if self.pinger is not None:
+            self.pinger.cancel()
+            await asyncio.gather(self.pinger, return_exceptions=True)
 
 
 def _handshake_ping() -> bytes:
