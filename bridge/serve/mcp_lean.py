@@ -66,8 +66,8 @@ from bridge.serve.http_protocol import LEAVE_SCOPE_KEY
 from bridge.serve.mcp_gate import MESSAGE_SCOPE_KEY, SURFACE_SCOPE_KEY
 from bridge.serve.mcp_meta import CALL_TOOL, SEARCH_TOOLS
 from bridge.serve.mcp_sdk import (
+    RequestInFlight,
     held_session,
-    request_in_flight,
     result_shaper,
     session_connection,
     session_owner,
@@ -92,7 +92,6 @@ _MODERN_META = _TRACE_META | {
     CLIENT_CAPABILITIES_META_KEY,
 }
 _HANDSHAKE = frozenset([None, *HANDSHAKE_PROTOCOL_VERSIONS])
-_ASKING = ("elicitation", "sampling")  # capabilities whose clients an upstream may ask
 _PARAM_HEADER = "mcp-param-"
 _PARAM_KEYWORD = f'"{X_MCP_HEADER_KEY}"'  # how a schema's property names its header
 # how many verdicts of `_accepted` (and of `_declares_param_headers`) are kept
@@ -335,7 +334,8 @@ class LeanCalls:
         if not connection.initialize_accepted or not connection.initialized.is_set():
             return None
         capabilities = connection.client_capabilities
-        if capabilities is None or any(getattr(capabilities, c, None) for c in _ASKING):
+        # a client that declared elicitation or sampling may be asked by an upstream
+        if capabilities is None or capabilities.elicitation or capabilities.sampling:
             return None
         return transport, connection
 
@@ -353,7 +353,7 @@ class LeanCalls:
         if isinstance(verdict, InboundLadderRejection):
             return None
         capabilities = verdict.client_capabilities
-        if (
+        if (  # a client that declared elicitation or sampling may be asked by an upstream
             not isinstance(capabilities, dict)
             or "elicitation" in capabilities
             or "sampling" in capabilities
@@ -456,7 +456,7 @@ class LeanCalls:
         key = (call.session_id, call.request_id)
         headers = [*_HANDSHAKE_SSE_HEADERS, session, (b"x-accel-buffering", b"no")]
         stream = _Stream(send, headers, _handshake_ping)
-        with request_in_flight(call.transport) as open_:
+        with RequestInFlight(call.transport) as open_:
             task = asyncio.current_task()
             assert task is not None
             self._running[key] = task

@@ -8,10 +8,9 @@ tests/serve/test_mcp_sdk.py fails, naming the member, when an SDK release moves 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -25,11 +24,11 @@ from mcp.shared.transport_context import TransportContext
 from mcp_types import InitializeRequestParams
 
 __all__ = [
+    "RequestInFlight",
     "adopt_session",
     "end_session",
     "held_session",
     "open_transports",
-    "request_in_flight",
     "result_shaper",
     "session_connection",
     "session_owner",
@@ -58,27 +57,38 @@ def session_owner(manager: Any, session_id: str) -> Any:
     return manager._session_owners.get(session_id)
 
 
-@contextlib.contextmanager
-def request_in_flight(transport: Any) -> Iterator[bool]:
-    """Count a request served beside the transport as one in flight on its session, as the
-    transport's own `handle_request` does: the session's idle countdown stops meanwhile and
-    starts again when its last request ends. Yields False (and counts nothing) when the idle
-    period already ran out and the session is ending."""
-    scope, timeout = transport.idle_scope, transport._idle_timeout
-    if scope is None or timeout is None:
-        yield not transport.is_terminated
-        return
-    if scope.cancel_called or transport.is_terminated:
-        yield False
-        return
-    transport._requests_in_flight += 1
-    scope.deadline = math.inf
-    try:
-        yield True
-    finally:
-        transport._requests_in_flight -= 1
-        if not transport._requests_in_flight:
-            scope.deadline = anyio.current_time() + timeout
+class RequestInFlight:
+    """`with RequestInFlight(transport) as open_:` counts a request served beside the transport
+    as one in flight on its session, as the transport's own `handle_request` does: the session's
+    idle countdown stops meanwhile and starts again when its last request ends. `open_` is False
+    (and nothing is counted) when the idle period already ran out and the session is ending."""
+
+    __slots__ = ("_scope", "_timeout", "_transport")
+
+    def __init__(self, transport: Any) -> None:
+        self._transport = transport
+        self._scope: Any = None  # the idle countdown's scope, once the request is counted
+        self._timeout = 0.0
+
+    def __enter__(self) -> bool:
+        transport = self._transport
+        scope, timeout = transport.idle_scope, transport._idle_timeout
+        if scope is None or timeout is None:
+            return not transport.is_terminated
+        if scope.cancel_called or transport.is_terminated:
+            return False
+        transport._requests_in_flight += 1
+        scope.deadline = math.inf
+        self._scope, self._timeout = scope, timeout
+        return True
+
+    def __exit__(self, *exc: object) -> None:
+        scope = self._scope
+        if scope is not None:
+            transport = self._transport
+            transport._requests_in_flight -= 1
+            if not transport._requests_in_flight:
+                scope.deadline = anyio.current_time() + self._timeout
 
 
 def result_shaper(server: Any) -> Callable[[str, str, Any], dict[str, Any]]:

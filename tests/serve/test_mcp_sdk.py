@@ -54,7 +54,7 @@ def test_a_transport_counts_its_requests_in_flight_and_a_runner_shapes_results()
     for member in ("self._requests_in_flight", "self._idle_timeout", "self.idle_scope"):
         assert member in init and member in handle, (
             f"mcp SDK: StreamableHTTPServerTransport no longer keeps `{member[5:]}`; "
-            "update bridge/serve/mcp_sdk.request_in_flight"
+            "update bridge/serve/mcp_sdk.RequestInFlight"
         )
     assert list(inspect.signature(ServerRunner._serialize).parameters) == [
         "self",
