@@ -13,7 +13,6 @@ from typing import Any
 
 import jsonschema
 import referencing.exceptions
-from cachetools import LRUCache
 
 from bridge.model import BridgeError
 from bridge.schema_check import QuickCheck, compile_quick_check
@@ -37,9 +36,11 @@ class SchemaValidators:
     arguments without it (bridge/schema_check.py)."""
 
     def __init__(self, size: int = 4096) -> None:
-        self._cache: LRUCache[
+        # least recently used first: a hit moves its entry to the end (two dict operations)
+        self._cache: dict[
             tuple[str, int], tuple[jsonschema.protocols.Validator, QuickCheck | None]
-        ] = LRUCache(maxsize=size)
+        ] = {}
+        self._size = size
         self._unusable: set[tuple[str, int]] = (
             set()
         )  # schemas jsonschema could not apply (said once each)
@@ -47,8 +48,11 @@ class SchemaValidators:
     def _entry(
         self, key: tuple[str, int], schema: dict[str, Any]
     ) -> tuple[jsonschema.protocols.Validator, QuickCheck | None]:
-        entry = self._cache.get(key)
-        if entry is None:
+        cache = self._cache
+        entry = cache.pop(key, None)
+        if entry is not None:
+            cache[key] = entry
+        else:
             cls = jsonschema.validators.validator_for(
                 schema, default=jsonschema.Draft202012Validator
             )
@@ -68,7 +72,10 @@ class SchemaValidators:
                 RecursionError,
             ):  # a schema in no shape it reads
                 quick = None
-            entry = self._cache[key] = (cls(schema), quick)
+            entry = (cls(schema), quick)
+            if len(cache) >= self._size:
+                del cache[next(iter(cache))]
+            cache[key] = entry
         return entry
 
     def errors(

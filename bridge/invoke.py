@@ -77,6 +77,7 @@ def _size_of(result: UpstreamResult) -> tuple[int, bool]:
 
 
 _MAX_VERSION = 2**63 - 1  # what an SQLite INTEGER holds
+_PERMITTED_KEPT = 4096
 
 
 class _Call:
@@ -118,6 +119,10 @@ class Invoker:
         self.resource_links = ResourceLinks(
             catalog
         )  # the links results gave, read back through their upstream
+        # the tools each surface was found to let run, by the name a call gave, until the
+        # catalog changes (a reload of a surface's rules makes another Surface)
+        self._permitted: dict[tuple[Surface, str], ToolDeclaration] = {}
+        self._permitted_generation = -1
         self._log_rows: list[tuple[Any, ...]] = []
         self._flush_handle: asyncio.TimerHandle | None = None
         self._flushes: set[asyncio.Future[None]] = set()
@@ -153,12 +158,23 @@ class Invoker:
                 raise BridgeError(
                     f"no surface named {surface!r}", error_class="policy_blocked", status="denied"
                 )
-            decl = self._resolve(ref, surface_obj)
+            generation = self.catalog.generation
+            if self._permitted_generation != generation:
+                self._permitted.clear()
+                self._permitted_generation = generation
+            decl = self._permitted.get((surface_obj, ref))
+            permitted = decl is not None
+            if decl is None:
+                decl = self._resolve(ref, surface_obj)
             schema, version = self._schema_for(decl, version)
             telemetry.call_resolved(call.trace, decl, version, surface_obj.name, invocation_id)
             refuse_unsendable(arguments)
             self._validate(decl, version, schema, arguments)
-            check_permission(decl, surface_obj)
+            if not permitted:
+                check_permission(decl, surface_obj)
+                if len(self._permitted) >= _PERMITTED_KEPT:
+                    self._permitted.clear()
+                self._permitted[(surface_obj, ref)] = decl
             if self.admission.active:
                 call.authorization = await self.admission.admit(decl, surface_obj.name, identity)
             result = await self._execute(

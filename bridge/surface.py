@@ -150,7 +150,8 @@ class Surface:
             self._blocked_ids = None
 
     def place(self, decl: ToolDeclaration) -> Placement:
-        self._fresh()
+        if self._generation != self.catalog.generation:  # as `_fresh` tells, without a call
+            self._fresh()
         placement = self._placements.get(decl.tool_id)
         if placement is None:
             placement = self._placements[decl.tool_id] = self._classify(decl)

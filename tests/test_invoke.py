@@ -508,3 +508,30 @@ def test_a_schema_error_writes_null_true_and_false_as_json_does():
         "/o": "{'a': [true, null]} is not of type 'array'",
         "/s": "'None' was expected",
     }
+
+
+async def test_a_tool_found_runnable_is_found_again_until_the_catalog_changes(world):
+    """What a surface lets run is decided once per name, and again after any catalog change:
+    a tool its upstream now lists as destructive is refused on its next call."""
+    catalog, invoker, up, _ = world
+    resolved: list[str] = []
+    real = invoker._resolve
+
+    def counting(ref, surface):
+        resolved.append(ref)
+        return real(ref, surface)
+
+    invoker._resolve = counting
+    for text in ("a", "b"):
+        result = await invoker.invoke("svc__echo", {"text": text})
+        assert result.content == [{"type": "text", "text": text}]
+    assert resolved == ["svc__echo"]
+    bad = await invoker.invoke("svc__echo", {"text": 5})  # still checked each time
+    assert bad.error is not None and bad.error.error_class == "invalid_arguments"
+    listed = [t for t in up.tools if t.native_id != "echo"]
+    catalog.apply_tools("svc", [*listed, tool("echo", destructive=True)])
+    refused = await invoker.invoke("svc__echo", {"text": "c"})
+    assert refused.error is not None and refused.error.error_class == "permission_denied"
+    allowed = await invoker.invoke("svc__echo", {"text": "d"}, surface="ops")
+    assert allowed.content == [{"type": "text", "text": "d"}]
+    assert resolved == ["svc__echo", "svc__echo", "svc__echo"]
