@@ -35,6 +35,9 @@ READ_AHEAD = 256 * 1024
 # the server, ends it, and a request is not sent on a connection its server is closing.
 IDLE_SECONDS = 4.0
 _FORBIDDEN = frozenset("\r\n\0")
+# header names as read (bytes) and as kept (text in lower case): servers repeat the same few
+_NAMES: dict[bytes, str] = {}
+_NAMES_KEPT = 256
 
 
 def plain_origin(url: str) -> bool:
@@ -97,7 +100,11 @@ class KeptConnections:
         connection: _Connection | None = None
         try:
             connection = await self._connection()
-            return await connection.exchange(head + body, self.read_timeout)
+            connection.send(head + body)
+            while connection.head is None:
+                await connection.wait(self.read_timeout)
+            status, headers = connection.head
+            return KeptResponse(connection, status, headers)
         except BaseException:
             if connection is not None:
                 connection.close()
@@ -261,8 +268,8 @@ class _Connection(asyncio.Protocol):
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
-        self._headers: dict[str, str] = {}
-        self._head: tuple[int, dict[str, str]] | None = None
+        self.headers: dict[str, str] = {}
+        self.head: tuple[int, dict[str, str]] | None = None  # of the response in flight
         self._informational = False
         self._close_delimited = False
         self._dropping: int | None = None  # bytes of the body still to drop, once released
@@ -270,16 +277,12 @@ class _Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ what the caller does
 
-    async def exchange(self, request: bytes, read_timeout: float | None) -> KeptResponse:
-        """Send `request` and wait for the head of its response."""
+    def send(self, request: bytes) -> None:
+        """Send `request`; the head of its response is `head` once in (`wait` for it)."""
         assert self.transport is not None
-        self.complete, self.keep_alive, self._head = False, False, None
-        self._headers = {}
+        self.complete, self.keep_alive, self.head = False, False, None
+        self.headers = {}
         self.transport.write(request)
-        while self._head is None:
-            await self.wait(read_timeout)
-        status, headers = self._head
-        return KeptResponse(self, status, headers)
 
     async def wait(self, timeout: float | None) -> None:
         """Until the parser gives more, the connection ends, or `timeout` seconds pass."""
@@ -366,7 +369,7 @@ class _Connection(asyncio.Protocol):
         self.lost = True
         self.pool._lost(self)
         self._dropped(False)
-        if self._head is not None and self._close_delimited and not self.complete:
+        if self.head is not None and self._close_delimited and not self.complete:
             self.complete = True  # a body without a length ends with its connection
             self._wake()
         elif not self.complete:
@@ -375,21 +378,25 @@ class _Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ httptools' callbacks
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        key = name.decode("latin-1").lower()
+        key = _NAMES.get(name)
+        if key is None:
+            key = name.decode("latin-1").lower()
+            if len(_NAMES) < _NAMES_KEPT:
+                _NAMES[name] = key
         text = value.decode("latin-1")
-        known = self._headers.get(key)
-        self._headers[key] = text if known is None else f"{known}, {text}"
+        known = self.headers.get(key)
+        self.headers[key] = text if known is None else f"{known}, {text}"
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
-        headers, self._headers = self._headers, {}
+        headers, self.headers = self.headers, {}
         if 100 <= status < 200:  # an interim response: the final one follows
             self._informational = True
             return
         self._close_delimited = "content-length" not in headers and "chunked" not in headers.get(
             "transfer-encoding", ""
         )
-        self._head = (status, headers)
+        self.head = (status, headers)
         self._wake()
 
     def on_body(self, body: bytes) -> None:

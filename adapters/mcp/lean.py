@@ -31,7 +31,7 @@ import json
 import logging
 import re
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -265,13 +265,8 @@ class LeanCall:
             raise MCPError(PARSE_ERROR, f"Failed to parse JSON response: {exc}") from None
 
     async def _body(self, response: _Response, count: _Count) -> bytes:
-        """The whole body of `response`, decoded, counted toward the answer's bound (as
-        `_bounded` reads it, without an asynchronous generator)."""
-        length = response.headers.get("content-length", "")
-        if length.isdigit() and count.seen + int(length) > self.limit:
-            raise _TooLarge
-        coding = response.headers.get("content-encoding", "identity").strip().lower()
-        inflate = None if coding == "identity" else _inflater(coding)
+        """The whole body of `response`, decoded, counted toward the answer's bound."""
+        inflate = self._inflater_of(response, count)
         content = response.content
         chunks = []
         while chunk := await content.readany():
@@ -283,20 +278,15 @@ class LeanCall:
             chunks.append(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def _bounded(self, response: _Response, count: _Count) -> AsyncIterator[bytes]:
-        """The body's bytes as they come, decoded, counted toward the answer's bound."""
+    def _inflater_of(self, response: _Response, count: _Count) -> Any:
+        """The decompressor of the body of `response` (None for one sent as it is), once its
+        declared length is found within the answer's bound. Its bytes are then read as they
+        come (`readany`: b"" at the end), decoded, each counted toward the bound."""
         length = response.headers.get("content-length", "")
         if length.isdigit() and count.seen + int(length) > self.limit:
             raise _TooLarge
         coding = response.headers.get("content-encoding", "identity").strip().lower()
-        inflate = None if coding == "identity" else _inflater(coding)
-        async for chunk in response.content.iter_any():
-            if inflate is not None:
-                chunk = inflate.decompress(chunk)
-            count.seen += len(chunk)
-            if count.seen > self.limit:
-                raise _TooLarge
-            yield chunk
+        return None if coding == "identity" else _inflater(coding)
 
     async def _events(
         self,
@@ -320,7 +310,14 @@ class LeanCall:
                 if kind.lower() != "text/event-stream":
                     raise ValueError(f"a resumption answered {kind or 'no content type'}")
                 text = codecs.getincrementaldecoder("utf-8")(errors="replace")
-                async for chunk in self._bounded(response, count):
+                inflate = self._inflater_of(response, count)
+                content = response.content
+                while chunk := await content.readany():
+                    if inflate is not None:
+                        chunk = inflate.decompress(chunk)
+                    count.seen += len(chunk)
+                    if count.seen > self.limit:
+                        raise _TooLarge
                     for event, data in parser.feed(text.decode(chunk)):
                         if event != "message" or not data:
                             continue
