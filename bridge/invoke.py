@@ -56,6 +56,11 @@ def _size_of(result: UpstreamResult) -> tuple[int, bool]:
     no frontend can encode: see `without_surrogates`)."""
     size, suspect = 0, False
     for block in result.content:
+        text = block.get("text")
+        if type(text) is str and len(block) == 2 and "type" in block:  # its text is all it has
+            size += len(text)
+            suspect = suspect or (not text.isascii() and has_surrogates(text))
+            continue
         for key in ("text", "data", "blob"):
             value = block.get(key)
             if isinstance(value, str):
@@ -66,9 +71,7 @@ def _size_of(result: UpstreamResult) -> tuple[int, bool]:
             size += len(resource.get("text") or "") + len(resource.get("blob") or "")
             suspect = suspect or has_surrogates(str(resource.get("text") or ""))
     if result.structured_content is not None:
-        dumped = json.dumps(
-            result.structured_content, default=str
-        )  # ASCII: a surrogate shows as \udXXX
+        dumped = _SIZED(result.structured_content)  # ASCII: a surrogate shows as \udXXX
         size += len(dumped)
         suspect = suspect or ("\\ud" in dumped and _LONE_ESCAPE.search(dumped) is not None)
     if result.error is not None:
@@ -76,6 +79,7 @@ def _size_of(result: UpstreamResult) -> tuple[int, bool]:
     return size, suspect
 
 
+_SIZED = json.JSONEncoder(default=str).encode  # as json.dumps(value, default=str) writes it
 _MAX_VERSION = 2**63 - 1  # what an SQLite INTEGER holds
 _PERMITTED_KEPT = 4096
 

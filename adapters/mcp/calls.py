@@ -7,6 +7,7 @@ right class."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -126,7 +127,8 @@ class ToolCalls:
         # SDK send notifications/cancelled for the request (or abort its POST on 2026-07-28 HTTP).
         try:
             try:
-                with self._asking():  # the caller answers the server's questions, if it can
+                # the caller answers the server's questions, if it can (never a lean call's)
+                with self._asking() if lean is None else _NO_ASKER:
                     if lean is not None:  # as `send` sends it, one coroutine fewer
                         self.lean_calls += 1
                         params = {"name": native_id, "arguments": arguments}
@@ -410,6 +412,7 @@ class ToolCalls:
         )
 
 
+_NO_ASKER = contextlib.nullcontext()  # what `_asking` gives a call whose caller cannot be asked
 _CONTENT_MODELS: dict[str, type[Any]] = {
     "text": types.TextContent,
     "image": types.ImageContent,

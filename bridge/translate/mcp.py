@@ -468,10 +468,12 @@ def _result_meta(result: _ToolResult) -> dict[str, Any]:
         "result_id": result.result_id,
         "status": result.status,
     }
-    for key in ("tool_id", "version", "duration_ms"):
-        value = getattr(result, key)
-        if value is not None:
-            meta[key] = value
+    if result.tool_id is not None:
+        meta["tool_id"] = result.tool_id
+    if result.version is not None:
+        meta["version"] = result.version
+    if result.duration_ms is not None:
+        meta["duration_ms"] = result.duration_ms
     if result.persisted is not None:
         meta["persisted_ref"] = result.persisted.persisted_ref
     return {**upstream, RESULT_META_KEY: meta}
@@ -492,7 +494,7 @@ def render_result(
     carries its record in the bridge's `_meta` entry instead (clients check `structuredContent`
     against the output schema, error results too: the TypeScript SDK refused them).
     """
-    modern = is_modern(protocol_version)
+    modern = protocol_version in _MODERN_VERSIONS  # is_modern
     if result.is_error:
         error = result.error or ToolError(
             error_class="execution_failed", message="the tool reported an error"
