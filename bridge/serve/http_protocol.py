@@ -113,6 +113,9 @@ class CorkedTransport:
         self._size = 0
         self._transport.abort()
 
+    def is_closing(self) -> bool:  # (asked at each request: not through __getattr__)
+        return self._transport.is_closing()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
@@ -243,7 +246,9 @@ class BridgeHttpProtocol(CorkedHttpToolsProtocol):
             self._deadline = None
 
     def _arm(self) -> None:
-        self._disarm()
+        if self._deadline is not None:  # `_disarm`, in line: armed at most twice a request
+            self._deadline.cancel()
+            self._deadline = None
         self._timed = self._waiting
         if self._timed is not None and not self.transport.is_closing():
             seconds = self.header_timeout if self._timed == "headers" else self.body_timeout
