@@ -101,17 +101,16 @@ def result_shaper(server: Any) -> Callable[[str, str, Any], dict[str, Any]]:
 
 
 class _Shaping:
-    """The server as the runner's shaping reads it, its `serverInfo` stamp dumped once: the SDK
-    deep-copies the stamp into each result, for a handler that keeps and changes the result it
-    returned; a shaped result of the lean path is written out at once and never changed."""
+    """The server as the runner's shaping reads it: its cache hints (the server's own table)
+    and its `serverInfo` stamp, dumped once. The SDK deep-copies the stamp into each result, for
+    a handler that keeps and changes the result it returned; a shaped result of the lean path is
+    written out at once and never changed, so each holds the one stamp. Both are plain
+    attributes, as the runner reads them for each result."""
 
     def __init__(self, server: Any) -> None:
         self._server = server
-        self._stamp: dict[str, Any] = server.server_info_stamp
-
-    @property
-    def server_info_stamp(self) -> dict[str, Any]:
-        return dict(self._stamp)
+        self.cache_hints = server.cache_hints
+        self.server_info_stamp: dict[str, Any] = server.server_info_stamp
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._server, name)

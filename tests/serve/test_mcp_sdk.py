@@ -62,6 +62,11 @@ def test_a_transport_counts_its_requests_in_flight_and_a_runner_shapes_results()
         "version",
         "result",
     ], "mcp SDK: ServerRunner._serialize changed; update bridge/serve/mcp_sdk.result_shaper"
+    serializing = inspect.getsource(ServerRunner._serialize)
+    assert "self.server.cache_hints" in serializing, (
+        "mcp SDK: ServerRunner no longer reads `server.cache_hints` when it shapes a result; "
+        "update bridge/serve/mcp_sdk._Shaping"
+    )
     stamping = inspect.getsource(ServerRunner._stamp_server_info)
     assert "self.server.server_info_stamp" in stamping, (
         "mcp SDK: ServerRunner no longer stamps results with `server.server_info_stamp`; "
