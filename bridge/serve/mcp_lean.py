@@ -35,7 +35,6 @@ import json
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import pydantic_core
@@ -64,6 +63,13 @@ from bridge.model import ToolDeclaration, ToolProgress
 from bridge.serve.auth import caller_identity
 from bridge.serve.http_protocol import LEAVE_SCOPE_KEY
 from bridge.serve.mcp_gate import MESSAGE_SCOPE_KEY, SURFACE_SCOPE_KEY
+from bridge.serve.mcp_keepalive import (
+    HANDSHAKE_SSE_HEADERS,
+    MODERN_SSE_HEADERS,
+    KeptAlive,
+    handshake_ping,
+    modern_ping,
+)
 from bridge.serve.mcp_meta import CALL_TOOL, SEARCH_TOOLS
 from bridge.serve.mcp_sdk import (
     RequestInFlight,
@@ -94,23 +100,10 @@ _MODERN_META = _TRACE_META | {
 _HANDSHAKE = frozenset([None, *HANDSHAKE_PROTOCOL_VERSIONS])
 _PARAM_HEADER = "mcp-param-"
 _PARAM_KEYWORD = f'"{X_MCP_HEADER_KEY}"'  # how a schema's property names its header
-# how many verdicts of `_accepted` (and of `_declares_param_headers`) are kept
+# how many verdicts of `_accepted` (and of `_plain_tool`) are kept
 _VERDICTS = 256
 # JSON as the SDK's 2026-07-28 transport writes a message (`json.dumps` with these separators)
 _encode = json.JSONEncoder(separators=(",", ":")).encode
-
-# What the SDK's transports send before a handshake-era event stream and a 2026-07-28 one.
-_HANDSHAKE_SSE_HEADERS = [
-    (b"cache-control", b"no-cache, no-transform"),
-    (b"connection", b"keep-alive"),
-    (b"content-type", b"text/event-stream"),
-]
-_MODERN_SSE_HEADERS = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache, no-transform"),
-    (b"connection", b"keep-alive"),
-    (b"x-accel-buffering", b"no"),
-]
 
 
 class _Session:
@@ -206,7 +199,8 @@ class LeanCalls:
         self.served = 0
         self._security = TransportSecurityMiddleware(security)
         self._verdicts: dict[tuple[str | None, str | None, str | None, str | None], bool] = {}
-        self._param_schemas: dict[int, tuple[dict[str, Any], bool]] = {}
+        # what `_plain_tool` found of a tool name on a surface, and at which catalog generation
+        self._tools: dict[tuple[Surface, str], tuple[int, ToolDeclaration | None, int]] = {}
         self._shape = result_shaper(frontend.server)
         # the connection of each handshake-era session, learnt from its requests to the SDK
         self._connections: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
@@ -293,14 +287,16 @@ class LeanCalls:
             found = self._plain_tool(scope, name)
             if found is None:
                 return None
-            protocol_version = self._modern_version(message, headers, found[1], arguments)
+            protocol_version = self._modern_version(message, headers, found, arguments)
             if protocol_version is None:
                 return None
             session = (None, None, None)
         else:
             return None
         request = _Request(scope, headers)
-        return _Call(request, (request_id, name, arguments, meta), protocol_version, found, session)
+        return _Call(
+            request, (request_id, name, arguments, meta), protocol_version, found[:2], session
+        )
 
     async def _accepted(
         self, scope: Scope, key: tuple[str | None, str | None, str | None, str | None]
@@ -343,12 +339,12 @@ class LeanCalls:
         self,
         message: dict[str, Any],
         headers: dict[str, str],
-        decl: ToolDeclaration | None,
+        found: tuple[Surface, ToolDeclaration | None, bool],
         arguments: dict[str, Any] | None,
     ) -> str | None:
         """The protocol version of a 2026-07-28 request the SDK's checks pass, whose client
-        cannot be asked; else None. `decl` is the tool the request calls on the caller's
-        surface, whose schema the SDK checks `Mcp-Param-*` headers against."""
+        cannot be asked; else None. `found` is what `_plain_tool` found of the tool called,
+        whose schema the SDK checks `Mcp-Param-*` headers against."""
         verdict = classify_inbound_request(message, headers=headers)
         if isinstance(verdict, InboundLadderRejection):
             return None
@@ -359,40 +355,53 @@ class LeanCalls:
             or "sampling" in capabilities
         ):
             return None
+        _, decl, declares = found
         if (
-            decl is not None
+            declares
+            and decl is not None
             and (arguments or any(key.startswith(_PARAM_HEADER) for key in headers))
-            and self._declares_param_headers(decl.input_schema)
             and validate_mcp_param_headers(decl.input_schema, arguments or {}, headers)
         ):
             return None
         # a routing header given twice was sent to the SDK by `_plan`, which says so
         return str(verdict.protocol_version)
 
-    def _declares_param_headers(self, schema: dict[str, Any]) -> bool:
-        """Whether `schema` may declare `x-mcp-header` properties: the SDK's check of the
-        `Mcp-Param-*` headers passes every request whose tool's schema declares none. The
-        answer is kept for each schema object the catalog holds."""
-        found = self._param_schemas.get(id(schema))
-        if found is None or found[0] is not schema:
-            if len(self._param_schemas) >= _VERDICTS:
-                self._param_schemas.clear()
-            declares = _PARAM_KEYWORD in json.dumps(schema, default=str)
-            found = self._param_schemas[id(schema)] = (schema, declares)
-        return found[1]
-
-    def _plain_tool(self, scope: Scope, name: str) -> tuple[Surface, ToolDeclaration | None] | None:
-        """The caller's surface and the declaration of `name` on it (None for a missing or
-        hidden tool, which the pipeline answers, as on the SDK path), when `name` needs nothing
-        of a session: a tool not deferred on the surface; else None."""
+    def _plain_tool(
+        self, scope: Scope, name: str
+    ) -> tuple[Surface, ToolDeclaration | None, bool] | None:
+        """The caller's surface, the declaration of `name` on it (None for a missing or hidden
+        tool, which the pipeline answers, as on the SDK path) and whether its schema may declare
+        `x-mcp-header` properties (the SDK's check of `Mcp-Param-*` headers passes every call of
+        a tool whose schema declares none), when `name` needs nothing of a session: a tool not
+        deferred on the surface; else None. What is found is kept per surface and name until
+        the catalog changes (its generation): a surface's placements follow from its config,
+        which a reload changes only with a new surface, and from the catalog."""
         bridge = self.frontend.bridge
-        surface = bridge.surfaces.get(scope.get(SURFACE_SCOPE_KEY, self.frontend.default_surface))
+        try:
+            asked = scope[SURFACE_SCOPE_KEY]  # (the gate's; the default surface only read without)
+        except KeyError:
+            asked = self.frontend.default_surface
+        surface = bridge.surfaces.get(asked)
         if surface is None:
             return None
-        decl = surface.lookup(name)
-        if decl is not None and surface.place(decl).state == "deferred":
+        generation = bridge.catalog.generation
+        key = (surface, name)
+        kept = self._tools.get(key)
+        if kept is None or kept[0] != generation:
+            decl = surface.lookup(name)
+            # 0: may be called here, 1: may be and declares x-mcp-header, 2: deferred
+            verdict = 0
+            if decl is not None:
+                if surface.place(decl).state == "deferred":
+                    verdict = 2
+                elif _PARAM_KEYWORD in json.dumps(decl.input_schema, default=str):
+                    verdict = 1
+            if len(self._tools) >= _VERDICTS:
+                self._tools.clear()
+            kept = self._tools[key] = (generation, decl, verdict)
+        if kept[2] == 2:
             return None
-        return surface, decl
+        return surface, kept[1], kept[2] == 1
 
     def _cancel(self, scope: Scope, message: dict[str, Any]) -> None:
         """A handshake-era `notifications/cancelled` naming a lean call cancels it (the SDK,
@@ -454,8 +463,8 @@ class LeanCalls:
         assert call.session_id is not None
         session = (b"mcp-session-id", call.session_id.encode())
         key = (call.session_id, call.request_id)
-        headers = [*_HANDSHAKE_SSE_HEADERS, session, (b"x-accel-buffering", b"no")]
-        stream = _Stream(send, headers, _handshake_ping)
+        headers = [*HANDSHAKE_SSE_HEADERS, session, (b"x-accel-buffering", b"no")]
+        stream = KeptAlive(send, headers, handshake_ping, KEEPALIVE)
         with RequestInFlight(call.transport) as open_:
             task = asyncio.current_task()
             assert task is not None
@@ -498,7 +507,7 @@ class LeanCalls:
         when (`LEAVE_SCOPE_KEY`), else a watcher of the connection does."""
         task = asyncio.current_task()
         assert task is not None
-        stream = _Stream(send, _MODERN_SSE_HEADERS, _modern_ping)
+        stream = KeptAlive(send, MODERN_SSE_HEADERS, modern_ping, KEEPALIVE)
         left = False
 
         def leave() -> None:
@@ -545,43 +554,6 @@ class LeanCalls:
         status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200) if error else 200
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-
-class _Stream:
-    """The event stream a call's answer goes on once it runs past `KEEPALIVE`: `keep_alive`
-    opens it and sends a comment (`ping()`) every `KEEPALIVE` seconds, as the SDK's event
-    stream of the era does (`pinger`, the task that sends them, None until then); `settle`
-    stops the comments before the answer is written."""
-
-    def __init__(
-        self, send: Send, headers: list[tuple[bytes, bytes]], ping: Callable[[], bytes]
-    ) -> None:
-        self.send, self.headers, self.ping = send, headers, ping
-        self.open = False
-        self.pinger: asyncio.Task[None] | None = None
-
-    def keep_alive(self) -> None:
-        self.pinger = asyncio.ensure_future(self._ping())
-
-    async def _ping(self) -> None:
-        self.open = True
-        await self.send({"type": "http.response.start", "status": 200, "headers": self.headers})
-        while True:
-            await self.send({"type": "http.response.body", "body": self.ping(), "more_body": True})
-            await asyncio.sleep(KEEPALIVE)
-
-    async def settle(self) -> None:
-        if self.pinger is not None:
-            self.pinger.cancel()
-            await asyncio.gather(self.pinger, return_exceptions=True)
-
-
-def _handshake_ping() -> bytes:
-    return f": ping - {datetime.now(UTC)}\r\n\r\n".encode()
-
-
-def _modern_ping() -> bytes:
-    return b": ping\r\n\r\n"
 
 
 def _routing_header_twice(raw: list[tuple[bytes, bytes]]) -> bool:

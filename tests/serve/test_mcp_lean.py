@@ -280,3 +280,31 @@ async def test_a_modern_call_is_cancelled_when_its_client_leaves(
         assert not svc.gate.is_set() and env.lean.served == served + 1
     finally:
         svc.gate = None
+
+
+async def test_what_a_plan_kept_of_a_tool_follows_the_catalog(env: Env):
+    """What the lean path keeps of a tool (here: that its schema declares no `x-mcp-header`)
+    is dropped when the catalog changes: a call the SDK's `Mcp-Param-*` check now refuses
+    goes to the SDK."""
+    svc = env.srv.bridge.catalog.slot("svc").upstream
+    catalog = env.srv.bridge.catalog
+    before = list(svc.tools)
+    served = env.lean.served
+    await env.call(MODERN, "svc__echo", {"text": "a", "zone": "eu"})
+    assert env.lean.served == served + 1
+
+    async def changed(tools: list[Any]) -> None:
+        generation = catalog.generation
+        svc.change_tools(tools)
+        async with asyncio.timeout(10):
+            while catalog.generation == generation:
+                await asyncio.sleep(0.01)
+
+    props = {"text": {"type": "string"}, "zone": {"type": "string", "x-mcp-header": "Zone"}}
+    await changed([tool("echo", read_only=True, props=props), *before[1:]])
+    try:
+        response = await env.call(MODERN, "svc__echo", {"text": "a", "zone": "eu"})
+        assert env.lean.served == served + 1  # no Mcp-Param-Zone header: the SDK refuses it
+        assert response.status_code == 400, response.text
+    finally:
+        await changed(before)
