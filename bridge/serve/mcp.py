@@ -58,6 +58,7 @@ from bridge.serve.mcp_session import ChangeNotifier, SessionState, listing_for
 from bridge.serve.mcp_shared import shared_gate, shared_record
 from bridge.surface import Surface
 from bridge.telemetry import CallOrigin, from_meta, valid_traceparent, valid_tracestate
+from bridge.telemetry.context import TRACEPARENT
 from bridge.translate.mcp import is_modern, render_output_schema, render_tool
 from bridge.upstream import CALLER_ASKS
 
@@ -323,7 +324,8 @@ class MCPFrontend:
     def _origin(self, ctx: ServerRequestContext[Any, Any]) -> CallOrigin:
         """Who a call comes from, with the caller's trace context: `params._meta.traceparent`,
         else (over HTTP) the `traceparent` header."""
-        parent, state = from_meta(ctx.meta)
+        meta = ctx.meta  # (read only when it holds a traceparent: most calls carry none)
+        parent, state = from_meta(meta) if meta and TRACEPARENT in meta else (None, None)
         caller = subject = client_id = session = None
         request = ctx.request
         scope = getattr(request, "scope", None)
@@ -331,8 +333,9 @@ class MCPFrontend:
             caller, subject, client_id = caller_facts(scope.get(IDENTITY_SCOPE_KEY))
             headers = request.headers  # type: ignore[union-attr]
             session = headers.get("mcp-session-id")
-            if parent is None:
-                parent = valid_traceparent(headers.get("traceparent"))
+            header = headers.get("traceparent") if parent is None else None
+            if header is not None:
+                parent = valid_traceparent(header)
                 state = valid_tracestate(headers.get("tracestate")) if parent else None
         return CallOrigin(
             "mcp",
