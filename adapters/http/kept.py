@@ -132,7 +132,8 @@ class KeptConnections:
 
     def _free_slot(self) -> None:
         self._in_use -= 1
-        self._wake_one()
+        if self._waiters:
+            self._wake_one()
 
     def _wake_one(self) -> None:
         while self._waiters:

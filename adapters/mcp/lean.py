@@ -335,7 +335,7 @@ class LeanCall:
             except Exception as exc:
                 log.debug("SSE stream ended: %s", exc)
             finally:
-                await _close(response, False)
+                _let_go(response)  # as `_close` without draining
             if parser.last_id is None:
                 raise MCPError(CONNECTION_CLOSED, "SSE stream ended without a response")
             failures = 0 if ended else failures + 1
@@ -350,7 +350,7 @@ class LeanCall:
             response = await self._request("GET", again)
             resumptions += 1
             if resumptions > MAX_RESUMPTIONS:  # refused before a byte of it is read
-                await _close(response, False)
+                _let_go(response)
                 raise MCPError(
                     CONNECTION_CLOSED,
                     f"SSE stream failed: {self.what()} ended the event stream of one answer "
@@ -367,7 +367,8 @@ class LeanCall:
         """The answer if `data` is one (any response ends the POST's stream, as in the SDK);
         a notification or request of the server is handled and None returned."""
         try:
-            message = json.loads(data)
+            # as json.loads reads text (which refuses a leading BOM with its own words)
+            message = json.loads(data) if data.startswith("\ufeff") else _DECODE(data)
         except ValueError as exc:
             raise MCPError(PARSE_ERROR, f"Failed to parse SSE message: {exc}") from None
         if not isinstance(message, dict):
