@@ -13,7 +13,7 @@ import logging
 import os
 import random
 import resource
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -62,23 +62,23 @@ class UpstreamSlot:
     needs_setup: bool = False  # the last attempt failed as no retry can cure (recoverability setup: a certificate, a proxy)
     stopping: str | None = None  # why new calls are refused while the calls in flight end (`_stop`)
     calls: int = 0  # calls in flight (`calling`)
-    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while no call is in flight
+    # set when the last call in flight ends, made by whoever waits for it (`_stop`)
+    idle: asyncio.Event | None = None
     phase: str | None = None  # what the catalog does with a large listing it takes (`_take`)
 
-    def __post_init__(self) -> None:
-        self.idle.set()
+    def calling(self) -> UpstreamSlot:
+        """Count a call in flight for a `with` block, so that stopping the upstream can let it
+        end first. The slot is its own context manager: a call enters and leaves it with no
+        generator and no event to clear."""
+        return self
 
-    @contextlib.contextmanager
-    def calling(self) -> Iterator[None]:
-        """Count a call in flight, so that stopping the upstream can let it end first."""
+    def __enter__(self) -> None:
         self.calls += 1
-        self.idle.clear()
-        try:
-            yield
-        finally:
-            self.calls -= 1
-            if not self.calls:
-                self.idle.set()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.calls -= 1
+        if not self.calls and self.idle is not None:
+            self.idle.set()
 
     @property
     def name(self) -> str:
@@ -197,9 +197,12 @@ class UpstreamSupervisor:
             log.info(
                 "upstream %s: waiting up to %gs for %d call(s) in flight", name, drain, slot.calls
             )
+            if slot.idle is None or slot.idle.is_set():  # else another stop waits on it too
+                slot.idle = asyncio.Event()
+            idle = slot.idle
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(drain):
-                    await slot.idle.wait()
+                    await idle.wait()
             if slot.calls:
                 log.warning(
                     "upstream %s: %d call(s) still in flight after %gs are ended",
