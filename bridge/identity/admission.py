@@ -50,6 +50,9 @@ class Admission:
         self.on_limited = on_limited
         self._exchanges: Mapping[str, TokenExchangeConfig | UserOAuthConfig] = {}
         self._oauth: OAuthConfig | None = None
+        # whether any call needs looking at (else the pipeline skips `admit`): kept current by
+        # `update`, the one place the limits and exchanges change, so a call reads an attribute
+        self.active: bool = self.limiter.active
 
     def update(
         self,
@@ -61,13 +64,9 @@ class Admission:
         self.limiter.update(limits)
         self._exchanges = exchanges
         self._oauth = oauth
+        self.active = self.limiter.active or bool(exchanges)
         users = {k: v for k, v in exchanges.items() if isinstance(v, UserOAuthConfig)}
         self.user_tokens.update(users, public_url, oauth)
-
-    @property
-    def active(self) -> bool:
-        """Whether any call needs looking at (else the pipeline skips `admit`)."""
-        return self.limiter.active or bool(self._exchanges)
 
     async def admit(
         self, decl: ToolDeclaration, surface: str, identity: Identity | None
