@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from bridge.call_slots import CallSlots
 from bridge.model import (
     BridgeError,
     ToolDeclaration,
@@ -46,7 +47,7 @@ class UpstreamSlot:
     upstream: Upstream
     health: UpstreamHealth
     tools: dict[str, ToolDeclaration] = field(default_factory=dict)  # native_id -> declaration
-    semaphore: asyncio.Semaphore | None = None
+    semaphore: CallSlots | None = None
     events: asyncio.Queue[UpstreamEvent] | None = None
     task: asyncio.Task[None] | None = None
     first_attempt: asyncio.Event = field(default_factory=asyncio.Event)
@@ -138,7 +139,7 @@ class UpstreamSupervisor:
             health=UpstreamHealth(
                 name=upstream.name, kind=upstream.kind or type(upstream).__name__
             ),
-            semaphore=asyncio.Semaphore(upstream.config.max_concurrency),
+            semaphore=CallSlots(upstream.config.max_concurrency),
         )
         if upstream.config.launch is not None:
             slot.sidecar = Sidecar(
