@@ -155,9 +155,14 @@ class Metrics:
         if series is None:
             series = self._calls[key] = _CallSeries()
         series.outcomes[outcome] = series.outcomes.get(outcome, 0) + 1
-        series.latency.observe(CALL_BUCKETS, seconds)
+        # `_Histogram.observe` written out: it runs once or twice in every call
+        latency = series.latency
+        latency.counts[bisect.bisect_left(CALL_BUCKETS, seconds)] += 1
+        latency.total += seconds
         if upstream_seconds is not None:
-            series.upstream.observe(CALL_BUCKETS, upstream_seconds)
+            upstream_part = series.upstream
+            upstream_part.counts[bisect.bisect_left(CALL_BUCKETS, upstream_seconds)] += 1
+            upstream_part.total += upstream_seconds
 
     def upstream_calls(self, surface: str) -> dict[str, tuple[int, int]]:
         """(calls, errors) by upstream of the calls made through `surface` since the start: what
