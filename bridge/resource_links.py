@@ -25,6 +25,7 @@ __all__ = ["KEPT", "MAX_URI", "ResourceLinks", "links_in"]
 KEPT = 4096  # links remembered (surface and URI), the least recently given or read dropped first
 MAX_URI = 2048  # characters: a longer URI is not remembered (nor readable through the bridge)
 OWN_SCHEME = "bridge://"  # the bridge's own stored results, read by the frontends themselves
+_LINKING = frozenset({"resource_link", "resource"})  # the kinds of blocks that may link one
 
 
 def links_in(content: list[dict[str, Any]]) -> Iterator[str]:
@@ -56,6 +57,11 @@ class ResourceLinks:
 
     def remember(self, surface: str, upstream_name: str, content: list[dict[str, Any]]) -> None:
         """Note the links in `content`, a result `upstream_name` gave a call through `surface`."""
+        for block in content:
+            if block.get("type") in _LINKING:
+                break
+        else:  # no block links anything, as in most results
+            return
         slot = self.catalog.slots.get(upstream_name)
         if slot is None or not slot.upstream.reads_resources:
             return
