@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import time
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
@@ -275,6 +276,10 @@ class _Connection(asyncio.Protocol):
         self._close_delimited = False
         self._dropping: int | None = None  # bytes of the body still to drop, once released
         self._drop_timer: asyncio.TimerHandle | None = None
+        # one read timer per connection: a wait moves `_deadline` on, and the timer, when it
+        # fires, fails the wait in progress only if its deadline has passed (`_read_timer_fired`)
+        self._read_timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
 
     # ------------------------------------------------------------------ what the caller does
 
@@ -291,15 +296,29 @@ class _Connection(asyncio.Protocol):
             raise self._error
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+        if timeout is None:
+            self._deadline = math.inf
+        else:
+            self._deadline = loop.time() + timeout
+            if self._read_timer is None:
+                self._read_timer = loop.call_at(self._deadline, self._read_timer_fired)
         try:
             await waiter
         finally:
             self._waiter = None
-            if timer is not None:
-                timer.cancel()
         if self._error is not None and not self.chunks and not self.complete:
             raise self._error
+
+    def _read_timer_fired(self) -> None:
+        self._read_timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._deadline == math.inf:
+            return  # no timed wait in progress: the next one arms the timer again
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._deadline:  # a later wait moved the deadline on
+            self._read_timer = loop.call_at(self._deadline, self._read_timer_fired)
+            return
+        waiter.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
 
     def take(self) -> bytes:
         data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
@@ -368,6 +387,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
         self.pool._lost(self)
         self._dropped(False)
         if self.head is not None and self._close_delimited and not self.complete:
@@ -435,8 +457,3 @@ class _Connection(asyncio.Protocol):
         if self._error is None:
             self._error = error
         self._wake()
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))

@@ -168,6 +168,29 @@ async def test_a_body_without_a_length_ends_with_its_connection(scripted: tuple[
     await pool.aclose()
 
 
+async def test_the_read_timeout_bounds_each_wait_not_the_whole_body(
+    scripted: tuple[Scripted, str],
+):
+    script, url = scripted
+    script.answer = lambda request: (
+        b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nab",
+        b"cd",
+        b"ef",
+    )
+    pool = _pool(url, read_timeout=0.5)
+    response = await pool.request("POST", {}, b"{}")
+
+    async def feed() -> None:  # each part within the timeout, all of them past it
+        for _ in range(2):
+            await asyncio.sleep(0.3)
+            script.proceed.set()
+
+    feeder = asyncio.create_task(feed())
+    assert await _read(response) == b"abcdef"
+    await feeder
+    await pool.aclose()
+
+
 async def test_failures_are_aiohttps(scripted: tuple[Scripted, str]):
     script, url = scripted
     script.answer = lambda request: b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial"
