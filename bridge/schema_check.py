@@ -135,6 +135,9 @@ def _compile(schema: Any, depth: int) -> QuickCheck:
         return lambda v: True
     if len(checks) == 1:
         return checks[0]
+    if len(checks) == 2:  # the common `type` and one more: no generator to run through
+        first, second = checks
+        return lambda v: first(v) and second(v)
     return lambda v: all(check(v) for check in checks)
 
 
