@@ -7,7 +7,6 @@ right class."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -125,23 +124,23 @@ class ToolCalls:
 
         # Cancelling this coroutine (the pipeline's timeout, or the caller going away) makes the
         # SDK send notifications/cancelled for the request (or abort its POST on 2026-07-28 HTTP).
+        async def resend(answers: dict[str, Any], state: str | None) -> Any:
+            return await send(inputResponses=answers, requestState=state)
+
         try:
             try:
-                # the caller answers the server's questions, if it can (never a lean call's)
-                with self._asking() if lean is None else _NO_ASKER:
-                    if lean is not None:  # as `send` sends it, one coroutine fewer
-                        self.lean_calls += 1
-                        params = {"name": native_id, "arguments": arguments}
-                        trace = ctx.trace_headers()
-                        raw = await lean.send(params, progress, trace, ctx.authorization)
-                    else:
-                        raw = await send()
+                if lean is not None:  # as `send` sends it, one coroutine fewer; never asks
+                    self.lean_calls += 1
+                    params = {"name": native_id, "arguments": arguments}
+                    trace = ctx.trace_headers()
+                    raw = await lean.send(params, progress, trace, ctx.authorization)
                     if raw.get("resultType") == "input_required":
-
-                        async def resend(answers: dict[str, Any], state: str | None) -> Any:
-                            return await send(inputResponses=answers, requestState=state)
-
                         raw = await self._answered(raw, resend)
+                else:
+                    with self._asking():  # the caller answers the server's questions, if it can
+                        raw = await send()
+                        if raw.get("resultType") == "input_required":
+                            raw = await self._answered(raw, resend)
             except MCPError as exc:
                 if (
                     exc.code != types.HEADER_MISMATCH
@@ -412,7 +411,6 @@ class ToolCalls:
         )
 
 
-_NO_ASKER = contextlib.nullcontext()  # what `_asking` gives a call whose caller cannot be asked
 _CONTENT_MODELS: dict[str, type[Any]] = {
     "text": types.TextContent,
     "image": types.ImageContent,
