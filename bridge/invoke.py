@@ -171,7 +171,8 @@ class Invoker:
             if decl is None:
                 decl = self._resolve(ref, surface_obj)
             schema, version = self._schema_for(decl, version)
-            telemetry.call_resolved(call.trace, decl, version, surface_obj.name, invocation_id)
+            if call.trace is not None:  # else nothing to tell the tracer
+                telemetry.call_resolved(call.trace, decl, version, surface_obj.name, invocation_id)
             refuse_unsendable(arguments)
             self._validate(decl, version, schema, arguments)
             if not permitted:
