@@ -208,7 +208,7 @@ class KeptResponse:
             elif connection.complete:
                 return
             else:
-                await connection.wait(self._read_timeout())
+                await connection.wait(connection.pool.read_timeout)
 
     async def readany(self) -> bytes:
         """The body's bytes that arrived, once some have; b"" at its end (as aiohttp's)."""
@@ -218,10 +218,7 @@ class KeptResponse:
                 return connection.take()
             if connection.complete:
                 return b""
-            await connection.wait(self._read_timeout())
-
-    def _read_timeout(self) -> float | None:
-        return self._connection.pool.read_timeout
+            await connection.wait(connection.pool.read_timeout)
 
     def release(self) -> None:
         if self._finished:
