@@ -132,7 +132,7 @@ class ToolCalls:
                 if lean is not None:  # as `send` sends it, one coroutine fewer; never asks
                     self.lean_calls += 1
                     params = {"name": native_id, "arguments": arguments}
-                    trace = ctx.trace_headers()
+                    trace = None if ctx.traceparent is None else ctx.trace_headers()
                     raw = await lean.send(params, progress, trace, ctx.authorization)
                     if raw.get("resultType") == "input_required":
                         raw = await self._answered(raw, resend)
