@@ -270,13 +270,18 @@ class LeanCall:
         content = response.content
         chunks = []
         while chunk := await content.readany():
-            if inflate is not None:
-                chunk = inflate.decompress(chunk)
-            count.seen += len(chunk)
-            if count.seen > self.limit:
-                raise _TooLarge
-            chunks.append(chunk)
+            chunks.append(self._counted(chunk, inflate, count))
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _counted(self, chunk: bytes, inflate: Any, count: _Count) -> bytes:
+        """`chunk` of a body, decoded (`inflate`: see `_inflater_of`) and counted toward the
+        answer's bound."""
+        if inflate is not None:
+            chunk = inflate.decompress(chunk)
+        count.seen += len(chunk)
+        if count.seen > self.limit:
+            raise _TooLarge
+        return chunk
 
     def _inflater_of(self, response: _Response, count: _Count) -> Any:
         """The decompressor of the body of `response` (None for one sent as it is), once its
@@ -313,11 +318,7 @@ class LeanCall:
                 inflate = self._inflater_of(response, count)
                 content = response.content
                 while chunk := await content.readany():
-                    if inflate is not None:
-                        chunk = inflate.decompress(chunk)
-                    count.seen += len(chunk)
-                    if count.seen > self.limit:
-                        raise _TooLarge
+                    chunk = self._counted(chunk, inflate, count)
                     for event, data in parser.feed(text.decode(chunk)):
                         if event != "message" or not data:
                             continue
