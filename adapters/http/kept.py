@@ -297,7 +297,10 @@ class _Connection(asyncio.Protocol):
             self._deadline = math.inf
         else:
             self._deadline = loop.time() + timeout
-            if self._read_timer is None:
+            timer = self._read_timer
+            if timer is None or self._deadline < timer.when():  # (a shorter timeout than before)
+                if timer is not None:
+                    timer.cancel()
                 self._read_timer = loop.call_at(self._deadline, self._read_timer_fired)
         try:
             await waiter

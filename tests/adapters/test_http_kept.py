@@ -191,6 +191,23 @@ async def test_the_read_timeout_bounds_each_wait_not_the_whole_body(
     await pool.aclose()
 
 
+async def test_a_shorter_read_timeout_holds_on_a_connection_a_longer_one_timed(
+    scripted: tuple[Scripted, str],
+):
+    script, url = scripted
+    pool = _pool(url, read_timeout=60.0)
+    assert await _read(await pool.request("POST", {}, b"{}")) == b'{"ok":true}'
+    script.answer = lambda request: b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial"
+    pool.read_timeout = 0.2
+    response = await pool.request("POST", {}, b"{}")
+    assert pool.opened == 1  # the kept connection, whose reads were timed at 60 s
+    async with asyncio.timeout(5):
+        with pytest.raises(aiohttp.SocketTimeoutError):
+            await _read(response)
+    response.close()
+    await pool.aclose()
+
+
 async def test_failures_are_aiohttps(scripted: tuple[Scripted, str]):
     script, url = scripted
     script.answer = lambda request: b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial"
