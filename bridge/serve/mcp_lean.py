@@ -199,6 +199,8 @@ class LeanCalls:
         self.served = 0
         self._security = TransportSecurityMiddleware(security)
         self._verdicts: dict[tuple[str | None, str | None, str | None, str | None], bool] = {}
+        # what `_modern_version` found of an envelope: its protocol version, "" when refused
+        self._envelopes: dict[tuple[str, str | None, str | None, str | None, str], str] = {}
         # what `_plain_tool` found of a tool name on a surface, and at which catalog generation
         self._tools: dict[tuple[Surface, str], tuple[int, ToolDeclaration | None, int]] = {}
         self._shape = result_shaper(frontend.server)
@@ -287,7 +289,7 @@ class LeanCalls:
             found = self._plain_tool(scope, name)
             if found is None:
                 return None
-            protocol_version = self._modern_version(message, headers, found, arguments)
+            protocol_version = self._modern_version(message, headers, found, name, arguments)
             if protocol_version is None:
                 return None
             session = (None, None, None)
@@ -340,20 +342,41 @@ class LeanCalls:
         message: dict[str, Any],
         headers: dict[str, str],
         found: tuple[Surface, ToolDeclaration | None, bool],
+        name: str,
         arguments: dict[str, Any] | None,
     ) -> str | None:
         """The protocol version of a 2026-07-28 request the SDK's checks pass, whose client
-        cannot be asked; else None. `found` is what `_plain_tool` found of the tool called,
-        whose schema the SDK checks `Mcp-Param-*` headers against."""
-        verdict = classify_inbound_request(message, headers=headers)
-        if isinstance(verdict, InboundLadderRejection):
-            return None
-        capabilities = verdict.client_capabilities
+        cannot be asked; else None. `found` is what `_plain_tool` found of the tool `name`
+        called, whose schema the SDK checks `Mcp-Param-*` headers against.
+
+        The SDK's envelope ladder (`classify_inbound_request`) reads, of a `tools/call` whose
+        `_meta` holds client capabilities, the envelope's protocol version, the
+        `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers and the tool's name (the
+        capabilities and client info it only hands back): its verdict is kept per those values
+        when the version is a string, the only kind it may accept."""
+        meta = message["params"]["_meta"]  # a dict: `_plan` checked it
+        capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)
         if (  # a client that declared elicitation or sampling may be asked by an upstream
             not isinstance(capabilities, dict)
             or "elicitation" in capabilities
             or "sampling" in capabilities
         ):
+            return None
+        envelope = meta.get(PROTOCOL_VERSION_META_KEY)
+        get = headers.get
+        asked = (envelope, get("mcp-protocol-version"), get("mcp-method"), get("mcp-name"), name)
+        version = self._envelopes.get(asked) if envelope.__class__ is str else None
+        if version is None:
+            verdict = classify_inbound_request(message, headers=headers)
+            # "" for a refusal: no protocol version is the empty string
+            version = (
+                "" if isinstance(verdict, InboundLadderRejection) else verdict.protocol_version
+            )
+            if envelope.__class__ is str:
+                if len(self._envelopes) >= _VERDICTS:
+                    self._envelopes.clear()
+                self._envelopes[asked] = version
+        if not version:
             return None
         _, decl, declares = found
         if (
@@ -364,7 +387,7 @@ class LeanCalls:
         ):
             return None
         # a routing header given twice was sent to the SDK by `_plan`, which says so
-        return str(verdict.protocol_version)
+        return version
 
     def _plain_tool(
         self, scope: Scope, name: str

@@ -308,3 +308,30 @@ async def test_what_a_plan_kept_of_a_tool_follows_the_catalog(env: Env):
         assert response.status_code == 400, response.text
     finally:
         await changed(before)
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [("Mcp-Name", "svc__wipe"), ("MCP-Protocol-Version", "2025-11-25"), ("Mcp-Method", "x")],
+)
+async def test_a_kept_envelope_verdict_holds_for_its_headers_only(
+    env: Env, header: str, value: str
+):
+    """The SDK's envelope checks are decided once per envelope and headers: a call whose
+    routing header disagrees with its body after the same call passed goes to the SDK, which
+    refuses it, and the agreeing call is answered here again."""
+    served = env.lean.served
+    await env.call(MODERN, "svc__echo", {"text": "a"})
+    assert env.lean.served == served + 1
+    body = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "svc__echo", "arguments": {"text": "a"}, "_meta": MODERN_META},
+    }
+    headers = {**env.headers(MODERN, "svc__echo"), header: value}
+    refused = await env.http.post(f"{env.srv.url}/mcp", json=body, headers=headers)
+    assert env.lean.served == served + 1
+    assert refused.status_code == 400, refused.text
+    await env.call(MODERN, "svc__echo", {"text": "a"})
+    assert env.lean.served == served + 2
