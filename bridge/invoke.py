@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from bridge.arguments import SchemaValidators, invalid_arguments, refuse_unsendable
 from bridge.catalog import Catalog
 from bridge.config import InvokeConfig
+from bridge.deadline import Deadline
 from bridge.envelopes import error_result, status_of
 from bridge.identity import Admission, Identity
 from bridge.masking import masked_value
@@ -368,7 +369,7 @@ class Invoker:
         ctx.authorization = call.authorization
         assert slot.semaphore is not None
         try:
-            async with asyncio.timeout(timeout):
+            with Deadline(timeout):
                 async with slot.semaphore:
                     with slot.calling():
                         began = time.perf_counter()
