@@ -329,7 +329,8 @@ class LeanCalls:
         requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
         if requestor != session_owner(manager, session_id):
             return None
-        if not connection.initialize_accepted or not connection.initialized.is_set():
+        # `initialized` set (it is never cleared) means the SDK's `initialize_accepted` holds too
+        if not connection.initialized.is_set():
             return None
         capabilities = connection.client_capabilities
         # a client that declared elicitation or sampling may be asked by an upstream
