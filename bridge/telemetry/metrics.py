@@ -150,7 +150,13 @@ class Metrics:
         """One call's end: `outcome` is `ok` or its error class; `upstream_seconds` the part the
         upstream took (None when the call never reached it)."""
         self.in_flight -= 1
-        key = (upstream, self.tools.label(tool) if tool else "", surface)
+        tools = self.tools
+        if tool and tools.top and tool in tools.named:  # `label` of a named tool, written out
+            tools.calls[tool] += 1
+            label = tool
+        else:
+            label = tools.label(tool) if tool else ""
+        key = (upstream, label, surface)
         series = self._calls.get(key)
         if series is None:
             series = self._calls[key] = _CallSeries()
