@@ -267,8 +267,14 @@ class ToolCalls:
     def _content_block(self, tool: str, block: Any) -> Any:
         """One content block, checked with the SDK's model of its type; kept as it came when
         the SDK knows no such type or rejects it (the caller still gets what the tool said)."""
-        if type(block) is dict and len(block) == 2 and block.get("type") == "text":
-            text = block.get("text")
+        if (
+            type(block) is dict
+            and len(block) == 2
+            and "type" in block
+            and block["type"] == "text"
+            and "text" in block
+        ):
+            text = block["text"]
             if type(text) is str:  # what the SDK's model of it dumps, without the model
                 return {"type": "text", "text": text}
         kind = block.get("type") if isinstance(block, dict) else None

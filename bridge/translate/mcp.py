@@ -399,8 +399,14 @@ def error_guidance(error: ToolError, tool_name: str | None) -> str:
 def _content_blocks(blocks: list[dict[str, Any]]) -> list[Any]:
     out = []
     for block in blocks:
-        if type(block) is dict and len(block) == 2 and block.get("type") == "text":
-            text = block.get("text")
+        if (
+            type(block) is dict
+            and len(block) == 2
+            and "type" in block
+            and block["type"] == "text"
+            and "text" in block
+        ):
+            text = block["text"]
             if type(text) is str:  # the model the union's validation makes, made directly
                 out.append(_types.TextContent(type="text", text=text))
                 continue
@@ -456,13 +462,16 @@ def _result_meta(result: _ToolResult) -> dict[str, Any]:
     upstream's own exchange (its `serverInfo` stamp named the upstream as the server that
     answered the client) and are left out."""
     native = result.native_ref or {}
-    upstream = (
-        {key: value for key, value in result.meta.items() if not _reserved_meta_key(str(key))}
-        if native.get("source") == MCP_SOURCE
+    upstream: dict[str, Any] = {}
+    if (
+        native.get("source") == MCP_SOURCE
         and result.meta is not None
         and isinstance(result.meta, _MAPPING)
-        else {}
-    )
+    ):
+        for key, value in result.meta.items():
+            # a key seen before is decided by its kept verdict, without a call
+            if not (_RESERVED[key] if key in _RESERVED else _reserved_meta_key(str(key))):
+                upstream[key] = value
     meta: dict[str, Any] = {
         "invocation_id": result.invocation_id,
         "result_id": result.result_id,
