@@ -37,9 +37,10 @@ async def identify(bridge: Bridge, scope: Scope) -> Identity | AuthFailure:
     settings are read at each request: a reload may change the tokens and `oauth`."""
     found = scope.get(IDENTITY_SCOPE_KEY)
     if found is None:
-        found = scope[IDENTITY_SCOPE_KEY] = await bridge.identity.identify(
-            bridge.config.server, authorization(scope)
-        )
+        server = bridge.config.server
+        # with neither tokens nor `oauth` everyone is let in: no header is read then
+        header = authorization(scope) if server.tokens or server.oauth is not None else None
+        found = scope[IDENTITY_SCOPE_KEY] = await bridge.identity.identify(server, header)
     return found
 
 
