@@ -102,9 +102,11 @@ class MCPAuthGate:
             receive = replaying(whole, receive)
         scope[SURFACE_SCOPE_KEY] = caller.surface
         CALLER_SURFACE.set(caller.surface)  # this request's task and those it starts
-        user = _principal(caller, authorization(scope) if caller.via == "static" else None)
-        if user is not None:
-            scope["user"] = user
+        user = None
+        if caller.via != "open":  # an open caller is no principal
+            user = _principal(caller, authorization(scope) if caller.via == "static" else None)
+            if user is not None:
+                scope["user"] = user
         scope[CLIENT_SCOPE_KEY] = _client_key(caller, user, scope)
         await self.app(scope, receive, send)
 
