@@ -57,7 +57,7 @@ def _size_of(result: UpstreamResult) -> tuple[int, bool]:
     no frontend can encode: see `without_surrogates`)."""
     size, suspect = 0, False
     for block in result.content:
-        text = block.get("text")
+        text = block["text"] if "text" in block else None  # noqa: SIM401 (no method call)
         if type(text) is str and len(block) == 2 and "type" in block:  # its text is all it has
             size += len(text)
             suspect = suspect or (not text.isascii() and has_surrogates(text))

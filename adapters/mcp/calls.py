@@ -256,7 +256,8 @@ class ToolCalls:
         if not isinstance(blocks, list):
             check_result("tools/call", version, raw)  # the SDK's own words for what is wrong
             raise TypeError("the tools/call result has no list of content blocks")
-        rest = {key: value for key, value in raw.items() if key != "content"}
+        rest = dict(raw)
+        del rest["content"]  # put back empty, last, as the blocks are checked one by one
         rest["content"] = []
         result, wire = checked_head(version, rest)
         if not result.is_error:
