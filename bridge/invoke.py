@@ -371,7 +371,7 @@ class Invoker:
         try:
             with Deadline(timeout):
                 async with slot.semaphore:
-                    with slot.calling():
+                    with slot:  # counted in flight (`UpstreamSlot.calling`)
                         began = time.perf_counter()
                         try:
                             if call.trace is None:  # untraced: no span, the context as it came
