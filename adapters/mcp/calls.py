@@ -36,7 +36,7 @@ from adapters.mcp.stdio import UNREADABLE, StdioChild
 from adapters.mcp.wire import AiohttpTransport
 from bridge.masking import masked
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
-from bridge.translate.mcp import progress_from_mcp, result_from_mcp
+from bridge.translate.mcp import plain_text, progress_from_mcp, result_from_mcp
 from bridge.upstream import CALLER_ASKS, CallContext
 
 __all__ = ["ToolCalls"]
@@ -268,16 +268,9 @@ class ToolCalls:
     def _content_block(self, tool: str, block: Any) -> Any:
         """One content block, checked with the SDK's model of its type; kept as it came when
         the SDK knows no such type or rejects it (the caller still gets what the tool said)."""
-        if (
-            type(block) is dict
-            and len(block) == 2
-            and "type" in block
-            and block["type"] == "text"
-            and "text" in block
-        ):
-            text = block["text"]
-            if type(text) is str:  # what the SDK's model of it dumps, without the model
-                return {"type": "text", "text": text}
+        text = plain_text(block)
+        if text is not None:  # what the SDK's model of it dumps, without the model
+            return {"type": "text", "text": text}
         kind = block.get("type") if isinstance(block, dict) else None
         model = _CONTENT_MODELS.get(kind) if isinstance(kind, str) else None
         if model is None:

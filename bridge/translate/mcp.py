@@ -27,6 +27,7 @@ __all__ = [
     "MCP_TOOL_KIND",
     "TASK_REQUIRED_REASON",
     "content_from_mcp",
+    "plain_text",
     "progress_from_mcp",
     "result_from_mcp",
     "safety_from_mcp",
@@ -396,20 +397,29 @@ def error_guidance(error: ToolError, tool_name: str | None) -> str:
     return "The tool reported a failure; read the message above, change the arguments if they caused it, or use another tool."
 
 
+def plain_text(block: Any) -> str | None:
+    """The text of a content block that is `{"type": "text", "text": <string>}` and nothing
+    else (the most common block, read without the SDK's models); None for any other."""
+    if (
+        type(block) is dict
+        and len(block) == 2
+        and "type" in block
+        and block["type"] == "text"
+        and "text" in block
+    ):
+        text = block["text"]
+        if type(text) is str:
+            return text
+    return None
+
+
 def _content_blocks(blocks: list[dict[str, Any]]) -> list[Any]:
     out = []
     for block in blocks:
-        if (
-            type(block) is dict
-            and len(block) == 2
-            and "type" in block
-            and block["type"] == "text"
-            and "text" in block
-        ):
-            text = block["text"]
-            if type(text) is str:  # the model the union's validation makes, made directly
-                out.append(_types.TextContent(type="text", text=text))
-                continue
+        text = plain_text(block)
+        if text is not None:  # the model the union's validation makes, made directly
+            out.append(_types.TextContent(type="text", text=text))
+            continue
         try:
             out.append(_CONTENT_BLOCK.validate_python(block, by_name=False))
         except _ValidationError:
