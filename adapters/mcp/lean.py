@@ -183,11 +183,9 @@ class LeanCall:
     async def _request(
         self, method: str, headers: dict[str, str], body: bytes | None = None
     ) -> _Response:
-        """The response to `method`: a POST over the narrow client's kept connections where
-        there are any, else (and every GET) over the aiohttp session; both answer alike."""
+        """The response to `method` over the aiohttp session: every GET, and a POST where there
+        are no kept connections (`_post` sends it over them, which answer alike)."""
         try:
-            if body is not None and self.kept is not None:
-                return await self.kept.request(method, headers, body)
             return await self.session.request(
                 method,
                 self.url,
@@ -220,7 +218,7 @@ class LeanCall:
         kept = self.kept
         if kept is None:
             response = await self._request("POST", headers, body)
-        else:  # as `_request` sends it, one coroutine fewer
+        else:  # over the kept connections, failing as `_request` fails
             try:
                 response = await kept.request("POST", headers, body)
             except _NO_ANSWER as exc:
@@ -324,7 +322,7 @@ class LeanCall:
                             continue
                         answer = await self._message(data, request_id, headers, progress)
                         if answer is not None:
-                            await _close(response, True)
+                            await _drain(response)
                             return answer
                 ended = True
             except _TooLarge:
@@ -336,7 +334,7 @@ class LeanCall:
             except Exception as exc:
                 log.debug("SSE stream ended: %s", exc)
             finally:
-                _let_go(response)  # as `_close` without draining
+                _let_go(response)
             if parser.last_id is None:
                 raise MCPError(CONNECTION_CLOSED, "SSE stream ended without a response")
             failures = 0 if ended else failures + 1
@@ -504,15 +502,15 @@ def _inflater(coding: str) -> Any:
     raise MCPError(PARSE_ERROR, f"Failed to parse the response: content-encoding {coding!r}")
 
 
-async def _close(response: _Response, drain: bool) -> None:
-    """Close a response; an event stream whose answer is in is first read to its end
-    (`DRAIN_BYTES` and `DRAIN_SECONDS` at most), which the server writes right after the answer,
-    so that its connection goes back to the pool."""
-    if drain and isinstance(response, KeptResponse):  # read to its end without waiting here
+async def _drain(response: _Response) -> None:
+    """Let go of an event stream whose answer is in once it is read to its end (`DRAIN_BYTES`
+    and `DRAIN_SECONDS` at most), which the server writes right after the answer, so that its
+    connection goes back to the pool."""
+    if isinstance(response, KeptResponse):  # read to its end without waiting here
         response.release_when_read(DRAIN_BYTES, DRAIN_SECONDS)
         return
     content = response.content
-    if drain and not content.at_eof():
+    if not content.at_eof():
         with anyio.move_on_after(DRAIN_SECONDS):
             drained = 0
             async for chunk in content.iter_any():
