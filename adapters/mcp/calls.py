@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -115,8 +116,7 @@ class ToolCalls:
             params = {"name": native_id, "arguments": arguments}
             params.update((key, value) for key, value in more.items() if value is not None)
             if lean is not None:
-                self.lean_calls += 1
-                return await lean.send(params, progress, ctx.trace_headers(), ctx.authorization)
+                return await self._lean_send(lean, params, progress, ctx)
             request = types.CallToolRequest(
                 params=types.CallToolRequestParams.model_validate(params, by_name=False)
             )
@@ -130,10 +130,8 @@ class ToolCalls:
         try:
             try:
                 if lean is not None:  # as `send` sends it, one coroutine fewer; never asks
-                    self.lean_calls += 1
                     params = {"name": native_id, "arguments": arguments}
-                    trace = None if ctx.traceparent is None else ctx.trace_headers()
-                    raw = await lean.send(params, progress, trace, ctx.authorization)
+                    raw = await self._lean_send(lean, params, progress, ctx)
                     if raw.get("resultType") == "input_required":
                         raw = await self._answered(raw, resend)
                 else:
@@ -163,6 +161,15 @@ class ToolCalls:
             "mcp_protocol_version": self.protocol_version,
         }
         return result_from_mcp(result, native_ref=native_ref)
+
+    def _lean_send(
+        self, lean: LeanCall, params: dict[str, Any], progress: Any, ctx: CallContext
+    ) -> Awaitable[dict[str, Any]]:
+        """The lean sending of a tools/call with `params`, counted (a plain function: the
+        caller awaits what it gives)."""
+        self.lean_calls += 1
+        trace = None if ctx.traceparent is None else ctx.trace_headers()
+        return lean.send(params, progress, trace, ctx.authorization)
 
     def _lean_call(self, client: Client) -> LeanCall | None:
         """The lean sender of a call over HTTP (adapters/mcp/lean.py) whose caller cannot answer
