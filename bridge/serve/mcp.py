@@ -170,7 +170,6 @@ class MCPFrontend:
         self.sessions: SessionQuota | None = None  # the session caps of the HTTP app, once built
         self.lean: LeanCalls | None = None  # its lean path of tools/call, once built
         self.calls = Calls(bridge)
-        self._running = self.calls.running  # handlers of tools/call running the pipeline
         self._rendered: dict[tuple[str, bool], types.Tool] = {}
         self._rendered_generation = -1
         self._unwatch: list[Callable[[], None]] = []  # the metrics this frontend shows

@@ -266,7 +266,7 @@ async def test_a_modern_call_is_cancelled_when_its_client_leaves(
         monkeypatch.setattr(mcp_lean, "LEAVE_SCOPE_KEY", "no such key")
     svc = env.srv.bridge.catalog.slot("svc").upstream
     svc.gate = asyncio.Event()
-    running = env.srv.frontend._running  # the handlers of tools/call running the pipeline
+    running = env.srv.frontend.calls.running  # the handlers of tools/call in the pipeline
     try:
         served = env.lean.served
         pending = asyncio.ensure_future(env.call(MODERN, "svc__slow", {"text": "z"}))
