@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -36,10 +37,10 @@ class SchemaValidators:
     arguments without it (bridge/schema_check.py)."""
 
     def __init__(self, size: int = 4096) -> None:
-        # least recently used first: a hit moves its entry to the end (two dict operations)
-        self._cache: dict[
+        # least recently used first: a hit moves its entry to the end
+        self._cache: OrderedDict[
             tuple[str, int], tuple[jsonschema.protocols.Validator, QuickCheck | None]
-        ] = {}
+        ] = OrderedDict()
         self._size = size
         self._unusable: set[tuple[str, int]] = (
             set()
@@ -49,9 +50,9 @@ class SchemaValidators:
         self, key: tuple[str, int], schema: dict[str, Any]
     ) -> tuple[jsonschema.protocols.Validator, QuickCheck | None]:
         cache = self._cache
-        entry = cache.pop(key, None)
+        entry = cache.get(key)
         if entry is not None:
-            cache[key] = entry
+            cache.move_to_end(key)
         else:
             cls = jsonschema.validators.validator_for(
                 schema, default=jsonschema.Draft202012Validator
@@ -74,7 +75,7 @@ class SchemaValidators:
                 quick = None
             entry = (cls(schema), quick)
             if len(cache) >= self._size:
-                del cache[next(iter(cache))]
+                cache.popitem(last=False)
             cache[key] = entry
         return entry
 
