@@ -10,6 +10,10 @@ throughput, and the CPU time per call of the bridge, the upstream and the client
 of each process from /proc, so the machine's other load does not count). Rounds repeat the whole
 grid, direct and proxied in turns; the table gives each cell's median over the rounds.
 
+Each cell is also run through bench/_mcp_floor.py, a forwarder on the bridge's HTTP stack that
+does nothing but forward: its CPU per call (the FLOOR column) is what the stack itself costs, so
+the bridge's own work is the difference.
+
 `--profile DIR` also samples the bridge with py-spy (when installed) during one proxied run of
 each era at 8 sessions, and prints where its time goes (own time per function, and time under
 the main stages of a call).
@@ -283,25 +287,35 @@ async def main() -> int:
             PY, str(ROOT / "bench" / "_mcp_echo_server.py"), str(up_port)
         ) as upstream:
             await wait_listening(up_port, upstream)
-            async with process(
-                PY, "-m", "bridge.cli", "serve", "-c", str(work / "bridge.json")
-            ) as bridge:
+            floor_port = free_port()
+            async with (
+                process(PY, "-m", "bridge.cli", "serve", "-c", str(work / "bridge.json")) as bridge,
+                process(
+                    PY, str(ROOT / "bench" / "_mcp_floor.py"), up_url, str(floor_port)
+                ) as floor,
+            ):
                 base = f"http://127.0.0.1:{bridge_port}"
                 await wait_listening(bridge_port, bridge)
+                await wait_listening(floor_port, floor)
                 await wait_ready(base)
                 pids = {"bridge": bridge.pid, "upstream": upstream.pid}
+                # the floor's CPU is read as the bridge's in its own runs
+                floor_pids = {"bridge": floor.pid, "upstream": upstream.pid}
                 for round_ in range(args.rounds):
                     for era in eras:
                         mode = ERAS[era]
                         for sessions in sessions_list:
                             paths = [
-                                ("direct", up_url, "echo"),
-                                ("bridge", f"{base}/mcp", f"{UPSTREAM_OF[era]}__echo"),
+                                ("direct", up_url, "echo", pids),
+                                ("bridge", f"{base}/mcp", f"{UPSTREAM_OF[era]}__echo", pids),
+                                ("floor", f"http://127.0.0.1:{floor_port}/mcp", "echo", floor_pids),
                             ]
                             if round_ % 2:
                                 paths.reverse()
-                            for path, url, tool in paths:
-                                m = await run_sessions(url, mode, tool, sessions, args.calls, pids)
+                            for path, url, tool, measured in paths:
+                                m = await run_sessions(
+                                    url, mode, tool, sessions, args.calls, measured
+                                )
                                 cells[(era, sessions, path)].append(m)
                                 print(
                                     f"  round {round_ + 1} {era} N={sessions:<2} {path:<6} {m['rate']:7.0f}/s "
@@ -369,7 +383,8 @@ async def main() -> int:
     for era in eras:
         for sessions in sessions_list:
             direct, via = cells[(era, sessions, "direct")], cells[(era, sessions, "bridge")]
-            if not direct or not via:
+            floor = cells[(era, sessions, "floor")]
+            if not direct or not via or not floor:
                 continue
 
             def med(ms: list[dict[str, Any]], key: str) -> float:
@@ -388,6 +403,7 @@ async def main() -> int:
                     f"{med(direct, 'p50'):.2f} / {med(via, 'p50'):.2f}",
                     f"{med(direct, 'p95'):.2f} / {med(via, 'p95'):.2f}",
                     f"{med(via, 'cpu_bridge'):.2f}",
+                    f"{med(floor, 'cpu_bridge'):.2f}",
                     f"{med(via, 'cpu_upstream'):.2f}",
                     f"{med(direct, 'cpu_upstream'):.2f}",
                     f"{med(via, 'cpu_client'):.2f}",
@@ -402,6 +418,7 @@ async def main() -> int:
         "P50 MS direct/bridge",
         "P95 MS direct/bridge",
         "BRIDGE CPU MS/CALL",
+        "FLOOR CPU",
         "UPSTREAM CPU (via)",
         "UPSTREAM CPU (direct)",
         "CLIENT CPU (via)",
