@@ -12,7 +12,9 @@ grid, direct and proxied in turns; the table gives each cell's median over the r
 
 Each cell is also run through bench/_mcp_floor.py, a forwarder on the bridge's HTTP stack that
 does nothing but forward: its CPU per call (the FLOOR column) is what the stack itself costs, so
-the bridge's own work is the difference.
+the bridge's own work is the difference. Before the table, bench/_wake_cost.py says what the
+machine charges a process for each wake after a short and a longer sleep: a proxy wakes twice a
+call, and at 1 session each wake follows a sleep of several milliseconds.
 
 `--profile DIR` also samples the bridge with py-spy (when installed) during one proxied run of
 each era at 8 sessions, and prints where its time goes (own time per function, and time under
@@ -55,6 +57,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+async def wake_cost(period_ms: float) -> str:
+    """Microseconds of CPU a process pays per wake after `period_ms` asleep, on this machine."""
+    probe = await asyncio.create_subprocess_exec(
+        PY, str(ROOT / "bench" / "_wake_cost.py"), str(period_ms), stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await probe.communicate()
+    return out.decode().strip() or "?"
 
 
 def cpu_seconds(pid: int | None = None) -> float:
@@ -267,6 +278,12 @@ async def main() -> int:
         f"{args.calls} calls per cell, {args.rounds} rounds",
         flush=True,
     )
+    wakes = [await wake_cost(period) for period in (0.5, 5.0)]
+    print(
+        f"CPU per wake of an idle event loop here: {wakes[0]} us after 0.5 ms asleep, "
+        f"{wakes[1]} us after 5 ms (bench/_wake_cost.py)",
+        flush=True,
+    )
     cells: dict[tuple[str, int, str], list[dict[str, Any]]] = collections.defaultdict(list)
     profiles: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="bench-mcp-proxy-") as tmp:
@@ -424,7 +441,10 @@ async def main() -> int:
         "CLIENT CPU (via)",
     ]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    print()
+    print(
+        f"\nCPU per wake of an idle event loop here: {wakes[0]} us after 0.5 ms asleep, "
+        f"{wakes[1]} us after 5 ms"
+    )
     print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
