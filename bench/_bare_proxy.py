@@ -8,16 +8,13 @@ with `bare proxy listening` when it accepts connections."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 from typing import Any
 
 import aiohttp
-import uvicorn
 import uvloop
-
-from bridge.serve.http_protocol import CorkedHttpToolsProtocol
+from _procs import serve_as_bridge
 
 
 def create_app(upstream: str) -> Any:
@@ -67,24 +64,8 @@ def create_app(upstream: str) -> Any:
     return app
 
 
-async def main(upstream: str, port: int) -> None:
-    config = uvicorn.Config(
-        create_app(upstream),
-        host="127.0.0.1",
-        port=port,
-        http=CorkedHttpToolsProtocol,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started and not task.done():
-        await asyncio.wait([task], timeout=0.05)
-    print("bare proxy listening", flush=True)
-    await task
-
-
 if __name__ == "__main__":
     with contextlib.suppress(KeyboardInterrupt):
-        uvloop.run(main(sys.argv[1], int(sys.argv[2])))
+        uvloop.run(
+            serve_as_bridge(create_app(sys.argv[1]), int(sys.argv[2]), "bare proxy listening")
+        )

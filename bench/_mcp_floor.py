@@ -17,11 +17,10 @@ import json
 import sys
 from typing import Any
 
-import uvicorn
 import uvloop
+from _procs import serve_as_bridge
 
 from adapters.http.kept import KeptConnections
-from bridge.serve.http_protocol import CorkedHttpToolsProtocol
 
 _PASSED = (b"content-type", b"accept", b"last-event-id")  # and every `mcp-*` header
 
@@ -93,18 +92,5 @@ def create_app(upstream: str) -> Any:
     return app
 
 
-async def main(upstream: str, port: int) -> None:
-    config = uvicorn.Config(
-        create_app(upstream),
-        host="127.0.0.1",
-        port=port,
-        http=CorkedHttpToolsProtocol,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-    )
-    await uvicorn.Server(config).serve()
-
-
 if __name__ == "__main__":
-    uvloop.run(main(sys.argv[1], int(sys.argv[2])))
+    uvloop.run(serve_as_bridge(create_app(sys.argv[1]), int(sys.argv[2])))

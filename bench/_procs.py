@@ -1,5 +1,6 @@
-"""What the benches that run processes share: a child process ended when its bench is done, a
-percentile of measured values, and a plain-text table."""
+"""What the benches that run processes share: a child process ended when its bench is done, an
+ASGI app served as the bridge serves (for the floors the benches set beside it), a percentile of
+measured values, and a plain-text table."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,6 +40,32 @@ async def process(
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
+
+
+async def serve_as_bridge(app: Any, port: int, ready: str | None = None) -> None:
+    """Serve the ASGI `app` on 127.0.0.1:`port` on the bridge's HTTP stack (uvicorn with the
+    bridge's corked httptools protocol, under the running loop: uvloop for a caller that runs
+    under it), until the process is stopped; print `ready` once it accepts connections."""
+    import uvicorn
+
+    from bridge.serve.http_protocol import CorkedHttpToolsProtocol
+
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        http=CorkedHttpToolsProtocol,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    if ready is not None:
+        while not server.started and not task.done():
+            await asyncio.wait([task], timeout=0.05)
+        print(ready, flush=True)
+    await task
 
 
 def pct(values: list[float], q: float) -> float:
