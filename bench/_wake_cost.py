@@ -3,10 +3,10 @@ runs) that sleeps PERIOD milliseconds and wakes, over and over, for SECONDS, doi
 Prints one line: the CPU time (the scheduler's, from /proc/self/schedstat) per wake, in
 microseconds.
 
-On bare metal a wake costs a few microseconds whatever the sleep. Some virtual machines charge
-the process far more after a longer sleep (a vCPU that halted is resumed at a cost its next
-task pays): there, a proxy that sleeps between the calls of one client pays it twice a call,
-once for the request and once for the upstream's answer, and so do its client and upstream.
+A wake costs a few microseconds after a short sleep; some machines, virtual ones among them,
+charge far more after a longer one. There a proxy that sleeps between the calls of one client
+pays that charge twice a call, once for the request and once for the upstream's answer, and so
+do its client and its upstream.
 Run by bench/bench_mcp_proxy.py: `_wake_cost.py PERIOD_MS [SECONDS]`."""
 
 from __future__ import annotations
