@@ -1,10 +1,12 @@
-"""`bridge serve` loads at start only what every configuration needs: the Redis client, PyJWT
-and aiohttp load with the first use of what needs them (`redis`, `server.oauth`, a token
-exchange, an OTLP audit, an HTTP upstream), since each start of the bridge pays for them."""
+"""`bridge serve` loads at start only what every configuration needs: the Redis client, PyJWT,
+aiohttp and the OpenTelemetry SDK load with the first use of what needs them (`redis`,
+`server.oauth`, a token exchange, an OTLP audit, an HTTP upstream, an OTLP endpoint of traces),
+since each start of the bridge pays for them."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +24,39 @@ def test_serve_loads_no_library_of_an_unconfigured_feature() -> None:
     )
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+
+
+def test_a_bridge_fronting_an_mcp_server_loads_neither_aiohttp_nor_the_tracing_sdk() -> None:
+    # the MCP client is httpx's; the OpenTelemetry SDK is for a configured OTLP endpoint alone
+    script = (
+        "import asyncio, json, sys\n"
+        "from bridge.config import parse_config\n"
+        "from bridge.runtime import Bridge\n"
+        "from bridge.serve.app import build_app\n"
+        "from tests.servers import TINY_MCP_SERVER\n"
+        "async def main():\n"
+        "    tiny = {'name': 'tiny', 'kind': 'mcp', 'command': sys.executable,\n"
+        "            'args': [str(TINY_MCP_SERVER)]}\n"
+        "    config = parse_config({'store': {'path': ':memory:'}, 'upstreams': [tiny]})\n"
+        "    async with Bridge(config) as bridge:\n"
+        "        build_app(bridge)\n"
+        "        await bridge.wait_started()\n"
+        "        result = await bridge.invoker.invoke('tiny__echo', {'text': 'hi'})\n"
+        "        assert not result.is_error, result\n"
+        "asyncio.run(main())\n"
+        f"print(json.dumps([m for m in {(*ON_DEMAND, 'opentelemetry.sdk')!r} if m in sys.modules]))\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import httpx
-from yarl import URL
 
 from bridge.model import BridgeError
 from bridge.net import is_loopback
+
+if TYPE_CHECKING:
+    import aiohttp
+    from yarl import URL
 
 __all__ = [
     "LOOPBACK_DIRECT",
@@ -100,6 +102,9 @@ class EnvironmentProxies:
     """The proxy for each URL, as the environment said when this was made."""
 
     def __init__(self) -> None:
+        import aiohttp  # loaded with the first session made: a stdio MCP upstream makes none
+        from yarl import URL
+
         found = urllib.request.getproxies_environment()
         self.no_proxy = {"no": found["no"]} if found.get("no") else {}
         self.proxies: dict[str, tuple[URL, aiohttp.BasicAuth | None]] = {}
@@ -132,6 +137,8 @@ class EnvironmentProxies:
 
     def request_class(self) -> type[aiohttp.ClientRequest]:
         """aiohttp's request, given the environment's proxy when the call names none."""
+        import aiohttp
+
         if not self.proxies:
             return aiohttp.ClientRequest
         routes = self
@@ -155,4 +162,6 @@ class EnvironmentProxies:
 
 def proxied_session(**kwargs: Any) -> aiohttp.ClientSession:
     """An `aiohttp.ClientSession` (of `kwargs`) whose requests go through the environment's proxies."""
+    import aiohttp
+
     return aiohttp.ClientSession(request_class=EnvironmentProxies().request_class(), **kwargs)

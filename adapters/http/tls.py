@@ -9,11 +9,11 @@ from __future__ import annotations
 import functools
 import os
 import ssl
+import sys
 import urllib.parse
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-import aiohttp
 import httpx2
 from pydantic import ValidationInfo
 
@@ -139,7 +139,7 @@ def certificate_failure(
     `host:port does not speak TLS (WRONG_VERSION_NUMBER, ...): <fix>`."""
     if (plain := _plain_server(exc, address, server)) is not None:
         return plain
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+    if (aiohttp := _aiohttp()) and isinstance(exc, aiohttp.ClientConnectorCertificateError):
         error: BaseException = exc.certificate_error
         server = f"{exc.host}:{exc.port}"
     else:
@@ -160,7 +160,7 @@ def _plain_server(exc: BaseException, address: str, server: str | None) -> str |
     """What a TLS handshake answered with no TLS says (OpenSSL's WRONG_VERSION_NUMBER: the
     first bytes back were no TLS record), or None. Other TLS errors (an EOF in the handshake,
     say) may not recur, and are left to the caller."""
-    if isinstance(
+    if (aiohttp := _aiohttp()) and isinstance(
         exc, aiohttp.ClientConnectorSSLError
     ):  # aiohttp's names host:port; its cause is the SSLError
         server = f"{exc.host}:{exc.port}"
@@ -177,6 +177,12 @@ def _plain_server(exc: BaseException, address: str, server: str | None) -> str |
         f"{server} does not speak TLS (WRONG_VERSION_NUMBER: it answered the handshake with no TLS, plain HTTP most often): "
         f"write `{address}` with http:// if the server serves plain HTTP there, or with the port where it serves HTTPS"
     )
+
+
+def _aiohttp() -> Any:
+    """aiohttp, if loaded: it loads with the first upstream that uses it, and until then no error
+    of its can have been raised."""
+    return sys.modules.get("aiohttp")
 
 
 def _cause(exc: BaseException, kind: type[_E]) -> _E | None:

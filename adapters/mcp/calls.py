@@ -12,7 +12,6 @@ from collections.abc import Awaitable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import anyio
 import httpx2
 import mcp.types as types
@@ -23,7 +22,6 @@ from pydantic import ValidationError
 
 from adapters.mcp.config import MCPConfig
 from adapters.mcp.http import RESUMED_TOO_OFTEN, answer_too_large
-from adapters.mcp.lean import LeanCall
 from adapters.mcp.listing import check_result
 from adapters.mcp.result_head import checked_head
 from adapters.mcp.sdk import (
@@ -34,11 +32,14 @@ from adapters.mcp.sdk import (
     session_stamp,
 )
 from adapters.mcp.stdio import UNREADABLE, StdioChild
-from adapters.mcp.wire import AiohttpTransport
 from bridge.masking import masked
 from bridge.model import BridgeError, UpstreamResult, UpstreamTool, validation_line
 from bridge.translate.mcp import plain_text, progress_from_mcp, result_from_mcp
 from bridge.upstream import CALLER_ASKS, CallContext
+
+if TYPE_CHECKING:  # both load with the first HTTP upstream: they are aiohttp's
+    from adapters.mcp.lean import LeanCall
+    from adapters.mcp.wire import AiohttpTransport
 
 __all__ = ["ToolCalls"]
 
@@ -184,6 +185,10 @@ class ToolCalls:
         # one sender a session: it holds what its calls share
         key = (http, client, self._http_session.get("mcp-session-id"), self.protocol_version)
         if self._lean_key != key:
+            import aiohttp
+
+            from adapters.mcp.lean import LeanCall
+
             self._lean_key = key
             timeout = aiohttp.ClientTimeout(
                 total=None,

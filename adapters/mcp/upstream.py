@@ -19,7 +19,7 @@ import json
 import logging
 import ssl
 from contextlib import AsyncExitStack
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 import httpx2
@@ -47,11 +47,13 @@ from adapters.mcp.sdk import (
     client_info,
 )
 from adapters.mcp.stdio import LINE_LIMIT, StdioChild
-from adapters.mcp.wire import AiohttpTransport, proxied_by_environment
 from bridge.masking import masked
 from bridge.model import BridgeError
 from bridge.processes import minimal_environment
 from bridge.upstream import Upstream, UpstreamConfig, UpstreamEvent
+
+if TYPE_CHECKING:
+    from adapters.mcp.wire import AiohttpTransport
 
 __all__ = ["MCPUpstream"]
 
@@ -245,7 +247,10 @@ class MCPUpstream(
         quiet_sdk_refusals()
         # until the first listing, half of start_timeout at most, so that the listing has the other half
         self._notices = NoticePosts(min(cfg.ping_timeout, cfg.start_timeout / 2), self._notice_lost)
-        # the SDK's create_mcp_http_client, with the TLS context made once
+        # the SDK's create_mcp_http_client, with the TLS context made once; aiohttp loads with the
+        # first HTTP upstream (a stdio one needs none of it)
+        from adapters.mcp.wire import AiohttpTransport, proxied_by_environment
+
         tls = self._tls or system_cas()
         self._wire = None if proxied_by_environment() else AiohttpTransport(tls)
         wire = {} if self._wire is None else {"transport": self._wire}

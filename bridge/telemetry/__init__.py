@@ -5,6 +5,7 @@ imported only when tracing is configured (`configured_tracing`)."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from bridge.telemetry.audit_otlp import logs_endpoint
@@ -36,8 +37,17 @@ def configured_tracing(
     endpoint: str | None, service_name: str, sample_ratio: float | None
 ) -> Tracing | None:
     """The tracer of a bridge whose config or environment names an OTLP endpoint, else None."""
-    from bridge.telemetry.tracing import Tracing, endpoint_configured
-
     if not endpoint_configured(endpoint):
         return None
+    from bridge.telemetry.tracing import Tracing
+
     return Tracing(endpoint, service_name, sample_ratio)
+
+
+# where the environment names the OTLP endpoint of traces
+ENV_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def endpoint_configured(endpoint: str | None) -> bool:
+    """Whether traces are to be exported: an endpoint in the config or the environment."""
+    return bool(endpoint) or any(os.environ.get(name) for name in ENV_ENDPOINTS)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import os
 import random
 import threading
 import time
@@ -38,11 +37,10 @@ from bridge.telemetry import logs
 from bridge.telemetry.export_child import SCOPE, ChildProcessor
 from bridge.telemetry.spans import BridgeSpan, Spans, handed_to
 
-__all__ = ["CallTrace", "Tracing", "endpoint_configured", "traceparent_of"]
+__all__ = ["CallTrace", "Tracing", "traceparent_of"]
 
 log = logging.getLogger("bridge.telemetry")
 
-ENV_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 TOOL_CALL = {"gen_ai.operation.name": "execute_tool"}
 # The MCP method an upstream kind's call is, for the attributes of the span of that call.
 _METHODS = {"mcp": "tools/call"}
@@ -59,11 +57,6 @@ _decided: contextvars.ContextVar[Passed | None] = contextvars.ContextVar(
 )
 _KEPT: Passed = ("", None)
 _ID_LIMIT = (1 << 64) - 1  # the bits of a trace id a ratio sampler reads
-
-
-def endpoint_configured(endpoint: str | None) -> bool:
-    """Whether traces are to be exported: an endpoint in the config or the environment."""
-    return bool(endpoint) or any(os.environ.get(name) for name in ENV_ENDPOINTS)
 
 
 def traceparent_of(span: Span) -> Passed:
