@@ -414,6 +414,10 @@ class IndexCompaction(IndexStorage):
         if (
             namespace := c.owner.get(tool.tool_id)
         ) is not None:  # listed again: the last listing stays
+            if namespace == tool.namespace and c.digests[namespace][tool.tool_id] == tool.digest:
+                # as written already (the compaction read its tools after the change that lists
+                # them): written again, its first document would stay there deleted
+                return
             del c.digests[namespace][tool.tool_id]
             c.writer.delete_documents_by_term("tool_id", tool.tool_id)
         c.owner[tool.tool_id] = tool.namespace

@@ -166,6 +166,45 @@ def test_changes_arriving_during_a_compaction_are_searchable_before_it_ends_and_
     assert_reopens_as(path, digests, 600)  # the digest log agrees with the index
 
 
+def test_tools_a_compaction_read_as_a_change_listed_them_again_are_written_into_it_once(
+    tmp_path, monkeypatch
+):
+    # the compaction's tools are read on the writer thread, after the catalog listed deleted tools
+    # again: the change that lists them, submitted before it was committed, has the last word in
+    # the new index and wrote them a second time, leaving their first documents deleted there (a
+    # quarter of the new index's documents, in a catalog that lost a third of its tools and got
+    # them back), and nothing compacted it again until the next commit
+    import bridge.search.index as si
+
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_SEGMENTS", 1)
+    monkeypatch.setattr("bridge.search.compaction.COMPACT_MIN_TOOLS", 100)
+    texts = {f"t{i}": f"report number {i}" for i in range(300)}
+    seen: dict[str, object] = {}
+    index: si.ToolIndex
+
+    def convert(tool_id: str):
+        if "compacting" in seen and tool_id == "t100" and "committed" not in seen:
+            # t0-t99 written into the new index; the change listing them again is committed now
+            index.submit([indexed(f"t{i}", texts[f"t{i}"]) for i in range(50)])
+            seen["committed"] = index.flush(10)
+        return indexed(tool_id, texts[tool_id])
+
+    index = si.ToolIndex(str(tmp_path / "relisted.index"), convert=convert)
+    try:
+        index.submit(list(texts))
+        assert index.flush()
+        index.submit(deletes=[("ns", f"t{i}") for i in range(50)])
+        assert index.flush() and index.tool_count == 250
+        seen["compacting"] = True
+        index.compact(list(texts))  # read as the catalog holds them: all 300
+        assert index.compacted(30) and seen["committed"]
+        assert index.num_docs == index.tool_count == 300
+        assert index.deleted == 0
+        assert sorted(hits(index, "report number", 300)) == sorted(texts)  # each once
+    finally:
+        index.close()
+
+
 def test_a_change_whose_commit_fails_during_a_compaction_is_tried_again_and_kept_by_it(
     tmp_path, monkeypatch
 ):
