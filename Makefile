@@ -8,7 +8,7 @@ EXTRAS ?= test
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: setup serve serve-cluster lint test bench clean
+.PHONY: setup installed serve serve-cluster lint test bench clean
 
 # the Node packages of the tests are installed again only when their lock files change, not with
 # every change of pyproject.toml (three `npm ci`, about a minute)
@@ -16,7 +16,12 @@ NODE_LOCKS := tests/oidc/package-lock.json tests/conformance/runner/package-lock
 	tests/conformance/server/package-lock.json
 NODE_STAMP := $(VENV)/.installed-node
 
-setup: $(STAMP) $(NODE_STAMP)
+# a fresh setup installs the Node packages beside the Python ones (two jobs of make at once)
+setup:
+	@$(MAKE) --no-print-directory --jobs=2 installed
+
+installed: $(STAMP) $(NODE_STAMP)
+	@:
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,14 +29,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	@touch $(STAMP)
 
-$(NODE_STAMP): $(NODE_LOCKS) | $(STAMP)
+$(NODE_STAMP): $(NODE_LOCKS)
 	@# the OpenID provider the identity tests start (tests/oidc), when npm is here; they skip without it
 	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tests/oidc --no-audit --no-fund --loglevel=error; fi
 	@# the MCP conformance suite (with Node 22 from npm) and its reference server (tests/conformance)
 	@if command -v npm >/dev/null 2>&1; then \
 		npm ci --prefix tests/conformance/runner --no-audit --no-fund --loglevel=error && \
 		npm ci --prefix tests/conformance/server --no-audit --no-fund --loglevel=error; fi
-	@touch $(NODE_STAMP)
+	@mkdir -p $(VENV) && touch $(NODE_STAMP)
 
 # bridge serve's options, passed only when given on make's command line (`make serve PORT=9000`,
 # `make serve HOST=127.0.0.2 ARGS=-v`), not from the environment, where shells and hosting
@@ -51,26 +56,38 @@ serve-cluster: $(STAMP)
 	$(PY) -m bridge.demo.cluster --config $(CLUSTER_CONFIG) --replicas $(REPLICAS)
 
 # lint and format check (ruff) and types (mypy, over bridge/ and adapters/); `make test` runs it
-# first; `$(VENV)/bin/ruff format .` formats the tree
+# beside the tests; `$(VENV)/bin/ruff format .` formats the tree
+LINT = $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
+	$(LINT)
 
 # the suite runs on TEST_WORKERS processes of pytest-xdist (`make test TEST_WORKERS=0`: in one), a
 # test file on one of them, so that the servers a module's tests share start once; the files go
 # in the order tests/conftest.py gives them (the slowest first). pytest keeps the
 # test modules it rewrites for their asserts as bytecode, which PYTHONDONTWRITEBYTECODE (set on
-# some machines) forbids: each worker then rewrote them all again, 12 s of CPU
-TEST_WORKERS ?= 2
+# some machines) forbids: each worker then rewrote them all again, 12 s of CPU. Three workers on
+# two cores: a worker spends much of its time waiting on the servers and commands its tests start,
+# and two left the cores about a third idle (runs of 256 and 277 s took 220 s on three)
+TEST_WORKERS ?= 3
 
 # the console's browser tests need a headless Chromium (tests/browser.py): without one they are
 # skipped, and said so here; under CI=true they fail instead
 BROWSER_HINT = the console's browser tests are skipped: no chromium and chromedriver found (apt-get install -y chromium chromium-driver)
 
-test: $(STAMP) $(NODE_STAMP) lint
+PYTEST = PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
+
+# the lint runs beside the tests, in the time they wait on the servers they start; what it says
+# is printed after the tests' summary, and either failing fails `make test`
+test: setup
 	@if ! { command -v chromium || command -v chromium-browser; } >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then echo "make test: $(BROWSER_HINT)"; fi
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
+	@echo '$(PYTEST)'
+	@{ $(LINT); } > $(VENV)/lint.log 2>&1 & lint=$$!; \
+	$(PYTEST); tests=$$?; \
+	wait $$lint; linted=$$?; \
+	echo '$(LINT)'; cat $(VENV)/lint.log; \
+	if [ $$linted != 0 ]; then echo "make test: make lint failed"; fi; \
+	[ $$tests = 0 ] && [ $$linted = 0 ]
 
 bench: $(STAMP)
 	@status=0; for b in bench/[!_]*.py; do echo "== $$b"; $(PY) $$b || status=1; done; exit $$status

@@ -111,3 +111,39 @@ def test_make_serve_cluster_starts_the_cluster_launcher_on_the_cluster_config():
     # every replica's store is its own, and each reads Redis's URL from its environment
     config = load_config(ROOT / "configs" / "cluster.yaml")
     assert config.redis is not None and config.store.path.endswith("replica-1.db")
+
+
+def make_test(tmp_path: Path, pytest: str, lint: str) -> subprocess.CompletedProcess[str]:
+    """`make test` with its pytest and lint commands replaced (its setup taken as done)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return subprocess.run(
+        [
+            "make",
+            "-s",
+            "-o",
+            "setup",
+            "test",
+            f"PYTEST={pytest}",
+            f"LINT={lint}",
+            f"VENV={tmp_path}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@needs_make
+def test_make_test_runs_the_lint_beside_the_tests_and_fails_when_either_fails(tmp_path):
+    passed = make_test(tmp_path, "echo tests ran", "echo lint said this")
+    assert passed.returncode == 0, passed.stderr
+    lines = passed.stdout.splitlines()
+    # what the lint said comes after the tests' summary
+    assert lines.index("tests ran") < lines.index("lint said this")
+    lint_failed = make_test(tmp_path, "echo tests ran", "echo a lint error; false")
+    assert lint_failed.returncode != 0
+    assert "a lint error" in lint_failed.stdout and "make lint failed" in lint_failed.stdout
+    tests_failed = make_test(tmp_path, "false", "echo lint said this")
+    assert tests_failed.returncode != 0 and "lint said this" in tests_failed.stdout
