@@ -23,13 +23,16 @@ needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 register_kind("fake", FakeUpstream)
 
 
+def make_environment(*dropped: str) -> dict[str, str]:
+    """This process's environment for a make started here: without what the make running the
+    suite (`make test`) passes its children, nor the variables `dropped`."""
+    gone = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", *dropped}
+    return {k: v for k, v in os.environ.items() if k not in gone}
+
+
 def serve_command(*assignments: str, **environment: str) -> str:
     """The `bridge serve` line `make serve` would run, given `assignments` on make's command line."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "HOST", "PORT", "ARGS", "CONFIG")
-    }
+    env = make_environment("HOST", "PORT", "ARGS", "CONFIG")
     done = subprocess.run(
         ["make", "-n", "-s", "serve", *assignments],
         cwd=ROOT,
@@ -94,7 +97,7 @@ def test_the_demo_surface_loads_the_demo_catalog():
 
 @needs_make
 def test_make_serve_cluster_starts_the_cluster_launcher_on_the_cluster_config():
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env = make_environment()
     done = subprocess.run(
         ["make", "-n", "-s", "serve-cluster", "REPLICAS=2"],
         cwd=ROOT,
@@ -115,7 +118,7 @@ def test_make_serve_cluster_starts_the_cluster_launcher_on_the_cluster_config():
 
 def make_test(tmp_path: Path, pytest: str, lint: str) -> subprocess.CompletedProcess[str]:
     """`make test` with its pytest and lint commands replaced (its setup taken as done)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env = make_environment()
     return subprocess.run(
         [
             "make",
