@@ -23,10 +23,25 @@ setup:
 installed: $(STAMP) $(NODE_STAMP)
 	@:
 
+# the packages are installed by uv (from PyPI, into the venv): the same ones pip picks, in about a
+# quarter of its time (a fresh install took 15 s against pip's 56 s), as it fetches them and
+# compiles their bytecode in parallel. uv reads its own settings (UV_INDEX_URL, UV_CACHE_DIR...),
+# not pip's; where uv cannot be installed or fails, or with `make setup INSTALLER=pip`, pip installs
+INSTALLER ?= uv
+
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -q --upgrade pip >/dev/null
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	@if [ '$(INSTALLER)' != uv ]; then false; \
+	elif ! $(PY) -m pip install -q uv >/dev/null 2>&1; then \
+		echo 'make setup: uv could not be installed; pip installs the packages'; false; \
+	else \
+		echo "$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode -e '.[$(EXTRAS)]'"; \
+		$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode -e '.[$(EXTRAS)]' || { \
+		echo 'make setup: uv could not install the packages; pip installs them'; false; }; \
+	fi || { \
+		$(PY) -m pip install -q --upgrade pip >/dev/null; \
+		echo "$(PY) -m pip install -q -e '.[$(EXTRAS)]'"; \
+		$(PY) -m pip install -q -e '.[$(EXTRAS)]'; }
 	@touch $(STAMP)
 
 $(NODE_STAMP): $(NODE_LOCKS)

@@ -1,5 +1,6 @@
-"""The Makefile's `serve` target: the command line it runs (`make -n`), with and without options,
-and what the demo config it serves launches and shows."""
+"""The Makefile: the command line `serve` runs (`make -n`), with and without options, and what
+the demo config it serves launches and shows; how `setup` installs the packages, and how `test`
+runs the lint beside the tests."""
 
 from __future__ import annotations
 
@@ -150,3 +151,53 @@ def test_make_test_runs_the_lint_beside_the_tests_and_fails_when_either_fails(tm
     assert "a lint error" in lint_failed.stdout and "make lint failed" in lint_failed.stdout
     tests_failed = make_test(tmp_path, "false", "echo lint said this")
     assert tests_failed.returncode != 0 and "lint said this" in tests_failed.stdout
+
+
+FAKE_PYTHON = """#!/bin/sh
+echo "python $*" >> "$LOG"
+if [ "$*" = "-m pip install -q uv" ]; then
+    [ -n "$FAKE_UV" ] || exit 1
+    printf '#!/bin/sh\\necho "uv $*" >> "$LOG"\\n[ "$FAKE_UV" = works ]\\n' > "$(dirname "$0")/uv"
+    chmod +x "$(dirname "$0")/uv"
+fi
+"""
+
+
+def make_install(venv: Path, uv: str, *assignments: str) -> tuple[list[str], str]:
+    """The commands `make setup`'s Python install runs into `venv`, whose `python` only logs what
+    it is asked (and installs a `uv` that works when `uv` is "works", fails when it is "fails",
+    and is not installed when it is empty); and what make printed."""
+    bin_dir = venv / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "uv").unlink(missing_ok=True)
+    (venv / ".installed-test").unlink(missing_ok=True)
+    log = venv / "log"
+    log.write_text("")
+    (bin_dir / "python").write_text(FAKE_PYTHON)
+    (bin_dir / "python").chmod(0o755)
+    done = subprocess.run(
+        ["make", "-s", f"VENV={venv}", *assignments, f"{venv}/.installed-test"],
+        cwd=ROOT,
+        env=make_environment("INSTALLER") | {"LOG": str(log), "FAKE_UV": uv},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (venv / ".installed-test").exists()
+    return log.read_text().splitlines(), done.stdout
+
+
+@needs_make
+def test_make_setup_installs_with_uv_and_with_pip_where_uv_cannot(tmp_path):
+    get_uv = "python -m pip install -q uv"
+    by_uv = f"uv pip install -q --python {tmp_path}/bin/python --compile-bytecode -e .[test]"
+    by_pip = ["python -m pip install -q --upgrade pip", "python -m pip install -q -e .[test]"]
+    assert make_install(tmp_path, "works")[0] == [get_uv, by_uv]
+    commands, said = make_install(tmp_path, "fails")
+    assert commands == [get_uv, by_uv, *by_pip]
+    assert "uv could not install the packages; pip installs them" in said
+    commands, said = make_install(tmp_path, "")
+    assert commands == [get_uv, *by_pip]
+    assert "uv could not be installed; pip installs the packages" in said
+    assert make_install(tmp_path, "works", "INSTALLER=pip")[0] == by_pip
