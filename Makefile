@@ -25,18 +25,21 @@ installed: $(STAMP) $(NODE_STAMP)
 
 # the packages are installed by uv (from PyPI, into the venv): the same ones pip picks, in about a
 # quarter of its time (a fresh install took 15 s against pip's 56 s), as it fetches them and
-# compiles their bytecode in parallel. uv reads its own settings (UV_INDEX_URL, UV_CACHE_DIR...),
-# not pip's; where uv cannot be installed or fails, or with `make setup INSTALLER=pip`, pip installs
+# compiles their bytecode in parallel. uv trusts the system's certificates as pip does, but reads
+# its own settings (UV_INDEX_URL, UV_CACHE_DIR...), not pip's; where uv cannot be installed or
+# fails, or with `make setup INSTALLER=pip`, pip installs. UV_VERSION is the release series whose
+# options this recipe uses
 INSTALLER ?= uv
+UV_VERSION ?= 0.13.*
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@if [ '$(INSTALLER)' != uv ]; then false; \
-	elif ! $(PY) -m pip install -q uv >/dev/null 2>&1; then \
+	elif ! $(PY) -m pip install -q 'uv==$(UV_VERSION)' >/dev/null 2>&1; then \
 		echo 'make setup: uv could not be installed; pip installs the packages'; false; \
 	else \
-		echo "$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode -e '.[$(EXTRAS)]'"; \
-		$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode -e '.[$(EXTRAS)]' || { \
+		echo "$(VENV)/bin/uv pip install -q --python $(PY) --system-certs --compile-bytecode -e '.[$(EXTRAS)]'"; \
+		$(VENV)/bin/uv pip install -q --python $(PY) --system-certs --compile-bytecode -e '.[$(EXTRAS)]' || { \
 		echo 'make setup: uv could not install the packages; pip installs them'; false; }; \
 	fi || { \
 		$(PY) -m pip install -q --upgrade pip >/dev/null; \

@@ -155,7 +155,7 @@ def test_make_test_runs_the_lint_beside_the_tests_and_fails_when_either_fails(tm
 
 FAKE_PYTHON = """#!/bin/sh
 echo "python $*" >> "$LOG"
-if [ "$*" = "-m pip install -q uv" ]; then
+if [ "$*" = "-m pip install -q uv==0.13.*" ]; then
     [ -n "$FAKE_UV" ] || exit 1
     printf '#!/bin/sh\\necho "uv $*" >> "$LOG"\\n[ "$FAKE_UV" = works ]\\n' > "$(dirname "$0")/uv"
     chmod +x "$(dirname "$0")/uv"
@@ -190,8 +190,8 @@ def make_install(venv: Path, uv: str, *assignments: str) -> tuple[list[str], str
 
 @needs_make
 def test_make_setup_installs_with_uv_and_with_pip_where_uv_cannot(tmp_path):
-    get_uv = "python -m pip install -q uv"
-    by_uv = f"uv pip install -q --python {tmp_path}/bin/python --compile-bytecode -e .[test]"
+    get_uv = "python -m pip install -q uv==0.13.*"
+    by_uv = f"uv pip install -q --python {tmp_path}/bin/python --system-certs --compile-bytecode -e .[test]"
     by_pip = ["python -m pip install -q --upgrade pip", "python -m pip install -q -e .[test]"]
     assert make_install(tmp_path, "works")[0] == [get_uv, by_uv]
     commands, said = make_install(tmp_path, "fails")
