@@ -49,16 +49,19 @@ class StaticEncoder(Encoder):
 
     def __init__(self, path: Path | str = STATIC_TABLE) -> None:
         with np.load(path, allow_pickle=False) as data:
-            vectors = (
-                data["vectors"].astype(np.float32) * data["scales"].astype(np.float32)[:, None]
-            )
-            vocab = [str(t) for t in data["vocab"]]
+            rows, scales = data["vectors"], data["scales"]
+            vocab = data["vocab"].tolist()  # Python strings
             source = str(data["source"])
+        vectors = rows.astype(np.float32)
+        vectors *= scales.astype(np.float32)[:, None]
         self.table = vectors
         self.tokenizer = WordPiece(vocab)
         self.dim = int(vectors.shape[1])
-        digest = hashlib.blake2b(vectors.tobytes(), digest_size=6).hexdigest()
-        self.name = f"static:{source}:{self.dim}:{digest}"
+        # the name says which table made a stored vector (bridge.search.embedding): a digest of
+        # its stored int8 rows and scales, a quarter of the bytes of the float32 table they make
+        digest = hashlib.blake2b(rows, digest_size=6)
+        digest.update(scales)
+        self.name = f"static:{source}:{self.dim}:{digest.hexdigest()}"
 
     def encode(self, texts: Sequence[str], max_tokens: int = 128) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), np.float32)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from bridge.search.encoder import model_location
 from bridge.search.onnxencoder import onnx_model_location
 from bridge.search.semantic import choose_encoder
-from bridge.search.static import STATIC_TABLE, load_static
+from bridge.search.static import STATIC_TABLE, StaticEncoder, load_static
 
 
 def test_a_missing_or_damaged_table_leaves_keyword_ranking(tmp_path, caplog):
@@ -40,3 +40,20 @@ def test_ascii_fast_path_splits_words_like_the_full_rules(static, text):
     words = static.tokenizer._words(text)
     # the general path, forced by a trailing non-ASCII space (U+3000 is a space to BERT)
     assert static.tokenizer._words(text + "\u3000") == words
+
+
+def test_the_encoders_name_changes_with_its_tables_rows_and_scales(tmp_path):
+    # stored vectors are kept under the encoder's name: another table's must not be read as its
+    with np.load(STATIC_TABLE, allow_pickle=False) as data:
+        arrays = {name: data[name] for name in data.files}
+    names = set()
+    for changed in (None, "vectors", "scales"):
+        table = dict(arrays)
+        if changed is not None:
+            table[changed] = table[changed].copy()
+            table[changed][7] += 1
+        path = tmp_path / f"{changed}.npz"
+        np.savez(path, **table)
+        names.add(StaticEncoder(path).name)
+    assert len(names) == 3
+    assert StaticEncoder(tmp_path / "None.npz").name == load_static().name
