@@ -62,8 +62,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def requests() -> list[str]:
-    qfile = search_scale.DATA / "queries-dev.jsonl"
-    return [json.loads(line)["query"] for line in qfile.read_text().splitlines()[:QUERIES]]
+    return search_scale.requests(QUERIES)
 
 
 # ------------------------------------------------------------------ dense candidates

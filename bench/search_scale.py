@@ -122,6 +122,18 @@ def seeds() -> list[dict[str, Any]]:
     ]
 
 
+def requests(count: int) -> list[str]:
+    """The first `count` requests of the development set; where it is missing, three made-up ones
+    in turn."""
+    path = DATA / "queries-dev.jsonl"
+    if not path.exists():
+        print(f"note: {path} is missing; using three built-in requests", file=sys.stderr)
+        made_up = ["weather in Paris", "create an invoice", "delete the user account"]
+        return [made_up[i % 3] for i in range(count)]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["query"] for line in lines if line.strip()][:count]
+
+
 def _first_sentence(text: str) -> str:
     head = text.split(". ", 1)[0].strip()
     return head if head.endswith(".") else head + "."
@@ -583,12 +595,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     rows = seeds()
     synthetic = Synthetic(rows)
-    qfile = DATA / "queries-dev.jsonl"
-    queries = (
-        [json.loads(line)["query"] for line in qfile.read_text().splitlines()[:300]]
-        if qfile.exists()
-        else ["weather in Paris", "create an invoice", "delete the user account"] * 100
-    )
+    queries = requests(300)
     if args.whole_size is not None:
         print(
             json.dumps(
