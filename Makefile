@@ -24,8 +24,8 @@ installed: $(STAMP) $(NODE_STAMP)
 	@:
 
 # the packages are installed by uv (from PyPI, into the venv): the same ones pip picks, in about a
-# quarter of its time (a fresh install took 15 s against pip's 56 s), as it fetches them and
-# compiles their bytecode in parallel. uv trusts the system's certificates as pip does, but reads
+# quarter of its time (a fresh install took 15 s against pip's 53-60 s), fetching them and
+# compiling their bytecode in parallel. uv trusts the system's certificates as pip does, but reads
 # its own settings (UV_INDEX_URL, UV_CACHE_DIR...), not pip's; where uv cannot be installed or
 # fails, or with `make setup INSTALLER=pip`, pip installs. UV_VERSION is the release series whose
 # options this recipe uses
