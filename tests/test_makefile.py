@@ -178,7 +178,8 @@ def make_install(venv: Path, uv: str, *assignments: str) -> tuple[list[str], str
     done = subprocess.run(
         ["make", "-s", f"VENV={venv}", *assignments, f"{venv}/.installed-test"],
         cwd=ROOT,
-        env=make_environment("INSTALLER") | {"LOG": str(log), "FAKE_UV": uv},
+        env=make_environment("INSTALLER", "UV_VERSION", "EXTRAS")
+        | {"LOG": str(log), "FAKE_UV": uv},
         capture_output=True,
         text=True,
         timeout=30,
