@@ -31,6 +31,8 @@ installed: $(STAMP) $(NODE_STAMP)
 # options this recipe uses
 INSTALLER ?= uv
 UV_VERSION ?= 0.13.*
+UV_INSTALL = $(VENV)/bin/uv pip install -q --python $(PY) --system-certs --compile-bytecode -e '.[$(EXTRAS)]'
+PIP_INSTALL = $(PY) -m pip install -q -e '.[$(EXTRAS)]'
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,13 +40,11 @@ $(STAMP): pyproject.toml
 	elif ! $(PY) -m pip install -q 'uv==$(UV_VERSION)' >/dev/null 2>&1; then \
 		echo 'make setup: uv could not be installed; pip installs the packages'; false; \
 	else \
-		echo "$(VENV)/bin/uv pip install -q --python $(PY) --system-certs --compile-bytecode -e '.[$(EXTRAS)]'"; \
-		$(VENV)/bin/uv pip install -q --python $(PY) --system-certs --compile-bytecode -e '.[$(EXTRAS)]' || { \
+		echo "$(UV_INSTALL)"; $(UV_INSTALL) || { \
 		echo 'make setup: uv could not install the packages; pip installs them'; false; }; \
 	fi || { \
 		$(PY) -m pip install -q --upgrade pip >/dev/null; \
-		echo "$(PY) -m pip install -q -e '.[$(EXTRAS)]'"; \
-		$(PY) -m pip install -q -e '.[$(EXTRAS)]'; }
+		echo "$(PIP_INSTALL)"; $(PIP_INSTALL); }
 	@touch $(STAMP)
 
 $(NODE_STAMP): $(NODE_LOCKS)
