@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import mcp.types as types
@@ -15,14 +16,17 @@ from mcp.server.context import ServerRequestContext
 
 from bridge.envelopes import error_result
 from bridge.identity import Identity
-from bridge.model import BridgeError, ToolDeclaration, new_id
+from bridge.model import BridgeError, ToolDeclaration, ToolResult, new_id
 from bridge.runtime import Bridge
 from bridge.serve.mcp_connect import connected
-from bridge.translate.mcp import render_result
+from bridge.translate.mcp_results import render_result
 
 __all__ = ["Calls"]
 
 log = logging.getLogger("bridge.serve.mcp")
+
+# how a call's result is rendered: (result, protocol version, output schema) -> the answer
+Render = Callable[[ToolResult, str | None, dict[str, Any] | None], Any]
 
 
 class Calls:
@@ -48,9 +52,11 @@ class Calls:
         output_schema: dict[str, Any] | None,
         options: dict[str, Any],
         identity: Identity | None,
-    ) -> types.CallToolResult:
+        render: Render = render_result,
+    ) -> Any:
         """The call of `ref` through the pipeline (with its `options` and the caller's
-        `identity`), rendered for a client that was listed `output_schema`."""
+        `identity`), rendered by `render` for a client that was listed `output_schema`: a
+        `CallToolResult`, or what another `render` makes of the result it ends with."""
         handler = asyncio.current_task()
         assert handler is not None
         self.running.add(handler)
@@ -91,7 +97,7 @@ class Calls:
                 result = result.model_copy(
                     update={"structured_content": json.loads(stored[1]).get("structured_content")}
                 )
-        return render_result(result, ctx.protocol_version, output_schema)
+        return render(result, ctx.protocol_version, output_schema)
 
     def failed(
         self,

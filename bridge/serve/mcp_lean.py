@@ -71,6 +71,7 @@ from bridge.serve.mcp_keepalive import (
     modern_ping,
 )
 from bridge.serve.mcp_meta import CALL_TOOL, SEARCH_TOOLS
+from bridge.serve.mcp_plain import PlainResults
 from bridge.serve.mcp_sdk import (
     RequestInFlight,
     held_session,
@@ -182,7 +183,7 @@ class LeanCalls:
     with the frontend's `tools/call` handler (in its span when the bridge traces). `frontend`
     also gives the surfaces, the default surface and the schemas the SDK checks
     `Mcp-Param-*` headers against. `enabled` may be turned off, sending every request to the
-    SDK; `served` counts the requests answered here."""
+    SDK; `served` counts the requests answered here, `plain.written` their plain results."""
 
     def __init__(
         self, app: ASGIApp, frontend: Any, security: TransportSecuritySettings | None
@@ -204,6 +205,7 @@ class LeanCalls:
         # what `_plain_tool` found of a tool name on a surface, and at which catalog generation
         self._tools: dict[tuple[Surface, str], tuple[int, ToolDeclaration | None, int]] = {}
         self._shape = result_shaper(frontend.server)
+        self.plain = PlainResults(self._shape)
         # the connection of each handshake-era session, learnt from its requests to the SDK
         self._connections: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         # the lean calls running, by session and request id, for notifications/cancelled
@@ -457,7 +459,13 @@ class LeanCalls:
             }
             identity = caller_identity(call.request.scope)
             return await frontend.calls.run(
-                call, call.name, call.arguments or {}, output_schema, options, identity
+                call,
+                call.name,
+                call.arguments or {},
+                output_schema,
+                options,
+                identity,
+                self.plain.render,
             )
         except MCPError:
             raise
@@ -468,11 +476,9 @@ class LeanCalls:
         """The JSON-RPC response to the call, as the SDK's dispatcher would make it."""
         try:
             result = await self.handler(call, call)
-            return {
-                "jsonrpc": "2.0",
-                "id": call.request_id,
-                "result": self._shape("tools/call", call.protocol_version, result),
-            }
+            if result.__class__ is not dict:
+                result = self._shape("tools/call", call.protocol_version, result)
+            return {"jsonrpc": "2.0", "id": call.request_id, "result": result}
         except MCPError as exc:
             error = exc.error.model_dump(by_alias=True, exclude_none=True, mode="json")
         except Exception:

@@ -27,6 +27,7 @@ __all__ = [
     "MCP_TOOL_KIND",
     "TASK_REQUIRED_REASON",
     "content_from_mcp",
+    "first_text",
     "plain_text",
     "progress_from_mcp",
     "result_from_mcp",
@@ -159,7 +160,8 @@ def content_from_mcp(blocks: Sequence[Any] | None) -> list[dict[str, Any]]:
     return out
 
 
-def _first_text(content: list[dict[str, Any]]) -> str:
+def first_text(content: list[dict[str, Any]]) -> str:
+    """The text of the content's text blocks, a line each."""
     texts = [
         b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)
     ]
@@ -176,7 +178,7 @@ def result_from_mcp(
     is_error = bool(result.get("isError"))
     error = None
     if is_error:
-        message = _first_text(content) or "the MCP tool reported an error"
+        message = first_text(content) or "the MCP tool reported an error"
         error = ToolError(
             error_class="execution_failed",
             message=message if len(message) <= 2000 else message[:1997] + "...",
@@ -212,10 +214,8 @@ def progress_from_mcp(progress: float, total: float | None, message: str | None)
 
 # ---------------------------------------------------------------------------------------------
 # render: bridge → MCP (the MCP frontend, bridge.serve.mcp): ToolDeclaration -> MCP Tool with
-# annotations from the safety hints, ToolResult -> CallToolResult
+# annotations from the safety hints (ToolResult -> CallToolResult: bridge/translate/mcp_results.py)
 # ---------------------------------------------------------------------------------------------
-
-import json as _json  # noqa: E402 - this section keeps its own imports
 
 import mcp.types as _types  # noqa: E402
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS as _MODERN_VERSIONS  # noqa: E402
@@ -223,18 +223,15 @@ from pydantic import TypeAdapter as _TypeAdapter  # noqa: E402
 from pydantic import ValidationError as _ValidationError  # noqa: E402
 
 from bridge.model import ToolDeclaration as _ToolDeclaration  # noqa: E402
-from bridge.model import ToolResult as _ToolResult  # noqa: E402
 
 __all__ += [
     "CALL_TOOL",
     "RESULT_META_KEY",
     "SEARCH_TOOLS",
     "TOOL_META_KEY",
-    "error_guidance",
     "is_modern",
     "render_annotations",
     "render_output_schema",
-    "render_result",
     "render_tool",
 ]
 
@@ -243,7 +240,6 @@ RESULT_META_KEY = "a2t-bridge/result"
 SEARCH_TOOLS = "search_tools"
 CALL_TOOL = "call_tool"
 
-_CONTENT_BLOCK: _TypeAdapter[Any] = _TypeAdapter(_types.ContentBlock)
 _ICON: _TypeAdapter[_types.Icon] = _TypeAdapter(_types.Icon)
 _HINT_FIELDS = (
     ("read_only", "read_only_hint"),
@@ -336,67 +332,6 @@ def render_tool(decl: _ToolDeclaration, protocol_version: str | None = None) -> 
     )
 
 
-def error_guidance(error: ToolError, tool_name: str | None) -> str:
-    """What the caller should do next, in words a model can follow."""
-    name = tool_name or "the tool"
-    cls = error.error_class
-    if error.recoverability == "provide_input":
-        return (
-            f"{name} waits for input from a user, which this client was not asked for or did not "
-            "give: call it again from a client that answers elicitations, and answer the question."
-        )
-    if cls == "schema_not_loaded":
-        return (
-            f'Call search_tools with query "select:{name}" to load its schema, then call {name} again; '
-            f'or call it right away through call_tool with {{"name": "{name}", "arguments": {{...}}}}.'
-        )
-    if cls == "unknown_tool":
-        return "Call search_tools to find the right tool name, then call that tool."
-    if cls in ("invalid_arguments", "schema_validation_failed"):
-        return (
-            f"Fix the arguments so they match the input schema of {name} "
-            f'(search_tools with "select:{name}" returns it) and call again.'
-        )
-    if cls == "capability_gap":
-        return "Call the current version of the tool with arguments its schema accepts."
-    if cls in (
-        "permission_denied",
-        "policy_blocked",
-        "hook_blocked",
-        "approval_rejected",
-        "sandbox_violation",
-    ):
-        return "This surface does not allow the call; use another tool or ask the operator to change the surface's rules."
-    if cls == "credential_missing":
-        return "The bridge has no credentials for this tool's upstream; an operator must configure them. Use another tool meanwhile."
-    if cls == "setup_required":
-        return "The tool's upstream needs setup by an operator before it can be used. Use another tool meanwhile."
-    if error.recoverability == "setup":
-        # a certificate the bridge cannot verify, a proxy it cannot use: every retry fails the same way
-        return (
-            "The tool's upstream cannot be reached until an operator fixes the bridge's configuration, as the message above says; "
-            "do not retry. Use another tool meanwhile."
-        )
-    if cls == "timeout":
-        return "The call took too long; retry it, perhaps with a smaller request."
-    if cls in ("rate_limited", "dependency_unavailable"):
-        wait = (
-            f" after {error.retry_after:g} seconds" if error.retry_after is not None else " later"
-        )
-        if cls == "rate_limited":
-            return f"Too many calls for now (a rate limit); retry{wait}."
-        return f"The upstream is unavailable or busy; retry{wait}."
-    if cls == "result_too_large":
-        return "Narrow the request so the result is smaller."
-    if cls in ("canceled", "sibling_canceled"):
-        return "The call was canceled; call again if the result is still needed."
-    if error.recoverability == "retry":
-        return "Retry the call."
-    if error.recoverability == "change_arguments":
-        return "Change the arguments and call again."
-    return "The tool reported a failure; read the message above, change the arguments if they caused it, or use another tool."
-
-
 def plain_text(block: Any) -> str | None:
     """The text of a content block that is `{"type": "text", "text": <string>}` and nothing
     else (the most common block, read without the SDK's models); None for any other."""
@@ -411,146 +346,3 @@ def plain_text(block: Any) -> str | None:
         if type(text) is str:
             return text
     return None
-
-
-def _content_blocks(blocks: list[dict[str, Any]]) -> list[Any]:
-    out = []
-    for block in blocks:
-        text = plain_text(block)
-        if text is not None:  # the model the union's validation makes, made directly
-            out.append(_types.TextContent(type="text", text=text))
-            continue
-        try:
-            out.append(_CONTENT_BLOCK.validate_python(block, by_name=False))
-        except _ValidationError:
-            # a block in no MCP shape still reaches the caller, as its JSON text
-            out.append(
-                _types.TextContent(
-                    type="text", text=_json.dumps(block, ensure_ascii=False, default=str)
-                )
-            )
-    return out
-
-
-def _json_text(value: Any) -> str:
-    return _json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _single_json_text(blocks: list[dict[str, Any]]) -> Any:
-    texts = [b.get("text") for b in blocks if b.get("type") == "text"]
-    if len(texts) != 1 or not isinstance(texts[0], str):
-        return None
-    try:
-        return _json.loads(texts[0])
-    except ValueError:
-        return None
-
-
-def _reserved_meta_key(key: str) -> bool:
-    """A `_meta` key MCP reserves for itself: its prefix has a `modelcontextprotocol` or `mcp`
-    label (`io.modelcontextprotocol/serverInfo`). The verdicts on the keys seen are kept (an
-    upstream stamps the same few keys on every result)."""
-    reserved = _RESERVED.get(key)
-    if reserved is None:
-        prefix, slash, _ = key.partition("/")
-        reserved = bool(slash) and any(
-            label in ("modelcontextprotocol", "mcp") for label in prefix.split(".")
-        )
-        if len(_RESERVED) >= _RESERVED_KEPT:
-            _RESERVED.clear()
-        _RESERVED[key] = reserved
-    return reserved
-
-
-_RESERVED: dict[str, bool] = {}
-_RESERVED_KEPT = 1024
-
-
-def _result_meta(result: _ToolResult) -> dict[str, Any]:
-    """The bridge's own `_meta` entry, after the `_meta` an MCP upstream gave the result (other
-    kinds' `meta`, HTTP headers say, is not MCP's to carry). Keys MCP reserves describe the
-    upstream's own exchange (its `serverInfo` stamp named the upstream as the server that
-    answered the client) and are left out."""
-    native = result.native_ref or {}
-    upstream: dict[str, Any] = {}
-    if (
-        native.get("source") == MCP_SOURCE
-        and result.meta is not None
-        and isinstance(result.meta, _MAPPING)
-    ):
-        for key, value in result.meta.items():
-            # a key seen before is decided by its kept verdict, without a call
-            if not (_RESERVED[key] if key in _RESERVED else _reserved_meta_key(str(key))):
-                upstream[key] = value
-    meta: dict[str, Any] = {
-        "invocation_id": result.invocation_id,
-        "result_id": result.result_id,
-        "status": result.status,
-    }
-    if result.tool_id is not None:
-        meta["tool_id"] = result.tool_id
-    if result.version is not None:
-        meta["version"] = result.version
-    if result.duration_ms is not None:
-        meta["duration_ms"] = result.duration_ms
-    if result.persisted is not None:
-        meta["persisted_ref"] = result.persisted.persisted_ref
-    return {**upstream, RESULT_META_KEY: meta}
-
-
-def render_result(
-    result: _ToolResult,
-    protocol_version: str | None = None,
-    output_schema: dict[str, Any] | None = None,
-) -> _types.CallToolResult:
-    """A result envelope as an MCP `CallToolResult`.
-
-    Errors become `isError` results whose text says what happened and what to do next, with the
-    error record in `structuredContent`. Successes keep their content blocks and structured content;
-    before 2026-07-28 structured content must be an object, so other values travel as text only.
-    `output_schema` is the schema the tool was listed with: a result that lacks structured content
-    but carries exactly one JSON text block gets that JSON as structured content, and an error
-    carries its record in the bridge's `_meta` entry instead (clients check `structuredContent`
-    against the output schema, error results too: the TypeScript SDK refused them).
-    """
-    modern = protocol_version in _MODERN_VERSIONS  # is_modern
-    if result.is_error:
-        error = result.error or ToolError(
-            error_class="execution_failed", message="the tool reported an error"
-        )
-        text = _first_text(result.content)
-        if error.message not in text:
-            headline = f"{error.error_class}: {error.message}"
-            text = f"{headline}\n{text}" if text else headline
-        others = [b for b in result.content if b.get("type") != "text"]
-        record = {"error": error.to_json(), "status": result.status}
-        meta = _result_meta(result)
-        if output_schema is not None:
-            meta[RESULT_META_KEY]["error"] = record["error"]
-        return _types.CallToolResult(
-            content=[
-                _types.TextContent(
-                    type="text", text=f"{text}\n{error_guidance(error, result.tool_name)}"
-                ),
-                *_content_blocks(others),
-            ],
-            structured_content=record if output_schema is None else None,
-            is_error=True,
-            _meta=meta,
-        )
-    structured = result.structured_content
-    if structured is None and output_schema is not None:
-        structured = _single_json_text(result.content)
-    content = _content_blocks(result.content)
-    if structured is not None and not modern and not isinstance(structured, dict):
-        if not content:
-            content = [_types.TextContent(type="text", text=_json_text(structured))]
-        structured = None
-    if structured is not None and not content:
-        content = [_types.TextContent(type="text", text=_json_text(structured))]
-    return _types.CallToolResult(
-        content=content,
-        structured_content=structured,
-        is_error=False,
-        _meta=_result_meta(result),
-    )

@@ -16,7 +16,7 @@ from adapters.mcp import result_head
 from adapters.mcp.calls import ToolCalls
 from adapters.mcp.listing import check_result
 from bridge.model import ToolResult
-from bridge.translate.mcp import render_result
+from bridge.translate.mcp_results import render_result
 
 HEADS = [
     '{"isError":false,"resultType":"complete",'

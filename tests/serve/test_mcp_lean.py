@@ -140,7 +140,9 @@ async def env() -> AsyncIterator[Env]:
 
 @pytest.mark.parametrize("era", [HANDSHAKE, MODERN])
 async def test_a_call_and_its_errors_answer_the_bytes_the_sdk_answers(env: Env, era: str):
+    plain = env.lean.plain.written
     await env.both(era, "svc__echo", {"text": "hé ✓"})  # a result, non-ASCII text in it
+    assert env.lean.plain.written == plain + 1  # text alone: written without the SDK's models
     await env.both(era, "svc__nope")  # unknown tool
     await env.both(era, "svc__wipe")  # blocked on the caller's surface
     await env.both(era, "bad__boom")  # the upstream's error
