@@ -172,6 +172,15 @@ def _result_meta(result: _ToolResult) -> dict[str, Any]:
     return {**upstream, RESULT_META_KEY: meta}
 
 
+def _structured(result: _ToolResult, output_schema: dict[str, Any] | None) -> Any:
+    """The structured content of a success: its own, else, for a tool listed with
+    `output_schema`, the JSON of its one text block (None without either)."""
+    structured = result.structured_content
+    if structured is None and output_schema is not None:
+        structured = _single_json_text(result.content)
+    return structured
+
+
 def plain_result(
     result: _ToolResult, output_schema: dict[str, Any] | None = None
 ) -> tuple[list[str], dict[str, Any] | None, dict[str, Any]] | None:
@@ -189,9 +198,7 @@ def plain_result(
         if text is None:
             return None
         texts.append(text)
-    structured = result.structured_content
-    if structured is None and output_schema is not None:
-        structured = _single_json_text(result.content)
+    structured = _structured(result, output_schema)
     if structured is not None:
         if structured.__class__ is not dict or not plain_json(structured):
             return None
@@ -269,9 +276,7 @@ def render_result(
             is_error=True,
             _meta=meta,
         )
-    structured = result.structured_content
-    if structured is None and output_schema is not None:
-        structured = _single_json_text(result.content)
+    structured = _structured(result, output_schema)
     content = _content_blocks(result.content)
     if structured is not None and not modern and not isinstance(structured, dict):
         if not content:
