@@ -12,9 +12,12 @@ grid, direct and proxied in turns; the table gives each cell's median over the r
 
 Each cell is also run through bench/_mcp_floor.py, a forwarder on the bridge's HTTP stack that
 does nothing but forward: its CPU per call (the FLOOR column) is what the stack itself costs, so
-the bridge's own work is the difference. Before the table, bench/_wake_cost.py says what the
-machine charges a process for each wake after a short and a longer sleep: a proxy wakes twice a
-call, and at 1 session each wake follows a sleep of several milliseconds.
+the bridge's own work is the difference. BRIDGE/FLOOR is the bridge's CPU per call over the
+floor's, the median of the rounds' ratios: a machine slower or busier on the day raises both, so
+this ratio compares runs of different days where the milliseconds do not. Before the table,
+bench/_wake_cost.py says what the machine charges a process for each wake after a short and a
+longer sleep: a proxy wakes twice a call, and at 1 session each wake follows a sleep of several
+milliseconds.
 
 `--profile DIR` also samples the bridge with py-spy (when installed) during one proxied run of
 each era at 8 sessions, and prints where its time goes (own time per function, and time under
@@ -410,6 +413,15 @@ async def main() -> int:
             ratio = statistics.median(
                 v["rate"] / d["rate"] for v, d in zip(via, direct, strict=True)
             )
+            # the bridge's CPU over the floor's, round by round: the machine's speed on the day
+            # moves both together, and this far less; a round too short for the clock's ticks to
+            # see the floor's CPU gives no ratio
+            over = [
+                v["cpu_bridge"] / f["cpu_bridge"]
+                for v, f in zip(via, floor, strict=True)
+                if f["cpu_bridge"]
+            ]
+            over_floor = f"{statistics.median(over):.2f}" if over else "-"
             rows.append(
                 [
                     era,
@@ -421,6 +433,7 @@ async def main() -> int:
                     f"{med(direct, 'p95'):.2f} / {med(via, 'p95'):.2f}",
                     f"{med(via, 'cpu_bridge'):.2f}",
                     f"{med(floor, 'cpu_bridge'):.2f}",
+                    over_floor,
                     f"{med(via, 'cpu_upstream'):.2f}",
                     f"{med(direct, 'cpu_upstream'):.2f}",
                     f"{med(via, 'cpu_client'):.2f}",
@@ -436,6 +449,7 @@ async def main() -> int:
         "P95 MS direct/bridge",
         "BRIDGE CPU MS/CALL",
         "FLOOR CPU",
+        "BRIDGE/FLOOR",
         "UPSTREAM CPU (via)",
         "UPSTREAM CPU (direct)",
         "CLIENT CPU (via)",
