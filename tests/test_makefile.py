@@ -151,6 +151,9 @@ def test_make_test_runs_the_lint_beside_the_tests_and_fails_when_either_fails(tm
     assert "a lint error" in lint_failed.stdout and "make lint failed" in lint_failed.stdout
     tests_failed = make_test(tmp_path, "false", "echo lint said this")
     assert tests_failed.returncode != 0 and "lint said this" in tests_failed.stdout
+    # the lint yields the cores to the tests (`nice` alone prints its own niceness)
+    niceness = make_test(tmp_path, "echo tests ran", "echo niceness $$(nice)")
+    assert niceness.returncode == 0 and "niceness 19" in niceness.stdout, niceness.stdout
 
 
 FAKE_PYTHON = """#!/bin/sh
