@@ -26,10 +26,10 @@ _CONSTANT, _CONTENT, _STRUCTURED, _META = 0, 1, 2, 3
 
 
 class PlainResults:
-    """`wire(protocol_version, texts, structured, meta)`: the `tools/call` result whose content
-    is text blocks alone (`texts`), whose structured content is `structured` (an object, or None
-    for none) and whose `_meta` is `meta`, all of JSON values alone (no number JSON cannot hold)
-    and no `_meta` key MCP reserves, as the SDK's shaping (`shape`, of `result_shaper`) puts it
+    """Called as `plain(protocol_version, texts, structured, meta)`: the `tools/call` result
+    whose content is text blocks alone (`texts`), whose structured content is `structured` (an
+    object, or None for none) and whose `_meta` is `meta`, all of JSON values alone (no number
+    JSON cannot hold) and no `_meta` key MCP reserves, as the SDK's shaping (`shape`, of `result_shaper`) puts it
     on the wire, made without its models: the same fields in the same order, the same constant
     ones (`isError`, `resultType` on 2026-07-28), structured content where the version has it,
     and the same `serverInfo` stamp. The form of each protocol version is learnt once, from a
