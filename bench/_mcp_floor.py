@@ -9,7 +9,11 @@ Its CPU per call is what any proxy built on that stack pays before doing any wor
 An answer the upstream streams as one JSON-RPC message on an event stream is answered as JSON,
 as the bridge answers a proxied call: an SDK client closes an event stream once its message is
 in, so a forwarder that streamed it would pay a new connection per call, which the bridge does
-not."""
+not.
+
+With `--answer` as a third argument it answers a `tools/call` of `echo` itself, as the upstream
+would (its text back), and forwards everything else: its CPU per call is then what the stack's
+side facing the clients costs, without the kept-connection client's share."""
 
 from __future__ import annotations
 
@@ -44,7 +48,24 @@ def message_of(stream: bytes) -> bytes | None:
     return data if "id" in message and ("result" in message or "error" in message) else None
 
 
-def create_app(upstream: str) -> Any:
+def local_answer(scope: dict[str, Any], body: bytes) -> bytes | None:
+    """The JSON-RPC answer to a `tools/call` of `echo` in `body`, as the upstream makes it (the
+    2026-07-28 era's result says it is complete); None for any other request."""
+    message = json.loads(body)
+    params = message.get("params") or {}
+    if message.get("method") != "tools/call" or params.get("name") != "echo":
+        return None
+    result: dict[str, Any] = {
+        "content": [{"type": "text", "text": str(params["arguments"].get("text", ""))}],
+        "isError": False,
+    }
+    if (b"mcp-protocol-version", b"2026-07-28") in scope["headers"]:
+        result["resultType"] = "complete"
+    answer = {"jsonrpc": "2.0", "id": message["id"], "result": result}
+    return json.dumps(answer, separators=(",", ":")).encode()
+
+
+def create_app(upstream: str, answer_calls: bool = False) -> Any:
     pool: KeptConnections | None = None
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -67,6 +88,14 @@ def create_app(upstream: str) -> Any:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
+        local = local_answer(scope, body) if answer_calls else None
+        if local is not None:
+            out = [(b"content-length", str(len(local)).encode())]
+            out.append((b"content-type", b"application/json"))
+            out += [(name, value) for name, value in scope["headers"] if name == b"mcp-session-id"]
+            await send({"type": "http.response.start", "status": 200, "headers": out})
+            await send({"type": "http.response.body", "body": local})
+            return
         headers = {
             name.decode(): value.decode()
             for name, value in scope["headers"]
@@ -93,4 +122,5 @@ def create_app(upstream: str) -> Any:
 
 
 if __name__ == "__main__":
-    uvloop.run(serve_as_bridge(create_app(sys.argv[1]), int(sys.argv[2])))
+    app = create_app(sys.argv[1], answer_calls=sys.argv[3:] == ["--answer"])
+    uvloop.run(serve_as_bridge(app, int(sys.argv[2])))

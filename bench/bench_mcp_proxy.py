@@ -19,6 +19,13 @@ bench/_wake_cost.py says what the machine charges a process for each wake after 
 longer sleep: a proxy wakes twice a call, and at 1 session each wake follows a sleep of several
 milliseconds.
 
+A second table splits each proxy's CPU by side. Each cell also runs against a bridge whose one
+upstream is inside its own process (bench/_local_echo.py), and against the floor answering the
+call itself (`_mcp_floor.py ... --answer`): what they cost is the side facing the clients
+(FRONT: the HTTP server and, for the bridge, its MCP frontend and pipeline), and the rest of a
+proxied call is the side facing the upstream (BACK: the client and, for the bridge, its MCP
+adapter). OWN is the bridge's over the floor's on each side, the median of the rounds' values.
+
 `--profile DIR` also samples the bridge with py-spy (when installed) during one proxied run of
 each era at 8 sessions, and prints where its time goes (own time per function, and time under
 the main stages of a call).
@@ -255,6 +262,54 @@ async def profiled(pid: int, out: Path, run: Any) -> str:
 # ------------------------------------------------------------------------------------ main
 
 
+def print_split(
+    cells: dict[tuple[str, int, str], list[dict[str, Any]]], eras: list[str], sessions: list[int]
+) -> None:
+    """The CPU per call of each side of the bridge and of the floor: the side facing the clients
+    (FRONT: the HTTP server and, for the bridge, its MCP frontend and the pipeline) is what a
+    call of an upstream inside the process costs (bench/_local_echo.py; the floor answering the
+    call itself), and the side facing the upstream (BACK) is the rest of a proxied call. OWN is
+    the bridge's over the floor's, side by side: its own work. Medians of the rounds' values."""
+    rows = []
+    for era in eras:
+        for n in sessions:
+            runs = [cells[(era, n, path)] for path in ("bridge", "floor", "local", "f-local")]
+            if not all(runs):
+                continue
+            # each path's CPU per call, round by round: the bridge, the floor, and both answering
+            # the call themselves
+            rounds = [[m["cpu_bridge"] for m in ms] for ms in runs]
+            b, f, bl, fl = (statistics.median(r) for r in rounds)
+            by_round = list(zip(*rounds, strict=True))
+            own_front = statistics.median(bl_ - fl_ for _, _, bl_, fl_ in by_round)
+            own_back = statistics.median((b_ - bl_) - (f_ - fl_) for b_, f_, bl_, fl_ in by_round)
+            rows.append(
+                [
+                    era,
+                    str(n),
+                    f"{fl:.2f} / {bl:.2f}",
+                    f"{f - fl:.2f} / {b - bl:.2f}",
+                    f"{own_front:.2f}",
+                    f"{own_back:.2f}",
+                ]
+            )
+    if not rows:
+        return
+    header = [
+        "ERA",
+        "N",
+        "FRONT floor/bridge",
+        "BACK floor/bridge",
+        "OWN FRONT+PIPELINE",
+        "OWN BACK",
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    print("\nCPU ms per call by side: the clients' (FRONT) and the upstream's (BACK)")
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -303,24 +358,47 @@ async def main() -> int:
             "search": {"semantic": "off"},
         }
         (work / "bridge.json").write_text(json.dumps(config))
+        # the same bridge with an upstream inside its process instead (bench/_local_echo.py)
+        local_port = free_port()
+        local_config = config | {
+            "server": {"host": "127.0.0.1", "port": local_port},
+            "store": {"path": str(work / "local.db")},
+            "upstreams": [{"name": "local", "kind": "local_echo"}],
+        }
+        (work / "local.json").write_text(json.dumps(local_config))
         async with process(
             PY, str(ROOT / "bench" / "_mcp_echo_server.py"), str(up_port)
         ) as upstream:
             await wait_listening(up_port, upstream)
-            floor_port = free_port()
+            floor_port, floor_local_port = free_port(), free_port()
+            floor_script = str(ROOT / "bench" / "_mcp_floor.py")
             async with (
                 process(PY, "-m", "bridge.cli", "serve", "-c", str(work / "bridge.json")) as bridge,
+                process(PY, floor_script, up_url, str(floor_port)) as floor,
                 process(
-                    PY, str(ROOT / "bench" / "_mcp_floor.py"), up_url, str(floor_port)
-                ) as floor,
+                    PY,
+                    str(ROOT / "bench" / "_local_echo.py"),
+                    "serve",
+                    "-c",
+                    str(work / "local.json"),
+                ) as bridge_local,
+                process(PY, floor_script, up_url, str(floor_local_port), "--answer") as floor_local,
             ):
                 base = f"http://127.0.0.1:{bridge_port}"
-                await wait_listening(bridge_port, bridge)
-                await wait_listening(floor_port, floor)
+                for port, proc in (
+                    (bridge_port, bridge),
+                    (floor_port, floor),
+                    (local_port, bridge_local),
+                    (floor_local_port, floor_local),
+                ):
+                    await wait_listening(port, proc)
                 await wait_ready(base)
+                await wait_ready(f"http://127.0.0.1:{local_port}")
                 pids = {"bridge": bridge.pid, "upstream": upstream.pid}
-                # the floor's CPU is read as the bridge's in its own runs
+                # the floors' and the local bridge's CPU is read as the bridge's in their runs
                 floor_pids = {"bridge": floor.pid, "upstream": upstream.pid}
+                local_pids = {"bridge": bridge_local.pid, "upstream": upstream.pid}
+                floor_local_pids = {"bridge": floor_local.pid, "upstream": upstream.pid}
                 for round_ in range(args.rounds):
                     for era in eras:
                         mode = ERAS[era]
@@ -329,6 +407,18 @@ async def main() -> int:
                                 ("direct", up_url, "echo", pids),
                                 ("bridge", f"{base}/mcp", f"{UPSTREAM_OF[era]}__echo", pids),
                                 ("floor", f"http://127.0.0.1:{floor_port}/mcp", "echo", floor_pids),
+                                (
+                                    "local",
+                                    f"http://127.0.0.1:{local_port}/mcp",
+                                    "local__echo",
+                                    local_pids,
+                                ),
+                                (
+                                    "f-local",
+                                    f"http://127.0.0.1:{floor_local_port}/mcp",
+                                    "echo",
+                                    floor_local_pids,
+                                ),
                             ]
                             if round_ % 2:
                                 paths.reverse()
@@ -338,7 +428,7 @@ async def main() -> int:
                                 )
                                 cells[(era, sessions, path)].append(m)
                                 print(
-                                    f"  round {round_ + 1} {era} N={sessions:<2} {path:<6} {m['rate']:7.0f}/s "
+                                    f"  round {round_ + 1} {era} N={sessions:<2} {path:<7} {m['rate']:7.0f}/s "
                                     f"p50 {m['p50']:6.2f} p95 {m['p95']:6.2f} ms  cpu/call bridge "
                                     f"{m['cpu_bridge']:.2f} upstream {m['cpu_upstream']:.2f} client "
                                     f"{m['cpu_client']:.2f} ms",
@@ -462,6 +552,7 @@ async def main() -> int:
     print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
+    print_split(cells, eras, sessions_list)
     for era, text in profiles.items():
         print(f"\nwhere the bridge's time goes, {era}, 8 sessions (py-spy):\n{text}")
     if args.json:
