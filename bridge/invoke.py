@@ -35,7 +35,7 @@ from bridge.resource_links import ResourceLinks
 from bridge.store import StoreFull, StoreInterface, StoreUnavailable
 from bridge.surface import Surface, Surfaces
 from bridge.telemetry import CallOrigin, Telemetry
-from bridge.text import has_surrogates, without_surrogates
+from bridge.text import has_surrogates, text_of, without_surrogates
 from bridge.upstream import CallContext, ProgressSink
 
 if TYPE_CHECKING:
@@ -407,7 +407,7 @@ class Invoker:
         if result.is_error:
             error = result.error or ToolError(
                 error_class="execution_failed",
-                message=_first_text(result) or "the upstream reported an error",
+                message=text_of(result.content) or "the upstream reported an error",
                 recoverability="not_recoverable",
             )
             envelope = ToolResult(
@@ -479,7 +479,7 @@ class Invoker:
             StoreFull
         ):  # a full disk (the store said so once): the caller gets the result whole, inline
             return
-        preview_source = _first_text_blocks(envelope.content) or json.dumps(
+        preview_source = text_of(envelope.content) or json.dumps(
             envelope.structured_content, default=str
         )
         preview = preview_source[: config.preview_chars]
@@ -587,13 +587,3 @@ class Invoker:
             future.add_done_callback(self._flushes.discard)
 
         self._flush_handle = loop.call_later(delay, flush)
-
-
-def _first_text(result: UpstreamResult) -> str:
-    return _first_text_blocks(result.content)
-
-
-def _first_text_blocks(content: list[dict[str, Any]]) -> str:
-    return "\n".join(
-        b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)
-    )

@@ -1,5 +1,6 @@
-"""Text as the bridge quotes and stores it: a caller's name or id quoted in an error message, and
-lone surrogates (which no UTF-8 encoder accepts) replaced in an upstream's values."""
+"""Text as the bridge quotes and stores it: a caller's name or id quoted in an error message,
+lone surrogates (which no UTF-8 encoder accepts) replaced in an upstream's values, and the text
+of a result's content blocks."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["QUOTED_CHARS", "has_surrogates", "quoted", "without_surrogates"]
+__all__ = ["QUOTED_CHARS", "has_surrogates", "quoted", "text_of", "without_surrogates"]
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -22,6 +23,13 @@ def quoted(text: str) -> str:
         repr(text)
         if len(text) <= QUOTED_CHARS
         else f"{text[:QUOTED_CHARS]!r}… ({len(text)} characters)"
+    )
+
+
+def text_of(content: list[dict[str, Any]]) -> str:
+    """The text of the text blocks of `content` (content blocks in MCP shapes), a line each."""
+    return "\n".join(
+        b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)
     )
 
 

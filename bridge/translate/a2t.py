@@ -17,6 +17,7 @@ from bridge.model import (
     UpstreamResult,
     UpstreamTool,
 )
+from bridge.text import text_of
 from bridge.translate.wire import (
     AGENT_TOOL_KEY,
     ERROR_CLASSES,
@@ -25,7 +26,6 @@ from bridge.translate.wire import (
     declaration_extension,
     read_extension,
     result_from_envelope,
-    text_of,
 )
 
 __all__ = [

@@ -16,6 +16,7 @@ from bridge.model import (
     UpstreamTool,
     VersionRecord,
 )
+from bridge.text import text_of
 from bridge.translate.wire import (
     AGENT_TOOL_KEY,
     TOOL_RESULT_KEY,
@@ -23,7 +24,6 @@ from bridge.translate.wire import (
     declaration_extension,
     read_extension,
     result_from_envelope,
-    text_of,
 )
 
 __all__ = [

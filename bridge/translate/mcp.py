@@ -20,6 +20,7 @@ from bridge.model import (
     object_shaped,
     takes_objects,
 )
+from bridge.text import text_of
 
 __all__ = [
     "CONTENT_TYPES",
@@ -27,7 +28,6 @@ __all__ = [
     "MCP_TOOL_KIND",
     "TASK_REQUIRED_REASON",
     "content_from_mcp",
-    "first_text",
     "plain_text",
     "progress_from_mcp",
     "result_from_mcp",
@@ -160,14 +160,6 @@ def content_from_mcp(blocks: Sequence[Any] | None) -> list[dict[str, Any]]:
     return out
 
 
-def first_text(content: list[dict[str, Any]]) -> str:
-    """The text of the content's text blocks, a line each."""
-    texts = [
-        b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)
-    ]
-    return "\n".join(texts)
-
-
 def result_from_mcp(
     result: Mapping[str, Any], *, native_ref: dict[str, Any] | None = None
 ) -> UpstreamResult:
@@ -178,7 +170,7 @@ def result_from_mcp(
     is_error = bool(result.get("isError"))
     error = None
     if is_error:
-        message = first_text(content) or "the MCP tool reported an error"
+        message = text_of(content) or "the MCP tool reported an error"
         error = ToolError(
             error_class="execution_failed",
             message=message if len(message) <= 2000 else message[:1997] + "...",

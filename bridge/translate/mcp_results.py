@@ -17,7 +17,8 @@ from pydantic import ValidationError as _ValidationError
 
 from bridge.model import ToolError
 from bridge.model import ToolResult as _ToolResult
-from bridge.translate.mcp import MCP_SOURCE, RESULT_META_KEY, first_text, plain_text
+from bridge.text import text_of
+from bridge.translate.mcp import MCP_SOURCE, RESULT_META_KEY, plain_text
 
 __all__ = ["error_guidance", "plain_json", "plain_result", "render_result"]
 
@@ -98,11 +99,7 @@ def _content_blocks(blocks: list[dict[str, Any]]) -> list[Any]:
             out.append(_CONTENT_BLOCK.validate_python(block, by_name=False))
         except _ValidationError:
             # a block in no MCP shape still reaches the caller, as its JSON text
-            out.append(
-                _types.TextContent(
-                    type="text", text=_json.dumps(block, ensure_ascii=False, default=str)
-                )
-            )
+            out.append(_types.TextContent(type="text", text=_json_text(block)))
     return out
 
 
@@ -256,7 +253,7 @@ def render_result(
         error = result.error or ToolError(
             error_class="execution_failed", message="the tool reported an error"
         )
-        text = first_text(result.content)
+        text = text_of(result.content)
         if error.message not in text:
             headline = f"{error.error_class}: {error.message}"
             text = f"{headline}\n{text}" if text else headline

@@ -28,7 +28,6 @@ __all__ = [
     "json_safe",
     "read_extension",
     "result_from_envelope",
-    "text_of",
     "tool_error_from_body",
 ]
 
@@ -152,12 +151,6 @@ class ExtensionFacts:
 
 def read_extension(obj: dict[str, Any]) -> ExtensionFacts:
     return ExtensionFacts(obj.get(AGENT_TOOL_KEY))
-
-
-def text_of(content: list[dict[str, Any]]) -> str:
-    return "\n".join(
-        b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)
-    )
 
 
 def result_from_envelope(envelope: Any) -> UpstreamResult | None:
