@@ -26,15 +26,15 @@ _CONSTANT, _CONTENT, _STRUCTURED, _META = 0, 1, 2, 3
 
 
 class PlainResults:
-    """Called as `plain(protocol_version, texts, structured, meta)`: the `tools/call` result
-    whose content is text blocks alone (`texts`), whose structured content is `structured` (an
-    object, or None for none) and whose `_meta` is `meta`, all of JSON values alone (no number
-    JSON cannot hold) and no `_meta` key MCP reserves, as the SDK's shaping (`shape`, of `result_shaper`) puts it
-    on the wire, made without its models: the same fields in the same order, the same constant
-    ones (`isError`, `resultType` on 2026-07-28), structured content where the version has it,
-    and the same `serverInfo` stamp. The form of each protocol version is learnt once, from a
-    probe result of that kind the shaping shapes; a version whose probe comes out in any other
-    form (a later SDK's sieve, a cache hint on `tools/call`) gets None, for the SDK to shape."""
+    """Called as `plain(protocol_version, texts, structured, meta)`: the `tools/call` result whose
+    content is text blocks alone (`texts`), whose structured content is `structured` (an object, or
+    None for none) and whose `_meta` is `meta`, all of JSON values alone (no number JSON cannot
+    hold) and no `_meta` key MCP reserves, as the SDK's shaping (`shape`, of `result_shaper`) puts
+    it on the wire, made without its models: the same fields in the same order, the same constant
+    ones (`isError`, `resultType` on 2026-07-28), structured content where the version has it, and
+    the same `serverInfo` stamp. The form of each protocol version is learnt once, from a probe
+    result of that kind the shaping shapes; a version whose probe comes out in any other form (a
+    later SDK's sieve, a cache hint on `tools/call`) gets None, for the SDK to shape."""
 
     def __init__(self, shape: Callable[[str, str, Any], dict[str, Any]]) -> None:
         self._shape = shape
