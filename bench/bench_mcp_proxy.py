@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import httpx2  # noqa: E402
-from _procs import pct, process  # noqa: E402
+from _procs import pct, process, table  # noqa: E402
 from mcp import Client  # noqa: E402
 
 PY = sys.executable
@@ -303,11 +303,8 @@ def print_split(
         "OWN FRONT+PIPELINE",
         "OWN BACK",
     ]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     print("\nCPU ms per call by side: the clients' (FRONT) and the upstream's (BACK)")
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
+    print(table(rows, header))
 
 
 async def main() -> int:
@@ -544,14 +541,11 @@ async def main() -> int:
         "UPSTREAM CPU (direct)",
         "CLIENT CPU (via)",
     ]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     print(
         f"\nCPU per wake of an idle event loop here: {wakes[0]} us after 0.5 ms asleep, "
         f"{wakes[1]} us after 5 ms"
     )
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
+    print(table(rows, header))
     print_split(cells, eras, sessions_list)
     for era, text in profiles.items():
         print(f"\nwhere the bridge's time goes, {era}, 8 sessions (py-spy):\n{text}")
